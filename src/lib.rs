@@ -6,3 +6,27 @@
 
 pub mod diag;
 pub mod syntax;
+pub mod sema;
+pub mod fmt;
+pub mod interp;
+pub mod npy;
+pub mod run;
+
+use diag::Diagnostic;
+
+/// The front end in one call: parse, then (if the syntax is sound) check.
+/// Returns the HIR only when there is no error; diagnostics (warnings included)
+/// are sorted by position.
+pub fn compile(src: &str, file_stem: &str) -> (Option<sema::hir::Hir>, Vec<Diagnostic>) {
+    let parsed = syntax::parse(src);
+    if diag::has_errors(&parsed.diagnostics) {
+        return (None, parsed.diagnostics);
+    }
+    let (hir, mut diags) = sema::analyze(&parsed.file, file_stem);
+    diags.sort_by_key(|d| (d.primary.span.start, d.primary.span.end));
+    if diag::has_errors(&diags) {
+        (None, diags)
+    } else {
+        (Some(hir), diags)
+    }
+}

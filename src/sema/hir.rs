@@ -1,0 +1,367 @@
+//! HIR: the checked program. Every name is resolved to an id, every range has a
+//! size, every tensor a shape and element type, and every statement is known to be
+//! well-formed — later passes (interpreter, optimizer, planner, code generators)
+//! may rely on that without re-checking.
+//!
+//! Einstein convention, scoped: in a term, an index that is not in the term's result
+//! (the left-hand side, or the `free` list of a sub-expression) is summed over. A
+//! function call or a parenthesised sum is a factor whose value is a tensor over its
+//! `free` indices; indices used only inside it are summed inside it.
+
+use crate::syntax::Span;
+
+pub type RangeId = usize;
+pub type IndexId = usize;
+pub type TensorId = usize;
+pub type GridId = usize;
+pub type UnitId = usize;
+pub type ModelId = usize;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Range {
+    pub name: String,
+    pub size: usize,
+    pub span: Span,
+    /// `Some` for a `dims` entry of a model (visible only inside it).
+    pub model: Option<ModelId>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Index {
+    pub name: String,
+    pub range: RangeId,
+    pub span: Span,
+    pub model: Option<ModelId>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    Input,
+    Output,
+    Temporary,
+    /// Model weights: inputs as far as the interpreter is concerned.
+    Param,
+}
+
+impl Role {
+    /// Inputs and parameters are read, never written.
+    pub fn is_read_only(self) -> bool {
+        matches!(self, Role::Input | Role::Param)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ElemType {
+    F32,
+    F64,
+}
+
+impl ElemType {
+    pub fn name(self) -> &'static str {
+        match self {
+            ElemType::F32 => "f32",
+            ElemType::F64 => "f64",
+        }
+    }
+    pub fn size_bytes(self) -> usize {
+        match self {
+            ElemType::F32 => 4,
+            ElemType::F64 => 8,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SymKind {
+    Symmetric,
+    Antisymmetric,
+}
+
+/// A group of tensor dimensions (by position, ≥ 2, all of one range) under which the
+/// tensor is symmetric (value unchanged by permuting them) or antisymmetric (sign of
+/// the permutation; zero when two of them are equal).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SymGroup {
+    pub kind: SymKind,
+    pub positions: Vec<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor {
+    pub name: String,
+    pub role: Role,
+    pub elem: ElemType,
+    /// The range of each dimension (empty for a scalar).
+    pub dims: Vec<RangeId>,
+    /// Disjoint groups; positions index into `dims`.
+    pub symmetry: Vec<SymGroup>,
+    /// The declaration, or for a tensor implied by its first assignment in a model
+    /// layer, that statement's left-hand side.
+    pub span: Span,
+    pub model: Option<ModelId>,
+}
+
+/// A tensor with one index per dimension: `A[p,q]`. Indices may repeat (a diagonal).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorRef {
+    pub tensor: TensorId,
+    pub indices: Vec<IndexId>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Func {
+    Exp,
+    Log,
+    Sqrt,
+    Recip,
+    Abs,
+    Relu,
+    Tanh,
+    Sigmoid,
+    Gelu,
+    Silu,
+}
+
+impl Func {
+    pub const ALL: [Func; 10] =
+        [Func::Exp, Func::Log, Func::Sqrt, Func::Recip, Func::Abs, Func::Relu, Func::Tanh, Func::Sigmoid, Func::Gelu, Func::Silu];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Func::Exp => "exp",
+            Func::Log => "log",
+            Func::Sqrt => "sqrt",
+            Func::Recip => "recip",
+            Func::Abs => "abs",
+            Func::Relu => "relu",
+            Func::Tanh => "tanh",
+            Func::Sigmoid => "sigmoid",
+            Func::Gelu => "gelu",
+            Func::Silu => "silu",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Func> {
+        Func::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// The element-wise function itself (`gelu` is the tanh approximation).
+    pub fn apply(self, x: f64) -> f64 {
+        match self {
+            Func::Exp => x.exp(),
+            Func::Log => x.ln(),
+            Func::Sqrt => x.sqrt(),
+            Func::Recip => 1.0 / x,
+            Func::Abs => x.abs(),
+            Func::Relu => x.max(0.0),
+            Func::Tanh => x.tanh(),
+            Func::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            Func::Gelu => 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh()),
+            Func::Silu => x / (1.0 + (-x).exp()),
+        }
+    }
+}
+
+/// A sum of terms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expr {
+    pub terms: Vec<Term>,
+    pub span: Span,
+}
+
+/// `coef * f1 * f2 * ...`: signs and numeric factors (and divisions by numbers)
+/// are folded into `coef`. `factors` may be empty (a constant term).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Term {
+    pub coef: f64,
+    pub factors: Vec<Factor>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Factor {
+    Tensor(TensorRef),
+    /// `func(arg)`, a tensor over `free` (in order of first appearance in `arg`).
+    Call { func: Func, arg: Box<Expr>, free: Vec<IndexId>, span: Span },
+    /// `(arg)`, a tensor over `free`.
+    Sum { arg: Box<Expr>, free: Vec<IndexId>, span: Span },
+}
+
+impl Factor {
+    /// The indices this factor contributes to its term.
+    pub fn indices(&self) -> &[IndexId] {
+        match self {
+            Factor::Tensor(r) => &r.indices,
+            Factor::Call { free, .. } | Factor::Sum { free, .. } => free,
+        }
+    }
+    pub fn span(&self) -> &Span {
+        match self {
+            Factor::Tensor(r) => &r.span,
+            Factor::Call { span, .. } | Factor::Sum { span, .. } => span,
+        }
+    }
+}
+
+/// `lhs = rhs;` or `lhs += rhs;` — the left-hand side's indices are distinct.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stmt {
+    pub lhs: TensorRef,
+    pub accumulate: bool,
+    pub rhs: Expr,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnitKind {
+    /// The file's top-level statements (named after the file) or a `program` block.
+    Program,
+    Model(ModelId),
+}
+
+/// A sequence of statements run together: what `tcc run` executes and what a
+/// generated library exports as one function.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unit {
+    pub name: String,
+    pub kind: UnitKind,
+    pub stmts: Vec<Stmt>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grid {
+    pub name: String,
+    /// Every entry ≥ 1.
+    pub dims: Vec<usize>,
+    pub span: Span,
+}
+
+impl Grid {
+    pub fn procs(&self) -> usize {
+        self.dims.iter().product()
+    }
+}
+
+/// `distribute T[a,b,i,j] over G as [a:0, b:1];`
+#[derive(Debug, Clone, PartialEq)]
+pub struct Distribution {
+    pub tensor: TensorId,
+    pub grid: GridId,
+    /// (tensor dimension position, grid dimension); both sides distinct.
+    pub mapping: Vec<(usize, usize)>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SequenceStyle {
+    Ulysses,
+    Ring,
+}
+
+/// A model's `parallel { ... }` hints; `None` leaves the choice to the planner.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ParallelHints {
+    pub data: Option<usize>,
+    /// Degree and, if given, the model dimension split.
+    pub tensor: Option<(usize, Option<RangeId>)>,
+    pub sequence: Option<(SequenceStyle, usize)>,
+    pub expert: Option<usize>,
+    pub pipeline: Option<usize>,
+    /// ZeRO stage 0–3.
+    pub zero: Option<u8>,
+    pub span: Option<Span>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layer {
+    pub name: String,
+    /// The layer's statements: `unit.stmts[stmts]`.
+    pub stmts: std::ops::Range<usize>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Model {
+    pub name: String,
+    pub dims: Vec<RangeId>,
+    pub layers: Vec<Layer>,
+    pub parallel: ParallelHints,
+    pub unit: UnitId,
+    pub span: Span,
+}
+
+/// The whole checked file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Hir {
+    pub ranges: Vec<Range>,
+    pub indices: Vec<Index>,
+    pub tensors: Vec<Tensor>,
+    pub grids: Vec<Grid>,
+    pub distributions: Vec<Distribution>,
+    pub units: Vec<Unit>,
+    pub models: Vec<Model>,
+}
+
+impl Hir {
+    /// The extent of each dimension of a tensor.
+    pub fn shape(&self, t: TensorId) -> Vec<usize> {
+        self.tensors[t].dims.iter().map(|&r| self.ranges[r].size).collect()
+    }
+
+    /// Number of elements, `None` on overflow.
+    pub fn num_elements(&self, t: TensorId) -> Option<usize> {
+        self.shape(t).into_iter().try_fold(1usize, |acc, n| acc.checked_mul(n))
+    }
+
+    pub fn index_size(&self, i: IndexId) -> usize {
+        self.ranges[self.indices[i].range].size
+    }
+
+    pub fn tensor_by_name(&self, name: &str) -> Option<TensorId> {
+        self.tensors.iter().position(|t| t.name == name && t.model.is_none())
+            .or_else(|| self.tensors.iter().position(|t| t.name == name))
+    }
+
+    pub fn unit_by_name(&self, name: &str) -> Option<UnitId> {
+        self.units.iter().position(|u| u.name == name)
+    }
+
+    /// Tensors a unit reads without writing first: what a caller must supply.
+    pub fn unit_inputs(&self, u: UnitId) -> Vec<TensorId> {
+        let mut seen = Vec::new();
+        for s in &self.units[u].stmts {
+            collect_reads(&s.rhs, &mut |t| {
+                if self.tensors[t].role.is_read_only() && !seen.contains(&t) {
+                    seen.push(t);
+                }
+            });
+        }
+        seen
+    }
+
+    /// Output tensors a unit writes, in order of first write.
+    pub fn unit_outputs(&self, u: UnitId) -> Vec<TensorId> {
+        let mut out = Vec::new();
+        for s in &self.units[u].stmts {
+            let t = s.lhs.tensor;
+            if self.tensors[t].role == Role::Output && !out.contains(&t) {
+                out.push(t);
+            }
+        }
+        out
+    }
+}
+
+/// Calls `f` on every tensor an expression reads.
+pub fn collect_reads(e: &Expr, f: &mut impl FnMut(TensorId)) {
+    for term in &e.terms {
+        for factor in &term.factors {
+            match factor {
+                Factor::Tensor(r) => f(r.tensor),
+                Factor::Call { arg, .. } | Factor::Sum { arg, .. } => collect_reads(arg, f),
+            }
+        }
+    }
+}
