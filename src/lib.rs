@@ -7,6 +7,7 @@
 pub mod diag;
 pub mod syntax;
 pub mod sema;
+pub mod lir;
 pub mod fmt;
 pub mod interp;
 pub mod npy;

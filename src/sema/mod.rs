@@ -1,5 +1,6 @@
 //! Semantic analysis: AST → [`hir::Hir`], with every error found as a diagnostic.
 
+pub mod display;
 pub mod hir;
 
 use crate::diag::Diagnostic;

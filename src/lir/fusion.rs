@@ -1,0 +1,462 @@
+//! Loop fusion and memory minimization (FuseT style).
+//!
+//! A fusion is described by, for each pair of consecutive statements `i, i+1`, the
+//! set `S_i` of loops they share. An index in `S_l .. S_{r-1}` forms a loop *run*
+//! enclosing statements `l..=r`. A fusion is legal when
+//! 1. every loop around a statement is an index of that statement (no recomputation);
+//! 2. the runs are laminar (nested or disjoint), so they form a loop tree;
+//! 3. for every tensor written in the unit, a run that holds two or more of the
+//!    statements using it indexes it with the loop at one and the same position in
+//!    every one of their references — each iteration touches its own slice, so
+//!    reordering iterations cannot change a value.
+//!
+//! A temporary then only stores the dimensions not fixed by the runs around all its
+//! users. The search enumerates the `S_i` depth first (larger sets first), pruning
+//! illegal prefixes (legality is monotone in the prefix), and keeps the fusion with the
+//! lowest peak temporary memory (ties: fewer loops). A visit budget bounds the search
+//! on long units; the unfused nest is always legal, so the result is never worse.
+
+use super::{Buffer, LoopNest, Node};
+use crate::sema::hir::{Factor, Hir, IndexId, Role, Stmt, TensorId, UnitId};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Search settings.
+#[derive(Debug, Clone, Copy)]
+pub struct FusionOptions {
+    /// Number of search nodes visited before settling for the best fusion found.
+    pub budget: usize,
+}
+
+impl Default for FusionOptions {
+    fn default() -> Self {
+        FusionOptions { budget: 200_000 }
+    }
+}
+
+/// What one statement touches, with indices renumbered locally (bit positions).
+struct StmtInfo {
+    /// Bit mask of the statement's indices (local numbering).
+    indices: u64,
+    /// Bit mask of the left-hand side's indices.
+    lhs: u64,
+    lhs_tensor: TensorId,
+    /// Every tensor reference: (tensor, local index of each position, writes?).
+    refs: Vec<(TensorId, Vec<usize>, bool)>,
+    /// May share loops with its neighbours (only tensor factors, no self-reads).
+    fusible: bool,
+    assign: bool,
+}
+
+/// A loop enclosing statements `l..=r`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    bit: usize,
+    l: usize,
+    r: usize,
+}
+
+impl Run {
+    fn len(&self) -> usize {
+        self.r - self.l
+    }
+    fn contains(&self, i: usize) -> bool {
+        self.l <= i && i <= self.r
+    }
+}
+
+struct Problem<'a> {
+    hir: &'a Hir,
+    /// Local bit → global index id.
+    locals: Vec<IndexId>,
+    stmts: Vec<StmtInfo>,
+    /// Tensors written in the unit, with the statements that use them.
+    written: BTreeMap<TensorId, Vec<usize>>,
+}
+
+fn collect_refs(e: &crate::sema::hir::Expr, out: &mut Vec<(TensorId, Vec<IndexId>)>, opaque: &mut bool) {
+    for t in &e.terms {
+        for f in &t.factors {
+            match f {
+                Factor::Tensor(r) => out.push((r.tensor, r.indices.clone())),
+                Factor::Call { arg, .. } | Factor::Sum { arg, .. } => {
+                    *opaque = true;
+                    collect_refs(arg, out, opaque);
+                }
+            }
+        }
+    }
+}
+
+impl<'a> Problem<'a> {
+    fn new(hir: &'a Hir, stmts: &[Stmt]) -> Option<Problem<'a>> {
+        let mut locals: Vec<IndexId> = Vec::new();
+        let local = |i: IndexId, locals: &mut Vec<IndexId>| match locals.iter().position(|&x| x == i) {
+            Some(p) => p,
+            None => {
+                locals.push(i);
+                locals.len() - 1
+            }
+        };
+        let mut infos = Vec::new();
+        for st in stmts {
+            let mut refs = Vec::new();
+            let mut opaque = false;
+            collect_refs(&st.rhs, &mut refs, &mut opaque);
+            let self_read = refs.iter().any(|(t, _)| *t == st.lhs.tensor);
+            let mut info = StmtInfo {
+                indices: 0,
+                lhs: 0,
+                lhs_tensor: st.lhs.tensor,
+                refs: Vec::new(),
+                fusible: !opaque && !self_read,
+                assign: !st.accumulate,
+            };
+            let lhs_locals: Vec<usize> = st.lhs.indices.iter().map(|&i| local(i, &mut locals)).collect();
+            info.refs.push((st.lhs.tensor, lhs_locals.clone(), true));
+            for (t, idx) in refs {
+                let l: Vec<usize> = idx.iter().map(|&i| local(i, &mut locals)).collect();
+                info.refs.push((t, l, false));
+            }
+            if locals.len() > 64 {
+                return None;
+            }
+            for &b in &lhs_locals {
+                info.lhs |= 1 << b;
+            }
+            for (_, l, _) in &info.refs {
+                for &b in l {
+                    info.indices |= 1 << b;
+                }
+            }
+            // Indices summed inside a function call do not belong to the statement's
+            // loops; opaque statements never share loops, so nothing more is needed.
+            infos.push(info);
+        }
+        let mut written: BTreeMap<TensorId, Vec<usize>> = BTreeMap::new();
+        for s in &infos {
+            written.entry(s.lhs_tensor).or_default();
+        }
+        for (i, s) in infos.iter().enumerate() {
+            let touched: BTreeSet<TensorId> = s.refs.iter().map(|r| r.0).collect();
+            for t in touched {
+                if let Some(users) = written.get_mut(&t) {
+                    users.push(i);
+                }
+            }
+        }
+        Some(Problem { hir, locals, stmts: infos, written })
+    }
+
+    fn candidates(&self, i: usize) -> u64 {
+        let (a, b) = (&self.stmts[i], &self.stmts[i + 1]);
+        if a.fusible && b.fusible {
+            a.indices & b.indices
+        } else {
+            0
+        }
+    }
+
+    fn extent(&self, bit: usize) -> usize {
+        self.hir.index_size(self.locals[bit])
+    }
+}
+
+/// The runs of a (prefix of a) fusion: `shared[i]` is `S_i`.
+fn runs_of(shared: &[u64]) -> Vec<Run> {
+    let mut runs = Vec::new();
+    for bit in 0..64 {
+        let mut i = 0;
+        while i < shared.len() {
+            if shared[i] >> bit & 1 == 1 {
+                let l = i;
+                while i < shared.len() && shared[i] >> bit & 1 == 1 {
+                    i += 1;
+                }
+                runs.push(Run { bit, l, r: i });
+            } else {
+                i += 1;
+            }
+        }
+    }
+    runs
+}
+
+fn laminar(runs: &[Run]) -> bool {
+    for (k, a) in runs.iter().enumerate() {
+        for b in &runs[k + 1..] {
+            let disjoint = a.r < b.l || b.r < a.l;
+            let nested = (a.l <= b.l && b.r <= a.r) || (b.l <= a.l && a.r <= b.r);
+            if !disjoint && !nested {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// The single position at which `bit` indexes a reference, if it appears exactly once.
+fn position(idx: &[usize], bit: usize) -> Option<usize> {
+    let mut it = idx.iter().enumerate().filter(|(_, &b)| b == bit);
+    match (it.next(), it.next()) {
+        (Some((p, _)), None) => Some(p),
+        _ => None,
+    }
+}
+
+impl Problem<'_> {
+    /// Rule 3 for the statements `0..=last`.
+    fn slices_consistent(&self, runs: &[Run], last: usize) -> bool {
+        for (&tensor, users) in &self.written {
+            for run in runs {
+                let inside: Vec<usize> = users.iter().copied().filter(|&u| run.contains(u) && u <= last).collect();
+                if inside.len() < 2 {
+                    continue;
+                }
+                let mut pos = None;
+                for &u in &inside {
+                    for (t, idx, _) in &self.stmts[u].refs {
+                        if *t != tensor {
+                            continue;
+                        }
+                        match (position(idx, run.bit), pos) {
+                            (None, _) => return false,
+                            (Some(p), None) => pos = Some(p),
+                            (Some(p), Some(q)) if p != q => return false,
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Rule 1 (by construction of the candidates), 2 and 3 on a prefix.
+    fn legal(&self, shared: &[u64]) -> bool {
+        let runs = runs_of(shared);
+        laminar(&runs) && self.slices_consistent(&runs, shared.len())
+    }
+
+    /// The buffer of every tensor used in the unit under a fusion.
+    fn buffers(&self, runs: &[Run]) -> BTreeMap<TensorId, Buffer> {
+        let mut out = BTreeMap::new();
+        let mut all: BTreeMap<TensorId, Vec<usize>> = BTreeMap::new();
+        for (i, s) in self.stmts.iter().enumerate() {
+            for (t, _, _) in &s.refs {
+                let users = all.entry(*t).or_default();
+                if !users.contains(&i) {
+                    users.push(i);
+                }
+            }
+        }
+        for (&t, users) in &all {
+            let shape = self.hir.shape(t);
+            let mut fixed: Vec<(usize, IndexId)> = Vec::new();
+            if self.hir.tensors[t].role == Role::Temporary {
+                let (first, last) = (users[0], *users.last().unwrap_or(&users[0]));
+                for run in runs.iter().filter(|r| r.l <= first && last <= r.r) {
+                    let mut pos = None;
+                    let mut ok = true;
+                    for &u in users {
+                        for (tensor, idx, _) in &self.stmts[u].refs {
+                            if *tensor != t {
+                                continue;
+                            }
+                            match (position(idx, run.bit), pos) {
+                                (None, _) => ok = false,
+                                (Some(p), None) => pos = Some(p),
+                                (Some(p), Some(q)) if p != q => ok = false,
+                                _ => {}
+                            }
+                        }
+                    }
+                    if let (true, Some(p)) = (ok, pos) {
+                        if !fixed.iter().any(|(q, _)| *q == p) {
+                            fixed.push((p, self.locals[run.bit]));
+                        }
+                    }
+                }
+            }
+            fixed.sort();
+            let stored: Vec<usize> = (0..shape.len()).filter(|p| !fixed.iter().any(|(q, _)| q == p)).collect();
+            let elements = stored.iter().map(|&p| shape[p]).fold(1usize, |a, n| a.saturating_mul(n));
+            out.insert(t, Buffer { tensor: t, stored, fixed, elements });
+        }
+        out
+    }
+
+    /// Peak elements of temporaries live at once (live from first to last use).
+    fn peak(&self, buffers: &BTreeMap<TensorId, Buffer>) -> usize {
+        let mut peak = 0usize;
+        for i in 0..self.stmts.len() {
+            let mut live = 0usize;
+            for (&t, b) in buffers {
+                if self.hir.tensors[t].role != Role::Temporary {
+                    continue;
+                }
+                let users: Vec<usize> =
+                    (0..self.stmts.len()).filter(|&u| self.stmts[u].refs.iter().any(|r| r.0 == t)).collect();
+                if let (Some(&f), Some(&l)) = (users.first(), users.last()) {
+                    if f <= i && i <= l {
+                        live = live.saturating_add(b.elements);
+                    }
+                }
+            }
+            peak = peak.max(live);
+        }
+        peak
+    }
+}
+
+struct Search<'p, 'a> {
+    p: &'p Problem<'a>,
+    visits: usize,
+    budget: usize,
+    best: Option<((usize, usize), Vec<u64>)>,
+}
+
+impl Search<'_, '_> {
+    fn dfs(&mut self, shared: &mut Vec<u64>) {
+        if self.visits >= self.budget {
+            return;
+        }
+        self.visits += 1;
+        let n = self.p.stmts.len();
+        if shared.len() + 1 >= n {
+            let runs = runs_of(shared);
+            let score = (self.p.peak(&self.p.buffers(&runs)), runs.len());
+            if self.best.as_ref().map(|(b, _)| score < *b).unwrap_or(true) {
+                self.best = Some((score, shared.clone()));
+            }
+            return;
+        }
+        let c = self.p.candidates(shared.len());
+        let mut sub = c;
+        loop {
+            shared.push(sub);
+            if self.p.legal(shared) {
+                self.dfs(shared);
+            }
+            shared.pop();
+            if sub == 0 {
+                break;
+            }
+            sub = (sub - 1) & c;
+        }
+    }
+}
+
+/// Lowers a unit to a loop nest with the fusion of least peak temporary memory.
+pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
+    let stmts = &hir.units[unit].stmts;
+    let n = stmts.len();
+    let problem = Problem::new(hir, stmts);
+    let shared: Vec<u64> = match &problem {
+        Some(p) if n >= 2 => {
+            let mut s = Search { p, visits: 0, budget: opts.budget, best: None };
+            s.dfs(&mut Vec::new());
+            s.best.map(|(_, sh)| sh).unwrap_or_else(|| vec![0; n - 1])
+        }
+        _ => vec![0; n.saturating_sub(1)],
+    };
+    let Some(p) = problem else {
+        return unfused(hir, unit);
+    };
+    let runs = runs_of(&shared);
+    let buffers = p.buffers(&runs);
+    let peak = p.peak(&buffers);
+    let unfused_peak = p.peak(&p.buffers(&[]));
+    let body = build_tree(&p, &runs);
+    LoopNest { unit, body, buffers, peak_elements: peak, unfused_peak_elements: unfused_peak }
+}
+
+/// The nest without any fusion (also used when a unit has more than 64 indices).
+pub fn unfused(hir: &Hir, unit: UnitId) -> LoopNest {
+    let stmts = &hir.units[unit].stmts;
+    let mut body = Vec::new();
+    let mut buffers = BTreeMap::new();
+    let mut temp_total = 0usize;
+    for (i, st) in stmts.iter().enumerate() {
+        if !st.accumulate {
+            body.push(Node::Zero { tensor: st.lhs.tensor });
+        }
+        body.push(Node::Compute { stmt: i });
+        let mut refs = Vec::new();
+        let mut opaque = false;
+        collect_refs(&st.rhs, &mut refs, &mut opaque);
+        refs.push((st.lhs.tensor, st.lhs.indices.clone()));
+        for (t, _) in refs {
+            buffers.entry(t).or_insert_with(|| {
+                let elements = hir.num_elements(t).unwrap_or(usize::MAX);
+                if hir.tensors[t].role == Role::Temporary {
+                    temp_total = temp_total.saturating_add(elements);
+                }
+                Buffer { tensor: t, stored: (0..hir.tensors[t].dims.len()).collect(), fixed: Vec::new(), elements }
+            });
+        }
+    }
+    LoopNest { unit, body, buffers, peak_elements: temp_total, unfused_peak_elements: temp_total }
+}
+
+/// Builds the loop tree from laminar runs; `=` becomes a `Zero` placed outside every
+/// loop over an index the statement sums (so the sum accumulates across iterations).
+fn build_tree(p: &Problem, runs: &[Run]) -> Vec<Node> {
+    let n = p.stmts.len();
+    // Loops around each statement, outermost first.
+    let loops: Vec<Vec<Run>> = (0..n)
+        .map(|i| {
+            let mut ls: Vec<Run> = runs.iter().copied().filter(|r| r.contains(i)).collect();
+            ls.sort_by_key(|r| (std::cmp::Reverse(r.len()), r.l, r.bit));
+            ls
+        })
+        .collect();
+    // Where each `=` statement's zeroing goes: before the outermost run over an index
+    // it sums, or right before the statement.
+    let mut zero_before_run: Vec<(Run, TensorId)> = Vec::new();
+    let mut zero_before_stmt = vec![false; n];
+    for (i, s) in p.stmts.iter().enumerate() {
+        if !s.assign {
+            continue;
+        }
+        match loops[i].iter().find(|r| s.lhs >> r.bit & 1 == 0) {
+            Some(r) => zero_before_run.push((*r, s.lhs_tensor)),
+            None => zero_before_stmt[i] = true,
+        }
+    }
+    fn build(
+        p: &Problem,
+        loops: &[Vec<Run>],
+        zr: &[(Run, TensorId)],
+        zs: &[bool],
+        lo: usize,
+        hi: usize,
+        depth: usize,
+    ) -> Vec<Node> {
+        let mut out = Vec::new();
+        let mut i = lo;
+        while i <= hi {
+            if loops[i].len() > depth {
+                let run = loops[i][depth];
+                for (r, t) in zr {
+                    if *r == run {
+                        out.push(Node::Zero { tensor: *t });
+                    }
+                }
+                let body = build(p, loops, zr, zs, i, run.r.min(hi), depth + 1);
+                out.push(Node::Loop { index: p.locals[run.bit], extent: p.extent(run.bit), body });
+                i = run.r.min(hi) + 1;
+            } else {
+                if zs[i] {
+                    out.push(Node::Zero { tensor: p.stmts[i].lhs_tensor });
+                }
+                out.push(Node::Compute { stmt: i });
+                i += 1;
+            }
+        }
+        out
+    }
+    if n == 0 {
+        return Vec::new();
+    }
+    build(p, &loops, &zero_before_run, &zero_before_stmt, 0, n - 1, 0)
+}

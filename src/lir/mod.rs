@@ -1,0 +1,103 @@
+//! LIR: explicit loop nests over the statements of a unit, with one buffer per
+//! tensor. Fusion (see [`fusion`]) shares outer loops between producer and consumer
+//! statements so that a temporary only needs the slice the current iteration uses —
+//! the FuseT / memory-minimization transformation.
+//!
+//! Semantics of a nest: a `Loop` binds an index to each of its values in turn; a
+//! `Compute` runs one statement of the unit over all its indices *not* bound by
+//! enclosing loops, always accumulating; a `Zero` clears the part of a buffer selected
+//! by the enclosing loops (it realises `=` as "zero, then accumulate"). A buffer
+//! stores a tensor's dimensions minus those fixed by the loops around all its users.
+
+pub mod fusion;
+
+use crate::sema::hir::{Hir, IndexId, TensorId, UnitId};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Node {
+    Loop { index: IndexId, extent: usize, body: Vec<Node> },
+    Zero { tensor: TensorId },
+    Compute { stmt: usize },
+}
+
+/// The storage of one tensor inside a nest.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Buffer {
+    pub tensor: TensorId,
+    /// Positions of the tensor's dimensions that are stored; the others are fixed by
+    /// an enclosing loop over `fixed[k].1` at position `fixed[k].0`.
+    pub stored: Vec<usize>,
+    pub fixed: Vec<(usize, IndexId)>,
+    pub elements: usize,
+}
+
+/// A unit lowered to loop nests.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoopNest {
+    pub unit: UnitId,
+    pub body: Vec<Node>,
+    pub buffers: BTreeMap<TensorId, Buffer>,
+    /// Peak elements of temporaries live at once, as fused and without fusion.
+    pub peak_elements: usize,
+    pub unfused_peak_elements: usize,
+}
+
+impl LoopNest {
+    /// The textual form printed by `tcc opt --emit=lir`.
+    pub fn dump(&self, hir: &Hir) -> String {
+        let unit = &hir.units[self.unit];
+        let mut s = String::new();
+        let _ = writeln!(s, "lir {} {{", unit.name);
+        for b in self.buffers.values() {
+            let t = &hir.tensors[b.tensor];
+            let shape = hir.shape(b.tensor);
+            let dims: Vec<String> = b.stored.iter().map(|&p| shape[p].to_string()).collect();
+            let fixed: Vec<String> =
+                b.fixed.iter().map(|(p, i)| format!("{}@{}", hir.indices[*i].name, p)).collect();
+            let _ = write!(
+                s,
+                "  buffer {}: {}[{}] = {} elements ({} bytes)",
+                t.name,
+                t.elem.name(),
+                dims.join(", "),
+                b.elements,
+                b.elements.saturating_mul(t.elem.size_bytes())
+            );
+            if !fixed.is_empty() {
+                let _ = write!(s, "  // sliced by {}", fixed.join(", "));
+            }
+            s.push('\n');
+        }
+        dump_nodes(hir, self.unit, &self.body, 1, &mut s);
+        let _ = writeln!(
+            s,
+            "  // peak temporary memory: {} elements (unfused: {})",
+            self.peak_elements, self.unfused_peak_elements
+        );
+        s.push_str("}\n");
+        s
+    }
+}
+
+fn dump_nodes(hir: &Hir, unit: UnitId, nodes: &[Node], depth: usize, s: &mut String) {
+    let pad = "  ".repeat(depth);
+    for n in nodes {
+        match n {
+            Node::Loop { index, extent, body } => {
+                let _ = writeln!(s, "{pad}for {} in 0..{} {{", hir.indices[*index].name, extent);
+                dump_nodes(hir, unit, body, depth + 1, s);
+                let _ = writeln!(s, "{pad}}}");
+            }
+            Node::Zero { tensor } => {
+                let _ = writeln!(s, "{pad}zero {}", hir.tensors[*tensor].name);
+            }
+            Node::Compute { stmt } => {
+                let st = &hir.units[unit].stmts[*stmt];
+                let _ = writeln!(s, "{pad}{} += {}", crate::sema::display::tensor_ref(hir, &st.lhs), crate::sema::display::expr(hir, &st.rhs));
+            }
+        }
+    }
+}
