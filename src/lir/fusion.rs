@@ -71,6 +71,8 @@ struct Problem<'a> {
     stmts: Vec<StmtInfo>,
     /// Tensors written in the unit, with the statements that use them.
     written: BTreeMap<TensorId, Vec<usize>>,
+    /// Every tensor used in the unit, with the statements that use it (ascending).
+    users: BTreeMap<TensorId, Vec<usize>>,
 }
 
 fn collect_refs(e: &crate::sema::hir::Expr, out: &mut Vec<(TensorId, Vec<IndexId>)>, opaque: &mut bool) {
@@ -132,19 +134,15 @@ impl<'a> Problem<'a> {
             // loops; opaque statements never share loops, so nothing more is needed.
             infos.push(info);
         }
-        let mut written: BTreeMap<TensorId, Vec<usize>> = BTreeMap::new();
-        for s in &infos {
-            written.entry(s.lhs_tensor).or_default();
-        }
+        let mut users: BTreeMap<TensorId, Vec<usize>> = BTreeMap::new();
         for (i, s) in infos.iter().enumerate() {
             let touched: BTreeSet<TensorId> = s.refs.iter().map(|r| r.0).collect();
             for t in touched {
-                if let Some(users) = written.get_mut(&t) {
-                    users.push(i);
-                }
+                users.entry(t).or_default().push(i);
             }
         }
-        Some(Problem { hir, locals, stmts: infos, written })
+        let written = infos.iter().map(|s| (s.lhs_tensor, users[&s.lhs_tensor].clone())).collect();
+        Some(Problem { hir, locals, stmts: infos, written, users })
     }
 
     fn candidates(&self, i: usize) -> u64 {
@@ -240,16 +238,7 @@ impl Problem<'_> {
     /// The buffer of every tensor used in the unit under a fusion.
     fn buffers(&self, runs: &[Run]) -> BTreeMap<TensorId, Buffer> {
         let mut out = BTreeMap::new();
-        let mut all: BTreeMap<TensorId, Vec<usize>> = BTreeMap::new();
-        for (i, s) in self.stmts.iter().enumerate() {
-            for (t, _, _) in &s.refs {
-                let users = all.entry(*t).or_default();
-                if !users.contains(&i) {
-                    users.push(i);
-                }
-            }
-        }
-        for (&t, users) in &all {
+        for (&t, users) in &self.users {
             let shape = self.hir.shape(t);
             let mut fixed: Vec<(usize, IndexId)> = Vec::new();
             if self.hir.tensors[t].role == Role::Temporary {
@@ -294,8 +283,7 @@ impl Problem<'_> {
                 if self.hir.tensors[t].role != Role::Temporary {
                     continue;
                 }
-                let users: Vec<usize> =
-                    (0..self.stmts.len()).filter(|&u| self.stmts[u].refs.iter().any(|r| r.0 == t)).collect();
+                let users = &self.users[&t];
                 if let (Some(&f), Some(&l)) = (users.first(), users.last()) {
                     if f <= i && i <= l {
                         live = live.saturating_add(b.elements);
