@@ -75,6 +75,15 @@ struct Problem<'a> {
     users: BTreeMap<TensorId, Vec<usize>>,
 }
 
+/// Whether a statement may share loops: tensor factors only, and no read of its own
+/// target (which must see the old value, so it runs whole, as the interpreter does).
+pub(crate) fn fusible(st: &Stmt) -> bool {
+    let mut refs = Vec::new();
+    let mut opaque = false;
+    collect_refs(&st.rhs, &mut refs, &mut opaque);
+    !opaque && !refs.iter().any(|(t, _)| *t == st.lhs.tensor)
+}
+
 fn collect_refs(e: &crate::sema::hir::Expr, out: &mut Vec<(TensorId, Vec<IndexId>)>, opaque: &mut bool) {
     for t in &e.terms {
         for f in &t.factors {
@@ -104,13 +113,12 @@ impl<'a> Problem<'a> {
             let mut refs = Vec::new();
             let mut opaque = false;
             collect_refs(&st.rhs, &mut refs, &mut opaque);
-            let self_read = refs.iter().any(|(t, _)| *t == st.lhs.tensor);
             let mut info = StmtInfo {
                 indices: 0,
                 lhs: 0,
                 lhs_tensor: st.lhs.tensor,
                 refs: Vec::new(),
-                fusible: !opaque && !self_read,
+                fusible: fusible(st),
                 assign: !st.accumulate,
             };
             let lhs_locals: Vec<usize> = st.lhs.indices.iter().map(|&i| local(i, &mut locals)).collect();
@@ -365,8 +373,8 @@ pub fn unfused(hir: &Hir, unit: UnitId) -> LoopNest {
     let mut buffers = BTreeMap::new();
     let mut temp_total = 0usize;
     for (i, st) in stmts.iter().enumerate() {
-        if !st.accumulate {
-            body.push(Node::Zero { tensor: st.lhs.tensor });
+        if !st.accumulate && fusible(st) {
+            body.push(Node::Zero { tensor: st.lhs.tensor, stmt: i });
         }
         body.push(Node::Compute { stmt: i });
         let mut refs = Vec::new();
@@ -400,21 +408,21 @@ fn build_tree(p: &Problem, runs: &[Run]) -> Vec<Node> {
         .collect();
     // Where each `=` statement's zeroing goes: before the outermost run over an index
     // it sums, or right before the statement.
-    let mut zero_before_run: Vec<(Run, TensorId)> = Vec::new();
+    let mut zero_before_run: Vec<(Run, TensorId, usize)> = Vec::new();
     let mut zero_before_stmt = vec![false; n];
     for (i, s) in p.stmts.iter().enumerate() {
-        if !s.assign {
+        if !s.assign || !s.fusible {
             continue;
         }
         match loops[i].iter().find(|r| s.lhs >> r.bit & 1 == 0) {
-            Some(r) => zero_before_run.push((*r, s.lhs_tensor)),
+            Some(r) => zero_before_run.push((*r, s.lhs_tensor, i)),
             None => zero_before_stmt[i] = true,
         }
     }
     fn build(
         p: &Problem,
         loops: &[Vec<Run>],
-        zr: &[(Run, TensorId)],
+        zr: &[(Run, TensorId, usize)],
         zs: &[bool],
         lo: usize,
         hi: usize,
@@ -425,9 +433,9 @@ fn build_tree(p: &Problem, runs: &[Run]) -> Vec<Node> {
         while i <= hi {
             if loops[i].len() > depth {
                 let run = loops[i][depth];
-                for (r, t) in zr {
+                for (r, t, s) in zr {
                     if *r == run {
-                        out.push(Node::Zero { tensor: *t });
+                        out.push(Node::Zero { tensor: *t, stmt: *s });
                     }
                 }
                 let body = build(p, loops, zr, zs, i, run.r.min(hi), depth + 1);
@@ -435,7 +443,7 @@ fn build_tree(p: &Problem, runs: &[Run]) -> Vec<Node> {
                 i = run.r.min(hi) + 1;
             } else {
                 if zs[i] {
-                    out.push(Node::Zero { tensor: p.stmts[i].lhs_tensor });
+                    out.push(Node::Zero { tensor: p.stmts[i].lhs_tensor, stmt: i });
                 }
                 out.push(Node::Compute { stmt: i });
                 i += 1;

@@ -19,7 +19,8 @@ use std::fmt::Write as _;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum Node {
     Loop { index: IndexId, extent: usize, body: Vec<Node> },
-    Zero { tensor: TensorId },
+    /// Clears what statement `stmt` (an `=`) is about to write, as selected by the loops.
+    Zero { tensor: TensorId, stmt: usize },
     Compute { stmt: usize },
 }
 
@@ -91,7 +92,7 @@ fn dump_nodes(hir: &Hir, unit: UnitId, nodes: &[Node], depth: usize, s: &mut Str
                 dump_nodes(hir, unit, body, depth + 1, s);
                 let _ = writeln!(s, "{pad}}}");
             }
-            Node::Zero { tensor } => {
+            Node::Zero { tensor, .. } => {
                 let _ = writeln!(s, "{pad}zero {}", hir.tensors[*tensor].name);
             }
             Node::Compute { stmt } => {
