@@ -233,7 +233,10 @@ pub fn symmetry_violation(x: &Dense, groups: &[SymGroup], rtol: f64) -> Option<S
                 other.swap(w[0], w[1]);
                 let b = x.get(&other);
                 let expect = if g.kind == SymKind::Antisymmetric { -b } else { b };
-                if !((a - expect).abs() <= tol) {
+                // Written so that a NaN counts as a violation.
+                #[allow(clippy::neg_cmp_op_on_partial_ord)]
+                let bad = !((a - expect).abs() <= tol);
+                if bad {
                     let kind = if g.kind == SymKind::Antisymmetric { "antisymmetric" } else { "symmetric" };
                     found = Some(format!(
                         "not {kind} in dimensions {:?}: element {idx:?} = {a:e} but element {other:?} = {b:e}",
@@ -269,8 +272,8 @@ pub fn run_unit(hir: &Hir, unit: UnitId, inputs: &HashMap<TensorId, Dense>) -> R
     for (k, stmt) in u.stmts.iter().enumerate() {
         let target = stmt.lhs.tensor;
         let tname = &hir.tensors[target].name;
-        if !values.contains_key(&target) {
-            values.insert(target, Dense::zeros(&format!("tensor `{tname}`"), hir.shape(target))?);
+        if let std::collections::hash_map::Entry::Vacant(e) = values.entry(target) {
+            e.insert(Dense::zeros(&format!("tensor `{tname}`"), hir.shape(target))?);
         }
         let ev = Evaluator { hir, values: &values, stmt: format!("statement {} of `{}` (assigning `{tname}`)", k + 1, u.name) };
         let rhs = ev.eval_expr(&stmt.rhs, &stmt.lhs.indices)?;
