@@ -414,48 +414,48 @@ impl Evaluator<'_> {
     }
 }
 
+/// Hand-made HIR for the tests of this module and of [`crate::run`].
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod test_hir {
     use crate::sema::hir::*;
 
     /// A tiny builder of hand-made HIR for tests.
     #[derive(Default)]
-    struct B {
-        hir: Hir,
+    pub(crate) struct B {
+        pub(crate) hir: Hir,
     }
 
     impl B {
-        fn range(&mut self, name: &str, size: usize) -> RangeId {
+        pub(crate) fn range(&mut self, name: &str, size: usize) -> RangeId {
             self.hir.ranges.push(Range { name: name.into(), size, span: 0..0, model: None });
             self.hir.ranges.len() - 1
         }
         /// Declares indices named by the characters of `names` over range `r`.
-        fn indices(&mut self, names: &str, r: RangeId) {
+        pub(crate) fn indices(&mut self, names: &str, r: RangeId) {
             for c in names.chars() {
                 self.hir.indices.push(Index { name: c.to_string(), range: r, span: 0..0, model: None });
             }
         }
-        fn ix(&self, name: char) -> IndexId {
+        pub(crate) fn ix(&self, name: char) -> IndexId {
             self.hir.indices.iter().position(|i| i.name == name.to_string()).expect("index declared")
         }
-        fn ixs(&self, names: &str) -> Vec<IndexId> {
+        pub(crate) fn ixs(&self, names: &str) -> Vec<IndexId> {
             names.chars().map(|c| self.ix(c)).collect()
         }
         /// `dims` are index names; each gives its range.
-        fn tensor(&mut self, name: &str, role: Role, dims: &str) -> TensorId {
+        pub(crate) fn tensor(&mut self, name: &str, role: Role, dims: &str) -> TensorId {
             self.tensor_sym(name, role, dims, vec![])
         }
-        fn tensor_sym(&mut self, name: &str, role: Role, dims: &str, symmetry: Vec<SymGroup>) -> TensorId {
+        pub(crate) fn tensor_sym(&mut self, name: &str, role: Role, dims: &str, symmetry: Vec<SymGroup>) -> TensorId {
             let dims = self.ixs(dims).into_iter().map(|i| self.hir.indices[i].range).collect();
             self.hir.tensors.push(Tensor { name: name.into(), role, elem: ElemType::F64, dims, symmetry, span: 0..0, model: None });
             self.hir.tensors.len() - 1
         }
-        fn t(&self, name: &str, idx: &str) -> Factor {
+        pub(crate) fn t(&self, name: &str, idx: &str) -> Factor {
             let tensor = self.hir.tensors.iter().position(|t| t.name == name).expect("tensor declared");
             Factor::Tensor(TensorRef { tensor, indices: self.ixs(idx), span: 0..0 })
         }
-        fn stmt(&mut self, lhs: &str, idx: &str, accumulate: bool, terms: Vec<Term>) {
+        pub(crate) fn stmt(&mut self, lhs: &str, idx: &str, accumulate: bool, terms: Vec<Term>) {
             let tensor = self.hir.tensors.iter().position(|t| t.name == lhs).expect("tensor declared");
             let s = Stmt {
                 lhs: TensorRef { tensor, indices: self.ixs(idx), span: 0..0 },
@@ -464,21 +464,34 @@ mod tests {
                 span: 0..0,
             };
             if self.hir.units.is_empty() {
-                self.hir.units.push(Unit { name: "test".into(), kind: UnitKind::Program, stmts: vec![], span: 0..0 });
+                self.unit("test", UnitKind::Program);
             }
-            self.hir.units[0].stmts.push(s);
+            self.hir.units.last_mut().expect("a unit").stmts.push(s);
+        }
+        /// Starts a unit; later statements go into it.
+        pub(crate) fn unit(&mut self, name: &str, kind: UnitKind) {
+            self.hir.units.push(Unit { name: name.into(), kind, stmts: vec![], span: 0..0 });
         }
     }
 
-    fn term(coef: f64, factors: Vec<Factor>) -> Term {
+    pub(crate) fn term(coef: f64, factors: Vec<Factor>) -> Term {
         Term { coef, factors, span: 0..0 }
     }
-    fn sum(terms: Vec<Term>, free: Vec<IndexId>) -> Factor {
+    pub(crate) fn sum(terms: Vec<Term>, free: Vec<IndexId>) -> Factor {
         Factor::Sum { arg: Box::new(Expr { terms, span: 0..0 }), free, span: 0..0 }
     }
-    fn call(func: Func, terms: Vec<Term>, free: Vec<IndexId>) -> Factor {
+    pub(crate) fn call(func: Func, terms: Vec<Term>, free: Vec<IndexId>) -> Factor {
         Factor::Call { func, arg: Box::new(Expr { terms, span: 0..0 }), free, span: 0..0 }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_hir::*;
+    use super::*;
+    use crate::sema::hir::*;
+
+
     fn dense(shape: &[usize], data: &[f64]) -> Dense {
         Dense::from_vec(shape.to_vec(), data.to_vec())
     }
