@@ -333,7 +333,15 @@ fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap
                         path.display(),
                         value.shape
                     ),
-                    Some(format!("expected shape {expected:?}, found {:?}", value.shape)),
+                    Some(format!(
+                        "the dimensions of `{name}` range over {}",
+                        tensor
+                            .dims
+                            .iter()
+                            .map(|&r| format!("{} ({})", hir.ranges[r].name, hir.ranges[r].size))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )),
                 ));
             }
             let mut v = value.clone();
@@ -479,6 +487,7 @@ mod tests {
         let e = run(vec![("A", bad.clone())], None);
         assert_eq!(e.code, "E0707");
         assert!(e.message.ends_with("`A` has shape [2, 3] but the file holds an array of shape [3, 2]"), "{}", e.message);
+        assert_eq!(e.hint.as_deref(), Some("the dimensions of `A` range over I (2), P (3)"));
         let e = run(vec![("A", dir.path().join("missing.npy"))], None);
         assert_eq!(e.code, "E0706");
         std::fs::write(dir.path().join("junk.npy"), b"hello").unwrap();
