@@ -1,2 +1,840 @@
 //! The reference interpreter: runs a checked unit in f64 with plain nested loops.
-//! It is the oracle every optimization and back end is tested against.
+//! It is the oracle every optimization and back end is tested against, so it is
+//! written to be obviously correct rather than fast:
+//!
+//! * a statement's right-hand side is evaluated completely into a dense tensor over
+//!   the left-hand side's indices, then assigned (`=`) or added (`+=`) to the target,
+//!   so a statement that reads its own target sees the old value (as numpy would);
+//! * each term is one odometer over the term's result indices followed by its summed
+//!   indices (those in no result), multiplying `coef` and one element per factor;
+//! * a `Call` or `Sum` factor is first evaluated into a dense temporary over its
+//!   `free` indices (recursively, with the same rule) and then read like a tensor;
+//! * outputs and temporaries start at zero; every value is an `f64`, whatever the
+//!   declared element type.
+//!
+//! Sizes are guarded: a tensor of more than [`MAX_TENSOR_ELEMENTS`] elements or a
+//! term of more than [`MAX_TERM_ITERATIONS`] loop iterations is refused with an
+//! [`InterpError`] instead of exhausting memory or running for days.
+
+use crate::sema::hir::{ElemType, Expr, Factor, Hir, IndexId, Role, SymGroup, SymKind, Term, TensorId, UnitId};
+use std::collections::HashMap;
+
+/// The largest tensor (elements) the interpreter allocates: 2^31.
+pub const MAX_TENSOR_ELEMENTS: usize = 1 << 31;
+/// The most loop iterations one term may take: 2^40.
+pub const MAX_TERM_ITERATIONS: u128 = 1 << 40;
+
+/// A dense tensor of `f64`, row-major (C order: the last index varies fastest).
+/// A scalar has an empty shape and one element.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dense {
+    pub shape: Vec<usize>,
+    pub data: Vec<f64>,
+}
+
+impl Dense {
+    /// A tensor of zeros; `what` names it in the error if it is too large.
+    pub fn zeros(what: &str, shape: Vec<usize>) -> Result<Dense, InterpError> {
+        let n = checked_len(what, &shape)?;
+        Ok(Dense { shape, data: vec![0.0; n] })
+    }
+
+    /// A tensor from its row-major elements. Panics if the length does not match
+    /// the shape (a bug in the caller).
+    pub fn from_vec(shape: Vec<usize>, data: Vec<f64>) -> Dense {
+        assert_eq!(shape.iter().product::<usize>(), data.len(), "Dense::from_vec: shape {shape:?} vs {} elements", data.len());
+        Dense { shape, data }
+    }
+
+    /// A scalar.
+    pub fn scalar(x: f64) -> Dense {
+        Dense { shape: Vec::new(), data: vec![x] }
+    }
+
+    /// The row-major stride of each dimension.
+    pub fn strides(&self) -> Vec<usize> {
+        strides(&self.shape)
+    }
+
+    /// The element at a multi-index (one entry per dimension).
+    pub fn get(&self, index: &[usize]) -> f64 {
+        self.data[linear(&self.shape, index)]
+    }
+}
+
+/// Why the interpreter refused to run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InterpError {
+    #[error("{what} would have {count} elements (shape {shape:?}), more than the interpreter's limit of 2^31")]
+    TensorTooLarge { what: String, shape: Vec<usize>, count: String },
+    #[error("{what} would take {iterations} loop iterations, more than the interpreter's limit of 2^40")]
+    LoopTooLarge { what: String, iterations: String },
+    #[error("no value was given for input `{name}`")]
+    MissingInput { name: String },
+    #[error("input `{name}` has shape {found:?}, expected {expected:?}")]
+    ShapeMismatch { name: String, expected: Vec<usize>, found: Vec<usize> },
+}
+
+fn checked_len(what: &str, shape: &[usize]) -> Result<usize, InterpError> {
+    let n = shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(d as u128));
+    match n {
+        Some(n) if n <= MAX_TENSOR_ELEMENTS as u128 => Ok(n as usize),
+        _ => Err(InterpError::TensorTooLarge {
+            what: what.to_string(),
+            shape: shape.to_vec(),
+            count: n.map_or_else(|| "more than 2^128".to_string(), |n| n.to_string()),
+        }),
+    }
+}
+
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+fn linear(shape: &[usize], index: &[usize]) -> usize {
+    assert_eq!(shape.len(), index.len());
+    index.iter().zip(shape).fold(0, |acc, (&i, &n)| {
+        assert!(i < n, "index {index:?} out of bounds for shape {shape:?}");
+        acc * n + i
+    })
+}
+
+/// Calls `f` on every multi-index of `shape` in row-major order (once for a scalar).
+pub fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
+    if shape.contains(&0) {
+        return;
+    }
+    let mut idx = vec![0usize; shape.len()];
+    loop {
+        f(&idx);
+        let mut d = shape.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Random fill
+// ---------------------------------------------------------------------------------
+
+/// The splitmix64 finaliser: a stateless 64-bit mixer.
+pub fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// FNV-1a, 64 bits, of a tensor's name.
+pub fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// The random value of element `linear` (row-major) of the tensor named `name`:
+/// uniform in [-1, 1), a pure function of (seed, name, linear).
+pub fn random_value(seed: u64, name: &str, linear: u64) -> f64 {
+    let key = splitmix64(seed ^ splitmix64(name_hash(name)));
+    let h = splitmix64(key ^ splitmix64(linear));
+    (h >> 11) as f64 * (1.0 / (1u64 << 53) as f64) * 2.0 - 1.0
+}
+
+/// Maps a multi-index to its symmetry representative (each group's indices sorted
+/// ascending) and the sign of the element relative to it: `0` for an antisymmetric
+/// group with two equal indices, else ±1 (the parity of the sorting permutation for
+/// antisymmetric groups, +1 for symmetric ones).
+pub fn canonical_index(index: &[usize], groups: &[SymGroup]) -> (Vec<usize>, i32) {
+    let mut canon = index.to_vec();
+    let mut sign = 1;
+    for g in groups {
+        let mut vals: Vec<usize> = g.positions.iter().map(|&p| index[p]).collect();
+        if g.kind == SymKind::Antisymmetric {
+            let mut inversions = 0;
+            for a in 0..vals.len() {
+                for b in a + 1..vals.len() {
+                    if vals[a] == vals[b] {
+                        return (canon, 0);
+                    }
+                    if vals[a] > vals[b] {
+                        inversions += 1;
+                    }
+                }
+            }
+            if inversions % 2 == 1 {
+                sign = -sign;
+            }
+        }
+        vals.sort_unstable();
+        for (&p, v) in g.positions.iter().zip(vals) {
+            canon[p] = v;
+        }
+    }
+    (canon, sign)
+}
+
+/// The random fill of tensor `t`: element `x` is `sign · random_value(seed, name,
+/// linear(rep))` where `(rep, sign) = canonical_index(x)`, so a symmetric group's
+/// values are exactly symmetric and an antisymmetric group's exactly antisymmetric
+/// (exact zeros where two of its indices are equal). Values of an `f32` tensor are
+/// rounded to `f32`, so that saving them as `<f4` loses nothing.
+pub fn fill_random(hir: &Hir, t: TensorId, seed: u64) -> Result<Dense, InterpError> {
+    let tensor = &hir.tensors[t];
+    let shape = hir.shape(t);
+    checked_len(&format!("tensor `{}`", tensor.name), &shape)?;
+    let mut data = Vec::with_capacity(shape.iter().product());
+    for_each_index(&shape, |idx| {
+        let (canon, sign) = canonical_index(idx, &tensor.symmetry);
+        let v = if sign == 0 { 0.0 } else { sign as f64 * random_value(seed, &tensor.name, linear(&shape, &canon) as u64) };
+        data.push(round_to(tensor.elem, v));
+    });
+    Ok(Dense { shape, data })
+}
+
+/// A value as the element type stores it (`f32` rounds, `f64` is exact).
+pub fn round_to(elem: ElemType, x: f64) -> f64 {
+    match elem {
+        ElemType::F32 => x as f32 as f64,
+        ElemType::F64 => x,
+    }
+}
+
+/// Random values (see [`fill_random`]) for every input of a unit.
+pub fn random_inputs(hir: &Hir, unit: UnitId, seed: u64) -> Result<HashMap<TensorId, Dense>, InterpError> {
+    hir.unit_inputs(unit).into_iter().map(|t| Ok((t, fill_random(hir, t, seed)?))).collect()
+}
+
+/// The first element at which `x` breaks its declared symmetry, described for a
+/// person, or `None`. Two elements related by a swap within a group must agree (up
+/// to the sign) within `rtol` times the largest magnitude in `x`.
+pub fn symmetry_violation(x: &Dense, groups: &[SymGroup], rtol: f64) -> Option<String> {
+    let max_abs = x.data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let tol = rtol * max_abs;
+    let mut found = None;
+    for_each_index(&x.shape, |idx| {
+        if found.is_some() {
+            return;
+        }
+        let a = x.get(idx);
+        for g in groups {
+            for w in g.positions.windows(2) {
+                let mut other = idx.to_vec();
+                other.swap(w[0], w[1]);
+                let b = x.get(&other);
+                let expect = if g.kind == SymKind::Antisymmetric { -b } else { b };
+                // Written so that a NaN counts as a violation.
+                #[allow(clippy::neg_cmp_op_on_partial_ord)]
+                let bad = !((a - expect).abs() <= tol);
+                if bad {
+                    let kind = if g.kind == SymKind::Antisymmetric { "antisymmetric" } else { "symmetric" };
+                    found = Some(format!(
+                        "not {kind} in dimensions {:?}: element {idx:?} = {a:e} but element {other:?} = {b:e}",
+                        g.positions
+                    ));
+                    return;
+                }
+            }
+        }
+    });
+    found
+}
+
+// ---------------------------------------------------------------------------------
+// Evaluation
+// ---------------------------------------------------------------------------------
+
+/// Runs unit `unit` on the given inputs (every tensor of `hir.unit_inputs(unit)`,
+/// with its declared shape) and returns the value of every output it writes.
+/// Temporaries stay internal.
+pub fn run_unit(hir: &Hir, unit: UnitId, inputs: &HashMap<TensorId, Dense>) -> Result<HashMap<TensorId, Dense>, InterpError> {
+    let u = &hir.units[unit];
+    let mut values: HashMap<TensorId, Dense> = HashMap::new();
+    for t in hir.unit_inputs(unit) {
+        let name = &hir.tensors[t].name;
+        let v = inputs.get(&t).ok_or_else(|| InterpError::MissingInput { name: name.clone() })?;
+        let expected = hir.shape(t);
+        if v.shape != expected || v.data.len() != checked_len(&format!("input `{name}`"), &expected)? {
+            return Err(InterpError::ShapeMismatch { name: name.clone(), expected, found: v.shape.clone() });
+        }
+        values.insert(t, v.clone());
+    }
+    for (k, stmt) in u.stmts.iter().enumerate() {
+        let target = stmt.lhs.tensor;
+        let tname = &hir.tensors[target].name;
+        if let std::collections::hash_map::Entry::Vacant(e) = values.entry(target) {
+            e.insert(Dense::zeros(&format!("tensor `{tname}`"), hir.shape(target))?);
+        }
+        let ev = Evaluator { hir, values: &values, stmt: format!("statement {} of `{}` (assigning `{tname}`)", k + 1, u.name) };
+        let rhs = ev.eval_expr(&stmt.rhs, &stmt.lhs.indices)?;
+        let dst = values.get_mut(&target).expect("target initialised above");
+        debug_assert_eq!(dst.shape, rhs.shape);
+        if stmt.accumulate {
+            for (d, r) in dst.data.iter_mut().zip(&rhs.data) {
+                *d += r;
+            }
+        } else {
+            *dst = rhs;
+        }
+    }
+    Ok(hir
+        .unit_outputs(unit)
+        .into_iter()
+        .filter(|&t| hir.tensors[t].role == Role::Output)
+        .map(|t| (t, values.remove(&t).expect("an output of the unit was written")))
+        .collect())
+}
+
+struct Evaluator<'a> {
+    hir: &'a Hir,
+    values: &'a HashMap<TensorId, Dense>,
+    /// Which statement, for error messages.
+    stmt: String,
+}
+
+impl Evaluator<'_> {
+    /// The value of `e` as a dense tensor over `result` (in that order); every index
+    /// of a term that is not in `result` is summed.
+    fn eval_expr(&self, e: &Expr, result: &[IndexId]) -> Result<Dense, InterpError> {
+        let shape: Vec<usize> = result.iter().map(|&i| self.hir.index_size(i)).collect();
+        let mut out = Dense::zeros(&format!("a sub-expression of {}", self.stmt), shape)?;
+        for term in &e.terms {
+            self.add_term(term, result, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// `out[result] += coef * Σ_{summed} Π factors`.
+    fn add_term(&self, term: &Term, result: &[IndexId], out: &mut Dense) -> Result<(), InterpError> {
+        // Sub-expressions first, into dense temporaries over their free indices.
+        let mut subs: Vec<Option<Dense>> = Vec::with_capacity(term.factors.len());
+        for f in &term.factors {
+            subs.push(match f {
+                Factor::Tensor(_) => None,
+                Factor::Sum { arg, free, .. } => Some(self.eval_expr(arg, free)?),
+                Factor::Call { func, arg, free, .. } => {
+                    let mut v = self.eval_expr(arg, free)?;
+                    for x in &mut v.data {
+                        *x = func.apply(*x);
+                    }
+                    Some(v)
+                }
+            });
+        }
+        let operands: Vec<(&Dense, &[IndexId])> = term
+            .factors
+            .iter()
+            .zip(&subs)
+            .map(|(f, sub)| match (f, sub) {
+                (Factor::Tensor(r), _) => {
+                    (self.values.get(&r.tensor).expect("sema guarantees every tensor read has a value"), r.indices.as_slice())
+                }
+                (_, Some(d)) => (d, f.indices()),
+                (_, None) => unreachable!(),
+            })
+            .collect();
+
+        // Loop variables: the result's indices, then the summed ones.
+        let mut vars: Vec<IndexId> = result.to_vec();
+        for &(_, idx) in &operands {
+            for &i in idx {
+                if !vars.contains(&i) {
+                    vars.push(i);
+                }
+            }
+        }
+        let sizes: Vec<usize> = vars.iter().map(|&i| self.hir.index_size(i)).collect();
+        let iterations = sizes.iter().try_fold(1u128, |acc, &n| acc.checked_mul(n as u128));
+        match iterations {
+            Some(n) if n <= MAX_TERM_ITERATIONS => {}
+            _ => {
+                return Err(InterpError::LoopTooLarge {
+                    what: format!("a term of {}", self.stmt),
+                    iterations: iterations.map_or_else(|| "more than 2^128".to_string(), |n| n.to_string()),
+                })
+            }
+        }
+        if sizes.contains(&0) {
+            return Ok(());
+        }
+
+        // For each operand (and the output), how far its offset moves when a loop
+        // variable moves by one: the sum of the strides of the dimensions it indexes
+        // (a repeated index — a diagonal — contributes every one of its strides).
+        let var_strides = |shape: &[usize], idx: &[IndexId]| -> Vec<usize> {
+            let st = strides(shape);
+            vars.iter().map(|v| idx.iter().zip(&st).filter(|(i, _)| *i == v).map(|(_, s)| s).sum()).collect()
+        };
+        let op_strides: Vec<Vec<usize>> = operands.iter().map(|(d, idx)| var_strides(&d.shape, idx)).collect();
+        let out_strides = var_strides(&out.shape, result);
+
+        let n = vars.len();
+        let mut counter = vec![0usize; n];
+        let mut offs = vec![0usize; operands.len()];
+        let mut out_off = 0usize;
+        loop {
+            let mut p = term.coef;
+            for (k, (d, _)) in operands.iter().enumerate() {
+                p *= d.data[offs[k]];
+            }
+            out.data[out_off] += p;
+            // Advance the odometer, last variable fastest.
+            let mut v = n;
+            loop {
+                if v == 0 {
+                    return Ok(());
+                }
+                v -= 1;
+                counter[v] += 1;
+                if counter[v] < sizes[v] {
+                    for (o, st) in offs.iter_mut().zip(&op_strides) {
+                        *o += st[v];
+                    }
+                    out_off += out_strides[v];
+                    break;
+                }
+                let back = sizes[v] - 1;
+                for (o, st) in offs.iter_mut().zip(&op_strides) {
+                    *o -= back * st[v];
+                }
+                out_off -= back * out_strides[v];
+                counter[v] = 0;
+            }
+        }
+    }
+}
+
+/// Hand-made HIR for the tests of this module and of [`crate::run`].
+#[cfg(test)]
+pub(crate) mod test_hir {
+    use crate::sema::hir::*;
+
+    /// A tiny builder of hand-made HIR for tests.
+    #[derive(Default)]
+    pub(crate) struct B {
+        pub(crate) hir: Hir,
+    }
+
+    impl B {
+        pub(crate) fn range(&mut self, name: &str, size: usize) -> RangeId {
+            self.hir.ranges.push(Range { name: name.into(), size, span: 0..0, model: None });
+            self.hir.ranges.len() - 1
+        }
+        /// Declares indices named by the characters of `names` over range `r`.
+        pub(crate) fn indices(&mut self, names: &str, r: RangeId) {
+            for c in names.chars() {
+                self.hir.indices.push(Index { name: c.to_string(), range: r, span: 0..0, model: None });
+            }
+        }
+        pub(crate) fn ix(&self, name: char) -> IndexId {
+            self.hir.indices.iter().position(|i| i.name == name.to_string()).expect("index declared")
+        }
+        pub(crate) fn ixs(&self, names: &str) -> Vec<IndexId> {
+            names.chars().map(|c| self.ix(c)).collect()
+        }
+        /// `dims` are index names; each gives its range.
+        pub(crate) fn tensor(&mut self, name: &str, role: Role, dims: &str) -> TensorId {
+            self.tensor_sym(name, role, dims, vec![])
+        }
+        pub(crate) fn tensor_sym(&mut self, name: &str, role: Role, dims: &str, symmetry: Vec<SymGroup>) -> TensorId {
+            let dims = self.ixs(dims).into_iter().map(|i| self.hir.indices[i].range).collect();
+            self.hir.tensors.push(Tensor { name: name.into(), role, elem: ElemType::F64, dims, symmetry, span: 0..0, model: None });
+            self.hir.tensors.len() - 1
+        }
+        pub(crate) fn t(&self, name: &str, idx: &str) -> Factor {
+            let tensor = self.hir.tensors.iter().position(|t| t.name == name).expect("tensor declared");
+            Factor::Tensor(TensorRef { tensor, indices: self.ixs(idx), span: 0..0 })
+        }
+        pub(crate) fn stmt(&mut self, lhs: &str, idx: &str, accumulate: bool, terms: Vec<Term>) {
+            let tensor = self.hir.tensors.iter().position(|t| t.name == lhs).expect("tensor declared");
+            let s = Stmt {
+                lhs: TensorRef { tensor, indices: self.ixs(idx), span: 0..0 },
+                accumulate,
+                rhs: Expr { terms, span: 0..0 },
+                span: 0..0,
+            };
+            if self.hir.units.is_empty() {
+                self.unit("test", UnitKind::Program);
+            }
+            self.hir.units.last_mut().expect("a unit").stmts.push(s);
+        }
+        /// Starts a unit; later statements go into it.
+        pub(crate) fn unit(&mut self, name: &str, kind: UnitKind) {
+            self.hir.units.push(Unit { name: name.into(), kind, stmts: vec![], span: 0..0 });
+        }
+    }
+
+    pub(crate) fn term(coef: f64, factors: Vec<Factor>) -> Term {
+        Term { coef, factors, span: 0..0 }
+    }
+    pub(crate) fn sum(terms: Vec<Term>, free: Vec<IndexId>) -> Factor {
+        Factor::Sum { arg: Box::new(Expr { terms, span: 0..0 }), free, span: 0..0 }
+    }
+    pub(crate) fn call(func: Func, terms: Vec<Term>, free: Vec<IndexId>) -> Factor {
+        Factor::Call { func, arg: Box::new(Expr { terms, span: 0..0 }), free, span: 0..0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_hir::*;
+    use super::*;
+    use crate::sema::hir::*;
+
+
+    fn dense(shape: &[usize], data: &[f64]) -> Dense {
+        Dense::from_vec(shape.to_vec(), data.to_vec())
+    }
+    fn run(b: &B, inputs: &[(&str, Dense)]) -> HashMap<String, Dense> {
+        let map = inputs.iter().map(|(n, d)| (b.hir.tensor_by_name(n).unwrap(), d.clone())).collect();
+        run_unit(&b.hir, 0, &map).unwrap().into_iter().map(|(t, d)| (b.hir.tensors[t].name.clone(), d)).collect()
+    }
+
+    /// ranges: I (size 2) with i, j, k; J (size 3) with p, q.
+    fn base() -> B {
+        let mut b = B::default();
+        let r2 = b.range("I", 2);
+        let r3 = b.range("J", 3);
+        b.indices("ijk", r2);
+        b.indices("pq", r3);
+        b
+    }
+
+    #[test]
+    fn matmul() {
+        let mut b = base();
+        b.tensor("A", Role::Input, "ip");
+        b.tensor("B", Role::Input, "pj");
+        b.tensor("C", Role::Output, "ij");
+        let f = vec![b.t("A", "ip"), b.t("B", "pj")];
+        b.stmt("C", "ij", false, vec![term(1.0, f)]);
+        let a = dense(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
+        let bb = dense(&[3, 2], &[7., 8., 9., 10., 11., 12.]);
+        let out = run(&b, &[("A", a), ("B", bb)]);
+        assert_eq!(out["C"], dense(&[2, 2], &[58., 64., 139., 154.]));
+    }
+
+    #[test]
+    fn trace_diagonal_and_scalar_output() {
+        let mut b = base();
+        b.tensor("A", Role::Input, "pq");
+        b.tensor("t", Role::Output, "");
+        b.tensor("d", Role::Output, "p");
+        let f = vec![b.t("A", "pp")];
+        b.stmt("t", "", false, vec![term(1.0, f)]);
+        let f = vec![b.t("A", "pp")];
+        b.stmt("d", "p", false, vec![term(2.0, f)]);
+        let a = dense(&[3, 3], &[1., 2., 3., 4., 5., 6., 7., 8., 9.]);
+        let out = run(&b, &[("A", a)]);
+        assert_eq!(out["t"], Dense::scalar(15.0));
+        assert_eq!(out["d"], dense(&[3], &[2., 10., 18.]));
+    }
+
+    #[test]
+    fn transpose_outer_product_and_full_contraction() {
+        let mut b = base();
+        b.tensor("u", Role::Input, "p");
+        b.tensor("v", Role::Input, "i");
+        b.tensor("O", Role::Output, "ip");
+        b.tensor("s", Role::Output, "");
+        let f = vec![b.t("u", "p"), b.t("v", "i")];
+        b.stmt("O", "ip", false, vec![term(1.0, f)]);
+        let f = vec![b.t("O", "ip"), b.t("O", "ip")];
+        b.stmt("s", "", false, vec![term(1.0, f)]);
+        let out = run(&b, &[("u", dense(&[3], &[1., 2., 3.])), ("v", dense(&[2], &[-1., 2.]))]);
+        assert_eq!(out["O"], dense(&[2, 3], &[-1., -2., -3., 2., 4., 6.]));
+        assert_eq!(out["s"], Dense::scalar(70.0));
+    }
+
+    #[test]
+    fn accumulate_and_coefficients() {
+        let mut b = base();
+        b.tensor("A", Role::Input, "ij");
+        b.tensor("B", Role::Input, "ij");
+        b.tensor("C", Role::Output, "ij");
+        // C[i,j] = 2*A[i,j] - 0.5*B[j,i];  C[i,j] += A[i,k]*B[k,j] + 3;
+        let t1 = vec![term(2.0, vec![b.t("A", "ij")]), term(-0.5, vec![b.t("B", "ji")])];
+        b.stmt("C", "ij", false, t1);
+        let t2 = vec![term(1.0, vec![b.t("A", "ik"), b.t("B", "kj")]), term(3.0, vec![])];
+        b.stmt("C", "ij", true, t2);
+        let a = dense(&[2, 2], &[1., 2., 3., 4.]);
+        let bb = dense(&[2, 2], &[5., 6., 7., 8.]);
+        let out = run(&b, &[("A", a), ("B", bb)]);
+        // first: [[2-2.5, 4-3.5], [6-3, 8-4]] = [[-0.5, 0.5], [3, 4]]
+        // A·B = [[19, 22], [43, 50]], +3
+        assert_eq!(out["C"], dense(&[2, 2], &[-0.5 + 22., 0.5 + 25., 3. + 46., 4. + 53.]));
+    }
+
+    #[test]
+    fn plus_equals_into_unwritten_output_adds_to_zero() {
+        let mut b = base();
+        b.tensor("A", Role::Input, "i");
+        b.tensor("C", Role::Output, "i");
+        let f = vec![b.t("A", "i")];
+        b.stmt("C", "i", true, vec![term(1.0, f.clone())]);
+        b.stmt("C", "i", true, vec![term(1.0, f)]);
+        let out = run(&b, &[("A", dense(&[2], &[1.5, -2.]))]);
+        assert_eq!(out["C"], dense(&[2], &[3., -4.]));
+    }
+
+    #[test]
+    fn statement_reading_its_own_target_sees_the_old_value() {
+        let mut b = base();
+        b.tensor("A", Role::Input, "ij");
+        b.tensor("C", Role::Output, "ij");
+        let f = vec![b.t("A", "ij")];
+        b.stmt("C", "ij", false, vec![term(1.0, f)]);
+        let f = vec![b.t("C", "ji")];
+        b.stmt("C", "ij", true, vec![term(1.0, f)]); // C += C^T
+        let out = run(&b, &[("A", dense(&[2, 2], &[1., 2., 3., 4.]))]);
+        assert_eq!(out["C"], dense(&[2, 2], &[2., 5., 5., 8.]));
+    }
+
+    #[test]
+    fn function_call_with_inner_summation() {
+        // Y[i] = relu(A[i,p] * x[p]) * w[i]  — p summed inside relu.
+        let mut b = base();
+        b.tensor("A", Role::Input, "ip");
+        b.tensor("x", Role::Input, "p");
+        b.tensor("w", Role::Input, "i");
+        b.tensor("Y", Role::Output, "i");
+        let inner = vec![term(1.0, vec![b.t("A", "ip"), b.t("x", "p")])];
+        let f = vec![call(Func::Relu, inner, b.ixs("i")), b.t("w", "i")];
+        b.stmt("Y", "i", false, vec![term(1.0, f)]);
+        let a = dense(&[2, 3], &[1., 2., 3., -4., 5., -6.]);
+        let out = run(&b, &[("A", a), ("x", dense(&[3], &[1., 1., 1.])), ("w", dense(&[2], &[10., 10.]))]);
+        // A·x = [6, -5] → relu → [6, 0]
+        assert_eq!(out["Y"], dense(&[2], &[60., 0.]));
+    }
+
+    #[test]
+    fn call_summed_outside() {
+        // s = exp(A[i,j]) * B[i,j]: the call is over (i,j), summed outside it.
+        let mut b = base();
+        b.tensor("A", Role::Input, "ij");
+        b.tensor("B", Role::Input, "ij");
+        b.tensor("s", Role::Output, "");
+        let f = vec![call(Func::Exp, vec![term(1.0, vec![b.t("A", "ij")])], b.ixs("ij")), b.t("B", "ij")];
+        b.stmt("s", "", false, vec![term(1.0, f)]);
+        let out = run(&b, &[("A", dense(&[2, 2], &[0., 1., 2., 0.])), ("B", dense(&[2, 2], &[1., 1., 1., 1.]))]);
+        let expect = 1.0 + 1f64.exp() + 2f64.exp() + 1.0;
+        assert!((out["s"].data[0] - expect).abs() < 1e-14);
+    }
+
+    #[test]
+    fn parenthesised_sum() {
+        // R[i,j] = A[i,k] * (B[k,j] + 2*C[k,j])
+        let mut b = base();
+        for n in ["A", "B", "C"] {
+            b.tensor(n, Role::Input, "ij");
+        }
+        b.tensor("R", Role::Output, "ij");
+        let inner = vec![term(1.0, vec![b.t("B", "kj")]), term(2.0, vec![b.t("C", "kj")])];
+        let f = vec![b.t("A", "ik"), sum(inner, b.ixs("kj"))];
+        b.stmt("R", "ij", false, vec![term(1.0, f)]);
+        let a = dense(&[2, 2], &[1., 2., 3., 4.]);
+        let bb = dense(&[2, 2], &[1., 0., 0., 1.]);
+        let c = dense(&[2, 2], &[0., 1., 1., 0.]);
+        // B + 2C = [[1, 2], [2, 1]]
+        let out = run(&b, &[("A", a), ("B", bb), ("C", c)]);
+        assert_eq!(out["R"], dense(&[2, 2], &[5., 4., 11., 10.]));
+    }
+
+    #[test]
+    fn sum_with_broadcast_term_and_inner_summed_index() {
+        // r[i] = (A[i,k] * v[k] + 1) * u[i]: k summed inside the parentheses only.
+        let mut b = base();
+        b.tensor("A", Role::Input, "ik");
+        b.tensor("v", Role::Input, "k");
+        b.tensor("u", Role::Input, "i");
+        b.tensor("r", Role::Output, "i");
+        let inner = vec![term(1.0, vec![b.t("A", "ik"), b.t("v", "k")]), term(1.0, vec![])];
+        let f = vec![sum(inner, b.ixs("i")), b.t("u", "i")];
+        b.stmt("r", "i", false, vec![term(1.0, f)]);
+        let out = run(
+            &b,
+            &[("A", dense(&[2, 2], &[1., 2., 3., 4.])), ("v", dense(&[2], &[1., 0.])), ("u", dense(&[2], &[2., 3.]))],
+        );
+        // A·v + 1 = [2, 4]
+        assert_eq!(out["r"], dense(&[2], &[4., 12.]));
+    }
+
+    #[test]
+    fn temporaries_are_not_returned() {
+        let mut b = base();
+        b.tensor("A", Role::Input, "i");
+        b.tensor("X", Role::Temporary, "i");
+        b.tensor("s", Role::Output, "");
+        let f = vec![b.t("A", "i"), b.t("A", "i")];
+        b.stmt("X", "i", false, vec![term(1.0, f)]);
+        let f = vec![b.t("X", "i")];
+        b.stmt("s", "", false, vec![term(1.0, f)]);
+        let out = run(&b, &[("A", dense(&[2], &[3., 4.]))]);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out["s"], Dense::scalar(25.0));
+    }
+
+    #[test]
+    fn missing_input_and_wrong_shape_are_errors() {
+        let mut b = base();
+        b.tensor("A", Role::Input, "i");
+        b.tensor("s", Role::Output, "");
+        let f = vec![b.t("A", "i")];
+        b.stmt("s", "", false, vec![term(1.0, f)]);
+        let err = run_unit(&b.hir, 0, &HashMap::new()).unwrap_err();
+        assert!(matches!(err, InterpError::MissingInput { .. }), "{err}");
+        let bad = HashMap::from([(0, dense(&[3], &[1., 2., 3.]))]);
+        let err = run_unit(&b.hir, 0, &bad).unwrap_err();
+        assert_eq!(err.to_string(), "input `A` has shape [3], expected [2]");
+    }
+
+    #[test]
+    fn size_limits_are_errors() {
+        let mut b = B::default();
+        let big = b.range("N", 1 << 20);
+        b.indices("abcd", big);
+        b.tensor("A", Role::Input, "ab");
+        b.tensor("C", Role::Output, "abc");
+        let err = fill_random(&b.hir, 0, 1).unwrap_err();
+        assert!(err.to_string().contains("limit of 2^31"), "{err}");
+
+        let mut b = B::default();
+        let r = b.range("N", 1 << 11);
+        b.indices("abcd", r);
+        b.tensor("A", Role::Input, "ab");
+        b.tensor("s", Role::Output, "");
+        // Σ A[a,b] A[b,c] A[c,d] A[d,a]: 2^44 iterations.
+        let f = vec![b.t("A", "ab"), b.t("A", "bc"), b.t("A", "cd"), b.t("A", "da")];
+        b.stmt("s", "", false, vec![term(1.0, f)]);
+        let inputs = HashMap::from([(0, Dense::zeros("A", vec![1 << 11, 1 << 11]).unwrap())]);
+        let err = run_unit(&b.hir, 0, &inputs).unwrap_err();
+        assert!(matches!(err, InterpError::LoopTooLarge { .. }), "{err}");
+        assert!(err.to_string().contains("17592186044416 loop iterations"), "{err}");
+
+        let err = Dense::zeros("x", vec![usize::MAX, usize::MAX, usize::MAX]).unwrap_err();
+        assert!(err.to_string().contains("more than 2^128"), "{err}");
+    }
+
+    #[test]
+    fn random_fill_is_deterministic_and_in_range() {
+        let mut b = base();
+        b.tensor("A", Role::Input, "ip");
+        b.tensor("Z", Role::Input, "ip");
+        let x = fill_random(&b.hir, 0, 7).unwrap();
+        assert_eq!(x, fill_random(&b.hir, 0, 7).unwrap());
+        assert_ne!(x, fill_random(&b.hir, 0, 8).unwrap());
+        assert_ne!(x.data, fill_random(&b.hir, 1, 7).unwrap().data);
+        assert!(x.data.iter().all(|v| (-1.0..1.0).contains(v)));
+        assert_eq!(x.data[4], random_value(7, "A", 4));
+    }
+
+    #[test]
+    fn random_fill_honours_symmetry_exactly() {
+        let mut b = B::default();
+        let r = b.range("N", 4);
+        b.indices("pqrs", r);
+        let sym = vec![
+            SymGroup { kind: SymKind::Symmetric, positions: vec![0, 1] },
+            SymGroup { kind: SymKind::Symmetric, positions: vec![2, 3] },
+        ];
+        b.tensor_sym("A", Role::Input, "pqrs", sym);
+        let anti = vec![
+            SymGroup { kind: SymKind::Antisymmetric, positions: vec![0, 1] },
+            SymGroup { kind: SymKind::Antisymmetric, positions: vec![2, 3] },
+        ];
+        b.tensor_sym("T", Role::Input, "pqrs", anti);
+        let full = vec![SymGroup { kind: SymKind::Antisymmetric, positions: vec![0, 1, 2] }];
+        b.tensor_sym("U", Role::Input, "pqr", full);
+        let sym3 = vec![SymGroup { kind: SymKind::Symmetric, positions: vec![0, 1, 2] }];
+        b.tensor_sym("S", Role::Input, "pqr", sym3);
+
+        let a = fill_random(&b.hir, 0, 3).unwrap();
+        let t = fill_random(&b.hir, 1, 3).unwrap();
+        let u = fill_random(&b.hir, 2, 3).unwrap();
+        let s = fill_random(&b.hir, 3, 3).unwrap();
+        let n = 4;
+        for p in 0..n {
+            for q in 0..n {
+                for r in 0..n {
+                    for s_ in 0..n {
+                        let v = a.get(&[p, q, r, s_]);
+                        assert_eq!(v, a.get(&[q, p, r, s_]));
+                        assert_eq!(v, a.get(&[p, q, s_, r]));
+                        assert_eq!(v, a.get(&[q, p, s_, r]));
+                        let w = t.get(&[p, q, r, s_]);
+                        assert_eq!(w, -t.get(&[q, p, r, s_]));
+                        assert_eq!(w, -t.get(&[p, q, s_, r]));
+                        assert_eq!(w, t.get(&[q, p, s_, r]));
+                        if p == q || r == s_ {
+                            assert_eq!(w.to_bits(), 0.0f64.to_bits(), "exact +0 at {p} {q} {r} {s_}");
+                        } else {
+                            assert_ne!(w, 0.0);
+                        }
+                    }
+                }
+                for r in 0..n {
+                    let v = u.get(&[p, q, r]);
+                    // every permutation with its sign
+                    assert_eq!(v, -u.get(&[q, p, r]));
+                    assert_eq!(v, -u.get(&[p, r, q]));
+                    assert_eq!(v, -u.get(&[r, q, p]));
+                    assert_eq!(v, u.get(&[q, r, p]));
+                    assert_eq!(v, u.get(&[r, p, q]));
+                    if p == q || q == r || p == r {
+                        assert_eq!(v, 0.0);
+                    }
+                    let w = s.get(&[p, q, r]);
+                    for perm in [[q, p, r], [p, r, q], [r, q, p], [q, r, p], [r, p, q]] {
+                        assert_eq!(w, s.get(&perm));
+                    }
+                }
+            }
+        }
+        assert_eq!(symmetry_violation(&a, &b.hir.tensors[0].symmetry, 1e-12), None);
+        assert_eq!(symmetry_violation(&t, &b.hir.tensors[1].symmetry, 1e-12), None);
+        assert_eq!(symmetry_violation(&u, &b.hir.tensors[2].symmetry, 1e-12), None);
+        // An unsymmetric tensor is caught.
+        let plain = dense(&[2, 2], &[1., 2., 3., 4.]);
+        let g = [SymGroup { kind: SymKind::Symmetric, positions: vec![0, 1] }];
+        let msg = symmetry_violation(&plain, &g, 1e-12).unwrap();
+        assert!(msg.contains("not symmetric in dimensions [0, 1]: element [0, 1] = 2e0"), "{msg}");
+    }
+
+    #[test]
+    fn f32_fill_is_rounded() {
+        let mut b = base();
+        b.tensor("A", Role::Input, "ip");
+        b.hir.tensors[0].elem = ElemType::F32;
+        let x = fill_random(&b.hir, 0, 1).unwrap();
+        assert!(x.data.iter().all(|&v| v == v as f32 as f64));
+        assert_eq!(x.data[2], random_value(1, "A", 2) as f32 as f64);
+    }
+
+    #[test]
+    fn random_inputs_covers_unit_inputs() {
+        let mut b = base();
+        b.tensor("A", Role::Input, "ip");
+        b.tensor("W", Role::Param, "p");
+        b.tensor("Y", Role::Output, "i");
+        let f = vec![b.t("A", "ip"), b.t("W", "p")];
+        b.stmt("Y", "i", false, vec![term(1.0, f)]);
+        let inputs = random_inputs(&b.hir, 0, 5).unwrap();
+        assert_eq!(inputs.len(), 2);
+        let out = run_unit(&b.hir, 0, &inputs).unwrap();
+        let (a, w) = (&inputs[&0], &inputs[&1]);
+        for i in 0..2 {
+            let expect: f64 = (0..3).map(|p| a.get(&[i, p]) * w.get(&[p])).sum();
+            assert!((out[&2].data[i] - expect).abs() < 1e-15);
+        }
+    }
+}

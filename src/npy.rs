@@ -1,1 +1,246 @@
 //! Reading and writing tensors as `.npy` files, so numpy users can check results.
+//!
+//! Reads `float64` and `float32` arrays of either byte order, in C order or Fortran
+//! order (transposed to row-major); any other dtype is refused. A header is checked
+//! before the data is touched, so a truncated or corrupt file (or one whose shape
+//! promises more elements than the interpreter allows) is an error, never a panic or
+//! a huge allocation. Writes little-endian C-order arrays of the tensor's declared
+//! element type (`<f8` or `<f4`).
+
+use crate::interp::{for_each_index, Dense, MAX_TENSOR_ELEMENTS};
+use crate::sema::hir::ElemType;
+use npyz::{DType, NpyFile, Order, TypeChar, WriterBuilder};
+use std::path::Path;
+
+/// Why a `.npy` file could not be read or written (the message is for a person).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct NpyError(pub String);
+
+fn err(msg: impl Into<String>) -> NpyError {
+    NpyError(msg.into())
+}
+
+/// Reads a `.npy` file: the array (row-major) and the element type stored in it.
+pub fn read_file(path: &Path) -> Result<(Dense, ElemType), NpyError> {
+    let bytes = std::fs::read(path).map_err(|e| err(format!("cannot read `{}`: {e}", path.display())))?;
+    read_bytes(&bytes).map_err(|e| err(format!("`{}`: {e}", path.display())))
+}
+
+/// Reads a `.npy` file's contents; see [`read_file`].
+pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
+    let (header_end, header_text) = split_header(bytes)?;
+    // npyz multiplies the shape without overflow checks: check it first.
+    if let Some(shape) = parse_shape(header_text) {
+        let n = shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(d as u128));
+        if !matches!(n, Some(n) if n <= MAX_TENSOR_ELEMENTS as u128) {
+            return Err(err(format!("the array's shape {shape:?} has more elements than the interpreter's limit of 2^31")));
+        }
+    }
+    let npy = NpyFile::new(bytes).map_err(|e| err(format!("not a valid .npy file: {e}")))?;
+    let elem = match npy.dtype() {
+        DType::Plain(ts) if ts.type_char() == TypeChar::Float && ts.size_field() == 8 => ElemType::F64,
+        DType::Plain(ts) if ts.type_char() == TypeChar::Float && ts.size_field() == 4 => ElemType::F32,
+        other => {
+            return Err(err(format!(
+                "unsupported dtype {}: tcc reads float64 (`<f8`) and float32 (`<f4`) arrays",
+                other.descr()
+            )))
+        }
+    };
+    let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
+    let n: usize = shape.iter().product();
+    let available = bytes.len() - header_end;
+    let needed = n * elem.size_bytes();
+    if available < needed {
+        return Err(err(format!(
+            "truncated: its shape {shape:?} needs {needed} bytes of data but only {available} follow the header"
+        )));
+    }
+    let order = npy.order();
+    let stored: Vec<f64> = match elem {
+        ElemType::F64 => npy.into_vec::<f64>(),
+        ElemType::F32 => npy.into_vec::<f32>().map(|v| v.into_iter().map(f64::from).collect()),
+    }
+    .map_err(|e| err(format!("cannot read the data: {e}")))?;
+    if stored.len() != n {
+        return Err(err(format!("expected {n} elements, read {}", stored.len())));
+    }
+    let data = match order {
+        Order::C => stored,
+        Order::Fortran => {
+            // Element (i0, i1, ...) is stored at i0 + s0*(i1 + s1*(...)).
+            let mut fstrides = vec![1usize; shape.len()];
+            for d in 1..shape.len() {
+                fstrides[d] = fstrides[d - 1] * shape[d - 1];
+            }
+            let mut data = Vec::with_capacity(n);
+            for_each_index(&shape, |idx| {
+                data.push(stored[idx.iter().zip(&fstrides).map(|(i, s)| i * s).sum::<usize>()]);
+            });
+            data
+        }
+    };
+    Ok((Dense { shape, data }, elem))
+}
+
+/// Checks the magic string and header length; returns the offset where the data
+/// starts and the header text.
+fn split_header(bytes: &[u8]) -> Result<(usize, &str), NpyError> {
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        return Err(err("not a .npy file (no `\\x93NUMPY` magic string at the start)"));
+    }
+    let (len, start) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10usize),
+        2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
+        2 | 3 => return Err(err("truncated .npy header")),
+        v => return Err(err(format!("unsupported .npy format version {v}"))),
+    };
+    let end = start.checked_add(len).filter(|&e| e <= bytes.len()).ok_or_else(|| err("truncated .npy header"))?;
+    let text = std::str::from_utf8(&bytes[start..end]).map_err(|_| err("the .npy header is not text"))?;
+    Ok((end, text))
+}
+
+/// The `'shape': (...)` tuple of a header, if it can be found and read (numbers
+/// only; anything unusual is left to npyz to judge).
+fn parse_shape(header: &str) -> Option<Vec<u128>> {
+    let rest = &header[header.find("'shape'")? + "'shape'".len()..];
+    let rest = rest.trim_start().strip_prefix(':')?.trim_start().strip_prefix('(')?;
+    let inner = &rest[..rest.find(')')?];
+    inner
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.trim_end_matches('L').parse::<u128>().ok())
+        .collect()
+}
+
+/// The bytes of a `.npy` file holding `x` as `elem` (little-endian, C order).
+pub fn write_bytes(x: &Dense, elem: ElemType) -> Result<Vec<u8>, NpyError> {
+    let shape: Vec<u64> = x.shape.iter().map(|&d| d as u64).collect();
+    let mut buf = Vec::new();
+    let io = |e: std::io::Error| err(format!("cannot encode the array: {e}"));
+    match elem {
+        ElemType::F64 => {
+            let mut w = npyz::WriteOptions::<f64>::new().default_dtype().shape(&shape).writer(&mut buf).begin_nd().map_err(io)?;
+            w.extend(x.data.iter().copied()).map_err(io)?;
+            w.finish().map_err(io)?;
+        }
+        ElemType::F32 => {
+            let mut w = npyz::WriteOptions::<f32>::new().default_dtype().shape(&shape).writer(&mut buf).begin_nd().map_err(io)?;
+            w.extend(x.data.iter().map(|&v| v as f32)).map_err(io)?;
+            w.finish().map_err(io)?;
+        }
+    }
+    Ok(buf)
+}
+
+/// Writes `x` to `path` as `elem` (`f32` values are rounded).
+pub fn write_file(path: &Path, x: &Dense, elem: ElemType) -> Result<(), NpyError> {
+    let bytes = write_bytes(x, elem)?;
+    std::fs::write(path, bytes).map_err(|e| err(format!("cannot write `{}`: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Dense {
+        Dense::from_vec(vec![2, 3], vec![1.0, -2.5, 3.25, 1e-300, 0.1, -0.0])
+    }
+
+    #[test]
+    fn round_trip_f64() {
+        let x = sample();
+        let bytes = write_bytes(&x, ElemType::F64).unwrap();
+        assert!(String::from_utf8_lossy(&bytes[..80]).contains("'descr': '<f8'"));
+        let (y, elem) = read_bytes(&bytes).unwrap();
+        assert_eq!(elem, ElemType::F64);
+        assert_eq!(y.shape, x.shape);
+        assert_eq!(y.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), x.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn round_trip_f32() {
+        let x = sample();
+        let bytes = write_bytes(&x, ElemType::F32).unwrap();
+        assert!(String::from_utf8_lossy(&bytes[..80]).contains("'descr': '<f4'"));
+        let (y, elem) = read_bytes(&bytes).unwrap();
+        assert_eq!(elem, ElemType::F32);
+        assert_eq!(y.shape, x.shape);
+        let expect: Vec<f64> = x.data.iter().map(|&v| v as f32 as f64).collect();
+        assert_eq!(y.data, expect);
+    }
+
+    #[test]
+    fn round_trip_scalar_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.npy");
+        write_file(&p, &Dense::scalar(4.5), ElemType::F64).unwrap();
+        let (y, _) = read_file(&p).unwrap();
+        assert_eq!(y, Dense::scalar(4.5));
+        let e = read_file(&dir.path().join("missing.npy")).unwrap_err();
+        assert!(e.0.starts_with("cannot read `"), "{e}");
+    }
+
+    /// A hand-made v1 `.npy` file.
+    fn npy(descr: &str, fortran: bool, shape: &str, data: &[u8]) -> Vec<u8> {
+        let mut h = format!("{{'descr': '{descr}', 'fortran_order': {}, 'shape': {shape}, }}", if fortran { "True" } else { "False" });
+        while (10 + h.len() + 1) % 64 != 0 {
+            h.push(' ');
+        }
+        h.push('\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend((h.len() as u16).to_le_bytes());
+        out.extend(h.as_bytes());
+        out.extend(data);
+        out
+    }
+
+    #[test]
+    fn fortran_order_is_transposed() {
+        // [[1, 2, 3], [4, 5, 6]] stored column by column.
+        let data: Vec<u8> = [1.0f64, 4.0, 2.0, 5.0, 3.0, 6.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let (y, _) = read_bytes(&npy("<f8", true, "(2, 3)", &data)).unwrap();
+        assert_eq!(y, Dense::from_vec(vec![2, 3], vec![1., 2., 3., 4., 5., 6.]));
+    }
+
+    #[test]
+    fn big_endian_is_read() {
+        let data: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|v| v.to_be_bytes()).collect();
+        let (y, elem) = read_bytes(&npy(">f4", false, "(2,)", &data)).unwrap();
+        assert_eq!((y.data, elem), (vec![1.5, -2.0], ElemType::F32));
+    }
+
+    #[test]
+    fn wrong_dtype_is_an_error() {
+        let data: Vec<u8> = [1i64, 2].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let e = read_bytes(&npy("<i8", false, "(2,)", &data)).unwrap_err();
+        assert_eq!(e.0, "unsupported dtype '<i8': tcc reads float64 (`<f8`) and float32 (`<f4`) arrays");
+        let e = read_bytes(&npy("<c16", false, "(1,)", &[0; 16])).unwrap_err();
+        assert!(e.0.starts_with("unsupported dtype"), "{e}");
+    }
+
+    #[test]
+    fn truncated_files_are_errors() {
+        let bytes = write_bytes(&sample(), ElemType::F64).unwrap();
+        for cut in [0, 5, 9, 20, bytes.len() - 48, bytes.len() - 1] {
+            let e = read_bytes(&bytes[..cut]).unwrap_err();
+            assert!(e.0.contains("truncated") || e.0.contains("not a .npy file") || e.0.contains("not a valid"), "{cut}: {e}");
+        }
+        let e = read_bytes(&bytes[..bytes.len() - 1]).unwrap_err();
+        assert_eq!(e.0, "truncated: its shape [2, 3] needs 48 bytes of data but only 47 follow the header");
+    }
+
+    #[test]
+    fn absurd_shapes_are_errors() {
+        let e = read_bytes(&npy("<f8", false, "(18446744073709551615, 18446744073709551615)", &[])).unwrap_err();
+        assert!(e.0.contains("limit of 2^31"), "{e}");
+        let e = read_bytes(&npy("<f8", false, "(1000000, 1000000)", &[])).unwrap_err();
+        assert!(e.0.contains("limit of 2^31"), "{e}");
+        // A v2 header claiming 4 GiB of header text.
+        let mut v2 = b"\x93NUMPY\x02\x00".to_vec();
+        v2.extend(u32::MAX.to_le_bytes());
+        assert_eq!(read_bytes(&v2).unwrap_err().0, "truncated .npy header");
+    }
+}
