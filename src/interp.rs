@@ -16,7 +16,7 @@
 //! term of more than [`MAX_TERM_ITERATIONS`] loop iterations is refused with an
 //! [`InterpError`] instead of exhausting memory or running for days.
 
-use crate::sema::hir::{ElemType, Expr, Factor, Hir, IndexId, Role, SymGroup, SymKind, Term, TensorId, UnitId};
+use crate::sema::hir::{ElemType, Expr, Factor, Hir, IndexId, Role, Stmt, SymGroup, SymKind, Term, TensorId, UnitId};
 use std::collections::HashMap;
 
 /// The largest tensor (elements) the interpreter allocates: 2^31.
@@ -270,22 +270,7 @@ pub fn run_unit(hir: &Hir, unit: UnitId, inputs: &HashMap<TensorId, Dense>) -> R
         values.insert(t, v.clone());
     }
     for (k, stmt) in u.stmts.iter().enumerate() {
-        let target = stmt.lhs.tensor;
-        let tname = &hir.tensors[target].name;
-        if let std::collections::hash_map::Entry::Vacant(e) = values.entry(target) {
-            e.insert(Dense::zeros(&format!("tensor `{tname}`"), hir.shape(target))?);
-        }
-        let ev = Evaluator { hir, values: &values, stmt: format!("statement {} of `{}` (assigning `{tname}`)", k + 1, u.name) };
-        let rhs = ev.eval_expr(&stmt.rhs, &stmt.lhs.indices)?;
-        let dst = values.get_mut(&target).expect("target initialised above");
-        debug_assert_eq!(dst.shape, rhs.shape);
-        if stmt.accumulate {
-            for (d, r) in dst.data.iter_mut().zip(&rhs.data) {
-                *d += r;
-            }
-        } else {
-            *dst = rhs;
-        }
+        exec_stmt(hir, stmt, &mut values, &format!("statement {} of `{}`", k + 1, u.name))?;
     }
     Ok(hir
         .unit_outputs(unit)
@@ -293,6 +278,30 @@ pub fn run_unit(hir: &Hir, unit: UnitId, inputs: &HashMap<TensorId, Dense>) -> R
         .filter(|&t| hir.tensors[t].role == Role::Output)
         .map(|t| (t, values.remove(&t).expect("an output of the unit was written")))
         .collect())
+}
+
+/// Runs one statement on full tensors: the right-hand side is evaluated completely,
+/// then assigned or added to the target (allocated as zeros when first written).
+/// `what` names the statement in errors. Every tensor the statement reads must be in
+/// `values`.
+pub fn exec_stmt(hir: &Hir, stmt: &Stmt, values: &mut HashMap<TensorId, Dense>, what: &str) -> Result<(), InterpError> {
+    let target = stmt.lhs.tensor;
+    let tname = &hir.tensors[target].name;
+    if let std::collections::hash_map::Entry::Vacant(e) = values.entry(target) {
+        e.insert(Dense::zeros(&format!("tensor `{tname}`"), hir.shape(target))?);
+    }
+    let ev = Evaluator { hir, values, stmt: format!("{what} (assigning `{tname}`)") };
+    let rhs = ev.eval_expr(&stmt.rhs, &stmt.lhs.indices)?;
+    let dst = values.get_mut(&target).expect("target initialised above");
+    debug_assert_eq!(dst.shape, rhs.shape);
+    if stmt.accumulate {
+        for (d, r) in dst.data.iter_mut().zip(&rhs.data) {
+            *d += r;
+        }
+    } else {
+        *dst = rhs;
+    }
+    Ok(())
 }
 
 struct Evaluator<'a> {

@@ -9,6 +9,7 @@
 //! by the enclosing loops (it realises `=` as "zero, then accumulate"). A buffer
 //! stores a tensor's dimensions minus those fixed by the loops around all its users.
 
+pub mod exec;
 pub mod fusion;
 
 use crate::sema::hir::{Hir, IndexId, TensorId, UnitId};

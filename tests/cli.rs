@@ -1,0 +1,145 @@
+//! The `tcc` command as a user runs it: every example checks, formats to itself and
+//! runs; bad input gets exit code 1 with a diagnostic, never a panic (exit 2).
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use std::path::{Path, PathBuf};
+
+fn tcc() -> Command {
+    Command::cargo_bin("tcc").unwrap()
+}
+
+fn examples() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "tc"))
+        .collect();
+    v.sort();
+    assert!(v.len() >= 7, "expected at least 7 examples, found {v:?}");
+    v
+}
+
+fn write(dir: &Path, name: &str, src: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, src).unwrap();
+    p
+}
+
+#[test]
+fn every_example_checks_without_diagnostics() {
+    for ex in examples() {
+        tcc().arg("check").arg(&ex).assert().success().stderr(predicate::str::contains(": ok ("));
+    }
+}
+
+#[test]
+fn every_example_is_formatted() {
+    for ex in examples() {
+        tcc().args(["fmt", "--check"]).arg(&ex).assert().success();
+    }
+}
+
+#[test]
+fn every_example_runs_and_reports_each_output() {
+    for ex in examples() {
+        let src = std::fs::read_to_string(&ex).unwrap();
+        let out = tcc().args(["run", "--interp"]).arg(&ex).assert().success().get_output().stdout.clone();
+        let out = String::from_utf8(out).unwrap();
+        // Every declared output appears in the report with a norm and a checksum.
+        for line in src.lines() {
+            let line = line.trim_start();
+            if let Some(rest) = line.strip_prefix("output tensor ") {
+                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                assert!(out.contains(&name), "{}: output {name} missing in\n{out}", ex.display());
+            }
+        }
+        assert!(out.contains("norm2"), "{}: {out}", ex.display());
+        assert!(out.contains("checksum"), "{}: {out}", ex.display());
+    }
+}
+
+#[test]
+fn runs_are_deterministic_per_seed() {
+    let ex = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/matmul.tc");
+    let run = |seed: &str| tcc().args(["run", "--interp", "--seed", seed]).arg(&ex).output().unwrap().stdout;
+    assert_eq!(run("5"), run("5"));
+    assert_ne!(run("5"), run("6"));
+}
+
+#[test]
+fn check_reports_all_errors_with_exit_code_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "bad.tc",
+        "range N = 4;\nindex i, j : N;\ninput tensor A[i,j] : f64;\noutput tensor B[i,j] : f64;\nB[i,j] = A[i,k];\nA[i,j] = B[i,j];\n",
+    );
+    let out = tcc().args(["check", "--color", "never"]).arg(&f).assert().code(1).get_output().stderr.clone();
+    let err = String::from_utf8(out).unwrap();
+    assert!(err.matches("Error").count() >= 2, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn json_diagnostics_are_one_object_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "bad.tc", "range N = 0;\nindex i : M;\n");
+    let out = tcc().args(["check", "--error-format=json"]).arg(&f).assert().code(1).get_output().stderr.clone();
+    let text = String::from_utf8(out).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.len() >= 2, "{text}");
+    for l in lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(v["code"].as_str().unwrap().starts_with('E'), "{l}");
+        assert_eq!(v["severity"], "error");
+        assert!(v["primary"]["span"]["start_pos"]["line"].as_u64().unwrap() >= 1);
+    }
+}
+
+#[test]
+fn usage_errors_and_missing_files_exit_1() {
+    tcc().arg("frobnicate").assert().code(1);
+    tcc().args(["check", "/nonexistent/file.tc"]).assert().code(1).stderr(predicate::str::contains("cannot read"));
+    tcc().args(["run", "examples/matmul.tc"]).assert().code(1).stderr(predicate::str::contains("--interp"));
+    tcc().args(["run", "--interp", "--input", "nonsense", "examples/matmul.tc"]).assert().code(1);
+    tcc().arg("--help").assert().success().stdout(predicate::str::contains("check"));
+}
+
+#[test]
+fn run_rejects_an_input_of_the_wrong_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let ex = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/matmul.tc");
+    // Save the inputs of a run, then feed one of them back under another input's name
+    // (a different shape), and an unknown name.
+    tcc().args(["run", "--interp", "--save-inputs", "--output-dir"]).arg(dir.path()).arg(&ex).assert().success();
+    let npys: Vec<PathBuf> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(npys.len() >= 3, "{npys:?}");
+    let a = dir.path().join("A.npy");
+    tcc()
+        .args(["run", "--interp", "--input"])
+        .arg(format!("B={}", a.display()))
+        .arg(&ex)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("shape"));
+    tcc()
+        .args(["run", "--interp", "--input"])
+        .arg(format!("Nope={}", a.display()))
+        .arg(&ex)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("Nope"));
+    // Feeding the saved inputs back reproduces the run exactly.
+    let plain = tcc().args(["run", "--interp"]).arg(&ex).output().unwrap().stdout;
+    let fed = tcc()
+        .args(["run", "--interp", "--seed", "99", "--input"])
+        .arg(format!("A={}", a.display()))
+        .arg("--input")
+        .arg(format!("B={}", dir.path().join("B.npy").display()))
+        .arg(&ex)
+        .output()
+        .unwrap()
+        .stdout;
+    assert_eq!(String::from_utf8(plain).unwrap(), String::from_utf8(fed).unwrap());
+}
