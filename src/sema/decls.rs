@@ -101,34 +101,6 @@ impl Ctx {
         }
     }
 
-    /// The range of an index named in a tensor declaration.
-    fn decl_dim(&mut self, id: &ast::Ident, tensor: &str) -> RangeId {
-        match self.lookup(Ns::Space, &id.name).map(|e| e.sym) {
-            Some(Sym::Index(i)) => self.hir.indices[i].range,
-            Some(Sym::Range(_)) => {
-                let lower = id.name.to_lowercase();
-                let example = if lower != id.name { lower } else { format!("{}1", id.name) };
-                self.error(
-                    Diagnostic::error(
-                        "E0108",
-                        format!("`{}` is a range, not an index", id.name),
-                        id.span.clone(),
-                        "expected an index",
-                    )
-                    .with_hint(format!(
-                        "tensor dimensions are written with indices; declare one over this range (`index {example} : {};`) and write `{tensor}[{example}, ...]`",
-                        id.name
-                    )),
-                );
-                self.poison_range()
-            }
-            _ => {
-                self.unknown_index_error(id);
-                self.poison_range()
-            }
-        }
-    }
-
     /// E0105 with the most useful hint available.
     pub(crate) fn unknown_index_error(&mut self, id: &ast::Ident) {
         let hint = match self.suggest(Ns::Space, &id.name, |s| matches!(s, Sym::Index(_))) {
@@ -165,7 +137,8 @@ impl Ctx {
         let names: &[ast::Ident] = d.dims.as_deref().unwrap_or(&[]);
         let mut dims = Vec::with_capacity(names.len());
         for (k, id) in names.iter().enumerate() {
-            dims.push(self.decl_dim(id, &d.name.name));
+            let i = self.resolve_index(id);
+            dims.push(self.hir.indices[i].range);
             if let Some(first) = names[..k].iter().find(|p| p.name == id.name) {
                 self.error(
                     Diagnostic::error(

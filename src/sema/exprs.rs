@@ -122,20 +122,25 @@ impl Ctx {
     /// Every result index appears in the term; a summed index appears at most
     /// twice (three is an error, once is probably a typo).
     fn summation_rules(&mut self, t: &ast::Term, result: &[Occ], occs: &[Occ], top: bool) {
-        for r in result {
-            if !self.index_ok(r.idx) || occs.iter().any(|o| o.idx == r.idx) {
-                continue;
-            }
-            let name = self.hir.indices[r.idx].name.clone();
-            let d = if top {
-                Diagnostic::error("E0303", format!("output index `{name}` appears in no factor of this term"), t.span.clone(), format!("this term has no `{name}`"))
-                    .with_label(r.span.clone(), format!("`{name}` is on the left-hand side"))
-                    .with_hint(format!("every term must be a tensor over all left-hand side indices; use `{name}` in this term, or remove it from the left-hand side"))
+        let missing: Vec<&Occ> = result.iter().filter(|r| self.index_ok(r.idx) && !occs.iter().any(|o| o.idx == r.idx)).collect();
+        if !missing.is_empty() {
+            let names: Vec<String> = missing.iter().map(|r| format!("`{}`", self.hir.indices[r.idx].name)).collect();
+            let list = names.join(", ");
+            let (s, verb) = if missing.len() == 1 { ("", "appears") } else { ("s", "appear") };
+            let mut d = if top {
+                Diagnostic::error("E0303", format!("output index{} {list} {verb} in no factor of this term", if s.is_empty() { "" } else { "es" }), t.span.clone(), format!("this term has no {list}"))
+                    .with_hint(format!("every term must be a tensor over all left-hand side indices; use {list} in this term, or remove {} from the left-hand side", if s.is_empty() { "it" } else { "them" }))
             } else {
-                Diagnostic::error("E0304", format!("index `{name}` is missing from this term of a sub-expression"), t.span.clone(), format!("this term has no `{name}`"))
-                    .with_label(r.span.clone(), format!("`{name}` is shared with the rest of the statement"))
-                    .with_hint(format!("each term of a parenthesised sum or function argument must use the indices it shares with the statement; use `{name}` in this term"))
+                Diagnostic::error("E0304", format!("index{} {list} missing from this term of a sub-expression", if s.is_empty() { " is" } else { "es are" }), t.span.clone(), format!("this term has no {list}"))
+                    .with_hint(format!("each term of a parenthesised sum or function argument must use the indices it shares with the rest of the statement: use {list} in this term"))
             };
+            for r in &missing {
+                let name = &self.hir.indices[r.idx].name;
+                d = d.with_label(
+                    r.span.clone(),
+                    if top { format!("`{name}` is on the left-hand side") } else { format!("`{name}` is shared with the rest of the statement") },
+                );
+            }
             self.error(d);
         }
         let mut seen: Vec<IndexId> = Vec::new();
