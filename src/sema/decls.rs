@@ -33,7 +33,7 @@ pub(crate) fn int_text(l: &ast::IntLit) -> String {
 
 /// E0103: an integer literal that does not fit in a machine word.
 pub(crate) fn too_large(l: &ast::IntLit, what: &str) -> Diagnostic {
-    Diagnostic::error("E0103", format!("{what} `{}` is too large", l.text), l.span.clone(), "does not fit in 64 bits")
+    Diagnostic::error("E0103", format!("{what} is too large"), l.span.clone(), "does not fit in 64 bits")
         .with_hint(format!("the largest size tcc can represent is {}", usize::MAX))
 }
 
@@ -177,7 +177,10 @@ impl Ctx {
             hir::Tensor { name: d.name.name.clone(), role, elem, dims, symmetry, span: d.span.clone(), model: self.model },
             info,
         );
-        self.declare(Ns::Tensor, &d.name, Sym::Tensor(t), "tensor");
+        if !self.declare(Ns::Tensor, &d.name, Sym::Tensor(t), "tensor") {
+            // Unreachable by name: no warning about its uses.
+            self.tensors[t].bad = true;
+        }
     }
 
     /// Symmetry groups, by position; a group with any error is left out.
@@ -185,6 +188,15 @@ impl Ctx {
         let names: &[ast::Ident] = d.dims.as_deref().unwrap_or(&[]);
         let mut first_use: Vec<Option<crate::syntax::Span>> = vec![None; names.len()];
         let mut out = Vec::new();
+        if names.is_empty() {
+            if let Some(spec) = d.symmetry.first() {
+                self.error(
+                    Diagnostic::error("E0401", format!("scalar `{}` cannot have symmetry", d.name.name), spec.span.clone(), "a scalar has no dimensions")
+                        .with_hint("symmetry exchanges dimensions of a tensor; remove it, or declare the tensor with indices"),
+                );
+            }
+            return out;
+        }
         for spec in &d.symmetry {
             let kind = match spec.kind {
                 ast::SymKind::Symmetric => hir::SymKind::Symmetric,
@@ -196,11 +208,7 @@ impl Ctx {
                 for id in &g.indices {
                     let Some(p) = names.iter().position(|n| n.name == id.name) else {
                         let list: Vec<&str> = names.iter().map(|n| n.name.as_str()).collect();
-                        let hint = if list.is_empty() {
-                            format!("`{}` is a scalar and has no dimensions to exchange", d.name.name)
-                        } else {
-                            format!("a group names dimensions of `{}[{}]`", d.name.name, list.join(","))
-                        };
+                        let hint = format!("a group names dimensions of `{}[{}]`", d.name.name, list.join(","));
                         self.error(
                             Diagnostic::error(
                                 "E0401",

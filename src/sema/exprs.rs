@@ -41,6 +41,7 @@ impl Ctx {
     }
 
     fn term(&mut self, t: &ast::Term, result: &[Occ], top: bool) -> hir::Term {
+        let errors_before = self.error_count();
         let mut coef = if t.sign == ast::Sign::Minus { -1.0 } else { 1.0 };
         let mut parts = Vec::new();
         for (op, f) in &t.factors {
@@ -86,6 +87,10 @@ impl Ctx {
             }
         }
 
+        // After a wrong reference (rank, unknown name) the index count of this
+        // term means nothing: its summation rules are not checked, to avoid cascades.
+        let counted = !self.quiet_sums && self.error_count() == errors_before;
+
         // A sub-expression keeps the indices it shares with the result or with
         // another factor; the rest are summed inside it.
         let mut factors = Vec::with_capacity(parts.len());
@@ -115,7 +120,9 @@ impl Ctx {
                 }
             }
         }
-        self.summation_rules(t, result, &occs, top);
+        if counted {
+            self.summation_rules(t, result, &occs, top);
+        }
         hir::Term { coef, factors, span: t.span.clone() }
     }
 
@@ -124,15 +131,27 @@ impl Ctx {
     fn summation_rules(&mut self, t: &ast::Term, result: &[Occ], occs: &[Occ], top: bool) {
         let missing: Vec<&Occ> = result.iter().filter(|r| self.index_ok(r.idx) && !occs.iter().any(|o| o.idx == r.idx)).collect();
         if !missing.is_empty() {
-            let names: Vec<String> = missing.iter().map(|r| format!("`{}`", self.hir.indices[r.idx].name)).collect();
-            let list = names.join(", ");
-            let (s, verb) = if missing.len() == 1 { ("", "appears") } else { ("s", "appear") };
+            let list = self.name_list(missing.iter().map(|r| r.idx));
+            let one = missing.len() == 1;
             let mut d = if top {
-                Diagnostic::error("E0303", format!("output index{} {list} {verb} in no factor of this term", if s.is_empty() { "" } else { "es" }), t.span.clone(), format!("this term has no {list}"))
-                    .with_hint(format!("every term must be a tensor over all left-hand side indices; use {list} in this term, or remove {} from the left-hand side", if s.is_empty() { "it" } else { "them" }))
+                let message = if one {
+                    format!("output index {list} appears in no factor of this term")
+                } else {
+                    format!("output indices {list} appear in no factor of this term")
+                };
+                Diagnostic::error("E0303", message, t.span.clone(), format!("this term has no {list}")).with_hint(format!(
+                    "every term must be a tensor over all left-hand side indices; use {list} in this term, or remove {} from the left-hand side",
+                    if one { "it" } else { "them" }
+                ))
             } else {
-                Diagnostic::error("E0304", format!("index{} {list} missing from this term of a sub-expression", if s.is_empty() { " is" } else { "es are" }), t.span.clone(), format!("this term has no {list}"))
-                    .with_hint(format!("each term of a parenthesised sum or function argument must use the indices it shares with the rest of the statement: use {list} in this term"))
+                let message = if one {
+                    format!("index {list} is missing from this term of a sub-expression")
+                } else {
+                    format!("indices {list} are missing from this term of a sub-expression")
+                };
+                Diagnostic::error("E0304", message, t.span.clone(), format!("this term has no {list}")).with_hint(format!(
+                    "each term of a parenthesised sum or function argument must use the indices it shares with the rest of the statement; use {list} in this term"
+                ))
             };
             for r in &missing {
                 let name = &self.hir.indices[r.idx].name;
@@ -143,39 +162,55 @@ impl Ctx {
             }
             self.error(d);
         }
-        let mut seen: Vec<IndexId> = Vec::new();
+
+        // Summed indices by number of occurrences.
+        let mut summed: Vec<(IndexId, Vec<&Occ>)> = Vec::new();
         for o in occs {
-            if seen.contains(&o.idx) || result.iter().any(|r| r.idx == o.idx) || !self.index_ok(o.idx) {
+            if result.iter().any(|r| r.idx == o.idx) || !self.index_ok(o.idx) {
                 continue;
             }
-            seen.push(o.idx);
-            let all: Vec<&Occ> = occs.iter().filter(|x| x.idx == o.idx).collect();
-            let name = self.hir.indices[o.idx].name.clone();
-            let keep = if top { "the left-hand side" } else { "the left-hand side (or outside this sub-expression)" };
-            if all.len() >= 3 {
-                let mut d = Diagnostic::error(
-                    "E0305",
-                    format!("summed index `{name}` appears {} times in one term", all.len()),
-                    all[0].span.clone(),
-                    "1st",
-                )
-                .with_hint(format!("an index not on {keep} may appear at most twice in a term; rename one pair, or compute part of the product into a temporary first"));
-                for (n, x) in all.iter().enumerate().skip(1) {
-                    let ord = match n + 1 {
-                        2 => "2nd".to_string(),
-                        3 => "3rd".to_string(),
-                        k => format!("{k}th"),
-                    };
-                    d = d.with_label(x.span.clone(), ord);
-                }
-                self.error(d);
-            } else if all.len() == 1 {
+            match summed.iter_mut().find(|(i, _)| *i == o.idx) {
+                Some((_, v)) => v.push(o),
+                None => summed.push((o.idx, vec![o])),
+            }
+        }
+        let keep = if top { "the left-hand side" } else { "the left-hand side (or outside this sub-expression)" };
+        let over: Vec<&(IndexId, Vec<&Occ>)> = summed.iter().filter(|(_, v)| v.len() >= 3).collect();
+        if let Some((i, all)) = over.first() {
+            // One diagnostic per term: the first such index labelled, the others named.
+            let name = self.hir.indices[*i].name.clone();
+            let mut message = format!("summed index `{name}` appears {} times in one term", all.len());
+            if over.len() > 1 {
+                let others = self.name_list(over[1..].iter().map(|(i, _)| *i));
+                message.push_str(&format!(" (and so {} {others})", if over.len() == 2 { "does" } else { "do" }));
+            }
+            let mut d = Diagnostic::error("E0305", message, all[0].span.clone(), "1st").with_hint(format!(
+                "an index not on {keep} may appear at most twice in a term; rename one pair, or compute part of the product into a temporary first"
+            ));
+            for (n, x) in all.iter().enumerate().skip(1) {
+                let ord = match n + 1 {
+                    2 => "2nd".to_string(),
+                    3 => "3rd".to_string(),
+                    k => format!("{k}th"),
+                };
+                d = d.with_label(x.span.clone(), ord);
+            }
+            self.error(d);
+        }
+        for (i, all) in &summed {
+            if all.len() == 1 {
+                let name = &self.hir.indices[*i].name;
                 self.diags.push(
-                    Diagnostic::warning("W0301", format!("`{name}` appears once and is summed over"), o.span.clone(), format!("summed over `{name}`"))
+                    Diagnostic::warning("W0301", format!("`{name}` appears once and is summed over"), all[0].span.clone(), format!("summed over `{name}`"))
                         .with_hint(format!("an index that is not on {keep} is summed; if `{name}` should be kept, add it there")),
                 );
             }
         }
+    }
+
+    /// "`i`, `j`"
+    fn name_list(&self, ids: impl Iterator<Item = IndexId>) -> String {
+        ids.map(|i| format!("`{}`", self.hir.indices[i].name)).collect::<Vec<_>>().join(", ")
     }
 
     /// Every index written anywhere in `e`, in order of first appearance.

@@ -100,11 +100,18 @@ pub(crate) struct Ctx {
     /// The range standing for "unknown": dimensions with it are never checked.
     pub poison: Option<RangeId>,
     pub unit: UnitState,
+    /// Set while checking the right-hand side of a statement whose left-hand side
+    /// had an error: its summation rules would only repeat that error.
+    pub quiet_sums: bool,
 }
 
 impl Ctx {
     pub fn error(&mut self, d: Diagnostic) {
         self.diags.push(d);
+    }
+
+    pub fn error_count(&self) -> usize {
+        self.diags.iter().filter(|d| d.is_error()).count()
     }
 
     fn scope_mut(&mut self) -> &mut Names {
@@ -154,7 +161,11 @@ impl Ctx {
                 }
             }
             self.error(d);
-            return false;
+            if !in_top {
+                return false;
+            }
+            // A model-local redeclaration is what the model's statements mean:
+            // let it shadow, so that they are not checked against the outer one.
         }
         self.scope_mut().insert(ns, &id.name, Entry { sym, span: Some(id.span.clone()) });
         true

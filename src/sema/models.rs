@@ -137,7 +137,7 @@ impl Ctx {
         match int_value(l) {
             IntVal::Ok(n) if n >= 1 => Some(n),
             IntVal::TooLarge => {
-                self.error(too_large(l, "degree"));
+                self.error(too_large(l, &format!("the degree of `{key}`")));
                 None
             }
             _ => {

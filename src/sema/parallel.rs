@@ -28,7 +28,7 @@ impl Ctx {
                     1
                 }
                 IntVal::TooLarge => {
-                    self.error(too_large(l, "grid dimension"));
+                    self.error(too_large(l, "this grid dimension"));
                     1
                 }
             });

@@ -19,6 +19,7 @@ impl Ctx {
 
     /// One statement of the current unit.
     pub(crate) fn stmt(&mut self, s: &ast::Stmt) -> hir::Stmt {
+        let errors_before = self.error_count();
         let t = match self.lookup(Ns::Tensor, &s.lhs.name.name).map(|e| e.sym) {
             Some(Sym::Tensor(t)) => t,
             _ => match self.known_unknown(Ns::Tensor, &s.lhs.name.name) {
@@ -63,12 +64,15 @@ impl Ctx {
             self.error(d);
         }
 
+        self.quiet_sums = self.error_count() > errors_before;
         let rhs = self.expr(&s.rhs, &result, true);
+        self.quiet_sums = false;
+        let clean = self.error_count() == errors_before;
 
         let accumulate = s.op == ast::AssignOp::AddAssign;
         if self.tensor_ok(t) {
             if let Some(prev) = self.unit.unread_write(t).clone() {
-                if !accumulate {
+                if !accumulate && clean {
                     let name = self.hir.tensors[t].name.clone();
                     self.diags.push(
                         Diagnostic::warning("W0302", format!("`{name}` is overwritten before its value is used"), s.op_span.clone(), "`=` replaces the whole tensor")
@@ -215,7 +219,7 @@ impl Ctx {
         let rank = ten.dims.len();
         let n = r.indices.as_ref().map_or(0, |v| v.len());
         let (message, label) = if rank == 0 {
-            (format!("`{}` is a scalar but is written with indices", ten.name), indices(n))
+            (format!("`{}` is a scalar but is written with indices", ten.name), format!("{} here", indices(n)))
         } else if r.indices.is_none() {
             (format!("`{}` has {} but is written without indices", ten.name, dimensions(rank)), "no indices".to_string())
         } else {
@@ -226,8 +230,13 @@ impl Ctx {
         } else {
             format!("write one index per dimension, as in `{}[{}]`", ten.name, info.dim_names.join(","))
         };
+        let declared = match (rank, info.implicit) {
+            (0, _) => "declared as a scalar here".to_string(),
+            (_, true) => format!("created with {} here", dimensions(rank)),
+            (_, false) => format!("declared with {} here", dimensions(rank)),
+        };
         let d = Diagnostic::error("E0202", message, r.span.clone(), label)
-            .with_label(info.name_span.clone(), format!("declared with {} here", dimensions(rank)))
+            .with_label(info.name_span.clone(), declared)
             .with_hint(hint);
         self.error(d);
     }
@@ -270,11 +279,11 @@ impl Ctx {
                 .iter()
                 .enumerate()
                 .find(|(i, x)| x.range == r && self.index_ok(*i))
-                .map(|(_, x)| format!("an index over it such as `{}`", x.name))
-                .unwrap_or_else(|| format!("an index over it (declare one with `index {} : {};`)", id.name.to_lowercase(), id.name));
+                .map(|(_, x)| format!("use an index over `{}` here, such as `{}`", id.name, x.name))
+                .unwrap_or_else(|| format!("declare an index over it (`index {} : {};`) and write that here", id.name.to_lowercase(), id.name));
             self.error(
                 Diagnostic::error("E0108", format!("`{}` is a range, not an index", id.name), id.span.clone(), "expected an index")
-                    .with_hint(format!("write {example}")),
+                    .with_hint(example),
             );
         } else {
             self.unknown_index_error(id);
