@@ -152,20 +152,7 @@ impl Ctx {
                 );
             }
         }
-        if dims.iter().all(|&r| self.range_ok(r)) {
-            let count = dims.iter().try_fold(1usize, |acc, &r| acc.checked_mul(self.hir.ranges[r].size));
-            if count.is_none() {
-                self.error(
-                    Diagnostic::error(
-                        "E0110",
-                        format!("tensor `{}` has too many elements", d.name.name),
-                        d.name.span.clone(),
-                        "the product of its dimensions overflows 64 bits",
-                    )
-                    .with_hint("use smaller ranges, or split the tensor into blocks"),
-                );
-            }
-        }
+        self.check_element_count(&d.name, &dims);
         let symmetry = self.symmetry(d, &dims);
         let info = TensorInfo {
             name_span: d.name.span.clone(),
@@ -180,6 +167,25 @@ impl Ctx {
         if !self.declare(Ns::Tensor, &d.name, Sym::Tensor(t), "tensor") {
             // Unreachable by name: no warning about its uses.
             self.tensors[t].bad = true;
+        }
+    }
+
+    /// E0110: a tensor whose element count overflows a machine word.
+    pub(crate) fn check_element_count(&mut self, name: &ast::Ident, dims: &[RangeId]) {
+        if !dims.iter().all(|&r| self.range_ok(r)) {
+            return;
+        }
+        let count = dims.iter().try_fold(1usize, |acc, &r| acc.checked_mul(self.hir.ranges[r].size));
+        if count.is_none() {
+            self.error(
+                Diagnostic::error(
+                    "E0110",
+                    format!("tensor `{}` has too many elements", name.name),
+                    name.span.clone(),
+                    "the product of its dimensions overflows 64 bits",
+                )
+                .with_hint("use smaller ranges, or split the tensor into blocks"),
+            );
         }
     }
 

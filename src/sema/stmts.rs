@@ -96,6 +96,7 @@ impl Ctx {
             let i = self.resolve_index(id);
             dims.push(self.hir.indices[i].range);
         }
+        self.check_element_count(&lhs.name, &dims);
         let t = self.push_tensor(
             hir::Tensor {
                 name: lhs.name.name.clone(),

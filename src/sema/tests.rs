@@ -231,3 +231,35 @@ fn deep_nesting_does_not_overflow() {
     let h = ok(&src);
     assert_eq!(h.units[0].stmts.len(), 1);
 }
+
+/// Random statements built from a small vocabulary of valid and invalid pieces:
+/// whatever parses must be analysed without a panic.
+#[test]
+fn random_programs_never_panic() {
+    let pieces = [
+        "range N = 3;", "range M = 0;", "range N = 99999999999999999999999;", "index i, j : N;", "index k : M;",
+        "index q : Z;", "input tensor A[i,j] : f32 symmetric(i j);", "output tensor B[i];", "tensor T[i,k];",
+        "param tensor P[j];", "output tensor E;", "tensor X[N];", "B[i] = A[i,j] * T[j,k];", "E = A[i,i] / 0;",
+        "B[i] += exp(A[i,j] * (B[j] + 2)) / 2;", "T[i,i] = relu(A[i,j]);", "A[i] = B;", "Q[z] = B[i];",
+        "grid G[2, 0];", "grid G[];", "distribute A[i,j] over G as [i:0, j:5];", "distribute B[k] over H as [k:0];",
+        "program p { B[i] = A[i,j]; E = B[i] * B[i] * B[i]; }", "program p { }",
+        "model m { dims d = 2, e = 0; index x : d; index i : d; param tensor W[x]; layer l { H[x] = W[x]; H[x] = H[x] * H[k]; } parallel { data = 0; tensor = 2 on q; sequence = ring(0); zero = 9; expert = 3; foo = 1; } }",
+        "model m { layer l { Y = 1; } layer l { Z[i] = Y; } }", "E = 1e999 * exp(E) + unknown(E);",
+    ];
+    let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+    for _ in 0..400 {
+        let mut src = String::new();
+        for _ in 0..8 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            src.push_str(pieces[(seed % pieces.len() as u64) as usize]);
+            src.push('\n');
+        }
+        let p = parse(&src);
+        let (_, diags) = super::analyze(&p.file, "t");
+        for d in &diags {
+            assert!(d.primary.span.end <= src.len(), "{src}\n{d:?}");
+        }
+    }
+}
