@@ -200,7 +200,7 @@ impl Ctx {
     }
 
     pub fn tensor_ok(&self, t: TensorId) -> bool {
-        !self.tensors.get(t).map_or(true, |i| i.bad)
+        self.tensors.get(t).is_some_and(|i| !i.bad)
     }
 
     pub fn push_index(&mut self, name: &str, range: RangeId, span: Span, bad: bool) -> IndexId {

@@ -238,7 +238,7 @@ impl Ctx {
         let Some(n) = hints.expert else { return };
         let Some(&r) = dims.iter().find(|&&r| matches!(self.hir.ranges[r].name.as_str(), "experts" | "expert")) else { return };
         let size = self.hir.ranges[r].size;
-        if size % n == 0 {
+        if size.is_multiple_of(n) {
             return;
         }
         let span = seen.iter().find(|(k, _)| k == "expert").map(|(_, s)| s.clone()).unwrap_or_default();

@@ -77,8 +77,8 @@ pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     for (i, row) in d.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        d[0][j] = j;
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
@@ -106,7 +106,7 @@ pub(crate) fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a s
         }
         let d = if c.eq_ignore_ascii_case(name) { 0 } else { edit_distance(name, c) };
         let close = d <= limit && (len > 1 || d == 0) && d < c.chars().count().max(len);
-        if close && best.map_or(true, |(bd, _)| d < bd) {
+        if close && best.is_none_or(|(bd, _)| d < bd) {
             best = Some((d, c));
         }
     }
