@@ -1,0 +1,255 @@
+//! Expressions: signs and numbers folded into coefficients, the `free` indices of
+//! function arguments and parenthesised sums, and the summation rules of a term
+//! (every result index present, no summed index three times).
+//!
+//! Recursion follows the parse tree only (whose nesting the parser bounds).
+
+use super::hir::{self, IndexId};
+use super::scope::closest;
+use super::Ctx;
+use crate::diag::Diagnostic;
+use crate::syntax::{ast, Span};
+
+/// One occurrence of an index, with where it was written.
+#[derive(Debug, Clone)]
+pub(crate) struct Occ {
+    pub idx: IndexId,
+    pub span: Span,
+}
+
+/// A factor of a term before the `free` indices of sub-expressions are known.
+enum Part<'a> {
+    Tensor(hir::TensorRef, Vec<Occ>),
+    /// A call (`Some(func)`, `None` for an unknown function name), or a parenthesis.
+    Sub { func: Option<Option<hir::Func>>, arg: &'a ast::Expr, span: Span, all: Vec<Occ> },
+}
+
+impl Part<'_> {
+    fn mentions(&self, i: IndexId) -> bool {
+        match self {
+            Part::Tensor(_, o) | Part::Sub { all: o, .. } => o.iter().any(|o| o.idx == i),
+        }
+    }
+}
+
+impl Ctx {
+    /// An expression whose every term is a tensor over `result` (the left-hand
+    /// side's indices when `top`, else a sub-expression's `free` indices).
+    pub(crate) fn expr(&mut self, e: &ast::Expr, result: &[Occ], top: bool) -> hir::Expr {
+        let terms = e.terms.iter().map(|t| self.term(t, result, top)).collect();
+        hir::Expr { terms, span: e.span.clone() }
+    }
+
+    fn term(&mut self, t: &ast::Term, result: &[Occ], top: bool) -> hir::Term {
+        let errors_before = self.error_count();
+        let mut coef = if t.sign == ast::Sign::Minus { -1.0 } else { 1.0 };
+        let mut parts = Vec::new();
+        for (op, f) in &t.factors {
+            if *op == ast::MulOp::Div && !matches!(f, ast::Factor::Number(_)) {
+                let what = if matches!(f, ast::Factor::Tensor(_)) { "a tensor" } else { "an expression" };
+                self.error(
+                    Diagnostic::error("E0306", format!("cannot divide by {what}"), f.span(), "only a number may follow `/`")
+                        .with_hint("to divide element-wise, multiply by the reciprocal: `* recip(...)`"),
+                );
+            }
+            match f {
+                ast::Factor::Number(n) => match n.text.parse::<f64>() {
+                    Ok(v) if v.is_finite() => {
+                        if *op == ast::MulOp::Mul {
+                            coef *= v;
+                        } else if v == 0.0 {
+                            self.error(
+                                Diagnostic::error("E0307", "division by zero", n.span.clone(), "this is zero")
+                                    .with_hint("remove the division, or divide by a non-zero number"),
+                            );
+                        } else {
+                            coef /= v;
+                        }
+                    }
+                    _ => self.error(
+                        Diagnostic::error("E0308", format!("number `{}` is out of range", n.text), n.span.clone(), "not a finite f64")
+                            .with_hint("numbers must be finite 64-bit floats (at most about 1.8e308)"),
+                    ),
+                },
+                ast::Factor::Tensor(r) => {
+                    let (r, occs) = self.read(r);
+                    parts.push(Part::Tensor(r, occs));
+                }
+                ast::Factor::Call { func, arg, span } => {
+                    let func = Some(self.func(func));
+                    let all = self.collect(arg);
+                    parts.push(Part::Sub { func, arg, span: span.clone(), all });
+                }
+                ast::Factor::Paren { expr, span } => {
+                    let all = self.collect(expr);
+                    parts.push(Part::Sub { func: None, arg: expr, span: span.clone(), all });
+                }
+            }
+        }
+
+        // After a wrong reference (rank, unknown name) the index count of this
+        // term means nothing: its summation rules are not checked, to avoid cascades.
+        let counted = !self.quiet_sums && self.error_count() == errors_before;
+
+        // A sub-expression keeps the indices it shares with the result or with
+        // another factor; the rest are summed inside it.
+        let mut factors = Vec::with_capacity(parts.len());
+        let mut occs: Vec<Occ> = Vec::new();
+        for (k, part) in parts.iter().enumerate() {
+            match part {
+                Part::Tensor(r, o) => {
+                    factors.push(hir::Factor::Tensor(r.clone()));
+                    occs.extend(o.iter().cloned());
+                }
+                Part::Sub { func, arg, span, all } => {
+                    let mut free: Vec<Occ> = Vec::new();
+                    for o in all {
+                        let shared = result.iter().any(|r| r.idx == o.idx)
+                            || parts.iter().enumerate().any(|(j, p)| j != k && p.mentions(o.idx));
+                        if shared && !free.iter().any(|f| f.idx == o.idx) {
+                            free.push(o.clone());
+                        }
+                    }
+                    let inner = Box::new(self.expr(arg, &free, false));
+                    let ids = free.iter().map(|o| o.idx).collect();
+                    factors.push(match func {
+                        Some(Some(f)) => hir::Factor::Call { func: *f, arg: inner, free: ids, span: span.clone() },
+                        _ => hir::Factor::Sum { arg: inner, free: ids, span: span.clone() },
+                    });
+                    occs.extend(free);
+                }
+            }
+        }
+        if counted {
+            self.summation_rules(t, result, &occs, top);
+        }
+        hir::Term { coef, factors, span: t.span.clone() }
+    }
+
+    /// Every result index appears in the term; a summed index appears at most
+    /// twice (three is an error, once is probably a typo).
+    fn summation_rules(&mut self, t: &ast::Term, result: &[Occ], occs: &[Occ], top: bool) {
+        let missing: Vec<&Occ> = result.iter().filter(|r| self.index_ok(r.idx) && !occs.iter().any(|o| o.idx == r.idx)).collect();
+        if !missing.is_empty() {
+            let list = self.name_list(missing.iter().map(|r| r.idx));
+            let one = missing.len() == 1;
+            let mut d = if top {
+                let message = if one {
+                    format!("output index {list} appears in no factor of this term")
+                } else {
+                    format!("output indices {list} appear in no factor of this term")
+                };
+                Diagnostic::error("E0303", message, t.span.clone(), format!("this term has no {list}")).with_hint(format!(
+                    "every term must be a tensor over all left-hand side indices; use {list} in this term, or remove {} from the left-hand side",
+                    if one { "it" } else { "them" }
+                ))
+            } else {
+                let message = if one {
+                    format!("index {list} is missing from this term of a sub-expression")
+                } else {
+                    format!("indices {list} are missing from this term of a sub-expression")
+                };
+                Diagnostic::error("E0304", message, t.span.clone(), format!("this term has no {list}")).with_hint(format!(
+                    "each term of a parenthesised sum or function argument must use the indices it shares with the rest of the statement; use {list} in this term"
+                ))
+            };
+            for r in &missing {
+                let name = &self.hir.indices[r.idx].name;
+                d = d.with_label(
+                    r.span.clone(),
+                    if top { format!("`{name}` is on the left-hand side") } else { format!("`{name}` is shared with the rest of the statement") },
+                );
+            }
+            self.error(d);
+        }
+
+        // Summed indices by number of occurrences.
+        let mut summed: Vec<(IndexId, Vec<&Occ>)> = Vec::new();
+        for o in occs {
+            if result.iter().any(|r| r.idx == o.idx) || !self.index_ok(o.idx) {
+                continue;
+            }
+            match summed.iter_mut().find(|(i, _)| *i == o.idx) {
+                Some((_, v)) => v.push(o),
+                None => summed.push((o.idx, vec![o])),
+            }
+        }
+        let keep = if top { "the left-hand side" } else { "the left-hand side (or outside this sub-expression)" };
+        let over: Vec<&(IndexId, Vec<&Occ>)> = summed.iter().filter(|(_, v)| v.len() >= 3).collect();
+        if let Some((i, all)) = over.first() {
+            // One diagnostic per term: the first such index labelled, the others named.
+            let name = self.hir.indices[*i].name.clone();
+            let mut message = format!("summed index `{name}` appears {} times in one term", all.len());
+            if over.len() > 1 {
+                let others = self.name_list(over[1..].iter().map(|(i, _)| *i));
+                message.push_str(&format!(" (and so {} {others})", if over.len() == 2 { "does" } else { "do" }));
+            }
+            let mut d = Diagnostic::error("E0305", message, all[0].span.clone(), "1st").with_hint(format!(
+                "an index not on {keep} may appear at most twice in a term; rename one pair, or compute part of the product into a temporary first"
+            ));
+            for (n, x) in all.iter().enumerate().skip(1) {
+                let ord = match n + 1 {
+                    2 => "2nd".to_string(),
+                    3 => "3rd".to_string(),
+                    k => format!("{k}th"),
+                };
+                d = d.with_label(x.span.clone(), ord);
+            }
+            self.error(d);
+        }
+        for (i, all) in &summed {
+            if all.len() == 1 {
+                let name = &self.hir.indices[*i].name;
+                self.diags.push(
+                    Diagnostic::warning("W0301", format!("`{name}` appears once and is summed over"), all[0].span.clone(), format!("summed over `{name}`"))
+                        .with_hint(format!("an index that is not on {keep} is summed; if `{name}` should be kept, add it there")),
+                );
+            }
+        }
+    }
+
+    /// "`i`, `j`"
+    fn name_list(&self, ids: impl Iterator<Item = IndexId>) -> String {
+        ids.map(|i| format!("`{}`", self.hir.indices[i].name)).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Every index written anywhere in `e`, in order of first appearance.
+    fn collect(&mut self, e: &ast::Expr) -> Vec<Occ> {
+        let mut out: Vec<Occ> = Vec::new();
+        for t in &e.terms {
+            for (_, f) in &t.factors {
+                let found = match f {
+                    ast::Factor::Number(_) => Vec::new(),
+                    ast::Factor::Tensor(r) => r
+                        .indices
+                        .iter()
+                        .flatten()
+                        .map(|id| Occ { idx: self.resolve_index(id), span: id.span.clone() })
+                        .collect(),
+                    ast::Factor::Call { arg, .. } => self.collect(arg),
+                    ast::Factor::Paren { expr, .. } => self.collect(expr),
+                };
+                for o in found {
+                    if !out.iter().any(|x| x.idx == o.idx) {
+                        out.push(o);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The function a name denotes (`None` after reporting an unknown name).
+    fn func(&mut self, id: &ast::Ident) -> Option<hir::Func> {
+        if let Some(f) = hir::Func::from_name(&id.name) {
+            return Some(f);
+        }
+        let names: Vec<&str> = hir::Func::ALL.iter().map(|f| f.name()).collect();
+        let hint = match closest(&id.name, names.iter().copied()) {
+            Some(s) => format!("did you mean `{s}`?"),
+            None => format!("the functions are {}", names.join(", ")),
+        };
+        self.error(Diagnostic::error("E0107", format!("unknown function `{}`", id.name), id.span.clone(), "not a function").with_hint(hint));
+        None
+    }
+}
