@@ -23,7 +23,6 @@ fn numpy_available() -> bool {
 }
 
 #[test]
-#[ignore = "needs sema"]
 fn examples_agree_with_numpy_einsum() {
     if !numpy_available() {
         return;

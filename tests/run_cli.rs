@@ -16,7 +16,6 @@ fn tcc() -> Command {
 const ROW: &str = r"norm2 = -?[0-9]\.[0-9]{11}e-?[0-9]+  sum = -?[0-9]\.[0-9]{11}e-?[0-9]+  checksum = -?[0-9]\.[0-9]{11}e-?[0-9]+";
 
 #[test]
-#[ignore = "needs sema"]
 fn report_format() {
     let out = tcc().args(["run", "--interp", "--seed", "3"]).arg(example("matmul.tc")).assert().success();
     let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
@@ -25,7 +24,6 @@ fn report_format() {
 }
 
 #[test]
-#[ignore = "needs sema"]
 fn same_seed_same_report_other_seed_other_report() {
     let run = |seed: &str| {
         let o = tcc().args(["run", "--interp", "--seed", seed]).arg(example("ccsd_terms.tc")).assert().success();
@@ -36,7 +34,6 @@ fn same_seed_same_report_other_seed_other_report() {
 }
 
 #[test]
-#[ignore = "needs sema"]
 fn program_selection_and_unknown_program() {
     tcc()
         .args(["run", "--interp", "--program", "energy"])
@@ -54,7 +51,6 @@ fn program_selection_and_unknown_program() {
 }
 
 #[test]
-#[ignore = "needs sema"]
 fn inputs_round_trip_through_files() {
     let dir = tempfile::tempdir().unwrap();
     let first = tcc()
@@ -77,7 +73,6 @@ fn inputs_round_trip_through_files() {
 }
 
 #[test]
-#[ignore = "needs sema"]
 fn input_errors() {
     let dir = tempfile::tempdir().unwrap();
     tcc().args(["run", "--interp", "--save-inputs", "--output-dir"]).arg(dir.path()).arg(example("chain4.tc")).assert().success();

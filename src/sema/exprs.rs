@@ -197,8 +197,11 @@ impl Ctx {
             }
             self.error(d);
         }
+        // A lone summed index in a product of several factors is usually a typo; in a
+        // single-factor term (`N[i] = A[i,j]`) it is a deliberate reduction.
+        let products = t.factors.iter().filter(|(_, f)| !matches!(f, ast::Factor::Number(_))).count();
         for (i, all) in &summed {
-            if all.len() == 1 {
+            if all.len() == 1 && products >= 2 {
                 let name = &self.hir.indices[*i].name;
                 self.diags.push(
                     Diagnostic::warning("W0301", format!("`{name}` appears once and is summed over"), all[0].span.clone(), format!("summed over `{name}`"))
