@@ -11,6 +11,8 @@
 
 pub mod exec;
 pub mod fusion;
+#[cfg(test)]
+mod tests;
 
 use crate::sema::hir::{Hir, IndexId, TensorId, UnitId};
 use serde::Serialize;

@@ -1,0 +1,139 @@
+//! Fusion legality and memory, checked by running nests against the interpreter.
+
+use super::exec::execute;
+use super::fusion::{lower_unit, unfused, FusionOptions};
+use super::{LoopNest, Node};
+use crate::interp::{random_inputs, run_unit};
+use crate::sema::hir::Hir;
+
+fn compile(src: &str) -> Hir {
+    let (hir, diags) = crate::compile(src, "t");
+    hir.unwrap_or_else(|| panic!("{diags:?}"))
+}
+
+/// Runs the unit through the nest and through the interpreter; asserts equality.
+fn assert_same(hir: &Hir, nest: &LoopNest) {
+    let inputs = random_inputs(hir, nest.unit, 7).unwrap();
+    let want = run_unit(hir, nest.unit, &inputs).unwrap();
+    let got = execute(hir, nest, &inputs).unwrap();
+    assert_eq!(want.len(), got.len());
+    for (t, w) in &want {
+        let g = &got[t];
+        assert_eq!(w.shape, g.shape);
+        let scale = w.data.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
+        for (a, b) in w.data.iter().zip(&g.data) {
+            assert!((a - b).abs() <= 1e-12 * scale, "{} differs: {a} vs {b}\n{}", hir.tensors[*t].name, nest.dump(hir));
+        }
+    }
+}
+
+fn loop_depth(nodes: &[Node]) -> usize {
+    nodes.iter().map(|n| if let Node::Loop { body, .. } = n { 1 + loop_depth(body) } else { 0 }).max().unwrap_or(0)
+}
+
+const FOUR_INDEX: &str = "
+range N = 5;
+index p, q, r, s, a, b, c, d : N;
+input tensor A[p,q,r,s] : f64 symmetric(p q)(r s);
+input tensor C[a,p] : f64;
+output tensor B[a,b,c,d] : f64;
+tensor T1[a,q,r,s];
+tensor T2[a,b,r,s];
+tensor T3[a,b,c,s];
+T1[a,q,r,s] = C[a,p] * A[p,q,r,s];
+T2[a,b,r,s] = C[b,q] * T1[a,q,r,s];
+T3[a,b,c,s] = C[c,r] * T2[a,b,r,s];
+B[a,b,c,d] = C[d,s] * T3[a,b,c,s];
+";
+
+#[test]
+fn four_index_transform_needs_only_small_intermediates() {
+    let hir = compile(FOUR_INDEX);
+    let nest = lower_unit(&hir, 0, FusionOptions::default());
+    let n = 5usize;
+    // Unfused: three N^4 temporaries live around each statement (two at a time).
+    assert_eq!(nest.unfused_peak_elements, 2 * n.pow(4));
+    // Fused: every temporary is at most N^3.
+    for b in nest.buffers.values() {
+        if hir.tensors[b.tensor].role == crate::sema::hir::Role::Temporary {
+            assert!(b.elements <= n.pow(3), "{}", nest.dump(&hir));
+        }
+    }
+    assert!(nest.peak_elements <= n.pow(3) + n.pow(2), "{}", nest.dump(&hir));
+    assert!(loop_depth(&nest.body) >= 3, "{}", nest.dump(&hir));
+    assert_same(&hir, &nest);
+}
+
+#[test]
+fn unfused_nest_matches_interpreter() {
+    let hir = compile(FOUR_INDEX);
+    assert_same(&hir, &unfused(&hir, 0));
+}
+
+#[test]
+fn summed_loop_shared_with_producer_accumulates_correctly() {
+    // k is summed in the consumer; sharing it with the producer makes T a vector per
+    // k, and R must be zeroed before the k loop, not inside it.
+    let hir = compile(
+        "range N = 4; index i, j, k : N;
+         input tensor A[i,k]; input tensor B[k,j]; output tensor R[i,j]; tensor T[i,k];
+         T[i,k] = 2 * A[i,k];
+         R[i,j] = T[i,k] * B[k,j];",
+    );
+    let nest = lower_unit(&hir, 0, FusionOptions::default());
+    assert!(nest.peak_elements < 16, "{}", nest.dump(&hir));
+    assert_same(&hir, &nest);
+}
+
+#[test]
+fn reading_a_temporary_twice_keeps_it_whole_where_needed() {
+    let hir = compile(
+        "range N = 3; range M = 4; index i, j : N; index k : M;
+         input tensor A[i,k]; output tensor R[i,j]; output tensor S[j]; tensor T[i,k];
+         T[i,k] = A[i,k] * A[i,k];
+         R[i,j] = T[i,k] * T[j,k];
+         S[j] = 0.5 * T[j,k];",
+    );
+    let nest = lower_unit(&hir, 0, FusionOptions::default());
+    assert_same(&hir, &nest);
+}
+
+#[test]
+fn statements_with_calls_and_self_reads_run_whole() {
+    let hir = compile(
+        "range N = 4; index i, j, k : N;
+         input tensor A[i,k]; input tensor B[k,j]; output tensor R[i,j]; tensor T[i,j];
+         T[i,j] = A[i,k] * B[k,j];
+         R[i,j] = exp(T[i,j]) + T[j,i];
+         R[i,j] += R[j,i] * 0.5;",
+    );
+    let nest = lower_unit(&hir, 0, FusionOptions::default());
+    assert_same(&hir, &nest);
+}
+
+#[test]
+fn accumulating_outputs_across_statements() {
+    let hir = compile(
+        "range N = 3; index i, j, k, l : N;
+         input tensor A[i,j,k]; input tensor B[k,l]; output tensor R[i,l]; tensor T[i,j,l];
+         T[i,j,l] = A[i,j,k] * B[k,l];
+         R[i,l] = T[i,j,l];
+         R[i,l] += 3 * T[i,i,l];
+         T[i,j,l] = A[i,j,l] * 2;
+         R[i,l] += T[i,j,l];",
+    );
+    let nest = lower_unit(&hir, 0, FusionOptions::default());
+    assert_same(&hir, &nest);
+}
+
+#[test]
+fn dump_shows_loops_and_buffer_sizes() {
+    let hir = compile(FOUR_INDEX);
+    let text = lower_unit(&hir, 0, FusionOptions::default()).dump(&hir);
+    assert!(text.contains("for a in 0..5 {"), "{text}");
+    for t in ["T1", "T2", "T3"] {
+        assert!(text.contains(&format!("buffer {t}: f64[")), "{text}");
+    }
+    assert!(text.contains("buffer A: f64[5, 5, 5, 5] = 625 elements (5000 bytes)"), "{text}");
+    assert!(text.contains("peak temporary memory"), "{text}");
+}
