@@ -13,7 +13,9 @@
 //! A temporary then only stores the dimensions not fixed by the runs around all its
 //! users. The search enumerates the `S_i` depth first (larger sets first), pruning
 //! illegal prefixes (legality is monotone in the prefix), and keeps the fusion with the
-//! lowest peak temporary memory (ties: fewer loops). A visit budget bounds the search
+//! lowest peak temporary memory (ties: fewer loops) — or, under a memory limit, the
+//! least fused nest that fits (unfused loops keep whole contractions, which later map
+//! to large GEMMs), falling back to the smallest peak. A visit budget bounds the search
 //! on long units; the unfused nest is always legal, so the result is never worse.
 
 use super::{Buffer, LoopNest, Node};
@@ -25,11 +27,13 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct FusionOptions {
     /// Number of search nodes visited before settling for the best fusion found.
     pub budget: usize,
+    /// Bytes of temporaries allowed live at once; `None`: minimize memory.
+    pub mem_limit: Option<u64>,
 }
 
 impl Default for FusionOptions {
     fn default() -> Self {
-        FusionOptions { budget: 200_000 }
+        FusionOptions { budget: 200_000, mem_limit: None }
     }
 }
 
@@ -282,11 +286,11 @@ impl Problem<'_> {
         out
     }
 
-    /// Peak elements of temporaries live at once (live from first to last use).
-    fn peak(&self, buffers: &BTreeMap<TensorId, Buffer>) -> usize {
-        let mut peak = 0usize;
+    /// Peak bytes of temporaries live at once (live from first to last use).
+    fn peak(&self, buffers: &BTreeMap<TensorId, Buffer>) -> u64 {
+        let mut peak = 0u64;
         for i in 0..self.stmts.len() {
-            let mut live = 0usize;
+            let mut live = 0u64;
             for (&t, b) in buffers {
                 if self.hir.tensors[t].role != Role::Temporary {
                     continue;
@@ -294,7 +298,8 @@ impl Problem<'_> {
                 let users = &self.users[&t];
                 if let (Some(&f), Some(&l)) = (users.first(), users.last()) {
                     if f <= i && i <= l {
-                        live = live.saturating_add(b.elements);
+                        let bytes = (b.elements as u64).saturating_mul(self.hir.tensors[t].elem.size_bytes() as u64);
+                        live = live.saturating_add(bytes);
                     }
                 }
             }
@@ -308,7 +313,9 @@ struct Search<'p, 'a> {
     p: &'p Problem<'a>,
     visits: usize,
     budget: usize,
-    best: Option<((usize, usize), Vec<u64>)>,
+    mem_limit: Option<u64>,
+    /// (over the limit, peak if over, loops, peak): lower is better.
+    best: Option<((bool, u64, usize, u64), Vec<u64>)>,
 }
 
 impl Search<'_, '_> {
@@ -320,7 +327,12 @@ impl Search<'_, '_> {
         let n = self.p.stmts.len();
         if shared.len() + 1 >= n {
             let runs = runs_of(shared);
-            let score = (self.p.peak(&self.p.buffers(&runs)), runs.len());
+            let peak = self.p.peak(&self.p.buffers(&runs));
+            let score = match self.mem_limit {
+                Some(limit) if peak <= limit => (false, 0, runs.len(), peak),
+                Some(_) => (true, peak, runs.len(), peak),
+                None => (false, peak, runs.len(), peak),
+            };
             if self.best.as_ref().map(|(b, _)| score < *b).unwrap_or(true) {
                 self.best = Some((score, shared.clone()));
             }
@@ -349,7 +361,7 @@ pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
     let problem = Problem::new(hir, stmts);
     let shared: Vec<u64> = match &problem {
         Some(p) if n >= 2 => {
-            let mut s = Search { p, visits: 0, budget: opts.budget, best: None };
+            let mut s = Search { p, visits: 0, budget: opts.budget, mem_limit: opts.mem_limit, best: None };
             s.dfs(&mut Vec::new());
             s.best.map(|(_, sh)| sh).unwrap_or_else(|| vec![0; n - 1])
         }
@@ -363,15 +375,16 @@ pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
     let peak = p.peak(&buffers);
     let unfused_peak = p.peak(&p.buffers(&[]));
     let body = build_tree(&p, &runs);
-    LoopNest { unit, body, buffers, peak_elements: peak, unfused_peak_elements: unfused_peak }
+    LoopNest { unit, body, buffers, peak_bytes: peak, unfused_peak_bytes: unfused_peak }
 }
 
 /// The nest without any fusion (also used when a unit has more than 64 indices).
+/// Its peak is the conservative sum of every temporary.
 pub fn unfused(hir: &Hir, unit: UnitId) -> LoopNest {
     let stmts = &hir.units[unit].stmts;
     let mut body = Vec::new();
     let mut buffers = BTreeMap::new();
-    let mut temp_total = 0usize;
+    let mut temp_total = 0u64;
     for (i, st) in stmts.iter().enumerate() {
         if !st.accumulate && fusible(st) {
             body.push(Node::Zero { tensor: st.lhs.tensor, stmt: i });
@@ -385,13 +398,14 @@ pub fn unfused(hir: &Hir, unit: UnitId) -> LoopNest {
             buffers.entry(t).or_insert_with(|| {
                 let elements = hir.num_elements(t).unwrap_or(usize::MAX);
                 if hir.tensors[t].role == Role::Temporary {
-                    temp_total = temp_total.saturating_add(elements);
+                    let bytes = (elements as u64).saturating_mul(hir.tensors[t].elem.size_bytes() as u64);
+                    temp_total = temp_total.saturating_add(bytes);
                 }
                 Buffer { tensor: t, stored: (0..hir.tensors[t].dims.len()).collect(), fixed: Vec::new(), elements }
             });
         }
     }
-    LoopNest { unit, body, buffers, peak_elements: temp_total, unfused_peak_elements: temp_total }
+    LoopNest { unit, body, buffers, peak_bytes: temp_total, unfused_peak_bytes: temp_total }
 }
 
 /// Builds the loop tree from laminar runs; `=` becomes a `Zero` placed outside every

@@ -44,9 +44,9 @@ pub struct LoopNest {
     pub unit: UnitId,
     pub body: Vec<Node>,
     pub buffers: BTreeMap<TensorId, Buffer>,
-    /// Peak elements of temporaries live at once, as fused and without fusion.
-    pub peak_elements: usize,
-    pub unfused_peak_elements: usize,
+    /// Peak bytes of temporaries live at once, as fused and without fusion.
+    pub peak_bytes: u64,
+    pub unfused_peak_bytes: u64,
 }
 
 impl LoopNest {
@@ -78,8 +78,8 @@ impl LoopNest {
         dump_nodes(hir, self.unit, &self.body, 1, &mut s);
         let _ = writeln!(
             s,
-            "  // peak temporary memory: {} elements (unfused: {})",
-            self.peak_elements, self.unfused_peak_elements
+            "  // peak temporary memory: {} bytes (unfused: {} bytes)",
+            self.peak_bytes, self.unfused_peak_bytes
         );
         s.push_str("}\n");
         s

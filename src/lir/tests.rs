@@ -52,14 +52,14 @@ fn four_index_transform_needs_only_small_intermediates() {
     let nest = lower_unit(&hir, 0, FusionOptions::default());
     let n = 5usize;
     // Unfused: three N^4 temporaries live around each statement (two at a time).
-    assert_eq!(nest.unfused_peak_elements, 2 * n.pow(4));
+    assert_eq!(nest.unfused_peak_bytes, 8 * 2 * n.pow(4) as u64);
     // Fused: every temporary is at most N^3.
     for b in nest.buffers.values() {
         if hir.tensors[b.tensor].role == crate::sema::hir::Role::Temporary {
             assert!(b.elements <= n.pow(3), "{}", nest.dump(&hir));
         }
     }
-    assert!(nest.peak_elements <= n.pow(3) + n.pow(2), "{}", nest.dump(&hir));
+    assert!(nest.peak_bytes <= 8 * (n.pow(3) + n.pow(2)) as u64, "{}", nest.dump(&hir));
     assert!(loop_depth(&nest.body) >= 3, "{}", nest.dump(&hir));
     assert_same(&hir, &nest);
 }
@@ -81,7 +81,7 @@ fn summed_loop_shared_with_producer_accumulates_correctly() {
          R[i,j] = T[i,k] * B[k,j];",
     );
     let nest = lower_unit(&hir, 0, FusionOptions::default());
-    assert!(nest.peak_elements < 16, "{}", nest.dump(&hir));
+    assert!(nest.peak_bytes < 8 * 16, "{}", nest.dump(&hir));
     assert_same(&hir, &nest);
 }
 
@@ -136,4 +136,22 @@ fn dump_shows_loops_and_buffer_sizes() {
     }
     assert!(text.contains("buffer A: f64[5, 5, 5, 5] = 625 elements (5000 bytes)"), "{text}");
     assert!(text.contains("peak temporary memory"), "{text}");
+}
+
+#[test]
+fn a_generous_memory_limit_keeps_contractions_whole() {
+    let hir = compile(FOUR_INDEX);
+    let roomy = lower_unit(&hir, 0, FusionOptions { mem_limit: Some(1 << 30), ..FusionOptions::default() });
+    assert_eq!(loop_depth(&roomy.body), 0, "{}", roomy.dump(&hir));
+    assert_same(&hir, &roomy);
+    // A limit between the fused and unfused peaks forces just enough fusion.
+    let n = 5u64;
+    let tight = lower_unit(&hir, 0, FusionOptions { mem_limit: Some(8 * n.pow(4)), ..FusionOptions::default() });
+    assert!(tight.peak_bytes <= 8 * n.pow(4), "{}", tight.dump(&hir));
+    assert!(loop_depth(&tight.body) >= 1);
+    assert_same(&hir, &tight);
+    // An impossible limit still gives the smallest nest.
+    let tiny = lower_unit(&hir, 0, FusionOptions { mem_limit: Some(1), ..FusionOptions::default() });
+    let best = lower_unit(&hir, 0, FusionOptions::default());
+    assert_eq!(tiny.peak_bytes, best.peak_bytes);
 }
