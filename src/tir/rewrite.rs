@@ -201,6 +201,8 @@ pub fn report_text(r: &OptReport) -> String {
 fn num(x: f64) -> String {
     if x.abs() < 1e7 && x.fract() == 0.0 {
         format!("{x}")
+    } else if x.abs() < 1e7 {
+        format!("{x:.1}")
     } else {
         format!("{x:.4e}")
     }
