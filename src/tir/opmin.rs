@@ -397,8 +397,11 @@ fn dp(ctx: &Ctx, bound: f64) -> Vec<(usize, usize)> {
     };
     let empty = Entry { cost: f64::INFINITY, peak: 0.0, size: 0.0, split: 0, a_first: true, groups: Vec::new() };
     let mut best = vec![empty; nsub];
+    // Costs apart from the entries: the inner loop reads only these (cache-friendly).
+    let mut costs = vec![f64::INFINITY; nsub];
     for k in 0..n {
         best[1 << k] = Entry { cost: 0.0, peak: 0.0, size: 0.0, split: 0, a_first: true, groups: ctx.leaf_sym[k].clone() };
+        costs[1 << k] = 0.0;
     }
     for s in 1..nsub {
         if s.count_ones() < 2 {
@@ -414,9 +417,9 @@ fn dp(ctx: &Ctx, bound: f64) -> Vec<(usize, usize)> {
             if sub != rest {
                 let a = low | sub;
                 let b = s ^ a;
-                let (ea, eb) = (&best[a], &best[b]);
-                let base = ea.cost + eb.cost;
+                let base = costs[a] + costs[b];
                 if base <= bound && base <= cur.cost {
+                    let (ea, eb) = (&best[a], &best[b]);
                     let c = ctx.combine(idx(a), &ea.groups, idx(b), &eb.groups, kept);
                     let total = base + c.flops;
                     if total <= bound && total <= cur.cost {
@@ -435,6 +438,7 @@ fn dp(ctx: &Ctx, bound: f64) -> Vec<(usize, usize)> {
             }
             sub = (sub - 1) & rest;
         }
+        costs[s] = cur.cost;
         best[s] = cur;
     }
     let mut pairs = Vec::new();
