@@ -12,6 +12,7 @@ pub mod fmt;
 pub mod interp;
 pub mod npy;
 pub mod run;
+pub mod tir;
 
 use diag::Diagnostic;
 

@@ -1,0 +1,15 @@
+//! TIR: each statement's terms as contraction graphs ([`graph`]), the search for
+//! the cheapest binary contraction order ([`opmin`]) and the HIR → HIR rewrite that
+//! applies it, with common sub-expressions and factorization ([`rewrite`]).
+//!
+//! See `book/src/optimizer.md` for the cost model.
+
+pub mod graph;
+pub mod opmin;
+pub mod rewrite;
+
+#[cfg(test)]
+pub(crate) mod testutil;
+
+pub use graph::{lower, Tir};
+pub use rewrite::{optimize, report_text, OptReport, StmtReport};

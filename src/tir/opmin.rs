@@ -1,0 +1,764 @@
+//! Operation minimization: the cheapest binary contraction order of one product.
+//!
+//! A [`Problem`] is one term seen as a tensor network: each input (a factor) has a
+//! list of index ids (repeats allowed: a diagonal or trace), each index a size, and
+//! the term has an output index list. An index not in the output is summed; it is
+//! summed at the first binary step after which no remaining operand needs it.
+//!
+//! # Cost model (flops)
+//! A binary step `R[r] = X[x] * Y[y]` loops over `u = x ∪ y` (distinct indices):
+//! * if some index of `u` is summed in this step (`u ≠ r`) it costs
+//!   `2 × ∏_{i∈u} size(i)` flops (a multiply and an add per point);
+//! * otherwise (a pure outer or Hadamard product) `1 × ∏_{i∈u} size(i)`.
+//!
+//! This is exactly `opt_einsum`'s `flop_count` for a pairwise contraction
+//! (`op_factor = 1 + inner`), so costs compare like with like.
+//!
+//! **Symmetry.** A symmetry group (a set of ≥ 2 indices of one range under which a
+//! tensor is symmetric or antisymmetric) of `k` indices divides the number of
+//! distinct elements by `k!` (the large-range approximation `n^k / k!`). The flops of
+//! a step are divided by `k!` for every group of its *result* (only distinct result
+//! elements are computed) and by `k!` for every summed group that is a symmetry group
+//! of *both* operands (the sum runs over distinct index tuples). Groups propagate
+//! conservatively: a group of an operand survives into the result when at least two
+//! of its indices are kept and none of its indices occurs in the other operand — or
+//! when the other operand has exactly the same group (symmetric × symmetric and
+//! antisymmetric × antisymmetric give symmetric; mixed give antisymmetric). Nothing
+//! else creates symmetry. Without symmetry groups the counts are exact.
+//!
+//! **Memory.** The size of an intermediate is its number of distinct elements; inputs
+//! and the final result do not count. The peak is the largest total of live
+//! intermediates when the steps run in the emitted order.
+//!
+//! # Search
+//! * ≤ [`Options::exact_limit`] inputs (16 by default): dynamic programming over all
+//!   subsets of inputs (bitmasks), all splits of each subset — outer products
+//!   included, since they are sometimes optimal — pruned by an upper bound from the
+//!   greedy search (a subset whose best cost already exceeds the bound cannot be part
+//!   of an optimal tree). The result is exact in flops; among flops-optimal trees
+//!   the one with the lowest peak is preferred (peak is combined per subset, a
+//!   heuristic tie-break).
+//! * beyond: greedy (opt_einsum-style "least memory growth" and "least flops"
+//!   heuristics, preferring connected pairs) plus seeded randomized restarts; the
+//!   cheapest tree wins.
+
+use crate::sema::hir::SymKind;
+
+/// A set of index ids (ids < 128).
+pub type IdxSet = u128;
+
+/// A symmetry group of a tensor, as a set of its index ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SymSet {
+    pub kind: SymKind,
+    pub mask: IdxSet,
+}
+
+/// One product to order.
+#[derive(Debug, Clone, Default)]
+pub struct Problem {
+    /// Index ids of each input, in the input's dimension order (repeats allowed).
+    pub inputs: Vec<Vec<usize>>,
+    /// Index ids of the result (distinct).
+    pub output: Vec<usize>,
+    /// Size of every index id.
+    pub sizes: Vec<usize>,
+    /// Symmetry groups of each input (may be shorter than `inputs`: missing = none).
+    pub sym: Vec<Vec<SymSet>>,
+}
+
+/// One binary step. Operands are SSA ids: `< n` is input `id`, `n + k` is step `k`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub a: usize,
+    pub b: usize,
+    /// The result's indices, in order (the output order for the last step).
+    pub indices: Vec<usize>,
+    /// Indices summed in this step.
+    pub summed: Vec<usize>,
+    /// Symmetry groups of the result.
+    pub sym: Vec<SymSet>,
+    pub flops: f64,
+    /// Distinct elements of the result.
+    pub size: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// Fewer than two inputs: nothing to order.
+    Trivial,
+    /// Exhaustive dynamic programming.
+    Exact,
+    /// Greedy with randomized restarts.
+    Greedy,
+}
+
+/// A contraction order: steps in execution order; the last one produces the output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Path {
+    pub n_inputs: usize,
+    pub steps: Vec<Step>,
+    pub flops: f64,
+    /// Peak live intermediate elements.
+    pub peak: f64,
+    pub method: Method,
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Largest number of inputs searched exactly.
+    pub exact_limit: usize,
+    /// Randomized greedy restarts beyond the exact limit.
+    pub restarts: usize,
+    pub seed: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { exact_limit: 16, restarts: 16, seed: 0x7cc }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathError {
+    TooManyIndices(usize),
+}
+
+impl std::fmt::Display for PathError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PathError::TooManyIndices(n) => write!(f, "{n} distinct indices (at most 128 are supported)"),
+        }
+    }
+}
+
+fn bit(i: usize) -> IdxSet {
+    1u128 << i
+}
+
+fn factorial(k: u32) -> f64 {
+    (1..=k).map(|x| x as f64).product()
+}
+
+fn sym_factor(groups: &[SymSet]) -> f64 {
+    groups.iter().map(|g| factorial(g.mask.count_ones())).product()
+}
+
+/// Precomputed per-problem data shared by the searches.
+struct Ctx {
+    n: usize,
+    /// Products of sizes per 8-bit chunk of an index set.
+    table: Vec<[f64; 256]>,
+    leaf_idx: Vec<IdxSet>,
+    leaf_sym: Vec<Vec<SymSet>>,
+    out: IdxSet,
+    has_sym: bool,
+}
+
+/// The result of combining two operands.
+struct Combined {
+    groups: Vec<SymSet>,
+    flops: f64,
+    size: f64,
+}
+
+impl Ctx {
+    fn new(p: &Problem) -> Result<Ctx, PathError> {
+        let m = p.sizes.len().max(
+            p.inputs.iter().flatten().chain(&p.output).map(|&i| i + 1).max().unwrap_or(0),
+        );
+        if m > 128 {
+            return Err(PathError::TooManyIndices(m));
+        }
+        let chunks = m.div_ceil(8);
+        let mut table = vec![[1.0f64; 256]; chunks];
+        for (c, t) in table.iter_mut().enumerate() {
+            for (byte, slot) in t.iter_mut().enumerate() {
+                let mut prod = 1.0;
+                for b in 0..8 {
+                    let i = c * 8 + b;
+                    if byte & (1 << b) != 0 && i < p.sizes.len() {
+                        prod *= p.sizes[i] as f64;
+                    }
+                }
+                *slot = prod;
+            }
+        }
+        let leaf_idx: Vec<IdxSet> =
+            p.inputs.iter().map(|ix| ix.iter().fold(0, |acc, &i| acc | bit(i))).collect();
+        let leaf_sym: Vec<Vec<SymSet>> = (0..p.inputs.len())
+            .map(|k| {
+                p.sym.get(k).map(|gs| {
+                    gs.iter().copied().filter(|g| g.mask.count_ones() >= 2 && g.mask & !leaf_idx[k] == 0).collect()
+                })
+                .unwrap_or_default()
+            })
+            .collect();
+        let has_sym = leaf_sym.iter().any(|g| !g.is_empty());
+        let out = p.output.iter().fold(0, |acc, &i| acc | bit(i));
+        Ok(Ctx { n: p.inputs.len(), table, leaf_idx, leaf_sym, out, has_sym })
+    }
+
+    #[inline]
+    fn prod(&self, mut m: IdxSet) -> f64 {
+        let mut r = 1.0;
+        let mut c = 0;
+        while m != 0 {
+            r *= self.table[c][(m & 0xff) as usize];
+            m >>= 8;
+            c += 1;
+        }
+        r
+    }
+
+    /// Combine operands with index sets `ia`, `ib` and groups `ga`, `gb` into a result
+    /// keeping `kept`.
+    fn combine(&self, ia: IdxSet, ga: &[SymSet], ib: IdxSet, gb: &[SymSet], kept: IdxSet) -> Combined {
+        let union = ia | ib;
+        let removed = union & !kept;
+        let mult = if removed != 0 { 2.0 } else { 1.0 };
+        if !self.has_sym || (ga.is_empty() && gb.is_empty()) {
+            return Combined { groups: Vec::new(), flops: mult * self.prod(union), size: self.prod(kept) };
+        }
+        let mut groups = Vec::new();
+        let mut sum_saving = 1.0;
+        for g in ga {
+            if let Some(h) = gb.iter().find(|h| h.mask == g.mask) {
+                if g.mask & kept == g.mask {
+                    let kind = if g.kind == h.kind { SymKind::Symmetric } else { SymKind::Antisymmetric };
+                    groups.push(SymSet { kind, mask: g.mask });
+                } else if g.mask & kept == 0 {
+                    sum_saving *= factorial(g.mask.count_ones());
+                }
+            } else if g.mask & ib == 0 && (g.mask & kept).count_ones() >= 2 {
+                groups.push(SymSet { kind: g.kind, mask: g.mask & kept });
+            }
+        }
+        for h in gb {
+            if ga.iter().any(|g| g.mask == h.mask) {
+                continue;
+            }
+            if h.mask & ia == 0 && (h.mask & kept).count_ones() >= 2 {
+                groups.push(SymSet { kind: h.kind, mask: h.mask & kept });
+            }
+        }
+        let sf = sym_factor(&groups);
+        Combined { flops: mult * self.prod(union) / (sf * sum_saving), size: self.prod(kept) / sf, groups }
+    }
+}
+
+/// Finds the cheapest binary contraction order of `p` (see the module docs).
+pub fn optimize_path(p: &Problem, opts: &Options) -> Result<Path, PathError> {
+    let ctx = Ctx::new(p)?;
+    let n = ctx.n;
+    if n < 2 {
+        return Ok(Path { n_inputs: n, steps: Vec::new(), flops: 0.0, peak: 0.0, method: Method::Trivial });
+    }
+    if n == 2 {
+        return Ok(finalize(&ctx, p, &[(0, 1)], Method::Exact));
+    }
+    // Greedy first: a tree and an upper bound.
+    let mut best = greedy(&ctx, Heuristic::Memory, None);
+    let mut best_cost = tree_cost(&ctx, &best);
+    let g2 = greedy(&ctx, Heuristic::Flops, None);
+    let c2 = tree_cost(&ctx, &g2);
+    if c2 < best_cost {
+        best = g2;
+        best_cost = c2;
+    }
+    if n <= opts.exact_limit && n <= 24 {
+        let pairs = dp(&ctx, best_cost * (1.0 + 1e-9));
+        return Ok(finalize(&ctx, p, &pairs, Method::Exact));
+    }
+    let mut rng = Rng(opts.seed | 1);
+    for r in 0..opts.restarts {
+        let h = if r % 2 == 0 { Heuristic::Memory } else { Heuristic::Flops };
+        let t = 0.05 + 0.5 * (r as f64 / opts.restarts.max(1) as f64);
+        let cand = greedy(&ctx, h, Some((&mut rng, t)));
+        let c = tree_cost(&ctx, &cand);
+        if c < best_cost {
+            best = cand;
+            best_cost = c;
+        }
+    }
+    Ok(finalize(&ctx, p, &best, Method::Greedy))
+}
+
+/// Cost of a path over the inputs, without symmetry — for comparisons with tools
+/// that ignore it (the benchmark): equal to [`Path::flops`] when no input has a
+/// symmetry group.
+pub fn path_flops(path: &Path) -> f64 {
+    path.steps.iter().map(|s| s.flops).sum()
+}
+
+/// Total flops of an SSA pair list (same model as [`finalize`]).
+fn tree_cost(ctx: &Ctx, pairs: &[(usize, usize)]) -> f64 {
+    let mut ids: Vec<(IdxSet, Vec<SymSet>, Vec<bool>)> = (0..ctx.n)
+        .map(|k| {
+            let mut cov = vec![false; ctx.n];
+            cov[k] = true;
+            (ctx.leaf_idx[k], ctx.leaf_sym[k].clone(), cov)
+        })
+        .collect();
+    let mut total = 0.0;
+    for &(a, b) in pairs {
+        let cov: Vec<bool> = ids[a].2.iter().zip(&ids[b].2).map(|(x, y)| *x || *y).collect();
+        let rest = (0..ctx.n).filter(|&k| !cov[k]).fold(0, |acc, k| acc | ctx.leaf_idx[k]);
+        let kept = (ids[a].0 | ids[b].0) & (ctx.out | rest);
+        let c = ctx.combine(ids[a].0, &ids[a].1, ids[b].0, &ids[b].1, kept);
+        total += c.flops;
+        ids.push((kept, c.groups, cov));
+    }
+    total
+}
+
+/// Builds the [`Path`] of an SSA pair list: index orders, flops, sizes, peak.
+fn finalize(ctx: &Ctx, p: &Problem, pairs: &[(usize, usize)], method: Method) -> Path {
+    let n = ctx.n;
+    struct Op {
+        set: IdxSet,
+        order: Vec<usize>,
+        groups: Vec<SymSet>,
+        cov: Vec<bool>,
+        size: f64,
+    }
+    let mut ops: Vec<Op> = (0..n)
+        .map(|k| {
+            let mut cov = vec![false; n];
+            cov[k] = true;
+            Op { set: ctx.leaf_idx[k], order: p.inputs[k].clone(), groups: ctx.leaf_sym[k].clone(), cov, size: 0.0 }
+        })
+        .collect();
+    let mut steps = Vec::new();
+    let (mut live, mut peak) = (0.0f64, 0.0f64);
+    for (s, &(a, b)) in pairs.iter().enumerate() {
+        let last = s + 1 == pairs.len();
+        let cov: Vec<bool> = ops[a].cov.iter().zip(&ops[b].cov).map(|(x, y)| *x || *y).collect();
+        let rest = (0..n).filter(|&k| !cov[k]).fold(0, |acc, k| acc | ctx.leaf_idx[k]);
+        let union = ops[a].set | ops[b].set;
+        let kept = union & (ctx.out | rest);
+        let c = ctx.combine(ops[a].set, &ops[a].groups, ops[b].set, &ops[b].groups, kept);
+        let order: Vec<usize> = if last {
+            p.output.clone()
+        } else {
+            let mut o = Vec::new();
+            for &i in ops[a].order.iter().chain(&ops[b].order) {
+                if kept & bit(i) != 0 && !o.contains(&i) {
+                    o.push(i);
+                }
+            }
+            o
+        };
+        let mut summed = Vec::new();
+        for &i in ops[a].order.iter().chain(&ops[b].order) {
+            if union & !kept & bit(i) != 0 && !summed.contains(&i) {
+                summed.push(i);
+            }
+        }
+        let size = if last { 0.0 } else { c.size };
+        live += size;
+        peak = peak.max(live);
+        live -= ops[a].size + ops[b].size;
+        steps.push(Step { a, b, indices: order.clone(), summed, sym: c.groups.clone(), flops: c.flops, size: c.size });
+        ops.push(Op { set: kept, order, groups: c.groups, cov, size });
+    }
+    let flops = steps.iter().map(|s| s.flops).sum();
+    Path { n_inputs: n, steps, flops, peak, method }
+}
+
+#[derive(Clone)]
+struct Entry {
+    cost: f64,
+    peak: f64,
+    size: f64,
+    split: u32,
+    a_first: bool,
+    groups: Vec<SymSet>,
+}
+
+/// Exhaustive subset DP; returns SSA pairs. `bound`: an achievable total cost.
+fn dp(ctx: &Ctx, bound: f64) -> Vec<(usize, usize)> {
+    let n = ctx.n;
+    let full: u32 = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
+    let nsub = full as usize + 1;
+    let mut ind = vec![0 as IdxSet; nsub];
+    for s in 1..nsub {
+        let low = s & s.wrapping_neg();
+        ind[s] = ind[s ^ low] | ctx.leaf_idx[low.trailing_zeros() as usize];
+    }
+    // Index set of a subset's tensor: the leaf's own, or what it keeps.
+    let idx = |s: usize| -> IdxSet {
+        if s.count_ones() == 1 {
+            ind[s]
+        } else {
+            ind[s] & (ctx.out | ind[full as usize ^ s])
+        }
+    };
+    let empty = Entry { cost: f64::INFINITY, peak: 0.0, size: 0.0, split: 0, a_first: true, groups: Vec::new() };
+    let mut best = vec![empty; nsub];
+    // Costs apart from the entries: the inner loop reads only these (cache-friendly).
+    let mut costs = vec![f64::INFINITY; nsub];
+    for k in 0..n {
+        best[1 << k] = Entry { cost: 0.0, peak: 0.0, size: 0.0, split: 0, a_first: true, groups: ctx.leaf_sym[k].clone() };
+        costs[1 << k] = 0.0;
+    }
+    for s in 1..nsub {
+        if s.count_ones() < 2 {
+            continue;
+        }
+        let kept = idx(s);
+        let is_root = s == full as usize;
+        let low = s & s.wrapping_neg();
+        let rest = s ^ low;
+        let mut sub = rest;
+        let mut cur = Entry { cost: f64::INFINITY, peak: f64::INFINITY, size: 0.0, split: 0, a_first: true, groups: Vec::new() };
+        loop {
+            if sub != rest {
+                let a = low | sub;
+                let b = s ^ a;
+                let base = costs[a] + costs[b];
+                if base <= bound && base <= cur.cost {
+                    let (ea, eb) = (&best[a], &best[b]);
+                    let c = ctx.combine(idx(a), &ea.groups, idx(b), &eb.groups, kept);
+                    let total = base + c.flops;
+                    if total <= bound && total <= cur.cost {
+                        let rsize = if is_root { 0.0 } else { c.size };
+                        let pa = ea.peak.max(ea.size + eb.peak).max(ea.size + eb.size + rsize);
+                        let pb = eb.peak.max(eb.size + ea.peak).max(ea.size + eb.size + rsize);
+                        let (peak, a_first) = if pa <= pb { (pa, true) } else { (pb, false) };
+                        if total < cur.cost || peak < cur.peak {
+                            cur = Entry { cost: total, peak, size: rsize, split: a as u32, a_first, groups: c.groups };
+                        }
+                    }
+                }
+            }
+            if sub == 0 {
+                break;
+            }
+            sub = (sub - 1) & rest;
+        }
+        costs[s] = cur.cost;
+        best[s] = cur;
+    }
+    let mut pairs = Vec::new();
+    fn emit(s: usize, best: &[Entry], n: usize, pairs: &mut Vec<(usize, usize)>) -> usize {
+        if s.count_ones() == 1 {
+            return s.trailing_zeros() as usize;
+        }
+        let a = best[s].split as usize;
+        let b = s ^ a;
+        let (ia, ib) = if best[s].a_first {
+            let ia = emit(a, best, n, pairs);
+            (ia, emit(b, best, n, pairs))
+        } else {
+            let ib = emit(b, best, n, pairs);
+            (emit(a, best, n, pairs), ib)
+        };
+        pairs.push((ia, ib));
+        n + pairs.len() - 1
+    }
+    assert!(best[full as usize].cost.is_finite(), "DP bound excluded every tree");
+    emit(full as usize, &best, n, &mut pairs);
+    pairs
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Heuristic {
+    /// Least growth in memory: `size(result) - size(a) - size(b)` (opt_einsum).
+    Memory,
+    /// Cheapest step.
+    Flops,
+}
+
+/// xorshift64*: a small deterministic generator for restarts.
+struct Rng(u64);
+
+impl Rng {
+    fn next_f64(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545F4914F6CDD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Greedy pairing; `noise`: (rng, temperature) for randomized restarts.
+fn greedy(ctx: &Ctx, h: Heuristic, mut noise: Option<(&mut Rng, f64)>) -> Vec<(usize, usize)> {
+    let n = ctx.n;
+    // (ssa id, index set, groups, size)
+    let mut alive: Vec<(usize, IdxSet, Vec<SymSet>, f64)> =
+        (0..n).map(|k| (k, ctx.leaf_idx[k], ctx.leaf_sym[k].clone(), ctx.prod(ctx.leaf_idx[k]))).collect();
+    let mut count = [0u32; 128];
+    for &(_, s, _, _) in &alive {
+        for (i, c) in count.iter_mut().enumerate() {
+            if s & bit(i) != 0 {
+                *c += 1;
+            }
+        }
+    }
+    let mut pairs = Vec::new();
+    let mut next = n;
+    while alive.len() > 1 {
+        let mut pick: Option<(f64, usize, usize, IdxSet, Combined)> = None;
+        let any_connected =
+            (0..alive.len()).any(|x| (x + 1..alive.len()).any(|y| alive[x].1 & alive[y].1 != 0));
+        for x in 0..alive.len() {
+            for y in x + 1..alive.len() {
+                let (sx, sy) = (alive[x].1, alive[y].1);
+                if any_connected && sx & sy == 0 {
+                    continue;
+                }
+                let union = sx | sy;
+                let mut kept = 0;
+                let mut m = union;
+                while m != 0 {
+                    let i = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    let inside = (sx >> i & 1) as u32 + (sy >> i & 1) as u32;
+                    if ctx.out & bit(i) != 0 || count[i] > inside {
+                        kept |= bit(i);
+                    }
+                }
+                let c = ctx.combine(sx, &alive[x].2, sy, &alive[y].2, kept);
+                let mut score = match h {
+                    Heuristic::Memory if any_connected => c.size - alive[x].3 - alive[y].3,
+                    Heuristic::Memory => alive[x].3 + alive[y].3,
+                    Heuristic::Flops => c.flops,
+                };
+                if let Some((rng, t)) = noise.as_mut() {
+                    let u = rng.next_f64().clamp(1e-12, 1.0 - 1e-12);
+                    let gumbel = -(-u.ln()).ln();
+                    score -= *t * gumbel * (score.abs() + c.size);
+                }
+                let better = match &pick {
+                    None => true,
+                    Some((sc, _, _, _, pc)) => score < *sc || (score == *sc && c.flops < pc.flops),
+                };
+                if better {
+                    pick = Some((score, x, y, kept, c));
+                }
+            }
+        }
+        let (_, x, y, kept, c) = pick.expect("at least two operands");
+        let (ex, ey) = (alive[x].1, alive[y].1);
+        for (i, cnt) in count.iter_mut().enumerate() {
+            let b = bit(i);
+            *cnt -= (ex & b != 0) as u32 + (ey & b != 0) as u32;
+            *cnt += (kept & b != 0) as u32;
+        }
+        pairs.push((alive[x].0, alive[y].0));
+        alive.remove(y);
+        alive.remove(x);
+        alive.push((next, kept, c.groups, c.size));
+        next += 1;
+    }
+    pairs
+}
+
+/// Renders a path as a parenthesised product, naming inputs with `name(k)`.
+pub fn path_text(path: &Path, name: &dyn Fn(usize) -> String) -> String {
+    if path.n_inputs == 0 {
+        return String::new();
+    }
+    let mut texts: Vec<String> = (0..path.n_inputs).map(name).collect();
+    for s in &path.steps {
+        let t = format!("({}*{})", texts[s.a], texts[s.b]);
+        texts.push(t);
+    }
+    texts.pop().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parses "ab,bc->ac" with letters as index ids.
+    pub(crate) fn spec(s: &str, sizes: &[(char, usize)]) -> Problem {
+        let (ins, out) = s.split_once("->").unwrap();
+        let id = |c: char| (c as u8 - b'a') as usize;
+        let mut sz = vec![1; 26];
+        for &(c, n) in sizes {
+            sz[id(c)] = n;
+        }
+        Problem {
+            inputs: ins.split(',').map(|t| t.chars().map(id).collect()).collect(),
+            output: out.chars().map(id).collect(),
+            sizes: sz,
+            sym: Vec::new(),
+        }
+    }
+
+    /// Minimum flops over every contraction sequence (all binary trees).
+    fn brute(ctx: &Ctx, alive: Vec<(IdxSet, Vec<SymSet>, Vec<bool>)>) -> f64 {
+        if alive.len() == 1 {
+            return 0.0;
+        }
+        let mut best = f64::INFINITY;
+        for x in 0..alive.len() {
+            for y in x + 1..alive.len() {
+                let cov: Vec<bool> = alive[x].2.iter().zip(&alive[y].2).map(|(a, b)| *a || *b).collect();
+                let rest = (0..ctx.n).filter(|&k| !cov[k]).fold(0, |acc, k| acc | ctx.leaf_idx[k]);
+                let kept = (alive[x].0 | alive[y].0) & (ctx.out | rest);
+                let c = ctx.combine(alive[x].0, &alive[x].1, alive[y].0, &alive[y].1, kept);
+                let mut next: Vec<_> =
+                    alive.iter().enumerate().filter(|(k, _)| *k != x && *k != y).map(|(_, v)| v.clone()).collect();
+                next.push((kept, c.groups, cov));
+                best = best.min(c.flops + brute(ctx, next));
+            }
+        }
+        best
+    }
+
+    fn brute_force(p: &Problem) -> f64 {
+        let ctx = Ctx::new(p).unwrap();
+        let alive = (0..ctx.n)
+            .map(|k| {
+                let mut cov = vec![false; ctx.n];
+                cov[k] = true;
+                (ctx.leaf_idx[k], ctx.leaf_sym[k].clone(), cov)
+            })
+            .collect();
+        brute(&ctx, alive)
+    }
+
+    #[test]
+    fn matrix_chain_classic() {
+        // CLRS: 30x35, 35x15, 15x5, 5x10, 10x20, 20x25 -> 15125 scalar multiplications.
+        let p = spec("ab,bc,cd,de,ef,fg->ag", &[('a', 30), ('b', 35), ('c', 15), ('d', 5), ('e', 10), ('f', 20), ('g', 25)]);
+        let path = optimize_path(&p, &Options::default()).unwrap();
+        assert_eq!(path.flops, 2.0 * 15125.0);
+        assert_eq!(path.method, Method::Exact);
+        let names = ["A1", "A2", "A3", "A4", "A5", "A6"];
+        let text = path_text(&path, &|k| names[k].to_string());
+        // ((A1(A2A3))((A4A5)A6))
+        for part in ["(A2*A3)", "(A4*A5)"] {
+            assert!(text.contains(part), "{text}");
+        }
+    }
+
+    #[test]
+    fn four_index_transform_is_n5() {
+        let n = 7usize;
+        let p = spec("ap,bq,cr,ds,pqrs->abcd", &[('a', n), ('b', n), ('c', n), ('d', n), ('p', n), ('q', n), ('r', n), ('s', n)]);
+        let path = optimize_path(&p, &Options::default()).unwrap();
+        assert_eq!(path.steps.len(), 4);
+        for s in &path.steps {
+            assert_eq!(s.flops, 2.0 * (n as f64).powi(5));
+        }
+        assert!(path.peak <= 2.0 * (n as f64).powi(4));
+    }
+
+    #[test]
+    fn symmetry_halves_cost() {
+        // Y[p,q,r] = A[p,q,s] (symmetric in p q) * B[s,r]
+        let mut p = spec("pqs,sr->pqr", &[('p', 6), ('q', 6), ('r', 5), ('s', 4)]);
+        let plain = optimize_path(&p, &Options::default()).unwrap().flops;
+        p.sym = vec![vec![SymSet { kind: SymKind::Symmetric, mask: bit(15) | bit(16) }]];
+        let sym = optimize_path(&p, &Options::default()).unwrap();
+        assert_eq!(plain, 2.0 * 6.0 * 6.0 * 5.0 * 4.0);
+        assert_eq!(sym.flops, plain / 2.0);
+        assert_eq!(sym.steps[0].sym.len(), 1);
+        // Summed antisymmetric pair in both operands, antisymmetric pairs kept:
+        // X[a,b,i,j] = T[a,b,k,l] V[k,l,i,j] -> 1/8 of the plain cost.
+        let mut p = spec("abkl,klij->abij", &[('a', 5), ('b', 5), ('i', 3), ('j', 3), ('k', 3), ('l', 3)]);
+        let plain = optimize_path(&p, &Options::default()).unwrap().flops;
+        let g = |x: char, y: char| SymSet {
+            kind: SymKind::Antisymmetric,
+            mask: bit((x as u8 - b'a') as usize) | bit((y as u8 - b'a') as usize),
+        };
+        p.sym = vec![vec![g('a', 'b'), g('k', 'l')], vec![g('k', 'l'), g('i', 'j')]];
+        let sym = optimize_path(&p, &Options::default()).unwrap().flops;
+        assert_eq!(sym, plain / 8.0);
+    }
+
+    #[test]
+    fn outer_product_when_optimal() {
+        // a[i] b[j] C[i,j,k]: outer product first is cheapest for large k.
+        let p = spec("i,j,ijk->k", &[('i', 10), ('j', 10), ('k', 100)]);
+        let path = optimize_path(&p, &Options::default()).unwrap();
+        assert_eq!(path.flops, brute_force(&p));
+        assert_eq!(path.flops, 100.0 + 2.0 * 10000.0);
+    }
+
+    fn random_problem(seed: u64, nf: usize) -> Problem {
+        let mut rng = Rng(seed.wrapping_mul(0x9E3779B97F4A7C15) | 1);
+        let mut r = |k: usize| (rng.next_f64() * k as f64) as usize;
+        let ni = 3 + r(6);
+        let sizes: Vec<usize> = (0..ni).map(|_| 1 + r(5)).collect();
+        let mut inputs: Vec<Vec<usize>> = (0..nf).map(|_| (0..r(4)).map(|_| r(ni)).collect()).collect();
+        // connect a few random indices between factors
+        for f in 1..nf {
+            if r(3) > 0 {
+                let i = r(ni);
+                inputs[f].push(i);
+                inputs[r(f)].push(i);
+            }
+        }
+        let all: Vec<usize> = {
+            let mut v: Vec<usize> = inputs.iter().flatten().copied().collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        let output = all.into_iter().filter(|_| r(3) == 0).collect();
+        Problem { inputs, output, sizes, sym: Vec::new() }
+    }
+
+    #[test]
+    fn dp_matches_brute_force() {
+        for seed in 0..150u64 {
+            let nf = 2 + (seed % 5) as usize;
+            let mut p = random_problem(seed, nf);
+            if seed % 3 == 0 {
+                // symmetric group on the first input's first two distinct indices
+                let mut d = p.inputs[0].clone();
+                d.dedup();
+                if d.len() >= 2 && d[0] != d[1] && p.sizes[d[0]] == p.sizes[d[1]] {
+                    p.sym = vec![vec![SymSet { kind: SymKind::Symmetric, mask: bit(d[0]) | bit(d[1]) }]];
+                }
+            }
+            let path = optimize_path(&p, &Options::default()).unwrap();
+            let bf = brute_force(&p);
+            assert!((path.flops - bf).abs() <= 1e-9 * bf.max(1.0), "seed {seed}: dp {} brute {bf} {p:?}", path.flops);
+            let greedy_only = optimize_path(&p, &Options { exact_limit: 0, ..Options::default() }).unwrap();
+            assert!(greedy_only.flops >= path.flops - 1e-9);
+        }
+    }
+
+    #[test]
+    fn greedy_not_worse_than_naive() {
+        for seed in 0..40u64 {
+            let p = random_problem(seed + 1000, 8);
+            let g = optimize_path(&p, &Options { exact_limit: 0, ..Options::default() }).unwrap();
+            let mut all: IdxSet = 0;
+            for i in p.inputs.iter().flatten() {
+                all |= bit(*i);
+            }
+            let naive: f64 = 2.0 * (0..128).filter(|&i| all & bit(i) != 0).map(|i| p.sizes[i] as f64).product::<f64>();
+            // Every binary step loops over a subset of all indices: n-1 steps.
+            assert!(g.flops <= naive * (p.inputs.len() - 1) as f64, "seed {seed}");
+            assert_eq!(g.method, Method::Greedy);
+        }
+    }
+
+    #[test]
+    fn large_network_uses_greedy() {
+        let mut s = String::new();
+        let letters: Vec<char> = ('a'..='z').collect();
+        for k in 0..20 {
+            if k > 0 {
+                s.push(',');
+            }
+            s.push(letters[k]);
+            s.push(letters[k + 1]);
+        }
+        s.push_str("->au");
+        let sizes: Vec<(char, usize)> = letters.iter().map(|&c| (c, 3)).collect();
+        let p = spec(&s, &sizes);
+        let path = optimize_path(&p, &Options::default()).unwrap();
+        assert_eq!(path.method, Method::Greedy);
+        assert_eq!(path.steps.len(), 19);
+        assert_eq!(path.flops, 19.0 * 2.0 * 27.0);
+    }
+}
