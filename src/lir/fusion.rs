@@ -33,7 +33,7 @@ pub struct FusionOptions {
 
 impl Default for FusionOptions {
     fn default() -> Self {
-        FusionOptions { budget: 200_000, mem_limit: None }
+        FusionOptions { budget: 20_000, mem_limit: None }
     }
 }
 
@@ -137,13 +137,21 @@ impl<'a> Problem<'a> {
             for &b in &lhs_locals {
                 info.lhs |= 1 << b;
             }
-            for (_, l, _) in &info.refs {
-                for &b in l {
-                    info.indices |= 1 << b;
-                }
-            }
-            // Indices summed inside a function call do not belong to the statement's
-            // loops; opaque statements never share loops, so nothing more is needed.
+            // A loop may only enclose a statement if every term uses its index:
+            // a term without it would be repeated once per iteration.
+            info.indices = if info.fusible {
+                st.rhs.terms.iter().fold(u64::MAX, |acc, term| {
+                    let mut m = info.lhs;
+                    for f in &term.factors {
+                        for &i in f.indices() {
+                            m |= 1 << local(i, &mut locals);
+                        }
+                    }
+                    acc & m
+                })
+            } else {
+                0
+            };
             infos.push(info);
         }
         let mut users: BTreeMap<TensorId, Vec<usize>> = BTreeMap::new();
@@ -319,13 +327,15 @@ struct Search<'p, 'a> {
 }
 
 impl Search<'_, '_> {
-    fn dfs(&mut self, shared: &mut Vec<u64>) {
+    /// Tries every legal `S_pos .. S_{end-1}` (larger sets first); the other entries of
+    /// `shared` stay as they are. Entries after `pos` are zero while `pos` is chosen,
+    /// so `legal` sees a prefix.
+    fn dfs(&mut self, shared: &mut [u64], pos: usize, end: usize) {
         if self.visits >= self.budget {
             return;
         }
         self.visits += 1;
-        let n = self.p.stmts.len();
-        if shared.len() + 1 >= n {
+        if pos == end {
             let runs = runs_of(shared);
             let peak = self.p.peak(&self.p.buffers(&runs));
             let score = match self.mem_limit {
@@ -334,42 +344,54 @@ impl Search<'_, '_> {
                 None => (false, peak, runs.len(), peak),
             };
             if self.best.as_ref().map(|(b, _)| score < *b).unwrap_or(true) {
-                self.best = Some((score, shared.clone()));
+                self.best = Some((score, shared.to_vec()));
             }
             return;
         }
-        let c = self.p.candidates(shared.len());
+        let c = self.p.candidates(pos);
         let mut sub = c;
         loop {
-            shared.push(sub);
+            shared[pos] = sub;
             if self.p.legal(shared) {
-                self.dfs(shared);
+                self.dfs(shared, pos + 1, end);
             }
-            shared.pop();
             if sub == 0 {
                 break;
             }
             sub = (sub - 1) & c;
         }
+        shared[pos] = 0;
     }
 }
 
 /// Lowers a unit to a loop nest with the fusion of least peak temporary memory.
+///
+/// Consecutive statements that cannot share any loop split the unit into segments
+/// whose runs are independent; each segment is searched in turn with the earlier
+/// ones fixed at their best, so long units cost a sum, not a product, of searches.
 pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
     let stmts = &hir.units[unit].stmts;
     let n = stmts.len();
-    let problem = Problem::new(hir, stmts);
-    let shared: Vec<u64> = match &problem {
-        Some(p) if n >= 2 => {
-            let mut s = Search { p, visits: 0, budget: opts.budget, mem_limit: opts.mem_limit, best: None };
-            s.dfs(&mut Vec::new());
-            s.best.map(|(_, sh)| sh).unwrap_or_else(|| vec![0; n - 1])
-        }
-        _ => vec![0; n.saturating_sub(1)],
-    };
-    let Some(p) = problem else {
+    let Some(p) = Problem::new(hir, stmts) else {
         return unfused(hir, unit);
     };
+    let mut shared = vec![0u64; n.saturating_sub(1)];
+    let mut i = 0;
+    while i < shared.len() {
+        if p.candidates(i) == 0 {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < shared.len() && p.candidates(i) != 0 {
+            i += 1;
+        }
+        let mut s = Search { p: &p, visits: 0, budget: opts.budget, mem_limit: opts.mem_limit, best: None };
+        s.dfs(&mut shared, start, i);
+        if let Some((_, best)) = s.best {
+            shared = best;
+        }
+    }
     let runs = runs_of(&shared);
     let buffers = p.buffers(&runs);
     let peak = p.peak(&buffers);

@@ -1,30 +1,11 @@
-//! Test helpers: a compact HIR builder and a tiny dense evaluator (naive loops),
-//! standing in for the reference interpreter until it lands. `run_unit` has the
-//! interpreter's intended signature so tests can switch to `crate::interp`.
+//! Test helpers: a compact HIR builder, and the reference interpreter run statement
+//! by statement so that the symmetry the optimizer declares for its temporaries is
+//! checked as well as the outputs.
 
 use std::collections::HashMap;
 
+use crate::interp::{exec_stmt, fill_random, symmetry_violation, Dense};
 use crate::sema::hir::*;
-
-/// A dense row-major f64 tensor.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Dense {
-    pub shape: Vec<usize>,
-    pub data: Vec<f64>,
-}
-
-impl Dense {
-    pub fn zeros(shape: Vec<usize>) -> Dense {
-        let n = shape.iter().product();
-        Dense { shape, data: vec![0.0; n] }
-    }
-    fn offset(&self, at: &[usize]) -> usize {
-        at.iter().zip(&self.shape).fold(0, |acc, (&i, &n)| acc * n + i)
-    }
-    pub fn get(&self, at: &[usize]) -> f64 {
-        self.data[self.offset(at)]
-    }
-}
 
 /// Builds HIR by hand: a range per distinct size (`N<size>`), an index per letter.
 pub struct Builder {
@@ -94,160 +75,24 @@ impl Builder {
     }
 }
 
-/// Deterministic input fill; symmetric groups filled symmetrically (antisymmetric:
-/// antisymmetrically).
+/// The interpreter's deterministic fill of every input of a unit (symmetric groups
+/// filled symmetrically, antisymmetric ones antisymmetrically).
 pub fn random_inputs(hir: &Hir, u: UnitId, seed: u64) -> HashMap<TensorId, Dense> {
-    let mut state = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
-    let mut next = move || {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        (state.wrapping_mul(0x2545F4914F6CDD1D) >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-    };
-    let mut out = HashMap::new();
-    for t in hir.unit_inputs(u) {
-        let mut d = Dense::zeros(hir.shape(t));
-        for x in d.data.iter_mut() {
-            *x = next();
-        }
-        for g in &hir.tensors[t].symmetry {
-            d = symmetrize(&d, g);
-        }
-        out.insert(t, d);
-    }
-    out
+    hir.unit_inputs(u).into_iter().map(|t| (t, fill_random(hir, t, seed).expect("test tensors are small"))).collect()
 }
 
-fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
-    if shape.iter().any(|&n| n == 0) {
-        return;
-    }
-    let mut at = vec![0; shape.len()];
-    loop {
-        f(&at);
-        let mut k = shape.len();
-        loop {
-            if k == 0 {
-                return;
-            }
-            k -= 1;
-            at[k] += 1;
-            if at[k] < shape[k] {
-                break;
-            }
-            at[k] = 0;
-        }
-    }
-}
-
-fn perms(n: usize) -> Vec<(Vec<usize>, f64)> {
-    if n == 0 {
-        return vec![(vec![], 1.0)];
-    }
-    let mut out = Vec::new();
-    for (p, s) in perms(n - 1) {
-        for k in 0..n {
-            let mut q = p.clone();
-            q.insert(k, n - 1);
-            // inserting n-1 at k moves it past (n-1-k) elements
-            let sign = if (n - 1 - k) % 2 == 0 { s } else { -s };
-            out.push((q, sign));
-        }
-    }
-    out
-}
-
-/// Averages over the group's permutations (with signs when antisymmetric).
-pub fn symmetrize(d: &Dense, g: &SymGroup) -> Dense {
-    let ps = perms(g.positions.len());
-    let mut out = Dense::zeros(d.shape.clone());
-    for_each_index(&d.shape, |at| {
-        let mut acc = 0.0;
-        for (p, sign) in &ps {
-            let mut src = at.to_vec();
-            for (k, &pk) in p.iter().enumerate() {
-                src[g.positions[k]] = at[g.positions[pk]];
-            }
-            let s = if g.kind == SymKind::Antisymmetric { *sign } else { 1.0 };
-            acc += s * d.get(&src);
-        }
-        let o = out.offset(at);
-        out.data[o] = acc / ps.len() as f64;
-    });
-    out
-}
-
-/// Runs a unit with naive loops. Errors if a written tensor violates its declared
-/// symmetry (checks the optimizer's propagated symmetry of temporaries).
+/// Runs a unit with the reference interpreter. Errors if a written tensor violates
+/// its declared symmetry (checks the optimizer's propagated symmetry of temporaries).
 pub fn run_unit(hir: &Hir, u: UnitId, inputs: &HashMap<TensorId, Dense>) -> Result<HashMap<TensorId, Dense>, String> {
     let mut env: HashMap<TensorId, Dense> = inputs.clone();
-    for s in &hir.units[u].stmts {
+    for (k, s) in hir.units[u].stmts.iter().enumerate() {
+        exec_stmt(hir, s, &mut env, &format!("statement {}", k + 1)).map_err(|e| e.to_string())?;
         let t = s.lhs.tensor;
-        let val = eval_expr(hir, &s.rhs, &s.lhs.indices, &env)?;
-        let old = env.get(&t).cloned().unwrap_or_else(|| Dense::zeros(hir.shape(t)));
-        let mut new = if s.accumulate { old } else { Dense::zeros(hir.shape(t)) };
-        for (x, v) in new.data.iter_mut().zip(&val.data) {
-            *x += v;
+        if let Some(v) = symmetry_violation(&env[&t], &hir.tensors[t].symmetry, 1e-9) {
+            return Err(format!("{} violates its declared symmetry: {v}", hir.tensors[t].name));
         }
-        for g in &hir.tensors[t].symmetry {
-            let sym = symmetrize(&new, g);
-            let scale = new.data.iter().fold(1.0f64, |m, x| m.max(x.abs()));
-            for (x, y) in new.data.iter().zip(&sym.data) {
-                if (x - y).abs() > 1e-9 * scale {
-                    return Err(format!("{} violates its declared symmetry {:?}", hir.tensors[t].name, g));
-                }
-            }
-        }
-        env.insert(t, new);
     }
     Ok(env.into_iter().filter(|(t, _)| hir.tensors[*t].role == Role::Output).collect())
-}
-
-/// Value of `e` as a tensor over `out` (distinct indices).
-fn eval_expr(hir: &Hir, e: &Expr, out: &[IndexId], env: &HashMap<TensorId, Dense>) -> Result<Dense, String> {
-    let oshape: Vec<usize> = out.iter().map(|&i| hir.index_size(i)).collect();
-    let mut res = Dense::zeros(oshape);
-    for t in &e.terms {
-        // Materialise opaque factors.
-        let mut vals: Vec<(Vec<IndexId>, Dense)> = Vec::new();
-        for f in &t.factors {
-            match f {
-                Factor::Tensor(r) => {
-                    let d = env.get(&r.tensor).cloned().unwrap_or_else(|| Dense::zeros(hir.shape(r.tensor)));
-                    vals.push((r.indices.clone(), d));
-                }
-                Factor::Sum { arg, free, .. } => vals.push((free.clone(), eval_expr(hir, arg, free, env)?)),
-                Factor::Call { func, arg, free, .. } => {
-                    let mut d = eval_expr(hir, arg, free, env)?;
-                    d.data.iter_mut().for_each(|x| *x = func.apply(*x));
-                    vals.push((free.clone(), d));
-                }
-            }
-        }
-        let mut all: Vec<IndexId> = out.to_vec();
-        for (ix, _) in &vals {
-            for &i in ix {
-                if !all.contains(&i) {
-                    all.push(i);
-                }
-            }
-        }
-        let shape: Vec<usize> = all.iter().map(|&i| hir.index_size(i)).collect();
-        let pos: Vec<Vec<usize>> =
-            vals.iter().map(|(ix, _)| ix.iter().map(|i| all.iter().position(|x| x == i).unwrap()).collect()).collect();
-        let mut buf = Vec::new();
-        for_each_index(&shape, |at| {
-            let mut p = t.coef;
-            for ((_, d), ps) in vals.iter().zip(&pos) {
-                buf.clear();
-                buf.extend(ps.iter().map(|&k| at[k]));
-                p *= d.get(&buf);
-            }
-            let o = res.offset(&at[..out.len()]);
-            res.data[o] += p;
-        });
-    }
-    Ok(res)
 }
 
 /// max |a - b| ≤ tol × max(1, max |a|) over every output.
