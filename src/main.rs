@@ -28,6 +28,45 @@ enum ErrorFormat {
     Json,
 }
 
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum Emit {
+    /// Orders, flops and memory per statement (the default).
+    Report,
+    /// The checked program, as statements.
+    Hir,
+    /// The contraction graph of every term.
+    Tir,
+    /// The optimized program, as binary contractions.
+    Opt,
+    /// The fused loop nests with the size of every buffer.
+    Lir,
+}
+
+/// Parses `2GiB`, `512MB`, `64k`, `100000` into bytes.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| format!("`{s}` is not a size (try 2GiB, 512MB or a number of bytes)"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "ki" | "kib" => 1024.0,
+        "mi" | "mib" => 1024f64.powi(2),
+        "gi" | "gib" => 1024f64.powi(3),
+        "ti" | "tib" => 1024f64.powi(4),
+        other => return Err(format!("unknown size unit `{other}` (use B, KB, MB, GB, KiB, MiB, GiB)")),
+    };
+    let bytes = value * scale;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("`{s}` is out of range"));
+    }
+    Ok(bytes as u64)
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum ColorChoice {
     Auto,
@@ -51,6 +90,27 @@ enum Command {
         /// Print the formatted program instead of rewriting the file.
         #[arg(long, conflicts_with = "check")]
         stdout: bool,
+    },
+    /// Optimize a program: contraction order, common sub-expressions, loop fusion.
+    ///
+    /// Prints, per statement, the chosen order and flops / peak memory before and
+    /// after, and per program the peak temporary memory of the fused loop nests.
+    Opt {
+        file: PathBuf,
+        /// What to print instead of the report.
+        #[arg(long, value_enum, default_value_t = Emit::Report)]
+        emit: Emit,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Bytes of temporaries allowed live at once (e.g. 2GiB, 512MB, 100000).
+        /// With a limit, the least fused nest that fits is chosen; without, the
+        /// nest of least memory.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        mem_limit: Option<u64>,
+        /// Only this program or model.
+        #[arg(long, value_name = "NAME")]
+        program: Option<String>,
     },
     /// Run a program and print each output's shape, norm and checksum.
     Run {
@@ -185,6 +245,28 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Outcome::Ok
             }
         }
+        Command::Opt { file, emit, json, mem_limit, program } => {
+            let hir = match front_end(ctx, &file) {
+                Ok(h) => h,
+                Err(o) => return o,
+            };
+            let units: Vec<usize> = match &program {
+                None => (0..hir.units.len()).collect(),
+                Some(name) => match hir.unit_by_name(name) {
+                    Some(u) => vec![u],
+                    None => {
+                        let names: Vec<&str> = hir.units.iter().map(|u| u.name.as_str()).collect();
+                        return ctx.fail(
+                            "E0702",
+                            &format!("no program or model named `{name}`"),
+                            Some(&format!("this file has: {}", names.join(", "))),
+                        );
+                    }
+                },
+            };
+            print!("{}", opt_command(&hir, &units, emit, json, mem_limit));
+            Outcome::Ok
+        }
         Command::Run { file, interp, seed, inputs, output_dir, save_inputs, program } => {
             if !interp {
                 return ctx.fail(
@@ -220,6 +302,85 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
             }
         }
+    }
+}
+
+/// `tcc opt`: the optimizer's report or one of its intermediate forms.
+fn opt_command(hir: &tcc::sema::hir::Hir, units: &[usize], emit: Emit, json: bool, mem_limit: Option<u64>) -> String {
+    use tcc::lir::fusion::{lower_unit, FusionOptions};
+    let (opt, report) = tcc::tir::optimize(hir);
+    let fusion = FusionOptions { mem_limit, ..FusionOptions::default() };
+    let nests: Vec<tcc::lir::LoopNest> = units.iter().map(|&u| lower_unit(&opt, u, fusion)).collect();
+    let selected = |name: &str| units.iter().any(|&u| hir.units[u].name == name);
+    match emit {
+        Emit::Hir | Emit::Opt => {
+            let h = if emit == Emit::Hir { hir } else { &opt };
+            let mut s = String::new();
+            for &u in units {
+                s.push_str(&format!("{} {{\n", h.units[u].name));
+                for st in &h.units[u].stmts {
+                    s.push_str(&format!("  {}\n", tcc::sema::display::stmt(h, st)));
+                }
+                s.push_str("}\n");
+            }
+            s
+        }
+        Emit::Tir => tcc::tir::lower(hir).to_string(),
+        Emit::Lir => nests.iter().map(|n| n.dump(&opt)).collect(),
+        Emit::Report => {
+            let stmts: Vec<&tcc::tir::StmtReport> = report.stmts.iter().filter(|s| selected(&s.unit)).collect();
+            let fused: Vec<serde_json::Value> = nests
+                .iter()
+                .map(|n| {
+                    serde_json::json!({
+                        "unit": opt.units[n.unit].name,
+                        "peak_bytes": n.peak_bytes,
+                        "unfused_peak_bytes": n.unfused_peak_bytes,
+                        "fits_mem_limit": mem_limit.map(|l| n.peak_bytes <= l),
+                    })
+                })
+                .collect();
+            if json {
+                let v = serde_json::json!({ "statements": stmts, "loop_nests": fused,
+                    "flops_before": report.flops_before, "flops_after": report.flops_after });
+                return serde_json::to_string_pretty(&v).unwrap_or_default() + "\n";
+            }
+            let mut s = tcc::tir::report_text(&tcc::tir::OptReport {
+                stmts: stmts.into_iter().cloned().collect(),
+                flops_before: report.flops_before,
+                flops_after: report.flops_after,
+            });
+            for n in &nests {
+                s.push_str(&format!(
+                    "{}: fused loop nests need {} of temporaries at peak (unfused: {})",
+                    opt.units[n.unit].name,
+                    human_bytes(n.peak_bytes),
+                    human_bytes(n.unfused_peak_bytes)
+                ));
+                match mem_limit {
+                    Some(l) if n.peak_bytes > l => s.push_str(&format!(" — does NOT fit in {}", human_bytes(l))),
+                    Some(l) => s.push_str(&format!(" — fits in {}", human_bytes(l))),
+                    None => {}
+                }
+                s.push('\n');
+            }
+            s
+        }
+    }
+}
+
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut k = 0;
+    while v >= 1024.0 && k + 1 < UNITS.len() {
+        v /= 1024.0;
+        k += 1;
+    }
+    if k == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[k])
     }
 }
 

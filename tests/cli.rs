@@ -143,3 +143,39 @@ fn run_rejects_an_input_of_the_wrong_shape() {
         .stdout;
     assert_eq!(String::from_utf8(plain).unwrap(), String::from_utf8(fed).unwrap());
 }
+
+#[test]
+fn opt_reports_orders_flops_and_fused_memory() {
+    let ex = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/four_index.tc");
+    let out = tcc().arg("opt").arg(&ex).assert().success().get_output().stdout.clone();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("order [exact]"), "{text}");
+    assert!(text.contains("flops"), "{text}");
+    assert!(text.contains("fused loop nests need"), "{text}");
+
+    let out = tcc().args(["opt", "--json"]).arg(&ex).assert().success().get_output().stdout.clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let before = v["flops_before"].as_f64().unwrap();
+    let after = v["flops_after"].as_f64().unwrap();
+    // Four-index transform: N^8 naive vs four N^5 steps.
+    assert!(after * 50.0 < before, "{before} -> {after}");
+    let nest = &v["loop_nests"][0];
+    assert!(nest["peak_bytes"].as_u64().unwrap() < nest["unfused_peak_bytes"].as_u64().unwrap());
+
+    let lir = tcc().args(["opt", "--emit", "lir"]).arg(&ex).assert().success().get_output().stdout.clone();
+    let lir = String::from_utf8(lir).unwrap();
+    assert!(lir.contains("for ") && lir.contains("bytes"), "{lir}");
+    for emit in ["hir", "tir", "opt"] {
+        tcc().args(["opt", "--emit", emit]).arg(&ex).assert().success().stdout(predicate::str::is_empty().not());
+    }
+}
+
+#[test]
+fn opt_memory_limit_is_honoured_and_reported() {
+    let ex = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/four_index.tc");
+    let out = tcc().args(["opt", "--mem-limit", "1GiB"]).arg(&ex).assert().success().get_output().stdout.clone();
+    assert!(String::from_utf8(out).unwrap().contains("fits in 1.0 GiB"));
+    let out = tcc().args(["opt", "--mem-limit", "8"]).arg(&ex).assert().success().get_output().stdout.clone();
+    assert!(String::from_utf8(out).unwrap().contains("does NOT fit"));
+    tcc().args(["opt", "--mem-limit", "lots"]).arg(&ex).assert().code(1).stderr(predicate::str::contains("not a size"));
+}
