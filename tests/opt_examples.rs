@@ -1,0 +1,49 @@
+//! Every example, optimized (contraction order, CSE, factorization) and lowered to
+//! fused loop nests, computes what the reference interpreter computes on the
+//! original program.
+
+use std::collections::HashMap;
+use tcc::interp::{random_inputs, run_unit, Dense};
+use tcc::lir::exec::execute;
+use tcc::lir::fusion::{lower_unit, FusionOptions};
+
+fn assert_close(what: &str, want: &HashMap<usize, Dense>, got: &HashMap<usize, Dense>) {
+    assert_eq!(want.len(), got.len(), "{what}: outputs differ");
+    for (t, w) in want {
+        let g = &got[t];
+        let scale = w.data.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
+        for (a, b) in w.data.iter().zip(&g.data) {
+            assert!((a - b).abs() <= 1e-10 * scale, "{what}: output {t}: {a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn optimized_and_fused_examples_match_the_interpreter() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "tc") {
+            continue;
+        }
+        let src = std::fs::read_to_string(&path).unwrap();
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let (hir, diags) = tcc::compile(&src, &stem);
+        let hir = hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()));
+        let (opt, _) = tcc::tir::optimize(&hir);
+        for u in 0..hir.units.len() {
+            let inputs = random_inputs(&hir, u, 11).unwrap();
+            let want = run_unit(&hir, u, &inputs).unwrap();
+            let what = format!("{} unit {}", path.display(), hir.units[u].name);
+            assert_close(&format!("{what} (optimized)"), &want, &run_unit(&opt, u, &inputs).unwrap());
+            for limit in [None, Some(0), Some(1 << 40)] {
+                let nest = lower_unit(&opt, u, FusionOptions { mem_limit: limit, ..FusionOptions::default() });
+                assert!(nest.peak_bytes <= nest.unfused_peak_bytes, "{what}");
+                assert_close(&format!("{what} (fused, limit {limit:?})"), &want, &execute(&opt, &nest, &inputs).unwrap());
+            }
+            n += 1;
+        }
+    }
+    assert!(n >= 7, "only {n} units checked");
+}
