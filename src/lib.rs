@@ -9,6 +9,7 @@ pub mod syntax;
 pub mod sema;
 pub mod lir;
 pub mod fmt;
+pub mod lsp;
 pub mod interp;
 pub mod npy;
 pub mod run;

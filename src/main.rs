@@ -135,6 +135,8 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         program: Option<String>,
     },
+    /// Run the language server on stdin/stdout (for editors; see book/src/editors.md).
+    Lsp,
 }
 
 /// How a command ended, mapped to the exit code.
@@ -201,6 +203,10 @@ fn front_end(ctx: &Ctx, path: &Path) -> Result<tcc::sema::hir::Hir, Outcome> {
 
 fn run_command(ctx: &Ctx, command: Command) -> Outcome {
     match command {
+        Command::Lsp => match tcc::lsp::serve_stdio() {
+            0 => Outcome::Ok,
+            _ => Outcome::UserError,
+        },
         Command::Check { file } => match front_end(ctx, &file) {
             Ok(hir) => {
                 eprintln!(

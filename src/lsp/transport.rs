@@ -1,0 +1,164 @@
+//! Stdio transport. lsp-server's own `Connection::stdio` stops reading at the first
+//! malformed message; an editor (or a user typing into a terminal) should not be
+//! able to kill the server that way. This reader skips what it cannot frame,
+//! reports payloads that are not JSON-RPC to the main loop, and refuses absurd
+//! `Content-Length`s without allocating them.
+
+use crossbeam_channel::{bounded, unbounded, Sender};
+use lsp_server::{Connection, Message, Notification};
+use std::io::{self, BufRead, Read, Write};
+use std::thread;
+
+/// Method of the internal notification carrying a payload that did not parse.
+pub(crate) const MALFORMED: &str = "$tcc/malformed";
+
+/// The largest message accepted (bigger ones are skipped and reported).
+const MAX_MESSAGE: usize = 64 << 20;
+
+pub(crate) fn stdio() -> (Connection, thread::JoinHandle<()>) {
+    let (writer_tx, writer_rx) = bounded::<Message>(0);
+    let writer = thread::spawn(move || {
+        let stdout = io::stdout();
+        let mut out = stdout.lock();
+        for msg in writer_rx {
+            if msg.write(&mut out).is_err() {
+                break;
+            }
+        }
+        let _ = out.flush();
+    });
+    let (reader_tx, reader_rx) = unbounded::<Message>();
+    thread::spawn(move || {
+        let stdin = io::stdin();
+        let mut input = stdin.lock();
+        read_loop(&mut input, &reader_tx);
+    });
+    (Connection { sender: writer_tx, receiver: reader_rx }, writer)
+}
+
+/// Reads framed messages until the end of input (or an `exit`) and sends them on.
+pub(crate) fn read_loop(input: &mut impl BufRead, tx: &Sender<Message>) {
+    loop {
+        let msg = match read_frame(input) {
+            Ok(Frame::Eof) => return,
+            Ok(Frame::Text(text)) => parse(&text),
+            Ok(Frame::Bad(why)) => malformed(why, ""),
+            Err(_) => return,
+        };
+        let exit = matches!(&msg, Message::Notification(n) if n.method == "exit");
+        if tx.send(msg).is_err() || exit {
+            return;
+        }
+    }
+}
+
+fn parse(text: &str) -> Message {
+    // A `method` that is not a string would otherwise pass for a (bodiless) response.
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(v) if v.get("method").is_some_and(|m| !m.is_string()) => return malformed("`method` is not a string".to_string(), text),
+        Ok(v) if !v.is_object() => return malformed("not a JSON object".to_string(), text),
+        _ => {}
+    }
+    match serde_json::from_str::<Message>(text) {
+        Ok(m) => m,
+        Err(e) => malformed(format!("not a JSON-RPC message ({e})"), text),
+    }
+}
+
+fn malformed(why: String, text: &str) -> Message {
+    // Keep the id, if one can be read, so that the request can be answered.
+    let id = serde_json::from_str::<serde_json::Value>(text).ok().and_then(|v| v.get("id").cloned());
+    Message::Notification(Notification::new(MALFORMED.to_string(), serde_json::json!({ "why": why, "id": id })))
+}
+
+enum Frame {
+    Eof,
+    Text(String),
+    Bad(String),
+}
+
+fn read_frame(input: &mut impl BufRead) -> io::Result<Frame> {
+    let mut size: Option<usize> = None;
+    let mut bad_header = None;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // Header lines are short; a huge "line" is garbage, read in bounded pieces.
+        let n = input.by_ref().take(8192).read_until(b'\n', &mut line)?;
+        if n == 0 {
+            return Ok(Frame::Eof);
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches(['\r', '\n']);
+        if text.is_empty() {
+            if size.is_some() || bad_header.is_some() {
+                break;
+            }
+            continue; // stray blank line between messages
+        }
+        match text.split_once(':') {
+            Some((name, value)) if name.trim().eq_ignore_ascii_case("content-length") => match value.trim().parse::<usize>() {
+                Ok(n) => size = Some(n),
+                Err(_) => bad_header = Some(format!("bad Content-Length `{}`", value.trim())),
+            },
+            Some(_) => {} // Content-Type and any other header
+            None => bad_header = Some(format!("malformed header line `{}`", text.chars().take(80).collect::<String>())),
+        }
+    }
+    let Some(size) = size else {
+        return Ok(Frame::Bad(bad_header.unwrap_or_else(|| "no Content-Length header".to_string())));
+    };
+    if size > MAX_MESSAGE {
+        io::copy(&mut input.by_ref().take(size as u64), &mut io::sink())?;
+        return Ok(Frame::Bad(format!("message of {size} bytes is larger than the limit ({MAX_MESSAGE})")));
+    }
+    let mut buf = vec![0u8; size];
+    input.read_exact(&mut buf)?;
+    match String::from_utf8(buf) {
+        Ok(s) => Ok(Frame::Text(s)),
+        Err(_) => Ok(Frame::Bad("message is not UTF-8".to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(input: &str) -> Vec<Message> {
+        let (tx, rx) = unbounded();
+        read_loop(&mut io::Cursor::new(input.as_bytes().to_vec()), &tx);
+        drop(tx);
+        rx.into_iter().collect()
+    }
+
+    fn framed(body: &str) -> String {
+        format!("Content-Length: {}\r\n\r\n{body}", body.len())
+    }
+
+    #[test]
+    fn reads_messages_and_survives_garbage() {
+        let good = r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{}}"#;
+        let input = format!(
+            "{}garbage line\r\n\r\n{}{}Content-Length: 99999999999\r\n\r\n{}",
+            framed(good),
+            framed("{not json"),
+            framed(r#"{"jsonrpc":"2.0","id":7,"method":3}"#),
+            "",
+        );
+        let msgs = frames(&input);
+        assert!(matches!(&msgs[0], Message::Request(r) if r.method == "x"));
+        assert!(matches!(&msgs[1], Message::Notification(n) if n.method == MALFORMED));
+        assert!(matches!(&msgs[2], Message::Notification(n) if n.method == MALFORMED));
+        // the id of an invalid request is kept so it can be answered
+        assert!(matches!(&msgs[3], Message::Notification(n) if n.params["id"] == 7));
+        // the oversized message is skipped and reported (input ends inside it)
+        assert!(matches!(&msgs[4], Message::Notification(n) if n.params["why"].as_str().unwrap().contains("larger")));
+        assert_eq!(msgs.len(), 5, "{msgs:?}");
+    }
+
+    #[test]
+    fn stops_after_exit() {
+        let input = format!("{}{}", framed(r#"{"jsonrpc":"2.0","method":"exit"}"#), framed(r#"{"jsonrpc":"2.0","method":"y"}"#));
+        assert_eq!(frames(&input).len(), 1);
+    }
+}
