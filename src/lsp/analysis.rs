@@ -33,12 +33,11 @@ pub struct Analysis {
 
 impl Analysis {
     pub fn new(text: String, stem: &str) -> Analysis {
-        let parsed = crate::syntax::parse(&text);
         let (hir, diagnostics) = crate::compile(&text, stem);
-        let index = Index::build(&parsed.file, stem);
+        let (file, index) = tolerant_index(&text, stem);
         Analysis {
             lines: LineIndex::new(&text),
-            file: parsed.file,
+            file,
             diagnostics,
             hir,
             index,
@@ -578,6 +577,77 @@ impl Analysis {
     }
 }
 
+/// The symbol index of a text that may not parse. The parser recovers from an
+/// error only at a `;`, and loses the whole tree when it cannot (a statement being
+/// typed at the end of the file, a missing `;` before `}`). For navigation and
+/// completion, such a text is repaired — a `;` inserted before the token where
+/// parsing stopped, or the open brackets closed at the end — and re-parsed, a few
+/// times at most; the spans are then mapped back to the original text.
+fn tolerant_index(text: &str, stem: &str) -> (ast::File, Index) {
+    let mut cur = text.to_string();
+    // origin[i]: the original offset of byte i of `cur` (inserted bytes map to
+    // the place they were inserted).
+    let mut origin: Vec<usize> = (0..text.len()).collect();
+    let mut parsed = crate::syntax::parse(&cur);
+    for _ in 0..16 {
+        let lexed = lexer::lex(&cur);
+        if !parsed.file.items.is_empty() || lexed.tokens.is_empty() || !crate::diag::has_errors(&parsed.diagnostics) {
+            break;
+        }
+        // The first place where a statement runs into a `}` or a new declaration
+        // (a missing `;`), else the end of the text.
+        let unterminated = parsed.diagnostics.iter().filter(|d| d.code == "E0002").map(|d| d.primary.span.clone()).find(|sp| {
+            let tok = cur.get(sp.clone()).unwrap_or("");
+            tok == "}" || (KEYWORDS.contains(&tok) && !matches!(tok, "f32" | "f64" | "symmetric" | "antisymmetric" | "over" | "as" | "on"))
+        });
+        let (at, insert) = match unterminated {
+            Some(sp) => (sp.start.min(cur.len()), ";".to_string()),
+            None => (cur.len(), closers(&lexed.tokens)),
+        };
+        if insert.is_empty() {
+            break;
+        }
+        let o = origin.get(at).copied().unwrap_or(text.len());
+        cur.insert_str(at, &insert);
+        origin.splice(at..at, std::iter::repeat(o).take(insert.len()));
+        parsed = crate::syntax::parse(&cur);
+    }
+    let mut index = Index::build(&parsed.file, stem);
+    if cur.len() != text.len() {
+        index.remap(&|off| origin.get(off).copied().unwrap_or(text.len()));
+    }
+    (parsed.file, index)
+}
+
+/// What closes the brackets still open at the end of `tokens` (with a `;` before
+/// each `}` and at the very end, to end the statement being written).
+fn closers(tokens: &[(usize, lexer::Tok, usize)]) -> String {
+    let mut stack = Vec::new();
+    for (_, t, _) in tokens {
+        match t {
+            lexer::Tok::LParen => stack.push(")"),
+            lexer::Tok::LBracket => stack.push("]"),
+            lexer::Tok::LBrace => stack.push("}"),
+            lexer::Tok::RParen | lexer::Tok::RBracket | lexer::Tok::RBrace => {
+                stack.pop();
+            }
+            _ => {}
+        }
+    }
+    let mut out = String::from(" ");
+    for c in stack.iter().rev() {
+        if *c == "}" {
+            out.push_str(";}");
+        } else {
+            out.push_str(c);
+        }
+    }
+    if stack.first() != Some(&"}") {
+        out.push(';');
+    }
+    out
+}
+
 // The semantic token legend: positions in these lists are the numbers sent.
 const TT_KEYWORD: u32 = 0;
 const TT_COMMENT: u32 = 1;
@@ -738,6 +808,27 @@ pub fn stem_of_uri(uri: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn resolves(src: &str, at: &str, nth: usize) -> bool {
+        let (_, ix) = tolerant_index(src, "t");
+        let off = src.match_indices(at).nth(nth).unwrap().0;
+        ix.occurrence_at(off).is_some_and(|o| o.sym.is_some())
+    }
+
+    #[test]
+    fn index_survives_unfinished_text() {
+        // a statement being typed at the end
+        assert!(resolves("range N = 2; index i : N; tensor A[i];\nA[i] = A[", "A", 2));
+        // a missing `;` before `}`
+        assert!(resolves("range N = 2; index i : N; tensor A[i];\nprogram p { A[i] = A[i] * 2 }\nA[i] = 1;", "A", 3));
+        // inside an unclosed model and layer
+        let src = "model m { dims d = 2; index i : d; input tensor X[i];\n layer l { Y[i] = X[i";
+        assert!(resolves(src, "X", 1));
+        assert!(resolves(src, "i] =", 0));
+        // spans are those of the original text
+        let (_, ix) = tolerant_index(src, "t");
+        assert!(ix.occurrences.iter().all(|o| o.span.end <= src.len() && &src[o.span.clone()] == o.name));
+    }
 
     #[test]
     fn stems() {

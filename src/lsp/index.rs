@@ -199,6 +199,27 @@ impl Index {
         self.stmts.iter().find(|s| s.span.start <= offset && offset < s.span.end)
     }
 
+    /// Applies `f` to every offset (to map spans of a repaired text back to the
+    /// original one).
+    pub fn remap(&mut self, f: &dyn Fn(usize) -> usize) {
+        let m = |s: &mut Span| *s = f(s.start)..f(s.end).max(f(s.start));
+        for s in &mut self.symbols {
+            m(&mut s.name_span);
+            m(&mut s.decl_span);
+        }
+        for o in &mut self.occurrences {
+            m(&mut o.span);
+        }
+        for st in &mut self.stmts {
+            m(&mut st.span);
+            m(&mut st.lhs_name_span);
+            m(&mut st.op_span);
+        }
+        for md in &mut self.models {
+            m(&mut md.span);
+        }
+    }
+
     // ---- building ----
 
     fn scope(model: Option<usize>) -> usize {
