@@ -17,6 +17,9 @@ pub mod pos;
 pub mod server;
 mod transport;
 
+#[cfg(test)]
+mod tests;
+
 pub use server::run;
 
 /// Serves the language server protocol on stdin/stdout until `exit`. Returns the
