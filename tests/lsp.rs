@@ -437,3 +437,52 @@ fn exit_without_shutdown_and_end_of_input() {
     c.initialize();
     assert_eq!(c.wait_status(), 1);
 }
+
+/// A real client: Neovim's built-in LSP client, headless (tests/nvim/lsp_client.lua).
+/// Neovim converts the server's UTF-16 columns to byte columns, so this checks the
+/// position encoding end to end. Skipped (visibly) when `nvim` is not installed,
+/// unless `CI` is set; `.ci/run` installs it.
+#[test]
+fn neovim_headless_client_gets_diagnostics_and_hover() {
+    if Command::new("nvim").arg("--version").stdout(Stdio::null()).status().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "CI is set but `nvim` is not installed (apt-get install neovim)");
+        eprintln!("SKIPPED neovim_headless_client_gets_diagnostics_and_hover: `nvim` is not installed (apt-get install neovim)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("nv.tc");
+    let out = dir.path().join("out.txt");
+    std::fs::write(&file, "// é 𝔸 commentaire\nrange N = 4;\nindex i : N;\nindex 𝔸 j : ;\n").unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nvim/lsp_client.lua");
+    let mut child = Command::new("nvim")
+        .args(["--headless", "-u", "NONE", "-i", "NONE", "-n", "-c"])
+        .arg(format!("luafile {}", script.display()))
+        .env("TCC_BIN", env!("CARGO_BIN_EXE_tcc"))
+        .env("TCC_FILE", &file)
+        .env("TCC_OUT", &out)
+        .env("TCC_HOVER", "2:6")
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if start.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            panic!("headless nvim did not finish in 90 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let report = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("nvim wrote no report ({e}); status {status}"));
+    assert!(status.success(), "nvim failed: {status}\n{report}");
+    let lines: Vec<&str> = report.lines().collect();
+    // `𝔸`: bytes 6..10 of line 3; the `;` after it: byte 15 (UTF-16 column 13).
+    assert!(lines.iter().any(|l| l.starts_with("diag 3 6 3 10 E0001 unexpected character")), "{report}");
+    assert!(lines.iter().any(|l| l.starts_with("diag 3 15 3 16 E0002")), "{report}");
+    assert!(lines.iter().any(|l| l.starts_with("hover ") && l.contains("index i : N;") && l.contains("4 values")), "{report}");
+    assert_eq!(lines.last(), Some(&"done"), "{report}");
+}
