@@ -510,7 +510,9 @@ impl Analysis {
         let lexed = lexer::lex(&self.text);
         let mut toks: Vec<(Span, u32, u32)> = Vec::new();
         for c in &lexed.comments {
-            toks.push((c.span.clone(), TT_COMMENT, 0));
+            // A `\r` before the line break is not part of the line.
+            let end = if c.text.ends_with('\r') { c.span.end - 1 } else { c.span.end };
+            toks.push((c.span.start..end, TT_COMMENT, 0));
         }
         for (l, t, r) in &lexed.tokens {
             let span = *l..*r;
