@@ -333,9 +333,10 @@ impl<'a> Printer<'a> {
         self.comments.get(self.next).filter(|c| c.span.start < end)
     }
 
-    /// The next comment, if only spaces (no line break, no token) separate it from `pos`.
-    fn take_trailing(&mut self, pos: usize) -> Option<&'a Comment> {
-        let c = self.comments.get(self.next)?;
+    /// The next comment, if it starts before `end` and only spaces (no line break,
+    /// no token) separate it from `pos`.
+    fn take_trailing(&mut self, pos: usize, end: usize) -> Option<&'a Comment> {
+        let c = self.peek_before(end)?;
         let gap = self.src.get(pos..c.span.start)?;
         if gap.bytes().all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\x0c')) {
             self.next += 1;
@@ -379,7 +380,7 @@ impl<'a> Printer<'a> {
                     self.next += 1;
                     inner.push(c);
                 }
-                let trailing = self.take_trailing(span.end);
+                let trailing = self.take_trailing(span.end, usize::MAX);
                 let end = trailing.map_or(span.end, |c| c.span.end.max(span.end));
                 let eol = match trailing {
                     Some(c) => Some(c),
@@ -405,7 +406,7 @@ impl<'a> Printer<'a> {
                     blank = false;
                 }
                 let close = span.end.saturating_sub(1).max(open.end);
-                let after_open = self.take_trailing(open.end).filter(|c| c.span.start < close);
+                let after_open = self.take_trailing(open.end, close);
                 if after_open.is_none() && children.is_empty() && self.peek_before(close).is_none() {
                     self.line(indent, blank, &format!("{header} {{}}"));
                 } else {
@@ -416,7 +417,7 @@ impl<'a> Printer<'a> {
                     self.seq(children, close, indent + 1);
                     self.line(indent, false, "}");
                 }
-                match self.take_trailing(span.end) {
+                match self.take_trailing(span.end, usize::MAX) {
                     Some(c) => {
                         // Append to the `}` line just printed.
                         self.out.pop();
