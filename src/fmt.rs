@@ -71,7 +71,7 @@ fn strip_spans(s: &str) -> String {
                     k += 1;
                 }
                 if k > j + 2 {
-                    out.push_str("_");
+                    out.push('_');
                     i = k;
                     continue;
                 }
