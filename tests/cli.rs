@@ -179,3 +179,16 @@ fn opt_memory_limit_is_honoured_and_reported() {
     assert!(String::from_utf8(out).unwrap().contains("does NOT fit"));
     tcc().args(["opt", "--mem-limit", "lots"]).arg(&ex).assert().code(1).stderr(predicate::str::contains("not a size"));
 }
+
+#[test]
+fn the_readme_language_summary_checks_and_runs() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let start = readme.find("## The language in 30 lines").expect("README section");
+    let block = &readme[start..];
+    let open = block.find("```\n").unwrap() + 4;
+    let close = open + block[open..].find("```").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "readme.tc", &block[open..close]);
+    tcc().args(["check", "--color", "never"]).arg(&f).assert().success().stderr(predicate::str::contains("ok ("));
+    tcc().args(["run", "--interp"]).arg(&f).assert().success().stdout(predicate::str::contains("model mlp"));
+}
