@@ -327,18 +327,18 @@ fn formatting_is_tcc_fmt() {
     let uri = "file:///work/f.tc";
     c.open(uri, src);
     let r = c.request("textDocument/formatting", json!({"textDocument": {"uri": uri}, "options": {"tabSize": 2, "insertSpaces": true}}));
-    match tcc::fmt::format_source(src) {
-        Ok(formatted) => {
-            let edits = r["result"].as_array().unwrap_or_else(|| panic!("{r}"));
-            assert_eq!(edits.len(), 1);
-            assert_eq!(edits[0]["newText"], formatted);
-            assert_eq!(edits[0]["range"]["start"], json!({"line": 0, "character": 0}));
-        }
-        Err(_) => {
-            // The formatter refuses (e.g. not available in this build): an LSP error, not a crash.
-            assert_eq!(r["error"]["code"], -32803, "{r}");
-        }
-    }
+    let formatted = tcc::fmt::format_source(src).expect("the formatter accepts this file");
+    let edits = r["result"].as_array().unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(edits.len(), 1, "{r}");
+    assert_eq!(edits[0]["newText"], formatted);
+    assert_eq!(edits[0]["range"]["start"], json!({"line": 0, "character": 0}));
+    assert_eq!(edits[0]["range"]["end"], json!({"line": 3, "character": 0}));
+    // a formatted file needs no edit (the examples are formatted: `tcc fmt --check`)
+    let ex = example("ccsd_terms.tc");
+    let uri2 = "file:///work/ccsd_terms.tc";
+    c.open(uri2, &ex);
+    let r = c.request("textDocument/formatting", json!({"textDocument": {"uri": uri2}, "options": {"tabSize": 4, "insertSpaces": true}}));
+    assert_eq!(r["result"], json!([]), "{r}");
     // a file with a syntax error cannot be formatted: an error, not a crash
     let bad = "file:///work/bad.tc";
     c.open(bad, "range N = ;");
