@@ -395,13 +395,13 @@ impl Analysis {
         };
         for id in self.index.visible(model) {
             let s = &self.index.symbols[id];
-            let ok = match (&want, &s.kind) {
-                (Want::Anything, _) => true,
-                (Want::Indices, SymKind::Index { .. }) => true,
-                (Want::Ranges, SymKind::Range { .. }) => true,
-                (Want::Grids, SymKind::Grid { .. }) => true,
-                _ => false,
-            };
+            let ok = matches!(
+                (&want, &s.kind),
+                (Want::Anything, _)
+                    | (Want::Indices, SymKind::Index { .. })
+                    | (Want::Ranges, SymKind::Range { .. })
+                    | (Want::Grids, SymKind::Grid { .. })
+            );
             if ok {
                 let kind = match s.kind {
                     SymKind::Range { .. } => lt::CompletionItemKind::TYPE_PARAMETER,
@@ -611,7 +611,7 @@ fn tolerant_index(text: &str, stem: &str) -> (ast::File, Index) {
         }
         let o = origin.get(at).copied().unwrap_or(text.len());
         cur.insert_str(at, &insert);
-        origin.splice(at..at, std::iter::repeat(o).take(insert.len()));
+        origin.splice(at..at, std::iter::repeat_n(o, insert.len()));
         parsed = crate::syntax::parse(&cur);
     }
     let mut index = Index::build(&parsed.file, stem);
@@ -829,7 +829,7 @@ mod tests {
         assert!(resolves(src, "i] =", 0));
         // spans are those of the original text
         let (_, ix) = tolerant_index(src, "t");
-        assert!(ix.occurrences.iter().all(|o| o.span.end <= src.len() && &src[o.span.clone()] == o.name));
+        assert!(ix.occurrences.iter().all(|o| o.span.end <= src.len() && src[o.span.clone()] == o.name));
     }
 
     #[test]
