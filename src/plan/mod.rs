@@ -361,20 +361,38 @@ pub fn plan_command(
     };
     let (opt, _) = crate::tir::optimize(hir);
     let mut plans = Vec::new();
+    let mut failures: Vec<(usize, PlanError)> = Vec::new();
     for &p in procs {
         let mut opts = PlanOptions::new(p, net.clone());
         opts.mem_per_rank = mem_per_rank;
         opts.strategy = strategy;
-        plans.extend(plan_units(&opt, &units, &opts)?);
+        match plan_units(&opt, &units, &opts) {
+            Ok(v) => plans.extend(v),
+            // In a sweep, a P that does not fit is a row of the answer, not an error.
+            Err(e) if procs.len() > 1 && e.code == "E0803" => failures.push((p, e)),
+            Err(e) => return Err(e),
+        }
+    }
+    if plans.is_empty() {
+        if let Some((_, e)) = failures.first() {
+            return Err(e.clone());
+        }
     }
     Ok(match format {
-        Format::Json => serde_json::to_string_pretty(&report::plans_json(&plans)).unwrap_or_default() + "\n",
+        Format::Json => {
+            let mut v = report::plans_json(&plans);
+            v["infeasible"] = serde_json::json!(failures.iter().map(|(p, e)| serde_json::json!({"procs": p, "message": e.message})).collect::<Vec<_>>());
+            serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+        }
         Format::Dot => plans.iter().map(report::plan_dot).collect(),
         Format::Text => {
             let mut s: String = plans.iter().map(report::plan_text).collect::<Vec<_>>().join("\n");
-            if plans.len() > 1 {
+            if procs.len() > 1 {
                 s.push('\n');
                 s.push_str(&report::sweep_text(&plans));
+                for (p, e) in &failures {
+                    s.push_str(&format!("  P = {p}: does not fit: {}\n", e.message));
+                }
             }
             s
         }

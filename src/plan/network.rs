@@ -294,7 +294,7 @@ mod tests {
         assert!((f.beta - 1.0 / 25e9).abs() < 1e-24 && (f.alpha - 2e-6).abs() < 1e-15);
         let t = Network::parse("torus:8x8x16").unwrap();
         assert_eq!(t.nodes(), Some(1024));
-        assert!((t.alpha - (1e-6 + 100e-9 * 4.0)).abs() < 1e-15);
+        assert!((t.alpha - (1e-6 + 100e-9 * 8.0)).abs() < 1e-15);
         assert_eq!(t.alltoall_congestion(), 2.0);
         assert!(t.check_procs(2048).is_err() && t.check_procs(1024).is_ok());
         let g = Network::from_toml("# net\ntopology = \"torus\"\ndims = [4, 4]\nalpha = 1e-6\nbeta = 1e-10\ngamma = 1e-11\n", "x.toml").unwrap();

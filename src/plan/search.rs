@@ -42,7 +42,7 @@ pub(crate) struct Spec {
 }
 
 impl Spec {
-    fn ext_of(&self, x: IndexId) -> usize {
+    pub(crate) fn ext_of(&self, x: IndexId) -> usize {
         self.ext[self.indices.iter().position(|&y| y == x).unwrap()]
     }
 
