@@ -53,6 +53,9 @@ impl Network {
             return Network::from_toml(&text, s);
         }
         let (kind, rest) = s.split_once(':').unwrap_or((s, ""));
+        if !matches!(kind, "fat-tree" | "fattree" | "torus") {
+            return Err(format!("unknown network kind `{kind}` (use torus:AxBxC, fat-tree:bw=..,lat=.. or a .toml file)"));
+        }
         let mut kv: Vec<(String, String)> = Vec::new();
         let mut dims: Option<Vec<usize>> = None;
         for (k, part) in rest.split(',').map(str::trim).filter(|p| !p.is_empty()).enumerate() {
