@@ -127,15 +127,42 @@ pub struct CommOp {
     pub moved_max: u64,
     /// Sum over ranks of words received.
     pub recv_total: u64,
+    /// Message rounds of a rank: ⌈log2 q⌉ per panel for collectives along `q`
+    /// ranks (recursive doubling / halving), P−1 for an all-to-all (direct).
     pub msgs_max: u64,
     /// Predicted seconds: α·msgs + β·bytes·congestion (of the busiest rank).
     pub time: f64,
 }
 
 impl CommOp {
-    /// Exact words of one rank (the direct algorithm: every rank exchanges with
-    /// every other rank of its fibre; an all-to-all sends each element from its
-    /// canonical copy — coordinate 0 along the source's replicated grid dimensions).
+    /// The rank `delta` positions further along this op's fibre (cyclically).
+    pub fn fibre_neighbour(&self, rank: usize, delta: usize) -> usize {
+        let grid = &self.to.grid;
+        let mut c = layout::coords_of(grid, rank);
+        let q: usize = self.along.iter().map(|&g| grid[g]).product();
+        if q <= 1 {
+            return rank;
+        }
+        let mut pos = 0;
+        for &g in &self.along {
+            pos = pos * grid[g] + c[g];
+        }
+        let mut np = (pos + delta) % q;
+        for &g in self.along.iter().rev() {
+            c[g] = np % grid[g];
+            np /= grid[g];
+        }
+        c.iter().zip(grid).fold(0, |r, (&x, &n)| r * n + x)
+    }
+
+    /// Exact words of one rank. Collectives along `along` run as rings over the
+    /// fibre (ranks ordered row-major by their coordinates along `along`): in an
+    /// all-gather a rank receives every block of its fibre but its own and forwards
+    /// all but its successor's; in a reduce-scatter it sends every chunk of its
+    /// partial block but the one it keeps and receives all but its predecessor's.
+    /// A reduce (scalar result) sends each partial to coordinate 0 directly. An
+    /// all-to-all sends each element from its canonical copy (coordinate 0 along the
+    /// source's replicated grid dimensions) to every rank that needs it.
     pub fn rank_words(&self, rank: usize) -> RankWords {
         let q: u64 = self.along.iter().map(|&g| self.to.grid[g] as u64).product();
         let s = &self.shape;
@@ -143,12 +170,14 @@ impl CommOp {
             OpKind::AllGather => {
                 let own = self.from.block_size(s, rank);
                 let all = self.to.block_size(s, rank);
-                RankWords { sent: own * (q - 1), recv: all - own, moved: all - own }
+                let next = self.from.block_size(s, self.fibre_neighbour(rank, 1));
+                RankWords { sent: all - next, recv: all - own, moved: all - own }
             }
             OpKind::ReduceScatter => {
                 let part = self.from.block_size(s, rank);
                 let keep = self.to.block_size(s, rank);
-                RankWords { sent: part - keep, recv: keep * (q - 1), moved: part - keep }
+                let prev = self.to.block_size(s, self.fibre_neighbour(rank, q as usize - 1));
+                RankWords { sent: part - keep, recv: part - prev, moved: part - keep }
             }
             OpKind::Reduce => {
                 let part = self.from.block_size(s, rank);

@@ -261,11 +261,23 @@ pub(crate) struct Eval {
     pub active: usize,
 }
 
+/// Message rounds of a collective among `q` ranks: ⌈log2 q⌉ (recursive doubling /
+/// halving, or a binomial tree for a reduce).
+pub(crate) fn rounds(q: u64) -> u64 {
+    if q <= 1 {
+        0
+    } else {
+        64 - (q - 1).leading_zeros() as u64
+    }
+}
+
 fn gather_op(op: &Operand, fine: &Layout, coarse: &Layout, along: &[usize], panels: usize, net: &super::Network) -> CommOp {
     let q: u64 = along.iter().map(|&g| fine.grid[g] as u64).product();
+    // Ring: a rank receives the fibre's blocks but its own, forwards all but its
+    // successor's; both maxima are the largest `coarse − fine` over the fibre.
     let recv = max_gather_recv(&op.shape, fine, coarse);
-    let sent = (q - 1) * fine.max_block(&op.shape);
-    let msgs = (q - 1) * panels as u64;
+    let sent = if q > 1 { recv } else { 0 };
+    let msgs = rounds(q) * panels as u64;
     CommOp {
         kind: OpKind::AllGather,
         phase: Phase::Before,
@@ -291,7 +303,8 @@ fn reduce_op(c: &Operand, partial: &Layout, fin: &Layout, along: &[usize], net: 
         let b = partial.max_block(&c.shape);
         (OpKind::Reduce, b, (q - 1) * b)
     } else {
-        (OpKind::ReduceScatter, max_gather_recv(&c.shape, fin, partial), (q - 1) * fin.max_block(&c.shape))
+        let w = max_gather_recv(&c.shape, fin, partial);
+        (OpKind::ReduceScatter, w, w)
     };
     CommOp {
         kind,
@@ -307,8 +320,8 @@ fn reduce_op(c: &Operand, partial: &Layout, fin: &Layout, along: &[usize], net: 
         sent_max: sent,
         moved_max: sent,
         recv_total: 0,
-        msgs_max: q - 1,
-        time: net.alpha * (q - 1) as f64 + net.beta * (c.elem as u64 * recv.max(sent)) as f64,
+        msgs_max: rounds(q),
+        time: net.alpha * rounds(q) as f64 + net.beta * (c.elem as u64 * recv.max(sent)) as f64,
     }
 }
 
@@ -331,7 +344,11 @@ pub(crate) fn evaluate(spec: &Spec, cand: &Cand, net: &super::Network, mem_limit
     } else {
         (cp, cf, cal)
     };
-    let active: usize = (0..cand.grid.len()).filter(|g| !idle.contains(g)).map(|g| cand.grid[g]).product();
+    // Ranks with a non-empty block of the iteration space.
+    let active: usize = (0..cand.grid.len())
+        .filter_map(|g| cand.assign[g].map(|x| (g, spec.ext_of(x))))
+        .map(|(g, n)| if n == 0 { 0 } else { n.div_ceil(n.div_ceil(cand.grid[g])) })
+        .product();
     // Local work: the busiest rank holds the first block of every split index.
     let mut local = vec![0usize; spec.indices.len()];
     for (k, &x) in spec.indices.iter().enumerate() {
@@ -528,6 +545,66 @@ fn alltoall(name: &str, shape: &[usize], elem: usize, from: &Layout, to: &Layout
     Some(op)
 }
 
+/// The mapping that keeps an operand where it is: the grid of its current layout,
+/// each grid dimension assigned to the index whose dimension it splits first.
+fn inherit(spec: &Spec, o: &Operand, cur: &Layout) -> Option<Cand> {
+    if cur.grid.len() > MAX_GRID_DIMS {
+        return None;
+    }
+    let mut assign = Vec::new();
+    for g in 0..cur.grid.len() {
+        if cur.idle.contains(&g) {
+            assign.push(None);
+            continue;
+        }
+        let d = cur.splits.iter().position(|s| s.first() == Some(&g))?;
+        let x = *o.idx.get(d)?;
+        if assign.contains(&Some(x)) || cur.grid[g] > spec.ext_of(x) {
+            return None;
+        }
+        assign.push(Some(x));
+    }
+    Some(Cand { grid: cur.grid.clone(), assign })
+}
+
+/// A cheap upper estimate of the redistributions a mapping needs (exact ones are
+/// computed for the shortlist only): nothing when the layout is already right,
+/// else the whole block of the busiest rank.
+fn redistribution_estimate(spec: &Spec, e: &Eval, state: &State, net: &super::Network) -> f64 {
+    let cost = |cur: &Layout, need: &Layout, shape: &[usize], elem: usize| -> f64 {
+        if cur == need {
+            0.0
+        } else {
+            net.alpha * (need.procs() as f64 - 1.0) + net.beta * net.alltoall_congestion() * (elem as u64 * need.max_block(shape)) as f64
+        }
+    };
+    let mut t = 0.0;
+    for (o, need) in std::iter::once((&spec.a, &e.a.0)).chain(spec.b.as_ref().zip(e.b.as_ref().map(|b| &b.0))) {
+        if let Some((cur, _, _)) = o.key.as_ref().and_then(|k| state.get(k)) {
+            t += cost(cur, need, &o.shape, o.elem);
+        }
+    }
+    if spec.accumulate {
+        if let Some((cur, _, _)) = spec.c.key.as_ref().and_then(|k| state.get(k)) {
+            t += cost(&e.c.1, cur, &spec.c.shape, spec.c.elem);
+        }
+    }
+    t
+}
+
+/// The estimated cost of moving this step's result before its consumer when the
+/// result is split along a dimension that the consumer sums over.
+/// A heuristic only (not part of the reported cost): the estimated redistribution,
+/// divided by how many steps away it is, so that splits that survive longer win ties.
+fn lookahead(spec: &Spec, e: &Eval, summed: &Option<Vec<Option<usize>>>, net: &super::Network) -> f64 {
+    let Some(summed) = summed else { return 0.0 };
+    let fin = &e.c.1;
+    let near = fin.splits.iter().enumerate().filter(|(_, s)| !s.is_empty()).filter_map(|(d, _)| summed.get(d).copied().flatten()).min();
+    let Some(dist) = near else { return 0.0 };
+    (net.alpha * (fin.procs() as f64 - 1.0) + net.beta * net.alltoall_congestion() * (spec.c.elem as u64 * fin.max_block(&spec.c.shape)) as f64)
+        / dist as f64
+}
+
 fn mem_limit_of(opts: &PlanOptions) -> Option<u64> {
     if opts.strategy == Strategy::Naive {
         None
@@ -591,6 +668,34 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
             }
         }
     }
+    // Lookahead: for each dimension of each step's result, how many steps down
+    // the chain of consumers its index is summed (splitting it then forces a
+    // redistribution before that step).
+    let consumer_summed: Vec<Option<Vec<Option<usize>>>> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, sp)| {
+            let mut key = sp.c.key.clone()?;
+            let mut dist: Vec<Option<usize>> = vec![None; sp.c.idx.len()];
+            let mut from = i + 1;
+            let mut depth = 1;
+            while let Some(j) = (from..specs.len()).find(|&j| std::iter::once(&specs[j].a).chain(specs[j].b.as_ref()).any(|o| o.key.as_ref() == Some(&key))) {
+                let nx = &specs[j];
+                for (d, x) in sp.c.idx.iter().enumerate() {
+                    if dist[d].is_none() && !nx.c.idx.contains(x) {
+                        dist[d] = Some(depth);
+                    }
+                }
+                match &nx.c.key {
+                    Some(k) if *k != key => key = k.clone(),
+                    _ => break,
+                }
+                from = j + 1;
+                depth += 1;
+            }
+            Some(dist)
+        })
+        .collect();
     let mem_limit = mem_limit_of(opts);
     let mut steps = Vec::new();
     let mut rank_all = vec![0u64; p];
@@ -606,10 +711,22 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
         let evals: Vec<Eval> = match opts.strategy {
             Strategy::Naive => evaluate(spec, &naive_candidate(spec, p), net, None, resident).into_iter().collect(),
             Strategy::Search => {
-                let mut v: Vec<Eval> = candidates(spec, p).iter().filter_map(|c| evaluate(spec, c, net, mem_limit, resident)).collect();
-                v.sort_by(|x, y| x.time.total_cmp(&y.time).then(x.mem_bytes.cmp(&y.mem_bytes)));
+                let mut cands = candidates(spec, p);
+                for o in std::iter::once(&spec.a).chain(spec.b.as_ref()) {
+                    if let Some((cur, _, _)) = o.key.as_ref().and_then(|k| state.get(k)) {
+                        if let Some(c) = inherit(spec, o, cur) {
+                            cands.push(c);
+                        }
+                    }
+                }
+                let mut v: Vec<(f64, Eval)> = cands
+                    .iter()
+                    .filter_map(|c| evaluate(spec, c, net, mem_limit, resident))
+                    .map(|e| (e.time + redistribution_estimate(spec, &e, &state, net) + lookahead(spec, &e, &consumer_summed[i], net), e))
+                    .collect();
+                v.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.mem_bytes.cmp(&y.1.mem_bytes)));
                 v.truncate(opts.shortlist.max(1));
-                v
+                v.into_iter().map(|(_, e)| e).collect()
             }
         };
         if evals.is_empty() {
@@ -658,7 +775,7 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
                     }
                 }
             }
-            let t = e.time + pre.iter().chain(&post).map(|o| o.time).sum::<f64>();
+            let t = e.time + pre.iter().chain(&post).map(|o| o.time).sum::<f64>() + lookahead(spec, &e, &consumer_summed[i], net);
             let w: u64 = e.ops.iter().chain(&pre).chain(&post).map(|o| o.moved_max).sum();
             if best.as_ref().is_none_or(|b| t < b.0 * (1.0 - 1e-12) || (t <= b.0 * (1.0 + 1e-12) && w < b.1)) {
                 best = Some((t, w, e, pre, post));
@@ -759,7 +876,7 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
         };
         let mut step_notes = Vec::new();
         if e.active < p {
-            step_notes.push(format!("{} of {p} ranks work (idle grid dimension); the bound is for {} ranks", e.active, e.active));
+            step_notes.push(format!("{} of {p} ranks have work (an idle grid dimension or empty blocks); the bound is for {} ranks", e.active, e.active));
         }
         if e.panels > 1 {
             step_notes.push(format!("all-gathers in {} panels to fit the memory limit", e.panels));
