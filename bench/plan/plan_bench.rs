@@ -193,7 +193,7 @@ fn main() {
     doc.push_str("words include moving them into place. Rows with bound 0 need no communication at all (a batch index ");
     doc.push_str("carries the whole grid) and tcc's plan then moves 0 words.\n\n");
     doc.push_str("## Summary\n\n");
-    doc.push_str(&format!("| | tcc | naive 1D |\n|---|---|---|\n"));
+    doc.push_str("| | tcc | naive 1D |\n|---|---|---|\n");
     doc.push_str(&format!("| single contractions × P with a positive bound | {n} | {} |\n", naive.len()));
     doc.push_str(&format!("| median words / bound | {:.3} | {:.3} |\n", median(&mut ours.clone()), median(&mut naive.clone())));
     doc.push_str(&format!("| max words / bound | {max_ours:.3} | {max_naive:.3} |\n"));

@@ -179,12 +179,12 @@ pub fn overlap(a: &[(usize, usize)], b: &[(usize, usize)]) -> u64 {
 pub fn max_gather_recv(shape: &[usize], fine: &Layout, coarse: &Layout) -> u64 {
     let mut fixed: u64 = 1;
     let mut changed: Vec<Vec<(usize, usize)>> = Vec::new();
-    for d in 0..shape.len() {
+    for (d, &n) in shape.iter().enumerate() {
         let keep = coarse.splits[d].len();
         if keep == fine.splits[d].len() {
-            fixed *= fine.max_extent(d, shape[d]) as u64;
+            fixed *= fine.max_extent(d, n) as u64;
         } else {
-            changed.push(fine.prefix_pairs(d, shape[d], keep));
+            changed.push(fine.prefix_pairs(d, n, keep));
         }
     }
     if changed.is_empty() {

@@ -196,7 +196,7 @@ pub fn factorizations(p: usize, maxd: usize) -> Vec<Vec<usize>> {
         return out;
     }
     for d in 2..=p {
-        if p % d == 0 {
+        if p.is_multiple_of(d) {
             for mut rest in factorizations(p / d, maxd - 1) {
                 rest.insert(0, d);
                 out.push(rest);
@@ -500,6 +500,9 @@ pub(crate) fn naive_candidate(spec: &Spec, p: usize) -> Cand {
     Cand { grid: vec![p], assign: vec![x] }
 }
 
+/// (time, words, mapping, redistributions before, after).
+type Choice = (f64, u64, Eval, Vec<CommOp>, Vec<CommOp>);
+
 /// A tensor's current layout, shape and element size.
 type State = HashMap<String, (Layout, Vec<usize>, usize)>;
 
@@ -752,7 +755,7 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
             });
         }
         // Re-rank the shortlist with the exact redistribution costs.
-        let mut best: Option<(f64, u64, Eval, Vec<CommOp>, Vec<CommOp>)> = None;
+        let mut best: Option<Choice> = None;
         for e in evals {
             let mut pre = Vec::new();
             let mut seen: Vec<(String, Layout)> = Vec::new();
