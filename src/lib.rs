@@ -14,6 +14,7 @@ pub mod interp;
 pub mod npy;
 pub mod run;
 pub mod tir;
+pub mod plan;
 
 use diag::Diagnostic;
 

@@ -112,6 +112,33 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         program: Option<String>,
     },
+    /// Plan distributed execution on P ranks: per contraction the processor grid,
+    /// the mapping of its indices, the communication and its predicted cost,
+    /// compared with communication lower bounds.
+    Plan {
+        file: PathBuf,
+        /// Number of ranks, or a sweep: 4,64,1024.
+        #[arg(long, value_name = "P[,P...]", value_delimiter = ',', required = true)]
+        procs: Vec<usize>,
+        /// torus:8x8x16, fat-tree:bw=25GB/s,lat=2us, or a .toml file.
+        #[arg(long, default_value = "fat-tree")]
+        network: String,
+        /// Memory per rank (e.g. 2GiB); mappings that need more are rejected.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        mem_per_rank: Option<u64>,
+        /// Print the plans as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Print the contraction tree with each step's mapping as Graphviz.
+        #[arg(long, conflicts_with = "json")]
+        dot: bool,
+        /// Plan the naive baseline (1D grid, all-gathers) instead of searching.
+        #[arg(long)]
+        naive: bool,
+        /// Only this program or model.
+        #[arg(long, value_name = "NAME")]
+        program: Option<String>,
+    },
     /// Run a program and print each output's shape, norm and checksum.
     Run {
         file: PathBuf,
@@ -272,6 +299,22 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
             };
             print!("{}", opt_command(&hir, &units, emit, json, mem_limit));
             Outcome::Ok
+        }
+        Command::Plan { file, procs, network, mem_per_rank, json, dot, naive, program } => {
+            let hir = match front_end(ctx, &file) {
+                Ok(h) => h,
+                Err(o) => return o,
+            };
+            use tcc::plan::{Format, Strategy};
+            let format = if json { Format::Json } else if dot { Format::Dot } else { Format::Text };
+            let strategy = if naive { Strategy::Naive } else { Strategy::Search };
+            match tcc::plan::plan_command(&hir, program.as_deref(), &procs, &network, mem_per_rank, strategy, format) {
+                Ok(out) => {
+                    print!("{out}");
+                    Outcome::Ok
+                }
+                Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
+            }
         }
         Command::Run { file, interp, seed, inputs, output_dir, save_inputs, program } => {
             if !interp {
