@@ -192,6 +192,30 @@ fn p2p_counts_are_exact() {
     .unwrap();
     let b: Vec<(u64, u64)> = stats.iter().map(|s| (s.messages_sent, s.words_sent)).collect();
     assert_eq!(b, vec![(0, 0), (3, 30), (0, 0), (0, 0)]);
+    // On both back ends, every word counted as sent is counted as received.
+    for backend in BACKENDS {
+        let stats = threads::run(3, |rank| {
+            let c = rank.comm(backend);
+            let r = rank.rank();
+            let mut b = vec![1.0; 4];
+            c.broadcast(&mut b, 2);
+            c.allreduce(&mut b, ReduceOp::Sum);
+            let mut out = vec![0.0; 4];
+            c.reduce(&b, if r == 1 { &mut out[..] } else { &mut out[..0] }, ReduceOp::Max, 1);
+            let mut g = vec![0.0; 6];
+            c.allgatherv(&b[..r], &[0, 1, 2], &mut g[..3]);
+            let mut rs = vec![0.0; r];
+            c.reduce_scatter(&g[..3], &[0, 1, 2], &mut rs, ReduceOp::Sum);
+            let mut recv = vec![0.0; 6];
+            c.alltoall(&g, &mut recv);
+            c.stats()
+        })
+        .unwrap();
+        let sent: u64 = stats.iter().map(|s| s.words_sent).sum();
+        let recv: u64 = stats.iter().map(|s| s.words_received).sum();
+        assert_eq!(sent, recv, "{backend}");
+        assert!(sent > 0);
+    }
 }
 
 #[test]

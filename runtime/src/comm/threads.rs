@@ -466,6 +466,7 @@ impl Communicator for ShmComm {
                 let s = self.slot(root);
                 assert_eq!(s.0.len(), buf.len(), "broadcast: ranks disagree on the length");
                 buf.copy_from_slice(&s.0);
+                self.base.count_received(buf.len());
             }
         })
     }
@@ -480,6 +481,9 @@ impl Communicator for ShmComm {
                 for q in 1..self.size() {
                     op.combine(&mut acc, &self.slot(q).0);
                 }
+                for _ in 1..self.size() {
+                    self.base.count_received(send.len());
+                }
                 recv.copy_from_slice(&acc);
             }
         })
@@ -492,6 +496,7 @@ impl Communicator for ShmComm {
             buf.copy_from_slice(&first.0);
             for q in 1..self.size() {
                 op.combine(buf, &self.slot(q).0);
+                self.base.count_received(buf.len());
             }
         })
     }
@@ -505,6 +510,9 @@ impl Communicator for ShmComm {
                 let s = self.slot(q);
                 assert_eq!(s.0.len(), counts[q], "allgatherv: rank {q} sent a block of another length");
                 recv[d[q]..d[q] + counts[q]].copy_from_slice(&s.0);
+                if q != self.base.rank {
+                    self.base.count_received(counts[q]);
+                }
             }
         })
     }
@@ -522,6 +530,9 @@ impl Communicator for ShmComm {
             for q in 1..self.size() {
                 op.combine(recv, &self.slot(q).0[lo..hi]);
             }
+            for _ in 1..self.size() {
+                self.base.count_received(hi - lo);
+            }
         })
     }
     fn alltoallv(&self, send: &[f64], send_counts: &[usize], recv: &mut [f64], recv_counts: &[usize]) {
@@ -538,6 +549,9 @@ impl Communicator for ShmComm {
                 let sd = displs(&s.1);
                 assert_eq!(s.1[me], recv_counts[q], "alltoallv: rank {q} sends {} words, {me} expects {}", s.1[me], recv_counts[q]);
                 recv[rd[q]..rd[q] + recv_counts[q]].copy_from_slice(&s.0[sd[me]..sd[me] + s.1[me]]);
+                if q != me {
+                    self.base.count_received(recv_counts[q]);
+                }
             }
         })
     }
