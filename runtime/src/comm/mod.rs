@@ -32,6 +32,7 @@
 //! receiver) pair that must move data, carrying the words the receiver needs.
 
 pub mod algo;
+pub mod check;
 pub mod mixed;
 #[cfg(feature = "mpi")]
 pub mod mpi;

@@ -87,6 +87,13 @@ impl MpiComm {
         s.messages_sent += messages as u64;
         self.stats.set(s);
     }
+    /// Received words of a native collective, by the flat model.
+    fn count_in(&self, words: usize, messages: usize) {
+        let mut s = self.stats.get();
+        s.words_received += (words * messages) as u64;
+        s.messages_received += messages as u64;
+        self.stats.set(s);
+    }
     fn dbl() -> ffi::MPI_Datatype {
         unsafe { ffi::RSMPI_DOUBLE }
     }
@@ -166,6 +173,8 @@ impl Communicator for MpiComm {
         }
         if self.rank == root {
             self.count(buf.len(), self.size - 1);
+        } else {
+            self.count_in(buf.len(), 1);
         }
         unsafe { ffi::MPI_Bcast(buf.as_mut_ptr() as *mut c_void, c(buf.len()), Self::dbl(), root as c_int, self.comm) };
     }
@@ -177,6 +186,7 @@ impl Communicator for MpiComm {
             self.count(send.len(), 1);
         } else {
             assert_eq!(recv.len(), send.len(), "reduce: receive buffer length");
+            self.count_in(send.len(), self.size - 1);
         }
         let rp = if self.rank == root { recv.as_mut_ptr() as *mut c_void } else { std::ptr::null_mut() };
         unsafe { ffi::MPI_Reduce(send.as_ptr() as *const c_void, rp, c(send.len()), Self::dbl(), op_of(op), root as c_int, self.comm) };
@@ -186,6 +196,7 @@ impl Communicator for MpiComm {
             return algo::allreduce(self, buf, op);
         }
         self.count(buf.len(), self.size - 1);
+        self.count_in(buf.len(), self.size - 1);
         let send = buf.to_vec();
         unsafe {
             ffi::MPI_Allreduce(send.as_ptr() as *const c_void, buf.as_mut_ptr() as *mut c_void, c(buf.len()), Self::dbl(), op_of(op), self.comm)
@@ -197,6 +208,11 @@ impl Communicator for MpiComm {
         }
         assert_eq!(recv.len(), counts.iter().sum::<usize>(), "allgatherv: receive buffer length");
         self.count(send.len(), self.size - 1);
+        for (q, &n) in counts.iter().enumerate() {
+            if q != self.rank {
+                self.count_in(n, 1);
+            }
+        }
         let rc: Vec<c_int> = counts.iter().map(|&n| c(n)).collect();
         let rd: Vec<c_int> = super::displs(counts).into_iter().map(c).collect();
         unsafe {
@@ -222,6 +238,7 @@ impl Communicator for MpiComm {
                 self.count(n, 1);
             }
         }
+        self.count_in(counts[self.rank], self.size - 1);
         let rc: Vec<c_int> = counts.iter().map(|&n| c(n)).collect();
         unsafe {
             ffi::MPI_Reduce_scatter(
@@ -241,6 +258,11 @@ impl Communicator for MpiComm {
         for (q, &n) in send_counts.iter().enumerate() {
             if q != self.rank {
                 self.count(n, 1);
+            }
+        }
+        for (q, &n) in recv_counts.iter().enumerate() {
+            if q != self.rank {
+                self.count_in(n, 1);
             }
         }
         let sc: Vec<c_int> = send_counts.iter().map(|&n| c(n)).collect();

@@ -6,8 +6,6 @@ use super::threads::{self, Rank};
 use super::*;
 use crate::dist::{DistTensor, Distribution, ProcGrid};
 use crate::task::{run_tasks, Schedule};
-use crate::tune::{Entry, TuningTable};
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 const BACKENDS: [Backend; 2] = [Backend::Threads, Backend::Shm];
@@ -249,63 +247,31 @@ fn a_failing_rank_aborts_the_others() {
     }
 }
 
-/// A table that alternates back ends by size, so consecutive calls of one op go to
-/// different back ends.
-fn zigzag() -> TuningTable {
-    let mut entries = Vec::new();
-    for op in Collective::ALL {
-        for (k, bytes) in [0u64, 64, 256, 1024].into_iter().enumerate() {
-            entries.push(Entry { op, bytes, backend: BACKENDS[k % 2], seconds: BTreeMap::new() });
-        }
-    }
-    TuningTable { world: World::Threads, ranks: 0, entries }
-}
-
 #[test]
 fn mixing_back_ends_does_not_deadlock() {
     let t0 = Instant::now();
     for p in [2, 3, 4] {
         let calls = threads::run(p, |rank| {
-            let m = Mixed::new(vec![rank.comm(Backend::Threads), rank.comm(Backend::Shm)], zigzag());
-            let r = rank.rank();
-            for step in 0..40usize {
-                let n = 1 + (step * 37) % 200; // crosses every threshold
-                let mut b = data(r, n);
-                m.allreduce(&mut b, ReduceOp::Sum);
-                let mut want = data(0, n);
-                for q in 1..p {
-                    ReduceOp::Sum.combine(&mut want, &data(q, n));
-                }
-                assert!(close(&b, &want));
-                let mut bb = if r == step % p { data(r, n) } else { vec![0.0; n] };
-                m.broadcast(&mut bb, step % p);
-                assert_eq!(bb, data(step % p, n));
-                // Per-rank send totals differ, so the ranks must agree on a size.
-                let m_ = 1 + (step * 13) % 70;
-                let sc: Vec<usize> = (0..p).map(|q| (r * 20 + q + step) % m_).collect();
-                let rc: Vec<usize> = (0..p).map(|s| (s * 20 + r + step) % m_).collect();
-                let send: Vec<f64> = (0..sc.iter().sum::<usize>()).map(|i| (r * 1000 + i) as f64).collect();
-                let mut recv = vec![0.0; rc.iter().sum()];
-                m.alltoallv(&send, &sc, &mut recv, &rc);
-                let counts: Vec<usize> = (0..p).map(|q| (q + step) % 30).collect();
-                let mut g = vec![0.0; counts.iter().sum()];
-                m.allgatherv(&data(r, counts[r]), &counts, &mut g);
-                if step % 7 == 0 {
-                    m.send((r + 1) % p, 1, &[step as f64]);
-                    assert_eq!(m.recv((r + p - 1) % p, 1), vec![step as f64]);
-                }
-            }
+            let m = Mixed::new(vec![rank.comm(Backend::Threads), rank.comm(Backend::Shm)], check::zigzag(World::Threads));
+            check::mixing(&m);
+            check::collectives(&m);
             m.calls()
         })
         .unwrap();
-        // Both back ends served all-reduce and all-to-all.
-        for op in [Collective::Allreduce, Collective::Alltoall] {
-            for b in BACKENDS {
-                assert!(calls[0].iter().any(|&(o, bb, n)| o == op && bb == b && n > 0), "{op:?} never on {b}: {:?}", calls[0]);
-            }
+        for op in [Collective::Allreduce, Collective::Alltoall, Collective::Allgather] {
+            let used = check::used(&calls[0], op);
+            assert!(BACKENDS.iter().all(|b| used.contains(b)), "{op:?} used only {used:?}");
         }
     }
     assert!(t0.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn self_checks_pass_on_both_back_ends() {
+    for_worlds(|_, c| {
+        check::collectives(c);
+        check::counter(c);
+    });
 }
 
 #[test]
