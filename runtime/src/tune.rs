@@ -57,19 +57,25 @@ impl std::error::Error for TableError {}
 impl TuningTable {
     /// Built-in choices when no table was measured, from the measurements on a
     /// 2-core machine recorded in `bench/collectives/README.md`: in-process, the
-    /// shared board (`shm`) wins at every size (one copy instead of one per tree
-    /// level); for MPI, MPI's own collectives.
+    /// mailbox algorithms (`threads`) below 64 KiB (lower latency: no barrier) and
+    /// the shared board (`shm`, one copy instead of one per tree level) from 64 KiB
+    /// up, except all-to-all, where pairwise `threads` exchange wins at every size;
+    /// for MPI, MPI's own collectives.
     pub fn default_for(world: World) -> TuningTable {
-        let backend = match world {
-            World::Threads => Backend::Shm,
-            World::Mpi => Backend::Mpi,
-            World::Nccl => Backend::Nccl,
-        };
-        TuningTable {
-            world,
-            ranks: 0,
-            entries: Collective::ALL.iter().map(|&op| Entry { op, bytes: 0, backend, seconds: BTreeMap::new() }).collect(),
+        let mut entries = Vec::new();
+        for op in Collective::ALL {
+            match world {
+                World::Threads => {
+                    entries.push(Entry { op, bytes: 0, backend: Backend::Threads, seconds: BTreeMap::new() });
+                    if op != Collective::Alltoall {
+                        entries.push(Entry { op, bytes: 64 << 10, backend: Backend::Shm, seconds: BTreeMap::new() });
+                    }
+                }
+                World::Mpi => entries.push(Entry { op, bytes: 0, backend: Backend::Mpi, seconds: BTreeMap::new() }),
+                World::Nccl => entries.push(Entry { op, bytes: 0, backend: Backend::Nccl, seconds: BTreeMap::new() }),
+            }
         }
+        TuningTable { world, ranks: 0, entries }
     }
 
     /// One back end for everything (for comparisons).
