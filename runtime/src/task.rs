@@ -294,6 +294,7 @@ mod tests {
         };
         let st = makespan(Schedule::Static);
         let dy = makespan(Schedule::Dynamic);
+        eprintln!("threads: static {st:.3}s, dynamic {dy:.3}s, ratio {:.2}", dy / st);
         // Ideal: static 4·25 + 4·1 = 104 ms; dynamic ≈ (100 + 28) / 4 ≈ 32..40 ms.
         assert!(dy / st < 0.85, "dynamic {dy:.3}s vs static {st:.3}s: ratio {:.2}", dy / st);
     }
