@@ -5,6 +5,7 @@
 //! oracle every later pass is tested against).
 
 pub mod diag;
+pub mod exec;
 pub mod syntax;
 pub mod sema;
 pub mod lir;

@@ -161,9 +161,58 @@ enum Command {
         /// Run only this program or model (default: all of them).
         #[arg(long, value_name = "NAME")]
         program: Option<String>,
+        /// Run distributed over N in-process ranks (threads back end).
+        #[arg(long, value_name = "N")]
+        ranks: Option<usize>,
+        /// Distributed back end: `threads` (in-process, with --ranks) or `mpi`
+        /// (under mpirun; needs a build with `--features mpi`).
+        #[arg(long, value_enum)]
+        backend: Option<RunBackend>,
+        /// How ranks claim tile tasks.
+        #[arg(long, value_enum, default_value_t = Schedule::Dynamic)]
+        schedule: Schedule,
+        /// Print words and messages sent per rank after the report.
+        #[arg(long)]
+        stats: bool,
+        /// Tuning table written by `tcc tune` (default: ~/.config/tcc/tuning.toml if
+        /// it exists, else built-in choices).
+        #[arg(long, value_name = "FILE")]
+        tuning: Option<PathBuf>,
+        /// Distribute the program as written, not the optimized one (results are
+        /// then bitwise those of the interpreter).
+        #[arg(long)]
+        no_opt: bool,
     },
     /// Run the language server on stdin/stdout (for editors; see book/src/editors.md).
     Lsp,
+    /// Measure each collective back end over message sizes and write a tuning table.
+    Tune {
+        /// In-process ranks to measure with (threads world).
+        #[arg(long, default_value_t = 4)]
+        ranks: usize,
+        /// World to tune: `threads` (threads and shm back ends) or `mpi` (mpi and
+        /// mpi-p2p; run under mpirun).
+        #[arg(long, value_enum, default_value_t = RunBackend::Threads)]
+        backend: RunBackend,
+        /// Largest message size (default 64MiB).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "64MiB")]
+        max_bytes: u64,
+        /// Where to write the table (default: ~/.config/tcc/tuning.toml); `-` for stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum RunBackend {
+    Threads,
+    Mpi,
+}
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum Schedule {
+    Static,
+    Dynamic,
 }
 
 /// How a command ended, mapped to the exit code.
@@ -234,6 +283,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
             0 => Outcome::Ok,
             _ => Outcome::UserError,
         },
+        Command::Tune { ranks, backend, max_bytes, out } => tune_command(ctx, ranks, backend, max_bytes, out),
         Command::Check { file } => match front_end(ctx, &file) {
             Ok(hir) => {
                 eprintln!(
@@ -316,8 +366,9 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
             }
         }
-        Command::Run { file, interp, seed, inputs, output_dir, save_inputs, program } => {
-            if !interp {
+        Command::Run { file, interp, seed, inputs, output_dir, save_inputs, program, ranks, backend, schedule, stats, tuning, no_opt } => {
+            let distributed = ranks.is_some() || backend.is_some();
+            if !interp && !distributed {
                 return ctx.fail(
                     "E0013",
                     "compiled execution is not available yet",
@@ -346,11 +397,42 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
             let opts = tcc::run::RunOptions { seed, inputs: parsed_inputs, output_dir, save_inputs, program };
             let stdout = std::io::stdout();
             let mut lock = stdout.lock();
-            match tcc::run::run_interp(&hir, &opts, &mut lock) {
+            let result = if distributed {
+                let tuning = match tcc::exec::read_tuning(tuning.as_deref()) {
+                    Ok(t) => t,
+                    Err(e) => return ctx.fail("E0722", &e, None),
+                };
+                let schedule = match schedule {
+                    Schedule::Static => tcc_runtime::task::Schedule::Static,
+                    Schedule::Dynamic => tcc_runtime::task::Schedule::Dynamic,
+                };
+                let d = tcc::exec::DistOptions { ranks: ranks.unwrap_or(1), schedule, stats, tuning, optimize: !no_opt };
+                if backend == Some(RunBackend::Mpi) {
+                    tcc::exec::run_mpi(&hir, &opts, &d, &mut lock)
+                } else {
+                    tcc::exec::run_threads(&hir, &opts, &d, &mut lock)
+                }
+            } else {
+                tcc::run::run_interp(&hir, &opts, &mut lock)
+            };
+            match result {
                 Ok(()) => Outcome::Ok,
                 Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
             }
         }
+    }
+}
+
+/// `tcc tune`: measure, then write the table.
+fn tune_command(ctx: &Ctx, ranks: usize, backend: RunBackend, max_bytes: u64, out: Option<PathBuf>) -> Outcome {
+    match tcc::exec::tune(ranks, backend == RunBackend::Mpi, max_bytes, out.as_deref()) {
+        Ok(msg) => {
+            if !msg.is_empty() {
+                eprintln!("{msg}");
+            }
+            Outcome::Ok
+        }
+        Err(e) => ctx.fail("E0723", &e, None),
     }
 }
 

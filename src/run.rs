@@ -139,7 +139,8 @@ fn names(list: impl IntoIterator<Item = String>) -> String {
     }
 }
 
-fn interp_error(e: InterpError) -> RunError {
+/// The `tcc run` error for an interpreter failure.
+pub fn interp_error(e: InterpError) -> RunError {
     match e {
         InterpError::TensorTooLarge { .. } | InterpError::LoopTooLarge { .. } => fail(
             "E0708",
@@ -153,6 +154,29 @@ fn interp_error(e: InterpError) -> RunError {
 /// Runs the units of a checked file with the reference interpreter and writes the
 /// report to `out`.
 pub fn run_interp(hir: &Hir, opts: &RunOptions, out: &mut dyn Write) -> Result<(), RunError> {
+    run_report(hir, opts, out, &mut |u, inputs| interp::run_unit(hir, u, inputs).map_err(interp_error))
+}
+
+/// Checks what `tcc run` would refuse before running anything (unknown program,
+/// bad `--input`, an output directory that cannot be created), so that a
+/// distributed run fails on every rank alike, before any communication.
+pub fn check_options(hir: &Hir, opts: &RunOptions) -> Result<(), RunError> {
+    let units = select_units(hir, opts)?;
+    load_inputs(hir, &units, opts)?;
+    if let Some(dir) = opts.output_dir.as_deref() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| fail("E0709", format!("cannot create the output directory `{}`: {e}", dir.display()), None))?;
+    }
+    Ok(())
+}
+
+/// How a unit is executed: its outputs from its inputs.
+pub type UnitExec<'a> = dyn FnMut(UnitId, &HashMap<TensorId, Dense>) -> Result<HashMap<TensorId, Dense>, RunError> + 'a;
+
+/// The report of `tcc run` with units executed by `exec` (the interpreter, or a
+/// distributed run): the same lines whatever executes them, so reports compare line
+/// by line.
+pub fn run_report(hir: &Hir, opts: &RunOptions, out: &mut dyn Write, exec: &mut UnitExec<'_>) -> Result<(), RunError> {
     let units = select_units(hir, opts)?;
     let loaded = load_inputs(hir, &units, opts)?;
     let dir = opts.output_dir.as_deref();
@@ -174,7 +198,7 @@ pub fn run_interp(hir: &Hir, opts: &RunOptions, out: &mut dyn Write) -> Result<(
             };
             inputs.insert(t, v);
         }
-        let mut outputs = interp::run_unit(hir, u, &inputs).map_err(interp_error)?;
+        let mut outputs = exec(u, &inputs)?;
 
         let kind = match unit.kind {
             UnitKind::Program => "program",

@@ -1,7 +1,23 @@
-//! tcc-runtime: the library that generated code links against.
+//! tcc-runtime: the library that generated code links against (Rust API and C ABI).
 //!
-//! For now it only exposes the runtime's version; task execution, tile kernels and
-//! collectives arrive with the runtime issue.
+//! * [`task`]: DLTC-style tile tasks — tile spaces described by iterators, task sets
+//!   of several independent contractions, static or dynamic (shared-counter)
+//!   scheduling, a thread pool;
+//! * [`comm`]: the [`comm::Communicator`] trait and its back ends (`threads`, `shm`,
+//!   `mpi`, `mpi-p2p`; a slot for `nccl`), with exact word and message counts, and
+//!   [`comm::mixed::Mixed`], which picks a back end per operation and size;
+//! * [`dist`]: block-distributed and replicated tensors over a processor grid, tile
+//!   get/accumulate and redistribution;
+//! * [`tune`]: the tuner and its TOML table;
+//! * [`capi`]: the `extern "C"` surface declared in `include/tcc_runtime.h`.
+//!
+//! The runtime does not depend on the compiler; the compiler depends on it.
+
+pub mod capi;
+pub mod comm;
+pub mod dist;
+pub mod task;
+pub mod tune;
 
 /// The runtime's version, as recorded by Cargo.
 pub fn version() -> &'static str {

@@ -1,0 +1,340 @@
+//! The MPI back ends (cargo feature `mpi`): `mpi` calls MPI's own collectives;
+//! `mpi-p2p` runs the point-to-point algorithms of [`super::algo`] over MPI
+//! send/recv. Each communicator is a duplicate of `MPI_COMM_WORLD`, so back ends never
+//! see each other's messages. The shared task counter is an `MPI_Win_allocate`d
+//! window of one `u64` on rank 0, updated with `MPI_Fetch_and_op(MPI_SUM)` under a
+//! shared lock (NXTVAL).
+//!
+//! Failure: MPI's default error handler aborts the job on an MPI error; a rank that
+//! panics should call [`abort`] (tcc's `main` does), which takes every rank down
+//! with `MPI_Abort`, and a rank that exits without `MPI_Finalize` makes `mpirun` kill
+//! the others. Either way every rank exits non-zero instead of hanging.
+
+use super::{algo, Backend, CommStats, Communicator, ReduceOp, SharedCounter};
+use mpi::ffi;
+use std::cell::Cell;
+use std::os::raw::{c_int, c_void};
+
+/// The MPI environment: initialized once per process, finalized on drop.
+pub struct MpiWorld {
+    _universe: mpi::environment::Universe,
+    rank: usize,
+    size: usize,
+}
+
+impl MpiWorld {
+    /// Initializes MPI (`None` if it was already initialized).
+    pub fn init() -> Option<MpiWorld> {
+        let universe = mpi::initialize()?;
+        let (mut r, mut s) = (0, 0);
+        unsafe {
+            ffi::MPI_Comm_rank(ffi::RSMPI_COMM_WORLD, &mut r);
+            ffi::MPI_Comm_size(ffi::RSMPI_COMM_WORLD, &mut s);
+        }
+        Some(MpiWorld { _universe: universe, rank: r as usize, size: s as usize })
+    }
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    pub fn size(&self) -> usize {
+        self.size
+    }
+    /// A new communicator over all processes (collective: same order everywhere).
+    pub fn comm(&self, backend: Backend) -> Box<dyn Communicator> {
+        let native = match backend {
+            Backend::Mpi => true,
+            Backend::MpiP2p => false,
+            other => panic!("the MPI world has no `{other}` back end (use mpi or mpi-p2p)"),
+        };
+        let mut comm: ffi::MPI_Comm = unsafe { ffi::RSMPI_COMM_NULL };
+        unsafe { ffi::MPI_Comm_dup(ffi::RSMPI_COMM_WORLD, &mut comm) };
+        Box::new(MpiComm { comm, rank: self.rank, size: self.size, native, stats: Cell::new(CommStats::default()) })
+    }
+}
+
+/// Aborts every process of the job with `code` (for a rank that failed).
+pub fn abort(code: i32) -> ! {
+    unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, code as c_int) };
+    std::process::exit(code)
+}
+
+fn c(n: usize) -> c_int {
+    c_int::try_from(n).expect("MPI counts are limited to 2^31 - 1 elements")
+}
+
+fn op_of(op: ReduceOp) -> ffi::MPI_Op {
+    unsafe {
+        match op {
+            ReduceOp::Sum => ffi::RSMPI_SUM,
+            ReduceOp::Max => ffi::RSMPI_MAX,
+            ReduceOp::Min => ffi::RSMPI_MIN,
+        }
+    }
+}
+
+pub struct MpiComm {
+    comm: ffi::MPI_Comm,
+    rank: usize,
+    size: usize,
+    native: bool,
+    stats: Cell<CommStats>,
+}
+
+impl MpiComm {
+    fn count(&self, words: usize, messages: usize) {
+        let mut s = self.stats.get();
+        s.words_sent += (words * messages) as u64;
+        s.messages_sent += messages as u64;
+        self.stats.set(s);
+    }
+    /// Received words of a native collective, by the flat model.
+    fn count_in(&self, words: usize, messages: usize) {
+        let mut s = self.stats.get();
+        s.words_received += (words * messages) as u64;
+        s.messages_received += messages as u64;
+        self.stats.set(s);
+    }
+    fn dbl() -> ffi::MPI_Datatype {
+        unsafe { ffi::RSMPI_DOUBLE }
+    }
+}
+
+impl algo::Transport for MpiComm {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn send(&self, dest: usize, tag: u32, data: &[f64]) {
+        unsafe { ffi::MPI_Send(data.as_ptr() as *const c_void, c(data.len()), Self::dbl(), dest as c_int, tag as c_int, self.comm) };
+        self.count(data.len(), 1);
+    }
+    fn recv(&self, src: usize, tag: u32) -> Vec<f64> {
+        unsafe {
+            let mut st: ffi::MPI_Status = std::mem::zeroed();
+            ffi::MPI_Probe(src as c_int, tag as c_int, self.comm, &mut st);
+            let mut n: c_int = 0;
+            ffi::MPI_Get_count(&st, Self::dbl(), &mut n);
+            let mut v = vec![0.0f64; n as usize];
+            ffi::MPI_Recv(v.as_mut_ptr() as *mut c_void, n, Self::dbl(), src as c_int, tag as c_int, self.comm, ffi::RSMPI_STATUS_IGNORE);
+            let mut s = self.stats.get();
+            s.received(v.len());
+            self.stats.set(s);
+            v
+        }
+    }
+    fn sendrecv(&self, dest: usize, data: &[f64], src: usize, tag: u32) -> Vec<f64> {
+        let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        unsafe {
+            ffi::MPI_Isend(data.as_ptr() as *const c_void, c(data.len()), Self::dbl(), dest as c_int, tag as c_int, self.comm, &mut req);
+        }
+        self.count(data.len(), 1);
+        let v = algo::Transport::recv(self, src, tag);
+        unsafe { ffi::MPI_Wait(&mut req, ffi::RSMPI_STATUS_IGNORE) };
+        v
+    }
+}
+
+impl Communicator for MpiComm {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn backend(&self) -> Backend {
+        if self.native {
+            Backend::Mpi
+        } else {
+            Backend::MpiP2p
+        }
+    }
+    fn stats(&self) -> CommStats {
+        self.stats.get()
+    }
+    fn barrier(&self) {
+        if self.native {
+            unsafe { ffi::MPI_Barrier(self.comm) };
+        } else {
+            algo::barrier(self)
+        }
+    }
+    fn send(&self, dest: usize, tag: u32, data: &[f64]) {
+        assert!(tag < super::MAX_USER_TAG, "tag {tag} is reserved");
+        algo::Transport::send(self, dest, tag, data)
+    }
+    fn recv(&self, src: usize, tag: u32) -> Vec<f64> {
+        algo::Transport::recv(self, src, tag)
+    }
+    fn broadcast(&self, buf: &mut [f64], root: usize) {
+        if !self.native {
+            return algo::broadcast(self, buf, root);
+        }
+        if self.rank == root {
+            self.count(buf.len(), self.size - 1);
+        } else {
+            self.count_in(buf.len(), 1);
+        }
+        unsafe { ffi::MPI_Bcast(buf.as_mut_ptr() as *mut c_void, c(buf.len()), Self::dbl(), root as c_int, self.comm) };
+    }
+    fn reduce(&self, send: &[f64], recv: &mut [f64], op: ReduceOp, root: usize) {
+        if !self.native {
+            return algo::reduce(self, send, recv, op, root);
+        }
+        if self.rank != root {
+            self.count(send.len(), 1);
+        } else {
+            assert_eq!(recv.len(), send.len(), "reduce: receive buffer length");
+            self.count_in(send.len(), self.size - 1);
+        }
+        let rp = if self.rank == root { recv.as_mut_ptr() as *mut c_void } else { std::ptr::null_mut() };
+        unsafe { ffi::MPI_Reduce(send.as_ptr() as *const c_void, rp, c(send.len()), Self::dbl(), op_of(op), root as c_int, self.comm) };
+    }
+    fn allreduce(&self, buf: &mut [f64], op: ReduceOp) {
+        if !self.native {
+            return algo::allreduce(self, buf, op);
+        }
+        self.count(buf.len(), self.size - 1);
+        self.count_in(buf.len(), self.size - 1);
+        let send = buf.to_vec();
+        unsafe {
+            ffi::MPI_Allreduce(send.as_ptr() as *const c_void, buf.as_mut_ptr() as *mut c_void, c(buf.len()), Self::dbl(), op_of(op), self.comm)
+        };
+    }
+    fn allgatherv(&self, send: &[f64], counts: &[usize], recv: &mut [f64]) {
+        if !self.native {
+            return algo::allgatherv(self, send, counts, recv);
+        }
+        assert_eq!(recv.len(), counts.iter().sum::<usize>(), "allgatherv: receive buffer length");
+        self.count(send.len(), self.size - 1);
+        for (q, &n) in counts.iter().enumerate() {
+            if q != self.rank {
+                self.count_in(n, 1);
+            }
+        }
+        let rc: Vec<c_int> = counts.iter().map(|&n| c(n)).collect();
+        let rd: Vec<c_int> = super::displs(counts).into_iter().map(c).collect();
+        unsafe {
+            ffi::MPI_Allgatherv(
+                send.as_ptr() as *const c_void,
+                c(send.len()),
+                Self::dbl(),
+                recv.as_mut_ptr() as *mut c_void,
+                rc.as_ptr(),
+                rd.as_ptr(),
+                Self::dbl(),
+                self.comm,
+            )
+        };
+    }
+    fn reduce_scatter(&self, send: &[f64], counts: &[usize], recv: &mut [f64], op: ReduceOp) {
+        if !self.native {
+            return algo::reduce_scatter(self, send, counts, recv, op);
+        }
+        assert_eq!(recv.len(), counts[self.rank], "reduce_scatter: receive buffer length");
+        for (q, &n) in counts.iter().enumerate() {
+            if q != self.rank {
+                self.count(n, 1);
+            }
+        }
+        self.count_in(counts[self.rank], self.size - 1);
+        let rc: Vec<c_int> = counts.iter().map(|&n| c(n)).collect();
+        unsafe {
+            ffi::MPI_Reduce_scatter(
+                send.as_ptr() as *const c_void,
+                recv.as_mut_ptr() as *mut c_void,
+                rc.as_ptr(),
+                Self::dbl(),
+                op_of(op),
+                self.comm,
+            )
+        };
+    }
+    fn alltoallv(&self, send: &[f64], send_counts: &[usize], recv: &mut [f64], recv_counts: &[usize]) {
+        if !self.native {
+            return algo::alltoallv(self, send, send_counts, recv, recv_counts);
+        }
+        for (q, &n) in send_counts.iter().enumerate() {
+            if q != self.rank {
+                self.count(n, 1);
+            }
+        }
+        for (q, &n) in recv_counts.iter().enumerate() {
+            if q != self.rank {
+                self.count_in(n, 1);
+            }
+        }
+        let sc: Vec<c_int> = send_counts.iter().map(|&n| c(n)).collect();
+        let sd: Vec<c_int> = super::displs(send_counts).into_iter().map(c).collect();
+        let rc: Vec<c_int> = recv_counts.iter().map(|&n| c(n)).collect();
+        let rd: Vec<c_int> = super::displs(recv_counts).into_iter().map(c).collect();
+        unsafe {
+            ffi::MPI_Alltoallv(
+                send.as_ptr() as *const c_void,
+                sc.as_ptr(),
+                sd.as_ptr(),
+                Self::dbl(),
+                recv.as_mut_ptr() as *mut c_void,
+                rc.as_ptr(),
+                rd.as_ptr(),
+                Self::dbl(),
+                self.comm,
+            )
+        };
+    }
+    fn counter(&self) -> Box<dyn SharedCounter> {
+        unsafe {
+            let mut base: *mut u64 = std::ptr::null_mut();
+            let mut win: ffi::MPI_Win = ffi::RSMPI_WIN_NULL;
+            let bytes: ffi::MPI_Aint = if self.rank == 0 { 8 } else { 0 };
+            ffi::MPI_Win_allocate(bytes, 8, ffi::RSMPI_INFO_NULL, self.comm, &mut base as *mut *mut u64 as *mut c_void, &mut win);
+            if self.rank == 0 {
+                ffi::MPI_Win_lock(ffi::MPI_LOCK_EXCLUSIVE as c_int, 0, 0, win);
+                *base = 0;
+                ffi::MPI_Win_unlock(0, win);
+            }
+            ffi::MPI_Barrier(self.comm);
+            Box::new(MpiCounter { win: Cell::new(win), ops: Cell::new(0) })
+        }
+    }
+}
+
+/// NXTVAL: a `u64` on rank 0, incremented with `MPI_Fetch_and_op`. Dropping it frees
+/// the window (collective: every rank drops its counter at the same point).
+struct MpiCounter {
+    win: Cell<ffi::MPI_Win>,
+    ops: Cell<u64>,
+}
+
+impl SharedCounter for MpiCounter {
+    fn fetch_add(&self, n: u64) -> u64 {
+        let mut old: u64 = 0;
+        unsafe {
+            let win = self.win.get();
+            ffi::MPI_Win_lock(ffi::MPI_LOCK_SHARED as c_int, 0, 0, win);
+            ffi::MPI_Fetch_and_op(
+                &n as *const u64 as *const c_void,
+                &mut old as *mut u64 as *mut c_void,
+                ffi::RSMPI_UINT64_T,
+                0,
+                0,
+                ffi::RSMPI_SUM,
+                win,
+            );
+            ffi::MPI_Win_unlock(0, win);
+        }
+        self.ops.set(self.ops.get() + 1);
+        old
+    }
+    fn ops(&self) -> u64 {
+        self.ops.get()
+    }
+}
+
+impl Drop for MpiCounter {
+    fn drop(&mut self) {
+        let mut w = self.win.get();
+        unsafe { ffi::MPI_Win_free(&mut w) };
+    }
+}

@@ -1,0 +1,345 @@
+//! The tuner: measures each back end of a world for each collective over message
+//! sizes (8 B … 64 MiB by default) and writes a [`TuningTable`] as TOML, which
+//! [`crate::comm::mixed::Mixed`] reads to choose a back end per operation and size.
+//!
+//! ```toml
+//! world = "threads"
+//! ranks = 4
+//!
+//! [[entry]]
+//! op = "allreduce"
+//! bytes = 8            # this entry covers sizes from 8 B up to the next entry's
+//! backend = "shm"
+//! [entry.seconds]      # what was measured (seconds per call, slowest rank)
+//! shm = 1.9e-6
+//! threads = 4.1e-6
+//! ```
+//!
+//! The *message size* of a call is the bytes of its largest buffer per rank (see
+//! [`crate::comm::mixed`]).
+
+use crate::comm::{Backend, Collective, Communicator, ReduceOp, World};
+use crate::task::static_block;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Entry {
+    pub op: Collective,
+    /// The smallest message size (bytes) this entry applies to.
+    pub bytes: u64,
+    pub backend: Backend,
+    /// Seconds per call measured for each back end (informational).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub seconds: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TuningTable {
+    pub world: World,
+    /// Ranks the table was measured with (informational: it is used for any count).
+    pub ranks: usize,
+    #[serde(default, rename = "entry")]
+    pub entries: Vec<Entry>,
+}
+
+/// Why a tuning file could not be used.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableError(pub String);
+
+impl std::fmt::Display for TableError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for TableError {}
+
+impl TuningTable {
+    /// Built-in choices when no table was measured, from the measurements on a
+    /// 2-core machine recorded in `bench/collectives/README.md`: in-process, the
+    /// mailbox algorithms (`threads`) below 64 KiB (lower latency: no barrier) and
+    /// the shared board (`shm`, one copy instead of one per tree level) from 64 KiB
+    /// up, except all-to-all, where pairwise `threads` exchange wins at every size;
+    /// for MPI, MPI's own collectives.
+    pub fn default_for(world: World) -> TuningTable {
+        let mut entries = Vec::new();
+        for op in Collective::ALL {
+            match world {
+                World::Threads => {
+                    entries.push(Entry { op, bytes: 0, backend: Backend::Threads, seconds: BTreeMap::new() });
+                    if op != Collective::Alltoall {
+                        entries.push(Entry { op, bytes: 64 << 10, backend: Backend::Shm, seconds: BTreeMap::new() });
+                    }
+                }
+                World::Mpi => entries.push(Entry { op, bytes: 0, backend: Backend::Mpi, seconds: BTreeMap::new() }),
+                World::Nccl => entries.push(Entry { op, bytes: 0, backend: Backend::Nccl, seconds: BTreeMap::new() }),
+            }
+        }
+        TuningTable { world, ranks: 0, entries }
+    }
+
+    /// One back end for everything (for comparisons).
+    pub fn single(world: World, backend: Backend) -> TuningTable {
+        TuningTable {
+            world,
+            ranks: 0,
+            entries: Collective::ALL.iter().map(|&op| Entry { op, bytes: 0, backend, seconds: BTreeMap::new() }).collect(),
+        }
+    }
+
+    /// The back end for `op` at `bytes`: the entry with the largest `bytes` not above
+    /// the size (or the smallest entry, for sizes below all of them).
+    pub fn choose(&self, op: Collective, bytes: u64) -> Option<Backend> {
+        let mut best: Option<&Entry> = None;
+        let mut smallest: Option<&Entry> = None;
+        for e in self.entries.iter().filter(|e| e.op == op) {
+            if smallest.is_none_or(|s| e.bytes < s.bytes) {
+                smallest = Some(e);
+            }
+            if e.bytes <= bytes && best.is_none_or(|b| e.bytes >= b.bytes) {
+                best = Some(e);
+            }
+        }
+        best.or(smallest).map(|e| e.backend)
+    }
+
+    /// Whether `op`'s back end changes with the size.
+    pub fn depends_on_size(&self, op: Collective) -> bool {
+        let mut it = self.entries.iter().filter(|e| e.op == op).map(|e| e.backend);
+        match it.next() {
+            Some(first) => it.any(|b| b != first),
+            None => false,
+        }
+    }
+
+    pub fn to_toml(&self) -> String {
+        let body = toml::to_string(self).expect("a tuning table serializes");
+        format!("# tcc tuning table: the back end per collective and message size (written by `tcc tune`)\n{body}")
+    }
+
+    pub fn from_toml(text: &str) -> Result<TuningTable, TableError> {
+        let t: TuningTable = toml::from_str(text).map_err(|e| TableError(format!("not a tuning table: {e}")))?;
+        for e in &t.entries {
+            if e.backend.world() != t.world {
+                return Err(TableError(format!(
+                    "entry for {} at {} bytes uses back end `{}`, which is not of the `{:?}` world",
+                    e.op.name(),
+                    e.bytes,
+                    e.backend,
+                    t.world
+                )));
+            }
+        }
+        Ok(t)
+    }
+
+    pub fn read(path: &std::path::Path) -> Result<TuningTable, TableError> {
+        let text = std::fs::read_to_string(path).map_err(|e| TableError(format!("cannot read `{}`: {e}", path.display())))?;
+        TuningTable::from_toml(&text).map_err(|e| TableError(format!("`{}`: {}", path.display(), e.0)))
+    }
+
+    /// Merges consecutive sizes with the same choice.
+    fn compact(mut self) -> TuningTable {
+        self.entries.sort_by_key(|e| (e.op, e.bytes));
+        let mut out: Vec<Entry> = Vec::new();
+        for e in self.entries {
+            if let Some(last) = out.last() {
+                if last.op == e.op && last.backend == e.backend {
+                    continue;
+                }
+            }
+            out.push(e);
+        }
+        self.entries = out;
+        self
+    }
+}
+
+/// Where `tcc tune` writes by default: `$XDG_CONFIG_HOME/tcc/tuning.toml` or
+/// `~/.config/tcc/tuning.toml`.
+pub fn default_path() -> Option<std::path::PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|s| !s.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".config")))?;
+    Some(base.join("tcc").join("tuning.toml"))
+}
+
+/// One measured point.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Measurement {
+    pub op: Collective,
+    pub bytes: u64,
+    pub backend: Backend,
+    /// Seconds per call, the slowest rank's.
+    pub seconds: f64,
+}
+
+/// Message sizes 8 B, 32 B, 128 B, … (×4) up to `max` (included).
+pub fn sizes_up_to(max: u64) -> Vec<u64> {
+    let mut v = Vec::new();
+    let mut s = 8u64;
+    while s < max {
+        v.push(s);
+        s *= 4;
+    }
+    v.push(max.max(8));
+    v.dedup();
+    v
+}
+
+/// Runs `op` once with message size `bytes` on `c` (buffers prepared by the caller).
+fn run_op(c: &dyn Communicator, op: Collective, words: usize, a: &mut [f64], b: &mut [f64]) {
+    let p = c.size();
+    let r = c.rank();
+    let counts: Vec<usize> = (0..p).map(|q| static_block(words, q, p).len()).collect();
+    match op {
+        Collective::Broadcast => c.broadcast(&mut a[..words], 0),
+        Collective::Reduce => {
+            let recv = if r == 0 { &mut b[..words] } else { &mut b[..0] };
+            c.reduce(&a[..words], recv, ReduceOp::Sum, 0)
+        }
+        Collective::Allreduce => c.allreduce(&mut a[..words], ReduceOp::Sum),
+        Collective::Allgather => c.allgatherv(&a[..counts[r]], &counts, &mut b[..words]),
+        Collective::ReduceScatter => c.reduce_scatter(&a[..words], &counts, &mut b[..counts[r]], ReduceOp::Sum),
+        Collective::Alltoall => {
+            let recv_counts = vec![counts[r]; p];
+            let n = counts[r] * p;
+            c.alltoallv(&a[..words], &counts, &mut b[..n], &recv_counts)
+        }
+    }
+}
+
+/// Options of a measurement.
+#[derive(Debug, Clone)]
+pub struct TuneOptions {
+    pub ops: Vec<Collective>,
+    pub sizes: Vec<u64>,
+    /// Bytes moved per measured point (repetitions = budget / size, clamped).
+    pub budget_bytes: u64,
+    pub max_reps: usize,
+}
+
+impl Default for TuneOptions {
+    fn default() -> Self {
+        TuneOptions { ops: Collective::ALL.to_vec(), sizes: sizes_up_to(64 << 20), budget_bytes: 64 << 20, max_reps: 200 }
+    }
+}
+
+/// Measures every op at every size on each communicator (each one back end over
+/// the same ranks; collective: every rank calls it). `progress` is called on rank 0
+/// after each point. Every rank returns the same measurements (slowest rank's time).
+pub fn measure(comms: &[&dyn Communicator], opts: &TuneOptions, progress: &mut dyn FnMut(&Measurement)) -> Vec<Measurement> {
+    let primary = comms[0];
+    let max_words = opts.sizes.iter().map(|&b| (b as usize).div_ceil(8)).max().unwrap_or(1);
+    let p = primary.size();
+    let mut a: Vec<f64> = (0..max_words).map(|i| (i % 13) as f64 * 0.5).collect();
+    let mut b = vec![0.0; max_words + p];
+    let mut out = Vec::new();
+    for &op in &opts.ops {
+        for &bytes in &opts.sizes {
+            let words = (bytes as usize).div_ceil(8).max(1);
+            let reps = ((opts.budget_bytes / bytes.max(1)) as usize).clamp(2, opts.max_reps.max(2));
+            for &c in comms {
+                run_op(c, op, words, &mut a, &mut b); // warm-up
+                primary.barrier();
+                let t0 = Instant::now();
+                for _ in 0..reps {
+                    run_op(c, op, words, &mut a, &mut b);
+                }
+                let mut t = [t0.elapsed().as_secs_f64() / reps as f64];
+                primary.allreduce(&mut t, ReduceOp::Max);
+                let m = Measurement { op, bytes, backend: c.backend(), seconds: t[0] };
+                if primary.rank() == 0 {
+                    progress(&m);
+                }
+                out.push(m);
+            }
+        }
+    }
+    out
+}
+
+/// The table choosing, for each (op, size), the fastest back end measured.
+pub fn table_from(world: World, ranks: usize, ms: &[Measurement]) -> TuningTable {
+    let mut points: BTreeMap<(Collective, u64), BTreeMap<String, f64>> = BTreeMap::new();
+    for m in ms {
+        points.entry((m.op, m.bytes)).or_default().insert(m.backend.name().to_string(), m.seconds);
+    }
+    let entries = points
+        .into_iter()
+        .map(|((op, bytes), seconds)| {
+            let best = seconds
+                .iter()
+                .min_by(|x, y| x.1.total_cmp(y.1))
+                .map(|(n, _)| Backend::from_name(n).expect("measured back ends have names"))
+                .expect("at least one measurement per point");
+            Entry { op, bytes, backend: best, seconds }
+        })
+        .collect();
+    TuningTable { world, ranks, entries }.compact_keep_first_size()
+}
+
+impl TuningTable {
+    /// Compacts, but keeps the table's smallest size per op at the smallest measured
+    /// size (so a reader sees where measurements began).
+    fn compact_keep_first_size(self) -> TuningTable {
+        self.compact()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choose_uses_the_entry_at_or_below_the_size() {
+        let mut t = TuningTable::single(World::Threads, Backend::Shm);
+        t.entries.retain(|e| e.op != Collective::Allreduce);
+        for (bytes, backend) in [(8, Backend::Threads), (1024, Backend::Shm), (1 << 20, Backend::Threads)] {
+            t.entries.push(Entry { op: Collective::Allreduce, bytes, backend, seconds: BTreeMap::new() });
+        }
+        assert_eq!(t.choose(Collective::Allreduce, 0), Some(Backend::Threads));
+        assert_eq!(t.choose(Collective::Allreduce, 1023), Some(Backend::Threads));
+        assert_eq!(t.choose(Collective::Allreduce, 1024), Some(Backend::Shm));
+        assert_eq!(t.choose(Collective::Allreduce, 1 << 30), Some(Backend::Threads));
+        assert_eq!(t.choose(Collective::Broadcast, 5), Some(Backend::Shm));
+        assert!(t.depends_on_size(Collective::Allreduce));
+        assert!(!t.depends_on_size(Collective::Broadcast));
+        let back = TuningTable::from_toml(&t.to_toml()).unwrap();
+        assert_eq!(back, t);
+    }
+
+    #[test]
+    fn tables_from_other_worlds_are_refused() {
+        let text = "world = \"threads\"\nranks = 2\n[[entry]]\nop = \"allreduce\"\nbytes = 8\nbackend = \"mpi\"\n";
+        let e = TuningTable::from_toml(text).unwrap_err();
+        assert!(e.0.contains("back end `mpi`"), "{e}");
+        assert!(TuningTable::from_toml("world = 3").is_err());
+    }
+
+    #[test]
+    fn table_from_picks_the_fastest_and_compacts() {
+        let m = |bytes, backend, seconds| Measurement { op: Collective::Broadcast, bytes, backend, seconds };
+        let ms = vec![
+            m(8, Backend::Threads, 1.0),
+            m(8, Backend::Shm, 2.0),
+            m(32, Backend::Threads, 1.0),
+            m(32, Backend::Shm, 3.0),
+            m(128, Backend::Threads, 5.0),
+            m(128, Backend::Shm, 3.0),
+        ];
+        let t = table_from(World::Threads, 2, &ms);
+        let got: Vec<(u64, Backend)> = t.entries.iter().map(|e| (e.bytes, e.backend)).collect();
+        assert_eq!(got, vec![(8, Backend::Threads), (128, Backend::Shm)]);
+        assert_eq!(t.entries[1].seconds["threads"], 5.0);
+    }
+
+    #[test]
+    fn sizes_cover_8_bytes_to_64_mib() {
+        let s = sizes_up_to(64 << 20);
+        assert_eq!(s[0], 8);
+        assert_eq!(*s.last().unwrap(), 64 << 20);
+        assert!(s.windows(2).all(|w| w[0] < w[1]));
+    }
+}

@@ -1,0 +1,272 @@
+//! Execution of checked programs on the runtime: `tcc run --ranks N` (in-process
+//! ranks) and `mpirun -np N tcc run --backend mpi`. The report is the one of
+//! `tcc run --interp` ([`crate::run`]), printed by rank 0, so the two compare line
+//! by line; `--stats` appends each rank's words and messages sent.
+
+pub mod distributed;
+
+use crate::interp::Dense;
+use crate::run::{check_options, run_report, RunError, RunOptions};
+use crate::sema::hir::{Hir, TensorId, UnitId};
+use distributed::{ExecOptions, TaskStats};
+use std::collections::HashMap;
+use std::io::Write;
+use tcc_runtime::comm::mixed::Mixed;
+use tcc_runtime::comm::{Backend, Communicator, World};
+use tcc_runtime::task::Schedule;
+use tcc_runtime::tune::TuningTable;
+
+/// How `tcc run` distributes.
+#[derive(Debug, Clone)]
+pub struct DistOptions {
+    /// In-process ranks (threads world); ignored for MPI.
+    pub ranks: usize,
+    pub schedule: Schedule,
+    pub stats: bool,
+    /// The tuning table (`--tuning`), else the built-in defaults.
+    pub tuning: Option<TuningTable>,
+    /// Optimize (binary contractions) before distributing (default); without it the
+    /// results are bitwise those of the interpreter.
+    pub optimize: bool,
+}
+
+impl Default for DistOptions {
+    fn default() -> Self {
+        DistOptions { ranks: 2, schedule: Schedule::Dynamic, stats: false, tuning: None, optimize: true }
+    }
+}
+
+fn fail(message: String) -> RunError {
+    RunError { code: "E0720", message, hint: None }
+}
+
+/// What one rank returns: its report (rank 0) and its error, if any.
+fn rank_body(hir: &Hir, exec_hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, comm: &dyn Communicator, backends: &str) -> (Vec<u8>, Result<(), RunError>) {
+    let me = comm.rank();
+    let mut ropts = ropts.clone();
+    if me != 0 {
+        ropts.output_dir = None;
+        ropts.save_inputs = false;
+    }
+    let eopts = ExecOptions { schedule: dopts.schedule, ..ExecOptions::default() };
+    let mut tstats = TaskStats::default();
+    let mut buf: Vec<u8> = Vec::new();
+    let r = {
+        let mut exec = |u: UnitId, inputs: &HashMap<TensorId, Dense>| distributed::run_unit(exec_hir, u, inputs, comm, &eopts, &mut tstats);
+        run_report(hir, &ropts, &mut buf, &mut exec)
+    };
+    if r.is_err() {
+        return (buf, r);
+    }
+    if dopts.stats {
+        let s = comm.stats();
+        let row = [s.words_sent, s.messages_sent, s.words_received, s.messages_received, tstats.tasks, tstats.counter_ops].map(|x| x as f64);
+        let p = comm.size();
+        let mut all = vec![0.0; row.len() * p];
+        comm.allgather(&row, &mut all);
+        if me == 0 {
+            let _ = write!(buf, "{}", stats_text(&all, p, backends, dopts.schedule));
+        }
+    }
+    (if me == 0 { buf } else { Vec::new() }, Ok(()))
+}
+
+/// The `--stats` block: one line per rank and a total.
+fn stats_text(all: &[f64], p: usize, backends: &str, schedule: Schedule) -> String {
+    let mut s = format!("stats: {p} ranks, back ends {backends}, schedule {}\n", schedule.name());
+    let head = ["words_sent", "messages_sent", "words_received", "messages_received", "tasks", "task_claims"];
+    let mut tot = [0u64; 6];
+    for r in 0..p {
+        s.push_str(&format!("  rank {r}"));
+        for (k, h) in head.iter().enumerate() {
+            let v = all[r * 6 + k] as u64;
+            tot[k] += v;
+            s.push_str(&format!("  {h} = {v}"));
+        }
+        s.push('\n');
+    }
+    s.push_str("  total");
+    for (k, h) in head.iter().enumerate() {
+        s.push_str(&format!("  {h} = {}", tot[k]));
+    }
+    s.push('\n');
+    s
+}
+
+fn exec_hir(hir: &Hir, dopts: &DistOptions) -> Hir {
+    if dopts.optimize {
+        crate::tir::optimize(hir).0
+    } else {
+        hir.clone()
+    }
+}
+
+/// `tcc run FILE --ranks N`: in-process ranks (`threads` and `shm` back ends mixed
+/// by the tuning table).
+pub fn run_threads(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut dyn Write) -> Result<(), RunError> {
+    if dopts.ranks == 0 {
+        return Err(fail("--ranks must be at least 1".into()));
+    }
+    let table = match &dopts.tuning {
+        Some(t) if t.world != World::Threads => {
+            return Err(fail(format!("the tuning table is for the `{:?}` world, not in-process ranks", t.world)))
+        }
+        Some(t) => t.clone(),
+        None => TuningTable::default_for(World::Threads),
+    };
+    check_options(hir, ropts)?;
+    let eh = exec_hir(hir, dopts);
+    let res = tcc_runtime::comm::threads::run(dopts.ranks, |rank| {
+        let comm = Mixed::new(vec![rank.comm(Backend::Threads), rank.comm(Backend::Shm)], table.clone());
+        let (buf, r) = rank_body(hir, &eh, ropts, dopts, &comm, "threads+shm");
+        if let Err(e) = &r {
+            if dopts.ranks > 1 {
+                rank.abort(&e.to_string());
+            }
+        }
+        (buf, r)
+    });
+    match res {
+        Ok(mut v) => {
+            let (buf, r) = v.swap_remove(0);
+            r?;
+            out.write_all(&buf).map_err(|e| RunError { code: "E0711", message: format!("cannot write the report: {e}"), hint: None })
+        }
+        Err(f) => Err(fail(f.to_string())),
+    }
+}
+
+/// `mpirun -np N tcc run FILE --backend mpi`: this process is one rank (`mpi` and
+/// `mpi-p2p` back ends mixed by the tuning table). A failing rank aborts the job.
+#[cfg(feature = "mpi")]
+pub fn run_mpi(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut dyn Write) -> Result<(), RunError> {
+    use tcc_runtime::comm::mpi::{abort, MpiWorld};
+    let table = match &dopts.tuning {
+        Some(t) if t.world != World::Mpi => {
+            return Err(fail(format!("the tuning table is for the `{:?}` world, not MPI", t.world)))
+        }
+        Some(t) => t.clone(),
+        None => TuningTable::default_for(World::Mpi),
+    };
+    let world = MpiWorld::init().ok_or_else(|| fail("MPI was already initialized".into()))?;
+    let size = world.size();
+    if let Err(e) = check_options(hir, ropts) {
+        // Every rank fails alike here; rank 0 reports.
+        if world.rank() == 0 {
+            return Err(e);
+        }
+        return Ok(());
+    }
+    let eh = exec_hir(hir, dopts);
+    let comm = Mixed::new(vec![world.comm(Backend::Mpi), world.comm(Backend::MpiP2p)], table);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rank_body(hir, &eh, ropts, dopts, &comm, "mpi+mpi-p2p")));
+    match r {
+        Ok((buf, Ok(()))) => {
+            drop(comm);
+            out.write_all(&buf).map_err(|e| RunError { code: "E0711", message: format!("cannot write the report: {e}"), hint: None })?;
+            let _ = out.flush();
+            drop(world);
+            Ok(())
+        }
+        Ok((_, Err(e))) => {
+            if size > 1 {
+                eprintln!("{e}");
+                abort(1);
+            }
+            Err(e)
+        }
+        Err(_) => abort(2),
+    }
+}
+
+/// Without the `mpi` feature: a clear error.
+#[cfg(not(feature = "mpi"))]
+pub fn run_mpi(_hir: &Hir, _ropts: &RunOptions, _dopts: &DistOptions, _out: &mut dyn Write) -> Result<(), RunError> {
+    Err(RunError {
+        code: "E0721",
+        message: "this tcc was built without MPI support".into(),
+        hint: Some("rebuild with `cargo build --features mpi` (needs an MPI library and libclang)".into()),
+    })
+}
+
+/// `tcc tune`: measures every back end of a world and returns the table.
+pub fn tune_threads(ranks: usize, opts: &tcc_runtime::tune::TuneOptions, progress: bool) -> TuningTable {
+    let ms = tcc_runtime::comm::threads::run(ranks, |rank| {
+        let comms: Vec<Box<dyn Communicator>> = World::Threads.backends().iter().map(|&b| rank.comm(b)).collect();
+        let refs: Vec<&dyn Communicator> = comms.iter().map(|c| c.as_ref()).collect();
+        tcc_runtime::tune::measure(&refs, opts, &mut |m| {
+            if progress {
+                eprintln!("tune: {:<15} {:>10} B  {:<8} {:.3e} s", m.op.name(), m.bytes, m.backend.name(), m.seconds)
+            }
+        })
+    })
+    .expect("tuning does not fail");
+    tcc_runtime::tune::table_from(World::Threads, ranks, &ms[0])
+}
+
+/// `mpirun -np N tcc tune --backend mpi`: the table on rank 0 (`None` elsewhere).
+#[cfg(feature = "mpi")]
+pub fn tune_mpi(opts: &tcc_runtime::tune::TuneOptions, progress: bool) -> Option<TuningTable> {
+    use tcc_runtime::comm::mpi::MpiWorld;
+    let world = MpiWorld::init()?;
+    let comms: Vec<Box<dyn Communicator>> = World::Mpi.backends().iter().map(|&b| world.comm(b)).collect();
+    let refs: Vec<&dyn Communicator> = comms.iter().map(|c| c.as_ref()).collect();
+    let ms = tcc_runtime::tune::measure(&refs, opts, &mut |m| {
+        if progress {
+            eprintln!("tune: {:<15} {:>10} B  {:<8} {:.3e} s", m.op.name(), m.bytes, m.backend.name(), m.seconds)
+        }
+    });
+    let t = tcc_runtime::tune::table_from(World::Mpi, world.size(), &ms);
+    drop(refs);
+    drop(comms);
+    (world.rank() == 0).then_some(t)
+}
+
+/// The tuning table for `tcc run`: `--tuning FILE`, else the default path if the
+/// file exists, else `None` (built-in choices).
+pub fn read_tuning(path: Option<&std::path::Path>) -> Result<Option<TuningTable>, String> {
+    match path {
+        Some(p) => TuningTable::read(p).map(Some).map_err(|e| e.0),
+        None => match tcc_runtime::tune::default_path() {
+            Some(p) if p.exists() => TuningTable::read(&p).map(Some).map_err(|e| e.0),
+            _ => Ok(None),
+        },
+    }
+}
+
+/// `tcc tune`: measures (in-process ranks, or this MPI job) and writes the table to
+/// `out` (`-`: stdout; default: [`tcc_runtime::tune::default_path`]). Returns a line
+/// for stderr.
+pub fn tune(ranks: usize, mpi: bool, max_bytes: u64, out: Option<&std::path::Path>) -> Result<String, String> {
+    let opts = tcc_runtime::tune::TuneOptions { sizes: tcc_runtime::tune::sizes_up_to(max_bytes), ..Default::default() };
+    let table = if mpi {
+        #[cfg(feature = "mpi")]
+        {
+            match tune_mpi(&opts, true) {
+                Some(t) => t,
+                None => return Ok(String::new()), // not rank 0
+            }
+        }
+        #[cfg(not(feature = "mpi"))]
+        return Err("this tcc was built without MPI support (rebuild with `--features mpi`)".into());
+    } else {
+        if ranks == 0 {
+            return Err("--ranks must be at least 1".into());
+        }
+        tune_threads(ranks, &opts, true)
+    };
+    let text = table.to_toml();
+    let path = match out {
+        Some(p) if p.as_os_str() == "-" => {
+            print!("{text}");
+            return Ok(String::new());
+        }
+        Some(p) => p.to_path_buf(),
+        None => tcc_runtime::tune::default_path().ok_or("no home directory: pass --out FILE")?,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
+    }
+    std::fs::write(&path, text).map_err(|e| format!("cannot write `{}`: {e}", path.display()))?;
+    Ok(format!("tune: wrote {}", path.display()))
+}
