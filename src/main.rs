@@ -139,6 +139,59 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         program: Option<String>,
     },
+    /// Plan a `model` block on N devices: data (ZeRO 0-3, ZeRO++), tensor, sequence
+    /// (Ulysses / ring) and expert parallelism, ranked by predicted step time with
+    /// memory and communication per device (see book/src/models.md). With
+    /// `--execute ulysses|expert`, run the layer sharded and check it instead.
+    PlanModel {
+        file: PathBuf,
+        /// Number of devices (GPUs).
+        #[arg(long, value_name = "N")]
+        devices: Option<usize>,
+        /// Memory per device (e.g. 80GB); plans that need more are ranked last.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        mem_per_device: Option<u64>,
+        /// The cross-node network: fat-tree:bw=..,lat=..,flops=.., torus:.., or a .toml file.
+        #[arg(long, default_value = "fat-tree:bw=25GB/s,lat=5us,flops=150TF/s")]
+        network: String,
+        /// Devices per node (collectives within a node use --intra-bw).
+        #[arg(long, default_value_t = 8)]
+        gpus_per_node: usize,
+        /// Intra-node bandwidth per device.
+        #[arg(long, default_value = "300GB/s")]
+        intra_bw: String,
+        /// How many times the model block repeats (transformer layers).
+        #[arg(long, default_value_t = 1)]
+        layers: usize,
+        /// Override a model dim: NAME=SIZE (repeatable), e.g. --dim seq=4096.
+        #[arg(long = "dim", value_name = "NAME=SIZE")]
+        dims: Vec<String>,
+        /// How many plans to list.
+        #[arg(long, default_value_t = 5)]
+        top: usize,
+        /// ZeRO++ options with ZeRO-3: qwz,hpz,qgz or all (default: search none and all).
+        #[arg(long, value_name = "OPTS")]
+        zeropp: Option<String>,
+        /// Print the plans as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Only this model.
+        #[arg(long, value_name = "NAME")]
+        model: Option<String>,
+        /// Run the model sharded (`ulysses` or `expert`) and compare with the
+        /// interpreter and with the predicted all-to-all words.
+        #[arg(long, value_name = "STYLE")]
+        execute: Option<String>,
+        /// In-process ranks for --execute (threads back end).
+        #[arg(long, value_name = "N")]
+        ranks: Option<usize>,
+        /// Back end for --execute: threads, or mpi (under mpirun).
+        #[arg(long, value_enum)]
+        backend: Option<RunBackend>,
+        /// Seed of the random inputs for --execute.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
     /// Run a program and print each output's shape, norm and checksum.
     Run {
         file: PathBuf,
@@ -359,6 +412,21 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
             let format = if json { Format::Json } else if dot { Format::Dot } else { Format::Text };
             let strategy = if naive { Strategy::Naive } else { Strategy::Search };
             match tcc::plan::plan_command(&hir, program.as_deref(), &procs, &network, mem_per_rank, strategy, format) {
+                Ok(out) => {
+                    print!("{out}");
+                    Outcome::Ok
+                }
+                Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
+            }
+        }
+        Command::PlanModel { file, devices, mem_per_device, network, gpus_per_node, intra_bw, layers, dims, top, zeropp, json, model, execute, ranks, backend, seed } => {
+            let hir = match front_end(ctx, &file) {
+                Ok(h) => h,
+                Err(o) => return o,
+            };
+            let mpi = backend == Some(RunBackend::Mpi);
+            let a = tcc::plan::model::CliArgs { model, devices, mem_per_device, network, gpus_per_node, intra_bw, layers, dims, top, zeropp, json, execute, ranks, mpi, seed };
+            match tcc::plan::model::cli(&hir, &a) {
                 Ok(out) => {
                     print!("{out}");
                     Outcome::Ok

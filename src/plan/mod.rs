@@ -22,6 +22,7 @@
 
 pub mod bounds;
 pub mod layout;
+pub mod model;
 pub mod network;
 pub mod report;
 mod search;

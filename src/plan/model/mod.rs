@@ -1,0 +1,617 @@
+//! Model-parallel plans for `model` blocks (`tcc plan-model`): data parallelism with
+//! ZeRO stages 0–3 and ZeRO++ options, Megatron tensor parallelism, sequence
+//! parallelism (DeepSpeed-Ulysses all-to-all, or ring attention), expert
+//! parallelism, and their combinations; a search over them for a device count and
+//! memory, ranked by predicted step time. See `book/src/models.md`.
+//!
+//! Ranks are laid out tensor-innermost: rank = ((data·S + seq)·T + tensor), so a
+//! tensor group is `T` consecutive ranks, a sequence group strides by `T`, and the
+//! ZeRO (data × sequence) group strides by `T` over all devices. Expert groups are
+//! carved out of the data × sequence group (`E` divides `D·S`), as in DeepSpeed-MoE
+//! and TED. A group lies within a node when its span (stride × size) is at most
+//! `gpus_per_node`; its collectives then run at the intra-node bandwidth.
+
+pub mod analysis;
+pub mod exec;
+pub mod formulas;
+pub mod report;
+
+use crate::plan::Network;
+use analysis::{ModelInfo, TensorInfo, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES, TP_DEFAULT};
+use serde::Serialize;
+
+/// Bytes of an fp16 element (weights, gradients and activations in mixed precision).
+pub const FP16: f64 = 2.0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SeqStyle {
+    Ulysses,
+    Ring,
+}
+
+/// ZeRO++ options (on top of ZeRO stage 3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ZeroPP {
+    /// Quantized weight all-gather (fp16 → int8: half the bytes).
+    pub qwz: bool,
+    /// Hierarchical partitioning: a secondary copy of the weights partitioned within
+    /// a node, so the backward all-gather stays in the node.
+    pub hpz: bool,
+    /// Quantized gradient reduce-scatter (fp16 → int4: a quarter of the bytes).
+    pub qgz: bool,
+}
+
+impl ZeroPP {
+    pub fn any(&self) -> bool {
+        self.qwz || self.hpz || self.qgz
+    }
+    pub fn all() -> ZeroPP {
+        ZeroPP { qwz: true, hpz: true, qgz: true }
+    }
+    pub fn name(&self) -> String {
+        let v: Vec<&str> = [(self.qwz, "qwZ"), (self.hpz, "hpZ"), (self.qgz, "qgZ")].iter().filter(|x| x.0).map(|x| x.1).collect();
+        if v.is_empty() {
+            "-".into()
+        } else {
+            v.join("+")
+        }
+    }
+    /// `qwz,hpz,qgz` (any subset) or `all`.
+    pub fn parse(s: &str) -> Result<ZeroPP, String> {
+        let mut z = ZeroPP::default();
+        for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match p.to_ascii_lowercase().as_str() {
+                "qwz" => z.qwz = true,
+                "hpz" => z.hpz = true,
+                "qgz" => z.qgz = true,
+                "all" => z = ZeroPP::all(),
+                "none" => {}
+                other => return Err(format!("unknown ZeRO++ option `{other}` (qwz, hpz, qgz, all)")),
+            }
+        }
+        Ok(z)
+    }
+}
+
+/// One parallel configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Config {
+    pub data: usize,
+    pub tensor: usize,
+    /// The dims tensor parallelism splits.
+    pub tensor_dims: Vec<String>,
+    pub sequence: usize,
+    pub seq_style: SeqStyle,
+    pub expert: usize,
+    pub zero: u8,
+    pub zeropp: ZeroPP,
+}
+
+impl Config {
+    pub fn devices(&self) -> usize {
+        self.data * self.tensor * self.sequence
+    }
+    pub fn describe(&self) -> String {
+        let mut v = vec![format!("data {}", self.data)];
+        if self.tensor > 1 {
+            v.push(format!("tensor {} on {}", self.tensor, self.tensor_dims.join("+")));
+        }
+        if self.sequence > 1 {
+            v.push(format!("sequence {}({})", if self.seq_style == SeqStyle::Ulysses { "ulysses" } else { "ring" }, self.sequence));
+        }
+        if self.expert > 1 {
+            v.push(format!("expert {}", self.expert));
+        }
+        v.push(format!("zero {}", self.zero));
+        if self.zeropp.any() {
+            v.push(format!("zero++ {}", self.zeropp.name()));
+        }
+        v.join(", ")
+    }
+}
+
+/// Options of `tcc plan-model`.
+#[derive(Debug, Clone)]
+pub struct ModelOptions {
+    pub devices: usize,
+    pub mem_per_device: Option<u64>,
+    pub network: Network,
+    pub gpus_per_node: usize,
+    /// Intra-node bandwidth, bytes/s.
+    pub intra_bw: f64,
+    /// How many times the block repeats (transformer layers).
+    pub layers: usize,
+    pub top: usize,
+    /// Forced ZeRO++ options (with zero = 3); `None`: the search tries none and all.
+    pub zeropp: Option<ZeroPP>,
+}
+
+impl ModelOptions {
+    pub fn new(devices: usize, network: Network) -> ModelOptions {
+        ModelOptions { devices, mem_per_device: None, network, gpus_per_node: 8, intra_bw: 300e9, layers: 1, top: 5, zeropp: None }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Coll {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    AllToAll,
+    /// Ring attention: blocks passed to the next rank, `group − 1` times.
+    RingPass,
+}
+
+impl Coll {
+    pub fn name(self) -> &'static str {
+        match self {
+            Coll::AllReduce => "all-reduce",
+            Coll::AllGather => "all-gather",
+            Coll::ReduceScatter => "reduce-scatter",
+            Coll::AllToAll => "all-to-all",
+            Coll::RingPass => "ring pass",
+        }
+    }
+}
+
+/// One collective of a training step (repeated `count` times).
+#[derive(Debug, Clone, Serialize)]
+pub struct StepComm {
+    pub what: String,
+    /// `data`, `zero`, `tensor`, `sequence`, `expert`, `expert-data`, `node`.
+    pub group: String,
+    pub group_size: usize,
+    pub kind: Coll,
+    /// Forward, backward, or step (optimizer / gradient sync).
+    pub phase: String,
+    /// Elements of the collective's buffer per rank (input of an all-to-all or
+    /// all-reduce, output of an all-gather, input of a reduce-scatter).
+    pub elements: f64,
+    pub bytes_per_elem: f64,
+    pub count: f64,
+    /// Bytes one rank sends per occurrence (exact ring / pairwise volumes).
+    pub bytes_per_rank: f64,
+    pub cross_node: bool,
+    /// Seconds for all `count` occurrences.
+    pub time: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Memory {
+    pub params: f64,
+    pub grads: f64,
+    pub optimizer: f64,
+    /// hpZ's secondary weight partition.
+    pub secondary: f64,
+    pub activations: f64,
+    pub total: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelPlan {
+    pub config: Config,
+    /// Parameters of the whole model (all layers): dense and expert.
+    pub psi_dense: f64,
+    pub psi_expert: f64,
+    pub memory: Memory,
+    pub comm: Vec<StepComm>,
+    /// Bytes a rank sends per step, and those that cross nodes.
+    pub bytes_per_step: f64,
+    pub cross_node_bytes: f64,
+    pub flops_per_rank: f64,
+    pub time_compute: f64,
+    pub time_comm: f64,
+    pub time: f64,
+    pub fits: bool,
+}
+
+fn ring_factor(q: usize) -> f64 {
+    (q as f64 - 1.0) / q as f64
+}
+
+/// The dims tensor parallelism splits: `on DIM`, else `heads` and `ffn` where present.
+pub fn tp_dims(info: &ModelInfo) -> Vec<String> {
+    match &info.tensor_on {
+        Some(d) => vec![d.clone()],
+        None => TP_DEFAULT.iter().filter(|n| info.dim(n).is_some()).map(|s| s.to_string()).collect(),
+    }
+}
+
+/// Elements of a tensor one rank holds under `c`.
+pub fn local_elements(t: &TensorInfo, c: &Config) -> f64 {
+    let mut div = 1.0;
+    if t.has_any(&BATCH_NAMES) {
+        div *= c.data as f64;
+    }
+    if t.has_any(&SEQ_NAMES) || t.has("heads") {
+        div *= c.sequence as f64;
+    }
+    if c.tensor_dims.iter().any(|d| t.has(d)) {
+        div *= c.tensor as f64;
+    }
+    t.elements / div
+}
+
+fn param_local(p: &TensorInfo, c: &Config) -> f64 {
+    let mut x = p.elements;
+    if c.tensor_dims.iter().any(|d| p.has(d)) {
+        x /= c.tensor as f64;
+    }
+    if p.has_any(&EXPERT_NAMES) {
+        x /= c.expert as f64;
+    }
+    x
+}
+
+/// Why a configuration is not valid for this model, if it is not.
+pub fn invalid(info: &ModelInfo, c: &Config) -> Option<String> {
+    let divides = |n: usize, name: &str| -> Option<String> {
+        match info.dim(name) {
+            Some(sz) if sz % n != 0 => Some(format!("{n} does not divide {name} = {sz}")),
+            _ => None,
+        }
+    };
+    if c.tensor > 1 {
+        if c.tensor_dims.is_empty() {
+            return Some("no dim for tensor parallelism (heads, ffn, or `on DIM`)".into());
+        }
+        for d in &c.tensor_dims {
+            if let Some(e) = divides(c.tensor, d) {
+                return Some(format!("tensor: {e}"));
+            }
+        }
+    }
+    if c.sequence > 1 {
+        let Some((seq, n)) = info.dim_any(&SEQ_NAMES) else { return Some("sequence parallelism needs a `seq` dim".into()) };
+        if n % c.sequence != 0 {
+            return Some(format!("sequence: {} does not divide {seq} = {n}", c.sequence));
+        }
+        if c.seq_style == SeqStyle::Ulysses {
+            if let Some(h) = info.dim("heads") {
+                if h % (c.sequence * if c.tensor_dims.iter().any(|d| d == "heads") { c.tensor } else { 1 }) != 0 {
+                    return Some(format!("ulysses: heads = {h} are not divisible among sequence × tensor ranks"));
+                }
+            }
+        }
+    }
+    if c.expert > 1 {
+        let Some((x, n)) = info.dim_any(&EXPERT_NAMES) else { return Some("expert parallelism needs an `experts` dim".into()) };
+        if n % c.expert != 0 {
+            return Some(format!("expert: {} does not divide {x} = {n}", c.expert));
+        }
+        if (c.data * c.sequence) % c.expert != 0 {
+            return Some(format!("expert: {} does not divide data × sequence = {}", c.expert, c.data * c.sequence));
+        }
+    }
+    if let Some((b, n)) = info.dim_any(&BATCH_NAMES) {
+        if n % c.data != 0 {
+            return Some(format!("data: {} does not divide {b} = {n}", c.data));
+        }
+    }
+    if c.zeropp.any() && c.zero != 3 {
+        return Some("ZeRO++ options apply to ZeRO stage 3".into());
+    }
+    None
+}
+
+/// Predicts memory, communication and time of one configuration.
+pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
+    let layers = o.layers as f64;
+    let gpn = o.gpus_per_node.max(1);
+    let t = c.tensor;
+    let s = c.sequence;
+    let n = c.devices();
+    let zgroup = c.data * s;
+    let egroup_dp = (zgroup / c.expert.max(1)).max(1);
+    let intra = |span: usize| span <= gpn;
+    let mut comm: Vec<StepComm> = Vec::new();
+    let mut add = |what: String, group: &str, q: usize, span: usize, kind: Coll, phase: &str, elements: f64, bpe: f64, count: f64| {
+        if q <= 1 || elements <= 0.0 || count <= 0.0 {
+            return;
+        }
+        let f = ring_factor(q);
+        let bytes_per_rank = match kind {
+            Coll::AllReduce => 2.0 * f * elements * bpe,
+            Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll => f * elements * bpe,
+            Coll::RingPass => (q - 1) as f64 * elements * bpe,
+        };
+        let msgs = match kind {
+            Coll::AllReduce => 2.0 * (q - 1) as f64,
+            _ => (q - 1) as f64,
+        };
+        let cross = !intra(span);
+        let beta = if cross { o.network.beta * if kind == Coll::AllToAll { o.network.alltoall_congestion() } else { 1.0 } } else { 1.0 / o.intra_bw };
+        let time = count * (o.network.alpha * msgs + beta * bytes_per_rank);
+        comm.push(StepComm { what, group: group.into(), group_size: q, kind, phase: phase.into(), elements, bytes_per_elem: bpe, count, bytes_per_rank, cross_node: cross, time });
+    };
+    // Parameters per rank (before ZeRO), dense and expert, whole model.
+    let psi_d: f64 = info.params.iter().filter(|p| !p.has_any(&EXPERT_NAMES)).map(|p| param_local(p, c)).sum::<f64>() * layers;
+    let psi_e: f64 = info.params.iter().filter(|p| p.has_any(&EXPERT_NAMES)).map(|p| param_local(p, c)).sum::<f64>() * layers;
+    // Data parallelism / ZeRO over the data × sequence group (stride T: span N).
+    let zq = c.zeropp;
+    let node_members = (gpn / t).clamp(1, zgroup);
+    for (psi, q, gname, what) in [(psi_d, zgroup, "zero", "dense"), (psi_e, egroup_dp, "expert-data", "expert")] {
+        if psi <= 0.0 {
+            continue;
+        }
+        match c.zero {
+            0 => add(format!("{what} gradients"), gname, q, n, Coll::AllReduce, "step", psi, FP16, 1.0),
+            1 | 2 => {
+                add(format!("{what} gradients"), gname, q, n, Coll::ReduceScatter, "step", psi, FP16, 1.0);
+                add(format!("{what} updated weights"), gname, q, n, Coll::AllGather, "step", psi, FP16, 1.0);
+            }
+            _ => {
+                let wbytes = if zq.qwz { 1.0 } else { FP16 };
+                add(format!("{what} weights{}", if zq.qwz { " (int8)" } else { "" }), gname, q, n, Coll::AllGather, "forward", psi, wbytes, 1.0);
+                if zq.hpz && what == "dense" {
+                    add(format!("{what} weights (secondary partition)"), "node", node_members, node_members * t, Coll::AllGather, "backward", psi, FP16, 1.0);
+                } else {
+                    add(format!("{what} weights{}", if zq.qwz { " (int8)" } else { "" }), gname, q, n, Coll::AllGather, "backward", psi, wbytes, 1.0);
+                }
+                let gbytes = if zq.qgz { 0.5 } else { FP16 };
+                add(format!("{what} gradients{}", if zq.qgz { " (int4)" } else { "" }), gname, q, n, Coll::ReduceScatter, "backward", psi, gbytes, 1.0);
+            }
+        }
+    }
+    // Per layer: tensor, sequence and expert collectives (forward and backward).
+    for l in &info.layers {
+        if t > 1 {
+            for (summed, res) in &l.summed {
+                if c.tensor_dims.iter().any(|d| summed.contains(d)) {
+                    let e = local_elements(res, c);
+                    add(format!("{}: partial {}", l.name, res.name), "tensor", t, t, Coll::AllReduce, "forward", e, FP16, layers);
+                    add(format!("{}: gradient into the split", l.name), "tensor", t, t, Coll::AllReduce, "backward", e, FP16, layers);
+                }
+            }
+        }
+        if s > 1 && l.attention {
+            match c.seq_style {
+                SeqStyle::Ulysses => {
+                    for ti in &l.ulysses {
+                        let e = local_elements(ti, c);
+                        add(format!("{}: {}", l.name, ti.name), "sequence", s, s * t, Coll::AllToAll, "forward", e, FP16, layers);
+                        add(format!("{}: grad {}", l.name, ti.name), "sequence", s, s * t, Coll::AllToAll, "backward", e, FP16, layers);
+                    }
+                }
+                SeqStyle::Ring => {
+                    for ti in &l.ring {
+                        let e = local_elements(ti, c);
+                        add(format!("{}: {} blocks", l.name, ti.name), "sequence", s, s * t, Coll::RingPass, "forward", e, FP16, layers);
+                        add(format!("{}: {} and grad blocks", l.name, ti.name), "sequence", s, s * t, Coll::RingPass, "backward", 2.0 * e, FP16, layers);
+                    }
+                }
+            }
+        }
+        if c.expert > 1 && l.moe {
+            for ti in &l.moe_alltoall {
+                let e = local_elements(ti, c);
+                add(format!("{}: {}", l.name, ti.name), "expert", c.expert, c.expert * t, Coll::AllToAll, "forward", e, FP16, layers);
+                add(format!("{}: grad {}", l.name, ti.name), "expert", c.expert, c.expert * t, Coll::AllToAll, "backward", e, FP16, layers);
+            }
+        }
+    }
+    // Memory.
+    let mut mem = Memory::default();
+    for (psi, q) in [(psi_d, zgroup), (psi_e, egroup_dp)] {
+        let (p, g, os) = formulas::zero_state_split(psi, q as f64, c.zero);
+        mem.params += p;
+        mem.grads += g;
+        mem.optimizer += os;
+    }
+    if c.zero == 3 && zq.hpz {
+        mem.secondary = FP16 * psi_d / node_members as f64;
+    }
+    mem.activations = layers * info.layers.iter().flat_map(|l| &l.activations).map(|a| local_elements(a, c) * FP16).sum::<f64>();
+    mem.total = mem.params + mem.grads + mem.optimizer + mem.secondary + mem.activations;
+    // Time: forward + backward (2× forward) flops spread over all ranks.
+    let flops_per_rank = 3.0 * info.flops() * layers / n as f64;
+    let time_compute = flops_per_rank * o.network.gamma;
+    let time_comm: f64 = comm.iter().map(|x| x.time).sum();
+    let bytes_per_step: f64 = comm.iter().map(|x| x.bytes_per_rank * x.count).sum();
+    let cross_node_bytes: f64 = comm.iter().filter(|x| x.cross_node).map(|x| x.bytes_per_rank * x.count).sum();
+    let fits = o.mem_per_device.is_none_or(|m| mem.total <= m as f64);
+    ModelPlan {
+        config: c.clone(),
+        psi_dense: info.psi_dense() * layers,
+        psi_expert: info.psi_expert() * layers,
+        memory: mem,
+        comm,
+        bytes_per_step,
+        cross_node_bytes,
+        flops_per_rank,
+        time_compute,
+        time_comm,
+        time: time_compute + time_comm,
+        fits,
+    }
+}
+
+fn divisors(n: usize) -> Vec<usize> {
+    (1..=n).filter(|d| n % d == 0).collect()
+}
+
+/// Every valid configuration (respecting the hints), evaluated, fastest first;
+/// those that do not fit in memory come last.
+pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &ModelOptions) -> Vec<ModelPlan> {
+    let n = o.devices;
+    let tdims = tp_dims(info);
+    let mut out = Vec::new();
+    let styles: Vec<SeqStyle> = match hints.sequence {
+        Some((crate::sema::hir::SequenceStyle::Ulysses, _)) => vec![SeqStyle::Ulysses],
+        Some((crate::sema::hir::SequenceStyle::Ring, _)) => vec![SeqStyle::Ring],
+        None => vec![SeqStyle::Ulysses, SeqStyle::Ring],
+    };
+    let zeros: Vec<u8> = match hints.zero {
+        Some(z) => vec![z],
+        None => vec![0, 1, 2, 3],
+    };
+    for t in divisors(n) {
+        if hints.tensor.is_some_and(|(d, _)| d != t) {
+            continue;
+        }
+        for s in divisors(n / t) {
+            if hints.sequence.is_some_and(|(_, d)| d != s) {
+                continue;
+            }
+            let d = n / t / s;
+            if hints.data.is_some_and(|x| x != d) {
+                continue;
+            }
+            for e in divisors(d * s) {
+                if hints.expert.is_some_and(|x| x != e) {
+                    continue;
+                }
+                for &style in if s > 1 { &styles[..] } else { &styles[..1] } {
+                    for &z in &zeros {
+                        let pps: Vec<ZeroPP> = match (z, o.zeropp) {
+                            (3, Some(p)) => vec![p],
+                            (3, None) => vec![ZeroPP::default(), ZeroPP::all()],
+                            _ => vec![ZeroPP::default()],
+                        };
+                        for pp in pps {
+                            let c = Config { data: d, tensor: t, tensor_dims: tdims.clone(), sequence: s, seq_style: style, expert: e, zero: z, zeropp: pp };
+                            if invalid(info, &c).is_none() {
+                                out.push(evaluate(info, &c, o));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out.sort_by(|a, b| b.fits.cmp(&a.fits).then(a.time.total_cmp(&b.time)).then(a.memory.total.total_cmp(&b.memory.total)));
+    out
+}
+
+/// The configuration the hints describe completely (unset degrees 1, zero 0), or
+/// `None` when `devices` differs from its product.
+pub fn from_hints(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &ModelOptions) -> Config {
+    Config {
+        data: hints.data.unwrap_or(1),
+        tensor: hints.tensor.map_or(1, |x| x.0),
+        tensor_dims: tp_dims(info),
+        sequence: hints.sequence.map_or(1, |x| x.1),
+        seq_style: match hints.sequence {
+            Some((crate::sema::hir::SequenceStyle::Ring, _)) => SeqStyle::Ring,
+            _ => SeqStyle::Ulysses,
+        },
+        expert: hints.expert.unwrap_or(1),
+        zero: hints.zero.unwrap_or(0),
+        zeropp: if hints.zero == Some(3) { o.zeropp.unwrap_or_default() } else { ZeroPP::default() },
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelPlanError {
+    pub code: &'static str,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+/// `tcc plan-model`: analyzes the model (with `--dim` overrides), searches, renders.
+pub fn plan_model_command(
+    hir: &crate::sema::hir::Hir,
+    model: Option<&str>,
+    dims: &[(String, usize)],
+    o: &ModelOptions,
+    json: bool,
+) -> Result<String, ModelPlanError> {
+    let err = |code, message: String, hint: Option<String>| ModelPlanError { code, message, hint };
+    if hir.models.is_empty() {
+        return Err(err("E0810", "this file has no `model` block".into(), Some("`tcc plan` plans programs; `tcc plan-model` plans models".into())));
+    }
+    if o.devices == 0 || o.devices > crate::plan::MAX_PROCS {
+        return Err(err("E0802", format!("--devices must be between 1 and {}", crate::plan::MAX_PROCS), None));
+    }
+    let ids: Vec<usize> = match model {
+        None => (0..hir.models.len()).collect(),
+        Some(name) => match hir.models.iter().position(|m| m.name == name) {
+            Some(i) => vec![i],
+            None => {
+                let names: Vec<&str> = hir.models.iter().map(|m| m.name.as_str()).collect();
+                return Err(err("E0702", format!("no model named `{name}`"), Some(format!("this file has: {}", names.join(", ")))));
+            }
+        },
+    };
+    let mut texts = Vec::new();
+    let mut jsons = Vec::new();
+    for id in ids {
+        let h = analysis::with_dims(hir, id, dims).map_err(|m| err("E0811", m, None))?;
+        let info = analysis::analyze(&h, id);
+        let hints = &h.models[id].parallel;
+        let plans = search(&info, hints, o);
+        if plans.is_empty() {
+            let c = from_hints(&info, hints, o);
+            let why = invalid(&info, &c).unwrap_or_else(|| format!("the hints need {} devices", c.devices()));
+            return Err(err(
+                "E0812",
+                format!("no valid parallel plan of model `{}` on {} devices: {why}", info.name, o.devices),
+                Some("change --devices, the `parallel` hints, or the dims (--dim NAME=SIZE)".into()),
+            ));
+        }
+        if json {
+            jsons.push(report::plans_json(&info, o, &plans));
+        } else {
+            texts.push(report::plans_text(&info, o, &plans));
+        }
+    }
+    Ok(if json { serde_json::to_string_pretty(&serde_json::json!({ "models": jsons })).unwrap_or_default() + "\n" } else { texts.join("\n") })
+}
+
+/// Everything `tcc plan-model` takes on the command line.
+#[derive(Debug, Clone, Default)]
+pub struct CliArgs {
+    pub model: Option<String>,
+    pub devices: Option<usize>,
+    pub mem_per_device: Option<u64>,
+    pub network: String,
+    pub gpus_per_node: usize,
+    pub intra_bw: String,
+    pub layers: usize,
+    pub dims: Vec<String>,
+    pub top: usize,
+    pub zeropp: Option<String>,
+    pub json: bool,
+    /// `ulysses` or `expert`: run the model's layer sharded instead of planning.
+    pub execute: Option<String>,
+    pub ranks: Option<usize>,
+    pub mpi: bool,
+    pub seed: u64,
+}
+
+/// `tcc plan-model`, whole: the text to print, or an error.
+pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, ModelPlanError> {
+    let err = |code, message: String, hint: Option<&str>| ModelPlanError { code, message, hint: hint.map(String::from) };
+    if let Some(style) = &a.execute {
+        let style = exec::Style::parse(style).map_err(|m| err("E0813", m, None))?;
+        let id = match &a.model {
+            None if hir.models.len() == 1 => 0,
+            None => return Err(err("E0813", "--execute needs --model NAME when the file has several models".into(), None)),
+            Some(n) => hir.models.iter().position(|m| &m.name == n).ok_or_else(|| err("E0702", format!("no model named `{n}`"), None))?,
+        };
+        let r = if a.mpi { exec::execute_mpi(hir, id, style, a.seed) } else { exec::execute_threads(hir, id, style, a.seed, a.ranks.unwrap_or(2)) };
+        return r.map_err(|m| err("E0814", m, Some("the sharded run disagrees with the interpreter or with the predicted words")));
+    }
+    let network = Network::parse(&a.network).map_err(|m| err("E0801", m, Some("for example --network fat-tree:bw=25GB/s,lat=5us,flops=150TF/s")))?;
+    let Some(devices) = a.devices else { return Err(err("E0802", "--devices N is required to plan".into(), Some("for example --devices 64"))) };
+    let mut o = ModelOptions::new(devices, network);
+    o.mem_per_device = a.mem_per_device;
+    o.gpus_per_node = a.gpus_per_node.max(1);
+    o.intra_bw = crate::plan::network::parse_bandwidth(&a.intra_bw).map_err(|m| err("E0801", m, None))?;
+    o.layers = a.layers.max(1);
+    o.top = a.top.max(1);
+    o.zeropp = match &a.zeropp {
+        Some(s) => Some(ZeroPP::parse(s).map_err(|m| err("E0811", m, None))?),
+        None => None,
+    };
+    let mut dims = Vec::new();
+    for d in &a.dims {
+        match d.split_once('=').map(|(n, v)| (n.trim(), v.trim().parse::<usize>())) {
+            Some((n, Ok(v))) if !n.is_empty() => dims.push((n.to_string(), v)),
+            _ => return Err(err("E0811", format!("`--dim {d}` is not NAME=SIZE"), Some("for example --dim seq=4096"))),
+        }
+    }
+    plan_model_command(hir, a.model.as_deref(), &dims, &o, a.json)
+}

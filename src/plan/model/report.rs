@@ -1,0 +1,135 @@
+//! Text and JSON renderings of model plans.
+
+use super::analysis::ModelInfo;
+use super::{ModelOptions, ModelPlan};
+use crate::plan::network::fmt_time;
+
+/// `1.23 GB`-style (decimal units, as the papers use).
+pub fn fmt_bytes(b: f64) -> String {
+    for (s, u) in [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")] {
+        if b >= s {
+            return format!("{:.2} {u}", b / s);
+        }
+    }
+    format!("{b:.0} B")
+}
+
+pub fn fmt_count(x: f64) -> String {
+    let x = x + 0.0; // no "-0"
+    for (s, u) in [(1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")] {
+        if x >= s {
+            return format!("{:.2} {u}", x / s);
+        }
+    }
+    format!("{x:.0}")
+}
+
+fn header(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> String {
+    let p = &plans[0];
+    let dims: Vec<String> = info.dims.iter().map(|(n, s)| format!("{n}={s}")).collect();
+    let mut s = format!("model {}: {}\n", info.name, dims.join(" "));
+    s.push_str(&format!(
+        "  parameters Ψ = {} ({} dense + {} expert; {} per block × {} layers); forward {} flop per block\n",
+        fmt_count(p.psi_dense + p.psi_expert),
+        fmt_count(p.psi_dense),
+        fmt_count(p.psi_expert),
+        fmt_count(info.psi_dense() + info.psi_expert()),
+        o.layers,
+        fmt_count(info.flops())
+    ));
+    s.push_str(&format!(
+        "  {} devices, {} per node (intra-node {}/s); memory per device {}\n  network {}\n",
+        o.devices,
+        o.gpus_per_node,
+        fmt_bytes(o.intra_bw),
+        o.mem_per_device.map_or("unlimited".to_string(), |m| fmt_bytes(m as f64)),
+        o.network.describe()
+    ));
+    s
+}
+
+/// The ranking table, then the best plan in detail.
+pub fn plans_text(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> String {
+    let mut s = header(info, o, plans);
+    let fit = plans.iter().filter(|p| p.fits).count();
+    s.push_str(&format!("  {} valid plans, {} fit in memory; top {}:\n", plans.len(), fit, o.top.min(plans.len())));
+    s.push_str(&format!(
+        "  {:>3}  {:>4} {:>6} {:>9} {:>6} {:>4} {:>7}  {:>10}  {:>10}  {:>10}  {:>10}\n",
+        "#", "data", "tensor", "sequence", "expert", "zero", "zero++", "memory", "comm/step", "cross-node", "time/step"
+    ));
+    for (k, p) in plans.iter().take(o.top.max(1)).enumerate() {
+        let c = &p.config;
+        let seq = if c.sequence > 1 { format!("{}{}", if c.seq_style == super::SeqStyle::Ulysses { "uly" } else { "ring" }, c.sequence) } else { "1".into() };
+        s.push_str(&format!(
+            "  {:>3}  {:>4} {:>6} {:>9} {:>6} {:>4} {:>7}  {:>10}  {:>10}  {:>10}  {:>10}{}\n",
+            k + 1,
+            c.data,
+            c.tensor,
+            seq,
+            c.expert,
+            c.zero,
+            c.zeropp.name(),
+            fmt_bytes(p.memory.total),
+            fmt_bytes(p.bytes_per_step),
+            fmt_bytes(p.cross_node_bytes),
+            fmt_time(p.time),
+            if p.fits { "" } else { "  (does not fit)" }
+        ));
+    }
+    s.push_str(&plan_detail(&plans[0]));
+    s
+}
+
+/// One plan: memory breakdown and every collective of a step.
+pub fn plan_detail(p: &ModelPlan) -> String {
+    let m = &p.memory;
+    let mut s = format!("best: {}\n", p.config.describe());
+    s.push_str(&format!(
+        "  memory per device {} = weights {} + gradients {} + optimizer {}{} + activations {}\n",
+        fmt_bytes(m.total),
+        fmt_bytes(m.params),
+        fmt_bytes(m.grads),
+        fmt_bytes(m.optimizer),
+        if m.secondary > 0.0 { format!(" + hpZ secondary {}", fmt_bytes(m.secondary)) } else { String::new() },
+        fmt_bytes(m.activations)
+    ));
+    s.push_str(&format!(
+        "  step: compute {} ({} flop per device) + communication {} = {}\n",
+        fmt_time(p.time_compute),
+        fmt_count(p.flops_per_rank),
+        fmt_time(p.time_comm),
+        fmt_time(p.time)
+    ));
+    if p.comm.is_empty() {
+        s.push_str("  no communication\n");
+    }
+    for c in &p.comm {
+        s.push_str(&format!(
+            "  {:<9} {:<14} {:<12} ×{:<4} {:<40} {:>10} elems × {} B  sends {:>10}/rank each{}\n",
+            c.phase,
+            c.kind.name(),
+            format!("{}({})", c.group, c.group_size),
+            c.count,
+            c.what,
+            fmt_count(c.elements),
+            c.bytes_per_elem,
+            fmt_bytes(c.bytes_per_rank),
+            if c.cross_node { "  cross-node" } else { "" }
+        ));
+    }
+    s
+}
+
+pub fn plans_json(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> serde_json::Value {
+    serde_json::json!({
+        "model": info.name,
+        "dims": info.dims.iter().map(|(n, s)| serde_json::json!({"name": n, "size": s})).collect::<Vec<_>>(),
+        "devices": o.devices,
+        "gpus_per_node": o.gpus_per_node,
+        "layers": o.layers,
+        "mem_per_device": o.mem_per_device,
+        "network": o.network,
+        "valid_plans": plans.len(),
+        "plans": plans.iter().take(o.top.max(1)).collect::<Vec<_>>(),
+    })
+}
