@@ -1,0 +1,193 @@
+//! Model-parallel plans (`tcc plan-model`) against the papers' formulas and numbers:
+//! ZeRO (Rajbhandari et al., SC'20), ZeRO++ (Wang et al., 2023), DeepSpeed-Ulysses
+//! (Jacobs et al., 2023) and DeepSpeed-MoE (Rajbhandari et al., ICML'22). Each model
+//! is written as a `model` block and counted from its HIR.
+
+use tcc::plan::model::{analysis, evaluate, formulas, Config, ModelOptions, ModelPlan, SeqStyle, ZeroPP};
+use tcc::plan::Network;
+
+fn info(src: &str) -> analysis::ModelInfo {
+    let (hir, d) = tcc::compile(src, "t");
+    let hir = hir.unwrap_or_else(|| panic!("{d:?}"));
+    analysis::analyze(&hir, 0)
+}
+
+fn cfg(data: usize, zero: u8) -> Config {
+    Config { data, tensor: 1, tensor_dims: vec![], sequence: 1, seq_style: SeqStyle::Ulysses, expert: 1, zero, zeropp: ZeroPP::default() }
+}
+
+fn opts(devices: usize) -> ModelOptions {
+    ModelOptions::new(devices, Network::parse("fat-tree:bw=25GB/s,lat=5us,flops=150TF/s").unwrap())
+}
+
+/// Ψ = 75000 × 100000 = 7.5 B parameters, one scalar activation.
+const PSI_7_5B: &str = "model zero { dims a = 75000, b = 100000; index i : a; index j : b; \
+    param tensor W[i,j] : f32; output tensor y : f32; layer l { y = W[i,j]; } }";
+
+fn states(p: &ModelPlan) -> f64 {
+    p.memory.params + p.memory.grads + p.memory.optimizer
+}
+
+#[test]
+fn zero_figure_1_memory_per_device() {
+    // ZeRO, Figure 1: Ψ = 7.5B, N_d = 64, K = 12: baseline 120 GB, P_os 31.4 GB,
+    // P_os+g 16.6 GB, P_os+g+p 1.9 GB per device.
+    let m = info(PSI_7_5B);
+    assert_eq!(m.psi_dense(), 7.5e9);
+    let o = opts(64);
+    let paper = [120.0, 31.4, 16.6, 1.9];
+    for (stage, want) in paper.iter().enumerate() {
+        let p = evaluate(&m, &cfg(64, stage as u8), &o);
+        let gb = states(&p) / 1e9;
+        println!("ZeRO stage {stage}: paper {want} GB, ours {gb:.4} GB");
+        assert!((gb - want).abs() < 0.05, "stage {stage}: {gb} GB vs {want} GB");
+        assert_eq!(states(&p), formulas::zero_memory(7.5e9, 64.0, stage as u8));
+    }
+}
+
+#[test]
+fn zero_communication_volume_stage_3_is_one_and_a_half_times() {
+    // ZeRO §7: stages 1 and 2 move 2Ψ per step like data parallelism; stage 3 moves 3Ψ.
+    let m = info(PSI_7_5B);
+    let o = opts(64);
+    let f = 63.0 / 64.0; // ring collectives: each rank sends (N−1)/N of the buffer
+    let vol: Vec<f64> = (0..4).map(|z| evaluate(&m, &cfg(64, z), &o).bytes_per_step / 2.0 / f).collect();
+    println!("ZeRO volume per rank (parameters): {vol:?}");
+    for z in 0..3 {
+        assert!((vol[z] - formulas::zero_comm_volume(7.5e9, z as u8)).abs() < 1.0, "stage {z}");
+        assert!((vol[z] - 2.0 * 7.5e9).abs() < 1.0);
+    }
+    assert!((vol[3] - 3.0 * 7.5e9).abs() < 1.0);
+    assert!((vol[3] / vol[0] - 1.5).abs() < 1e-12);
+}
+
+#[test]
+fn zeropp_cuts_cross_node_volume_from_3m_to_0_75m() {
+    // ZeRO++ §1/§4: qwZ halves the weight all-gather, hpZ keeps the backward
+    // all-gather in the node, qgZ sends int4 gradients: cross-node 3M → 0.75M (4×).
+    assert_eq!(formulas::zeropp_cross_node_volume(1.0, false, false, false), 3.0);
+    assert_eq!(formulas::zeropp_cross_node_volume(1.0, true, true, true), 0.75);
+    assert_eq!(formulas::zeropp_cross_node_volume(1.0, true, false, false), 2.0);
+    let m = info(PSI_7_5B);
+    let o = opts(64); // 8 nodes of 8
+    let base = evaluate(&m, &cfg(64, 3), &o);
+    let mut c = cfg(64, 3);
+    c.zeropp = ZeroPP::all();
+    let pp = evaluate(&m, &c, &o);
+    let unit = 63.0 / 64.0 * 7.5e9 * 2.0; // M in fp16 bytes, as each rank sends it
+    println!("cross-node per rank: ZeRO-3 {:.3} M, ZeRO++ {:.3} M", base.cross_node_bytes / unit, pp.cross_node_bytes / unit);
+    assert!((base.cross_node_bytes / unit - 3.0).abs() < 1e-9);
+    assert!((pp.cross_node_bytes / unit - 0.75).abs() < 1e-9);
+    assert!((base.cross_node_bytes / pp.cross_node_bytes - 4.0).abs() < 1e-9);
+    // hpZ's price: a secondary fp16 copy partitioned over the 8 ranks of a node.
+    assert_eq!(pp.memory.secondary, 2.0 * 7.5e9 / 8.0);
+}
+
+fn attention(n: usize, heads: usize, hdim: usize) -> String {
+    format!(
+        "model a {{ dims batch = 1, seq = {n}, hidden = {h}, heads = {heads}, hdim = {hdim};
+  index b : batch; index s, t : seq; index m, k : hidden; index h : heads; index e, d : hdim;
+  input tensor X[b,s,m] : f32;
+  param tensor Wq[m,h,e] : f32; param tensor Wk[m,h,e] : f32; param tensor Wv[m,h,d] : f32; param tensor Wo[h,d,k] : f32;
+  output tensor Y[b,s,k] : f32;
+  layer attention {{
+    Q[b,s,h,e] = X[b,s,m] * Wq[m,h,e]; K[b,t,h,e] = X[b,t,m] * Wk[m,h,e]; V[b,t,h,d] = X[b,t,m] * Wv[m,h,d];
+    S[b,h,s,t] = Q[b,s,h,e] * K[b,t,h,e]; P[b,h,s,t] = exp(S[b,h,s,t]); Z[b,h,s] = P[b,h,s,t];
+    O[b,s,h,d] = recip(Z[b,h,s]) * P[b,h,s,t] * V[b,t,h,d]; Y[b,s,k] = O[b,s,h,d] * Wo[h,d,k];
+  }} }}",
+        h = heads * hdim
+    )
+}
+
+fn ulysses_forward_elements(p: &ModelPlan) -> f64 {
+    p.comm.iter().filter(|c| c.group == "sequence" && c.phase == "forward").map(|c| c.bytes_per_rank / c.bytes_per_elem * c.count).sum()
+}
+
+#[test]
+fn ulysses_volume_is_4nh_over_p_and_constant_when_n_and_p_grow_together() {
+    // DeepSpeed-Ulysses §3.2: the all-to-alls of Q, K, V and O move 4Nh/P per device,
+    // against Megatron-SP's 4Nh; with N/P fixed the volume per device is constant.
+    let h = 32 * 128; // hidden 4096 as 32 heads of 128 (the paper's GPT sizes)
+    let mut lead = Vec::new();
+    for (n, p) in [(65536usize, 8usize), (131072, 16), (262144, 32)] {
+        let m = info(&attention(n, 32, 128));
+        let mut c = cfg(1, 0);
+        c.sequence = p;
+        let plan = evaluate(&m, &c, &opts(p));
+        let got = ulysses_forward_elements(&plan);
+        let exact = 4.0 * n as f64 * h as f64 * (p as f64 - 1.0) / (p * p) as f64;
+        let paper = formulas::ulysses_volume(n as f64, h as f64, p as f64);
+        println!("Ulysses N = {n}, P = {p}: paper 4Nh/P = {paper:.4e}, ours {got:.4e} (× P/(P−1) = {:.4e})", got * p as f64 / (p as f64 - 1.0));
+        assert!((got - exact).abs() < 1e-6 * exact);
+        assert!((got * p as f64 / (p as f64 - 1.0) - paper).abs() < 1e-6 * paper);
+        assert!((formulas::megatron_sp_volume(n as f64, h as f64) / paper - p as f64).abs() < 1e-12);
+        lead.push(got * p as f64 / (p as f64 - 1.0));
+    }
+    assert!(lead.windows(2).all(|w| (w[0] - w[1]).abs() < 1e-6 * w[0]), "constant per device: {lead:?}");
+}
+
+fn moe(hidden: usize, ffn: usize, experts: usize, groups: usize, tokens: usize, capacity: usize) -> String {
+    format!(
+        "model moe {{ dims groups = {groups}, tokens = {tokens}, hidden = {hidden}, experts = {experts}, capacity = {capacity}, ffn = {ffn};
+  index g : groups; index t : tokens; index m, n : hidden; index x : experts; index c : capacity; index f : ffn;
+  input tensor H[g,t,m] : f32; input tensor dispatch[g,t,x,c] : f32; input tensor combine[g,t,x,c] : f32;
+  param tensor W1[x,m,f] : f32; param tensor W2[x,f,n] : f32; output tensor Y[g,t,n] : f32;
+  layer experts {{
+    D[g,x,c,m] = dispatch[g,t,x,c] * H[g,t,m]; F[g,x,c,f] = relu(D[g,x,c,m] * W1[x,m,f]);
+    E[g,x,c,n] = F[g,x,c,f] * W2[x,f,n]; Y[g,t,n] = combine[g,t,x,c] * E[g,x,c,n];
+  }} }}"
+    )
+}
+
+#[test]
+fn deepspeed_moe_parameter_counts() {
+    // DeepSpeed-MoE, Table 1: "350M+MoE-128" has 13B parameters, "1.3B+MoE-128" 52B:
+    // 24 layers, an MoE layer every other layer (12), 128 experts, ffn = 4·hidden.
+    for (base, hidden, paper) in [(0.35e9, 1024usize, 13e9), (1.3e9, 2048, 52e9)] {
+        let m = info(&moe(hidden, 4 * hidden, 128, 1, 4, 1));
+        let total = base + 12.0 * m.psi_expert();
+        println!("DeepSpeed-MoE hidden {hidden}: paper {:.1} B, ours {:.2} B", paper / 1e9, total / 1e9);
+        assert!((total / paper - 1.0).abs() < 0.03, "{total} vs {paper}");
+    }
+}
+
+#[test]
+fn moe_alltoall_volume_is_tokens_times_capacity_factor_times_hidden() {
+    // Expert parallelism: dispatch and combine each send E·C·h·(E_p−1)/E_p elements
+    // per device, C = ⌈k·cf·T/E⌉ (GShard/DeepSpeed-MoE). 1.3B+MoE-128 sizes: hidden
+    // 2048, 128 experts, 64-way expert parallel, 4096 tokens per device, cf = 1.25, k = 1.
+    let (h, e, ep, t, cf) = (2048usize, 128usize, 64usize, 4096usize, 1.25);
+    let cap = formulas::expert_capacity(t as f64, e as f64, 1.0, cf) as usize;
+    assert_eq!(cap, 40);
+    let m = info(&moe(h, 4 * h, e, ep, t, cap));
+    let mut c = cfg(ep, 0);
+    c.expert = ep;
+    let plan = evaluate(&m, &c, &opts(ep));
+    let fwd: Vec<f64> = plan.comm.iter().filter(|x| x.group == "expert" && x.phase == "forward").map(|x| x.bytes_per_rank / x.bytes_per_elem).collect();
+    let want = formulas::moe_alltoall_elements(t as f64, e as f64, 1.0, cf, h as f64, ep as f64);
+    println!("MoE all-to-all per device: formula {want:.4e} elements, ours {fwd:?} (dispatch, combine)");
+    assert_eq!(fwd.len(), 2);
+    for x in fwd {
+        assert!((x - want).abs() < 1e-6 * want);
+    }
+    // The expert weights are split 64 ways; every rank keeps 2 of the 128 experts.
+    assert_eq!(plan.memory.params, 2.0 * 2.0 * (2 * h * 4 * h) as f64);
+}
+
+#[test]
+fn search_ranks_plans_and_respects_memory() {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gpt_block.tc")).unwrap();
+    let (hir, _) = tcc::compile(&src, "gpt");
+    let hir = hir.unwrap();
+    let dims: Vec<(String, usize)> = [("batch", 8), ("seq", 4096), ("hidden", 4096), ("heads", 32), ("hdim", 128), ("ffn", 16384)].iter().map(|(n, s)| (n.to_string(), *s)).collect();
+    let h = analysis::with_dims(&hir, 0, &dims).unwrap();
+    let m = analysis::analyze(&h, 0);
+    let mut o = opts(64);
+    o.layers = 32;
+    o.mem_per_device = Some(80_000_000_000);
+    let plans = tcc::plan::model::search(&m, &Default::default(), &o);
+    assert!(plans.len() > 20, "{}", plans.len());
+    assert!(plans[0].fits);
+    assert!(plans.windows(2).all(|w| !w[0].fits || !w[1].fits || w[0].time <= w[1].time));
+    assert!(plans.iter().all(|p| p.config.devices() == 64));
+}

@@ -1,0 +1,95 @@
+//! Sharded execution of model layers: Ulysses attention and an expert-parallel MoE
+//! layer on in-process ranks (and MPI with the `mpi` feature) equal the interpreter,
+//! and the words each rank sends equal the schedule's prediction and the plan's.
+
+use tcc::plan::model::exec::{self, Style};
+use tcc::plan::model::{analysis, evaluate, Config, ModelOptions, SeqStyle, ZeroPP};
+use tcc_runtime::comm::{threads, Backend};
+
+fn load(name: &str) -> tcc::sema::hir::Hir {
+    let src = std::fs::read_to_string(format!("{}/examples/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    tcc::compile(&src, "x").0.unwrap()
+}
+
+fn check(name: &str, style: Style, p: usize) -> u64 {
+    let hir = load(name);
+    let steps = exec::schedule(&hir, 0, style).unwrap();
+    let unit = hir.models[0].unit;
+    let inputs = tcc::interp::random_inputs(&hir, unit, 7).unwrap();
+    let want = tcc::interp::run_unit(&hir, unit, &inputs).unwrap();
+    let runs = threads::run(p, |rank| {
+        let c = rank.comm(Backend::Threads);
+        exec::run_sharded(&hir, 0, &steps, &inputs, c.as_ref()).unwrap()
+    })
+    .unwrap();
+    for (r, run) in runs.iter().enumerate() {
+        let rel = exec::max_rel_diff(&run.outputs, &want);
+        assert!(rel <= 1e-12, "{name} rank {r}: {rel}");
+        assert_eq!(run.words_sent, exec::predicted_words(&hir, &steps, p, r), "{name} rank {r} of {p}");
+    }
+    println!("{name} on {p} ranks: {} words sent per rank (predicted equal)", runs[0].words_sent);
+    runs[0].words_sent
+}
+
+/// Forward all-to-all elements per rank the model plan predicts for `group`.
+fn plan_words(name: &str, c: &Config) -> f64 {
+    let hir = load(name);
+    let m = analysis::analyze(&hir, 0);
+    let o = ModelOptions::new(c.devices(), tcc::plan::Network::fat_tree());
+    let plan = evaluate(&m, c, &o);
+    plan.comm.iter().filter(|x| x.phase == "forward" && x.kind == tcc::plan::model::Coll::AllToAll).map(|x| x.bytes_per_rank / x.bytes_per_elem).sum()
+}
+
+#[test]
+fn ulysses_attention_equals_the_interpreter_and_the_plan() {
+    for p in [2, 4] {
+        let measured = check("long_seq.tc", Style::Ulysses, p);
+        let c = Config { data: 1, tensor: 1, tensor_dims: vec![], sequence: p, seq_style: SeqStyle::Ulysses, expert: 1, zero: 0, zeropp: ZeroPP::default() };
+        assert_eq!(measured as f64, plan_words("long_seq.tc", &c), "P = {p}");
+    }
+    check("gpt_block.tc", Style::Ulysses, 2);
+}
+
+#[test]
+fn expert_parallel_moe_equals_the_interpreter_and_the_plan() {
+    for p in [2, 4] {
+        let measured = check("moe_block.tc", Style::Expert, p);
+        let c = Config { data: p, tensor: 1, tensor_dims: vec![], sequence: 1, seq_style: SeqStyle::Ulysses, expert: p, zero: 0, zeropp: ZeroPP::default() };
+        assert_eq!(measured as f64, plan_words("moe_block.tc", &c), "P = {p}");
+    }
+}
+
+#[test]
+fn cli_plans_and_executes() {
+    let tcc = env!("CARGO_BIN_EXE_tcc");
+    let ex = |n: &str| format!("{}/examples/{n}", env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(tcc).args(["plan-model", &ex("moe_block.tc"), "--devices", "4", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["models"][0]["plans"][0]["config"]["expert"], 4);
+    let out = std::process::Command::new(tcc).args(["plan-model", &ex("long_seq.tc"), "--execute", "ulysses", "--ranks", "4"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("rank 3: all-to-all words sent 48 (predicted 48)"), "{text}");
+    let out = std::process::Command::new(tcc).args(["plan-model", &ex("matmul.tc"), "--devices", "4"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[cfg(feature = "mpi")]
+#[test]
+fn mpi_ranks_execute_ulysses_and_experts() {
+    let tcc = env!("CARGO_BIN_EXE_tcc");
+    for (file, style) in [("long_seq.tc", "ulysses"), ("moe_block.tc", "expert")] {
+        for np in ["2", "4"] {
+            let out = std::process::Command::new("mpirun")
+                .args(["--allow-run-as-root", "--oversubscribe", "-np", np, tcc, "plan-model"])
+                .arg(format!("{}/examples/{file}", env!("CARGO_MANIFEST_DIR")))
+                .args(["--execute", style, "--backend", "mpi"])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{file} on {np}: {text}{}", String::from_utf8_lossy(&out.stderr));
+            assert!(text.contains(&format!("on {np} ranks")) && !text.contains("MISMATCH"), "{text}");
+        }
+    }
+}
