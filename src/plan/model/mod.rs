@@ -485,8 +485,8 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
     out
 }
 
-/// The configuration the hints describe completely (unset degrees 1, zero 0), or
-/// `None` when `devices` differs from its product.
+/// The configuration the hints describe (unset degrees 1, zero 0), used to explain
+/// why no plan is valid.
 pub fn from_hints(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &ModelOptions) -> Config {
     Config {
         data: hints.data.unwrap_or(1),
