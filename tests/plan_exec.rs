@@ -219,6 +219,11 @@ fn run_plan_stats_print_measured_and_predicted_words() {
     let out = Command::new(tcc_bin()).args(["run", "--ranks", "2", "--plan", "--mem-per-rank", "64B"]).arg(&f).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("E0803"), "{}", String::from_utf8_lossy(&out.stderr));
+    // Calls are not distributed by the plan: a clear error, not a wrong answer.
+    let attention = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/attention.tc");
+    let out = Command::new(tcc_bin()).args(["run", "--ranks", "2", "--plan"]).arg(&attention).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("error[E0723]"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[cfg(feature = "mpi")]

@@ -840,6 +840,19 @@ pub fn stats_text(runs: &[PlanRun], comm: &dyn Communicator, backend: &str) -> S
     s
 }
 
+/// Errors every rank would meet alike (unsupported constructs, no plan fits),
+/// found before any rank starts.
+fn precheck(opt: &Hir, ropts: &RunOptions, p: usize, popts: &PlanRunOptions) -> Result<(), RunError> {
+    for u in 0..opt.units.len() {
+        if ropts.program.as_deref().is_some_and(|n| n != opt.units[u].name) {
+            continue;
+        }
+        check_supported(opt, u)?;
+        plan_for(opt, u, p, popts)?;
+    }
+    Ok(())
+}
+
 /// `tcc run FILE --ranks N --plan`: in-process ranks, `threads` back end (point to
 /// point, counted exactly).
 pub fn run_threads(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &mut dyn Write) -> Result<(), RunError> {
@@ -848,6 +861,7 @@ pub fn run_threads(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &
     }
     check_options(hir, ropts)?;
     let opt = crate::tir::optimize(hir).0;
+    precheck(&opt, ropts, popts.ranks, popts)?;
     let res = tcc_runtime::comm::threads::run(popts.ranks, |rank| {
         let comm = rank.comm(Backend::Threads);
         let (buf, r) = rank_body(hir, &opt, ropts, popts, comm.as_ref(), "threads");
@@ -875,13 +889,14 @@ pub fn run_mpi(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &mut 
     use tcc_runtime::comm::mpi::{abort, MpiWorld};
     let world = MpiWorld::init().ok_or_else(|| fail("E0720", "MPI was already initialized".into(), None))?;
     let size = world.size();
-    if let Err(e) = check_options(hir, ropts) {
+    let opt = crate::tir::optimize(hir).0;
+    if let Err(e) = check_options(hir, ropts).and_then(|_| precheck(&opt, ropts, size, popts)) {
+        // Every rank fails alike here; rank 0 reports.
         if world.rank() == 0 {
             return Err(e);
         }
         return Ok(());
     }
-    let opt = crate::tir::optimize(hir).0;
     let comm = world.comm(Backend::MpiP2p);
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rank_body(hir, &opt, ropts, popts, comm.as_ref(), "mpi-p2p")));
     match r {
