@@ -146,6 +146,31 @@ fn chemistry_and_batched_programs_match() {
     }
 }
 
+/// A `distribute` hint that replicates A over g1: moving it to its stationary layout
+/// needs no words (every rank holds its block), so the plan lists no all-to-all, and
+/// the executor's conversion moves nothing.
+const HINTED: &str = "range M = 48; range K = 40; range N = 36;
+index i : M; index k : K; index j : N;
+input tensor A[i,k] : f64; input tensor B[k,j] : f64; output tensor C[i,j] : f64;
+grid G[2, 2];
+distribute A[i,k] over G as [i:0];
+C[i,j] = A[i,k] * B[k,j];";
+
+#[test]
+fn replicated_inputs_are_not_charged_for_copies_they_hold() {
+    let hir = compile(HINTED);
+    let opt = tcc::tir::optimize(&hir).0;
+    let popts = PlanRunOptions { ranks: 4, network: CHEAP_NET.into(), mem_per_rank: None, stats: false };
+    let plan = plan_for(&opt, 0, 4, &popts).unwrap();
+    assert!(plan.initial.iter().any(|(n, l)| n == "A" && l.replication() == 2), "{:?}", plan.initial);
+    for op in plan.steps.iter().flat_map(|s| &s.ops) {
+        assert!(op.kind != tcc::plan::OpKind::AllToAll || op.recv_total > 0, "{op:?}");
+    }
+    for p in [2, 4] {
+        check(HINTED, p, CHEAP_NET, None);
+    }
+}
+
 #[test]
 fn panelled_gathers_match() {
     // A memory limit forces the gathers into panels.
