@@ -235,6 +235,17 @@ enum Command {
         /// then bitwise those of the interpreter).
         #[arg(long)]
         no_opt: bool,
+        /// Execute the planner's distributed plan (grids, gathers, reductions,
+        /// redistributions) instead of replicate-and-tile; `--stats` compares the
+        /// measured words per rank with the plan's prediction.
+        #[arg(long)]
+        plan: bool,
+        /// Network the plan is made for (with --plan): as `tcc plan --network`.
+        #[arg(long, requires = "plan", default_value = "fat-tree")]
+        network: String,
+        /// Memory per rank the plan must fit (with --plan), e.g. 2GiB.
+        #[arg(long, requires = "plan", value_name = "SIZE", value_parser = parse_size)]
+        mem_per_rank: Option<u64>,
     },
     /// Run the language server on stdin/stdout (for editors; see book/src/editors.md).
     Lsp,
@@ -434,8 +445,8 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
             }
         }
-        Command::Run { file, interp, seed, inputs, output_dir, save_inputs, program, ranks, backend, schedule, stats, tuning, no_opt } => {
-            let distributed = ranks.is_some() || backend.is_some();
+        Command::Run { file, interp, seed, inputs, output_dir, save_inputs, program, ranks, backend, schedule, stats, tuning, no_opt, plan, network, mem_per_rank } => {
+            let distributed = ranks.is_some() || backend.is_some() || plan;
             if !interp && !distributed {
                 return ctx.fail(
                     "E0013",
@@ -465,7 +476,14 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
             let opts = tcc::run::RunOptions { seed, inputs: parsed_inputs, output_dir, save_inputs, program };
             let stdout = std::io::stdout();
             let mut lock = stdout.lock();
-            let result = if distributed {
+            let result = if plan {
+                let p = tcc::exec::planned::PlanRunOptions { ranks: ranks.unwrap_or(1), network, mem_per_rank, stats };
+                if backend == Some(RunBackend::Mpi) {
+                    tcc::exec::planned::run_mpi(&hir, &opts, &p, &mut lock)
+                } else {
+                    tcc::exec::planned::run_threads(&hir, &opts, &p, &mut lock)
+                }
+            } else if distributed {
                 let tuning = match tcc::exec::read_tuning(tuning.as_deref()) {
                     Ok(t) => t,
                     Err(e) => return ctx.fail("E0722", &e, None),

@@ -4,6 +4,7 @@
 //! by line; `--stats` appends each rank's words and messages sent.
 
 pub mod distributed;
+pub mod planned;
 
 use crate::interp::Dense;
 use crate::run::{check_options, run_report, RunError, RunOptions};

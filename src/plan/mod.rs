@@ -163,7 +163,8 @@ impl CommOp {
     /// partial block but the one it keeps and receives all but its predecessor's.
     /// A reduce (scalar result) sends each partial to coordinate 0 directly. An
     /// all-to-all sends each element from its canonical copy (coordinate 0 along the
-    /// source's replicated grid dimensions) to every rank that needs it.
+    /// source's replicated grid dimensions) to every rank that needs it and does not
+    /// hold a copy (`src/exec/planned.rs` executes exactly this).
     pub fn rank_words(&self, rank: usize) -> RankWords {
         let q: u64 = self.along.iter().map(|&g| self.to.grid[g] as u64).product();
         let s = &self.shape;
@@ -199,9 +200,29 @@ impl CommOp {
                 };
                 let recv = need.as_ref().map(|n| layout::volume(n)).unwrap_or(0) - inter;
                 let fc = self.from.coords(rank);
-                let canonical = self.from.replicated_dims().iter().all(|&g| fc[g] == 0);
+                let rep = self.from.replicated_dims();
+                let canonical = rep.iter().all(|&g| fc[g] == 0);
                 let sent = match (&own, canonical) {
-                    (Some(o), true) => layout::volume(o) * self.to.replication() as u64 - inter,
+                    (Some(o), true) => {
+                        // Every rank needing an element receives it from the canonical
+                        // copy, except the holders of a copy (this rank's replicas along
+                        // the replicated dimensions), which use their own.
+                        let q: usize = rep.iter().map(|&g| self.from.grid[g]).product();
+                        let mut kept = 0;
+                        for k in 0..q {
+                            let mut c = fc.clone();
+                            let mut x = k;
+                            for &g in rep.iter().rev() {
+                                c[g] = x % self.from.grid[g];
+                                x /= self.from.grid[g];
+                            }
+                            let r = c.iter().zip(&self.from.grid).fold(0, |r, (&x, &n)| r * n + x);
+                            if let Some(n) = self.to.block(s, r) {
+                                kept += layout::overlap(&n, o);
+                            }
+                        }
+                        layout::volume(o) * self.to.replication() as u64 - kept
+                    }
                     _ => 0,
                 };
                 RankWords { sent, recv, moved: recv }

@@ -1,0 +1,929 @@
+//! Executing a distributed plan on the runtime: `tcc run FILE --ranks N --plan` (in-process
+//! ranks) and `mpirun -np N tcc run FILE --backend mpi --plan`.
+//!
+//! The executor follows a [`Plan`] literally (see "Executing a plan" in
+//! `book/src/planner.md`):
+//!
+//! * every input starts in the layout `plan.initial` gives it: each rank cuts its own
+//!   block out of the (replicated) input it was handed, so nothing is scattered and
+//!   nothing is counted for it;
+//! * per step, the [`CommOp`]s run in order with the algorithms [`CommOp::rank_words`]
+//!   counts: all-to-all directly from each element's canonical copy, all-gathers and
+//!   reduce-scatters as rings over the fibre (ranks ordered row-major by their
+//!   coordinates along the op's grid dimensions), reduces directly to coordinate 0;
+//!   all-gathers with `panels > 1` are delivered panel by panel over the step's
+//!   largest contracted index, each panel contracted as it arrives;
+//! * the local contraction is a loop over the rank's block of the iteration space;
+//! * at the end every output is gathered to rank 0 (counted apart from the plan).
+//!
+//! Every op's words are measured with the communicator's counters (sent and received,
+//! per rank) and recorded next to the prediction, so `--stats` and the tests compare
+//! them op by op. Only point-to-point messages are used (no sub-communicators): a
+//! ring step is a send to the successor and a receive from the predecessor, ordered
+//! even/odd along the ring so that blocking sends (MPI) cannot deadlock.
+
+use crate::interp::Dense;
+use crate::plan::layout::{coords_of, sub_interval, Layout};
+use crate::plan::{CommOp, Network, OpKind, Phase, Plan, PlanOptions, PlanStep, RankWords};
+use crate::run::{check_options, run_report, RunError, RunOptions};
+use crate::sema::hir::{Factor, Hir, Role, TensorId, UnitId};
+use std::collections::HashMap;
+use std::io::Write;
+use tcc_runtime::comm::{Backend, Communicator};
+
+/// How `tcc run --plan` plans and reports.
+#[derive(Debug, Clone)]
+pub struct PlanRunOptions {
+    /// In-process ranks (threads world); ignored for MPI.
+    pub ranks: usize,
+    /// `--network` (as `tcc plan` reads it).
+    pub network: String,
+    /// `--mem-per-rank` in bytes.
+    pub mem_per_rank: Option<u64>,
+    pub stats: bool,
+}
+
+impl Default for PlanRunOptions {
+    fn default() -> Self {
+        PlanRunOptions { ranks: 1, network: "fat-tree".into(), mem_per_rank: None, stats: false }
+    }
+}
+
+/// One executed operation: the prediction and what this rank's counters saw.
+#[derive(Debug, Clone)]
+pub struct OpRecord {
+    /// Step (0-based) and op (0-based within the step; `None`: a redistribution the
+    /// plan did not list because it moves no words — checked to move none).
+    pub step: usize,
+    pub op: Option<usize>,
+    pub kind: &'static str,
+    pub tensor: String,
+    pub predicted: RankWords,
+    pub sent: u64,
+    pub recv: u64,
+}
+
+impl OpRecord {
+    pub fn matches(&self) -> bool {
+        self.sent == self.predicted.sent && self.recv == self.predicted.recv
+    }
+    /// Measured words charged as the planner charges them.
+    pub fn moved(&self) -> u64 {
+        match self.kind {
+            "reduce-scatter" | "reduce" => self.sent,
+            _ => self.recv,
+        }
+    }
+}
+
+/// What one rank's execution of a unit's plan produced.
+#[derive(Debug, Clone)]
+pub struct PlanRun {
+    pub plan: Plan,
+    /// Every output of the unit: the values on rank 0, zeros elsewhere.
+    pub outputs: HashMap<TensorId, Dense>,
+    pub ops: Vec<OpRecord>,
+    /// Words this rank sent / received gathering the outputs to rank 0 (not part of
+    /// the plan).
+    pub gather_sent: u64,
+    pub gather_recv: u64,
+}
+
+fn fail(code: &'static str, message: String, hint: Option<&str>) -> RunError {
+    RunError { code, message, hint: hint.map(String::from) }
+}
+
+/// Plans unit `u` of the optimized program on `p` ranks.
+pub fn plan_for(opt: &Hir, u: UnitId, p: usize, popts: &PlanRunOptions) -> Result<Plan, RunError> {
+    let net = Network::parse(&popts.network).map_err(|m| fail("E0801", m, Some("examples: --network torus:2x2x2, --network fat-tree")))?;
+    let mut o = PlanOptions::new(p, net);
+    o.mem_per_rank = popts.mem_per_rank;
+    crate::plan::plan_unit(opt, u, &o).map_err(|e| RunError { code: e.code, message: e.message, hint: e.hint })
+}
+
+/// What the executor cannot run: calls, parenthesised sums and constant terms (the
+/// planner does not move the data they read).
+pub fn check_supported(opt: &Hir, u: UnitId) -> Result<(), RunError> {
+    let hint = Some("run it without --plan (replicate-and-tile execution) or with --interp");
+    for (k, st) in opt.units[u].stmts.iter().enumerate() {
+        for term in &st.rhs.terms {
+            if term.factors.is_empty() {
+                return Err(fail("E0723", format!("statement {} of `{}` has a constant term: not supported by --plan", k + 1, opt.units[u].name), hint));
+            }
+            for f in &term.factors {
+                match f {
+                    Factor::Tensor(r) => {
+                        let mut seen = Vec::new();
+                        if r.indices.iter().any(|i| {
+                            let dup = seen.contains(i);
+                            seen.push(*i);
+                            dup
+                        }) {
+                            return Err(fail("E0723", format!("statement {} of `{}` reads a diagonal (a repeated index): not supported by --plan", k + 1, opt.units[u].name), hint));
+                        }
+                    }
+                    _ => {
+                        return Err(fail(
+                            "E0723",
+                            format!("statement {} of `{}` has a call or parenthesised sum, which the plan does not distribute: not supported by --plan", k + 1, opt.units[u].name),
+                            hint,
+                        ))
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------
+// Blocks: a box of the index space and its values, row-major.
+// ---------------------------------------------------------------------------------
+
+type Iv = Vec<(usize, usize)>;
+
+#[derive(Debug, Clone)]
+struct Blk {
+    iv: Iv,
+    data: Vec<f64>,
+}
+
+fn vol(b: &[(usize, usize)]) -> usize {
+    b.iter().map(|&(s, e)| e.saturating_sub(s)).product()
+}
+
+fn intersect(a: &[(usize, usize)], b: &[(usize, usize)]) -> Iv {
+    a.iter().zip(b).map(|(&(s1, e1), &(s2, e2))| { let s = s1.max(s2); (s, e1.min(e2).max(s)) }).collect()
+}
+
+impl Blk {
+    fn zeros(iv: Iv) -> Blk {
+        let n = vol(&iv);
+        Blk { iv, data: vec![0.0; n] }
+    }
+    fn strides(&self) -> Vec<usize> {
+        let mut s = vec![1; self.iv.len()];
+        for d in (0..self.iv.len().saturating_sub(1)).rev() {
+            s[d] = s[d + 1] * (self.iv[d + 1].1 - self.iv[d + 1].0);
+        }
+        s
+    }
+    /// Calls `f(offset in self, offset in sub, run length)` for the contiguous runs of
+    /// the sub-box `sub` (contained in `self.iv`).
+    fn runs(&self, sub: &[(usize, usize)], mut f: impl FnMut(usize, usize, usize)) {
+        let n = sub.len();
+        if vol(sub) == 0 {
+            return;
+        }
+        if n == 0 {
+            f(0, 0, 1);
+            return;
+        }
+        debug_assert!(sub.iter().zip(&self.iv).all(|(s, o)| s.0 >= o.0 && s.1 <= o.1), "{sub:?} not in {:?}", self.iv);
+        let st = self.strides();
+        let run = sub[n - 1].1 - sub[n - 1].0;
+        let mut c: Vec<usize> = sub.iter().map(|s| s.0).collect();
+        let mut k = 0;
+        loop {
+            let off: usize = (0..n).map(|d| (c[d] - self.iv[d].0) * st[d]).sum();
+            f(off, k, run);
+            k += run;
+            let mut d = n - 1;
+            loop {
+                if d == 0 {
+                    return;
+                }
+                d -= 1;
+                c[d] += 1;
+                if c[d] < sub[d].1 {
+                    break;
+                }
+                c[d] = sub[d].0;
+            }
+        }
+    }
+    fn extract(&self, sub: &[(usize, usize)]) -> Vec<f64> {
+        let mut out = vec![0.0; vol(sub)];
+        self.runs(sub, |o, k, n| out[k..k + n].copy_from_slice(&self.data[o..o + n]));
+        out
+    }
+    fn place(&mut self, sub: &[(usize, usize)], data: &[f64], add: bool) {
+        debug_assert_eq!(data.len(), vol(sub));
+        let mut dst = std::mem::take(&mut self.data);
+        self.runs(sub, |o, k, n| {
+            if add {
+                dst[o..o + n].iter_mut().zip(&data[k..k + n]).for_each(|(d, s)| *d += s);
+            } else {
+                dst[o..o + n].copy_from_slice(&data[k..k + n]);
+            }
+        });
+        self.data = dst;
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Communication: the algorithms `CommOp::rank_words` counts, over send/recv.
+// ---------------------------------------------------------------------------------
+
+/// Sends to `to` and receives from `from`, in the order that lets blocking sends
+/// pass around a ring: even positions send first, odd ones receive first.
+fn exchange(comm: &dyn Communicator, even: bool, to: Option<(usize, &[f64])>, from: Option<usize>, tag: u32) -> Option<Vec<f64>> {
+    if even {
+        if let Some((d, x)) = to {
+            comm.send(d, tag, x);
+        }
+        from.map(|s| comm.recv(s, tag))
+    } else {
+        let got = from.map(|s| comm.recv(s, tag));
+        if let Some((d, x)) = to {
+            comm.send(d, tag, x);
+        }
+        got
+    }
+}
+
+fn rank_of(grid: &[usize], c: &[usize]) -> usize {
+    c.iter().zip(grid).fold(0, |r, (&x, &n)| r * n + x)
+}
+
+/// The ranks of `rank`'s fibre along `along` (row-major by their coordinates along
+/// it) and `rank`'s position in it.
+fn fibre(grid: &[usize], along: &[usize], rank: usize) -> (Vec<usize>, usize) {
+    let c = coords_of(grid, rank);
+    let q: usize = along.iter().map(|&g| grid[g]).product();
+    let mut members = Vec::with_capacity(q);
+    let mut pos = 0;
+    for k in 0..q {
+        let mut cc = c.clone();
+        let mut r = k;
+        for &g in along.iter().rev() {
+            cc[g] = r % grid[g];
+            r /= grid[g];
+        }
+        if cc == c {
+            pos = k;
+        }
+        members.push(rank_of(grid, &cc));
+    }
+    (members, pos)
+}
+
+/// A panel restriction: tensor dimensions (of the operand) limited to an interval.
+type Restrict = Vec<(usize, (usize, usize))>;
+
+fn restricted(mut b: Iv, r: &Restrict) -> Iv {
+    for &(d, (lo, hi)) in r {
+        let s = b[d].0.max(lo);
+        b[d] = (s, b[d].1.min(hi).max(s));
+    }
+    b
+}
+
+/// Ring all-gather of `own` (this rank's block in `op.from`) along `op.along`,
+/// limited to the panel `r`: returns the block of `op.to` (restricted).
+fn all_gather(comm: &dyn Communicator, op: &CommOp, own: Option<&Blk>, r: &Restrict, tag: u32) -> Option<Blk> {
+    let me = comm.rank();
+    let coarse = op.to.block(&op.shape, me)?;
+    let own = own.expect("a rank holding the gathered block holds its stationary block");
+    let (members, pos) = fibre(&op.to.grid, &op.along, me);
+    let q = members.len();
+    let blocks: Vec<Iv> = members.iter().map(|&m| restricted(op.from.block(&op.shape, m).expect("fibre ranks hold blocks"), r)).collect();
+    let mut out = Blk::zeros(restricted(coarse, r));
+    out.place(&blocks[pos], &own.extract(&blocks[pos]), false);
+    let (succ, pred) = (members[(pos + 1) % q], members[(pos + q - 1) % q]);
+    for s in 0..q.saturating_sub(1) {
+        let sb = (pos + q - s) % q;
+        let rb = (pos + 2 * q - s - 1) % q;
+        let data = out.extract(&blocks[sb]);
+        let to = (!data.is_empty()).then_some((succ, data.as_slice()));
+        let from = (vol(&blocks[rb]) > 0).then_some(pred);
+        if let Some(x) = exchange(comm, pos % 2 == 0, to, from, tag) {
+            assert_eq!(x.len(), vol(&blocks[rb]), "all-gather: wrong block length");
+            out.place(&blocks[rb], &x, false);
+        }
+    }
+    Some(out)
+}
+
+/// Ring reduce-scatter of the partial block along `op.along`: each rank keeps its
+/// block of `op.to`, summed over the fibre.
+fn reduce_scatter(comm: &dyn Communicator, op: &CommOp, partial: Option<Blk>, tag: u32) -> Option<Blk> {
+    let me = comm.rank();
+    let mut acc = partial?;
+    let (members, pos) = fibre(&op.from.grid, &op.along, me);
+    let q = members.len();
+    let chunks: Vec<Iv> = members.iter().map(|&m| op.to.block(&op.shape, m).expect("fibre ranks hold blocks")).collect();
+    let (succ, pred) = (members[(pos + 1) % q], members[(pos + q - 1) % q]);
+    for s in 0..q.saturating_sub(1) {
+        let sc = (pos + 2 * q - s - 1) % q;
+        let rc = (pos + 2 * q - s - 2) % q;
+        let data = acc.extract(&chunks[sc]);
+        let to = (!data.is_empty()).then_some((succ, data.as_slice()));
+        let from = (vol(&chunks[rc]) > 0).then_some(pred);
+        if let Some(x) = exchange(comm, pos % 2 == 0, to, from, tag) {
+            assert_eq!(x.len(), vol(&chunks[rc]), "reduce-scatter: wrong chunk length");
+            acc.place(&chunks[rc], &x, true);
+        }
+    }
+    let mine = chunks[pos].clone();
+    Some(Blk { data: acc.extract(&mine), iv: mine })
+}
+
+/// Direct reduce of the partial block to coordinate 0 of the fibre.
+fn reduce(comm: &dyn Communicator, op: &CommOp, partial: Option<Blk>, tag: u32) -> Option<Blk> {
+    let me = comm.rank();
+    let mut acc = partial?;
+    let (members, pos) = fibre(&op.from.grid, &op.along, me);
+    if pos == 0 {
+        for &m in &members[1..] {
+            if !acc.data.is_empty() {
+                let x = comm.recv(m, tag);
+                assert_eq!(x.len(), acc.data.len(), "reduce: wrong length");
+                acc.data.iter_mut().zip(&x).for_each(|(a, b)| *a += b);
+            }
+        }
+        op.to.block(&op.shape, me).map(|_| acc)
+    } else {
+        if !acc.data.is_empty() {
+            comm.send(members[0], tag, &acc.data);
+        }
+        None
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// All-to-all from `from` to `to`: every element a rank needs and does not hold comes
+/// from its canonical copy (coordinate 0 along `from`'s replicated grid dimensions);
+/// ranks holding a copy use their own. Pairwise rounds `k = 1..P`, each ring of the
+/// permutation `r → r + k` ordered even/odd.
+fn all_to_all(comm: &dyn Communicator, from: &Layout, to: &Layout, shape: &[usize], own: Option<&Blk>, tag: u32) -> Option<Blk> {
+    let (p, me) = (comm.size(), comm.rank());
+    let rep = from.replicated_dims();
+    let canon = |r: usize| {
+        let mut c = coords_of(&from.grid, r);
+        for &g in &rep {
+            c[g] = 0;
+        }
+        rank_of(&from.grid, &c)
+    };
+    let held: Vec<Option<Iv>> = (0..p).map(|r| from.block(shape, r)).collect();
+    let is_canon = |r: usize| canon(r) == r && held[r].is_some();
+    let need = to.block(shape, me);
+    let mut out = need.clone().map(Blk::zeros);
+    if let (Some(o), Some(n)) = (own, out.as_mut()) {
+        let ib = intersect(&o.iv, &n.iv);
+        n.place(&ib, &o.extract(&ib), false);
+    }
+    let my_canon = canon(me);
+    for k in 1..p {
+        let (dest, src) = ((me + k) % p, (me + p - k) % p);
+        let send = if is_canon(me) && canon(dest) != me {
+            to.block(shape, dest).map(|n| intersect(&n, held[me].as_ref().unwrap())).filter(|b| vol(b) > 0)
+        } else {
+            None
+        };
+        let recv = match (&need, is_canon(src) && src != my_canon) {
+            (Some(n), true) => Some(intersect(n, held[src].as_ref().unwrap())).filter(|b| vol(b) > 0),
+            _ => None,
+        };
+        if send.is_none() && recv.is_none() {
+            continue;
+        }
+        let g = gcd(p, k);
+        let (mut x, mut j) = (me % g, 0);
+        while x != me {
+            x = (x + k) % p;
+            j += 1;
+        }
+        let data = send.as_ref().map(|b| own.expect("a canonical holder has its block").extract(b));
+        let got = exchange(comm, j % 2 == 0, data.as_deref().map(|d| (dest, d)), recv.as_ref().map(|_| src), tag);
+        if let (Some(x), Some(b)) = (got, recv) {
+            assert_eq!(x.len(), vol(&b), "all-to-all: wrong piece length");
+            out.as_mut().expect("a rank receiving needs a block").place(&b, &x, false);
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------
+// The local contraction
+// ---------------------------------------------------------------------------------
+
+/// The name of the stored tensor in an operand's text (`A[i,k]` → `A`).
+fn key_of(name: &str) -> &str {
+    name.split('[').next().unwrap_or(name)
+}
+
+/// The step's distinct indices (C's, A's, B's) with their extents.
+fn step_indices(step: &PlanStep) -> Vec<(String, usize)> {
+    let mut v: Vec<(String, usize)> = Vec::new();
+    for o in std::iter::once(&step.c).chain(std::iter::once(&step.a)).chain(step.b.as_ref()) {
+        for (x, &n) in o.indices.iter().zip(&o.shape) {
+            if !v.iter().any(|(y, _)| y == x) {
+                v.push((x.clone(), n));
+            }
+        }
+    }
+    v
+}
+
+/// This rank's interval of each of the step's indices (None on an idle rank).
+fn iteration_block(step: &PlanStep, vars: &[(String, usize)], rank: usize) -> Option<Iv> {
+    let c = coords_of(&step.grid, rank);
+    let mut iv: Iv = vars.iter().map(|&(_, n)| (0, n)).collect();
+    for (g, m) in step.mapping.iter().enumerate() {
+        match &m.index {
+            None if c[g] != 0 => return None,
+            None => {}
+            Some(x) => {
+                let k = vars.iter().position(|(y, _)| y == x).expect("mapped index of the step");
+                iv[k] = sub_interval(0, vars[k].1, step.grid[g], c[g]);
+            }
+        }
+    }
+    Some(iv)
+}
+
+/// The contracted index the planner cuts panels over: the one with the largest
+/// per-rank extent (the last of equals, in the step's index order).
+fn panel_index(step: &PlanStep, vars: &[(String, usize)]) -> Option<usize> {
+    let inb = |x: &String| step.b.as_ref().is_some_and(|b| b.indices.contains(x));
+    let local = |k: usize| {
+        step.mapping.iter().zip(&step.grid).find(|(m, _)| m.index.as_ref() == Some(&vars[k].0)).map(|(_, &p)| vars[k].1.div_ceil(p)).unwrap_or(vars[k].1)
+    };
+    (0..vars.len())
+        .filter(|&k| step.a.indices.contains(&vars[k].0) && inb(&vars[k].0) && !step.c.indices.contains(&vars[k].0))
+        .max_by_key(|&k| local(k))
+}
+
+/// `c[block] += coef · Σ a·b` over the iteration box `it` (`vars` order).
+fn contract(vars: &[(String, usize)], it: &[(usize, usize)], coef: f64, ops: &[(&[String], &Blk)], c: (&[String], &mut Blk)) {
+    if vol(it) == 0 {
+        return;
+    }
+    let n = vars.len();
+    // Per operand: base offset at the box corner and the stride of each variable.
+    let layout = |idx: &[String], b: &Blk| -> (usize, Vec<usize>) {
+        let st = b.strides();
+        let mut base = 0;
+        let mut vs = vec![0; n];
+        for (d, x) in idx.iter().enumerate() {
+            let k = vars.iter().position(|(y, _)| y == x).unwrap();
+            debug_assert!(it[k].0 >= b.iv[d].0 && it[k].1 <= b.iv[d].1, "{x}: {:?} not in {:?}", it[k], b.iv[d]);
+            base += (it[k].0 - b.iv[d].0) * st[d];
+            vs[k] += st[d];
+        }
+        (base, vs)
+    };
+    let ol: Vec<(usize, Vec<usize>)> = ops.iter().map(|(i, b)| layout(i, b)).collect();
+    let (c_idx, cb) = c;
+    let (cbase, cst) = layout(c_idx, cb);
+    let sizes: Vec<usize> = it.iter().map(|&(s, e)| e - s).collect();
+    let mut cnt = vec![0usize; n];
+    let mut offs: Vec<usize> = ol.iter().map(|o| o.0).collect();
+    let mut coff = cbase;
+    loop {
+        let mut p = coef;
+        for (k, (_, b)) in ops.iter().enumerate() {
+            p *= b.data[offs[k]];
+        }
+        cb.data[coff] += p;
+        let mut v = n;
+        loop {
+            if v == 0 {
+                return;
+            }
+            v -= 1;
+            cnt[v] += 1;
+            if cnt[v] < sizes[v] {
+                for (o, l) in offs.iter_mut().zip(&ol) {
+                    *o += l.1[v];
+                }
+                coff += cst[v];
+                break;
+            }
+            let back = sizes[v] - 1;
+            for (o, l) in offs.iter_mut().zip(&ol) {
+                *o -= back * l.1[v];
+            }
+            coff -= back * cst[v];
+            cnt[v] = 0;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The executor
+// ---------------------------------------------------------------------------------
+
+struct Exec<'a> {
+    comm: &'a dyn Communicator,
+    tag: u32,
+    ops: Vec<OpRecord>,
+}
+
+impl Exec<'_> {
+    fn next_tag(&mut self) -> u32 {
+        self.tag = self.tag % 100_000 + 1;
+        self.tag
+    }
+    /// Runs `f`, recording its words against `predicted`.
+    fn counted<T>(&mut self, step: usize, op: Option<usize>, kind: &'static str, tensor: &str, predicted: RankWords, f: impl FnOnce(&dyn Communicator, u32) -> T) -> T {
+        let tag = self.next_tag();
+        let before = self.comm.stats();
+        let out = f(self.comm, tag);
+        let after = self.comm.stats();
+        if let Some(last) = self.ops.iter_mut().rev().find(|l| op.is_some() && l.step == step && l.op == op) {
+            // A panelled all-gather: the panels add up to one op.
+            last.sent += after.words_sent - before.words_sent;
+            last.recv += after.words_received - before.words_received;
+        } else {
+            self.ops.push(OpRecord {
+                step,
+                op,
+                kind,
+                tensor: tensor.to_string(),
+                predicted,
+                sent: after.words_sent - before.words_sent,
+                recv: after.words_received - before.words_received,
+            });
+        }
+        out
+    }
+}
+
+/// Executes `plan` (of unit `u` of the optimized program `opt`) on this rank of
+/// `comm`, whose size must be `plan.procs`. `inputs` holds every input of the unit
+/// whole (by the tensor ids of `opt`; each rank keeps only its initial block).
+pub fn execute_plan(opt: &Hir, u: UnitId, plan: &Plan, inputs: &HashMap<TensorId, Dense>, comm: &dyn Communicator) -> Result<PlanRun, RunError> {
+    check_supported(opt, u)?;
+    let (p, me) = (comm.size(), comm.rank());
+    if p != plan.procs {
+        return Err(fail("E0724", format!("the plan is for {} ranks, this run has {p}", plan.procs), None));
+    }
+    let by_name = |n: &str| opt.tensors.iter().position(|t| t.name == n);
+    // Current layout and block of every live tensor.
+    let mut cur: HashMap<String, (Layout, Option<Blk>)> = HashMap::new();
+    for (name, l) in &plan.initial {
+        let t = by_name(name).ok_or_else(|| fail("E0724", format!("the plan names an unknown input `{name}`"), None))?;
+        let v = inputs.get(&t).ok_or_else(|| fail("E0724", format!("no value for input `{name}`"), None))?;
+        let full = Blk { iv: v.shape.iter().map(|&n| (0, n)).collect(), data: v.data.clone() };
+        let b = l.block(&v.shape, me).map(|iv| Blk { data: full.extract(&iv), iv });
+        cur.insert(name.clone(), (l.clone(), b));
+    }
+    let mut ex = Exec { comm, tag: 0, ops: Vec::new() };
+    for (si, step) in plan.steps.iter().enumerate() {
+        let stmt = &opt.units[u].stmts[step.stmt];
+        let lhs = opt.tensors[stmt.lhs.tensor].name.clone();
+        let ckey = key_of(&step.c.name).to_string();
+        let coef = if ckey == lhs { stmt.rhs.terms[step.term].coef } else { 1.0 };
+        let operands: Vec<&crate::plan::OperandPlan> = std::iter::once(&step.a).chain(step.b.as_ref()).collect();
+        // Redistributions before the step, in order; every version is kept for the
+        // operands (A and B may be one tensor wanted in two layouts).
+        let mut versions: Vec<(String, Layout, Option<Blk>)> = Vec::new();
+        for (oi, op) in step.ops.iter().enumerate().filter(|(_, o)| o.kind == OpKind::AllToAll && o.phase == Phase::Before) {
+            let (l, b) = cur.get(&op.tensor).ok_or_else(|| fail("E0724", format!("step {}: `{}` has no value yet", si + 1, op.tensor), None))?;
+            if *l != op.from {
+                return Err(fail("E0724", format!("step {}: `{}` is not where the plan says", si + 1, op.tensor), None));
+            }
+            let b = b.clone();
+            let nb = ex.counted(si, Some(oi), "all-to-all", &op.tensor, op.rank_words(me), |c, tag| all_to_all(c, &op.from, &op.to, &op.shape, b.as_ref(), tag));
+            versions.push((op.tensor.clone(), op.to.clone(), nb.clone()));
+            cur.insert(op.tensor.clone(), (op.to.clone(), nb));
+        }
+        // Each operand's stationary block.
+        let mut stat: Vec<Option<Blk>> = Vec::new();
+        for o in &operands {
+            let k = key_of(&o.name).to_string();
+            let found = versions.iter().rev().find(|(n, l, _)| *n == k && *l == o.stationary).map(|v| v.2.clone());
+            let b = match found {
+                Some(b) => b,
+                None => {
+                    let (l, b) = cur.get(&k).ok_or_else(|| fail("E0724", format!("step {}: `{k}` has no value yet", si + 1), None))?.clone();
+                    if l == o.stationary {
+                        b
+                    } else {
+                        // Layouts that differ without moving a word: the plan lists no op.
+                        let z = RankWords::default();
+                        ex.counted(si, None, "all-to-all", &k, z, |c, tag| all_to_all(c, &l, &o.stationary, &o.shape, b.as_ref(), tag))
+                    }
+                }
+            };
+            cur.insert(k, (o.stationary.clone(), b.clone()));
+            stat.push(b);
+        }
+        // Gathers (in panels) and the local contraction.
+        let vars = step_indices(step);
+        let it = iteration_block(step, &vars, me);
+        let mut partial = step.c.stationary.block(&step.c.shape, me).map(Blk::zeros);
+        let gathers: Vec<(usize, &CommOp)> = step.ops.iter().enumerate().filter(|(_, o)| o.kind == OpKind::AllGather).collect();
+        let panels = step.panels.max(1);
+        let pidx = if panels > 1 { panel_index(step, &vars) } else { None };
+        let npanels = if pidx.is_some() { panels } else { 1 };
+        for k in 0..npanels {
+            // This panel of the iteration block.
+            let mut pit = it.clone();
+            if let (Some(x), Some(b)) = (pidx, pit.as_mut()) {
+                b[x] = sub_interval(b[x].0, b[x].1, panels, k);
+            }
+            let mut gathered: Vec<Option<Blk>> = Vec::new();
+            for (n, o) in operands.iter().enumerate() {
+                let g = gathers.iter().find(|(_, op)| key_of(&o.name) == op.tensor && op.from == o.stationary && op.to == o.gathered).filter(|_| o.stationary != o.gathered);
+                match g {
+                    Some(&(oi, op)) => {
+                        let r: Restrict = match (pidx, pit.as_ref()) {
+                            (Some(x), Some(b)) => o.indices.iter().enumerate().filter(|(_, y)| **y == vars[x].0).map(|(d, _)| (d, b[x])).collect(),
+                            _ => Vec::new(),
+                        };
+                        let own = stat[n].clone();
+                        gathered.push(ex.counted(si, Some(oi), "all-gather", &op.tensor, op.rank_words(me), |c, tag| all_gather(c, op, own.as_ref(), &r, tag)));
+                    }
+                    None => gathered.push(stat[n].clone()),
+                }
+            }
+            if let (Some(pit), Some(cb)) = (pit.as_ref(), partial.as_mut()) {
+                let a = gathered[0].as_ref().expect("a working rank holds A");
+                let mut ins: Vec<(&[String], &Blk)> = vec![(step.a.indices.as_slice(), a)];
+                if let Some(b) = &step.b {
+                    ins.push((b.indices.as_slice(), gathered[1].as_ref().expect("a working rank holds B")));
+                }
+                contract(&vars, pit, coef, &ins, (step.c.indices.as_slice(), cb));
+            }
+        }
+        // Reductions, then the accumulation into the existing result.
+        let mut result = partial;
+        let mut layout = step.c.stationary.clone();
+        for (oi, op) in step.ops.iter().enumerate().filter(|(_, o)| o.phase == Phase::After && o.kind != OpKind::AllToAll) {
+            let part = result.take();
+            result = match op.kind {
+                OpKind::ReduceScatter => ex.counted(si, Some(oi), "reduce-scatter", &op.tensor, op.rank_words(me), |c, tag| reduce_scatter(c, op, part, tag)),
+                _ => ex.counted(si, Some(oi), "reduce", &op.tensor, op.rank_words(me), |c, tag| reduce(c, op, part, tag)),
+            };
+            layout = op.to.clone();
+        }
+        debug_assert_eq!(layout, step.c.gathered);
+        let existing = if step.accumulate { cur.remove(&ckey) } else { None };
+        match existing {
+            None => {
+                cur.insert(ckey, (layout, result));
+            }
+            Some((l, mut b)) => {
+                let moved = match step.ops.iter().enumerate().find(|(_, o)| o.kind == OpKind::AllToAll && o.phase == Phase::After) {
+                    Some((oi, op)) => {
+                        ex.counted(si, Some(oi), "all-to-all", &op.tensor, op.rank_words(me), |c, tag| all_to_all(c, &op.from, &op.to, &op.shape, result.as_ref(), tag))
+                    }
+                    None if l == layout => result,
+                    None => ex.counted(si, None, "all-to-all", &ckey, RankWords::default(), |c, tag| all_to_all(c, &layout, &l, &step.c.shape, result.as_ref(), tag)),
+                };
+                if let (Some(b), Some(m)) = (b.as_mut(), moved) {
+                    let iv = m.iv.clone();
+                    b.place(&iv, &m.data, true);
+                }
+                cur.insert(ckey, (l, b));
+            }
+        }
+    }
+    // Gather the outputs to rank 0 (not part of the plan).
+    let before = comm.stats();
+    let mut outputs = HashMap::new();
+    for t in opt.unit_outputs(u).into_iter().filter(|&t| opt.tensors[t].role == Role::Output) {
+        let name = &opt.tensors[t].name;
+        let shape = opt.shape(t);
+        let (l, b) = cur.get(name).ok_or_else(|| fail("E0724", format!("output `{name}` was not computed by the plan"), None))?;
+        let mut full = Blk::zeros(shape.iter().map(|&n| (0, n)).collect());
+        let rep = l.replicated_dims();
+        let canonical = |r: usize| l.block(&shape, r).is_some() && rep.iter().all(|&g| coords_of(&l.grid, r)[g] == 0);
+        let tag = ex.next_tag();
+        if me == 0 {
+            for r in 0..p {
+                if !canonical(r) {
+                    continue;
+                }
+                let iv = l.block(&shape, r).unwrap();
+                if r == 0 {
+                    let b = b.as_ref().unwrap();
+                    full.place(&iv, &b.data, false);
+                } else if vol(&iv) > 0 {
+                    let x = comm.recv(r, tag);
+                    assert_eq!(x.len(), vol(&iv), "output gather: wrong block length");
+                    full.place(&iv, &x, false);
+                }
+            }
+        } else if canonical(me) {
+            let b = b.as_ref().unwrap();
+            if !b.data.is_empty() {
+                comm.send(0, tag, &b.data);
+            }
+        }
+        outputs.insert(t, Dense::from_vec(shape, full.data));
+    }
+    let after = comm.stats();
+    Ok(PlanRun {
+        plan: plan.clone(),
+        outputs,
+        ops: ex.ops,
+        gather_sent: after.words_sent - before.words_sent,
+        gather_recv: after.words_received - before.words_received,
+    })
+}
+
+// ---------------------------------------------------------------------------------
+// `tcc run --plan`
+// ---------------------------------------------------------------------------------
+
+/// Runs the report on this rank: plans each unit, executes it, and (with `--stats`)
+/// appends the measured-versus-predicted table. Returns rank 0's text.
+fn rank_body(hir: &Hir, opt: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, comm: &dyn Communicator, backend: &str) -> (Vec<u8>, Result<(), RunError>) {
+    let me = comm.rank();
+    let mut ropts = ropts.clone();
+    if me != 0 {
+        ropts.output_dir = None;
+        ropts.save_inputs = false;
+    }
+    let mut runs: Vec<PlanRun> = Vec::new();
+    let mut buf: Vec<u8> = Vec::new();
+    let r = {
+        let mut exec = |u: UnitId, inputs: &HashMap<TensorId, Dense>| {
+            let plan = plan_for(opt, u, comm.size(), popts)?;
+            let by_name: HashMap<TensorId, Dense> = inputs
+                .iter()
+                .filter_map(|(t, v)| opt.tensors.iter().position(|x| x.name == hir.tensors[*t].name).map(|k| (k, v.clone())))
+                .collect();
+            let run = execute_plan(opt, u, &plan, &by_name, comm)?;
+            let outs = run.outputs.iter().filter_map(|(t, v)| hir.tensors.iter().position(|x| x.name == opt.tensors[*t].name).map(|k| (k, v.clone()))).collect();
+            runs.push(run);
+            Ok(outs)
+        };
+        run_report(hir, &ropts, &mut buf, &mut exec)
+    };
+    if r.is_err() {
+        return (buf, r);
+    }
+    if popts.stats {
+        let text = stats_text(&runs, comm, backend);
+        if me == 0 {
+            buf.extend_from_slice(text.as_bytes());
+        }
+    }
+    (if me == 0 { buf } else { Vec::new() }, Ok(()))
+}
+
+/// The `--stats` block (collective: every rank calls it; rank 0's text is printed).
+pub fn stats_text(runs: &[PlanRun], comm: &dyn Communicator, backend: &str) -> String {
+    let p = comm.size();
+    let ops: Vec<&OpRecord> = runs.iter().flat_map(|r| &r.ops).collect();
+    // Per op: predicted sent, recv, measured sent, recv; then the gather words.
+    let mut row: Vec<f64> = ops.iter().flat_map(|o| [o.predicted.sent, o.predicted.recv, o.sent, o.recv]).map(|x| x as f64).collect();
+    row.push(runs.iter().map(|r| r.gather_sent).sum::<u64>() as f64);
+    row.push(runs.iter().map(|r| r.gather_recv).sum::<u64>() as f64);
+    let w = row.len();
+    let mut all = vec![0.0; w * p];
+    comm.allgather(&row, &mut all);
+    let at = |r: usize, k: usize| all[r * w + k] as u64;
+    let mut s = format!(
+        "stats: {p} ranks, back end {backend}, executing the plan (words are elements; inputs start in their planned layouts, outputs are gathered to rank 0 after the plan and counted apart)\n"
+    );
+    for run in runs {
+        let grids: Vec<String> = run.plan.steps.iter().map(|st| st.grid.iter().map(|g| g.to_string()).collect::<Vec<_>>().join("x")).map(|g| if g.is_empty() { "1".into() } else { g }).collect();
+        s.push_str(&format!("  plan of `{}`: {} steps on grids {}\n", run.plan.unit, run.plan.steps.len(), grids.join(", ")));
+    }
+    let mut tot = [0u64; 6];
+    for r in 0..p {
+        let mut v = [0u64; 4];
+        for k in 0..ops.len() {
+            for (j, x) in v.iter_mut().enumerate() {
+                *x += at(r, 4 * k + j);
+            }
+        }
+        let (gs, gr) = (at(r, 4 * ops.len()), at(r, 4 * ops.len() + 1));
+        s.push_str(&format!(
+            "  rank {r}  words_sent = {}  predicted_sent = {}  words_received = {}  predicted_received = {}  gather_sent = {gs}  gather_received = {gr}\n",
+            v[2], v[0], v[3], v[1]
+        ));
+        for (t, x) in tot.iter_mut().zip([v[2], v[0], v[3], v[1], gs, gr]) {
+            *t += x;
+        }
+    }
+    s.push_str(&format!(
+        "  total   words_sent = {}  predicted_sent = {}  words_received = {}  predicted_received = {}  gather_sent = {}  gather_received = {}\n",
+        tot[0], tot[1], tot[2], tot[3], tot[4], tot[5]
+    ));
+    let mut bad = Vec::new();
+    for (k, o) in ops.iter().enumerate() {
+        for r in 0..p {
+            let (ps, pr, ms, mr) = (at(r, 4 * k), at(r, 4 * k + 1), at(r, 4 * k + 2), at(r, 4 * k + 3));
+            if (ps, pr) != (ms, mr) {
+                bad.push(format!(
+                    "step {} {} {} on rank {r}: predicted sent {ps} received {pr}, measured sent {ms} received {mr}",
+                    o.step + 1,
+                    o.kind,
+                    o.tensor
+                ));
+            }
+        }
+    }
+    if bad.is_empty() {
+        s.push_str(&format!("  plan check: measured words equal the prediction exactly (sent and received, every rank, all {} operations)\n", ops.len()));
+    } else {
+        s.push_str(&format!("  plan check: MISMATCH in {} (operation, rank) pairs\n", bad.len()));
+        for b in bad.iter().take(10) {
+            s.push_str(&format!("    {b}\n"));
+        }
+    }
+    s
+}
+
+/// Errors every rank would meet alike (unsupported constructs, no plan fits),
+/// found before any rank starts.
+fn precheck(opt: &Hir, ropts: &RunOptions, p: usize, popts: &PlanRunOptions) -> Result<(), RunError> {
+    for u in 0..opt.units.len() {
+        if ropts.program.as_deref().is_some_and(|n| n != opt.units[u].name) {
+            continue;
+        }
+        check_supported(opt, u)?;
+        plan_for(opt, u, p, popts)?;
+    }
+    Ok(())
+}
+
+/// `tcc run FILE --ranks N --plan`: in-process ranks, `threads` back end (point to
+/// point, counted exactly).
+pub fn run_threads(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &mut dyn Write) -> Result<(), RunError> {
+    if popts.ranks == 0 {
+        return Err(fail("E0720", "--ranks must be at least 1".into(), None));
+    }
+    check_options(hir, ropts)?;
+    let opt = crate::tir::optimize(hir).0;
+    precheck(&opt, ropts, popts.ranks, popts)?;
+    let res = tcc_runtime::comm::threads::run(popts.ranks, |rank| {
+        let comm = rank.comm(Backend::Threads);
+        let (buf, r) = rank_body(hir, &opt, ropts, popts, comm.as_ref(), "threads");
+        if let Err(e) = &r {
+            if popts.ranks > 1 {
+                rank.abort(&format!("{}: {}", e.code, e.message));
+            }
+        }
+        (buf, r)
+    });
+    match res {
+        Ok(mut v) => {
+            let (buf, r) = v.swap_remove(0);
+            r?;
+            out.write_all(&buf).map_err(|e| fail("E0711", format!("cannot write the report: {e}"), None))
+        }
+        Err(f) => Err(fail("E0720", f.to_string(), None)),
+    }
+}
+
+/// `mpirun -np N tcc run FILE --backend mpi --plan`: this process is one rank
+/// (`mpi-p2p` back end: MPI send/recv, counted exactly).
+#[cfg(feature = "mpi")]
+pub fn run_mpi(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &mut dyn Write) -> Result<(), RunError> {
+    use tcc_runtime::comm::mpi::{abort, MpiWorld};
+    let world = MpiWorld::init().ok_or_else(|| fail("E0720", "MPI was already initialized".into(), None))?;
+    let size = world.size();
+    let opt = crate::tir::optimize(hir).0;
+    if let Err(e) = check_options(hir, ropts).and_then(|_| precheck(&opt, ropts, size, popts)) {
+        // Every rank fails alike here; rank 0 reports.
+        if world.rank() == 0 {
+            return Err(e);
+        }
+        return Ok(());
+    }
+    let comm = world.comm(Backend::MpiP2p);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rank_body(hir, &opt, ropts, popts, comm.as_ref(), "mpi-p2p")));
+    match r {
+        Ok((buf, Ok(()))) => {
+            drop(comm);
+            out.write_all(&buf).map_err(|e| fail("E0711", format!("cannot write the report: {e}"), None))?;
+            let _ = out.flush();
+            drop(world);
+            Ok(())
+        }
+        Ok((_, Err(e))) => {
+            if size > 1 {
+                eprintln!("error[{}]: {}", e.code, e.message);
+                abort(1);
+            }
+            Err(e)
+        }
+        Err(_) => abort(2),
+    }
+}
+
+/// Without the `mpi` feature: a clear error.
+#[cfg(not(feature = "mpi"))]
+pub fn run_mpi(_hir: &Hir, _ropts: &RunOptions, _popts: &PlanRunOptions, _out: &mut dyn Write) -> Result<(), RunError> {
+    Err(RunError {
+        code: "E0721",
+        message: "this tcc was built without MPI support".into(),
+        hint: Some("rebuild with `cargo build --features mpi` (needs an MPI library and libclang)".into()),
+    })
+}
