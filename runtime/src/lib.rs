@@ -3,6 +3,8 @@
 //! For now it only exposes the runtime's version; task execution, tile kernels and
 //! collectives arrive with the runtime issue.
 
+pub mod kernels;
+
 /// The runtime's version, as recorded by Cargo.
 pub fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")

@@ -1,0 +1,1 @@
+//! C header and Fortran module (filled in below).
