@@ -52,7 +52,7 @@ pub struct RunError {
     pub hint: Option<String>,
 }
 
-fn fail(code: &'static str, message: impl Into<String>, hint: Option<String>) -> RunError {
+pub fn fail(code: &'static str, message: impl Into<String>, hint: Option<String>) -> RunError {
     RunError { code, message: message.into(), hint }
 }
 
@@ -139,7 +139,7 @@ fn names(list: impl IntoIterator<Item = String>) -> String {
     }
 }
 
-fn interp_error(e: InterpError) -> RunError {
+pub fn interp_error(e: InterpError) -> RunError {
     match e {
         InterpError::TensorTooLarge { .. } | InterpError::LoopTooLarge { .. } => fail(
             "E0708",
@@ -153,6 +153,24 @@ fn interp_error(e: InterpError) -> RunError {
 /// Runs the units of a checked file with the reference interpreter and writes the
 /// report to `out`.
 pub fn run_interp(hir: &Hir, opts: &RunOptions, out: &mut dyn Write) -> Result<(), RunError> {
+    run_with(hir, opts, out, &mut |u, inputs| {
+        let outputs = interp::run_unit(hir, u, inputs).map_err(interp_error)?;
+        Ok((outputs, Vec::new()))
+    })
+}
+
+/// What an executor returns for one unit: every output written, and extra report
+/// lines (timing, checks) printed after the outputs, indented by the caller.
+pub type UnitResult = (HashMap<TensorId, Dense>, Vec<String>);
+
+/// Runs the units of a checked file with `exec` (the interpreter, compiled code,
+/// ...) and writes the report to `out`: the same format whatever runs the units.
+pub fn run_with(
+    hir: &Hir,
+    opts: &RunOptions,
+    out: &mut dyn Write,
+    exec: &mut dyn FnMut(UnitId, &HashMap<TensorId, Dense>) -> Result<UnitResult, RunError>,
+) -> Result<(), RunError> {
     let units = select_units(hir, opts)?;
     let loaded = load_inputs(hir, &units, opts)?;
     let dir = opts.output_dir.as_deref();
@@ -174,7 +192,7 @@ pub fn run_interp(hir: &Hir, opts: &RunOptions, out: &mut dyn Write) -> Result<(
             };
             inputs.insert(t, v);
         }
-        let mut outputs = interp::run_unit(hir, u, &inputs).map_err(interp_error)?;
+        let (mut outputs, extra) = exec(u, &inputs)?;
 
         let kind = match unit.kind {
             UnitKind::Program => "program",
@@ -215,6 +233,10 @@ pub fn run_interp(hir: &Hir, opts: &RunOptions, out: &mut dyn Write) -> Result<(
                     eprintln!("warning[W0701]: output `{name}` of {kind} `{}` does not have its declared symmetry: {v}", unit.name);
                 }
             }
+        }
+
+        for line in &extra {
+            writeln!(out, "  {line}").map_err(report_err)?;
         }
 
         if let Some(dir) = dir {
