@@ -64,7 +64,14 @@ pub struct Options {
     pub target_cpu: Option<String>,
     /// Also emit the validated C-ABI entry points and `tcc_last_error`.
     pub c_abi: bool,
+    /// Bytes of temporaries the fused nests may keep live at once: the least fused
+    /// nest that fits is compiled (whole contractions map to large GEMMs). `None`:
+    /// [`DEFAULT_MEM_LIMIT`].
+    pub mem_limit: Option<u64>,
 }
+
+/// The default temporary-memory budget of compiled code: 2 GiB.
+pub const DEFAULT_MEM_LIMIT: u64 = 2 << 30;
 
 /// One compiled unit.
 #[derive(Debug, Clone)]
@@ -159,7 +166,7 @@ pub fn compile<'ctx>(ctx: &'ctx Context, hir: &Hir, units: &[UnitId], opts: &Opt
     };
     let mut codes = Vec::new();
     for &u in units {
-        let nest = lower_unit(&prepared, u, FusionOptions::default());
+        let nest = lower_unit(&prepared, u, FusionOptions { mem_limit: Some(opts.mem_limit.unwrap_or(DEFAULT_MEM_LIMIT)), ..FusionOptions::default() });
         let inputs = prepared.unit_inputs(u);
         let outputs = prepared.unit_outputs(u);
         let mut args = inputs.clone();
