@@ -68,6 +68,10 @@ pub struct Options {
     /// nest that fits is compiled (whole contractions map to large GEMMs). `None`:
     /// [`DEFAULT_MEM_LIMIT`].
     pub mem_limit: Option<u64>,
+    /// Map a binary contraction to the GETT kernel when `m·n·k` reaches this;
+    /// `None`: when `m, n ≥ 8`, `k ≥ 4` and `m·n·k ≥ 32768` (tests lower it to
+    /// exercise the kernel on small, odd shapes).
+    pub gemm_min: Option<f64>,
 }
 
 /// The default temporary-memory budget of compiled code: 2 GiB.
@@ -163,6 +167,7 @@ pub fn compile<'ctx>(ctx: &'ctx Context, hir: &Hir, units: &[UnitId], opts: &Opt
         func: None,
         counter: 0,
         c_abi: opts.c_abi,
+        gemm_min: opts.gemm_min,
     };
     let mut codes = Vec::new();
     for &u in units {
@@ -330,6 +335,7 @@ struct Gen<'a, 'ctx> {
     func: Option<FunctionValue<'ctx>>,
     counter: usize,
     c_abi: bool,
+    gemm_min: Option<f64>,
 }
 
 /// One factor of a term as the code reads it.
@@ -791,7 +797,11 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         }
         let size = |k: i64| -> f64 { dims.iter().filter(|d| d[0] == k).map(|d| d[1] as f64).product() };
         let (m, n, k) = (size(1), size(2), size(3));
-        if m < 8.0 || n < 8.0 || k < 4.0 || m * n * k < 32768.0 {
+        let worth = match self.gemm_min {
+            Some(min) => m * n * k >= min,
+            None => m >= 8.0 && n >= 8.0 && k >= 4.0 && m * n * k >= 32768.0,
+        };
+        if !worth {
             return None;
         }
         // Within a group: larger strides first (the last index varies fastest).
