@@ -172,8 +172,9 @@ pub fn compile<'ctx>(ctx: &'ctx Context, hir: &Hir, units: &[UnitId], opts: &Opt
     let mut codes = Vec::new();
     for &u in units {
         let nest = lower_unit(&prepared, u, FusionOptions { mem_limit: Some(opts.mem_limit.unwrap_or(DEFAULT_MEM_LIMIT)), ..FusionOptions::default() });
-        let inputs = prepared.unit_inputs(u);
-        let outputs = prepared.unit_outputs(u);
+        // The argument order is the source program's (the optimizer may reorder reads).
+        let inputs = hir.unit_inputs(u);
+        let outputs = hir.unit_outputs(u);
         let mut args = inputs.clone();
         args.extend(outputs.iter().copied());
         let code = UnitCode { unit: u, name: prepared.units[u].name.clone(), args, n_inputs: inputs.len(), flops: unit_flops(&prepared, u) };
