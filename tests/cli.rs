@@ -101,7 +101,8 @@ fn json_diagnostics_are_one_object_per_line() {
 fn usage_errors_and_missing_files_exit_1() {
     tcc().arg("frobnicate").assert().code(1);
     tcc().args(["check", "/nonexistent/file.tc"]).assert().code(1).stderr(predicate::str::contains("cannot read"));
-    tcc().args(["run", "examples/matmul.tc"]).assert().code(1).stderr(predicate::str::contains("--interp"));
+    tcc().args(["run", "--interp", "--check", "examples/matmul.tc"]).assert().code(1);
+    tcc().args(["build", "examples/matmul.tc"]).assert().code(1).stderr(predicate::str::contains("--output"));
     tcc().args(["run", "--interp", "--input", "nonsense", "examples/matmul.tc"]).assert().code(1);
     tcc().arg("--help").assert().success().stdout(predicate::str::contains("check"));
 }
@@ -178,4 +179,25 @@ fn opt_memory_limit_is_honoured_and_reported() {
     let out = tcc().args(["opt", "--mem-limit", "8"]).arg(&ex).assert().success().get_output().stdout.clone();
     assert!(String::from_utf8(out).unwrap().contains("does NOT fit"));
     tcc().args(["opt", "--mem-limit", "lots"]).arg(&ex).assert().code(1).stderr(predicate::str::contains("not a size"));
+}
+
+#[test]
+fn compiled_run_reports_time_and_checks_against_the_interpreter() {
+    let out = tcc().args(["run", "--check", "--seed", "3", "examples/matmul.tc"]).assert().success().get_output().stdout.clone();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.starts_with("program matmul (1 statement)\n  C  f64[5, 4]  norm2 = "), "{text}");
+    assert!(text.contains("GFLOP/s"), "{text}");
+    assert!(text.contains("check: matches the interpreter"), "{text}");
+    // The same numbers as the interpreter (to the printed digits, for this tiny case).
+    let interp = tcc().args(["run", "--interp", "--seed", "3", "examples/matmul.tc"]).output().unwrap().stdout;
+    let interp = String::from_utf8(interp).unwrap();
+    assert_eq!(text.lines().nth(1), interp.lines().nth(1));
+}
+
+#[test]
+fn emit_llvm_prints_the_module() {
+    let out = tcc().args(["opt", "--emit=llvm", "examples/matmul.tc"]).assert().success().get_output().stdout.clone();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("define") && text.contains("tcc_matmul__body"), "{text}");
+    tcc().args(["opt", "--emit=llvm", "--target-cpu", "no-such-cpu-at-all", "examples/matmul.tc"]).assert();
 }

@@ -227,6 +227,7 @@ pub fn build_library(hir: &Hir, source: &str, program: Option<&str>, opts: &llvm
         .arg(&rt)
         .arg(format!("-Wl,--version-script={}", vs.display()))
         .arg("-Wl,--gc-sections")
+        .arg("-s")
         .args(["-lm", "-lpthread", "-ldl", "-lgcc_s", "-lc"])
         .output()
         .map_err(|e| fail("E0714", format!("cannot run the linker `{cc}`: {e}"), Some("install a C compiler (gcc)".into())))?;

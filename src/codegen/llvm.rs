@@ -385,6 +385,18 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
 
     /// `for i in 0..extent { body(i) }` (extent ≥ 1).
     fn build_loop(&mut self, extent: u64, body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>) -> Result<(), CodegenError> {
+        self.build_loop_hinted(extent, false, body)
+    }
+
+    /// [`Self::build_loop`]; with `vectorize`, the loop carries
+    /// `llvm.loop.vectorize.enable`, which lets LLVM reassociate a sum (a reduction
+    /// loop is then vectorized like `-ffast-math` would).
+    fn build_loop_hinted(
+        &mut self,
+        extent: u64,
+        vectorize: bool,
+        body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
         let f = self.current_fn();
         let pre = self.b.get_insert_block().expect("positioned");
         let head = self.ctx.append_basic_block(f, "loop");
@@ -399,9 +411,38 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let latch = self.b.get_insert_block().expect("positioned");
         phi.add_incoming(&[(&next, latch)]);
         let cond = self.b.build_int_compare(IntPredicate::ULT, next, self.i64c(extent), "i.cond")?;
-        self.b.build_conditional_branch(cond, head, exit)?;
+        let br = self.b.build_conditional_branch(cond, head, exit)?;
+        if vectorize {
+            self.mark_vectorize(br);
+        }
         self.b.position_at_end(exit);
         Ok(())
+    }
+
+    /// Attaches `!llvm.loop !{self, !{"llvm.loop.vectorize.enable", i1 true}}` to a
+    /// loop's latch branch (the C API of LLVM 14 has no fast-math flags setter).
+    fn mark_vectorize(&self, br: inkwell::values::InstructionValue<'ctx>) {
+        use inkwell::values::AsValueRef;
+        use llvm_sys::core::{
+            LLVMConstInt, LLVMGetMDKindIDInContext, LLVMInt1TypeInContext, LLVMMDNodeInContext2, LLVMMDStringInContext2,
+            LLVMMetadataAsValue, LLVMSetMetadata, LLVMValueAsMetadata,
+        };
+        use llvm_sys::debuginfo::{LLVMMetadataReplaceAllUsesWith, LLVMTemporaryMDNode};
+        // SAFETY: plain LLVM C API calls on live objects of this context.
+        unsafe {
+            let c = self.ctx.raw();
+            let tmp = LLVMTemporaryMDNode(c, std::ptr::null_mut(), 0);
+            let key = "llvm.loop.vectorize.enable";
+            let k = LLVMMDStringInContext2(c, key.as_ptr() as *const _, key.len());
+            let one = LLVMValueAsMetadata(LLVMConstInt(LLVMInt1TypeInContext(c), 1, 0));
+            let mut ops = [k, one];
+            let enable = LLVMMDNodeInContext2(c, ops.as_mut_ptr(), 2);
+            let mut ops = [tmp, enable];
+            let id = LLVMMDNodeInContext2(c, ops.as_mut_ptr(), 2);
+            LLVMMetadataReplaceAllUsesWith(tmp, id);
+            let kind = LLVMGetMDKindIDInContext(c, "llvm.loop".as_ptr() as *const _, 9);
+            LLVMSetMetadata(br.as_value_ref(), kind, LLVMMetadataAsValue(c, id));
+        }
     }
 
     /// Pointer to element `offset` of tensor `t`'s buffer.
@@ -620,13 +661,18 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
 
     /// Loops over `vars` (outermost first) binding each, then `inner`.
     fn nest(&mut self, vars: &[IndexId], inner: &mut dyn FnMut(&mut Self) -> Result<(), CodegenError>) -> Result<(), CodegenError> {
+        self.nest_hinted(vars, false, inner)
+    }
+
+    /// [`Self::nest`], the innermost loop marked for vectorization when `hint`.
+    fn nest_hinted(&mut self, vars: &[IndexId], hint: bool, inner: &mut dyn FnMut(&mut Self) -> Result<(), CodegenError>) -> Result<(), CodegenError> {
         match vars.split_first() {
             None => inner(self),
             Some((&v, rest)) => {
                 let extent = self.hir.index_size(v) as u64;
-                self.build_loop(extent, &mut |g, i| {
+                self.build_loop_hinted(extent, hint && rest.is_empty(), &mut |g, i| {
                     g.bound.insert(v, i);
-                    g.nest(rest, inner)?;
+                    g.nest_hinted(rest, hint, inner)?;
                     g.bound.remove(&v);
                     Ok(())
                 })
@@ -667,23 +713,41 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 return self.gett(st, term.coef, &ops, plan);
             }
         }
-        // Loop order: larger strides outside; the written tensor's most contiguous
-        // free index innermost (vectorizable without reassociation).
+        // Loop order: larger strides outside; innermost the index whose accesses
+        // are the most contiguous — a strided read costs 2, a strided write 3, a
+        // sum (the written element fixed) 1, as it needs a reassociated reduction;
+        // ties go to the larger extent.
         let mut refs: Vec<(TensorId, &[IndexId])> = vec![(c, st.lhs.indices.as_slice())];
         refs.extend(ops.iter().map(|o| (o.tensor, o.indices.as_slice())));
         let score = |v: IndexId| -> u64 {
             refs.iter().map(|(t, idx)| stride_in(*t, idx, v)).filter(|&s| s > 0).min().unwrap_or(u64::MAX)
         };
+        let inner_cost = |v: IndexId| -> (u64, std::cmp::Reverse<usize>) {
+            let mut cost = match stride_in(c, &st.lhs.indices, v) {
+                0 => 1,
+                1 => 0,
+                _ => 3,
+            };
+            for o in &ops {
+                cost += match stride_in(o.tensor, &o.indices, v) {
+                    0 | 1 => 0,
+                    _ => 2,
+                };
+            }
+            (cost, std::cmp::Reverse(hir.index_size(v)))
+        };
         let mut order = vars.clone();
         order.sort_by_key(|&v| std::cmp::Reverse(score(v)));
-        if let Some(&inner) = order.iter().filter(|v| st.lhs.indices.contains(v)).min_by_key(|&&v| stride_in(c, &st.lhs.indices, v)) {
+        let mut reduction_inner = false;
+        if let Some(&inner) = order.iter().min_by_key(|&&v| inner_cost(v)) {
             order.retain(|&v| v != inner);
             order.push(inner);
+            reduction_inner = !st.lhs.indices.contains(&inner);
         }
         let lt = self.ft(hir.tensors[c].elem);
         let coef = term.coef;
         let lhs_idx = st.lhs.indices.clone();
-        self.nest(&order, &mut |g| {
+        self.nest_hinted(&order, reduction_inner, &mut |g| {
             let mut prod: Option<FloatValue> = if coef == 1.0 { None } else { Some(lt.const_float(coef)) };
             for o in &ops {
                 let off = g.offset(o.tensor, &o.indices)?;
