@@ -280,7 +280,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Ok(h) => h,
                 Err(o) => return o,
             };
-            let opts = tcc::codegen::llvm::Options { target_cpu, c_abi: true, mem_limit: None, gemm_min: None };
+            let opts = tcc::codegen::llvm::Options { target_cpu, c_abi: true, mem_limit: None, gemm_min: None, parallel_min: None };
             match tcc::codegen::cabi::build_library(&hir, &file_stem(&file), program.as_deref(), &opts, &output) {
                 Ok(report) => {
                     eprint!("{report}");
@@ -309,7 +309,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 },
             };
             if emit == Emit::Llvm {
-                let opts = tcc::codegen::llvm::Options { target_cpu, c_abi: false, mem_limit, gemm_min: None };
+                let opts = tcc::codegen::llvm::Options { target_cpu, c_abi: false, mem_limit, gemm_min: None, parallel_min: None };
                 return match tcc::codegen::llvm::emit_llvm(&hir, &units, &opts) {
                     Ok(ir) => {
                         print!("{ir}");
@@ -347,7 +347,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
             let result = if interp {
                 tcc::run::run_interp(&hir, &opts, &mut lock)
             } else {
-                let c = tcc::codegen::CompiledRun { codegen: tcc::codegen::llvm::Options { target_cpu, c_abi: false, mem_limit: None, gemm_min: None }, check, repeat };
+                let c = tcc::codegen::CompiledRun { codegen: tcc::codegen::llvm::Options { target_cpu, c_abi: false, mem_limit: None, gemm_min: None, parallel_min: None }, check, repeat };
                 tcc::codegen::run_compiled(&hir, &opts, &c, &mut lock)
             };
             match result {

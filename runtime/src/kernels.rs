@@ -167,6 +167,36 @@ pub fn parallel_for(n: usize, f: impl Fn(usize) + Sync) {
     drop(workers);
 }
 
+/// A chunk of a parallel loop: runs iterations `lo..hi` with the captured `ctx`.
+pub type RangeFn = unsafe extern "C" fn(ctx: *const u8, lo: i64, hi: i64);
+
+struct SendPtr(*const u8);
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+/// Runs `f(ctx, lo, hi)` over chunks covering `0..n` on the pool: the parallel
+/// loops of generated code (each iteration writes its own slice of the result).
+///
+/// # Safety
+/// `f` must be safe to call concurrently on disjoint ranges with `ctx`.
+#[no_mangle]
+pub unsafe extern "C" fn tcc_rt_parallel_range(n: i64, f: RangeFn, ctx: *const u8) {
+    if n <= 0 {
+        return;
+    }
+    let n = n as usize;
+    let chunks = n.min(4 * num_threads());
+    let ctx = SendPtr(ctx);
+    parallel_for(chunks, |c| {
+        let lo = n * c / chunks;
+        let hi = n * (c + 1) / chunks;
+        if lo < hi {
+            let p = &ctx;
+            f(p.0, lo as i64, hi as i64);
+        }
+    });
+}
+
 // ---------------------------------------------------------------------------------
 // GETT
 // ---------------------------------------------------------------------------------

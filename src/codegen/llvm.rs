@@ -72,6 +72,9 @@ pub struct Options {
     /// `None`: when `m, n ≥ 8`, `k ≥ 4` and `m·n·k ≥ 32768` (tests lower it to
     /// exercise the kernel on small, odd shapes).
     pub gemm_min: Option<f64>,
+    /// Loop nests of at least this many iterations run on the thread pool; `None`:
+    /// [`PARALLEL_MIN_ITERATIONS`] (tests lower it).
+    pub parallel_min: Option<f64>,
 }
 
 /// The default temporary-memory budget of compiled code: 2 GiB.
@@ -148,6 +151,11 @@ fn machine(opts: &Options) -> Result<(TargetMachine, String, String), CodegenErr
 pub fn compile<'ctx>(ctx: &'ctx Context, hir: &Hir, units: &[UnitId], opts: &Options) -> Result<Compiled<'ctx>, CodegenError> {
     let prepared = prepare(hir);
     let (tm, cpu, features) = machine(opts)?;
+    // LLVM's remarks and warnings (e.g. a loop it was asked to vectorize but did
+    // not) are not the user's business: drop them.
+    extern "C" fn quiet(_: llvm_sys::prelude::LLVMDiagnosticInfoRef, _: *mut std::ffi::c_void) {}
+    // SAFETY: installs a handler that ignores its arguments on a live context.
+    unsafe { llvm_sys::core::LLVMContextSetDiagnosticHandler(ctx.raw(), Some(quiet), std::ptr::null_mut()) };
     let module = ctx.create_module("tcc");
     module.set_triple(&tm.get_triple());
     module.set_data_layout(&tm.get_target_data().get_data_layout());
@@ -168,6 +176,7 @@ pub fn compile<'ctx>(ctx: &'ctx Context, hir: &Hir, units: &[UnitId], opts: &Opt
         counter: 0,
         c_abi: opts.c_abi,
         gemm_min: opts.gemm_min,
+        parallel_min: opts.parallel_min.unwrap_or(PARALLEL_MIN_ITERATIONS),
     };
     let mut codes = Vec::new();
     for &u in units {
@@ -303,8 +312,9 @@ pub fn jit_run(hir: &Hir, unit: UnitId, inputs: &HashMap<TensorId, Dense>, opts:
 
 /// Runtime functions the generated code calls, with their addresses in this process.
 fn runtime_symbols() -> Vec<(&'static str, usize)> {
-    use tcc_runtime::kernels::{tcc_rt_gett_f32, tcc_rt_gett_f64};
-    vec![("tcc_rt_gett_f64", tcc_rt_gett_f64 as *const () as usize), ("tcc_rt_gett_f32", tcc_rt_gett_f32 as *const () as usize)]
+    use tcc_runtime::kernels::{tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_parallel_range};
+    vec![
+        ("tcc_rt_parallel_range", tcc_rt_parallel_range as *const () as usize),("tcc_rt_gett_f64", tcc_rt_gett_f64 as *const () as usize), ("tcc_rt_gett_f32", tcc_rt_gett_f32 as *const () as usize)]
 }
 
 // ---------------------------------------------------------------------------------
@@ -337,6 +347,7 @@ struct Gen<'a, 'ctx> {
     counter: usize,
     c_abi: bool,
     gemm_min: Option<f64>,
+    parallel_min: f64,
 }
 
 /// One factor of a term as the code reads it.
@@ -664,6 +675,126 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         self.nest_hinted(vars, false, inner)
     }
 
+    /// [`Self::nest_hinted`]; with `parallel`, the outermost loop is outlined into a
+    /// function `void (i8* ctx, i64 lo, i64 hi)` run on the runtime's pool through
+    /// `tcc_rt_parallel_range` (its index must be one of the written tensor's, so
+    /// that chunks write disjoint slices). The buffers and bound indices the body
+    /// uses travel in an `i64` array.
+    fn nest_parallel(
+        &mut self,
+        vars: &[IndexId],
+        parallel: bool,
+        hint: bool,
+        inner: &mut dyn FnMut(&mut Self) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
+        if !parallel || vars.is_empty() {
+            return self.nest_hinted(vars, hint, inner);
+        }
+        let (pv, rest) = (vars[0], &vars[1..]);
+        let i64t = self.ctx.i64_type();
+        let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
+        let mut bufs: Vec<(TensorId, PointerValue<'ctx>)> = self.bufs.iter().map(|(&t, &p)| (t, p)).collect();
+        bufs.sort_by_key(|x| x.0);
+        let mut bound: Vec<(IndexId, IntValue<'ctx>)> = self.bound.iter().map(|(&i, &v)| (i, v)).collect();
+        bound.sort_by_key(|x| x.0);
+        let n = (bufs.len() + bound.len()).max(1) as u32;
+        // The context array lives in the caller's entry block (not in a loop).
+        let caller = self.current_fn();
+        let entry = caller.get_first_basic_block().expect("entry");
+        let eb = self.ctx.create_builder();
+        match entry.get_first_instruction() {
+            Some(i) => eb.position_before(&i),
+            None => eb.position_at_end(entry),
+        }
+        let arr = eb.build_alloca(i64t.array_type(n), "ctx")?;
+        let slot = |g: &Self, k: u64| -> Result<PointerValue<'ctx>, CodegenError> {
+            Ok(unsafe { g.b.build_in_bounds_gep(arr, &[g.i64c(0), g.i64c(k)], "slot")? })
+        };
+        let mut k = 0u64;
+        for (_, p) in &bufs {
+            let v = self.b.build_ptr_to_int(*p, i64t, "pv")?;
+            self.b.build_store(slot(self, k)?, v)?;
+            k += 1;
+        }
+        for (_, v) in &bound {
+            self.b.build_store(slot(self, k)?, *v)?;
+            k += 1;
+        }
+        let name = self.name(&format!("{}.par", caller.get_name().to_string_lossy()));
+        let fty = self.ctx.void_type().fn_type(&[i8p.into(), i64t.into(), i64t.into()], false);
+        let f = self.module.add_function(&name, fty, Some(Linkage::Internal));
+        self.set_target_attrs(f);
+        let rt = self.declare("tcc_rt_parallel_range", None, &[i64t.into(), i8p.into(), i8p.into()]);
+        let fp = self.b.build_pointer_cast(f.as_global_value().as_pointer_value(), i8p, "fp")?;
+        let ctxp = self.b.build_pointer_cast(slot(self, 0)?, i8p, "ctxp")?;
+        self.b.build_call(rt, &[self.i64c(self.hir.index_size(pv) as u64).into(), fp.into(), ctxp.into()], "")?;
+
+        // The outlined wrapper loads the captures and calls the chunk function,
+        // whose buffer parameters are `noalias` (as in the unit's body).
+        let saved_block = self.b.get_insert_block().expect("positioned");
+        let saved = (self.func, std::mem::take(&mut self.bufs), std::mem::take(&mut self.bound));
+        let mut params: Vec<BasicMetadataTypeEnum> = bufs.iter().map(|(_, p)| p.get_type().into()).collect();
+        params.extend(std::iter::repeat_n(BasicMetadataTypeEnum::from(i64t), bound.len() + 2));
+        let chunk = self.module.add_function(&format!("{name}.chunk"), self.ctx.void_type().fn_type(&params, false), Some(Linkage::Internal));
+        self.set_target_attrs(chunk);
+        let noalias = inkwell::attributes::Attribute::get_named_enum_kind_id("noalias");
+        for k in 0..bufs.len() {
+            chunk.add_attribute(AttributeLoc::Param(k as u32), self.ctx.create_enum_attribute(noalias, 0));
+        }
+        self.func = Some(f);
+        let fe = self.ctx.append_basic_block(f, "entry");
+        self.b.position_at_end(fe);
+        let cp = self.b.build_pointer_cast(f.get_nth_param(0).expect("ctx").into_pointer_value(), i64t.ptr_type(AddressSpace::default()), "c")?;
+        let mut args: Vec<BasicMetadataValueEnum> = Vec::new();
+        for (k, (_, p)) in bufs.iter().enumerate() {
+            let sp = unsafe { self.b.build_in_bounds_gep(cp, &[self.i64c(k as u64)], "s")? };
+            let v = self.b.build_load(sp, "v")?.into_int_value();
+            args.push(self.b.build_int_to_ptr(v, p.get_type(), "buf")?.into());
+        }
+        for k in 0..bound.len() {
+            let sp = unsafe { self.b.build_in_bounds_gep(cp, &[self.i64c((bufs.len() + k) as u64)], "s")? };
+            args.push(self.b.build_load(sp, "v")?.into());
+        }
+        args.push(f.get_nth_param(1).expect("lo").into());
+        args.push(f.get_nth_param(2).expect("hi").into());
+        self.b.build_call(chunk, &args, "")?;
+        self.b.build_return(None)?;
+
+        self.func = Some(chunk);
+        let fe = self.ctx.append_basic_block(chunk, "entry");
+        self.b.position_at_end(fe);
+        for (k, (t, _)) in bufs.iter().enumerate() {
+            self.bufs.insert(*t, chunk.get_nth_param(k as u32).expect("buf").into_pointer_value());
+        }
+        for (k, (i, _)) in bound.iter().enumerate() {
+            self.bound.insert(*i, chunk.get_nth_param((bufs.len() + k) as u32).expect("index").into_int_value());
+        }
+        let lo = chunk.get_nth_param((bufs.len() + bound.len()) as u32).expect("lo").into_int_value();
+        let hi = chunk.get_nth_param((bufs.len() + bound.len() + 1) as u32).expect("hi").into_int_value();
+        let head = self.ctx.append_basic_block(chunk, "ploop");
+        let exit = self.ctx.append_basic_block(chunk, "ploop.exit");
+        let any = self.b.build_int_compare(IntPredicate::SLT, lo, hi, "any")?;
+        self.b.build_conditional_branch(any, head, exit)?;
+        self.b.position_at_end(head);
+        let phi = self.b.build_phi(i64t, "pi")?;
+        phi.add_incoming(&[(&lo, fe)]);
+        let iv = phi.as_basic_value().into_int_value();
+        self.bound.insert(pv, iv);
+        self.nest_hinted(rest, hint, inner)?;
+        let next = self.b.build_int_add(iv, self.i64c(1), "pn")?;
+        let latch = self.b.get_insert_block().expect("positioned");
+        phi.add_incoming(&[(&next, latch)]);
+        let more = self.b.build_int_compare(IntPredicate::SLT, next, hi, "more")?;
+        self.b.build_conditional_branch(more, head, exit)?;
+        self.b.position_at_end(exit);
+        self.b.build_return(None)?;
+        self.func = saved.0;
+        self.bufs = saved.1;
+        self.bound = saved.2;
+        self.b.position_at_end(saved_block);
+        Ok(())
+    }
+
     /// [`Self::nest`], the innermost loop marked for vectorization when `hint`.
     fn nest_hinted(&mut self, vars: &[IndexId], hint: bool, inner: &mut dyn FnMut(&mut Self) -> Result<(), CodegenError>) -> Result<(), CodegenError> {
         match vars.split_first() {
@@ -747,7 +878,18 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let lt = self.ft(hir.tensors[c].elem);
         let coef = term.coef;
         let lhs_idx = st.lhs.indices.clone();
-        self.nest_hinted(&order, reduction_inner, &mut |g| {
+        // Threads: the outermost loop over a written index, when there is enough work.
+        let work: f64 = order.iter().map(|&v| hir.index_size(v) as f64).product();
+        let par = if work >= self.parallel_min && order.len() >= 2 {
+            order[..order.len() - 1].iter().position(|v| st.lhs.indices.contains(v) && hir.index_size(*v) >= 2)
+        } else {
+            None
+        };
+        if let Some(p) = par {
+            let v = order.remove(p);
+            order.insert(0, v);
+        }
+        self.nest_parallel(&order, par.is_some(), reduction_inner, &mut |g| {
             let mut prod: Option<FloatValue> = if coef == 1.0 { None } else { Some(lt.const_float(coef)) };
             for o in &ops {
                 let off = g.offset(o.tensor, &o.indices)?;
@@ -1198,6 +1340,9 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         Ok(())
     }
 }
+
+/// A loop nest of a term runs on several threads from this many iterations on.
+pub const PARALLEL_MIN_ITERATIONS: f64 = 65536.0;
 
 struct GettPlan {
     dims: Vec<[i64; 5]>,

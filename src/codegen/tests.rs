@@ -28,7 +28,7 @@ fn every_example_compiles_and_matches_the_interpreter() {
         let (hir, diags) = crate::compile(&src, "ex");
         let hir = hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()));
         for u in 0..hir.units.len() {
-            for opts in [Options::default(), Options { gemm_min: Some(1.0), ..Options::default() }] {
+            for opts in [Options::default(), Options { gemm_min: Some(1.0), parallel_min: Some(1.0), ..Options::default() }] {
                 check_unit(&hir, u, 3, &opts).unwrap_or_else(|e| panic!("{} unit {u}: {e}", path.display()));
             }
             n += 1;
@@ -205,7 +205,11 @@ proptest! {
     #[test]
     fn random_programs_jit_equal_the_interpreter(seed in any::<u64>()) {
         let hir = random_program(seed);
-        let opts = if seed % 2 == 0 { Options::default() } else { Options { gemm_min: Some(1.0), ..Options::default() } };
+        let opts = match seed % 3 {
+            0 => Options::default(),
+            1 => Options { gemm_min: Some(1.0), ..Options::default() },
+            _ => Options { gemm_min: Some(1.0), parallel_min: Some(1.0), ..Options::default() },
+        };
         if let Err(e) = check_unit(&hir, 0, seed, &opts) {
             let stmts: Vec<String> = hir.units[0].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();
             panic!("seed {seed}: {e}\n{}", stmts.join("\n"));
