@@ -143,8 +143,6 @@ def run(args):
             ops = [rng.standard_normal([sizes[c] for c in s]).astype(dtype) for s in ins.split(",")]
             res = np.empty([sizes[c] for c in out], dtype=dtype)
             ws = sum(o.nbytes for o in ops) + res.nbytes
-            np.einsum(spec, *ops, optimize=True)
-            t_np, ref = best_time(lambda: np.einsum(spec, *ops, optimize=True), args.repeat)
             lib = ctypes.CDLL(os.path.join(args.dir, case["lib"]))
             f = getattr(lib, case["func"])
             f.restype = ctypes.c_int
@@ -156,8 +154,15 @@ def run(args):
                 rc = f(*cargs)
                 if rc != 0:
                     raise RuntimeError(f"{case['name']}: tcc returned {rc}")
+            # Interleaved, so that both see the same machine load; best of each.
+            ref = np.einsum(spec, *ops, optimize=True)
             call()
-            t_tcc, _ = best_time(call, args.repeat)
+            t_np = t_tcc = float("inf")
+            for _ in range(args.repeat):
+                t, ref = best_time(lambda: np.einsum(spec, *ops, optimize=True), 1)
+                t_np = min(t_np, t)
+                t, _ = best_time(call, 1)
+                t_tcc = min(t_tcc, t)
             scale = max(float(np.max(np.abs(ref))), 1e-300)
             err = float(np.max(np.abs(res.astype(np.float64) - np.asarray(ref, dtype=np.float64)))) / scale
             ok = err <= (1e-4 if elem == "f32" else 1e-9)
@@ -218,7 +223,7 @@ def main():
     r = sub.add_parser("run")
     r.add_argument("--dir", required=True)
     r.add_argument("--threads", type=int, default=2)
-    r.add_argument("--repeat", type=int, default=3)
+    r.add_argument("--repeat", type=int, default=5)
     r.add_argument("--only", default=None)
     r.add_argument("--machine", default="this machine")
     r.add_argument("--out", default="bench/cpu/results.md")

@@ -284,8 +284,12 @@ pub unsafe fn gett<T: Elem>(a: *const T, b: *const T, c: *mut T, alpha: T, dims:
         kb: offsets(&kd, |d| d.sb),
     };
     let (m, n, k, nbatch) = (t.ma.len(), t.nb.len(), t.ka.len(), t.ba.len());
+    // Tuning overrides of the compiler's blocking (experiments only).
+    let env = |name: &str, v: i64| -> i64 { std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(v) };
+    let params = GettParams { kc: env("TCC_GETT_KC", params.kc), mc: env("TCC_GETT_MC", params.mc), nc: env("TCC_GETT_NC", params.nc), ..params };
     let mr = params.mr.max(1) as usize;
     let nr = params.nr.max(1) as usize;
+    assert!(mr * nr <= 512, "micro-tile {mr}x{nr} larger than the kernel's tile buffer");
     let p = Params {
         mr,
         nr,
@@ -303,26 +307,132 @@ pub unsafe fn gett<T: Elem>(a: *const T, b: *const T, c: *mut T, alpha: T, dims:
     } else if nbatch >= 2 * threads || (nbatch >= threads && flops < 5e7) {
         parallel_for(nbatch, |bi| block(ptrs, bi, &t, 0..m, 0..n, alpha, &p, uk));
     } else {
-        // Split the longer of m and n into one chunk per thread (whole micro-tiles).
-        let split_n = n.div_ceil(nr) >= m.div_ceil(mr);
-        let (len, unit) = if split_n { (n, nr) } else { (m, mr) };
-        let tiles = len.div_ceil(unit);
-        let chunks = threads.min(tiles).max(1);
         for bi in 0..nbatch {
-            parallel_for(chunks, |ci| {
-                let lo = (tiles * ci / chunks) * unit;
-                let hi = ((tiles * (ci + 1) / chunks) * unit).min(len);
-                if lo >= hi {
-                    return;
-                }
-                if split_n {
-                    block(ptrs, bi, &t, 0..m, lo..hi, alpha, &p, uk)
-                } else {
-                    block(ptrs, bi, &t, lo..hi, 0..n, alpha, &p, uk)
-                }
-            });
+            gemm_parallel(ptrs, bi, &t, alpha, &p, uk, threads);
         }
     }
+}
+
+thread_local! {
+    /// Packing space shared by the threads of one parallel GEMM (owned by the caller).
+    static SHARED: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
+}
+
+#[derive(Clone, Copy)]
+struct SendMut<T>(*mut T);
+unsafe impl<T> Send for SendMut<T> {}
+unsafe impl<T> Sync for SendMut<T> {}
+
+/// One batch entry on all threads, BLIS style: per (`jc`, `pc`) block the threads
+/// pack the B panel together, then all of A's rows for this `pc`, then compute
+/// the micro-tiles, split into (row block, column chunk) tasks. Nothing is packed
+/// twice.
+unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T, p: &Params, uk: Ukernel<T>, threads: usize) {
+    let (m, n, k) = (t.ma.len(), t.nb.len(), t.ka.len());
+    let (mr, nr) = (p.mr, p.nr);
+    let a = ptrs.a.offset(t.ba[bi]);
+    let b = ptrs.b.offset(t.bb[bi]);
+    let c = SendMut(ptrs.c.offset(t.bc[bi]));
+    let (a, b) = (a as usize, b as usize);
+    let elem = std::mem::size_of::<T>();
+    let a_len = round_up(m, mr) * p.kc;
+    let b_len = p.nc * p.kc;
+    SHARED.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        let need = ((a_len + b_len) * elem).div_ceil(8) + 16;
+        if buf.len() < need {
+            buf.resize(need, 0.0);
+        }
+        let base = buf.as_mut_ptr() as *mut u8;
+        let mis = (base as usize) % 64;
+        let start = if mis == 0 { base } else { base.add(64 - mis) } as *mut T;
+        let ap = SendMut(start);
+        let bp = SendMut(start.add(a_len));
+        let mslivers = m.div_ceil(mr);
+        let mut jc = 0;
+        while jc < n {
+            let nb = p.nc.min(n - jc);
+            let nslivers = nb.div_ceil(nr);
+            let mut pc = 0;
+            while pc < k {
+                let kb = p.kc.min(k - pc);
+                parallel_for(nslivers, |sj| {
+                    let (b, bp) = (b as *const T, bp);
+                    let dst = bp.0.add(sj * nr * kb);
+                    let cols = nr.min(nb - sj * nr);
+                    for pp in 0..kb {
+                        let kof = t.kb[pc + pp];
+                        let row = dst.add(pp * nr);
+                        for j in 0..cols {
+                            *row.add(j) = *b.offset(t.nb[jc + sj * nr + j] + kof);
+                        }
+                        for j in cols..nr {
+                            *row.add(j) = T::zero();
+                        }
+                    }
+                });
+                parallel_for(mslivers, |si| {
+                    let (a, ap) = (a as *const T, ap);
+                    let dst = ap.0.add(si * mr * kb);
+                    let rows = mr.min(m - si * mr);
+                    for pp in 0..kb {
+                        let kof = t.ka[pc + pp];
+                        let col = dst.add(pp * mr);
+                        for i in 0..rows {
+                            *col.add(i) = *a.offset(t.ma[si * mr + i] + kof);
+                        }
+                        for i in rows..mr {
+                            *col.add(i) = T::zero();
+                        }
+                    }
+                });
+                // Tasks: row blocks of mc, each split into column chunks so that
+                // there are about 2 tasks per thread.
+                let nic = m.div_ceil(p.mc);
+                let jchunks = (2 * threads).div_ceil(nic).clamp(1, nslivers);
+                parallel_for(nic * jchunks, |x| {
+                    let (ic, jch) = (x / jchunks, x % jchunks);
+                    let (c, ap, bp) = (c, ap, bp);
+                    let mut tile = [T::zero(); 512];
+                    let sj0 = nslivers * jch / jchunks;
+                    let sj1 = nslivers * (jch + 1) / jchunks;
+                    let si0 = ic * p.mc / mr;
+                    let si1 = ((ic + 1) * p.mc / mr).min(mslivers);
+                    for sj in sj0..sj1 {
+                        let cols = nr.min(nb - sj * nr);
+                        let noffs = &t.nc[jc + sj * nr..jc + sj * nr + cols];
+                        let cs = if cols == nr { step_of(noffs) } else { None };
+                        let bpanel = bp.0.add(sj * nr * kb);
+                        for si in si0..si1 {
+                            let rows = mr.min(m - si * mr);
+                            let moffs = &t.mc[si * mr..si * mr + rows];
+                            let rs = if rows == mr { step_of(moffs) } else { None };
+                            let apanel = ap.0.add(si * mr * kb);
+                            match (rs, cs) {
+                                (Some(rs), Some(cs)) => {
+                                    uk(kb as i64, apanel, bpanel, c.0.offset(moffs[0] + noffs[0]), rs as i64, cs as i64, alpha)
+                                }
+                                _ => {
+                                    let tp = tile.as_mut_ptr();
+                                    for x in tile.iter_mut().take(mr * nr) {
+                                        *x = T::zero();
+                                    }
+                                    uk(kb as i64, apanel, bpanel, tp, 1, mr as i64, alpha);
+                                    for (j, &no) in noffs.iter().enumerate() {
+                                        for (i, &mo) in moffs.iter().enumerate() {
+                                            *c.0.offset(mo + no) += tile[j * mr + i];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                });
+                pc += p.kc;
+            }
+            jc += p.nc;
+        }
+    });
 }
 
 struct Params {

@@ -1122,6 +1122,21 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let b = &self.b;
         b.position_at_end(entry);
         let fma = Intrinsic::find("llvm.fma").and_then(|i| i.get_declaration(self.module, &[vt.into()])).ok_or_else(|| err("llvm.fma"))?;
+        // Prefetch the C tile (for writing) while the k loop runs: one line per
+        // 64 bytes of each column.
+        let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
+        let i32t = self.ctx.i32_type();
+        let prefetch = self.declare("llvm.prefetch.p0i8", None, &[i8p.into(), i32t.into(), i32t.into(), i32t.into()]);
+        let col_bytes = mr * elem.size_bytes();
+        for j in 0..nr {
+            let col = b.build_int_mul(cs, i64t.const_int(j as u64, false), "pcol")?;
+            for off in (0..col_bytes).step_by(64) {
+                let o = b.build_int_add(col, i64t.const_int((off / elem.size_bytes()) as u64, false), "po")?;
+                let ptr = unsafe { b.build_gep(cp, &[o], "pp")? };
+                let ptr = b.build_pointer_cast(ptr, i8p, "pp8")?;
+                b.build_call(prefetch, &[ptr.into(), i32t.const_int(1, false).into(), i32t.const_int(3, false).into(), i32t.const_int(1, false).into()], "")?;
+            }
+        }
         let has_k = b.build_int_compare(IntPredicate::SGT, kc, i64t.const_zero(), "hask")?;
         b.build_conditional_branch(has_k, lp, done)?;
         b.position_at_end(lp);
