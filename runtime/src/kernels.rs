@@ -50,8 +50,10 @@ pub struct GettParams {
 }
 
 /// The micro-kernel: `C[i*rs_c + j*cs_c] += alpha * Σ_p Ap[p*mr + i] * Bp[p*nr + j]`
-/// for the full `mr × nr` tile.
-pub type Ukernel<T> = unsafe extern "C" fn(kc: i64, a: *const T, b: *const T, c: *mut T, rs_c: i64, cs_c: i64, alpha: T);
+/// for `i < mrows`, `j < ncols` (a partial tile needs `rs_c == 1`; the full
+/// `mr × nr` tile any strides).
+pub type Ukernel<T> =
+    unsafe extern "C" fn(kc: i64, a: *const T, b: *const T, c: *mut T, rs_c: i64, cs_c: i64, alpha: T, mrows: i64, ncols: i64);
 
 // ---------------------------------------------------------------------------------
 // Thread pool
@@ -401,23 +403,31 @@ unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T,
                     for sj in sj0..sj1 {
                         let cols = nr.min(nb - sj * nr);
                         let noffs = &t.nc[jc + sj * nr..jc + sj * nr + cols];
-                        let cs = if cols == nr { step_of(noffs) } else { None };
+                        let cs = step_of(noffs).map(|s| if cols == 1 { 1 } else { s });
                         let bpanel = bp.0.add(sj * nr * kb);
                         for si in si0..si1 {
                             let rows = mr.min(m - si * mr);
                             let moffs = &t.mc[si * mr..si * mr + rows];
-                            let rs = if rows == mr { step_of(moffs) } else { None };
+                            let rs = step_of(moffs).map(|s| if rows == 1 { 1 } else { s });
                             let apanel = ap.0.add(si * mr * kb);
                             match (rs, cs) {
-                                (Some(rs), Some(cs)) => {
-                                    uk(kb as i64, apanel, bpanel, c.0.offset(moffs[0] + noffs[0]), rs as i64, cs as i64, alpha)
-                                }
+                                (Some(rs), Some(cs)) if (rows == mr && cols == nr) || rs == 1 => uk(
+                                    kb as i64,
+                                    apanel,
+                                    bpanel,
+                                    c.0.offset(moffs[0] + noffs[0]),
+                                    rs as i64,
+                                    cs as i64,
+                                    alpha,
+                                    rows as i64,
+                                    cols as i64,
+                                ),
                                 _ => {
                                     let tp = tile.as_mut_ptr();
                                     for x in tile.iter_mut().take(mr * nr) {
                                         *x = T::zero();
                                     }
-                                    uk(kb as i64, apanel, bpanel, tp, 1, mr as i64, alpha);
+                                    uk(kb as i64, apanel, bpanel, tp, 1, mr as i64, alpha, mr as i64, nr as i64);
                                     for (j, &no) in noffs.iter().enumerate() {
                                         for (i, &mo) in moffs.iter().enumerate() {
                                             *c.0.offset(mo + no) += tile[j * mr + i];
@@ -528,23 +538,31 @@ unsafe fn block<T: Elem>(
                     while jr < nb {
                         let cols = nr.min(nb - jr);
                         let noffs = &t.nc[jc + jr..jc + jr + cols];
-                        let cs = if cols == nr { step_of(noffs) } else { None };
+                        let cs = step_of(noffs).map(|s| if cols == 1 { 1 } else { s });
                         let mut ir = 0;
                         while ir < mb {
                             let rows = mr.min(mb - ir);
                             let moffs = &t.mc[ic + ir..ic + ir + rows];
-                            let rs = if rows == mr { step_of(moffs) } else { None };
+                            let rs = step_of(moffs).map(|s| if rows == 1 { 1 } else { s });
                             let apanel = ap.add(ir * kb);
                             let bpanel = bp.add(jr * kb);
                             match (rs, cs) {
-                                (Some(rs), Some(cs)) => {
-                                    uk(kb as i64, apanel, bpanel, c.offset(moffs[0] + noffs[0]), rs as i64, cs as i64, alpha)
-                                }
+                                (Some(rs), Some(cs)) if (rows == mr && cols == nr) || rs == 1 => uk(
+                                    kb as i64,
+                                    apanel,
+                                    bpanel,
+                                    c.offset(moffs[0] + noffs[0]),
+                                    rs as i64,
+                                    cs as i64,
+                                    alpha,
+                                    rows as i64,
+                                    cols as i64,
+                                ),
                                 _ => {
                                     for x in 0..tile_len {
                                         *tile.add(x) = T::zero();
                                     }
-                                    uk(kb as i64, apanel, bpanel, tile, 1, mr as i64, alpha);
+                                    uk(kb as i64, apanel, bpanel, tile, 1, mr as i64, alpha, mr as i64, nr as i64);
                                     for (j, &no) in noffs.iter().enumerate() {
                                         for (i, &mo) in moffs.iter().enumerate() {
                                             *c.offset(mo + no) += *tile.add(j * mr + i);
@@ -608,9 +626,9 @@ mod tests {
     use super::*;
 
     /// A portable 4×3 micro-kernel for the tests.
-    unsafe extern "C" fn uk43(kc: i64, a: *const f64, b: *const f64, c: *mut f64, rs: i64, cs: i64, alpha: f64) {
-        for i in 0..4 {
-            for j in 0..3 {
+    unsafe extern "C" fn uk43(kc: i64, a: *const f64, b: *const f64, c: *mut f64, rs: i64, cs: i64, alpha: f64, mrows: i64, ncols: i64) {
+        for i in 0..mrows as usize {
+            for j in 0..ncols as usize {
                 let mut s = 0.0;
                 for p in 0..kc as usize {
                     s += *a.add(p * 4 + i) * *b.add(p * 3 + j);

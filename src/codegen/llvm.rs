@@ -1093,7 +1093,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let i64t = self.ctx.i64_type();
         let tp = ft.ptr_type(AddressSpace::default());
         let vp = vt.ptr_type(AddressSpace::default());
-        let fty = self.ctx.void_type().fn_type(&[i64t.into(), tp.into(), tp.into(), tp.into(), i64t.into(), i64t.into(), ft.into()], false);
+        let fty = self.ctx.void_type().fn_type(&[i64t.into(), tp.into(), tp.into(), tp.into(), i64t.into(), i64t.into(), ft.into(), i64t.into(), i64t.into()], false);
         let name = format!("tcc_uk_{}_{}x{}", elem.name(), mr, nr);
         let f = self.module.add_function(&name, fty, Some(Linkage::Internal));
         self.set_target_attrs(f);
@@ -1107,6 +1107,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         }
         let saved = self.b.get_insert_block();
         let p = |k: u32| f.get_nth_param(k).expect("param");
+        let (mrows, ncols) = (p(7).into_int_value(), p(8).into_int_value());
         let (kc, ap, bp, cp, rs, cs, alpha) = (
             p(0).into_int_value(),
             p(1).into_pointer_value(),
@@ -1201,7 +1202,49 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let vec_bb = self.ctx.append_basic_block(f, "store.vec");
         let sc_bb = self.ctx.append_basic_block(f, "store.scalar");
         let ret_bb = self.ctx.append_basic_block(f, "ret");
-        b.build_conditional_branch(unit_rs, vec_bb, sc_bb)?;
+        let check_bb = self.ctx.append_basic_block(f, "store.check");
+        let mask_bb = self.ctx.append_basic_block(f, "store.masked");
+        b.build_conditional_branch(unit_rs, check_bb, sc_bb)?;
+        b.position_at_end(check_bb);
+        let full_m = b.build_int_compare(IntPredicate::EQ, mrows, i64t.const_int(mr as u64, false), "fullm")?;
+        let full_n = b.build_int_compare(IntPredicate::EQ, ncols, i64t.const_int(nr as u64, false), "fulln")?;
+        let full = b.build_and(full_m, full_n, "full")?;
+        b.build_conditional_branch(full, vec_bb, mask_bb)?;
+        // A partial tile (rows < MR or columns < NR, unit row stride): masked
+        // loads and stores touch only the tile's elements.
+        b.position_at_end(mask_bb);
+        {
+            let mload = Intrinsic::find("llvm.masked.load")
+                .and_then(|i| i.get_declaration(self.module, &[vt.into(), vp.into()]))
+                .ok_or_else(|| err("llvm.masked.load"))?;
+            let mstore = Intrinsic::find("llvm.masked.store")
+                .and_then(|i| i.get_declaration(self.module, &[vt.into(), vp.into()]))
+                .ok_or_else(|| err("llvm.masked.store"))?;
+            let iv = i64t.vec_type(lanes as u32);
+            let iota = inkwell::types::VectorType::const_vector(&(0..lanes).map(|l| i64t.const_int(l as u64, false)).collect::<Vec<_>>());
+            let iundef = iv.get_undef();
+            let align = i32t.const_int(elem.size_bytes() as u64, false);
+            for j in 0..nr {
+                let col = b.build_int_mul(cs, i64t.const_int(j as u64, false), "col")?;
+                let jok = b.build_int_compare(IntPredicate::SLT, i64t.const_int(j as u64, false), ncols, "jok")?;
+                for v in 0..nv {
+                    let left = b.build_int_sub(mrows, i64t.const_int((v * lanes) as u64, false), "left")?;
+                    let lins = b.build_insert_element(iundef, left, i32t.const_zero(), "li")?;
+                    let lsplat = b.build_shuffle_vector(lins, iundef, mask, "ls")?;
+                    let lanes_ok = b.build_int_compare(IntPredicate::SLT, iota, lsplat, "lok")?;
+                    let jins = b.build_insert_element(self.ctx.bool_type().vec_type(lanes as u32).get_undef(), jok, i32t.const_zero(), "ji")?;
+                    let jsplat = b.build_shuffle_vector(jins, self.ctx.bool_type().vec_type(lanes as u32).get_undef(), mask, "js")?;
+                    let m = b.build_and(lanes_ok, jsplat, "m")?;
+                    let off = b.build_int_add(col, i64t.const_int((v * lanes) as u64, false), "co")?;
+                    let ptr = unsafe { b.build_gep(cp, &[off], "cp")? };
+                    let ptr = b.build_pointer_cast(ptr, vp, "cpv")?;
+                    let old = b.build_call(mload, &[ptr.into(), align.into(), m.into(), vt.const_zero().into()], "c")?.try_as_basic_value().left().expect("vec");
+                    let r = b.build_call(fma, &[fin[j * nv + v].into(), alpha_v.into(), old.into()], "cn")?.try_as_basic_value().left().expect("vec");
+                    b.build_call(mstore, &[r.into(), ptr.into(), align.into(), m.into()], "")?;
+                }
+            }
+            b.build_unconditional_branch(ret_bb)?;
+        }
         b.position_at_end(vec_bb);
         for j in 0..nr {
             let col = b.build_int_mul(cs, i64t.const_int(j as u64, false), "col")?;
