@@ -4,6 +4,7 @@
 //! (AST) → [`sema`] (checked HIR) → [`interp`] (the reference interpreter, the
 //! oracle every later pass is tested against).
 
+pub mod codegen;
 pub mod diag;
 pub mod exec;
 pub mod syntax;

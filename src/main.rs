@@ -40,6 +40,8 @@ enum Emit {
     Opt,
     /// The fused loop nests with the size of every buffer.
     Lir,
+    /// The optimized LLVM IR of the CPU back end.
+    Llvm,
 }
 
 /// Parses `2GiB`, `512MB`, `64k`, `100000` into bytes.
@@ -108,6 +110,25 @@ enum Command {
         /// nest of least memory.
         #[arg(long, value_name = "SIZE", value_parser = parse_size)]
         mem_limit: Option<u64>,
+        /// Only this program or model.
+        #[arg(long, value_name = "NAME")]
+        program: Option<String>,
+        /// LLVM CPU to generate code for (--emit=llvm); default: this machine's.
+        #[arg(long, value_name = "CPU")]
+        target_cpu: Option<String>,
+    },
+    /// Compile to a shared library with a C header and a Fortran module.
+    ///
+    /// `tcc build FILE -o libNAME.so` writes libNAME.so, NAME.h and NAME.f90 (module
+    /// `NAME`) side by side: one C function `tcc_PROGRAM` per program or model.
+    Build {
+        file: PathBuf,
+        /// The shared library to write (e.g. libfoo.so).
+        #[arg(short = 'o', long = "output", value_name = "LIB")]
+        output: PathBuf,
+        /// LLVM CPU to generate code for; default: this machine's (`native`).
+        #[arg(long, value_name = "CPU")]
+        target_cpu: Option<String>,
         /// Only this program or model.
         #[arg(long, value_name = "NAME")]
         program: Option<String>,
@@ -195,10 +216,19 @@ enum Command {
     /// Run a program and print each output's shape, norm and checksum.
     Run {
         file: PathBuf,
-        /// Use the reference interpreter (f64, plain loops). Required for now:
-        /// compiled execution arrives with the CPU back end.
+        /// Use the reference interpreter (f64, plain loops) instead of compiling
+        /// with the CPU back end (JIT).
         #[arg(long)]
         interp: bool,
+        /// Compiled runs: also run the interpreter and compare the outputs.
+        #[arg(long, conflicts_with = "interp")]
+        check: bool,
+        /// Compiled runs: LLVM CPU to generate code for (default: this machine's).
+        #[arg(long, value_name = "CPU", conflicts_with = "interp")]
+        target_cpu: Option<String>,
+        /// Compiled runs: run N times and report the fastest.
+        #[arg(long, value_name = "N", default_value_t = 1, conflicts_with = "interp")]
+        repeat: usize,
         /// Seed for the random fill of inputs not given with --input.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -392,7 +422,21 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Outcome::Ok
             }
         }
-        Command::Opt { file, emit, json, mem_limit, program } => {
+        Command::Build { file, output, target_cpu, program } => {
+            let hir = match front_end(ctx, &file) {
+                Ok(h) => h,
+                Err(o) => return o,
+            };
+            let opts = tcc::codegen::llvm::Options { target_cpu, c_abi: true, mem_limit: None, gemm_min: None, parallel_min: None };
+            match tcc::codegen::cabi::build_library(&hir, &file_stem(&file), program.as_deref(), &opts, &output) {
+                Ok(report) => {
+                    eprint!("{report}");
+                    Outcome::Ok
+                }
+                Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
+            }
+        }
+        Command::Opt { file, emit, json, mem_limit, program, target_cpu } => {
             let hir = match front_end(ctx, &file) {
                 Ok(h) => h,
                 Err(o) => return o,
@@ -411,6 +455,16 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                     }
                 },
             };
+            if emit == Emit::Llvm {
+                let opts = tcc::codegen::llvm::Options { target_cpu, c_abi: false, mem_limit, gemm_min: None, parallel_min: None };
+                return match tcc::codegen::llvm::emit_llvm(&hir, &units, &opts) {
+                    Ok(ir) => {
+                        print!("{ir}");
+                        Outcome::Ok
+                    }
+                    Err(e) => ctx.fail("E0712", &e.0, None),
+                };
+            }
             print!("{}", opt_command(&hir, &units, emit, json, mem_limit));
             Outcome::Ok
         }
@@ -445,15 +499,8 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
             }
         }
-        Command::Run { file, interp, seed, inputs, output_dir, save_inputs, program, ranks, backend, schedule, stats, tuning, no_opt, plan, network, mem_per_rank } => {
+        Command::Run { file, interp, check, target_cpu, repeat, seed, inputs, output_dir, save_inputs, program, ranks, backend, schedule, stats, tuning, no_opt, plan, network, mem_per_rank } => {
             let distributed = ranks.is_some() || backend.is_some() || plan;
-            if !interp && !distributed {
-                return ctx.fail(
-                    "E0013",
-                    "compiled execution is not available yet",
-                    Some("run with `--interp` to use the reference interpreter"),
-                );
-            }
             let mut parsed_inputs = Vec::new();
             for spec in &inputs {
                 match spec.split_once('=') {
@@ -498,8 +545,11 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 } else {
                     tcc::exec::run_threads(&hir, &opts, &d, &mut lock)
                 }
-            } else {
+            } else if interp {
                 tcc::run::run_interp(&hir, &opts, &mut lock)
+            } else {
+                let c = tcc::codegen::CompiledRun { codegen: tcc::codegen::llvm::Options { target_cpu, c_abi: false, mem_limit: None, gemm_min: None, parallel_min: None }, check, repeat };
+                tcc::codegen::run_compiled(&hir, &opts, &c, &mut lock)
             };
             match result {
                 Ok(()) => Outcome::Ok,
@@ -544,6 +594,7 @@ fn opt_command(hir: &tcc::sema::hir::Hir, units: &[usize], emit: Emit, json: boo
         }
         Emit::Tir => tcc::tir::lower(hir).to_string(),
         Emit::Lir => nests.iter().map(|n| n.dump(&opt)).collect(),
+        Emit::Llvm => unreachable!("handled by the caller"),
         Emit::Report => {
             let stmts: Vec<&tcc::tir::StmtReport> = report.stmts.iter().filter(|s| selected(&s.unit)).collect();
             let fused: Vec<serde_json::Value> = nests

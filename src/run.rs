@@ -52,7 +52,7 @@ pub struct RunError {
     pub hint: Option<String>,
 }
 
-fn fail(code: &'static str, message: impl Into<String>, hint: Option<String>) -> RunError {
+pub fn fail(code: &'static str, message: impl Into<String>, hint: Option<String>) -> RunError {
     RunError { code, message: message.into(), hint }
 }
 
@@ -154,7 +154,10 @@ pub fn interp_error(e: InterpError) -> RunError {
 /// Runs the units of a checked file with the reference interpreter and writes the
 /// report to `out`.
 pub fn run_interp(hir: &Hir, opts: &RunOptions, out: &mut dyn Write) -> Result<(), RunError> {
-    run_report(hir, opts, out, &mut |u, inputs| interp::run_unit(hir, u, inputs).map_err(interp_error))
+    run_report(hir, opts, out, &mut |u, inputs| {
+        let outputs = interp::run_unit(hir, u, inputs).map_err(interp_error)?;
+        Ok((outputs, Vec::new()))
+    })
 }
 
 /// Checks what `tcc run` would refuse before running anything (unknown program,
@@ -170,12 +173,16 @@ pub fn check_options(hir: &Hir, opts: &RunOptions) -> Result<(), RunError> {
     Ok(())
 }
 
-/// How a unit is executed: its outputs from its inputs.
-pub type UnitExec<'a> = dyn FnMut(UnitId, &HashMap<TensorId, Dense>) -> Result<HashMap<TensorId, Dense>, RunError> + 'a;
+/// What an executor returns for one unit: every output written, and extra report
+/// lines (timing, checks) printed after the outputs, indented by the caller.
+pub type UnitResult = (HashMap<TensorId, Dense>, Vec<String>);
 
-/// The report of `tcc run` with units executed by `exec` (the interpreter, or a
-/// distributed run): the same lines whatever executes them, so reports compare line
-/// by line.
+/// How a unit is executed: its outputs (and extra report lines) from its inputs.
+pub type UnitExec<'a> = dyn FnMut(UnitId, &HashMap<TensorId, Dense>) -> Result<UnitResult, RunError> + 'a;
+
+/// The report of `tcc run` with units executed by `exec` (the interpreter, compiled
+/// code, a distributed run): the same lines whatever executes them, so reports
+/// compare line by line.
 pub fn run_report(hir: &Hir, opts: &RunOptions, out: &mut dyn Write, exec: &mut UnitExec<'_>) -> Result<(), RunError> {
     let units = select_units(hir, opts)?;
     let loaded = load_inputs(hir, &units, opts)?;
@@ -198,7 +205,7 @@ pub fn run_report(hir: &Hir, opts: &RunOptions, out: &mut dyn Write, exec: &mut 
             };
             inputs.insert(t, v);
         }
-        let mut outputs = exec(u, &inputs)?;
+        let (mut outputs, extra) = exec(u, &inputs)?;
 
         let kind = match unit.kind {
             UnitKind::Program => "program",
@@ -239,6 +246,10 @@ pub fn run_report(hir: &Hir, opts: &RunOptions, out: &mut dyn Write, exec: &mut 
                     eprintln!("warning[W0701]: output `{name}` of {kind} `{}` does not have its declared symmetry: {v}", unit.name);
                 }
             }
+        }
+
+        for line in &extra {
+            writeln!(out, "  {line}").map_err(report_err)?;
         }
 
         if let Some(dir) = dir {

@@ -101,7 +101,8 @@ fn json_diagnostics_are_one_object_per_line() {
 fn usage_errors_and_missing_files_exit_1() {
     tcc().arg("frobnicate").assert().code(1);
     tcc().args(["check", "/nonexistent/file.tc"]).assert().code(1).stderr(predicate::str::contains("cannot read"));
-    tcc().args(["run", "examples/matmul.tc"]).assert().code(1).stderr(predicate::str::contains("--interp"));
+    tcc().args(["run", "--interp", "--check", "examples/matmul.tc"]).assert().code(1);
+    tcc().args(["build", "examples/matmul.tc"]).assert().code(1).stderr(predicate::str::contains("--output"));
     tcc().args(["run", "--interp", "--input", "nonsense", "examples/matmul.tc"]).assert().code(1);
     tcc().arg("--help").assert().success().stdout(predicate::str::contains("check"));
 }
@@ -191,4 +192,25 @@ fn the_readme_language_summary_checks_and_runs() {
     let f = write(dir.path(), "readme.tc", &block[open..close]);
     tcc().args(["check", "--color", "never"]).arg(&f).assert().success().stderr(predicate::str::contains("ok ("));
     tcc().args(["run", "--interp"]).arg(&f).assert().success().stdout(predicate::str::contains("model mlp"));
+}
+
+#[test]
+fn compiled_run_reports_time_and_checks_against_the_interpreter() {
+    let out = tcc().args(["run", "--check", "--seed", "3", "examples/matmul.tc"]).assert().success().get_output().stdout.clone();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.starts_with("program matmul (1 statement)\n  C  f64[5, 4]  norm2 = "), "{text}");
+    assert!(text.contains("GFLOP/s"), "{text}");
+    assert!(text.contains("check: matches the interpreter"), "{text}");
+    // The same numbers as the interpreter (to the printed digits, for this tiny case).
+    let interp = tcc().args(["run", "--interp", "--seed", "3", "examples/matmul.tc"]).output().unwrap().stdout;
+    let interp = String::from_utf8(interp).unwrap();
+    assert_eq!(text.lines().nth(1), interp.lines().nth(1));
+}
+
+#[test]
+fn emit_llvm_prints_the_module() {
+    let out = tcc().args(["opt", "--emit=llvm", "examples/matmul.tc"]).assert().success().get_output().stdout.clone();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("define") && text.contains("tcc_matmul__body"), "{text}");
+    tcc().args(["opt", "--emit=llvm", "--target-cpu", "no-such-cpu-at-all", "examples/matmul.tc"]).assert();
 }

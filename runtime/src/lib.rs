@@ -19,6 +19,8 @@ pub mod dist;
 pub mod task;
 pub mod tune;
 
+pub mod kernels;
+
 /// The runtime's version, as recorded by Cargo.
 pub fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")

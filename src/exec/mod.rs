@@ -53,7 +53,9 @@ fn rank_body(hir: &Hir, exec_hir: &Hir, ropts: &RunOptions, dopts: &DistOptions,
     let mut tstats = TaskStats::default();
     let mut buf: Vec<u8> = Vec::new();
     let r = {
-        let mut exec = |u: UnitId, inputs: &HashMap<TensorId, Dense>| distributed::run_unit(exec_hir, u, inputs, comm, &eopts, &mut tstats);
+        let mut exec = |u: UnitId, inputs: &HashMap<TensorId, Dense>| {
+            distributed::run_unit(exec_hir, u, inputs, comm, &eopts, &mut tstats).map(|outs| (outs, Vec::new()))
+        };
         run_report(hir, &ropts, &mut buf, &mut exec)
     };
     if r.is_err() {

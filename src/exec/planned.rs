@@ -759,7 +759,7 @@ fn rank_body(hir: &Hir, opt: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, c
             let run = execute_plan(opt, u, &plan, &by_name, comm)?;
             let outs = run.outputs.iter().filter_map(|(t, v)| hir.tensors.iter().position(|x| x.name == opt.tensors[*t].name).map(|k| (k, v.clone()))).collect();
             runs.push(run);
-            Ok(outs)
+            Ok((outs, Vec::new()))
         };
         run_report(hir, &ropts, &mut buf, &mut exec)
     };

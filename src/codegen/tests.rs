@@ -1,0 +1,218 @@
+//! The CPU back end against the reference interpreter: the examples, GEMM-shaped
+//! contractions through the GETT kernel, and random programs (proptest).
+
+use super::compare_outputs;
+use super::llvm::{jit_run, Options};
+use crate::interp::{random_inputs, run_unit};
+use crate::sema::hir::{ElemType, Expr, Factor, Func, Hir, IndexId, Role, TensorId};
+use crate::tir::testutil::Builder;
+use proptest::prelude::*;
+
+fn check_unit(hir: &Hir, u: usize, seed: u64, opts: &Options) -> Result<(), String> {
+    let inputs = random_inputs(hir, u, seed).map_err(|e| e.to_string())?;
+    let want = run_unit(hir, u, &inputs).map_err(|e| e.to_string())?;
+    let got = jit_run(hir, u, &inputs, opts, 1).map_err(|e| e.0)?;
+    compare_outputs(hir, u, &got.outputs, &want).map(|_| ())
+}
+
+#[test]
+fn every_example_compiles_and_matches_the_interpreter() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_none_or(|x| x != "tc") {
+            continue;
+        }
+        let src = std::fs::read_to_string(&path).unwrap();
+        let (hir, diags) = crate::compile(&src, "ex");
+        let hir = hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()));
+        for u in 0..hir.units.len() {
+            for opts in [Options::default(), Options { gemm_min: Some(1.0), parallel_min: Some(1.0), ..Options::default() }] {
+                check_unit(&hir, u, 3, &opts).unwrap_or_else(|e| panic!("{} unit {u}: {e}", path.display()));
+            }
+            n += 1;
+        }
+    }
+    assert!(n >= 7);
+}
+
+fn einsum(spec: &str, sizes: &[(char, usize)], elem: ElemType) -> Hir {
+    let mut h = Builder::einsum(spec, sizes);
+    for t in &mut h.tensors {
+        t.elem = elem;
+    }
+    h
+}
+
+#[test]
+fn gemm_shaped_contractions_use_the_kernel_and_match() {
+    let cases: &[(&str, &[(char, usize)])] = &[
+        ("ik,kj->ij", &[('i', 67), ('j', 45), ('k', 33)]),
+        ("ki,jk->ji", &[('i', 40), ('j', 29), ('k', 50)]),
+        ("abk,kc->acb", &[('a', 9), ('b', 7), ('c', 31), ('k', 24)]),
+        ("bik,bkj->bij", &[('b', 3), ('i', 35), ('j', 21), ('k', 40)]),
+        ("pqrs,ap->aqrs", &[('p', 13), ('q', 11), ('r', 5), ('s', 7), ('a', 17)]),
+        ("abij,ijcd->abcd", &[('a', 6), ('b', 9), ('i', 5), ('j', 8), ('c', 7), ('d', 10)]),
+        ("ii,ij->j", &[('i', 40), ('j', 50)]),
+    ];
+    for (spec, sizes) in cases {
+        for elem in [ElemType::F64, ElemType::F32] {
+            let hir = einsum(spec, sizes, elem);
+            for opts in [Options::default(), Options { gemm_min: Some(1.0), ..Options::default() }] {
+                check_unit(&hir, 0, 1, &opts).unwrap_or_else(|e| panic!("{spec} {elem:?}: {e}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn emitted_ir_holds_the_vector_micro_kernel() {
+    let hir = einsum("ik,kj->ij", &[('i', 64), ('j', 64), ('k', 64)], ElemType::F64);
+    let ir = super::llvm::emit_llvm(&hir, &[0], &Options { target_cpu: Some("skylake-avx512".into()), ..Options::default() }).unwrap();
+    assert!(ir.contains("tcc_uk_f64_16x12"), "{ir}");
+    assert!(ir.contains("<8 x double>"), "{ir}");
+    assert!(ir.contains("tcc_rt_gett_f64"), "{ir}");
+    let ir = super::llvm::emit_llvm(&hir, &[0], &Options { target_cpu: Some("x86-64".into()), ..Options::default() }).unwrap();
+    assert!(ir.contains("tcc_uk_f64_4x4"), "{ir}");
+}
+
+/// A random program: 1–3 statements over 3–5 indices of sizes 1–6 (or 5–13 in
+/// "gemm" programs), outputs and temporaries, `=`/`+=`, 1–2 terms of 0–3
+/// factors with diagonals, calls, parenthesised sums, self-reads, f32 or mixed
+/// element types.
+fn random_program(seed: u64) -> Hir {
+    let mut st = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xABCD_EF01;
+    let mut rnd = move |k: usize| -> usize {
+        st ^= st << 13;
+        st ^= st >> 7;
+        st ^= st << 17;
+        (st % k.max(1) as u64) as usize
+    };
+    let gemm = rnd(3) == 0;
+    let nl = 3 + rnd(3);
+    let letters: Vec<char> = "abcde".chars().take(nl).collect();
+    let sizes: Vec<(char, usize)> = letters.iter().map(|&c| (c, if gemm { 5 + rnd(9) } else { 1 + rnd(6) })).collect();
+    let mut b = Builder::new(&sizes);
+    let elems = match rnd(6) {
+        0 => [ElemType::F32, ElemType::F32],
+        1 => [ElemType::F32, ElemType::F64],
+        _ => [ElemType::F64, ElemType::F64],
+    };
+    let rnd_elem = |r: usize| elems[r % 2];
+    let pick_idx = |rnd: &mut dyn FnMut(usize) -> usize, max: usize| -> String {
+        let n = rnd(max + 1);
+        (0..n).map(|_| letters[rnd(nl)]).collect()
+    };
+    // (tensor, its index letters as declared) of everything readable so far
+    let mut readable: Vec<(TensorId, String)> = Vec::new();
+    let mut next_input = 0;
+    let mut next_sum = 0;
+    let nstmts = 1 + rnd(3);
+    for s in 0..nstmts {
+        // distinct lhs letters
+        let mut lhs = String::new();
+        for &c in &letters {
+            if rnd(2) == 0 && lhs.len() < 3 {
+                lhs.push(c);
+            }
+        }
+        let role = if s + 1 < nstmts && rnd(2) == 0 { Role::Temporary } else { Role::Output };
+        let e = rnd_elem(rnd(2));
+        let target = match readable.iter().find(|(t, d)| *d == lhs && b.hir.tensors[*t].role == role && rnd(2) == 0) {
+            Some((t, _)) => *t,
+            None => {
+                let t = b.tensor(&format!("{}{s}", if role == Role::Output { "O" } else { "X" }), role, &lhs, &[]);
+                b.hir.tensors[t].elem = e;
+                t
+            }
+        };
+        let mut factor = |b: &mut Builder, rnd: &mut dyn FnMut(usize) -> usize, readable: &Vec<(TensorId, String)>| -> (Factor, String) {
+            if !readable.is_empty() && rnd(3) == 0 {
+                let (t, d) = &readable[rnd(readable.len())];
+                // same ranges: reuse the declared letters, maybe permuted by a swap
+                let mut idx: Vec<char> = d.chars().collect();
+                if idx.len() >= 2 && rnd(2) == 0 && sizes.iter().find(|x| x.0 == idx[0]).unwrap().1 == sizes.iter().find(|x| x.0 == idx[1]).unwrap().1 {
+                    idx.swap(0, 1);
+                }
+                let s: String = idx.into_iter().collect();
+                return (b.r(*t, &s), s);
+            }
+            let s = pick_idx(rnd, 3);
+            let t = b.tensor(&format!("A{next_input}"), Role::Input, &s, &[]);
+            next_input += 1;
+            b.hir.tensors[t].elem = elems[rnd(2)];
+            (b.r(t, &s), s)
+        };
+        let nterms = 1 + rnd(2);
+        let mut terms = Vec::new();
+        for _ in 0..nterms {
+            let nf = rnd(4);
+            let mut fs: Vec<(Factor, String)> = (0..nf).map(|_| factor(&mut b, &mut rnd, &readable)).collect();
+            // a call or a sum around the first one or two factors
+            if nf >= 1 && rnd(3) == 0 {
+                let take = if nf >= 2 && rnd(2) == 0 { 2 } else { 1 };
+                let inner: Vec<(Factor, String)> = fs.drain(..take).collect();
+                let inner_letters: String = inner.iter().map(|x| x.1.clone()).collect();
+                let outside: String = fs.iter().map(|x| x.1.clone()).collect::<String>() + &lhs;
+                let mut free: Vec<IndexId> = Vec::new();
+                let mut free_s = String::new();
+                for c in inner_letters.chars() {
+                    let i = b.idx(&c.to_string())[0];
+                    if outside.contains(c) && !free.contains(&i) {
+                        free.push(i);
+                        free_s.push(c);
+                    }
+                }
+                let mut iterms = vec![b.term(if rnd(2) == 0 { 1.0 } else { -0.5 }, inner.into_iter().map(|x| x.0).collect())];
+                let arg_is_sum = rnd(2) == 0;
+                if arg_is_sum && !free_s.is_empty() {
+                    let (f2, _) = {
+                        next_sum += 1;
+                        let t = b.tensor(&format!("S{next_sum}"), Role::Input, &free_s, &[]);
+                        (b.r(t, &free_s), free_s.clone())
+                    };
+                    iterms.push(b.term(0.75, vec![f2]));
+                }
+                let arg = Box::new(Expr { terms: iterms, span: 0..0 });
+                let f = if rnd(2) == 0 {
+                    Factor::Sum { arg, free, span: 0..0 }
+                } else {
+                    let funcs = [Func::Tanh, Func::Relu, Func::Exp, Func::Abs, Func::Sigmoid, Func::Gelu, Func::Silu];
+                    Factor::Call { func: funcs[rnd(funcs.len())], arg, free, span: 0..0 }
+                };
+                fs.insert(0, (f, free_s));
+            }
+            // sometimes read the target itself (the old value)
+            if readable.iter().any(|(t, _)| *t == target) && rnd(4) == 0 {
+                fs.push((b.r(target, &lhs), lhs.clone()));
+            }
+            let coef = (rnd(7) as f64 - 3.0) * 0.5 + 0.25;
+            terms.push(b.term(coef, fs.into_iter().map(|x| x.0).collect()));
+        }
+        b.stmt(target, &lhs, rnd(3) == 0, terms);
+        if !readable.iter().any(|(t, _)| *t == target) {
+            readable.push((target, lhs.clone()));
+        }
+    }
+    // Temporaries must be written before read: only those written so far were
+    // readable. Outputs never written are impossible by construction.
+    b.hir
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn random_programs_jit_equal_the_interpreter(seed in any::<u64>()) {
+        let hir = random_program(seed);
+        let opts = match seed % 3 {
+            0 => Options::default(),
+            1 => Options { gemm_min: Some(1.0), ..Options::default() },
+            _ => Options { gemm_min: Some(1.0), parallel_min: Some(1.0), ..Options::default() },
+        };
+        if let Err(e) = check_unit(&hir, 0, seed, &opts) {
+            let stmts: Vec<String> = hir.units[0].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();
+            panic!("seed {seed}: {e}\n{}", stmts.join("\n"));
+        }
+    }
+}
