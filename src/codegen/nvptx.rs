@@ -161,6 +161,9 @@ pub struct Buf {
     pub elem: Elem,
     pub elements: u64,
     pub input: bool,
+    /// The tensor's shape (empty for scratch buffers).
+    #[serde(default)]
+    pub shape: Vec<usize>,
 }
 
 /// The host side of one unit: buffers (zeroed before each run, inputs excepted),
@@ -480,7 +483,7 @@ impl Planner<'_> {
     }
 
     fn scratch(&mut self, name: &str, elem: Elem, elements: u64) -> usize {
-        self.buffers.push(Buf { name: format!("_{name}{}", self.buffers.len()), tensor: None, elem, elements: elements.max(1), input: false });
+        self.buffers.push(Buf { name: format!("_{name}{}", self.buffers.len()), tensor: None, elem, elements: elements.max(1), input: false, shape: vec![] });
         self.buffers.len() - 1
     }
 
@@ -665,7 +668,7 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
             if tensor.role != Role::Temporary && b.stored.len() != tensor.dims.len() {
                 return Err(err(format!("internal: `{}` is sliced", tensor.name)));
             }
-            buffers.push(Buf { name: tensor.name.clone(), tensor: Some(t), elem: Elem::of(tensor.elem), elements: b.elements as u64, input: tensor.role.is_read_only() });
+            buffers.push(Buf { name: tensor.name.clone(), tensor: Some(t), elem: Elem::of(tensor.elem), elements: b.elements as u64, input: tensor.role.is_read_only(), shape: prepared.shape(t) });
             strides.insert(t, position_strides(&prepared, b));
         }
         let mut p = Planner { hir: &prepared, opts, kernels: &mut kernels, buffers, strides, bound: Vec::new() };
@@ -1160,7 +1163,7 @@ pub fn emulate(plan: &GpuPlan, unit: usize, inputs: &HashMap<TensorId, Dense>) -
     let mut out = HashMap::new();
     for &t in &up.args[up.n_inputs..] {
         let j = up.buf_of(t).ok_or_else(|| err("output without a buffer"))?;
-        out.insert(t, Dense::from_vec(Vec::new(), read_elems(&bufs[j], up.buffers[j].elem)));
+        out.insert(t, Dense::from_vec(up.buffers[j].shape.clone(), read_elems(&bufs[j], up.buffers[j].elem)));
     }
     Ok(out)
 }
