@@ -180,3 +180,19 @@ fn build_writes_ptx_and_plan() {
     assert!(!plan.units.is_empty());
     let _: HashMap<u8, u8> = HashMap::new();
 }
+
+/// The random programs the device run checks (bench/gpu/random), emulated here.
+#[test]
+fn random_programs_plans_match_the_interpreter_when_emulated() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/gpu/random");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "tc")).collect();
+    files.sort();
+    assert!(files.len() >= 100);
+    for (k, path) in files.iter().enumerate() {
+        let hir = compile(&std::fs::read_to_string(path).unwrap());
+        let opts = &all_options()[k % 3];
+        for u in 0..hir.units.len() {
+            check(&hir, u, opts).unwrap_or_else(|e| panic!("{} {opts:?}: {e}", path.display()));
+        }
+    }
+}
