@@ -26,7 +26,9 @@ pub fn build_ptx(hir: &Hir, program: Option<&str>, output: &Path) -> Result<Stri
             None => return Err(fail("E0702", format!("no program or model named `{name}`"), None)),
         },
     };
-    let (plan, ptx) = nvptx::ptx_for(hir, &units, &GpuOptions::default()).map_err(|e| fail("E0712", e.0, None))?;
+    // TCC_GPU_GEMM_MIN (tests): the m·n·k from which binary contractions go to cuBLAS.
+    let gemm_min = std::env::var("TCC_GPU_GEMM_MIN").ok().and_then(|v| v.parse().ok());
+    let (plan, ptx) = nvptx::ptx_for(hir, &units, &GpuOptions { gemm_min, ..GpuOptions::default() }).map_err(|e| fail("E0712", e.0, None))?;
     let write = |p: &Path, s: &str| std::fs::write(p, s).map_err(|e| fail("E0714", format!("cannot write `{}`: {e}", p.display()), None));
     write(output, &ptx)?;
     let pp = plan_path(output);
