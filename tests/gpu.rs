@@ -3,7 +3,6 @@
 //! interpreter, and `--target cuda` failing cleanly. Execution on a GPU runs where
 //! one exists (`bench/gpu/device_run.sh`); here it prints `skipped: no GPU`.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use tcc::codegen::compare_outputs;
 use tcc::codegen::nvptx::{emit_ptx, emulate, plan, GpuOptions, Step};
@@ -180,7 +179,6 @@ fn build_writes_ptx_and_plan() {
     assert!(text.contains(".entry"));
     let plan: tcc::codegen::nvptx::GpuPlan = serde_json::from_str(&std::fs::read_to_string(dir.path().join("four.plan.json")).unwrap()).unwrap();
     assert!(!plan.units.is_empty());
-    let _: HashMap<u8, u8> = HashMap::new();
 }
 
 /// The random programs the device run checks (bench/gpu/random), emulated here.

@@ -36,7 +36,7 @@ use inkwell::types::{BasicMetadataTypeEnum, FloatType};
 use inkwell::values::{BasicMetadataValueEnum, FloatValue, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 pub use super::llvm::CodegenError;
 
@@ -1268,6 +1268,3 @@ pub fn describe(plan: &GpuPlan) -> String {
     }
     s
 }
-
-#[allow(dead_code)]
-fn _unused(_: BTreeMap<u8, u8>) {}
