@@ -42,6 +42,17 @@ enum Emit {
     Lir,
     /// The optimized LLVM IR of the CPU back end.
     Llvm,
+    /// The PTX of the GPU back end (NVPTX through LLVM), after its launch plan.
+    Ptx,
+}
+
+/// What `build` and `run` generate code for.
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum TargetKind {
+    /// This machine's CPU (LLVM, JIT or shared library).
+    Cpu,
+    /// An NVIDIA GPU: PTX plus a launch plan, run through the CUDA driver (cudarc).
+    Cuda,
 }
 
 /// Parses `2GiB`, `512MB`, `64k`, `100000` into bytes.
@@ -132,6 +143,10 @@ enum Command {
         /// Only this program or model.
         #[arg(long, value_name = "NAME")]
         program: Option<String>,
+        /// `cuda`: write PTX (`-o NAME.ptx`) and its launch plan (`NAME.plan.json`),
+        /// the host side that `tcc-gpu` and `tcc run --target cuda` execute.
+        #[arg(long, value_enum, default_value_t = TargetKind::Cpu)]
+        target: TargetKind,
     },
     /// Plan distributed execution on P ranks: per contraction the processor grid,
     /// the mapping of its indices, the communication and its predicted cost,
@@ -276,6 +291,10 @@ enum Command {
         /// Memory per rank the plan must fit (with --plan), e.g. 2GiB.
         #[arg(long, requires = "plan", value_name = "SIZE", value_parser = parse_size)]
         mem_per_rank: Option<u64>,
+        /// Compiled runs: `cuda` runs on the GPU (exit 1 with `no CUDA device found`
+        /// when there is none).
+        #[arg(long, value_enum, default_value_t = TargetKind::Cpu, conflicts_with = "interp")]
+        target: TargetKind,
     },
     /// Run the language server on stdin/stdout (for editors; see book/src/editors.md).
     Lsp,
@@ -422,11 +441,20 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Outcome::Ok
             }
         }
-        Command::Build { file, output, target_cpu, program } => {
+        Command::Build { file, output, target_cpu, program, target } => {
             let hir = match front_end(ctx, &file) {
                 Ok(h) => h,
                 Err(o) => return o,
             };
+            if target == TargetKind::Cuda {
+                return match tcc::codegen::cuda_build::build_ptx(&hir, program.as_deref(), &output) {
+                    Ok(report) => {
+                        eprint!("{report}");
+                        Outcome::Ok
+                    }
+                    Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
+                };
+            }
             let opts = tcc::codegen::llvm::Options { target_cpu, c_abi: true, mem_limit: None, gemm_min: None, parallel_min: None };
             match tcc::codegen::cabi::build_library(&hir, &file_stem(&file), program.as_deref(), &opts, &output) {
                 Ok(report) => {
@@ -455,6 +483,15 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                     }
                 },
             };
+            if emit == Emit::Ptx {
+                return match tcc::codegen::nvptx::ptx_for(&hir, &units, &Default::default()) {
+                    Ok((_, ptx)) => {
+                        print!("{ptx}");
+                        Outcome::Ok
+                    }
+                    Err(e) => ctx.fail("E0712", &e.0, None),
+                };
+            }
             if emit == Emit::Llvm {
                 let opts = tcc::codegen::llvm::Options { target_cpu, c_abi: false, mem_limit, gemm_min: None, parallel_min: None };
                 return match tcc::codegen::llvm::emit_llvm(&hir, &units, &opts) {
@@ -499,8 +536,16 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
             }
         }
-        Command::Run { file, interp, check, target_cpu, repeat, seed, inputs, output_dir, save_inputs, program, ranks, backend, schedule, stats, tuning, no_opt, plan, network, mem_per_rank } => {
+        Command::Run { file, interp, check, target_cpu, repeat, seed, inputs, output_dir, save_inputs, program, ranks, backend, schedule, stats, tuning, no_opt, plan, network, mem_per_rank, target } => {
             let distributed = ranks.is_some() || backend.is_some() || plan;
+            if target == TargetKind::Cuda {
+                if distributed {
+                    return ctx.fail("E0731", "`--target cuda` runs on one GPU; it does not combine with --ranks, --backend or --plan", None);
+                }
+                if let Err(why) = tcc::codegen::cuda::device() {
+                    return ctx.fail("E0730", tcc::codegen::cuda::NO_DEVICE, Some(&why));
+                }
+            }
             let mut parsed_inputs = Vec::new();
             for spec in &inputs {
                 match spec.split_once('=') {
@@ -547,6 +592,9 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 }
             } else if interp {
                 tcc::run::run_interp(&hir, &opts, &mut lock)
+            } else if target == TargetKind::Cuda {
+                let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: Default::default() };
+                tcc::codegen::cuda::run_cuda(&hir, &opts, &c, &mut lock)
             } else {
                 let c = tcc::codegen::CompiledRun { codegen: tcc::codegen::llvm::Options { target_cpu, c_abi: false, mem_limit: None, gemm_min: None, parallel_min: None }, check, repeat };
                 tcc::codegen::run_compiled(&hir, &opts, &c, &mut lock)
@@ -594,7 +642,7 @@ fn opt_command(hir: &tcc::sema::hir::Hir, units: &[usize], emit: Emit, json: boo
         }
         Emit::Tir => tcc::tir::lower(hir).to_string(),
         Emit::Lir => nests.iter().map(|n| n.dump(&opt)).collect(),
-        Emit::Llvm => unreachable!("handled by the caller"),
+        Emit::Llvm | Emit::Ptx => unreachable!("handled by the caller"),
         Emit::Report => {
             let stmts: Vec<&tcc::tir::StmtReport> = report.stmts.iter().filter(|s| selected(&s.unit)).collect();
             let fused: Vec<serde_json::Value> = nests

@@ -5,6 +5,9 @@
 pub mod cabi;
 pub mod llvm;
 pub mod lower;
+pub mod nvptx;
+pub mod cuda;
+pub mod cuda_build;
 
 use crate::interp::{self, Dense};
 use crate::run::{fail, interp_error, run_report, RunError, RunOptions};

@@ -1,0 +1,99 @@
+//! `tcc-gpu`: runs PTX and launch plans written by `tcc build --target cuda` on the
+//! GPU. It links neither LLVM nor CUDA (the driver and cuBLAS are loaded at run
+//! time), so it can be carried to a GPU machine that has neither a Rust toolchain
+//! nor LLVM. The report is `tcc run`'s.
+//!
+//! ```text
+//! tcc-gpu FILE.tc... [--ptx-dir DIR] [--check] [--repeat N] [--seed S]
+//!                    [--output-dir D [--save-inputs]] [--keep-going]
+//! ```
+//! For `FILE.tc` it reads `DIR/FILE.ptx` and `DIR/FILE.plan.json` (DIR: the
+//! file's folder by default). With several files and `--keep-going`, each prints
+//! `PASS FILE` or `FAIL FILE: why`, and a final count. Exit 1 on any failure.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use tcc::codegen::cuda;
+use tcc::codegen::cuda_build::read_plan;
+use tcc::run::{fail, run_report, RunError, RunOptions};
+
+fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, check: bool, repeat: usize) -> Result<(), RunError> {
+    let src = std::fs::read_to_string(file).map_err(|e| fail("E0010", format!("cannot read `{}`: {e}", file.display()), None))?;
+    let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let (hir, diags) = tcc::compile(&src, &stem);
+    let hir = hir.ok_or_else(|| fail("E0001", format!("`{}` does not compile: {} diagnostics", file.display(), diags.len()), None))?;
+    let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| file.parent().map(Path::to_path_buf).unwrap_or_default());
+    let ptx_path = dir.join(format!("{stem}.ptx"));
+    let ptx = std::fs::read_to_string(&ptx_path).map_err(|e| fail("E0010", format!("cannot read `{}`: {e}", ptx_path.display()), Some("write it with `tcc build FILE.tc --target cuda -o FILE.ptx`".into())))?;
+    let plan = read_plan(&dir.join(format!("{stem}.plan.json"))).map_err(|e| fail("E0010", e, None))?;
+    let stdout = std::io::stdout();
+    let mut lock = stdout.lock();
+    run_report(&hir, opts, &mut lock, &mut |u, inputs| {
+        let k = plan.units.iter().position(|p| p.unit == u).ok_or_else(|| fail("E0702", format!("the plan has no unit {}", hir.units[u].name), None))?;
+        let one = tcc::codegen::nvptx::GpuPlan { target: plan.target.clone(), kernels: plan.kernels.clone(), units: vec![plan.units[k].clone()] };
+        let r = cuda::run_plan(&hir, &one, &ptx, 0, inputs, repeat)?;
+        let extra = cuda::report_lines(&hir, u, &one, &r, 0.0, check, inputs)?;
+        Ok((r.outputs, extra))
+    })
+}
+
+fn main() -> std::process::ExitCode {
+    let mut files = Vec::new();
+    let mut dir: Option<PathBuf> = None;
+    let (mut check, mut repeat, mut keep) = (false, 1usize, false);
+    let mut opts = RunOptions::default();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--check" => check = true,
+            "--keep-going" => keep = true,
+            "--save-inputs" => opts.save_inputs = true,
+            "--ptx-dir" => dir = args.next().map(PathBuf::from),
+            "--output-dir" => opts.output_dir = args.next().map(PathBuf::from),
+            "--repeat" => repeat = args.next().and_then(|x| x.parse().ok()).unwrap_or(1),
+            "--seed" => opts.seed = args.next().and_then(|x| x.parse().ok()).unwrap_or(0),
+            "--program" => opts.program = args.next(),
+            _ => files.push(PathBuf::from(a)),
+        }
+    }
+    if let Err(why) = cuda::device() {
+        eprintln!("error[E0730]: {}\n  help: {why}", cuda::NO_DEVICE);
+        return std::process::ExitCode::from(1);
+    }
+    let (mut pass, mut failed) = (0, 0);
+    let mut seen: HashMap<String, ()> = HashMap::new();
+    for f in &files {
+        seen.insert(f.display().to_string(), ());
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_file(f, dir.as_deref(), &opts, check, repeat)));
+        match r {
+            Ok(Ok(())) => {
+                pass += 1;
+                if keep {
+                    println!("PASS {}", f.display());
+                }
+            }
+            Ok(Err(e)) => {
+                failed += 1;
+                println!("FAIL {}: {}", f.display(), e.message);
+                if !keep {
+                    break;
+                }
+            }
+            Err(_) => {
+                failed += 1;
+                println!("FAIL {}: panic", f.display());
+                if !keep {
+                    break;
+                }
+            }
+        }
+    }
+    if keep {
+        println!("tcc-gpu: {pass} passed, {failed} failed");
+    }
+    if failed > 0 {
+        std::process::ExitCode::from(1)
+    } else {
+        std::process::ExitCode::SUCCESS
+    }
+}

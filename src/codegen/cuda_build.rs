@@ -1,0 +1,50 @@
+//! `tcc build --target cuda`: the PTX of every selected unit and its launch plan.
+//!
+//! `tcc build FILE.tc --target cuda -o NAME.ptx` writes `NAME.ptx` (one module,
+//! every kernel an `.entry`) and `NAME.plan.json` beside it: the host side — the
+//! buffers of each unit, the steps in order (host loops, memsets, kernel launches
+//! with their grids, cuBLAS calls with sizes, transposes and strides). The runner
+//! `tcc-gpu` (built with `--features cuda`; it needs neither LLVM nor CUDA at build
+//! time) executes the pair, as `tcc run --target cuda` does in process.
+
+use super::nvptx::{self, GpuOptions, GpuPlan};
+use crate::run::{fail, RunError};
+use crate::sema::hir::Hir;
+use std::path::{Path, PathBuf};
+
+/// The plan file beside a PTX file: `NAME.ptx` → `NAME.plan.json`.
+pub fn plan_path(ptx: &Path) -> PathBuf {
+    ptx.with_extension("plan.json")
+}
+
+/// Writes the PTX and the plan; returns a short report for stderr.
+pub fn build_ptx(hir: &Hir, program: Option<&str>, output: &Path) -> Result<String, RunError> {
+    let units: Vec<usize> = match program {
+        None => (0..hir.units.len()).collect(),
+        Some(name) => match hir.unit_by_name(name) {
+            Some(u) => vec![u],
+            None => return Err(fail("E0702", format!("no program or model named `{name}`"), None)),
+        },
+    };
+    // TCC_GPU_GEMM_MIN (tests): the m·n·k from which binary contractions go to cuBLAS.
+    let gemm_min = std::env::var("TCC_GPU_GEMM_MIN").ok().and_then(|v| v.parse().ok());
+    let (plan, ptx) = nvptx::ptx_for(hir, &units, &GpuOptions { gemm_min, ..GpuOptions::default() }).map_err(|e| fail("E0712", e.0, None))?;
+    let write = |p: &Path, s: &str| std::fs::write(p, s).map_err(|e| fail("E0714", format!("cannot write `{}`: {e}", p.display()), None));
+    write(output, &ptx)?;
+    let pp = plan_path(output);
+    write(&pp, &serde_json::to_string_pretty(&plan).expect("plans serialize"))?;
+    Ok(format!(
+        "wrote {} ({} kernels, {}) and {}\n{}",
+        output.display(),
+        plan.kernels.len(),
+        plan.target,
+        pp.display(),
+        nvptx::describe(&plan)
+    ))
+}
+
+/// Reads a plan written by [`build_ptx`].
+pub fn read_plan(path: &Path) -> Result<GpuPlan, String> {
+    let s = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+    serde_json::from_str(&s).map_err(|e| format!("`{}` is not a tcc GPU plan: {e}", path.display()))
+}
