@@ -670,12 +670,12 @@ fn opt_command(hir: &tcc::sema::hir::Hir, units: &[usize], emit: Emit, json: boo
                 s.push_str(&format!(
                     "{}: fused loop nests need {} of temporaries at peak (unfused: {})",
                     opt.units[n.unit].name,
-                    human_bytes(n.peak_bytes),
-                    human_bytes(n.unfused_peak_bytes)
+                    tcc::plan::report::bytes(n.peak_bytes),
+                    tcc::plan::report::bytes(n.unfused_peak_bytes)
                 ));
                 match mem_limit {
-                    Some(l) if n.peak_bytes > l => s.push_str(&format!(" — does NOT fit in {}", human_bytes(l))),
-                    Some(l) => s.push_str(&format!(" — fits in {}", human_bytes(l))),
+                    Some(l) if n.peak_bytes > l => s.push_str(&format!(" — does NOT fit in {}", tcc::plan::report::bytes(l))),
+                    Some(l) => s.push_str(&format!(" — fits in {}", tcc::plan::report::bytes(l))),
                     None => {}
                 }
                 s.push('\n');
@@ -685,20 +685,6 @@ fn opt_command(hir: &tcc::sema::hir::Hir, units: &[usize], emit: Emit, json: boo
     }
 }
 
-fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut k = 0;
-    while v >= 1024.0 && k + 1 < UNITS.len() {
-        v /= 1024.0;
-        k += 1;
-    }
-    if k == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[k])
-    }
-}
 
 fn main() -> ExitCode {
     // Usage errors are user errors (exit 1); --help and --version succeed.

@@ -27,7 +27,7 @@ use super::lower::{prepare, unit_flops};
 use crate::interp::Dense;
 use crate::lir::fusion::{fusible, lower_unit, FusionOptions};
 use crate::lir::{Buffer, LoopNest, Node};
-use crate::sema::hir::{ElemType, Factor, Func, Hir, IndexId, Role, Stmt, TensorId, UnitId};
+use crate::sema::hir::{ElemType, Func, Hir, IndexId, Role, Stmt, TensorId, UnitId};
 use inkwell::attributes::AttributeLoc;
 use inkwell::builder::{Builder, BuilderError};
 use inkwell::context::Context;
@@ -351,11 +351,7 @@ struct Gen<'a, 'ctx> {
 }
 
 /// One factor of a term as the code reads it.
-struct Operand {
-    tensor: TensorId,
-    indices: Vec<IndexId>,
-    func: Option<Func>,
-}
+use super::lower::Operand;
 
 fn position_strides(hir: &Hir, b: &Buffer) -> Vec<u64> {
     let shape = hir.shape(b.tensor);
@@ -814,24 +810,9 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     fn term(&mut self, st: &Stmt, k: usize) -> Result<(), CodegenError> {
         let hir = self.hir;
         let term = &st.rhs.terms[k];
-        let mut ops = Vec::new();
-        for f in &term.factors {
-            ops.push(match f {
-                Factor::Tensor(r) => Operand { tensor: r.tensor, indices: r.indices.clone(), func: None },
-                Factor::Call { func, arg, free, .. } => {
-                    let r = super::lower::simple_call_arg(arg, free).ok_or_else(|| err("internal: a call was not prepared"))?;
-                    Operand { tensor: r.tensor, indices: r.indices.clone(), func: Some(*func) }
-                }
-                Factor::Sum { .. } => return Err(err("internal: a parenthesised sum was not prepared")),
-            });
-        }
+        let ops = super::lower::term_operands(term).map_err(err)?;
         let c = st.lhs.tensor;
-        let mut vars: Vec<IndexId> = Vec::new();
-        for &i in st.lhs.indices.iter().chain(ops.iter().flat_map(|o| o.indices.iter())) {
-            if !self.bound.contains_key(&i) && !vars.contains(&i) {
-                vars.push(i);
-            }
-        }
+        let vars = super::lower::term_vars(&st.lhs.indices, &ops, |i| self.bound.contains_key(&i));
         if vars.iter().any(|&v| hir.index_size(v) == 0) {
             return Ok(());
         }

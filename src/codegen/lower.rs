@@ -18,7 +18,7 @@
 //! [`prepare`] runs this, then the optimizer ([`crate::tir::optimize`]), then this
 //! again (the optimizer may leave calls in terms it did not reorder).
 
-use crate::sema::hir::{ElemType, Expr, Factor, Hir, IndexId, ModelId, Role, Stmt, Tensor, TensorId, TensorRef, Term, UnitKind};
+use crate::sema::hir::{ElemType, Expr, Factor, Func, Hir, IndexId, ModelId, Role, Stmt, Tensor, TensorId, TensorRef, Term, UnitKind};
 
 /// The program every back end compiles: calls and sums made simple, self-reads
 /// removed, products binarized by the optimizer.
@@ -152,4 +152,40 @@ pub fn unit_flops(hir: &Hir, unit: usize) -> f64 {
         }
     }
     total
+}
+
+/// One factor of a prepared term as the code generators see it: a tensor reference,
+/// possibly under an element-wise function.
+pub(crate) struct Operand {
+    pub tensor: TensorId,
+    pub indices: Vec<IndexId>,
+    pub func: Option<Func>,
+}
+
+/// The operands of a prepared term (calls reduced to a function of one reference,
+/// no parenthesised sums — `prepare` guarantees both).
+pub(crate) fn term_operands(term: &Term) -> Result<Vec<Operand>, String> {
+    term.factors
+        .iter()
+        .map(|f| match f {
+            Factor::Tensor(r) => Ok(Operand { tensor: r.tensor, indices: r.indices.clone(), func: None }),
+            Factor::Call { func, arg, free, .. } => {
+                let r = simple_call_arg(arg, free).ok_or("internal: a call was not prepared")?;
+                Ok(Operand { tensor: r.tensor, indices: r.indices.clone(), func: Some(*func) })
+            }
+            Factor::Sum { .. } => Err("internal: a parenthesised sum was not prepared".to_string()),
+        })
+        .collect()
+}
+
+/// The loop variables of a term: the target's indices, then the operands', each
+/// once, leaving out those bound by enclosing loops.
+pub(crate) fn term_vars(lhs: &[IndexId], ops: &[Operand], bound: impl Fn(IndexId) -> bool) -> Vec<IndexId> {
+    let mut vars: Vec<IndexId> = Vec::new();
+    for &i in lhs.iter().chain(ops.iter().flat_map(|o| o.indices.iter())) {
+        if !bound(i) && !vars.contains(&i) {
+            vars.push(i);
+        }
+    }
+    vars
 }
