@@ -96,6 +96,7 @@ enum Command {
     },
     /// Format a program canonically (in place, or to stdout with --stdout).
     Fmt {
+        /// The `.tc` source file.
         file: PathBuf,
         /// Do not write; exit 1 if the file is not formatted.
         #[arg(long)]
@@ -109,6 +110,7 @@ enum Command {
     /// Prints, per statement, the chosen order and flops / peak memory before and
     /// after, and per program the peak temporary memory of the fused loop nests.
     Opt {
+        /// The `.tc` source file.
         file: PathBuf,
         /// What to print instead of the report.
         #[arg(long, value_enum, default_value_t = Emit::Report)]
@@ -133,6 +135,7 @@ enum Command {
     /// `tcc build FILE -o libNAME.so` writes libNAME.so, NAME.h and NAME.f90 (module
     /// `NAME`) side by side: one C function `tcc_PROGRAM` per program or model.
     Build {
+        /// The `.tc` source file.
         file: PathBuf,
         /// The shared library to write (e.g. libfoo.so).
         #[arg(short = 'o', long = "output", value_name = "LIB")]
@@ -152,6 +155,7 @@ enum Command {
     /// the mapping of its indices, the communication and its predicted cost,
     /// compared with communication lower bounds.
     Plan {
+        /// The `.tc` source file.
         file: PathBuf,
         /// Number of ranks, or a sweep: 4,64,1024.
         #[arg(long, value_name = "P[,P...]", value_delimiter = ',', required = true)]
@@ -180,6 +184,7 @@ enum Command {
     /// memory and communication per device (see book/src/models.md). With
     /// `--execute ulysses|expert`, run the layer sharded and check it instead.
     PlanModel {
+        /// The `.tc` source file.
         file: PathBuf,
         /// Number of devices (GPUs).
         #[arg(long, value_name = "N")]
@@ -230,6 +235,7 @@ enum Command {
     },
     /// Run a program and print each output's shape, norm and checksum.
     Run {
+        /// The `.tc` source file.
         file: PathBuf,
         /// Use the reference interpreter (f64, plain loops) instead of compiling
         /// with the CPU back end (JIT).
