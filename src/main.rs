@@ -334,6 +334,11 @@ enum Schedule {
     Dynamic,
 }
 
+/// "1 tensor", "3 tensors".
+fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
 /// How a command ended, mapped to the exit code.
 enum Outcome {
     Ok,
@@ -406,11 +411,11 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
         Command::Check { file } => match front_end(ctx, &file) {
             Ok(hir) => {
                 eprintln!(
-                    "{}: ok ({} tensors, {} units, {} statements)",
+                    "{}: ok ({}, {}, {})",
                     file.display(),
-                    hir.tensors.len(),
-                    hir.units.len(),
-                    hir.units.iter().map(|u| u.stmts.len()).sum::<usize>()
+                    count(hir.tensors.len(), "tensor"),
+                    count(hir.units.len(), "program"),
+                    count(hir.units.iter().map(|u| u.stmts.len()).sum::<usize>(), "statement")
                 );
                 Outcome::Ok
             }
