@@ -360,33 +360,13 @@ unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T,
                 let kb = p.kc.min(k - pc);
                 parallel_for(nslivers, |sj| {
                     let (b, bp) = (b as *const T, bp);
-                    let dst = bp.0.add(sj * nr * kb);
                     let cols = nr.min(nb - sj * nr);
-                    for pp in 0..kb {
-                        let kof = t.kb[pc + pp];
-                        let row = dst.add(pp * nr);
-                        for j in 0..cols {
-                            *row.add(j) = *b.offset(t.nb[jc + sj * nr + j] + kof);
-                        }
-                        for j in cols..nr {
-                            *row.add(j) = T::zero();
-                        }
-                    }
+                    pack_panel(bp.0.add(sj * nr * kb), b, &t.nb[jc + sj * nr..][..cols], &t.kb[pc..pc + kb], nr);
                 });
                 parallel_for(mslivers, |si| {
                     let (a, ap) = (a as *const T, ap);
-                    let dst = ap.0.add(si * mr * kb);
                     let rows = mr.min(m - si * mr);
-                    for pp in 0..kb {
-                        let kof = t.ka[pc + pp];
-                        let col = dst.add(pp * mr);
-                        for i in 0..rows {
-                            *col.add(i) = *a.offset(t.ma[si * mr + i] + kof);
-                        }
-                        for i in rows..mr {
-                            *col.add(i) = T::zero();
-                        }
-                    }
+                    pack_panel(ap.0.add(si * mr * kb), a, &t.ma[si * mr..][..rows], &t.ka[pc..pc + kb], mr);
                 });
                 // Tasks: row blocks of mc, each split into column chunks so that
                 // there are about 2 tasks per thread.
@@ -453,6 +433,20 @@ struct Params {
     kc: usize,
 }
 
+/// Packs one panel for the micro-kernel: for each `k` step (offsets `koffs`), the
+/// elements at `offs` (one per row or column of the panel), zero padded to `width`.
+unsafe fn pack_panel<T: Elem>(dst: *mut T, src: *const T, offs: &[isize], koffs: &[isize], width: usize) {
+    for (pp, &kof) in koffs.iter().enumerate() {
+        let line = dst.add(pp * width);
+        for (j, &o) in offs.iter().enumerate() {
+            *line.add(j) = *src.offset(o + kof);
+        }
+        for j in offs.len()..width {
+            *line.add(j) = T::zero();
+        }
+    }
+}
+
 fn round_up(x: usize, m: usize) -> usize {
     x.div_ceil(m) * m
 }
@@ -501,18 +495,8 @@ unsafe fn block<T: Elem>(
                 // Pack B[pc..pc+kb, jc..jc+nb] into nr-wide panels (zero padded).
                 let mut jr = 0;
                 while jr < nb {
-                    let dst = bp.add(jr * kb);
                     let cols = nr.min(nb - jr);
-                    for pp in 0..kb {
-                        let kof = t.kb[pc + pp];
-                        let row = dst.add(pp * nr);
-                        for j in 0..cols {
-                            *row.add(j) = *b.offset(t.nb[jc + jr + j] + kof);
-                        }
-                        for j in cols..nr {
-                            *row.add(j) = T::zero();
-                        }
-                    }
+                    pack_panel(bp.add(jr * kb), b, &t.nb[jc + jr..][..cols], &t.kb[pc..pc + kb], nr);
                     jr += nr;
                 }
                 let mut ic = mrange.start;
@@ -520,18 +504,8 @@ unsafe fn block<T: Elem>(
                     let mb = p.mc.min(mrange.end - ic);
                     let mut ir = 0;
                     while ir < mb {
-                        let dst = ap.add(ir * kb);
                         let rows = mr.min(mb - ir);
-                        for pp in 0..kb {
-                            let kof = t.ka[pc + pp];
-                            let col = dst.add(pp * mr);
-                            for i in 0..rows {
-                                *col.add(i) = *a.offset(t.ma[ic + ir + i] + kof);
-                            }
-                            for i in rows..mr {
-                                *col.add(i) = T::zero();
-                            }
-                        }
+                        pack_panel(ap.add(ir * kb), a, &t.ma[ic + ir..][..rows], &t.ka[pc..pc + kb], mr);
                         ir += mr;
                     }
                     let mut jr = 0;

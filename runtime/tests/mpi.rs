@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tcc_runtime::comm::check;
 use tcc_runtime::comm::mixed::Mixed;
 use tcc_runtime::comm::mpi::MpiWorld;
-use tcc_runtime::comm::{Backend, Collective, Communicator, World};
+use tcc_runtime::comm::{Backend, Collective, World};
 
 fn under_mpirun() -> bool {
     std::env::var_os("OMPI_COMM_WORLD_SIZE").is_some() || std::env::var_os("PMI_SIZE").is_some()

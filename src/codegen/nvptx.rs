@@ -230,14 +230,7 @@ pub const DEFAULT_GPU_MEM_LIMIT: u64 = 16 << 30;
 // ---------------------------------------------------------------------------------
 
 fn position_strides(hir: &Hir, b: &Buffer) -> Vec<u64> {
-    let shape = hir.shape(b.tensor);
-    let mut strides = vec![0u64; hir.tensors[b.tensor].dims.len()];
-    let mut s = 1u64;
-    for &p in b.stored.iter().rev() {
-        strides[p] = s;
-        s *= shape[p] as u64;
-    }
-    strides
+    b.position_strides(hir).into_iter().map(|s| s as u64).collect()
 }
 
 struct Planner<'a> {

@@ -46,18 +46,6 @@ fn stored_shape(hir: &Hir, b: &Buffer) -> Vec<usize> {
     b.stored.iter().map(|&p| shape[p]).collect()
 }
 
-/// For each position of a reference: its stride in the buffer (0 when fixed).
-fn position_strides(hir: &Hir, b: &Buffer) -> Vec<usize> {
-    let shape = stored_shape(hir, b);
-    let mut strides = vec![0usize; hir.tensors[b.tensor].dims.len()];
-    let mut s = 1usize;
-    for (k, &p) in b.stored.iter().enumerate().rev() {
-        strides[p] = s;
-        s *= shape[k];
-    }
-    strides
-}
-
 impl Machine<'_> {
     fn run(&mut self, nodes: &[Node]) -> Result<(), InterpError> {
         for n in nodes {
@@ -81,7 +69,7 @@ impl Machine<'_> {
     fn zero(&mut self, t: TensorId, stmt: usize) {
         let b = &self.nest.buffers[&t];
         let idx = self.stmts[stmt].lhs.indices.clone();
-        let strides = position_strides(self.hir, b);
+        let strides = b.position_strides(self.hir);
         let shape = self.hir.shape(t);
         let data = &mut self.buffers.get_mut(&t).expect("every buffer is allocated").data;
         // Stored positions bound by a loop are pinned; the rest are cleared in full.
@@ -136,7 +124,7 @@ impl Machine<'_> {
             let mut bases = Vec::with_capacity(refs.len());
             let mut steps = Vec::with_capacity(refs.len());
             for (t, idx) in &refs {
-                let ps = position_strides(hir, &self.nest.buffers[t]);
+                let ps = self.nest.buffers[t].position_strides(hir);
                 let mut base = 0usize;
                 for (p, &i) in idx.iter().enumerate() {
                     if let Some(v) = self.bound[i] {

@@ -38,6 +38,21 @@ pub struct Buffer {
     pub elements: usize,
 }
 
+impl Buffer {
+    /// For each dimension of the tensor: its element stride in this buffer
+    /// (row-major over the stored dimensions; 0 for a dimension fixed by a loop).
+    pub fn position_strides(&self, hir: &Hir) -> Vec<usize> {
+        let shape = hir.shape(self.tensor);
+        let mut strides = vec![0usize; shape.len()];
+        let mut s = 1usize;
+        for &p in self.stored.iter().rev() {
+            strides[p] = s;
+            s *= shape[p];
+        }
+        strides
+    }
+}
+
 /// A unit lowered to loop nests.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LoopNest {

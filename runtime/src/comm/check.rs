@@ -71,7 +71,13 @@ pub fn collectives(c: &dyn Communicator) {
     c.alltoallv(&send, &sc, &mut recv, &rc);
     let want: Vec<f64> = (0..p).flat_map(|s| (0..rc[s]).map(move |k| (s * 100 + r * 10 + k) as f64)).collect();
     assert_eq!(recv, want, "alltoallv");
+    send_recv(c);
+}
 
+/// Point-to-point messages keep their order per (source, tag) whatever the order
+/// of receives across tags; then a barrier.
+pub fn send_recv(c: &dyn Communicator) {
+    let (p, r) = (c.size(), c.rank());
     let next = (r + 1) % p;
     let prev = (r + p - 1) % p;
     c.send(next, 7, &[1.0, r as f64]);

@@ -119,18 +119,7 @@ fn allgatherv_reduce_scatter_alltoallv() {
 
 #[test]
 fn send_recv_keeps_order_per_tag_and_barrier() {
-    for_worlds(|_, c| {
-        let (p, r) = (c.size(), c.rank());
-        let next = (r + 1) % p;
-        let prev = (r + p - 1) % p;
-        c.send(next, 7, &[1.0, r as f64]);
-        c.send(next, 3, &[r as f64]);
-        c.send(next, 7, &[2.0]);
-        assert_eq!(c.recv(prev, 3), vec![prev as f64]);
-        assert_eq!(c.recv(prev, 7), vec![1.0, prev as f64]);
-        assert_eq!(c.recv(prev, 7), vec![2.0]);
-        c.barrier();
-    });
+    for_worlds(|_, c| check::send_recv(c));
 }
 
 #[test]
