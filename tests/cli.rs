@@ -212,5 +212,10 @@ fn emit_llvm_prints_the_module() {
     let out = tcc().args(["opt", "--emit=llvm", "examples/matmul.tc"]).assert().success().get_output().stdout.clone();
     let text = String::from_utf8(out).unwrap();
     assert!(text.contains("define") && text.contains("tcc_matmul__body"), "{text}");
-    tcc().args(["opt", "--emit=llvm", "--target-cpu", "no-such-cpu-at-all", "examples/matmul.tc"]).assert();
+    // An unknown (or 32-bit-only) CPU is a user error, not an LLVM abort.
+    for cpu in ["no-such-cpu-at-all", "i386"] {
+        tcc().args(["opt", "--emit=llvm", "--target-cpu", cpu, "examples/matmul.tc"]).assert().code(1).stderr(predicate::str::contains("--target-cpu"));
+        tcc().args(["run", "--target-cpu", cpu, "examples/matmul.tc"]).assert().code(1);
+    }
+    tcc().args(["opt", "--emit=llvm", "--target-cpu", "haswell", "examples/matmul.tc"]).assert().success();
 }

@@ -112,6 +112,31 @@ pub fn target_cpu(opts: &Options) -> (String, String) {
     }
 }
 
+/// The x86 CPUs LLVM 14 can generate 64-bit code for (`llc -mcpu=help`, less the
+/// 32-bit-only ones, on which LLVM aborts instead of returning an error).
+#[cfg(target_arch = "x86_64")]
+const KNOWN_CPUS: &[&str] = &[
+    "alderlake", "amdfam10", "athlon-fx", "athlon64", "athlon64-sse3", "atom", "barcelona", "bdver1", "bdver2", "bdver3",
+    "bdver4", "bonnell", "broadwell", "btver1", "btver2", "cannonlake", "cascadelake", "cooperlake", "core-avx-i",
+    "core-avx2", "core2", "corei7", "corei7-avx", "generic", "goldmont", "goldmont-plus", "haswell", "icelake-client",
+    "icelake-server", "ivybridge", "k8", "k8-sse3", "knl", "knm", "nehalem", "nocona", "opteron", "opteron-sse3",
+    "penryn", "rocketlake", "sandybridge", "sapphirerapids", "silvermont", "skx", "skylake", "skylake-avx512", "slm",
+    "tigerlake", "tremont", "westmere", "x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4", "znver1", "znver2", "znver3",
+];
+
+/// Refuses a `--target-cpu` LLVM cannot generate code for (LLVM would abort).
+fn check_cpu(cpu: &str) -> Result<(), CodegenError> {
+    #[cfg(target_arch = "x86_64")]
+    if !KNOWN_CPUS.contains(&cpu) {
+        return Err(err(format!(
+            "unknown or 32-bit-only CPU `{cpu}` for --target-cpu; use `native` or one of: {}",
+            KNOWN_CPUS.join(", ")
+        )));
+    }
+    let _ = cpu;
+    Ok(())
+}
+
 /// Widest vector register in bits for a CPU and feature string.
 fn vector_bits(cpu: &str, features: &str) -> u32 {
     let has = |f: &str| features.split(',').any(|x| x == f);
@@ -141,6 +166,9 @@ fn machine(opts: &Options) -> Result<(TargetMachine, String, String), CodegenErr
     let triple = TargetMachine::get_default_triple();
     let target = Target::from_triple(&triple).map_err(|e| err(format!("LLVM: {e}")))?;
     let (cpu, features) = target_cpu(opts);
+    if opts.target_cpu.as_deref().is_some_and(|c| c != "native") {
+        check_cpu(&cpu)?;
+    }
     let tm = target
         .create_target_machine(&triple, &cpu, &features, OptimizationLevel::Aggressive, RelocMode::PIC, CodeModel::Default)
         .ok_or_else(|| err(format!("LLVM cannot generate code for CPU `{cpu}`")))?;
@@ -350,18 +378,10 @@ struct Gen<'a, 'ctx> {
     parallel_min: f64,
 }
 
-/// One factor of a term as the code reads it.
 use super::lower::Operand;
 
 fn position_strides(hir: &Hir, b: &Buffer) -> Vec<u64> {
-    let shape = hir.shape(b.tensor);
-    let mut strides = vec![0u64; hir.tensors[b.tensor].dims.len()];
-    let mut s = 1u64;
-    for &p in b.stored.iter().rev() {
-        strides[p] = s;
-        s *= shape[p] as u64;
-    }
-    strides
+    b.position_strides(hir).into_iter().map(|s| s as u64).collect()
 }
 
 impl<'a, 'ctx> Gen<'a, 'ctx> {
