@@ -217,9 +217,10 @@ def run(args):
         f"**Median ratio tcc / numpy: {statistics.median(ratios):.2f}** over {len(rows)} cases "
         f"(geometric mean {float(np.exp(np.mean(np.log(ratios)))):.2f}; target ≤ 0.85).",
         "",
-        f"GEMM-like f64 cases (one compute-bound binary contraction, {len(gemm)}): median **{100 * statistics.median(gemm):.0f} %** "
-        f"of dgemm's GFLOP/s (min {100 * min(gemm):.0f} %, max {100 * max(gemm):.0f} %; target ≥ 70 %). "
-        "The other cases are memory-bound (`pqrs,rs->pq`, `akic,ck->ai`, a short `k`) or multi-step.",
+        (f"GEMM-like f64 cases (one compute-bound binary contraction, {len(gemm)}): median **{100 * statistics.median(gemm):.0f} %** "
+         f"of dgemm's GFLOP/s (min {100 * min(gemm):.0f} %, max {100 * max(gemm):.0f} %; target ≥ 70 %). "
+         "The other cases are memory-bound (`pqrs,rs->pq`, `akic,ck->ai`, a short `k`) or multi-step."
+         if gemm else "No GEMM-like f64 case in this selection."),
         "",
         "Reproduce: `cargo build --release --workspace && python3 bench/cpu/bench.py build --dir /tmp/tccbench && "
         f"env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 bench/cpu/bench.py run --dir /tmp/tccbench --threads {args.threads}`",

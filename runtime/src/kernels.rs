@@ -199,6 +199,34 @@ pub unsafe extern "C" fn tcc_rt_parallel_range(n: i64, f: RangeFn, ctx: *const u
     });
 }
 
+/// A chunk of a parallel sum: returns the sum over iterations `lo..hi`.
+pub type SumFn = unsafe extern "C" fn(ctx: *const u8, lo: i64, hi: i64) -> f64;
+
+/// Runs `f(ctx, lo, hi)` over chunks covering `0..n` on the pool and returns the
+/// sum of the chunks' results, added in chunk order: the same bits on every run
+/// with the same thread count (the chunking depends on it).
+///
+/// # Safety
+/// `f` must be safe to call concurrently on disjoint ranges with `ctx`.
+#[no_mangle]
+pub unsafe extern "C" fn tcc_rt_parallel_sum(n: i64, f: SumFn, ctx: *const u8) -> f64 {
+    if n <= 0 {
+        return 0.0;
+    }
+    let n = n as usize;
+    let chunks = n.min(4 * num_threads());
+    let parts: Vec<std::sync::atomic::AtomicU64> = (0..chunks).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+    let ctx = SendPtr(ctx);
+    parallel_for(chunks, |c| {
+        let lo = n * c / chunks;
+        let hi = n * (c + 1) / chunks;
+        let p = &ctx;
+        let v = if lo < hi { f(p.0, lo as i64, hi as i64) } else { 0.0 };
+        parts[c].store(v.to_bits(), Ordering::Relaxed);
+    });
+    parts.iter().map(|x| f64::from_bits(x.load(Ordering::Relaxed))).fold(0.0, |a, b| a + b)
+}
+
 // ---------------------------------------------------------------------------------
 // GETT
 // ---------------------------------------------------------------------------------
@@ -265,13 +293,47 @@ fn step_of(offs: &[isize]) -> Option<isize> {
 
 /// The GETT over the given dims. See the module documentation.
 ///
+/// With `overwrite`, C's old contents are ignored (`C = alpha·A·B`, as with BLAS's
+/// `beta = 0`): each C tile is cleared just before its first micro-kernel call, while
+/// it is in cache, which saves the separate pass that zeroing the whole output first
+/// would cost — the difference that matters for short-`k` (memory-bound) cases.
+///
 /// # Safety
 /// The pointers must be valid for every offset the dims describe; `c` must not
 /// overlap `a` or `b`; `uk` must be a micro-kernel for `params.mr × params.nr`.
-pub unsafe fn gett<T: Elem>(a: *const T, b: *const T, c: *mut T, alpha: T, dims: &[GettDim], params: GettParams, uk: Ukernel<T>) {
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gett<T: Elem>(a: *const T, b: *const T, c: *mut T, alpha: T, dims: &[GettDim], params: GettParams, uk: Ukernel<T>, overwrite: bool) {
+    gett_on(a, b, c, alpha, dims, params, uk, overwrite, num_threads())
+}
+
+/// [`gett`], planned for `threads` threads (tests plan for more threads than the
+/// machine has to cover every path).
+#[allow(clippy::too_many_arguments)]
+unsafe fn gett_on<T: Elem>(
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    alpha: T,
+    dims: &[GettDim],
+    params: GettParams,
+    uk: Ukernel<T>,
+    overwrite: bool,
+    threads: usize,
+) {
     let by = |k: i64| -> Vec<GettDim> { dims.iter().copied().filter(|d| d.kind == k).collect() };
     let (bd, md, nd, kd) = (by(0), by(1), by(2), by(3));
     if dims.iter().any(|d| d.size <= 0) {
+        // An empty sum: with `overwrite`, C is still defined (zero).
+        if overwrite && dims.iter().all(|d| d.size > 0 || d.kind == 3) {
+            let (bc, mc, nc) = (offsets(&bd, |d| d.sc), offsets(&md, |d| d.sc), offsets(&nd, |d| d.sc));
+            for &b0 in &bc {
+                for &m0 in &mc {
+                    for &n0 in &nc {
+                        *c.offset(b0 + m0 + n0) = T::zero();
+                    }
+                }
+            }
+        }
         return;
     }
     let t = Tables {
@@ -301,16 +363,15 @@ pub unsafe fn gett<T: Elem>(a: *const T, b: *const T, c: *mut T, alpha: T, dims:
     };
     let ptrs = Ptrs { a, b, c };
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
-    let threads = num_threads();
     if threads == 1 || flops * nbatch as f64 <= 2e6 {
         for bi in 0..nbatch {
-            block(ptrs, bi, &t, 0..m, 0..n, alpha, &p, uk);
+            block(ptrs, bi, &t, 0..m, 0..n, alpha, &p, uk, overwrite);
         }
     } else if nbatch >= 2 * threads || (nbatch >= threads && flops < 5e7) {
-        parallel_for(nbatch, |bi| block(ptrs, bi, &t, 0..m, 0..n, alpha, &p, uk));
+        parallel_for(nbatch, |bi| block(ptrs, bi, &t, 0..m, 0..n, alpha, &p, uk, overwrite));
     } else {
         for bi in 0..nbatch {
-            gemm_parallel(ptrs, bi, &t, alpha, &p, uk, threads);
+            gemm_parallel(ptrs, bi, &t, alpha, &p, uk, threads, overwrite);
         }
     }
 }
@@ -329,7 +390,8 @@ unsafe impl<T> Sync for SendMut<T> {}
 /// pack the B panel together, then all of A's rows for this `pc`, then compute
 /// the micro-tiles, split into (row block, column chunk) tasks. Nothing is packed
 /// twice.
-unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T, p: &Params, uk: Ukernel<T>, threads: usize) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T, p: &Params, uk: Ukernel<T>, threads: usize, overwrite: bool) {
     let (m, n, k) = (t.ma.len(), t.nb.len(), t.ka.len());
     let (mr, nr) = (p.mr, p.nr);
     let a = ptrs.a.offset(t.ba[bi]);
@@ -337,7 +399,12 @@ unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T,
     let c = SendMut(ptrs.c.offset(t.bc[bi]));
     let (a, b) = (a as usize, b as usize);
     let elem = std::mem::size_of::<T>();
-    let a_len = round_up(m, mr) * p.kc;
+    // With enough row blocks for every thread, each task packs its own `mc × kc`
+    // block of A (it stays in that core's cache until used); with few, A is packed
+    // once for all tasks, as they split the columns.
+    let nic = m.div_ceil(p.mc);
+    let private_a = nic >= threads;
+    let a_len = if private_a { 0 } else { round_up(m, mr) * p.kc };
     let b_len = p.nc * p.kc;
     SHARED.with(|cell| {
         let mut buf = cell.borrow_mut();
@@ -363,23 +430,29 @@ unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T,
                     let cols = nr.min(nb - sj * nr);
                     pack_panel(bp.0.add(sj * nr * kb), b, &t.nb[jc + sj * nr..][..cols], &t.kb[pc..pc + kb], nr);
                 });
-                parallel_for(mslivers, |si| {
-                    let (a, ap) = (a as *const T, ap);
-                    let rows = mr.min(m - si * mr);
-                    pack_panel(ap.0.add(si * mr * kb), a, &t.ma[si * mr..][..rows], &t.ka[pc..pc + kb], mr);
-                });
+                if !private_a {
+                    parallel_for(mslivers, |si| {
+                        let (a, ap) = (a as *const T, ap);
+                        let rows = mr.min(m - si * mr);
+                        pack_panel(ap.0.add(si * mr * kb), a, &t.ma[si * mr..][..rows], &t.ka[pc..pc + kb], mr);
+                    });
+                }
                 // Tasks: row blocks of mc, each split into column chunks so that
                 // there are about 2 tasks per thread.
-                let nic = m.div_ceil(p.mc);
                 let jchunks = (2 * threads).div_ceil(nic).clamp(1, nslivers);
                 parallel_for(nic * jchunks, |x| {
                     let (ic, jch) = (x / jchunks, x % jchunks);
-                    let (c, ap, bp) = (c, ap, bp);
-                    let mut tile = [T::zero(); 512];
+                    let (c, bp, ap_all) = (c, bp, ap);
+                    let mut tbuf = [T::zero(); 512];
                     let sj0 = nslivers * jch / jchunks;
                     let sj1 = nslivers * (jch + 1) / jchunks;
                     let si0 = ic * p.mc / mr;
                     let si1 = ((ic + 1) * p.mc / mr).min(mslivers);
+                    let own = private_a.then(|| PrivateA::pack(a as *const T, t, si0..si1, pc..pc + kb, mr, m));
+                    let ap = match &own {
+                        Some(o) => o.start.sub(si0 * mr * kb),
+                        None => ap_all.0,
+                    };
                     for sj in sj0..sj1 {
                         let cols = nr.min(nb - sj * nr);
                         let noffs = &t.nc[jc + sj * nr..jc + sj * nr + cols];
@@ -389,32 +462,9 @@ unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T,
                             let rows = mr.min(m - si * mr);
                             let moffs = &t.mc[si * mr..si * mr + rows];
                             let rs = step_of(moffs).map(|s| if rows == 1 { 1 } else { s });
-                            let apanel = ap.0.add(si * mr * kb);
-                            match (rs, cs) {
-                                (Some(rs), Some(cs)) if (rows == mr && cols == nr) || rs == 1 => uk(
-                                    kb as i64,
-                                    apanel,
-                                    bpanel,
-                                    c.0.offset(moffs[0] + noffs[0]),
-                                    rs as i64,
-                                    cs as i64,
-                                    alpha,
-                                    rows as i64,
-                                    cols as i64,
-                                ),
-                                _ => {
-                                    let tp = tile.as_mut_ptr();
-                                    for x in tile.iter_mut().take(mr * nr) {
-                                        *x = T::zero();
-                                    }
-                                    uk(kb as i64, apanel, bpanel, tp, 1, mr as i64, alpha, mr as i64, nr as i64);
-                                    for (j, &no) in noffs.iter().enumerate() {
-                                        for (i, &mo) in moffs.iter().enumerate() {
-                                            *c.0.offset(mo + no) += tile[j * mr + i];
-                                        }
-                                    }
-                                }
-                            }
+                            let apanel = ap.add(si * mr * kb);
+                            let tile = Tile { kb, apanel, bpanel, c: c.0, moffs, noffs, rs, cs, clear: overwrite && pc == 0 };
+                            tile.run(alpha, mr, nr, uk, tbuf.as_mut_ptr());
                         }
                     }
                 });
@@ -423,6 +473,87 @@ unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T,
             jc += p.nc;
         }
     });
+}
+
+/// A task's own packed block of A (rows `si0*mr..si1*mr`, one `k` block), in the
+/// thread's [`PACK`] space.
+struct PrivateA<T> {
+    start: *mut T,
+}
+
+impl<T: Elem> PrivateA<T> {
+    unsafe fn pack(a: *const T, t: &Tables, slivers: std::ops::Range<usize>, ks: std::ops::Range<usize>, mr: usize, m: usize) -> Self {
+        let kb = ks.len();
+        let len = slivers.len() * mr * kb;
+        let start = PACK.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            let need = (len * std::mem::size_of::<T>()).div_ceil(8) + 8;
+            if buf.len() < need {
+                buf.resize(need, 0.0);
+            }
+            let base = buf.as_mut_ptr() as *mut u8;
+            let mis = (base as usize) % 64;
+            (if mis == 0 { base } else { base.add(64 - mis) }) as *mut T
+        });
+        for (x, si) in slivers.enumerate() {
+            let rows = mr.min(m - si * mr);
+            pack_panel(start.add(x * mr * kb), a, &t.ma[si * mr..][..rows], &t.ka[ks.clone()], mr);
+        }
+        PrivateA { start }
+    }
+}
+
+/// One micro-tile of C: the packed panels, C's row/column offsets (with their
+/// common step when they form a progression) and whether to clear it first.
+struct Tile<'a, T> {
+    kb: usize,
+    apanel: *const T,
+    bpanel: *const T,
+    c: *mut T,
+    moffs: &'a [isize],
+    noffs: &'a [isize],
+    rs: Option<isize>,
+    cs: Option<isize>,
+    clear: bool,
+}
+
+impl<T: Elem> Tile<'_, T> {
+    /// Runs the micro-kernel on this tile: straight into C when its rows and
+    /// columns are progressions the kernel can address, else through `tbuf`
+    /// (`mr·nr` elements) and scattered.
+    unsafe fn run(&self, alpha: T, mr: usize, nr: usize, uk: Ukernel<T>, tbuf: *mut T) {
+        let (rows, cols) = (self.moffs.len(), self.noffs.len());
+        let c0 = self.c.offset(self.moffs[0] + self.noffs[0]);
+        match (self.rs, self.cs) {
+            (Some(rs), Some(cs)) if (rows == mr && cols == nr) || rs == 1 => {
+                if self.clear {
+                    for j in 0..cols as isize {
+                        for i in 0..rows as isize {
+                            *c0.offset(i * rs + j * cs) = T::zero();
+                        }
+                    }
+                }
+                uk(self.kb as i64, self.apanel, self.bpanel, c0, rs as i64, cs as i64, alpha, rows as i64, cols as i64)
+            }
+            _ => {
+                for x in 0..mr * nr {
+                    *tbuf.add(x) = T::zero();
+                }
+                uk(self.kb as i64, self.apanel, self.bpanel, tbuf, 1, mr as i64, alpha, mr as i64, nr as i64);
+                for (j, &no) in self.noffs.iter().enumerate() {
+                    for (i, &mo) in self.moffs.iter().enumerate() {
+                        let dst = self.c.offset(mo + no);
+                        let v = *tbuf.add(j * mr + i);
+                        if self.clear {
+                            *dst = v;
+                        } else {
+                            *dst += v;
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 struct Params {
@@ -436,6 +567,37 @@ struct Params {
 /// Packs one panel for the micro-kernel: for each `k` step (offsets `koffs`), the
 /// elements at `offs` (one per row or column of the panel), zero padded to `width`.
 unsafe fn pack_panel<T: Elem>(dst: *mut T, src: *const T, offs: &[isize], koffs: &[isize], width: usize) {
+    // Fast paths without offset tables: the panel's rows (or columns) contiguous —
+    // one copy per k step — or k contiguous and the rows evenly spaced (a
+    // transposing copy, read along k).
+    if let (Some(so), Some(sk), Some(&o0), Some(&k0)) = (step_of(offs), step_of(koffs), offs.first(), koffs.first()) {
+        let (rows, kb) = (offs.len(), koffs.len());
+        let base = src.offset(o0 + k0);
+        if so == 1 || rows == 1 {
+            for pp in 0..kb {
+                let line = dst.add(pp * width);
+                std::ptr::copy_nonoverlapping(base.offset(pp as isize * sk), line, rows);
+                for j in rows..width {
+                    *line.add(j) = T::zero();
+                }
+            }
+            return;
+        }
+        if sk == 1 {
+            for j in 0..rows {
+                let col = base.offset(j as isize * so);
+                for pp in 0..kb {
+                    *dst.add(pp * width + j) = *col.add(pp);
+                }
+            }
+            for pp in 0..kb {
+                for j in rows..width {
+                    *dst.add(pp * width + j) = T::zero();
+                }
+            }
+            return;
+        }
+    }
     for (pp, &kof) in koffs.iter().enumerate() {
         let line = dst.add(pp * width);
         for (j, &o) in offs.iter().enumerate() {
@@ -462,6 +624,7 @@ unsafe fn block<T: Elem>(
     alpha: T,
     p: &Params,
     uk: Ukernel<T>,
+    overwrite: bool,
 ) {
     let (mr, nr) = (p.mr, p.nr);
     let a = ptrs.a.offset(t.ba[bi]);
@@ -520,30 +683,8 @@ unsafe fn block<T: Elem>(
                             let rs = step_of(moffs).map(|s| if rows == 1 { 1 } else { s });
                             let apanel = ap.add(ir * kb);
                             let bpanel = bp.add(jr * kb);
-                            match (rs, cs) {
-                                (Some(rs), Some(cs)) if (rows == mr && cols == nr) || rs == 1 => uk(
-                                    kb as i64,
-                                    apanel,
-                                    bpanel,
-                                    c.offset(moffs[0] + noffs[0]),
-                                    rs as i64,
-                                    cs as i64,
-                                    alpha,
-                                    rows as i64,
-                                    cols as i64,
-                                ),
-                                _ => {
-                                    for x in 0..tile_len {
-                                        *tile.add(x) = T::zero();
-                                    }
-                                    uk(kb as i64, apanel, bpanel, tile, 1, mr as i64, alpha, mr as i64, nr as i64);
-                                    for (j, &no) in noffs.iter().enumerate() {
-                                        for (i, &mo) in moffs.iter().enumerate() {
-                                            *c.offset(mo + no) += *tile.add(j * mr + i);
-                                        }
-                                    }
-                                }
-                            }
+                            let t = Tile { kb, apanel, bpanel, c, moffs, noffs, rs, cs, clear: overwrite && pc == 0 };
+                            t.run(alpha, mr, nr, uk, tile);
                             ir += mr;
                         }
                         jr += nr;
@@ -560,7 +701,8 @@ unsafe fn block<T: Elem>(
 /// C entry point of [`gett`] for `f64`.
 ///
 /// # Safety
-/// See [`gett`]; `dims` points to `ndims` entries and `params` to one.
+/// See [`gett`]; `dims` points to `ndims` entries and `params` to one;
+/// `overwrite != 0` is `gett`'s `overwrite`.
 #[no_mangle]
 pub unsafe extern "C" fn tcc_rt_gett_f64(
     a: *const f64,
@@ -571,9 +713,10 @@ pub unsafe extern "C" fn tcc_rt_gett_f64(
     ndims: i64,
     params: *const GettParams,
     uk: Ukernel<f64>,
+    overwrite: i64,
 ) {
     let dims = std::slice::from_raw_parts(dims, ndims.max(0) as usize);
-    gett(a, b, c, alpha, dims, *params, uk)
+    gett(a, b, c, alpha, dims, *params, uk, overwrite != 0)
 }
 
 /// C entry point of [`gett`] for `f32`.
@@ -590,9 +733,10 @@ pub unsafe extern "C" fn tcc_rt_gett_f32(
     ndims: i64,
     params: *const GettParams,
     uk: Ukernel<f32>,
+    overwrite: i64,
 ) {
     let dims = std::slice::from_raw_parts(dims, ndims.max(0) as usize);
-    gett(a, b, c, alpha, dims, *params, uk)
+    gett(a, b, c, alpha, dims, *params, uk, overwrite != 0)
 }
 
 #[cfg(test)]
@@ -626,19 +770,79 @@ mod tests {
             GettDim { kind: 3, size: k as i64, sa: (m * nb) as i64, sb: 1, sc: 0 },
         ];
         let params = GettParams { mr: 4, nr: 3, mc: 4, nc: 3, kc: 4 };
-        unsafe { gett(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 2.0, &dims, params, uk43) };
-        for bi in 0..nb {
-            for mi in 0..m {
-                for ni in 0..n {
-                    let mut s = 0.0;
-                    for ki in 0..k {
-                        s += a[ki * m * nb + mi * nb + bi] * b[ni * nb * k + bi * k + ki];
+        let expect = |c: &[f64], c0: f64| {
+            for bi in 0..nb {
+                for mi in 0..m {
+                    for ni in 0..n {
+                        let mut s = 0.0;
+                        for ki in 0..k {
+                            s += a[ki * m * nb + mi * nb + bi] * b[ni * nb * k + bi * k + ki];
+                        }
+                        let got = c[bi * m * n + mi * n + ni];
+                        assert!((got - (c0 + 2.0 * s)).abs() < 1e-12, "{got} vs {}", c0 + 2.0 * s);
                     }
-                    let got = c[bi * m * n + mi * n + ni];
-                    assert!((got - (1.0 + 2.0 * s)).abs() < 1e-12, "{got} vs {}", 1.0 + 2.0 * s);
+                }
+            }
+        };
+        unsafe { gett(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 2.0, &dims, params, uk43, false) };
+        expect(&c, 1.0);
+        // `overwrite` ignores C's old contents (NaN here), across several k blocks
+        // (kc = 4 < k = 9), on the tile path (rows/cols strided) and in place.
+        let mut c = vec![f64::NAN; nb * m * n];
+        unsafe { gett(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 2.0, &dims, params, uk43, true) };
+        expect(&c, 0.0);
+        // An empty sum with `overwrite` leaves zeros.
+        let mut dims0 = dims;
+        dims0[3].size = 0;
+        let mut c = vec![f64::NAN; nb * m * n];
+        unsafe { gett(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 2.0, &dims0, params, uk43, true) };
+        assert!(c.iter().all(|&x| x == 0.0));
+    }
+
+    #[test]
+    fn parallel_gemm_paths_match_loops() {
+        // C[m,n] (+)= A[k,m] * B[n,k] with m, n, k not multiples of the tile; large
+        // enough for the multi-threaded path, planned for 2 threads: row blocks of
+        // 8 (each task packs its own A) and of 400 (A packed once, columns split).
+        let (m, n, k) = (131usize, 71usize, 121usize);
+        let a: Vec<f64> = (0..k * m).map(|x| (x as f64 * 0.13).sin()).collect();
+        let b: Vec<f64> = (0..n * k).map(|x| (x as f64 * 0.29).cos()).collect();
+        let dims = [
+            GettDim { kind: 1, size: m as i64, sa: 1, sb: 0, sc: n as i64 },
+            GettDim { kind: 2, size: n as i64, sa: 0, sb: k as i64, sc: 1 },
+            GettDim { kind: 3, size: k as i64, sa: m as i64, sb: 1, sc: 0 },
+        ];
+        let want: Vec<f64> = (0..m * n)
+            .map(|x| {
+                let (i, j) = (x / n, x % n);
+                (0..k).map(|p| a[p * m + i] * b[j * k + p]).sum::<f64>()
+            })
+            .collect();
+        for mc in [8, 400] {
+            for overwrite in [false, true] {
+                let mut c = vec![if overwrite { f64::NAN } else { 0.5 }; m * n];
+                let params = GettParams { mr: 4, nr: 3, mc, nc: 36, kc: 50 };
+                unsafe { gett_on(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk43, overwrite, 2) };
+                let base = if overwrite { 0.0 } else { 0.5 };
+                for (x, (&got, &w)) in c.iter().zip(&want).enumerate() {
+                    assert!((got - (base + w)).abs() < 1e-12, "mc={mc} overwrite={overwrite} at {x}: {got} vs {}", base + w);
                 }
             }
         }
+    }
+
+    unsafe extern "C" fn sum_range(ctx: *const u8, lo: i64, hi: i64) -> f64 {
+        let xs = ctx as *const f64;
+        (lo..hi).map(|i| *xs.add(i as usize)).sum()
+    }
+
+    #[test]
+    fn parallel_sum_adds_every_chunk_once() {
+        let xs: Vec<f64> = (0..1001).map(|i| i as f64).collect();
+        let got = unsafe { tcc_rt_parallel_sum(1001, sum_range, xs.as_ptr() as *const u8) };
+        assert_eq!(got, 500500.0);
+        assert_eq!(unsafe { tcc_rt_parallel_sum(0, sum_range, xs.as_ptr() as *const u8) }, 0.0);
+        assert_eq!(unsafe { tcc_rt_parallel_sum(1, sum_range, xs.as_ptr() as *const u8) }, 0.0);
     }
 
     #[test]

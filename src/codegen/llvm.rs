@@ -205,6 +205,8 @@ pub fn compile<'ctx>(ctx: &'ctx Context, hir: &Hir, units: &[UnitId], opts: &Opt
         c_abi: opts.c_abi,
         gemm_min: opts.gemm_min,
         parallel_min: opts.parallel_min.unwrap_or(PARALLEL_MIN_ITERATIONS),
+        extents: HashMap::new(),
+        acc_slot: None,
     };
     let mut codes = Vec::new();
     for &u in units {
@@ -340,9 +342,10 @@ pub fn jit_run(hir: &Hir, unit: UnitId, inputs: &HashMap<TensorId, Dense>, opts:
 
 /// Runtime functions the generated code calls, with their addresses in this process.
 fn runtime_symbols() -> Vec<(&'static str, usize)> {
-    use tcc_runtime::kernels::{tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_parallel_range};
+    use tcc_runtime::kernels::{tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_parallel_range, tcc_rt_parallel_sum};
     vec![
-        ("tcc_rt_parallel_range", tcc_rt_parallel_range as *const () as usize),("tcc_rt_gett_f64", tcc_rt_gett_f64 as *const () as usize), ("tcc_rt_gett_f32", tcc_rt_gett_f32 as *const () as usize)]
+        ("tcc_rt_parallel_range", tcc_rt_parallel_range as *const () as usize),
+        ("tcc_rt_parallel_sum", tcc_rt_parallel_sum as *const () as usize),("tcc_rt_gett_f64", tcc_rt_gett_f64 as *const () as usize), ("tcc_rt_gett_f32", tcc_rt_gett_f32 as *const () as usize)]
 }
 
 // ---------------------------------------------------------------------------------
@@ -376,6 +379,11 @@ struct Gen<'a, 'ctx> {
     c_abi: bool,
     gemm_min: Option<f64>,
     parallel_min: f64,
+    /// Extents of loops that stand for several collapsed indices (see `collapse`).
+    extents: HashMap<IndexId, u64>,
+    /// Inside a parallel sum's chunk: the written tensor and the chunk's private
+    /// accumulator that replaces its (single) element.
+    acc_slot: Option<(TensorId, PointerValue<'ctx>)>,
 }
 
 use super::lower::Operand;
@@ -620,7 +628,16 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     }
 
     fn nodes(&mut self, nodes: &[Node], unit: UnitId) -> Result<(), CodegenError> {
-        for n in nodes {
+        let mut skip_zero = None;
+        for (pos, n) in nodes.iter().enumerate() {
+            // `Zero` right before its statement's `Compute`, whose first term is a
+            // GETT: the GETT overwrites instead (no separate pass over the output).
+            if let (Node::Zero { stmt, .. }, Some(Node::Compute { stmt: next })) = (n, nodes.get(pos + 1)) {
+                if stmt == next && self.overwrite_gett(&self.hir.units[unit].stmts[*stmt]) {
+                    skip_zero = Some(*stmt);
+                    continue;
+                }
+            }
             match n {
                 Node::Loop { index, extent, body } => {
                     if *extent == 0 {
@@ -643,8 +660,9 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                     if !fusible(&st) && !st.accumulate {
                         self.zero_all(st.lhs.tensor)?;
                     }
+                    let overwrite = skip_zero.take() == Some(*stmt);
                     for term in 0..st.rhs.terms.len() {
-                        self.term(&st, term)?;
+                        self.term(&st, term, overwrite && term == 0)?;
                     }
                 }
             }
@@ -696,11 +714,17 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     /// `tcc_rt_parallel_range` (its index must be one of the written tensor's, so
     /// that chunks write disjoint slices). The buffers and bound indices the body
     /// uses travel in an `i64` array.
+    ///
+    /// With `sum = Some(c)` the loop is a reduction into the single element of `c`
+    /// the bound indices select: each chunk sums into a private accumulator and
+    /// returns it, `tcc_rt_parallel_sum` adds the chunks' sums in chunk order (the
+    /// result depends on the thread count only), and the total is added to `c`.
     fn nest_parallel(
         &mut self,
         vars: &[IndexId],
         parallel: bool,
         hint: bool,
+        sum: Option<(TensorId, &[IndexId])>,
         inner: &mut dyn FnMut(&mut Self) -> Result<(), CodegenError>,
     ) -> Result<(), CodegenError> {
         if !parallel || vars.is_empty() {
@@ -737,13 +761,34 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             k += 1;
         }
         let name = self.name(&format!("{}.par", caller.get_name().to_string_lossy()));
-        let fty = self.ctx.void_type().fn_type(&[i8p.into(), i64t.into(), i64t.into()], false);
+        let f64t = self.ctx.f64_type();
+        let fty = match sum {
+            None => self.ctx.void_type().fn_type(&[i8p.into(), i64t.into(), i64t.into()], false),
+            Some(_) => f64t.fn_type(&[i8p.into(), i64t.into(), i64t.into()], false),
+        };
         let f = self.module.add_function(&name, fty, Some(Linkage::Internal));
         self.set_target_attrs(f);
-        let rt = self.declare("tcc_rt_parallel_range", None, &[i64t.into(), i8p.into(), i8p.into()]);
         let fp = self.b.build_pointer_cast(f.as_global_value().as_pointer_value(), i8p, "fp")?;
         let ctxp = self.b.build_pointer_cast(slot(self, 0)?, i8p, "ctxp")?;
-        self.b.build_call(rt, &[self.i64c(self.hir.index_size(pv) as u64).into(), fp.into(), ctxp.into()], "")?;
+        let n_iter = self.i64c(self.extent(pv));
+        match sum {
+            None => {
+                let rt = self.declare("tcc_rt_parallel_range", None, &[i64t.into(), i8p.into(), i8p.into()]);
+                self.b.build_call(rt, &[n_iter.into(), fp.into(), ctxp.into()], "")?;
+            }
+            Some((c, lhs_idx)) => {
+                let rt = self.declare("tcc_rt_parallel_sum", Some(f64t.into()), &[i64t.into(), i8p.into(), i8p.into()]);
+                let total = self.b.build_call(rt, &[n_iter.into(), fp.into(), ctxp.into()], "total")?;
+                let total = total.try_as_basic_value().left().expect("f64").into_float_value();
+                let ct = self.ft(self.hir.tensors[c].elem);
+                let total = self.b.build_float_cast(total, ct, "total.t")?;
+                let off = self.offset(c, lhs_idx)?;
+                let p = self.elem_ptr(c, off)?;
+                let old = self.b.build_load(p, "c")?.into_float_value();
+                let new = self.b.build_float_add(old, total, "c.new")?;
+                self.b.build_store(p, new)?;
+            }
+        }
 
         // The outlined wrapper loads the captures and calls the chunk function,
         // whose buffer parameters are `noalias` (as in the unit's body).
@@ -751,7 +796,11 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let saved = (self.func, std::mem::take(&mut self.bufs), std::mem::take(&mut self.bound));
         let mut params: Vec<BasicMetadataTypeEnum> = bufs.iter().map(|(_, p)| p.get_type().into()).collect();
         params.extend(std::iter::repeat_n(BasicMetadataTypeEnum::from(i64t), bound.len() + 2));
-        let chunk = self.module.add_function(&format!("{name}.chunk"), self.ctx.void_type().fn_type(&params, false), Some(Linkage::Internal));
+        let chunk_ty = match sum {
+            None => self.ctx.void_type().fn_type(&params, false),
+            Some(_) => f64t.fn_type(&params, false),
+        };
+        let chunk = self.module.add_function(&format!("{name}.chunk"), chunk_ty, Some(Linkage::Internal));
         self.set_target_attrs(chunk);
         let noalias = inkwell::attributes::Attribute::get_named_enum_kind_id("noalias");
         for k in 0..bufs.len() {
@@ -773,8 +822,11 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         }
         args.push(f.get_nth_param(1).expect("lo").into());
         args.push(f.get_nth_param(2).expect("hi").into());
-        self.b.build_call(chunk, &args, "")?;
-        self.b.build_return(None)?;
+        let part = self.b.build_call(chunk, &args, "part")?;
+        match sum {
+            None => self.b.build_return(None)?,
+            Some(_) => self.b.build_return(Some(&part.try_as_basic_value().left().expect("f64")))?,
+        };
 
         self.func = Some(chunk);
         let fe = self.ctx.append_basic_block(chunk, "entry");
@@ -787,6 +839,13 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         }
         let lo = chunk.get_nth_param((bufs.len() + bound.len()) as u32).expect("lo").into_int_value();
         let hi = chunk.get_nth_param((bufs.len() + bound.len() + 1) as u32).expect("hi").into_int_value();
+        let saved_acc = self.acc_slot.take();
+        if let Some((c, _)) = sum {
+            let ct = self.ft(self.hir.tensors[c].elem);
+            let acc = self.b.build_alloca(ct, "acc")?;
+            self.b.build_store(acc, ct.const_zero())?;
+            self.acc_slot = Some((c, acc));
+        }
         let head = self.ctx.append_basic_block(chunk, "ploop");
         let exit = self.ctx.append_basic_block(chunk, "ploop.exit");
         let any = self.b.build_int_compare(IntPredicate::SLT, lo, hi, "any")?;
@@ -801,9 +860,22 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let latch = self.b.get_insert_block().expect("positioned");
         phi.add_incoming(&[(&next, latch)]);
         let more = self.b.build_int_compare(IntPredicate::SLT, next, hi, "more")?;
-        self.b.build_conditional_branch(more, head, exit)?;
+        let br = self.b.build_conditional_branch(more, head, exit)?;
+        if hint && rest.is_empty() {
+            self.mark_vectorize(br);
+        }
         self.b.position_at_end(exit);
-        self.b.build_return(None)?;
+        match self.acc_slot.take() {
+            Some((_, acc)) => {
+                let v = self.b.build_load(acc, "acc.v")?.into_float_value();
+                let v = self.b.build_float_ext(v, f64t, "acc.d")?;
+                self.b.build_return(Some(&v))?;
+            }
+            None => {
+                self.b.build_return(None)?;
+            }
+        }
+        self.acc_slot = saved_acc;
         self.func = saved.0;
         self.bufs = saved.1;
         self.bound = saved.2;
@@ -811,12 +883,17 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         Ok(())
     }
 
+    /// The trip count of `v`'s loop: its size, or that of the indices collapsed into it.
+    fn extent(&self, v: IndexId) -> u64 {
+        self.extents.get(&v).copied().unwrap_or(self.hir.index_size(v) as u64)
+    }
+
     /// [`Self::nest`], the innermost loop marked for vectorization when `hint`.
     fn nest_hinted(&mut self, vars: &[IndexId], hint: bool, inner: &mut dyn FnMut(&mut Self) -> Result<(), CodegenError>) -> Result<(), CodegenError> {
         match vars.split_first() {
             None => inner(self),
             Some((&v, rest)) => {
-                let extent = self.hir.index_size(v) as u64;
+                let extent = self.extent(v);
                 self.build_loop_hinted(extent, hint && rest.is_empty(), &mut |g, i| {
                     g.bound.insert(v, i);
                     g.nest_hinted(rest, hint, inner)?;
@@ -827,9 +904,38 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         }
     }
 
-    fn term(&mut self, st: &Stmt, k: usize) -> Result<(), CodegenError> {
+    /// The GETT plan of term `k` of `st` under the loops bound now, if it is one.
+    fn term_gett(&self, st: &Stmt, k: usize) -> Result<Option<(Vec<Operand>, GettPlan)>, CodegenError> {
+        let hir = self.hir;
+        let ops = super::lower::term_operands(&st.rhs.terms[k]).map_err(err)?;
+        let c = st.lhs.tensor;
+        let vars = super::lower::term_vars(&st.lhs.indices, &ops, |i| self.bound.contains_key(&i));
+        if vars.iter().any(|&v| hir.index_size(v) == 0) {
+            return Ok(None);
+        }
+        if ops.len() != 2 || !ops.iter().all(|o| o.func.is_none() && hir.tensors[o.tensor].elem == hir.tensors[c].elem) {
+            return Ok(None);
+        }
+        let stride_in = |t: TensorId, idx: &[IndexId], v: IndexId| -> u64 {
+            idx.iter().zip(&self.strides[&t]).filter(|(i, _)| **i == v).map(|(_, s)| *s).sum()
+        };
+        Ok(self.gett_plan(st, &ops, &vars, &stride_in).map(|p| (ops, p)))
+    }
+
+    /// Whether `st`'s first term is a GETT that may overwrite its output (nothing
+    /// it reads is the output, every index has a size).
+    fn overwrite_gett(&self, st: &Stmt) -> bool {
+        let reads_self = super::lower::term_operands(&st.rhs.terms[0]).map(|ops| ops.iter().any(|o| o.tensor == st.lhs.tensor)).unwrap_or(true);
+        !st.rhs.terms.is_empty() && !reads_self && matches!(self.term_gett(st, 0), Ok(Some(_)))
+    }
+
+    fn term(&mut self, st: &Stmt, k: usize, overwrite: bool) -> Result<(), CodegenError> {
         let hir = self.hir;
         let term = &st.rhs.terms[k];
+        if let Some((ops, plan)) = self.term_gett(st, k)? {
+            return self.gett(st, term.coef, &ops, plan, overwrite);
+        }
+        debug_assert!(!overwrite, "overwrite is only planned for GETT terms");
         let ops = super::lower::term_operands(term).map_err(err)?;
         let c = st.lhs.tensor;
         let vars = super::lower::term_vars(&st.lhs.indices, &ops, |i| self.bound.contains_key(&i));
@@ -840,11 +946,6 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let stride_in = |t: TensorId, idx: &[IndexId], v: IndexId| -> u64 {
             idx.iter().zip(&self.strides[&t]).filter(|(i, _)| **i == v).map(|(_, s)| *s).sum()
         };
-        if ops.len() == 2 && ops.iter().all(|o| o.func.is_none() && hir.tensors[o.tensor].elem == hir.tensors[c].elem) {
-            if let Some(plan) = self.gett_plan(st, &ops, &vars, &stride_in) {
-                return self.gett(st, term.coef, &ops, plan);
-            }
-        }
         // Loop order: larger strides outside; innermost the index whose accesses
         // are the most contiguous — a strided read costs 2, a strided write 3, a
         // sum (the written element fixed) 1, as it needs a reassociated reduction;
@@ -868,8 +969,12 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             }
             (cost, std::cmp::Reverse(hir.index_size(v)))
         };
+        // Outer to inner by stride in the largest tensor (it moves the most
+        // memory), then in the next largest, …; `score` breaks ties.
+        let mut by_size: Vec<(TensorId, &[IndexId])> = refs.clone();
+        by_size.sort_by_key(|(t, _)| std::cmp::Reverse(hir.shape(*t).iter().map(|&n| n as u64).product::<u64>()));
         let mut order = vars.clone();
-        order.sort_by_key(|&v| std::cmp::Reverse(score(v)));
+        order.sort_by_key(|&v| std::cmp::Reverse((by_size.iter().map(|(t, idx)| stride_in(*t, idx, v)).collect::<Vec<_>>(), score(v))));
         let mut reduction_inner = false;
         if let Some(&inner) = order.iter().min_by_key(|&&v| inner_cost(v)) {
             order.retain(|&v| v != inner);
@@ -890,7 +995,18 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             let v = order.remove(p);
             order.insert(0, v);
         }
-        self.nest_parallel(&order, par.is_some(), reduction_inner, &mut |g| {
+        let (order, zeroed) = collapse(&order, &refs, &|t, idx, v| stride_in(t, idx, v), &|v| hir.index_size(v) as u64);
+        // Nothing written is left to split: a (long) sum into one element is
+        // split instead, each thread summing a range.
+        let one_element = !order.iter().any(|v| st.lhs.indices.contains(v));
+        let sum_par = par.is_none() && one_element && work >= self.parallel_min && order.first().is_some_and(|&v| hir.index_size(v) >= 2);
+        let zero = self.i64c(0);
+        for &(v, n) in &zeroed {
+            self.bound.insert(v, zero);
+            self.extents.insert(n.0, n.1);
+        }
+        let sum = sum_par.then_some((c, st.lhs.indices.as_slice()));
+        let result = self.nest_parallel(&order, par.is_some() || sum_par, reduction_inner, sum, &mut |g| {
             let mut prod: Option<FloatValue> = if coef == 1.0 { None } else { Some(lt.const_float(coef)) };
             for o in &ops {
                 let off = g.offset(o.tensor, &o.indices)?;
@@ -909,13 +1025,23 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 });
             }
             let prod = prod.unwrap_or_else(|| lt.const_float(coef));
-            let off = g.offset(c, &lhs_idx)?;
-            let p = g.elem_ptr(c, off)?;
+            let p = match g.acc_slot {
+                Some((t, acc)) if t == c => acc,
+                _ => {
+                    let off = g.offset(c, &lhs_idx)?;
+                    g.elem_ptr(c, off)?
+                }
+            };
             let old = g.b.build_load(p, "c")?.into_float_value();
             let new = g.b.build_float_add(old, prod, "c.new")?;
             g.b.build_store(p, new)?;
             Ok(())
-        })
+        });
+        for &(v, n) in &zeroed {
+            self.bound.remove(&v);
+            self.extents.remove(&n.0);
+        }
+        result
     }
 
     fn intrinsic(&self, name: &str, t: FloatType<'ctx>) -> Result<FunctionValue<'ctx>, CodegenError> {
@@ -1023,7 +1149,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         Some(GettPlan { dims, swap })
     }
 
-    fn gett(&mut self, st: &Stmt, coef: f64, ops: &[Operand], plan: GettPlan) -> Result<(), CodegenError> {
+    fn gett(&mut self, st: &Stmt, coef: f64, ops: &[Operand], plan: GettPlan, overwrite: bool) -> Result<(), CodegenError> {
         let hir = self.hir;
         let c = st.lhs.tensor;
         let elem = hir.tensors[c].elem;
@@ -1063,11 +1189,21 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             ElemType::F64 => "tcc_rt_gett_f64",
             ElemType::F32 => "tcc_rt_gett_f32",
         };
-        let f = self.declare(fname, None, &[tp.into(), tp.into(), tp.into(), ft.into(), i64p.into(), i64t.into(), i64p.into(), i8p.into()]);
+        let f = self.declare(fname, None, &[tp.into(), tp.into(), tp.into(), ft.into(), i64p.into(), i64t.into(), i64p.into(), i8p.into(), i64t.into()]);
         let ukp = self.b.build_pointer_cast(uk.f.as_global_value().as_pointer_value(), i8p, "uk")?;
         self.b.build_call(
             f,
-            &[pa.into(), pb.into(), pc.into(), ft.const_float(coef).into(), dims_ptr.into(), self.i64c(plan.dims.len() as u64).into(), par_ptr.into(), ukp.into()],
+            &[
+                pa.into(),
+                pb.into(),
+                pc.into(),
+                ft.const_float(coef).into(),
+                dims_ptr.into(),
+                self.i64c(plan.dims.len() as u64).into(),
+                par_ptr.into(),
+                ukp.into(),
+                self.i64c(overwrite as u64).into(),
+            ],
             "",
         )?;
         Ok(())
@@ -1402,6 +1538,48 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
 
 /// A loop nest of a term runs on several threads from this many iterations on.
 pub const PARALLEL_MIN_ITERATIONS: f64 = 65536.0;
+
+/// Merges adjacent loops of `order` (outer `u`, inner `v`) that every reference
+/// walks as one: `stride(u) == stride(v) · size(v)` in each. The merged loop is
+/// `v`'s, running `size(u)·size(v)` times, while `u` stays bound to 0 — so every
+/// offset is unchanged. Long inner loops vectorize better (e.g. `pqrs,rs->pq`
+/// becomes a 2-loop GEMV). Returns the new order and, per removed index, the
+/// index it went into with the merged extent.
+#[allow(clippy::type_complexity)]
+fn collapse(
+    order: &[IndexId],
+    refs: &[(TensorId, &[IndexId])],
+    stride: &dyn Fn(TensorId, &[IndexId], IndexId) -> u64,
+    size: &dyn Fn(IndexId) -> u64,
+) -> (Vec<IndexId>, Vec<(IndexId, (IndexId, u64))>) {
+    let mut out: Vec<(IndexId, u64)> = Vec::new();
+    let mut removed = Vec::new();
+    for &v in order {
+        let n = size(v);
+        if let Some(&(u, m)) = out.last() {
+            // `u`'s stride is its own (it is never a merged loop's inner index).
+            let ok = refs.iter().all(|(t, idx)| stride(*t, idx, u) == stride(*t, idx, v) * n);
+            if ok && n > 0 && m > 0 {
+                out.pop();
+                // Indices merged earlier into `u` now live in `v`'s loop too.
+                for r in removed.iter_mut() {
+                    let (_, (into, _)): &mut (IndexId, (IndexId, u64)) = r;
+                    if *into == u {
+                        *into = v;
+                    }
+                }
+                removed.push((u, (v, m * n)));
+                out.push((v, m * n));
+                continue;
+            }
+        }
+        out.push((v, n));
+    }
+    // Each merged loop's final extent.
+    let ext: HashMap<IndexId, u64> = out.iter().copied().collect();
+    let removed = removed.into_iter().map(|(u, (into, _))| (u, (into, ext[&into]))).collect();
+    (out.into_iter().map(|(v, _)| v).collect(), removed)
+}
 
 struct GettPlan {
     dims: Vec<[i64; 5]>,

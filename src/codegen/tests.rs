@@ -67,6 +67,31 @@ fn gemm_shaped_contractions_use_the_kernel_and_match() {
 }
 
 #[test]
+fn sums_into_few_elements_and_collapsed_loops_match() {
+    // Scalar results (split across threads as a parallel sum), GEMV-like sums whose
+    // loops collapse (`r,s` walk `pqrs` and `rs` as one), and mixed cases.
+    let cases: &[(&str, &[(char, usize)])] = &[
+        ("ijk,ijk->", &[('i', 13), ('j', 11), ('k', 17)]),
+        ("ijk->", &[('i', 7), ('j', 1), ('k', 300)]),
+        ("pqrs,rs->pq", &[('p', 5), ('q', 6), ('r', 7), ('s', 9)]),
+        ("prqs,rs->pq", &[('p', 5), ('q', 6), ('r', 7), ('s', 9)]),
+        ("ij,ij->i", &[('i', 3), ('j', 500)]),
+        ("abc,abc->ab", &[('a', 4), ('b', 5), ('c', 6)]),
+    ];
+    for (spec, sizes) in cases {
+        for elem in [ElemType::F64, ElemType::F32] {
+            let hir = einsum(spec, sizes, elem);
+            for opts in [Options::default(), Options { parallel_min: Some(1.0), ..Options::default() }] {
+                check_unit(&hir, 0, 5, &opts).unwrap_or_else(|e| panic!("{spec} {elem:?}: {e}"));
+            }
+        }
+    }
+    let hir = einsum("ijk,ijk->", &[('i', 13), ('j', 11), ('k', 17)], ElemType::F64);
+    let ir = super::llvm::emit_llvm(&hir, &[0], &Options { parallel_min: Some(1.0), ..Options::default() }).unwrap();
+    assert!(ir.contains("tcc_rt_parallel_sum"), "a scalar sum should be split across threads:\n{ir}");
+}
+
+#[test]
 fn emitted_ir_holds_the_vector_micro_kernel() {
     let hir = einsum("ik,kj->ij", &[('i', 64), ('j', 64), ('k', 64)], ElemType::F64);
     let ir = super::llvm::emit_llvm(&hir, &[0], &Options { target_cpu: Some("skylake-avx512".into()), ..Options::default() }).unwrap();
