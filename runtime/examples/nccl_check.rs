@@ -114,9 +114,18 @@ fn body(rank: &Rank, out_dir: Option<&std::path::Path>) -> i32 {
     println!("(sized checks took {:.2} s)", t0.elapsed().as_secs_f64());
 
     // The shared self-checks (they panic on a wrong result).
-    rep.line("collectives (check::collectives)", attempt(|| Ok(check::collectives(&nccl))), "uneven and empty blocks");
-    rep.line("send/recv tags (check::send_recv)", attempt(|| Ok(check::send_recv(&nccl))), "per-tag order, then barrier");
-    rep.line("barrier", attempt(|| Ok((0..100).for_each(|_| nccl.barrier()))), "100 barriers");
+    rep.line("collectives (check::collectives)", attempt(|| {
+        check::collectives(&nccl);
+        Ok(())
+    }), "uneven and empty blocks");
+    rep.line("send/recv tags (check::send_recv)", attempt(|| {
+        check::send_recv(&nccl);
+        Ok(())
+    }), "per-tag order, then barrier");
+    rep.line("barrier", attempt(|| {
+        (0..100).for_each(|_| nccl.barrier());
+        Ok(())
+    }), "100 barriers");
     rep.line(
         "shared counter (check::counter)",
         attempt(|| {

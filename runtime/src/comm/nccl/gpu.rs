@@ -60,6 +60,11 @@ pub(super) fn unique_id() -> Result<UniqueId, String> {
     })
 }
 
+/// Messages kept for later receives: (tag, data), in arrival order.
+type Queue = VecDeque<(u32, Vec<f64>)>;
+/// Counters of this process by (communicator id, counter number).
+type Registry = Mutex<HashMap<([u8; 128], u64), Weak<AtomicU64>>>;
+
 /// Device scratch: `a` and `b` for data, `hdr` for send headers and barriers.
 struct Bufs {
     a: CudaSlice<f64>,
@@ -80,9 +85,9 @@ pub struct NcclComm {
     stats: Cell<CommStats>,
     grouped: Cell<bool>,
     /// Messages this rank sent itself.
-    own: RefCell<VecDeque<(u32, Vec<f64>)>>,
+    own: RefCell<Queue>,
     /// Messages received while looking for another tag, per source.
-    stash: RefCell<HashMap<usize, VecDeque<(u32, Vec<f64>)>>>,
+    stash: RefCell<HashMap<usize, Queue>>,
     counters: Cell<u64>,
 }
 
@@ -312,7 +317,7 @@ impl Communicator for NcclComm {
     }
     fn recv(&self, src: usize, tag: u32) -> Vec<f64> {
         self.check_rank("recv", src);
-        let take = |q: &mut VecDeque<(u32, Vec<f64>)>| q.iter().position(|m| m.0 == tag).and_then(|i| q.remove(i)).map(|m| m.1);
+        let take = |q: &mut Queue| q.iter().position(|m| m.0 == tag).and_then(|i| q.remove(i)).map(|m| m.1);
         let got = if src == self.rank {
             let v = take(&mut self.own.borrow_mut());
             Some(v.unwrap_or_else(|| {
@@ -477,7 +482,7 @@ impl Communicator for NcclComm {
         // Take (or make) the atomic before the all-gather below, which every rank
         // enters only after this, so no rank can drop it before all hold it.
         let value = {
-            static REGISTRY: OnceLock<Mutex<HashMap<([u8; 128], u64), Weak<AtomicU64>>>> = OnceLock::new();
+            static REGISTRY: OnceLock<Registry> = OnceLock::new();
             let mut reg = REGISTRY.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
             reg.retain(|_, w| w.strong_count() > 0);
             match reg.get(&(self.id.0, k)).and_then(Weak::upgrade) {
