@@ -4,7 +4,7 @@
 //!   of several independent contractions, static or dynamic (shared-counter)
 //!   scheduling, a thread pool;
 //! * [`comm`]: the [`comm::Communicator`] trait and its back ends (`threads`, `shm`,
-//!   `mpi`, `mpi-p2p`; a slot for `nccl`), with exact word and message counts, and
+//!   `mpi`, `mpi-p2p`, `nccl`), with exact word and message counts, and
 //!   [`comm::mixed::Mixed`], which picks a back end per operation and size;
 //! * [`dist`]: block-distributed and replicated tensors over a processor grid, tile
 //!   get/accumulate and redistribution;

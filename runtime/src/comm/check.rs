@@ -2,9 +2,10 @@
 //! the MPI tests under `mpirun` (`tests/mpi.rs`): every collective against a
 //! sequential reference, message order, shared counters, and back-end mixing with
 //! a table that alternates back ends by size. Each function is collective and
-//! panics on a wrong result.
+//! panics on a wrong result, except [`sized`], which returns one verdict per
+//! operation (the device check of the `nccl` back end prints them).
 
-use super::{displs, Backend, Collective, Communicator, ReduceOp, World};
+use super::{displs, Backend, Collective, CommStats, Communicator, ReduceOp, World};
 use crate::task::{run_tasks, Schedule};
 use crate::tune::{Entry, TuningTable};
 use std::collections::BTreeMap;
@@ -151,4 +152,223 @@ pub fn mixing(m: &dyn Communicator) {
 /// The back ends a mixing run used for all-reduce (for tests that both were used).
 pub fn used(calls: &[(Collective, Backend, u64)], op: Collective) -> Vec<Backend> {
     calls.iter().filter(|c| c.0 == op && c.2 > 0).map(|c| c.1).collect()
+}
+
+// ---------------------------------------------------------------------------------
+// Sized checks with counts (shared by the unit tests and the device check of the
+// `nccl` back end, `runtime/examples/nccl_check.rs`).
+// ---------------------------------------------------------------------------------
+
+/// One collective call, as the counting model sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    Broadcast { n: usize, root: usize },
+    Reduce { n: usize, root: usize },
+    Allreduce { n: usize },
+    Allgatherv { counts: Vec<usize> },
+    ReduceScatter { counts: Vec<usize> },
+    Alltoallv { send_counts: Vec<usize>, recv_counts: Vec<usize> },
+}
+
+/// What a flat back end (`shm`, native `mpi`, `nccl`) counts for `call` on rank `r`
+/// of `p`: one message per (sender, receiver) pair that must move data, carrying
+/// what the receiver needs (see the module docs of [`super`]).
+pub fn flat_counts(call: &Call, p: usize, r: usize) -> CommStats {
+    let mut s = CommStats::default();
+    let mut out = |words: usize, messages: usize| {
+        s.words_sent += (words * messages) as u64;
+        s.messages_sent += messages as u64;
+    };
+    let mut inn = CommStats::default();
+    let mut got = |words: usize, messages: usize| {
+        inn.words_received += (words * messages) as u64;
+        inn.messages_received += messages as u64;
+    };
+    match call {
+        Call::Broadcast { n, root } => {
+            if r == *root {
+                out(*n, p - 1)
+            } else {
+                got(*n, 1)
+            }
+        }
+        Call::Reduce { n, root } => {
+            if r == *root {
+                got(*n, p - 1)
+            } else {
+                out(*n, 1)
+            }
+        }
+        Call::Allreduce { n } => {
+            out(*n, p - 1);
+            got(*n, p - 1);
+        }
+        Call::Allgatherv { counts } => {
+            out(counts[r], p - 1);
+            (0..p).filter(|&q| q != r).for_each(|q| got(counts[q], 1));
+        }
+        Call::ReduceScatter { counts } => {
+            (0..p).filter(|&q| q != r).for_each(|q| out(counts[q], 1));
+            got(counts[r], p - 1);
+        }
+        Call::Alltoallv { send_counts, recv_counts } => {
+            (0..p).filter(|&q| q != r).for_each(|q| out(send_counts[q], 1));
+            (0..p).filter(|&q| q != r).for_each(|q| got(recv_counts[q], 1));
+        }
+    }
+    s.words_received = inn.words_received;
+    s.messages_received = inn.messages_received;
+    s
+}
+
+/// `n` words split into `p` blocks of different lengths (block q ∝ q + 1).
+pub fn uneven(n: usize, p: usize) -> Vec<usize> {
+    let w = p * (p + 1) / 2;
+    let mut c: Vec<usize> = (0..p).map(|q| n * (q + 1) / w).collect();
+    let rest = n - c.iter().sum::<usize>();
+    c[p - 1] += rest;
+    c
+}
+
+/// What one operation of [`sized`] gave.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpCheck {
+    /// The operation and its parameters, e.g. `allreduce max`.
+    pub op: String,
+    /// The message size of the call in words (see [`super::mixed`]).
+    pub words: usize,
+    /// `None` when the result (and, where checked, the counts) were right.
+    pub error: Option<String>,
+}
+
+fn diff(what: &str, got: &[f64], want: &[f64], exact: bool) -> Option<String> {
+    if got.len() != want.len() {
+        return Some(format!("{what}: {} words, expected {}", got.len(), want.len()));
+    }
+    let bad =
+        got.iter().zip(want).position(|(x, y)| if exact { x.to_bits() != y.to_bits() } else { (x - y).abs() > 1e-12 * (1.0 + y.abs()) });
+    bad.map(|i| format!("{what}: word {i} is {}, expected {}", got[i], want[i]))
+}
+
+fn fold(p: usize, n: usize, op: ReduceOp) -> Vec<f64> {
+    let mut s = data(0, n);
+    for q in 1..p {
+        op.combine(&mut s, &data(q, n));
+    }
+    s
+}
+
+/// Every collective once with messages of about `n` words (uneven blocks where the
+/// operation takes them), then a send/recv around the ring in the even/odd order
+/// that also suits back ends whose sends wait for the receiver (`nccl`), each
+/// against a sequential reference. Sums are compared to 1e-12 (relative), the rest
+/// bit for bit. With `flat`, each call's counts must be [`flat_counts`]' (send/recv
+/// counts are checked for every back end). Collective; wrong results are returned,
+/// not panicked on.
+pub fn sized(c: &dyn Communicator, n: usize, flat: bool) -> Vec<OpCheck> {
+    let (p, r) = (c.size(), c.rank());
+    let mut out = Vec::new();
+    let mut run = |op: String, words: usize, call: Option<Call>, f: &mut dyn FnMut() -> Option<String>| {
+        let before = c.stats();
+        let mut error = f();
+        let after = c.stats();
+        let got = CommStats {
+            words_sent: after.words_sent - before.words_sent,
+            messages_sent: after.messages_sent - before.messages_sent,
+            words_received: after.words_received - before.words_received,
+            messages_received: after.messages_received - before.messages_received,
+            counter_ops: 0,
+        };
+        let want = match &call {
+            Some(call) if flat => Some(flat_counts(call, p, r)),
+            Some(_) => None,
+            // send/recv: one message of `words` each way, on every back end.
+            None => Some(CommStats {
+                words_sent: words as u64,
+                messages_sent: 1,
+                words_received: words as u64,
+                messages_received: 1,
+                counter_ops: 0,
+            }),
+        };
+        if let (None, Some(want)) = (&error, want) {
+            if got != want {
+                error = Some(format!("counts {got:?}, expected {want:?}"));
+            }
+        }
+        out.push(OpCheck { op, words, error });
+    };
+    let mut roots = vec![0, p - 1];
+    roots.dedup();
+    for &root in &roots {
+        run(format!("broadcast root {root}"), n, Some(Call::Broadcast { n, root }), &mut || {
+            let mut buf = if r == root { data(root, n) } else { vec![0.0; n] };
+            c.broadcast(&mut buf, root);
+            diff("broadcast", &buf, &data(root, n), true)
+        });
+        run(format!("reduce sum root {root}"), n, Some(Call::Reduce { n, root }), &mut || {
+            let mut recv = if r == root { vec![0.0; n] } else { Vec::new() };
+            c.reduce(&data(r, n), &mut recv, ReduceOp::Sum, root);
+            if r == root {
+                diff("reduce", &recv, &fold(p, n, ReduceOp::Sum), false)
+            } else {
+                None
+            }
+        });
+    }
+    for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+        run(format!("allreduce {op:?}").to_lowercase(), n, Some(Call::Allreduce { n }), &mut || {
+            let mut buf = data(r, n);
+            c.allreduce(&mut buf, op);
+            diff("allreduce", &buf, &fold(p, n, op), op != ReduceOp::Sum)
+        });
+    }
+    let equal = vec![n / p; p];
+    let skewed = uneven(n, p);
+    for (name, counts) in [("allgather", &equal), ("allgatherv", &skewed)] {
+        let total: usize = counts.iter().sum();
+        run(name.to_string(), total, Some(Call::Allgatherv { counts: counts.clone() }), &mut || {
+            let mut recv = vec![f64::NAN; total];
+            c.allgatherv(&data(r, counts[r]), counts, &mut recv);
+            let want: Vec<f64> = (0..p).flat_map(|q| data(q, counts[q])).collect();
+            diff(name, &recv, &want, true)
+        });
+    }
+    for (name, counts, op) in [("reduce_scatter sum (uneven)", &skewed, ReduceOp::Sum), ("reduce_scatter min", &equal, ReduceOp::Min)] {
+        let total: usize = counts.iter().sum();
+        run(name.to_string(), total, Some(Call::ReduceScatter { counts: counts.clone() }), &mut || {
+            let mut recv = vec![f64::NAN; counts[r]];
+            c.reduce_scatter(&data(r, total), counts, &mut recv, op);
+            let d = displs(counts);
+            diff(name, &recv, &fold(p, total, op)[d[r]..d[r] + counts[r]], op != ReduceOp::Sum)
+        });
+    }
+    // Rank s sends block q of length u[(s + q) % p]; word k of it is tagged (s, q, k).
+    let block = n / p;
+    for (name, u) in [("alltoall", vec![block; p]), ("alltoallv", skewed.clone())] {
+        let sc: Vec<usize> = (0..p).map(|q| u[(r + q) % p]).collect();
+        let rc: Vec<usize> = (0..p).map(|s| u[(s + r) % p]).collect();
+        let tag = |s: usize, q: usize, k: usize| ((s * p + q) * (1 << 26) + k) as f64;
+        run(name.to_string(), sc.iter().sum(), Some(Call::Alltoallv { send_counts: sc.clone(), recv_counts: rc.clone() }), &mut || {
+            let send: Vec<f64> = (0..p).flat_map(|q| (0..sc[q]).map(move |k| tag(r, q, k))).collect();
+            let mut recv = vec![f64::NAN; rc.iter().sum()];
+            c.alltoallv(&send, &sc, &mut recv, &rc);
+            let want: Vec<f64> = (0..p).flat_map(|s| (0..rc[s]).map(move |k| tag(s, r, k))).collect();
+            diff(name, &recv, &want, true)
+        });
+    }
+    run("send/recv".to_string(), n, None, &mut || {
+        let (next, prev) = ((r + 1) % p, (r + p - 1) % p);
+        let mine = data(r, n);
+        let got = if r % 2 == 0 {
+            c.send(next, 5, &mine);
+            c.recv(prev, 5)
+        } else {
+            let got = c.recv(prev, 5);
+            c.send(next, 5, &mine);
+            got
+        };
+        diff("send/recv", &got, &data(prev, n), true)
+    });
+    out
 }

@@ -15,7 +15,8 @@
 //! * `mpi` and `mpi-p2p` (cargo feature `mpi`, [`mpi`]): MPI processes; `mpi` calls
 //!   MPI's own collectives, `mpi-p2p` runs the algorithms of [`algo`] over MPI
 //!   send/recv.
-//! * `nccl`: a slot ([`Backend::Nccl`]) filled by the GPU work.
+//! * `nccl` (cargo feature `nccl`, [`nccl`]): NVIDIA NCCL on one GPU per rank,
+//!   staging the host buffers through device memory; tested on one GPU so far.
 //!
 //! [`mixed::Mixed`] dispatches each operation, by message size, to the back end a
 //! tuning table ([`crate::tune`]) chose.
@@ -36,6 +37,7 @@ pub mod check;
 pub mod mixed;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+pub mod nccl;
 pub mod threads;
 
 use std::fmt;
@@ -109,7 +111,7 @@ pub enum Backend {
     /// The point-to-point algorithms over MPI send/recv.
     #[serde(rename = "mpi-p2p")]
     MpiP2p,
-    /// NVIDIA NCCL (the GPU work fills this slot; not available here).
+    /// NVIDIA NCCL, one GPU per rank (cargo feature `nccl`).
     #[serde(rename = "nccl")]
     Nccl,
 }
@@ -127,6 +129,17 @@ impl Backend {
     }
     pub fn from_name(s: &str) -> Option<Backend> {
         Backend::ALL.into_iter().find(|b| b.name() == s)
+    }
+    /// Whether this build has the back end: `Err` names the cargo feature it needs
+    /// (a machine may still lack the library or device; the constructors say so).
+    pub fn available(self) -> Result<(), String> {
+        match self {
+            Backend::Threads | Backend::Shm => Ok(()),
+            Backend::Mpi | Backend::MpiP2p if cfg!(feature = "mpi") => Ok(()),
+            Backend::Mpi | Backend::MpiP2p => Err(format!("this build has no `{self}` back end (rebuild with `--features mpi`)")),
+            Backend::Nccl if cfg!(feature = "nccl") => Ok(()),
+            Backend::Nccl => Err(nccl::NOT_BUILT.into()),
+        }
     }
     /// The world the back end's ranks live in: back ends of one world can be mixed.
     pub fn world(self) -> World {

@@ -347,3 +347,111 @@ fn redistribute_get_and_accumulate_tiles() {
         .unwrap();
     }
 }
+
+#[test]
+fn sized_checks_pass_and_flat_counts_match_shm() {
+    for backend in BACKENDS {
+        for p in 1..=5 {
+            for n in [0, 1, 13, 200] {
+                let res = threads::run(p, |rank| check::sized(rank.comm(backend).as_ref(), n, backend == Backend::Shm)).unwrap();
+                for (r, checks) in res.iter().enumerate() {
+                    assert!(checks.len() >= 12, "{backend}: only {} checks", checks.len());
+                    for c in checks {
+                        assert_eq!(c.error, None, "{backend}, {p} ranks, n = {n}, rank {r}: {}", c.op);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn sized_checks_catch_wrong_counts_and_results() {
+    // The p2p algorithms of `threads` count differently from the flat model: asking
+    // for flat counts must report it (so the device check can fail).
+    let res = threads::run(4, |rank| check::sized(rank.comm(Backend::Threads).as_ref(), 16, true)).unwrap();
+    let bad: Vec<&str> = res[0].iter().filter(|c| c.error.is_some()).map(|c| c.op.as_str()).collect();
+    assert!(bad.contains(&"allreduce sum") && bad.contains(&"broadcast root 0"), "{bad:?}");
+    assert!(res[0].iter().filter_map(|c| c.error.as_deref()).all(|e| e.starts_with("counts")));
+    // A communicator that corrupts all-reduces is caught.
+    struct Liar(Box<dyn Communicator>);
+    impl Communicator for Liar {
+        fn rank(&self) -> usize {
+            self.0.rank()
+        }
+        fn size(&self) -> usize {
+            self.0.size()
+        }
+        fn backend(&self) -> Backend {
+            self.0.backend()
+        }
+        fn stats(&self) -> CommStats {
+            self.0.stats()
+        }
+        fn barrier(&self) {
+            self.0.barrier()
+        }
+        fn send(&self, d: usize, t: u32, x: &[f64]) {
+            self.0.send(d, t, x)
+        }
+        fn recv(&self, s: usize, t: u32) -> Vec<f64> {
+            self.0.recv(s, t)
+        }
+        fn broadcast(&self, b: &mut [f64], root: usize) {
+            self.0.broadcast(b, root)
+        }
+        fn reduce(&self, s: &[f64], r: &mut [f64], op: ReduceOp, root: usize) {
+            self.0.reduce(s, r, op, root)
+        }
+        fn allreduce(&self, b: &mut [f64], op: ReduceOp) {
+            self.0.allreduce(b, op);
+            if let Some(x) = b.last_mut() {
+                *x += 1e-9;
+            }
+        }
+        fn allgatherv(&self, s: &[f64], c: &[usize], r: &mut [f64]) {
+            self.0.allgatherv(s, c, r)
+        }
+        fn reduce_scatter(&self, s: &[f64], c: &[usize], r: &mut [f64], op: ReduceOp) {
+            self.0.reduce_scatter(s, c, r, op)
+        }
+        fn alltoallv(&self, s: &[f64], sc: &[usize], r: &mut [f64], rc: &[usize]) {
+            self.0.alltoallv(s, sc, r, rc)
+        }
+        fn counter(&self) -> Box<dyn SharedCounter> {
+            self.0.counter()
+        }
+    }
+    let res = threads::run(2, |rank| check::sized(&Liar(rank.comm(Backend::Shm)), 10, true)).unwrap();
+    let bad: Vec<&str> = res[1].iter().filter(|c| c.error.is_some()).map(|c| c.op.as_str()).collect();
+    assert_eq!(bad, vec!["allreduce sum", "allreduce max", "allreduce min"]);
+}
+
+#[test]
+fn flat_counts_follow_the_model() {
+    use check::{flat_counts, Call};
+    let s = flat_counts(&Call::Broadcast { n: 10, root: 1 }, 4, 1);
+    assert_eq!((s.messages_sent, s.words_sent, s.messages_received), (3, 30, 0));
+    let s = flat_counts(&Call::ReduceScatter { counts: vec![1, 2, 3] }, 3, 2);
+    assert_eq!((s.messages_sent, s.words_sent, s.messages_received, s.words_received), (2, 3, 2, 6));
+    // One rank moves nothing.
+    assert_eq!(flat_counts(&Call::Allreduce { n: 99 }, 1, 0), CommStats::default());
+    assert_eq!(check::uneven(10, 4), vec![1, 2, 3, 4]);
+    assert_eq!(check::uneven(7, 3), vec![1, 2, 4]);
+    assert_eq!(check::uneven(0, 2), vec![0, 0]);
+}
+
+#[test]
+fn backends_say_whether_this_build_has_them() {
+    assert_eq!(Backend::Threads.available(), Ok(()));
+    assert_eq!(Backend::Nccl.available().is_ok(), cfg!(feature = "nccl"));
+    assert_eq!(Backend::Mpi.available().is_ok(), cfg!(feature = "mpi"));
+    if let Err(e) = Backend::Nccl.available() {
+        assert!(e.contains("--features nccl"), "{e}");
+    }
+    // `nccl` is a name tables can use: a table of the nccl world reads back.
+    let t = crate::tune::TuningTable::default_for(World::Nccl);
+    let back = crate::tune::TuningTable::from_toml(&t.to_toml()).unwrap();
+    assert_eq!(back.choose(Collective::Allreduce, 1 << 20), Some(Backend::Nccl));
+    assert_eq!(Backend::from_name("nccl"), Some(Backend::Nccl));
+}
