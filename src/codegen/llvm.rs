@@ -1165,8 +1165,10 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         g_dims.set_initializer(&dims_val);
         g_dims.set_constant(true);
         g_dims.set_linkage(Linkage::Private);
+        // Cache blocks: kc·nr of B in L1, mc·kc of A in L2 (mc = 192 measured best
+        // for f64 on a 2 MB-L2 core), kc·nc of B in L3.
         let (kc, mc, nc) = match elem {
-            ElemType::F64 => (256, 384, 4096),
+            ElemType::F64 => (256, 192, 4096),
             ElemType::F32 => (512, 384, 4096),
         };
         let params = [uk.mr as i64, uk.nr as i64, mc, nc, kc];
