@@ -1,0 +1,346 @@
+//! Binary contractions as GETT calls into the runtime, and the register-blocked
+//! micro-kernel the compiler generates for them.
+
+use super::*;
+
+impl<'ctx> Gen<'_, 'ctx> {
+
+    /// Index groups of a binary contraction, or `None` when plain loops are better.
+    pub(super) fn gett_plan(
+        &self,
+        st: &Stmt,
+        ops: &[Operand],
+        vars: &[IndexId],
+        stride_in: &dyn Fn(TensorId, &[IndexId], IndexId) -> u64,
+    ) -> Option<GettPlan> {
+        let hir = self.hir;
+        let c = st.lhs.tensor;
+        let build = |a: &Operand, b: &Operand| -> Vec<[i64; 5]> {
+            vars.iter()
+                .map(|&v| {
+                    let (sa, sb, sc) = (stride_in(a.tensor, &a.indices, v), stride_in(b.tensor, &b.indices, v), stride_in(c, &st.lhs.indices, v));
+                    let (ia, ib, ic) = (a.indices.contains(&v), b.indices.contains(&v), st.lhs.indices.contains(&v));
+                    let kind = match (ic, ia, ib) {
+                        (true, true, true) => 0,
+                        (true, true, false) => 1,
+                        (true, false, true) => 2,
+                        (false, _, _) => 3,
+                        (true, false, false) => 0,
+                    };
+                    [kind, hir.index_size(v) as i64, sa as i64, sb as i64, sc as i64]
+                })
+                .collect()
+        };
+        let mut swap = false;
+        let mut dims = build(&ops[0], &ops[1]);
+        // The written tensor's most contiguous index should be a row (m) index.
+        if let Some(d) = dims.iter().filter(|d| d[0] == 1 || d[0] == 2).min_by_key(|d| d[4]) {
+            if d[0] == 2 {
+                swap = true;
+                dims = build(&ops[1], &ops[0]);
+            }
+        }
+        let size = |k: i64| -> f64 { dims.iter().filter(|d| d[0] == k).map(|d| d[1] as f64).product() };
+        let (m, n, k) = (size(1), size(2), size(3));
+        let worth = match self.gemm_min {
+            Some(min) => m * n * k >= min,
+            None => m >= 8.0 && n >= 8.0 && k >= 4.0 && m * n * k >= 32768.0,
+        };
+        if !worth {
+            return None;
+        }
+        // Within a group: larger strides first (the last index varies fastest).
+        dims.sort_by_key(|d| {
+            let s = match d[0] {
+                1 | 2 | 0 => d[4],
+                _ => d[2].max(d[3]),
+            };
+            (d[0], std::cmp::Reverse(s))
+        });
+        Some(GettPlan { dims, swap })
+    }
+
+    pub(super) fn gett(&mut self, st: &Stmt, coef: f64, ops: &[Operand], plan: GettPlan, overwrite: bool) -> Result<(), CodegenError> {
+        let hir = self.hir;
+        let c = st.lhs.tensor;
+        let elem = hir.tensors[c].elem;
+        let uk = self.ukernel(elem)?;
+        let (a, b) = if plan.swap { (&ops[1], &ops[0]) } else { (&ops[0], &ops[1]) };
+        let i64t = self.ctx.i64_type();
+        let row = |d: &[i64; 5]| i64t.const_array(&d.iter().map(|&x| i64t.const_int(x as u64, true)).collect::<Vec<_>>());
+        let rows: Vec<_> = plan.dims.iter().map(row).collect();
+        let arr_t = i64t.array_type(5);
+        let dims_val = arr_t.const_array(&rows);
+        let name = self.name("gett.dims");
+        let g_dims = self.module.add_global(arr_t.array_type(rows.len() as u32), None, &name);
+        g_dims.set_initializer(&dims_val);
+        g_dims.set_constant(true);
+        g_dims.set_linkage(Linkage::Private);
+        // Cache blocks: kc·nr of B in L1, mc·kc of A in L2 (mc = 192 measured best
+        // for f64 on a 2 MB-L2 core), kc·nc of B in L3.
+        let (kc, mc, nc) = match elem {
+            ElemType::F64 => (256, 192, 4096),
+            ElemType::F32 => (512, 384, 4096),
+        };
+        let params = [uk.mr as i64, uk.nr as i64, mc, nc, kc];
+        let name = self.name("gett.params");
+        let g_par = self.module.add_global(arr_t, None, &name);
+        g_par.set_initializer(&row(&params));
+        g_par.set_constant(true);
+        g_par.set_linkage(Linkage::Private);
+        let zero = self.i64c(0);
+        let dims_ptr = unsafe { self.b.build_in_bounds_gep(g_dims.as_pointer_value(), &[zero, zero, zero], "dims")? };
+        let par_ptr = unsafe { self.b.build_in_bounds_gep(g_par.as_pointer_value(), &[zero, zero], "params")? };
+        let pa = self.elem_ptr(a.tensor, self.partial_offset(a.tensor, &a.indices)?)?;
+        let pb = self.elem_ptr(b.tensor, self.partial_offset(b.tensor, &b.indices)?)?;
+        let pc = self.elem_ptr(c, self.partial_offset(c, &st.lhs.indices)?)?;
+        let ft = self.ft(elem);
+        let tp = ft.ptr_type(AddressSpace::default());
+        let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
+        let i64p = i64t.ptr_type(AddressSpace::default());
+        let fname = match elem {
+            ElemType::F64 => "tcc_rt_gett_f64",
+            ElemType::F32 => "tcc_rt_gett_f32",
+        };
+        let f = self.declare(fname, None, &[tp.into(), tp.into(), tp.into(), ft.into(), i64p.into(), i64t.into(), i64p.into(), i8p.into(), i64t.into()]);
+        let ukp = self.b.build_pointer_cast(uk.f.as_global_value().as_pointer_value(), i8p, "uk")?;
+        self.b.build_call(
+            f,
+            &[
+                pa.into(),
+                pb.into(),
+                pc.into(),
+                ft.const_float(coef).into(),
+                dims_ptr.into(),
+                self.i64c(plan.dims.len() as u64).into(),
+                par_ptr.into(),
+                ukp.into(),
+                self.i64c(overwrite as u64).into(),
+            ],
+            "",
+        )?;
+        Ok(())
+    }
+
+    /// The register-blocked micro-kernel for `elem`, generated once per module:
+    /// `void uk(i64 kc, T* Ap, T* Bp, T* C, i64 rs, i64 cs, T alpha)` computing
+    /// `C[i*rs + j*cs] += alpha Σ_p Ap[p*MR + i] Bp[p*NR + j]` over an `MR × NR` tile,
+    /// with `MR/lanes` vectors per column and `NR` broadcasts per step.
+    pub(super) fn ukernel(&mut self, elem: ElemType) -> Result<Uk<'ctx>, CodegenError> {
+        if let Some(u) = self.uk.get(&elem) {
+            return Ok(*u);
+        }
+        let lanes = (self.bits / (8 * elem.size_bytes() as u32)) as usize;
+        let nv = 2usize;
+        let mr = lanes * nv;
+        let nr = match self.bits {
+            512 => 12,
+            256 => 6,
+            _ => 4,
+        };
+        let ft = self.ft(elem);
+        let vt = ft.vec_type(lanes as u32);
+        let i64t = self.ctx.i64_type();
+        let tp = ft.ptr_type(AddressSpace::default());
+        let vp = vt.ptr_type(AddressSpace::default());
+        let fty = self.ctx.void_type().fn_type(&[i64t.into(), tp.into(), tp.into(), tp.into(), i64t.into(), i64t.into(), ft.into(), i64t.into(), i64t.into()], false);
+        let name = format!("tcc_uk_{}_{}x{}", elem.name(), mr, nr);
+        let f = self.module.add_function(&name, fty, Some(Linkage::Internal));
+        self.set_target_attrs(f);
+        if self.bits == 512 {
+            f.add_attribute(AttributeLoc::Function, self.ctx.create_string_attribute("min-legal-vector-width", "512"));
+            f.add_attribute(AttributeLoc::Function, self.ctx.create_string_attribute("prefer-vector-width", "512"));
+        }
+        let noalias = inkwell::attributes::Attribute::get_named_enum_kind_id("noalias");
+        for k in 1..4 {
+            f.add_attribute(AttributeLoc::Param(k), self.ctx.create_enum_attribute(noalias, 0));
+        }
+        let saved = self.b.get_insert_block();
+        let p = |k: u32| f.get_nth_param(k).expect("param");
+        let (mrows, ncols) = (p(7).into_int_value(), p(8).into_int_value());
+        let (kc, ap, bp, cp, rs, cs, alpha) = (
+            p(0).into_int_value(),
+            p(1).into_pointer_value(),
+            p(2).into_pointer_value(),
+            p(3).into_pointer_value(),
+            p(4).into_int_value(),
+            p(5).into_int_value(),
+            p(6).into_float_value(),
+        );
+        let entry = self.ctx.append_basic_block(f, "entry");
+        let lp = self.ctx.append_basic_block(f, "k");
+        let done = self.ctx.append_basic_block(f, "store");
+        let b = &self.b;
+        b.position_at_end(entry);
+        let fma = Intrinsic::find("llvm.fma").and_then(|i| i.get_declaration(self.module, &[vt.into()])).ok_or_else(|| err("llvm.fma"))?;
+        // Prefetch the C tile (for writing) while the k loop runs: one line per
+        // 64 bytes of each column.
+        let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
+        let i32t = self.ctx.i32_type();
+        let prefetch = self.declare("llvm.prefetch.p0i8", None, &[i8p.into(), i32t.into(), i32t.into(), i32t.into()]);
+        let col_bytes = mr * elem.size_bytes();
+        for j in 0..nr {
+            let col = b.build_int_mul(cs, i64t.const_int(j as u64, false), "pcol")?;
+            for off in (0..col_bytes).step_by(64) {
+                let o = b.build_int_add(col, i64t.const_int((off / elem.size_bytes()) as u64, false), "po")?;
+                let ptr = unsafe { b.build_gep(cp, &[o], "pp")? };
+                let ptr = b.build_pointer_cast(ptr, i8p, "pp8")?;
+                b.build_call(prefetch, &[ptr.into(), i32t.const_int(1, false).into(), i32t.const_int(3, false).into(), i32t.const_int(1, false).into()], "")?;
+            }
+        }
+        let has_k = b.build_int_compare(IntPredicate::SGT, kc, i64t.const_zero(), "hask")?;
+        b.build_conditional_branch(has_k, lp, done)?;
+        b.position_at_end(lp);
+        let pk = b.build_phi(i64t, "p")?;
+        pk.add_incoming(&[(&i64t.const_zero(), entry)]);
+        let mut accs = Vec::new();
+        for _ in 0..nv * nr {
+            let phi = b.build_phi(vt, "acc")?;
+            phi.add_incoming(&[(&vt.const_zero(), entry)]);
+            accs.push(phi);
+        }
+        let pkv = pk.as_basic_value().into_int_value();
+        let abase = b.build_int_mul(pkv, i64t.const_int(mr as u64, false), "ab")?;
+        let bbase = b.build_int_mul(pkv, i64t.const_int(nr as u64, false), "bb")?;
+        let mut avs = Vec::new();
+        for v in 0..nv {
+            let off = b.build_int_add(abase, i64t.const_int((v * lanes) as u64, false), "ao")?;
+            let ptr = unsafe { b.build_in_bounds_gep(ap, &[off], "ap")? };
+            let ptr = b.build_pointer_cast(ptr, vp, "apv")?;
+            let ld = b.build_load(ptr, "a")?;
+            if let Some(i) = ld.as_instruction_value() {
+                let _ = i.set_alignment(elem.size_bytes() as u32);
+            }
+            avs.push(ld.into_vector_value());
+        }
+        let undef = vt.get_undef();
+        let mask = self.ctx.i32_type().vec_type(lanes as u32).const_zero();
+        let mut next = Vec::new();
+        for j in 0..nr {
+            let off = b.build_int_add(bbase, i64t.const_int(j as u64, false), "bo")?;
+            let ptr = unsafe { b.build_in_bounds_gep(bp, &[off], "bp")? };
+            let s = b.build_load(ptr, "b")?.into_float_value();
+            let ins = b.build_insert_element(undef, s, self.ctx.i32_type().const_zero(), "bi")?;
+            let splat = b.build_shuffle_vector(ins, undef, mask, "bs")?;
+            for v in 0..nv {
+                let acc = accs[j * nv + v].as_basic_value();
+                let r = b.build_call(fma, &[avs[v].into(), splat.into(), acc.into()], "fma")?;
+                next.push(r.try_as_basic_value().left().expect("vec"));
+            }
+        }
+        let pnext = b.build_int_add(pkv, i64t.const_int(1, false), "pn")?;
+        let lp_end = b.get_insert_block().expect("block");
+        pk.add_incoming(&[(&pnext, lp_end)]);
+        for (phi, v) in accs.iter().zip(&next) {
+            phi.add_incoming(&[(v, lp_end)]);
+        }
+        let cont = b.build_int_compare(IntPredicate::SLT, pnext, kc, "more")?;
+        b.build_conditional_branch(cont, lp, done)?;
+
+        // Store: C += alpha * acc.
+        b.position_at_end(done);
+        let mut fin = Vec::new();
+        for (k, phi) in accs.iter().enumerate() {
+            let ph = b.build_phi(vt, "accf")?;
+            ph.add_incoming(&[(&vt.const_zero(), entry), (&next[k], lp_end)]);
+            fin.push(ph.as_basic_value().into_vector_value());
+            let _ = phi;
+        }
+        let ins = b.build_insert_element(undef, alpha, self.ctx.i32_type().const_zero(), "al")?;
+        let alpha_v = b.build_shuffle_vector(ins, undef, mask, "alv")?;
+        let unit_rs = b.build_int_compare(IntPredicate::EQ, rs, i64t.const_int(1, false), "rs1")?;
+        let vec_bb = self.ctx.append_basic_block(f, "store.vec");
+        let sc_bb = self.ctx.append_basic_block(f, "store.scalar");
+        let ret_bb = self.ctx.append_basic_block(f, "ret");
+        let check_bb = self.ctx.append_basic_block(f, "store.check");
+        let mask_bb = self.ctx.append_basic_block(f, "store.masked");
+        b.build_conditional_branch(unit_rs, check_bb, sc_bb)?;
+        b.position_at_end(check_bb);
+        let full_m = b.build_int_compare(IntPredicate::EQ, mrows, i64t.const_int(mr as u64, false), "fullm")?;
+        let full_n = b.build_int_compare(IntPredicate::EQ, ncols, i64t.const_int(nr as u64, false), "fulln")?;
+        let full = b.build_and(full_m, full_n, "full")?;
+        b.build_conditional_branch(full, vec_bb, mask_bb)?;
+        // A partial tile (rows < MR or columns < NR, unit row stride): masked
+        // loads and stores touch only the tile's elements.
+        b.position_at_end(mask_bb);
+        {
+            let mload = Intrinsic::find("llvm.masked.load")
+                .and_then(|i| i.get_declaration(self.module, &[vt.into(), vp.into()]))
+                .ok_or_else(|| err("llvm.masked.load"))?;
+            let mstore = Intrinsic::find("llvm.masked.store")
+                .and_then(|i| i.get_declaration(self.module, &[vt.into(), vp.into()]))
+                .ok_or_else(|| err("llvm.masked.store"))?;
+            let iv = i64t.vec_type(lanes as u32);
+            let iota = inkwell::types::VectorType::const_vector(&(0..lanes).map(|l| i64t.const_int(l as u64, false)).collect::<Vec<_>>());
+            let iundef = iv.get_undef();
+            let align = i32t.const_int(elem.size_bytes() as u64, false);
+            for j in 0..nr {
+                let col = b.build_int_mul(cs, i64t.const_int(j as u64, false), "col")?;
+                let jok = b.build_int_compare(IntPredicate::SLT, i64t.const_int(j as u64, false), ncols, "jok")?;
+                for v in 0..nv {
+                    let left = b.build_int_sub(mrows, i64t.const_int((v * lanes) as u64, false), "left")?;
+                    let lins = b.build_insert_element(iundef, left, i32t.const_zero(), "li")?;
+                    let lsplat = b.build_shuffle_vector(lins, iundef, mask, "ls")?;
+                    let lanes_ok = b.build_int_compare(IntPredicate::SLT, iota, lsplat, "lok")?;
+                    let jins = b.build_insert_element(self.ctx.bool_type().vec_type(lanes as u32).get_undef(), jok, i32t.const_zero(), "ji")?;
+                    let jsplat = b.build_shuffle_vector(jins, self.ctx.bool_type().vec_type(lanes as u32).get_undef(), mask, "js")?;
+                    let m = b.build_and(lanes_ok, jsplat, "m")?;
+                    let off = b.build_int_add(col, i64t.const_int((v * lanes) as u64, false), "co")?;
+                    let ptr = unsafe { b.build_gep(cp, &[off], "cp")? };
+                    let ptr = b.build_pointer_cast(ptr, vp, "cpv")?;
+                    let old = b.build_call(mload, &[ptr.into(), align.into(), m.into(), vt.const_zero().into()], "c")?.try_as_basic_value().left().expect("vec");
+                    let r = b.build_call(fma, &[fin[j * nv + v].into(), alpha_v.into(), old.into()], "cn")?.try_as_basic_value().left().expect("vec");
+                    b.build_call(mstore, &[r.into(), ptr.into(), align.into(), m.into()], "")?;
+                }
+            }
+            b.build_unconditional_branch(ret_bb)?;
+        }
+        b.position_at_end(vec_bb);
+        for j in 0..nr {
+            let col = b.build_int_mul(cs, i64t.const_int(j as u64, false), "col")?;
+            for v in 0..nv {
+                let off = b.build_int_add(col, i64t.const_int((v * lanes) as u64, false), "co")?;
+                let ptr = unsafe { b.build_gep(cp, &[off], "cp")? };
+                let ptr = b.build_pointer_cast(ptr, vp, "cpv")?;
+                let old = b.build_load(ptr, "c")?;
+                if let Some(i) = old.as_instruction_value() {
+                    let _ = i.set_alignment(elem.size_bytes() as u32);
+                }
+                let r = b.build_call(fma, &[fin[j * nv + v].into(), alpha_v.into(), old.into()], "cn")?;
+                let stv = b.build_store(ptr, r.try_as_basic_value().left().expect("vec"))?;
+                let _ = stv.set_alignment(elem.size_bytes() as u32);
+            }
+        }
+        b.build_unconditional_branch(ret_bb)?;
+        b.position_at_end(sc_bb);
+        for j in 0..nr {
+            let col = b.build_int_mul(cs, i64t.const_int(j as u64, false), "col")?;
+            for v in 0..nv {
+                let scaled = b.build_float_mul(fin[j * nv + v], alpha_v, "sc")?;
+                for l in 0..lanes {
+                    let i = (v * lanes + l) as u64;
+                    let roff = b.build_int_mul(rs, i64t.const_int(i, false), "ro")?;
+                    let off = b.build_int_add(col, roff, "o")?;
+                    let ptr = unsafe { b.build_gep(cp, &[off], "cp")? };
+                    let x = b.build_extract_element(scaled, self.ctx.i32_type().const_int(l as u64, false), "x")?.into_float_value();
+                    let old = b.build_load(ptr, "c")?.into_float_value();
+                    b.build_store(ptr, b.build_float_add(old, x, "cn")?)?;
+                }
+            }
+        }
+        b.build_unconditional_branch(ret_bb)?;
+        b.position_at_end(ret_bb);
+        b.build_return(None)?;
+        if let Some(bb) = saved {
+            self.b.position_at_end(bb);
+        }
+        let u = Uk { f, mr, nr };
+        self.uk.insert(elem, u);
+        Ok(u)
+    }
+}
+
+pub(super) struct GettPlan {
+    pub(super) dims: Vec<[i64; 5]>,
+    pub(super) swap: bool,
+}

@@ -1,0 +1,434 @@
+//! Loop nests of the terms that are not GETTs: loop order, collapsing, threads
+//! (disjoint slices or a parallel sum) and the element-wise functions.
+
+use super::*;
+
+impl<'ctx> Gen<'_, 'ctx> {
+    /// Loops over `vars` (outermost first) binding each, then `inner`.
+    pub(super) fn nest(&mut self, vars: &[IndexId], inner: &mut dyn FnMut(&mut Self) -> Result<(), CodegenError>) -> Result<(), CodegenError> {
+        self.nest_hinted(vars, false, inner)
+    }
+
+    /// [`Self::nest_hinted`]; with `parallel`, the outermost loop is outlined into a
+    /// function `void (i8* ctx, i64 lo, i64 hi)` run on the runtime's pool through
+    /// `tcc_rt_parallel_range` (its index must be one of the written tensor's, so
+    /// that chunks write disjoint slices). The buffers and bound indices the body
+    /// uses travel in an `i64` array.
+    ///
+    /// With `sum = Some(c)` the loop is a reduction into the single element of `c`
+    /// the bound indices select: each chunk sums into a private accumulator and
+    /// returns it, `tcc_rt_parallel_sum` adds the chunks' sums in chunk order (the
+    /// result depends on the thread count only), and the total is added to `c`.
+    pub(super) fn nest_parallel(
+        &mut self,
+        vars: &[IndexId],
+        parallel: bool,
+        hint: bool,
+        sum: Option<(TensorId, &[IndexId])>,
+        inner: &mut dyn FnMut(&mut Self) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
+        if !parallel || vars.is_empty() {
+            return self.nest_hinted(vars, hint, inner);
+        }
+        let (pv, rest) = (vars[0], &vars[1..]);
+        let i64t = self.ctx.i64_type();
+        let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
+        let mut bufs: Vec<(TensorId, PointerValue<'ctx>)> = self.bufs.iter().map(|(&t, &p)| (t, p)).collect();
+        bufs.sort_by_key(|x| x.0);
+        let mut bound: Vec<(IndexId, IntValue<'ctx>)> = self.bound.iter().map(|(&i, &v)| (i, v)).collect();
+        bound.sort_by_key(|x| x.0);
+        let n = (bufs.len() + bound.len()).max(1) as u32;
+        // The context array lives in the caller's entry block (not in a loop).
+        let caller = self.current_fn();
+        let entry = caller.get_first_basic_block().expect("entry");
+        let eb = self.ctx.create_builder();
+        match entry.get_first_instruction() {
+            Some(i) => eb.position_before(&i),
+            None => eb.position_at_end(entry),
+        }
+        let arr = eb.build_alloca(i64t.array_type(n), "ctx")?;
+        let slot = |g: &Self, k: u64| -> Result<PointerValue<'ctx>, CodegenError> {
+            Ok(unsafe { g.b.build_in_bounds_gep(arr, &[g.i64c(0), g.i64c(k)], "slot")? })
+        };
+        let mut k = 0u64;
+        for (_, p) in &bufs {
+            let v = self.b.build_ptr_to_int(*p, i64t, "pv")?;
+            self.b.build_store(slot(self, k)?, v)?;
+            k += 1;
+        }
+        for (_, v) in &bound {
+            self.b.build_store(slot(self, k)?, *v)?;
+            k += 1;
+        }
+        let name = self.name(&format!("{}.par", caller.get_name().to_string_lossy()));
+        let f64t = self.ctx.f64_type();
+        let fty = match sum {
+            None => self.ctx.void_type().fn_type(&[i8p.into(), i64t.into(), i64t.into()], false),
+            Some(_) => f64t.fn_type(&[i8p.into(), i64t.into(), i64t.into()], false),
+        };
+        let f = self.module.add_function(&name, fty, Some(Linkage::Internal));
+        self.set_target_attrs(f);
+        let fp = self.b.build_pointer_cast(f.as_global_value().as_pointer_value(), i8p, "fp")?;
+        let ctxp = self.b.build_pointer_cast(slot(self, 0)?, i8p, "ctxp")?;
+        let n_iter = self.i64c(self.extent(pv));
+        match sum {
+            None => {
+                let rt = self.declare("tcc_rt_parallel_range", None, &[i64t.into(), i8p.into(), i8p.into()]);
+                self.b.build_call(rt, &[n_iter.into(), fp.into(), ctxp.into()], "")?;
+            }
+            Some((c, lhs_idx)) => {
+                let rt = self.declare("tcc_rt_parallel_sum", Some(f64t.into()), &[i64t.into(), i8p.into(), i8p.into()]);
+                let total = self.b.build_call(rt, &[n_iter.into(), fp.into(), ctxp.into()], "total")?;
+                let total = total.try_as_basic_value().left().expect("f64").into_float_value();
+                let ct = self.ft(self.hir.tensors[c].elem);
+                let total = self.b.build_float_cast(total, ct, "total.t")?;
+                let off = self.offset(c, lhs_idx)?;
+                let p = self.elem_ptr(c, off)?;
+                let old = self.b.build_load(p, "c")?.into_float_value();
+                let new = self.b.build_float_add(old, total, "c.new")?;
+                self.b.build_store(p, new)?;
+            }
+        }
+
+        // The outlined wrapper loads the captures and calls the chunk function,
+        // whose buffer parameters are `noalias` (as in the unit's body).
+        let saved_block = self.b.get_insert_block().expect("positioned");
+        let saved = (self.func, std::mem::take(&mut self.bufs), std::mem::take(&mut self.bound));
+        let mut params: Vec<BasicMetadataTypeEnum> = bufs.iter().map(|(_, p)| p.get_type().into()).collect();
+        params.extend(std::iter::repeat_n(BasicMetadataTypeEnum::from(i64t), bound.len() + 2));
+        let chunk_ty = match sum {
+            None => self.ctx.void_type().fn_type(&params, false),
+            Some(_) => f64t.fn_type(&params, false),
+        };
+        let chunk = self.module.add_function(&format!("{name}.chunk"), chunk_ty, Some(Linkage::Internal));
+        self.set_target_attrs(chunk);
+        let noalias = inkwell::attributes::Attribute::get_named_enum_kind_id("noalias");
+        for k in 0..bufs.len() {
+            chunk.add_attribute(AttributeLoc::Param(k as u32), self.ctx.create_enum_attribute(noalias, 0));
+        }
+        self.func = Some(f);
+        let fe = self.ctx.append_basic_block(f, "entry");
+        self.b.position_at_end(fe);
+        let cp = self.b.build_pointer_cast(f.get_nth_param(0).expect("ctx").into_pointer_value(), i64t.ptr_type(AddressSpace::default()), "c")?;
+        let mut args: Vec<BasicMetadataValueEnum> = Vec::new();
+        for (k, (_, p)) in bufs.iter().enumerate() {
+            let sp = unsafe { self.b.build_in_bounds_gep(cp, &[self.i64c(k as u64)], "s")? };
+            let v = self.b.build_load(sp, "v")?.into_int_value();
+            args.push(self.b.build_int_to_ptr(v, p.get_type(), "buf")?.into());
+        }
+        for k in 0..bound.len() {
+            let sp = unsafe { self.b.build_in_bounds_gep(cp, &[self.i64c((bufs.len() + k) as u64)], "s")? };
+            args.push(self.b.build_load(sp, "v")?.into());
+        }
+        args.push(f.get_nth_param(1).expect("lo").into());
+        args.push(f.get_nth_param(2).expect("hi").into());
+        let part = self.b.build_call(chunk, &args, "part")?;
+        match sum {
+            None => self.b.build_return(None)?,
+            Some(_) => self.b.build_return(Some(&part.try_as_basic_value().left().expect("f64")))?,
+        };
+
+        self.func = Some(chunk);
+        let fe = self.ctx.append_basic_block(chunk, "entry");
+        self.b.position_at_end(fe);
+        for (k, (t, _)) in bufs.iter().enumerate() {
+            self.bufs.insert(*t, chunk.get_nth_param(k as u32).expect("buf").into_pointer_value());
+        }
+        for (k, (i, _)) in bound.iter().enumerate() {
+            self.bound.insert(*i, chunk.get_nth_param((bufs.len() + k) as u32).expect("index").into_int_value());
+        }
+        let lo = chunk.get_nth_param((bufs.len() + bound.len()) as u32).expect("lo").into_int_value();
+        let hi = chunk.get_nth_param((bufs.len() + bound.len() + 1) as u32).expect("hi").into_int_value();
+        let saved_acc = self.acc_slot.take();
+        if let Some((c, _)) = sum {
+            let ct = self.ft(self.hir.tensors[c].elem);
+            let acc = self.b.build_alloca(ct, "acc")?;
+            self.b.build_store(acc, ct.const_zero())?;
+            self.acc_slot = Some((c, acc));
+        }
+        let head = self.ctx.append_basic_block(chunk, "ploop");
+        let exit = self.ctx.append_basic_block(chunk, "ploop.exit");
+        let any = self.b.build_int_compare(IntPredicate::SLT, lo, hi, "any")?;
+        self.b.build_conditional_branch(any, head, exit)?;
+        self.b.position_at_end(head);
+        let phi = self.b.build_phi(i64t, "pi")?;
+        phi.add_incoming(&[(&lo, fe)]);
+        let iv = phi.as_basic_value().into_int_value();
+        self.bound.insert(pv, iv);
+        self.nest_hinted(rest, hint, inner)?;
+        let next = self.b.build_int_add(iv, self.i64c(1), "pn")?;
+        let latch = self.b.get_insert_block().expect("positioned");
+        phi.add_incoming(&[(&next, latch)]);
+        let more = self.b.build_int_compare(IntPredicate::SLT, next, hi, "more")?;
+        let br = self.b.build_conditional_branch(more, head, exit)?;
+        if hint && rest.is_empty() {
+            self.mark_vectorize(br);
+        }
+        self.b.position_at_end(exit);
+        match self.acc_slot.take() {
+            Some((_, acc)) => {
+                let v = self.b.build_load(acc, "acc.v")?.into_float_value();
+                let v = self.b.build_float_ext(v, f64t, "acc.d")?;
+                self.b.build_return(Some(&v))?;
+            }
+            None => {
+                self.b.build_return(None)?;
+            }
+        }
+        self.acc_slot = saved_acc;
+        self.func = saved.0;
+        self.bufs = saved.1;
+        self.bound = saved.2;
+        self.b.position_at_end(saved_block);
+        Ok(())
+    }
+
+    /// The trip count of `v`'s loop: its size, or that of the indices collapsed into it.
+    pub(super) fn extent(&self, v: IndexId) -> u64 {
+        self.extents.get(&v).copied().unwrap_or(self.hir.index_size(v) as u64)
+    }
+
+    /// [`Self::nest`], the innermost loop marked for vectorization when `hint`.
+    pub(super) fn nest_hinted(&mut self, vars: &[IndexId], hint: bool, inner: &mut dyn FnMut(&mut Self) -> Result<(), CodegenError>) -> Result<(), CodegenError> {
+        match vars.split_first() {
+            None => inner(self),
+            Some((&v, rest)) => {
+                let extent = self.extent(v);
+                self.build_loop_hinted(extent, hint && rest.is_empty(), &mut |g, i| {
+                    g.bound.insert(v, i);
+                    g.nest_hinted(rest, hint, inner)?;
+                    g.bound.remove(&v);
+                    Ok(())
+                })
+            }
+        }
+    }
+
+    /// The GETT plan of term `k` of `st` under the loops bound now, if it is one.
+    pub(super) fn term_gett(&self, st: &Stmt, k: usize) -> Result<Option<(Vec<Operand>, GettPlan)>, CodegenError> {
+        let hir = self.hir;
+        let ops = crate::codegen::lower::term_operands(&st.rhs.terms[k]).map_err(err)?;
+        let c = st.lhs.tensor;
+        let vars = crate::codegen::lower::term_vars(&st.lhs.indices, &ops, |i| self.bound.contains_key(&i));
+        if vars.iter().any(|&v| hir.index_size(v) == 0) {
+            return Ok(None);
+        }
+        if ops.len() != 2 || !ops.iter().all(|o| o.func.is_none() && hir.tensors[o.tensor].elem == hir.tensors[c].elem) {
+            return Ok(None);
+        }
+        let stride_in = |t: TensorId, idx: &[IndexId], v: IndexId| -> u64 {
+            idx.iter().zip(&self.strides[&t]).filter(|(i, _)| **i == v).map(|(_, s)| *s).sum()
+        };
+        Ok(self.gett_plan(st, &ops, &vars, &stride_in).map(|p| (ops, p)))
+    }
+
+    /// Whether `st`'s first term is a GETT that may overwrite its output (nothing
+    /// it reads is the output, every index has a size).
+    pub(super) fn overwrite_gett(&self, st: &Stmt) -> bool {
+        let reads_self = crate::codegen::lower::term_operands(&st.rhs.terms[0]).map(|ops| ops.iter().any(|o| o.tensor == st.lhs.tensor)).unwrap_or(true);
+        !st.rhs.terms.is_empty() && !reads_self && matches!(self.term_gett(st, 0), Ok(Some(_)))
+    }
+
+    pub(super) fn term(&mut self, st: &Stmt, k: usize, overwrite: bool) -> Result<(), CodegenError> {
+        let hir = self.hir;
+        let term = &st.rhs.terms[k];
+        if let Some((ops, plan)) = self.term_gett(st, k)? {
+            return self.gett(st, term.coef, &ops, plan, overwrite);
+        }
+        debug_assert!(!overwrite, "overwrite is only planned for GETT terms");
+        let ops = crate::codegen::lower::term_operands(term).map_err(err)?;
+        let c = st.lhs.tensor;
+        let vars = crate::codegen::lower::term_vars(&st.lhs.indices, &ops, |i| self.bound.contains_key(&i));
+        if vars.iter().any(|&v| hir.index_size(v) == 0) {
+            return Ok(());
+        }
+        // Stride of each var in each reference (lhs first).
+        let stride_in = |t: TensorId, idx: &[IndexId], v: IndexId| -> u64 {
+            idx.iter().zip(&self.strides[&t]).filter(|(i, _)| **i == v).map(|(_, s)| *s).sum()
+        };
+        // Loop order: larger strides outside; innermost the index whose accesses
+        // are the most contiguous — a strided read costs 2, a strided write 3, a
+        // sum (the written element fixed) 1, as it needs a reassociated reduction;
+        // ties go to the larger extent.
+        let mut refs: Vec<(TensorId, &[IndexId])> = vec![(c, st.lhs.indices.as_slice())];
+        refs.extend(ops.iter().map(|o| (o.tensor, o.indices.as_slice())));
+        let score = |v: IndexId| -> u64 {
+            refs.iter().map(|(t, idx)| stride_in(*t, idx, v)).filter(|&s| s > 0).min().unwrap_or(u64::MAX)
+        };
+        let inner_cost = |v: IndexId| -> (u64, std::cmp::Reverse<usize>) {
+            let mut cost = match stride_in(c, &st.lhs.indices, v) {
+                0 => 1,
+                1 => 0,
+                _ => 3,
+            };
+            for o in &ops {
+                cost += match stride_in(o.tensor, &o.indices, v) {
+                    0 | 1 => 0,
+                    _ => 2,
+                };
+            }
+            (cost, std::cmp::Reverse(hir.index_size(v)))
+        };
+        // Outer to inner by stride in the largest tensor (it moves the most
+        // memory), then in the next largest, …; `score` breaks ties.
+        let mut by_size: Vec<(TensorId, &[IndexId])> = refs.clone();
+        by_size.sort_by_key(|(t, _)| std::cmp::Reverse(hir.shape(*t).iter().map(|&n| n as u64).product::<u64>()));
+        let mut order = vars.clone();
+        order.sort_by_key(|&v| std::cmp::Reverse((by_size.iter().map(|(t, idx)| stride_in(*t, idx, v)).collect::<Vec<_>>(), score(v))));
+        let mut reduction_inner = false;
+        if let Some(&inner) = order.iter().min_by_key(|&&v| inner_cost(v)) {
+            order.retain(|&v| v != inner);
+            order.push(inner);
+            reduction_inner = !st.lhs.indices.contains(&inner);
+        }
+        let lt = self.ft(hir.tensors[c].elem);
+        let coef = term.coef;
+        let lhs_idx = st.lhs.indices.clone();
+        // Threads: the outermost loop over a written index, when there is enough work.
+        let work: f64 = order.iter().map(|&v| hir.index_size(v) as f64).product();
+        let par = if work >= self.parallel_min && order.len() >= 2 {
+            order[..order.len() - 1].iter().position(|v| st.lhs.indices.contains(v) && hir.index_size(*v) >= 2)
+        } else {
+            None
+        };
+        if let Some(p) = par {
+            let v = order.remove(p);
+            order.insert(0, v);
+        }
+        let (order, zeroed) = collapse(&order, &refs, &|t, idx, v| stride_in(t, idx, v), &|v| hir.index_size(v) as u64);
+        // Nothing written is left to split: a (long) sum into one element is
+        // split instead, each thread summing a range.
+        let one_element = !order.iter().any(|v| st.lhs.indices.contains(v));
+        let sum_par = par.is_none() && one_element && work >= self.parallel_min && order.first().is_some_and(|&v| hir.index_size(v) >= 2);
+        let zero = self.i64c(0);
+        for &(v, n) in &zeroed {
+            self.bound.insert(v, zero);
+            self.extents.insert(n.0, n.1);
+        }
+        let sum = sum_par.then_some((c, st.lhs.indices.as_slice()));
+        let result = self.nest_parallel(&order, par.is_some() || sum_par, reduction_inner, sum, &mut |g| {
+            let mut prod: Option<FloatValue> = if coef == 1.0 { None } else { Some(lt.const_float(coef)) };
+            for o in &ops {
+                let off = g.offset(o.tensor, &o.indices)?;
+                let p = g.elem_ptr(o.tensor, off)?;
+                let mut v = g.b.build_load(p, "x")?.into_float_value();
+                let ot = g.ft(hir.tensors[o.tensor].elem);
+                if ot != lt {
+                    v = g.b.build_float_cast(v, lt, "cvt")?;
+                }
+                if let Some(func) = o.func {
+                    v = g.apply(func, v, lt)?;
+                }
+                prod = Some(match prod {
+                    None => v,
+                    Some(p) => g.b.build_float_mul(p, v, "m")?,
+                });
+            }
+            let prod = prod.unwrap_or_else(|| lt.const_float(coef));
+            let p = match g.acc_slot {
+                Some((t, acc)) if t == c => acc,
+                _ => {
+                    let off = g.offset(c, &lhs_idx)?;
+                    g.elem_ptr(c, off)?
+                }
+            };
+            let old = g.b.build_load(p, "c")?.into_float_value();
+            let new = g.b.build_float_add(old, prod, "c.new")?;
+            g.b.build_store(p, new)?;
+            Ok(())
+        });
+        for &(v, n) in &zeroed {
+            self.bound.remove(&v);
+            self.extents.remove(&n.0);
+        }
+        result
+    }
+
+    pub(super) fn intrinsic(&self, name: &str, t: FloatType<'ctx>) -> Result<FunctionValue<'ctx>, CodegenError> {
+        Intrinsic::find(name)
+            .and_then(|i| i.get_declaration(self.module, &[t.into()]))
+            .ok_or_else(|| err(format!("LLVM intrinsic {name} not found")))
+    }
+
+    pub(super) fn call1(&self, f: FunctionValue<'ctx>, args: &[FloatValue<'ctx>]) -> Result<FloatValue<'ctx>, CodegenError> {
+        let a: Vec<BasicMetadataValueEnum> = args.iter().map(|&x| x.into()).collect();
+        Ok(self.b.build_call(f, &a, "f")?.try_as_basic_value().left().expect("value").into_float_value())
+    }
+
+    pub(super) fn libm(&self, name: &str, t: FloatType<'ctx>) -> FunctionValue<'ctx> {
+        let n = if t == self.ctx.f32_type() { format!("{name}f") } else { name.to_string() };
+        self.declare(&n, Some(t.into()), &[t.into()])
+    }
+
+    /// The element-wise function, as [`Func::apply`] defines it.
+    pub(super) fn apply(&self, func: Func, x: FloatValue<'ctx>, t: FloatType<'ctx>) -> Result<FloatValue<'ctx>, CodegenError> {
+        let one = t.const_float(1.0);
+        let b = &self.b;
+        Ok(match func {
+            Func::Exp => self.call1(self.intrinsic("llvm.exp", t)?, &[x])?,
+            Func::Log => self.call1(self.intrinsic("llvm.log", t)?, &[x])?,
+            Func::Sqrt => self.call1(self.intrinsic("llvm.sqrt", t)?, &[x])?,
+            Func::Abs => self.call1(self.intrinsic("llvm.fabs", t)?, &[x])?,
+            Func::Recip => b.build_float_div(one, x, "recip")?,
+            Func::Relu => self.call1(self.intrinsic("llvm.maxnum", t)?, &[x, t.const_zero()])?,
+            Func::Tanh => self.call1(self.libm("tanh", t), &[x])?,
+            Func::Sigmoid | Func::Silu => {
+                let neg = b.build_float_neg(x, "neg")?;
+                let e = self.call1(self.intrinsic("llvm.exp", t)?, &[neg])?;
+                let d = b.build_float_add(one, e, "den")?;
+                let num = if func == Func::Sigmoid { one } else { x };
+                b.build_float_div(num, d, "sig")?
+            }
+            Func::Gelu => {
+                let x3 = b.build_float_mul(b.build_float_mul(x, x, "x2")?, x, "x3")?;
+                let inner = b.build_float_add(x, b.build_float_mul(t.const_float(0.044715), x3, "a")?, "in")?;
+                let k = (2.0 / std::f64::consts::PI).sqrt();
+                let th = self.call1(self.libm("tanh", t), &[b.build_float_mul(t.const_float(k), inner, "s")?])?;
+                let h = b.build_float_mul(t.const_float(0.5), x, "h")?;
+                b.build_float_mul(h, b.build_float_add(one, th, "1p")?, "gelu")?
+            }
+        })
+    }
+}
+
+/// Merges adjacent loops of `order` (outer `u`, inner `v`) that every reference
+/// walks as one: `stride(u) == stride(v) · size(v)` in each. The merged loop is
+/// `v`'s, running `size(u)·size(v)` times, while `u` stays bound to 0 — so every
+/// offset is unchanged. Long inner loops vectorize better (e.g. `pqrs,rs->pq`
+/// becomes a 2-loop GEMV). Returns the new order and, per removed index, the
+/// index it went into with the merged extent.
+#[allow(clippy::type_complexity)]
+pub(super) fn collapse(
+    order: &[IndexId],
+    refs: &[(TensorId, &[IndexId])],
+    stride: &dyn Fn(TensorId, &[IndexId], IndexId) -> u64,
+    size: &dyn Fn(IndexId) -> u64,
+) -> (Vec<IndexId>, Vec<(IndexId, (IndexId, u64))>) {
+    let mut out: Vec<(IndexId, u64)> = Vec::new();
+    let mut removed = Vec::new();
+    for &v in order {
+        let n = size(v);
+        if let Some(&(u, m)) = out.last() {
+            // `u`'s stride is its own (it is never a merged loop's inner index).
+            let ok = refs.iter().all(|(t, idx)| stride(*t, idx, u) == stride(*t, idx, v) * n);
+            if ok && n > 0 && m > 0 {
+                out.pop();
+                // Indices merged earlier into `u` now live in `v`'s loop too.
+                for r in removed.iter_mut() {
+                    let (_, (into, _)): &mut (IndexId, (IndexId, u64)) = r;
+                    if *into == u {
+                        *into = v;
+                    }
+                }
+                removed.push((u, (v, m * n)));
+                out.push((v, m * n));
+                continue;
+            }
+        }
+        out.push((v, n));
+    }
+    // Each merged loop's final extent.
+    let ext: HashMap<IndexId, u64> = out.iter().copied().collect();
+    let removed = removed.into_iter().map(|(u, (into, _))| (u, (into, ext[&into]))).collect();
+    (out.into_iter().map(|(v, _)| v).collect(), removed)
+}

@@ -1,0 +1,823 @@
+//! The CPU back end: LIR loop nests → LLVM IR (inkwell, LLVM 14) → optimized native
+//! code, run in process (JIT) or written as an object file for a shared library.
+//!
+//! Per unit (program or model) the module holds
+//!
+//! * `tcc_NAME__body(T* noalias, ...)` — one pointer argument per input then per
+//!   output (in [`Hir::unit_inputs`] / [`Hir::unit_outputs`] order); allocates the
+//!   unit's temporaries (sliced as the fusion decided), runs the loop nest, frees
+//!   them; returns 0, or 1 if an allocation failed;
+//! * `tcc_NAME__argv(T** argv)` — the same with the pointers in an array (the JIT's
+//!   entry point);
+//! * with the C ABI ([`Options::c_abi`]): `int tcc_NAME(const T* A, size_t A_len,
+//!   ..., T* C, size_t C_len)`, which validates every pointer and length first (see
+//!   `book/src/abi.md`), and `const char* tcc_last_error(void)`.
+//!
+//! Statements become loops over the indices their enclosing LIR loops leave free.
+//! A binary contraction big enough to pay for packing becomes a call of the
+//! runtime's GETT ([`tcc_runtime::kernels`]) with the index groups, strides and
+//! cache blocking chosen here, and a register-blocked micro-kernel generated here
+//! with LLVM vector types sized for the target (`MR = 2 × lanes`, `NR` from the
+//! register count). Everything else is plain loops ordered so the innermost one
+//! runs along the written tensor's contiguous dimension, for LLVM's vectorizer.
+//! The module is optimized with LLVM's `default<O3>` pipeline for the target CPU
+//! (the host's by default).
+
+use super::lower::{prepare, unit_flops};
+use crate::interp::Dense;
+use crate::lir::fusion::{fusible, lower_unit, FusionOptions};
+use crate::lir::{Buffer, LoopNest, Node};
+use crate::sema::hir::{ElemType, Func, Hir, IndexId, Role, Stmt, TensorId, UnitId};
+use inkwell::attributes::AttributeLoc;
+use inkwell::builder::{Builder, BuilderError};
+use inkwell::context::Context;
+use inkwell::execution_engine::ExecutionEngine;
+use inkwell::intrinsics::Intrinsic;
+use inkwell::module::{Linkage, Module};
+use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine};
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, FloatType};
+use inkwell::values::{BasicMetadataValueEnum, BasicValue, FloatValue, FunctionValue, IntValue, PointerValue};
+use inkwell::{AddressSpace, FloatPredicate, GlobalVisibility, IntPredicate, OptimizationLevel};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// A failure of the back end (LLVM refused something, linking failed, ...).
+mod gett;
+mod loops;
+
+use gett::GettPlan;
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CodegenError(pub String);
+
+impl From<BuilderError> for CodegenError {
+    fn from(e: BuilderError) -> Self {
+        CodegenError(format!("LLVM builder: {e:?}"))
+    }
+}
+
+fn err(s: impl Into<String>) -> CodegenError {
+    CodegenError(s.into())
+}
+
+/// How to generate code.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// LLVM CPU name (`skylake-avx512`, `x86-64`, ...); `None` or `native`: the host.
+    pub target_cpu: Option<String>,
+    /// Also emit the validated C-ABI entry points and `tcc_last_error`.
+    pub c_abi: bool,
+    /// Bytes of temporaries the fused nests may keep live at once: the least fused
+    /// nest that fits is compiled (whole contractions map to large GEMMs). `None`:
+    /// [`DEFAULT_MEM_LIMIT`].
+    pub mem_limit: Option<u64>,
+    /// Map a binary contraction to the GETT kernel when `m·n·k` reaches this;
+    /// `None`: when `m, n ≥ 8`, `k ≥ 4` and `m·n·k ≥ 32768` (tests lower it to
+    /// exercise the kernel on small, odd shapes).
+    pub gemm_min: Option<f64>,
+    /// Loop nests of at least this many iterations run on the thread pool; `None`:
+    /// [`PARALLEL_MIN_ITERATIONS`] (tests lower it).
+    pub parallel_min: Option<f64>,
+}
+
+/// The default temporary-memory budget of compiled code: 2 GiB.
+pub const DEFAULT_MEM_LIMIT: u64 = 2 << 30;
+
+/// One compiled unit.
+#[derive(Debug, Clone)]
+pub struct UnitCode {
+    pub unit: UnitId,
+    pub name: String,
+    /// Inputs then outputs: the pointer arguments, in order.
+    pub args: Vec<TensorId>,
+    pub n_inputs: usize,
+    /// Floating-point operations of one run (see [`unit_flops`]).
+    pub flops: f64,
+}
+
+/// A module with its target machine and the program it was generated from.
+pub struct Compiled<'ctx> {
+    pub module: Module<'ctx>,
+    pub machine: TargetMachine,
+    /// The prepared program the code implements (tensor ids of inputs and outputs
+    /// are those of the original).
+    pub hir: Hir,
+    pub units: Vec<UnitCode>,
+}
+
+/// The CPU name and feature string for `opts` (the host's by default).
+pub fn target_cpu(opts: &Options) -> (String, String) {
+    match opts.target_cpu.as_deref() {
+        None | Some("native") => {
+            (TargetMachine::get_host_cpu_name().to_string(), TargetMachine::get_host_cpu_features().to_string())
+        }
+        Some(c) => (c.to_string(), String::new()),
+    }
+}
+
+/// The x86 CPUs LLVM 14 can generate 64-bit code for (`llc -mcpu=help`, less the
+/// 32-bit-only ones, on which LLVM aborts instead of returning an error).
+#[cfg(target_arch = "x86_64")]
+const KNOWN_CPUS: &[&str] = &[
+    "alderlake", "amdfam10", "athlon-fx", "athlon64", "athlon64-sse3", "atom", "barcelona", "bdver1", "bdver2", "bdver3",
+    "bdver4", "bonnell", "broadwell", "btver1", "btver2", "cannonlake", "cascadelake", "cooperlake", "core-avx-i",
+    "core-avx2", "core2", "corei7", "corei7-avx", "generic", "goldmont", "goldmont-plus", "haswell", "icelake-client",
+    "icelake-server", "ivybridge", "k8", "k8-sse3", "knl", "knm", "nehalem", "nocona", "opteron", "opteron-sse3",
+    "penryn", "rocketlake", "sandybridge", "sapphirerapids", "silvermont", "skx", "skylake", "skylake-avx512", "slm",
+    "tigerlake", "tremont", "westmere", "x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4", "znver1", "znver2", "znver3",
+];
+
+/// Refuses a `--target-cpu` LLVM cannot generate code for (LLVM would abort).
+fn check_cpu(cpu: &str) -> Result<(), CodegenError> {
+    #[cfg(target_arch = "x86_64")]
+    if !KNOWN_CPUS.contains(&cpu) {
+        return Err(err(format!(
+            "unknown or 32-bit-only CPU `{cpu}` for --target-cpu; use `native` or one of: {}",
+            KNOWN_CPUS.join(", ")
+        )));
+    }
+    let _ = cpu;
+    Ok(())
+}
+
+/// Widest vector register in bits for a CPU and feature string.
+fn vector_bits(cpu: &str, features: &str) -> u32 {
+    let has = |f: &str| features.split(',').any(|x| x == f);
+    if !features.is_empty() {
+        return if has("+avx512f") {
+            512
+        } else if has("+avx2") && has("+fma") {
+            256
+        } else {
+            128
+        };
+    }
+    let c = cpu.to_ascii_lowercase();
+    let wide = ["avx512", "skylake-avx512", "cascadelake", "cooperlake", "icelake", "tigerlake", "sapphirerapids", "rocketlake", "znver4", "x86-64-v4", "graniterapids", "emeraldrapids"];
+    let mid = ["haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "znver1", "znver2", "znver3", "x86-64-v3", "cannonlake", "kabylake", "coffeelake"];
+    if wide.iter().any(|w| c.contains(w)) {
+        512
+    } else if mid.iter().any(|w| c.contains(w)) {
+        256
+    } else {
+        128
+    }
+}
+
+fn machine(opts: &Options) -> Result<(TargetMachine, String, String), CodegenError> {
+    Target::initialize_native(&InitializationConfig::default()).map_err(|e| err(format!("LLVM: {e}")))?;
+    let triple = TargetMachine::get_default_triple();
+    let target = Target::from_triple(&triple).map_err(|e| err(format!("LLVM: {e}")))?;
+    let (cpu, features) = target_cpu(opts);
+    if opts.target_cpu.as_deref().is_some_and(|c| c != "native") {
+        check_cpu(&cpu)?;
+    }
+    let tm = target
+        .create_target_machine(&triple, &cpu, &features, OptimizationLevel::Aggressive, RelocMode::PIC, CodeModel::Default)
+        .ok_or_else(|| err(format!("LLVM cannot generate code for CPU `{cpu}`")))?;
+    Ok((tm, cpu, features))
+}
+
+/// Generates and optimizes the code of `units` of `hir`.
+pub fn compile<'ctx>(ctx: &'ctx Context, hir: &Hir, units: &[UnitId], opts: &Options) -> Result<Compiled<'ctx>, CodegenError> {
+    let prepared = prepare(hir);
+    let (tm, cpu, features) = machine(opts)?;
+    // LLVM's remarks and warnings (e.g. a loop it was asked to vectorize but did
+    // not) are not the user's business: drop them.
+    extern "C" fn quiet(_: llvm_sys::prelude::LLVMDiagnosticInfoRef, _: *mut std::ffi::c_void) {}
+    // SAFETY: installs a handler that ignores its arguments on a live context.
+    unsafe { llvm_sys::core::LLVMContextSetDiagnosticHandler(ctx.raw(), Some(quiet), std::ptr::null_mut()) };
+    let module = ctx.create_module("tcc");
+    module.set_triple(&tm.get_triple());
+    module.set_data_layout(&tm.get_target_data().get_data_layout());
+    let bits = vector_bits(&cpu, &features);
+    let mut g = Gen {
+        ctx,
+        module: &module,
+        b: ctx.create_builder(),
+        hir: &prepared,
+        cpu,
+        features,
+        bits,
+        uk: HashMap::new(),
+        bufs: HashMap::new(),
+        strides: HashMap::new(),
+        bound: HashMap::new(),
+        func: None,
+        counter: 0,
+        c_abi: opts.c_abi,
+        gemm_min: opts.gemm_min,
+        parallel_min: opts.parallel_min.unwrap_or(PARALLEL_MIN_ITERATIONS),
+        extents: HashMap::new(),
+        acc_slot: None,
+    };
+    let mut codes = Vec::new();
+    for &u in units {
+        let nest = lower_unit(&prepared, u, FusionOptions { mem_limit: Some(opts.mem_limit.unwrap_or(DEFAULT_MEM_LIMIT)), ..FusionOptions::default() });
+        // The argument order is the source program's (the optimizer may reorder reads).
+        let inputs = hir.unit_inputs(u);
+        let outputs = hir.unit_outputs(u);
+        let mut args = inputs.clone();
+        args.extend(outputs.iter().copied());
+        let code = UnitCode { unit: u, name: prepared.units[u].name.clone(), args, n_inputs: inputs.len(), flops: unit_flops(&prepared, u) };
+        g.unit(&nest, &code)?;
+        codes.push(code);
+    }
+    if opts.c_abi {
+        g.c_abi(&codes)?;
+    }
+    module.verify().map_err(|e| err(format!("LLVM rejected the generated module: {}", e.to_string())))?;
+    let pbo = PassBuilderOptions::create();
+    pbo.set_loop_vectorization(true);
+    pbo.set_loop_slp_vectorization(true);
+    pbo.set_loop_interleaving(true);
+    pbo.set_loop_unrolling(true);
+    module.run_passes("default<O3>", &tm, pbo).map_err(|e| err(format!("LLVM passes: {}", e.to_string())))?;
+    drop(g);
+    Ok(Compiled { module, machine: tm, hir: prepared, units: codes })
+}
+
+/// The optimized LLVM IR of `units` (what `tcc opt --emit=llvm` prints).
+pub fn emit_llvm(hir: &Hir, units: &[UnitId], opts: &Options) -> Result<String, CodegenError> {
+    let ctx = Context::create();
+    let c = compile(&ctx, hir, units, opts)?;
+    Ok(c.module.print_to_string().to_string())
+}
+
+/// Writes the object file of `units` with the C ABI.
+pub fn write_object(hir: &Hir, units: &[UnitId], opts: &Options, path: &Path) -> Result<Vec<UnitCode>, CodegenError> {
+    let ctx = Context::create();
+    let opts = Options { c_abi: true, ..opts.clone() };
+    let c = compile(&ctx, hir, units, &opts)?;
+    c.machine.write_to_file(&c.module, FileType::Object, path).map_err(|e| err(format!("LLVM: {}", e.to_string())))?;
+    Ok(c.units)
+}
+
+/// The result of a JIT run.
+#[derive(Debug, Clone)]
+pub struct JitRun {
+    pub outputs: HashMap<TensorId, Dense>,
+    /// Seconds spent generating, optimizing and JIT-compiling.
+    pub compile_s: f64,
+    /// Seconds of the fastest of the runs.
+    pub run_s: f64,
+    pub flops: f64,
+}
+
+enum Storage {
+    F64(Vec<f64>),
+    F32(Vec<f32>),
+}
+
+impl Storage {
+    fn ptr(&mut self) -> *mut u8 {
+        match self {
+            Storage::F64(v) => v.as_mut_ptr() as *mut u8,
+            Storage::F32(v) => v.as_mut_ptr() as *mut u8,
+        }
+    }
+    fn to_f64(&self) -> Vec<f64> {
+        match self {
+            Storage::F64(v) => v.clone(),
+            Storage::F32(v) => v.iter().map(|&x| x as f64).collect(),
+        }
+    }
+}
+
+/// JIT-compiles unit `unit` and runs it `repeat` times (≥ 1) on `inputs` (every
+/// input of the unit, declared shape; `f32` tensors are rounded to `f32`).
+pub fn jit_run(hir: &Hir, unit: UnitId, inputs: &HashMap<TensorId, Dense>, opts: &Options, repeat: usize) -> Result<JitRun, CodegenError> {
+    let t0 = std::time::Instant::now();
+    let ctx = Context::create();
+    let opts = Options { c_abi: false, ..opts.clone() };
+    let c = compile(&ctx, hir, &[unit], &opts)?;
+    let code = c.units[0].clone();
+    let ee: ExecutionEngine = c
+        .module
+        .create_jit_execution_engine(OptimizationLevel::Aggressive)
+        .map_err(|e| err(format!("LLVM JIT: {}", e.to_string())))?;
+    for (name, addr) in runtime_symbols() {
+        if let Some(f) = c.module.get_function(name) {
+            ee.add_global_mapping(&f, addr);
+        }
+    }
+    let addr = ee.get_function_address(&format!("tcc_{}__argv", code.name)).map_err(|e| err(format!("LLVM JIT: {e:?}")))?;
+    let compile_s = t0.elapsed().as_secs_f64();
+    // SAFETY: the generated function takes an array of one pointer per argument.
+    let f: unsafe extern "C" fn(*const *mut u8) -> i32 = unsafe { std::mem::transmute(addr) };
+
+    let mut storage = Vec::new();
+    for (k, &t) in code.args.iter().enumerate() {
+        let n = hir.num_elements(t).ok_or_else(|| err("tensor too large"))?;
+        let elem = hir.tensors[t].elem;
+        let data: Vec<f64> = if k < code.n_inputs {
+            let d = inputs.get(&t).ok_or_else(|| err(format!("no value for input `{}`", hir.tensors[t].name)))?;
+            if d.data.len() != n {
+                return Err(err(format!("input `{}` has {} elements, expected {n}", hir.tensors[t].name, d.data.len())));
+            }
+            d.data.clone()
+        } else {
+            vec![0.0; n]
+        };
+        storage.push(match elem {
+            ElemType::F64 => Storage::F64(data),
+            ElemType::F32 => Storage::F32(data.iter().map(|&x| x as f32).collect()),
+        });
+    }
+    let ptrs: Vec<*mut u8> = storage.iter_mut().map(|s| s.ptr()).collect();
+    let mut best = f64::INFINITY;
+    for _ in 0..repeat.max(1) {
+        let t = std::time::Instant::now();
+        // SAFETY: every buffer has its tensor's declared number of elements.
+        let rc = unsafe { f(ptrs.as_ptr()) };
+        best = best.min(t.elapsed().as_secs_f64());
+        if rc != 0 {
+            return Err(err("the generated code could not allocate its temporaries"));
+        }
+    }
+    let mut outputs = HashMap::new();
+    for (k, &t) in code.args.iter().enumerate().skip(code.n_inputs) {
+        outputs.insert(t, Dense::from_vec(hir.shape(t), storage[k].to_f64()));
+    }
+    drop(ee);
+    Ok(JitRun { outputs, compile_s, run_s: best, flops: code.flops })
+}
+
+/// Runtime functions the generated code calls, with their addresses in this process.
+fn runtime_symbols() -> Vec<(&'static str, usize)> {
+    use tcc_runtime::kernels::{tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_parallel_range, tcc_rt_parallel_sum};
+    vec![
+        ("tcc_rt_parallel_range", tcc_rt_parallel_range as *const () as usize),
+        ("tcc_rt_parallel_sum", tcc_rt_parallel_sum as *const () as usize),("tcc_rt_gett_f64", tcc_rt_gett_f64 as *const () as usize), ("tcc_rt_gett_f32", tcc_rt_gett_f32 as *const () as usize)]
+}
+
+// ---------------------------------------------------------------------------------
+// Generation
+// ---------------------------------------------------------------------------------
+
+/// A micro-kernel: its function and register tile.
+#[derive(Clone, Copy)]
+struct Uk<'ctx> {
+    f: FunctionValue<'ctx>,
+    mr: usize,
+    nr: usize,
+}
+
+struct Gen<'a, 'ctx> {
+    ctx: &'ctx Context,
+    module: &'a Module<'ctx>,
+    b: Builder<'ctx>,
+    hir: &'a Hir,
+    cpu: String,
+    features: String,
+    bits: u32,
+    uk: HashMap<ElemType, Uk<'ctx>>,
+    /// Buffer pointer of each tensor in the current unit.
+    bufs: HashMap<TensorId, PointerValue<'ctx>>,
+    /// Stride of each position of each tensor's buffer (0 where fixed by a loop).
+    strides: HashMap<TensorId, Vec<u64>>,
+    bound: HashMap<IndexId, IntValue<'ctx>>,
+    func: Option<FunctionValue<'ctx>>,
+    counter: usize,
+    c_abi: bool,
+    gemm_min: Option<f64>,
+    parallel_min: f64,
+    /// Extents of loops that stand for several collapsed indices (see `collapse`).
+    extents: HashMap<IndexId, u64>,
+    /// Inside a parallel sum's chunk: the written tensor and the chunk's private
+    /// accumulator that replaces its (single) element.
+    acc_slot: Option<(TensorId, PointerValue<'ctx>)>,
+}
+
+use super::lower::Operand;
+
+fn position_strides(hir: &Hir, b: &Buffer) -> Vec<u64> {
+    b.position_strides(hir).into_iter().map(|s| s as u64).collect()
+}
+
+impl<'a, 'ctx> Gen<'a, 'ctx> {
+    fn ft(&self, e: ElemType) -> FloatType<'ctx> {
+        match e {
+            ElemType::F64 => self.ctx.f64_type(),
+            ElemType::F32 => self.ctx.f32_type(),
+        }
+    }
+    fn i64c(&self, v: u64) -> IntValue<'ctx> {
+        self.ctx.i64_type().const_int(v, false)
+    }
+    fn name(&mut self, base: &str) -> String {
+        self.counter += 1;
+        format!("{base}.{}", self.counter)
+    }
+    fn set_target_attrs(&self, f: FunctionValue<'ctx>) {
+        f.add_attribute(AttributeLoc::Function, self.ctx.create_string_attribute("target-cpu", &self.cpu));
+        if !self.features.is_empty() {
+            f.add_attribute(AttributeLoc::Function, self.ctx.create_string_attribute("target-features", &self.features));
+        }
+        let nounwind = inkwell::attributes::Attribute::get_named_enum_kind_id("nounwind");
+        f.add_attribute(AttributeLoc::Function, self.ctx.create_enum_attribute(nounwind, 0));
+    }
+    fn current_fn(&self) -> FunctionValue<'ctx> {
+        self.func.expect("inside a function")
+    }
+
+    /// `for i in 0..extent { body(i) }` (extent ≥ 1).
+    fn build_loop(&mut self, extent: u64, body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>) -> Result<(), CodegenError> {
+        self.build_loop_hinted(extent, false, body)
+    }
+
+    /// [`Self::build_loop`]; with `vectorize`, the loop carries
+    /// `llvm.loop.vectorize.enable`, which lets LLVM reassociate a sum (a reduction
+    /// loop is then vectorized like `-ffast-math` would).
+    fn build_loop_hinted(
+        &mut self,
+        extent: u64,
+        vectorize: bool,
+        body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
+        let f = self.current_fn();
+        let pre = self.b.get_insert_block().expect("positioned");
+        let head = self.ctx.append_basic_block(f, "loop");
+        let exit = self.ctx.append_basic_block(f, "loop.exit");
+        self.b.build_unconditional_branch(head)?;
+        self.b.position_at_end(head);
+        let phi = self.b.build_phi(self.ctx.i64_type(), "i")?;
+        phi.add_incoming(&[(&self.i64c(0), pre)]);
+        let i = phi.as_basic_value().into_int_value();
+        body(self, i)?;
+        let next = self.b.build_int_add(i, self.i64c(1), "i.next")?;
+        let latch = self.b.get_insert_block().expect("positioned");
+        phi.add_incoming(&[(&next, latch)]);
+        let cond = self.b.build_int_compare(IntPredicate::ULT, next, self.i64c(extent), "i.cond")?;
+        let br = self.b.build_conditional_branch(cond, head, exit)?;
+        if vectorize {
+            self.mark_vectorize(br);
+        }
+        self.b.position_at_end(exit);
+        Ok(())
+    }
+
+    /// Attaches `!llvm.loop !{self, !{"llvm.loop.vectorize.enable", i1 true}}` to a
+    /// loop's latch branch (the C API of LLVM 14 has no fast-math flags setter).
+    fn mark_vectorize(&self, br: inkwell::values::InstructionValue<'ctx>) {
+        use inkwell::values::AsValueRef;
+        use llvm_sys::core::{
+            LLVMConstInt, LLVMGetMDKindIDInContext, LLVMInt1TypeInContext, LLVMMDNodeInContext2, LLVMMDStringInContext2,
+            LLVMMetadataAsValue, LLVMSetMetadata, LLVMValueAsMetadata,
+        };
+        use llvm_sys::debuginfo::{LLVMMetadataReplaceAllUsesWith, LLVMTemporaryMDNode};
+        // SAFETY: plain LLVM C API calls on live objects of this context.
+        unsafe {
+            let c = self.ctx.raw();
+            let tmp = LLVMTemporaryMDNode(c, std::ptr::null_mut(), 0);
+            let key = "llvm.loop.vectorize.enable";
+            let k = LLVMMDStringInContext2(c, key.as_ptr() as *const _, key.len());
+            let one = LLVMValueAsMetadata(LLVMConstInt(LLVMInt1TypeInContext(c), 1, 0));
+            let mut ops = [k, one];
+            let enable = LLVMMDNodeInContext2(c, ops.as_mut_ptr(), 2);
+            let mut ops = [tmp, enable];
+            let id = LLVMMDNodeInContext2(c, ops.as_mut_ptr(), 2);
+            LLVMMetadataReplaceAllUsesWith(tmp, id);
+            let kind = LLVMGetMDKindIDInContext(c, "llvm.loop".as_ptr() as *const _, 9);
+            LLVMSetMetadata(br.as_value_ref(), kind, LLVMMetadataAsValue(c, id));
+        }
+    }
+
+    /// Pointer to element `offset` of tensor `t`'s buffer.
+    fn elem_ptr(&self, t: TensorId, offset: IntValue<'ctx>) -> Result<PointerValue<'ctx>, CodegenError> {
+        // SAFETY (of the generated code): offsets stay inside the buffer by construction.
+        Ok(unsafe { self.b.build_in_bounds_gep(self.bufs[&t], &[offset], "p")? })
+    }
+
+    /// Offset of `t[indices]` with every index bound.
+    fn offset(&self, t: TensorId, indices: &[IndexId]) -> Result<IntValue<'ctx>, CodegenError> {
+        let st = &self.strides[&t];
+        let mut off = self.i64c(0);
+        for (p, &i) in indices.iter().enumerate() {
+            if st[p] == 0 {
+                continue;
+            }
+            let v = self.bound[&i];
+            let term = if st[p] == 1 { v } else { self.b.build_int_mul(v, self.i64c(st[p]), "o")? };
+            off = self.b.build_int_add(off, term, "o")?;
+        }
+        Ok(off)
+    }
+
+    /// Offset of `t[indices]` counting only the indices bound now.
+    fn partial_offset(&self, t: TensorId, indices: &[IndexId]) -> Result<IntValue<'ctx>, CodegenError> {
+        let st = &self.strides[&t];
+        let mut off = self.i64c(0);
+        for (p, &i) in indices.iter().enumerate() {
+            if st[p] == 0 {
+                continue;
+            }
+            if let Some(&v) = self.bound.get(&i) {
+                let term = self.b.build_int_mul(v, self.i64c(st[p]), "o")?;
+                off = self.b.build_int_add(off, term, "o")?;
+            }
+        }
+        Ok(off)
+    }
+
+    fn declare(&self, name: &str, ret: Option<BasicTypeEnum<'ctx>>, params: &[BasicMetadataTypeEnum<'ctx>]) -> FunctionValue<'ctx> {
+        if let Some(f) = self.module.get_function(name) {
+            return f;
+        }
+        let ty = match ret {
+            Some(r) => r.fn_type(params, false),
+            None => self.ctx.void_type().fn_type(params, false),
+        };
+        self.module.add_function(name, ty, Some(Linkage::External))
+    }
+
+    fn unit(&mut self, nest: &LoopNest, code: &UnitCode) -> Result<(), CodegenError> {
+        let hir = self.hir;
+        let i32t = self.ctx.i32_type();
+        let params: Vec<BasicMetadataTypeEnum> =
+            code.args.iter().map(|&t| self.ft(hir.tensors[t].elem).ptr_type(AddressSpace::default()).into()).collect();
+        let body = self.module.add_function(&format!("tcc_{}__body", code.name), i32t.fn_type(&params, false), None);
+        self.set_target_attrs(body);
+        let noalias = inkwell::attributes::Attribute::get_named_enum_kind_id("noalias");
+        for k in 0..code.args.len() {
+            body.add_attribute(AttributeLoc::Param(k as u32), self.ctx.create_enum_attribute(noalias, 0));
+        }
+        self.func = Some(body);
+        self.bufs.clear();
+        self.strides.clear();
+        self.bound.clear();
+        let entry = self.ctx.append_basic_block(body, "entry");
+        self.b.position_at_end(entry);
+        for (k, &t) in code.args.iter().enumerate() {
+            let p = body.get_nth_param(k as u32).expect("param").into_pointer_value();
+            self.bufs.insert(t, p);
+        }
+        for (&t, buf) in &nest.buffers {
+            if !hir.tensors[t].role.is_read_only() && hir.tensors[t].role != Role::Temporary && buf.stored.len() != hir.tensors[t].dims.len() {
+                return Err(err(format!("internal: output `{}` is sliced", hir.tensors[t].name)));
+            }
+            self.strides.insert(t, position_strides(hir, buf));
+        }
+        // Temporaries: calloc'd (zero, as the interpreter's), freed at the end.
+        let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
+        let calloc = self.declare("calloc", Some(i8p.into()), &[self.ctx.i64_type().into(), self.ctx.i64_type().into()]);
+        let free = self.declare("free", None, &[i8p.into()]);
+        let mut temps = Vec::new();
+        for (&t, buf) in &nest.buffers {
+            if hir.tensors[t].role != Role::Temporary || self.bufs.contains_key(&t) {
+                continue;
+            }
+            let elem = hir.tensors[t].elem;
+            let n = self.i64c(buf.elements.max(1) as u64);
+            let sz = self.i64c(elem.size_bytes() as u64);
+            let raw = self.b.build_call(calloc, &[n.into(), sz.into()], "tmp")?.try_as_basic_value().left().expect("ptr").into_pointer_value();
+            temps.push(raw);
+            let p = self.b.build_pointer_cast(raw, self.ft(elem).ptr_type(AddressSpace::default()), "tmpT")?;
+            self.bufs.insert(t, p);
+        }
+        if !temps.is_empty() {
+            let mut any_null = self.ctx.bool_type().const_zero();
+            for &p in &temps {
+                let isn = self.b.build_is_null(p, "isnull")?;
+                any_null = self.b.build_or(any_null, isn, "anynull")?;
+            }
+            let fail = self.ctx.append_basic_block(body, "oom");
+            let ok = self.ctx.append_basic_block(body, "run");
+            self.b.build_conditional_branch(any_null, fail, ok)?;
+            self.b.position_at_end(fail);
+            for &p in &temps {
+                self.b.build_call(free, &[p.into()], "")?;
+            }
+            self.b.build_return(Some(&i32t.const_int(1, false)))?;
+            self.b.position_at_end(ok);
+        }
+        // Outputs first written by `+=` start at zero.
+        let stmts = &hir.units[code.unit].stmts;
+        for &t in &code.args[code.n_inputs..] {
+            if let Some(s) = stmts.iter().find(|s| s.lhs.tensor == t) {
+                if s.accumulate {
+                    self.zero_all(t)?;
+                }
+            }
+        }
+        self.nodes(&nest.body, code.unit)?;
+        for &p in &temps {
+            self.b.build_call(free, &[p.into()], "")?;
+        }
+        self.b.build_return(Some(&i32t.const_int(0, false)))?;
+
+        // The argv entry point.
+        let pp = i8p.ptr_type(AddressSpace::default());
+        let argv = self.module.add_function(&format!("tcc_{}__argv", code.name), i32t.fn_type(&[pp.into()], false), None);
+        self.set_target_attrs(argv);
+        let e = self.ctx.append_basic_block(argv, "entry");
+        self.b.position_at_end(e);
+        let base = argv.get_nth_param(0).expect("argv").into_pointer_value();
+        let mut args: Vec<BasicMetadataValueEnum> = Vec::new();
+        for (k, &t) in code.args.iter().enumerate() {
+            let slot = unsafe { self.b.build_in_bounds_gep(base, &[self.i64c(k as u64)], "slot")? };
+            let raw = self.b.build_load(slot, "arg")?.into_pointer_value();
+            let p = self.b.build_pointer_cast(raw, self.ft(hir.tensors[t].elem).ptr_type(AddressSpace::default()), "argT")?;
+            args.push(p.into());
+        }
+        let r = self.b.build_call(body, &args, "r")?.try_as_basic_value().left().expect("i32");
+        self.b.build_return(Some(&r))?;
+        if self.c_abi {
+            body.as_global_value().set_visibility(GlobalVisibility::Hidden);
+            argv.as_global_value().set_visibility(GlobalVisibility::Hidden);
+        }
+        self.func = None;
+        Ok(())
+    }
+
+    fn nodes(&mut self, nodes: &[Node], unit: UnitId) -> Result<(), CodegenError> {
+        let mut skip_zero = None;
+        for (pos, n) in nodes.iter().enumerate() {
+            // `Zero` right before its statement's `Compute`, whose first term is a
+            // GETT: the GETT overwrites instead (no separate pass over the output).
+            if let (Node::Zero { stmt, .. }, Some(Node::Compute { stmt: next })) = (n, nodes.get(pos + 1)) {
+                if stmt == next && self.overwrite_gett(&self.hir.units[unit].stmts[*stmt]) {
+                    skip_zero = Some(*stmt);
+                    continue;
+                }
+            }
+            match n {
+                Node::Loop { index, extent, body } => {
+                    if *extent == 0 {
+                        continue;
+                    }
+                    let index = *index;
+                    self.build_loop(*extent as u64, &mut |g, i| {
+                        g.bound.insert(index, i);
+                        g.nodes(body, unit)?;
+                        g.bound.remove(&index);
+                        Ok(())
+                    })?;
+                }
+                Node::Zero { tensor, stmt } => {
+                    let idx = self.hir.units[unit].stmts[*stmt].lhs.indices.clone();
+                    self.zero_region(*tensor, &idx)?;
+                }
+                Node::Compute { stmt } => {
+                    let st = self.hir.units[unit].stmts[*stmt].clone();
+                    if !fusible(&st) && !st.accumulate {
+                        self.zero_all(st.lhs.tensor)?;
+                    }
+                    let overwrite = skip_zero.take() == Some(*stmt);
+                    for term in 0..st.rhs.terms.len() {
+                        self.term(&st, term, overwrite && term == 0)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn zero_all(&mut self, t: TensorId) -> Result<(), CodegenError> {
+        let n: u64 = {
+            let st = &self.strides[&t];
+            let shape = self.hir.shape(t);
+            st.iter().zip(&shape).filter(|(s, _)| **s > 0).map(|(_, &n)| n as u64).product()
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        let zero = self.ft(self.hir.tensors[t].elem).const_zero();
+        self.build_loop(n, &mut |g, i| {
+            let p = g.elem_ptr(t, i)?;
+            g.b.build_store(p, zero)?;
+            Ok(())
+        })
+    }
+
+    /// Zeroes what `t[idx]` covers with the loops bound now.
+    fn zero_region(&mut self, t: TensorId, idx: &[IndexId]) -> Result<(), CodegenError> {
+        let free: Vec<IndexId> =
+            idx.iter().enumerate().filter(|(p, i)| self.strides[&t][*p] > 0 && !self.bound.contains_key(i)).map(|(_, &i)| i).collect();
+        if free.iter().any(|&i| self.hir.index_size(i) == 0) {
+            return Ok(());
+        }
+        let zero = self.ft(self.hir.tensors[t].elem).const_zero();
+        let idx = idx.to_vec();
+        self.nest(&free, &mut |g| {
+            let off = g.offset(t, &idx)?;
+            let p = g.elem_ptr(t, off)?;
+            g.b.build_store(p, zero)?;
+            Ok(())
+        })
+    }
+
+    // --------------------------------------------------------------------------
+    // C ABI
+    // --------------------------------------------------------------------------
+
+    fn c_abi(&mut self, codes: &[UnitCode]) -> Result<(), CodegenError> {
+        let hir = self.hir;
+        let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
+        let i32t = self.ctx.i32_type();
+        let i64t = self.ctx.i64_type();
+        let err_g = self.module.add_global(i8p, None, "tcc_last_error_message");
+        err_g.set_initializer(&i8p.const_null());
+        err_g.set_thread_local(true);
+        err_g.set_linkage(Linkage::Internal);
+        let last = self.module.add_function("tcc_last_error", i8p.fn_type(&[], false), None);
+        self.set_target_attrs(last);
+        let e = self.ctx.append_basic_block(last, "entry");
+        self.b.position_at_end(e);
+        let v = self.b.build_load(err_g.as_pointer_value(), "msg")?;
+        self.b.build_return(Some(&v))?;
+
+        for code in codes {
+            let mut params: Vec<BasicMetadataTypeEnum> = Vec::new();
+            for &t in &code.args {
+                params.push(self.ft(hir.tensors[t].elem).ptr_type(AddressSpace::default()).into());
+                params.push(i64t.into());
+            }
+            let f = self.module.add_function(&format!("tcc_{}", code.name), i32t.fn_type(&params, false), None);
+            self.set_target_attrs(f);
+            self.func = Some(f);
+            let entry = self.ctx.append_basic_block(f, "entry");
+            self.b.position_at_end(entry);
+            let fail = |g: &mut Self, cond: IntValue<'ctx>, msg: &str, rc: u64| -> Result<(), CodegenError> {
+                let bad = g.ctx.append_basic_block(f, "bad");
+                let good = g.ctx.append_basic_block(f, "good");
+                g.b.build_conditional_branch(cond, bad, good)?;
+                g.b.position_at_end(bad);
+                let s = g.b.build_global_string_ptr(msg, "errmsg")?;
+                g.b.build_store(err_g.as_pointer_value(), s.as_pointer_value())?;
+                g.b.build_return(Some(&i32t.const_int(rc, false)))?;
+                g.b.position_at_end(good);
+                Ok(())
+            };
+            let mut ptrs = Vec::new();
+            for (k, &t) in code.args.iter().enumerate() {
+                let p = f.get_nth_param(2 * k as u32).expect("ptr").into_pointer_value();
+                let len = f.get_nth_param(2 * k as u32 + 1).expect("len").into_int_value();
+                let tensor = &hir.tensors[t];
+                let n = hir.num_elements(t).unwrap_or(usize::MAX) as u64;
+                let shape = hir.shape(t).iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+                let isn = self.b.build_is_null(p, "null")?;
+                let nonempty = self.b.build_int_compare(IntPredicate::NE, len, i64t.const_zero(), "ne")?;
+                let bad_null = self.b.build_and(isn, nonempty, "badnull")?;
+                let _ = n;
+                fail(
+                    self,
+                    bad_null,
+                    &format!("tcc_{}: argument `{}` is a null pointer", code.name, tensor.name),
+                    1,
+                )?;
+                let wrong = self.b.build_int_compare(IntPredicate::NE, len, i64t.const_int(n, false), "badlen")?;
+                fail(
+                    self,
+                    wrong,
+                    &format!(
+                        "tcc_{}: argument `{}` ({}[{shape}]) must have {n} elements (its `{}_len`)",
+                        code.name,
+                        tensor.name,
+                        tensor.elem.name(),
+                        tensor.name
+                    ),
+                    2,
+                )?;
+                let addr = self.b.build_ptr_to_int(p, i64t, "addr")?;
+                let end = self.b.build_int_add(addr, i64t.const_int(n * tensor.elem.size_bytes() as u64, false), "end")?;
+                ptrs.push((p, addr, end, k >= code.n_inputs, t, n));
+            }
+            // An output must not overlap any other argument.
+            for (x, &(_, ax, ex, out_x, tx, nx)) in ptrs.iter().enumerate() {
+                if !out_x || nx == 0 {
+                    continue;
+                }
+                for (y, &(_, ay, ey, _, ty, ny)) in ptrs.iter().enumerate() {
+                    if x == y || ny == 0 {
+                        continue;
+                    }
+                    let c1 = self.b.build_int_compare(IntPredicate::ULT, ax, ey, "o1")?;
+                    let c2 = self.b.build_int_compare(IntPredicate::ULT, ay, ex, "o2")?;
+                    let ov = self.b.build_and(c1, c2, "ov")?;
+                    fail(
+                        self,
+                        ov,
+                        &format!("tcc_{}: output `{}` overlaps argument `{}`", code.name, hir.tensors[tx].name, hir.tensors[ty].name),
+                        3,
+                    )?;
+                }
+            }
+            let body = self.module.get_function(&format!("tcc_{}__body", code.name)).expect("body generated");
+            let args: Vec<BasicMetadataValueEnum> = ptrs.iter().map(|p| p.0.into()).collect();
+            let r = self.b.build_call(body, &args, "r")?.try_as_basic_value().left().expect("i32").into_int_value();
+            let oom = self.b.build_int_compare(IntPredicate::NE, r, i32t.const_zero(), "oom")?;
+            fail(self, oom, &format!("tcc_{}: out of memory for temporaries", code.name), 4)?;
+            self.b.build_store(err_g.as_pointer_value(), i8p.const_null())?;
+            self.b.build_return(Some(&i32t.const_zero()))?;
+            self.func = None;
+        }
+        let _ = FloatPredicate::OEQ;
+        Ok(())
+    }
+}
+
+/// A loop nest of a term runs on several threads from this many iterations on.
+pub const PARALLEL_MIN_ITERATIONS: f64 = 65536.0;
