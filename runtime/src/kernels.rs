@@ -371,7 +371,14 @@ unsafe fn gett_on<T: Elem>(
         parallel_for(nbatch, |bi| block(ptrs, bi, &t, 0..m, 0..n, alpha, &p, uk, overwrite));
     } else {
         for bi in 0..nbatch {
-            gemm_parallel(ptrs, bi, &t, alpha, &p, uk, threads, overwrite);
+            // Few rows (A fits in a core's L2) and many columns: split the columns,
+            // each task packing its own B slivers; else BLIS's shared B panel.
+            let few_rows = m.div_ceil(p.mc) < threads && round_up(m, p.mr) * p.kc * std::mem::size_of::<T>() <= 1 << 20;
+            if few_rows && n >= 4 * threads * p.nr {
+                gemm_columns(ptrs, bi, &t, alpha, &p, uk, threads, overwrite);
+            } else {
+                gemm_parallel(ptrs, bi, &t, alpha, &p, uk, threads, overwrite);
+            }
         }
     }
 }
@@ -473,6 +480,48 @@ unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T,
             jc += p.nc;
         }
     });
+}
+
+/// One batch entry with few rows on all threads: per `k` block, A (all rows) is
+/// packed once; then tasks of consecutive `NR` column slivers each pack one sliver
+/// of B at a time into their own space and run it against every row sliver. No
+/// barrier per column block, so a very wide C (`n` in the hundreds of thousands,
+/// `m` and `k` short) is not dominated by synchronization.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_columns<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T, p: &Params, uk: Ukernel<T>, threads: usize, overwrite: bool) {
+    let (m, n, k) = (t.ma.len(), t.nb.len(), t.ka.len());
+    let (mr, nr) = (p.mr, p.nr);
+    let a = ptrs.a.offset(t.ba[bi]) as usize;
+    let b = ptrs.b.offset(t.bb[bi]) as usize;
+    let c = SendMut(ptrs.c.offset(t.bc[bi]));
+    let mslivers = m.div_ceil(mr);
+    let nslivers = n.div_ceil(nr);
+    let tasks = (8 * threads).min(nslivers);
+    let mut pc = 0;
+    while pc < k {
+        let kb = p.kc.min(k - pc);
+        let ap = PrivateA::pack(a as *const T, t, 0..mslivers, pc..pc + kb, mr, m);
+        let ap = SendMut(ap.start);
+        parallel_for(tasks, |x| {
+            let (c, ap) = (c, ap);
+            let mut tbuf = [T::zero(); 512];
+            let mut bbuf = vec![T::zero(); kb * nr];
+            for sj in nslivers * x / tasks..nslivers * (x + 1) / tasks {
+                let cols = nr.min(n - sj * nr);
+                pack_panel(bbuf.as_mut_ptr(), b as *const T, &t.nb[sj * nr..][..cols], &t.kb[pc..pc + kb], nr);
+                let noffs = &t.nc[sj * nr..sj * nr + cols];
+                let cs = step_of(noffs).map(|s| if cols == 1 { 1 } else { s });
+                for si in 0..mslivers {
+                    let rows = mr.min(m - si * mr);
+                    let moffs = &t.mc[si * mr..si * mr + rows];
+                    let rs = step_of(moffs).map(|s| if rows == 1 { 1 } else { s });
+                    let tile = Tile { kb, apanel: ap.0.add(si * mr * kb), bpanel: bbuf.as_ptr(), c: c.0, moffs, noffs, rs, cs, clear: overwrite && pc == 0 };
+                    tile.run(alpha, mr, nr, uk, tbuf.as_mut_ptr());
+                }
+            }
+        });
+        pc += p.kc;
+    }
 }
 
 /// A task's own packed block of A (rows `si0*mr..si1*mr`, one `k` block), in the
@@ -802,30 +851,30 @@ mod tests {
     #[test]
     fn parallel_gemm_paths_match_loops() {
         // C[m,n] (+)= A[k,m] * B[n,k] with m, n, k not multiples of the tile; large
-        // enough for the multi-threaded path, planned for 2 threads: row blocks of
-        // 8 (each task packs its own A) and of 400 (A packed once, columns split).
-        let (m, n, k) = (131usize, 71usize, 121usize);
-        let a: Vec<f64> = (0..k * m).map(|x| (x as f64 * 0.13).sin()).collect();
-        let b: Vec<f64> = (0..n * k).map(|x| (x as f64 * 0.29).cos()).collect();
-        let dims = [
-            GettDim { kind: 1, size: m as i64, sa: 1, sb: 0, sc: n as i64 },
-            GettDim { kind: 2, size: n as i64, sa: 0, sb: k as i64, sc: 1 },
-            GettDim { kind: 3, size: k as i64, sa: m as i64, sb: 1, sc: 0 },
-        ];
-        let want: Vec<f64> = (0..m * n)
-            .map(|x| {
-                let (i, j) = (x / n, x % n);
-                (0..k).map(|p| a[p * m + i] * b[j * k + p]).sum::<f64>()
-            })
-            .collect();
-        for mc in [8, 400] {
+        // enough for the multi-threaded paths, planned for 2 threads: row blocks of
+        // 8 (each task packs its own A), few rows and many columns (tasks pack their
+        // own B slivers), few rows and few columns (A packed once, columns split).
+        for (m, n, k, mc) in [(131usize, 71usize, 121usize, 8i64), (131, 71, 121, 400), (400, 20, 130, 500)] {
+            let a: Vec<f64> = (0..k * m).map(|x| (x as f64 * 0.13).sin()).collect();
+            let b: Vec<f64> = (0..n * k).map(|x| (x as f64 * 0.29).cos()).collect();
+            let dims = [
+                GettDim { kind: 1, size: m as i64, sa: 1, sb: 0, sc: n as i64 },
+                GettDim { kind: 2, size: n as i64, sa: 0, sb: k as i64, sc: 1 },
+                GettDim { kind: 3, size: k as i64, sa: m as i64, sb: 1, sc: 0 },
+            ];
+            let want: Vec<f64> = (0..m * n)
+                .map(|x| {
+                    let (i, j) = (x / n, x % n);
+                    (0..k).map(|p| a[p * m + i] * b[j * k + p]).sum::<f64>()
+                })
+                .collect();
             for overwrite in [false, true] {
                 let mut c = vec![if overwrite { f64::NAN } else { 0.5 }; m * n];
                 let params = GettParams { mr: 4, nr: 3, mc, nc: 36, kc: 50 };
                 unsafe { gett_on(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk43, overwrite, 2) };
                 let base = if overwrite { 0.0 } else { 0.5 };
                 for (x, (&got, &w)) in c.iter().zip(&want).enumerate() {
-                    assert!((got - (base + w)).abs() < 1e-12, "mc={mc} overwrite={overwrite} at {x}: {got} vs {}", base + w);
+                    assert!((got - (base + w)).abs() < 1e-12, "{m}x{n}x{k} mc={mc} overwrite={overwrite} at {x}: {got} vs {}", base + w);
                 }
             }
         }
