@@ -446,15 +446,18 @@ unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T,
                 }
                 // Tasks: row blocks of mc, each split into column chunks so that
                 // there are about 2 tasks per thread.
-                let jchunks = (2 * threads).div_ceil(nic).clamp(1, nslivers);
-                parallel_for(nic * jchunks, |x| {
+                // With private A, the row blocks (about `mc` rows, whole slivers)
+                // are a multiple of the thread count, so that every thread gets
+                // the same work: 11 blocks on 2 threads would idle one 1/12 of the time.
+                let (nblocks, jchunks) = if private_a { (round_up(nic, threads), 1) } else { (nic, (2 * threads).div_ceil(nic).clamp(1, nslivers)) };
+                parallel_for(nblocks * jchunks, |x| {
                     let (ic, jch) = (x / jchunks, x % jchunks);
                     let (c, bp, ap_all) = (c, bp, ap);
                     let mut tbuf = [T::zero(); 512];
                     let sj0 = nslivers * jch / jchunks;
                     let sj1 = nslivers * (jch + 1) / jchunks;
-                    let si0 = ic * p.mc / mr;
-                    let si1 = ((ic + 1) * p.mc / mr).min(mslivers);
+                    let si0 = mslivers * ic / nblocks;
+                    let si1 = mslivers * (ic + 1) / nblocks;
                     let own = private_a.then(|| PrivateA::pack(a as *const T, t, si0..si1, pc..pc + kb, mr, m));
                     let ap = match &own {
                         Some(o) => o.start.sub(si0 * mr * kb),
