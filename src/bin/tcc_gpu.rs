@@ -6,7 +6,11 @@
 //! ```text
 //! tcc-gpu FILE.tc... [--ptx-dir DIR] [--check] [--repeat N] [--seed S]
 //!                    [--output-dir D [--save-inputs]] [--keep-going]
+//!                    [--gpu-gemm auto|cublas|tiled|naive]
 //! ```
+//! `--gpu-gemm` runs that implementation of every binary contraction where the
+//! plan kept it (`tcc build --target cuda` keeps all that apply), instead of
+//! the cost model's choice.
 //! For `FILE.tc` it reads `DIR/FILE.ptx` and `DIR/FILE.plan.json` (DIR: the
 //! file's folder by default). With several files and `--keep-going`, each prints
 //! `PASS FILE` or `FAIL FILE: why`, and a final count. Exit 1 on any failure.
@@ -15,9 +19,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use tcc::codegen::cuda;
 use tcc::codegen::cuda_build::read_plan;
+use tcc::codegen::nvptx::GemmKind;
 use tcc::run::{fail, run_report, RunError, RunOptions};
 
-fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, check: bool, repeat: usize) -> Result<(), RunError> {
+fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, check: bool, repeat: usize, force: Option<GemmKind>) -> Result<(), RunError> {
     let src = std::fs::read_to_string(file).map_err(|e| fail("E0010", format!("cannot read `{}`: {e}", file.display()), None))?;
     let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let (hir, diags) = tcc::compile(&src, &stem);
@@ -25,7 +30,13 @@ fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, check: bool, rep
     let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| file.parent().map(Path::to_path_buf).unwrap_or_default());
     let ptx_path = dir.join(format!("{stem}.ptx"));
     let ptx = std::fs::read_to_string(&ptx_path).map_err(|e| fail("E0010", format!("cannot read `{}`: {e}", ptx_path.display()), Some("write it with `tcc build FILE.tc --target cuda -o FILE.ptx`".into())))?;
-    let plan = read_plan(&dir.join(format!("{stem}.plan.json"))).map_err(|e| fail("E0010", e, None))?;
+    let mut plan = read_plan(&dir.join(format!("{stem}.plan.json"))).map_err(|e| fail("E0010", e, None))?;
+    if let Some(kind) = force {
+        let (_, without) = plan.force(kind);
+        if without > 0 {
+            eprintln!("note: {}: {without} contractions have no {} implementation and keep the planned one", file.display(), kind.name());
+        }
+    }
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     run_report(&hir, opts, &mut lock, &mut |u, inputs| {
@@ -42,6 +53,7 @@ fn main() -> std::process::ExitCode {
     let mut dir: Option<PathBuf> = None;
     let (mut check, mut repeat, mut keep) = (false, 1usize, false);
     let mut opts = RunOptions::default();
+    let mut force = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -53,6 +65,14 @@ fn main() -> std::process::ExitCode {
             "--repeat" => repeat = args.next().and_then(|x| x.parse().ok()).unwrap_or(1),
             "--seed" => opts.seed = args.next().and_then(|x| x.parse().ok()).unwrap_or(0),
             "--program" => opts.program = args.next(),
+            "--gpu-gemm" => match args.next().as_deref() {
+                Some("auto") => force = None,
+                Some(k) if GemmKind::from_name(k).is_some() => force = GemmKind::from_name(k),
+                other => {
+                    eprintln!("error: --gpu-gemm takes auto, cublas, tiled or naive (got {})", other.unwrap_or("nothing"));
+                    return std::process::ExitCode::from(2);
+                }
+            },
             _ => files.push(PathBuf::from(a)),
         }
     }
@@ -64,7 +84,7 @@ fn main() -> std::process::ExitCode {
     let mut seen: HashMap<String, ()> = HashMap::new();
     for f in &files {
         seen.insert(f.display().to_string(), ());
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_file(f, dir.as_deref(), &opts, check, repeat)));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_file(f, dir.as_deref(), &opts, check, repeat, force)));
         match r {
             Ok(Ok(())) => {
                 pass += 1;

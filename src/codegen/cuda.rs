@@ -188,15 +188,15 @@ mod imp {
                         let f = self.funcs[*kernel].ok_or("kernel not loaded")?;
                         let mut vals: Vec<sys::CUdeviceptr> = args.iter().map(|a| self.ptr(a, bound)).collect();
                         let mut params: Vec<*mut c_void> = vals.iter_mut().map(|v| v as *mut sys::CUdeviceptr as *mut c_void).collect();
-                        let threads = k.threads();
-                        let blocks = threads.div_ceil(nvptx::BLOCK as u64);
-                        if blocks > i32::MAX as u64 {
-                            return Err(format!("kernel {} needs {blocks} blocks", k.name));
+                        let ([gx, gy, gz], block) = k.launch_dims();
+                        if gx > i32::MAX as u64 || gy > 65535 || gz > 65535 {
+                            return Err(format!("kernel {} needs a grid of {gx}×{gy}×{gz} blocks", k.name));
                         }
                         // SAFETY: the kernel takes one pointer per argument, each inside its buffer.
-                        unsafe { result::launch_kernel(f, (blocks as u32, 1, 1), (nvptx::BLOCK, 1, 1), 0, result::stream::null(), &mut params) }
+                        unsafe { result::launch_kernel(f, (gx as u32, gy as u32, gz as u32), (block, 1, 1), 0, result::stream::null(), &mut params) }
                             .map_err(e("cuLaunchKernel"))?;
                     }
+                    Step::Choice(c) => self.steps(c.steps(), bound)?,
                     Step::Gemm(g) => {
                         let h = match self.blas {
                             Some(h) => h,
@@ -245,6 +245,7 @@ mod imp {
             for s in steps {
                 match s {
                     Step::Loop { body, .. } => mark(body, used),
+                    Step::Choice(c) => mark(c.steps(), used),
                     Step::Launch { kernel, .. } => used[*kernel] = true,
                     _ => {}
                 }
