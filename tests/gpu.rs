@@ -41,7 +41,9 @@ fn all_options() -> Vec<GpuOptions> {
         GpuOptions { mem_limit: Some(0), gemm: CUBLAS, ..Default::default() },
         // tiled kernels for every binary contraction, the real tile shapes.
         GpuOptions { gemm: TILED, ..Default::default() },
-        // tiled kernels with tiny tiles, inside host loops too.
+        // tiled kernels with tiny tiles.
+        GpuOptions { gemm: TILED, tile: Some(TINY), ..Default::default() },
+        // tiled kernels inside host loops.
         GpuOptions { mem_limit: Some(0), gemm: TILED, tile: Some(TINY), ..Default::default() },
     ]
 }
@@ -210,9 +212,11 @@ fn random_programs_plans_match_the_interpreter_when_emulated() {
     for (k, path) in files.iter().enumerate() {
         let hir = compile(&std::fs::read_to_string(path).unwrap());
         let all = all_options();
-        let opts = &all[k % all.len()];
-        for u in 0..hir.units.len() {
-            check(&hir, u, opts).unwrap_or_else(|e| panic!("{} {opts:?}: {e}", path.display()));
+        // One of the option sets, and always tiled kernels (tiny tiles: several blocks).
+        for opts in [&all[k % all.len()], &all[4]] {
+            for u in 0..hir.units.len() {
+                check(&hir, u, opts).unwrap_or_else(|e| panic!("{} {opts:?}: {e}", path.display()));
+            }
         }
     }
 }
