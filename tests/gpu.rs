@@ -323,3 +323,29 @@ fn tiled_ptx_uses_shared_memory_and_barriers() {
     assert!(body.contains("%ctaid.z"), "{body}");
     assert!(!body.contains("local"), "accumulators spilled to local memory:\n{body}");
 }
+
+/// The cost model against the fastest implementation measured on the H200 for
+/// benchmark cases (bench/gpu/results.md, every kind forced on the same inputs).
+#[test]
+fn cost_model_agrees_with_h200_measurements() {
+    let cases: &[(&str, &[(char, usize)], GemmKind)] = &[
+        // cublas 0.309 ms, tiled 1.051, naive 5.83
+        ("ik,kj->ij", &[('i', 2000), ('j', 2000), ('k', 2000)], GemmKind::Cublas),
+        // cublas 0.405 ms, tiled 1.092, naive 0.969
+        ("abik,kj->abij", &[('a', 150), ('b', 150), ('i', 40), ('j', 40), ('k', 40)], GemmKind::Cublas),
+        // cublas 0.151 ms, tiled 0.643, naive 0.117
+        ("akic,ck->ai", &[('a', 100), ('c', 100), ('i', 40), ('k', 40)], GemmKind::Naive),
+        // cublas 0.093 ms, tiled 1.189, naive 0.194
+        ("pqrs,rs->pq", &[('p', 80), ('q', 80), ('r', 80), ('s', 80)], GemmKind::Cublas),
+        // cublas 0.355 ms, tiled 0.878, naive 0.275
+        ("prqs,rs->pq", &[('p', 80), ('q', 80), ('r', 80), ('s', 80)], GemmKind::Naive),
+        // cublas 0.208 ms, naive 0.662
+        ("ijk,ijk->", &[('i', 300), ('j', 300), ('k', 300)], GemmKind::Cublas),
+        // cublas 0.073 ms, tiled 0.207, naive 0.570
+        ("bik,bkj->bij", &[('b', 64), ('i', 256), ('j', 256), ('k', 256)], GemmKind::Cublas),
+    ];
+    for (spec, sizes, want) in cases {
+        let p = plan(&compile(&einsum_src(spec, sizes, "f64")), &[0], &GpuOptions::default()).unwrap();
+        assert_eq!(chosen_kinds(&p), vec![*want], "{spec}: {}", tcc::codegen::nvptx::describe(&p));
+    }
+}
