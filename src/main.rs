@@ -496,7 +496,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Err(o) => return o,
             };
             if target == TargetKind::Cuda {
-                return match tcc::codegen::cuda_build::build_ptx(&hir, program.as_deref(), &output, &gpu_gemm.options()) {
+                return match tcc::codegen::cuda_build::build_ptx(&hir, program.as_deref(), &output, &gpu_gemm.options(), &file.display().to_string()) {
                     Ok(report) => {
                         eprint!("{report}");
                         Outcome::Ok

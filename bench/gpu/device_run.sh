@@ -6,6 +6,8 @@
 #      (auto and tiled; tiled with tiny tiles) and GEMM-shaped programs with
 #      every tile shape, all run by tcc-gpu and checked against the interpreter:
 #      FAIL lines and counts;
+#      the C host shims of the examples, 20 random programs and 6 benchmark
+#      cases, compiled and run (bench/gpu/shim_test.py);
 #   2. registers and spills of the tiled kernels (ptxas -v, sm_90);
 #   3. the tile shapes on the benchmark suite (tiled everywhere);
 #   4. the benchmark suite against torch.einsum on the same GPU, each case also
@@ -49,6 +51,13 @@ if [ $QUICK = 0 ]; then
   check "random tiled, tiny tiles" bench/gpu/random/*.tc --ptx-dir $G/random_tiny --gpu-gemm tiled
   echo "== tiled kernels on GEMM shapes (checked against the interpreter)"
   for d in $G/tiled_*; do check "$(basename $d)" $d/*.tc --gpu-gemm tiled; done
+fi
+echo "== C host shims: compiled with the CUDA headers, run, outputs compared with tcc-gpu's"
+if [ "${SHIM:-1}" = 1 ]; then
+  shim() { timeout 200 python3 bench/gpu/shim_test.py --tcc-gpu $BIN "$@" | grep -E "^(FAIL|SKIP|shim_test)" | sed "s/^/[shim $1 $2] /"; [ ${PIPESTATUS[0]} -eq 0 ] || status=1; }
+  shim --dir $G/examples examples/*.tc
+  shim --dir $G/random $(ls bench/gpu/random/*.tc | head -${SHIM_RANDOM:-20})
+  shim --no-check $(for k in 6 13 14 19 21 22; do echo $G/bench/case$k.tc; done)
 fi
 echo "== checks took $((SECONDS - t0)) s"
 echo "== tiled kernels: registers, spills (ptxas -v, sm_90)"

@@ -144,7 +144,7 @@ mod imp {
     struct Mem(Vec<sys::CUdeviceptr>);
     impl Drop for Mem {
         fn drop(&mut self) {
-            for &p in &self.0 {
+            for &p in self.0.iter().filter(|&&p| p != 0) {
                 // SAFETY: allocated by malloc_sync, freed once.
                 let _ = unsafe { result::free_sync(p) };
             }
@@ -261,10 +261,12 @@ mod imp {
                 None
             });
         }
+        // Scratch buffers of alternatives that do not run get no memory (pointer 0).
+        let used = up.used_buffers();
         let mut mem = Mem(Vec::new());
-        for b in &up.buffers {
+        for (b, &u) in up.buffers.iter().zip(&used) {
             // SAFETY: a plain allocation.
-            let p = unsafe { result::malloc_sync((b.elements as usize).max(1) * b.elem.bytes()) }.map_err(e(&format!("cuMemAlloc ({} elements)", b.elements)))?;
+            let p = if u { unsafe { result::malloc_sync((b.elements as usize).max(1) * b.elem.bytes()) }.map_err(e(&format!("cuMemAlloc ({} elements)", b.elements)))? } else { 0 };
             mem.0.push(p);
         }
         for (j, b) in up.buffers.iter().enumerate() {
@@ -287,7 +289,7 @@ mod imp {
                 result::event::record(start, result::stream::null()).map_err(e("cuEventRecord"))?;
                 let mut r = Ok(());
                 for (j, b) in up.buffers.iter().enumerate() {
-                    if !b.input {
+                    if !b.input && used[j] {
                         if let Err(err) = result::memset_d8_async(mem.0[j], 0, b.elements as usize * b.elem.bytes(), result::stream::null()) {
                             r = Err(format!("cuMemsetD8: {err:?}"));
                         }

@@ -3,7 +3,8 @@
 //! `tcc build FILE.tc --target cuda -o NAME.ptx` writes `NAME.ptx` (one module,
 //! every kernel an `.entry`) and `NAME.plan.json` beside it: the host side — the
 //! buffers of each unit, the steps in order (host loops, memsets, kernel launches
-//! with their grids, cuBLAS calls with sizes, transposes and strides). The runner
+//! with their grids, cuBLAS calls with sizes, transposes and strides) — and the C
+//! host shim `NAME.c` + `NAME.h` that runs the plan's choices ([`super::cuda_shim`]). The runner
 //! `tcc-gpu` (built with `--features cuda`; it needs neither LLVM nor CUDA at build
 //! time) executes the pair, as `tcc run --target cuda` does in process.
 
@@ -20,7 +21,7 @@ pub fn plan_path(ptx: &Path) -> PathBuf {
 /// Writes the PTX and the plan; returns a short report for stderr.
 /// Every implementation of each binary contraction stays in the plan (and its
 /// kernels in the PTX), so that `tcc-gpu --gpu-gemm` can force one.
-pub fn build_ptx(hir: &Hir, program: Option<&str>, output: &Path, opts: &GpuOptions) -> Result<String, RunError> {
+pub fn build_ptx(hir: &Hir, program: Option<&str>, output: &Path, opts: &GpuOptions, source_name: &str) -> Result<String, RunError> {
     let units: Vec<usize> = match program {
         None => (0..hir.units.len()).collect(),
         Some(name) => match hir.unit_by_name(name) {
@@ -45,12 +46,15 @@ pub fn build_ptx(hir: &Hir, program: Option<&str>, output: &Path, opts: &GpuOpti
     write(output, &ptx)?;
     let pp = plan_path(output);
     write(&pp, &serde_json::to_string_pretty(&plan).expect("plans serialize"))?;
+    let (c, h) = super::cuda_shim::write_shim(hir, &plan, &ptx, output, source_name).map_err(|e| fail("E0714", format!("cannot write the C shim beside `{}`: {e}", output.display()), None))?;
     Ok(format!(
-        "wrote {} ({} kernels, {}) and {}\n{}",
+        "wrote {} ({} kernels, {}), {}, and the C shim {} + {}\n{}",
         output.display(),
         plan.kernels.len(),
         plan.target,
         pp.display(),
+        c.display(),
+        h.display(),
         nvptx::describe(&plan)
     ))
 }

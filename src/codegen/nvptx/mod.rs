@@ -261,6 +261,24 @@ impl UnitPlan {
     pub fn buf_of(&self, t: TensorId) -> Option<usize> {
         self.buffers.iter().position(|b| b.tensor == Some(t))
     }
+    /// Which buffers a run needs: every tensor's, and the scratch buffers of the
+    /// chosen steps (not those of alternatives that do not run).
+    pub fn used_buffers(&self) -> Vec<bool> {
+        fn walk(steps: &[Step], used: &mut [bool]) {
+            for s in steps {
+                match s {
+                    Step::Loop { body, .. } => walk(body, used),
+                    Step::Memset { buf } => used[*buf] = true,
+                    Step::Launch { args, .. } => args.iter().for_each(|a| used[a.buf] = true),
+                    Step::Gemm(g) => [&g.a, &g.b, &g.c].iter().for_each(|a| used[a.buf] = true),
+                    Step::Choice(c) => walk(c.steps(), used),
+                }
+            }
+        }
+        let mut used: Vec<bool> = self.buffers.iter().map(|b| b.tensor.is_some()).collect();
+        walk(&self.steps, &mut used);
+        used
+    }
     /// Number of kernel launches and cuBLAS calls of one run (host loops unrolled).
     pub fn launches(&self) -> (u64, u64) {
         fn walk(steps: &[Step], mult: u64, acc: &mut (u64, u64)) {
