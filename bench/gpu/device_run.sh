@@ -54,7 +54,7 @@ if [ $QUICK = 0 ]; then
 fi
 echo "== C host shims: compiled with the CUDA headers, run, outputs compared with tcc-gpu's"
 if [ "${SHIM:-1}" = 1 ]; then
-  shim() { timeout 200 python3 bench/gpu/shim_test.py --tcc-gpu $BIN "$@" | grep -E "^(FAIL|SKIP|shim_test)" | sed "s/^/[shim $1 $2] /"; [ ${PIPESTATUS[0]} -eq 0 ] || status=1; }
+  shim() { timeout 200 python3 bench/gpu/shim_test.py --tcc-gpu $BIN "$@" | grep -E "^(FAIL|SKIP|shim_test)" | sed "s|^|[shim] |"; [ ${PIPESTATUS[0]} -eq 0 ] || status=1; }
   shim --dir $G/examples examples/*.tc
   shim --dir $G/random $(ls bench/gpu/random/*.tc | head -${SHIM_RANDOM:-20})
   shim --no-check $(for k in 6 13 14 19 21 22; do echo $G/bench/case$k.tc; done)
