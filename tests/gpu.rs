@@ -328,7 +328,8 @@ fn tiled_ptx_uses_shared_memory_and_barriers() {
 /// benchmark cases (bench/gpu/results.md, every kind forced on the same inputs).
 #[test]
 fn cost_model_agrees_with_h200_measurements() {
-    let cases: &[(&str, &[(char, usize)], GemmKind)] = &[
+    type Case<'a> = (&'a str, &'a [(char, usize)], GemmKind);
+    let cases: &[Case] = &[
         // cublas 0.309 ms, tiled 1.051, naive 5.83
         ("ik,kj->ij", &[('i', 2000), ('j', 2000), ('k', 2000)], GemmKind::Cublas),
         // cublas 0.405 ms, tiled 1.092, naive 0.969

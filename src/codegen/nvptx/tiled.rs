@@ -67,11 +67,11 @@ impl TileCfg {
     pub fn valid(&self, e: Elem) -> bool {
         let nt = self.threads();
         [self.bm, self.bn, self.bk, self.tm, self.tn].iter().all(|&x| x > 0)
-            && self.bm % self.tm == 0
-            && self.bn % self.tn == 0
+            && self.bm.is_multiple_of(self.tm)
+            && self.bn.is_multiple_of(self.tn)
             && nt <= 1024
-            && (self.bm * self.bk) % nt == 0
-            && (self.bn * self.bk) % nt == 0
+            && (self.bm * self.bk).is_multiple_of(nt)
+            && (self.bn * self.bk).is_multiple_of(nt)
             && self.tm * self.tn <= 256
             && self.shared_bytes(e) <= 48 << 10
     }
@@ -409,10 +409,10 @@ impl<'ctx> Gen<'_, 'ctx> {
                         let ix = g.b.build_int_add(bbase, g.i64c(kk * ldb + j * tx_n), "bi")?;
                         bv.push(g.b.build_load(g.at(sh_b, ix)?, "b")?.into_float_value());
                     }
-                    for i in 0..cfg.tm as usize {
-                        for j in 0..cfg.tn as usize {
-                            let e = i * cfg.tn as usize + j;
-                            accs[e] = g.call(fmuladd, &[av[i].into(), bv[j].into(), accs[e].into()])?.into_float_value();
+                    for (i, a) in av.iter().enumerate() {
+                        for (j, b) in bv.iter().enumerate() {
+                            let e = i * bv.len() + j;
+                            accs[e] = g.call(fmuladd, &[(*a).into(), (*b).into(), accs[e].into()])?.into_float_value();
                         }
                     }
                 }
