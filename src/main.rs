@@ -55,6 +55,32 @@ enum TargetKind {
     Cuda,
 }
 
+/// How GPU plans compute binary contractions (`--gpu-gemm`).
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum GpuGemm {
+    /// The cheapest by the cost model (predicted times on an H200).
+    Auto,
+    /// cuBLAS strided-batched GEMM (operands copied where not strided matrices).
+    Cublas,
+    /// Generated tiled kernels (shared-memory tiles, register blocking).
+    Tiled,
+    /// Generated one-thread-per-output kernels.
+    Naive,
+}
+
+impl GpuGemm {
+    fn options(self) -> tcc::codegen::nvptx::GpuOptions {
+        use tcc::codegen::nvptx::GemmKind;
+        let gemm = match self {
+            GpuGemm::Auto => None,
+            GpuGemm::Cublas => Some(GemmKind::Cublas),
+            GpuGemm::Tiled => Some(GemmKind::Tiled),
+            GpuGemm::Naive => Some(GemmKind::Naive),
+        };
+        tcc::codegen::nvptx::GpuOptions { gemm, ..Default::default() }
+    }
+}
+
 /// Parses `2GiB`, `512MB`, `64k`, `100000` into bytes.
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -129,6 +155,10 @@ enum Command {
         /// LLVM CPU to generate code for (--emit=llvm); default: this machine's.
         #[arg(long, value_name = "CPU")]
         target_cpu: Option<String>,
+        /// GPU plans (`--emit=ptx`, `--target cuda`): how binary contractions are
+        /// computed; `auto` picks the cheapest by predicted time.
+        #[arg(long, value_enum, default_value_t = GpuGemm::Auto)]
+        gpu_gemm: GpuGemm,
     },
     /// Compile to a shared library with a C header and a Fortran module.
     ///
@@ -150,6 +180,10 @@ enum Command {
         /// the host side that `tcc-gpu` and `tcc run --target cuda` execute.
         #[arg(long, value_enum, default_value_t = TargetKind::Cpu)]
         target: TargetKind,
+        /// GPU plans (`--emit=ptx`, `--target cuda`): how binary contractions are
+        /// computed; `auto` picks the cheapest by predicted time.
+        #[arg(long, value_enum, default_value_t = GpuGemm::Auto)]
+        gpu_gemm: GpuGemm,
     },
     /// Plan distributed execution on P ranks: per contraction the processor grid,
     /// the mapping of its indices, the communication and its predicted cost,
@@ -301,6 +335,10 @@ enum Command {
         /// when there is none).
         #[arg(long, value_enum, default_value_t = TargetKind::Cpu, conflicts_with = "interp")]
         target: TargetKind,
+        /// GPU plans (`--emit=ptx`, `--target cuda`): how binary contractions are
+        /// computed; `auto` picks the cheapest by predicted time.
+        #[arg(long, value_enum, default_value_t = GpuGemm::Auto)]
+        gpu_gemm: GpuGemm,
     },
     /// Run the language server on stdin/stdout (for editors; see book/src/editors.md).
     Lsp,
@@ -452,13 +490,13 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Outcome::Ok
             }
         }
-        Command::Build { file, output, target_cpu, program, target } => {
+        Command::Build { file, output, target_cpu, program, target, gpu_gemm } => {
             let hir = match front_end(ctx, &file) {
                 Ok(h) => h,
                 Err(o) => return o,
             };
             if target == TargetKind::Cuda {
-                return match tcc::codegen::cuda_build::build_ptx(&hir, program.as_deref(), &output) {
+                return match tcc::codegen::cuda_build::build_ptx(&hir, program.as_deref(), &output, &gpu_gemm.options(), &file.display().to_string()) {
                     Ok(report) => {
                         eprint!("{report}");
                         Outcome::Ok
@@ -475,7 +513,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
             }
         }
-        Command::Opt { file, emit, json, mem_limit, program, target_cpu } => {
+        Command::Opt { file, emit, json, mem_limit, program, target_cpu, gpu_gemm } => {
             let hir = match front_end(ctx, &file) {
                 Ok(h) => h,
                 Err(o) => return o,
@@ -495,8 +533,12 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 },
             };
             if emit == Emit::Ptx {
-                return match tcc::codegen::nvptx::ptx_for(&hir, &units, &Default::default()) {
-                    Ok((_, ptx)) => {
+                return match tcc::codegen::nvptx::ptx_for(&hir, &units, &gpu_gemm.options()) {
+                    Ok((plan, ptx)) => {
+                        // The plan, and each contraction's predicted times, as PTX comments.
+                        for line in tcc::codegen::nvptx::describe(&plan).lines() {
+                            println!("// {line}");
+                        }
                         print!("{ptx}");
                         Outcome::Ok
                     }
@@ -547,7 +589,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
             }
         }
-        Command::Run { file, interp, check, target_cpu, repeat, seed, inputs, output_dir, save_inputs, program, ranks, backend, schedule, stats, tuning, no_opt, plan, network, mem_per_rank, target } => {
+        Command::Run { file, interp, check, target_cpu, repeat, seed, inputs, output_dir, save_inputs, program, ranks, backend, schedule, stats, tuning, no_opt, plan, network, mem_per_rank, target, gpu_gemm } => {
             let distributed = ranks.is_some() || backend.is_some() || plan;
             if target == TargetKind::Cuda {
                 if distributed {
@@ -604,7 +646,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
             } else if interp {
                 tcc::run::run_interp(&hir, &opts, &mut lock)
             } else if target == TargetKind::Cuda {
-                let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: Default::default() };
+                let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: gpu_gemm.options() };
                 tcc::codegen::cuda::run_cuda(&hir, &opts, &c, &mut lock)
             } else {
                 let c = tcc::codegen::CompiledRun { codegen: tcc::codegen::llvm::Options { target_cpu, c_abi: false, mem_limit: None, gemm_min: None, parallel_min: None }, check, repeat };

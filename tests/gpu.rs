@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 use tcc::codegen::compare_outputs;
-use tcc::codegen::nvptx::{emit_ptx, emulate, plan, GpuOptions, Step};
+use tcc::codegen::nvptx::{choices, emit_ptx, emulate, plan, GemmKind, GpuOptions, Step, TileCfg};
 use tcc::interp::{random_inputs, run_unit};
 use tcc::sema::hir::Hir;
 
@@ -26,14 +26,31 @@ fn check(hir: &Hir, u: usize, opts: &GpuOptions) -> Result<(), String> {
     compare_outputs(hir, u, &got, &want).map(|_| ())
 }
 
+const CUBLAS: Option<GemmKind> = Some(GemmKind::Cublas);
+const TILED: Option<GemmKind> = Some(GemmKind::Tiled);
+/// A tile far smaller than the real ones: small test sizes then span several
+/// blocks, partial tiles and many reduction steps.
+const TINY: TileCfg = TileCfg { bm: 16, bn: 8, bk: 4, tm: 2, tn: 2 };
+
 fn all_options() -> Vec<GpuOptions> {
     vec![
         GpuOptions::default(),
         // cuBLAS for every binary contraction, reductions split across threads.
-        GpuOptions { gemm_min: Some(1.0), target_threads: Some(1 << 12), ..Default::default() },
+        GpuOptions { gemm: CUBLAS, target_threads: Some(1 << 12), ..Default::default() },
         // the most fused nests: host loops around kernels.
-        GpuOptions { mem_limit: Some(0), gemm_min: Some(1.0), ..Default::default() },
+        GpuOptions { mem_limit: Some(0), gemm: CUBLAS, ..Default::default() },
+        // tiled kernels for every binary contraction, the real tile shapes.
+        GpuOptions { gemm: TILED, ..Default::default() },
+        // tiled kernels with tiny tiles.
+        GpuOptions { gemm: TILED, tile: Some(TINY), ..Default::default() },
+        // tiled kernels inside host loops.
+        GpuOptions { mem_limit: Some(0), gemm: TILED, tile: Some(TINY), ..Default::default() },
     ]
+}
+
+/// The kinds that run for the binary contractions of a plan's first unit.
+fn chosen_kinds(p: &tcc::codegen::nvptx::GpuPlan) -> Vec<GemmKind> {
+    choices(&p.units[0].steps).iter().map(|c| c.alts[c.chosen].kind).collect()
 }
 
 #[test]
@@ -94,9 +111,13 @@ fn gemm_shaped_contractions_plan_to_cublas_and_match() {
             }
         }
         let hir = compile(&einsum_src(spec, sizes, "f64"));
-        let p = plan(&hir, &[0], &GpuOptions { gemm_min: Some(1.0), ..Default::default() }).unwrap();
-        let gemm = p.units[0].steps.iter().any(|s| matches!(s, Step::Gemm(_)));
-        assert!(gemm, "{spec}: {:?}", p.units[0].steps);
+        let p = plan(&hir, &[0], &GpuOptions { gemm: CUBLAS, ..Default::default() }).unwrap();
+        let c = choices(&p.units[0].steps);
+        assert_eq!(c.len(), 1, "{spec}: {:?}", p.units[0].steps);
+        assert!(c[0].steps().iter().any(|s| matches!(s, Step::Gemm(_))), "{spec}: {:?}", p.units[0].steps);
+        let p = plan(&hir, &[0], &GpuOptions { gemm: TILED, ..Default::default() }).unwrap();
+        assert_eq!(chosen_kinds(&p), vec![GemmKind::Tiled], "{spec}");
+        assert!(p.kernels.iter().any(|k| k.tiled.is_some()), "{spec}");
     }
 }
 
@@ -190,9 +211,189 @@ fn random_programs_plans_match_the_interpreter_when_emulated() {
     assert!(files.len() >= 100);
     for (k, path) in files.iter().enumerate() {
         let hir = compile(&std::fs::read_to_string(path).unwrap());
-        let opts = &all_options()[k % 3];
-        for u in 0..hir.units.len() {
-            check(&hir, u, opts).unwrap_or_else(|e| panic!("{} {opts:?}: {e}", path.display()));
+        let all = all_options();
+        // One of the option sets, and always tiled kernels (tiny tiles: several blocks).
+        for opts in [&all[k % all.len()], &all[4]] {
+            for u in 0..hir.units.len() {
+                check(&hir, u, opts).unwrap_or_else(|e| panic!("{} {opts:?}: {e}", path.display()));
+            }
         }
+    }
+}
+
+/// Tiled kernels on GEMM shapes: odd sizes and partial tiles, batches,
+/// transposed and multi-index groups (strides that merge and ones that do not),
+/// f32, mixed element types and functions of an operand; every tile shape.
+#[test]
+fn tiled_kernels_match_the_interpreter() {
+    let cases: &[(&str, &[(char, usize)])] = &[
+        ("ik,kj->ij", &[('i', 37), ('j', 45), ('k', 33)]),
+        ("ik,kj->ij", &[('i', 130), ('j', 129), ('k', 17)]),
+        ("ki,jk->ji", &[('i', 40), ('j', 29), ('k', 50)]),
+        ("ik,jk->ij", &[('i', 3), ('j', 70), ('k', 9)]),
+        ("bik,bkj->bij", &[('b', 3), ('i', 35), ('j', 21), ('k', 40)]),
+        ("bhqd,bhkd->bhqk", &[('b', 2), ('h', 3), ('q', 9), ('k', 11), ('d', 8)]),
+        ("aibj,bjck->acik", &[('a', 5), ('b', 4), ('c', 6), ('i', 3), ('j', 7), ('k', 2)]),
+        ("pqrs,ap->aqrs", &[('p', 13), ('q', 11), ('r', 5), ('s', 7), ('a', 17)]),
+        ("abk,kc->acb", &[('a', 9), ('b', 7), ('c', 31), ('k', 24)]),
+        ("ijk,ijk->", &[('i', 3), ('j', 2), ('k', 4)]),
+        ("ik,k->i", &[('i', 19), ('k', 23)]),
+        ("i,j->ij", &[('i', 19), ('j', 23)]),
+    ];
+    let tiles = [TINY, TileCfg::CANDIDATES[0], TileCfg::CANDIDATES[1], TileCfg::CANDIDATES[2]];
+    for (spec, sizes) in cases {
+        for elem in ["f64", "f32"] {
+            let hir = compile(&einsum_src(spec, sizes, elem));
+            for tile in tiles {
+                let o = GpuOptions { gemm: TILED, tile: Some(tile), ..Default::default() };
+                assert_eq!(chosen_kinds(&plan(&hir, &[0], &o).unwrap()), vec![GemmKind::Tiled], "{spec}");
+                check(&hir, 0, &o).unwrap_or_else(|e| panic!("{spec} {elem} {tile:?}: {e}"));
+            }
+        }
+    }
+    // Mixed element types, a function of an operand, a coefficient, `+=`.
+    let src = "range I = 23; range J = 19; range K = 21; index i : I; index j : J; index k : K;\n\
+        input tensor A[i,k] : f32; input tensor B[j,k] : f64; output tensor C[i,j] : f64;\n\
+        C[i,j] = 0.5 * tanh(A[i,k]) * B[j,k];\nC[i,j] += -2.0 * A[i,k] * exp(B[j,k]);\n";
+    let hir = compile(src);
+    for tile in tiles {
+        let o = GpuOptions { gemm: TILED, tile: Some(tile), ..Default::default() };
+        assert_eq!(chosen_kinds(&plan(&hir, &[0], &o).unwrap()), vec![GemmKind::Tiled; 2]);
+        check(&hir, 0, &o).unwrap_or_else(|e| panic!("{tile:?}: {e}"));
+    }
+}
+
+/// The cost model: cuBLAS for a large square product, a generated kernel where
+/// cuBLAS would first copy an operand of a small product, the naive kernel for
+/// a tiny one; every alternative predicted, the reasons printed.
+#[test]
+fn cost_model_picks_and_explains() {
+    let kinds = |spec: &str, sizes: &[(char, usize)]| {
+        let p = plan(&compile(&einsum_src(spec, sizes, "f64")), &[0], &GpuOptions::default()).unwrap();
+        let c = choices(&p.units[0].steps);
+        assert_eq!(c.len(), 1);
+        assert!(c[0].alts.iter().all(|a| a.predicted_s > 0.0 && a.predicted_s.is_finite()), "{:?}", c[0].alts);
+        assert!(tcc::codegen::nvptx::describe(&p).contains(" → "), "{}", tcc::codegen::nvptx::describe(&p));
+        (c[0].alts[c[0].chosen].kind, c[0].alts.iter().map(|a| a.kind).collect::<Vec<_>>())
+    };
+    let (k, all) = kinds("ik,kj->ij", &[('i', 4000), ('j', 4000), ('k', 4000)]);
+    assert_eq!(k, GemmKind::Cublas);
+    assert_eq!(all, GemmKind::ALL.to_vec());
+    let (k, _) = kinds("ik,kj->ij", &[('i', 3), ('j', 2), ('k', 4)]);
+    assert_eq!(k, GemmKind::Naive);
+    // C[a,c,i,k] = A[a,i,b,j]·B[b,j,c,k] with a short reduction: cuBLAS needs the
+    // large C through a scratch buffer, the tiled kernel writes it in place.
+    let (k, _) = kinds("aibj,bjck->acik", &[('a', 64), ('b', 4), ('c', 64), ('i', 64), ('j', 4), ('k', 64)]);
+    assert_eq!(k, GemmKind::Tiled);
+}
+
+/// Plans built for a runner keep every alternative; forcing switches them.
+#[test]
+fn kept_alternatives_can_be_forced() {
+    let hir = compile(&einsum_src("ik,kj->ij", &[('i', 50), ('j', 40), ('k', 30)], "f64"));
+    let mut p = plan(&hir, &[0], &GpuOptions { keep_alternatives: true, ..Default::default() }).unwrap();
+    assert!(choices(&p.units[0].steps)[0].alts.iter().all(|a| a.kept && !a.steps.is_empty()));
+    let inputs = random_inputs(&hir, 0, 3).unwrap();
+    let want = run_unit(&hir, 0, &inputs).unwrap();
+    for kind in GemmKind::ALL {
+        assert_eq!(p.force(kind), (1, 0));
+        assert_eq!(chosen_kinds(&p), vec![kind]);
+        let got = emulate(&p, 0, &inputs).unwrap();
+        compare_outputs(&hir, 0, &got, &want).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+    }
+    let p = plan(&hir, &[0], &GpuOptions::default()).unwrap();
+    let c = choices(&p.units[0].steps)[0].clone();
+    assert_eq!(c.alts.iter().filter(|a| a.kept).count(), 1);
+}
+
+#[test]
+fn tiled_ptx_uses_shared_memory_and_barriers() {
+    let hir = compile(&einsum_src("bik,bkj->bij", &[('b', 3), ('i', 300), ('j', 200), ('k', 100)], "f64"));
+    let p = plan(&hir, &[0], &GpuOptions { gemm: TILED, ..Default::default() }).unwrap();
+    let ptx = emit_ptx(&p).unwrap();
+    let k = p.kernels.iter().find(|k| k.tiled.is_some()).unwrap();
+    let at = ptx.find(&format!(".visible .entry {}(", k.name)).unwrap();
+    let body = &ptx[at..];
+    let t = k.tiled.as_ref().unwrap();
+    assert!(body.contains(&format!(".maxntid {}, 1, 1", t.cfg.threads())), "{body}");
+    assert!(ptx.contains(".shared .align 16 .b8"), "{ptx}");
+    assert!(body.contains("bar.sync"), "{body}");
+    assert!(body.contains("ld.shared.f64") || body.contains("ld.shared.v2.f64"), "{body}");
+    assert!(body.contains("fma.rn.f64"), "{body}");
+    assert!(body.contains("%ctaid.z"), "{body}");
+    assert!(!body.contains("local"), "accumulators spilled to local memory:\n{body}");
+}
+
+/// The cost model against the fastest implementation measured on the H200 for
+/// benchmark cases (bench/gpu/results.md, every kind forced on the same inputs).
+#[test]
+fn cost_model_agrees_with_h200_measurements() {
+    type Case<'a> = (&'a str, &'a [(char, usize)], GemmKind);
+    let cases: &[Case] = &[
+        // cublas 0.309 ms, tiled 1.051, naive 5.83
+        ("ik,kj->ij", &[('i', 2000), ('j', 2000), ('k', 2000)], GemmKind::Cublas),
+        // cublas 0.405 ms, tiled 1.092, naive 0.969
+        ("abik,kj->abij", &[('a', 150), ('b', 150), ('i', 40), ('j', 40), ('k', 40)], GemmKind::Cublas),
+        // cublas 0.151 ms, tiled 0.643, naive 0.117
+        ("akic,ck->ai", &[('a', 100), ('c', 100), ('i', 40), ('k', 40)], GemmKind::Naive),
+        // cublas 0.093 ms, tiled 1.189, naive 0.194
+        ("pqrs,rs->pq", &[('p', 80), ('q', 80), ('r', 80), ('s', 80)], GemmKind::Cublas),
+        // cublas 0.355 ms, tiled 0.878, naive 0.275
+        ("prqs,rs->pq", &[('p', 80), ('q', 80), ('r', 80), ('s', 80)], GemmKind::Naive),
+        // cublas 0.208 ms, naive 0.662
+        ("ijk,ijk->", &[('i', 300), ('j', 300), ('k', 300)], GemmKind::Cublas),
+        // cublas 0.073 ms, tiled 0.207, naive 0.570
+        ("bik,bkj->bij", &[('b', 64), ('i', 256), ('j', 256), ('k', 256)], GemmKind::Cublas),
+    ];
+    for (spec, sizes, want) in cases {
+        let p = plan(&compile(&einsum_src(spec, sizes, "f64")), &[0], &GpuOptions::default()).unwrap();
+        assert_eq!(chosen_kinds(&p), vec![*want], "{spec}: {}", tcc::codegen::nvptx::describe(&p));
+    }
+}
+
+/// Declarations of the CUDA driver API and cuBLAS that the C shim uses, as the
+/// real headers declare them: the shim compiles here without CUDA installed
+/// (the device run compiles and runs it against the real ones).
+const STUB_CUDA_H: &str = "#include <stddef.h>\ntypedef int CUresult;\n#define CUDA_SUCCESS 0\ntypedef int CUdevice;\n\
+typedef struct CUctx_st* CUcontext; typedef struct CUmod_st* CUmodule; typedef struct CUfunc_st* CUfunction;\n\
+typedef struct CUstream_st* CUstream; typedef unsigned long long CUdeviceptr;\n\
+CUresult cuInit(unsigned); CUresult cuDeviceGet(CUdevice*, int); CUresult cuDevicePrimaryCtxRetain(CUcontext*, CUdevice);\n\
+CUresult cuCtxSetCurrent(CUcontext); CUresult cuModuleLoadData(CUmodule*, const void*);\n\
+CUresult cuModuleGetFunction(CUfunction*, CUmodule, const char*); CUresult cuGetErrorString(CUresult, const char**);\n\
+CUresult cuMemAlloc(CUdeviceptr*, size_t); CUresult cuMemFree(CUdeviceptr); CUresult cuMemcpyHtoD(CUdeviceptr, const void*, size_t);\n\
+CUresult cuMemcpyDtoH(void*, CUdeviceptr, size_t); CUresult cuMemsetD8(CUdeviceptr, unsigned char, size_t);\n\
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**, void**);\n\
+CUresult cuCtxSynchronize(void);\n";
+const STUB_CUBLAS_H: &str = "typedef struct cublasContext* cublasHandle_t;\ntypedef enum { CUBLAS_STATUS_SUCCESS = 0 } cublasStatus_t;\n\
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;\ncublasStatus_t cublasCreate(cublasHandle_t*);\n\
+cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const double*, const double*, int, long long, const double*, int, long long, const double*, double*, int, long long, int);\n\
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float*, const float*, int, long long, const float*, int, long long, const float*, float*, int, long long, int);\n";
+
+/// `tcc build --target cuda` writes a C shim (NAME.c + NAME.h) that compiles
+/// cleanly: every example, and products on cuBLAS, tiled and naive kernels.
+#[test]
+fn c_shim_compiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let inc = dir.path().join("inc");
+    std::fs::create_dir(&inc).unwrap();
+    std::fs::write(inc.join("cuda.h"), STUB_CUDA_H).unwrap();
+    std::fs::write(inc.join("cublas_v2.h"), STUB_CUBLAS_H).unwrap();
+    let mut files: Vec<(PathBuf, &str)> = std::fs::read_dir(example("")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "tc")).map(|p| (p, "auto")).collect();
+    let gemm = dir.path().join("g.tc");
+    std::fs::write(&gemm, einsum_src("bki,bjk->bji", &[('b', 3), ('i', 40), ('j', 29), ('k', 50)], "f32")).unwrap();
+    for kind in ["cublas", "tiled", "naive"] {
+        files.push((gemm.clone(), kind));
+    }
+    for (k, (f, kind)) in files.iter().enumerate() {
+        let ptx = dir.path().join(format!("s{k}.ptx"));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcc")).args(["build", "--target", "cuda", "--gpu-gemm", kind, "-o"]).arg(&ptx).arg(f).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let c = dir.path().join(format!("s{k}.c"));
+        let h = std::fs::read_to_string(dir.path().join(format!("s{k}.h"))).unwrap();
+        assert!(h.contains("int tcc_cuda_") && h.contains("TCC_ERR_CUDA"), "{h}");
+        let src = std::fs::read_to_string(&c).unwrap();
+        assert_eq!(src.contains("cublasDgemmStridedBatched") || src.contains("cublasSgemmStridedBatched"), *kind == "cublas", "{kind}");
+        let cc = std::process::Command::new("cc").args(["-std=c99", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-fsyntax-only", "-I"]).arg(&inc).arg(&c).output().unwrap();
+        assert!(cc.status.success(), "{} ({kind}): {}", f.display(), String::from_utf8_lossy(&cc.stderr));
     }
 }

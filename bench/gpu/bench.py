@@ -10,7 +10,11 @@ The suite is the CPU benchmark's (bench/cpu/bench.py SUITE).
          run, inputs resident on the GPU), then times torch.einsum on the very same
          inputs (CUDA events, best of R after warm-up), checks tcc's output against
          torch's, measures the GPU's DGEMM / SGEMM peak (torch.matmul 8192^3), and
-         writes a markdown table.
+         writes a markdown table. With `--variants cublas,tiled,naive` tcc-gpu also
+         times each implementation of the binary contractions forced everywhere
+         (same inputs, outputs compared with the plan's); the table then has a
+         column per kind, and the cost model's choices with predicted times
+         follow it.
 
     python3 bench/gpu/bench.py build --dir bench/gpu/out/bench --tcc target/release/tcc
     python3 bench/gpu/bench.py run --dir bench/gpu/out/bench --tcc-gpu ./tcc-gpu --out results.md
@@ -51,8 +55,11 @@ def build(args):
         if r.returncode != 0:
             print(r.stderr, file=sys.stderr)
             raise SystemExit(1)
-        cases.append(dict(name=name, spec=spec, sizes=sizes, elem=elem, file=f"case{k}.tc", plan=r.stderr.strip().splitlines()[-1]))
-        print(f"built {name}: {cases[-1]['plan']}", file=sys.stderr)
+        lines = r.stderr.strip().splitlines()
+        unit = [x for x in lines if "kernel launches" in x][-1]
+        choices = [x.strip() for x in lines if x.startswith("  ")]
+        cases.append(dict(name=name, spec=spec, sizes=sizes, elem=elem, file=f"case{k}.tc", plan=unit, choices=choices))
+        print(f"built {name}: {unit}", file=sys.stderr)
     with open(os.path.join(args.dir, "manifest.json"), "w") as f:
         json.dump(dict(cases=cases), f, indent=1)
 
@@ -96,6 +103,8 @@ def run(args):
         tmp = os.path.join(args.tmp, "case")
         shutil.rmtree(tmp, ignore_errors=True)
         cmd = [args.tcc_gpu, os.path.join(args.dir, c["file"]), "--repeat", str(args.repeat), "--output-dir", tmp, "--save-inputs"]
+        if args.variants:
+            cmd += ["--variants", args.variants]
         t0 = time.time()
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
@@ -104,6 +113,9 @@ def run(args):
             continue
         m = re.search(r"time = ([0-9.]+) ms", r.stdout)
         t_tcc = float(m.group(1)) / 1e3
+        variants = {k: float(t) / 1e3 for k, t in re.findall(r"variant (\w+): time = ([0-9.]+) ms", r.stdout)}
+        chosen = [x.rsplit("→ ", 1)[-1] for x in c.get("choices", [])]
+        choice = "+".join(f"{k}×{chosen.count(k)}" if chosen.count(k) > 1 else k for k in sorted(set(chosen), key=chosen.index)) or "-"
         ins, out = c["spec"].split("->")
         ops = ins.split(",")
         dt = torch.float64 if c["elem"] == "f64" else torch.float32
@@ -120,25 +132,50 @@ def run(args):
         tol = 1e-10 if c["elem"] == "f64" else 1e-4
         ok = rel <= tol
         rows.append(dict(name=c["name"], ok=ok, t_tcc=t_tcc, t_torch=t_torch, ratio=t_tcc / t_torch, rel=rel,
-                         tflops=flops / t_tcc / 1e12, peak=peaks[c["elem"]], plan=c["plan"].split(": ", 1)[-1]))
-        print(f"{'PASS' if ok else 'FAIL'} bench {c['name']}: tcc {t_tcc*1e3:.3f} ms, torch {t_torch*1e3:.3f} ms, "
-              f"ratio {t_tcc/t_torch:.2f}, rel {rel:.1e}, wall {time.time()-t0:.1f}s", flush=True)
+                         tflops=flops / t_tcc / 1e12, peak=peaks[c["elem"]], plan=c["plan"].split(": ", 1)[-1],
+                         flops=flops, variants=variants, choice=choice, choices=c.get("choices", [])))
+        vs = ", ".join(f"{k} {t*1e3:.3f} ms" for k, t in variants.items())
+        print(f"{'PASS' if ok else 'FAIL'} bench {c['name']}: tcc {t_tcc*1e3:.3f} ms ({choice}), torch {t_torch*1e3:.3f} ms, "
+              f"ratio {t_tcc/t_torch:.2f}, rel {rel:.1e}{'; ' + vs if vs else ''}, wall {time.time()-t0:.1f}s", flush=True)
         del xs, got, want
         torch.cuda.empty_cache()
         shutil.rmtree(tmp, ignore_errors=True)
 
     good = [r for r in rows if r.get("ratio")]
-    lines = [f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; measured peak DGEMM {peaks['f64']:.1f} TFLOP/s, SGEMM {peaks['f32']:.1f} TFLOP/s (torch.matmul 8192^3)", "",
-             "| case | tcc ms | torch.einsum ms | tcc/torch | tcc TFLOP/s | % of peak | max rel err | tcc plan |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    head = f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; measured peak DGEMM {peaks['f64']:.1f} TFLOP/s, SGEMM {peaks['f32']:.1f} TFLOP/s (torch.matmul 8192^3)"
+    kinds = [k for k in ["cublas", "tiled", "naive"] if any(k in r.get("variants", {}) for r in good)]
+    if kinds:
+        lines = [head, "", "| case | tcc ms | torch.einsum ms | tcc/torch | tcc TFLOP/s | choice | " + " | ".join(f"{k} ms (TFLOP/s)" for k in kinds) + " | max rel err |",
+                 "| --- | ---: | ---: | ---: | ---: | --- | " + " | ".join("---:" for _ in kinds) + " | ---: |"]
+    else:
+        lines = [head, "", "| case | tcc ms | torch.einsum ms | tcc/torch | tcc TFLOP/s | % of peak | max rel err | tcc plan |",
+                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
         if not r.get("ratio"):
             lines.append(f"| {r['name']} | FAILED | | | | | | |")
             continue
-        lines.append(f"| {r['name']} | {r['t_tcc']*1e3:.3f} | {r['t_torch']*1e3:.3f} | {r['ratio']:.2f} | {r['tflops']:.2f} | {100*r['tflops']/r['peak']:.0f}% | {r['rel']:.1e} | {r['plan']} |")
+        if kinds:
+            cols = []
+            for k in kinds:
+                t = r["variants"].get(k)
+                cols.append(f"{t*1e3:.3f} ({r['flops']/t/1e12:.2f})" if t else "n/a")
+            lines.append(f"| {r['name']} | {r['t_tcc']*1e3:.3f} | {r['t_torch']*1e3:.3f} | {r['ratio']:.2f} | {r['tflops']:.2f} | {r['choice']} | " + " | ".join(cols) + f" | {r['rel']:.1e} |")
+        else:
+            lines.append(f"| {r['name']} | {r['t_tcc']*1e3:.3f} | {r['t_torch']*1e3:.3f} | {r['ratio']:.2f} | {r['tflops']:.2f} | {100*r['tflops']/r['peak']:.0f}% | {r['rel']:.1e} | {r['plan']} |")
     if good:
         lines += ["", f"median tcc/torch ratio: {statistics.median(r['ratio'] for r in good):.2f} over {len(good)} cases; "
                   f"{sum(r['ok'] for r in rows)}/{len(rows)} outputs match torch"]
+        for k in kinds:
+            have = [r for r in good if k in r["variants"]]
+            if have:
+                lines.append(f"median {k}-everywhere/torch ratio: {statistics.median(r['variants'][k] / r['t_torch'] for r in have):.2f} over {len(have)} cases")
+    if kinds:
+        lines += ["", "Cost model (predicted times on the H200, per binary contraction):", ""]
+        for r in good:
+            for ch in r["choices"]:
+                lines.append(f"- {r['name']}: `{ch}`")
+    if args.json:
+        json.dump(dict(head=head, rows=rows), open(args.json, "w"), indent=1)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
@@ -158,6 +195,8 @@ def main():
     r.add_argument("--only")
     r.add_argument("--tmp", default="/tmp/tccgpu")
     r.add_argument("--out")
+    r.add_argument("--json", help="also write the rows as JSON")
+    r.add_argument("--variants", help="kinds tcc-gpu also times, e.g. cublas,tiled,naive")
     a = p.parse_args()
     build(a) if a.cmd == "build" else run(a)
 

@@ -6,7 +6,14 @@
 //! ```text
 //! tcc-gpu FILE.tc... [--ptx-dir DIR] [--check] [--repeat N] [--seed S]
 //!                    [--output-dir D [--save-inputs]] [--keep-going]
+//!                    [--gpu-gemm auto|cublas|tiled|naive] [--variants KIND,...]
 //! ```
+//! `--gpu-gemm` runs that implementation of every binary contraction where the
+//! plan kept it (`tcc build --target cuda` keeps all that apply), instead of
+//! the cost model's choice. `--variants cublas,tiled,naive` also runs each of
+//! those (timed like the plan, outputs compared with the plan's) and prints a
+//! `variant KIND: time = ...` line for each, skipping those predicted to take
+//! more than `--variant-limit` seconds (default 1).
 //! For `FILE.tc` it reads `DIR/FILE.ptx` and `DIR/FILE.plan.json` (DIR: the
 //! file's folder by default). With several files and `--keep-going`, each prints
 //! `PASS FILE` or `FAIL FILE: why`, and a final count. Exit 1 on any failure.
@@ -15,9 +22,20 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use tcc::codegen::cuda;
 use tcc::codegen::cuda_build::read_plan;
+use tcc::codegen::nvptx::GemmKind;
 use tcc::run::{fail, run_report, RunError, RunOptions};
 
-fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, check: bool, repeat: usize) -> Result<(), RunError> {
+/// How to run each file.
+struct Mode {
+    check: bool,
+    repeat: usize,
+    force: Option<GemmKind>,
+    variants: Vec<GemmKind>,
+    variant_limit_s: f64,
+}
+
+fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> Result<(), RunError> {
+    let (check, repeat, force) = (mode.check, mode.repeat, mode.force);
     let src = std::fs::read_to_string(file).map_err(|e| fail("E0010", format!("cannot read `{}`: {e}", file.display()), None))?;
     let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let (hir, diags) = tcc::compile(&src, &stem);
@@ -25,14 +43,43 @@ fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, check: bool, rep
     let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| file.parent().map(Path::to_path_buf).unwrap_or_default());
     let ptx_path = dir.join(format!("{stem}.ptx"));
     let ptx = std::fs::read_to_string(&ptx_path).map_err(|e| fail("E0010", format!("cannot read `{}`: {e}", ptx_path.display()), Some("write it with `tcc build FILE.tc --target cuda -o FILE.ptx`".into())))?;
-    let plan = read_plan(&dir.join(format!("{stem}.plan.json"))).map_err(|e| fail("E0010", e, None))?;
+    let mut plan = read_plan(&dir.join(format!("{stem}.plan.json"))).map_err(|e| fail("E0010", e, None))?;
+    if let Some(kind) = force {
+        let (_, without) = plan.force(kind);
+        if without > 0 {
+            eprintln!("note: {}: {without} contractions have no {} implementation and keep the planned one", file.display(), kind.name());
+        }
+    }
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     run_report(&hir, opts, &mut lock, &mut |u, inputs| {
         let k = plan.units.iter().position(|p| p.unit == u).ok_or_else(|| fail("E0702", format!("the plan has no unit {}", hir.units[u].name), None))?;
         let one = tcc::codegen::nvptx::GpuPlan { target: plan.target.clone(), kernels: plan.kernels.clone(), units: vec![plan.units[k].clone()] };
         let r = cuda::run_plan(&hir, &one, &ptx, 0, inputs, repeat)?;
-        let extra = cuda::report_lines(&hir, u, &one, &r, 0.0, check, inputs)?;
+        let mut extra = cuda::report_lines(&hir, u, &one, &r, 0.0, check, inputs)?;
+        for &kind in &mode.variants {
+            let mut v = one.clone();
+            if v.force(kind).0 == 0 {
+                extra.push(format!("variant {}: not applicable", kind.name()));
+                continue;
+            }
+            // A benchmark guard: some forced kinds are hopeless (a tiled kernel
+            // for a full contraction runs one block).
+            let predicted = tcc::codegen::nvptx::cost::steps_time(&v.units[0].steps, &v.kernels, &v.units[0].buffers);
+            if predicted > mode.variant_limit_s {
+                extra.push(format!("variant {}: skipped (predicted {predicted:.3} s)", kind.name()));
+                continue;
+            }
+            let rv = cuda::run_plan(&hir, &v, &ptx, 0, inputs, repeat)?;
+            let (l, g) = v.units[0].launches();
+            let tflops = if rv.run_s > 0.0 { rv.flops / rv.run_s / 1e12 } else { 0.0 };
+            let rel = tcc::codegen::compare_outputs(&hir, u, &rv.outputs, &r.outputs).map_err(|e| fail("E0713", format!("variant {}: {e}", kind.name()), None))?;
+            extra.push(format!(
+                "variant {}: time = {:.3} ms  ({tflops:.3} TFLOP/s; {l} kernel launches, {g} cuBLAS calls; max relative difference to the plan's outputs {rel:.2e})",
+                kind.name(),
+                rv.run_s * 1e3
+            ));
+        }
         Ok((r.outputs, extra))
     })
 }
@@ -42,6 +89,9 @@ fn main() -> std::process::ExitCode {
     let mut dir: Option<PathBuf> = None;
     let (mut check, mut repeat, mut keep) = (false, 1usize, false);
     let mut opts = RunOptions::default();
+    let mut force = None;
+    let mut variants = Vec::new();
+    let mut variant_limit_s = 1.0;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -53,6 +103,26 @@ fn main() -> std::process::ExitCode {
             "--repeat" => repeat = args.next().and_then(|x| x.parse().ok()).unwrap_or(1),
             "--seed" => opts.seed = args.next().and_then(|x| x.parse().ok()).unwrap_or(0),
             "--program" => opts.program = args.next(),
+            "--variants" => {
+                for k in args.next().unwrap_or_default().split(',') {
+                    match GemmKind::from_name(k) {
+                        Some(kind) => variants.push(kind),
+                        None => {
+                            eprintln!("error: --variants takes cublas, tiled or naive, comma-separated (got `{k}`)");
+                            return std::process::ExitCode::from(2);
+                        }
+                    }
+                }
+            }
+            "--variant-limit" => variant_limit_s = args.next().and_then(|x| x.parse().ok()).unwrap_or(1.0),
+            "--gpu-gemm" => match args.next().as_deref() {
+                Some("auto") => force = None,
+                Some(k) if GemmKind::from_name(k).is_some() => force = GemmKind::from_name(k),
+                other => {
+                    eprintln!("error: --gpu-gemm takes auto, cublas, tiled or naive (got {})", other.unwrap_or("nothing"));
+                    return std::process::ExitCode::from(2);
+                }
+            },
             _ => files.push(PathBuf::from(a)),
         }
     }
@@ -60,11 +130,12 @@ fn main() -> std::process::ExitCode {
         eprintln!("error[E0730]: {}\n  help: {why}", cuda::NO_DEVICE);
         return std::process::ExitCode::from(1);
     }
+    let mode = Mode { check, repeat, force, variants, variant_limit_s };
     let (mut pass, mut failed) = (0, 0);
     let mut seen: HashMap<String, ()> = HashMap::new();
     for f in &files {
         seen.insert(f.display().to_string(), ());
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_file(f, dir.as_deref(), &opts, check, repeat)));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_file(f, dir.as_deref(), &opts, &mode)));
         match r {
             Ok(Ok(())) => {
                 pass += 1;

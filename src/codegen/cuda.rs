@@ -144,7 +144,7 @@ mod imp {
     struct Mem(Vec<sys::CUdeviceptr>);
     impl Drop for Mem {
         fn drop(&mut self) {
-            for &p in &self.0 {
+            for &p in self.0.iter().filter(|&&p| p != 0) {
                 // SAFETY: allocated by malloc_sync, freed once.
                 let _ = unsafe { result::free_sync(p) };
             }
@@ -188,15 +188,15 @@ mod imp {
                         let f = self.funcs[*kernel].ok_or("kernel not loaded")?;
                         let mut vals: Vec<sys::CUdeviceptr> = args.iter().map(|a| self.ptr(a, bound)).collect();
                         let mut params: Vec<*mut c_void> = vals.iter_mut().map(|v| v as *mut sys::CUdeviceptr as *mut c_void).collect();
-                        let threads = k.threads();
-                        let blocks = threads.div_ceil(nvptx::BLOCK as u64);
-                        if blocks > i32::MAX as u64 {
-                            return Err(format!("kernel {} needs {blocks} blocks", k.name));
+                        let ([gx, gy, gz], block) = k.launch_dims();
+                        if gx > i32::MAX as u64 || gy > 65535 || gz > 65535 {
+                            return Err(format!("kernel {} needs a grid of {gx}×{gy}×{gz} blocks", k.name));
                         }
                         // SAFETY: the kernel takes one pointer per argument, each inside its buffer.
-                        unsafe { result::launch_kernel(f, (blocks as u32, 1, 1), (nvptx::BLOCK, 1, 1), 0, result::stream::null(), &mut params) }
+                        unsafe { result::launch_kernel(f, (gx as u32, gy as u32, gz as u32), (block, 1, 1), 0, result::stream::null(), &mut params) }
                             .map_err(e("cuLaunchKernel"))?;
                     }
+                    Step::Choice(c) => self.steps(c.steps(), bound)?,
                     Step::Gemm(g) => {
                         let h = match self.blas {
                             Some(h) => h,
@@ -245,6 +245,7 @@ mod imp {
             for s in steps {
                 match s {
                     Step::Loop { body, .. } => mark(body, used),
+                    Step::Choice(c) => mark(c.steps(), used),
                     Step::Launch { kernel, .. } => used[*kernel] = true,
                     _ => {}
                 }
@@ -260,10 +261,12 @@ mod imp {
                 None
             });
         }
+        // Scratch buffers of alternatives that do not run get no memory (pointer 0).
+        let used = up.used_buffers();
         let mut mem = Mem(Vec::new());
-        for b in &up.buffers {
+        for (b, &u) in up.buffers.iter().zip(&used) {
             // SAFETY: a plain allocation.
-            let p = unsafe { result::malloc_sync((b.elements as usize).max(1) * b.elem.bytes()) }.map_err(e(&format!("cuMemAlloc ({} elements)", b.elements)))?;
+            let p = if u { unsafe { result::malloc_sync((b.elements as usize).max(1) * b.elem.bytes()) }.map_err(e(&format!("cuMemAlloc ({} elements)", b.elements)))? } else { 0 };
             mem.0.push(p);
         }
         for (j, b) in up.buffers.iter().enumerate() {
@@ -286,7 +289,7 @@ mod imp {
                 result::event::record(start, result::stream::null()).map_err(e("cuEventRecord"))?;
                 let mut r = Ok(());
                 for (j, b) in up.buffers.iter().enumerate() {
-                    if !b.input {
+                    if !b.input && used[j] {
                         if let Err(err) = result::memset_d8_async(mem.0[j], 0, b.elements as usize * b.elem.bytes(), result::stream::null()) {
                             r = Err(format!("cuMemsetD8: {err:?}"));
                         }

@@ -3,11 +3,12 @@
 //! `tcc build FILE.tc --target cuda -o NAME.ptx` writes `NAME.ptx` (one module,
 //! every kernel an `.entry`) and `NAME.plan.json` beside it: the host side — the
 //! buffers of each unit, the steps in order (host loops, memsets, kernel launches
-//! with their grids, cuBLAS calls with sizes, transposes and strides). The runner
+//! with their grids, cuBLAS calls with sizes, transposes and strides) — and the C
+//! host shim `NAME.c` + `NAME.h` that runs the plan's choices ([`super::cuda_shim`]). The runner
 //! `tcc-gpu` (built with `--features cuda`; it needs neither LLVM nor CUDA at build
 //! time) executes the pair, as `tcc run --target cuda` does in process.
 
-use super::nvptx::{self, GpuOptions, GpuPlan};
+use super::nvptx::{self, GpuOptions, GpuPlan, TileCfg};
 use crate::run::{fail, RunError};
 use crate::sema::hir::Hir;
 use std::path::{Path, PathBuf};
@@ -18,7 +19,9 @@ pub fn plan_path(ptx: &Path) -> PathBuf {
 }
 
 /// Writes the PTX and the plan; returns a short report for stderr.
-pub fn build_ptx(hir: &Hir, program: Option<&str>, output: &Path) -> Result<String, RunError> {
+/// Every implementation of each binary contraction stays in the plan (and its
+/// kernels in the PTX), so that `tcc-gpu --gpu-gemm` can force one.
+pub fn build_ptx(hir: &Hir, program: Option<&str>, output: &Path, opts: &GpuOptions, source_name: &str) -> Result<String, RunError> {
     let units: Vec<usize> = match program {
         None => (0..hir.units.len()).collect(),
         Some(name) => match hir.unit_by_name(name) {
@@ -26,19 +29,32 @@ pub fn build_ptx(hir: &Hir, program: Option<&str>, output: &Path) -> Result<Stri
             None => return Err(fail("E0702", format!("no program or model named `{name}`"), None)),
         },
     };
-    // TCC_GPU_GEMM_MIN (tests): the m·n·k from which binary contractions go to cuBLAS.
-    let gemm_min = std::env::var("TCC_GPU_GEMM_MIN").ok().and_then(|v| v.parse().ok());
-    let (plan, ptx) = nvptx::ptx_for(hir, &units, &GpuOptions { gemm_min, ..GpuOptions::default() }).map_err(|e| fail("E0712", e.0, None))?;
+    // TCC_GPU_TILE=bm,bn,bk,tm,tn (benchmarks): one tile shape for every tiled kernel.
+    let tile = match std::env::var("TCC_GPU_TILE") {
+        Ok(v) => {
+            let x: Vec<u64> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+            match x[..] {
+                [bm, bn, bk, tm, tn] => Some(TileCfg { bm, bn, bk, tm, tn }),
+                _ => return Err(fail("E0732", format!("TCC_GPU_TILE=`{v}` is not bm,bn,bk,tm,tn"), None)),
+            }
+        }
+        Err(_) => opts.tile,
+    };
+    let opts = GpuOptions { keep_alternatives: true, tile, ..opts.clone() };
+    let (plan, ptx) = nvptx::ptx_for(hir, &units, &opts).map_err(|e| fail("E0712", e.0, None))?;
     let write = |p: &Path, s: &str| std::fs::write(p, s).map_err(|e| fail("E0714", format!("cannot write `{}`: {e}", p.display()), None));
     write(output, &ptx)?;
     let pp = plan_path(output);
     write(&pp, &serde_json::to_string_pretty(&plan).expect("plans serialize"))?;
+    let (c, h) = super::cuda_shim::write_shim(hir, &plan, &ptx, output, source_name).map_err(|e| fail("E0714", format!("cannot write the C shim beside `{}`: {e}", output.display()), None))?;
     Ok(format!(
-        "wrote {} ({} kernels, {}) and {}\n{}",
+        "wrote {} ({} kernels, {}), {}, and the C shim {} + {}\n{}",
         output.display(),
         plan.kernels.len(),
         plan.target,
         pp.display(),
+        c.display(),
+        h.display(),
         nvptx::describe(&plan)
     ))
 }

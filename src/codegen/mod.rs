@@ -8,6 +8,7 @@ pub mod lower;
 pub mod nvptx;
 pub mod cuda;
 pub mod cuda_build;
+pub mod cuda_shim;
 
 use crate::interp::{self, Dense};
 use crate::run::{fail, interp_error, run_report, RunError, RunOptions};

@@ -1,0 +1,188 @@
+//! The cost model that picks an implementation for each binary contraction
+//! (cuBLAS, a tiled kernel, the one-thread-per-output kernel): the predicted
+//! seconds of a planned step list on an NVIDIA H200 SXM, from its flops, bytes
+//! and launches. Each kernel's time is `launch + max(compute, memory)`, compute
+//! at a measured rate for the implementation with its tile and wave
+//! quantization, memory at HBM bandwidth over the unique bytes it touches.
+//!
+//! The constants are the H200's (datasheet, and `bench/gpu/results.md` where
+//! measured); on another GPU the choice may be off but the plans stay correct.
+
+use super::*;
+
+/// Streaming multiprocessors of the H200 SXM.
+pub const SMS: u64 = 132;
+/// HBM3e bandwidth that streaming kernels reach (datasheet 4.8 TB/s), bytes/s.
+pub const HBM_BPS: f64 = 4.0e12;
+/// A kernel launch on the stream, back to back with others, s.
+pub const LAUNCH_S: f64 = 3e-6;
+/// Extra host time of a cuBLAS call (argument checks, kernel selection), s.
+pub const CUBLAS_CALL_S: f64 = 4e-6;
+/// cuBLAS DGEMM on large squares (FP64 tensor cores, DMMA): the datasheet's 67
+/// TFLOP/s peak; 56.5 to 61.6 measured with torch.matmul at 8192³.
+pub const CUBLAS_F64: f64 = 56e12;
+/// cuBLAS SGEMM (plain FP32, no TF32): 50.1 to 50.7 TFLOP/s measured.
+pub const CUBLAS_F32: f64 = 50e12;
+/// cuBLAS's output tile, for tile and wave quantization.
+const CUBLAS_TILE: u64 = 128;
+/// Reduction length at which a GEMM reaches half its peak rate (prologue and
+/// epilogue of every tile).
+const K_HALF: f64 = 32.0;
+/// Share of HBM bandwidth that cuBLAS reaches on skinny, bandwidth-bound
+/// products (measured 44 to 53 % for n = 40 … 70; matrix-vector products reach
+/// about 90 %, dot products 50 %).
+const CUBLAS_MEM_EFF: f64 = 0.5;
+const GEMV_MEM_EFF: f64 = 0.9;
+/// The one-thread-per-output kernel of a contraction: each thread streams its
+/// operands through L1/L2 with no reuse in registers (measured 2.5 to 3 TFLOP/s
+/// f64, 4.7 f32, when the threads of a warp read consecutive or equal elements;
+/// a quarter of that when an operand is read with a stride across threads).
+pub const NAIVE_F64: f64 = 2.5e12;
+pub const NAIVE_F32: f64 = 4.5e12;
+const NAIVE_STRIDED: f64 = 0.25;
+/// Share of HBM bandwidth of naive reductions (each thread walks its own stretch
+/// of the summed indices: measured 27 to 42 %), and of those whose few outputs
+/// collect split partial sums with atomics (16 %).
+const NAIVE_MEM_EFF: f64 = 0.3;
+const NAIVE_ATOMIC_MEM_EFF: f64 = 0.15;
+/// Element copies with strided reads or writes (transposes) reach this share of
+/// HBM bandwidth.
+const STRIDED_COPY: f64 = 0.5;
+
+/// Tiled kernels: (tile shape, element, registers per thread from `ptxas -v`
+/// for sm_90, FLOP/s of the whole GPU when every multiprocessor holds as many
+/// blocks as fit), measured on the H200 (bench/gpu/results.md). The plain FP64
+/// peak is 33.5 TFLOP/s, FP32 67.
+const MEASURED: [(TileCfg, Elem, u64, f64); 6] = [
+    (TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 }, Elem::F64, 246, 16.7e12),
+    (TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 }, Elem::F32, 153, 20.2e12),
+    (TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4 }, Elem::F64, 128, 10.5e12),
+    (TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4 }, Elem::F32, 113, 24.1e12),
+    (TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 }, Elem::F64, 126, 16.6e12),
+    (TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 }, Elem::F32, 80, 28.0e12),
+];
+/// Each block's prologue (first tiles) and epilogue (stores of C) cost about
+/// as much as this many reduction steps (fitted to k = 40 … 2000).
+const TILE_OVERHEAD_STEPS: f64 = 4.0;
+
+fn measured(e: Elem, cfg: &TileCfg) -> Option<(u64, f64)> {
+    MEASURED.iter().find(|m| m.0 == *cfg && m.1 == e).map(|m| (m.2, m.3))
+}
+
+/// Tiled kernels on a multiprocessor that holds as many blocks as fit: FLOP/s
+/// of the whole GPU; unmeasured shapes get a guess from shared-memory loads per
+/// FMA, below the measured ones.
+pub fn tiled_rate(e: Elem, cfg: &TileCfg) -> f64 {
+    if let Some((_, r)) = measured(e, cfg) {
+        return r;
+    }
+    let per_thread = (cfg.tm * cfg.tn) as f64;
+    let eff = per_thread / (per_thread + 2.0 * (cfg.tm + cfg.tn) as f64);
+    match e {
+        Elem::F64 => 25e12 * eff,
+        Elem::F32 => 45e12 * eff,
+    }
+}
+
+/// Blocks of a tile shape that fit on one multiprocessor: 64K registers (the
+/// measured count, else the accumulators, one step's A and B values and the
+/// staged loads, plus 40 for addresses), 228 KiB shared memory, 2048 threads.
+pub fn blocks_per_sm(e: Elem, cfg: &TileCfg) -> u64 {
+    let w = (e.bytes() / 4) as u64;
+    let nt = cfg.threads();
+    let staged = (cfg.bm + cfg.bn) * cfg.bk / nt;
+    let regs = measured(e, cfg).map(|m| m.0).unwrap_or(((cfg.tm * cfg.tn + cfg.tm + cfg.tn + staged) * w + 40).min(255));
+    let by_regs = 65536 / (regs * nt);
+    let by_shared = (228 << 10) / cfg.shared_bytes(e).max(1);
+    by_regs.min(by_shared).min(2048 / nt).clamp(1, 32)
+}
+
+/// Predicted seconds of a tiled kernel for sizes `[batch, m, n, k]`: rounds of
+/// resident blocks, each block's reduction steps plus its overhead at the rate
+/// its multiprocessor shares among the resident blocks.
+pub fn tiled_time(e: Elem, cfg: &TileCfg, [nb, m, n, k]: [u64; 4]) -> f64 {
+    let blocks = m.div_ceil(cfg.bm) * n.div_ceil(cfg.bn) * nb;
+    let per_sm = blocks_per_sm(e, cfg);
+    let step_flops = 2.0 * (cfg.bm * cfg.bn * cfg.bk) as f64;
+    let step_s = per_sm as f64 * step_flops / (tiled_rate(e, cfg) / SMS as f64);
+    let rounds = blocks.div_ceil(SMS * per_sm) as f64;
+    let compute = rounds * (k.div_ceil(cfg.bk) as f64 + TILE_OVERHEAD_STEPS) * step_s;
+    let bytes = (nb * (m * k + k * n + 2 * m * n)) as f64 * e.bytes() as f64;
+    LAUNCH_S + compute.max(bytes / HBM_BPS)
+}
+
+/// Predicted seconds of one cuBLAS call.
+pub fn gemm_time(g: &GemmCall) -> f64 {
+    let (m, n, k, nb) = (g.m, g.n, g.k, g.batch);
+    let bytes = (nb * (m * k + k * n + 2 * m * n)) as f64 * g.elem.bytes() as f64;
+    if m == 1 && n == 1 {
+        return CUBLAS_CALL_S + LAUNCH_S + bytes / (CUBLAS_MEM_EFF * HBM_BPS);
+    }
+    if m == 1 || n == 1 {
+        return CUBLAS_CALL_S + LAUNCH_S + bytes / (GEMV_MEM_EFF * HBM_BPS);
+    }
+    let peak = match g.elem {
+        Elem::F64 => CUBLAS_F64,
+        Elem::F32 => CUBLAS_F32,
+    };
+    let t = CUBLAS_TILE;
+    let tiles = m.div_ceil(t) * n.div_ceil(t) * nb;
+    let waves = tiles.div_ceil(SMS);
+    let padded = 2.0 * (waves * SMS * t * t) as f64 * k as f64;
+    let k_eff = k as f64 / (k as f64 + K_HALF);
+    CUBLAS_CALL_S + LAUNCH_S + (padded / (peak * k_eff)).max(bytes / (CUBLAS_MEM_EFF * HBM_BPS))
+}
+
+/// Predicted seconds of a one-thread-per-output kernel (copies included).
+fn naive_time(k: &Kernel) -> f64 {
+    let par: u64 = k.par.iter().product();
+    let red: u64 = k.red.iter().product();
+    let eb = k.elem.bytes() as f64;
+    // Unique elements an operand touches: the extents of the variables it has.
+    let touched = |o: &KOperand| -> f64 {
+        let p: u64 = k.par.iter().zip(&o.par_strides).filter(|(_, &s)| s != 0).map(|(n, _)| n).product();
+        let r: u64 = k.red.iter().zip(&o.red_strides).filter(|(_, &s)| s != 0).map(|(n, _)| n).product();
+        (p * r) as f64 * o.elem.bytes() as f64
+    };
+    let bytes = 2.0 * par as f64 * eb + k.ops.iter().map(touched).sum::<f64>();
+    if red == 1 {
+        // A copy or an element-wise kernel.
+        let strided = k.ops.iter().any(|o| o.par_strides.last().is_some_and(|&s| s > 1)) || k.out_strides.last().is_some_and(|&s| s > 1);
+        return LAUNCH_S + bytes / (HBM_BPS * if strided { STRIDED_COPY } else { 1.0 });
+    }
+    let flops = (par * red) as f64 * k.ops.len().max(1) as f64;
+    let mut rate = match k.elem {
+        Elem::F64 => NAIVE_F64,
+        Elem::F32 => NAIVE_F32,
+    };
+    // Threads next to each other differ in the last parallel variable.
+    if k.ops.iter().any(|o| o.par_strides.last().is_some_and(|&s| s > 1)) {
+        rate *= NAIVE_STRIDED;
+    }
+    // Fewer threads than the GPU holds leave it partly idle.
+    let fill = (k.threads() as f64 / (SMS * 2048) as f64).min(1.0);
+    let mem_eff = if k.split > 1 && par < 1024 { NAIVE_ATOMIC_MEM_EFF } else { NAIVE_MEM_EFF };
+    LAUNCH_S + (flops / (rate * fill.max(1e-3))).max(bytes / (HBM_BPS * mem_eff))
+}
+
+/// Predicted seconds of a kernel launch.
+pub fn kernel_time(k: &Kernel) -> f64 {
+    match &k.tiled {
+        Some(t) => tiled_time(k.elem, &t.cfg, t.sizes()),
+        None => naive_time(k),
+    }
+}
+
+/// Predicted seconds of a step list (host loops multiply their bodies).
+pub fn steps_time(steps: &[Step], kernels: &[Kernel], bufs: &[Buf]) -> f64 {
+    steps
+        .iter()
+        .map(|s| match s {
+            Step::Loop { extent, body, .. } => *extent as f64 * steps_time(body, kernels, bufs),
+            Step::Memset { buf } => LAUNCH_S + (bufs[*buf].elements * bufs[*buf].elem.bytes() as u64) as f64 / HBM_BPS,
+            Step::Launch { kernel, .. } => kernel_time(&kernels[*kernel]),
+            Step::Gemm(g) => gemm_time(g),
+            Step::Choice(c) => c.alts[c.chosen].predicted_s,
+        })
+        .sum()
+}

@@ -1,0 +1,139 @@
+//! Host emulation (tests on machines without a GPU).
+
+use super::gen::{build_module, Mode};
+use super::*;
+use crate::interp::Dense;
+use inkwell::context::Context;
+use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine};
+use inkwell::OptimizationLevel;
+
+
+/// Runs a unit plan on the CPU: kernels generated for the host and run thread by
+/// thread, cuBLAS calls by a plain loop with cuBLAS's semantics. Same outputs as the
+/// GPU up to rounding; slow, for tests.
+pub fn emulate(plan: &GpuPlan, unit: usize, inputs: &HashMap<TensorId, Dense>) -> Result<HashMap<TensorId, Dense>, CodegenError> {
+    Target::initialize_native(&InitializationConfig::default()).map_err(|e| err(format!("LLVM: {e}")))?;
+    let ctx = Context::create();
+    let triple = TargetMachine::get_default_triple();
+    let target = Target::from_triple(&triple).map_err(|e| err(format!("LLVM: {e}")))?;
+    let tm = target
+        .create_target_machine(&triple, "x86-64", "", OptimizationLevel::Default, RelocMode::Default, CodeModel::JITDefault)
+        .ok_or_else(|| err("LLVM: no host target machine"))?;
+    let up = &plan.units[unit];
+    let module = build_module(&ctx, &plan.kernels, Mode::Host, &tm)?;
+    let ee = module.create_jit_execution_engine(OptimizationLevel::Default).map_err(|e| err(e.to_string()))?;
+    // Buffers as f64 or f32 vectors.
+    let mut bufs: Vec<Vec<u8>> = up.buffers.iter().map(|b| vec![0u8; b.elements as usize * b.elem.bytes()]).collect();
+    for (j, b) in up.buffers.iter().enumerate() {
+        if let Some(t) = b.tensor {
+            if b.input {
+                let d = inputs.get(&t).ok_or_else(|| err(format!("no value for input `{}`", b.name)))?;
+                write_elems(&mut bufs[j], b.elem, &d.data);
+            }
+        }
+    }
+    let mut bound = HashMap::new();
+    emulate_steps(&up.steps, plan, up, &ee, &mut bufs, &mut bound)?;
+    let mut out = HashMap::new();
+    for &t in &up.args[up.n_inputs..] {
+        let j = up.buf_of(t).ok_or_else(|| err("output without a buffer"))?;
+        out.insert(t, Dense::from_vec(up.buffers[j].shape.clone(), read_elems(&bufs[j], up.buffers[j].elem)));
+    }
+    Ok(out)
+}
+
+fn emulate_steps(
+    steps: &[Step],
+    plan: &GpuPlan,
+    up: &UnitPlan,
+    ee: &inkwell::execution_engine::ExecutionEngine,
+    bufs: &mut [Vec<u8>],
+    bound: &mut HashMap<IndexId, u64>,
+) -> Result<(), CodegenError> {
+    for s in steps {
+        match s {
+            Step::Loop { index, extent, body } => {
+                for v in 0..*extent {
+                    bound.insert(*index, v);
+                    emulate_steps(body, plan, up, ee, bufs, bound)?;
+                }
+                bound.remove(index);
+            }
+            Step::Memset { buf } => bufs[*buf].iter_mut().for_each(|x| *x = 0),
+            Step::Launch { kernel, args } => {
+                let k = &plan.kernels[*kernel];
+                let addr = ee.get_function_address(&k.name).map_err(|e| err(format!("JIT: {e:?}")))?;
+                let ptrs: Vec<*mut u8> = args
+                    .iter()
+                    .map(|a| {
+                        let off = arg_offset(a, bound) as usize * up.buffers[a.buf].elem.bytes();
+                        // SAFETY: offsets stay inside the buffer by construction.
+                        unsafe { bufs[a.buf].as_mut_ptr().add(off) }
+                    })
+                    .collect();
+                match &k.tiled {
+                    // One call per block.
+                    Some(t) => {
+                        let [gx, gy, gz] = t.grid();
+                        for z in 0..gz {
+                            for y in 0..gy {
+                                for x in 0..gx {
+                                    call(addr, &[x, y, z], &ptrs)?;
+                                }
+                            }
+                        }
+                    }
+                    None => {
+                        for t in 0..k.threads() {
+                            call(addr, &[t], &ptrs)?;
+                        }
+                    }
+                }
+            }
+            Step::Choice(c) => emulate_steps(c.steps(), plan, up, ee, bufs, bound)?,
+            Step::Gemm(g) => {
+                let rd = |j: usize| read_elems(&bufs[j], up.buffers[j].elem);
+                let (a, b) = (rd(g.a.buf), rd(g.b.buf));
+                let mut c = rd(g.c.buf);
+                let (oa, ob, oc) = (arg_offset(&g.a, bound), arg_offset(&g.b, bound), arg_offset(&g.c, bound));
+                for bt in 0..g.batch {
+                    for i in 0..g.m {
+                        for j in 0..g.n {
+                            let mut s = 0.0;
+                            for l in 0..g.k {
+                                let av = if g.transa { a[(oa + bt * g.stride_a + l + i * g.lda) as usize] } else { a[(oa + bt * g.stride_a + i + l * g.lda) as usize] };
+                                let bv = if g.transb { b[(ob + bt * g.stride_b + j + l * g.ldb) as usize] } else { b[(ob + bt * g.stride_b + l + j * g.ldb) as usize] };
+                                s += av * bv;
+                            }
+                            c[(oc + bt * g.stride_c + i + j * g.ldc) as usize] += g.alpha * s;
+                        }
+                    }
+                }
+                let e = up.buffers[g.c.buf].elem;
+                write_elems(&mut bufs[g.c.buf], e, &c);
+            }
+        }
+    }
+    Ok(())
+}
+
+
+/// Calls a JIT-compiled kernel with its ids (a thread's, or a block's three) and
+/// its pointers.
+fn call(addr: usize, ids: &[u64], p: &[*mut u8]) -> Result<(), CodegenError> {
+    type P = *mut u8;
+    // SAFETY: `addr` is a generated function whose signature the ids and pointers
+    // match (one i64 per id, one pointer per argument); pointers are inside their buffers.
+    unsafe {
+        match (ids, p) {
+            (&[t], &[a]) => std::mem::transmute::<usize, unsafe extern "C" fn(u64, P)>(addr)(t, a),
+            (&[t], &[a, b]) => std::mem::transmute::<usize, unsafe extern "C" fn(u64, P, P)>(addr)(t, a, b),
+            (&[t], &[a, b, c]) => std::mem::transmute::<usize, unsafe extern "C" fn(u64, P, P, P)>(addr)(t, a, b, c),
+            (&[t], &[a, b, c, d]) => std::mem::transmute::<usize, unsafe extern "C" fn(u64, P, P, P, P)>(addr)(t, a, b, c, d),
+            (&[t], &[a, b, c, d, e]) => std::mem::transmute::<usize, unsafe extern "C" fn(u64, P, P, P, P, P)>(addr)(t, a, b, c, d, e),
+            (&[x, y, z], &[a, b, c]) => std::mem::transmute::<usize, unsafe extern "C" fn(u64, u64, u64, P, P, P)>(addr)(x, y, z, a, b, c),
+            _ => return Err(err(format!("emulate: {} ids and {} arguments not supported", ids.len(), p.len()))),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,306 @@
+//! Kernels → LLVM IR (NVPTX, or the host CPU for [`super::emulate`]) → PTX.
+
+use super::*;
+use crate::sema::hir::{Func, Hir};
+use inkwell::attributes::AttributeLoc;
+use inkwell::builder::Builder;
+use inkwell::context::Context;
+use inkwell::intrinsics::Intrinsic;
+use inkwell::module::Module;
+use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple};
+use inkwell::types::{BasicMetadataTypeEnum, FloatType};
+use inkwell::values::{BasicMetadataValueEnum, FloatValue, FunctionValue, IntValue, PointerValue};
+use inkwell::{AddressSpace, IntPredicate, OptimizationLevel};
+
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Mode {
+    /// NVPTX kernel: thread id from the special registers, global pointers.
+    Device,
+    /// Host function `void k(i64 tid, T*...)` (tiled kernels: `void k(i64 bx,
+    /// i64 by, i64 bz, T*...)`, one whole block), for [`super::emulate`].
+    Host,
+}
+
+pub(super) struct Gen<'a, 'ctx> {
+    pub(super) ctx: &'ctx Context,
+    pub(super) module: &'a Module<'ctx>,
+    pub(super) b: Builder<'ctx>,
+    pub(super) mode: Mode,
+    pub(super) func: Option<FunctionValue<'ctx>>,
+}
+
+impl<'a, 'ctx> Gen<'a, 'ctx> {
+    pub(super) fn ft(&self, e: Elem) -> FloatType<'ctx> {
+        match e {
+            Elem::F64 => self.ctx.f64_type(),
+            Elem::F32 => self.ctx.f32_type(),
+        }
+    }
+    pub(super) fn i64c(&self, v: u64) -> IntValue<'ctx> {
+        self.ctx.i64_type().const_int(v, false)
+    }
+    pub(super) fn addr_space(&self) -> AddressSpace {
+        match self.mode {
+            Mode::Device => AddressSpace::from(1u16),
+            Mode::Host => AddressSpace::default(),
+        }
+    }
+    pub(super) fn intrinsic(&self, name: &str, tys: &[inkwell::types::BasicTypeEnum<'ctx>]) -> Result<FunctionValue<'ctx>, CodegenError> {
+        Intrinsic::find(name).and_then(|i| i.get_declaration(self.module, tys)).ok_or_else(|| err(format!("LLVM intrinsic {name} not found")))
+    }
+    pub(super) fn call(&self, f: FunctionValue<'ctx>, args: &[BasicMetadataValueEnum<'ctx>]) -> Result<inkwell::values::BasicValueEnum<'ctx>, CodegenError> {
+        Ok(self.b.build_call(f, args, "c")?.try_as_basic_value().left().expect("value"))
+    }
+    pub(super) fn fcall(&self, name: &str, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>, CodegenError> {
+        let f = self.intrinsic(name, &[x.get_type().into()])?;
+        Ok(self.call(f, &[x.into()])?.into_float_value())
+    }
+
+    /// `for i in lo..hi { body(i) }` (skipped when `lo >= hi`).
+    pub(super) fn for_range(&mut self, lo: IntValue<'ctx>, hi: IntValue<'ctx>, body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>) -> Result<(), CodegenError> {
+        let f = self.func.expect("in a function");
+        let pre = self.b.get_insert_block().expect("positioned");
+        let head = self.ctx.append_basic_block(f, "loop");
+        let exit = self.ctx.append_basic_block(f, "loop.exit");
+        let any = self.b.build_int_compare(IntPredicate::ULT, lo, hi, "any")?;
+        self.b.build_conditional_branch(any, head, exit)?;
+        self.b.position_at_end(head);
+        let phi = self.b.build_phi(self.ctx.i64_type(), "i")?;
+        phi.add_incoming(&[(&lo, pre)]);
+        let i = phi.as_basic_value().into_int_value();
+        body(self, i)?;
+        let next = self.b.build_int_add(i, self.i64c(1), "i.next")?;
+        let latch = self.b.get_insert_block().expect("positioned");
+        phi.add_incoming(&[(&next, latch)]);
+        let cond = self.b.build_int_compare(IntPredicate::ULT, next, hi, "i.cond")?;
+        self.b.build_conditional_branch(cond, head, exit)?;
+        self.b.position_at_end(exit);
+        Ok(())
+    }
+
+    /// An `nvvm.annotations` entry of `f` (`kernel`, `maxntidx`, ...).
+    pub(super) fn annotate(&self, f: FunctionValue<'ctx>, key: &str, value: u64) -> Result<(), CodegenError> {
+        let md = self.ctx.metadata_node(&[f.as_global_value().as_pointer_value().into(), self.ctx.metadata_string(key).into(), self.ctx.i32_type().const_int(value, false).into()]);
+        self.module.add_global_metadata("nvvm.annotations", &md).map_err(|e| err(format!("LLVM metadata: {e}")))
+    }
+
+    pub(super) fn sreg(&self, name: &str) -> Result<IntValue<'ctx>, CodegenError> {
+        let f = self.intrinsic(name, &[])?;
+        let v = self.call(f, &[])?.into_int_value();
+        Ok(self.b.build_int_z_extend(v, self.ctx.i64_type(), "sreg")?)
+    }
+
+    fn kernel(&mut self, k: &Kernel) -> Result<(), CodegenError> {
+        if let Some(t) = &k.tiled {
+            return self.tiled_kernel(k, t);
+        }
+        let i64t = self.ctx.i64_type();
+        let mut params: Vec<BasicMetadataTypeEnum> = Vec::new();
+        if self.mode == Mode::Host {
+            params.push(i64t.into());
+        }
+        params.push(self.ft(k.elem).ptr_type(self.addr_space()).into());
+        for o in &k.ops {
+            params.push(self.ft(o.elem).ptr_type(self.addr_space()).into());
+        }
+        let f = self.module.add_function(&k.name, self.ctx.void_type().fn_type(&params, false), None);
+        let first_ptr = if self.mode == Mode::Host { 1 } else { 0 };
+        let noalias = inkwell::attributes::Attribute::get_named_enum_kind_id("noalias");
+        for j in 0..=k.ops.len() {
+            f.add_attribute(AttributeLoc::Param((first_ptr + j) as u32), self.ctx.create_enum_attribute(noalias, 0));
+        }
+        self.func = Some(f);
+        let entry = self.ctx.append_basic_block(f, "entry");
+        let body = self.ctx.append_basic_block(f, "body");
+        let done = self.ctx.append_basic_block(f, "done");
+        self.b.position_at_end(entry);
+        let lt = self.ft(k.elem);
+        let acc = self.b.build_alloca(lt, "acc")?;
+        let tid = match self.mode {
+            Mode::Host => f.get_nth_param(0).expect("tid").into_int_value(),
+            Mode::Device => {
+                let ctaid = self.sreg("llvm.nvvm.read.ptx.sreg.ctaid.x")?;
+                let ntid = self.sreg("llvm.nvvm.read.ptx.sreg.ntid.x")?;
+                let t = self.sreg("llvm.nvvm.read.ptx.sreg.tid.x")?;
+                self.b.build_int_add(self.b.build_int_mul(ctaid, ntid, "base")?, t, "tid")?
+            }
+        };
+        let ptr = |j: usize| f.get_nth_param((first_ptr + j) as u32).expect("ptr").into_pointer_value();
+        let inside = self.b.build_int_compare(IntPredicate::ULT, tid, self.i64c(k.threads()), "inside")?;
+        self.b.build_conditional_branch(inside, body, done)?;
+        self.b.position_at_end(body);
+        let p_total: u64 = k.par.iter().product();
+        let p = self.b.build_int_unsigned_rem(tid, self.i64c(p_total.max(1)), "p")?;
+        let s = self.b.build_int_unsigned_div(tid, self.i64c(p_total.max(1)), "s")?;
+        let mut out_off = self.i64c(0);
+        let mut op_off: Vec<IntValue> = vec![self.i64c(0); k.ops.len()];
+        let mut rem = p;
+        for j in (0..k.par.len()).rev() {
+            let (v, r) = if j == 0 {
+                (rem, rem)
+            } else {
+                (self.b.build_int_unsigned_rem(rem, self.i64c(k.par[j]), "v")?, self.b.build_int_unsigned_div(rem, self.i64c(k.par[j]), "r")?)
+            };
+            rem = r;
+            out_off = self.add_scaled(out_off, v, k.out_strides[j])?;
+            for (o, off) in k.ops.iter().zip(op_off.iter_mut()) {
+                *off = self.add_scaled(*off, v, o.par_strides[j])?;
+            }
+        }
+        self.b.build_store(acc, lt.const_zero())?;
+        let ptrs: Vec<PointerValue> = (0..k.ops.len()).map(|j| ptr(j + 1)).collect();
+        if k.split_vars > 0 {
+            let l: u64 = k.red[..k.split_vars].iter().product();
+            let lo = self.b.build_int_mul(s, self.i64c(k.chunk), "lo")?;
+            let hi0 = self.b.build_int_add(lo, self.i64c(k.chunk), "hi0")?;
+            let lim = self.i64c(l);
+            let lt_ = self.b.build_int_compare(IntPredicate::ULT, hi0, lim, "lt")?;
+            let hi = self.b.build_select(lt_, hi0, lim, "hi")?.into_int_value();
+            let base = op_off.clone();
+            self.for_range(lo, hi, &mut |g, li| {
+                let mut offs = base.clone();
+                let mut rem = li;
+                for j in (0..k.split_vars).rev() {
+                    let (v, r) = if j == 0 {
+                        (rem, rem)
+                    } else {
+                        (g.b.build_int_unsigned_rem(rem, g.i64c(k.red[j]), "v")?, g.b.build_int_unsigned_div(rem, g.i64c(k.red[j]), "r")?)
+                    };
+                    rem = r;
+                    for (o, off) in k.ops.iter().zip(offs.iter_mut()) {
+                        *off = g.add_scaled(*off, v, o.red_strides[j])?;
+                    }
+                }
+                g.reduce(k, k.split_vars, offs, &ptrs, acc)
+            })?;
+        } else {
+            self.reduce(k, 0, op_off, &ptrs, acc)?;
+        }
+        let sum = self.b.build_load(acc, "sum")?.into_float_value();
+        let val = if k.coef == 1.0 { sum } else { self.b.build_float_mul(sum, lt.const_float(k.coef), "val")? };
+        let outp = unsafe { self.b.build_in_bounds_gep(ptr(0), &[out_off], "outp")? };
+        if k.store {
+            self.b.build_store(outp, val)?;
+        } else if k.split > 1 {
+            use inkwell::values::AsValueRef;
+            // SAFETY: a plain LLVM C API call on live values of this context
+            // (inkwell's atomicrmw only takes integers).
+            unsafe {
+                llvm_sys::core::LLVMBuildAtomicRMW(
+                    self.b.as_mut_ptr(),
+                    llvm_sys::LLVMAtomicRMWBinOp::LLVMAtomicRMWBinOpFAdd,
+                    outp.as_value_ref(),
+                    val.as_value_ref(),
+                    llvm_sys::LLVMAtomicOrdering::LLVMAtomicOrderingMonotonic,
+                    0,
+                );
+            }
+        } else {
+            let old = self.b.build_load(outp, "old")?.into_float_value();
+            let new = self.b.build_float_add(old, val, "new")?;
+            self.b.build_store(outp, new)?;
+        }
+        self.b.build_unconditional_branch(done)?;
+        self.b.position_at_end(done);
+        self.b.build_return(None)?;
+        if self.mode == Mode::Device {
+            self.annotate(f, "kernel", 1)?;
+        }
+        self.func = None;
+        Ok(())
+    }
+
+    pub(super) fn add_scaled(&self, acc: IntValue<'ctx>, v: IntValue<'ctx>, stride: u64) -> Result<IntValue<'ctx>, CodegenError> {
+        Ok(match stride {
+            0 => acc,
+            1 => self.b.build_int_add(acc, v, "o")?,
+            s => self.b.build_int_add(acc, self.b.build_int_mul(v, self.i64c(s), "o")?, "o")?,
+        })
+    }
+
+    /// Nested loops over reduction variables `from..`, then `acc += Π operands`.
+    fn reduce(&mut self, k: &Kernel, from: usize, offs: Vec<IntValue<'ctx>>, ptrs: &[PointerValue<'ctx>], acc: PointerValue<'ctx>) -> Result<(), CodegenError> {
+        if from == k.red.len() {
+            let lt = self.ft(k.elem);
+            let mut prod: Option<FloatValue> = None;
+            for (j, o) in k.ops.iter().enumerate() {
+                let p = unsafe { self.b.build_in_bounds_gep(ptrs[j], &[offs[j]], "p")? };
+                let mut v = self.b.build_load(p, "x")?.into_float_value();
+                let ot = self.ft(o.elem);
+                if ot != lt {
+                    v = self.b.build_float_cast(v, lt, "cvt")?;
+                }
+                if let Some(name) = &o.func {
+                    let func = Func::from_name(name).ok_or_else(|| err(format!("unknown function {name}")))?;
+                    v = self.apply(func, v)?;
+                }
+                prod = Some(match prod {
+                    None => v,
+                    Some(q) => self.b.build_float_mul(q, v, "m")?,
+                });
+            }
+            let prod = prod.unwrap_or_else(|| lt.const_float(1.0));
+            let old = self.b.build_load(acc, "a")?.into_float_value();
+            let new = self.b.build_float_add(old, prod, "a.new")?;
+            self.b.build_store(acc, new)?;
+            return Ok(());
+        }
+        let extent = k.red[from];
+        self.for_range(self.i64c(0), self.i64c(extent), &mut |g, i| {
+            let mut o2 = offs.clone();
+            for (o, off) in k.ops.iter().zip(o2.iter_mut()) {
+                *off = g.add_scaled(*off, i, o.red_strides[from])?;
+            }
+            g.reduce(k, from + 1, o2, ptrs, acc)
+        })
+    }
+}
+
+pub(super) fn build_module<'ctx>(ctx: &'ctx Context, kernels: &[Kernel], mode: Mode, tm: &TargetMachine) -> Result<Module<'ctx>, CodegenError> {
+    let module = ctx.create_module("tcc_gpu");
+    module.set_triple(&tm.get_triple());
+    module.set_data_layout(&tm.get_target_data().get_data_layout());
+    let mut g = Gen { ctx, module: &module, b: ctx.create_builder(), mode, func: None };
+    for k in kernels {
+        g.kernel(k)?;
+    }
+    drop(g);
+    module.verify().map_err(|e| err(format!("LLVM rejected the generated GPU module: {}", e.to_string())))?;
+    module.run_passes("default<O3>", tm, PassBuilderOptions::create()).map_err(|e| err(format!("LLVM passes: {}", e.to_string())))?;
+    Ok(module)
+}
+
+fn nvptx_machine() -> Result<TargetMachine, CodegenError> {
+    Target::initialize_nvptx(&InitializationConfig::default());
+    let triple = TargetTriple::create(TRIPLE);
+    let target = Target::from_triple(&triple).map_err(|e| err(format!("LLVM: {e}")))?;
+    target
+        .create_target_machine(&triple, SM, PTX_FEATURES, OptimizationLevel::Aggressive, RelocMode::Default, CodeModel::Default)
+        .ok_or_else(|| err(format!("LLVM cannot generate code for {TRIPLE} {SM}")))
+}
+
+/// The PTX of a plan's kernels (one module).
+pub fn emit_ptx(plan: &GpuPlan) -> Result<String, CodegenError> {
+    let ctx = Context::create();
+    let tm = nvptx_machine()?;
+    let module = build_module(&ctx, &plan.kernels, Mode::Device, &tm)?;
+    let buf = tm.write_to_memory_buffer(&module, FileType::Assembly).map_err(|e| err(format!("LLVM: {}", e.to_string())))?;
+    Ok(String::from_utf8_lossy(buf.as_slice()).trim_end_matches('\0').to_string())
+}
+
+/// The optimized LLVM IR of a plan's kernels for the NVPTX target.
+pub fn emit_nvptx_ir(plan: &GpuPlan) -> Result<String, CodegenError> {
+    let ctx = Context::create();
+    let tm = nvptx_machine()?;
+    let m = build_module(&ctx, &plan.kernels, Mode::Device, &tm)?;
+    let s = m.print_to_string().to_string();
+    Ok(s)
+}
+
+/// `tcc opt --emit=ptx`: plan and compile `units`.
+pub fn ptx_for(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<(GpuPlan, String), CodegenError> {
+    let plan = plan(hir, units, opts)?;
+    let ptx = emit_ptx(&plan)?;
+    Ok((plan, ptx))
+}

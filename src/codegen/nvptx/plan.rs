@@ -1,0 +1,508 @@
+//! Planning: LIR loop nests → host steps, kernels and cuBLAS calls (no LLVM).
+
+use super::*;
+use super::super::lower::{prepare, unit_flops};
+use crate::lir::fusion::{fusible, lower_unit, FusionOptions};
+use crate::lir::{Buffer, LoopNest, Node};
+use crate::sema::hir::{Hir, Role, Stmt};
+
+fn position_strides(hir: &Hir, b: &Buffer) -> Vec<u64> {
+    b.position_strides(hir).into_iter().map(|s| s as u64).collect()
+}
+
+pub(super) struct Planner<'a> {
+    pub(super) hir: &'a Hir,
+    pub(super) opts: &'a GpuOptions,
+    pub(super) kernels: &'a mut Vec<Kernel>,
+    pub(super) buffers: Vec<Buf>,
+    pub(super) strides: HashMap<TensorId, Vec<u64>>,
+    pub(super) bound: Vec<IndexId>,
+}
+
+/// One factor of a term.
+pub(super) use super::super::lower::Operand;
+
+/// A group of variables of a GEMM as one tensor sees it: total size and the
+/// stride of the merged group (`None`: not mergeable).
+#[derive(Clone, Copy, Debug)]
+struct Grp {
+    size: u64,
+    stride: Option<u64>,
+}
+
+fn merged(vars: &[IndexId], sizes: &dyn Fn(IndexId) -> u64, stride: &dyn Fn(IndexId) -> u64) -> Grp {
+    let vs: Vec<IndexId> = vars.iter().copied().filter(|&v| sizes(v) > 1).collect();
+    let size = vs.iter().map(|&v| sizes(v)).product::<u64>();
+    if vs.is_empty() {
+        return Grp { size: 1, stride: Some(0) };
+    }
+    for w in vs.windows(2) {
+        if stride(w[0]) != stride(w[1]) * sizes(w[1]) {
+            return Grp { size, stride: None };
+        }
+    }
+    Grp { size, stride: Some(stride(*vs.last().expect("non-empty"))) }
+}
+
+/// A column-major view of a matrix with `rows × cols` groups: `(transposed, ld)`.
+fn view(rows: Grp, cols: Grp) -> Option<(bool, u64)> {
+    let (rs, cs) = (rows.stride?, cols.stride?);
+    if rows.size == 1 || rs == 1 {
+        let ld = if cols.size == 1 { rows.size.max(1) } else { cs };
+        if ld >= rows.size.max(1) {
+            return Some((false, ld));
+        }
+    }
+    if cols.size == 1 || cs == 1 {
+        let ld = if rows.size == 1 { cols.size.max(1) } else { rs };
+        if ld >= cols.size.max(1) {
+            return Some((true, ld));
+        }
+    }
+    None
+}
+
+impl Planner<'_> {
+    pub(super) fn kernel(&mut self, mut k: Kernel) -> usize {
+        if let Some(i) = self.kernels.iter().position(|x| Kernel { name: String::new(), ..x.clone() } == Kernel { name: String::new(), ..k.clone() }) {
+            return i;
+        }
+        k.name = format!("tcc_k{}", self.kernels.len());
+        self.kernels.push(k);
+        self.kernels.len() - 1
+    }
+
+    pub(super) fn arg(&self, t: TensorId, idx: &[IndexId]) -> Arg {
+        let st = &self.strides[&t];
+        let base = idx.iter().enumerate().filter(|(p, i)| st[*p] > 0 && self.bound.contains(i)).map(|(p, &i)| (i, st[p])).collect();
+        Arg { buf: self.buf(t), base }
+    }
+
+    fn buf(&self, t: TensorId) -> usize {
+        self.buffers.iter().position(|b| b.tensor == Some(t)).expect("every tensor has a buffer")
+    }
+
+    pub(super) fn stride_in(&self, t: TensorId, idx: &[IndexId], v: IndexId) -> u64 {
+        idx.iter().zip(&self.strides[&t]).filter(|(i, _)| **i == v).map(|(_, s)| *s).sum()
+    }
+
+    fn nodes(&mut self, nodes: &[Node], unit: UnitId) -> Result<Vec<Step>, CodegenError> {
+        let mut out = Vec::new();
+        for n in nodes {
+            match n {
+                Node::Loop { index, extent, body } => {
+                    if *extent == 0 {
+                        continue;
+                    }
+                    self.bound.push(*index);
+                    let body = self.nodes(body, unit)?;
+                    self.bound.pop();
+                    out.push(Step::Loop { index: *index, extent: *extent as u64, body });
+                }
+                Node::Zero { tensor, stmt } => {
+                    let idx = self.hir.units[unit].stmts[*stmt].lhs.indices.clone();
+                    self.zero(*tensor, &idx, &mut out);
+                }
+                Node::Compute { stmt } => {
+                    let st = self.hir.units[unit].stmts[*stmt].clone();
+                    if !fusible(&st) && !st.accumulate {
+                        out.push(Step::Memset { buf: self.buf(st.lhs.tensor) });
+                    }
+                    for k in 0..st.rhs.terms.len() {
+                        self.term(&st, k, &mut out)?;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Clears the region of `t` that `t[idx]` covers under the bound loops, as
+    /// [`crate::lir::exec`] does: stored positions whose index is bound are
+    /// pinned, the others cleared in full.
+    fn zero(&mut self, t: TensorId, idx: &[IndexId], out: &mut Vec<Step>) {
+        let st = self.strides[&t].clone();
+        let shape = self.hir.shape(t);
+        let mut par = Vec::new();
+        let mut strides = Vec::new();
+        let mut any_bound = false;
+        for (p, &s) in st.iter().enumerate() {
+            if s == 0 {
+                continue;
+            }
+            if idx.get(p).is_some_and(|i| self.bound.contains(i)) {
+                any_bound = true;
+            } else {
+                par.push(shape[p] as u64);
+                strides.push(s);
+            }
+        }
+        if !any_bound {
+            out.push(Step::Memset { buf: self.buf(t) });
+            return;
+        }
+        if par.contains(&0) {
+            return;
+        }
+        let k = self.kernel(Kernel {
+            name: String::new(),
+            elem: Elem::of(self.hir.tensors[t].elem),
+            par,
+            out_strides: strides,
+            red: vec![],
+            split_vars: 0,
+            split: 1,
+            chunk: 1,
+            ops: vec![],
+            coef: 0.0,
+            store: true,
+            tiled: None,
+        });
+        out.push(Step::Launch { kernel: k, args: vec![self.arg(t, idx)] });
+    }
+
+    fn term(&mut self, st: &Stmt, k: usize, out: &mut Vec<Step>) -> Result<(), CodegenError> {
+        let hir = self.hir;
+        let term = &st.rhs.terms[k];
+        let ops = crate::codegen::lower::term_operands(term).map_err(err)?;
+        let vars = crate::codegen::lower::term_vars(&st.lhs.indices, &ops, |i| self.bound.contains(&i));
+        if vars.iter().any(|&v| hir.index_size(v) == 0) {
+            return Ok(());
+        }
+        match self.groups(st, &ops, &vars) {
+            Some(groups) => self.choose(st, term.coef, &ops, &vars, &groups, out),
+            None => self.naive(st, term.coef, &ops, &vars, out),
+        }
+    }
+
+    /// The index groups of a binary contraction `C += A·B`: batch (in all three),
+    /// m (C and A), n (C and B), k (A and B); `None` for any other term (one index
+    /// twice in a tensor, or in one tensor only, or not two factors).
+    fn groups(&self, st: &Stmt, ops: &[Operand], vars: &[IndexId]) -> Option<[Vec<IndexId>; 4]> {
+        let [a, b] = ops else { return None };
+        let count = |idx: &[IndexId], v: IndexId| idx.iter().filter(|&&i| i == v).count();
+        let mut groups: [Vec<IndexId>; 4] = Default::default();
+        for &v in vars {
+            let g = match (count(&st.lhs.indices, v), count(&a.indices, v), count(&b.indices, v)) {
+                (1, 1, 1) => 0,
+                (1, 1, 0) => 1,
+                (1, 0, 1) => 2,
+                (0, 1, 1) => 3,
+                _ => return None,
+            };
+            groups[g].push(v);
+        }
+        Some(groups)
+    }
+
+    /// Plans `kind` for a binary contraction into a step list; `None` where it
+    /// does not apply.
+    fn alternative(&mut self, kind: GemmKind, st: &Stmt, coef: f64, ops: &[Operand], vars: &[IndexId], groups: &[Vec<IndexId>; 4]) -> Result<Option<Vec<Step>>, CodegenError> {
+        let hir = self.hir;
+        let celem = hir.tensors[st.lhs.tensor].elem;
+        let mut steps = Vec::new();
+        let ok = match kind {
+            GemmKind::Cublas => ops.iter().all(|o| o.func.is_none() && hir.tensors[o.tensor].elem == celem) && self.gemm(st, coef, ops, vars, groups.clone(), &mut steps),
+            GemmKind::Tiled => self.tiled(st, coef, ops, groups, &mut steps),
+            GemmKind::Naive => {
+                self.naive(st, coef, ops, vars, &mut steps)?;
+                true
+            }
+        };
+        Ok(ok.then_some(steps))
+    }
+
+    /// Every implementation of a binary contraction, with its predicted time;
+    /// runs the forced one ([`GpuOptions::gemm`]) where it applies, else the cheapest.
+    fn choose(&mut self, st: &Stmt, coef: f64, ops: &[Operand], vars: &[IndexId], groups: &[Vec<IndexId>; 4], out: &mut Vec<Step>) -> Result<(), CodegenError> {
+        let mut cands = Vec::new();
+        for kind in GemmKind::ALL {
+            // Planned once to be costed, then undone (kernels and buffers are only appended).
+            let (nk, nb) = (self.kernels.len(), self.buffers.len());
+            if let Some(steps) = self.alternative(kind, st, coef, ops, vars, groups)? {
+                cands.push((kind, cost::steps_time(&steps, self.kernels, &self.buffers)));
+            }
+            self.kernels.truncate(nk);
+            self.buffers.truncate(nb);
+        }
+        let cheapest = (0..cands.len()).min_by(|&i, &j| cands[i].1.total_cmp(&cands[j].1)).ok_or_else(|| err("internal: no implementation"))?;
+        let chosen = self.opts.gemm.and_then(|f| cands.iter().position(|c| c.0 == f)).unwrap_or(cheapest);
+        let mut alts = Vec::new();
+        for (i, &(kind, predicted_s)) in cands.iter().enumerate() {
+            let kept = i == chosen || self.opts.keep_alternatives;
+            let steps = if kept { self.alternative(kind, st, coef, ops, vars, groups)?.ok_or_else(|| err("internal: an alternative vanished"))? } else { Vec::new() };
+            alts.push(Alt { kind, predicted_s, kept, steps });
+        }
+        out.push(Step::Choice(Choice { what: self.describe_term(st, ops, groups), chosen, alts }));
+        Ok(())
+    }
+
+    /// `C[i,j] += A[i,k]·B[k,j] (batch 1, m 20, n 30, k 40)`.
+    fn describe_term(&self, st: &Stmt, ops: &[Operand], groups: &[Vec<IndexId>; 4]) -> String {
+        let hir = self.hir;
+        let r = |t: TensorId, idx: &[IndexId]| {
+            let names: Vec<&str> = idx.iter().map(|&i| hir.indices[i].name.as_str()).collect();
+            format!("{}[{}]", hir.tensors[t].name, names.join(","))
+        };
+        let tot = |g: &[IndexId]| g.iter().map(|&v| hir.index_size(v) as u64).product::<u64>();
+        let f: Vec<String> = ops.iter().map(|o| r(o.tensor, &o.indices)).collect();
+        format!(
+            "{} += {} (batch {}, m {}, n {}, k {})",
+            r(st.lhs.tensor, &st.lhs.indices),
+            f.join("·"),
+            tot(&groups[0]),
+            tot(&groups[1]),
+            tot(&groups[2]),
+            tot(&groups[3])
+        )
+    }
+
+    /// The one-thread-per-output kernel of a term (any number of factors).
+    fn naive(&mut self, st: &Stmt, coef: f64, ops: &[Operand], vars: &[IndexId], out: &mut Vec<Step>) -> Result<(), CodegenError> {
+        let hir = self.hir;
+        let c = st.lhs.tensor;
+        let celem = hir.tensors[c].elem;
+        // Parallel: the written indices, ordered by decreasing stride in the output
+        // (the contiguous one fastest across threads); reduction: the rest, by
+        // decreasing stride in the first operand.
+        let mut par: Vec<IndexId> = vars.iter().copied().filter(|v| st.lhs.indices.contains(v)).collect();
+        par.sort_by_key(|&v| std::cmp::Reverse(self.stride_in(c, &st.lhs.indices, v)));
+        let mut red: Vec<IndexId> = vars.iter().copied().filter(|v| !st.lhs.indices.contains(v)).collect();
+        if let Some(o) = ops.first() {
+            red.sort_by_key(|&v| std::cmp::Reverse(self.stride_in(o.tensor, &o.indices, v)));
+        }
+        let size = |v: IndexId| hir.index_size(v) as u64;
+        let p_total: u64 = par.iter().map(|&v| size(v)).product();
+        let r_sizes: Vec<u64> = red.iter().map(|&v| size(v)).collect();
+        let target = self.opts.target_threads.unwrap_or(1 << 18);
+        let (mut split_vars, mut split, mut chunk) = (0usize, 1u64, 1u64);
+        let r_total: u64 = r_sizes.iter().product();
+        if p_total < target && r_total >= 64 {
+            let want = (target / p_total.max(1)).min(r_total / 32).max(1);
+            if want > 1 {
+                let mut l = 1u64;
+                while split_vars < r_sizes.len() && l < want {
+                    l *= r_sizes[split_vars];
+                    split_vars += 1;
+                }
+                chunk = l.div_ceil(want.min(l));
+                split = l.div_ceil(chunk);
+                if split <= 1 {
+                    split_vars = 0;
+                    split = 1;
+                    chunk = 1;
+                }
+            }
+        }
+        let kops: Vec<KOperand> = ops
+            .iter()
+            .map(|o| KOperand {
+                elem: Elem::of(hir.tensors[o.tensor].elem),
+                func: o.func.map(|f| f.name().to_string()),
+                par_strides: par.iter().map(|&v| self.stride_in(o.tensor, &o.indices, v)).collect(),
+                red_strides: red.iter().map(|&v| self.stride_in(o.tensor, &o.indices, v)).collect(),
+            })
+            .collect();
+        let kid = self.kernel(Kernel {
+            name: String::new(),
+            elem: Elem::of(celem),
+            par: par.iter().map(|&v| size(v)).collect(),
+            out_strides: par.iter().map(|&v| self.stride_in(c, &st.lhs.indices, v)).collect(),
+            red: r_sizes,
+            split_vars,
+            split,
+            chunk,
+            ops: kops,
+            coef,
+            store: false,
+            tiled: None,
+        });
+        let mut args = vec![self.arg(c, &st.lhs.indices)];
+        args.extend(ops.iter().map(|o| self.arg(o.tensor, &o.indices)));
+        out.push(Step::Launch { kernel: kid, args });
+        Ok(())
+    }
+
+    fn scratch(&mut self, name: &str, elem: Elem, elements: u64) -> usize {
+        self.buffers.push(Buf { name: format!("_{name}{}", self.buffers.len()), tensor: None, elem, elements: elements.max(1), input: false, shape: vec![] });
+        self.buffers.len() - 1
+    }
+
+    /// A binary contraction as a cuBLAS call; false when sizes or leading
+    /// dimensions exceed cuBLAS's 32-bit arguments.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(&mut self, st: &Stmt, coef: f64, ops: &[Operand], vars: &[IndexId], mut groups: [Vec<IndexId>; 4], out: &mut Vec<Step>) -> bool {
+        let hir = self.hir;
+        let c = st.lhs.tensor;
+        let (a, b) = (&ops[0], &ops[1]);
+        // A variable bound on the host but still indexing a tensor is fine (base offset).
+        let size = |v: IndexId| hir.index_size(v) as u64;
+        let tot = |g: &[IndexId]| g.iter().map(|&v| size(v)).product::<u64>();
+        let (nb, m, n, k) = (tot(&groups[0]), tot(&groups[1]), tot(&groups[2]), tot(&groups[3]));
+        if m * n * k == 0 {
+            return false;
+        }
+        let lim = i32::MAX as u64;
+        if [nb, m, n, k].iter().any(|&x| x > lim) {
+            return false;
+        }
+        // Orders within groups: the output's for batch, m, n; A's for k.
+        let c_strides: HashMap<IndexId, u64> = vars.iter().map(|&v| (v, self.stride_in(c, &st.lhs.indices, v))).collect();
+        let sc = |v: IndexId| c_strides[&v];
+        for g in 0..3 {
+            groups[g].sort_by_key(|&v| std::cmp::Reverse(sc(v)));
+        }
+        groups[3].sort_by_key(|&v| std::cmp::Reverse(self.stride_in(a.tensor, &a.indices, v)));
+        let elem = Elem::of(hir.tensors[c].elem);
+        let sizef = |v: IndexId| size(v);
+        // Operand i (0 = A over batch, m, k; 1 = B over batch, k, n): its groups.
+        let op_groups = |pl: &Planner, o: &Operand, g: [usize; 3]| -> [Grp; 3] {
+            let s = |v: IndexId| pl.stride_in(o.tensor, &o.indices, v);
+            [merged(&groups[g[0]], &sizef, &s), merged(&groups[g[1]], &sizef, &s), merged(&groups[g[2]], &sizef, &s)]
+        };
+        let mut steps = Vec::new();
+        // Copies an operand into a contiguous scratch buffer laid out as the groups.
+        let canon = |pl: &mut Planner, o: &Operand, g: [usize; 3], steps: &mut Vec<Step>| -> (Arg, [Grp; 3]) {
+            let order: Vec<IndexId> = g.iter().flat_map(|&gi| groups[gi].iter().copied()).collect();
+            let total: u64 = order.iter().map(|&v| size(v)).product();
+            let buf = pl.scratch("perm", elem, total);
+            let mut strides = vec![0u64; order.len()];
+            let mut s = 1;
+            for j in (0..order.len()).rev() {
+                strides[j] = s;
+                s *= size(order[j]);
+            }
+            let kid = pl.kernel(Kernel {
+                name: String::new(),
+                elem,
+                par: order.iter().map(|&v| size(v)).collect(),
+                out_strides: strides,
+                red: vec![],
+                split_vars: 0,
+                split: 1,
+                chunk: 1,
+                ops: vec![KOperand { elem, func: None, par_strides: order.iter().map(|&v| pl.stride_in(o.tensor, &o.indices, v)).collect(), red_strides: vec![] }],
+                coef: 1.0,
+                store: true,
+            tiled: None,
+            });
+            steps.push(Step::Launch { kernel: kid, args: vec![Arg { buf, base: vec![] }, pl.arg(o.tensor, &o.indices)] });
+            let t = [tot(&groups[g[0]]), tot(&groups[g[1]]), tot(&groups[g[2]])];
+            (Arg { buf, base: vec![] }, [Grp { size: t[0], stride: Some(t[1] * t[2]) }, Grp { size: t[1], stride: Some(t[2]) }, Grp { size: t[2], stride: Some(1) }])
+        };
+        let (mut arg_a, mut ga) = (self.arg(a.tensor, &a.indices), op_groups(self, a, [0, 1, 3]));
+        let (mut arg_b, mut gb) = (self.arg(b.tensor, &b.indices), op_groups(self, b, [0, 3, 2]));
+        let (mut arg_c, mut gc) = (self.arg(c, &st.lhs.indices), {
+            let s = |v: IndexId| sc(v);
+            [merged(&groups[0], &sizef, &s), merged(&groups[1], &sizef, &s), merged(&groups[2], &sizef, &s)]
+        });
+        // Output orientation: n contiguous (C^T = B^T A^T) or m contiguous (C = A B).
+        let c_ok = |g: &[Grp; 3]| -> Option<(bool, u64)> {
+            g[0].stride?;
+            if let Some((false, ld)) = view(g[2], g[1]) {
+                return Some((true, ld));
+            }
+            if let Some((false, ld)) = view(g[1], g[2]) {
+                return Some((false, ld));
+            }
+            None
+        };
+        let mut c_scratch = None;
+        let (n_inner, ldc) = match c_ok(&gc) {
+            Some(x) => x,
+            None => {
+                let buf = self.scratch("out", elem, nb * m * n);
+                c_scratch = Some((buf, arg_c.clone()));
+                arg_c = Arg { buf, base: vec![] };
+                gc = [Grp { size: nb, stride: Some(m * n) }, Grp { size: m, stride: Some(n) }, Grp { size: n, stride: Some(1) }];
+                steps.push(Step::Memset { buf });
+                (true, n.max(1))
+            }
+        };
+        // (Y, Z) = (B, A) over (n×k, k×m) when n is inner, else (A, B) over (m×k, k×n).
+        let ok_a = |g: &[Grp; 3]| g[0].stride.is_some() && if n_inner { view(g[2], g[1]).is_some() } else { view(g[1], g[2]).is_some() };
+        let ok_b = |g: &[Grp; 3]| g[0].stride.is_some() && if n_inner { view(g[2], g[1]).is_some() } else { view(g[1], g[2]).is_some() };
+        if !ok_a(&ga) {
+            let (x, g) = canon(self, a, [0, 1, 3], &mut steps);
+            arg_a = x;
+            ga = g;
+        }
+        if !ok_b(&gb) {
+            let (x, g) = canon(self, b, [0, 3, 2], &mut steps);
+            arg_b = x;
+            gb = g;
+        }
+        let bs = |g: &Grp| if nb == 1 { 0 } else { g.stride.unwrap_or(0) };
+        let call = if n_inner {
+            // C^T (n × m) = op(B^T) (n × k) · op(A^T) (k × m)
+            let (tb, ldb) = view(gb[2], gb[1]).expect("checked");
+            let (ta, lda) = view(ga[2], ga[1]).expect("checked");
+            GemmCall { elem, transa: tb, transb: ta, m: n, n: m, k, batch: nb, alpha: coef, a: arg_b, lda: ldb, stride_a: bs(&gb[0]), b: arg_a, ldb: lda, stride_b: bs(&ga[0]), c: arg_c, ldc, stride_c: bs(&gc[0]) }
+        } else {
+            let (ta, lda) = view(ga[1], ga[2]).expect("checked");
+            let (tb, ldb) = view(gb[1], gb[2]).expect("checked");
+            GemmCall { elem, transa: ta, transb: tb, m, n, k, batch: nb, alpha: coef, a: arg_a, lda, stride_a: bs(&ga[0]), b: arg_b, ldb, stride_b: bs(&gb[0]), c: arg_c, ldc, stride_c: bs(&gc[0]) }
+        };
+        if [call.lda, call.ldb, call.ldc].iter().any(|&x| x > lim) {
+            return false;
+        }
+        steps.push(Step::Gemm(call));
+        if let Some((buf, real_c)) = c_scratch {
+            // C += scratch, scratch laid out [batch][m][n].
+            let order: Vec<IndexId> = [0, 1, 2].iter().flat_map(|&g| groups[g].iter().copied()).collect();
+            let mut strides = vec![0u64; order.len()];
+            let mut s = 1;
+            for j in (0..order.len()).rev() {
+                strides[j] = s;
+                s *= size(order[j]);
+            }
+            let kid = self.kernel(Kernel {
+                name: String::new(),
+                elem,
+                par: order.iter().map(|&v| size(v)).collect(),
+                out_strides: order.iter().map(|&v| sc(v)).collect(),
+                red: vec![],
+                split_vars: 0,
+                split: 1,
+                chunk: 1,
+                ops: vec![KOperand { elem, func: None, par_strides: strides, red_strides: vec![] }],
+                coef: 1.0,
+                store: false,
+                tiled: None,
+            });
+            steps.push(Step::Launch { kernel: kid, args: vec![real_c, Arg { buf, base: vec![] }] });
+        }
+        out.extend(steps);
+        true
+    }
+}
+
+/// Plans `units` of `hir` for the GPU (no LLVM involved).
+pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, CodegenError> {
+    let prepared = prepare(hir);
+    let mut kernels = Vec::new();
+    let mut plans = Vec::new();
+    for &u in units {
+        let nest: LoopNest = lower_unit(&prepared, u, FusionOptions { mem_limit: Some(opts.mem_limit.unwrap_or(DEFAULT_GPU_MEM_LIMIT)), ..FusionOptions::default() });
+        let inputs = hir.unit_inputs(u);
+        let outputs = hir.unit_outputs(u);
+        let mut args = inputs.clone();
+        args.extend(outputs.iter().copied());
+        let mut buffers = Vec::new();
+        let mut strides = HashMap::new();
+        for (&t, b) in &nest.buffers {
+            let tensor = &prepared.tensors[t];
+            if tensor.role != Role::Temporary && b.stored.len() != tensor.dims.len() {
+                return Err(err(format!("internal: `{}` is sliced", tensor.name)));
+            }
+            buffers.push(Buf { name: tensor.name.clone(), tensor: Some(t), elem: Elem::of(tensor.elem), elements: b.elements as u64, input: tensor.role.is_read_only(), shape: prepared.shape(t) });
+            strides.insert(t, position_strides(&prepared, b));
+        }
+        let mut p = Planner { hir: &prepared, opts, kernels: &mut kernels, buffers, strides, bound: Vec::new() };
+        let steps = p.nodes(&nest.body, u)?;
+        let buffers = p.buffers;
+        plans.push(UnitPlan { unit: u, name: prepared.units[u].name.clone(), args, n_inputs: inputs.len(), buffers, steps, flops: unit_flops(&prepared, u) });
+    }
+    Ok(GpuPlan { target: format!("{TRIPLE} {SM} {}", PTX_FEATURES.trim_start_matches('+')), kernels, units: plans })
+}
+

@@ -1,0 +1,470 @@
+//! Tiled kernels for binary contractions `C[b,m,n] += coef · Σ_k A[b,m,k] · B[b,k,n]`
+//! in GETT style: each of the four index groups (batch, m, n, k) is a list of
+//! dimensions with arbitrary strides in each tensor, so no operand is transposed
+//! or copied first.
+//!
+//! One thread block computes a `bm × bn` tile of C for one batch element
+//! (grid: x over n tiles, y over m tiles, z over the batch). The reduction runs
+//! in steps of `bk`: each step's A and B tiles are staged in shared memory
+//! (double-buffered: while the block multiplies one buffer, every thread holds
+//! its part of the next step's tiles in registers and writes them to the other
+//! buffer, so one barrier per step suffices). Each thread accumulates a
+//! `tm × tn` register tile: rows `ty·tm + i` (contiguous: the block's threads
+//! read them as broadcasts), columns `tx + j·(bn/tn)` (strided, so a warp reads
+//! consecutive shared words and stores consecutive elements of C). Elements
+//! outside the sizes are loaded as 0 and never stored.
+//!
+//! On the host ([`super::emulate`]) the same function runs one whole block per
+//! call: every stretch between barriers becomes a loop over the block's thread
+//! ids, and the accumulators, the only per-thread state that lives across a
+//! barrier, become an array indexed by thread id.
+
+use super::gen::{Gen, Mode};
+use super::plan::{Operand, Planner};
+use super::*;
+use crate::sema::hir::{Func, Stmt};
+use inkwell::attributes::AttributeLoc;
+use inkwell::module::Linkage;
+use inkwell::types::{BasicMetadataTypeEnum, FloatType};
+use inkwell::values::{FloatValue, IntValue, PointerValue};
+use inkwell::{AddressSpace, IntPredicate};
+
+/// One dimension of an index group: its extent and its stride in C, A and B
+/// (0 where it does not index that tensor). The last dimension of a group varies
+/// fastest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dim {
+    pub size: u64,
+    pub c: u64,
+    pub a: u64,
+    pub b: u64,
+}
+
+/// Block tile `bm × bn`, reduction step `bk`, thread tile `tm × tn`; the block
+/// has `(bm/tm)·(bn/tn)` threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TileCfg {
+    pub bm: u64,
+    pub bn: u64,
+    pub bk: u64,
+    pub tm: u64,
+    pub tn: u64,
+}
+
+impl TileCfg {
+    /// The shapes the planner chooses from (by predicted time, [`cost`]).
+    pub const CANDIDATES: [TileCfg; 3] = [
+        TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 },
+        TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4 },
+        TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 },
+    ];
+    pub fn threads(&self) -> u64 {
+        (self.bm / self.tm) * (self.bn / self.tn)
+    }
+    /// Whether the generator supports it: whole thread tiles, every thread loads
+    /// the same number of elements of each tile, at most 1024 threads, 48 KiB of
+    /// shared memory.
+    pub fn valid(&self, e: Elem) -> bool {
+        let nt = self.threads();
+        [self.bm, self.bn, self.bk, self.tm, self.tn].iter().all(|&x| x > 0)
+            && self.bm.is_multiple_of(self.tm)
+            && self.bn.is_multiple_of(self.tn)
+            && nt <= 1024
+            && (self.bm * self.bk).is_multiple_of(nt)
+            && (self.bn * self.bk).is_multiple_of(nt)
+            && self.tm * self.tn <= 256
+            && self.shared_bytes(e) <= 48 << 10
+    }
+    /// Row padding of the shared tiles (16 bytes: fewer bank conflicts when
+    /// threads store along k, rows stay 16-byte aligned).
+    fn pad(e: Elem) -> u64 {
+        16 / e.bytes() as u64
+    }
+    pub fn shared_bytes(&self, e: Elem) -> u64 {
+        2 * self.bk * (self.bm + self.bn + 2 * Self::pad(e)) * e.bytes() as u64
+    }
+}
+
+/// A tiled kernel: the groups and how the operand tiles are read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tiled {
+    pub cfg: TileCfg,
+    pub batch: Vec<Dim>,
+    pub m: Vec<Dim>,
+    pub n: Vec<Dim>,
+    pub k: Vec<Dim>,
+    /// Consecutive threads load A's tile along k (else along m): whichever is
+    /// contiguous in A. Likewise for B (along k, else along n).
+    pub a_kfast: bool,
+    pub b_kfast: bool,
+}
+
+fn total(d: &[Dim]) -> u64 {
+    d.iter().map(|x| x.size).product()
+}
+
+impl Tiled {
+    pub fn sizes(&self) -> [u64; 4] {
+        [total(&self.batch), total(&self.m), total(&self.n), total(&self.k)]
+    }
+    pub fn grid(&self) -> [u64; 3] {
+        let [nb, m, n, _] = self.sizes();
+        [n.div_ceil(self.cfg.bn), m.div_ceil(self.cfg.bm), nb]
+    }
+    /// Whether the launch fits CUDA's grid limits.
+    pub fn launchable(&self) -> bool {
+        let g = self.grid();
+        g[0] <= i32::MAX as u64 && g[1] <= 65535 && g[2] <= 65535
+    }
+}
+
+/// Merges neighbouring dimensions that form one strided run in every tensor,
+/// after dropping those of size 1.
+pub(super) fn merge(dims: Vec<Dim>) -> Vec<Dim> {
+    let mut out: Vec<Dim> = Vec::new();
+    for d in dims.into_iter().filter(|d| d.size > 1) {
+        if let Some(p) = out.last_mut() {
+            if p.c == d.c * d.size && p.a == d.a * d.size && p.b == d.b * d.size {
+                *p = Dim { size: p.size * d.size, ..d };
+                continue;
+            }
+        }
+        out.push(d);
+    }
+    out
+}
+
+impl Planner<'_> {
+    /// A binary contraction as a tiled kernel; false when its grid exceeds
+    /// CUDA's limits. The operands are swapped when that puts C's contiguous
+    /// index into the column group (coalesced stores).
+    pub(super) fn tiled(&mut self, st: &Stmt, coef: f64, ops: &[Operand], groups: &[Vec<IndexId>; 4], out: &mut Vec<Step>) -> bool {
+        let hir = self.hir;
+        let c = st.lhs.tensor;
+        let (mut a, mut b) = (&ops[0], &ops[1]);
+        let mut g = groups.clone();
+        let size = |v: IndexId| hir.index_size(v) as u64;
+        let sc = |v: IndexId| self.stride_in(c, &st.lhs.indices, v);
+        let inner = |vs: &[IndexId]| vs.iter().filter(|&&v| size(v) > 1).map(|&v| sc(v)).min().unwrap_or(u64::MAX);
+        if inner(&g[1]) < inner(&g[2]) {
+            std::mem::swap(&mut a, &mut b);
+            g.swap(1, 2);
+        }
+        let dim = |v: IndexId| Dim { size: size(v), c: sc(v), a: self.stride_in(a.tensor, &a.indices, v), b: self.stride_in(b.tensor, &b.indices, v) };
+        let group = |vs: &[IndexId], key: &dyn Fn(&Dim) -> (u64, u64)| {
+            let mut d: Vec<Dim> = vs.iter().map(|&v| dim(v)).collect();
+            d.sort_by_key(|x| std::cmp::Reverse(key(x)));
+            merge(d)
+        };
+        let (batch, m, n, k) = (group(&g[0], &|d| (d.c, d.a)), group(&g[1], &|d| (d.c, d.a)), group(&g[2], &|d| (d.c, d.b)), group(&g[3], &|d| (d.a, d.b)));
+        let last = |d: &[Dim], f: &dyn Fn(&Dim) -> u64| d.last().map(f).unwrap_or(u64::MAX);
+        let a_kfast = last(&k, &|d| d.a) < last(&m, &|d| d.a);
+        let b_kfast = last(&k, &|d| d.b) < last(&n, &|d| d.b);
+        let elem = Elem::of(hir.tensors[c].elem);
+        let mut t = Tiled { cfg: TileCfg::CANDIDATES[0], batch, m, n, k, a_kfast, b_kfast };
+        t.cfg = match self.opts.tile {
+            Some(cfg) if cfg.valid(elem) => cfg,
+            Some(_) => return false,
+            None => {
+                let sizes = t.sizes();
+                let best = TileCfg::CANDIDATES.into_iter().filter(|x| x.valid(elem)).min_by(|x, y| cost::tiled_time(elem, x, sizes).total_cmp(&cost::tiled_time(elem, y, sizes)));
+                match best {
+                    Some(x) => x,
+                    None => return false,
+                }
+            }
+        };
+        if !t.launchable() {
+            return false;
+        }
+        let kop = |o: &Operand| KOperand { elem: Elem::of(hir.tensors[o.tensor].elem), func: o.func.map(|f| f.name().to_string()), par_strides: vec![], red_strides: vec![] };
+        let kid = self.kernel(Kernel {
+            name: String::new(),
+            elem,
+            par: vec![],
+            out_strides: vec![],
+            red: vec![],
+            split_vars: 0,
+            split: 1,
+            chunk: 1,
+            ops: vec![kop(a), kop(b)],
+            coef,
+            store: false,
+            tiled: Some(t),
+        });
+        out.push(Step::Launch { kernel: kid, args: vec![self.arg(c, &st.lhs.indices), self.arg(a.tensor, &a.indices), self.arg(b.tensor, &b.indices)] });
+        true
+    }
+}
+
+impl<'ctx> Gen<'_, 'ctx> {
+    /// Offsets in C, A and B of element `i` of a group.
+    fn group_offsets(&self, dims: &[Dim], i: IntValue<'ctx>) -> Result<[IntValue<'ctx>; 3], CodegenError> {
+        let mut offs = [self.i64c(0); 3];
+        let mut rem = i;
+        for (j, d) in dims.iter().enumerate().rev() {
+            let (v, r) = if j == 0 {
+                (rem, rem)
+            } else {
+                (self.b.build_int_unsigned_rem(rem, self.i64c(d.size), "v")?, self.b.build_int_unsigned_div(rem, self.i64c(d.size), "r")?)
+            };
+            rem = r;
+            offs[0] = self.add_scaled(offs[0], v, d.c)?;
+            offs[1] = self.add_scaled(offs[1], v, d.a)?;
+            offs[2] = self.add_scaled(offs[2], v, d.b)?;
+        }
+        Ok(offs)
+    }
+
+    /// A module-level array of `len` elements: in shared memory on the device,
+    /// a plain global on the host.
+    fn block_array(&self, name: &str, t: FloatType<'ctx>, len: u64) -> PointerValue<'ctx> {
+        let at = t.array_type(len as u32);
+        let g = match self.mode {
+            Mode::Device => {
+                let g = self.module.add_global(at, Some(AddressSpace::from(3u16)), name);
+                g.set_initializer(&at.get_undef());
+                g
+            }
+            Mode::Host => {
+                let g = self.module.add_global(at, None, name);
+                g.set_initializer(&at.const_zero());
+                g
+            }
+        };
+        g.set_linkage(Linkage::Internal);
+        g.set_alignment(16);
+        g.as_pointer_value()
+    }
+
+    fn at(&self, array: PointerValue<'ctx>, i: IntValue<'ctx>) -> Result<PointerValue<'ctx>, CodegenError> {
+        // SAFETY: indices stay inside the array by construction.
+        Ok(unsafe { self.b.build_in_bounds_gep(array, &[self.i64c(0), i], "at")? })
+    }
+
+    /// `body(tid)` for this thread (device) or for every thread of the block (host).
+    fn per_thread(&mut self, tid: IntValue<'ctx>, nt: u64, body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>) -> Result<(), CodegenError> {
+        match self.mode {
+            Mode::Device => body(self, tid),
+            Mode::Host => self.for_range(self.i64c(0), self.i64c(nt), body),
+        }
+    }
+
+    fn barrier(&self) -> Result<(), CodegenError> {
+        if self.mode == Mode::Device {
+            let f = self.intrinsic("llvm.nvvm.barrier0", &[])?;
+            self.b.build_call(f, &[], "")?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn tiled_kernel(&mut self, k: &Kernel, t: &Tiled) -> Result<(), CodegenError> {
+        let cfg = t.cfg;
+        if !cfg.valid(k.elem) || k.ops.len() != 2 {
+            return Err(err(format!("internal: tiled kernel {} with tile {cfg:?} and {} operands", k.name, k.ops.len())));
+        }
+        let i64t = self.ctx.i64_type();
+        let ct = self.ft(k.elem);
+        let nt = cfg.threads();
+        let mut params: Vec<BasicMetadataTypeEnum> = Vec::new();
+        if self.mode == Mode::Host {
+            params.extend([BasicMetadataTypeEnum::from(i64t); 3]);
+        }
+        params.push(ct.ptr_type(self.addr_space()).into());
+        for o in &k.ops {
+            params.push(self.ft(o.elem).ptr_type(self.addr_space()).into());
+        }
+        let f = self.module.add_function(&k.name, self.ctx.void_type().fn_type(&params, false), None);
+        let first_ptr = if self.mode == Mode::Host { 3 } else { 0 };
+        let noalias = inkwell::attributes::Attribute::get_named_enum_kind_id("noalias");
+        for j in 0..3 {
+            f.add_attribute(AttributeLoc::Param(first_ptr + j), self.ctx.create_enum_attribute(noalias, 0));
+        }
+        self.func = Some(f);
+        let entry = self.ctx.append_basic_block(f, "entry");
+        self.b.position_at_end(entry);
+        let ptr = |j: u32| f.get_nth_param(first_ptr + j).expect("ptr").into_pointer_value();
+        let (pc, pa, pb) = (ptr(0), ptr(1), ptr(2));
+        let (bx, by, bz, tid) = match self.mode {
+            Mode::Host => {
+                let p = |j: u32| f.get_nth_param(j).expect("block id").into_int_value();
+                (p(0), p(1), p(2), self.i64c(0))
+            }
+            Mode::Device => (
+                self.sreg("llvm.nvvm.read.ptx.sreg.ctaid.x")?,
+                self.sreg("llvm.nvvm.read.ptx.sreg.ctaid.y")?,
+                self.sreg("llvm.nvvm.read.ptx.sreg.ctaid.z")?,
+                self.sreg("llvm.nvvm.read.ptx.sreg.tid.x")?,
+            ),
+        };
+        let [_, m_tot, n_tot, k_tot] = t.sizes();
+        let pad = TileCfg::pad(k.elem);
+        let (lda, ldb) = (cfg.bm + pad, cfg.bn + pad);
+        let (a_len, b_len) = (cfg.bk * lda, cfg.bk * ldb);
+        let sh_a = self.block_array(&format!("{}_a", k.name), ct, 2 * a_len);
+        let sh_b = self.block_array(&format!("{}_b", k.name), ct, 2 * b_len);
+        let per = cfg.tm * cfg.tn;
+        let acc = match self.mode {
+            Mode::Device => self.b.build_alloca(ct.array_type(per as u32), "acc")?,
+            Mode::Host => self.block_array(&format!("{}_acc", k.name), ct, nt * per),
+        };
+        let acc_at = |g: &Self, tid: IntValue<'ctx>, e: u64| -> Result<PointerValue<'ctx>, CodegenError> {
+            match g.mode {
+                Mode::Device => g.at(acc, g.i64c(e)),
+                Mode::Host => g.at(acc, g.b.build_int_add(g.b.build_int_mul(tid, g.i64c(per), "t")?, g.i64c(e), "e")?),
+            }
+        };
+        let [off_c, off_a, off_b] = self.group_offsets(&t.batch, bz)?;
+        let m0 = self.b.build_int_mul(by, self.i64c(cfg.bm), "m0")?;
+        let n0 = self.b.build_int_mul(bx, self.i64c(cfg.bn), "n0")?;
+        let zero = ct.const_zero();
+
+        // Loads this thread's share of the A and B tiles of the step at `k0`
+        // (0 outside the sizes): (shared index, value) pairs.
+        let load = |g: &mut Self, tid: IntValue<'ctx>, k0: IntValue<'ctx>| -> Result<Vec<(bool, IntValue<'ctx>, FloatValue<'ctx>)>, CodegenError> {
+            let mut out = Vec::new();
+            for (is_a, rows, row0, rows_tot, kfast, base, src, op) in
+                [(true, cfg.bm, m0, m_tot, t.a_kfast, off_a, pa, &k.ops[0]), (false, cfg.bn, n0, n_tot, t.b_kfast, off_b, pb, &k.ops[1])]
+            {
+                let ld = if is_a { lda } else { ldb };
+                for j in 0..rows * cfg.bk / nt {
+                    let e = g.b.build_int_add(tid, g.i64c(j * nt), "e")?;
+                    let (r, c) = if kfast {
+                        (g.b.build_int_unsigned_div(e, g.i64c(cfg.bk), "r")?, g.b.build_int_unsigned_rem(e, g.i64c(cfg.bk), "c")?)
+                    } else {
+                        (g.b.build_int_unsigned_rem(e, g.i64c(rows), "r")?, g.b.build_int_unsigned_div(e, g.i64c(rows), "c")?)
+                    };
+                    let row = g.b.build_int_add(row0, r, "row")?;
+                    let kk = g.b.build_int_add(k0, c, "kk")?;
+                    let ok_r = g.b.build_int_compare(IntPredicate::ULT, row, g.i64c(rows_tot), "okr")?;
+                    let ok_k = g.b.build_int_compare(IntPredicate::ULT, kk, g.i64c(k_tot), "okk")?;
+                    let ok = g.b.build_and(ok_r, ok_k, "ok")?;
+                    let ro = g.group_offsets(if is_a { &t.m } else { &t.n }, row)?;
+                    let ko = g.group_offsets(&t.k, kk)?;
+                    let which = if is_a { 1 } else { 2 };
+                    let off = g.b.build_int_add(base, g.b.build_int_add(ro[which], ko[which], "o")?, "o")?;
+                    let off = g.b.build_select(ok, off, g.i64c(0), "off")?.into_int_value();
+                    // SAFETY: a valid offset, or 0 (the operand's first element).
+                    let p = unsafe { g.b.build_in_bounds_gep(src, &[off], "p")? };
+                    let mut v = g.b.build_load(p, "x")?.into_float_value();
+                    if g.ft(op.elem) != ct {
+                        v = g.b.build_float_cast(v, ct, "cvt")?;
+                    }
+                    if let Some(name) = &op.func {
+                        let func = Func::from_name(name).ok_or_else(|| err(format!("unknown function {name}")))?;
+                        v = g.apply(func, v)?;
+                    }
+                    let v = g.b.build_select(ok, v, zero, "v")?.into_float_value();
+                    let si = g.b.build_int_add(g.b.build_int_mul(c, g.i64c(ld), "s")?, r, "si")?;
+                    out.push((is_a, si, v));
+                }
+            }
+            Ok(out)
+        };
+        let store = |g: &Self, vals: &[(bool, IntValue<'ctx>, FloatValue<'ctx>)], buf: IntValue<'ctx>| -> Result<(), CodegenError> {
+            for &(is_a, si, v) in vals {
+                let (arr, len) = if is_a { (sh_a, a_len) } else { (sh_b, b_len) };
+                let i = g.b.build_int_add(g.b.build_int_mul(buf, g.i64c(len), "bo")?, si, "i")?;
+                g.b.build_store(g.at(arr, i)?, v)?;
+            }
+            Ok(())
+        };
+        let tx_n = cfg.bn / cfg.tn;
+        let txy = |g: &Self, tid: IntValue<'ctx>| -> Result<(IntValue<'ctx>, IntValue<'ctx>), CodegenError> {
+            Ok((g.b.build_int_unsigned_rem(tid, g.i64c(tx_n), "tx")?, g.b.build_int_unsigned_div(tid, g.i64c(tx_n), "ty")?))
+        };
+
+        // Accumulators to 0, the first step's tiles into buffer 0.
+        self.per_thread(tid, nt, &mut |g, tid| {
+            for e in 0..per {
+                g.b.build_store(acc_at(g, tid, e)?, zero)?;
+            }
+            let vals = load(g, tid, g.i64c(0))?;
+            store(g, &vals, g.i64c(0))
+        })?;
+        self.barrier()?;
+        let steps = k_tot.div_ceil(cfg.bk);
+        let fmuladd = self.intrinsic("llvm.fmuladd", &[ct.into()])?;
+        self.for_range(self.i64c(0), self.i64c(steps), &mut |g, kt| {
+            let cur = g.b.build_and(kt, g.i64c(1), "cur")?;
+            let next = g.b.build_xor(cur, g.i64c(1), "next")?;
+            let k1 = g.b.build_int_mul(g.b.build_int_add(kt, g.i64c(1), "kt1")?, g.i64c(cfg.bk), "k1")?;
+            g.per_thread(tid, nt, &mut |g, tid| {
+                let vals = load(g, tid, k1)?;
+                let (tx, ty) = txy(g, tid)?;
+                let mut accs = Vec::with_capacity(per as usize);
+                for e in 0..per {
+                    accs.push(g.b.build_load(acc_at(g, tid, e)?, "acc")?.into_float_value());
+                }
+                let abase = g.b.build_int_add(g.b.build_int_mul(cur, g.i64c(a_len), "ab")?, g.b.build_int_mul(ty, g.i64c(cfg.tm), "ar")?, "ab")?;
+                let bbase = g.b.build_int_add(g.b.build_int_mul(cur, g.i64c(b_len), "bb")?, tx, "bb")?;
+                for kk in 0..cfg.bk {
+                    let mut av = Vec::new();
+                    for i in 0..cfg.tm {
+                        let ix = g.b.build_int_add(abase, g.i64c(kk * lda + i), "ai")?;
+                        av.push(g.b.build_load(g.at(sh_a, ix)?, "a")?.into_float_value());
+                    }
+                    let mut bv = Vec::new();
+                    for j in 0..cfg.tn {
+                        let ix = g.b.build_int_add(bbase, g.i64c(kk * ldb + j * tx_n), "bi")?;
+                        bv.push(g.b.build_load(g.at(sh_b, ix)?, "b")?.into_float_value());
+                    }
+                    for (i, a) in av.iter().enumerate() {
+                        for (j, b) in bv.iter().enumerate() {
+                            let e = i * bv.len() + j;
+                            accs[e] = g.call(fmuladd, &[(*a).into(), (*b).into(), accs[e].into()])?.into_float_value();
+                        }
+                    }
+                }
+                for (e, v) in accs.into_iter().enumerate() {
+                    g.b.build_store(acc_at(g, tid, e as u64)?, v)?;
+                }
+                store(g, &vals, next)
+            })?;
+            g.barrier()
+        })?;
+
+        // C += coef · acc inside the sizes.
+        let done = self.ctx.append_basic_block(f, "done");
+        self.per_thread(tid, nt, &mut |g, tid| {
+            let (tx, ty) = txy(g, tid)?;
+            let mut cols = Vec::new();
+            for j in 0..cfg.tn {
+                let col = g.b.build_int_add(n0, g.b.build_int_add(tx, g.i64c(j * tx_n), "c")?, "col")?;
+                let ok = g.b.build_int_compare(IntPredicate::ULT, col, g.i64c(n_tot), "okc")?;
+                cols.push((ok, g.group_offsets(&t.n, col)?[0]));
+            }
+            for i in 0..cfg.tm {
+                let row = g.b.build_int_add(m0, g.b.build_int_add(g.b.build_int_mul(ty, g.i64c(cfg.tm), "r")?, g.i64c(i), "r")?, "row")?;
+                let ok_r = g.b.build_int_compare(IntPredicate::ULT, row, g.i64c(m_tot), "okr")?;
+                let ro = g.b.build_int_add(off_c, g.group_offsets(&t.m, row)?[0], "ro")?;
+                for (j, &(ok_c, co)) in cols.iter().enumerate() {
+                    let fun = g.func.expect("in a function");
+                    let yes = g.ctx.append_basic_block(fun, "st");
+                    let after = g.ctx.append_basic_block(fun, "st.after");
+                    g.b.build_conditional_branch(g.b.build_and(ok_r, ok_c, "ok")?, yes, after)?;
+                    g.b.position_at_end(yes);
+                    let v = g.b.build_load(acc_at(g, tid, i * cfg.tn + j as u64)?, "acc")?.into_float_value();
+                    let v = if k.coef == 1.0 { v } else { g.b.build_float_mul(v, ct.const_float(k.coef), "v")? };
+                    // SAFETY: row and column inside the sizes.
+                    let p = unsafe { g.b.build_in_bounds_gep(pc, &[g.b.build_int_add(ro, co, "o")?], "pc")? };
+                    let old = g.b.build_load(p, "old")?.into_float_value();
+                    g.b.build_store(p, g.b.build_float_add(old, v, "new")?)?;
+                    g.b.build_unconditional_branch(after)?;
+                    g.b.position_at_end(after);
+                }
+            }
+            Ok(())
+        })?;
+        self.b.build_unconditional_branch(done)?;
+        self.b.position_at_end(done);
+        self.b.build_return(None)?;
+        if self.mode == Mode::Device {
+            self.annotate(f, "kernel", 1)?;
+            // The block size, so that ptxas may give each thread up to 65536/nt registers.
+            self.annotate(f, "maxntidx", nt)?;
+        }
+        self.func = None;
+        Ok(())
+    }
+}
