@@ -449,8 +449,7 @@ unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T,
                 // With private A, the row blocks (about `mc` rows, whole slivers)
                 // are a multiple of the thread count, so that every thread gets
                 // the same work: 11 blocks on 2 threads would idle one 1/12 of the time.
-                let even = std::env::var("TCC_GETT_EVEN").map(|v| v != "0").unwrap_or(true);
-                let (nblocks, jchunks) = if private_a && !even { (nic, (2 * threads).div_ceil(nic).clamp(1, nslivers)) } else if private_a { (round_up(nic, threads), 1) } else { (nic, (2 * threads).div_ceil(nic).clamp(1, nslivers)) };
+                let (nblocks, jchunks) = if private_a { (round_up(nic, threads), 1) } else { (nic, (2 * threads).div_ceil(nic).clamp(1, nslivers)) };
                 parallel_for(nblocks * jchunks, |x| {
                     let (ic, jch) = (x / jchunks, x % jchunks);
                     let (c, bp, ap_all) = (c, bp, ap);
