@@ -113,7 +113,11 @@ impl<'a> Problem<'a> {
             }
         };
         let mut infos = Vec::new();
-        for st in stmts {
+        for (k, st) in stmts.iter().enumerate() {
+            // A temporary's first write by `+=` starts from zero: when the
+            // temporary is sliced by a fused loop, that zero must be re-established
+            // for every slice, exactly where an `=` would clear it.
+            let first_temp_write = hir.tensors[st.lhs.tensor].role == Role::Temporary && !stmts[..k].iter().any(|s| s.lhs.tensor == st.lhs.tensor);
             let mut refs = Vec::new();
             let mut opaque = false;
             collect_refs(&st.rhs, &mut refs, &mut opaque);
@@ -123,7 +127,7 @@ impl<'a> Problem<'a> {
                 lhs_tensor: st.lhs.tensor,
                 refs: Vec::new(),
                 fusible: fusible(st),
-                assign: !st.accumulate,
+                assign: !st.accumulate || first_temp_write,
             };
             let lhs_locals: Vec<usize> = st.lhs.indices.iter().map(|&i| local(i, &mut locals)).collect();
             info.refs.push((st.lhs.tensor, lhs_locals.clone(), true));
