@@ -107,11 +107,7 @@ impl Node {
 /// whose header ends there). Falls back to an empty span at `from`.
 fn open_brace(tokens: &[(usize, Tok, usize)], from: usize) -> Span {
     let start = tokens.partition_point(|t| t.0 < from);
-    tokens[start..]
-        .iter()
-        .find(|t| t.1 == Tok::LBrace)
-        .map(|t| t.0..t.2)
-        .unwrap_or(from..from)
+    tokens[start..].iter().find(|t| t.1 == Tok::LBrace).map(|t| t.0..t.2).unwrap_or(from..from)
 }
 
 fn item_node(src: &str, tokens: &[(usize, Tok, usize)], item: &Item) -> Node {
@@ -121,11 +117,9 @@ fn item_node(src: &str, tokens: &[(usize, Tok, usize)], item: &Item) -> Node {
         Item::Index(d) => leaf(index_decl(d)),
         Item::Tensor(d) => leaf(tensor_decl(d)),
         Item::Stmt(s) => leaf(stmt(s)),
-        Item::Grid(g) => leaf(format!(
-            "grid {}[{}];",
-            g.name.name,
-            g.dims.iter().map(int).collect::<Vec<_>>().join(", ")
-        )),
+        Item::Grid(g) => {
+            leaf(format!("grid {}[{}];", g.name.name, g.dims.iter().map(int).collect::<Vec<_>>().join(", ")))
+        }
         Item::Distribute(d) => leaf(format!(
             "distribute {} over {} as [{}];",
             tensor_ref(&d.tensor),
@@ -169,11 +163,7 @@ fn model_item_node(src: &str, tokens: &[(usize, Tok, usize)], item: &ModelItem) 
             span: p.span.clone(),
             header: "parallel".to_string(),
             open: open_brace(tokens, p.span.start),
-            children: p
-                .entries
-                .iter()
-                .map(|e| Node::Leaf { span: e.span.clone(), text: parallel_entry(e) })
-                .collect(),
+            children: p.entries.iter().map(|e| Node::Leaf { span: e.span.clone(), text: parallel_entry(e) }).collect(),
         },
         ModelItem::Error(s) => leaf(src.get(s.clone()).unwrap_or("").trim().to_string()),
     }
@@ -562,7 +552,10 @@ mod tests {
 
     #[test]
     fn spans_are_stripped_from_keys() {
-        assert_eq!(strip_spans("Ident { name: \"a1\", span: 10..12 } Error(3..4) \"1.\""), "Ident { name: \"a1\", span: _ } Error(_) \"1.\"");
+        assert_eq!(
+            strip_spans("Ident { name: \"a1\", span: 10..12 } Error(3..4) \"1.\""),
+            "Ident { name: \"a1\", span: _ } Error(_) \"1.\""
+        );
         assert_eq!(ast_key(&parse("A = B;").file), ast_key(&parse("  A=B ;").file));
         assert_ne!(ast_key(&parse("A = B;").file), ast_key(&parse("A = C;").file));
     }

@@ -16,7 +16,7 @@
 //! term of more than [`MAX_TERM_ITERATIONS`] loop iterations is refused with an
 //! [`InterpError`] instead of exhausting memory or running for days.
 
-use crate::sema::hir::{ElemType, Expr, Factor, Hir, IndexId, Role, Stmt, SymGroup, SymKind, Term, TensorId, UnitId};
+use crate::sema::hir::{ElemType, Expr, Factor, Hir, IndexId, Role, Stmt, SymGroup, SymKind, TensorId, Term, UnitId};
 use std::collections::HashMap;
 
 /// The largest tensor (elements) the interpreter allocates: 2^31.
@@ -42,7 +42,12 @@ impl Dense {
     /// A tensor from its row-major elements. Panics if the length does not match
     /// the shape (a bug in the caller).
     pub fn from_vec(shape: Vec<usize>, data: Vec<f64>) -> Dense {
-        assert_eq!(shape.iter().product::<usize>(), data.len(), "Dense::from_vec: shape {shape:?} vs {} elements", data.len());
+        assert_eq!(
+            shape.iter().product::<usize>(),
+            data.len(),
+            "Dense::from_vec: shape {shape:?} vs {} elements",
+            data.len()
+        );
         Dense { shape, data }
     }
 
@@ -196,7 +201,8 @@ pub fn fill_random(hir: &Hir, t: TensorId, seed: u64) -> Result<Dense, InterpErr
     let mut data = Vec::with_capacity(shape.iter().product());
     for_each_index(&shape, |idx| {
         let (canon, sign) = canonical_index(idx, &tensor.symmetry);
-        let v = if sign == 0 { 0.0 } else { sign as f64 * random_value(seed, &tensor.name, linear(&shape, &canon) as u64) };
+        let v =
+            if sign == 0 { 0.0 } else { sign as f64 * random_value(seed, &tensor.name, linear(&shape, &canon) as u64) };
         data.push(round_to(tensor.elem, v));
     });
     Ok(Dense { shape, data })
@@ -257,7 +263,11 @@ pub fn symmetry_violation(x: &Dense, groups: &[SymGroup], rtol: f64) -> Option<S
 /// Runs unit `unit` on the given inputs (every tensor of `hir.unit_inputs(unit)`,
 /// with its declared shape) and returns the value of every output it writes.
 /// Temporaries stay internal.
-pub fn run_unit(hir: &Hir, unit: UnitId, inputs: &HashMap<TensorId, Dense>) -> Result<HashMap<TensorId, Dense>, InterpError> {
+pub fn run_unit(
+    hir: &Hir,
+    unit: UnitId,
+    inputs: &HashMap<TensorId, Dense>,
+) -> Result<HashMap<TensorId, Dense>, InterpError> {
     let u = &hir.units[unit];
     let mut values: HashMap<TensorId, Dense> = HashMap::new();
     for t in hir.unit_inputs(unit) {
@@ -345,9 +355,10 @@ impl Evaluator<'_> {
             .iter()
             .zip(&subs)
             .map(|(f, sub)| match (f, sub) {
-                (Factor::Tensor(r), _) => {
-                    (self.values.get(&r.tensor).expect("sema guarantees every tensor read has a value"), r.indices.as_slice())
-                }
+                (Factor::Tensor(r), _) => (
+                    self.values.get(&r.tensor).expect("sema guarantees every tensor read has a value"),
+                    r.indices.as_slice(),
+                ),
                 (_, Some(d)) => (d, f.indices()),
                 (_, None) => unreachable!(),
             })
@@ -457,7 +468,15 @@ pub(crate) mod test_hir {
         }
         pub(crate) fn tensor_sym(&mut self, name: &str, role: Role, dims: &str, symmetry: Vec<SymGroup>) -> TensorId {
             let dims = self.ixs(dims).into_iter().map(|i| self.hir.indices[i].range).collect();
-            self.hir.tensors.push(Tensor { name: name.into(), role, elem: ElemType::F64, dims, symmetry, span: 0..0, model: None });
+            self.hir.tensors.push(Tensor {
+                name: name.into(),
+                role,
+                elem: ElemType::F64,
+                dims,
+                symmetry,
+                span: 0..0,
+                model: None,
+            });
             self.hir.tensors.len() - 1
         }
         pub(crate) fn t(&self, name: &str, idx: &str) -> Factor {
@@ -499,7 +518,6 @@ mod tests {
     use super::test_hir::*;
     use super::*;
     use crate::sema::hir::*;
-
 
     fn dense(shape: &[usize], data: &[f64]) -> Dense {
         Dense::from_vec(shape.to_vec(), data.to_vec())

@@ -7,16 +7,16 @@
 pub mod codegen;
 pub mod diag;
 pub mod exec;
-pub mod syntax;
-pub mod sema;
-pub mod lir;
 pub mod fmt;
-pub mod lsp;
 pub mod interp;
+pub mod lir;
+pub mod lsp;
 pub mod npy;
-pub mod run;
-pub mod tir;
 pub mod plan;
+pub mod run;
+pub mod sema;
+pub mod syntax;
+pub mod tir;
 
 use diag::Diagnostic;
 

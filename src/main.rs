@@ -421,8 +421,9 @@ fn read_source(ctx: &Ctx, path: &Path) -> Result<String, Outcome> {
     std::fs::read(path)
         .map_err(|e| ctx.fail("E0010", &format!("cannot read `{}`: {e}", path.display()), None))
         .and_then(|bytes| {
-            String::from_utf8(bytes)
-                .map_err(|_| ctx.fail("E0011", &format!("`{}` is not UTF-8 text", path.display()), Some("tcc sources are UTF-8")))
+            String::from_utf8(bytes).map_err(|_| {
+                ctx.fail("E0011", &format!("`{}` is not UTF-8 text", path.display()), Some("tcc sources are UTF-8"))
+            })
         })
 }
 
@@ -496,7 +497,13 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Err(o) => return o,
             };
             if target == TargetKind::Cuda {
-                return match tcc::codegen::cuda_build::build_ptx(&hir, program.as_deref(), &output, &gpu_gemm.options(), &file.display().to_string()) {
+                return match tcc::codegen::cuda_build::build_ptx(
+                    &hir,
+                    program.as_deref(),
+                    &output,
+                    &gpu_gemm.options(),
+                    &file.display().to_string(),
+                ) {
                     Ok(report) => {
                         eprint!("{report}");
                         Outcome::Ok
@@ -504,7 +511,13 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                     Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
                 };
             }
-            let opts = tcc::codegen::llvm::Options { target_cpu, c_abi: true, mem_limit: None, gemm_min: None, parallel_min: None };
+            let opts = tcc::codegen::llvm::Options {
+                target_cpu,
+                c_abi: true,
+                mem_limit: None,
+                gemm_min: None,
+                parallel_min: None,
+            };
             match tcc::codegen::cabi::build_library(&hir, &file_stem(&file), program.as_deref(), &opts, &output) {
                 Ok(report) => {
                     eprint!("{report}");
@@ -546,7 +559,13 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 };
             }
             if emit == Emit::Llvm {
-                let opts = tcc::codegen::llvm::Options { target_cpu, c_abi: false, mem_limit, gemm_min: None, parallel_min: None };
+                let opts = tcc::codegen::llvm::Options {
+                    target_cpu,
+                    c_abi: false,
+                    mem_limit,
+                    gemm_min: None,
+                    parallel_min: None,
+                };
                 return match tcc::codegen::llvm::emit_llvm(&hir, &units, &opts) {
                     Ok(ir) => {
                         print!("{ir}");
@@ -564,7 +583,13 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Err(o) => return o,
             };
             use tcc::plan::{Format, Strategy};
-            let format = if json { Format::Json } else if dot { Format::Dot } else { Format::Text };
+            let format = if json {
+                Format::Json
+            } else if dot {
+                Format::Dot
+            } else {
+                Format::Text
+            };
             let strategy = if naive { Strategy::Naive } else { Strategy::Search };
             match tcc::plan::plan_command(&hir, program.as_deref(), &procs, &network, mem_per_rank, strategy, format) {
                 Ok(out) => {
@@ -574,13 +599,46 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
             }
         }
-        Command::PlanModel { file, devices, mem_per_device, network, gpus_per_node, intra_bw, layers, dims, top, zeropp, json, model, execute, ranks, backend, seed } => {
+        Command::PlanModel {
+            file,
+            devices,
+            mem_per_device,
+            network,
+            gpus_per_node,
+            intra_bw,
+            layers,
+            dims,
+            top,
+            zeropp,
+            json,
+            model,
+            execute,
+            ranks,
+            backend,
+            seed,
+        } => {
             let hir = match front_end(ctx, &file) {
                 Ok(h) => h,
                 Err(o) => return o,
             };
             let mpi = backend == Some(RunBackend::Mpi);
-            let a = tcc::plan::model::CliArgs { model, devices, mem_per_device, network, gpus_per_node, intra_bw, layers, dims, top, zeropp, json, execute, ranks, mpi, seed };
+            let a = tcc::plan::model::CliArgs {
+                model,
+                devices,
+                mem_per_device,
+                network,
+                gpus_per_node,
+                intra_bw,
+                layers,
+                dims,
+                top,
+                zeropp,
+                json,
+                execute,
+                ranks,
+                mpi,
+                seed,
+            };
             match tcc::plan::model::cli(&hir, &a) {
                 Ok(out) => {
                     print!("{out}");
@@ -589,11 +647,37 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
             }
         }
-        Command::Run { file, interp, check, target_cpu, repeat, seed, inputs, output_dir, save_inputs, program, ranks, backend, schedule, stats, tuning, no_opt, plan, network, mem_per_rank, target, gpu_gemm } => {
+        Command::Run {
+            file,
+            interp,
+            check,
+            target_cpu,
+            repeat,
+            seed,
+            inputs,
+            output_dir,
+            save_inputs,
+            program,
+            ranks,
+            backend,
+            schedule,
+            stats,
+            tuning,
+            no_opt,
+            plan,
+            network,
+            mem_per_rank,
+            target,
+            gpu_gemm,
+        } => {
             let distributed = ranks.is_some() || backend.is_some() || plan;
             if target == TargetKind::Cuda {
                 if distributed {
-                    return ctx.fail("E0731", "`--target cuda` runs on one GPU; it does not combine with --ranks, --backend or --plan", None);
+                    return ctx.fail(
+                        "E0731",
+                        "`--target cuda` runs on one GPU; it does not combine with --ranks, --backend or --plan",
+                        None,
+                    );
                 }
                 if let Err(why) = tcc::codegen::cuda::device() {
                     return ctx.fail("E0730", tcc::codegen::cuda::NO_DEVICE, Some(&why));
@@ -637,7 +721,8 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                     Schedule::Static => tcc_runtime::task::Schedule::Static,
                     Schedule::Dynamic => tcc_runtime::task::Schedule::Dynamic,
                 };
-                let d = tcc::exec::DistOptions { ranks: ranks.unwrap_or(1), schedule, stats, tuning, optimize: !no_opt };
+                let d =
+                    tcc::exec::DistOptions { ranks: ranks.unwrap_or(1), schedule, stats, tuning, optimize: !no_opt };
                 if backend == Some(RunBackend::Mpi) {
                     tcc::exec::run_mpi(&hir, &opts, &d, &mut lock)
                 } else {
@@ -649,7 +734,17 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: gpu_gemm.options() };
                 tcc::codegen::cuda::run_cuda(&hir, &opts, &c, &mut lock)
             } else {
-                let c = tcc::codegen::CompiledRun { codegen: tcc::codegen::llvm::Options { target_cpu, c_abi: false, mem_limit: None, gemm_min: None, parallel_min: None }, check, repeat };
+                let c = tcc::codegen::CompiledRun {
+                    codegen: tcc::codegen::llvm::Options {
+                        target_cpu,
+                        c_abi: false,
+                        mem_limit: None,
+                        gemm_min: None,
+                        parallel_min: None,
+                    },
+                    check,
+                    repeat,
+                };
                 tcc::codegen::run_compiled(&hir, &opts, &c, &mut lock)
             };
             match result {
@@ -727,7 +822,9 @@ fn opt_command(hir: &tcc::sema::hir::Hir, units: &[usize], emit: Emit, json: boo
                     tcc::plan::report::bytes(n.unfused_peak_bytes)
                 ));
                 match mem_limit {
-                    Some(l) if n.peak_bytes > l => s.push_str(&format!(" — does NOT fit in {}", tcc::plan::report::bytes(l))),
+                    Some(l) if n.peak_bytes > l => {
+                        s.push_str(&format!(" — does NOT fit in {}", tcc::plan::report::bytes(l)))
+                    }
                     Some(l) => s.push_str(&format!(" — fits in {}", tcc::plan::report::bytes(l))),
                     None => {}
                 }
@@ -737,7 +834,6 @@ fn opt_command(hir: &tcc::sema::hir::Hir, units: &[usize], emit: Emit, json: boo
         }
     }
 }
-
 
 fn main() -> ExitCode {
     // Usage errors are user errors (exit 1); --help and --version succeed.

@@ -34,7 +34,9 @@ pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
     if let Some(shape) = parse_shape(header_text) {
         let n = shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(d as u128));
         if !matches!(n, Some(n) if n <= MAX_TENSOR_ELEMENTS as u128) {
-            return Err(err(format!("the array's shape {shape:?} has more elements than the interpreter's limit of 2^31")));
+            return Err(err(format!(
+                "the array's shape {shape:?} has more elements than the interpreter's limit of 2^31"
+            )));
         }
     }
     let npy = NpyFile::new(bytes).map_err(|e| err(format!("not a valid .npy file: {e}")))?;
@@ -122,12 +124,22 @@ pub fn write_bytes(x: &Dense, elem: ElemType) -> Result<Vec<u8>, NpyError> {
     let io = |e: std::io::Error| err(format!("cannot encode the array: {e}"));
     match elem {
         ElemType::F64 => {
-            let mut w = npyz::WriteOptions::<f64>::new().default_dtype().shape(&shape).writer(&mut buf).begin_nd().map_err(io)?;
+            let mut w = npyz::WriteOptions::<f64>::new()
+                .default_dtype()
+                .shape(&shape)
+                .writer(&mut buf)
+                .begin_nd()
+                .map_err(io)?;
             w.extend(x.data.iter().copied()).map_err(io)?;
             w.finish().map_err(io)?;
         }
         ElemType::F32 => {
-            let mut w = npyz::WriteOptions::<f32>::new().default_dtype().shape(&shape).writer(&mut buf).begin_nd().map_err(io)?;
+            let mut w = npyz::WriteOptions::<f32>::new()
+                .default_dtype()
+                .shape(&shape)
+                .writer(&mut buf)
+                .begin_nd()
+                .map_err(io)?;
             w.extend(x.data.iter().map(|&v| v as f32)).map_err(io)?;
             w.finish().map_err(io)?;
         }
@@ -157,7 +169,10 @@ mod tests {
         let (y, elem) = read_bytes(&bytes).unwrap();
         assert_eq!(elem, ElemType::F64);
         assert_eq!(y.shape, x.shape);
-        assert_eq!(y.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), x.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        assert_eq!(
+            y.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            x.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
     }
 
     #[test]
@@ -185,7 +200,10 @@ mod tests {
 
     /// A hand-made v1 `.npy` file.
     fn npy(descr: &str, fortran: bool, shape: &str, data: &[u8]) -> Vec<u8> {
-        let mut h = format!("{{'descr': '{descr}', 'fortran_order': {}, 'shape': {shape}, }}", if fortran { "True" } else { "False" });
+        let mut h = format!(
+            "{{'descr': '{descr}', 'fortran_order': {}, 'shape': {shape}, }}",
+            if fortran { "True" } else { "False" }
+        );
         while (10 + h.len() + 1) % 64 != 0 {
             h.push(' ');
         }
@@ -226,7 +244,10 @@ mod tests {
         let bytes = write_bytes(&sample(), ElemType::F64).unwrap();
         for cut in [0, 5, 9, 20, bytes.len() - 48, bytes.len() - 1] {
             let e = read_bytes(&bytes[..cut]).unwrap_err();
-            assert!(e.0.contains("truncated") || e.0.contains("not a .npy file") || e.0.contains("not a valid"), "{cut}: {e}");
+            assert!(
+                e.0.contains("truncated") || e.0.contains("not a .npy file") || e.0.contains("not a valid"),
+                "{cut}: {e}"
+            );
         }
         let e = read_bytes(&bytes[..bytes.len() - 1]).unwrap_err();
         assert_eq!(e.0, "truncated: its shape [2, 3] needs 48 bytes of data but only 47 follow the header");

@@ -243,7 +243,10 @@ pub fn run_report(hir: &Hir, opts: &RunOptions, out: &mut dyn Write, exec: &mut 
             .map_err(report_err)?;
             if !tensor.symmetry.is_empty() {
                 if let Some(v) = interp::symmetry_violation(value, &tensor.symmetry, SYMMETRY_RTOL) {
-                    eprintln!("warning[W0701]: output `{name}` of {kind} `{}` does not have its declared symmetry: {v}", unit.name);
+                    eprintln!(
+                        "warning[W0701]: output `{name}` of {kind} `{}` does not have its declared symmetry: {v}",
+                        unit.name
+                    );
                 }
             }
         }
@@ -385,7 +388,10 @@ fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap
             }
             if !tensor.symmetry.is_empty() {
                 if let Some(msg) = interp::symmetry_violation(&v, &tensor.symmetry, SYMMETRY_RTOL) {
-                    eprintln!("warning[W0703]: input `{name}` from `{}` does not have its declared symmetry: {msg}", path.display());
+                    eprintln!(
+                        "warning[W0703]: input `{name}` from `{}` does not have its declared symmetry: {msg}",
+                        path.display()
+                    );
                 }
             }
             loaded.insert(t, v);
@@ -521,7 +527,11 @@ mod tests {
         assert!(e.message.ends_with("no program run reads `B`"), "{}", e.message);
         let e = run(vec![("A", bad.clone())], None);
         assert_eq!(e.code, "E0707");
-        assert!(e.message.ends_with("`A` has shape [2, 3] but the file holds an array of shape [3, 2]"), "{}", e.message);
+        assert!(
+            e.message.ends_with("`A` has shape [2, 3] but the file holds an array of shape [3, 2]"),
+            "{}",
+            e.message
+        );
         assert_eq!(e.hint.as_deref(), Some("the dimensions of `A` range over I (2), P (3)"));
         let e = run(vec![("A", dir.path().join("missing.npy"))], None);
         assert_eq!(e.code, "E0706");

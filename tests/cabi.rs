@@ -33,7 +33,12 @@ fn read_raw(path: &Path, shape: Vec<usize>, elem: ElemType) -> Dense {
 
 fn run(cmd: &mut Command, what: &str) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(out.status.success(), "{what} failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn ctype(e: ElemType) -> &'static str {
@@ -100,11 +105,16 @@ int main(void) {\n",
             );
         }
     }
-    if args.len() > ins.len() && !ins.is_empty() && hir.num_elements(args[0]).unwrap() > 0 && hir.num_elements(args[ins.len()]).unwrap() > 0 {
+    if args.len() > ins.len()
+        && !ins.is_empty()
+        && hir.num_elements(args[0]).unwrap() > 0
+        && hir.num_elements(args[ins.len()]).unwrap() > 0
+    {
         // An output that overlaps an input (same element type only).
         if hir.tensors[args[0]].elem == hir.tensors[args[ins.len()]].elem {
             let o = ins.len();
-            let a: Vec<String> = (0..args.len()).map(|k| if k == o { format!("v0, n{k}") } else { format!("v{k}, n{k}") }).collect();
+            let a: Vec<String> =
+                (0..args.len()).map(|k| if k == o { format!("v0, n{k}") } else { format!("v{k}, n{k}") }).collect();
             let _ = writeln!(
                 s,
                 "  if (n0 >= n{o}) {{ rc = tcc_{name}({}); if (rc != TCC_ERR_OVERLAP) {{ fprintf(stderr, \"overlap: %d\\n\", rc); return 5; }} }}",
@@ -144,7 +154,8 @@ fn fortran_driver(hir: &Hir, module: &str, u: usize) -> String {
         let n = hir.num_elements(t).unwrap();
         let _ = writeln!(s, "  allocate(v{k}({n}))");
         if k < ins.len() {
-            let _ = writeln!(s, "  open(newunit=u, file='in_{k}.bin', access='stream', form='unformatted', status='old')");
+            let _ =
+                writeln!(s, "  open(newunit=u, file='in_{k}.bin', access='stream', form='unformatted', status='old')");
             let _ = writeln!(s, "  read(u) v{k}\n  close(u)");
         } else {
             let _ = writeln!(s, "  v{k} = 0");
@@ -164,7 +175,10 @@ fn fortran_driver(hir: &Hir, module: &str, u: usize) -> String {
     let _ = writeln!(s, "  rc = {}", call(None));
     s.push_str("  if (rc /= tcc_ok) then\n    print *, tcc_error_message()\n    stop 1\n  end if\n");
     for k in ins.len()..args.len() {
-        let _ = writeln!(s, "  open(newunit=u, file='f_out_{k}.bin', access='stream', form='unformatted', status='replace')");
+        let _ = writeln!(
+            s,
+            "  open(newunit=u, file='f_out_{k}.bin', access='stream', form='unformatted', status='replace')"
+        );
         let _ = writeln!(s, "  write(u) v{k}\n  close(u)");
     }
     if !args.is_empty() {
@@ -188,10 +202,16 @@ fn every_example_as_a_library_from_c_and_fortran() {
         let dir = tmp.path().join(&stem);
         std::fs::create_dir_all(&dir).unwrap();
         let so = dir.join(format!("lib{lib}.so"));
-        run(Command::new(env!("CARGO_BIN_EXE_tcc")).arg("build").arg(path).arg("-o").arg(&so), &format!("tcc build {stem}"));
+        run(
+            Command::new(env!("CARGO_BIN_EXE_tcc")).arg("build").arg(path).arg("-o").arg(&so),
+            &format!("tcc build {stem}"),
+        );
         assert!(dir.join(format!("{lib}.h")).exists() && dir.join(format!("{lib}.f90")).exists());
         // The module once, for every driver.
-        run(Command::new("gfortran").current_dir(&dir).args(["-c", &format!("{lib}.f90")]), &format!("gfortran {lib}.f90"));
+        run(
+            Command::new("gfortran").current_dir(&dir).args(["-c", &format!("{lib}.f90")]),
+            &format!("gfortran {lib}.f90"),
+        );
         let src = std::fs::read_to_string(path).unwrap();
         let (hir, _) = tcc::compile(&src, &stem);
         let hir = hir.unwrap();
@@ -208,20 +228,39 @@ fn every_example_as_a_library_from_c_and_fortran() {
             let rpath = format!("-Wl,-rpath,{}", dir.display());
             std::fs::write(udir.join("drv.c"), c_driver(&hir, &lib, u)).unwrap();
             run(
-                Command::new("gcc").current_dir(&udir).args(["-O1", "-Wall", "-Werror", "-o", "drv_c", "drv.c", "-I"]).arg(&dir).arg("-L").arg(&dir).arg(format!("-l{lib}")).arg(&rpath),
+                Command::new("gcc")
+                    .current_dir(&udir)
+                    .args(["-O1", "-Wall", "-Werror", "-o", "drv_c", "drv.c", "-I"])
+                    .arg(&dir)
+                    .arg("-L")
+                    .arg(&dir)
+                    .arg(format!("-l{lib}"))
+                    .arg(&rpath),
                 &format!("gcc driver for {stem}/{u}"),
             );
             run(Command::new(udir.join("drv_c")).current_dir(&udir), &format!("C driver {stem}/{u}"));
             std::fs::write(udir.join("drv.f90"), fortran_driver(&hir, &lib, u)).unwrap();
             run(
-                Command::new("gfortran").current_dir(&udir).args(["-o", "drv_f", "drv.f90", "-I"]).arg(&dir).arg(dir.join(format!("{lib}.o"))).arg("-L").arg(&dir).arg(format!("-l{lib}")).arg(&rpath),
+                Command::new("gfortran")
+                    .current_dir(&udir)
+                    .args(["-o", "drv_f", "drv.f90", "-I"])
+                    .arg(&dir)
+                    .arg(dir.join(format!("{lib}.o")))
+                    .arg("-L")
+                    .arg(&dir)
+                    .arg(format!("-l{lib}"))
+                    .arg(&rpath),
                 &format!("gfortran driver for {stem}/{u}"),
             );
             run(Command::new(udir.join("drv_f")).current_dir(&udir), &format!("Fortran driver {stem}/{u}"));
             for lang in ["c", "f"] {
                 let mut got = HashMap::new();
                 for (k, &t) in outs.iter().enumerate() {
-                    let d = read_raw(&udir.join(format!("{lang}_out_{}.bin", ins.len() + k)), hir.shape(t), hir.tensors[t].elem);
+                    let d = read_raw(
+                        &udir.join(format!("{lang}_out_{}.bin", ins.len() + k)),
+                        hir.shape(t),
+                        hir.tensors[t].elem,
+                    );
                     got.insert(t, d);
                 }
                 compare_outputs(&hir, u, &got, &want).unwrap_or_else(|e| panic!("{stem}/{u} from {lang}: {e}"));

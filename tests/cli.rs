@@ -196,7 +196,13 @@ fn the_readme_language_summary_checks_and_runs() {
 
 #[test]
 fn compiled_run_reports_time_and_checks_against_the_interpreter() {
-    let out = tcc().args(["run", "--check", "--seed", "3", "examples/matmul.tc"]).assert().success().get_output().stdout.clone();
+    let out = tcc()
+        .args(["run", "--check", "--seed", "3", "examples/matmul.tc"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
     let text = String::from_utf8(out).unwrap();
     assert!(text.starts_with("program matmul (1 statement)\n  C  f64[5, 4]  norm2 = "), "{text}");
     assert!(text.contains("GFLOP/s"), "{text}");
@@ -214,7 +220,11 @@ fn emit_llvm_prints_the_module() {
     assert!(text.contains("define") && text.contains("tcc_matmul__body"), "{text}");
     // An unknown (or 32-bit-only) CPU is a user error, not an LLVM abort.
     for cpu in ["no-such-cpu-at-all", "i386"] {
-        tcc().args(["opt", "--emit=llvm", "--target-cpu", cpu, "examples/matmul.tc"]).assert().code(1).stderr(predicate::str::contains("--target-cpu"));
+        tcc()
+            .args(["opt", "--emit=llvm", "--target-cpu", cpu, "examples/matmul.tc"])
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains("--target-cpu"));
         tcc().args(["run", "--target-cpu", cpu, "examples/matmul.tc"]).assert().code(1);
     }
     tcc().args(["opt", "--emit=llvm", "--target-cpu", "haswell", "examples/matmul.tc"]).assert().success();

@@ -143,7 +143,8 @@ fn cli_check_stdout_and_rewrite() {
 
 type Toks = Vec<String>;
 
-const NAMES: &[&str] = &["i", "j", "k", "a", "b", "p", "A", "B", "T2", "W1", "x_1", "_t", "Rr", "ranges", "f3", "tensors"];
+const NAMES: &[&str] =
+    &["i", "j", "k", "a", "b", "p", "A", "B", "T2", "W1", "x_1", "_t", "Rr", "ranges", "f3", "tensors"];
 const FUNCS: &[&str] = &["exp", "relu", "sqrt", "f", "g_1"];
 const INTS: &[&str] = &["0", "1", "2", "4", "007", "64", "99999999999999999999999"];
 const REALS: &[&str] = &["0.5", "1e-3", ".25", "2.", "3.5E+4", "1.e5", "0.0"];
@@ -370,8 +371,8 @@ fn item() -> impl Strategy<Value = Toks> {
         v.extend([t("]"), t(";")]);
         v
     });
-    let distribute = (tensor_ref(), name(), prop::collection::vec((name(), int_lit()), 0..3), any::<bool>())
-        .prop_map(|(r, g, map, trailing)| {
+    let distribute = (tensor_ref(), name(), prop::collection::vec((name(), int_lit()), 0..3), any::<bool>()).prop_map(
+        |(r, g, map, trailing)| {
             let mut v = vec![t("distribute")];
             v.extend(r);
             v.extend([t("over"), g, t("as"), t("[")]);
@@ -387,7 +388,8 @@ fn item() -> impl Strategy<Value = Toks> {
             ));
             v.extend([t("]"), t(";")]);
             v
-        });
+        },
+    );
     let program = (name(), prop::collection::vec(stmt(), 0..3)).prop_map(|(n, ss)| block(vec![t("program"), n], ss));
     let model = (name(), prop::collection::vec(model_item(), 0..5)).prop_map(|(n, is)| block(vec![t("model"), n], is));
     prop_oneof![

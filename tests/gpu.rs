@@ -78,7 +78,13 @@ fn einsum_src(spec: &str, sizes: &[(char, usize)], elem: &str) -> String {
     for (c, n) in sizes {
         s += &format!("range R{c} = {n}; index {c} : R{c};\n");
     }
-    let br = |x: &str| if x.is_empty() { String::new() } else { format!("[{}]", x.chars().map(String::from).collect::<Vec<_>>().join(",")) };
+    let br = |x: &str| {
+        if x.is_empty() {
+            String::new()
+        } else {
+            format!("[{}]", x.chars().map(String::from).collect::<Vec<_>>().join(","))
+        }
+    };
     let ops: Vec<&str> = ins.split(',').collect();
     for (k, o) in ops.iter().enumerate() {
         s += &format!("input tensor X{k}{} : {elem};\n", br(o));
@@ -170,12 +176,20 @@ fn ptx_snapshot_of_matmul() {
 #[test]
 fn gpu_execution_or_visible_skip() {
     let tcc = env!("CARGO_BIN_EXE_tcc");
-    let out = std::process::Command::new(tcc).args(["run", "--target", "cuda", "--check"]).arg(example("matmul.tc")).output().unwrap();
+    let out = std::process::Command::new(tcc)
+        .args(["run", "--target", "cuda", "--check"])
+        .arg(example("matmul.tc"))
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     if out.status.code() == Some(1) && stderr.contains("no CUDA device found") {
         // Straight to the terminal (the harness captures print!): a visible skip.
         use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "skipped: no GPU (tcc run --target cuda: {})", stderr.lines().next().unwrap_or(""));
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: no GPU (tcc run --target cuda: {})",
+            stderr.lines().next().unwrap_or("")
+        );
         return;
     }
     assert!(out.status.success(), "{stderr}");
@@ -185,7 +199,12 @@ fn gpu_execution_or_visible_skip() {
 #[test]
 fn no_device_is_a_user_error() {
     let tcc = env!("CARGO_BIN_EXE_tcc");
-    let out = std::process::Command::new(tcc).args(["run", "--target", "cuda"]).arg(example("matmul.tc")).env("CUDA_VISIBLE_DEVICES", "").output().unwrap();
+    let out = std::process::Command::new(tcc)
+        .args(["run", "--target", "cuda"])
+        .arg(example("matmul.tc"))
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no CUDA device found"));
 }
@@ -194,11 +213,17 @@ fn no_device_is_a_user_error() {
 fn build_writes_ptx_and_plan() {
     let dir = tempfile::tempdir().unwrap();
     let ptx = dir.path().join("four.ptx");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcc")).args(["build", "--target", "cuda", "-o"]).arg(&ptx).arg(example("four_index.tc")).output().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcc"))
+        .args(["build", "--target", "cuda", "-o"])
+        .arg(&ptx)
+        .arg(example("four_index.tc"))
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = std::fs::read_to_string(&ptx).unwrap();
     assert!(text.contains(".entry"));
-    let plan: tcc::codegen::nvptx::GpuPlan = serde_json::from_str(&std::fs::read_to_string(dir.path().join("four.plan.json")).unwrap()).unwrap();
+    let plan: tcc::codegen::nvptx::GpuPlan =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("four.plan.json")).unwrap()).unwrap();
     assert!(!plan.units.is_empty());
 }
 
@@ -206,7 +231,11 @@ fn build_writes_ptx_and_plan() {
 #[test]
 fn random_programs_plans_match_the_interpreter_when_emulated() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/gpu/random");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "tc")).collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tc"))
+        .collect();
     files.sort();
     assert!(files.len() >= 100);
     for (k, path) in files.iter().enumerate() {
@@ -378,7 +407,12 @@ fn c_shim_compiles() {
     std::fs::create_dir(&inc).unwrap();
     std::fs::write(inc.join("cuda.h"), STUB_CUDA_H).unwrap();
     std::fs::write(inc.join("cublas_v2.h"), STUB_CUBLAS_H).unwrap();
-    let mut files: Vec<(PathBuf, &str)> = std::fs::read_dir(example("")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "tc")).map(|p| (p, "auto")).collect();
+    let mut files: Vec<(PathBuf, &str)> = std::fs::read_dir(example(""))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tc"))
+        .map(|p| (p, "auto"))
+        .collect();
     let gemm = dir.path().join("g.tc");
     std::fs::write(&gemm, einsum_src("bki,bjk->bji", &[('b', 3), ('i', 40), ('j', 29), ('k', 50)], "f32")).unwrap();
     for kind in ["cublas", "tiled", "naive"] {
@@ -386,14 +420,37 @@ fn c_shim_compiles() {
     }
     for (k, (f, kind)) in files.iter().enumerate() {
         let ptx = dir.path().join(format!("s{k}.ptx"));
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcc")).args(["build", "--target", "cuda", "--gpu-gemm", kind, "-o"]).arg(&ptx).arg(f).output().unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcc"))
+            .args(["build", "--target", "cuda", "--gpu-gemm", kind, "-o"])
+            .arg(&ptx)
+            .arg(f)
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let c = dir.path().join(format!("s{k}.c"));
         let h = std::fs::read_to_string(dir.path().join(format!("s{k}.h"))).unwrap();
         assert!(h.contains("int tcc_cuda_") && h.contains("TCC_ERR_CUDA"), "{h}");
         let src = std::fs::read_to_string(&c).unwrap();
-        assert_eq!(src.contains("cublasDgemmStridedBatched") || src.contains("cublasSgemmStridedBatched"), *kind == "cublas", "{kind}");
-        let cc = std::process::Command::new("cc").args(["-std=c99", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-fsyntax-only", "-I"]).arg(&inc).arg(&c).output().unwrap();
+        assert_eq!(
+            src.contains("cublasDgemmStridedBatched") || src.contains("cublasSgemmStridedBatched"),
+            *kind == "cublas",
+            "{kind}"
+        );
+        let cc = std::process::Command::new("cc")
+            .args([
+                "-std=c99",
+                "-D_POSIX_C_SOURCE=200809L",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-Wno-unused-parameter",
+                "-fsyntax-only",
+                "-I",
+            ])
+            .arg(&inc)
+            .arg(&c)
+            .output()
+            .unwrap();
         assert!(cc.status.success(), "{} ({kind}): {}", f.display(), String::from_utf8_lossy(&cc.stderr));
     }
 }

@@ -44,7 +44,9 @@ fn examples_parse() {
     let table = &script[script.find("TABLE = {").expect("TABLE in the script")..];
     let mut n = 0;
     for line in table.lines().take_while(|l| *l != "}") {
-        let Some(name) = line.strip_prefix("    \"").and_then(|l| l.split_once("\": {")).map(|(n, _)| n) else { continue };
+        let Some(name) = line.strip_prefix("    \"").and_then(|l| l.split_once("\": {")).map(|(n, _)| n) else {
+            continue;
+        };
         let path = root().join("examples").join(format!("{name}.tc"));
         let src = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let parsed = tcc::syntax::parse(&src);

@@ -96,7 +96,8 @@ impl Client {
 
     fn diagnostics_for(&mut self, uri: &str) -> Value {
         let uri = uri.to_string();
-        self.wait(move |v| v["method"] == "textDocument/publishDiagnostics" && v["params"]["uri"] == uri)["params"].clone()
+        self.wait(move |v| v["method"] == "textDocument/publishDiagnostics" && v["params"]["uri"] == uri)["params"]
+            .clone()
     }
 
     fn initialize(&mut self) -> Value {
@@ -106,7 +107,10 @@ impl Client {
     }
 
     fn open(&mut self, uri: &str, text: &str) -> Value {
-        self.notify("textDocument/didOpen", json!({"textDocument": {"uri": uri, "languageId": "tc", "version": 1, "text": text}}));
+        self.notify(
+            "textDocument/didOpen",
+            json!({"textDocument": {"uri": uri, "languageId": "tc", "version": 1, "text": text}}),
+        );
         self.diagnostics_for(uri)
     }
 
@@ -171,7 +175,13 @@ fn initialize_announces_capabilities() {
     let mut c = Client::start();
     let r = c.initialize();
     let caps = &r["result"]["capabilities"];
-    for k in ["hoverProvider", "definitionProvider", "referencesProvider", "documentSymbolProvider", "documentFormattingProvider"] {
+    for k in [
+        "hoverProvider",
+        "definitionProvider",
+        "referencesProvider",
+        "documentSymbolProvider",
+        "documentFormattingProvider",
+    ] {
         assert_eq!(caps[k], true, "{k}: {caps}");
     }
     assert!(caps["completionProvider"].is_object());
@@ -205,7 +215,13 @@ fn diagnostics_have_utf16_ranges_and_clear_when_fixed() {
     let uri2 = "file:///work/utf16.tc";
     let src = "index 𝔸 i : ;\n";
     let d = c.open(uri2, src);
-    let semi = d["diagnostics"].as_array().unwrap().iter().find(|x| x["code"] == "E0002").cloned().unwrap_or_else(|| panic!("{d}"));
+    let semi = d["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["code"] == "E0002")
+        .cloned()
+        .unwrap_or_else(|| panic!("{d}"));
     assert_eq!(semi["range"]["start"], json!({"line": 0, "character": 13}), "{d}");
 
     // Fixing the first file clears its diagnostics, and only its own are published.
@@ -301,7 +317,9 @@ fn completion_of_names_and_keywords() {
     let src = "range N = 4;\nindex i, j : N;\ninput tensor Alpha[i,j];\noutput tensor Beta[i,j];\nBeta[i,j] = Al\n";
     let uri = "file:///work/c.tc";
     c.open(uri, src);
-    let labels = |r: &Value| -> Vec<String> { r["result"].as_array().unwrap().iter().map(|i| i["label"].as_str().unwrap().to_string()).collect() };
+    let labels = |r: &Value| -> Vec<String> {
+        r["result"].as_array().unwrap().iter().map(|i| i["label"].as_str().unwrap().to_string()).collect()
+    };
     // a tensor name being typed
     let r = c.at("textDocument/completion", uri, 4, 14);
     assert_eq!(labels(&r), vec!["Alpha"], "{r}");
@@ -326,7 +344,10 @@ fn formatting_is_tcc_fmt() {
     let src = "range N=4;index i:N;\ninput tensor A[i];output tensor B[i];\nB[i]=A[i]*2;\n";
     let uri = "file:///work/f.tc";
     c.open(uri, src);
-    let r = c.request("textDocument/formatting", json!({"textDocument": {"uri": uri}, "options": {"tabSize": 2, "insertSpaces": true}}));
+    let r = c.request(
+        "textDocument/formatting",
+        json!({"textDocument": {"uri": uri}, "options": {"tabSize": 2, "insertSpaces": true}}),
+    );
     let formatted = tcc::fmt::format_source(src).expect("the formatter accepts this file");
     let edits = r["result"].as_array().unwrap_or_else(|| panic!("{r}"));
     assert_eq!(edits.len(), 1, "{r}");
@@ -337,7 +358,10 @@ fn formatting_is_tcc_fmt() {
     let ex = example("ccsd_terms.tc");
     let uri2 = "file:///work/ccsd_terms.tc";
     c.open(uri2, &ex);
-    let r = c.request("textDocument/formatting", json!({"textDocument": {"uri": uri2}, "options": {"tabSize": 4, "insertSpaces": true}}));
+    let r = c.request(
+        "textDocument/formatting",
+        json!({"textDocument": {"uri": uri2}, "options": {"tabSize": 4, "insertSpaces": true}}),
+    );
     assert_eq!(r["result"], json!([]), "{r}");
     // a file with a syntax error cannot be formatted: an error, not a crash
     let bad = "file:///work/bad.tc";
@@ -359,7 +383,8 @@ fn document_symbols_and_semantic_tokens() {
     let syms = r["result"].as_array().unwrap();
     assert_eq!(syms.len(), 1, "{r}");
     assert_eq!(syms[0]["name"], "mlp");
-    let children: Vec<&str> = syms[0]["children"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    let children: Vec<&str> =
+        syms[0]["children"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
     for n in ["tokens", "hidden", "t", "X", "W1", "Y", "ffn"] {
         assert!(children.contains(&n), "{n} missing from {children:?}");
     }
@@ -404,7 +429,10 @@ fn bad_and_mismatched_requests_get_errors_never_a_crash() {
     let r = c.at("textDocument/completion", uri, 0, 3000);
     assert!(r.get("error").is_none(), "{r}");
     // bad notifications are ignored
-    c.notify("textDocument/didChange", json!({"textDocument": {"uri": "file:///never.tc", "version": 1}, "contentChanges": [{"text": "x"}]}));
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": "file:///never.tc", "version": 1}, "contentChanges": [{"text": "x"}]}),
+    );
     c.notify("textDocument/didChange", json!("garbage"));
     c.notify("$/cancelRequest", json!({"id": 1}));
     // garbage on the wire: not JSON, a request with a non-string method, a stray header line
@@ -477,12 +505,16 @@ fn neovim_headless_client_gets_diagnostics_and_hover() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let report = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("nvim wrote no report ({e}); status {status}"));
+    let report =
+        std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("nvim wrote no report ({e}); status {status}"));
     assert!(status.success(), "nvim failed: {status}\n{report}");
     let lines: Vec<&str> = report.lines().collect();
     // `𝔸`: bytes 6..10 of line 3; the `;` after it: byte 15 (UTF-16 column 13).
     assert!(lines.iter().any(|l| l.starts_with("diag 3 6 3 10 E0001 unexpected character")), "{report}");
     assert!(lines.iter().any(|l| l.starts_with("diag 3 15 3 16 E0002")), "{report}");
-    assert!(lines.iter().any(|l| l.starts_with("hover ") && l.contains("index i : N;") && l.contains("4 values")), "{report}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("hover ") && l.contains("index i : N;") && l.contains("4 values")),
+        "{report}"
+    );
     assert_eq!(lines.last(), Some(&"done"), "{report}");
 }

@@ -13,7 +13,16 @@ fn info(src: &str) -> analysis::ModelInfo {
 }
 
 fn cfg(data: usize, zero: u8) -> Config {
-    Config { data, tensor: 1, tensor_dims: vec![], sequence: 1, seq_style: SeqStyle::Ulysses, expert: 1, zero, zeropp: ZeroPP::default() }
+    Config {
+        data,
+        tensor: 1,
+        tensor_dims: vec![],
+        sequence: 1,
+        seq_style: SeqStyle::Ulysses,
+        expert: 1,
+        zero,
+        zeropp: ZeroPP::default(),
+    }
 }
 
 fn opts(devices: usize) -> ModelOptions {
@@ -75,7 +84,11 @@ fn zeropp_cuts_cross_node_volume_from_3m_to_0_75m() {
     c.zeropp = ZeroPP::all();
     let pp = evaluate(&m, &c, &o);
     let unit = 63.0 / 64.0 * 7.5e9 * 2.0; // M in fp16 bytes, as each rank sends it
-    println!("cross-node per rank: ZeRO-3 {:.3} M, ZeRO++ {:.3} M", base.cross_node_bytes / unit, pp.cross_node_bytes / unit);
+    println!(
+        "cross-node per rank: ZeRO-3 {:.3} M, ZeRO++ {:.3} M",
+        base.cross_node_bytes / unit,
+        pp.cross_node_bytes / unit
+    );
     assert!((base.cross_node_bytes / unit - 3.0).abs() < 1e-9);
     assert!((pp.cross_node_bytes / unit - 0.75).abs() < 1e-9);
     assert!((base.cross_node_bytes / pp.cross_node_bytes - 4.0).abs() < 1e-9);
@@ -100,7 +113,11 @@ fn attention(n: usize, heads: usize, hdim: usize) -> String {
 }
 
 fn ulysses_forward_elements(p: &ModelPlan) -> f64 {
-    p.comm.iter().filter(|c| c.group == "sequence" && c.phase == "forward").map(|c| c.bytes_per_rank / c.bytes_per_elem * c.count).sum()
+    p.comm
+        .iter()
+        .filter(|c| c.group == "sequence" && c.phase == "forward")
+        .map(|c| c.bytes_per_rank / c.bytes_per_elem * c.count)
+        .sum()
 }
 
 #[test]
@@ -117,7 +134,10 @@ fn ulysses_volume_is_4nh_over_p_and_constant_when_n_and_p_grow_together() {
         let got = ulysses_forward_elements(&plan);
         let exact = 4.0 * n as f64 * h as f64 * (p as f64 - 1.0) / (p * p) as f64;
         let paper = formulas::ulysses_volume(n as f64, h as f64, p as f64);
-        println!("Ulysses N = {n}, P = {p}: paper 4Nh/P = {paper:.4e}, ours {got:.4e} (× P/(P−1) = {:.4e})", got * p as f64 / (p as f64 - 1.0));
+        println!(
+            "Ulysses N = {n}, P = {p}: paper 4Nh/P = {paper:.4e}, ours {got:.4e} (× P/(P−1) = {:.4e})",
+            got * p as f64 / (p as f64 - 1.0)
+        );
         assert!((got - exact).abs() < 1e-6 * exact);
         assert!((got * p as f64 / (p as f64 - 1.0) - paper).abs() < 1e-6 * paper);
         assert!((formulas::megatron_sp_volume(n as f64, h as f64) / paper - p as f64).abs() < 1e-12);
@@ -163,7 +183,12 @@ fn moe_alltoall_volume_is_tokens_times_capacity_factor_times_hidden() {
     let mut c = cfg(ep, 0);
     c.expert = ep;
     let plan = evaluate(&m, &c, &opts(ep));
-    let fwd: Vec<f64> = plan.comm.iter().filter(|x| x.group == "expert" && x.phase == "forward").map(|x| x.bytes_per_rank / x.bytes_per_elem).collect();
+    let fwd: Vec<f64> = plan
+        .comm
+        .iter()
+        .filter(|x| x.group == "expert" && x.phase == "forward")
+        .map(|x| x.bytes_per_rank / x.bytes_per_elem)
+        .collect();
     let want = formulas::moe_alltoall_elements(t as f64, e as f64, 1.0, cf, h as f64, ep as f64);
     println!("MoE all-to-all per device: formula {want:.4e} elements, ours {fwd:?} (dispatch, combine)");
     assert_eq!(fwd.len(), 2);
@@ -179,7 +204,11 @@ fn search_ranks_plans_and_respects_memory() {
     let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gpt_block.tc")).unwrap();
     let (hir, _) = tcc::compile(&src, "gpt");
     let hir = hir.unwrap();
-    let dims: Vec<(String, usize)> = [("batch", 8), ("seq", 4096), ("hidden", 4096), ("heads", 32), ("hdim", 128), ("ffn", 16384)].iter().map(|(n, s)| (n.to_string(), *s)).collect();
+    let dims: Vec<(String, usize)> =
+        [("batch", 8), ("seq", 4096), ("hidden", 4096), ("heads", 32), ("hdim", 128), ("ffn", 16384)]
+            .iter()
+            .map(|(n, s)| (n.to_string(), *s))
+            .collect();
     let h = analysis::with_dims(&hir, 0, &dims).unwrap();
     let m = analysis::analyze(&h, 0);
     let mut o = opts(64);

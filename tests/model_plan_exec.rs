@@ -37,14 +37,27 @@ fn plan_words(name: &str, c: &Config) -> f64 {
     let m = analysis::analyze(&hir, 0);
     let o = ModelOptions::new(c.devices(), tcc::plan::Network::fat_tree());
     let plan = evaluate(&m, c, &o);
-    plan.comm.iter().filter(|x| x.phase == "forward" && x.kind == tcc::plan::model::Coll::AllToAll).map(|x| x.bytes_per_rank / x.bytes_per_elem).sum()
+    plan.comm
+        .iter()
+        .filter(|x| x.phase == "forward" && x.kind == tcc::plan::model::Coll::AllToAll)
+        .map(|x| x.bytes_per_rank / x.bytes_per_elem)
+        .sum()
 }
 
 #[test]
 fn ulysses_attention_equals_the_interpreter_and_the_plan() {
     for p in [2, 4] {
         let measured = check("long_seq.tc", Style::Ulysses, p);
-        let c = Config { data: 1, tensor: 1, tensor_dims: vec![], sequence: p, seq_style: SeqStyle::Ulysses, expert: 1, zero: 0, zeropp: ZeroPP::default() };
+        let c = Config {
+            data: 1,
+            tensor: 1,
+            tensor_dims: vec![],
+            sequence: p,
+            seq_style: SeqStyle::Ulysses,
+            expert: 1,
+            zero: 0,
+            zeropp: ZeroPP::default(),
+        };
         assert_eq!(measured as f64, plan_words("long_seq.tc", &c), "P = {p}");
     }
     check("gpt_block.tc", Style::Ulysses, 2);
@@ -54,7 +67,16 @@ fn ulysses_attention_equals_the_interpreter_and_the_plan() {
 fn expert_parallel_moe_equals_the_interpreter_and_the_plan() {
     for p in [2, 4] {
         let measured = check("moe_block.tc", Style::Expert, p);
-        let c = Config { data: p, tensor: 1, tensor_dims: vec![], sequence: 1, seq_style: SeqStyle::Ulysses, expert: p, zero: 0, zeropp: ZeroPP::default() };
+        let c = Config {
+            data: p,
+            tensor: 1,
+            tensor_dims: vec![],
+            sequence: 1,
+            seq_style: SeqStyle::Ulysses,
+            expert: p,
+            zero: 0,
+            zeropp: ZeroPP::default(),
+        };
         assert_eq!(measured as f64, plan_words("moe_block.tc", &c), "P = {p}");
     }
 }
@@ -63,15 +85,22 @@ fn expert_parallel_moe_equals_the_interpreter_and_the_plan() {
 fn cli_plans_and_executes() {
     let tcc = env!("CARGO_BIN_EXE_tcc");
     let ex = |n: &str| format!("{}/examples/{n}", env!("CARGO_MANIFEST_DIR"));
-    let out = std::process::Command::new(tcc).args(["plan-model", &ex("moe_block.tc"), "--devices", "4", "--json"]).output().unwrap();
+    let out = std::process::Command::new(tcc)
+        .args(["plan-model", &ex("moe_block.tc"), "--devices", "4", "--json"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["models"][0]["plans"][0]["config"]["expert"], 4);
-    let out = std::process::Command::new(tcc).args(["plan-model", &ex("long_seq.tc"), "--execute", "ulysses", "--ranks", "4"]).output().unwrap();
+    let out = std::process::Command::new(tcc)
+        .args(["plan-model", &ex("long_seq.tc"), "--execute", "ulysses", "--ranks", "4"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("rank 3: all-to-all words sent 48 (predicted 48)"), "{text}");
-    let out = std::process::Command::new(tcc).args(["plan-model", &ex("matmul.tc"), "--devices", "4"]).output().unwrap();
+    let out =
+        std::process::Command::new(tcc).args(["plan-model", &ex("matmul.tc"), "--devices", "4"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
 

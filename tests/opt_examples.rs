@@ -40,7 +40,11 @@ fn optimized_and_fused_examples_match_the_interpreter() {
             for limit in [None, Some(0), Some(1 << 40)] {
                 let nest = lower_unit(&opt, u, FusionOptions { mem_limit: limit, ..FusionOptions::default() });
                 assert!(nest.peak_bytes <= nest.unfused_peak_bytes, "{what}");
-                assert_close(&format!("{what} (fused, limit {limit:?})"), &want, &execute(&opt, &nest, &inputs).unwrap());
+                assert_close(
+                    &format!("{what} (fused, limit {limit:?})"),
+                    &want,
+                    &execute(&opt, &nest, &inputs).unwrap(),
+                );
             }
             n += 1;
         }

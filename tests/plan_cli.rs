@@ -114,7 +114,8 @@ fn sweep_reports_what_does_not_fit() {
 fn toml_network_file() {
     let d = tempfile::tempdir().unwrap();
     let net = d.path().join("net.toml");
-    std::fs::write(&net, "# a small torus\ntopology = \"torus\"\ndims = [4, 4, 4]\nbw = \"10GB/s\"\nlat = \"1us\"\n").unwrap();
+    std::fs::write(&net, "# a small torus\ntopology = \"torus\"\ndims = [4, 4, 4]\nbw = \"10GB/s\"\nlat = \"1us\"\n")
+        .unwrap();
     tcc()
         .arg("plan")
         .arg(mm(d.path()))

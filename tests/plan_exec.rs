@@ -227,7 +227,9 @@ fn run_plan_stats_print_measured_and_predicted_words() {
     let dir = tempfile::tempdir().unwrap();
     let f = write(dir.path(), "ccsd.tc", CCSD);
     let want = stdout(Command::new(tcc_bin()).args(["run", "--interp"]).arg(&f));
-    let text = stdout(Command::new(tcc_bin()).args(["run", "--ranks", "4", "--plan", "--network", CHEAP_NET, "--stats"]).arg(&f));
+    let text = stdout(
+        Command::new(tcc_bin()).args(["run", "--ranks", "4", "--plan", "--network", CHEAP_NET, "--stats"]).arg(&f),
+    );
     same_report(&report_part(&text), &want, 1e-12);
     assert!(text.contains("stats: 4 ranks, back end threads, executing the plan"), "{text}");
     assert!(text.contains("plan check: measured words equal the prediction exactly"), "{text}");
@@ -241,7 +243,11 @@ fn run_plan_stats_print_measured_and_predicted_words() {
         assert_eq!(num("words_received"), num("predicted_received"), "{line}");
     }
     // The memory limit reaches the planner; a limit nothing fits is the planner's error.
-    let out = Command::new(tcc_bin()).args(["run", "--ranks", "2", "--plan", "--mem-per-rank", "64B"]).arg(&f).output().unwrap();
+    let out = Command::new(tcc_bin())
+        .args(["run", "--ranks", "2", "--plan", "--mem-per-rank", "64B"])
+        .arg(&f)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("E0803"), "{}", String::from_utf8_lossy(&out.stderr));
     // Calls are not distributed by the plan: a clear error, not a wrong answer.
@@ -271,7 +277,10 @@ mod mpi {
                 );
                 same_report(&report_part(&text), &want, 1e-12);
                 assert!(text.contains(&format!("stats: {np} ranks, back end mpi-p2p, executing the plan")), "{text}");
-                assert!(text.contains("plan check: measured words equal the prediction exactly"), "{name} on {np}: {text}");
+                assert!(
+                    text.contains("plan check: measured words equal the prediction exactly"),
+                    "{name} on {np}: {text}"
+                );
             }
         }
     }

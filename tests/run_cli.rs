@@ -13,7 +13,8 @@ fn tcc() -> Command {
     Command::cargo_bin("tcc").unwrap()
 }
 
-const ROW: &str = r"norm2 = -?[0-9]\.[0-9]{11}e-?[0-9]+  sum = -?[0-9]\.[0-9]{11}e-?[0-9]+  checksum = -?[0-9]\.[0-9]{11}e-?[0-9]+";
+const ROW: &str =
+    r"norm2 = -?[0-9]\.[0-9]{11}e-?[0-9]+  sum = -?[0-9]\.[0-9]{11}e-?[0-9]+  checksum = -?[0-9]\.[0-9]{11}e-?[0-9]+";
 
 #[test]
 fn report_format() {
@@ -75,7 +76,12 @@ fn inputs_round_trip_through_files() {
 #[test]
 fn input_errors() {
     let dir = tempfile::tempdir().unwrap();
-    tcc().args(["run", "--interp", "--save-inputs", "--output-dir"]).arg(dir.path()).arg(example("chain4.tc")).assert().success();
+    tcc()
+        .args(["run", "--interp", "--save-inputs", "--output-dir"])
+        .arg(dir.path())
+        .arg(example("chain4.tc"))
+        .assert()
+        .success();
     let a = dir.path().join("A.npy"); // shape [4, 6]
     let err = |spec: String, code: &str, text: &str| {
         tcc()

@@ -113,7 +113,10 @@ fn stats_count_words_and_messages_per_rank() {
 fn a_failing_rank_fails_the_run() {
     for mode in ["panic"] {
         let out = run_limited(
-            Command::new(tcc_bin()).args(["run", "--ranks", "3"]).arg(example("four_index.tc")).env("TCC_INJECT_FAILURE", format!("1:{mode}")),
+            Command::new(tcc_bin())
+                .args(["run", "--ranks", "3"])
+                .arg(example("four_index.tc"))
+                .env("TCC_INJECT_FAILURE", format!("1:{mode}")),
             Duration::from_secs(60),
         )
         .expect("exits instead of hanging");
@@ -172,10 +175,12 @@ mod mpi {
                 assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
                 assert_eq!(String::from_utf8(out.stdout).unwrap(), want, "{ex} on {np} MPI ranks");
             }
-            let out = mpirun(3, &["run", "--backend", "mpi", "--schedule", "static", "--stats"], &file, None).expect("finishes");
+            let out = mpirun(3, &["run", "--backend", "mpi", "--schedule", "static", "--stats"], &file, None)
+                .expect("finishes");
             assert!(out.status.success());
             let text = String::from_utf8(out.stdout).unwrap();
-            let report: String = text.lines().take_while(|l| !l.starts_with("stats:")).map(|l| format!("{l}\n")).collect();
+            let report: String =
+                text.lines().take_while(|l| !l.starts_with("stats:")).map(|l| format!("{l}\n")).collect();
             same_report(&report, &want, 1e-10).unwrap();
             assert!(text.contains("stats: 3 ranks, back ends mpi+mpi-p2p, schedule static"), "{text}");
         }

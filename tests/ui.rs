@@ -23,7 +23,11 @@ fn check_shape(name: &str, src: &str, diags: &[Diagnostic]) {
         assert!(!d.primary.message.is_empty(), "{name}: empty label in {d:?}");
         assert!(!d.message.is_empty(), "{name}: empty message in {d:?}");
         for l in std::iter::once(&d.primary).chain(&d.secondary) {
-            assert!(l.span.start <= l.span.end && l.span.end <= src.len(), "{name}: span {:?} outside the file", l.span);
+            assert!(
+                l.span.start <= l.span.end && l.span.end <= src.len(),
+                "{name}: span {:?} outside the file",
+                l.span
+            );
             assert!(!l.message.is_empty(), "{name}: empty label in {d:?}");
         }
         assert!(d.hint.as_deref().is_some_and(|h| !h.is_empty()), "{name}: no hint in {d:?}");

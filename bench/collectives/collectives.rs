@@ -14,10 +14,19 @@ use tcc_runtime::tune::{measure, sizes_up_to, table_from, Measurement, TuneOptio
 
 /// Measures singles, derives the table, measures the mix; on rank 0 returns
 /// (single-back-end measurements, mix measurements, table).
-fn bench(singles: &[&dyn Communicator], mixed: &dyn Communicator, world: World, opts: &TuneOptions) -> (Vec<Measurement>, Vec<Measurement>) {
-    let ms = measure(singles, opts, &mut |m| eprintln!("{:<15} {:>10} B  {:<8} {:.3e} s", m.op.name(), m.bytes, m.backend.name(), m.seconds));
+fn bench(
+    singles: &[&dyn Communicator],
+    mixed: &dyn Communicator,
+    world: World,
+    opts: &TuneOptions,
+) -> (Vec<Measurement>, Vec<Measurement>) {
+    let ms = measure(singles, opts, &mut |m| {
+        eprintln!("{:<15} {:>10} B  {:<8} {:.3e} s", m.op.name(), m.bytes, m.backend.name(), m.seconds)
+    });
     let _ = world;
-    let mix = measure(&[mixed], opts, &mut |m| eprintln!("{:<15} {:>10} B  mix      {:.3e} s", m.op.name(), m.bytes, m.seconds));
+    let mix = measure(&[mixed], opts, &mut |m| {
+        eprintln!("{:<15} {:>10} B  mix      {:.3e} s", m.op.name(), m.bytes, m.seconds)
+    });
     (ms, mix)
 }
 
@@ -71,7 +80,12 @@ fn report(world: World, ranks: usize, ms: &[Measurement], mix: &[Measurement], t
     let n = pts.len() as f64;
     s.push_str("\nWhole sweep (one call per op and size), second pass:\n\n| back end | total ms | mix speed-up (total) | mix speed-up (geometric mean per point) |\n|---|---|---|---|\n");
     for b in &backends {
-        s.push_str(&format!("| {b} | {:.2} | {:.2}× | {:.2}× |\n", tot[b] * 1e3, tot[b] / tot_mix, (logsum[b] / n).exp()));
+        s.push_str(&format!(
+            "| {b} | {:.2} | {:.2}× | {:.2}× |\n",
+            tot[b] * 1e3,
+            tot[b] / tot_mix,
+            (logsum[b] / n).exp()
+        ));
     }
     s.push_str(&format!("| tuned mix | {:.2} | 1.00× | 1.00× |\n", tot_mix * 1e3));
     s

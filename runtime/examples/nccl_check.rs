@@ -41,7 +41,10 @@ fn main() {
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "panic".into())
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
 }
 
 /// Runs `f`; a panic is a failure with its message.
@@ -114,18 +117,30 @@ fn body(rank: &Rank, out_dir: Option<&std::path::Path>) -> i32 {
     println!("(sized checks took {:.2} s)", t0.elapsed().as_secs_f64());
 
     // The shared self-checks (they panic on a wrong result).
-    rep.line("collectives (check::collectives)", attempt(|| {
-        check::collectives(&nccl);
-        Ok(())
-    }), "uneven and empty blocks");
-    rep.line("send/recv tags (check::send_recv)", attempt(|| {
-        check::send_recv(&nccl);
-        Ok(())
-    }), "per-tag order, then barrier");
-    rep.line("barrier", attempt(|| {
-        (0..100).for_each(|_| nccl.barrier());
-        Ok(())
-    }), "100 barriers");
+    rep.line(
+        "collectives (check::collectives)",
+        attempt(|| {
+            check::collectives(&nccl);
+            Ok(())
+        }),
+        "uneven and empty blocks",
+    );
+    rep.line(
+        "send/recv tags (check::send_recv)",
+        attempt(|| {
+            check::send_recv(&nccl);
+            Ok(())
+        }),
+        "per-tag order, then barrier",
+    );
+    rep.line(
+        "barrier",
+        attempt(|| {
+            (0..100).for_each(|_| nccl.barrier());
+            Ok(())
+        }),
+        "100 barriers",
+    );
     rep.line(
         "shared counter (check::counter)",
         attempt(|| {
@@ -193,7 +208,12 @@ fn body(rank: &Rank, out_dir: Option<&std::path::Path>) -> i32 {
 
     // Timing: nccl vs threads on one rank, and NCCL on device-resident buffers.
     let th = rank.comm(Backend::Threads);
-    let opts = TuneOptions { ops: Collective::ALL.to_vec(), sizes: tune::sizes_up_to(128 << 20), budget_bytes: 256 << 20, max_reps: 200 };
+    let opts = TuneOptions {
+        ops: Collective::ALL.to_vec(),
+        sizes: tune::sizes_up_to(128 << 20),
+        budget_bytes: 256 << 20,
+        max_reps: 200,
+    };
     let t0 = Instant::now();
     let timed = attempt(|| {
         let ms = tune::measure(&[&nccl, th.as_ref()], &opts, &mut |_| {});
@@ -234,7 +254,8 @@ fn device_allreduce(sizes: &[u64]) -> Result<Vec<(u64, f64)>, String> {
     use cudarc::nccl::safe::{Comm, Id, ReduceOp as Op};
     let ctx = CudaContext::new(0).map_err(|e| format!("{e:?}"))?;
     let stream = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
-    let comm = Comm::from_rank(stream.clone(), 0, 1, Id::new().map_err(|e| format!("{e:?}"))?).map_err(|e| format!("{e:?}"))?;
+    let comm = Comm::from_rank(stream.clone(), 0, 1, Id::new().map_err(|e| format!("{e:?}"))?)
+        .map_err(|e| format!("{e:?}"))?;
     let max = sizes.iter().map(|&b| (b as usize).div_ceil(8)).max().unwrap_or(1);
     let mut buf = stream.alloc_zeros::<f64>(max).map_err(|e| format!("{e:?}"))?;
     let mut out = Vec::new();
@@ -272,17 +293,30 @@ fn timing_table(ms: &[Measurement], device: &[(u64, f64)]) -> String {
     for m in ms {
         t.entry((m.bytes, m.op)).or_default().insert(m.backend, m.seconds);
     }
-    let mut s = String::from("µs per call, one rank (nccl: host buffers staged through the GPU; threads: in-process)\n\n");
+    let mut s =
+        String::from("µs per call, one rank (nccl: host buffers staged through the GPU; threads: in-process)\n\n");
     s.push_str("| size | op | nccl | threads |\n|---:|---|---:|---:|\n");
     for ((bytes, op), by) in &t {
         let get = |b| by.get(&b).map(|&x| us(x)).unwrap_or_default();
-        s.push_str(&format!("| {} | {} | {} | {} |\n", human(*bytes), op.name(), get(Backend::Nccl), get(Backend::Threads)));
+        s.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            human(*bytes),
+            op.name(),
+            get(Backend::Nccl),
+            get(Backend::Threads)
+        ));
     }
     if !device.is_empty() {
-        s.push_str("\nµs per all-reduce (sum): nccl back end (host buffers) vs ncclAllReduce on device-resident buffers\n\n");
+        s.push_str(
+            "\nµs per all-reduce (sum): nccl back end (host buffers) vs ncclAllReduce on device-resident buffers\n\n",
+        );
         s.push_str("| size | nccl back end | device-resident |\n|---:|---:|---:|\n");
         for &(bytes, sec) in device {
-            let host = t.get(&(bytes, Collective::Allreduce)).and_then(|b| b.get(&Backend::Nccl)).map(|&x| us(x)).unwrap_or_default();
+            let host = t
+                .get(&(bytes, Collective::Allreduce))
+                .and_then(|b| b.get(&Backend::Nccl))
+                .map(|&x| us(x))
+                .unwrap_or_default();
             s.push_str(&format!("| {} | {host} | {} |\n", human(bytes), us(sec)));
         }
     }

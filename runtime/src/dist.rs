@@ -196,7 +196,12 @@ impl DistTensor {
     /// The same tensor in another distribution (collective; one all-to-all-v).
     pub fn redistribute(&self, comm: &dyn Communicator, to: Distribution) -> DistTensor {
         let p = comm.size();
-        assert_eq!(self.dist.grid.procs(), p, "distribution over {} ranks, communicator of {p}", self.dist.grid.procs());
+        assert_eq!(
+            self.dist.grid.procs(),
+            p,
+            "distribution over {} ranks, communicator of {p}",
+            self.dist.grid.procs()
+        );
         assert_eq!(to.grid.procs(), p, "target distribution over {} ranks, communicator of {p}", to.grid.procs());
         let me = self.rank;
         let mine = self.local_box();
@@ -212,9 +217,16 @@ impl DistTensor {
                 }
             })
             .collect();
-        let pieces: Vec<Option<Box_>> = (0..p)
-            .map(|q| if self.dist.is_primary(q) { intersect(&self.dist.local_box(&self.shape, q), &target) } else { None })
-            .collect();
+        let pieces: Vec<Option<Box_>> =
+            (0..p)
+                .map(|q| {
+                    if self.dist.is_primary(q) {
+                        intersect(&self.dist.local_box(&self.shape, q), &target)
+                    } else {
+                        None
+                    }
+                })
+                .collect();
         let counts = pieces.iter().map(|b| b.as_ref().map_or(0, |b| volume(b))).collect();
         let got = exchange(comm, out, Some(counts));
         let mut local = vec![0.0; volume(&target)];

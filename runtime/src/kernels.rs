@@ -52,8 +52,17 @@ pub struct GettParams {
 /// The micro-kernel: `C[i*rs_c + j*cs_c] += alpha * Σ_p Ap[p*mr + i] * Bp[p*nr + j]`
 /// for `i < mrows`, `j < ncols` (a partial tile needs `rs_c == 1`; the full
 /// `mr × nr` tile any strides).
-pub type Ukernel<T> =
-    unsafe extern "C" fn(kc: i64, a: *const T, b: *const T, c: *mut T, rs_c: i64, cs_c: i64, alpha: T, mrows: i64, ncols: i64);
+pub type Ukernel<T> = unsafe extern "C" fn(
+    kc: i64,
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    rs_c: i64,
+    cs_c: i64,
+    alpha: T,
+    mrows: i64,
+    ncols: i64,
+);
 
 // ---------------------------------------------------------------------------------
 // Thread pool
@@ -148,7 +157,8 @@ pub fn parallel_for(n: usize, f: impl Fn(usize) + Sync) {
     let fref: &(dyn Fn(usize) + Sync) = &f;
     // SAFETY: lifetime erasure; we wait below until no worker uses it any more.
     let fptr: *const (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(fref) };
-    let job = Arc::new(Job { next: AtomicUsize::new(0), n, f: fptr, pending: Mutex::new(use_workers), done: Condvar::new() });
+    let job =
+        Arc::new(Job { next: AtomicUsize::new(0), n, f: fptr, pending: Mutex::new(use_workers), done: Condvar::new() });
     let mut sent = 0;
     for w in workers.iter().take(use_workers) {
         if w.send(job.clone()).is_ok() {
@@ -302,7 +312,16 @@ fn step_of(offs: &[isize]) -> Option<isize> {
 /// The pointers must be valid for every offset the dims describe; `c` must not
 /// overlap `a` or `b`; `uk` must be a micro-kernel for `params.mr × params.nr`.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn gett<T: Elem>(a: *const T, b: *const T, c: *mut T, alpha: T, dims: &[GettDim], params: GettParams, uk: Ukernel<T>, overwrite: bool) {
+pub unsafe fn gett<T: Elem>(
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    alpha: T,
+    dims: &[GettDim],
+    params: GettParams,
+    uk: Ukernel<T>,
+    overwrite: bool,
+) {
     gett_on(a, b, c, alpha, dims, params, uk, overwrite, num_threads())
 }
 
@@ -350,7 +369,12 @@ unsafe fn gett_on<T: Elem>(
     let (m, n, k, nbatch) = (t.ma.len(), t.nb.len(), t.ka.len(), t.ba.len());
     // Tuning overrides of the compiler's blocking (experiments only).
     let env = |name: &str, v: i64| -> i64 { std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(v) };
-    let params = GettParams { kc: env("TCC_GETT_KC", params.kc), mc: env("TCC_GETT_MC", params.mc), nc: env("TCC_GETT_NC", params.nc), ..params };
+    let params = GettParams {
+        kc: env("TCC_GETT_KC", params.kc),
+        mc: env("TCC_GETT_MC", params.mc),
+        nc: env("TCC_GETT_NC", params.nc),
+        ..params
+    };
     let mr = params.mr.max(1) as usize;
     let nr = params.nr.max(1) as usize;
     assert!(mr * nr <= 512, "micro-tile {mr}x{nr} larger than the kernel's tile buffer");
@@ -398,7 +422,16 @@ unsafe impl<T> Sync for SendMut<T> {}
 /// the micro-tiles, split into (row block, column chunk) tasks. Nothing is packed
 /// twice.
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T, p: &Params, uk: Ukernel<T>, threads: usize, overwrite: bool) {
+unsafe fn gemm_parallel<T: Elem>(
+    ptrs: Ptrs<T>,
+    bi: usize,
+    t: &Tables,
+    alpha: T,
+    p: &Params,
+    uk: Ukernel<T>,
+    threads: usize,
+    overwrite: bool,
+) {
     let (m, n, k) = (t.ma.len(), t.nb.len(), t.ka.len());
     let (mr, nr) = (p.mr, p.nr);
     let a = ptrs.a.offset(t.ba[bi]);
@@ -449,7 +482,11 @@ unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T,
                 // With private A, the row blocks (about `mc` rows, whole slivers)
                 // are a multiple of the thread count, so that every thread gets
                 // the same work: 11 blocks on 2 threads would idle one 1/12 of the time.
-                let (nblocks, jchunks) = if private_a { (round_up(nic, threads), 1) } else { (nic, (2 * threads).div_ceil(nic).clamp(1, nslivers)) };
+                let (nblocks, jchunks) = if private_a {
+                    (round_up(nic, threads), 1)
+                } else {
+                    (nic, (2 * threads).div_ceil(nic).clamp(1, nslivers))
+                };
                 parallel_for(nblocks * jchunks, |x| {
                     let (ic, jch) = (x / jchunks, x % jchunks);
                     let (c, bp, ap_all) = (c, bp, ap);
@@ -473,7 +510,8 @@ unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T,
                             let moffs = &t.mc[si * mr..si * mr + rows];
                             let rs = step_of(moffs).map(|s| if rows == 1 { 1 } else { s });
                             let apanel = ap.add(si * mr * kb);
-                            let tile = Tile { kb, apanel, bpanel, c: c.0, moffs, noffs, rs, cs, clear: overwrite && pc == 0 };
+                            let tile =
+                                Tile { kb, apanel, bpanel, c: c.0, moffs, noffs, rs, cs, clear: overwrite && pc == 0 };
                             tile.run(alpha, mr, nr, uk, tbuf.as_mut_ptr());
                         }
                     }
@@ -491,7 +529,16 @@ unsafe fn gemm_parallel<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T,
 /// barrier per column block, so a very wide C (`n` in the hundreds of thousands,
 /// `m` and `k` short) is not dominated by synchronization.
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemm_columns<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T, p: &Params, uk: Ukernel<T>, threads: usize, overwrite: bool) {
+unsafe fn gemm_columns<T: Elem>(
+    ptrs: Ptrs<T>,
+    bi: usize,
+    t: &Tables,
+    alpha: T,
+    p: &Params,
+    uk: Ukernel<T>,
+    threads: usize,
+    overwrite: bool,
+) {
     let (m, n, k) = (t.ma.len(), t.nb.len(), t.ka.len());
     let (mr, nr) = (p.mr, p.nr);
     let a = ptrs.a.offset(t.ba[bi]) as usize;
@@ -518,7 +565,17 @@ unsafe fn gemm_columns<T: Elem>(ptrs: Ptrs<T>, bi: usize, t: &Tables, alpha: T, 
                     let rows = mr.min(m - si * mr);
                     let moffs = &t.mc[si * mr..si * mr + rows];
                     let rs = step_of(moffs).map(|s| if rows == 1 { 1 } else { s });
-                    let tile = Tile { kb, apanel: ap.0.add(si * mr * kb), bpanel: bbuf.as_ptr(), c: c.0, moffs, noffs, rs, cs, clear: overwrite && pc == 0 };
+                    let tile = Tile {
+                        kb,
+                        apanel: ap.0.add(si * mr * kb),
+                        bpanel: bbuf.as_ptr(),
+                        c: c.0,
+                        moffs,
+                        noffs,
+                        rs,
+                        cs,
+                        clear: overwrite && pc == 0,
+                    };
                     tile.run(alpha, mr, nr, uk, tbuf.as_mut_ptr());
                 }
             }
@@ -534,7 +591,14 @@ struct PrivateA<T> {
 }
 
 impl<T: Elem> PrivateA<T> {
-    unsafe fn pack(a: *const T, t: &Tables, slivers: std::ops::Range<usize>, ks: std::ops::Range<usize>, mr: usize, m: usize) -> Self {
+    unsafe fn pack(
+        a: *const T,
+        t: &Tables,
+        slivers: std::ops::Range<usize>,
+        ks: std::ops::Range<usize>,
+        mr: usize,
+        m: usize,
+    ) -> Self {
         let kb = ks.len();
         let len = slivers.len() * mr * kb;
         let start = PACK.with(|cell| {
@@ -796,7 +860,17 @@ mod tests {
     use super::*;
 
     /// A portable 4×3 micro-kernel for the tests.
-    unsafe extern "C" fn uk43(kc: i64, a: *const f64, b: *const f64, c: *mut f64, rs: i64, cs: i64, alpha: f64, mrows: i64, ncols: i64) {
+    unsafe extern "C" fn uk43(
+        kc: i64,
+        a: *const f64,
+        b: *const f64,
+        c: *mut f64,
+        rs: i64,
+        cs: i64,
+        alpha: f64,
+        mrows: i64,
+        ncols: i64,
+    ) {
         for i in 0..mrows as usize {
             for j in 0..ncols as usize {
                 let mut s = 0.0;
@@ -877,7 +951,11 @@ mod tests {
                 unsafe { gett_on(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk43, overwrite, 2) };
                 let base = if overwrite { 0.0 } else { 0.5 };
                 for (x, (&got, &w)) in c.iter().zip(&want).enumerate() {
-                    assert!((got - (base + w)).abs() < 1e-12, "{m}x{n}x{k} mc={mc} overwrite={overwrite} at {x}: {got} vs {}", base + w);
+                    assert!(
+                        (got - (base + w)).abs() < 1e-12,
+                        "{m}x{n}x{k} mc={mc} overwrite={overwrite} at {x}: {got} vs {}",
+                        base + w
+                    );
                 }
             }
         }

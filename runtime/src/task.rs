@@ -215,7 +215,12 @@ impl ThreadPool {
         })
     }
     /// Runs `f(space, tile ranges, worker)` for every tile of every space of `set`.
-    pub fn for_tiles(&self, set: &TaskSet, schedule: Schedule, f: impl Fn(usize, &[Range<usize>], usize) + Sync) -> Vec<usize> {
+    pub fn for_tiles(
+        &self,
+        set: &TaskSet,
+        schedule: Schedule,
+        f: impl Fn(usize, &[Range<usize>], usize) + Sync,
+    ) -> Vec<usize> {
         self.parallel_for(set.len(), schedule, |t, w| {
             let (s, k) = set.locate(t);
             f(s, &set.spaces()[s].tile(k), w)

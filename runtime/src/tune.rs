@@ -83,7 +83,10 @@ impl TuningTable {
         TuningTable {
             world,
             ranks: 0,
-            entries: Collective::ALL.iter().map(|&op| Entry { op, bytes: 0, backend, seconds: BTreeMap::new() }).collect(),
+            entries: Collective::ALL
+                .iter()
+                .map(|&op| Entry { op, bytes: 0, backend, seconds: BTreeMap::new() })
+                .collect(),
         }
     }
 
@@ -134,7 +137,8 @@ impl TuningTable {
     }
 
     pub fn read(path: &std::path::Path) -> Result<TuningTable, TableError> {
-        let text = std::fs::read_to_string(path).map_err(|e| TableError(format!("cannot read `{}`: {e}", path.display())))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| TableError(format!("cannot read `{}`: {e}", path.display())))?;
         TuningTable::from_toml(&text).map_err(|e| TableError(format!("`{}`: {}", path.display(), e.0)))
     }
 
@@ -222,14 +226,23 @@ pub struct TuneOptions {
 
 impl Default for TuneOptions {
     fn default() -> Self {
-        TuneOptions { ops: Collective::ALL.to_vec(), sizes: sizes_up_to(64 << 20), budget_bytes: 64 << 20, max_reps: 200 }
+        TuneOptions {
+            ops: Collective::ALL.to_vec(),
+            sizes: sizes_up_to(64 << 20),
+            budget_bytes: 64 << 20,
+            max_reps: 200,
+        }
     }
 }
 
 /// Measures every op at every size on each communicator (each one back end over
 /// the same ranks; collective: every rank calls it). `progress` is called on rank 0
 /// after each point. Every rank returns the same measurements (slowest rank's time).
-pub fn measure(comms: &[&dyn Communicator], opts: &TuneOptions, progress: &mut dyn FnMut(&Measurement)) -> Vec<Measurement> {
+pub fn measure(
+    comms: &[&dyn Communicator],
+    opts: &TuneOptions,
+    progress: &mut dyn FnMut(&Measurement),
+) -> Vec<Measurement> {
     let primary = comms[0];
     let max_words = opts.sizes.iter().map(|&b| (b as usize).div_ceil(8)).max().unwrap_or(1);
     let p = primary.size();

@@ -14,7 +14,8 @@ fn c_program_uses_the_runtime() {
     if !lib.exists() {
         // `cargo test` alone may not have produced the static library yet.
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-        let st = Command::new(cargo).args(["build", "-p", "tcc-runtime", "--lib"]).current_dir(&manifest).status().unwrap();
+        let st =
+            Command::new(cargo).args(["build", "-p", "tcc-runtime", "--lib"]).current_dir(&manifest).status().unwrap();
         assert!(st.success(), "cargo build -p tcc-runtime failed");
     }
     assert!(lib.exists(), "{} is missing (cargo builds it with the library)", lib.display());

@@ -36,25 +36,46 @@ struct Mode {
 
 fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> Result<(), RunError> {
     let (check, repeat, force) = (mode.check, mode.repeat, mode.force);
-    let src = std::fs::read_to_string(file).map_err(|e| fail("E0010", format!("cannot read `{}`: {e}", file.display()), None))?;
+    let src = std::fs::read_to_string(file)
+        .map_err(|e| fail("E0010", format!("cannot read `{}`: {e}", file.display()), None))?;
     let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let (hir, diags) = tcc::compile(&src, &stem);
-    let hir = hir.ok_or_else(|| fail("E0001", format!("`{}` does not compile: {} diagnostics", file.display(), diags.len()), None))?;
+    let hir = hir.ok_or_else(|| {
+        fail("E0001", format!("`{}` does not compile: {} diagnostics", file.display(), diags.len()), None)
+    })?;
     let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| file.parent().map(Path::to_path_buf).unwrap_or_default());
     let ptx_path = dir.join(format!("{stem}.ptx"));
-    let ptx = std::fs::read_to_string(&ptx_path).map_err(|e| fail("E0010", format!("cannot read `{}`: {e}", ptx_path.display()), Some("write it with `tcc build FILE.tc --target cuda -o FILE.ptx`".into())))?;
+    let ptx = std::fs::read_to_string(&ptx_path).map_err(|e| {
+        fail(
+            "E0010",
+            format!("cannot read `{}`: {e}", ptx_path.display()),
+            Some("write it with `tcc build FILE.tc --target cuda -o FILE.ptx`".into()),
+        )
+    })?;
     let mut plan = read_plan(&dir.join(format!("{stem}.plan.json"))).map_err(|e| fail("E0010", e, None))?;
     if let Some(kind) = force {
         let (_, without) = plan.force(kind);
         if without > 0 {
-            eprintln!("note: {}: {without} contractions have no {} implementation and keep the planned one", file.display(), kind.name());
+            eprintln!(
+                "note: {}: {without} contractions have no {} implementation and keep the planned one",
+                file.display(),
+                kind.name()
+            );
         }
     }
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     run_report(&hir, opts, &mut lock, &mut |u, inputs| {
-        let k = plan.units.iter().position(|p| p.unit == u).ok_or_else(|| fail("E0702", format!("the plan has no unit {}", hir.units[u].name), None))?;
-        let one = tcc::codegen::nvptx::GpuPlan { target: plan.target.clone(), kernels: plan.kernels.clone(), units: vec![plan.units[k].clone()] };
+        let k = plan
+            .units
+            .iter()
+            .position(|p| p.unit == u)
+            .ok_or_else(|| fail("E0702", format!("the plan has no unit {}", hir.units[u].name), None))?;
+        let one = tcc::codegen::nvptx::GpuPlan {
+            target: plan.target.clone(),
+            kernels: plan.kernels.clone(),
+            units: vec![plan.units[k].clone()],
+        };
         let r = cuda::run_plan(&hir, &one, &ptx, 0, inputs, repeat)?;
         let mut extra = cuda::report_lines(&hir, u, &one, &r, 0.0, check, inputs)?;
         for &kind in &mode.variants {
@@ -73,7 +94,8 @@ fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> 
             let rv = cuda::run_plan(&hir, &v, &ptx, 0, inputs, repeat)?;
             let (l, g) = v.units[0].launches();
             let tflops = if rv.run_s > 0.0 { rv.flops / rv.run_s / 1e12 } else { 0.0 };
-            let rel = tcc::codegen::compare_outputs(&hir, u, &rv.outputs, &r.outputs).map_err(|e| fail("E0713", format!("variant {}: {e}", kind.name()), None))?;
+            let rel = tcc::codegen::compare_outputs(&hir, u, &rv.outputs, &r.outputs)
+                .map_err(|e| fail("E0713", format!("variant {}: {e}", kind.name()), None))?;
             extra.push(format!(
                 "variant {}: time = {:.3} ms  ({tflops:.3} TFLOP/s; {l} kernel launches, {g} cuBLAS calls; max relative difference to the plan's outputs {rel:.2e})",
                 kind.name(),
@@ -119,7 +141,10 @@ fn main() -> std::process::ExitCode {
                 Some("auto") => force = None,
                 Some(k) if GemmKind::from_name(k).is_some() => force = GemmKind::from_name(k),
                 other => {
-                    eprintln!("error: --gpu-gemm takes auto, cublas, tiled or naive (got {})", other.unwrap_or("nothing"));
+                    eprintln!(
+                        "error: --gpu-gemm takes auto, cublas, tiled or naive (got {})",
+                        other.unwrap_or("nothing")
+                    );
                     return std::process::ExitCode::from(2);
                 }
             },

@@ -45,10 +45,18 @@ fn no_device(why: String) -> RunError {
 }
 
 /// Runs unit plan `unit` (an index into `plan.units`) with PTX `ptx` on `inputs`.
-pub fn run_plan(hir: &Hir, plan: &GpuPlan, ptx: &str, unit: usize, inputs: &HashMap<TensorId, Dense>, repeat: usize) -> Result<GpuRun, RunError> {
+pub fn run_plan(
+    hir: &Hir,
+    plan: &GpuPlan,
+    ptx: &str,
+    unit: usize,
+    inputs: &HashMap<TensorId, Dense>,
+    repeat: usize,
+) -> Result<GpuRun, RunError> {
     let g = imp::open().map_err(no_device)?;
     let up = &plan.units[unit];
-    let (outs, run_s) = imp::run(g, plan, ptx, up, inputs, repeat.max(1)).map_err(|e| fail("E0721", format!("CUDA: {e}"), None))?;
+    let (outs, run_s) =
+        imp::run(g, plan, ptx, up, inputs, repeat.max(1)).map_err(|e| fail("E0721", format!("CUDA: {e}"), None))?;
     let outputs = outs.into_iter().map(|(t, d)| (t, Dense::from_vec(hir.shape(t), d))).collect();
     Ok(GpuRun { outputs, run_s, flops: up.flops, device: g.name.clone() })
 }
@@ -67,7 +75,15 @@ pub fn run_cuda(hir: &Hir, opts: &RunOptions, c: &CudaRun, out: &mut dyn Write) 
 }
 
 /// The extra report lines of a GPU run: timing, and the check with `check`.
-pub fn report_lines(hir: &Hir, u: usize, plan: &GpuPlan, r: &GpuRun, compile_s: f64, check: bool, inputs: &HashMap<TensorId, Dense>) -> Result<Vec<String>, RunError> {
+pub fn report_lines(
+    hir: &Hir,
+    u: usize,
+    plan: &GpuPlan,
+    r: &GpuRun,
+    compile_s: f64,
+    check: bool,
+    inputs: &HashMap<TensorId, Dense>,
+) -> Result<Vec<String>, RunError> {
     let tflops = if r.run_s > 0.0 { r.flops / r.run_s / 1e12 } else { 0.0 };
     let (launches, gemms) = plan.units[0].launches();
     let mut extra = vec![format!(
@@ -95,7 +111,14 @@ mod imp {
     pub fn open() -> Result<&'static Gpu, String> {
         Err("this tcc was built without the `cuda` feature (cargo build --features cuda)".into())
     }
-    pub fn run(_: &Gpu, _: &GpuPlan, _: &str, _: &UnitPlan, _: &HashMap<TensorId, Dense>, _: usize) -> Result<(Vec<(TensorId, Vec<f64>)>, f64), String> {
+    pub fn run(
+        _: &Gpu,
+        _: &GpuPlan,
+        _: &str,
+        _: &UnitPlan,
+        _: &HashMap<TensorId, Dense>,
+        _: usize,
+    ) -> Result<(Vec<(TensorId, Vec<f64>)>, f64), String> {
         Err(NO_DEVICE.into())
     }
 }
@@ -181,20 +204,38 @@ mod imp {
                     Step::Memset { buf } => {
                         let b = &self.up.buffers[*buf];
                         // SAFETY: the whole allocation.
-                        unsafe { result::memset_d8_async(self.ptrs[*buf], 0, b.elements as usize * b.elem.bytes(), result::stream::null()) }.map_err(e("cuMemsetD8"))?;
+                        unsafe {
+                            result::memset_d8_async(
+                                self.ptrs[*buf],
+                                0,
+                                b.elements as usize * b.elem.bytes(),
+                                result::stream::null(),
+                            )
+                        }
+                        .map_err(e("cuMemsetD8"))?;
                     }
                     Step::Launch { kernel, args } => {
                         let k = &self.plan.kernels[*kernel];
                         let f = self.funcs[*kernel].ok_or("kernel not loaded")?;
                         let mut vals: Vec<sys::CUdeviceptr> = args.iter().map(|a| self.ptr(a, bound)).collect();
-                        let mut params: Vec<*mut c_void> = vals.iter_mut().map(|v| v as *mut sys::CUdeviceptr as *mut c_void).collect();
+                        let mut params: Vec<*mut c_void> =
+                            vals.iter_mut().map(|v| v as *mut sys::CUdeviceptr as *mut c_void).collect();
                         let ([gx, gy, gz], block) = k.launch_dims();
                         if gx > i32::MAX as u64 || gy > 65535 || gz > 65535 {
                             return Err(format!("kernel {} needs a grid of {gx}×{gy}×{gz} blocks", k.name));
                         }
                         // SAFETY: the kernel takes one pointer per argument, each inside its buffer.
-                        unsafe { result::launch_kernel(f, (gx as u32, gy as u32, gz as u32), (block, 1, 1), 0, result::stream::null(), &mut params) }
-                            .map_err(e("cuLaunchKernel"))?;
+                        unsafe {
+                            result::launch_kernel(
+                                f,
+                                (gx as u32, gy as u32, gz as u32),
+                                (block, 1, 1),
+                                0,
+                                result::stream::null(),
+                                &mut params,
+                            )
+                        }
+                        .map_err(e("cuLaunchKernel"))?;
                     }
                     Step::Choice(c) => self.steps(c.steps(), bound)?,
                     Step::Gemm(g) => {
@@ -203,14 +244,22 @@ mod imp {
                             None => {
                                 // SAFETY: probing only loads the library.
                                 if !unsafe { blas_sys::is_culib_present() } {
-                                    return Err("cuBLAS (libcublas.so) not found: add its folder to LD_LIBRARY_PATH".into());
+                                    return Err(
+                                        "cuBLAS (libcublas.so) not found: add its folder to LD_LIBRARY_PATH".into()
+                                    );
                                 }
                                 let h = blas::create_handle().map_err(e("cublasCreate"))?;
                                 self.blas = Some(h);
                                 h
                             }
                         };
-                        let op = |t: bool| if t { blas_sys::cublasOperation_t::CUBLAS_OP_T } else { blas_sys::cublasOperation_t::CUBLAS_OP_N };
+                        let op = |t: bool| {
+                            if t {
+                                blas_sys::cublasOperation_t::CUBLAS_OP_T
+                            } else {
+                                blas_sys::cublasOperation_t::CUBLAS_OP_N
+                            }
+                        };
                         let (pa, pb, pc) = (self.ptr(&g.a, bound), self.ptr(&g.b, bound), self.ptr(&g.c, bound));
                         let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
                         let (lda, ldb, ldc) = (g.lda as i32, g.ldb as i32, g.ldc as i32);
@@ -220,11 +269,49 @@ mod imp {
                             match g.elem {
                                 Elem::F64 => {
                                     let (al, be) = (g.alpha, 1.0f64);
-                                    blas::dgemm_strided_batched(h, op(g.transa), op(g.transb), m, n, k, &al, pa as *const f64, lda, sa, pb as *const f64, ldb, sb, &be, pc as *mut f64, ldc, sc, g.batch as i32)
+                                    blas::dgemm_strided_batched(
+                                        h,
+                                        op(g.transa),
+                                        op(g.transb),
+                                        m,
+                                        n,
+                                        k,
+                                        &al,
+                                        pa as *const f64,
+                                        lda,
+                                        sa,
+                                        pb as *const f64,
+                                        ldb,
+                                        sb,
+                                        &be,
+                                        pc as *mut f64,
+                                        ldc,
+                                        sc,
+                                        g.batch as i32,
+                                    )
                                 }
                                 Elem::F32 => {
                                     let (al, be) = (g.alpha as f32, 1.0f32);
-                                    blas::sgemm_strided_batched(h, op(g.transa), op(g.transb), m, n, k, &al, pa as *const f32, lda, sa, pb as *const f32, ldb, sb, &be, pc as *mut f32, ldc, sc, g.batch as i32)
+                                    blas::sgemm_strided_batched(
+                                        h,
+                                        op(g.transa),
+                                        op(g.transb),
+                                        m,
+                                        n,
+                                        k,
+                                        &al,
+                                        pa as *const f32,
+                                        lda,
+                                        sa,
+                                        pb as *const f32,
+                                        ldb,
+                                        sb,
+                                        &be,
+                                        pc as *mut f32,
+                                        ldc,
+                                        sc,
+                                        g.batch as i32,
+                                    )
                                 }
                             }
                         }
@@ -236,10 +323,18 @@ mod imp {
         }
     }
 
-    pub fn run(_g: &Gpu, plan: &GpuPlan, ptx: &str, up: &UnitPlan, inputs: &HashMap<TensorId, Dense>, repeat: usize) -> Result<(Vec<(TensorId, Vec<f64>)>, f64), String> {
+    pub fn run(
+        _g: &Gpu,
+        plan: &GpuPlan,
+        ptx: &str,
+        up: &UnitPlan,
+        inputs: &HashMap<TensorId, Dense>,
+        repeat: usize,
+    ) -> Result<(Vec<(TensorId, Vec<f64>)>, f64), String> {
         let src = CString::new(ptx).map_err(|_| "PTX holds a NUL byte".to_string())?;
         // SAFETY: a NUL-terminated PTX image.
-        let module = unsafe { result::module::load_data(src.as_ptr() as *const c_void) }.map_err(e("cuModuleLoadData (PTX JIT)"))?;
+        let module = unsafe { result::module::load_data(src.as_ptr() as *const c_void) }
+            .map_err(e("cuModuleLoadData (PTX JIT)"))?;
         let mut used = vec![false; plan.kernels.len()];
         fn mark(steps: &[Step], used: &mut [bool]) {
             for s in steps {
@@ -256,7 +351,10 @@ mod imp {
         for (k, u) in plan.kernels.iter().zip(&used) {
             funcs.push(if *u {
                 // SAFETY: a loaded module.
-                Some(unsafe { result::module::get_function(module, CString::new(k.name.clone()).expect("name")) }.map_err(e("cuModuleGetFunction"))?)
+                Some(
+                    unsafe { result::module::get_function(module, CString::new(k.name.clone()).expect("name")) }
+                        .map_err(e("cuModuleGetFunction"))?,
+                )
             } else {
                 None
             });
@@ -266,7 +364,12 @@ mod imp {
         let mut mem = Mem(Vec::new());
         for (b, &u) in up.buffers.iter().zip(&used) {
             // SAFETY: a plain allocation.
-            let p = if u { unsafe { result::malloc_sync((b.elements as usize).max(1) * b.elem.bytes()) }.map_err(e(&format!("cuMemAlloc ({} elements)", b.elements)))? } else { 0 };
+            let p = if u {
+                unsafe { result::malloc_sync((b.elements as usize).max(1) * b.elem.bytes()) }
+                    .map_err(e(&format!("cuMemAlloc ({} elements)", b.elements)))?
+            } else {
+                0
+            };
             mem.0.push(p);
         }
         for (j, b) in up.buffers.iter().enumerate() {
@@ -290,7 +393,12 @@ mod imp {
                 let mut r = Ok(());
                 for (j, b) in up.buffers.iter().enumerate() {
                     if !b.input && used[j] {
-                        if let Err(err) = result::memset_d8_async(mem.0[j], 0, b.elements as usize * b.elem.bytes(), result::stream::null()) {
+                        if let Err(err) = result::memset_d8_async(
+                            mem.0[j],
+                            0,
+                            b.elements as usize * b.elem.bytes(),
+                            result::stream::null(),
+                        ) {
                             r = Err(format!("cuMemsetD8: {err:?}"));
                         }
                     }

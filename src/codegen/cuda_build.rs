@@ -21,7 +21,13 @@ pub fn plan_path(ptx: &Path) -> PathBuf {
 /// Writes the PTX and the plan; returns a short report for stderr.
 /// Every implementation of each binary contraction stays in the plan (and its
 /// kernels in the PTX), so that `tcc-gpu --gpu-gemm` can force one.
-pub fn build_ptx(hir: &Hir, program: Option<&str>, output: &Path, opts: &GpuOptions, source_name: &str) -> Result<String, RunError> {
+pub fn build_ptx(
+    hir: &Hir,
+    program: Option<&str>,
+    output: &Path,
+    opts: &GpuOptions,
+    source_name: &str,
+) -> Result<String, RunError> {
     let units: Vec<usize> = match program {
         None => (0..hir.units.len()).collect(),
         Some(name) => match hir.unit_by_name(name) {
@@ -42,11 +48,14 @@ pub fn build_ptx(hir: &Hir, program: Option<&str>, output: &Path, opts: &GpuOpti
     };
     let opts = GpuOptions { keep_alternatives: true, tile, ..opts.clone() };
     let (plan, ptx) = nvptx::ptx_for(hir, &units, &opts).map_err(|e| fail("E0712", e.0, None))?;
-    let write = |p: &Path, s: &str| std::fs::write(p, s).map_err(|e| fail("E0714", format!("cannot write `{}`: {e}", p.display()), None));
+    let write = |p: &Path, s: &str| {
+        std::fs::write(p, s).map_err(|e| fail("E0714", format!("cannot write `{}`: {e}", p.display()), None))
+    };
     write(output, &ptx)?;
     let pp = plan_path(output);
     write(&pp, &serde_json::to_string_pretty(&plan).expect("plans serialize"))?;
-    let (c, h) = super::cuda_shim::write_shim(hir, &plan, &ptx, output, source_name).map_err(|e| fail("E0714", format!("cannot write the C shim beside `{}`: {e}", output.display()), None))?;
+    let (c, h) = super::cuda_shim::write_shim(hir, &plan, &ptx, output, source_name)
+        .map_err(|e| fail("E0714", format!("cannot write the C shim beside `{}`: {e}", output.display()), None))?;
     Ok(format!(
         "wrote {} ({} kernels, {}), {}, and the C shim {} + {}\n{}",
         output.display(),

@@ -18,7 +18,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// The extra return code of the shim's functions.
-pub const TCC_ERR_CUDA: (&str, i32, &str) = ("TCC_ERR_CUDA", 5, "the CUDA driver or cuBLAS failed (no device, out of device memory, ...)");
+pub const TCC_ERR_CUDA: (&str, i32, &str) =
+    ("TCC_ERR_CUDA", 5, "the CUDA driver or cuBLAS failed (no device, out of device memory, ...)");
 
 fn c_type(e: ElemType) -> &'static str {
     match e {
@@ -49,7 +50,10 @@ pub fn header(hir: &Hir, plan: &GpuPlan, lib: &str, source: &str) -> String {
     let _ = writeln!(s, " * Arguments are host arrays, dense and row-major (C order). Each call validates");
     let _ = writeln!(s, " * its arguments first and writes nothing on error; tcc_cuda_last_error() then");
     let _ = writeln!(s, " * describes the problem. Calls run one at a time (a mutex) on device 0. */");
-    let _ = writeln!(s, "#ifndef {guard}\n#define {guard}\n\n#include <stddef.h>\n\n#ifdef __cplusplus\nextern \"C\" {{\n#endif\n");
+    let _ = writeln!(
+        s,
+        "#ifndef {guard}\n#define {guard}\n\n#include <stddef.h>\n\n#ifdef __cplusplus\nextern \"C\" {{\n#endif\n"
+    );
     for (name, v, what) in CODES.iter().chain(std::iter::once(&TCC_ERR_CUDA)) {
         let _ = writeln!(s, "#ifndef {name}\n#define {name} {v} /* {what} */\n#endif");
     }
@@ -59,7 +63,14 @@ pub fn header(hir: &Hir, plan: &GpuPlan, lib: &str, source: &str) -> String {
         let _ = writeln!(s, "/* program `{}` ({} flops per call):", up.name, up.flops);
         for (k, &t) in up.args.iter().enumerate() {
             let shape: Vec<String> = hir.shape(t).iter().map(|d| d.to_string()).collect();
-            let _ = writeln!(s, " *   {} {}: {}[{}]", if k < up.n_inputs { "in " } else { "out" }, hir.tensors[t].name, hir.tensors[t].elem.name(), shape.join(", "));
+            let _ = writeln!(
+                s,
+                " *   {} {}: {}[{}]",
+                if k < up.n_inputs { "in " } else { "out" },
+                hir.tensors[t].name,
+                hir.tensors[t].elem.name(),
+                shape.join(", ")
+            );
         }
         let _ = writeln!(s, " */\nint tcc_cuda_{}({});\n", up.name, params(hir, up));
     }
@@ -84,7 +95,8 @@ fn steps(s: &mut String, plan: &GpuPlan, up: &UnitPlan, st: &[Step], ind: usize)
     for step in st {
         match step {
             Step::Loop { index, extent, body } => {
-                let _ = writeln!(s, "{pad}for (unsigned long long v{index} = 0; v{index} < {extent}ULL; ++v{index}) {{");
+                let _ =
+                    writeln!(s, "{pad}for (unsigned long long v{index} = 0; v{index} < {extent}ULL; ++v{index}) {{");
                 steps(s, plan, up, body, ind + 1);
                 let _ = writeln!(s, "{pad}}}");
             }
@@ -244,12 +256,19 @@ static inline int overlap_(const void* a, size_t n, const void* b, size_t m) {{
     );
     for up in &plan.units {
         let _ = writeln!(s, "int tcc_cuda_{}({}) {{", up.name, params(hir, up));
-        let _ = writeln!(s, "    int rc = TCC_OK;\n    CUdeviceptr b[{}] = {{0}};\n    err_ = NULL;", up.buffers.len().max(1));
+        let _ = writeln!(
+            s,
+            "    int rc = TCC_OK;\n    CUdeviceptr b[{}] = {{0}};\n    err_ = NULL;",
+            up.buffers.len().max(1)
+        );
         let arg_bytes = |t: usize| Elem::of(hir.tensors[t].elem).bytes();
         for &t in &up.args {
             let (n, want) = (&hir.tensors[t].name, hir.num_elements(t).unwrap_or(0));
             let _ = writeln!(s, "    if ({n} == NULL && {n}_len > 0) return fail_(TCC_ERR_NULL, \"`{n}` is NULL\");");
-            let _ = writeln!(s, "    if ({n}_len != {want}) return fail_(TCC_ERR_LENGTH, \"`{n}` must have {want} elements\");");
+            let _ = writeln!(
+                s,
+                "    if ({n}_len != {want}) return fail_(TCC_ERR_LENGTH, \"`{n}` must have {want} elements\");"
+            );
         }
         for (k, &t) in up.args.iter().enumerate().skip(up.n_inputs) {
             for (j, &u) in up.args.iter().enumerate() {
@@ -268,16 +287,29 @@ static inline int overlap_(const void* a, size_t n, const void* b, size_t m) {{
         // Scratch buffers of alternatives that do not run are left out.
         let used = up.used_buffers();
         for (j, buf) in up.buffers.iter().enumerate().filter(|(j, _)| used[*j]) {
-            let _ = writeln!(s, "    CK(cuMemAlloc(&b[{j}], {}ULL)); /* {} */", (buf.elements as usize).max(1) * bytes(buf.elem), buf.name);
+            let _ = writeln!(
+                s,
+                "    CK(cuMemAlloc(&b[{j}], {}ULL)); /* {} */",
+                (buf.elements as usize).max(1) * bytes(buf.elem),
+                buf.name
+            );
         }
         for (j, buf) in up.buffers.iter().enumerate().filter(|(j, _)| used[*j]) {
             match buf.tensor.filter(|_| buf.input) {
                 Some(t) => {
                     let n = &hir.tensors[t].name;
-                    let _ = writeln!(s, "    if ({n}_len > 0) CK(cuMemcpyHtoD(b[{j}], {n}, {n}_len * {}));", bytes(buf.elem));
+                    let _ = writeln!(
+                        s,
+                        "    if ({n}_len > 0) CK(cuMemcpyHtoD(b[{j}], {n}, {n}_len * {}));",
+                        bytes(buf.elem)
+                    );
                 }
                 None => {
-                    let _ = writeln!(s, "    CK(cuMemsetD8(b[{j}], 0, {}ULL));", (buf.elements as usize).max(1) * bytes(buf.elem));
+                    let _ = writeln!(
+                        s,
+                        "    CK(cuMemsetD8(b[{j}], 0, {}ULL));",
+                        (buf.elements as usize).max(1) * bytes(buf.elem)
+                    );
                 }
             }
         }
@@ -286,7 +318,11 @@ static inline int overlap_(const void* a, size_t n, const void* b, size_t m) {{
         for &t in &up.args[up.n_inputs..] {
             if let Some(j) = up.buf_of(t) {
                 let n = &hir.tensors[t].name;
-                let _ = writeln!(s, "    if ({n}_len > 0) CK(cuMemcpyDtoH({n}, b[{j}], {n}_len * {}));", bytes(up.buffers[j].elem));
+                let _ = writeln!(
+                    s,
+                    "    if ({n}_len > 0) CK(cuMemcpyDtoH({n}, b[{j}], {n}_len * {}));",
+                    bytes(up.buffers[j].elem)
+                );
             }
         }
         let _ = writeln!(
@@ -299,7 +335,13 @@ static inline int overlap_(const void* a, size_t n, const void* b, size_t m) {{
 }
 
 /// Writes `NAME.c` and `NAME.h` beside the PTX file `output`; returns their paths.
-pub fn write_shim(hir: &Hir, plan: &GpuPlan, ptx: &str, output: &Path, source_name: &str) -> std::io::Result<(std::path::PathBuf, std::path::PathBuf)> {
+pub fn write_shim(
+    hir: &Hir,
+    plan: &GpuPlan,
+    ptx: &str,
+    output: &Path,
+    source_name: &str,
+) -> std::io::Result<(std::path::PathBuf, std::path::PathBuf)> {
     let lib = lib_name(output);
     let (c, h) = (output.with_file_name(format!("{lib}.c")), output.with_file_name(format!("{lib}.h")));
     std::fs::write(&h, header(hir, plan, &lib, source_name))?;

@@ -18,7 +18,9 @@
 //! [`prepare`] runs this, then the optimizer ([`crate::tir::optimize`]), then this
 //! again (the optimizer may leave calls in terms it did not reorder).
 
-use crate::sema::hir::{ElemType, Expr, Factor, Func, Hir, IndexId, ModelId, Role, Stmt, Tensor, TensorId, TensorRef, Term, UnitKind};
+use crate::sema::hir::{
+    ElemType, Expr, Factor, Func, Hir, IndexId, ModelId, Role, Stmt, Tensor, TensorId, TensorRef, Term, UnitKind,
+};
 
 /// The program every back end compiles: calls and sums made simple, self-reads
 /// removed, products binarized by the optimizer.
@@ -67,7 +69,10 @@ pub fn materialize(hir: &Hir) -> Hir {
                 let tmp = m.temp(&s.lhs.indices, elem, model);
                 let r = TensorRef { tensor: tmp, indices: s.lhs.indices.clone(), span: s.span.clone() };
                 out.push(Stmt { lhs: r.clone(), accumulate: false, rhs, span: s.span.clone() });
-                let read = Expr { terms: vec![Term { coef: 1.0, factors: vec![Factor::Tensor(r)], span: s.span.clone() }], span: s.span.clone() };
+                let read = Expr {
+                    terms: vec![Term { coef: 1.0, factors: vec![Factor::Tensor(r)], span: s.span.clone() }],
+                    span: s.span.clone(),
+                };
                 out.push(Stmt { lhs: s.lhs.clone(), accumulate: s.accumulate, rhs: read, span: s.span.clone() });
             } else {
                 out.push(Stmt { lhs: s.lhs.clone(), accumulate: s.accumulate, rhs, span: s.span.clone() });
@@ -100,7 +105,14 @@ impl Mat {
     }
 
     /// Computes `e` over `free` into a fresh temporary (statements into `out`).
-    fn compute_into(&mut self, e: &Expr, free: &[IndexId], elem: ElemType, model: Option<ModelId>, out: &mut Vec<Stmt>) -> TensorRef {
+    fn compute_into(
+        &mut self,
+        e: &Expr,
+        free: &[IndexId],
+        elem: ElemType,
+        model: Option<ModelId>,
+        out: &mut Vec<Stmt>,
+    ) -> TensorRef {
         let inner = self.expr(e, elem, model, out);
         let t = self.temp(free, elem, model);
         let r = TensorRef { tensor: t, indices: free.to_vec(), span: e.span.clone() };
@@ -121,7 +133,10 @@ impl Mat {
                             (**arg).clone()
                         } else {
                             let r = self.compute_into(arg, free, elem, model, out);
-                            Expr { terms: vec![Term { coef: 1.0, factors: vec![Factor::Tensor(r)], span: span.clone() }], span: span.clone() }
+                            Expr {
+                                terms: vec![Term { coef: 1.0, factors: vec![Factor::Tensor(r)], span: span.clone() }],
+                                span: span.clone(),
+                            }
                         };
                         Factor::Call { func: *func, arg: Box::new(arg), free: free.clone(), span: span.clone() }
                     }

@@ -3,12 +3,12 @@
 //! ([`cabi`]).
 
 pub mod cabi;
-pub mod llvm;
-pub mod lower;
-pub mod nvptx;
 pub mod cuda;
 pub mod cuda_build;
 pub mod cuda_shim;
+pub mod llvm;
+pub mod lower;
+pub mod nvptx;
 
 use crate::interp::{self, Dense};
 use crate::run::{fail, interp_error, run_report, RunError, RunOptions};
@@ -25,7 +25,12 @@ pub const TOL_F32: f64 = 1e-4;
 /// `|got - want|` over the largest `|want|`. Returns the worst ratio, or a message
 /// naming the first output beyond its tolerance ([`TOL_F64`], or [`TOL_F32`] when
 /// the unit stores anything in `f32`: the interpreter keeps every value in `f64`).
-pub fn compare_outputs(hir: &Hir, unit: usize, got: &HashMap<TensorId, Dense>, want: &HashMap<TensorId, Dense>) -> Result<f64, String> {
+pub fn compare_outputs(
+    hir: &Hir,
+    unit: usize,
+    got: &HashMap<TensorId, Dense>,
+    want: &HashMap<TensorId, Dense>,
+) -> Result<f64, String> {
     let any_f32 = hir.units[unit].stmts.iter().any(|s| hir.tensors[s.lhs.tensor].elem == ElemType::F32);
     let mut worst = 0.0f64;
     let mut ids: Vec<&TensorId> = want.keys().collect();
@@ -43,13 +48,21 @@ pub fn compare_outputs(hir: &Hir, unit: usize, got: &HashMap<TensorId, Dense>, w
             let d = (a - b).abs();
             // NaN in either counts as a difference unless both are NaN.
             // (Equal infinities, e.g. an `exp` that overflows in both, agree.)
-            let d = if a == b || (a.is_nan() && b.is_nan()) { 0.0 } else if d.is_nan() { f64::INFINITY } else { d };
+            let d = if a == b || (a.is_nan() && b.is_nan()) {
+                0.0
+            } else if d.is_nan() {
+                f64::INFINITY
+            } else {
+                d
+            };
             diff = diff.max(d);
         }
         let rel = diff / scale;
         let tol = if any_f32 { TOL_F32 } else { TOL_F64 };
         if rel > tol {
-            return Err(format!("output `{name}` differs from the interpreter: max |difference| / max |value| = {rel:.3e} > {tol:.0e}"));
+            return Err(format!(
+                "output `{name}` differs from the interpreter: max |difference| / max |value| = {rel:.3e} > {tol:.0e}"
+            ));
         }
         worst = worst.max(rel);
     }

@@ -29,7 +29,9 @@ fn every_example_compiles_and_matches_the_interpreter() {
         let (hir, diags) = crate::compile(&src, "ex");
         let hir = hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()));
         for u in 0..hir.units.len() {
-            for opts in [Options::default(), Options { gemm_min: Some(1.0), parallel_min: Some(1.0), ..Options::default() }] {
+            for opts in
+                [Options::default(), Options { gemm_min: Some(1.0), parallel_min: Some(1.0), ..Options::default() }]
+            {
                 check_unit(&hir, u, 3, &opts).unwrap_or_else(|e| panic!("{} unit {u}: {e}", path.display()));
             }
             n += 1;
@@ -95,11 +97,17 @@ fn sums_into_few_elements_and_collapsed_loops_match() {
 #[test]
 fn emitted_ir_holds_the_vector_micro_kernel() {
     let hir = einsum("ik,kj->ij", &[('i', 64), ('j', 64), ('k', 64)], ElemType::F64);
-    let ir = super::llvm::emit_llvm(&hir, &[0], &Options { target_cpu: Some("skylake-avx512".into()), ..Options::default() }).unwrap();
+    let ir = super::llvm::emit_llvm(
+        &hir,
+        &[0],
+        &Options { target_cpu: Some("skylake-avx512".into()), ..Options::default() },
+    )
+    .unwrap();
     assert!(ir.contains("tcc_uk_f64_16x12"), "{ir}");
     assert!(ir.contains("<8 x double>"), "{ir}");
     assert!(ir.contains("tcc_rt_gett_f64"), "{ir}");
-    let ir = super::llvm::emit_llvm(&hir, &[0], &Options { target_cpu: Some("x86-64".into()), ..Options::default() }).unwrap();
+    let ir = super::llvm::emit_llvm(&hir, &[0], &Options { target_cpu: Some("x86-64".into()), ..Options::default() })
+        .unwrap();
     assert!(ir.contains("tcc_uk_f64_4x4"), "{ir}");
 }
 
@@ -153,12 +161,19 @@ fn random_program(seed: u64) -> Hir {
                 t
             }
         };
-        let mut factor = |b: &mut Builder, rnd: &mut dyn FnMut(usize) -> usize, readable: &Vec<(TensorId, String)>| -> (Factor, String) {
+        let mut factor = |b: &mut Builder,
+                          rnd: &mut dyn FnMut(usize) -> usize,
+                          readable: &Vec<(TensorId, String)>|
+         -> (Factor, String) {
             if !readable.is_empty() && rnd(3) == 0 {
                 let (t, d) = &readable[rnd(readable.len())];
                 // same ranges: reuse the declared letters, maybe permuted by a swap
                 let mut idx: Vec<char> = d.chars().collect();
-                if idx.len() >= 2 && rnd(2) == 0 && sizes.iter().find(|x| x.0 == idx[0]).unwrap().1 == sizes.iter().find(|x| x.0 == idx[1]).unwrap().1 {
+                if idx.len() >= 2
+                    && rnd(2) == 0
+                    && sizes.iter().find(|x| x.0 == idx[0]).unwrap().1
+                        == sizes.iter().find(|x| x.0 == idx[1]).unwrap().1
+                {
                     idx.swap(0, 1);
                 }
                 let s: String = idx.into_iter().collect();
@@ -190,7 +205,8 @@ fn random_program(seed: u64) -> Hir {
                         free_s.push(c);
                     }
                 }
-                let mut iterms = vec![b.term(if rnd(2) == 0 { 1.0 } else { -0.5 }, inner.into_iter().map(|x| x.0).collect())];
+                let mut iterms =
+                    vec![b.term(if rnd(2) == 0 { 1.0 } else { -0.5 }, inner.into_iter().map(|x| x.0).collect())];
                 let arg_is_sum = rnd(2) == 0;
                 if arg_is_sum && !free_s.is_empty() {
                     let (f2, _) = {
@@ -279,7 +295,16 @@ proptest! {
 fn random_programs_have_tiled_contractions() {
     use super::nvptx::{GemmKind, GpuOptions};
     let opts = GpuOptions { gemm: Some(GemmKind::Tiled), ..GpuOptions::default() };
-    let tiled: usize = (0..100u64).map(|seed| super::nvptx::plan(&random_program(seed), &[0], &opts).unwrap().kernels.iter().filter(|k| k.tiled.is_some()).count()).sum();
+    let tiled: usize = (0..100u64)
+        .map(|seed| {
+            super::nvptx::plan(&random_program(seed), &[0], &opts)
+                .unwrap()
+                .kernels
+                .iter()
+                .filter(|k| k.tiled.is_some())
+                .count()
+        })
+        .sum();
     assert!(tiled >= 30, "{tiled} tiled kernels in 100 random programs");
 }
 

@@ -147,8 +147,18 @@ pub fn eval_tile(
     let mut added: Vec<TensorId> = Vec::new();
     if let Some(x) = x {
         let span = hir.indices[x].span.clone();
-        h.ranges.push(Range { name: format!("{}@tile", hir.ranges[hir.indices[x].range].name), size: range.len(), span: span.clone(), model: None });
-        h.indices.push(Index { name: format!("{}@tile", hir.indices[x].name), range: h.ranges.len() - 1, span, model: None });
+        h.ranges.push(Range {
+            name: format!("{}@tile", hir.ranges[hir.indices[x].range].name),
+            size: range.len(),
+            span: span.clone(),
+            model: None,
+        });
+        h.indices.push(Index {
+            name: format!("{}@tile", hir.indices[x].name),
+            range: h.ranges.len() - 1,
+            span,
+            model: None,
+        });
         let xt = h.indices.len() - 1;
         // Each tensor read with x becomes a sliced copy under a new id.
         let mut rs = Vec::new();
@@ -295,7 +305,11 @@ pub fn run_unit(
                     shape[pos] = range.len();
                     let mut j = 0;
                     interp::for_each_index(&shape, |idx| {
-                        let off: usize = idx.iter().enumerate().map(|(d, &i)| (if d == pos { i + range.start } else { i }) * strides[d]).sum();
+                        let off: usize = idx
+                            .iter()
+                            .enumerate()
+                            .map(|(d, &i)| (if d == pos { i + range.start } else { i }) * strides[d])
+                            .sum();
                         dense.data[off] = all[k + j];
                         j += 1;
                     });
@@ -365,7 +379,8 @@ mod tests {
             let got = threads::run(ranks, |rank| {
                 let c = rank.comm(Backend::Threads);
                 let mut st = TaskStats::default();
-                run_unit(&exec_hir, u, &inputs, c.as_ref(), &ExecOptions { schedule, tiles_per_rank: 3 }, &mut st).unwrap()
+                run_unit(&exec_hir, u, &inputs, c.as_ref(), &ExecOptions { schedule, tiles_per_rank: 3 }, &mut st)
+                    .unwrap()
             })
             .unwrap();
             for g in &got {

@@ -42,7 +42,14 @@ fn fail(message: String) -> RunError {
 }
 
 /// What one rank returns: its report (rank 0) and its error, if any.
-fn rank_body(hir: &Hir, exec_hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, comm: &dyn Communicator, backends: &str) -> (Vec<u8>, Result<(), RunError>) {
+fn rank_body(
+    hir: &Hir,
+    exec_hir: &Hir,
+    ropts: &RunOptions,
+    dopts: &DistOptions,
+    comm: &dyn Communicator,
+    backends: &str,
+) -> (Vec<u8>, Result<(), RunError>) {
     let me = comm.rank();
     let mut ropts = ropts.clone();
     if me != 0 {
@@ -63,7 +70,9 @@ fn rank_body(hir: &Hir, exec_hir: &Hir, ropts: &RunOptions, dopts: &DistOptions,
     }
     if dopts.stats {
         let s = comm.stats();
-        let row = [s.words_sent, s.messages_sent, s.words_received, s.messages_received, tstats.tasks, tstats.counter_ops].map(|x| x as f64);
+        let row =
+            [s.words_sent, s.messages_sent, s.words_received, s.messages_received, tstats.tasks, tstats.counter_ops]
+                .map(|x| x as f64);
         let p = comm.size();
         let mut all = vec![0.0; row.len() * p];
         comm.allgather(&row, &mut all);
@@ -133,7 +142,11 @@ pub fn run_threads(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut
         Ok(mut v) => {
             let (buf, r) = v.swap_remove(0);
             r?;
-            out.write_all(&buf).map_err(|e| RunError { code: "E0711", message: format!("cannot write the report: {e}"), hint: None })
+            out.write_all(&buf).map_err(|e| RunError {
+                code: "E0711",
+                message: format!("cannot write the report: {e}"),
+                hint: None,
+            })
         }
         Err(f) => Err(fail(f.to_string())),
     }
@@ -162,11 +175,17 @@ pub fn run_mpi(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut dyn
     }
     let eh = exec_hir(hir, dopts);
     let comm = Mixed::new(vec![world.comm(Backend::Mpi), world.comm(Backend::MpiP2p)], table);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rank_body(hir, &eh, ropts, dopts, &comm, "mpi+mpi-p2p")));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rank_body(hir, &eh, ropts, dopts, &comm, "mpi+mpi-p2p")
+    }));
     match r {
         Ok((buf, Ok(()))) => {
             drop(comm);
-            out.write_all(&buf).map_err(|e| RunError { code: "E0711", message: format!("cannot write the report: {e}"), hint: None })?;
+            out.write_all(&buf).map_err(|e| RunError {
+                code: "E0711",
+                message: format!("cannot write the report: {e}"),
+                hint: None,
+            })?;
             let _ = out.flush();
             drop(world);
             Ok(())
@@ -241,7 +260,8 @@ pub fn read_tuning(path: Option<&std::path::Path>) -> Result<Option<TuningTable>
 /// `out` (`-`: stdout; default: [`tcc_runtime::tune::default_path`]). Returns a line
 /// for stderr.
 pub fn tune(ranks: usize, mpi: bool, max_bytes: u64, out: Option<&std::path::Path>) -> Result<String, String> {
-    let opts = tcc_runtime::tune::TuneOptions { sizes: tcc_runtime::tune::sizes_up_to(max_bytes), ..Default::default() };
+    let opts =
+        tcc_runtime::tune::TuneOptions { sizes: tcc_runtime::tune::sizes_up_to(max_bytes), ..Default::default() };
     let table = if mpi {
         #[cfg(feature = "mpi")]
         {

@@ -95,7 +95,8 @@ fn fail(code: &'static str, message: String, hint: Option<&str>) -> RunError {
 
 /// Plans unit `u` of the optimized program on `p` ranks.
 pub fn plan_for(opt: &Hir, u: UnitId, p: usize, popts: &PlanRunOptions) -> Result<Plan, RunError> {
-    let net = Network::parse(&popts.network).map_err(|m| fail("E0801", m, Some("examples: --network torus:2x2x2, --network fat-tree")))?;
+    let net = Network::parse(&popts.network)
+        .map_err(|m| fail("E0801", m, Some("examples: --network torus:2x2x2, --network fat-tree")))?;
     let mut o = PlanOptions::new(p, net);
     o.mem_per_rank = popts.mem_per_rank;
     crate::plan::plan_unit(opt, u, &o).map_err(|e| RunError { code: e.code, message: e.message, hint: e.hint })
@@ -108,7 +109,15 @@ pub fn check_supported(opt: &Hir, u: UnitId) -> Result<(), RunError> {
     for (k, st) in opt.units[u].stmts.iter().enumerate() {
         for term in &st.rhs.terms {
             if term.factors.is_empty() {
-                return Err(fail("E0723", format!("statement {} of `{}` has a constant term: not supported by --plan", k + 1, opt.units[u].name), hint));
+                return Err(fail(
+                    "E0723",
+                    format!(
+                        "statement {} of `{}` has a constant term: not supported by --plan",
+                        k + 1,
+                        opt.units[u].name
+                    ),
+                    hint,
+                ));
             }
             for f in &term.factors {
                 match f {
@@ -153,7 +162,13 @@ fn vol(b: &[(usize, usize)]) -> usize {
 }
 
 fn intersect(a: &[(usize, usize)], b: &[(usize, usize)]) -> Iv {
-    a.iter().zip(b).map(|(&(s1, e1), &(s2, e2))| { let s = s1.max(s2); (s, e1.min(e2).max(s)) }).collect()
+    a.iter()
+        .zip(b)
+        .map(|(&(s1, e1), &(s2, e2))| {
+            let s = s1.max(s2);
+            (s, e1.min(e2).max(s))
+        })
+        .collect()
 }
 
 impl Blk {
@@ -227,7 +242,13 @@ impl Blk {
 
 /// Sends to `to` and receives from `from`, in the order that lets blocking sends
 /// pass around a ring: even positions send first, odd ones receive first.
-fn exchange(comm: &dyn Communicator, even: bool, to: Option<(usize, &[f64])>, from: Option<usize>, tag: u32) -> Option<Vec<f64>> {
+fn exchange(
+    comm: &dyn Communicator,
+    even: bool,
+    to: Option<(usize, &[f64])>,
+    from: Option<usize>,
+    tag: u32,
+) -> Option<Vec<f64>> {
     if even {
         if let Some((d, x)) = to {
             comm.send(d, tag, x);
@@ -287,7 +308,8 @@ fn all_gather(comm: &dyn Communicator, op: &CommOp, own: Option<&Blk>, r: &Restr
     let own = own.expect("a rank holding the gathered block holds its stationary block");
     let (members, pos) = fibre(&op.to.grid, &op.along, me);
     let q = members.len();
-    let blocks: Vec<Iv> = members.iter().map(|&m| restricted(op.from.block(&op.shape, m).expect("fibre ranks hold blocks"), r)).collect();
+    let blocks: Vec<Iv> =
+        members.iter().map(|&m| restricted(op.from.block(&op.shape, m).expect("fibre ranks hold blocks"), r)).collect();
     let mut out = Blk::zeros(restricted(coarse, r));
     out.place(&blocks[pos], &own.extract(&blocks[pos]), false);
     let (succ, pred) = (members[(pos + 1) % q], members[(pos + q - 1) % q]);
@@ -312,7 +334,8 @@ fn reduce_scatter(comm: &dyn Communicator, op: &CommOp, partial: Option<Blk>, ta
     let mut acc = partial?;
     let (members, pos) = fibre(&op.from.grid, &op.along, me);
     let q = members.len();
-    let chunks: Vec<Iv> = members.iter().map(|&m| op.to.block(&op.shape, m).expect("fibre ranks hold blocks")).collect();
+    let chunks: Vec<Iv> =
+        members.iter().map(|&m| op.to.block(&op.shape, m).expect("fibre ranks hold blocks")).collect();
     let (succ, pred) = (members[(pos + 1) % q], members[(pos + q - 1) % q]);
     for s in 0..q.saturating_sub(1) {
         let sc = (pos + 2 * q - s - 1) % q;
@@ -363,7 +386,14 @@ fn gcd(a: usize, b: usize) -> usize {
 /// from its canonical copy (coordinate 0 along `from`'s replicated grid dimensions);
 /// ranks holding a copy use their own. Pairwise rounds `k = 1..P`, each ring of the
 /// permutation `r → r + k` ordered even/odd.
-fn all_to_all(comm: &dyn Communicator, from: &Layout, to: &Layout, shape: &[usize], own: Option<&Blk>, tag: u32) -> Option<Blk> {
+fn all_to_all(
+    comm: &dyn Communicator,
+    from: &Layout,
+    to: &Layout,
+    shape: &[usize],
+    own: Option<&Blk>,
+    tag: u32,
+) -> Option<Blk> {
     let (p, me) = (comm.size(), comm.rank());
     let rep = from.replicated_dims();
     let canon = |r: usize| {
@@ -456,7 +486,12 @@ fn iteration_block(step: &PlanStep, vars: &[(String, usize)], rank: usize) -> Op
 fn panel_index(step: &PlanStep, vars: &[(String, usize)]) -> Option<usize> {
     let inb = |x: &String| step.b.as_ref().is_some_and(|b| b.indices.contains(x));
     let local = |k: usize| {
-        step.mapping.iter().zip(&step.grid).find(|(m, _)| m.index.as_ref() == Some(&vars[k].0)).map(|(_, &p)| vars[k].1.div_ceil(p)).unwrap_or(vars[k].1)
+        step.mapping
+            .iter()
+            .zip(&step.grid)
+            .find(|(m, _)| m.index.as_ref() == Some(&vars[k].0))
+            .map(|(_, &p)| vars[k].1.div_ceil(p))
+            .unwrap_or(vars[k].1)
     };
     (0..vars.len())
         .filter(|&k| step.a.indices.contains(&vars[k].0) && inb(&vars[k].0) && !step.c.indices.contains(&vars[k].0))
@@ -464,7 +499,13 @@ fn panel_index(step: &PlanStep, vars: &[(String, usize)]) -> Option<usize> {
 }
 
 /// `c[block] += coef · Σ a·b` over the iteration box `it` (`vars` order).
-fn contract(vars: &[(String, usize)], it: &[(usize, usize)], coef: f64, ops: &[(&[String], &Blk)], c: (&[String], &mut Blk)) {
+fn contract(
+    vars: &[(String, usize)],
+    it: &[(usize, usize)],
+    coef: f64,
+    ops: &[(&[String], &Blk)],
+    c: (&[String], &mut Blk),
+) {
     if vol(it) == 0 {
         return;
     }
@@ -535,7 +576,15 @@ impl Exec<'_> {
         self.tag
     }
     /// Runs `f`, recording its words against `predicted`.
-    fn counted<T>(&mut self, step: usize, op: Option<usize>, kind: &'static str, tensor: &str, predicted: RankWords, f: impl FnOnce(&dyn Communicator, u32) -> T) -> T {
+    fn counted<T>(
+        &mut self,
+        step: usize,
+        op: Option<usize>,
+        kind: &'static str,
+        tensor: &str,
+        predicted: RankWords,
+        f: impl FnOnce(&dyn Communicator, u32) -> T,
+    ) -> T {
         let tag = self.next_tag();
         let before = self.comm.stats();
         let out = f(self.comm, tag);
@@ -562,7 +611,13 @@ impl Exec<'_> {
 /// Executes `plan` (of unit `u` of the optimized program `opt`) on this rank of
 /// `comm`, whose size must be `plan.procs`. `inputs` holds every input of the unit
 /// whole (by the tensor ids of `opt`; each rank keeps only its initial block).
-pub fn execute_plan(opt: &Hir, u: UnitId, plan: &Plan, inputs: &HashMap<TensorId, Dense>, comm: &dyn Communicator) -> Result<PlanRun, RunError> {
+pub fn execute_plan(
+    opt: &Hir,
+    u: UnitId,
+    plan: &Plan,
+    inputs: &HashMap<TensorId, Dense>,
+    comm: &dyn Communicator,
+) -> Result<PlanRun, RunError> {
     check_supported(opt, u)?;
     let (p, me) = (comm.size(), comm.rank());
     if p != plan.procs {
@@ -572,7 +627,8 @@ pub fn execute_plan(opt: &Hir, u: UnitId, plan: &Plan, inputs: &HashMap<TensorId
     // Current layout and block of every live tensor.
     let mut cur: HashMap<String, (Layout, Option<Blk>)> = HashMap::new();
     for (name, l) in &plan.initial {
-        let t = by_name(name).ok_or_else(|| fail("E0724", format!("the plan names an unknown input `{name}`"), None))?;
+        let t =
+            by_name(name).ok_or_else(|| fail("E0724", format!("the plan names an unknown input `{name}`"), None))?;
         let v = inputs.get(&t).ok_or_else(|| fail("E0724", format!("no value for input `{name}`"), None))?;
         let full = Blk { iv: v.shape.iter().map(|&n| (0, n)).collect(), data: v.data.clone() };
         let b = l.block(&v.shape, me).map(|iv| Blk { data: full.extract(&iv), iv });
@@ -588,13 +644,23 @@ pub fn execute_plan(opt: &Hir, u: UnitId, plan: &Plan, inputs: &HashMap<TensorId
         // Redistributions before the step, in order; every version is kept for the
         // operands (A and B may be one tensor wanted in two layouts).
         let mut versions: Vec<(String, Layout, Option<Blk>)> = Vec::new();
-        for (oi, op) in step.ops.iter().enumerate().filter(|(_, o)| o.kind == OpKind::AllToAll && o.phase == Phase::Before) {
-            let (l, b) = cur.get(&op.tensor).ok_or_else(|| fail("E0724", format!("step {}: `{}` has no value yet", si + 1, op.tensor), None))?;
+        for (oi, op) in
+            step.ops.iter().enumerate().filter(|(_, o)| o.kind == OpKind::AllToAll && o.phase == Phase::Before)
+        {
+            let (l, b) = cur
+                .get(&op.tensor)
+                .ok_or_else(|| fail("E0724", format!("step {}: `{}` has no value yet", si + 1, op.tensor), None))?;
             if *l != op.from {
-                return Err(fail("E0724", format!("step {}: `{}` is not where the plan says", si + 1, op.tensor), None));
+                return Err(fail(
+                    "E0724",
+                    format!("step {}: `{}` is not where the plan says", si + 1, op.tensor),
+                    None,
+                ));
             }
             let b = b.clone();
-            let nb = ex.counted(si, Some(oi), "all-to-all", &op.tensor, op.rank_words(me), |c, tag| all_to_all(c, &op.from, &op.to, &op.shape, b.as_ref(), tag));
+            let nb = ex.counted(si, Some(oi), "all-to-all", &op.tensor, op.rank_words(me), |c, tag| {
+                all_to_all(c, &op.from, &op.to, &op.shape, b.as_ref(), tag)
+            });
             versions.push((op.tensor.clone(), op.to.clone(), nb.clone()));
             cur.insert(op.tensor.clone(), (op.to.clone(), nb));
         }
@@ -606,13 +672,18 @@ pub fn execute_plan(opt: &Hir, u: UnitId, plan: &Plan, inputs: &HashMap<TensorId
             let b = match found {
                 Some(b) => b,
                 None => {
-                    let (l, b) = cur.get(&k).ok_or_else(|| fail("E0724", format!("step {}: `{k}` has no value yet", si + 1), None))?.clone();
+                    let (l, b) = cur
+                        .get(&k)
+                        .ok_or_else(|| fail("E0724", format!("step {}: `{k}` has no value yet", si + 1), None))?
+                        .clone();
                     if l == o.stationary {
                         b
                     } else {
                         // Layouts that differ without moving a word: the plan lists no op.
                         let z = RankWords::default();
-                        ex.counted(si, None, "all-to-all", &k, z, |c, tag| all_to_all(c, &l, &o.stationary, &o.shape, b.as_ref(), tag))
+                        ex.counted(si, None, "all-to-all", &k, z, |c, tag| {
+                            all_to_all(c, &l, &o.stationary, &o.shape, b.as_ref(), tag)
+                        })
                     }
                 }
             };
@@ -623,7 +694,8 @@ pub fn execute_plan(opt: &Hir, u: UnitId, plan: &Plan, inputs: &HashMap<TensorId
         let vars = step_indices(step);
         let it = iteration_block(step, &vars, me);
         let mut partial = step.c.stationary.block(&step.c.shape, me).map(Blk::zeros);
-        let gathers: Vec<(usize, &CommOp)> = step.ops.iter().enumerate().filter(|(_, o)| o.kind == OpKind::AllGather).collect();
+        let gathers: Vec<(usize, &CommOp)> =
+            step.ops.iter().enumerate().filter(|(_, o)| o.kind == OpKind::AllGather).collect();
         let panels = step.panels.max(1);
         let pidx = if panels > 1 { panel_index(step, &vars) } else { None };
         let npanels = if pidx.is_some() { panels } else { 1 };
@@ -635,15 +707,31 @@ pub fn execute_plan(opt: &Hir, u: UnitId, plan: &Plan, inputs: &HashMap<TensorId
             }
             let mut gathered: Vec<Option<Blk>> = Vec::new();
             for (n, o) in operands.iter().enumerate() {
-                let g = gathers.iter().find(|(_, op)| key_of(&o.name) == op.tensor && op.from == o.stationary && op.to == o.gathered).filter(|_| o.stationary != o.gathered);
+                let g = gathers
+                    .iter()
+                    .find(|(_, op)| key_of(&o.name) == op.tensor && op.from == o.stationary && op.to == o.gathered)
+                    .filter(|_| o.stationary != o.gathered);
                 match g {
                     Some(&(oi, op)) => {
                         let r: Restrict = match (pidx, pit.as_ref()) {
-                            (Some(x), Some(b)) => o.indices.iter().enumerate().filter(|(_, y)| **y == vars[x].0).map(|(d, _)| (d, b[x])).collect(),
+                            (Some(x), Some(b)) => o
+                                .indices
+                                .iter()
+                                .enumerate()
+                                .filter(|(_, y)| **y == vars[x].0)
+                                .map(|(d, _)| (d, b[x]))
+                                .collect(),
                             _ => Vec::new(),
                         };
                         let own = stat[n].clone();
-                        gathered.push(ex.counted(si, Some(oi), "all-gather", &op.tensor, op.rank_words(me), |c, tag| all_gather(c, op, own.as_ref(), &r, tag)));
+                        gathered.push(ex.counted(
+                            si,
+                            Some(oi),
+                            "all-gather",
+                            &op.tensor,
+                            op.rank_words(me),
+                            |c, tag| all_gather(c, op, own.as_ref(), &r, tag),
+                        ));
                     }
                     None => gathered.push(stat[n].clone()),
                 }
@@ -660,11 +748,19 @@ pub fn execute_plan(opt: &Hir, u: UnitId, plan: &Plan, inputs: &HashMap<TensorId
         // Reductions, then the accumulation into the existing result.
         let mut result = partial;
         let mut layout = step.c.stationary.clone();
-        for (oi, op) in step.ops.iter().enumerate().filter(|(_, o)| o.phase == Phase::After && o.kind != OpKind::AllToAll) {
+        for (oi, op) in
+            step.ops.iter().enumerate().filter(|(_, o)| o.phase == Phase::After && o.kind != OpKind::AllToAll)
+        {
             let part = result.take();
             result = match op.kind {
-                OpKind::ReduceScatter => ex.counted(si, Some(oi), "reduce-scatter", &op.tensor, op.rank_words(me), |c, tag| reduce_scatter(c, op, part, tag)),
-                _ => ex.counted(si, Some(oi), "reduce", &op.tensor, op.rank_words(me), |c, tag| reduce(c, op, part, tag)),
+                OpKind::ReduceScatter => {
+                    ex.counted(si, Some(oi), "reduce-scatter", &op.tensor, op.rank_words(me), |c, tag| {
+                        reduce_scatter(c, op, part, tag)
+                    })
+                }
+                _ => {
+                    ex.counted(si, Some(oi), "reduce", &op.tensor, op.rank_words(me), |c, tag| reduce(c, op, part, tag))
+                }
             };
             layout = op.to.clone();
         }
@@ -675,12 +771,21 @@ pub fn execute_plan(opt: &Hir, u: UnitId, plan: &Plan, inputs: &HashMap<TensorId
                 cur.insert(ckey, (layout, result));
             }
             Some((l, mut b)) => {
-                let moved = match step.ops.iter().enumerate().find(|(_, o)| o.kind == OpKind::AllToAll && o.phase == Phase::After) {
+                let moved = match step
+                    .ops
+                    .iter()
+                    .enumerate()
+                    .find(|(_, o)| o.kind == OpKind::AllToAll && o.phase == Phase::After)
+                {
                     Some((oi, op)) => {
-                        ex.counted(si, Some(oi), "all-to-all", &op.tensor, op.rank_words(me), |c, tag| all_to_all(c, &op.from, &op.to, &op.shape, result.as_ref(), tag))
+                        ex.counted(si, Some(oi), "all-to-all", &op.tensor, op.rank_words(me), |c, tag| {
+                            all_to_all(c, &op.from, &op.to, &op.shape, result.as_ref(), tag)
+                        })
                     }
                     None if l == layout => result,
-                    None => ex.counted(si, None, "all-to-all", &ckey, RankWords::default(), |c, tag| all_to_all(c, &layout, &l, &step.c.shape, result.as_ref(), tag)),
+                    None => ex.counted(si, None, "all-to-all", &ckey, RankWords::default(), |c, tag| {
+                        all_to_all(c, &layout, &l, &step.c.shape, result.as_ref(), tag)
+                    }),
                 };
                 if let (Some(b), Some(m)) = (b.as_mut(), moved) {
                     let iv = m.iv.clone();
@@ -696,7 +801,9 @@ pub fn execute_plan(opt: &Hir, u: UnitId, plan: &Plan, inputs: &HashMap<TensorId
     for t in opt.unit_outputs(u).into_iter().filter(|&t| opt.tensors[t].role == Role::Output) {
         let name = &opt.tensors[t].name;
         let shape = opt.shape(t);
-        let (l, b) = cur.get(name).ok_or_else(|| fail("E0724", format!("output `{name}` was not computed by the plan"), None))?;
+        let (l, b) = cur
+            .get(name)
+            .ok_or_else(|| fail("E0724", format!("output `{name}` was not computed by the plan"), None))?;
         let mut full = Blk::zeros(shape.iter().map(|&n| (0, n)).collect());
         let rep = l.replicated_dims();
         let canonical = |r: usize| l.block(&shape, r).is_some() && rep.iter().all(|&g| coords_of(&l.grid, r)[g] == 0);
@@ -740,7 +847,14 @@ pub fn execute_plan(opt: &Hir, u: UnitId, plan: &Plan, inputs: &HashMap<TensorId
 
 /// Runs the report on this rank: plans each unit, executes it, and (with `--stats`)
 /// appends the measured-versus-predicted table. Returns rank 0's text.
-fn rank_body(hir: &Hir, opt: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, comm: &dyn Communicator, backend: &str) -> (Vec<u8>, Result<(), RunError>) {
+fn rank_body(
+    hir: &Hir,
+    opt: &Hir,
+    ropts: &RunOptions,
+    popts: &PlanRunOptions,
+    comm: &dyn Communicator,
+    backend: &str,
+) -> (Vec<u8>, Result<(), RunError>) {
     let me = comm.rank();
     let mut ropts = ropts.clone();
     if me != 0 {
@@ -754,10 +868,18 @@ fn rank_body(hir: &Hir, opt: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, c
             let plan = plan_for(opt, u, comm.size(), popts)?;
             let by_name: HashMap<TensorId, Dense> = inputs
                 .iter()
-                .filter_map(|(t, v)| opt.tensors.iter().position(|x| x.name == hir.tensors[*t].name).map(|k| (k, v.clone())))
+                .filter_map(|(t, v)| {
+                    opt.tensors.iter().position(|x| x.name == hir.tensors[*t].name).map(|k| (k, v.clone()))
+                })
                 .collect();
             let run = execute_plan(opt, u, &plan, &by_name, comm)?;
-            let outs = run.outputs.iter().filter_map(|(t, v)| hir.tensors.iter().position(|x| x.name == opt.tensors[*t].name).map(|k| (k, v.clone()))).collect();
+            let outs = run
+                .outputs
+                .iter()
+                .filter_map(|(t, v)| {
+                    hir.tensors.iter().position(|x| x.name == opt.tensors[*t].name).map(|k| (k, v.clone()))
+                })
+                .collect();
             runs.push(run);
             Ok((outs, Vec::new()))
         };
@@ -780,7 +902,8 @@ pub fn stats_text(runs: &[PlanRun], comm: &dyn Communicator, backend: &str) -> S
     let p = comm.size();
     let ops: Vec<&OpRecord> = runs.iter().flat_map(|r| &r.ops).collect();
     // Per op: predicted sent, recv, measured sent, recv; then the gather words.
-    let mut row: Vec<f64> = ops.iter().flat_map(|o| [o.predicted.sent, o.predicted.recv, o.sent, o.recv]).map(|x| x as f64).collect();
+    let mut row: Vec<f64> =
+        ops.iter().flat_map(|o| [o.predicted.sent, o.predicted.recv, o.sent, o.recv]).map(|x| x as f64).collect();
     row.push(runs.iter().map(|r| r.gather_sent).sum::<u64>() as f64);
     row.push(runs.iter().map(|r| r.gather_recv).sum::<u64>() as f64);
     let w = row.len();
@@ -791,8 +914,19 @@ pub fn stats_text(runs: &[PlanRun], comm: &dyn Communicator, backend: &str) -> S
         "stats: {p} ranks, back end {backend}, executing the plan (words are elements; inputs start in their planned layouts, outputs are gathered to rank 0 after the plan and counted apart)\n"
     );
     for run in runs {
-        let grids: Vec<String> = run.plan.steps.iter().map(|st| st.grid.iter().map(|g| g.to_string()).collect::<Vec<_>>().join("x")).map(|g| if g.is_empty() { "1".into() } else { g }).collect();
-        s.push_str(&format!("  plan of `{}`: {} steps on grids {}\n", run.plan.unit, run.plan.steps.len(), grids.join(", ")));
+        let grids: Vec<String> = run
+            .plan
+            .steps
+            .iter()
+            .map(|st| st.grid.iter().map(|g| g.to_string()).collect::<Vec<_>>().join("x"))
+            .map(|g| if g.is_empty() { "1".into() } else { g })
+            .collect();
+        s.push_str(&format!(
+            "  plan of `{}`: {} steps on grids {}\n",
+            run.plan.unit,
+            run.plan.steps.len(),
+            grids.join(", ")
+        ));
     }
     let mut tot = [0u64; 6];
     for r in 0..p {
@@ -898,7 +1032,9 @@ pub fn run_mpi(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &mut 
         return Ok(());
     }
     let comm = world.comm(Backend::MpiP2p);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rank_body(hir, &opt, ropts, popts, comm.as_ref(), "mpi-p2p")));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rank_body(hir, &opt, ropts, popts, comm.as_ref(), "mpi-p2p")
+    }));
     match r {
         Ok((buf, Ok(()))) => {
             drop(comm);

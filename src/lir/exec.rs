@@ -23,7 +23,11 @@ struct Machine<'a> {
 }
 
 /// Runs the nest on the given inputs and returns every output the unit writes.
-pub fn execute(hir: &Hir, nest: &LoopNest, inputs: &HashMap<TensorId, Dense>) -> Result<HashMap<TensorId, Dense>, InterpError> {
+pub fn execute(
+    hir: &Hir,
+    nest: &LoopNest,
+    inputs: &HashMap<TensorId, Dense>,
+) -> Result<HashMap<TensorId, Dense>, InterpError> {
     let mut buffers = HashMap::new();
     for (&t, b) in &nest.buffers {
         let v = match inputs.get(&t) {
@@ -35,7 +39,8 @@ pub fn execute(hir: &Hir, nest: &LoopNest, inputs: &HashMap<TensorId, Dense>) ->
         };
         buffers.insert(t, v);
     }
-    let mut m = Machine { hir, nest, stmts: &hir.units[nest.unit].stmts, buffers, bound: vec![None; hir.indices.len()] };
+    let mut m =
+        Machine { hir, nest, stmts: &hir.units[nest.unit].stmts, buffers, bound: vec![None; hir.indices.len()] };
     m.run(&nest.body)?;
     let outputs = hir.unit_outputs(nest.unit);
     Ok(m.buffers.into_iter().filter(|(t, _)| outputs.contains(t) && hir.tensors[*t].role == Role::Output).collect())
@@ -132,7 +137,11 @@ impl Machine<'_> {
                     }
                 }
                 bases.push(base);
-                steps.push(vars.iter().map(|v| idx.iter().zip(&ps).filter(|(i, _)| *i == v).map(|(_, s)| s).sum()).collect::<Vec<usize>>());
+                steps.push(
+                    vars.iter()
+                        .map(|v| idx.iter().zip(&ps).filter(|(i, _)| *i == v).map(|(_, s)| s).sum())
+                        .collect::<Vec<usize>>(),
+                );
             }
             let mut counter = vec![0usize; vars.len()];
             let mut offs = bases;

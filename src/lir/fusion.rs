@@ -117,7 +117,8 @@ impl<'a> Problem<'a> {
             // A temporary's first write by `+=` starts from zero: when the
             // temporary is sliced by a fused loop, that zero must be re-established
             // for every slice, exactly where an `=` would clear it.
-            let first_temp_write = hir.tensors[st.lhs.tensor].role == Role::Temporary && !stmts[..k].iter().any(|s| s.lhs.tensor == st.lhs.tensor);
+            let first_temp_write = hir.tensors[st.lhs.tensor].role == Role::Temporary
+                && !stmts[..k].iter().any(|s| s.lhs.tensor == st.lhs.tensor);
             let mut refs = Vec::new();
             let mut opaque = false;
             collect_refs(&st.rhs, &mut refs, &mut opaque);

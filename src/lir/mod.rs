@@ -21,10 +21,19 @@ use std::fmt::Write as _;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum Node {
-    Loop { index: IndexId, extent: usize, body: Vec<Node> },
+    Loop {
+        index: IndexId,
+        extent: usize,
+        body: Vec<Node>,
+    },
     /// Clears what statement `stmt` (an `=`) is about to write, as selected by the loops.
-    Zero { tensor: TensorId, stmt: usize },
-    Compute { stmt: usize },
+    Zero {
+        tensor: TensorId,
+        stmt: usize,
+    },
+    Compute {
+        stmt: usize,
+    },
 }
 
 /// The storage of one tensor inside a nest.
@@ -74,8 +83,7 @@ impl LoopNest {
             let t = &hir.tensors[b.tensor];
             let shape = hir.shape(b.tensor);
             let dims: Vec<String> = b.stored.iter().map(|&p| shape[p].to_string()).collect();
-            let fixed: Vec<String> =
-                b.fixed.iter().map(|(p, i)| format!("{}@{}", hir.indices[*i].name, p)).collect();
+            let fixed: Vec<String> = b.fixed.iter().map(|(p, i)| format!("{}@{}", hir.indices[*i].name, p)).collect();
             let _ = write!(
                 s,
                 "  buffer {}: {}[{}] = {} elements ({} bytes)",
@@ -115,7 +123,12 @@ fn dump_nodes(hir: &Hir, unit: UnitId, nodes: &[Node], depth: usize, s: &mut Str
             }
             Node::Compute { stmt } => {
                 let st = &hir.units[unit].stmts[*stmt];
-                let _ = writeln!(s, "{pad}{} += {}", crate::sema::display::tensor_ref(hir, &st.lhs), crate::sema::display::expr(hir, &st.rhs));
+                let _ = writeln!(
+                    s,
+                    "{pad}{} += {}",
+                    crate::sema::display::tensor_ref(hir, &st.lhs),
+                    crate::sema::display::expr(hir, &st.rhs)
+                );
             }
         }
     }

@@ -155,8 +155,16 @@ impl Analysis {
                     .filter(|x| matches!(&x.kind, SymKind::Index { range } if self.space(&range.name, x.model).map(|r| &self.index.symbols[r].name_span) == Some(&s.name_span)))
                     .map(|x| x.name.as_str())
                     .collect();
-                let decl = if *dim { format!("dims {} = {}", s.name, int_text(size)) } else { format!("range {} = {};", s.name, int_text(size)) };
-                let mut t = format!("```tcc\n{decl}\n```\n{} of size {}", if *dim { "model dimension" } else { "index space" }, int_text(size));
+                let decl = if *dim {
+                    format!("dims {} = {}", s.name, int_text(size))
+                } else {
+                    format!("range {} = {};", s.name, int_text(size))
+                };
+                let mut t = format!(
+                    "```tcc\n{decl}\n```\n{} of size {}",
+                    if *dim { "model dimension" } else { "index space" },
+                    int_text(size)
+                );
                 if !idx.is_empty() {
                     t.push_str(&format!("; indices: {}", idx.join(", ")));
                 }
@@ -175,7 +183,10 @@ impl Analysis {
             SymKind::Tensor(t) => self.tensor_text(s, t),
             SymKind::Grid { dims } => {
                 let ds: Vec<String> = dims.iter().map(int_text).collect();
-                let procs: Option<u128> = dims.iter().map(|d| if d.negative { None } else { d.text.parse::<u128>().ok() }).try_fold(1u128, |a, b| b.and_then(|b| a.checked_mul(b)));
+                let procs: Option<u128> = dims
+                    .iter()
+                    .map(|d| if d.negative { None } else { d.text.parse::<u128>().ok() })
+                    .try_fold(1u128, |a, b| b.and_then(|b| a.checked_mul(b)));
                 format!(
                     "```tcc\ngrid {}[{}];\n```\nprocessor grid of {} ranks",
                     s.name,
@@ -234,7 +245,11 @@ impl Analysis {
         };
         let dims: Vec<&ast::Ident> = t.dims.iter().flatten().collect();
         let idx = dims.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(",");
-        let mut decl = if t.dims.is_some() { format!("{role}tensor {}[{idx}] : {elem}", s.name) } else { format!("{role}tensor {} : {elem}", s.name) };
+        let mut decl = if t.dims.is_some() {
+            format!("{role}tensor {}[{idx}] : {elem}", s.name)
+        } else {
+            format!("{role}tensor {} : {elem}", s.name)
+        };
         for sym in &t.symmetry {
             decl.push(' ');
             decl.push_str(sym);
@@ -296,7 +311,11 @@ impl Analysis {
             }
             t.push('\n');
         }
-        let ratio = if r.flops_after > 0.0 { format!(" (×{:.1} fewer)", r.flops_before / r.flops_after) } else { String::new() };
+        let ratio = if r.flops_after > 0.0 {
+            format!(" (×{:.1} fewer)", r.flops_before / r.flops_after)
+        } else {
+            String::new()
+        };
         t.push_str(&format!("flops: {} → {}{ratio}  \n", human_count(r.flops_before), human_count(r.flops_after)));
         t.push_str(&format!(
             "peak memory of temporaries: {} → {}",
@@ -382,7 +401,13 @@ impl Analysis {
             Some(lexer::Tok::On) => Want::Ranges,
             Some(lexer::Tok::Over) => Want::Grids,
             Some(
-                lexer::Tok::Range | lexer::Tok::Index | lexer::Tok::Tensor | lexer::Tok::Grid | lexer::Tok::Program | lexer::Tok::Model | lexer::Tok::Layer,
+                lexer::Tok::Range
+                | lexer::Tok::Index
+                | lexer::Tok::Tensor
+                | lexer::Tok::Grid
+                | lexer::Tok::Program
+                | lexer::Tok::Model
+                | lexer::Tok::Layer,
             ) => Want::Nothing, // a new name is being declared
             _ => Want::Anything,
         };
@@ -390,7 +415,12 @@ impl Analysis {
         let mut items = Vec::new();
         let mut push = |label: &str, kind: lt::CompletionItemKind, detail: String| {
             if label.starts_with(prefix) && !items.iter().any(|i: &lt::CompletionItem| i.label == label) {
-                items.push(lt::CompletionItem { label: label.to_string(), kind: Some(kind), detail: Some(detail), ..Default::default() });
+                items.push(lt::CompletionItem {
+                    label: label.to_string(),
+                    kind: Some(kind),
+                    detail: Some(detail),
+                    ..Default::default()
+                });
             }
         };
         for id in self.index.visible(model) {
@@ -435,7 +465,11 @@ impl Analysis {
             SymKind::Range { size, .. } => format!("{} = {}", s.kind_word(), int_text(size)),
             SymKind::Index { range } => format!("index : {}", range.name),
             SymKind::Tensor(t) => {
-                let dims = t.dims.as_ref().map(|d| format!("[{}]", d.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(","))).unwrap_or_default();
+                let dims = t
+                    .dims
+                    .as_ref()
+                    .map(|d| format!("[{}]", d.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(",")))
+                    .unwrap_or_default();
                 let role = match t.role {
                     Some(ast::RoleKind::Input) => "input ",
                     Some(ast::RoleKind::Output) => "output ",
@@ -475,7 +509,14 @@ impl Analysis {
         for s in self.index.symbols.iter().filter(|s| s.model.is_none()) {
             let children = if matches!(s.kind, SymKind::Model) {
                 let m = self.index.models.iter().position(|m| m.span == s.decl_span);
-                Some(self.index.symbols.iter().filter(|c| c.model.is_some() && c.model == m).map(|c| sym(c, None)).collect())
+                Some(
+                    self.index
+                        .symbols
+                        .iter()
+                        .filter(|c| c.model.is_some() && c.model == m)
+                        .map(|c| sym(c, None))
+                        .collect(),
+                )
             } else {
                 None
             };
@@ -492,7 +533,10 @@ impl Analysis {
     pub fn formatting(&self) -> Result<Vec<lt::TextEdit>, String> {
         match crate::fmt::format_source(&self.text) {
             Ok(f) if f == self.text => Ok(Vec::new()),
-            Ok(f) => Ok(vec![lt::TextEdit { range: lt::Range { start: lt::Position::new(0, 0), end: self.lines.end(&self.text) }, new_text: f }]),
+            Ok(f) => Ok(vec![lt::TextEdit {
+                range: lt::Range { start: lt::Position::new(0, 0), end: self.lines.end(&self.text) },
+                new_text: f,
+            }]),
             Err(diags) => {
                 let first = diags.first().map(|d| {
                     let p = self.lines.position(&self.text, d.primary.span.start);
@@ -520,15 +564,17 @@ impl Analysis {
             let ty = match t {
                 Comment(_) => TT_COMMENT,
                 F32 | F64 => TT_TYPE,
-                Ident(_) => match self.index.occurrences.binary_search_by_key(&(*l, *r), |o| (o.span.start, o.span.end)) {
-                    Ok(i) => {
-                        let o = &self.index.occurrences[i];
-                        let (ty, mods) = self.occurrence_token(o);
-                        toks.push((span, ty, mods));
-                        continue;
+                Ident(_) => {
+                    match self.index.occurrences.binary_search_by_key(&(*l, *r), |o| (o.span.start, o.span.end)) {
+                        Ok(i) => {
+                            let o = &self.index.occurrences[i];
+                            let (ty, mods) = self.occurrence_token(o);
+                            toks.push((span, ty, mods));
+                            continue;
+                        }
+                        Err(_) => TT_VARIABLE,
                     }
-                    Err(_) => TT_VARIABLE,
-                },
+                }
                 Int(_) | Real(_) => TT_NUMBER,
                 PlusEq | Eq | Plus | Minus | Star | Slash => TT_OPERATOR,
                 Semi | Comma | Colon | LBracket | RBracket | LParen | RParen | LBrace | RBrace => continue,
@@ -547,7 +593,13 @@ impl Analysis {
             }
             let length = utf16_len(text);
             let delta_start = if p.line == line { p.character - col } else { p.character };
-            out.push(lt::SemanticToken { delta_line: p.line - line, delta_start, length, token_type: ty, token_modifiers_bitset: mods });
+            out.push(lt::SemanticToken {
+                delta_line: p.line - line,
+                delta_start,
+                length,
+                token_type: ty,
+                token_modifiers_bitset: mods,
+            });
             line = p.line;
             col = p.character;
         }
@@ -563,7 +615,11 @@ impl Analysis {
                 SymKind::Range { .. } => (TT_TYPE, decl),
                 SymKind::Index { .. } => (TT_PARAMETER, decl),
                 SymKind::Tensor(t) => {
-                    let ro = if matches!(t.role, Some(ast::RoleKind::Input | ast::RoleKind::Param)) { MOD_READONLY } else { 0 };
+                    let ro = if matches!(t.role, Some(ast::RoleKind::Input | ast::RoleKind::Param)) {
+                        MOD_READONLY
+                    } else {
+                        0
+                    };
                     (TT_VARIABLE, decl | ro)
                 }
                 SymKind::Grid { .. } => (TT_STRUCT, decl),
@@ -598,10 +654,13 @@ fn tolerant_index(text: &str, stem: &str) -> (ast::File, Index) {
         }
         // The first place where a statement runs into a `}` or a new declaration
         // (a missing `;`), else the end of the text.
-        let unterminated = parsed.diagnostics.iter().filter(|d| d.code == "E0002").map(|d| d.primary.span.clone()).find(|sp| {
-            let tok = cur.get(sp.clone()).unwrap_or("");
-            tok == "}" || (KEYWORDS.contains(&tok) && !matches!(tok, "f32" | "f64" | "symmetric" | "antisymmetric" | "over" | "as" | "on"))
-        });
+        let unterminated =
+            parsed.diagnostics.iter().filter(|d| d.code == "E0002").map(|d| d.primary.span.clone()).find(|sp| {
+                let tok = cur.get(sp.clone()).unwrap_or("");
+                tok == "}"
+                    || (KEYWORDS.contains(&tok)
+                        && !matches!(tok, "f32" | "f64" | "symmetric" | "antisymmetric" | "over" | "as" | "on"))
+            });
         let (at, insert) = match unterminated {
             Some(sp) => (sp.start.min(cur.len()), ";".to_string()),
             None => (cur.len(), closers(&lexed.tokens)),
@@ -689,8 +748,27 @@ pub fn semantic_legend() -> lt::SemanticTokensLegend {
 
 /// The language's keywords (what the lexer reserves).
 pub const KEYWORDS: [&str; 21] = [
-    "range", "index", "input", "output", "temporary", "param", "tensor", "symmetric", "antisymmetric", "grid", "distribute", "over", "as",
-    "model", "dims", "layer", "parallel", "program", "on", "f32", "f64",
+    "range",
+    "index",
+    "input",
+    "output",
+    "temporary",
+    "param",
+    "tensor",
+    "symmetric",
+    "antisymmetric",
+    "grid",
+    "distribute",
+    "over",
+    "as",
+    "model",
+    "dims",
+    "layer",
+    "parallel",
+    "program",
+    "on",
+    "f32",
+    "f64",
 ];
 
 fn keyword_doc(t: &lexer::Tok) -> Option<&'static str> {

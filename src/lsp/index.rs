@@ -32,11 +32,18 @@ pub enum Ns {
 #[derive(Debug, Clone, PartialEq)]
 pub enum SymKind {
     /// `range N = 64;` or a model's `dims` entry; the size as written.
-    Range { size: ast::IntLit, dim: bool },
+    Range {
+        size: ast::IntLit,
+        dim: bool,
+    },
     /// `index p : N;` — the range name as written.
-    Index { range: ast::Ident },
+    Index {
+        range: ast::Ident,
+    },
     Tensor(TensorSym),
-    Grid { dims: Vec<ast::IntLit> },
+    Grid {
+        dims: Vec<ast::IntLit>,
+    },
     Program,
     Model,
     /// A model's `layer` (not a name other code can refer to).
@@ -245,11 +252,23 @@ impl Index {
 
     fn refer(&mut self, ns: Ns, id: &ast::Ident, model: Option<usize>) {
         let sym = self.resolve(ns, &id.name, model);
-        self.occurrences.push(Occurrence { span: id.span.clone(), name: id.name.clone(), kind: OccKind::Name(ns), sym, is_decl: false });
+        self.occurrences.push(Occurrence {
+            span: id.span.clone(),
+            name: id.name.clone(),
+            kind: OccKind::Name(ns),
+            sym,
+            is_decl: false,
+        });
     }
 
     fn other(&mut self, kind: OccKind, id: &ast::Ident) {
-        self.occurrences.push(Occurrence { span: id.span.clone(), name: id.name.clone(), kind, sym: None, is_decl: false });
+        self.occurrences.push(Occurrence {
+            span: id.span.clone(),
+            name: id.name.clone(),
+            kind,
+            sym: None,
+            is_decl: false,
+        });
     }
 
     fn tensor_decl(&mut self, d: &ast::TensorDecl, model: Option<usize>) {
@@ -431,7 +450,13 @@ impl Index {
             if let ast::ModelItem::Layer(l) = it {
                 for s in l.items.iter().filter_map(|i| if let ast::Item::Stmt(s) = i { Some(s) } else { None }) {
                     if self.resolve(Ns::Tensor, &s.lhs.name.name, model).is_none() {
-                        let t = TensorSym { role: None, elem: None, dims: s.lhs.indices.clone(), symmetry: Vec::new(), implicit: true };
+                        let t = TensorSym {
+                            role: None,
+                            elem: None,
+                            dims: s.lhs.indices.clone(),
+                            symmetry: Vec::new(),
+                            implicit: true,
+                        };
                         // Declared by the statement: the occurrence is added with the statement.
                         let sym = self.declare(&s.lhs.name, SymKind::Tensor(t), s.span.clone(), model);
                         self.occurrences.pop();
@@ -474,7 +499,10 @@ impl Index {
         for o in self.occurrences.iter_mut() {
             if let Some(s) = o.sym {
                 let sym = &self.symbols[s];
-                if sym.model == model && o.span == sym.name_span && matches!(&sym.kind, SymKind::Tensor(t) if t.implicit) {
+                if sym.model == model
+                    && o.span == sym.name_span
+                    && matches!(&sym.kind, SymKind::Tensor(t) if t.implicit)
+                {
                     o.is_decl = true;
                 }
             }

@@ -66,12 +66,14 @@ pub fn capabilities() -> lt::ServerCapabilities {
         document_highlight_provider: Some(lt::OneOf::Left(true)),
         document_symbol_provider: Some(lt::OneOf::Left(true)),
         document_formatting_provider: Some(lt::OneOf::Left(true)),
-        semantic_tokens_provider: Some(lt::SemanticTokensServerCapabilities::SemanticTokensOptions(lt::SemanticTokensOptions {
-            legend: analysis::semantic_legend(),
-            full: Some(lt::SemanticTokensFullOptions::Bool(true)),
-            range: Some(false),
-            ..Default::default()
-        })),
+        semantic_tokens_provider: Some(lt::SemanticTokensServerCapabilities::SemanticTokensOptions(
+            lt::SemanticTokensOptions {
+                legend: analysis::semantic_legend(),
+                full: Some(lt::SemanticTokensFullOptions::Bool(true)),
+                range: Some(false),
+                ..Default::default()
+            },
+        )),
         ..Default::default()
     }
 }
@@ -109,9 +111,13 @@ impl Server {
         let id = req.id.clone();
         let reply = match (self.state, req.method.as_str()) {
             (State::Uninitialized, "initialize") => self.initialize(&req),
-            (State::Uninitialized, _) => Err(error(ErrorCode::ServerNotInitialized, format!("`{}` before `initialize`", req.method))),
+            (State::Uninitialized, _) => {
+                Err(error(ErrorCode::ServerNotInitialized, format!("`{}` before `initialize`", req.method)))
+            }
             (State::ShutDown, _) => Err(error(ErrorCode::InvalidRequest, format!("`{}` after `shutdown`", req.method))),
-            (State::Running, "initialize") => Err(error(ErrorCode::InvalidRequest, "the server is already initialized")),
+            (State::Running, "initialize") => {
+                Err(error(ErrorCode::InvalidRequest, "the server is already initialized"))
+            }
             (State::Running, "shutdown") => {
                 self.state = State::ShutDown;
                 Ok(serde_json::Value::Null)
@@ -120,7 +126,10 @@ impl Server {
                 // A bug in a handler must not take the server down.
                 match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.dispatch(&req))) {
                     Ok(r) => r,
-                    Err(_) => Err(error(ErrorCode::InternalError, format!("internal error while handling `{}` (a bug in tcc)", req.method))),
+                    Err(_) => Err(error(
+                        ErrorCode::InternalError,
+                        format!("internal error while handling `{}` (a bug in tcc)", req.method),
+                    )),
                 }
             }
         };
@@ -138,7 +147,10 @@ impl Server {
         self.state = State::Running;
         let result = lt::InitializeResult {
             capabilities: capabilities(),
-            server_info: Some(lt::ServerInfo { name: "tcc".to_string(), version: Some(env!("CARGO_PKG_VERSION").to_string()) }),
+            server_info: Some(lt::ServerInfo {
+                name: "tcc".to_string(),
+                version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            }),
         };
         Ok(serde_json::to_value(result).unwrap_or_default())
     }
@@ -154,20 +166,27 @@ impl Server {
                 let tdp = p.text_document_position_params;
                 let d = s.doc(&tdp.text_document.uri)?;
                 Ok(d.analysis.definition(tdp.position).map(|span| {
-                    lt::GotoDefinitionResponse::Scalar(lt::Location { uri: d.uri.clone(), range: d.analysis.range(&span) })
+                    lt::GotoDefinitionResponse::Scalar(lt::Location {
+                        uri: d.uri.clone(),
+                        range: d.analysis.range(&span),
+                    })
                 }))
             }),
             References::METHOD => self.handle::<References>(req, |s, p| {
                 let tdp = p.text_document_position;
                 let d = s.doc(&tdp.text_document.uri)?;
                 let spans = d.analysis.references(tdp.position, p.context.include_declaration);
-                Ok(Some(spans.iter().map(|sp| lt::Location { uri: d.uri.clone(), range: d.analysis.range(sp) }).collect()))
+                Ok(Some(
+                    spans.iter().map(|sp| lt::Location { uri: d.uri.clone(), range: d.analysis.range(sp) }).collect(),
+                ))
             }),
             DocumentHighlightRequest::METHOD => self.handle::<DocumentHighlightRequest>(req, |s, p| {
                 let tdp = p.text_document_position_params;
                 let d = s.doc(&tdp.text_document.uri)?;
                 let spans = d.analysis.references(tdp.position, true);
-                Ok(Some(spans.iter().map(|sp| lt::DocumentHighlight { range: d.analysis.range(sp), kind: None }).collect()))
+                Ok(Some(
+                    spans.iter().map(|sp| lt::DocumentHighlight { range: d.analysis.range(sp), kind: None }).collect(),
+                ))
             }),
             Completion::METHOD => self.handle::<Completion>(req, |s, p| {
                 let tdp = p.text_document_position;
@@ -202,7 +221,11 @@ impl Server {
     }
 
     /// Parses the params of `R`, runs `f`, serializes its result.
-    fn handle<R: lt::request::Request>(&mut self, req: &Request, f: impl FnOnce(&mut Self, R::Params) -> Result<R::Result, ResponseError>) -> Reply
+    fn handle<R: lt::request::Request>(
+        &mut self,
+        req: &Request,
+        f: impl FnOnce(&mut Self, R::Params) -> Result<R::Result, ResponseError>,
+    ) -> Reply
     where
         R::Params: DeserializeOwned,
     {
@@ -212,9 +235,12 @@ impl Server {
     }
 
     fn doc(&self, uri: &lt::Uri) -> Result<&Document, ResponseError> {
-        self.docs
-            .get(uri.as_str())
-            .ok_or_else(|| error(ErrorCode::InvalidParams, format!("document `{}` is not open (send textDocument/didOpen first)", uri.as_str())))
+        self.docs.get(uri.as_str()).ok_or_else(|| {
+            error(
+                ErrorCode::InvalidParams,
+                format!("document `{}` is not open (send textDocument/didOpen first)", uri.as_str()),
+            )
+        })
     }
 
     fn notification(&mut self, n: Notification) {
@@ -250,7 +276,8 @@ impl Server {
                 };
                 let key = p.text_document.uri.as_str().to_string();
                 let Some(doc) = self.docs.get(&key) else {
-                    return self.log(lt::MessageType::WARNING, format!("tcc lsp: didChange for `{key}`, which is not open"));
+                    return self
+                        .log(lt::MessageType::WARNING, format!("tcc lsp: didChange for `{key}`, which is not open"));
                 };
                 let mut text = doc.analysis.text.clone();
                 for c in p.content_changes {
@@ -281,7 +308,10 @@ impl Server {
         let analysis = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Analysis::new(text, &stem))) {
             Ok(a) => a,
             Err(_) => {
-                self.log(lt::MessageType::ERROR, format!("tcc lsp: internal error analysing `{}` (a bug in tcc)", uri.as_str()));
+                self.log(
+                    lt::MessageType::ERROR,
+                    format!("tcc lsp: internal error analysing `{}` (a bug in tcc)", uri.as_str()),
+                );
                 return;
             }
         };
@@ -297,7 +327,8 @@ impl Server {
 }
 
 fn parse_params<P: DeserializeOwned>(req: &Request) -> Result<P, ResponseError> {
-    serde_json::from_value(req.params.clone()).map_err(|e| error(ErrorCode::InvalidParams, format!("invalid params for `{}`: {e}", req.method)))
+    serde_json::from_value(req.params.clone())
+        .map_err(|e| error(ErrorCode::InvalidParams, format!("invalid params for `{}`: {e}", req.method)))
 }
 
 #[cfg(test)]
@@ -363,7 +394,10 @@ mod tests {
         assert_eq!(r.error.unwrap().code, ErrorCode::MethodNotFound as i32);
         let r = s.request("textDocument/hover", json!({"textDocument": 3}));
         assert_eq!(r.error.unwrap().code, ErrorCode::InvalidParams as i32);
-        let r = s.request("textDocument/hover", json!({"textDocument": {"uri": "file:///nope.tc"}, "position": {"line": 0, "character": 0}}));
+        let r = s.request(
+            "textDocument/hover",
+            json!({"textDocument": {"uri": "file:///nope.tc"}, "position": {"line": 0, "character": 0}}),
+        );
         assert_eq!(r.error.unwrap().code, ErrorCode::InvalidParams as i32);
         let r = s.request("shutdown", json!(null));
         assert!(r.error.is_none());
@@ -383,7 +417,10 @@ mod tests {
         let mut s = Session::new();
         s.request("initialize", json!({"capabilities": {}}));
         let uri = "file:///tmp/t.tc";
-        s.notify("textDocument/didOpen", json!({"textDocument": {"uri": uri, "languageId": "tc", "version": 1, "text": "range N = 0;"}}));
+        s.notify(
+            "textDocument/didOpen",
+            json!({"textDocument": {"uri": uri, "languageId": "tc", "version": 1, "text": "range N = 0;"}}),
+        );
         let d = s.diagnostics();
         assert_eq!(d["diagnostics"][0]["code"], "E0102");
         assert_eq!(d["version"], 1);
@@ -394,7 +431,10 @@ mod tests {
         );
         let d = s.diagnostics();
         assert_eq!(d["diagnostics"].as_array().unwrap().len(), 0, "{d}");
-        s.notify("textDocument/didChange", json!({"textDocument": {"uri": uri, "version": 3}, "contentChanges": [{"text": "range N = ;"}]}));
+        s.notify(
+            "textDocument/didChange",
+            json!({"textDocument": {"uri": uri, "version": 3}, "contentChanges": [{"text": "range N = ;"}]}),
+        );
         assert_eq!(s.diagnostics()["diagnostics"][0]["code"], "E0002");
         s.notify("textDocument/didClose", json!({"textDocument": {"uri": uri}}));
         assert_eq!(s.diagnostics()["diagnostics"].as_array().unwrap().len(), 0);

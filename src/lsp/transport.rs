@@ -55,7 +55,9 @@ pub(crate) fn read_loop(input: &mut impl BufRead, tx: &Sender<Message>) {
 fn parse(text: &str) -> Message {
     // A `method` that is not a string would otherwise pass for a (bodiless) response.
     match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(v) if v.get("method").is_some_and(|m| !m.is_string()) => return malformed("`method` is not a string".to_string(), text),
+        Ok(v) if v.get("method").is_some_and(|m| !m.is_string()) => {
+            return malformed("`method` is not a string".to_string(), text)
+        }
         Ok(v) if !v.is_object() => return malformed("not a JSON object".to_string(), text),
         _ => {}
     }
@@ -97,10 +99,12 @@ fn read_frame(input: &mut impl BufRead) -> io::Result<Frame> {
             continue; // stray blank line between messages
         }
         match text.split_once(':') {
-            Some((name, value)) if name.trim().eq_ignore_ascii_case("content-length") => match value.trim().parse::<usize>() {
-                Ok(n) => size = Some(n),
-                Err(_) => bad_header = Some(format!("bad Content-Length `{}`", value.trim())),
-            },
+            Some((name, value)) if name.trim().eq_ignore_ascii_case("content-length") => {
+                match value.trim().parse::<usize>() {
+                    Ok(n) => size = Some(n),
+                    Err(_) => bad_header = Some(format!("bad Content-Length `{}`", value.trim())),
+                }
+            }
             Some(_) => {} // Content-Type and any other header
             None => bad_header = Some(format!("malformed header line `{}`", text.chars().take(80).collect::<String>())),
         }
@@ -158,7 +162,11 @@ mod tests {
 
     #[test]
     fn stops_after_exit() {
-        let input = format!("{}{}", framed(r#"{"jsonrpc":"2.0","method":"exit"}"#), framed(r#"{"jsonrpc":"2.0","method":"y"}"#));
+        let input = format!(
+            "{}{}",
+            framed(r#"{"jsonrpc":"2.0","method":"exit"}"#),
+            framed(r#"{"jsonrpc":"2.0","method":"y"}"#)
+        );
         assert_eq!(frames(&input).len(), 1);
     }
 }

@@ -38,7 +38,12 @@ pub fn block_lengths(len: usize, p: usize) -> Vec<usize> {
     if p <= 1 {
         return vec![len];
     }
-    let mut v: Vec<usize> = (0..p).map(|c| { let (s, e) = sub_interval(0, len, p, c); e - s }).collect();
+    let mut v: Vec<usize> = (0..p)
+        .map(|c| {
+            let (s, e) = sub_interval(0, len, p, c);
+            e - s
+        })
+        .collect();
     v.sort_unstable();
     v.dedup();
     v
@@ -61,9 +66,7 @@ impl Layout {
 
     /// Grid dimensions that neither split the tensor nor are idle: copies along them.
     pub fn replicated_dims(&self) -> Vec<usize> {
-        (0..self.grid.len())
-            .filter(|g| !self.idle.contains(g) && !self.splits.iter().any(|s| s.contains(g)))
-            .collect()
+        (0..self.grid.len()).filter(|g| !self.idle.contains(g) && !self.splits.iter().any(|s| s.contains(g))).collect()
     }
 
     /// Number of copies of each element.
@@ -148,10 +151,16 @@ impl Layout {
         let mut out = format!("[{}]", parts.join(", "));
         let rep = self.replicated_dims();
         if !rep.is_empty() {
-            out.push_str(&format!(" replicated over {}", rep.iter().map(|g| format!("g{g}")).collect::<Vec<_>>().join(",")));
+            out.push_str(&format!(
+                " replicated over {}",
+                rep.iter().map(|g| format!("g{g}")).collect::<Vec<_>>().join(",")
+            ));
         }
         if !self.idle.is_empty() {
-            out.push_str(&format!(" on coordinate 0 of {}", self.idle.iter().map(|g| format!("g{g}")).collect::<Vec<_>>().join(",")));
+            out.push_str(&format!(
+                " on coordinate 0 of {}",
+                self.idle.iter().map(|g| format!("g{g}")).collect::<Vec<_>>().join(",")
+            ));
         }
         out
     }

@@ -432,7 +432,10 @@ pub fn plan_command(
     Ok(match format {
         Format::Json => {
             let mut v = report::plans_json(&plans);
-            v["infeasible"] = serde_json::json!(failures.iter().map(|(p, e)| serde_json::json!({"procs": p, "message": e.message})).collect::<Vec<_>>());
+            v["infeasible"] = serde_json::json!(failures
+                .iter()
+                .map(|(p, e)| serde_json::json!({"procs": p, "message": e.message}))
+                .collect::<Vec<_>>());
             serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
         }
         Format::Dot => plans.iter().map(report::plan_dot).collect(),

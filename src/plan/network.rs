@@ -42,7 +42,13 @@ pub const FLOPS: f64 = 100e9;
 
 impl Network {
     pub fn fat_tree() -> Network {
-        Network { spec: "fat-tree".into(), topology: Topology::FatTree, alpha: FAT_TREE_LAT, beta: 1.0 / FAT_TREE_BW, gamma: 1.0 / FLOPS }
+        Network {
+            spec: "fat-tree".into(),
+            topology: Topology::FatTree,
+            alpha: FAT_TREE_LAT,
+            beta: 1.0 / FAT_TREE_BW,
+            gamma: 1.0 / FLOPS,
+        }
     }
 
     /// Parses a description, or reads a TOML file when `spec` names one.
@@ -54,7 +60,9 @@ impl Network {
         }
         let (kind, rest) = s.split_once(':').unwrap_or((s, ""));
         if !matches!(kind, "fat-tree" | "fattree" | "torus") {
-            return Err(format!("unknown network kind `{kind}` (use torus:AxBxC, fat-tree:bw=..,lat=.. or a .toml file)"));
+            return Err(format!(
+                "unknown network kind `{kind}` (use torus:AxBxC, fat-tree:bw=..,lat=.. or a .toml file)"
+            ));
         }
         let mut kv: Vec<(String, String)> = Vec::new();
         let mut dims: Option<Vec<usize>> = None;
@@ -70,7 +78,11 @@ impl Network {
             "torus" => Topology::Torus {
                 dims: dims.ok_or_else(|| format!("torus network `{s}` needs its dimensions, e.g. torus:8x8x16"))?,
             },
-            other => return Err(format!("unknown network kind `{other}` (use torus:AxBxC, fat-tree:bw=..,lat=.. or a .toml file)")),
+            other => {
+                return Err(format!(
+                    "unknown network kind `{other}` (use torus:AxBxC, fat-tree:bw=..,lat=.. or a .toml file)"
+                ))
+            }
         };
         Network::build(s, topology, &kv)
     }
@@ -91,7 +103,11 @@ impl Network {
                 "alpha" => alpha = Some(parse_number(k, v)?),
                 "beta" => beta = Some(parse_number(k, v)?),
                 "gamma" => gamma = Some(parse_number(k, v)?),
-                other => return Err(format!("unknown network parameter `{other}` (known: bw, lat, hop, flops, alpha, beta, gamma)")),
+                other => {
+                    return Err(format!(
+                        "unknown network parameter `{other}` (known: bw, lat, hop, flops, alpha, beta, gamma)"
+                    ))
+                }
             }
         }
         let diameter_half = match &topology {
@@ -132,14 +148,19 @@ impl Network {
                 "dims" => {
                     let inner = v.trim_start_matches('[').trim_end_matches(']');
                     let d: Result<Vec<usize>, _> = inner.split(',').map(|x| x.trim().parse::<usize>()).collect();
-                    dims = Some(d.map_err(|_| format!("{spec}:{}: dims must be a list of integers, e.g. [8, 8, 16]", n + 1))?);
+                    dims =
+                        Some(d.map_err(|_| {
+                            format!("{spec}:{}: dims must be a list of integers, e.g. [8, 8, 16]", n + 1)
+                        })?);
                 }
                 _ => kv.push((k, unq)),
             }
         }
         let topology = match topology.as_deref() {
             Some("torus") => Topology::Torus {
-                dims: dims.filter(|d| !d.is_empty() && d.iter().all(|&x| x >= 1)).ok_or_else(|| format!("{spec}: a torus needs `dims = [A, B, ...]`"))?,
+                dims: dims
+                    .filter(|d| !d.is_empty() && d.iter().all(|&x| x >= 1))
+                    .ok_or_else(|| format!("{spec}: a torus needs `dims = [A, B, ...]`"))?,
             },
             Some("fat-tree") | Some("fattree") | None => Topology::FatTree,
             Some(other) => return Err(format!("{spec}: unknown topology `{other}` (torus or fat-tree)")),
@@ -173,7 +194,9 @@ impl Network {
     pub fn describe(&self) -> String {
         let topo = match &self.topology {
             Topology::FatTree => "fat-tree".to_string(),
-            Topology::Torus { dims } => format!("torus {}", dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")),
+            Topology::Torus { dims } => {
+                format!("torus {}", dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x"))
+            }
         };
         format!(
             "{topo}: α = {} per message, β = {} per byte ({}/s), γ = {} per flop",
@@ -199,7 +222,9 @@ fn parse_number(k: &str, v: &str) -> Result<f64, String> {
 
 fn split_num(v: &str) -> Result<(f64, String), String> {
     let t = v.trim();
-    let at = t.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E' || c == '-' || c == '+')).unwrap_or(t.len());
+    let at = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E' || c == '-' || c == '+'))
+        .unwrap_or(t.len());
     // `e` may start a unit (none of ours does), so this is safe.
     let (n, u) = t.split_at(at);
     let x: f64 = n.parse().map_err(|_| format!("`{v}` does not start with a number"))?;
@@ -225,7 +250,15 @@ fn prefix_scale(p: &str) -> Option<f64> {
 pub fn parse_bandwidth(v: &str) -> Result<f64, String> {
     let (x, u) = split_num(v)?;
     let u = u.trim_end_matches("/s").trim_end_matches("ps");
-    let (p, bits) = if let Some(p) = u.strip_suffix("bit") { (p, true) } else if let Some(p) = u.strip_suffix('B') { (p, false) } else if let Some(p) = u.strip_suffix('b') { (p, true) } else { (u, false) };
+    let (p, bits) = if let Some(p) = u.strip_suffix("bit") {
+        (p, true)
+    } else if let Some(p) = u.strip_suffix('B') {
+        (p, false)
+    } else if let Some(p) = u.strip_suffix('b') {
+        (p, true)
+    } else {
+        (u, false)
+    };
     let s = prefix_scale(p).ok_or_else(|| format!("unknown bandwidth unit in `{v}` (use B/s, MB/s, GB/s, Gb/s)"))?;
     Ok(x * s / if bits { 8.0 } else { 1.0 })
 }
@@ -300,7 +333,11 @@ mod tests {
         assert!((t.alpha - (1e-6 + 100e-9 * 8.0)).abs() < 1e-15);
         assert_eq!(t.alltoall_congestion(), 2.0);
         assert!(t.check_procs(2048).is_err() && t.check_procs(1024).is_ok());
-        let g = Network::from_toml("# net\ntopology = \"torus\"\ndims = [4, 4]\nalpha = 1e-6\nbeta = 1e-10\ngamma = 1e-11\n", "x.toml").unwrap();
+        let g = Network::from_toml(
+            "# net\ntopology = \"torus\"\ndims = [4, 4]\nalpha = 1e-6\nbeta = 1e-10\ngamma = 1e-11\n",
+            "x.toml",
+        )
+        .unwrap();
         assert_eq!(g.nodes(), Some(16));
         assert_eq!(g.beta, 1e-10);
         let h = Network::parse("fat-tree:bw=100Gb/s,flops=1TF/s").unwrap();
@@ -309,7 +346,15 @@ mod tests {
 
     #[test]
     fn rejects_nonsense() {
-        for bad in ["mesh:4x4", "torus", "torus:4xq", "fat-tree:bw=fast", "fat-tree:lat=2parsecs", "fat-tree:color=red", "fat-tree:bw"] {
+        for bad in [
+            "mesh:4x4",
+            "torus",
+            "torus:4xq",
+            "fat-tree:bw=fast",
+            "fat-tree:lat=2parsecs",
+            "fat-tree:color=red",
+            "fat-tree:bw",
+        ] {
             assert!(Network::parse(bad).is_err(), "{bad}");
         }
         assert!(Network::from_toml("topology = \"ring\"", "x.toml").is_err());

@@ -60,8 +60,19 @@ fn layout_text(l: &Layout, names: &[String]) -> String {
 pub fn plan_text(p: &Plan) -> String {
     let mut s = String::new();
     let mem = p.mem_per_rank.map(bytes).unwrap_or_else(|| "unlimited".into());
-    let _ = writeln!(s, "plan `{}` on {} ranks ({:?}) — {}; memory per rank {}", p.unit, p.procs, p.strategy, p.network.describe(), mem);
-    let _ = writeln!(s, "  (words are array elements; \"words\" of a rank = received by gathers and all-to-alls + sent by reductions)");
+    let _ = writeln!(
+        s,
+        "plan `{}` on {} ranks ({:?}) — {}; memory per rank {}",
+        p.unit,
+        p.procs,
+        p.strategy,
+        p.network.describe(),
+        mem
+    );
+    let _ = writeln!(
+        s,
+        "  (words are array elements; \"words\" of a rank = received by gathers and all-to-alls + sent by reductions)"
+    );
     for (n, l) in &p.initial {
         let _ = writeln!(s, "  input {n} starts as {}", l.describe(&[]));
     }
@@ -81,7 +92,13 @@ pub fn plan_text(p: &Plan) -> String {
                 );
             }
         }
-        let _ = writeln!(s, "  {:<18} computed as {}  →  stored as {}", st.c.name, layout_text(&st.c.stationary, &st.c.indices), layout_text(&st.c.gathered, &st.c.indices));
+        let _ = writeln!(
+            s,
+            "  {:<18} computed as {}  →  stored as {}",
+            st.c.name,
+            layout_text(&st.c.stationary, &st.c.indices),
+            layout_text(&st.c.gathered, &st.c.indices)
+        );
         for op in &st.ops {
             let along = if op.kind == super::OpKind::AllToAll {
                 "all ranks".to_string()
@@ -155,7 +172,11 @@ pub fn plan_text(p: &Plan) -> String {
 pub fn sweep_text(plans: &[Plan]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "sweep:");
-    let _ = writeln!(s, "  {:<16} {:>7} {:>12} {:>12} {:>12} {:>12} {:>10} {:>12}", "unit", "P", "time", "flops/rank", "words/rank", "bound", "ratio", "memory");
+    let _ = writeln!(
+        s,
+        "  {:<16} {:>7} {:>12} {:>12} {:>12} {:>12} {:>10} {:>12}",
+        "unit", "P", "time", "flops/rank", "words/rank", "bound", "ratio", "memory"
+    );
     for p in plans {
         let _ = writeln!(
             s,
@@ -197,7 +218,11 @@ pub fn plan_dot(p: &Plan) -> String {
     let _ = writeln!(s, "digraph \"{}\" {{", esc(&format!("plan_{}_P{}", p.unit, p.procs)));
     let _ = writeln!(s, "  rankdir=BT;");
     let _ = writeln!(s, "  node [fontname=\"monospace\", fontsize=10];");
-    let _ = writeln!(s, "  label=\"{}\";", esc(&format!("{} on {} ranks, {} — time {}", p.unit, p.procs, p.network.spec, fmt_time(p.totals.time))));
+    let _ = writeln!(
+        s,
+        "  label=\"{}\";",
+        esc(&format!("{} on {} ranks, {} — time {}", p.unit, p.procs, p.network.spec, fmt_time(p.totals.time)))
+    );
     let mut producer: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     let mut inputs = 0;
     for (k, st) in p.steps.iter().enumerate() {
@@ -221,7 +246,12 @@ pub fn plan_dot(p: &Plan) -> String {
                     inputs += 1;
                     let nid = format!("t{inputs}");
                     let shape = if o.opaque { "diamond" } else { "box" };
-                    let _ = writeln!(s, "  {nid} [shape={shape}, label=\"{}\\n{}\"];", esc(&o.name), esc(&o.stationary.describe(&o.indices)));
+                    let _ = writeln!(
+                        s,
+                        "  {nid} [shape={shape}, label=\"{}\\n{}\"];",
+                        esc(&o.name),
+                        esc(&o.stationary.describe(&o.indices))
+                    );
                     producer.insert(key.clone(), nid.clone());
                     nid
                 }

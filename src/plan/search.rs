@@ -8,7 +8,9 @@ use crate::tir::graph::{factor_label, ref_text};
 
 use super::bounds::{lower_bound, BoundIndex};
 use super::layout::{max_gather_recv, Layout};
-use super::{CommOp, GridDim, OpKind, OperandPlan, Phase, Plan, PlanError, PlanOptions, PlanStep, StepCost, Strategy, Totals};
+use super::{
+    CommOp, GridDim, OpKind, OperandPlan, Phase, Plan, PlanError, PlanOptions, PlanStep, StepCost, Strategy, Totals,
+};
 
 /// Largest number of a step's indices considered for grid dimensions (the largest
 /// extents are kept).
@@ -121,7 +123,10 @@ pub(crate) fn build_steps(hir: &Hir, u: UnitId) -> (Vec<Spec>, Vec<String>) {
                 ));
             }
             if ops.len() > 2 {
-                notes.push(format!("stmt {si} term {ti}: {} factors left unordered by the optimizer, planned as a left-to-right chain", ops.len()));
+                notes.push(format!(
+                    "stmt {si} term {ti}: {} factors left unordered by the optimizer, planned as a left-to-right chain",
+                    ops.len()
+                ));
             }
             // Left-to-right chain of binary steps.
             let mut acc = ops[0].clone();
@@ -132,7 +137,8 @@ pub(crate) fn build_steps(hir: &Hir, u: UnitId) -> (Vec<Spec>, Vec<String>) {
                 let out = if last {
                     c.clone()
                 } else {
-                    let later: Vec<IndexId> = ops[k + 1..].iter().flat_map(|o| o.idx.clone()).chain(c.idx.clone()).collect();
+                    let later: Vec<IndexId> =
+                        ops[k + 1..].iter().flat_map(|o| o.idx.clone()).chain(c.idx.clone()).collect();
                     let mut keep: Vec<IndexId> = Vec::new();
                     for &x in acc.idx.iter().chain(b.as_ref().map(|b| &b.idx).into_iter().flatten()) {
                         if later.contains(&x) && !keep.contains(&x) {
@@ -231,7 +237,9 @@ fn operand_layouts(op: &Operand, cand: &Cand) -> (Layout, Layout, Vec<usize>) {
         for (g, a) in cand.assign.iter().enumerate() {
             if let Some(x) = a {
                 if !op.idx.contains(x) {
-                    let d = (0..op.shape.len()).max_by_key(|&d| (fine.max_extent(d, op.shape[d]), std::cmp::Reverse(d))).unwrap();
+                    let d = (0..op.shape.len())
+                        .max_by_key(|&d| (fine.max_extent(d, op.shape[d]), std::cmp::Reverse(d)))
+                        .unwrap();
                     fine.splits[d].push(g);
                     along.push(g);
                 }
@@ -271,7 +279,14 @@ pub(crate) fn rounds(q: u64) -> u64 {
     }
 }
 
-fn gather_op(op: &Operand, fine: &Layout, coarse: &Layout, along: &[usize], panels: usize, net: &super::Network) -> CommOp {
+fn gather_op(
+    op: &Operand,
+    fine: &Layout,
+    coarse: &Layout,
+    along: &[usize],
+    panels: usize,
+    net: &super::Network,
+) -> CommOp {
     let q: u64 = along.iter().map(|&g| fine.grid[g] as u64).product();
     // Ring: a rank receives the fibre's blocks but its own, forwards all but its
     // successor's; both maxima are the largest `coarse − fine` over the fibre.
@@ -327,7 +342,13 @@ fn reduce_op(c: &Operand, partial: &Layout, fin: &Layout, along: &[usize], net: 
 
 /// Evaluates a candidate; `None` when it does not fit in `mem_limit` bytes (with
 /// `resident` bytes of other live tensors) at any number of panels.
-pub(crate) fn evaluate(spec: &Spec, cand: &Cand, net: &super::Network, mem_limit: Option<u64>, resident: u64) -> Option<Eval> {
+pub(crate) fn evaluate(
+    spec: &Spec,
+    cand: &Cand,
+    net: &super::Network,
+    mem_limit: Option<u64>,
+    resident: u64,
+) -> Option<Eval> {
     let (af, ac, aal) = operand_layouts(&spec.a, cand);
     let bl = spec.b.as_ref().map(|b| operand_layouts(b, cand));
     // The result: partial layout = primary splits only; final adds the reductions.
@@ -506,7 +527,15 @@ type Choice = (f64, u64, Eval, Vec<CommOp>, Vec<CommOp>);
 /// A tensor's current layout, shape and element size.
 type State = HashMap<String, (Layout, Vec<usize>, usize)>;
 
-fn alltoall(name: &str, shape: &[usize], elem: usize, from: &Layout, to: &Layout, phase: Phase, net: &super::Network) -> Option<CommOp> {
+fn alltoall(
+    name: &str,
+    shape: &[usize],
+    elem: usize,
+    from: &Layout,
+    to: &Layout,
+    phase: Phase,
+    net: &super::Network,
+) -> Option<CommOp> {
     let p = to.procs();
     let (mut recv_max, mut sent_max, mut total) = (0u64, 0u64, 0u64);
     let mut op = CommOp {
@@ -544,7 +573,8 @@ fn alltoall(name: &str, shape: &[usize], elem: usize, from: &Layout, to: &Layout
     op.moved_max = recv_max;
     op.recv_total = total;
     op.msgs_max = active.saturating_sub(1);
-    op.time = net.alpha * op.msgs_max as f64 + net.beta * net.alltoall_congestion() * (elem as u64 * recv_max.max(sent_max)) as f64;
+    op.time = net.alpha * op.msgs_max as f64
+        + net.beta * net.alltoall_congestion() * (elem as u64 * recv_max.max(sent_max)) as f64;
     Some(op)
 }
 
@@ -578,7 +608,8 @@ fn redistribution_estimate(spec: &Spec, e: &Eval, state: &State, net: &super::Ne
         if cur == need {
             0.0
         } else {
-            net.alpha * (need.procs() as f64 - 1.0) + net.beta * net.alltoall_congestion() * (elem as u64 * need.max_block(shape)) as f64
+            net.alpha * (need.procs() as f64 - 1.0)
+                + net.beta * net.alltoall_congestion() * (elem as u64 * need.max_block(shape)) as f64
         }
     };
     let mut t = 0.0;
@@ -602,9 +633,16 @@ fn redistribution_estimate(spec: &Spec, e: &Eval, state: &State, net: &super::Ne
 fn lookahead(spec: &Spec, e: &Eval, summed: &Option<Vec<Option<usize>>>, net: &super::Network) -> f64 {
     let Some(summed) = summed else { return 0.0 };
     let fin = &e.c.1;
-    let near = fin.splits.iter().enumerate().filter(|(_, s)| !s.is_empty()).filter_map(|(d, _)| summed.get(d).copied().flatten()).min();
+    let near = fin
+        .splits
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.is_empty())
+        .filter_map(|(d, _)| summed.get(d).copied().flatten())
+        .min();
     let Some(dist) = near else { return 0.0 };
-    (net.alpha * (fin.procs() as f64 - 1.0) + net.beta * net.alltoall_congestion() * (spec.c.elem as u64 * fin.max_block(&spec.c.shape)) as f64)
+    (net.alpha * (fin.procs() as f64 - 1.0)
+        + net.beta * net.alltoall_congestion() * (spec.c.elem as u64 * fin.max_block(&spec.c.shape)) as f64)
         / dist as f64
 }
 
@@ -625,7 +663,11 @@ pub fn plan_units(opt: &Hir, units: &[UnitId], opts: &PlanOptions) -> Result<Vec
 pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanError> {
     let p = opts.procs.max(1);
     let net = &opts.network;
-    net.check_procs(p).map_err(|m| PlanError { code: "E0802", message: m, hint: Some("use fewer --procs or a larger network".into()) })?;
+    net.check_procs(p).map_err(|m| PlanError {
+        code: "E0802",
+        message: m,
+        hint: Some("use fewer --procs or a larger network".into()),
+    })?;
     let (specs, mut notes) = build_steps(opt, u);
     let mut state: State = HashMap::new();
     let mut initial: Vec<(String, Layout)> = Vec::new();
@@ -637,7 +679,12 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
             continue;
         }
         if g.procs() != p {
-            notes.push(format!("`distribute {}` ignored: grid {} has {} ranks, this plan has {p}", t.name, g.name, g.procs()));
+            notes.push(format!(
+                "`distribute {}` ignored: grid {} has {} ranks, this plan has {p}",
+                t.name,
+                g.name,
+                g.procs()
+            ));
             continue;
         }
         let mut l = Layout { grid: g.dims.clone(), splits: vec![Vec::new(); t.dims.len()], idle: Vec::new() };
@@ -682,7 +729,9 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
             let mut dist: Vec<Option<usize>> = vec![None; sp.c.idx.len()];
             let mut from = i + 1;
             let mut depth = 1;
-            while let Some(j) = (from..specs.len()).find(|&j| std::iter::once(&specs[j].a).chain(specs[j].b.as_ref()).any(|o| o.key.as_ref() == Some(&key))) {
+            while let Some(j) = (from..specs.len()).find(|&j| {
+                std::iter::once(&specs[j].a).chain(specs[j].b.as_ref()).any(|o| o.key.as_ref() == Some(&key))
+            }) {
                 let nx = &specs[j];
                 for (d, x) in sp.c.idx.iter().enumerate() {
                     if dist[d].is_none() && !nx.c.idx.contains(x) {
@@ -704,8 +753,11 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
     let mut rank_all = vec![0u64; p];
     let mut rank_step = vec![0u64; p];
     for (i, spec) in specs.iter().enumerate() {
-        let involved: Vec<&String> =
-            std::iter::once(&spec.a).chain(spec.b.as_ref()).chain(std::iter::once(&spec.c)).filter_map(|o| o.key.as_ref()).collect();
+        let involved: Vec<&String> = std::iter::once(&spec.a)
+            .chain(spec.b.as_ref())
+            .chain(std::iter::once(&spec.c))
+            .filter_map(|o| o.key.as_ref())
+            .collect();
         let resident: u64 = state
             .iter()
             .filter(|(k, _)| !involved.contains(k))
@@ -725,7 +777,14 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
                 let mut v: Vec<(f64, Eval)> = cands
                     .iter()
                     .filter_map(|c| evaluate(spec, c, net, mem_limit, resident))
-                    .map(|e| (e.time + redistribution_estimate(spec, &e, &state, net) + lookahead(spec, &e, &consumer_summed[i], net), e))
+                    .map(|e| {
+                        (
+                            e.time
+                                + redistribution_estimate(spec, &e, &state, net)
+                                + lookahead(spec, &e, &consumer_summed[i], net),
+                            e,
+                        )
+                    })
                     .collect();
                 v.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.mem_bytes.cmp(&y.1.mem_bytes)));
                 v.truncate(opts.shortlist.max(1));
@@ -759,10 +818,16 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
         for e in evals {
             let mut pre = Vec::new();
             let mut seen: Vec<(String, Layout)> = Vec::new();
-            let stationaries = std::iter::once((&spec.a, &e.a.0)).chain(spec.b.as_ref().zip(e.b.as_ref().map(|b| &b.0)));
+            let stationaries =
+                std::iter::once((&spec.a, &e.a.0)).chain(spec.b.as_ref().zip(e.b.as_ref().map(|b| &b.0)));
             for (o, need) in stationaries {
                 let Some(k) = &o.key else { continue };
-                let cur = seen.iter().rev().find(|(n, _)| n == k).map(|(_, l)| l.clone()).or_else(|| state.get(k).map(|s| s.0.clone()));
+                let cur = seen
+                    .iter()
+                    .rev()
+                    .find(|(n, _)| n == k)
+                    .map(|(_, l)| l.clone())
+                    .or_else(|| state.get(k).map(|s| s.0.clone()));
                 if let Some(cur) = cur {
                     if let Some(op) = alltoall(k, &o.shape, o.elem, &cur, need, Phase::Before, net) {
                         pre.push(op);
@@ -773,12 +838,22 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
             let mut post = Vec::new();
             if spec.accumulate {
                 if let Some((cur, _, _)) = spec.c.key.as_ref().and_then(|k| state.get(k)) {
-                    if let Some(op) = alltoall(&format!("new {}", spec.c.key.clone().unwrap_or_default()), &spec.c.shape, spec.c.elem, &e.c.1, cur, Phase::After, net) {
+                    if let Some(op) = alltoall(
+                        &format!("new {}", spec.c.key.clone().unwrap_or_default()),
+                        &spec.c.shape,
+                        spec.c.elem,
+                        &e.c.1,
+                        cur,
+                        Phase::After,
+                        net,
+                    ) {
                         post.push(op);
                     }
                 }
             }
-            let t = e.time + pre.iter().chain(&post).map(|o| o.time).sum::<f64>() + lookahead(spec, &e, &consumer_summed[i], net);
+            let t = e.time
+                + pre.iter().chain(&post).map(|o| o.time).sum::<f64>()
+                + lookahead(spec, &e, &consumer_summed[i], net);
             let w: u64 = e.ops.iter().chain(&pre).chain(&post).map(|o| o.moved_max).sum();
             if best.as_ref().is_none_or(|b| t < b.0 * (1.0 - 1e-12) || (t <= b.0 * (1.0 + 1e-12) && w < b.1)) {
                 best = Some((t, w, e, pre, post));
@@ -831,7 +906,10 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
                     per_rank_step[r] += w.moved;
                 }
             }
-            debug_assert!(op.kind == OpKind::AllToAll || (rm, sm, mm) == (op.recv_max, op.sent_max, op.moved_max), "{op:?}");
+            debug_assert!(
+                op.kind == OpKind::AllToAll || (rm, sm, mm) == (op.recv_max, op.sent_max, op.moved_max),
+                "{op:?}"
+            );
             op.recv_max = rm;
             op.sent_max = sm;
             op.moved_max = mm;
@@ -855,7 +933,8 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
                 c: spec.c.idx.contains(x),
             })
             .collect();
-        let bound = lower_bound(&bidx, spec.b.is_some(), e.active, opts.mem_per_rank.map(|m| m as f64 / spec.c.elem as f64));
+        let bound =
+            lower_bound(&bidx, spec.b.is_some(), e.active, opts.mem_per_rank.map(|m| m as f64 / spec.c.elem as f64));
         let ratio = if bound.words > 0.0 { Some(step_words_max as f64 / bound.words) } else { None };
         let mapping = e
             .cand
@@ -879,7 +958,10 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
         };
         let mut step_notes = Vec::new();
         if e.active < p {
-            step_notes.push(format!("{} of {p} ranks have work (an idle grid dimension or empty blocks); the bound is for {} ranks", e.active, e.active));
+            step_notes.push(format!(
+                "{} of {p} ranks have work (an idle grid dimension or empty blocks); the bound is for {} ranks",
+                e.active, e.active
+            ));
         }
         if e.panels > 1 {
             step_notes.push(format!("all-gathers in {} panels to fit the memory limit", e.panels));
@@ -930,7 +1012,9 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
         bound_words,
         ratio: if bound_words > 0.0 { Some(step_words_sum as f64 / bound_words) } else { None },
     };
-    if initial.iter().all(|(n, _)| !opt.distributions.iter().any(|d| opt.tensors[d.tensor].name == *n)) && opts.strategy == Strategy::Search {
+    if initial.iter().all(|(n, _)| !opt.distributions.iter().any(|d| opt.tensors[d.tensor].name == *n))
+        && opts.strategy == Strategy::Search
+    {
         // Nothing to say: inputs without hints start where their first step wants them.
     }
     Ok(Plan {

@@ -11,8 +11,19 @@ fn program(sizes: &[(char, usize)], a: &str, b: &str, c: &str) -> crate::sema::h
     for (k, (ch, n)) in sizes.iter().enumerate() {
         src.push_str(&format!("range R{k} = {n}; index {ch} : R{k};\n"));
     }
-    let br = |s: &str| if s.is_empty() { String::new() } else { format!("[{}]", s.chars().map(|c| c.to_string()).collect::<Vec<_>>().join(",")) };
-    src.push_str(&format!("input tensor A{} : f64;\ninput tensor B{} : f64;\noutput tensor C{} : f64;\n", br(a), br(b), br(c)));
+    let br = |s: &str| {
+        if s.is_empty() {
+            String::new()
+        } else {
+            format!("[{}]", s.chars().map(|c| c.to_string()).collect::<Vec<_>>().join(","))
+        }
+    };
+    src.push_str(&format!(
+        "input tensor A{} : f64;\ninput tensor B{} : f64;\noutput tensor C{} : f64;\n",
+        br(a),
+        br(b),
+        br(c)
+    ));
     src.push_str(&format!("C{} = A{} * B{};\n", br(c), br(a), br(b)));
     let (hir, diags) = crate::compile(&src, "t");
     hir.unwrap_or_else(|| panic!("{src}\n{diags:?}"))
@@ -30,7 +41,10 @@ fn idx(hir: &crate::sema::hir::Hir, name: &str) -> usize {
 }
 
 fn cand(hir: &crate::sema::hir::Hir, grid: &[usize], names: &[&str]) -> Cand {
-    Cand { grid: grid.to_vec(), assign: names.iter().map(|n| if *n == "-" { None } else { Some(idx(hir, n)) }).collect() }
+    Cand {
+        grid: grid.to_vec(),
+        assign: names.iter().map(|n| if *n == "-" { None } else { Some(idx(hir, n)) }).collect(),
+    }
 }
 
 fn words(e: &search::Eval, kind: OpKind) -> u64 {
@@ -50,7 +64,10 @@ fn summa_2d_square() {
     let e = evaluate(&s, &cand(&h, &[4, 4], &["i", "j"]), &fat(), None, 0).unwrap();
     let each = n * n / 4 * 3 / 4;
     assert_eq!(e.ops.len(), 2);
-    assert!(e.ops.iter().all(|o| o.kind == OpKind::AllGather && o.moved_max == each && o.sent_max == each && o.msgs_max == 2));
+    assert!(e
+        .ops
+        .iter()
+        .all(|o| o.kind == OpKind::AllGather && o.moved_max == each && o.sent_max == each && o.msgs_max == 2));
     assert_eq!(e.flops_max, 2.0 * (n * n * n / 16) as f64);
 }
 
@@ -66,7 +83,11 @@ fn three_d_on_a_cube() {
     assert_eq!(words(&e, OpKind::ReduceScatter), each);
     // This is exactly the memory-independent bound 3(n³/P)^{2/3} − 3n²/P.
     let b = lower_bound(
-        &[BoundIndex { n, a: true, b: false, c: true }, BoundIndex { n, a: false, b: true, c: true }, BoundIndex { n, a: true, b: true, c: false }],
+        &[
+            BoundIndex { n, a: true, b: false, c: true },
+            BoundIndex { n, a: false, b: true, c: true },
+            BoundIndex { n, a: true, b: true, c: false },
+        ],
         true,
         64,
         None,
@@ -210,7 +231,10 @@ fn distribute_hints_set_the_initial_layout() {
 fn class_strategy() -> impl PStrategy<Value = (Vec<(u8, usize)>, usize)> {
     // Each index: a class (0 free-left, 1 free-right, 2 contracted, 3 batch,
     // 4 summed-left) and an extent.
-    (prop::collection::vec((0u8..5, 1usize..40), 2..6), prop::sample::select(vec![2usize, 3, 4, 6, 8, 12, 16, 27, 32, 64]))
+    (
+        prop::collection::vec((0u8..5, 1usize..40), 2..6),
+        prop::sample::select(vec![2usize, 3, 4, 6, 8, 12, 16, 27, 32, 64]),
+    )
 }
 
 proptest! {

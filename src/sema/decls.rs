@@ -61,7 +61,12 @@ impl Ctx {
             }
         };
         let r = self.hir.ranges.len();
-        self.hir.ranges.push(hir::Range { name: name.name.clone(), size: n, span: name.span.clone(), model: self.model });
+        self.hir.ranges.push(hir::Range {
+            name: name.name.clone(),
+            size: n,
+            span: name.span.clone(),
+            model: self.model,
+        });
         self.declare(Ns::Space, name, Sym::Range(r), what);
         r
     }
@@ -82,8 +87,17 @@ impl Ctx {
             Some(Sym::Range(r)) => r,
             Some(Sym::Index(i)) => {
                 let r = self.hir.indices[i].range;
-                let d = Diagnostic::error("E0108", format!("`{}` is an index, not a range", id.name), id.span.clone(), "expected a range")
-                    .with_hint(format!("`{}` ranges over `{}`; write the range's name here", id.name, self.range_name(r)));
+                let d = Diagnostic::error(
+                    "E0108",
+                    format!("`{}` is an index, not a range", id.name),
+                    id.span.clone(),
+                    "expected a range",
+                )
+                .with_hint(format!(
+                    "`{}` ranges over `{}`; write the range's name here",
+                    id.name,
+                    self.range_name(r)
+                ));
                 self.error(d);
                 self.poison_range()
             }
@@ -93,8 +107,13 @@ impl Ctx {
                     None => format!("declare it first, as in `range {} = 10;`", id.name),
                 };
                 self.error(
-                    Diagnostic::error("E0104", format!("unknown range `{}`", id.name), id.span.clone(), "no range of this name")
-                        .with_hint(hint),
+                    Diagnostic::error(
+                        "E0104",
+                        format!("unknown range `{}`", id.name),
+                        id.span.clone(),
+                        "no range of this name",
+                    )
+                    .with_hint(hint),
                 );
                 self.poison_range()
             }
@@ -110,7 +129,10 @@ impl Ctx {
             }
             None => format!("declare it, as in `index {} : RANGE;`", id.name),
         };
-        self.error(Diagnostic::error("E0105", format!("unknown index `{}`", id.name), id.span.clone(), "not declared").with_hint(hint));
+        self.error(
+            Diagnostic::error("E0105", format!("unknown index `{}`", id.name), id.span.clone(), "not declared")
+                .with_hint(hint),
+        );
     }
 
     /// `input tensor T[a,b] : f64 antisymmetric(a b);`
@@ -123,8 +145,13 @@ impl Ctx {
                 if self.model.is_none() {
                     let span = d.role.as_ref().map_or(d.name.span.clone(), |r| r.span.clone());
                     self.error(
-                        Diagnostic::error("E0109", "`param` is only allowed inside a `model`", span, "outside any model")
-                            .with_hint("outside a model, declare weights as `input tensor`"),
+                        Diagnostic::error(
+                            "E0109",
+                            "`param` is only allowed inside a `model`",
+                            span,
+                            "outside any model",
+                        )
+                        .with_hint("outside a model, declare weights as `input tensor`"),
                     );
                 }
                 hir::Role::Param
@@ -161,7 +188,15 @@ impl Ctx {
             ..TensorInfo::default()
         };
         let t = self.push_tensor(
-            hir::Tensor { name: d.name.name.clone(), role, elem, dims, symmetry, span: d.span.clone(), model: self.model },
+            hir::Tensor {
+                name: d.name.name.clone(),
+                role,
+                elem,
+                dims,
+                symmetry,
+                span: d.span.clone(),
+                model: self.model,
+            },
             info,
         );
         if !self.declare(Ns::Tensor, &d.name, Sym::Tensor(t), "tensor") {
@@ -197,8 +232,15 @@ impl Ctx {
         if names.is_empty() {
             if let Some(spec) = d.symmetry.first() {
                 self.error(
-                    Diagnostic::error("E0401", format!("scalar `{}` cannot have symmetry", d.name.name), spec.span.clone(), "a scalar has no dimensions")
-                        .with_hint("symmetry exchanges dimensions of a tensor; remove it, or declare the tensor with indices"),
+                    Diagnostic::error(
+                        "E0401",
+                        format!("scalar `{}` cannot have symmetry", d.name.name),
+                        spec.span.clone(),
+                        "a scalar has no dimensions",
+                    )
+                    .with_hint(
+                        "symmetry exchanges dimensions of a tensor; remove it, or declare the tensor with indices",
+                    ),
                 );
             }
             return out;
@@ -236,7 +278,9 @@ impl Ctx {
                                 "named again here",
                             )
                             .with_label(first.clone(), "first named here")
-                            .with_hint("a dimension belongs to at most one group; merge the groups, as in `symmetric(p q r)`"),
+                            .with_hint(
+                                "a dimension belongs to at most one group; merge the groups, as in `symmetric(p q r)`",
+                            ),
                         );
                         ok = false;
                         continue;
@@ -246,8 +290,13 @@ impl Ctx {
                 }
                 if g.indices.len() < 2 {
                     self.error(
-                        Diagnostic::error("E0403", "a symmetry group needs at least two indices", g.span.clone(), "only one index")
-                            .with_hint("list the dimensions that can be exchanged, as in `symmetric(p q)`"),
+                        Diagnostic::error(
+                            "E0403",
+                            "a symmetry group needs at least two indices",
+                            g.span.clone(),
+                            "only one index",
+                        )
+                        .with_hint("list the dimensions that can be exchanged, as in `symmetric(p q)`"),
                     );
                     ok = false;
                 }
@@ -256,8 +305,13 @@ impl Ctx {
                     if let Some(&r1) = ranges.iter().find(|&&r| r != r0) {
                         let msg = format!("ranges `{}` and `{}`", self.range_name(r0), self.range_name(r1));
                         self.error(
-                            Diagnostic::error("E0402", "the indices of a symmetry group have different ranges", g.span.clone(), msg)
-                                .with_hint("only dimensions of the same range can be exchanged; split the group"),
+                            Diagnostic::error(
+                                "E0402",
+                                "the indices of a symmetry group have different ranges",
+                                g.span.clone(),
+                                msg,
+                            )
+                            .with_hint("only dimensions of the same range can be exchanged; split the group"),
                         );
                         ok = false;
                     }

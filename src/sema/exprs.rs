@@ -21,7 +21,12 @@ pub(crate) struct Occ {
 enum Part<'a> {
     Tensor(hir::TensorRef, Vec<Occ>),
     /// A call (`Some(func)`, `None` for an unknown function name), or a parenthesis.
-    Sub { func: Option<Option<hir::Func>>, arg: &'a ast::Expr, span: Span, all: Vec<Occ> },
+    Sub {
+        func: Option<Option<hir::Func>>,
+        arg: &'a ast::Expr,
+        span: Span,
+        all: Vec<Occ>,
+    },
 }
 
 impl Part<'_> {
@@ -48,8 +53,13 @@ impl Ctx {
             if *op == ast::MulOp::Div && !matches!(f, ast::Factor::Number(_)) {
                 let what = if matches!(f, ast::Factor::Tensor(_)) { "a tensor" } else { "an expression" };
                 self.error(
-                    Diagnostic::error("E0306", format!("cannot divide by {what}"), f.span(), "only a number may follow `/`")
-                        .with_hint("to divide element-wise, multiply by the reciprocal: `* recip(...)`"),
+                    Diagnostic::error(
+                        "E0306",
+                        format!("cannot divide by {what}"),
+                        f.span(),
+                        "only a number may follow `/`",
+                    )
+                    .with_hint("to divide element-wise, multiply by the reciprocal: `* recip(...)`"),
                 );
             }
             match f {
@@ -67,8 +77,13 @@ impl Ctx {
                         }
                     }
                     _ => self.error(
-                        Diagnostic::error("E0308", format!("number `{}` is out of range", n.text), n.span.clone(), "not a finite f64")
-                            .with_hint("numbers must be finite 64-bit floats (at most about 1.8e308)"),
+                        Diagnostic::error(
+                            "E0308",
+                            format!("number `{}` is out of range", n.text),
+                            n.span.clone(),
+                            "not a finite f64",
+                        )
+                        .with_hint("numbers must be finite 64-bit floats (at most about 1.8e308)"),
                     ),
                 },
                 ast::Factor::Tensor(r) => {
@@ -129,7 +144,8 @@ impl Ctx {
     /// Every result index appears in the term; a summed index appears at most
     /// twice (three is an error, once is probably a typo).
     fn summation_rules(&mut self, t: &ast::Term, result: &[Occ], occs: &[Occ], top: bool) {
-        let missing: Vec<&Occ> = result.iter().filter(|r| self.index_ok(r.idx) && !occs.iter().any(|o| o.idx == r.idx)).collect();
+        let missing: Vec<&Occ> =
+            result.iter().filter(|r| self.index_ok(r.idx) && !occs.iter().any(|o| o.idx == r.idx)).collect();
         if !missing.is_empty() {
             let list = self.name_list(missing.iter().map(|r| r.idx));
             let one = missing.len() == 1;
@@ -157,7 +173,11 @@ impl Ctx {
                 let name = &self.hir.indices[r.idx].name;
                 d = d.with_label(
                     r.span.clone(),
-                    if top { format!("`{name}` is on the left-hand side") } else { format!("`{name}` is shared with the rest of the statement") },
+                    if top {
+                        format!("`{name}` is on the left-hand side")
+                    } else {
+                        format!("`{name}` is shared with the rest of the statement")
+                    },
                 );
             }
             self.error(d);
@@ -204,8 +224,15 @@ impl Ctx {
             if all.len() == 1 && products >= 2 {
                 let name = &self.hir.indices[*i].name;
                 self.diags.push(
-                    Diagnostic::warning("W0301", format!("`{name}` appears once and is summed over"), all[0].span.clone(), format!("summed over `{name}`"))
-                        .with_hint(format!("an index that is not on {keep} is summed; if `{name}` should be kept, add it there")),
+                    Diagnostic::warning(
+                        "W0301",
+                        format!("`{name}` appears once and is summed over"),
+                        all[0].span.clone(),
+                        format!("summed over `{name}`"),
+                    )
+                    .with_hint(format!(
+                        "an index that is not on {keep} is summed; if `{name}` should be kept, add it there"
+                    )),
                 );
             }
         }
@@ -252,7 +279,10 @@ impl Ctx {
             Some(s) => format!("did you mean `{s}`?"),
             None => format!("the functions are {}", names.join(", ")),
         };
-        self.error(Diagnostic::error("E0107", format!("unknown function `{}`", id.name), id.span.clone(), "not a function").with_hint(hint));
+        self.error(
+            Diagnostic::error("E0107", format!("unknown function `{}`", id.name), id.span.clone(), "not a function")
+                .with_hint(hint),
+        );
         None
     }
 }

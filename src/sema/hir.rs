@@ -124,8 +124,18 @@ pub enum Func {
 }
 
 impl Func {
-    pub const ALL: [Func; 10] =
-        [Func::Exp, Func::Log, Func::Sqrt, Func::Recip, Func::Abs, Func::Relu, Func::Tanh, Func::Sigmoid, Func::Gelu, Func::Silu];
+    pub const ALL: [Func; 10] = [
+        Func::Exp,
+        Func::Log,
+        Func::Sqrt,
+        Func::Recip,
+        Func::Abs,
+        Func::Relu,
+        Func::Tanh,
+        Func::Sigmoid,
+        Func::Gelu,
+        Func::Silu,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -183,9 +193,18 @@ pub struct Term {
 pub enum Factor {
     Tensor(TensorRef),
     /// `func(arg)`, a tensor over `free` (in order of first appearance in `arg`).
-    Call { func: Func, arg: Box<Expr>, free: Vec<IndexId>, span: Span },
+    Call {
+        func: Func,
+        arg: Box<Expr>,
+        free: Vec<IndexId>,
+        span: Span,
+    },
     /// `(arg)`, a tensor over `free`.
-    Sum { arg: Box<Expr>, free: Vec<IndexId>, span: Span },
+    Sum {
+        arg: Box<Expr>,
+        free: Vec<IndexId>,
+        span: Span,
+    },
 }
 
 impl Factor {
@@ -320,7 +339,9 @@ impl Hir {
     }
 
     pub fn tensor_by_name(&self, name: &str) -> Option<TensorId> {
-        self.tensors.iter().position(|t| t.name == name && t.model.is_none())
+        self.tensors
+            .iter()
+            .position(|t| t.name == name && t.model.is_none())
             .or_else(|| self.tensors.iter().position(|t| t.name == name))
     }
 

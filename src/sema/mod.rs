@@ -145,11 +145,21 @@ impl Ctx {
         if let Some(prev) = self.lookup(ns, &id.name) {
             let in_top = self.local.is_some() && self.local.as_ref().and_then(|l| l.get(ns, &id.name)).is_none();
             let mut d = if in_top {
-                Diagnostic::error("E0101", format!("{what} `{}` is already declared outside this model", id.name), id.span.clone(), "declared again here")
-                    .with_hint("a model sees the file's names and cannot redeclare them; rename this one")
+                Diagnostic::error(
+                    "E0101",
+                    format!("{what} `{}` is already declared outside this model", id.name),
+                    id.span.clone(),
+                    "declared again here",
+                )
+                .with_hint("a model sees the file's names and cannot redeclare them; rename this one")
             } else {
-                Diagnostic::error("E0101", format!("{what} `{}` is declared twice", id.name), id.span.clone(), "declared again here")
-                    .with_hint("rename one of them, or remove the second declaration")
+                Diagnostic::error(
+                    "E0101",
+                    format!("{what} `{}` is declared twice", id.name),
+                    id.span.clone(),
+                    "declared again here",
+                )
+                .with_hint("rename one of them, or remove the second declaration")
             };
             match prev.span {
                 Some(s) => d = d.with_label(s, "first declared here"),
@@ -250,7 +260,8 @@ impl Ctx {
             }
         }
 
-        let top: Vec<&ast::Stmt> = items.iter().filter_map(|i| if let ast::Item::Stmt(s) = i { Some(s) } else { None }).collect();
+        let top: Vec<&ast::Stmt> =
+            items.iter().filter_map(|i| if let ast::Item::Stmt(s) = i { Some(s) } else { None }).collect();
         if !top.is_empty() {
             self.top.insert(Ns::Unit, stem, Entry { sym: Sym::Unit, span: None });
         }
@@ -294,7 +305,11 @@ impl Ctx {
             let d = match ten.role {
                 hir::Role::Input | hir::Role::Param if !info.read => Diagnostic::warning(
                     "W0101",
-                    format!("{} `{}` is never read", if ten.role == hir::Role::Param { "parameter" } else { "input" }, ten.name),
+                    format!(
+                        "{} `{}` is never read",
+                        if ten.role == hir::Role::Param { "parameter" } else { "input" },
+                        ten.name
+                    ),
                     info.name_span.clone(),
                     "declared here",
                 )

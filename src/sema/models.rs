@@ -44,9 +44,14 @@ impl Ctx {
             let ast::ModelItem::Layer(l) = it else { continue };
             if let Some(k) = layers.iter().position(|x| x.name == l.name.name) {
                 self.error(
-                    Diagnostic::error("E0101", format!("layer `{}` is declared twice", l.name.name), l.name.span.clone(), "declared again here")
-                        .with_label(layer_names[k].clone(), "first declared here")
-                        .with_hint("give each layer of a model its own name"),
+                    Diagnostic::error(
+                        "E0101",
+                        format!("layer `{}` is declared twice", l.name.name),
+                        l.name.span.clone(),
+                        "declared again here",
+                    )
+                    .with_label(layer_names[k].clone(), "first declared here")
+                    .with_hint("give each layer of a model its own name"),
                 );
             }
             let start = stmts.len();
@@ -59,7 +64,12 @@ impl Ctx {
             layer_names.push(l.name.span.clone());
         }
         let unit = self.hir.units.len();
-        self.hir.units.push(hir::Unit { name: m.name.name.clone(), kind: hir::UnitKind::Model(id), stmts, span: m.span.clone() });
+        self.hir.units.push(hir::Unit {
+            name: m.name.name.clone(),
+            kind: hir::UnitKind::Model(id),
+            stmts,
+            span: m.span.clone(),
+        });
 
         let mut parallel = hir::ParallelHints::default();
         let mut seen: Vec<(String, Span)> = Vec::new();
@@ -73,19 +83,40 @@ impl Ctx {
         }
         self.expert_divides(&dims, &parallel, &seen);
 
-        self.hir.models.push(hir::Model { name: m.name.name.clone(), dims, layers, parallel, unit, span: m.span.clone() });
+        self.hir.models.push(hir::Model {
+            name: m.name.name.clone(),
+            dims,
+            layers,
+            parallel,
+            unit,
+            span: m.span.clone(),
+        });
         self.model = None;
         self.local = None;
     }
 
-    fn parallel_entry(&mut self, e: &ast::ParallelEntry, dims: &[RangeId], hints: &mut hir::ParallelHints, seen: &mut Vec<(String, Span)>) {
+    fn parallel_entry(
+        &mut self,
+        e: &ast::ParallelEntry,
+        dims: &[RangeId],
+        hints: &mut hir::ParallelHints,
+        seen: &mut Vec<(String, Span)>,
+    ) {
         let key = e.key.name.as_str();
         if !KEYS.contains(&key) {
             let hint = match closest(key, KEYS) {
                 Some(s) => format!("did you mean `{s}`?"),
                 None => format!("the strategies are {}", KEYS.join(", ")),
             };
-            self.error(Diagnostic::error("E0601", format!("unknown parallel strategy `{key}`"), e.key.span.clone(), "not a strategy").with_hint(hint));
+            self.error(
+                Diagnostic::error(
+                    "E0601",
+                    format!("unknown parallel strategy `{key}`"),
+                    e.key.span.clone(),
+                    "not a strategy",
+                )
+                .with_hint(hint),
+            );
             return;
         }
         if let Some((_, prev)) = seen.iter().find(|(k, _)| k == key) {
@@ -99,8 +130,13 @@ impl Ctx {
         seen.push((key.to_string(), e.key.span.clone()));
         if let (Some(on), false) = (&e.on, key == "tensor") {
             self.error(
-                Diagnostic::error("E0607", format!("`on` does not apply to `{key}`"), on.span.clone(), "only `tensor` takes `on DIM`")
-                    .with_hint("remove `on ...`; only tensor parallelism splits a chosen model dimension"),
+                Diagnostic::error(
+                    "E0607",
+                    format!("`on` does not apply to `{key}`"),
+                    on.span.clone(),
+                    "only `tensor` takes `on DIM`",
+                )
+                .with_hint("remove `on ...`; only tensor parallelism splits a chosen model dimension"),
             );
         }
         match key {
@@ -125,8 +161,13 @@ impl Ctx {
     fn degree(&mut self, key: &str, v: &ast::ParallelValue) -> Option<usize> {
         let ast::ParallelValue::Int(l) = v else {
             self.error(
-                Diagnostic::error("E0605", format!("`{key}` takes a number of processes"), v.span(), "expected an integer")
-                    .with_hint(format!("write `{key} = 4;`")),
+                Diagnostic::error(
+                    "E0605",
+                    format!("`{key}` takes a number of processes"),
+                    v.span(),
+                    "expected an integer",
+                )
+                .with_hint(format!("write `{key} = 4;`")),
             );
             return None;
         };
@@ -142,8 +183,13 @@ impl Ctx {
             }
             _ => {
                 self.error(
-                    Diagnostic::error("E0602", format!("the degree of `{key}` must be ≥ 1"), l.span.clone(), format!("{} processes", int_text(l)))
-                        .with_hint("use 1 (or leave the entry out) for no parallelism of this kind"),
+                    Diagnostic::error(
+                        "E0602",
+                        format!("the degree of `{key}` must be ≥ 1"),
+                        l.span.clone(),
+                        format!("{} processes", int_text(l)),
+                    )
+                    .with_hint("use 1 (or leave the entry out) for no parallelism of this kind"),
                 );
                 None
             }
@@ -156,8 +202,13 @@ impl Ctx {
                 IntVal::Ok(n) if n <= 3 => Some(n as u8),
                 _ => {
                     self.error(
-                        Diagnostic::error("E0603", format!("there is no ZeRO stage {}", int_text(l)), l.span.clone(), "expected 0, 1, 2 or 3")
-                            .with_hint("ZeRO stages: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters"),
+                        Diagnostic::error(
+                            "E0603",
+                            format!("there is no ZeRO stage {}", int_text(l)),
+                            l.span.clone(),
+                            "expected 0, 1, 2 or 3",
+                        )
+                        .with_hint("ZeRO stages: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters"),
                     );
                     None
                 }
@@ -186,8 +237,13 @@ impl Ctx {
                             None => hint.to_string(),
                         };
                         self.error(
-                            Diagnostic::error("E0604", format!("unknown sequence-parallel style `{other}`"), func.span.clone(), "expected `ulysses` or `ring`")
-                                .with_hint(h),
+                            Diagnostic::error(
+                                "E0604",
+                                format!("unknown sequence-parallel style `{other}`"),
+                                func.span.clone(),
+                                "expected `ulysses` or `ring`",
+                            )
+                            .with_hint(h),
                         );
                         return None;
                     }
@@ -196,14 +252,20 @@ impl Ctx {
             }
             ast::ParallelValue::Int(_) => {
                 self.error(
-                    Diagnostic::error("E0604", "`sequence` needs a style", v.span(), "a degree without a style").with_hint(hint),
+                    Diagnostic::error("E0604", "`sequence` needs a style", v.span(), "a degree without a style")
+                        .with_hint(hint),
                 );
                 None
             }
             ast::ParallelValue::Name(n) => {
                 self.error(
-                    Diagnostic::error("E0604", format!("`{}` needs a degree", n.name), v.span(), "expected `ulysses(N)` or `ring(N)`")
-                        .with_hint(hint),
+                    Diagnostic::error(
+                        "E0604",
+                        format!("`{}` needs a degree", n.name),
+                        v.span(),
+                        "expected `ulysses(N)` or `ring(N)`",
+                    )
+                    .with_hint(hint),
                 );
                 None
             }
@@ -218,7 +280,12 @@ impl Ctx {
         let names: Vec<&str> = dims.iter().map(|&r| self.hir.ranges[r].name.as_str()).collect();
         let hint = match self.lookup(Ns::Space, &id.name).map(|e| e.sym) {
             Some(Sym::Index(i)) => {
-                format!("`{}` is an index over `{}`; name the dim: `on {}`", id.name, self.range_name(self.hir.indices[i].range), self.range_name(self.hir.indices[i].range))
+                format!(
+                    "`{}` is an index over `{}`; name the dim: `on {}`",
+                    id.name,
+                    self.range_name(self.hir.indices[i].range),
+                    self.range_name(self.hir.indices[i].range)
+                )
             }
             _ => match closest(&id.name, names.iter().copied()) {
                 Some(s) => format!("did you mean `{s}`?"),
@@ -227,8 +294,13 @@ impl Ctx {
             },
         };
         self.error(
-            Diagnostic::error("E0606", format!("`{}` is not a dim of this model", id.name), id.span.clone(), "expected one of the model's dims")
-                .with_hint(hint),
+            Diagnostic::error(
+                "E0606",
+                format!("`{}` is not a dim of this model", id.name),
+                id.span.clone(),
+                "expected one of the model's dims",
+            )
+            .with_hint(hint),
         );
         None
     }
@@ -236,16 +308,23 @@ impl Ctx {
     /// `expert = N` must divide the model's `experts` (or `expert`) dim.
     fn expert_divides(&mut self, dims: &[RangeId], hints: &hir::ParallelHints, seen: &[(String, Span)]) {
         let Some(n) = hints.expert else { return };
-        let Some(&r) = dims.iter().find(|&&r| matches!(self.hir.ranges[r].name.as_str(), "experts" | "expert")) else { return };
+        let Some(&r) = dims.iter().find(|&&r| matches!(self.hir.ranges[r].name.as_str(), "experts" | "expert")) else {
+            return;
+        };
         let size = self.hir.ranges[r].size;
         if size.is_multiple_of(n) {
             return;
         }
         let span = seen.iter().find(|(k, _)| k == "expert").map(|(_, s)| s.clone()).unwrap_or_default();
         let range = &self.hir.ranges[r];
-        let d = Diagnostic::error("E0609", format!("expert degree {n} does not divide the {size} experts"), span, format!("{n} groups of experts"))
-            .with_label(range.span.clone(), format!("`{}` = {size}", range.name))
-            .with_hint(format!("use a divisor of {size}, so that every process holds the same number of experts"));
+        let d = Diagnostic::error(
+            "E0609",
+            format!("expert degree {n} does not divide the {size} experts"),
+            span,
+            format!("{n} groups of experts"),
+        )
+        .with_label(range.span.clone(), format!("`{}` = {size}", range.name))
+        .with_hint(format!("use a divisor of {size}, so that every process holds the same number of experts"));
         self.error(d);
     }
 }

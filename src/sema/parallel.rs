@@ -12,8 +12,16 @@ impl Ctx {
     pub(crate) fn grid_decl(&mut self, g: &ast::GridDecl) {
         if g.dims.is_empty() {
             self.error(
-                Diagnostic::error("E0502", format!("grid `{}` has no dimensions", g.name.name), g.span.clone(), "empty grid")
-                    .with_hint(format!("give the number of processes along each dimension, as in `grid {}[4, 2];`", g.name.name)),
+                Diagnostic::error(
+                    "E0502",
+                    format!("grid `{}` has no dimensions", g.name.name),
+                    g.span.clone(),
+                    "empty grid",
+                )
+                .with_hint(format!(
+                    "give the number of processes along each dimension, as in `grid {}[4, 2];`",
+                    g.name.name
+                )),
             );
         }
         let mut dims = Vec::with_capacity(g.dims.len());
@@ -22,8 +30,13 @@ impl Ctx {
                 IntVal::Ok(n) if n >= 1 => n,
                 IntVal::Ok(_) | IntVal::Negative => {
                     self.error(
-                        Diagnostic::error("E0501", "grid dimensions must be ≥ 1", l.span.clone(), format!("{} processes", int_text(l)))
-                            .with_hint("each dimension counts processes; use 1 for a dimension that is not split"),
+                        Diagnostic::error(
+                            "E0501",
+                            "grid dimensions must be ≥ 1",
+                            l.span.clone(),
+                            format!("{} processes", int_text(l)),
+                        )
+                        .with_hint("each dimension counts processes; use 1 for a dimension that is not split"),
                     );
                     1
                 }
@@ -35,8 +48,13 @@ impl Ctx {
         }
         if dims.iter().try_fold(1usize, |a, &n| a.checked_mul(n)).is_none() {
             self.error(
-                Diagnostic::error("E0507", format!("grid `{}` has too many processes", g.name.name), g.span.clone(), "the product overflows 64 bits")
-                    .with_hint("use a grid of realistic size"),
+                Diagnostic::error(
+                    "E0507",
+                    format!("grid `{}` has too many processes", g.name.name),
+                    g.span.clone(),
+                    "the product overflows 64 bits",
+                )
+                .with_hint("use a grid of realistic size"),
             );
             dims.iter_mut().for_each(|d| *d = 1);
         }
@@ -59,9 +77,14 @@ impl Ctx {
         for (k, id) in names.iter().enumerate() {
             if let Some(first) = names[..k].iter().find(|p| p.name == id.name) {
                 self.error(
-                    Diagnostic::error("E0204", format!("index `{}` names two dimensions of the distributed tensor", id.name), id.span.clone(), "repeated here")
-                        .with_label(first.span.clone(), "first here")
-                        .with_hint("name each dimension with its own index, so the mapping can refer to it"),
+                    Diagnostic::error(
+                        "E0204",
+                        format!("index `{}` names two dimensions of the distributed tensor", id.name),
+                        id.span.clone(),
+                        "repeated here",
+                    )
+                    .with_label(first.span.clone(), "first here")
+                    .with_hint("name each dimension with its own index, so the mapping can refer to it"),
                 );
             }
         }
@@ -72,7 +95,15 @@ impl Ctx {
                     Some(s) => format!("did you mean `{s}`?"),
                     None => format!("declare it, as in `grid {}[4, 4];`", d.grid.name),
                 };
-                self.error(Diagnostic::error("E0111", format!("unknown grid `{}`", d.grid.name), d.grid.span.clone(), "not declared").with_hint(hint));
+                self.error(
+                    Diagnostic::error(
+                        "E0111",
+                        format!("unknown grid `{}`", d.grid.name),
+                        d.grid.span.clone(),
+                        "not declared",
+                    )
+                    .with_hint(hint),
+                );
                 None
             }
         };
@@ -84,12 +115,17 @@ impl Ctx {
             if pos.is_none() {
                 let list: Vec<&str> = names.iter().map(|n| n.name.as_str()).collect();
                 self.error(
-                    Diagnostic::error("E0503", format!("`{}` is not an index of `{}` here", id.name, d.tensor.name.name), id.span.clone(), "not in the tensor's index list")
-                        .with_hint(if list.is_empty() {
-                            "a scalar has no dimensions to distribute; write `as []`".to_string()
-                        } else {
-                            format!("map one of the indices written after the tensor: {}", list.join(", "))
-                        }),
+                    Diagnostic::error(
+                        "E0503",
+                        format!("`{}` is not an index of `{}` here", id.name, d.tensor.name.name),
+                        id.span.clone(),
+                        "not in the tensor's index list",
+                    )
+                    .with_hint(if list.is_empty() {
+                        "a scalar has no dimensions to distribute; write `as []`".to_string()
+                    } else {
+                        format!("map one of the indices written after the tensor: {}", list.join(", "))
+                    }),
                 );
             }
             let dim = match (int_value(lit), rank) {
@@ -97,8 +133,17 @@ impl Ctx {
                 (_, Some(r)) => {
                     let g = &self.hir.grids[grid.unwrap_or_default()].name;
                     self.error(
-                        Diagnostic::error("E0504", format!("grid `{g}` has no dimension {}", int_text(lit)), lit.span.clone(), "no such grid dimension")
-                            .with_hint(format!("`{g}` has {r} dimension{}, numbered 0 to {}", if r == 1 { "" } else { "s" }, r.saturating_sub(1))),
+                        Diagnostic::error(
+                            "E0504",
+                            format!("grid `{g}` has no dimension {}", int_text(lit)),
+                            lit.span.clone(),
+                            "no such grid dimension",
+                        )
+                        .with_hint(format!(
+                            "`{g}` has {r} dimension{}, numbered 0 to {}",
+                            if r == 1 { "" } else { "s" },
+                            r.saturating_sub(1)
+                        )),
                     );
                     None
                 }
@@ -107,15 +152,27 @@ impl Ctx {
             if let (Some(p), Some(g)) = (pos, dim) {
                 if let Some(prev) = used.iter().find(|u| u.0 == p) {
                     self.error(
-                        Diagnostic::error("E0505", format!("index `{}` is mapped twice", id.name), id.span.clone(), "mapped again here")
-                            .with_label(prev.2.clone(), "first mapped here")
-                            .with_hint("a tensor dimension is split over at most one grid dimension"),
+                        Diagnostic::error(
+                            "E0505",
+                            format!("index `{}` is mapped twice", id.name),
+                            id.span.clone(),
+                            "mapped again here",
+                        )
+                        .with_label(prev.2.clone(), "first mapped here")
+                        .with_hint("a tensor dimension is split over at most one grid dimension"),
                     );
                 } else if let Some(prev) = used.iter().find(|u| u.1 == g) {
                     self.error(
-                        Diagnostic::error("E0505", format!("grid dimension {g} is used twice"), lit.span.clone(), "used again here")
-                            .with_label(prev.3.clone(), "first used here")
-                            .with_hint("each grid dimension splits at most one tensor dimension; choose another grid dimension"),
+                        Diagnostic::error(
+                            "E0505",
+                            format!("grid dimension {g} is used twice"),
+                            lit.span.clone(),
+                            "used again here",
+                        )
+                        .with_label(prev.3.clone(), "first used here")
+                        .with_hint(
+                            "each grid dimension splits at most one tensor dimension; choose another grid dimension",
+                        ),
                     );
                 } else {
                     used.push((p, g, id.span.clone(), lit.span.clone()));

@@ -59,7 +59,10 @@ impl Ctx {
                 s.lhs.span.clone(),
                 format!("`{}` is read-only", ten.name),
             )
-            .with_label(self.tensors[t].name_span.clone(), format!("declared as {} here", if role == "input" { "an input" } else { "a parameter" }))
+            .with_label(
+                self.tensors[t].name_span.clone(),
+                format!("declared as {} here", if role == "input" { "an input" } else { "a parameter" }),
+            )
             .with_hint(format!("{role}s are read-only; store the result in an `output tensor` or a temporary"));
             self.error(d);
         }
@@ -75,9 +78,14 @@ impl Ctx {
                 if !accumulate && clean {
                     let name = self.hir.tensors[t].name.clone();
                     self.diags.push(
-                        Diagnostic::warning("W0302", format!("`{name}` is overwritten before its value is used"), s.op_span.clone(), "`=` replaces the whole tensor")
-                            .with_label(prev, "the value written here is lost")
-                            .with_hint("use `+=` to add to it, or remove the earlier statement"),
+                        Diagnostic::warning(
+                            "W0302",
+                            format!("`{name}` is overwritten before its value is used"),
+                            s.op_span.clone(),
+                            "`=` replaces the whole tensor",
+                        )
+                        .with_label(prev, "the value written here is lost")
+                        .with_hint("use `+=` to add to it, or remove the earlier statement"),
                     );
                 }
             }
@@ -124,17 +132,25 @@ impl Ctx {
         let hint = match self.suggest(Ns::Tensor, &id.name, |_| true) {
             Some(s) => format!("did you mean `{s}`?"),
             None => {
-                let dims = lhs.and_then(|l| l.indices.as_ref()).map(|v| {
-                    format!("[{}]", v.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(","))
-                });
+                let dims = lhs
+                    .and_then(|l| l.indices.as_ref())
+                    .map(|v| format!("[{}]", v.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(",")));
                 match (lhs, self.lookup(Ns::Space, &id.name)) {
-                    (_, Some(_)) => format!("`{}` is an index or range; a factor must be a tensor, such as `A[{}]`", id.name, id.name),
-                    (Some(_), None) => format!("declare it, as in `output tensor {}{} : f64;`", id.name, dims.unwrap_or_default()),
+                    (_, Some(_)) => format!(
+                        "`{}` is an index or range; a factor must be a tensor, such as `A[{}]`",
+                        id.name, id.name
+                    ),
+                    (Some(_), None) => {
+                        format!("declare it, as in `output tensor {}{} : f64;`", id.name, dims.unwrap_or_default())
+                    }
                     (None, None) => format!("declare it, as in `input tensor {}[...] : f64;`", id.name),
                 }
             }
         };
-        self.error(Diagnostic::error("E0106", format!("unknown tensor `{}`", id.name), id.span.clone(), "not declared").with_hint(hint));
+        self.error(
+            Diagnostic::error("E0106", format!("unknown tensor `{}`", id.name), id.span.clone(), "not declared")
+                .with_hint(hint),
+        );
         let t = self.push_tensor(
             hir::Tensor {
                 name: id.name.clone(),
@@ -196,7 +212,8 @@ impl Ctx {
     /// and the range of each dimension.
     pub(crate) fn tensor_ref(&mut self, r: &ast::TensorRef, t: TensorId) -> (hir::TensorRef, Vec<Occ>) {
         let idents: &[ast::Ident] = r.indices.as_deref().unwrap_or(&[]);
-        let occs: Vec<Occ> = idents.iter().map(|id| Occ { idx: self.resolve_index(id), span: id.span.clone() }).collect();
+        let occs: Vec<Occ> =
+            idents.iter().map(|id| Occ { idx: self.resolve_index(id), span: id.span.clone() }).collect();
         if self.tensor_ok(t) {
             let rank = self.hir.tensors[t].dims.len();
             if occs.len() != rank {
@@ -222,9 +239,15 @@ impl Ctx {
         let (message, label) = if rank == 0 {
             (format!("`{}` is a scalar but is written with indices", ten.name), format!("{} here", indices(n)))
         } else if r.indices.is_none() {
-            (format!("`{}` has {} but is written without indices", ten.name, dimensions(rank)), "no indices".to_string())
+            (
+                format!("`{}` has {} but is written without indices", ten.name, dimensions(rank)),
+                "no indices".to_string(),
+            )
         } else {
-            (format!("`{}` has {} but is written with {}", ten.name, dimensions(rank), indices(n)), format!("{} here", indices(n)))
+            (
+                format!("`{}` has {} but is written with {}", ten.name, dimensions(rank), indices(n)),
+                format!("{} here", indices(n)),
+            )
         };
         let hint = if rank == 0 {
             format!("write it as `{}` (a scalar takes no indices)", ten.name)
@@ -251,7 +274,12 @@ impl Ctx {
         let example = info.dim_names.get(k).cloned().unwrap_or_default();
         let mut d = Diagnostic::error(
             "E0203",
-            format!("index `{}` ranges over `{have}`, but dimension {} of `{}` ranges over `{want}`", idx.name, k + 1, ten.name),
+            format!(
+                "index `{}` ranges over `{have}`, but dimension {} of `{}` ranges over `{want}`",
+                idx.name,
+                k + 1,
+                ten.name
+            ),
             o.span.clone(),
             format!("`{}` : {have}", idx.name),
         )
@@ -281,10 +309,21 @@ impl Ctx {
                 .enumerate()
                 .find(|(i, x)| x.range == r && self.index_ok(*i))
                 .map(|(_, x)| format!("use an index over `{}` here, such as `{}`", id.name, x.name))
-                .unwrap_or_else(|| format!("declare an index over it (`index {} : {};`) and write that here", id.name.to_lowercase(), id.name));
+                .unwrap_or_else(|| {
+                    format!(
+                        "declare an index over it (`index {} : {};`) and write that here",
+                        id.name.to_lowercase(),
+                        id.name
+                    )
+                });
             self.error(
-                Diagnostic::error("E0108", format!("`{}` is a range, not an index", id.name), id.span.clone(), "expected an index")
-                    .with_hint(example),
+                Diagnostic::error(
+                    "E0108",
+                    format!("`{}` is a range, not an index", id.name),
+                    id.span.clone(),
+                    "expected an index",
+                )
+                .with_hint(example),
             );
         } else {
             self.unknown_index_error(id);

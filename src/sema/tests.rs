@@ -117,9 +117,11 @@ fn scalars_with_or_without_brackets() {
 
 #[test]
 fn units_in_order_with_the_file_stem_first() {
-    let h = ok(&format!("{MATS} program p {{ R[i,j] = A[i,j]; }} R[i,j] = B[i,j];
+    let h = ok(&format!(
+        "{MATS} program p {{ R[i,j] = A[i,j]; }} R[i,j] = B[i,j];
         model m {{ dims d = 2; index e : d; layer l {{ Z[e] = 1 * Q[e]; }} input tensor Q[e]; }}
-        R[i,j] += C[i,j] * 2 + D[i,m] * D[j,m];"));
+        R[i,j] += C[i,j] * 2 + D[i,m] * D[j,m];"
+    ));
     let names: Vec<_> = h.units.iter().map(|u| (u.name.as_str(), u.kind, u.stmts.len())).collect();
     assert_eq!(names, [("t", UnitKind::Program, 2), ("p", UnitKind::Program, 1), ("m", UnitKind::Model(0), 1)]);
     assert!(h.units[0].stmts[1].accumulate);
@@ -145,9 +147,14 @@ fn model_dims_layers_and_implicit_temporaries() {
     let h = ok(src);
     let m = &h.models[0];
     assert_eq!(m.name, "mlp");
-    assert_eq!(m.dims.iter().map(|&r| (h.ranges[r].name.as_str(), h.ranges[r].size, h.ranges[r].model)).collect::<Vec<_>>(),
-        [("tokens", 8, Some(0)), ("hidden", 16, Some(0)), ("ffn", 32, Some(0))]);
-    assert_eq!(m.layers.iter().map(|l| (l.name.as_str(), l.stmts.clone())).collect::<Vec<_>>(), [("up", 0..1), ("down", 1..3)]);
+    assert_eq!(
+        m.dims.iter().map(|&r| (h.ranges[r].name.as_str(), h.ranges[r].size, h.ranges[r].model)).collect::<Vec<_>>(),
+        [("tokens", 8, Some(0)), ("hidden", 16, Some(0)), ("ffn", 32, Some(0))]
+    );
+    assert_eq!(
+        m.layers.iter().map(|l| (l.name.as_str(), l.stmts.clone())).collect::<Vec<_>>(),
+        [("up", 0..1), ("down", 1..3)]
+    );
     let ht = h.tensor_by_name("H").unwrap();
     let t = &h.tensors[ht];
     assert_eq!((t.role, t.elem, t.model), (Role::Temporary, ElemType::F32, Some(0)));
@@ -187,7 +194,10 @@ fn grids_and_distributions() {
         distribute A[r,s] over G as [s:0, r:1]; distribute B[p,q] over H as [q:0];");
     assert_eq!(h.grids[0].dims, vec![4, 2]);
     assert_eq!(h.grids[0].procs(), 8);
-    assert_eq!(h.distributions[0], Distribution { tensor: 0, grid: 0, mapping: vec![(1, 0), (0, 1)], span: h.distributions[0].span.clone() });
+    assert_eq!(
+        h.distributions[0],
+        Distribution { tensor: 0, grid: 0, mapping: vec![(1, 0), (0, 1)], span: h.distributions[0].span.clone() }
+    );
     assert_eq!(h.distributions[1].mapping, vec![(1, 0)]);
 }
 
@@ -201,8 +211,10 @@ fn batch_indices_may_repeat_and_diagonals_are_allowed() {
 fn every_error_is_reported_without_cascades() {
     // unknown index used twice: reported once; unknown tensor used twice: once;
     // a tensor whose declaration failed is still known.
-    let c = codes("range N = 0; index i : N; input tensor A[i,zz]; output tensor R[i];
-        R[i] = A[i,zz] * Q[i] + Q[i] * A[i,i];");
+    let c = codes(
+        "range N = 0; index i : N; input tensor A[i,zz]; output tensor R[i];
+        R[i] = A[i,zz] * Q[i] + Q[i] * A[i,i];",
+    );
     assert_eq!(c, ["E0102", "E0105", "E0106"]);
 }
 
@@ -227,7 +239,11 @@ fn recovered_items_are_skipped() {
 #[test]
 fn deep_nesting_does_not_overflow() {
     let depth = crate::syntax::MAX_NESTING - 2;
-    let src = format!("range N = 2; index i : N; input tensor A[i]; output tensor R[i]; R[i] = {}A[i]{};", "exp(".repeat(depth), ")".repeat(depth));
+    let src = format!(
+        "range N = 2; index i : N; input tensor A[i]; output tensor R[i]; R[i] = {}A[i]{};",
+        "exp(".repeat(depth),
+        ")".repeat(depth)
+    );
     let h = ok(&src);
     assert_eq!(h.units[0].stmts.len(), 1);
 }

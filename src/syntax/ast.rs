@@ -201,9 +201,16 @@ pub enum Factor {
     Tensor(TensorRef),
     /// An element-wise function of a sub-expression: `relu(H[t,m] * W1[x,m,f])`.
     /// Indices used only inside the argument are summed inside it.
-    Call { func: Ident, arg: Box<Expr>, span: Span },
+    Call {
+        func: Ident,
+        arg: Box<Expr>,
+        span: Span,
+    },
     /// A parenthesised sum: `A[i,k] * (B[k,j] + C[k,j])`.
-    Paren { expr: Box<Expr>, span: Span },
+    Paren {
+        expr: Box<Expr>,
+        span: Span,
+    },
 }
 
 impl Factor {

@@ -37,8 +37,13 @@ pub fn parse(src: &str) -> Parsed {
         .iter()
         .map(|s| {
             let text = src.get(s.clone()).unwrap_or("?");
-            Diagnostic::error("E0001", format!("unexpected character{} `{}`", if text.chars().count() > 1 { "s" } else { "" }, text), s.clone(), "not part of the language")
-                .with_hint("names are letters, digits and `_`; comments start with `//`")
+            Diagnostic::error(
+                "E0001",
+                format!("unexpected character{} `{}`", if text.chars().count() > 1 { "s" } else { "" }, text),
+                s.clone(),
+                "not part of the language",
+            )
+            .with_hint("names are letters, digits and `_`; comments start with `//`")
         })
         .collect();
 
@@ -71,8 +76,13 @@ fn nesting_error(tokens: &[(usize, Tok, usize)]) -> Option<Diagnostic> {
                 depth += 1;
                 if depth > MAX_NESTING {
                     return Some(
-                        Diagnostic::error("E0004", format!("brackets nested more than {MAX_NESTING} deep"), *l..*r, "too deep")
-                            .with_hint("split the expression into several statements with temporaries"),
+                        Diagnostic::error(
+                            "E0004",
+                            format!("brackets nested more than {MAX_NESTING} deep"),
+                            *l..*r,
+                            "too deep",
+                        )
+                        .with_hint("split the expression into several statements with temporaries"),
                     );
                 }
             }
@@ -129,18 +139,17 @@ fn syntax_error(e: &ParseError<usize, Tok, ()>, len: usize) -> Diagnostic {
         ParseError::InvalidToken { location } => {
             Diagnostic::error("E0001", "invalid token", *location..*location, "here").with_hint("remove this character")
         }
-        ParseError::UnrecognizedEof { location, expected } => Diagnostic::error(
-            "E0003",
-            "unexpected end of file",
-            (*location).min(len)..len,
-            expected_list(expected),
-        )
-        .with_hint(hint_for(expected)),
+        ParseError::UnrecognizedEof { location, expected } => {
+            Diagnostic::error("E0003", "unexpected end of file", (*location).min(len)..len, expected_list(expected))
+                .with_hint(hint_for(expected))
+        }
         ParseError::UnrecognizedToken { token: (l, t, r), expected } => {
-            Diagnostic::error("E0002", format!("unexpected {t}"), *l..*r, expected_list(expected)).with_hint(hint_for(expected))
+            Diagnostic::error("E0002", format!("unexpected {t}"), *l..*r, expected_list(expected))
+                .with_hint(hint_for(expected))
         }
         ParseError::ExtraToken { token: (l, t, r) } => {
-            Diagnostic::error("E0002", format!("unexpected {t}"), *l..*r, "nothing more was expected here").with_hint("remove it")
+            Diagnostic::error("E0002", format!("unexpected {t}"), *l..*r, "nothing more was expected here")
+                .with_hint("remove it")
         }
         ParseError::User { .. } => Diagnostic::error("E0002", "syntax error", 0..0, "here"),
     }

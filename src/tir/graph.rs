@@ -118,7 +118,13 @@ pub fn term_graph(hir: &Hir, t: &Term, output: &[IndexId]) -> TermGraph {
         let indices = f.indices().to_vec();
         let sizes = indices.iter().map(|&i| hir.index_size(i)).collect();
         let opaque = !matches!(f, Factor::Tensor(_));
-        nodes.push(graph.add_node(FactorNode { label: factor_label(hir, f), indices, sizes, sym: factor_sym(hir, f), opaque }));
+        nodes.push(graph.add_node(FactorNode {
+            label: factor_label(hir, f),
+            indices,
+            sizes,
+            sym: factor_sym(hir, f),
+            opaque,
+        }));
         if let Factor::Call { arg, free, .. } | Factor::Sum { arg, free, .. } = f {
             inner.push((k, arg.terms.iter().map(|t| term_graph(hir, t, free)).collect()));
         }
@@ -129,7 +135,14 @@ pub fn term_graph(hir: &Hir, t: &Term, output: &[IndexId]) -> TermGraph {
             let mut shared: Vec<IndexId> = ix.iter().copied().filter(|i| iy.contains(i)).collect();
             shared.dedup();
             let mut seen = Vec::new();
-            shared.retain(|i| if seen.contains(i) { false } else { seen.push(*i); true });
+            shared.retain(|i| {
+                if seen.contains(i) {
+                    false
+                } else {
+                    seen.push(*i);
+                    true
+                }
+            });
             if !shared.is_empty() {
                 graph.add_edge(nodes[x], nodes[y], shared);
             }
@@ -163,13 +176,17 @@ impl TermGraph {
                     .iter()
                     .map(|(kind, ids)| SymSet {
                         kind: *kind,
-                        mask: ids.iter().map(|&i| local.iter().position(|&x| x == i).unwrap()).fold(0, |m, p| m | 1u128 << p),
+                        mask: ids
+                            .iter()
+                            .map(|&i| local.iter().position(|&x| x == i).unwrap())
+                            .fold(0, |m, p| m | 1u128 << p),
                     })
                     .collect(),
             );
         }
         // Output indices appear in every term, hence already have ids.
-        let output = self.output.iter().map(|&i| local.iter().position(|&x| x == i).unwrap_or(usize::MAX)).collect::<Vec<_>>();
+        let output =
+            self.output.iter().map(|&i| local.iter().position(|&x| x == i).unwrap_or(usize::MAX)).collect::<Vec<_>>();
         let output = output.into_iter().filter(|&x| x != usize::MAX).collect();
         (Problem { inputs, output, sizes, sym }, local)
     }
@@ -219,7 +236,13 @@ impl fmt::Display for Tir {
         for u in &self.units {
             writeln!(f, "unit {}", u.name)?;
             for (k, s) in u.stmts.iter().enumerate() {
-                writeln!(f, "  stmt {k}: {} {} {} term(s)", s.lhs, if s.accumulate { "+=" } else { "=" }, s.terms.len())?;
+                writeln!(
+                    f,
+                    "  stmt {k}: {} {} {} term(s)",
+                    s.lhs,
+                    if s.accumulate { "+=" } else { "=" },
+                    s.terms.len()
+                )?;
                 for t in &s.terms {
                     write_term(f, t, &self.index_names, "    ")?;
                 }

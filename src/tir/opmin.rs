@@ -165,9 +165,7 @@ struct Combined {
 
 impl Ctx {
     fn new(p: &Problem) -> Result<Ctx, PathError> {
-        let m = p.sizes.len().max(
-            p.inputs.iter().flatten().chain(&p.output).map(|&i| i + 1).max().unwrap_or(0),
-        );
+        let m = p.sizes.len().max(p.inputs.iter().flatten().chain(&p.output).map(|&i| i + 1).max().unwrap_or(0));
         if m > 128 {
             return Err(PathError::TooManyIndices(m));
         }
@@ -185,14 +183,15 @@ impl Ctx {
                 *slot = prod;
             }
         }
-        let leaf_idx: Vec<IdxSet> =
-            p.inputs.iter().map(|ix| ix.iter().fold(0, |acc, &i| acc | bit(i))).collect();
+        let leaf_idx: Vec<IdxSet> = p.inputs.iter().map(|ix| ix.iter().fold(0, |acc, &i| acc | bit(i))).collect();
         let leaf_sym: Vec<Vec<SymSet>> = (0..p.inputs.len())
             .map(|k| {
-                p.sym.get(k).map(|gs| {
-                    gs.iter().copied().filter(|g| g.mask.count_ones() >= 2 && g.mask & !leaf_idx[k] == 0).collect()
-                })
-                .unwrap_or_default()
+                p.sym
+                    .get(k)
+                    .map(|gs| {
+                        gs.iter().copied().filter(|g| g.mask.count_ones() >= 2 && g.mask & !leaf_idx[k] == 0).collect()
+                    })
+                    .unwrap_or_default()
             })
             .collect();
         let has_sym = leaf_sym.iter().any(|g| !g.is_empty());
@@ -400,7 +399,8 @@ fn dp(ctx: &Ctx, bound: f64) -> Vec<(usize, usize)> {
     // Costs apart from the entries: the inner loop reads only these (cache-friendly).
     let mut costs = vec![f64::INFINITY; nsub];
     for k in 0..n {
-        best[1 << k] = Entry { cost: 0.0, peak: 0.0, size: 0.0, split: 0, a_first: true, groups: ctx.leaf_sym[k].clone() };
+        best[1 << k] =
+            Entry { cost: 0.0, peak: 0.0, size: 0.0, split: 0, a_first: true, groups: ctx.leaf_sym[k].clone() };
         costs[1 << k] = 0.0;
     }
     for s in 1..nsub {
@@ -412,7 +412,8 @@ fn dp(ctx: &Ctx, bound: f64) -> Vec<(usize, usize)> {
         let low = s & s.wrapping_neg();
         let rest = s ^ low;
         let mut sub = rest;
-        let mut cur = Entry { cost: f64::INFINITY, peak: f64::INFINITY, size: 0.0, split: 0, a_first: true, groups: Vec::new() };
+        let mut cur =
+            Entry { cost: f64::INFINITY, peak: f64::INFINITY, size: 0.0, split: 0, a_first: true, groups: Vec::new() };
         loop {
             if sub != rest {
                 let a = low | sub;
@@ -501,8 +502,7 @@ fn greedy(ctx: &Ctx, h: Heuristic, mut noise: Option<(&mut Rng, f64)>) -> Vec<(u
     let mut next = n;
     while alive.len() > 1 {
         let mut pick: Option<(f64, usize, usize, IdxSet, Combined)> = None;
-        let any_connected =
-            (0..alive.len()).any(|x| (x + 1..alive.len()).any(|y| alive[x].1 & alive[y].1 != 0));
+        let any_connected = (0..alive.len()).any(|x| (x + 1..alive.len()).any(|y| alive[x].1 & alive[y].1 != 0));
         for x in 0..alive.len() {
             for y in x + 1..alive.len() {
                 let (sx, sy) = (alive[x].1, alive[y].1);
@@ -625,7 +625,10 @@ mod tests {
     #[test]
     fn matrix_chain_classic() {
         // CLRS: 30x35, 35x15, 15x5, 5x10, 10x20, 20x25 -> 15125 scalar multiplications.
-        let p = spec("ab,bc,cd,de,ef,fg->ag", &[('a', 30), ('b', 35), ('c', 15), ('d', 5), ('e', 10), ('f', 20), ('g', 25)]);
+        let p = spec(
+            "ab,bc,cd,de,ef,fg->ag",
+            &[('a', 30), ('b', 35), ('c', 15), ('d', 5), ('e', 10), ('f', 20), ('g', 25)],
+        );
         let path = optimize_path(&p, &Options::default()).unwrap();
         assert_eq!(path.flops, 2.0 * 15125.0);
         assert_eq!(path.method, Method::Exact);
@@ -640,7 +643,10 @@ mod tests {
     #[test]
     fn four_index_transform_is_n5() {
         let n = 7usize;
-        let p = spec("ap,bq,cr,ds,pqrs->abcd", &[('a', n), ('b', n), ('c', n), ('d', n), ('p', n), ('q', n), ('r', n), ('s', n)]);
+        let p = spec(
+            "ap,bq,cr,ds,pqrs->abcd",
+            &[('a', n), ('b', n), ('c', n), ('d', n), ('p', n), ('q', n), ('r', n), ('s', n)],
+        );
         let path = optimize_path(&p, &Options::default()).unwrap();
         assert_eq!(path.steps.len(), 4);
         for s in &path.steps {

@@ -70,7 +70,8 @@ pub fn optimize(hir: &Hir) -> (Hir, OptReport) {
 }
 
 pub fn optimize_with(hir: &Hir, opts: &Options) -> (Hir, OptReport) {
-    let mut rw = Rw { hir: hir.clone(), n_orig: hir.tensors.len(), opts: opts.clone(), counter: 0, cse: HashMap::new() };
+    let mut rw =
+        Rw { hir: hir.clone(), n_orig: hir.tensors.len(), opts: opts.clone(), counter: 0, cse: HashMap::new() };
     let mut report = OptReport::default();
     for u in 0..hir.units.len() {
         rw.cse.clear();
@@ -247,7 +248,8 @@ fn term_indices(t: &Term) -> Vec<IndexId> {
 /// Distinct elements of a tensor (its symmetry groups divide by k!).
 fn distinct_elems(hir: &Hir, t: TensorId) -> f64 {
     let n: f64 = hir.shape(t).iter().map(|&x| x as f64).product();
-    let f: f64 = hir.tensors[t].symmetry.iter().map(|g| (1..=g.positions.len()).map(|x| x as f64).product::<f64>()).product();
+    let f: f64 =
+        hir.tensors[t].symmetry.iter().map(|g| (1..=g.positions.len()).map(|x| x as f64).product::<f64>()).product();
     n / f
 }
 
@@ -289,7 +291,11 @@ fn term_cost(hir: &Hir, t: &Term, out: &[IndexId]) -> f64 {
     } else {
         let all = distinct(out.iter().copied().chain(term_indices(t)));
         let n: f64 = all.iter().map(|&i| hir.index_size(i) as f64).product();
-        if t.factors.len() >= 3 { 2.0 * n } else { n }
+        if t.factors.len() >= 3 {
+            2.0 * n
+        } else {
+            n
+        }
     };
     inner + own
 }
@@ -363,7 +369,8 @@ impl Rw {
                     Factor::Tensor(_) => factors.push(f.clone()),
                     Factor::Call { func, arg, free, span } => {
                         let arg = self.expr(arg, free, ctx, emit, false);
-                        let call = Factor::Call { func: *func, arg: Box::new(arg), free: free.clone(), span: span.clone() };
+                        let call =
+                            Factor::Call { func: *func, arg: Box::new(arg), free: free.clone(), span: span.clone() };
                         factors.push(if reorder { self.hoist(call, free, ctx, emit) } else { call });
                     }
                     Factor::Sum { arg, free, span } => {
@@ -424,7 +431,13 @@ impl Rw {
     }
 
     /// Applies profitable factorizations `A*X1 + A*X2 → A*(X1 + X2)`.
-    fn factorize(&mut self, mut terms: Vec<Term>, out: &[IndexId], ctx: &mut StmtCtx, emit: &mut Vec<Stmt>) -> Vec<Term> {
+    fn factorize(
+        &mut self,
+        mut terms: Vec<Term>,
+        out: &[IndexId],
+        ctx: &mut StmtCtx,
+        emit: &mut Vec<Stmt>,
+    ) -> Vec<Term> {
         for _round in 0..8 {
             let mut best: Option<(f64, TensorRef, Vec<usize>, Vec<IndexId>)> = None;
             let mut candidates: Vec<TensorRef> = Vec::new();
@@ -444,11 +457,19 @@ impl Rw {
                     if t.factors.len() < 2 || t.factors.iter().any(is_opaque) {
                         continue;
                     }
-                    let Some(pos) = t.factors.iter().position(|f| matches!(f, Factor::Tensor(r) if r.tensor == a.tensor && r.indices == a.indices)) else {
+                    let Some(pos) = t
+                        .factors
+                        .iter()
+                        .position(|f| matches!(f, Factor::Tensor(r) if r.tensor == a.tensor && r.indices == a.indices))
+                    else {
                         continue;
                     };
                     let rest: Vec<IndexId> = distinct(
-                        t.factors.iter().enumerate().filter(|(j, _)| *j != pos).flat_map(|(_, f)| f.indices().iter().copied()),
+                        t.factors
+                            .iter()
+                            .enumerate()
+                            .filter(|(j, _)| *j != pos)
+                            .flat_map(|(_, f)| f.indices().iter().copied()),
                     );
                     let mut fset: Vec<IndexId> =
                         rest.into_iter().filter(|i| a.indices.contains(i) || out.contains(i)).collect();
@@ -496,7 +517,8 @@ impl Rw {
                 rhs,
                 span: ctx.span.clone(),
             });
-            let merged = Term { coef: 1.0, factors: vec![Factor::Tensor(a.clone()), self.tref(tmp, fset.clone(), &span)], span };
+            let merged =
+                Term { coef: 1.0, factors: vec![Factor::Tensor(a.clone()), self.tref(tmp, fset.clone(), &span)], span };
             let first = members[0];
             let mut next = Vec::new();
             for (k, t) in terms.into_iter().enumerate() {
@@ -549,7 +571,15 @@ impl Rw {
 
     /// The factor for SSA node `id` of `path`: an input, a reused intermediate or a
     /// new temporary (its operands emitted first).
-    fn emit_node(&mut self, id: usize, path: &Path, t: &Term, local: &[IndexId], ctx: &mut StmtCtx, emit: &mut Vec<Stmt>) -> Factor {
+    fn emit_node(
+        &mut self,
+        id: usize,
+        path: &Path,
+        t: &Term,
+        local: &[IndexId],
+        ctx: &mut StmtCtx,
+        emit: &mut Vec<Stmt>,
+    ) -> Factor {
         let n = path.n_inputs;
         if id < n {
             return t.factors[id].clone();
@@ -573,7 +603,10 @@ impl Rw {
                 let idx: Vec<IndexId> = tlabels.iter().map(|l| back[l]).collect();
                 ctx.reused.push(format!(
                     "{} as {}",
-                    refs.iter().map(|(tn, ix)| ref_text(&self.hir, &self.hir.tensors[*tn].name, ix)).collect::<Vec<_>>().join("*"),
+                    refs.iter()
+                        .map(|(tn, ix)| ref_text(&self.hir, &self.hir.tensors[*tn].name, ix))
+                        .collect::<Vec<_>>()
+                        .join("*"),
                     ref_text(&self.hir, &self.hir.tensors[*tmp].name, &idx)
                 ));
                 let tmp = *tmp;
@@ -587,14 +620,23 @@ impl Rw {
             .iter()
             .map(|g| SymGroup {
                 kind: g.kind,
-                positions: step.indices.iter().enumerate().filter(|(_, &i)| g.mask >> i & 1 == 1).map(|(p, _)| p).collect(),
+                positions: step
+                    .indices
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &i)| g.mask >> i & 1 == 1)
+                    .map(|(p, _)| p)
+                    .collect(),
             })
             .collect();
         let tmp = self.new_temp(&indices, sym, ctx);
         emit.push(Stmt {
             lhs: TensorRef { tensor: tmp, indices: indices.clone(), span: t.span.clone() },
             accumulate: false,
-            rhs: Expr { terms: vec![Term { coef: 1.0, factors: vec![fa, fb], span: t.span.clone() }], span: t.span.clone() },
+            rhs: Expr {
+                terms: vec![Term { coef: 1.0, factors: vec![fa, fb], span: t.span.clone() }],
+                span: t.span.clone(),
+            },
             span: ctx.span.clone(),
         });
         if let Some((key, lab)) = key {
@@ -681,7 +723,15 @@ fn permute_runs(order: &mut Vec<usize>, runs: &[(usize, usize)], r: usize, f: &m
     permute_range(order, a, b, a, runs, r, f);
 }
 
-fn permute_range(order: &mut Vec<usize>, a: usize, b: usize, k: usize, runs: &[(usize, usize)], r: usize, f: &mut dyn FnMut(&[usize])) {
+fn permute_range(
+    order: &mut Vec<usize>,
+    a: usize,
+    b: usize,
+    k: usize,
+    runs: &[(usize, usize)],
+    r: usize,
+    f: &mut dyn FnMut(&[usize]),
+) {
     if k + 1 >= b {
         permute_runs(order, runs, r + 1, f);
         return;

@@ -128,7 +128,10 @@ fn calls_and_sums_are_hoisted() {
         span: 0..0,
     };
     let sum = Factor::Sum {
-        arg: Box::new(Expr { terms: vec![b.term(1.0, vec![b.r(w2, "fn")]), b.term(2.0, vec![b.r(w3, "fn")])], span: 0..0 }),
+        arg: Box::new(Expr {
+            terms: vec![b.term(1.0, vec![b.r(w2, "fn")]), b.term(2.0, vec![b.r(w3, "fn")])],
+            span: 0..0,
+        }),
         free: b.idx("fn"),
         span: 0..0,
     };
@@ -202,11 +205,12 @@ fn random_program(seed: u64) -> Hir {
                     _ => {
                         // symmetric in its first two dims when they have one size
                         let chars: Vec<char> = s.chars().collect();
-                        let sym: &[&[usize]] = if chars.len() >= 2 && size_of(chars[0]) == size_of(chars[1]) && rnd(3) == 0 {
-                            &[&[0, 1]]
-                        } else {
-                            &[]
-                        };
+                        let sym: &[&[usize]] =
+                            if chars.len() >= 2 && size_of(chars[0]) == size_of(chars[1]) && rnd(3) == 0 {
+                                &[&[0, 1]]
+                            } else {
+                                &[]
+                            };
                         let t = b.tensor(&format!("T{}", tensors.len()), Role::Input, s, sym);
                         tensors.push((t, s.clone()));
                         t

@@ -42,7 +42,15 @@ impl Builder {
     pub fn tensor(&mut self, name: &str, role: Role, dims: &str, sym: &[&[usize]]) -> TensorId {
         let dims = self.idx(dims).into_iter().map(|i| self.hir.indices[i].range).collect();
         let symmetry = sym.iter().map(|g| SymGroup { kind: SymKind::Symmetric, positions: g.to_vec() }).collect();
-        self.hir.tensors.push(Tensor { name: name.into(), role, elem: ElemType::F64, dims, symmetry, span: 0..0, model: None });
+        self.hir.tensors.push(Tensor {
+            name: name.into(),
+            role,
+            elem: ElemType::F64,
+            dims,
+            symmetry,
+            span: 0..0,
+            model: None,
+        });
         self.hir.tensors.len() - 1
     }
 

@@ -46,7 +46,10 @@ pub fn collectives(c: &dyn Communicator) {
     let mut all = vec![0.0; 6 * p];
     c.allgather(&b, &mut all);
     for q in 0..p {
-        assert!(all[q * 6..(q + 1) * 6].iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "allreduce bits differ across ranks");
+        assert!(
+            all[q * 6..(q + 1) * 6].iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "allreduce bits differ across ranks"
+        );
     }
     let mut m = data(r, 6);
     c.allreduce(&mut m, ReduceOp::Max);
@@ -245,8 +248,13 @@ fn diff(what: &str, got: &[f64], want: &[f64], exact: bool) -> Option<String> {
     if got.len() != want.len() {
         return Some(format!("{what}: {} words, expected {}", got.len(), want.len()));
     }
-    let bad =
-        got.iter().zip(want).position(|(x, y)| if exact { x.to_bits() != y.to_bits() } else { (x - y).abs() > 1e-12 * (1.0 + y.abs()) });
+    let bad = got.iter().zip(want).position(|(x, y)| {
+        if exact {
+            x.to_bits() != y.to_bits()
+        } else {
+            (x - y).abs() > 1e-12 * (1.0 + y.abs())
+        }
+    });
     bad.map(|i| format!("{what}: word {i} is {}, expected {}", got[i], want[i]))
 }
 
@@ -334,7 +342,9 @@ pub fn sized(c: &dyn Communicator, n: usize, flat: bool) -> Vec<OpCheck> {
             diff(name, &recv, &want, true)
         });
     }
-    for (name, counts, op) in [("reduce_scatter sum (uneven)", &skewed, ReduceOp::Sum), ("reduce_scatter min", &equal, ReduceOp::Min)] {
+    for (name, counts, op) in
+        [("reduce_scatter sum (uneven)", &skewed, ReduceOp::Sum), ("reduce_scatter min", &equal, ReduceOp::Min)]
+    {
         let total: usize = counts.iter().sum();
         run(name.to_string(), total, Some(Call::ReduceScatter { counts: counts.clone() }), &mut || {
             let mut recv = vec![f64::NAN; counts[r]];
@@ -349,13 +359,18 @@ pub fn sized(c: &dyn Communicator, n: usize, flat: bool) -> Vec<OpCheck> {
         let sc: Vec<usize> = (0..p).map(|q| u[(r + q) % p]).collect();
         let rc: Vec<usize> = (0..p).map(|s| u[(s + r) % p]).collect();
         let tag = |s: usize, q: usize, k: usize| ((s * p + q) * (1 << 26) + k) as f64;
-        run(name.to_string(), sc.iter().sum(), Some(Call::Alltoallv { send_counts: sc.clone(), recv_counts: rc.clone() }), &mut || {
-            let send: Vec<f64> = (0..p).flat_map(|q| (0..sc[q]).map(move |k| tag(r, q, k))).collect();
-            let mut recv = vec![f64::NAN; rc.iter().sum()];
-            c.alltoallv(&send, &sc, &mut recv, &rc);
-            let want: Vec<f64> = (0..p).flat_map(|s| (0..rc[s]).map(move |k| tag(s, r, k))).collect();
-            diff(name, &recv, &want, true)
-        });
+        run(
+            name.to_string(),
+            sc.iter().sum(),
+            Some(Call::Alltoallv { send_counts: sc.clone(), recv_counts: rc.clone() }),
+            &mut || {
+                let send: Vec<f64> = (0..p).flat_map(|q| (0..sc[q]).map(move |k| tag(r, q, k))).collect();
+                let mut recv = vec![f64::NAN; rc.iter().sum()];
+                c.alltoallv(&send, &sc, &mut recv, &rc);
+                let want: Vec<f64> = (0..p).flat_map(|s| (0..rc[s]).map(move |k| tag(s, r, k))).collect();
+                diff(name, &recv, &want, true)
+            },
+        );
     }
     run("send/recv".to_string(), n, None, &mut || {
         let (next, prev) = ((r + 1) % p, (r + p - 1) % p);

@@ -136,7 +136,9 @@ impl Backend {
         match self {
             Backend::Threads | Backend::Shm => Ok(()),
             Backend::Mpi | Backend::MpiP2p if cfg!(feature = "mpi") => Ok(()),
-            Backend::Mpi | Backend::MpiP2p => Err(format!("this build has no `{self}` back end (rebuild with `--features mpi`)")),
+            Backend::Mpi | Backend::MpiP2p => {
+                Err(format!("this build has no `{self}` back end (rebuild with `--features mpi`)"))
+            }
             Backend::Nccl if cfg!(feature = "nccl") => Ok(()),
             Backend::Nccl => Err(nccl::NOT_BUILT.into()),
         }

@@ -107,7 +107,16 @@ impl algo::Transport for MpiComm {
         self.size
     }
     fn send(&self, dest: usize, tag: u32, data: &[f64]) {
-        unsafe { ffi::MPI_Send(data.as_ptr() as *const c_void, c(data.len()), Self::dbl(), dest as c_int, tag as c_int, self.comm) };
+        unsafe {
+            ffi::MPI_Send(
+                data.as_ptr() as *const c_void,
+                c(data.len()),
+                Self::dbl(),
+                dest as c_int,
+                tag as c_int,
+                self.comm,
+            )
+        };
         self.count(data.len(), 1);
     }
     fn recv(&self, src: usize, tag: u32) -> Vec<f64> {
@@ -117,7 +126,15 @@ impl algo::Transport for MpiComm {
             let mut n: c_int = 0;
             ffi::MPI_Get_count(&st, Self::dbl(), &mut n);
             let mut v = vec![0.0f64; n as usize];
-            ffi::MPI_Recv(v.as_mut_ptr() as *mut c_void, n, Self::dbl(), src as c_int, tag as c_int, self.comm, ffi::RSMPI_STATUS_IGNORE);
+            ffi::MPI_Recv(
+                v.as_mut_ptr() as *mut c_void,
+                n,
+                Self::dbl(),
+                src as c_int,
+                tag as c_int,
+                self.comm,
+                ffi::RSMPI_STATUS_IGNORE,
+            );
             let mut s = self.stats.get();
             s.received(v.len());
             self.stats.set(s);
@@ -127,7 +144,15 @@ impl algo::Transport for MpiComm {
     fn sendrecv(&self, dest: usize, data: &[f64], src: usize, tag: u32) -> Vec<f64> {
         let mut req: ffi::MPI_Request = unsafe { ffi::RSMPI_REQUEST_NULL };
         unsafe {
-            ffi::MPI_Isend(data.as_ptr() as *const c_void, c(data.len()), Self::dbl(), dest as c_int, tag as c_int, self.comm, &mut req);
+            ffi::MPI_Isend(
+                data.as_ptr() as *const c_void,
+                c(data.len()),
+                Self::dbl(),
+                dest as c_int,
+                tag as c_int,
+                self.comm,
+                &mut req,
+            );
         }
         self.count(data.len(), 1);
         let v = algo::Transport::recv(self, src, tag);
@@ -189,7 +214,17 @@ impl Communicator for MpiComm {
             self.count_in(send.len(), self.size - 1);
         }
         let rp = if self.rank == root { recv.as_mut_ptr() as *mut c_void } else { std::ptr::null_mut() };
-        unsafe { ffi::MPI_Reduce(send.as_ptr() as *const c_void, rp, c(send.len()), Self::dbl(), op_of(op), root as c_int, self.comm) };
+        unsafe {
+            ffi::MPI_Reduce(
+                send.as_ptr() as *const c_void,
+                rp,
+                c(send.len()),
+                Self::dbl(),
+                op_of(op),
+                root as c_int,
+                self.comm,
+            )
+        };
     }
     fn allreduce(&self, buf: &mut [f64], op: ReduceOp) {
         if !self.native {
@@ -199,7 +234,14 @@ impl Communicator for MpiComm {
         self.count_in(buf.len(), self.size - 1);
         let send = buf.to_vec();
         unsafe {
-            ffi::MPI_Allreduce(send.as_ptr() as *const c_void, buf.as_mut_ptr() as *mut c_void, c(buf.len()), Self::dbl(), op_of(op), self.comm)
+            ffi::MPI_Allreduce(
+                send.as_ptr() as *const c_void,
+                buf.as_mut_ptr() as *mut c_void,
+                c(buf.len()),
+                Self::dbl(),
+                op_of(op),
+                self.comm,
+            )
         };
     }
     fn allgatherv(&self, send: &[f64], counts: &[usize], recv: &mut [f64]) {
@@ -288,7 +330,14 @@ impl Communicator for MpiComm {
             let mut base: *mut u64 = std::ptr::null_mut();
             let mut win: ffi::MPI_Win = ffi::RSMPI_WIN_NULL;
             let bytes: ffi::MPI_Aint = if self.rank == 0 { 8 } else { 0 };
-            ffi::MPI_Win_allocate(bytes, 8, ffi::RSMPI_INFO_NULL, self.comm, &mut base as *mut *mut u64 as *mut c_void, &mut win);
+            ffi::MPI_Win_allocate(
+                bytes,
+                8,
+                ffi::RSMPI_INFO_NULL,
+                self.comm,
+                &mut base as *mut *mut u64 as *mut c_void,
+                &mut win,
+            );
             if self.rank == 0 {
                 ffi::MPI_Win_lock(ffi::MPI_LOCK_EXCLUSIVE as c_int, 0, 0, win);
                 *base = 0;

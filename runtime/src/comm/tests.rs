@@ -67,7 +67,10 @@ fn reduce_and_allreduce() {
         let mut all = vec![0.0; n * p];
         c.allgather(&b, &mut all);
         for q in 0..p {
-            assert_eq!(all[q * n..(q + 1) * n].iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+            assert_eq!(
+                all[q * n..(q + 1) * n].iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                b.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            );
         }
         let mut b = data(c.rank(), n);
         c.allreduce(&mut b, ReduceOp::Max);
@@ -241,7 +244,8 @@ fn mixing_back_ends_does_not_deadlock() {
     let t0 = Instant::now();
     for p in [2, 3, 4] {
         let calls = threads::run(p, |rank| {
-            let m = Mixed::new(vec![rank.comm(Backend::Threads), rank.comm(Backend::Shm)], check::zigzag(World::Threads));
+            let m =
+                Mixed::new(vec![rank.comm(Backend::Threads), rank.comm(Backend::Shm)], check::zigzag(World::Threads));
             check::mixing(&m);
             check::collectives(&m);
             m.calls()
@@ -353,7 +357,8 @@ fn sized_checks_pass_and_flat_counts_match_shm() {
     for backend in BACKENDS {
         for p in 1..=5 {
             for n in [0, 1, 13, 200] {
-                let res = threads::run(p, |rank| check::sized(rank.comm(backend).as_ref(), n, backend == Backend::Shm)).unwrap();
+                let res = threads::run(p, |rank| check::sized(rank.comm(backend).as_ref(), n, backend == Backend::Shm))
+                    .unwrap();
                 for (r, checks) in res.iter().enumerate() {
                     assert!(checks.len() >= 12, "{backend}: only {} checks", checks.len());
                     for c in checks {

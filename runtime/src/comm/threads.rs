@@ -99,7 +99,13 @@ impl Rank {
         let id = self.next_comm.get();
         self.next_comm.set(id + 1);
         let n = self.shared.size;
-        let base = Base { rank: self.rank, id, shared: self.shared.clone(), stats: Cell::new(CommStats::default()), counters: Cell::new(0) };
+        let base = Base {
+            rank: self.rank,
+            id,
+            shared: self.shared.clone(),
+            stats: Cell::new(CommStats::default()),
+            counters: Cell::new(0),
+        };
         match backend {
             Backend::Threads => {
                 let boxes = self.shared.context(
@@ -547,7 +553,11 @@ impl Communicator for ShmComm {
             for q in 0..self.size() {
                 let s = self.slot(q);
                 let sd = displs(&s.1);
-                assert_eq!(s.1[me], recv_counts[q], "alltoallv: rank {q} sends {} words, {me} expects {}", s.1[me], recv_counts[q]);
+                assert_eq!(
+                    s.1[me], recv_counts[q],
+                    "alltoallv: rank {q} sends {} words, {me} expects {}",
+                    s.1[me], recv_counts[q]
+                );
                 recv[rd[q]..rd[q] + recv_counts[q]].copy_from_slice(&s.0[sd[me]..sd[me] + s.1[me]]);
                 if q != me {
                     self.base.count_received(recv_counts[q]);

@@ -4,7 +4,6 @@
 use super::*;
 
 impl<'ctx> Gen<'_, 'ctx> {
-
     /// Index groups of a binary contraction, or `None` when plain loops are better.
     pub(super) fn gett_plan(
         &self,
@@ -18,7 +17,11 @@ impl<'ctx> Gen<'_, 'ctx> {
         let build = |a: &Operand, b: &Operand| -> Vec<[i64; 5]> {
             vars.iter()
                 .map(|&v| {
-                    let (sa, sb, sc) = (stride_in(a.tensor, &a.indices, v), stride_in(b.tensor, &b.indices, v), stride_in(c, &st.lhs.indices, v));
+                    let (sa, sb, sc) = (
+                        stride_in(a.tensor, &a.indices, v),
+                        stride_in(b.tensor, &b.indices, v),
+                        stride_in(c, &st.lhs.indices, v),
+                    );
                     let (ia, ib, ic) = (a.indices.contains(&v), b.indices.contains(&v), st.lhs.indices.contains(&v));
                     let kind = match (ic, ia, ib) {
                         (true, true, true) => 0,
@@ -60,14 +63,22 @@ impl<'ctx> Gen<'_, 'ctx> {
         Some(GettPlan { dims, swap })
     }
 
-    pub(super) fn gett(&mut self, st: &Stmt, coef: f64, ops: &[Operand], plan: GettPlan, overwrite: bool) -> Result<(), CodegenError> {
+    pub(super) fn gett(
+        &mut self,
+        st: &Stmt,
+        coef: f64,
+        ops: &[Operand],
+        plan: GettPlan,
+        overwrite: bool,
+    ) -> Result<(), CodegenError> {
         let hir = self.hir;
         let c = st.lhs.tensor;
         let elem = hir.tensors[c].elem;
         let uk = self.ukernel(elem)?;
         let (a, b) = if plan.swap { (&ops[1], &ops[0]) } else { (&ops[0], &ops[1]) };
         let i64t = self.ctx.i64_type();
-        let row = |d: &[i64; 5]| i64t.const_array(&d.iter().map(|&x| i64t.const_int(x as u64, true)).collect::<Vec<_>>());
+        let row =
+            |d: &[i64; 5]| i64t.const_array(&d.iter().map(|&x| i64t.const_int(x as u64, true)).collect::<Vec<_>>());
         let rows: Vec<_> = plan.dims.iter().map(row).collect();
         let arr_t = i64t.array_type(5);
         let dims_val = arr_t.const_array(&rows);
@@ -102,7 +113,21 @@ impl<'ctx> Gen<'_, 'ctx> {
             ElemType::F64 => "tcc_rt_gett_f64",
             ElemType::F32 => "tcc_rt_gett_f32",
         };
-        let f = self.declare(fname, None, &[tp.into(), tp.into(), tp.into(), ft.into(), i64p.into(), i64t.into(), i64p.into(), i8p.into(), i64t.into()]);
+        let f = self.declare(
+            fname,
+            None,
+            &[
+                tp.into(),
+                tp.into(),
+                tp.into(),
+                ft.into(),
+                i64p.into(),
+                i64t.into(),
+                i64p.into(),
+                i8p.into(),
+                i64t.into(),
+            ],
+        );
         let ukp = self.b.build_pointer_cast(uk.f.as_global_value().as_pointer_value(), i8p, "uk")?;
         self.b.build_call(
             f,
@@ -143,7 +168,20 @@ impl<'ctx> Gen<'_, 'ctx> {
         let i64t = self.ctx.i64_type();
         let tp = ft.ptr_type(AddressSpace::default());
         let vp = vt.ptr_type(AddressSpace::default());
-        let fty = self.ctx.void_type().fn_type(&[i64t.into(), tp.into(), tp.into(), tp.into(), i64t.into(), i64t.into(), ft.into(), i64t.into(), i64t.into()], false);
+        let fty = self.ctx.void_type().fn_type(
+            &[
+                i64t.into(),
+                tp.into(),
+                tp.into(),
+                tp.into(),
+                i64t.into(),
+                i64t.into(),
+                ft.into(),
+                i64t.into(),
+                i64t.into(),
+            ],
+            false,
+        );
         let name = format!("tcc_uk_{}_{}x{}", elem.name(), mr, nr);
         let f = self.module.add_function(&name, fty, Some(Linkage::Internal));
         self.set_target_attrs(f);
@@ -172,7 +210,9 @@ impl<'ctx> Gen<'_, 'ctx> {
         let done = self.ctx.append_basic_block(f, "store");
         let b = &self.b;
         b.position_at_end(entry);
-        let fma = Intrinsic::find("llvm.fma").and_then(|i| i.get_declaration(self.module, &[vt.into()])).ok_or_else(|| err("llvm.fma"))?;
+        let fma = Intrinsic::find("llvm.fma")
+            .and_then(|i| i.get_declaration(self.module, &[vt.into()]))
+            .ok_or_else(|| err("llvm.fma"))?;
         // Prefetch the C tile (for writing) while the k loop runs: one line per
         // 64 bytes of each column.
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
@@ -185,7 +225,16 @@ impl<'ctx> Gen<'_, 'ctx> {
                 let o = b.build_int_add(col, i64t.const_int((off / elem.size_bytes()) as u64, false), "po")?;
                 let ptr = unsafe { b.build_gep(cp, &[o], "pp")? };
                 let ptr = b.build_pointer_cast(ptr, i8p, "pp8")?;
-                b.build_call(prefetch, &[ptr.into(), i32t.const_int(1, false).into(), i32t.const_int(3, false).into(), i32t.const_int(1, false).into()], "")?;
+                b.build_call(
+                    prefetch,
+                    &[
+                        ptr.into(),
+                        i32t.const_int(1, false).into(),
+                        i32t.const_int(3, false).into(),
+                        i32t.const_int(1, false).into(),
+                    ],
+                    "",
+                )?;
             }
         }
         let has_k = b.build_int_compare(IntPredicate::SGT, kc, i64t.const_zero(), "hask")?;
@@ -271,7 +320,9 @@ impl<'ctx> Gen<'_, 'ctx> {
                 .and_then(|i| i.get_declaration(self.module, &[vt.into(), vp.into()]))
                 .ok_or_else(|| err("llvm.masked.store"))?;
             let iv = i64t.vec_type(lanes as u32);
-            let iota = inkwell::types::VectorType::const_vector(&(0..lanes).map(|l| i64t.const_int(l as u64, false)).collect::<Vec<_>>());
+            let iota = inkwell::types::VectorType::const_vector(
+                &(0..lanes).map(|l| i64t.const_int(l as u64, false)).collect::<Vec<_>>(),
+            );
             let iundef = iv.get_undef();
             let align = i32t.const_int(elem.size_bytes() as u64, false);
             for j in 0..nr {
@@ -282,14 +333,32 @@ impl<'ctx> Gen<'_, 'ctx> {
                     let lins = b.build_insert_element(iundef, left, i32t.const_zero(), "li")?;
                     let lsplat = b.build_shuffle_vector(lins, iundef, mask, "ls")?;
                     let lanes_ok = b.build_int_compare(IntPredicate::SLT, iota, lsplat, "lok")?;
-                    let jins = b.build_insert_element(self.ctx.bool_type().vec_type(lanes as u32).get_undef(), jok, i32t.const_zero(), "ji")?;
-                    let jsplat = b.build_shuffle_vector(jins, self.ctx.bool_type().vec_type(lanes as u32).get_undef(), mask, "js")?;
+                    let jins = b.build_insert_element(
+                        self.ctx.bool_type().vec_type(lanes as u32).get_undef(),
+                        jok,
+                        i32t.const_zero(),
+                        "ji",
+                    )?;
+                    let jsplat = b.build_shuffle_vector(
+                        jins,
+                        self.ctx.bool_type().vec_type(lanes as u32).get_undef(),
+                        mask,
+                        "js",
+                    )?;
                     let m = b.build_and(lanes_ok, jsplat, "m")?;
                     let off = b.build_int_add(col, i64t.const_int((v * lanes) as u64, false), "co")?;
                     let ptr = unsafe { b.build_gep(cp, &[off], "cp")? };
                     let ptr = b.build_pointer_cast(ptr, vp, "cpv")?;
-                    let old = b.build_call(mload, &[ptr.into(), align.into(), m.into(), vt.const_zero().into()], "c")?.try_as_basic_value().left().expect("vec");
-                    let r = b.build_call(fma, &[fin[j * nv + v].into(), alpha_v.into(), old.into()], "cn")?.try_as_basic_value().left().expect("vec");
+                    let old = b
+                        .build_call(mload, &[ptr.into(), align.into(), m.into(), vt.const_zero().into()], "c")?
+                        .try_as_basic_value()
+                        .left()
+                        .expect("vec");
+                    let r = b
+                        .build_call(fma, &[fin[j * nv + v].into(), alpha_v.into(), old.into()], "cn")?
+                        .try_as_basic_value()
+                        .left()
+                        .expect("vec");
                     b.build_call(mstore, &[r.into(), ptr.into(), align.into(), m.into()], "")?;
                 }
             }
@@ -322,7 +391,9 @@ impl<'ctx> Gen<'_, 'ctx> {
                     let roff = b.build_int_mul(rs, i64t.const_int(i, false), "ro")?;
                     let off = b.build_int_add(col, roff, "o")?;
                     let ptr = unsafe { b.build_gep(cp, &[off], "cp")? };
-                    let x = b.build_extract_element(scaled, self.ctx.i32_type().const_int(l as u64, false), "x")?.into_float_value();
+                    let x = b
+                        .build_extract_element(scaled, self.ctx.i32_type().const_int(l as u64, false), "x")?
+                        .into_float_value();
                     let old = b.build_load(ptr, "c")?.into_float_value();
                     b.build_store(ptr, b.build_float_add(old, x, "cn")?)?;
                 }

@@ -5,7 +5,11 @@ use super::*;
 
 impl<'ctx> Gen<'_, 'ctx> {
     /// Loops over `vars` (outermost first) binding each, then `inner`.
-    pub(super) fn nest(&mut self, vars: &[IndexId], inner: &mut dyn FnMut(&mut Self) -> Result<(), CodegenError>) -> Result<(), CodegenError> {
+    pub(super) fn nest(
+        &mut self,
+        vars: &[IndexId],
+        inner: &mut dyn FnMut(&mut Self) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
         self.nest_hinted(vars, false, inner)
     }
 
@@ -109,7 +113,11 @@ impl<'ctx> Gen<'_, 'ctx> {
         self.func = Some(f);
         let fe = self.ctx.append_basic_block(f, "entry");
         self.b.position_at_end(fe);
-        let cp = self.b.build_pointer_cast(f.get_nth_param(0).expect("ctx").into_pointer_value(), i64t.ptr_type(AddressSpace::default()), "c")?;
+        let cp = self.b.build_pointer_cast(
+            f.get_nth_param(0).expect("ctx").into_pointer_value(),
+            i64t.ptr_type(AddressSpace::default()),
+            "c",
+        )?;
         let mut args: Vec<BasicMetadataValueEnum> = Vec::new();
         for (k, (_, p)) in bufs.iter().enumerate() {
             let sp = unsafe { self.b.build_in_bounds_gep(cp, &[self.i64c(k as u64)], "s")? };
@@ -189,7 +197,12 @@ impl<'ctx> Gen<'_, 'ctx> {
     }
 
     /// [`Self::nest`], the innermost loop marked for vectorization when `hint`.
-    pub(super) fn nest_hinted(&mut self, vars: &[IndexId], hint: bool, inner: &mut dyn FnMut(&mut Self) -> Result<(), CodegenError>) -> Result<(), CodegenError> {
+    pub(super) fn nest_hinted(
+        &mut self,
+        vars: &[IndexId],
+        hint: bool,
+        inner: &mut dyn FnMut(&mut Self) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
         match vars.split_first() {
             None => inner(self),
             Some((&v, rest)) => {
@@ -213,7 +226,8 @@ impl<'ctx> Gen<'_, 'ctx> {
         if vars.iter().any(|&v| hir.index_size(v) == 0) {
             return Ok(None);
         }
-        if ops.len() != 2 || !ops.iter().all(|o| o.func.is_none() && hir.tensors[o.tensor].elem == hir.tensors[c].elem) {
+        if ops.len() != 2 || !ops.iter().all(|o| o.func.is_none() && hir.tensors[o.tensor].elem == hir.tensors[c].elem)
+        {
             return Ok(None);
         }
         let stride_in = |t: TensorId, idx: &[IndexId], v: IndexId| -> u64 {
@@ -225,7 +239,9 @@ impl<'ctx> Gen<'_, 'ctx> {
     /// Whether `st`'s first term is a GETT that may overwrite its output (nothing
     /// it reads is the output, every index has a size).
     pub(super) fn overwrite_gett(&self, st: &Stmt) -> bool {
-        let reads_self = crate::codegen::lower::term_operands(&st.rhs.terms[0]).map(|ops| ops.iter().any(|o| o.tensor == st.lhs.tensor)).unwrap_or(true);
+        let reads_self = crate::codegen::lower::term_operands(&st.rhs.terms[0])
+            .map(|ops| ops.iter().any(|o| o.tensor == st.lhs.tensor))
+            .unwrap_or(true);
         !st.rhs.terms.is_empty() && !reads_self && matches!(self.term_gett(st, 0), Ok(Some(_)))
     }
 
@@ -274,7 +290,9 @@ impl<'ctx> Gen<'_, 'ctx> {
         let mut by_size: Vec<(TensorId, &[IndexId])> = refs.clone();
         by_size.sort_by_key(|(t, _)| std::cmp::Reverse(hir.shape(*t).iter().map(|&n| n as u64).product::<u64>()));
         let mut order = vars.clone();
-        order.sort_by_key(|&v| std::cmp::Reverse((by_size.iter().map(|(t, idx)| stride_in(*t, idx, v)).collect::<Vec<_>>(), score(v))));
+        order.sort_by_key(|&v| {
+            std::cmp::Reverse((by_size.iter().map(|(t, idx)| stride_in(*t, idx, v)).collect::<Vec<_>>(), score(v)))
+        });
         let mut reduction_inner = false;
         if let Some(&inner) = order.iter().min_by_key(|&&v| inner_cost(v)) {
             order.retain(|&v| v != inner);
@@ -299,7 +317,10 @@ impl<'ctx> Gen<'_, 'ctx> {
         // Nothing written is left to split: a (long) sum into one element is
         // split instead, each thread summing a range.
         let one_element = !order.iter().any(|v| st.lhs.indices.contains(v));
-        let sum_par = par.is_none() && one_element && work >= self.parallel_min && order.first().is_some_and(|&v| hir.index_size(v) >= 2);
+        let sum_par = par.is_none()
+            && one_element
+            && work >= self.parallel_min
+            && order.first().is_some_and(|&v| hir.index_size(v) >= 2);
         let zero = self.i64c(0);
         for &(v, n) in &zeroed {
             self.bound.insert(v, zero);
@@ -350,7 +371,11 @@ impl<'ctx> Gen<'_, 'ctx> {
             .ok_or_else(|| err(format!("LLVM intrinsic {name} not found")))
     }
 
-    pub(super) fn call1(&self, f: FunctionValue<'ctx>, args: &[FloatValue<'ctx>]) -> Result<FloatValue<'ctx>, CodegenError> {
+    pub(super) fn call1(
+        &self,
+        f: FunctionValue<'ctx>,
+        args: &[FloatValue<'ctx>],
+    ) -> Result<FloatValue<'ctx>, CodegenError> {
         let a: Vec<BasicMetadataValueEnum> = args.iter().map(|&x| x.into()).collect();
         Ok(self.b.build_call(f, &a, "f")?.try_as_basic_value().left().expect("value").into_float_value())
     }
@@ -361,7 +386,12 @@ impl<'ctx> Gen<'_, 'ctx> {
     }
 
     /// The element-wise function, as [`Func::apply`] defines it.
-    pub(super) fn apply(&self, func: Func, x: FloatValue<'ctx>, t: FloatType<'ctx>) -> Result<FloatValue<'ctx>, CodegenError> {
+    pub(super) fn apply(
+        &self,
+        func: Func,
+        x: FloatValue<'ctx>,
+        t: FloatType<'ctx>,
+    ) -> Result<FloatValue<'ctx>, CodegenError> {
         let one = t.const_float(1.0);
         let b = &self.b;
         Ok(match func {

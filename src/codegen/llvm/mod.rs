@@ -121,12 +121,63 @@ pub fn target_cpu(opts: &Options) -> (String, String) {
 /// 32-bit-only ones, on which LLVM aborts instead of returning an error).
 #[cfg(target_arch = "x86_64")]
 const KNOWN_CPUS: &[&str] = &[
-    "alderlake", "amdfam10", "athlon-fx", "athlon64", "athlon64-sse3", "atom", "barcelona", "bdver1", "bdver2", "bdver3",
-    "bdver4", "bonnell", "broadwell", "btver1", "btver2", "cannonlake", "cascadelake", "cooperlake", "core-avx-i",
-    "core-avx2", "core2", "corei7", "corei7-avx", "generic", "goldmont", "goldmont-plus", "haswell", "icelake-client",
-    "icelake-server", "ivybridge", "k8", "k8-sse3", "knl", "knm", "nehalem", "nocona", "opteron", "opteron-sse3",
-    "penryn", "rocketlake", "sandybridge", "sapphirerapids", "silvermont", "skx", "skylake", "skylake-avx512", "slm",
-    "tigerlake", "tremont", "westmere", "x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4", "znver1", "znver2", "znver3",
+    "alderlake",
+    "amdfam10",
+    "athlon-fx",
+    "athlon64",
+    "athlon64-sse3",
+    "atom",
+    "barcelona",
+    "bdver1",
+    "bdver2",
+    "bdver3",
+    "bdver4",
+    "bonnell",
+    "broadwell",
+    "btver1",
+    "btver2",
+    "cannonlake",
+    "cascadelake",
+    "cooperlake",
+    "core-avx-i",
+    "core-avx2",
+    "core2",
+    "corei7",
+    "corei7-avx",
+    "generic",
+    "goldmont",
+    "goldmont-plus",
+    "haswell",
+    "icelake-client",
+    "icelake-server",
+    "ivybridge",
+    "k8",
+    "k8-sse3",
+    "knl",
+    "knm",
+    "nehalem",
+    "nocona",
+    "opteron",
+    "opteron-sse3",
+    "penryn",
+    "rocketlake",
+    "sandybridge",
+    "sapphirerapids",
+    "silvermont",
+    "skx",
+    "skylake",
+    "skylake-avx512",
+    "slm",
+    "tigerlake",
+    "tremont",
+    "westmere",
+    "x86-64",
+    "x86-64-v2",
+    "x86-64-v3",
+    "x86-64-v4",
+    "znver1",
+    "znver2",
+    "znver3",
 ];
 
 /// Refuses a `--target-cpu` LLVM cannot generate code for (LLVM would abort).
@@ -155,8 +206,35 @@ fn vector_bits(cpu: &str, features: &str) -> u32 {
         };
     }
     let c = cpu.to_ascii_lowercase();
-    let wide = ["avx512", "skylake-avx512", "cascadelake", "cooperlake", "icelake", "tigerlake", "sapphirerapids", "rocketlake", "znver4", "x86-64-v4", "graniterapids", "emeraldrapids"];
-    let mid = ["haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "znver1", "znver2", "znver3", "x86-64-v3", "cannonlake", "kabylake", "coffeelake"];
+    let wide = [
+        "avx512",
+        "skylake-avx512",
+        "cascadelake",
+        "cooperlake",
+        "icelake",
+        "tigerlake",
+        "sapphirerapids",
+        "rocketlake",
+        "znver4",
+        "x86-64-v4",
+        "graniterapids",
+        "emeraldrapids",
+    ];
+    let mid = [
+        "haswell",
+        "broadwell",
+        "skylake",
+        "alderlake",
+        "raptorlake",
+        "meteorlake",
+        "znver1",
+        "znver2",
+        "znver3",
+        "x86-64-v3",
+        "cannonlake",
+        "kabylake",
+        "coffeelake",
+    ];
     if wide.iter().any(|w| c.contains(w)) {
         512
     } else if mid.iter().any(|w| c.contains(w)) {
@@ -175,13 +253,25 @@ fn machine(opts: &Options) -> Result<(TargetMachine, String, String), CodegenErr
         check_cpu(&cpu)?;
     }
     let tm = target
-        .create_target_machine(&triple, &cpu, &features, OptimizationLevel::Aggressive, RelocMode::PIC, CodeModel::Default)
+        .create_target_machine(
+            &triple,
+            &cpu,
+            &features,
+            OptimizationLevel::Aggressive,
+            RelocMode::PIC,
+            CodeModel::Default,
+        )
         .ok_or_else(|| err(format!("LLVM cannot generate code for CPU `{cpu}`")))?;
     Ok((tm, cpu, features))
 }
 
 /// Generates and optimizes the code of `units` of `hir`.
-pub fn compile<'ctx>(ctx: &'ctx Context, hir: &Hir, units: &[UnitId], opts: &Options) -> Result<Compiled<'ctx>, CodegenError> {
+pub fn compile<'ctx>(
+    ctx: &'ctx Context,
+    hir: &Hir,
+    units: &[UnitId],
+    opts: &Options,
+) -> Result<Compiled<'ctx>, CodegenError> {
     let prepared = prepare(hir);
     let (tm, cpu, features) = machine(opts)?;
     // LLVM's remarks and warnings (e.g. a loop it was asked to vectorize but did
@@ -215,13 +305,23 @@ pub fn compile<'ctx>(ctx: &'ctx Context, hir: &Hir, units: &[UnitId], opts: &Opt
     };
     let mut codes = Vec::new();
     for &u in units {
-        let nest = lower_unit(&prepared, u, FusionOptions { mem_limit: Some(opts.mem_limit.unwrap_or(DEFAULT_MEM_LIMIT)), ..FusionOptions::default() });
+        let nest = lower_unit(
+            &prepared,
+            u,
+            FusionOptions { mem_limit: Some(opts.mem_limit.unwrap_or(DEFAULT_MEM_LIMIT)), ..FusionOptions::default() },
+        );
         // The argument order is the source program's (the optimizer may reorder reads).
         let inputs = hir.unit_inputs(u);
         let outputs = hir.unit_outputs(u);
         let mut args = inputs.clone();
         args.extend(outputs.iter().copied());
-        let code = UnitCode { unit: u, name: prepared.units[u].name.clone(), args, n_inputs: inputs.len(), flops: unit_flops(&prepared, u) };
+        let code = UnitCode {
+            unit: u,
+            name: prepared.units[u].name.clone(),
+            args,
+            n_inputs: inputs.len(),
+            flops: unit_flops(&prepared, u),
+        };
         g.unit(&nest, &code)?;
         codes.push(code);
     }
@@ -288,7 +388,13 @@ impl Storage {
 
 /// JIT-compiles unit `unit` and runs it `repeat` times (≥ 1) on `inputs` (every
 /// input of the unit, declared shape; `f32` tensors are rounded to `f32`).
-pub fn jit_run(hir: &Hir, unit: UnitId, inputs: &HashMap<TensorId, Dense>, opts: &Options, repeat: usize) -> Result<JitRun, CodegenError> {
+pub fn jit_run(
+    hir: &Hir,
+    unit: UnitId,
+    inputs: &HashMap<TensorId, Dense>,
+    opts: &Options,
+    repeat: usize,
+) -> Result<JitRun, CodegenError> {
     let t0 = std::time::Instant::now();
     let ctx = Context::create();
     let opts = Options { c_abi: false, ..opts.clone() };
@@ -303,7 +409,8 @@ pub fn jit_run(hir: &Hir, unit: UnitId, inputs: &HashMap<TensorId, Dense>, opts:
             ee.add_global_mapping(&f, addr);
         }
     }
-    let addr = ee.get_function_address(&format!("tcc_{}__argv", code.name)).map_err(|e| err(format!("LLVM JIT: {e:?}")))?;
+    let addr =
+        ee.get_function_address(&format!("tcc_{}__argv", code.name)).map_err(|e| err(format!("LLVM JIT: {e:?}")))?;
     let compile_s = t0.elapsed().as_secs_f64();
     // SAFETY: the generated function takes an array of one pointer per argument.
     let f: unsafe extern "C" fn(*const *mut u8) -> i32 = unsafe { std::mem::transmute(addr) };
@@ -315,7 +422,11 @@ pub fn jit_run(hir: &Hir, unit: UnitId, inputs: &HashMap<TensorId, Dense>, opts:
         let data: Vec<f64> = if k < code.n_inputs {
             let d = inputs.get(&t).ok_or_else(|| err(format!("no value for input `{}`", hir.tensors[t].name)))?;
             if d.data.len() != n {
-                return Err(err(format!("input `{}` has {} elements, expected {n}", hir.tensors[t].name, d.data.len())));
+                return Err(err(format!(
+                    "input `{}` has {} elements, expected {n}",
+                    hir.tensors[t].name,
+                    d.data.len()
+                )));
             }
             d.data.clone()
         } else {
@@ -350,7 +461,10 @@ fn runtime_symbols() -> Vec<(&'static str, usize)> {
     use tcc_runtime::kernels::{tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_parallel_range, tcc_rt_parallel_sum};
     vec![
         ("tcc_rt_parallel_range", tcc_rt_parallel_range as *const () as usize),
-        ("tcc_rt_parallel_sum", tcc_rt_parallel_sum as *const () as usize),("tcc_rt_gett_f64", tcc_rt_gett_f64 as *const () as usize), ("tcc_rt_gett_f32", tcc_rt_gett_f32 as *const () as usize)]
+        ("tcc_rt_parallel_sum", tcc_rt_parallel_sum as *const () as usize),
+        ("tcc_rt_gett_f64", tcc_rt_gett_f64 as *const () as usize),
+        ("tcc_rt_gett_f32", tcc_rt_gett_f32 as *const () as usize),
+    ]
 }
 
 // ---------------------------------------------------------------------------------
@@ -414,7 +528,10 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     fn set_target_attrs(&self, f: FunctionValue<'ctx>) {
         f.add_attribute(AttributeLoc::Function, self.ctx.create_string_attribute("target-cpu", &self.cpu));
         if !self.features.is_empty() {
-            f.add_attribute(AttributeLoc::Function, self.ctx.create_string_attribute("target-features", &self.features));
+            f.add_attribute(
+                AttributeLoc::Function,
+                self.ctx.create_string_attribute("target-features", &self.features),
+            );
         }
         let nounwind = inkwell::attributes::Attribute::get_named_enum_kind_id("nounwind");
         f.add_attribute(AttributeLoc::Function, self.ctx.create_enum_attribute(nounwind, 0));
@@ -424,7 +541,11 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     }
 
     /// `for i in 0..extent { body(i) }` (extent ≥ 1).
-    fn build_loop(&mut self, extent: u64, body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>) -> Result<(), CodegenError> {
+    fn build_loop(
+        &mut self,
+        extent: u64,
+        body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
         self.build_loop_hinted(extent, false, body)
     }
 
@@ -464,8 +585,8 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     fn mark_vectorize(&self, br: inkwell::values::InstructionValue<'ctx>) {
         use inkwell::values::AsValueRef;
         use llvm_sys::core::{
-            LLVMConstInt, LLVMGetMDKindIDInContext, LLVMInt1TypeInContext, LLVMMDNodeInContext2, LLVMMDStringInContext2,
-            LLVMMetadataAsValue, LLVMSetMetadata, LLVMValueAsMetadata,
+            LLVMConstInt, LLVMGetMDKindIDInContext, LLVMInt1TypeInContext, LLVMMDNodeInContext2,
+            LLVMMDStringInContext2, LLVMMetadataAsValue, LLVMSetMetadata, LLVMValueAsMetadata,
         };
         use llvm_sys::debuginfo::{LLVMMetadataReplaceAllUsesWith, LLVMTemporaryMDNode};
         // SAFETY: plain LLVM C API calls on live objects of this context.
@@ -522,7 +643,12 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         Ok(off)
     }
 
-    fn declare(&self, name: &str, ret: Option<BasicTypeEnum<'ctx>>, params: &[BasicMetadataTypeEnum<'ctx>]) -> FunctionValue<'ctx> {
+    fn declare(
+        &self,
+        name: &str,
+        ret: Option<BasicTypeEnum<'ctx>>,
+        params: &[BasicMetadataTypeEnum<'ctx>],
+    ) -> FunctionValue<'ctx> {
         if let Some(f) = self.module.get_function(name) {
             return f;
         }
@@ -555,14 +681,18 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             self.bufs.insert(t, p);
         }
         for (&t, buf) in &nest.buffers {
-            if !hir.tensors[t].role.is_read_only() && hir.tensors[t].role != Role::Temporary && buf.stored.len() != hir.tensors[t].dims.len() {
+            if !hir.tensors[t].role.is_read_only()
+                && hir.tensors[t].role != Role::Temporary
+                && buf.stored.len() != hir.tensors[t].dims.len()
+            {
                 return Err(err(format!("internal: output `{}` is sliced", hir.tensors[t].name)));
             }
             self.strides.insert(t, position_strides(hir, buf));
         }
         // Temporaries: calloc'd (zero, as the interpreter's), freed at the end.
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
-        let calloc = self.declare("calloc", Some(i8p.into()), &[self.ctx.i64_type().into(), self.ctx.i64_type().into()]);
+        let calloc =
+            self.declare("calloc", Some(i8p.into()), &[self.ctx.i64_type().into(), self.ctx.i64_type().into()]);
         let free = self.declare("free", None, &[i8p.into()]);
         let mut temps = Vec::new();
         for (&t, buf) in &nest.buffers {
@@ -572,7 +702,13 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             let elem = hir.tensors[t].elem;
             let n = self.i64c(buf.elements.max(1) as u64);
             let sz = self.i64c(elem.size_bytes() as u64);
-            let raw = self.b.build_call(calloc, &[n.into(), sz.into()], "tmp")?.try_as_basic_value().left().expect("ptr").into_pointer_value();
+            let raw = self
+                .b
+                .build_call(calloc, &[n.into(), sz.into()], "tmp")?
+                .try_as_basic_value()
+                .left()
+                .expect("ptr")
+                .into_pointer_value();
             temps.push(raw);
             let p = self.b.build_pointer_cast(raw, self.ft(elem).ptr_type(AddressSpace::default()), "tmpT")?;
             self.bufs.insert(t, p);
@@ -610,7 +746,8 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
 
         // The argv entry point.
         let pp = i8p.ptr_type(AddressSpace::default());
-        let argv = self.module.add_function(&format!("tcc_{}__argv", code.name), i32t.fn_type(&[pp.into()], false), None);
+        let argv =
+            self.module.add_function(&format!("tcc_{}__argv", code.name), i32t.fn_type(&[pp.into()], false), None);
         self.set_target_attrs(argv);
         let e = self.ctx.append_basic_block(argv, "entry");
         self.b.position_at_end(e);
@@ -619,7 +756,11 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         for (k, &t) in code.args.iter().enumerate() {
             let slot = unsafe { self.b.build_in_bounds_gep(base, &[self.i64c(k as u64)], "slot")? };
             let raw = self.b.build_load(slot, "arg")?.into_pointer_value();
-            let p = self.b.build_pointer_cast(raw, self.ft(hir.tensors[t].elem).ptr_type(AddressSpace::default()), "argT")?;
+            let p = self.b.build_pointer_cast(
+                raw,
+                self.ft(hir.tensors[t].elem).ptr_type(AddressSpace::default()),
+                "argT",
+            )?;
             args.push(p.into());
         }
         let r = self.b.build_call(body, &args, "r")?.try_as_basic_value().left().expect("i32");
@@ -694,8 +835,12 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
 
     /// Zeroes what `t[idx]` covers with the loops bound now.
     fn zero_region(&mut self, t: TensorId, idx: &[IndexId]) -> Result<(), CodegenError> {
-        let free: Vec<IndexId> =
-            idx.iter().enumerate().filter(|(p, i)| self.strides[&t][*p] > 0 && !self.bound.contains_key(i)).map(|(_, &i)| i).collect();
+        let free: Vec<IndexId> = idx
+            .iter()
+            .enumerate()
+            .filter(|(p, i)| self.strides[&t][*p] > 0 && !self.bound.contains_key(i))
+            .map(|(_, &i)| i)
+            .collect();
         if free.iter().any(|&i| self.hir.index_size(i) == 0) {
             return Ok(());
         }
@@ -762,12 +907,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 let nonempty = self.b.build_int_compare(IntPredicate::NE, len, i64t.const_zero(), "ne")?;
                 let bad_null = self.b.build_and(isn, nonempty, "badnull")?;
                 let _ = n;
-                fail(
-                    self,
-                    bad_null,
-                    &format!("tcc_{}: argument `{}` is a null pointer", code.name, tensor.name),
-                    1,
-                )?;
+                fail(self, bad_null, &format!("tcc_{}: argument `{}` is a null pointer", code.name, tensor.name), 1)?;
                 let wrong = self.b.build_int_compare(IntPredicate::NE, len, i64t.const_int(n, false), "badlen")?;
                 fail(
                     self,
@@ -782,7 +922,8 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                     2,
                 )?;
                 let addr = self.b.build_ptr_to_int(p, i64t, "addr")?;
-                let end = self.b.build_int_add(addr, i64t.const_int(n * tensor.elem.size_bytes() as u64, false), "end")?;
+                let end =
+                    self.b.build_int_add(addr, i64t.const_int(n * tensor.elem.size_bytes() as u64, false), "end")?;
                 ptrs.push((p, addr, end, k >= code.n_inputs, t, n));
             }
             // An output must not overlap any other argument.
@@ -800,7 +941,10 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                     fail(
                         self,
                         ov,
-                        &format!("tcc_{}: output `{}` overlaps argument `{}`", code.name, hir.tensors[tx].name, hir.tensors[ty].name),
+                        &format!(
+                            "tcc_{}: output `{}` overlaps argument `{}`",
+                            code.name, hir.tensors[tx].name, hir.tensors[ty].name
+                        ),
                         3,
                     )?;
                 }

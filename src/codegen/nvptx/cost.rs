@@ -91,7 +91,8 @@ pub fn blocks_per_sm(e: Elem, cfg: &TileCfg) -> u64 {
     let w = (e.bytes() / 4) as u64;
     let nt = cfg.threads();
     let staged = (cfg.bm + cfg.bn) * cfg.bk / nt;
-    let regs = measured(e, cfg).map(|m| m.0).unwrap_or(((cfg.tm * cfg.tn + cfg.tm + cfg.tn + staged) * w + 40).min(255));
+    let regs =
+        measured(e, cfg).map(|m| m.0).unwrap_or(((cfg.tm * cfg.tn + cfg.tm + cfg.tn + staged) * w + 40).min(255));
     let by_regs = 65536 / (regs * nt);
     let by_shared = (228 << 10) / cfg.shared_bytes(e).max(1);
     by_regs.min(by_shared).min(2048 / nt).clamp(1, 32)
@@ -147,7 +148,8 @@ fn naive_time(k: &Kernel) -> f64 {
     let bytes = 2.0 * par as f64 * eb + k.ops.iter().map(touched).sum::<f64>();
     if red == 1 {
         // A copy or an element-wise kernel.
-        let strided = k.ops.iter().any(|o| o.par_strides.last().is_some_and(|&s| s > 1)) || k.out_strides.last().is_some_and(|&s| s > 1);
+        let strided = k.ops.iter().any(|o| o.par_strides.last().is_some_and(|&s| s > 1))
+            || k.out_strides.last().is_some_and(|&s| s > 1);
         return LAUNCH_S + bytes / (HBM_BPS * if strided { STRIDED_COPY } else { 1.0 });
     }
     let flops = (par * red) as f64 * k.ops.len().max(1) as f64;

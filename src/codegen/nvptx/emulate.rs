@@ -7,17 +7,27 @@ use inkwell::context::Context;
 use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine};
 use inkwell::OptimizationLevel;
 
-
 /// Runs a unit plan on the CPU: kernels generated for the host and run thread by
 /// thread, cuBLAS calls by a plain loop with cuBLAS's semantics. Same outputs as the
 /// GPU up to rounding; slow, for tests.
-pub fn emulate(plan: &GpuPlan, unit: usize, inputs: &HashMap<TensorId, Dense>) -> Result<HashMap<TensorId, Dense>, CodegenError> {
+pub fn emulate(
+    plan: &GpuPlan,
+    unit: usize,
+    inputs: &HashMap<TensorId, Dense>,
+) -> Result<HashMap<TensorId, Dense>, CodegenError> {
     Target::initialize_native(&InitializationConfig::default()).map_err(|e| err(format!("LLVM: {e}")))?;
     let ctx = Context::create();
     let triple = TargetMachine::get_default_triple();
     let target = Target::from_triple(&triple).map_err(|e| err(format!("LLVM: {e}")))?;
     let tm = target
-        .create_target_machine(&triple, "x86-64", "", OptimizationLevel::Default, RelocMode::Default, CodeModel::JITDefault)
+        .create_target_machine(
+            &triple,
+            "x86-64",
+            "",
+            OptimizationLevel::Default,
+            RelocMode::Default,
+            CodeModel::JITDefault,
+        )
         .ok_or_else(|| err("LLVM: no host target machine"))?;
     let up = &plan.units[unit];
     let module = build_module(&ctx, &plan.kernels, Mode::Host, &tm)?;
@@ -101,8 +111,16 @@ fn emulate_steps(
                         for j in 0..g.n {
                             let mut s = 0.0;
                             for l in 0..g.k {
-                                let av = if g.transa { a[(oa + bt * g.stride_a + l + i * g.lda) as usize] } else { a[(oa + bt * g.stride_a + i + l * g.lda) as usize] };
-                                let bv = if g.transb { b[(ob + bt * g.stride_b + j + l * g.ldb) as usize] } else { b[(ob + bt * g.stride_b + l + j * g.ldb) as usize] };
+                                let av = if g.transa {
+                                    a[(oa + bt * g.stride_a + l + i * g.lda) as usize]
+                                } else {
+                                    a[(oa + bt * g.stride_a + i + l * g.lda) as usize]
+                                };
+                                let bv = if g.transb {
+                                    b[(ob + bt * g.stride_b + j + l * g.ldb) as usize]
+                                } else {
+                                    b[(ob + bt * g.stride_b + l + j * g.ldb) as usize]
+                                };
                                 s += av * bv;
                             }
                             c[(oc + bt * g.stride_c + i + j * g.ldc) as usize] += g.alpha * s;
@@ -117,7 +135,6 @@ fn emulate_steps(
     Ok(())
 }
 
-
 /// Calls a JIT-compiled kernel with its ids (a thread's, or a block's three) and
 /// its pointers.
 fn call(addr: usize, ids: &[u64], p: &[*mut u8]) -> Result<(), CodegenError> {
@@ -129,9 +146,15 @@ fn call(addr: usize, ids: &[u64], p: &[*mut u8]) -> Result<(), CodegenError> {
             (&[t], &[a]) => std::mem::transmute::<usize, unsafe extern "C" fn(u64, P)>(addr)(t, a),
             (&[t], &[a, b]) => std::mem::transmute::<usize, unsafe extern "C" fn(u64, P, P)>(addr)(t, a, b),
             (&[t], &[a, b, c]) => std::mem::transmute::<usize, unsafe extern "C" fn(u64, P, P, P)>(addr)(t, a, b, c),
-            (&[t], &[a, b, c, d]) => std::mem::transmute::<usize, unsafe extern "C" fn(u64, P, P, P, P)>(addr)(t, a, b, c, d),
-            (&[t], &[a, b, c, d, e]) => std::mem::transmute::<usize, unsafe extern "C" fn(u64, P, P, P, P, P)>(addr)(t, a, b, c, d, e),
-            (&[x, y, z], &[a, b, c]) => std::mem::transmute::<usize, unsafe extern "C" fn(u64, u64, u64, P, P, P)>(addr)(x, y, z, a, b, c),
+            (&[t], &[a, b, c, d]) => {
+                std::mem::transmute::<usize, unsafe extern "C" fn(u64, P, P, P, P)>(addr)(t, a, b, c, d)
+            }
+            (&[t], &[a, b, c, d, e]) => {
+                std::mem::transmute::<usize, unsafe extern "C" fn(u64, P, P, P, P, P)>(addr)(t, a, b, c, d, e)
+            }
+            (&[x, y, z], &[a, b, c]) => {
+                std::mem::transmute::<usize, unsafe extern "C" fn(u64, u64, u64, P, P, P)>(addr)(x, y, z, a, b, c)
+            }
             _ => return Err(err(format!("emulate: {} ids and {} arguments not supported", ids.len(), p.len()))),
         }
     }

@@ -46,10 +46,20 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             Mode::Host => AddressSpace::default(),
         }
     }
-    pub(super) fn intrinsic(&self, name: &str, tys: &[inkwell::types::BasicTypeEnum<'ctx>]) -> Result<FunctionValue<'ctx>, CodegenError> {
-        Intrinsic::find(name).and_then(|i| i.get_declaration(self.module, tys)).ok_or_else(|| err(format!("LLVM intrinsic {name} not found")))
+    pub(super) fn intrinsic(
+        &self,
+        name: &str,
+        tys: &[inkwell::types::BasicTypeEnum<'ctx>],
+    ) -> Result<FunctionValue<'ctx>, CodegenError> {
+        Intrinsic::find(name)
+            .and_then(|i| i.get_declaration(self.module, tys))
+            .ok_or_else(|| err(format!("LLVM intrinsic {name} not found")))
     }
-    pub(super) fn call(&self, f: FunctionValue<'ctx>, args: &[BasicMetadataValueEnum<'ctx>]) -> Result<inkwell::values::BasicValueEnum<'ctx>, CodegenError> {
+    pub(super) fn call(
+        &self,
+        f: FunctionValue<'ctx>,
+        args: &[BasicMetadataValueEnum<'ctx>],
+    ) -> Result<inkwell::values::BasicValueEnum<'ctx>, CodegenError> {
         Ok(self.b.build_call(f, args, "c")?.try_as_basic_value().left().expect("value"))
     }
     pub(super) fn fcall(&self, name: &str, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>, CodegenError> {
@@ -58,7 +68,12 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     }
 
     /// `for i in lo..hi { body(i) }` (skipped when `lo >= hi`).
-    pub(super) fn for_range(&mut self, lo: IntValue<'ctx>, hi: IntValue<'ctx>, body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>) -> Result<(), CodegenError> {
+    pub(super) fn for_range(
+        &mut self,
+        lo: IntValue<'ctx>,
+        hi: IntValue<'ctx>,
+        body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
         let f = self.func.expect("in a function");
         let pre = self.b.get_insert_block().expect("positioned");
         let head = self.ctx.append_basic_block(f, "loop");
@@ -81,7 +96,11 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
 
     /// An `nvvm.annotations` entry of `f` (`kernel`, `maxntidx`, ...).
     pub(super) fn annotate(&self, f: FunctionValue<'ctx>, key: &str, value: u64) -> Result<(), CodegenError> {
-        let md = self.ctx.metadata_node(&[f.as_global_value().as_pointer_value().into(), self.ctx.metadata_string(key).into(), self.ctx.i32_type().const_int(value, false).into()]);
+        let md = self.ctx.metadata_node(&[
+            f.as_global_value().as_pointer_value().into(),
+            self.ctx.metadata_string(key).into(),
+            self.ctx.i32_type().const_int(value, false).into(),
+        ]);
         self.module.add_global_metadata("nvvm.annotations", &md).map_err(|e| err(format!("LLVM metadata: {e}")))
     }
 
@@ -140,7 +159,10 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             let (v, r) = if j == 0 {
                 (rem, rem)
             } else {
-                (self.b.build_int_unsigned_rem(rem, self.i64c(k.par[j]), "v")?, self.b.build_int_unsigned_div(rem, self.i64c(k.par[j]), "r")?)
+                (
+                    self.b.build_int_unsigned_rem(rem, self.i64c(k.par[j]), "v")?,
+                    self.b.build_int_unsigned_div(rem, self.i64c(k.par[j]), "r")?,
+                )
             };
             rem = r;
             out_off = self.add_scaled(out_off, v, k.out_strides[j])?;
@@ -165,7 +187,10 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                     let (v, r) = if j == 0 {
                         (rem, rem)
                     } else {
-                        (g.b.build_int_unsigned_rem(rem, g.i64c(k.red[j]), "v")?, g.b.build_int_unsigned_div(rem, g.i64c(k.red[j]), "r")?)
+                        (
+                            g.b.build_int_unsigned_rem(rem, g.i64c(k.red[j]), "v")?,
+                            g.b.build_int_unsigned_div(rem, g.i64c(k.red[j]), "r")?,
+                        )
                     };
                     rem = r;
                     for (o, off) in k.ops.iter().zip(offs.iter_mut()) {
@@ -211,7 +236,12 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         Ok(())
     }
 
-    pub(super) fn add_scaled(&self, acc: IntValue<'ctx>, v: IntValue<'ctx>, stride: u64) -> Result<IntValue<'ctx>, CodegenError> {
+    pub(super) fn add_scaled(
+        &self,
+        acc: IntValue<'ctx>,
+        v: IntValue<'ctx>,
+        stride: u64,
+    ) -> Result<IntValue<'ctx>, CodegenError> {
         Ok(match stride {
             0 => acc,
             1 => self.b.build_int_add(acc, v, "o")?,
@@ -220,7 +250,14 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     }
 
     /// Nested loops over reduction variables `from..`, then `acc += Π operands`.
-    fn reduce(&mut self, k: &Kernel, from: usize, offs: Vec<IntValue<'ctx>>, ptrs: &[PointerValue<'ctx>], acc: PointerValue<'ctx>) -> Result<(), CodegenError> {
+    fn reduce(
+        &mut self,
+        k: &Kernel,
+        from: usize,
+        offs: Vec<IntValue<'ctx>>,
+        ptrs: &[PointerValue<'ctx>],
+        acc: PointerValue<'ctx>,
+    ) -> Result<(), CodegenError> {
         if from == k.red.len() {
             let lt = self.ft(k.elem);
             let mut prod: Option<FloatValue> = None;
@@ -257,7 +294,12 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     }
 }
 
-pub(super) fn build_module<'ctx>(ctx: &'ctx Context, kernels: &[Kernel], mode: Mode, tm: &TargetMachine) -> Result<Module<'ctx>, CodegenError> {
+pub(super) fn build_module<'ctx>(
+    ctx: &'ctx Context,
+    kernels: &[Kernel],
+    mode: Mode,
+    tm: &TargetMachine,
+) -> Result<Module<'ctx>, CodegenError> {
     let module = ctx.create_module("tcc_gpu");
     module.set_triple(&tm.get_triple());
     module.set_data_layout(&tm.get_target_data().get_data_layout());
@@ -267,7 +309,9 @@ pub(super) fn build_module<'ctx>(ctx: &'ctx Context, kernels: &[Kernel], mode: M
     }
     drop(g);
     module.verify().map_err(|e| err(format!("LLVM rejected the generated GPU module: {}", e.to_string())))?;
-    module.run_passes("default<O3>", tm, PassBuilderOptions::create()).map_err(|e| err(format!("LLVM passes: {}", e.to_string())))?;
+    module
+        .run_passes("default<O3>", tm, PassBuilderOptions::create())
+        .map_err(|e| err(format!("LLVM passes: {}", e.to_string())))?;
     Ok(module)
 }
 
@@ -276,7 +320,14 @@ fn nvptx_machine() -> Result<TargetMachine, CodegenError> {
     let triple = TargetTriple::create(TRIPLE);
     let target = Target::from_triple(&triple).map_err(|e| err(format!("LLVM: {e}")))?;
     target
-        .create_target_machine(&triple, SM, PTX_FEATURES, OptimizationLevel::Aggressive, RelocMode::Default, CodeModel::Default)
+        .create_target_machine(
+            &triple,
+            SM,
+            PTX_FEATURES,
+            OptimizationLevel::Aggressive,
+            RelocMode::Default,
+            CodeModel::Default,
+        )
         .ok_or_else(|| err(format!("LLVM cannot generate code for {TRIPLE} {SM}")))
 }
 
@@ -285,7 +336,8 @@ pub fn emit_ptx(plan: &GpuPlan) -> Result<String, CodegenError> {
     let ctx = Context::create();
     let tm = nvptx_machine()?;
     let module = build_module(&ctx, &plan.kernels, Mode::Device, &tm)?;
-    let buf = tm.write_to_memory_buffer(&module, FileType::Assembly).map_err(|e| err(format!("LLVM: {}", e.to_string())))?;
+    let buf =
+        tm.write_to_memory_buffer(&module, FileType::Assembly).map_err(|e| err(format!("LLVM: {}", e.to_string())))?;
     Ok(String::from_utf8_lossy(buf.as_slice()).trim_end_matches('\0').to_string())
 }
 

@@ -36,7 +36,8 @@ impl<'ctx> Gen<'_, 'ctx> {
             }
             Func::Gelu => {
                 let x3 = self.b.build_float_mul(self.b.build_float_mul(x, x, "x2")?, x, "x3")?;
-                let inner = self.b.build_float_add(x, self.b.build_float_mul(f64t.const_float(0.044715), x3, "a")?, "in")?;
+                let inner =
+                    self.b.build_float_add(x, self.b.build_float_mul(f64t.const_float(0.044715), x3, "a")?, "in")?;
                 let kk = (2.0 / std::f64::consts::PI).sqrt();
                 let arg = self.b.build_float_mul(f64t.const_float(kk), inner, "s")?;
                 let th = self.math("tcc_tanh", arg)?;
@@ -80,7 +81,12 @@ impl<'ctx> Gen<'_, 'ctx> {
         self.ctx.f64_type().const_float(v)
     }
 
-    pub(super) fn fma(&self, a: FloatValue<'ctx>, b: FloatValue<'ctx>, c: FloatValue<'ctx>) -> Result<FloatValue<'ctx>, CodegenError> {
+    pub(super) fn fma(
+        &self,
+        a: FloatValue<'ctx>,
+        b: FloatValue<'ctx>,
+        c: FloatValue<'ctx>,
+    ) -> Result<FloatValue<'ctx>, CodegenError> {
         let f = self.intrinsic("llvm.fma", &[self.ctx.f64_type().into()])?;
         Ok(self.call(f, &[a.into(), b.into(), c.into()])?.into_float_value())
     }
@@ -127,18 +133,30 @@ impl<'ctx> Gen<'_, 'ctx> {
         let i64t = self.ctx.i64_type();
         let f64t = self.ctx.f64_type();
         // Subnormals: scale by 2^54 first.
-        let tiny = b.build_float_compare(FloatPredicate::OLT, self.fcall("llvm.fabs", x)?, self.fc(f64::MIN_POSITIVE), "tiny")?;
-        let xs = b.build_select(tiny, b.build_float_mul(x, self.fc(18014398509481984.0), "xs")?, x, "xs")?.into_float_value();
+        let tiny = b.build_float_compare(
+            FloatPredicate::OLT,
+            self.fcall("llvm.fabs", x)?,
+            self.fc(f64::MIN_POSITIVE),
+            "tiny",
+        )?;
+        let xs = b
+            .build_select(tiny, b.build_float_mul(x, self.fc(18014398509481984.0), "xs")?, x, "xs")?
+            .into_float_value();
         let adj = b.build_select(tiny, i64t.const_int((-54i64) as u64, true), self.i64c(0), "adj")?.into_int_value();
         let bits = b.build_bit_cast(xs, i64t, "bits")?.into_int_value();
         let ebits = b.build_and(b.build_right_shift(bits, self.i64c(52), false, "eb")?, self.i64c(0x7ff), "eb")?;
         let e = b.build_int_add(b.build_int_sub(ebits, self.i64c(1023), "e")?, adj, "e")?;
-        let mbits = b.build_or(b.build_and(bits, self.i64c(0x000f_ffff_ffff_ffff), "mb")?, self.i64c(0x3ff0_0000_0000_0000), "mb")?;
+        let mbits = b.build_or(
+            b.build_and(bits, self.i64c(0x000f_ffff_ffff_ffff), "mb")?,
+            self.i64c(0x3ff0_0000_0000_0000),
+            "mb",
+        )?;
         let m = b.build_bit_cast(mbits, f64t, "m")?.into_float_value();
         let big = b.build_float_compare(FloatPredicate::OGT, m, self.fc(std::f64::consts::SQRT_2), "big")?;
         let m = b.build_select(big, b.build_float_mul(m, self.fc(0.5), "mh")?, m, "m")?.into_float_value();
         let e = b.build_select(big, b.build_int_add(e, self.i64c(1), "e1")?, e, "e")?.into_int_value();
-        let f = b.build_float_div(b.build_float_sub(m, self.fc(1.0), "n")?, b.build_float_add(m, self.fc(1.0), "d")?, "f")?;
+        let f =
+            b.build_float_div(b.build_float_sub(m, self.fc(1.0), "n")?, b.build_float_add(m, self.fc(1.0), "d")?, "f")?;
         let s = b.build_float_mul(f, f, "s")?;
         let mut p = self.fc(1.0 / 25.0);
         for n in (0..12).rev() {
@@ -149,8 +167,17 @@ impl<'ctx> Gen<'_, 'ctx> {
         let lo = self.fma(ef, self.fc(1.908_214_929_270_587_700_02e-10), logm)?;
         let y = self.fma(ef, self.fc(6.931_471_803_691_238_164_90e-01), lo)?;
         // x < 0 or NaN → NaN; 0 → -inf; +inf → +inf.
-        let y = b.build_select(b.build_float_compare(FloatPredicate::OEQ, x, self.fc(f64::INFINITY), "inf")?, x, y, "y")?.into_float_value();
-        let y = b.build_select(b.build_float_compare(FloatPredicate::OEQ, x, self.fc(0.0), "zero")?, self.fc(f64::NEG_INFINITY), y, "y")?.into_float_value();
+        let y = b
+            .build_select(b.build_float_compare(FloatPredicate::OEQ, x, self.fc(f64::INFINITY), "inf")?, x, y, "y")?
+            .into_float_value();
+        let y = b
+            .build_select(
+                b.build_float_compare(FloatPredicate::OEQ, x, self.fc(0.0), "zero")?,
+                self.fc(f64::NEG_INFINITY),
+                y,
+                "y",
+            )?
+            .into_float_value();
         let bad = b.build_float_compare(FloatPredicate::ULT, x, self.fc(0.0), "bad")?;
         Ok(b.build_select(bad, self.fc(f64::NAN), y, "log")?.into_float_value())
     }
@@ -160,9 +187,12 @@ impl<'ctx> Gen<'_, 'ctx> {
         let ax = self.fcall("llvm.fabs", x)?;
         let m2 = self.b.build_float_mul(ax, self.fc(-2.0), "m2")?;
         let e = self.exp64(m2)?;
-        let t = self.b.build_float_div(self.b.build_float_sub(self.fc(1.0), e, "n")?, self.b.build_float_add(self.fc(1.0), e, "d")?, "t")?;
+        let t = self.b.build_float_div(
+            self.b.build_float_sub(self.fc(1.0), e, "n")?,
+            self.b.build_float_add(self.fc(1.0), e, "d")?,
+            "t",
+        )?;
         let f = self.intrinsic("llvm.copysign", &[self.ctx.f64_type().into()])?;
         Ok(self.call(f, &[t.into(), x.into()])?.into_float_value())
     }
 }
-

@@ -28,9 +28,9 @@ mod plan;
 mod tiled;
 
 pub use emulate::emulate;
-pub use tiled::{Dim, TileCfg, Tiled};
 pub use gen::{emit_nvptx_ir, emit_ptx, ptx_for};
 pub use plan::plan;
+pub use tiled::{Dim, TileCfg, Tiled};
 
 use crate::sema::hir::{ElemType, IndexId, TensorId, UnitId};
 use serde::{Deserialize, Serialize};
@@ -155,11 +155,20 @@ pub struct GemmCall {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Step {
-    Loop { index: IndexId, extent: u64, body: Vec<Step> },
+    Loop {
+        index: IndexId,
+        extent: u64,
+        body: Vec<Step>,
+    },
     /// Clears a whole buffer.
-    Memset { buf: usize },
+    Memset {
+        buf: usize,
+    },
     /// Kernel `kernel` of the plan with the output first, then each operand.
-    Launch { kernel: usize, args: Vec<Arg> },
+    Launch {
+        kernel: usize,
+        args: Vec<Arg>,
+    },
     Gemm(GemmCall),
     /// A binary contraction that has several implementations: `alts[chosen]`
     /// runs; the others stay for a runner that forces a kind ([`GpuPlan::force`]),
@@ -217,7 +226,8 @@ impl Choice {
     }
     /// `cublas 0.31 ms, tiled 0.52 ms, naive 12.0 ms → cublas`.
     pub fn why(&self) -> String {
-        let alts: Vec<String> = self.alts.iter().map(|a| format!("{} {}", a.kind.name(), seconds(a.predicted_s))).collect();
+        let alts: Vec<String> =
+            self.alts.iter().map(|a| format!("{} {}", a.kind.name(), seconds(a.predicted_s))).collect();
         format!("{}: {} → {}", self.what, alts.join(", "), self.alts[self.chosen].kind.name())
     }
 }

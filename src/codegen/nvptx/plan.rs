@@ -1,7 +1,7 @@
 //! Planning: LIR loop nests → host steps, kernels and cuBLAS calls (no LLVM).
 
-use super::*;
 use super::super::lower::{prepare, unit_flops};
+use super::*;
 use crate::lir::fusion::{fusible, lower_unit, FusionOptions};
 use crate::lir::{Buffer, LoopNest, Node};
 use crate::sema::hir::{Hir, Role, Stmt};
@@ -64,7 +64,11 @@ fn view(rows: Grp, cols: Grp) -> Option<(bool, u64)> {
 
 impl Planner<'_> {
     pub(super) fn kernel(&mut self, mut k: Kernel) -> usize {
-        if let Some(i) = self.kernels.iter().position(|x| Kernel { name: String::new(), ..x.clone() } == Kernel { name: String::new(), ..k.clone() }) {
+        if let Some(i) = self
+            .kernels
+            .iter()
+            .position(|x| Kernel { name: String::new(), ..x.clone() } == Kernel { name: String::new(), ..k.clone() })
+        {
             return i;
         }
         k.name = format!("tcc_k{}", self.kernels.len());
@@ -74,7 +78,12 @@ impl Planner<'_> {
 
     pub(super) fn arg(&self, t: TensorId, idx: &[IndexId]) -> Arg {
         let st = &self.strides[&t];
-        let base = idx.iter().enumerate().filter(|(p, i)| st[*p] > 0 && self.bound.contains(i)).map(|(p, &i)| (i, st[p])).collect();
+        let base = idx
+            .iter()
+            .enumerate()
+            .filter(|(p, i)| st[*p] > 0 && self.bound.contains(i))
+            .map(|(p, &i)| (i, st[p]))
+            .collect();
         Arg { buf: self.buf(t), base }
     }
 
@@ -197,12 +206,23 @@ impl Planner<'_> {
 
     /// Plans `kind` for a binary contraction into a step list; `None` where it
     /// does not apply.
-    fn alternative(&mut self, kind: GemmKind, st: &Stmt, coef: f64, ops: &[Operand], vars: &[IndexId], groups: &[Vec<IndexId>; 4]) -> Result<Option<Vec<Step>>, CodegenError> {
+    fn alternative(
+        &mut self,
+        kind: GemmKind,
+        st: &Stmt,
+        coef: f64,
+        ops: &[Operand],
+        vars: &[IndexId],
+        groups: &[Vec<IndexId>; 4],
+    ) -> Result<Option<Vec<Step>>, CodegenError> {
         let hir = self.hir;
         let celem = hir.tensors[st.lhs.tensor].elem;
         let mut steps = Vec::new();
         let ok = match kind {
-            GemmKind::Cublas => ops.iter().all(|o| o.func.is_none() && hir.tensors[o.tensor].elem == celem) && self.gemm(st, coef, ops, vars, groups.clone(), &mut steps),
+            GemmKind::Cublas => {
+                ops.iter().all(|o| o.func.is_none() && hir.tensors[o.tensor].elem == celem)
+                    && self.gemm(st, coef, ops, vars, groups.clone(), &mut steps)
+            }
             GemmKind::Tiled => self.tiled(st, coef, ops, groups, &mut steps),
             GemmKind::Naive => {
                 self.naive(st, coef, ops, vars, &mut steps)?;
@@ -214,7 +234,15 @@ impl Planner<'_> {
 
     /// Every implementation of a binary contraction, with its predicted time;
     /// runs the forced one ([`GpuOptions::gemm`]) where it applies, else the cheapest.
-    fn choose(&mut self, st: &Stmt, coef: f64, ops: &[Operand], vars: &[IndexId], groups: &[Vec<IndexId>; 4], out: &mut Vec<Step>) -> Result<(), CodegenError> {
+    fn choose(
+        &mut self,
+        st: &Stmt,
+        coef: f64,
+        ops: &[Operand],
+        vars: &[IndexId],
+        groups: &[Vec<IndexId>; 4],
+        out: &mut Vec<Step>,
+    ) -> Result<(), CodegenError> {
         let mut cands = Vec::new();
         for kind in GemmKind::ALL {
             // Planned once to be costed, then undone (kernels and buffers are only appended).
@@ -225,12 +253,19 @@ impl Planner<'_> {
             self.kernels.truncate(nk);
             self.buffers.truncate(nb);
         }
-        let cheapest = (0..cands.len()).min_by(|&i, &j| cands[i].1.total_cmp(&cands[j].1)).ok_or_else(|| err("internal: no implementation"))?;
+        let cheapest = (0..cands.len())
+            .min_by(|&i, &j| cands[i].1.total_cmp(&cands[j].1))
+            .ok_or_else(|| err("internal: no implementation"))?;
         let chosen = self.opts.gemm.and_then(|f| cands.iter().position(|c| c.0 == f)).unwrap_or(cheapest);
         let mut alts = Vec::new();
         for (i, &(kind, predicted_s)) in cands.iter().enumerate() {
             let kept = i == chosen || self.opts.keep_alternatives;
-            let steps = if kept { self.alternative(kind, st, coef, ops, vars, groups)?.ok_or_else(|| err("internal: an alternative vanished"))? } else { Vec::new() };
+            let steps = if kept {
+                self.alternative(kind, st, coef, ops, vars, groups)?
+                    .ok_or_else(|| err("internal: an alternative vanished"))?
+            } else {
+                Vec::new()
+            };
             alts.push(Alt { kind, predicted_s, kept, steps });
         }
         out.push(Step::Choice(Choice { what: self.describe_term(st, ops, groups), chosen, alts }));
@@ -258,7 +293,14 @@ impl Planner<'_> {
     }
 
     /// The one-thread-per-output kernel of a term (any number of factors).
-    fn naive(&mut self, st: &Stmt, coef: f64, ops: &[Operand], vars: &[IndexId], out: &mut Vec<Step>) -> Result<(), CodegenError> {
+    fn naive(
+        &mut self,
+        st: &Stmt,
+        coef: f64,
+        ops: &[Operand],
+        vars: &[IndexId],
+        out: &mut Vec<Step>,
+    ) -> Result<(), CodegenError> {
         let hir = self.hir;
         let c = st.lhs.tensor;
         let celem = hir.tensors[c].elem;
@@ -324,14 +366,29 @@ impl Planner<'_> {
     }
 
     fn scratch(&mut self, name: &str, elem: Elem, elements: u64) -> usize {
-        self.buffers.push(Buf { name: format!("_{name}{}", self.buffers.len()), tensor: None, elem, elements: elements.max(1), input: false, shape: vec![] });
+        self.buffers.push(Buf {
+            name: format!("_{name}{}", self.buffers.len()),
+            tensor: None,
+            elem,
+            elements: elements.max(1),
+            input: false,
+            shape: vec![],
+        });
         self.buffers.len() - 1
     }
 
     /// A binary contraction as a cuBLAS call; false when sizes or leading
     /// dimensions exceed cuBLAS's 32-bit arguments.
     #[allow(clippy::too_many_arguments)]
-    fn gemm(&mut self, st: &Stmt, coef: f64, ops: &[Operand], vars: &[IndexId], mut groups: [Vec<IndexId>; 4], out: &mut Vec<Step>) -> bool {
+    fn gemm(
+        &mut self,
+        st: &Stmt,
+        coef: f64,
+        ops: &[Operand],
+        vars: &[IndexId],
+        mut groups: [Vec<IndexId>; 4],
+        out: &mut Vec<Step>,
+    ) -> bool {
         let hir = self.hir;
         let c = st.lhs.tensor;
         let (a, b) = (&ops[0], &ops[1]);
@@ -347,7 +404,8 @@ impl Planner<'_> {
             return false;
         }
         // Orders within groups: the output's for batch, m, n; A's for k.
-        let c_strides: HashMap<IndexId, u64> = vars.iter().map(|&v| (v, self.stride_in(c, &st.lhs.indices, v))).collect();
+        let c_strides: HashMap<IndexId, u64> =
+            vars.iter().map(|&v| (v, self.stride_in(c, &st.lhs.indices, v))).collect();
         let sc = |v: IndexId| c_strides[&v];
         for g in 0..3 {
             groups[g].sort_by_key(|&v| std::cmp::Reverse(sc(v)));
@@ -381,14 +439,29 @@ impl Planner<'_> {
                 split_vars: 0,
                 split: 1,
                 chunk: 1,
-                ops: vec![KOperand { elem, func: None, par_strides: order.iter().map(|&v| pl.stride_in(o.tensor, &o.indices, v)).collect(), red_strides: vec![] }],
+                ops: vec![KOperand {
+                    elem,
+                    func: None,
+                    par_strides: order.iter().map(|&v| pl.stride_in(o.tensor, &o.indices, v)).collect(),
+                    red_strides: vec![],
+                }],
                 coef: 1.0,
                 store: true,
-            tiled: None,
+                tiled: None,
             });
-            steps.push(Step::Launch { kernel: kid, args: vec![Arg { buf, base: vec![] }, pl.arg(o.tensor, &o.indices)] });
+            steps.push(Step::Launch {
+                kernel: kid,
+                args: vec![Arg { buf, base: vec![] }, pl.arg(o.tensor, &o.indices)],
+            });
             let t = [tot(&groups[g[0]]), tot(&groups[g[1]]), tot(&groups[g[2]])];
-            (Arg { buf, base: vec![] }, [Grp { size: t[0], stride: Some(t[1] * t[2]) }, Grp { size: t[1], stride: Some(t[2]) }, Grp { size: t[2], stride: Some(1) }])
+            (
+                Arg { buf, base: vec![] },
+                [
+                    Grp { size: t[0], stride: Some(t[1] * t[2]) },
+                    Grp { size: t[1], stride: Some(t[2]) },
+                    Grp { size: t[2], stride: Some(1) },
+                ],
+            )
         };
         let (mut arg_a, mut ga) = (self.arg(a.tensor, &a.indices), op_groups(self, a, [0, 1, 3]));
         let (mut arg_b, mut gb) = (self.arg(b.tensor, &b.indices), op_groups(self, b, [0, 3, 2]));
@@ -414,14 +487,22 @@ impl Planner<'_> {
                 let buf = self.scratch("out", elem, nb * m * n);
                 c_scratch = Some((buf, arg_c.clone()));
                 arg_c = Arg { buf, base: vec![] };
-                gc = [Grp { size: nb, stride: Some(m * n) }, Grp { size: m, stride: Some(n) }, Grp { size: n, stride: Some(1) }];
+                gc = [
+                    Grp { size: nb, stride: Some(m * n) },
+                    Grp { size: m, stride: Some(n) },
+                    Grp { size: n, stride: Some(1) },
+                ];
                 steps.push(Step::Memset { buf });
                 (true, n.max(1))
             }
         };
         // (Y, Z) = (B, A) over (n×k, k×m) when n is inner, else (A, B) over (m×k, k×n).
-        let ok_a = |g: &[Grp; 3]| g[0].stride.is_some() && if n_inner { view(g[2], g[1]).is_some() } else { view(g[1], g[2]).is_some() };
-        let ok_b = |g: &[Grp; 3]| g[0].stride.is_some() && if n_inner { view(g[2], g[1]).is_some() } else { view(g[1], g[2]).is_some() };
+        let ok_a = |g: &[Grp; 3]| {
+            g[0].stride.is_some() && if n_inner { view(g[2], g[1]).is_some() } else { view(g[1], g[2]).is_some() }
+        };
+        let ok_b = |g: &[Grp; 3]| {
+            g[0].stride.is_some() && if n_inner { view(g[2], g[1]).is_some() } else { view(g[1], g[2]).is_some() }
+        };
         if !ok_a(&ga) {
             let (x, g) = canon(self, a, [0, 1, 3], &mut steps);
             arg_a = x;
@@ -437,11 +518,47 @@ impl Planner<'_> {
             // C^T (n × m) = op(B^T) (n × k) · op(A^T) (k × m)
             let (tb, ldb) = view(gb[2], gb[1]).expect("checked");
             let (ta, lda) = view(ga[2], ga[1]).expect("checked");
-            GemmCall { elem, transa: tb, transb: ta, m: n, n: m, k, batch: nb, alpha: coef, a: arg_b, lda: ldb, stride_a: bs(&gb[0]), b: arg_a, ldb: lda, stride_b: bs(&ga[0]), c: arg_c, ldc, stride_c: bs(&gc[0]) }
+            GemmCall {
+                elem,
+                transa: tb,
+                transb: ta,
+                m: n,
+                n: m,
+                k,
+                batch: nb,
+                alpha: coef,
+                a: arg_b,
+                lda: ldb,
+                stride_a: bs(&gb[0]),
+                b: arg_a,
+                ldb: lda,
+                stride_b: bs(&ga[0]),
+                c: arg_c,
+                ldc,
+                stride_c: bs(&gc[0]),
+            }
         } else {
             let (ta, lda) = view(ga[1], ga[2]).expect("checked");
             let (tb, ldb) = view(gb[1], gb[2]).expect("checked");
-            GemmCall { elem, transa: ta, transb: tb, m, n, k, batch: nb, alpha: coef, a: arg_a, lda, stride_a: bs(&ga[0]), b: arg_b, ldb, stride_b: bs(&gb[0]), c: arg_c, ldc, stride_c: bs(&gc[0]) }
+            GemmCall {
+                elem,
+                transa: ta,
+                transb: tb,
+                m,
+                n,
+                k,
+                batch: nb,
+                alpha: coef,
+                a: arg_a,
+                lda,
+                stride_a: bs(&ga[0]),
+                b: arg_b,
+                ldb,
+                stride_b: bs(&gb[0]),
+                c: arg_c,
+                ldc,
+                stride_c: bs(&gc[0]),
+            }
         };
         if [call.lda, call.ldb, call.ldc].iter().any(|&x| x > lim) {
             return false;
@@ -483,7 +600,14 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
     let mut kernels = Vec::new();
     let mut plans = Vec::new();
     for &u in units {
-        let nest: LoopNest = lower_unit(&prepared, u, FusionOptions { mem_limit: Some(opts.mem_limit.unwrap_or(DEFAULT_GPU_MEM_LIMIT)), ..FusionOptions::default() });
+        let nest: LoopNest = lower_unit(
+            &prepared,
+            u,
+            FusionOptions {
+                mem_limit: Some(opts.mem_limit.unwrap_or(DEFAULT_GPU_MEM_LIMIT)),
+                ..FusionOptions::default()
+            },
+        );
         let inputs = hir.unit_inputs(u);
         let outputs = hir.unit_outputs(u);
         let mut args = inputs.clone();
@@ -495,14 +619,28 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
             if tensor.role != Role::Temporary && b.stored.len() != tensor.dims.len() {
                 return Err(err(format!("internal: `{}` is sliced", tensor.name)));
             }
-            buffers.push(Buf { name: tensor.name.clone(), tensor: Some(t), elem: Elem::of(tensor.elem), elements: b.elements as u64, input: tensor.role.is_read_only(), shape: prepared.shape(t) });
+            buffers.push(Buf {
+                name: tensor.name.clone(),
+                tensor: Some(t),
+                elem: Elem::of(tensor.elem),
+                elements: b.elements as u64,
+                input: tensor.role.is_read_only(),
+                shape: prepared.shape(t),
+            });
             strides.insert(t, position_strides(&prepared, b));
         }
         let mut p = Planner { hir: &prepared, opts, kernels: &mut kernels, buffers, strides, bound: Vec::new() };
         let steps = p.nodes(&nest.body, u)?;
         let buffers = p.buffers;
-        plans.push(UnitPlan { unit: u, name: prepared.units[u].name.clone(), args, n_inputs: inputs.len(), buffers, steps, flops: unit_flops(&prepared, u) });
+        plans.push(UnitPlan {
+            unit: u,
+            name: prepared.units[u].name.clone(),
+            args,
+            n_inputs: inputs.len(),
+            buffers,
+            steps,
+            flops: unit_flops(&prepared, u),
+        });
     }
     Ok(GpuPlan { target: format!("{TRIPLE} {SM} {}", PTX_FEATURES.trim_start_matches('+')), kernels, units: plans })
 }
-

@@ -138,7 +138,14 @@ impl Planner<'_> {
     /// A binary contraction as a tiled kernel; false when its grid exceeds
     /// CUDA's limits. The operands are swapped when that puts C's contiguous
     /// index into the column group (coalesced stores).
-    pub(super) fn tiled(&mut self, st: &Stmt, coef: f64, ops: &[Operand], groups: &[Vec<IndexId>; 4], out: &mut Vec<Step>) -> bool {
+    pub(super) fn tiled(
+        &mut self,
+        st: &Stmt,
+        coef: f64,
+        ops: &[Operand],
+        groups: &[Vec<IndexId>; 4],
+        out: &mut Vec<Step>,
+    ) -> bool {
         let hir = self.hir;
         let c = st.lhs.tensor;
         let (mut a, mut b) = (&ops[0], &ops[1]);
@@ -150,13 +157,23 @@ impl Planner<'_> {
             std::mem::swap(&mut a, &mut b);
             g.swap(1, 2);
         }
-        let dim = |v: IndexId| Dim { size: size(v), c: sc(v), a: self.stride_in(a.tensor, &a.indices, v), b: self.stride_in(b.tensor, &b.indices, v) };
+        let dim = |v: IndexId| Dim {
+            size: size(v),
+            c: sc(v),
+            a: self.stride_in(a.tensor, &a.indices, v),
+            b: self.stride_in(b.tensor, &b.indices, v),
+        };
         let group = |vs: &[IndexId], key: &dyn Fn(&Dim) -> (u64, u64)| {
             let mut d: Vec<Dim> = vs.iter().map(|&v| dim(v)).collect();
             d.sort_by_key(|x| std::cmp::Reverse(key(x)));
             merge(d)
         };
-        let (batch, m, n, k) = (group(&g[0], &|d| (d.c, d.a)), group(&g[1], &|d| (d.c, d.a)), group(&g[2], &|d| (d.c, d.b)), group(&g[3], &|d| (d.a, d.b)));
+        let (batch, m, n, k) = (
+            group(&g[0], &|d| (d.c, d.a)),
+            group(&g[1], &|d| (d.c, d.a)),
+            group(&g[2], &|d| (d.c, d.b)),
+            group(&g[3], &|d| (d.a, d.b)),
+        );
         let last = |d: &[Dim], f: &dyn Fn(&Dim) -> u64| d.last().map(f).unwrap_or(u64::MAX);
         let a_kfast = last(&k, &|d| d.a) < last(&m, &|d| d.a);
         let b_kfast = last(&k, &|d| d.b) < last(&n, &|d| d.b);
@@ -167,7 +184,10 @@ impl Planner<'_> {
             Some(_) => return false,
             None => {
                 let sizes = t.sizes();
-                let best = TileCfg::CANDIDATES.into_iter().filter(|x| x.valid(elem)).min_by(|x, y| cost::tiled_time(elem, x, sizes).total_cmp(&cost::tiled_time(elem, y, sizes)));
+                let best = TileCfg::CANDIDATES
+                    .into_iter()
+                    .filter(|x| x.valid(elem))
+                    .min_by(|x, y| cost::tiled_time(elem, x, sizes).total_cmp(&cost::tiled_time(elem, y, sizes)));
                 match best {
                     Some(x) => x,
                     None => return false,
@@ -177,7 +197,12 @@ impl Planner<'_> {
         if !t.launchable() {
             return false;
         }
-        let kop = |o: &Operand| KOperand { elem: Elem::of(hir.tensors[o.tensor].elem), func: o.func.map(|f| f.name().to_string()), par_strides: vec![], red_strides: vec![] };
+        let kop = |o: &Operand| KOperand {
+            elem: Elem::of(hir.tensors[o.tensor].elem),
+            func: o.func.map(|f| f.name().to_string()),
+            par_strides: vec![],
+            red_strides: vec![],
+        };
         let kid = self.kernel(Kernel {
             name: String::new(),
             elem,
@@ -192,7 +217,10 @@ impl Planner<'_> {
             store: false,
             tiled: Some(t),
         });
-        out.push(Step::Launch { kernel: kid, args: vec![self.arg(c, &st.lhs.indices), self.arg(a.tensor, &a.indices), self.arg(b.tensor, &b.indices)] });
+        out.push(Step::Launch {
+            kernel: kid,
+            args: vec![self.arg(c, &st.lhs.indices), self.arg(a.tensor, &a.indices), self.arg(b.tensor, &b.indices)],
+        });
         true
     }
 }
@@ -206,7 +234,10 @@ impl<'ctx> Gen<'_, 'ctx> {
             let (v, r) = if j == 0 {
                 (rem, rem)
             } else {
-                (self.b.build_int_unsigned_rem(rem, self.i64c(d.size), "v")?, self.b.build_int_unsigned_div(rem, self.i64c(d.size), "r")?)
+                (
+                    self.b.build_int_unsigned_rem(rem, self.i64c(d.size), "v")?,
+                    self.b.build_int_unsigned_div(rem, self.i64c(d.size), "r")?,
+                )
             };
             rem = r;
             offs[0] = self.add_scaled(offs[0], v, d.c)?;
@@ -243,7 +274,12 @@ impl<'ctx> Gen<'_, 'ctx> {
     }
 
     /// `body(tid)` for this thread (device) or for every thread of the block (host).
-    fn per_thread(&mut self, tid: IntValue<'ctx>, nt: u64, body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>) -> Result<(), CodegenError> {
+    fn per_thread(
+        &mut self,
+        tid: IntValue<'ctx>,
+        nt: u64,
+        body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
         match self.mode {
             Mode::Device => body(self, tid),
             Mode::Host => self.for_range(self.i64c(0), self.i64c(nt), body),
@@ -261,7 +297,11 @@ impl<'ctx> Gen<'_, 'ctx> {
     pub(super) fn tiled_kernel(&mut self, k: &Kernel, t: &Tiled) -> Result<(), CodegenError> {
         let cfg = t.cfg;
         if !cfg.valid(k.elem) || k.ops.len() != 2 {
-            return Err(err(format!("internal: tiled kernel {} with tile {cfg:?} and {} operands", k.name, k.ops.len())));
+            return Err(err(format!(
+                "internal: tiled kernel {} with tile {cfg:?} and {} operands",
+                k.name,
+                k.ops.len()
+            )));
         }
         let i64t = self.ctx.i64_type();
         let ct = self.ft(k.elem);
@@ -321,18 +361,28 @@ impl<'ctx> Gen<'_, 'ctx> {
 
         // Loads this thread's share of the A and B tiles of the step at `k0`
         // (0 outside the sizes): (shared index, value) pairs.
-        let load = |g: &mut Self, tid: IntValue<'ctx>, k0: IntValue<'ctx>| -> Result<Vec<(bool, IntValue<'ctx>, FloatValue<'ctx>)>, CodegenError> {
+        let load = |g: &mut Self,
+                    tid: IntValue<'ctx>,
+                    k0: IntValue<'ctx>|
+         -> Result<Vec<(bool, IntValue<'ctx>, FloatValue<'ctx>)>, CodegenError> {
             let mut out = Vec::new();
-            for (is_a, rows, row0, rows_tot, kfast, base, src, op) in
-                [(true, cfg.bm, m0, m_tot, t.a_kfast, off_a, pa, &k.ops[0]), (false, cfg.bn, n0, n_tot, t.b_kfast, off_b, pb, &k.ops[1])]
-            {
+            for (is_a, rows, row0, rows_tot, kfast, base, src, op) in [
+                (true, cfg.bm, m0, m_tot, t.a_kfast, off_a, pa, &k.ops[0]),
+                (false, cfg.bn, n0, n_tot, t.b_kfast, off_b, pb, &k.ops[1]),
+            ] {
                 let ld = if is_a { lda } else { ldb };
                 for j in 0..rows * cfg.bk / nt {
                     let e = g.b.build_int_add(tid, g.i64c(j * nt), "e")?;
                     let (r, c) = if kfast {
-                        (g.b.build_int_unsigned_div(e, g.i64c(cfg.bk), "r")?, g.b.build_int_unsigned_rem(e, g.i64c(cfg.bk), "c")?)
+                        (
+                            g.b.build_int_unsigned_div(e, g.i64c(cfg.bk), "r")?,
+                            g.b.build_int_unsigned_rem(e, g.i64c(cfg.bk), "c")?,
+                        )
                     } else {
-                        (g.b.build_int_unsigned_rem(e, g.i64c(rows), "r")?, g.b.build_int_unsigned_div(e, g.i64c(rows), "c")?)
+                        (
+                            g.b.build_int_unsigned_rem(e, g.i64c(rows), "r")?,
+                            g.b.build_int_unsigned_div(e, g.i64c(rows), "c")?,
+                        )
                     };
                     let row = g.b.build_int_add(row0, r, "row")?;
                     let kk = g.b.build_int_add(k0, c, "kk")?;
@@ -361,7 +411,10 @@ impl<'ctx> Gen<'_, 'ctx> {
             }
             Ok(out)
         };
-        let store = |g: &Self, vals: &[(bool, IntValue<'ctx>, FloatValue<'ctx>)], buf: IntValue<'ctx>| -> Result<(), CodegenError> {
+        let store = |g: &Self,
+                     vals: &[(bool, IntValue<'ctx>, FloatValue<'ctx>)],
+                     buf: IntValue<'ctx>|
+         -> Result<(), CodegenError> {
             for &(is_a, si, v) in vals {
                 let (arr, len) = if is_a { (sh_a, a_len) } else { (sh_b, b_len) };
                 let i = g.b.build_int_add(g.b.build_int_mul(buf, g.i64c(len), "bo")?, si, "i")?;
@@ -371,7 +424,10 @@ impl<'ctx> Gen<'_, 'ctx> {
         };
         let tx_n = cfg.bn / cfg.tn;
         let txy = |g: &Self, tid: IntValue<'ctx>| -> Result<(IntValue<'ctx>, IntValue<'ctx>), CodegenError> {
-            Ok((g.b.build_int_unsigned_rem(tid, g.i64c(tx_n), "tx")?, g.b.build_int_unsigned_div(tid, g.i64c(tx_n), "ty")?))
+            Ok((
+                g.b.build_int_unsigned_rem(tid, g.i64c(tx_n), "tx")?,
+                g.b.build_int_unsigned_div(tid, g.i64c(tx_n), "ty")?,
+            ))
         };
 
         // Accumulators to 0, the first step's tiles into buffer 0.
@@ -396,7 +452,11 @@ impl<'ctx> Gen<'_, 'ctx> {
                 for e in 0..per {
                     accs.push(g.b.build_load(acc_at(g, tid, e)?, "acc")?.into_float_value());
                 }
-                let abase = g.b.build_int_add(g.b.build_int_mul(cur, g.i64c(a_len), "ab")?, g.b.build_int_mul(ty, g.i64c(cfg.tm), "ar")?, "ab")?;
+                let abase = g.b.build_int_add(
+                    g.b.build_int_mul(cur, g.i64c(a_len), "ab")?,
+                    g.b.build_int_mul(ty, g.i64c(cfg.tm), "ar")?,
+                    "ab",
+                )?;
                 let bbase = g.b.build_int_add(g.b.build_int_mul(cur, g.i64c(b_len), "bb")?, tx, "bb")?;
                 for kk in 0..cfg.bk {
                     let mut av = Vec::new();
@@ -435,7 +495,11 @@ impl<'ctx> Gen<'_, 'ctx> {
                 cols.push((ok, g.group_offsets(&t.n, col)?[0]));
             }
             for i in 0..cfg.tm {
-                let row = g.b.build_int_add(m0, g.b.build_int_add(g.b.build_int_mul(ty, g.i64c(cfg.tm), "r")?, g.i64c(i), "r")?, "row")?;
+                let row = g.b.build_int_add(
+                    m0,
+                    g.b.build_int_add(g.b.build_int_mul(ty, g.i64c(cfg.tm), "r")?, g.i64c(i), "r")?,
+                    "row",
+                )?;
                 let ok_r = g.b.build_int_compare(IntPredicate::ULT, row, g.i64c(m_tot), "okr")?;
                 let ro = g.b.build_int_add(off_c, g.group_offsets(&t.m, row)?[0], "ro")?;
                 for (j, &(ok_c, co)) in cols.iter().enumerate() {

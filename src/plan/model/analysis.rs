@@ -99,7 +99,11 @@ pub fn with_dims(hir: &Hir, model: ModelId, overrides: &[(String, usize)]) -> Re
             Some(_) => return Err(format!("--dim {name}={size}: a dimension must be ≥ 1")),
             None => {
                 let names: Vec<&str> = h.models[model].dims.iter().map(|&r| h.ranges[r].name.as_str()).collect();
-                return Err(format!("model `{}` has no dim `{name}` (it has: {})", h.models[model].name, names.join(", ")));
+                return Err(format!(
+                    "model `{}` has no dim `{name}` (it has: {})",
+                    h.models[model].name,
+                    names.join(", ")
+                ));
             }
         }
     }
@@ -159,7 +163,8 @@ pub fn is_attention(hir: &Hir, s: &Stmt) -> bool {
     all_indices(&s.rhs, &mut idx);
     idx.sort();
     idx.dedup();
-    let seq: Vec<RangeId> = idx.iter().map(|&i| range_of(hir, i)).filter(|&r| SEQ_NAMES.contains(&hir.ranges[r].name.as_str())).collect();
+    let seq: Vec<RangeId> =
+        idx.iter().map(|&i| range_of(hir, i)).filter(|&r| SEQ_NAMES.contains(&hir.ranges[r].name.as_str())).collect();
     (0..seq.len()).any(|a| (a + 1..seq.len()).any(|b| seq[a] == seq[b]))
 }
 
@@ -187,7 +192,9 @@ fn read_with_summed(hir: &Hir, s: &Stmt, range_names: &[&str]) -> Vec<TensorId> 
     for term in &s.rhs.terms {
         for f in &term.factors {
             if let Factor::Tensor(r) = f {
-                if r.indices.iter().any(|i| !s.lhs.indices.contains(i) && range_names.contains(&hir.ranges[range_of(hir, *i)].name.as_str())) {
+                if r.indices.iter().any(|i| {
+                    !s.lhs.indices.contains(i) && range_names.contains(&hir.ranges[range_of(hir, *i)].name.as_str())
+                }) {
                     out.push(r.tensor);
                 }
             }
@@ -256,7 +263,10 @@ pub fn analyze(hir: &Hir, model: ModelId) -> ModelInfo {
                 acts.push(ti);
             }
         }
-        let in_layer = |t: &TensorInfo| acts.iter().any(|a| a.name == t.name) || stmts.iter().any(|s| reads(s).iter().any(|&r| hir.tensors[r].name == t.name));
+        let in_layer = |t: &TensorInfo| {
+            acts.iter().any(|a| a.name == t.name)
+                || stmts.iter().any(|s| reads(s).iter().any(|&r| hir.tensors[r].name == t.name))
+        };
         let attention = att[l.stmts.clone()].iter().any(|&a| a);
         let moe = exp[l.stmts.clone()].iter().any(|&a| a);
         let mut ring = Vec::new();

@@ -69,9 +69,13 @@ fn refs(e: &Expr, out: &mut Vec<(TensorId, Vec<IndexId>)>) {
 /// The static schedule of a model's unit for `style`.
 pub fn schedule(hir: &Hir, model: ModelId, style: Style) -> Result<Vec<ExecStep>, String> {
     let (outside, inside) = match style {
-        Style::Ulysses => (model_range(hir, model, &SEQ_NAMES).ok_or("ulysses needs a `seq` dim")?, model_range(hir, model, &["heads"]).ok_or("ulysses needs a `heads` dim")?),
+        Style::Ulysses => (
+            model_range(hir, model, &SEQ_NAMES).ok_or("ulysses needs a `seq` dim")?,
+            model_range(hir, model, &["heads"]).ok_or("ulysses needs a `heads` dim")?,
+        ),
         Style::Expert => (
-            model_range(hir, model, &BATCH_NAMES).ok_or("expert execution needs a `groups` (or `batch`/`tokens`) dim")?,
+            model_range(hir, model, &BATCH_NAMES)
+                .ok_or("expert execution needs a `groups` (or `batch`/`tokens`) dim")?,
             model_range(hir, model, &EXPERT_NAMES).ok_or("expert execution needs an `experts` dim")?,
         ),
     };
@@ -85,7 +89,12 @@ pub fn schedule(hir: &Hir, model: ModelId, style: Style) -> Result<Vec<ExecStep>
         };
         let r = if special { inside } else { outside };
         let Some(lhs_pos) = s.lhs.indices.iter().position(|&i| hir.indices[i].range == r) else {
-            return Err(format!("statement {} (`{}`) has no `{}` index on its left-hand side to split", k + 1, hir.tensors[s.lhs.tensor].name, hir.ranges[r].name));
+            return Err(format!(
+                "statement {} (`{}`) has no `{}` index on its left-hand side to split",
+                k + 1,
+                hir.tensors[s.lhs.tensor].name,
+                hir.ranges[r].name
+            ));
         };
         let x = s.lhs.indices[lhs_pos];
         let mut rs = Vec::new();
@@ -94,7 +103,11 @@ pub fn schedule(hir: &Hir, model: ModelId, style: Style) -> Result<Vec<ExecStep>
         for (t, idx) in rs {
             let Some(&cur) = layout.get(&t) else { continue };
             let Some(need) = idx.iter().position(|&i| i == x) else {
-                return Err(format!("statement {} reads `{}` without the split index: it would need an all-gather", k + 1, hir.tensors[t].name));
+                return Err(format!(
+                    "statement {} reads `{}` without the split index: it would need an all-gather",
+                    k + 1,
+                    hir.tensors[t].name
+                ));
             };
             if cur != need {
                 if redists.iter().any(|d| d.tensor == t) {
@@ -105,7 +118,11 @@ pub fn schedule(hir: &Hir, model: ModelId, style: Style) -> Result<Vec<ExecStep>
             }
         }
         if s.accumulate && layout.get(&s.lhs.tensor).is_some_and(|&p| p != lhs_pos) {
-            return Err(format!("statement {} accumulates into `{}` split another way", k + 1, hir.tensors[s.lhs.tensor].name));
+            return Err(format!(
+                "statement {} accumulates into `{}` split another way",
+                k + 1,
+                hir.tensors[s.lhs.tensor].name
+            ));
         }
         layout.insert(s.lhs.tensor, lhs_pos);
         steps.push(ExecStep { stmt: k, split: x, lhs_pos, redists });
@@ -123,7 +140,8 @@ pub fn predicted_words(hir: &Hir, steps: &[ExecStep], p: usize, rank: usize) -> 
     let mut w = 0u64;
     for d in steps.iter().flat_map(|s| &s.redists) {
         let shape = hir.shape(d.tensor);
-        let rest: usize = shape.iter().enumerate().filter(|&(k, _)| k != d.from && k != d.to).map(|(_, &n)| n).product();
+        let rest: usize =
+            shape.iter().enumerate().filter(|&(k, _)| k != d.from && k != d.to).map(|(_, &n)| n).product();
         let mine = block(shape[d.from], p, rank).len();
         for r in (0..p).filter(|&r| r != rank) {
             w += (mine * block(shape[d.to], p, r).len() * rest) as u64;
@@ -136,7 +154,9 @@ pub fn predicted_words(hir: &Hir, steps: &[ExecStep], p: usize, rank: usize) -> 
 fn region(shape: &[usize], ranges: &[std::ops::Range<usize>], mut f: impl FnMut(usize)) {
     let ext: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
     let strides = Dense { shape: shape.to_vec(), data: Vec::new() }.strides();
-    interp::for_each_index(&ext, |idx| f(idx.iter().enumerate().map(|(k, &i)| (i + ranges[k].start) * strides[k]).sum()));
+    interp::for_each_index(&ext, |idx| {
+        f(idx.iter().enumerate().map(|(k, &i)| (i + ranges[k].start) * strides[k]).sum())
+    });
 }
 
 fn ranges_with(shape: &[usize], fixed: &[(usize, std::ops::Range<usize>)]) -> Vec<std::ops::Range<usize>> {
@@ -154,11 +174,18 @@ fn redistribute(d: &mut Dense, from: usize, to: usize, comm: &dyn Communicator) 
     let mut scounts = Vec::with_capacity(p);
     for r in 0..p {
         let before = send.len();
-        region(&shape, &ranges_with(&shape, &[(from, block(shape[from], p, me)), (to, block(shape[to], p, r))]), |o| send.push(d.data[o]));
+        region(&shape, &ranges_with(&shape, &[(from, block(shape[from], p, me)), (to, block(shape[to], p, r))]), |o| {
+            send.push(d.data[o])
+        });
         scounts.push(send.len() - before);
     }
     let rcounts: Vec<usize> = (0..p)
-        .map(|r| ranges_with(&shape, &[(from, block(shape[from], p, r)), (to, block(shape[to], p, me))]).iter().map(|x| x.len()).product())
+        .map(|r| {
+            ranges_with(&shape, &[(from, block(shape[from], p, r)), (to, block(shape[to], p, me))])
+                .iter()
+                .map(|x| x.len())
+                .product()
+        })
         .collect();
     let mut recv = vec![0.0; rcounts.iter().sum()];
     comm.alltoallv(&send, &scounts, &mut recv, &rcounts);
@@ -182,7 +209,13 @@ pub struct ShardedRun {
 
 /// Runs the model's unit on this rank following `steps`; `inputs` are whole (each
 /// rank reads the blocks it needs).
-pub fn run_sharded(hir: &Hir, model: ModelId, steps: &[ExecStep], inputs: &HashMap<TensorId, Dense>, comm: &dyn Communicator) -> Result<ShardedRun, String> {
+pub fn run_sharded(
+    hir: &Hir,
+    model: ModelId,
+    steps: &[ExecStep],
+    inputs: &HashMap<TensorId, Dense>,
+    comm: &dyn Communicator,
+) -> Result<ShardedRun, String> {
     let (p, me) = (comm.size(), comm.rank());
     let unit: UnitId = hir.models[model].unit;
     let stmts = &hir.units[unit].stmts;
@@ -198,12 +231,15 @@ pub fn run_sharded(hir: &Hir, model: ModelId, steps: &[ExecStep], inputs: &HashM
         let s = &stmts[st.stmt];
         let n = hir.index_size(st.split);
         let blk = block(n, p, me);
-        let tile = crate::exec::distributed::eval_tile(hir, s, Some(st.split), blk.clone(), &mut values).map_err(|e| e.message)?;
+        let tile = crate::exec::distributed::eval_tile(hir, s, Some(st.split), blk.clone(), &mut values)
+            .map_err(|e| e.message)?;
         let target = s.lhs.tensor;
         let shape = hir.shape(target);
         let dst = match values.entry(target) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(Dense::zeros("a result", shape.clone()).map_err(|e| e.to_string())?),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(Dense::zeros("a result", shape.clone()).map_err(|e| e.to_string())?)
+            }
         };
         let mut k = 0;
         region(&shape, &ranges_with(&shape, &[(st.lhs_pos, blk)]), |o| {
@@ -223,7 +259,9 @@ pub fn run_sharded(hir: &Hir, model: ModelId, steps: &[ExecStep], inputs: &HashM
         let mut d = values.remove(&t).expect("an output was written");
         if let Some(&pos) = layout.get(&t) {
             let shape = d.shape.clone();
-            let counts: Vec<usize> = (0..p).map(|r| ranges_with(&shape, &[(pos, block(shape[pos], p, r))]).iter().map(|x| x.len()).product()).collect();
+            let counts: Vec<usize> = (0..p)
+                .map(|r| ranges_with(&shape, &[(pos, block(shape[pos], p, r))]).iter().map(|x| x.len()).product())
+                .collect();
             let mut mine = Vec::new();
             region(&shape, &ranges_with(&shape, &[(pos, block(shape[pos], p, me))]), |o| mine.push(d.data[o]));
             let mut all = vec![0.0; counts.iter().sum()];
@@ -261,7 +299,13 @@ pub fn max_rel_diff(got: &HashMap<TensorId, Dense>, want: &HashMap<TensorId, Den
 /// `tcc plan-model --execute STYLE`: runs the model on this rank of `comm` with
 /// inputs from `seed`, and returns (on rank 0) a report line per rank plus the
 /// comparison with the interpreter; `Err` if results or words disagree.
-pub fn execute_report(hir: &Hir, model: ModelId, style: Style, seed: u64, comm: &dyn Communicator) -> Result<String, String> {
+pub fn execute_report(
+    hir: &Hir,
+    model: ModelId,
+    style: Style,
+    seed: u64,
+    comm: &dyn Communicator,
+) -> Result<String, String> {
     let steps = schedule(hir, model, style)?;
     let unit = hir.models[model].unit;
     let inputs = interp::random_inputs(hir, unit, seed).map_err(|e| e.to_string())?;
@@ -275,19 +319,33 @@ pub fn execute_report(hir: &Hir, model: ModelId, style: Style, seed: u64, comm: 
     let want = interp::run_unit(hir, unit, &inputs).map_err(|e| e.to_string())?;
     let rel = max_rel_diff(&run.outputs, &want);
     let name = &hir.models[model].name;
-    let mut s = format!("execute {name} ({style:?}) on {p} ranks: {} statements, {} all-to-alls\n", steps.len(), steps.iter().map(|s| s.redists.len()).sum::<usize>());
+    let mut s = format!(
+        "execute {name} ({style:?}) on {p} ranks: {} statements, {} all-to-alls\n",
+        steps.len(),
+        steps.iter().map(|s| s.redists.len()).sum::<usize>()
+    );
     for st in &steps {
         for d in &st.redists {
             let t = &hir.tensors[d.tensor];
             let dims: Vec<&str> = t.dims.iter().map(|&r| hir.ranges[r].name.as_str()).collect();
-            s.push_str(&format!("  before statement {}: all-to-all {} split on {} → on {}\n", st.stmt + 1, t.name, dims[d.from], dims[d.to]));
+            s.push_str(&format!(
+                "  before statement {}: all-to-all {} split on {} → on {}\n",
+                st.stmt + 1,
+                t.name,
+                dims[d.from],
+                dims[d.to]
+            ));
         }
     }
     let mut ok = rel <= 1e-12;
     for (r, &m) in all.iter().enumerate() {
         let pred = predicted_words(hir, &steps, p, r);
         ok &= m as u64 == pred;
-        s.push_str(&format!("  rank {r}: all-to-all words sent {} (predicted {pred}){}\n", m as u64, if m as u64 == pred { "" } else { "  MISMATCH" }));
+        s.push_str(&format!(
+            "  rank {r}: all-to-all words sent {} (predicted {pred}){}\n",
+            m as u64,
+            if m as u64 == pred { "" } else { "  MISMATCH" }
+        ));
     }
     s.push_str(&format!("  max relative difference to the interpreter: {rel:.3e}\n"));
     if ok {

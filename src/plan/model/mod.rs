@@ -50,7 +50,8 @@ impl ZeroPP {
         ZeroPP { qwz: true, hpz: true, qgz: true }
     }
     pub fn name(&self) -> String {
-        let v: Vec<&str> = [(self.qwz, "qwZ"), (self.hpz, "hpZ"), (self.qgz, "qgZ")].iter().filter(|x| x.0).map(|x| x.1).collect();
+        let v: Vec<&str> =
+            [(self.qwz, "qwZ"), (self.hpz, "hpZ"), (self.qgz, "qgZ")].iter().filter(|x| x.0).map(|x| x.1).collect();
         if v.is_empty() {
             "-".into()
         } else {
@@ -98,7 +99,11 @@ impl Config {
             v.push(format!("tensor {} on {}", self.tensor, self.tensor_dims.join("+")));
         }
         if self.sequence > 1 {
-            v.push(format!("sequence {}({})", if self.seq_style == SeqStyle::Ulysses { "ulysses" } else { "ring" }, self.sequence));
+            v.push(format!(
+                "sequence {}({})",
+                if self.seq_style == SeqStyle::Ulysses { "ulysses" } else { "ring" },
+                self.sequence
+            ));
         }
         if self.expert > 1 {
             v.push(format!("expert {}", self.expert));
@@ -129,7 +134,16 @@ pub struct ModelOptions {
 
 impl ModelOptions {
     pub fn new(devices: usize, network: Network) -> ModelOptions {
-        ModelOptions { devices, mem_per_device: None, network, gpus_per_node: 8, intra_bw: 300e9, layers: 1, top: 5, zeropp: None }
+        ModelOptions {
+            devices,
+            mem_per_device: None,
+            network,
+            gpus_per_node: 8,
+            intra_bw: 300e9,
+            layers: 1,
+            top: 5,
+            zeropp: None,
+        }
     }
 }
 
@@ -264,7 +278,9 @@ pub fn invalid(info: &ModelInfo, c: &Config) -> Option<String> {
         }
     }
     if c.sequence > 1 {
-        let Some((seq, n)) = info.dim_any(&SEQ_NAMES) else { return Some("sequence parallelism needs a `seq` dim".into()) };
+        let Some((seq, n)) = info.dim_any(&SEQ_NAMES) else {
+            return Some("sequence parallelism needs a `seq` dim".into());
+        };
         if n % c.sequence != 0 {
             return Some(format!("sequence: {} does not divide {seq} = {n}", c.sequence));
         }
@@ -277,7 +293,9 @@ pub fn invalid(info: &ModelInfo, c: &Config) -> Option<String> {
         }
     }
     if c.expert > 1 {
-        let Some((x, n)) = info.dim_any(&EXPERT_NAMES) else { return Some("expert parallelism needs an `experts` dim".into()) };
+        let Some((x, n)) = info.dim_any(&EXPERT_NAMES) else {
+            return Some("expert parallelism needs an `experts` dim".into());
+        };
         if n % c.expert != 0 {
             return Some(format!("expert: {} does not divide {x} = {n}", c.expert));
         }
@@ -307,7 +325,15 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
     let egroup_dp = (zgroup / c.expert.max(1)).max(1);
     let intra = |span: usize| span <= gpn;
     let mut comm: Vec<StepComm> = Vec::new();
-    let mut add = |what: String, group: &str, q: usize, span: usize, kind: Coll, phase: &str, elements: f64, bpe: f64, count: f64| {
+    let mut add = |what: String,
+                   group: &str,
+                   q: usize,
+                   span: usize,
+                   kind: Coll,
+                   phase: &str,
+                   elements: f64,
+                   bpe: f64,
+                   count: f64| {
         if q <= 1 || elements <= 0.0 || count <= 0.0 {
             return;
         }
@@ -322,13 +348,31 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
             _ => (q - 1) as f64,
         };
         let cross = !intra(span);
-        let beta = if cross { o.network.beta * if kind == Coll::AllToAll { o.network.alltoall_congestion() } else { 1.0 } } else { 1.0 / o.intra_bw };
+        let beta = if cross {
+            o.network.beta * if kind == Coll::AllToAll { o.network.alltoall_congestion() } else { 1.0 }
+        } else {
+            1.0 / o.intra_bw
+        };
         let time = count * (o.network.alpha * msgs + beta * bytes_per_rank);
-        comm.push(StepComm { what, group: group.into(), group_size: q, kind, phase: phase.into(), elements, bytes_per_elem: bpe, count, bytes_per_rank, cross_node: cross, time });
+        comm.push(StepComm {
+            what,
+            group: group.into(),
+            group_size: q,
+            kind,
+            phase: phase.into(),
+            elements,
+            bytes_per_elem: bpe,
+            count,
+            bytes_per_rank,
+            cross_node: cross,
+            time,
+        });
     };
     // Parameters per rank (before ZeRO), dense and expert, whole model.
-    let psi_d: f64 = info.params.iter().filter(|p| !p.has_any(&EXPERT_NAMES)).map(|p| param_local(p, c)).sum::<f64>() * layers;
-    let psi_e: f64 = info.params.iter().filter(|p| p.has_any(&EXPERT_NAMES)).map(|p| param_local(p, c)).sum::<f64>() * layers;
+    let psi_d: f64 =
+        info.params.iter().filter(|p| !p.has_any(&EXPERT_NAMES)).map(|p| param_local(p, c)).sum::<f64>() * layers;
+    let psi_e: f64 =
+        info.params.iter().filter(|p| p.has_any(&EXPERT_NAMES)).map(|p| param_local(p, c)).sum::<f64>() * layers;
     // Data parallelism / ZeRO over the data × sequence group (stride T: span N).
     let zq = c.zeropp;
     let node_members = (gpn / t).clamp(1, zgroup);
@@ -344,14 +388,54 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
             }
             _ => {
                 let wbytes = if zq.qwz { 1.0 } else { FP16 };
-                add(format!("{what} weights{}", if zq.qwz { " (int8)" } else { "" }), gname, q, n, Coll::AllGather, "forward", psi, wbytes, 1.0);
+                add(
+                    format!("{what} weights{}", if zq.qwz { " (int8)" } else { "" }),
+                    gname,
+                    q,
+                    n,
+                    Coll::AllGather,
+                    "forward",
+                    psi,
+                    wbytes,
+                    1.0,
+                );
                 if zq.hpz && what == "dense" {
-                    add(format!("{what} weights (secondary partition)"), "node", node_members, node_members * t, Coll::AllGather, "backward", psi, FP16, 1.0);
+                    add(
+                        format!("{what} weights (secondary partition)"),
+                        "node",
+                        node_members,
+                        node_members * t,
+                        Coll::AllGather,
+                        "backward",
+                        psi,
+                        FP16,
+                        1.0,
+                    );
                 } else {
-                    add(format!("{what} weights{}", if zq.qwz { " (int8)" } else { "" }), gname, q, n, Coll::AllGather, "backward", psi, wbytes, 1.0);
+                    add(
+                        format!("{what} weights{}", if zq.qwz { " (int8)" } else { "" }),
+                        gname,
+                        q,
+                        n,
+                        Coll::AllGather,
+                        "backward",
+                        psi,
+                        wbytes,
+                        1.0,
+                    );
                 }
                 let gbytes = if zq.qgz { 0.5 } else { FP16 };
-                add(format!("{what} gradients{}", if zq.qgz { " (int4)" } else { "" }), gname, q, n, Coll::ReduceScatter, "backward", psi, gbytes, 1.0);
+                add(
+                    format!("{what} gradients{}", if zq.qgz { " (int4)" } else { "" }),
+                    gname,
+                    q,
+                    n,
+                    Coll::ReduceScatter,
+                    "backward",
+                    psi,
+                    gbytes,
+                    1.0,
+                );
             }
         }
     }
@@ -361,8 +445,28 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
             for (summed, res) in &l.summed {
                 if c.tensor_dims.iter().any(|d| summed.contains(d)) {
                     let e = local_elements(res, c);
-                    add(format!("{}: partial {}", l.name, res.name), "tensor", t, t, Coll::AllReduce, "forward", e, FP16, layers);
-                    add(format!("{}: gradient into the split", l.name), "tensor", t, t, Coll::AllReduce, "backward", e, FP16, layers);
+                    add(
+                        format!("{}: partial {}", l.name, res.name),
+                        "tensor",
+                        t,
+                        t,
+                        Coll::AllReduce,
+                        "forward",
+                        e,
+                        FP16,
+                        layers,
+                    );
+                    add(
+                        format!("{}: gradient into the split", l.name),
+                        "tensor",
+                        t,
+                        t,
+                        Coll::AllReduce,
+                        "backward",
+                        e,
+                        FP16,
+                        layers,
+                    );
                 }
             }
         }
@@ -371,15 +475,55 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
                 SeqStyle::Ulysses => {
                     for ti in &l.ulysses {
                         let e = local_elements(ti, c);
-                        add(format!("{}: {}", l.name, ti.name), "sequence", s, s * t, Coll::AllToAll, "forward", e, FP16, layers);
-                        add(format!("{}: grad {}", l.name, ti.name), "sequence", s, s * t, Coll::AllToAll, "backward", e, FP16, layers);
+                        add(
+                            format!("{}: {}", l.name, ti.name),
+                            "sequence",
+                            s,
+                            s * t,
+                            Coll::AllToAll,
+                            "forward",
+                            e,
+                            FP16,
+                            layers,
+                        );
+                        add(
+                            format!("{}: grad {}", l.name, ti.name),
+                            "sequence",
+                            s,
+                            s * t,
+                            Coll::AllToAll,
+                            "backward",
+                            e,
+                            FP16,
+                            layers,
+                        );
                     }
                 }
                 SeqStyle::Ring => {
                     for ti in &l.ring {
                         let e = local_elements(ti, c);
-                        add(format!("{}: {} blocks", l.name, ti.name), "sequence", s, s * t, Coll::RingPass, "forward", e, FP16, layers);
-                        add(format!("{}: {} and grad blocks", l.name, ti.name), "sequence", s, s * t, Coll::RingPass, "backward", 2.0 * e, FP16, layers);
+                        add(
+                            format!("{}: {} blocks", l.name, ti.name),
+                            "sequence",
+                            s,
+                            s * t,
+                            Coll::RingPass,
+                            "forward",
+                            e,
+                            FP16,
+                            layers,
+                        );
+                        add(
+                            format!("{}: {} and grad blocks", l.name, ti.name),
+                            "sequence",
+                            s,
+                            s * t,
+                            Coll::RingPass,
+                            "backward",
+                            2.0 * e,
+                            FP16,
+                            layers,
+                        );
                     }
                 }
             }
@@ -387,8 +531,28 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
         if c.expert > 1 && l.moe {
             for ti in &l.moe_alltoall {
                 let e = local_elements(ti, c);
-                add(format!("{}: {}", l.name, ti.name), "expert", c.expert, c.expert * t, Coll::AllToAll, "forward", e, FP16, layers);
-                add(format!("{}: grad {}", l.name, ti.name), "expert", c.expert, c.expert * t, Coll::AllToAll, "backward", e, FP16, layers);
+                add(
+                    format!("{}: {}", l.name, ti.name),
+                    "expert",
+                    c.expert,
+                    c.expert * t,
+                    Coll::AllToAll,
+                    "forward",
+                    e,
+                    FP16,
+                    layers,
+                );
+                add(
+                    format!("{}: grad {}", l.name, ti.name),
+                    "expert",
+                    c.expert,
+                    c.expert * t,
+                    Coll::AllToAll,
+                    "backward",
+                    e,
+                    FP16,
+                    layers,
+                );
             }
         }
     }
@@ -403,7 +567,8 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
     if c.zero == 3 && zq.hpz {
         mem.secondary = FP16 * psi_d / node_members as f64;
     }
-    mem.activations = layers * info.layers.iter().flat_map(|l| &l.activations).map(|a| local_elements(a, c) * FP16).sum::<f64>();
+    mem.activations =
+        layers * info.layers.iter().flat_map(|l| &l.activations).map(|a| local_elements(a, c) * FP16).sum::<f64>();
     mem.total = mem.params + mem.grads + mem.optimizer + mem.secondary + mem.activations;
     // Time: forward + backward (2× forward) flops spread over all ranks.
     let flops_per_rank = 3.0 * info.flops() * layers / n as f64;
@@ -471,7 +636,16 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
                             _ => vec![ZeroPP::default()],
                         };
                         for pp in pps {
-                            let c = Config { data: d, tensor: t, tensor_dims: tdims.clone(), sequence: s, seq_style: style, expert: e, zero: z, zeropp: pp };
+                            let c = Config {
+                                data: d,
+                                tensor: t,
+                                tensor_dims: tdims.clone(),
+                                sequence: s,
+                                seq_style: style,
+                                expert: e,
+                                zero: z,
+                                zeropp: pp,
+                            };
                             if invalid(info, &c).is_none() {
                                 out.push(evaluate(info, &c, o));
                             }
@@ -481,7 +655,9 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
             }
         }
     }
-    out.sort_by(|a, b| b.fits.cmp(&a.fits).then(a.time.total_cmp(&b.time)).then(a.memory.total.total_cmp(&b.memory.total)));
+    out.sort_by(|a, b| {
+        b.fits.cmp(&a.fits).then(a.time.total_cmp(&b.time)).then(a.memory.total.total_cmp(&b.memory.total))
+    });
     out
 }
 
@@ -520,7 +696,11 @@ pub fn plan_model_command(
 ) -> Result<String, ModelPlanError> {
     let err = |code, message: String, hint: Option<String>| ModelPlanError { code, message, hint };
     if hir.models.is_empty() {
-        return Err(err("E0810", "this file has no `model` block".into(), Some("`tcc plan` plans programs; `tcc plan-model` plans models".into())));
+        return Err(err(
+            "E0810",
+            "this file has no `model` block".into(),
+            Some("`tcc plan` plans programs; `tcc plan-model` plans models".into()),
+        ));
     }
     if o.devices == 0 || o.devices > crate::plan::MAX_PROCS {
         return Err(err("E0802", format!("--devices must be between 1 and {}", crate::plan::MAX_PROCS), None));
@@ -531,7 +711,11 @@ pub fn plan_model_command(
             Some(i) => vec![i],
             None => {
                 let names: Vec<&str> = hir.models.iter().map(|m| m.name.as_str()).collect();
-                return Err(err("E0702", format!("no model named `{name}`"), Some(format!("this file has: {}", names.join(", ")))));
+                return Err(err(
+                    "E0702",
+                    format!("no model named `{name}`"),
+                    Some(format!("this file has: {}", names.join(", "))),
+                ));
             }
         },
     };
@@ -557,7 +741,11 @@ pub fn plan_model_command(
             texts.push(report::plans_text(&info, o, &plans));
         }
     }
-    Ok(if json { serde_json::to_string_pretty(&serde_json::json!({ "models": jsons })).unwrap_or_default() + "\n" } else { texts.join("\n") })
+    Ok(if json {
+        serde_json::to_string_pretty(&serde_json::json!({ "models": jsons })).unwrap_or_default() + "\n"
+    } else {
+        texts.join("\n")
+    })
 }
 
 /// Everything `tcc plan-model` takes on the command line.
@@ -583,19 +771,35 @@ pub struct CliArgs {
 
 /// `tcc plan-model`, whole: the text to print, or an error.
 pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, ModelPlanError> {
-    let err = |code, message: String, hint: Option<&str>| ModelPlanError { code, message, hint: hint.map(String::from) };
+    let err =
+        |code, message: String, hint: Option<&str>| ModelPlanError { code, message, hint: hint.map(String::from) };
     if let Some(style) = &a.execute {
         let style = exec::Style::parse(style).map_err(|m| err("E0813", m, None))?;
         let id = match &a.model {
             None if hir.models.len() == 1 => 0,
-            None => return Err(err("E0813", "--execute needs --model NAME when the file has several models".into(), None)),
-            Some(n) => hir.models.iter().position(|m| &m.name == n).ok_or_else(|| err("E0702", format!("no model named `{n}`"), None))?,
+            None => {
+                return Err(err("E0813", "--execute needs --model NAME when the file has several models".into(), None))
+            }
+            Some(n) => hir
+                .models
+                .iter()
+                .position(|m| &m.name == n)
+                .ok_or_else(|| err("E0702", format!("no model named `{n}`"), None))?,
         };
-        let r = if a.mpi { exec::execute_mpi(hir, id, style, a.seed) } else { exec::execute_threads(hir, id, style, a.seed, a.ranks.unwrap_or(2)) };
-        return r.map_err(|m| err("E0814", m, Some("the sharded run disagrees with the interpreter or with the predicted words")));
+        let r = if a.mpi {
+            exec::execute_mpi(hir, id, style, a.seed)
+        } else {
+            exec::execute_threads(hir, id, style, a.seed, a.ranks.unwrap_or(2))
+        };
+        return r.map_err(|m| {
+            err("E0814", m, Some("the sharded run disagrees with the interpreter or with the predicted words"))
+        });
     }
-    let network = Network::parse(&a.network).map_err(|m| err("E0801", m, Some("for example --network fat-tree:bw=25GB/s,lat=5us,flops=150TF/s")))?;
-    let Some(devices) = a.devices else { return Err(err("E0802", "--devices N is required to plan".into(), Some("for example --devices 64"))) };
+    let network = Network::parse(&a.network)
+        .map_err(|m| err("E0801", m, Some("for example --network fat-tree:bw=25GB/s,lat=5us,flops=150TF/s")))?;
+    let Some(devices) = a.devices else {
+        return Err(err("E0802", "--devices N is required to plan".into(), Some("for example --devices 64")));
+    };
     let mut o = ModelOptions::new(devices, network);
     o.mem_per_device = a.mem_per_device;
     o.gpus_per_node = a.gpus_per_node.max(1);

@@ -59,7 +59,11 @@ pub fn plans_text(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> St
     ));
     for (k, p) in plans.iter().take(o.top.max(1)).enumerate() {
         let c = &p.config;
-        let seq = if c.sequence > 1 { format!("{}{}", if c.seq_style == super::SeqStyle::Ulysses { "uly" } else { "ring" }, c.sequence) } else { "1".into() };
+        let seq = if c.sequence > 1 {
+            format!("{}{}", if c.seq_style == super::SeqStyle::Ulysses { "uly" } else { "ring" }, c.sequence)
+        } else {
+            "1".into()
+        };
         s.push_str(&format!(
             "  {:>3}  {:>4} {:>6} {:>9} {:>6} {:>4} {:>7}  {:>10}  {:>10}  {:>10}  {:>10}{}\n",
             k + 1,

@@ -25,7 +25,10 @@ fn describe(e: &nres::NcclError) -> String {
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "panic".into())
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
 }
 
 /// Runs `f`, turning a panic of the library loader (cudarc panics when a library
@@ -115,7 +118,8 @@ impl NcclComm {
             internal.iter_mut().zip(&id.0).for_each(|(c, &b)| *c = b as std::ffi::c_char);
             let comm = nsafe::Comm::from_rank(stream.clone(), rank, size, nsafe::Id::uninit(internal))
                 .map_err(|e| format!("ncclCommInitRank (rank {rank} of {size}, device {device}): {}", describe(&e)))?;
-            let alloc = |n: usize| stream.alloc_zeros::<f64>(n).map_err(|e| format!("cannot allocate device memory: {e:?}"));
+            let alloc =
+                |n: usize| stream.alloc_zeros::<f64>(n).map_err(|e| format!("cannot allocate device memory: {e:?}"));
             let bufs = Bufs { a: alloc(1)?, b: alloc(1)?, hdr: alloc(2)? };
             Ok(NcclComm {
                 comm,
@@ -293,7 +297,10 @@ impl Communicator for NcclComm {
     fn barrier(&self) {
         let mut guard = self.bufs(0, 0);
         let s = &mut *guard;
-        self.nc(self.comm.all_reduce_in_place(&mut s.hdr.slice_mut(0..1), &nsafe::ReduceOp::Sum), "ncclAllReduce (barrier)");
+        self.nc(
+            self.comm.all_reduce_in_place(&mut s.hdr.slice_mut(0..1), &nsafe::ReduceOp::Sum),
+            "ncclAllReduce (barrier)",
+        );
         self.sync();
     }
     fn send(&self, dest: usize, tag: u32, data: &[f64]) {
@@ -429,7 +436,10 @@ impl Communicator for NcclComm {
         self.put(send, &mut s.a.slice_mut(0..total));
         let (a, b) = (&s.a, &mut s.b);
         if equal {
-            self.nc(self.comm.reduce_scatter(&a.slice(0..total), &mut b.slice_mut(0..counts[me]), &nccl_op(op)), "ncclReduceScatter");
+            self.nc(
+                self.comm.reduce_scatter(&a.slice(0..total), &mut b.slice_mut(0..counts[me]), &nccl_op(op)),
+                "ncclReduceScatter",
+            );
         } else {
             self.group("ncclReduce (reduce-scatterv)", || {
                 for (q, &n) in counts.iter().enumerate().filter(|c| *c.1 > 0) {
@@ -512,7 +522,10 @@ impl Communicator for NcclComm {
 fn process_token() -> [f64; 4] {
     static TOKEN: OnceLock<[f64; 4]> = OnceLock::new();
     *TOKEN.get_or_init(|| {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
         let h = t ^ (&TOKEN as *const _ as u64).rotate_left(29);
         [std::process::id() as f64, (h >> 32) as f64, (h & 0xffff_ffff) as f64, (t >> 40) as f64]
     })
