@@ -1,8 +1,16 @@
 //! tcc: a compiler for tensor contractions and parallel plans.
 //!
-//! The pipeline (see `DESIGN.md` in the shared design notes): source → [`syntax`]
-//! (AST) → [`sema`] (checked HIR) → [`interp`] (the reference interpreter, the
-//! oracle every later pass is tested against).
+//! The pipeline, owned by `pipeline.rs`: source → [`syntax`] (AST) → [`sema`]
+//! (checked HIR) → [`tir`] (contraction graphs; operation minimization, common
+//! sub-expressions, factorization: HIR → HIR) → [`lir`] (loop nests, fusion, memory
+//! minimization) → [`codegen`] (LLVM for CPUs, NVPTX for GPUs, C header and Fortran
+//! module), linked against the `tcc-runtime` crate. Beside it, [`plan`] turns the
+//! optimized HIR into distributed plans (and `plan::model` models into parallel
+//! training plans), which [`exec`] runs on the runtime's ranks.
+//!
+//! [`interp`], the reference interpreter, is the oracle every pass is tested against.
+//! [`compile`] is the front end in one call. See `ARCHITECTURE.md` at the repository
+//! root for the code map and the invariants.
 
 pub mod codegen;
 pub mod diag;
