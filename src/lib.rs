@@ -20,11 +20,13 @@ pub mod interp;
 pub mod lir;
 pub mod lsp;
 pub mod npy;
+pub mod pipeline;
 pub mod plan;
 pub mod run;
 pub mod sema;
 pub mod syntax;
 pub mod tir;
+pub mod valid;
 
 use diag::Diagnostic;
 

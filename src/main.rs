@@ -82,6 +82,13 @@ impl GpuGemm {
 }
 
 /// Parses `2GiB`, `512MB`, `64k`, `100000` into bytes.
+fn parse_pass(s: &str) -> Result<tcc::pipeline::Pass, String> {
+    tcc::pipeline::Pass::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = tcc::pipeline::Pass::ALL.iter().map(|p| p.name()).collect();
+        format!("unknown pass `{s}` (passes: {})", names.join(", "))
+    })
+}
+
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
@@ -159,6 +166,11 @@ enum Command {
         /// computed; `auto` picks the cheapest by predicted time.
         #[arg(long, value_enum, default_value_t = GpuGemm::Auto)]
         gpu_gemm: GpuGemm,
+        /// Print the IR after one pass of the back ends' sequence instead of the
+        /// report: check, materialize, optimize, rematerialize or fuse (LIR).
+        /// `TCC_LOG=passes` prints every pass to stderr from any command.
+        #[arg(long, value_name = "PASS", value_parser = parse_pass, conflicts_with_all = ["emit", "json"])]
+        emit_after: Option<tcc::pipeline::Pass>,
     },
     /// Compile to a shared library with a C header and a Fortran module.
     ///
@@ -435,7 +447,7 @@ fn file_stem(path: &Path) -> String {
 fn front_end(ctx: &Ctx, path: &Path) -> Result<tcc::sema::hir::Hir, Outcome> {
     let src = read_source(ctx, path)?;
     let name = path.display().to_string();
-    let (hir, diags) = tcc::compile(&src, &file_stem(path));
+    let (hir, diags) = tcc::pipeline::check(&src, &file_stem(path), &tcc::pipeline::PipelineOptions::default());
     ctx.report(&diags, &name, &src);
     hir.ok_or(Outcome::UserError)
 }
@@ -526,7 +538,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
             }
         }
-        Command::Opt { file, emit, json, mem_limit, program, target_cpu, gpu_gemm } => {
+        Command::Opt { file, emit, json, mem_limit, program, target_cpu, gpu_gemm, emit_after } => {
             let hir = match front_end(ctx, &file) {
                 Ok(h) => h,
                 Err(o) => return o,
@@ -545,6 +557,11 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                     }
                 },
             };
+            if let Some(pass) = emit_after {
+                let opts = tcc::pipeline::PipelineOptions::with_mem_limit(mem_limit);
+                print!("{}", tcc::pipeline::ir_after(&hir, &units, pass, &opts));
+                return Outcome::Ok;
+            }
             if emit == Emit::Ptx {
                 return match tcc::codegen::nvptx::ptx_for(&hir, &units, &gpu_gemm.options()) {
                     Ok((plan, ptx)) => {
@@ -770,24 +787,13 @@ fn tune_command(ctx: &Ctx, ranks: usize, backend: RunBackend, max_bytes: u64, ou
 
 /// `tcc opt`: the optimizer's report or one of its intermediate forms.
 fn opt_command(hir: &tcc::sema::hir::Hir, units: &[usize], emit: Emit, json: bool, mem_limit: Option<u64>) -> String {
-    use tcc::lir::fusion::{lower_unit, FusionOptions};
-    let (opt, report) = tcc::tir::optimize(hir);
-    let fusion = FusionOptions { mem_limit, ..FusionOptions::default() };
-    let nests: Vec<tcc::lir::LoopNest> = units.iter().map(|&u| lower_unit(&opt, u, fusion)).collect();
+    let popts = tcc::pipeline::PipelineOptions::with_mem_limit(mem_limit);
+    let (opt, report) = tcc::pipeline::optimize(hir, &popts);
+    let nests = tcc::pipeline::fuse(&opt, units, &popts);
     let selected = |name: &str| units.iter().any(|&u| hir.units[u].name == name);
     match emit {
-        Emit::Hir | Emit::Opt => {
-            let h = if emit == Emit::Hir { hir } else { &opt };
-            let mut s = String::new();
-            for &u in units {
-                s.push_str(&format!("{} {{\n", h.units[u].name));
-                for st in &h.units[u].stmts {
-                    s.push_str(&format!("  {}\n", tcc::sema::display::stmt(h, st)));
-                }
-                s.push_str("}\n");
-            }
-            s
-        }
+        Emit::Hir => tcc::pipeline::hir_text(hir, units),
+        Emit::Opt => tcc::pipeline::hir_text(&opt, units),
         Emit::Tir => tcc::tir::lower(hir).to_string(),
         Emit::Lir => nests.iter().map(|n| n.dump(&opt)).collect(),
         Emit::Llvm | Emit::Ptx => unreachable!("handled by the caller"),

@@ -106,11 +106,8 @@ fn stats_text(all: &[f64], p: usize, backends: &str, schedule: Schedule) -> Stri
 }
 
 fn exec_hir(hir: &Hir, dopts: &DistOptions) -> Hir {
-    if dopts.optimize {
-        crate::tir::optimize(hir).0
-    } else {
-        hir.clone()
-    }
+    let popts = crate::pipeline::PipelineOptions { optimize: dopts.optimize, ..Default::default() };
+    crate::pipeline::optimize(hir, &popts).0
 }
 
 /// `tcc run FILE --ranks N`: in-process ranks (`threads` and `shm` back ends mixed

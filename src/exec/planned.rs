@@ -994,7 +994,7 @@ pub fn run_threads(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &
         return Err(fail("E0720", "--ranks must be at least 1".into(), None));
     }
     check_options(hir, ropts)?;
-    let opt = crate::tir::optimize(hir).0;
+    let opt = crate::pipeline::optimize(hir, &Default::default()).0;
     precheck(&opt, ropts, popts.ranks, popts)?;
     let res = tcc_runtime::comm::threads::run(popts.ranks, |rank| {
         let comm = rank.comm(Backend::Threads);
@@ -1023,7 +1023,7 @@ pub fn run_mpi(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &mut 
     use tcc_runtime::comm::mpi::{abort, MpiWorld};
     let world = MpiWorld::init().ok_or_else(|| fail("E0720", "MPI was already initialized".into(), None))?;
     let size = world.size();
-    let opt = crate::tir::optimize(hir).0;
+    let opt = crate::pipeline::optimize(hir, &Default::default()).0;
     if let Err(e) = check_options(hir, ropts).and_then(|_| precheck(&opt, ropts, size, popts)) {
         // Every rank fails alike here; rank 0 reports.
         if world.rank() == 0 {

@@ -33,7 +33,7 @@ pub struct Analysis {
 
 impl Analysis {
     pub fn new(text: String, stem: &str) -> Analysis {
-        let (hir, diagnostics) = crate::compile(&text, stem);
+        let (hir, diagnostics) = crate::pipeline::check(&text, stem, &Default::default());
         let (file, index) = tolerant_index(&text, stem);
         Analysis {
             lines: LineIndex::new(&text),
@@ -60,7 +60,10 @@ impl Analysis {
         self.opt
             .get_or_init(|| {
                 let hir = self.hir.as_ref()?;
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::tir::optimize(hir).1)).ok()
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    crate::pipeline::optimize(hir, &Default::default()).1
+                }))
+                .ok()
             })
             .as_ref()
     }

@@ -410,7 +410,7 @@ pub fn plan_command(
             }
         },
     };
-    let (opt, _) = crate::tir::optimize(hir);
+    let (opt, _) = crate::pipeline::optimize(hir, &Default::default());
     let mut plans = Vec::new();
     let mut failures: Vec<(usize, PlanError)> = Vec::new();
     for &p in procs {

@@ -5,6 +5,7 @@
 //! See `book/src/optimizer.md` for the cost model.
 
 pub mod graph;
+pub mod materialize;
 pub mod opmin;
 pub mod rewrite;
 

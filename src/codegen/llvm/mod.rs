@@ -23,10 +23,11 @@
 //! The module is optimized with LLVM's `default<O3>` pipeline for the target CPU
 //! (the host's by default).
 
-use super::lower::{prepare, unit_flops};
+use super::lower::unit_flops;
 use crate::interp::Dense;
-use crate::lir::fusion::{fusible, lower_unit, FusionOptions};
+use crate::lir::fusion::fusible;
 use crate::lir::{Buffer, LoopNest, Node};
+use crate::pipeline::PipelineOptions;
 use crate::sema::hir::{ElemType, Func, Hir, IndexId, Role, Stmt, TensorId, UnitId};
 use inkwell::attributes::AttributeLoc;
 use inkwell::builder::{Builder, BuilderError};
@@ -272,7 +273,9 @@ pub fn compile<'ctx>(
     units: &[UnitId],
     opts: &Options,
 ) -> Result<Compiled<'ctx>, CodegenError> {
-    let prepared = prepare(hir);
+    let popts = PipelineOptions::with_mem_limit(Some(opts.mem_limit.unwrap_or(DEFAULT_MEM_LIMIT)));
+    let prepared = crate::pipeline::prepare(hir, &popts);
+    let nests = crate::pipeline::fuse(&prepared, units, &popts);
     let (tm, cpu, features) = machine(opts)?;
     // LLVM's remarks and warnings (e.g. a loop it was asked to vectorize but did
     // not) are not the user's business: drop them.
@@ -304,12 +307,7 @@ pub fn compile<'ctx>(
         acc_slot: None,
     };
     let mut codes = Vec::new();
-    for &u in units {
-        let nest = lower_unit(
-            &prepared,
-            u,
-            FusionOptions { mem_limit: Some(opts.mem_limit.unwrap_or(DEFAULT_MEM_LIMIT)), ..FusionOptions::default() },
-        );
+    for (&u, nest) in units.iter().zip(&nests) {
         // The argument order is the source program's (the optimizer may reorder reads).
         let inputs = hir.unit_inputs(u);
         let outputs = hir.unit_outputs(u);
@@ -322,7 +320,7 @@ pub fn compile<'ctx>(
             n_inputs: inputs.len(),
             flops: unit_flops(&prepared, u),
         };
-        g.unit(&nest, &code)?;
+        g.unit(nest, &code)?;
         codes.push(code);
     }
     if opts.c_abi {

@@ -1,9 +1,10 @@
 //! Planning: LIR loop nests → host steps, kernels and cuBLAS calls (no LLVM).
 
-use super::super::lower::{prepare, unit_flops};
+use super::super::lower::unit_flops;
 use super::*;
-use crate::lir::fusion::{fusible, lower_unit, FusionOptions};
-use crate::lir::{Buffer, LoopNest, Node};
+use crate::lir::fusion::fusible;
+use crate::lir::{Buffer, Node};
+use crate::pipeline::PipelineOptions;
 use crate::sema::hir::{Hir, Role, Stmt};
 
 fn position_strides(hir: &Hir, b: &Buffer) -> Vec<u64> {
@@ -596,18 +597,12 @@ impl Planner<'_> {
 
 /// Plans `units` of `hir` for the GPU (no LLVM involved).
 pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, CodegenError> {
-    let prepared = prepare(hir);
+    let popts = PipelineOptions::with_mem_limit(Some(opts.mem_limit.unwrap_or(DEFAULT_GPU_MEM_LIMIT)));
+    let prepared = crate::pipeline::prepare(hir, &popts);
+    let nests = crate::pipeline::fuse(&prepared, units, &popts);
     let mut kernels = Vec::new();
     let mut plans = Vec::new();
-    for &u in units {
-        let nest: LoopNest = lower_unit(
-            &prepared,
-            u,
-            FusionOptions {
-                mem_limit: Some(opts.mem_limit.unwrap_or(DEFAULT_GPU_MEM_LIMIT)),
-                ..FusionOptions::default()
-            },
-        );
+    for (&u, nest) in units.iter().zip(&nests) {
         let inputs = hir.unit_inputs(u);
         let outputs = hir.unit_outputs(u);
         let mut args = inputs.clone();

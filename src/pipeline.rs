@@ -1,0 +1,245 @@
+//! The pass sequence, in one place.
+//!
+//! ```text
+//! source ─check─▶ HIR ─materialize─▶ HIR ─optimize─▶ HIR ─rematerialize─▶ HIR ─fuse─▶ LIR ─▶ back end
+//! ```
+//!
+//! * `check`: parse and analyse ([`crate::compile`]); the checked HIR.
+//! * `materialize`: calls, parenthesised sums and self-reads become temporaries
+//!   ([`crate::tir::materialize::materialize`]), so that terms are products of elements.
+//! * `optimize`: contraction order, common sub-expressions, factorization
+//!   ([`crate::tir::optimize`]).
+//! * `rematerialize`: materialize again (the optimizer may leave calls in terms it did
+//!   not reorder).
+//! * `fuse`: loop nests with FuseT-style fusion under a memory limit ([`crate::lir`]).
+//!
+//! Every command, the language server and the tests reach these passes through this
+//! module: `tcc opt` runs check → optimize → fuse (its report and `--emit` forms), the
+//! back ends run [`prepare`] then [`fuse`], the planners and executors [`optimize`].
+//! One [`PipelineOptions`] says what to run and what to show:
+//!
+//! * `validate`: run [`crate::valid`] after each pass (default: in debug builds and
+//!   tests); a failure is a compiler bug and panics with the pass and the violation;
+//! * `log_passes`: print the IR after every pass to stderr (`TCC_LOG=passes`);
+//!   [`ir_after`] is the IR after one pass (`tcc opt --emit-after PASS`).
+
+use crate::diag::Diagnostic;
+use crate::lir::fusion::{lower_unit, FusionOptions};
+use crate::lir::LoopNest;
+use crate::sema::hir::{Hir, UnitId};
+use crate::tir::OptReport;
+use std::fmt;
+
+/// A pass of the pipeline, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Pass {
+    Check,
+    Materialize,
+    Optimize,
+    Rematerialize,
+    Fuse,
+}
+
+impl Pass {
+    pub const ALL: [Pass; 5] = [Pass::Check, Pass::Materialize, Pass::Optimize, Pass::Rematerialize, Pass::Fuse];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Check => "check",
+            Pass::Materialize => "materialize",
+            Pass::Optimize => "optimize",
+            Pass::Rematerialize => "rematerialize",
+            Pass::Fuse => "fuse",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Pass> {
+        Pass::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+impl fmt::Display for Pass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `TCC_LOG=passes` (or a comma list containing `passes`).
+fn log_passes_from_env() -> bool {
+    std::env::var("TCC_LOG").is_ok_and(|v| v.split(',').any(|s| s.trim() == "passes"))
+}
+
+/// What the pipeline runs and shows; one struct for every caller.
+#[derive(Debug, Clone)]
+pub struct PipelineOptions {
+    /// Run the optimizer (`false`: `tcc run --no-opt`, statements as written).
+    pub optimize: bool,
+    /// Loop fusion: the memory limit for temporaries and the search budget.
+    pub fusion: FusionOptions,
+    /// Run the validators after each pass.
+    pub validate: bool,
+    /// Print the IR after every pass to stderr, headed `;; after PASS`.
+    pub log_passes: bool,
+}
+
+impl Default for PipelineOptions {
+    /// Optimize, fuse to least memory, validate in debug builds, dump as `TCC_LOG` says.
+    fn default() -> Self {
+        PipelineOptions {
+            optimize: true,
+            fusion: FusionOptions::default(),
+            validate: cfg!(debug_assertions),
+            log_passes: log_passes_from_env(),
+        }
+    }
+}
+
+impl PipelineOptions {
+    /// The defaults with a memory limit for fused temporaries.
+    pub fn with_mem_limit(mem_limit: Option<u64>) -> Self {
+        let mut o = PipelineOptions::default();
+        o.fusion.mem_limit = mem_limit;
+        o
+    }
+
+    fn after_hir(&self, pass: Pass, hir: &Hir) {
+        if self.validate {
+            if let Err(e) = crate::valid::hir::validate(hir) {
+                panic!("internal error: the HIR after pass `{pass}` is invalid: {e}");
+            }
+        }
+        self.show(pass, || hir_text(hir, &(0..hir.units.len()).collect::<Vec<_>>()));
+    }
+
+    fn after_lir(&self, hir: &Hir, nests: &[LoopNest]) {
+        if self.validate {
+            for n in nests {
+                if let Err(e) = crate::valid::lir::validate(hir, n) {
+                    panic!("internal error: the LIR after pass `fuse` is invalid: {e}");
+                }
+            }
+        }
+        self.show(Pass::Fuse, || nests.iter().map(|n| n.dump(hir)).collect());
+    }
+
+    fn show(&self, pass: Pass, text: impl FnOnce() -> String) {
+        if self.log_passes {
+            eprint!(";; after {pass}\n{}", text());
+        }
+    }
+}
+
+/// `check`: the front end ([`crate::compile`]), then the HIR validator.
+pub fn check(src: &str, file_stem: &str, opts: &PipelineOptions) -> (Option<Hir>, Vec<Diagnostic>) {
+    let (hir, diags) = crate::compile(src, file_stem);
+    if let Some(h) = &hir {
+        opts.after_hir(Pass::Check, h);
+    }
+    (hir, diags)
+}
+
+/// `optimize` (or nothing when `opts.optimize` is false): the program the planners
+/// and executors run, and the optimizer's report.
+pub fn optimize(hir: &Hir, opts: &PipelineOptions) -> (Hir, OptReport) {
+    if !opts.optimize {
+        return (hir.clone(), OptReport::default());
+    }
+    let (opt, report) = crate::tir::optimize(hir);
+    opts.after_hir(Pass::Optimize, &opt);
+    (opt, report)
+}
+
+/// `materialize` → `optimize` → `rematerialize`: the program every back end
+/// compiles (calls and sums made simple, self-reads removed, products binarized).
+pub fn prepare(hir: &Hir, opts: &PipelineOptions) -> Hir {
+    let first = crate::tir::materialize::materialize(hir);
+    opts.after_hir(Pass::Materialize, &first);
+    let (opt, _) = optimize(&first, opts);
+    let prepared = crate::tir::materialize::materialize(&opt);
+    opts.after_hir(Pass::Rematerialize, &prepared);
+    prepared
+}
+
+/// `fuse`: one loop nest per unit of `units`.
+pub fn fuse(hir: &Hir, units: &[UnitId], opts: &PipelineOptions) -> Vec<LoopNest> {
+    let nests: Vec<LoopNest> = units.iter().map(|&u| lower_unit(hir, u, opts.fusion)).collect();
+    opts.after_lir(hir, &nests);
+    nests
+}
+
+/// The IR of `units` after `pass` of the back ends' sequence (check → materialize →
+/// optimize → rematerialize → fuse): what `tcc opt --emit-after PASS` prints.
+pub fn ir_after(hir: &Hir, units: &[UnitId], pass: Pass, opts: &PipelineOptions) -> String {
+    let materialized = || {
+        let m = crate::tir::materialize::materialize(hir);
+        opts.after_hir(Pass::Materialize, &m);
+        m
+    };
+    match pass {
+        Pass::Check => hir_text(hir, units),
+        Pass::Materialize => hir_text(&materialized(), units),
+        Pass::Optimize => hir_text(&optimize(&materialized(), opts).0, units),
+        Pass::Rematerialize => hir_text(&prepare(hir, opts), units),
+        Pass::Fuse => {
+            let prepared = prepare(hir, opts);
+            fuse(&prepared, units, opts).iter().map(|n| n.dump(&prepared)).collect()
+        }
+    }
+}
+
+/// The textual HIR of some units (what `tcc opt --emit=hir|opt` prints).
+pub fn hir_text(hir: &Hir, units: &[UnitId]) -> String {
+    let mut s = String::new();
+    for &u in units {
+        s.push_str(&format!("{} {{\n", hir.units[u].name));
+        for st in &hir.units[u].stmts {
+            s.push_str(&format!("  {}\n", crate::sema::display::stmt(hir, st)));
+        }
+        s.push_str("}\n");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every example and every IR corpus program goes through every pass with the
+    /// validators on (they panic on a violation).
+    #[test]
+    fn every_example_passes_the_validators_after_every_pass() {
+        let opts = PipelineOptions { validate: true, log_passes: false, ..PipelineOptions::default() };
+        let mut seen = 0;
+        for dir in ["examples", "tests/ir"] {
+            let Ok(entries) = std::fs::read_dir(dir) else { continue };
+            for e in entries {
+                let path = e.unwrap().path();
+                if path.extension().and_then(|x| x.to_str()) != Some("tc") {
+                    continue;
+                }
+                let src = std::fs::read_to_string(&path).unwrap();
+                let (hir, diags) = check(&src, "t", &opts);
+                let hir = hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()));
+                let units: Vec<UnitId> = (0..hir.units.len()).collect();
+                let (opt, _) = optimize(&hir, &opts);
+                fuse(&opt, &units, &opts);
+                let prepared = prepare(&hir, &opts);
+                fuse(
+                    &prepared,
+                    &units,
+                    &PipelineOptions { fusion: FusionOptions { mem_limit: Some(1), ..opts.fusion }, ..opts.clone() },
+                );
+                seen += 1;
+            }
+        }
+        assert!(seen >= 10, "only {seen} programs found");
+    }
+
+    #[test]
+    fn pass_names_round_trip() {
+        for p in Pass::ALL {
+            assert_eq!(Pass::from_name(p.name()), Some(p));
+        }
+        assert_eq!(Pass::from_name("opmin"), None);
+    }
+}
