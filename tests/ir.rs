@@ -297,7 +297,8 @@ fn corpus_has_every_example() {
             let name = p.file_name().unwrap().to_string_lossy().into_owned();
             let copy = root().join("tests/ir").join(&name);
             let want = std::fs::read(&p).unwrap();
-            let got = std::fs::read(&copy).unwrap_or_else(|e| panic!("tests/ir/{name}: {e} (copy examples/{name} there)"));
+            let got =
+                std::fs::read(&copy).unwrap_or_else(|e| panic!("tests/ir/{name}: {e} (copy examples/{name} there)"));
             assert!(got == want, "tests/ir/{name} differs from examples/{name}: copy it again");
             n += 1;
         }
@@ -319,15 +320,15 @@ fn header_parsing() {
     assert_eq!(h.skip, ["gpuplan", "plan"].iter().map(|s| s.to_string()).collect());
     assert_eq!(parse_header("range N = 2;\n// ordinary comment\n").unwrap(), Header::default());
     for bad in [
-        "// tcc-test: memlimit=1KiB\n",                  // unknown key
-        "// tcc-test: skip=lir,llvm\n",                  // unknown dump
-        "// tcc-test: procs=4 procs=8\n",                // repeated key
-        "// tcc-test: procs=4\n// tcc-test: procs=8\n",  // repeated across lines
-        "// tcc-test: procs\n",                          // not key=value
-        "// tcc-test: procs=\n",                         // empty value
-        "// tcc-test:\n",                                // empty line
-        "//tcc-test: procs=4\n",                         // malformed prefix
-        "range N = 2;\n// tcc-test: procs=4\n",          // after code
+        "// tcc-test: memlimit=1KiB\n",                 // unknown key
+        "// tcc-test: skip=lir,llvm\n",                 // unknown dump
+        "// tcc-test: procs=4 procs=8\n",               // repeated key
+        "// tcc-test: procs=4\n// tcc-test: procs=8\n", // repeated across lines
+        "// tcc-test: procs\n",                         // not key=value
+        "// tcc-test: procs=\n",                        // empty value
+        "// tcc-test:\n",                               // empty line
+        "//tcc-test: procs=4\n",                        // malformed prefix
+        "range N = 2;\n// tcc-test: procs=4\n",         // after code
     ] {
         assert!(parse_header(bad).is_err(), "accepted: {bad:?}");
     }
