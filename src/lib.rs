@@ -15,6 +15,7 @@ pub mod npy;
 pub mod plan;
 pub mod run;
 pub mod sema;
+pub mod span;
 pub mod syntax;
 pub mod tir;
 
