@@ -12,7 +12,6 @@
 //! `gpus_per_node`; its collectives then run at the intra-node bandwidth.
 
 pub mod analysis;
-pub mod exec;
 pub mod formulas;
 pub mod report;
 
@@ -774,7 +773,7 @@ pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, ModelPlan
     let err =
         |code, message: String, hint: Option<&str>| ModelPlanError { code, message, hint: hint.map(String::from) };
     if let Some(style) = &a.execute {
-        let style = exec::Style::parse(style).map_err(|m| err("E0813", m, None))?;
+        let style = crate::exec::model::Style::parse(style).map_err(|m| err("E0813", m, None))?;
         let id = match &a.model {
             None if hir.models.len() == 1 => 0,
             None => {
@@ -787,9 +786,9 @@ pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, ModelPlan
                 .ok_or_else(|| err("E0702", format!("no model named `{n}`"), None))?,
         };
         let r = if a.mpi {
-            exec::execute_mpi(hir, id, style, a.seed)
+            crate::exec::model::execute_mpi(hir, id, style, a.seed)
         } else {
-            exec::execute_threads(hir, id, style, a.seed, a.ranks.unwrap_or(2))
+            crate::exec::model::execute_threads(hir, id, style, a.seed, a.ranks.unwrap_or(2))
         };
         return r.map_err(|m| {
             err("E0814", m, Some("the sharded run disagrees with the interpreter or with the predicted words"))
