@@ -639,7 +639,8 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 mpi,
                 seed,
             };
-            match tcc::plan::model::cli(&hir, &a) {
+            let r = if a.execute.is_some() { tcc::exec::model::cli(&hir, &a) } else { tcc::plan::model::cli(&hir, &a) };
+            match r {
                 Ok(out) => {
                     print!("{out}");
                     Outcome::Ok

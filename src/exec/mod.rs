@@ -7,10 +7,6 @@ pub mod distributed;
 pub mod model;
 pub mod planned;
 
-// Temporary, for the file move only: `model.rs` still says `super::analysis`.
-#[allow(unused_imports)]
-use crate::plan::model::analysis;
-
 use crate::interp::Dense;
 use crate::run::{check_options, run_report, RunError, RunOptions};
 use crate::sema::hir::{Hir, TensorId, UnitId};

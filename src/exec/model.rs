@@ -8,8 +8,9 @@
 //! The schedule is static, so the words each rank sends are predicted before the
 //! run ([`predicted_words`]) and compared with the communicator's counters.
 
-use super::analysis::{is_attention, is_expert, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES};
 use crate::interp::{self, Dense};
+use crate::plan::model::analysis::{is_attention, is_expert, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES};
+use crate::plan::model::{CliArgs, ModelPlanError};
 use crate::sema::hir::{Expr, Factor, Hir, IndexId, ModelId, RangeId, Role, TensorId, UnitId};
 use std::collections::HashMap;
 use tcc_runtime::comm::Communicator;
@@ -231,8 +232,8 @@ pub fn run_sharded(
         let s = &stmts[st.stmt];
         let n = hir.index_size(st.split);
         let blk = block(n, p, me);
-        let tile = crate::exec::distributed::eval_tile(hir, s, Some(st.split), blk.clone(), &mut values)
-            .map_err(|e| e.message)?;
+        let tile =
+            super::distributed::eval_tile(hir, s, Some(st.split), blk.clone(), &mut values).map_err(|e| e.message)?;
         let target = s.lhs.tensor;
         let shape = hir.shape(target);
         let dst = match values.entry(target) {
@@ -384,4 +385,27 @@ pub fn execute_mpi(hir: &Hir, model: ModelId, style: Style, seed: u64) -> Result
 #[cfg(not(feature = "mpi"))]
 pub fn execute_mpi(_hir: &Hir, _model: ModelId, _style: Style, _seed: u64) -> Result<String, String> {
     Err("this tcc was built without MPI support (rebuild with `--features mpi`)".into())
+}
+
+/// `tcc plan-model --execute STYLE`, whole: the report to print, or an error.
+pub fn cli(hir: &Hir, a: &CliArgs) -> Result<String, ModelPlanError> {
+    let err =
+        |code, message: String, hint: Option<&str>| ModelPlanError { code, message, hint: hint.map(String::from) };
+    let style = a.execute.as_deref().ok_or_else(|| err("E0813", "no --execute style".into(), None))?;
+    let style = Style::parse(style).map_err(|m| err("E0813", m, None))?;
+    let id = match &a.model {
+        None if hir.models.len() == 1 => 0,
+        None => return Err(err("E0813", "--execute needs --model NAME when the file has several models".into(), None)),
+        Some(n) => hir
+            .models
+            .iter()
+            .position(|m| &m.name == n)
+            .ok_or_else(|| err("E0702", format!("no model named `{n}`"), None))?,
+    };
+    let r = if a.mpi {
+        execute_mpi(hir, id, style, a.seed)
+    } else {
+        execute_threads(hir, id, style, a.seed, a.ranks.unwrap_or(2))
+    };
+    r.map_err(|m| err("E0814", m, Some("the sharded run disagrees with the interpreter or with the predicted words")))
 }

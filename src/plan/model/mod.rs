@@ -768,32 +768,11 @@ pub struct CliArgs {
     pub seed: u64,
 }
 
-/// `tcc plan-model`, whole: the text to print, or an error.
+/// `tcc plan-model` (without `--execute`: the executor, `exec::model::cli`, runs that),
+/// whole: the text to print, or an error.
 pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, ModelPlanError> {
     let err =
         |code, message: String, hint: Option<&str>| ModelPlanError { code, message, hint: hint.map(String::from) };
-    if let Some(style) = &a.execute {
-        let style = crate::exec::model::Style::parse(style).map_err(|m| err("E0813", m, None))?;
-        let id = match &a.model {
-            None if hir.models.len() == 1 => 0,
-            None => {
-                return Err(err("E0813", "--execute needs --model NAME when the file has several models".into(), None))
-            }
-            Some(n) => hir
-                .models
-                .iter()
-                .position(|m| &m.name == n)
-                .ok_or_else(|| err("E0702", format!("no model named `{n}`"), None))?,
-        };
-        let r = if a.mpi {
-            crate::exec::model::execute_mpi(hir, id, style, a.seed)
-        } else {
-            crate::exec::model::execute_threads(hir, id, style, a.seed, a.ranks.unwrap_or(2))
-        };
-        return r.map_err(|m| {
-            err("E0814", m, Some("the sharded run disagrees with the interpreter or with the predicted words"))
-        });
-    }
     let network = Network::parse(&a.network)
         .map_err(|m| err("E0801", m, Some("for example --network fat-tree:bw=25GB/s,lat=5us,flops=150TF/s")))?;
     let Some(devices) = a.devices else {
