@@ -17,6 +17,7 @@ pub mod run;
 pub mod sema;
 pub mod span;
 pub mod syntax;
+pub mod tensor;
 pub mod tir;
 
 use diag::Diagnostic;

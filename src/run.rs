@@ -21,9 +21,10 @@
 //! E0708 a problem too large for the interpreter; E0709 cannot write an output file;
 //! E0710 the same tensor given twice; E0711 cannot write the report.
 
-use crate::interp::{self, Dense, InterpError};
+use crate::interp::{self, InterpError};
 use crate::npy;
 use crate::sema::hir::{Hir, Role, TensorId, UnitId, UnitKind};
+use crate::tensor::Dense;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;

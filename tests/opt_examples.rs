@@ -3,9 +3,10 @@
 //! original program.
 
 use std::collections::HashMap;
-use tcc::interp::{random_inputs, run_unit, Dense};
+use tcc::interp::{random_inputs, run_unit};
 use tcc::lir::exec::execute;
 use tcc::lir::fusion::{lower_unit, FusionOptions};
+use tcc::tensor::Dense;
 
 fn assert_close(what: &str, want: &HashMap<usize, Dense>, got: &HashMap<usize, Dense>) {
     assert_eq!(want.len(), got.len(), "{what}: outputs differ");

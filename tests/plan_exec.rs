@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use tcc::exec::planned::{execute_plan, plan_for, OpRecord, PlanRunOptions};
-use tcc::interp::Dense;
 use tcc::sema::hir::{Hir, TensorId};
+use tcc::tensor::Dense;
 use tcc_runtime::comm::Backend;
 
 /// Cheap communication, slow flops: the planner spreads even small problems.

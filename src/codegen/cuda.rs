@@ -8,9 +8,10 @@
 //! that with CUDA events; outputs are read back after the last run.
 
 use super::nvptx::{self, GpuOptions, GpuPlan, UnitPlan};
-use crate::interp::{self, Dense};
+use crate::interp;
 use crate::run::{fail, interp_error, run_report, RunError, RunOptions};
 use crate::sema::hir::{Hir, TensorId};
+use crate::tensor::Dense;
 use std::collections::HashMap;
 use std::io::Write;
 

@@ -10,9 +10,10 @@ pub mod llvm;
 pub mod lower;
 pub mod nvptx;
 
-use crate::interp::{self, Dense};
+use crate::interp;
 use crate::run::{fail, interp_error, run_report, RunError, RunOptions};
 use crate::sema::hir::{ElemType, Hir, TensorId};
+use crate::tensor::Dense;
 use std::collections::HashMap;
 use std::io::Write;
 

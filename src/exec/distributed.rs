@@ -20,9 +20,10 @@
 //!
 //! Words and messages are counted by the communicator.
 
-use crate::interp::{self, Dense};
+use crate::interp;
 use crate::run::{interp_error, RunError};
 use crate::sema::hir::{Expr, Factor, Hir, Index, IndexId, Range, Role, Stmt, TensorId, TensorRef, UnitId};
+use crate::tensor::Dense;
 use std::collections::HashMap;
 use tcc_runtime::comm::Communicator;
 use tcc_runtime::task::{run_tasks, Schedule, TaskSet, TileSpace};
@@ -122,7 +123,7 @@ fn slice(d: &Dense, dims: &[usize], range: &std::ops::Range<usize>) -> Dense {
     }
     let mut data = Vec::with_capacity(shape.iter().product());
     let mut src = vec![0usize; shape.len()];
-    interp::for_each_index(&shape, |idx| {
+    crate::tensor::for_each_index(&shape, |idx| {
         src.copy_from_slice(idx);
         for &k in dims {
             src[k] += range.start;
@@ -283,7 +284,7 @@ pub fn run_unit(
         let mut rhs: Vec<Dense> = Vec::new();
         for s in stmts {
             let shape: Vec<usize> = s.lhs.indices.iter().map(|&i| hir.index_size(i)).collect();
-            rhs.push(Dense::zeros("a right-hand side", shape).map_err(interp_error)?);
+            rhs.push(Dense::zeros("a right-hand side", shape).map_err(|e| interp_error(e.into()))?);
         }
         let mut k = 0;
         while k < all.len() {
@@ -304,7 +305,7 @@ pub fn run_unit(
                     let mut shape = dense.shape.clone();
                     shape[pos] = range.len();
                     let mut j = 0;
-                    interp::for_each_index(&shape, |idx| {
+                    crate::tensor::for_each_index(&shape, |idx| {
                         let off: usize = idx
                             .iter()
                             .enumerate()
@@ -323,9 +324,10 @@ pub fn run_unit(
             // `=` / `+=` exactly as the interpreter applies them.
             let dst = match values.entry(target) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(Dense::zeros(&format!("tensor `{tname}`"), hir.shape(target)).map_err(interp_error)?)
-                }
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                    Dense::zeros(&format!("tensor `{tname}`"), hir.shape(target))
+                        .map_err(|e| interp_error(e.into()))?,
+                ),
             };
             if s.accumulate {
                 for (d, x) in dst.data.iter_mut().zip(&r.data) {

@@ -7,9 +7,9 @@ pub mod distributed;
 pub mod model;
 pub mod planned;
 
-use crate::interp::Dense;
 use crate::run::{check_options, run_report, RunError, RunOptions};
 use crate::sema::hir::{Hir, TensorId, UnitId};
+use crate::tensor::Dense;
 use distributed::{ExecOptions, TaskStats};
 use std::collections::HashMap;
 use std::io::Write;

@@ -8,10 +8,11 @@
 //! The schedule is static, so the words each rank sends are predicted before the
 //! run ([`predicted_words`]) and compared with the communicator's counters.
 
-use crate::interp::{self, Dense};
+use crate::interp;
 use crate::plan::model::analysis::{is_attention, is_expert, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES};
 use crate::plan::model::{CliArgs, ModelPlanError};
 use crate::sema::hir::{Expr, Factor, Hir, IndexId, ModelId, RangeId, Role, TensorId, UnitId};
+use crate::tensor::Dense;
 use std::collections::HashMap;
 use tcc_runtime::comm::Communicator;
 
@@ -154,8 +155,8 @@ pub fn predicted_words(hir: &Hir, steps: &[ExecStep], p: usize, rank: usize) -> 
 /// Offsets (row-major in `shape`) of the region `ranges`, in row-major order.
 fn region(shape: &[usize], ranges: &[std::ops::Range<usize>], mut f: impl FnMut(usize)) {
     let ext: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
-    let strides = Dense { shape: shape.to_vec(), data: Vec::new() }.strides();
-    interp::for_each_index(&ext, |idx| {
+    let strides = crate::tensor::strides(shape);
+    crate::tensor::for_each_index(&ext, |idx| {
         f(idx.iter().enumerate().map(|(k, &i)| (i + ranges[k].start) * strides[k]).sum())
     });
 }

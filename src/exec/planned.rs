@@ -22,11 +22,11 @@
 //! ring step is a send to the successor and a receive from the predecessor, ordered
 //! even/odd along the ring so that blocking sends (MPI) cannot deadlock.
 
-use crate::interp::Dense;
 use crate::plan::layout::{coords_of, sub_interval, Layout};
 use crate::plan::{CommOp, Network, OpKind, Phase, Plan, PlanOptions, PlanStep, RankWords};
 use crate::run::{check_options, run_report, RunError, RunOptions};
 use crate::sema::hir::{Factor, Hir, Role, TensorId, UnitId};
+use crate::tensor::Dense;
 use std::collections::HashMap;
 use std::io::Write;
 use tcc_runtime::comm::{Backend, Communicator};

@@ -24,10 +24,10 @@
 //! (the host's by default).
 
 use super::lower::{prepare, unit_flops};
-use crate::interp::Dense;
 use crate::lir::fusion::{fusible, lower_unit, FusionOptions};
 use crate::lir::{Buffer, LoopNest, Node};
 use crate::sema::hir::{ElemType, Func, Hir, IndexId, Role, Stmt, TensorId, UnitId};
+use crate::tensor::Dense;
 use inkwell::attributes::AttributeLoc;
 use inkwell::builder::{Builder, BuilderError};
 use inkwell::context::Context;
