@@ -6,6 +6,7 @@
 
 pub mod codegen;
 pub mod diag;
+pub mod error;
 pub mod exec;
 pub mod fmt;
 pub mod interp;

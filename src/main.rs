@@ -6,6 +6,7 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tcc::diag::{self, Diagnostic};
+use tcc::error::CommandError;
 
 #[derive(Parser)]
 #[command(name = "tcc", version, about = "A compiler for tensor contractions and parallel plans", long_about = None)]
@@ -400,7 +401,9 @@ impl Ctx {
         let _ = std::io::stderr().write_all(text.as_bytes());
     }
 
-    fn fail(&self, code: &str, message: &str, hint: Option<&str>) -> Outcome {
+    /// Prints a command's error (the one place that renders them): a user error.
+    fn error(&self, e: &CommandError) -> Outcome {
+        let (code, message, hint) = (e.code, &e.message, &e.hint);
         match self.error_format {
             ErrorFormat::Human => {
                 eprintln!("error[{code}]: {message}");
@@ -414,6 +417,10 @@ impl Ctx {
             }
         }
         Outcome::UserError
+    }
+
+    fn fail(&self, code: &'static str, message: &str, hint: Option<&str>) -> Outcome {
+        self.error(&CommandError::new(code, message, hint.map(String::from)))
     }
 }
 
@@ -508,7 +515,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                         eprint!("{report}");
                         Outcome::Ok
                     }
-                    Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
+                    Err(e) => ctx.error(&e),
                 };
             }
             let opts = tcc::codegen::llvm::Options {
@@ -523,7 +530,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                     eprint!("{report}");
                     Outcome::Ok
                 }
-                Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
+                Err(e) => ctx.error(&e),
             }
         }
         Command::Opt { file, emit, json, mem_limit, program, target_cpu, gpu_gemm } => {
@@ -596,7 +603,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                     print!("{out}");
                     Outcome::Ok
                 }
-                Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
+                Err(e) => ctx.error(&e),
             }
         }
         Command::PlanModel {
@@ -645,7 +652,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                     print!("{out}");
                     Outcome::Ok
                 }
-                Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
+                Err(e) => ctx.error(&e),
             }
         }
         Command::Run {
@@ -750,7 +757,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
             };
             match result {
                 Ok(()) => Outcome::Ok,
-                Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
+                Err(e) => ctx.error(&e),
             }
         }
     }

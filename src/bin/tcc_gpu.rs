@@ -23,7 +23,8 @@ use std::path::{Path, PathBuf};
 use tcc::codegen::cuda;
 use tcc::codegen::cuda_build::read_plan;
 use tcc::codegen::nvptx::GemmKind;
-use tcc::run::{fail, run_report, RunError, RunOptions};
+use tcc::error::CommandError;
+use tcc::run::{fail, run_report, RunOptions};
 
 /// How to run each file.
 struct Mode {
@@ -34,7 +35,7 @@ struct Mode {
     variant_limit_s: f64,
 }
 
-fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> Result<(), RunError> {
+fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> Result<(), CommandError> {
     let (check, repeat, force) = (mode.check, mode.repeat, mode.force);
     let src = std::fs::read_to_string(file)
         .map_err(|e| fail("E0010", format!("cannot read `{}`: {e}", file.display()), None))?;

@@ -10,8 +10,9 @@ pub mod llvm;
 pub mod lower;
 pub mod nvptx;
 
+use crate::error::CommandError;
 use crate::interp;
-use crate::run::{fail, interp_error, run_report, RunError, RunOptions};
+use crate::run::{fail, interp_error, run_report, RunOptions};
 use crate::sema::hir::{ElemType, Hir, TensorId};
 use crate::tensor::Dense;
 use std::collections::HashMap;
@@ -92,7 +93,7 @@ fn seconds(s: f64) -> String {
 
 /// `tcc run` without `--interp`: JIT-compiles each unit, runs it and reports like
 /// the interpreter, plus a timing line (and a check line with `--check`).
-pub fn run_compiled(hir: &Hir, opts: &RunOptions, c: &CompiledRun, out: &mut dyn Write) -> Result<(), RunError> {
+pub fn run_compiled(hir: &Hir, opts: &RunOptions, c: &CompiledRun, out: &mut dyn Write) -> Result<(), CommandError> {
     run_report(hir, opts, out, &mut |u, inputs| {
         let r = llvm::jit_run(hir, u, inputs, &c.codegen, c.repeat.max(1)).map_err(|e| fail("E0712", e.0, None))?;
         let gflops = if r.run_s > 0.0 { r.flops / r.run_s / 1e9 } else { 0.0 };

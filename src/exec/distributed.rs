@@ -20,8 +20,9 @@
 //!
 //! Words and messages are counted by the communicator.
 
+use crate::error::CommandError;
 use crate::interp;
-use crate::run::{interp_error, RunError};
+use crate::run::interp_error;
 use crate::sema::hir::{Expr, Factor, Hir, Index, IndexId, Range, Role, Stmt, TensorId, TensorRef, UnitId};
 use crate::tensor::Dense;
 use std::collections::HashMap;
@@ -141,7 +142,7 @@ pub fn eval_tile(
     x: Option<IndexId>,
     range: std::ops::Range<usize>,
     values: &mut HashMap<TensorId, Dense>,
-) -> Result<Vec<f64>, RunError> {
+) -> Result<Vec<f64>, CommandError> {
     let mut h = hir.clone();
     let mut st = s.clone();
     st.accumulate = false;
@@ -229,7 +230,7 @@ pub fn run_unit(
     comm: &dyn Communicator,
     opts: &ExecOptions,
     stats: &mut TaskStats,
-) -> Result<HashMap<TensorId, Dense>, RunError> {
+) -> Result<HashMap<TensorId, Dense>, CommandError> {
     let (p, me) = (comm.size(), comm.rank());
     let unit = &hir.units[u];
     let mut values: HashMap<TensorId, Dense> = inputs.clone();
@@ -252,7 +253,7 @@ pub fn run_unit(
         let set = TaskSet::new(spaces);
         // Tiles computed here: (task, values).
         let mut mine: Vec<f64> = Vec::new();
-        let mut failure: Option<RunError> = None;
+        let mut failure: Option<CommandError> = None;
         {
             let counter = comm.counter();
             stats.tasks += run_tasks(set.len(), me, p, opts.schedule, counter.as_ref(), 1, |t| {

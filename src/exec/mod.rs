@@ -7,7 +7,8 @@ pub mod distributed;
 pub mod model;
 pub mod planned;
 
-use crate::run::{check_options, run_report, RunError, RunOptions};
+use crate::error::CommandError;
+use crate::run::{check_options, run_report, RunOptions};
 use crate::sema::hir::{Hir, TensorId, UnitId};
 use crate::tensor::Dense;
 use distributed::{ExecOptions, TaskStats};
@@ -38,8 +39,8 @@ impl Default for DistOptions {
     }
 }
 
-fn fail(message: String) -> RunError {
-    RunError { code: "E0720", message, hint: None }
+fn fail(message: String) -> CommandError {
+    CommandError { code: "E0720", message, hint: None }
 }
 
 /// What one rank returns: its report (rank 0) and its error, if any.
@@ -50,7 +51,7 @@ fn rank_body(
     dopts: &DistOptions,
     comm: &dyn Communicator,
     backends: &str,
-) -> (Vec<u8>, Result<(), RunError>) {
+) -> (Vec<u8>, Result<(), CommandError>) {
     let me = comm.rank();
     let mut ropts = ropts.clone();
     if me != 0 {
@@ -116,7 +117,12 @@ fn exec_hir(hir: &Hir, dopts: &DistOptions) -> Hir {
 
 /// `tcc run FILE --ranks N`: in-process ranks (`threads` and `shm` back ends mixed
 /// by the tuning table).
-pub fn run_threads(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut dyn Write) -> Result<(), RunError> {
+pub fn run_threads(
+    hir: &Hir,
+    ropts: &RunOptions,
+    dopts: &DistOptions,
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
     if dopts.ranks == 0 {
         return Err(fail("--ranks must be at least 1".into()));
     }
@@ -143,7 +149,7 @@ pub fn run_threads(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut
         Ok(mut v) => {
             let (buf, r) = v.swap_remove(0);
             r?;
-            out.write_all(&buf).map_err(|e| RunError {
+            out.write_all(&buf).map_err(|e| CommandError {
                 code: "E0711",
                 message: format!("cannot write the report: {e}"),
                 hint: None,
@@ -156,7 +162,7 @@ pub fn run_threads(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut
 /// `mpirun -np N tcc run FILE --backend mpi`: this process is one rank (`mpi` and
 /// `mpi-p2p` back ends mixed by the tuning table). A failing rank aborts the job.
 #[cfg(feature = "mpi")]
-pub fn run_mpi(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut dyn Write) -> Result<(), RunError> {
+pub fn run_mpi(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut dyn Write) -> Result<(), CommandError> {
     use tcc_runtime::comm::mpi::{abort, MpiWorld};
     let table = match &dopts.tuning {
         Some(t) if t.world != World::Mpi => {
@@ -182,7 +188,7 @@ pub fn run_mpi(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut dyn
     match r {
         Ok((buf, Ok(()))) => {
             drop(comm);
-            out.write_all(&buf).map_err(|e| RunError {
+            out.write_all(&buf).map_err(|e| CommandError {
                 code: "E0711",
                 message: format!("cannot write the report: {e}"),
                 hint: None,
@@ -204,8 +210,13 @@ pub fn run_mpi(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut dyn
 
 /// Without the `mpi` feature: a clear error.
 #[cfg(not(feature = "mpi"))]
-pub fn run_mpi(_hir: &Hir, _ropts: &RunOptions, _dopts: &DistOptions, _out: &mut dyn Write) -> Result<(), RunError> {
-    Err(RunError {
+pub fn run_mpi(
+    _hir: &Hir,
+    _ropts: &RunOptions,
+    _dopts: &DistOptions,
+    _out: &mut dyn Write,
+) -> Result<(), CommandError> {
+    Err(CommandError {
         code: "E0721",
         message: "this tcc was built without MPI support".into(),
         hint: Some("rebuild with `cargo build --features mpi` (needs an MPI library and libclang)".into()),

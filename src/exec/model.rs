@@ -8,9 +8,10 @@
 //! The schedule is static, so the words each rank sends are predicted before the
 //! run ([`predicted_words`]) and compared with the communicator's counters.
 
+use crate::error::CommandError;
 use crate::interp;
 use crate::plan::model::analysis::{is_attention, is_expert, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES};
-use crate::plan::model::{CliArgs, ModelPlanError};
+use crate::plan::model::CliArgs;
 use crate::sema::hir::{Expr, Factor, Hir, IndexId, ModelId, RangeId, Role, TensorId, UnitId};
 use crate::tensor::Dense;
 use std::collections::HashMap;
@@ -389,9 +390,8 @@ pub fn execute_mpi(_hir: &Hir, _model: ModelId, _style: Style, _seed: u64) -> Re
 }
 
 /// `tcc plan-model --execute STYLE`, whole: the report to print, or an error.
-pub fn cli(hir: &Hir, a: &CliArgs) -> Result<String, ModelPlanError> {
-    let err =
-        |code, message: String, hint: Option<&str>| ModelPlanError { code, message, hint: hint.map(String::from) };
+pub fn cli(hir: &Hir, a: &CliArgs) -> Result<String, CommandError> {
+    let err = |code, message: String, hint: Option<&str>| CommandError { code, message, hint: hint.map(String::from) };
     let style = a.execute.as_deref().ok_or_else(|| err("E0813", "no --execute style".into(), None))?;
     let style = Style::parse(style).map_err(|m| err("E0813", m, None))?;
     let id = match &a.model {

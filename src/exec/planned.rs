@@ -22,9 +22,10 @@
 //! ring step is a send to the successor and a receive from the predecessor, ordered
 //! even/odd along the ring so that blocking sends (MPI) cannot deadlock.
 
+use crate::error::CommandError;
 use crate::plan::layout::{coords_of, sub_interval, Layout};
 use crate::plan::{CommOp, Network, OpKind, Phase, Plan, PlanOptions, PlanStep, RankWords};
-use crate::run::{check_options, run_report, RunError, RunOptions};
+use crate::run::{check_options, run_report, RunOptions};
 use crate::sema::hir::{Factor, Hir, Role, TensorId, UnitId};
 use crate::tensor::Dense;
 use std::collections::HashMap;
@@ -89,22 +90,22 @@ pub struct PlanRun {
     pub gather_recv: u64,
 }
 
-fn fail(code: &'static str, message: String, hint: Option<&str>) -> RunError {
-    RunError { code, message, hint: hint.map(String::from) }
+fn fail(code: &'static str, message: String, hint: Option<&str>) -> CommandError {
+    CommandError { code, message, hint: hint.map(String::from) }
 }
 
 /// Plans unit `u` of the optimized program on `p` ranks.
-pub fn plan_for(opt: &Hir, u: UnitId, p: usize, popts: &PlanRunOptions) -> Result<Plan, RunError> {
+pub fn plan_for(opt: &Hir, u: UnitId, p: usize, popts: &PlanRunOptions) -> Result<Plan, CommandError> {
     let net = Network::parse(&popts.network)
         .map_err(|m| fail("E0801", m, Some("examples: --network torus:2x2x2, --network fat-tree")))?;
     let mut o = PlanOptions::new(p, net);
     o.mem_per_rank = popts.mem_per_rank;
-    crate::plan::plan_unit(opt, u, &o).map_err(|e| RunError { code: e.code, message: e.message, hint: e.hint })
+    crate::plan::plan_unit(opt, u, &o)
 }
 
 /// What the executor cannot run: calls, parenthesised sums and constant terms (the
 /// planner does not move the data they read).
-pub fn check_supported(opt: &Hir, u: UnitId) -> Result<(), RunError> {
+pub fn check_supported(opt: &Hir, u: UnitId) -> Result<(), CommandError> {
     let hint = Some("run it without --plan (replicate-and-tile execution) or with --interp");
     for (k, st) in opt.units[u].stmts.iter().enumerate() {
         for term in &st.rhs.terms {
@@ -617,7 +618,7 @@ pub fn execute_plan(
     plan: &Plan,
     inputs: &HashMap<TensorId, Dense>,
     comm: &dyn Communicator,
-) -> Result<PlanRun, RunError> {
+) -> Result<PlanRun, CommandError> {
     check_supported(opt, u)?;
     let (p, me) = (comm.size(), comm.rank());
     if p != plan.procs {
@@ -854,7 +855,7 @@ fn rank_body(
     popts: &PlanRunOptions,
     comm: &dyn Communicator,
     backend: &str,
-) -> (Vec<u8>, Result<(), RunError>) {
+) -> (Vec<u8>, Result<(), CommandError>) {
     let me = comm.rank();
     let mut ropts = ropts.clone();
     if me != 0 {
@@ -976,7 +977,7 @@ pub fn stats_text(runs: &[PlanRun], comm: &dyn Communicator, backend: &str) -> S
 
 /// Errors every rank would meet alike (unsupported constructs, no plan fits),
 /// found before any rank starts.
-fn precheck(opt: &Hir, ropts: &RunOptions, p: usize, popts: &PlanRunOptions) -> Result<(), RunError> {
+fn precheck(opt: &Hir, ropts: &RunOptions, p: usize, popts: &PlanRunOptions) -> Result<(), CommandError> {
     for u in 0..opt.units.len() {
         if ropts.program.as_deref().is_some_and(|n| n != opt.units[u].name) {
             continue;
@@ -989,7 +990,12 @@ fn precheck(opt: &Hir, ropts: &RunOptions, p: usize, popts: &PlanRunOptions) -> 
 
 /// `tcc run FILE --ranks N --plan`: in-process ranks, `threads` back end (point to
 /// point, counted exactly).
-pub fn run_threads(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &mut dyn Write) -> Result<(), RunError> {
+pub fn run_threads(
+    hir: &Hir,
+    ropts: &RunOptions,
+    popts: &PlanRunOptions,
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
     if popts.ranks == 0 {
         return Err(fail("E0720", "--ranks must be at least 1".into(), None));
     }
@@ -1019,7 +1025,7 @@ pub fn run_threads(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &
 /// `mpirun -np N tcc run FILE --backend mpi --plan`: this process is one rank
 /// (`mpi-p2p` back end: MPI send/recv, counted exactly).
 #[cfg(feature = "mpi")]
-pub fn run_mpi(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &mut dyn Write) -> Result<(), RunError> {
+pub fn run_mpi(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &mut dyn Write) -> Result<(), CommandError> {
     use tcc_runtime::comm::mpi::{abort, MpiWorld};
     let world = MpiWorld::init().ok_or_else(|| fail("E0720", "MPI was already initialized".into(), None))?;
     let size = world.size();
@@ -1056,8 +1062,13 @@ pub fn run_mpi(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &mut 
 
 /// Without the `mpi` feature: a clear error.
 #[cfg(not(feature = "mpi"))]
-pub fn run_mpi(_hir: &Hir, _ropts: &RunOptions, _popts: &PlanRunOptions, _out: &mut dyn Write) -> Result<(), RunError> {
-    Err(RunError {
+pub fn run_mpi(
+    _hir: &Hir,
+    _ropts: &RunOptions,
+    _popts: &PlanRunOptions,
+    _out: &mut dyn Write,
+) -> Result<(), CommandError> {
+    Err(CommandError {
         code: "E0721",
         message: "this tcc was built without MPI support".into(),
         hint: Some("rebuild with `cargo build --features mpi` (needs an MPI library and libclang)".into()),

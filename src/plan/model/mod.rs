@@ -15,6 +15,7 @@ pub mod analysis;
 pub mod formulas;
 pub mod report;
 
+use crate::error::CommandError;
 use crate::plan::Network;
 use analysis::{ModelInfo, TensorInfo, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES, TP_DEFAULT};
 use serde::Serialize;
@@ -678,13 +679,6 @@ pub fn from_hints(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: 
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelPlanError {
-    pub code: &'static str,
-    pub message: String,
-    pub hint: Option<String>,
-}
-
 /// `tcc plan-model`: analyzes the model (with `--dim` overrides), searches, renders.
 pub fn plan_model_command(
     hir: &crate::sema::hir::Hir,
@@ -692,8 +686,8 @@ pub fn plan_model_command(
     dims: &[(String, usize)],
     o: &ModelOptions,
     json: bool,
-) -> Result<String, ModelPlanError> {
-    let err = |code, message: String, hint: Option<String>| ModelPlanError { code, message, hint };
+) -> Result<String, CommandError> {
+    let err = |code, message: String, hint: Option<String>| CommandError { code, message, hint };
     if hir.models.is_empty() {
         return Err(err(
             "E0810",
@@ -770,9 +764,8 @@ pub struct CliArgs {
 
 /// `tcc plan-model` (without `--execute`: the executor, `exec::model::cli`, runs that),
 /// whole: the text to print, or an error.
-pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, ModelPlanError> {
-    let err =
-        |code, message: String, hint: Option<&str>| ModelPlanError { code, message, hint: hint.map(String::from) };
+pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, CommandError> {
+    let err = |code, message: String, hint: Option<&str>| CommandError { code, message, hint: hint.map(String::from) };
     let network = Network::parse(&a.network)
         .map_err(|m| err("E0801", m, Some("for example --network fat-tree:bw=25GB/s,lat=5us,flops=150TF/s")))?;
     let Some(devices) = a.devices else {
