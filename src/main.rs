@@ -742,7 +742,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: gpu_gemm.options() };
                 tcc::codegen::cuda::run_cuda(&hir, &opts, &c, &mut lock)
             } else {
-                let c = tcc::codegen::CompiledRun {
+                let c = tcc::run::compiled::CompiledRun {
                     codegen: tcc::codegen::llvm::Options {
                         target_cpu,
                         c_abi: false,
@@ -753,7 +753,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                     check,
                     repeat,
                 };
-                tcc::codegen::run_compiled(&hir, &opts, &c, &mut lock)
+                tcc::run::compiled::run_compiled(&hir, &opts, &c, &mut lock)
             };
             match result {
                 Ok(()) => Outcome::Ok,

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
-use tcc::codegen::compare_outputs;
 use tcc::interp::{random_inputs, run_unit};
+use tcc::run::compare::compare_outputs;
 use tcc::sema::hir::{ElemType, Hir};
 use tcc::tensor::Dense;
 

@@ -283,20 +283,10 @@ pub fn run_sharded(
 }
 
 /// Largest relative difference (to the largest magnitude of each output) between a
-/// sharded run's outputs and the interpreter's.
+/// sharded run's outputs and the interpreter's ([`crate::run::compare::compare`]);
+/// infinite if an output is missing or has another size.
 pub fn max_rel_diff(got: &HashMap<TensorId, Dense>, want: &HashMap<TensorId, Dense>) -> f64 {
-    let mut worst: f64 = 0.0;
-    for (t, w) in want {
-        let Some(g) = got.get(t) else { return f64::INFINITY };
-        if g.shape != w.shape {
-            return f64::INFINITY;
-        }
-        let scale = w.data.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
-        for (a, b) in g.data.iter().zip(&w.data) {
-            worst = worst.max((a - b).abs() / scale);
-        }
-    }
-    worst
+    crate::run::compare::compare(got, want, f64::INFINITY, |_| String::new()).unwrap_or(f64::INFINITY)
 }
 
 /// `tcc plan-model --execute STYLE`: runs the model on this rank of `comm` with

@@ -21,6 +21,9 @@
 //! E0708 a problem too large for the interpreter; E0709 cannot write an output file;
 //! E0710 the same tensor given twice; E0711 cannot write the report.
 
+pub mod compare;
+pub mod compiled;
+
 use crate::error::CommandError;
 use crate::interp::{self, InterpError};
 use crate::npy;
