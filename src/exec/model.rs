@@ -353,25 +353,39 @@ pub fn execute_threads(hir: &Hir, model: ModelId, style: Style, seed: u64, ranks
     if ranks == 0 {
         return Err("--ranks must be at least 1".into());
     }
-    let res = tcc_runtime::comm::threads::run(ranks, |rank| {
-        let comm = rank.comm(tcc_runtime::comm::Backend::Threads);
-        execute_report(hir, model, style, seed, comm.as_ref())
-    })
-    .map_err(|f| f.to_string())?;
-    res.into_iter().next().unwrap_or_else(|| Err("no ranks".into()))
+    execute_ranks(hir, model, style, seed, ranks, false)
 }
 
 /// `mpirun -np N tcc plan-model --execute STYLE --backend mpi`: this process is one
 /// rank (MPI's own collectives); rank 0 returns the report, others an empty string.
 #[cfg(feature = "mpi")]
 pub fn execute_mpi(hir: &Hir, model: ModelId, style: Style, seed: u64) -> Result<String, String> {
-    use tcc_runtime::comm::mpi::MpiWorld;
-    let world = MpiWorld::init().ok_or("MPI was already initialized")?;
-    let comm = world.comm(tcc_runtime::comm::Backend::Mpi);
-    let r = execute_report(hir, model, style, seed, comm.as_ref());
-    drop(comm);
-    drop(world);
-    r
+    execute_ranks(hir, model, style, seed, 1, true)
+}
+
+/// Runs [`execute_report`] on the ranks of [`super::launch::launch`]; a rank's
+/// error is returned, not an abort.
+fn execute_ranks(
+    hir: &Hir,
+    model: ModelId,
+    style: Style,
+    seed: u64,
+    ranks: usize,
+    mpi: bool,
+) -> Result<String, String> {
+    let backend = if mpi { tcc_runtime::comm::Backend::Mpi } else { tcc_runtime::comm::Backend::Threads };
+    let r = super::launch::launch(
+        ranks,
+        mpi,
+        |make| make(backend),
+        |_| Ok(()),
+        super::launch::OnError::Return,
+        |comm| execute_report(hir, model, style, seed, comm).map_err(|m| CommandError::new("E0814", m, None)),
+    );
+    match r {
+        Ok(s) => Ok(s.unwrap_or_default()),
+        Err(e) => Err(e.message),
+    }
 }
 
 #[cfg(not(feature = "mpi"))]

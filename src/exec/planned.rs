@@ -999,65 +999,43 @@ pub fn run_threads(
     if popts.ranks == 0 {
         return Err(fail("E0720", "--ranks must be at least 1".into(), None));
     }
-    check_options(hir, ropts)?;
-    let opt = crate::tir::optimize(hir).0;
-    precheck(&opt, ropts, popts.ranks, popts)?;
-    let res = tcc_runtime::comm::threads::run(popts.ranks, |rank| {
-        let comm = rank.comm(Backend::Threads);
-        let (buf, r) = rank_body(hir, &opt, ropts, popts, comm.as_ref(), "threads");
-        if let Err(e) = &r {
-            if popts.ranks > 1 {
-                rank.abort(&format!("{}: {}", e.code, e.message));
-            }
-        }
-        (buf, r)
-    });
-    match res {
-        Ok(mut v) => {
-            let (buf, r) = v.swap_remove(0);
-            r?;
-            out.write_all(&buf).map_err(|e| fail("E0711", format!("cannot write the report: {e}"), None))
-        }
-        Err(f) => Err(fail("E0720", f.to_string(), None)),
-    }
+    run_ranks(hir, ropts, popts, out, false)
 }
 
 /// `mpirun -np N tcc run FILE --backend mpi --plan`: this process is one rank
 /// (`mpi-p2p` back end: MPI send/recv, counted exactly).
 #[cfg(feature = "mpi")]
 pub fn run_mpi(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &mut dyn Write) -> Result<(), CommandError> {
-    use tcc_runtime::comm::mpi::{abort, MpiWorld};
-    let world = MpiWorld::init().ok_or_else(|| fail("E0720", "MPI was already initialized".into(), None))?;
-    let size = world.size();
+    run_ranks(hir, ropts, popts, out, true)
+}
+
+/// Runs the plan on the ranks of [`crate::exec::launch::launch`]; rank 0 writes the
+/// report.
+fn run_ranks(
+    hir: &Hir,
+    ropts: &RunOptions,
+    popts: &PlanRunOptions,
+    out: &mut dyn Write,
+    mpi: bool,
+) -> Result<(), CommandError> {
+    let (backend, name) = if mpi { (Backend::MpiP2p, "mpi-p2p") } else { (Backend::Threads, "threads") };
     let opt = crate::tir::optimize(hir).0;
-    if let Err(e) = check_options(hir, ropts).and_then(|_| precheck(&opt, ropts, size, popts)) {
-        // Every rank fails alike here; rank 0 reports.
-        if world.rank() == 0 {
-            return Err(e);
-        }
-        return Ok(());
+    let report = crate::exec::launch::launch(
+        popts.ranks,
+        mpi,
+        |make| make(backend),
+        |p| check_options(hir, ropts).and_then(|_| precheck(&opt, ropts, p, popts)),
+        crate::exec::launch::OnError::Abort(&|e| format!("{}: {}", e.code, e.message)),
+        |comm| {
+            let (buf, r) = rank_body(hir, &opt, ropts, popts, comm, name);
+            r.map(|()| buf)
+        },
+    )?;
+    if let Some(buf) = report {
+        out.write_all(&buf).map_err(|e| fail("E0711", format!("cannot write the report: {e}"), None))?;
+        let _ = out.flush();
     }
-    let comm = world.comm(Backend::MpiP2p);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        rank_body(hir, &opt, ropts, popts, comm.as_ref(), "mpi-p2p")
-    }));
-    match r {
-        Ok((buf, Ok(()))) => {
-            drop(comm);
-            out.write_all(&buf).map_err(|e| fail("E0711", format!("cannot write the report: {e}"), None))?;
-            let _ = out.flush();
-            drop(world);
-            Ok(())
-        }
-        Ok((_, Err(e))) => {
-            if size > 1 {
-                eprintln!("error[{}]: {}", e.code, e.message);
-                abort(1);
-            }
-            Err(e)
-        }
-        Err(_) => abort(2),
-    }
+    Ok(())
 }
 
 /// Without the `mpi` feature: a clear error.
