@@ -552,8 +552,14 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
             Err(e) => ctx.error(&e),
         };
     }
-    let opts =
-        tcc::codegen::llvm::Options { target_cpu, c_abi: true, mem_limit: None, gemm_min: None, parallel_min: None };
+    let opts = tcc::codegen::llvm::Options {
+        target_cpu,
+        c_abi: true,
+        mem_limit: None,
+        gemm_min: None,
+        parallel_min: None,
+        runtime_ranges: Vec::new(),
+    };
     match tcc::codegen::cabi::build_library(&hir, &file_stem(&file), program.as_deref(), &opts, &output) {
         Ok(report) => {
             eprint!("{report}");
@@ -605,8 +611,14 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
         };
     }
     if emit == Emit::Llvm {
-        let opts =
-            tcc::codegen::llvm::Options { target_cpu, c_abi: false, mem_limit, gemm_min: None, parallel_min: None };
+        let opts = tcc::codegen::llvm::Options {
+            target_cpu,
+            c_abi: false,
+            mem_limit,
+            gemm_min: None,
+            parallel_min: None,
+            runtime_ranges: Vec::new(),
+        };
         return match tcc::codegen::llvm::emit_llvm(&hir, &units, &opts) {
             Ok(ir) => {
                 print!("{ir}");
@@ -799,6 +811,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
                 mem_limit: None,
                 gemm_min: None,
                 parallel_min: None,
+                runtime_ranges: Vec::new(),
             },
             check,
             repeat,

@@ -15,12 +15,13 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Return codes of the generated functions.
-pub const CODES: [(&str, i32, &str); 5] = [
+pub const CODES: [(&str, i32, &str); 6] = [
     ("TCC_OK", 0, "success"),
     ("TCC_ERR_NULL", 1, "a null pointer for an argument with elements"),
     ("TCC_ERR_LENGTH", 2, "an argument's length differs from its declared shape's element count"),
     ("TCC_ERR_OVERLAP", 3, "an output overlaps another argument"),
     ("TCC_ERR_NOMEM", 4, "temporaries could not be allocated"),
+    ("TCC_ERR_SIZE", 5, "a size argument is zero, or the sizes make a tensor larger than the address space"),
 ];
 
 /// The library's base name: `libfoo.so` → `foo`, made a C/Fortran identifier.

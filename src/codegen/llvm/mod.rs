@@ -27,7 +27,7 @@ use super::lower::unit_flops;
 use crate::lir::fusion::fusible;
 use crate::lir::{Buffer, LoopNest, Node};
 use crate::pipeline::PipelineOptions;
-use crate::sema::hir::{ElemType, Func, Hir, IndexId, Role, Stmt, TensorId, UnitId};
+use crate::sema::hir::{ElemType, Func, Hir, IndexId, RangeId, Role, Stmt, TensorId, UnitId};
 use crate::tensor::Dense;
 use inkwell::attributes::AttributeLoc;
 use inkwell::builder::{Builder, BuilderError};
@@ -46,8 +46,10 @@ use std::path::Path;
 /// A failure of the back end (LLVM refused something, linking failed, ...).
 mod gett;
 mod loops;
+mod sizes;
 
 use gett::GettPlan;
+use sizes::Poly;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -81,6 +83,11 @@ pub struct Options {
     /// Loop nests of at least this many iterations run on the thread pool; `None`:
     /// [`PARALLEL_MIN_ITERATIONS`] (tests lower it).
     pub parallel_min: Option<f64>,
+    /// Ranges whose sizes the generated functions take as arguments (in this
+    /// order, before the tensors): their sizes in the HIR are only assumptions,
+    /// used for choices that do not change values (loop order, threads, GETT or
+    /// loops, blocking). Empty: every size is a compile-time constant.
+    pub runtime_ranges: Vec<RangeId>,
 }
 
 /// The default temporary-memory budget of compiled code: 2 GiB.
@@ -297,6 +304,8 @@ pub fn compile<'ctx>(
         uk: HashMap::new(),
         bufs: HashMap::new(),
         strides: HashMap::new(),
+        runtime: opts.runtime_ranges.clone(),
+        size_vals: HashMap::new(),
         bound: HashMap::new(),
         func: None,
         counter: 0,
@@ -393,9 +402,29 @@ pub fn jit_run(
     opts: &Options,
     repeat: usize,
 ) -> Result<JitRun, CodegenError> {
+    jit_run_sized(hir, unit, &std::collections::BTreeMap::new(), inputs, opts, repeat)
+}
+
+/// [`jit_run`] with the ranges of `sizes` compiled as runtime ranges (their sizes
+/// in `hir` are the assumptions) and run at the given sizes (each ≥ 1): inputs and
+/// outputs have the shapes those sizes give.
+pub fn jit_run_sized(
+    hir: &Hir,
+    unit: UnitId,
+    sizes: &std::collections::BTreeMap<RangeId, usize>,
+    inputs: &HashMap<TensorId, Dense>,
+    opts: &Options,
+    repeat: usize,
+) -> Result<JitRun, CodegenError> {
+    if let Some((r, _)) = sizes.iter().find(|(_, &n)| n == 0) {
+        return Err(err(format!("size of range `{}` must be at least 1", hir.ranges[*r].name)));
+    }
+    let shape = |t: TensorId| -> Vec<usize> {
+        hir.tensors[t].dims.iter().map(|r| sizes.get(r).copied().unwrap_or(hir.ranges[*r].size)).collect()
+    };
     let t0 = std::time::Instant::now();
     let ctx = Context::create();
-    let opts = Options { c_abi: false, ..opts.clone() };
+    let opts = Options { c_abi: false, runtime_ranges: sizes.keys().copied().collect(), ..opts.clone() };
     let c = compile(&ctx, hir, &[unit], &opts)?;
     let code = c.units[0].clone();
     let ee: ExecutionEngine = c
@@ -410,12 +439,14 @@ pub fn jit_run(
     let addr =
         ee.get_function_address(&format!("tcc_{}__argv", code.name)).map_err(|e| err(format!("LLVM JIT: {e:?}")))?;
     let compile_s = t0.elapsed().as_secs_f64();
-    // SAFETY: the generated function takes an array of one pointer per argument.
-    let f: unsafe extern "C" fn(*const *mut u8) -> i32 = unsafe { std::mem::transmute(addr) };
+    // SAFETY: the generated function takes an array of one pointer per argument
+    // and one of the runtime sizes.
+    let f: unsafe extern "C" fn(*const *mut u8, *const i64) -> i32 = unsafe { std::mem::transmute(addr) };
+    let size_args: Vec<i64> = sizes.values().map(|&n| n as i64).collect();
 
     let mut storage = Vec::new();
     for (k, &t) in code.args.iter().enumerate() {
-        let n = hir.num_elements(t).ok_or_else(|| err("tensor too large"))?;
+        let n = crate::tensor::checked_len(&hir.tensors[t].name, &shape(t)).map_err(|e| err(e.to_string()))?;
         let elem = hir.tensors[t].elem;
         let data: Vec<f64> = if k < code.n_inputs {
             let d = inputs.get(&t).ok_or_else(|| err(format!("no value for input `{}`", hir.tensors[t].name)))?;
@@ -440,7 +471,7 @@ pub fn jit_run(
     for _ in 0..repeat.max(1) {
         let t = std::time::Instant::now();
         // SAFETY: every buffer has its tensor's declared number of elements.
-        let rc = unsafe { f(ptrs.as_ptr()) };
+        let rc = unsafe { f(ptrs.as_ptr(), size_args.as_ptr()) };
         best = best.min(t.elapsed().as_secs_f64());
         if rc != 0 {
             return Err(err("the generated code could not allocate its temporaries"));
@@ -448,7 +479,7 @@ pub fn jit_run(
     }
     let mut outputs = HashMap::new();
     for (k, &t) in code.args.iter().enumerate().skip(code.n_inputs) {
-        outputs.insert(t, Dense::from_vec(hir.shape(t), storage[k].to_f64()));
+        outputs.insert(t, Dense::from_vec(shape(t), storage[k].to_f64()));
     }
     drop(ee);
     Ok(JitRun { outputs, compile_s, run_s: best, flops: code.flops })
@@ -489,7 +520,11 @@ struct Gen<'a, 'ctx> {
     /// Buffer pointer of each tensor in the current unit.
     bufs: HashMap<TensorId, PointerValue<'ctx>>,
     /// Stride of each position of each tensor's buffer (0 where fixed by a loop).
-    strides: HashMap<TensorId, Vec<u64>>,
+    strides: HashMap<TensorId, Vec<Poly>>,
+    /// The runtime ranges (see [`Options::runtime_ranges`]) and their sizes as
+    /// values of the function being generated.
+    runtime: Vec<RangeId>,
+    size_vals: HashMap<RangeId, IntValue<'ctx>>,
     bound: HashMap<IndexId, IntValue<'ctx>>,
     func: Option<FunctionValue<'ctx>>,
     counter: usize,
@@ -497,7 +532,7 @@ struct Gen<'a, 'ctx> {
     gemm_min: Option<f64>,
     parallel_min: f64,
     /// Extents of loops that stand for several collapsed indices (see `collapse`).
-    extents: HashMap<IndexId, u64>,
+    extents: HashMap<IndexId, Poly>,
     /// Inside a parallel sum's chunk: the written tensor and the chunk's private
     /// accumulator that replaces its (single) element.
     acc_slot: Option<(TensorId, PointerValue<'ctx>)>,
@@ -505,8 +540,28 @@ struct Gen<'a, 'ctx> {
 
 use super::lower::Operand;
 
-fn position_strides(hir: &Hir, b: &Buffer) -> Vec<u64> {
-    b.position_strides(hir).into_iter().map(|s| s as u64).collect()
+/// For each dimension of the buffer's tensor: its element stride (row-major over
+/// the stored dimensions; zero for a dimension fixed by a loop), in runtime sizes.
+fn position_strides(hir: &Hir, runtime: &[RangeId], b: &Buffer) -> Vec<Poly> {
+    let dims = &hir.tensors[b.tensor].dims;
+    let mut strides = vec![Poly::zero(); dims.len()];
+    let mut s = Poly::constant(1);
+    for &p in b.stored.iter().rev() {
+        strides[p] = s.clone();
+        s = s.mul(&Poly::range(hir, runtime, dims[p]));
+    }
+    strides
+}
+
+/// Elements of the buffer: the product of its stored extents, in runtime sizes.
+fn buffer_elements(hir: &Hir, runtime: &[RangeId], b: &Buffer) -> Poly {
+    let dims = &hir.tensors[b.tensor].dims;
+    b.stored.iter().fold(Poly::constant(1), |acc, &p| acc.mul(&Poly::range(hir, runtime, dims[p])))
+}
+
+/// Elements of a whole tensor, in runtime sizes.
+fn tensor_elements(hir: &Hir, runtime: &[RangeId], t: TensorId) -> Poly {
+    hir.tensors[t].dims.iter().fold(Poly::constant(1), |acc, &r| acc.mul(&Poly::range(hir, runtime, r)))
 }
 
 impl<'a, 'ctx> Gen<'a, 'ctx> {
@@ -518,6 +573,36 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     }
     fn i64c(&self, v: u64) -> IntValue<'ctx> {
         self.ctx.i64_type().const_int(v, false)
+    }
+
+    /// The value of `p` with the current function's runtime sizes (a constant when
+    /// `p` depends on none).
+    fn poly_value(&self, p: &Poly) -> Result<IntValue<'ctx>, CodegenError> {
+        if let Some(c) = p.as_const() {
+            return Ok(self.i64c(c));
+        }
+        let mut sum: Option<IntValue<'ctx>> = None;
+        for (ranges, c) in p.terms() {
+            let mut m: Option<IntValue<'ctx>> = (c != 1 || ranges.is_empty()).then(|| self.i64c(c));
+            for r in ranges {
+                let v = *self.size_vals.get(r).ok_or_else(|| err("internal: a runtime size is not available here"))?;
+                m = Some(match m {
+                    None => v,
+                    Some(x) => self.b.build_int_mul(x, v, "sz")?,
+                });
+            }
+            let m = m.expect("a monomial has a factor");
+            sum = Some(match sum {
+                None => m,
+                Some(x) => self.b.build_int_add(x, m, "sz")?,
+            });
+        }
+        Ok(sum.expect("a non-constant polynomial has a term"))
+    }
+
+    /// The size of index `i`'s range, in runtime sizes.
+    fn index_poly(&self, i: IndexId) -> Poly {
+        Poly::index(self.hir, &self.runtime, i)
     }
     fn name(&mut self, base: &str) -> String {
         self.counter += 1;
@@ -538,10 +623,10 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         self.func.expect("inside a function")
     }
 
-    /// `for i in 0..extent { body(i) }` (extent ≥ 1).
+    /// `for i in 0..extent { body(i) }` (extent ≥ 1: runtime sizes are checked at entry).
     fn build_loop(
         &mut self,
-        extent: u64,
+        extent: IntValue<'ctx>,
         body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>,
     ) -> Result<(), CodegenError> {
         self.build_loop_hinted(extent, false, body)
@@ -552,7 +637,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     /// loop is then vectorized like `-ffast-math` would).
     fn build_loop_hinted(
         &mut self,
-        extent: u64,
+        extent: IntValue<'ctx>,
         vectorize: bool,
         body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>,
     ) -> Result<(), CodegenError> {
@@ -569,7 +654,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let next = self.b.build_int_add(i, self.i64c(1), "i.next")?;
         let latch = self.b.get_insert_block().expect("positioned");
         phi.add_incoming(&[(&next, latch)]);
-        let cond = self.b.build_int_compare(IntPredicate::ULT, next, self.i64c(extent), "i.cond")?;
+        let cond = self.b.build_int_compare(IntPredicate::ULT, next, extent, "i.cond")?;
         let br = self.b.build_conditional_branch(cond, head, exit)?;
         if vectorize {
             self.mark_vectorize(br);
@@ -615,11 +700,12 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let st = &self.strides[&t];
         let mut off = self.i64c(0);
         for (p, &i) in indices.iter().enumerate() {
-            if st[p] == 0 {
+            if st[p].is_zero() {
                 continue;
             }
             let v = self.bound[&i];
-            let term = if st[p] == 1 { v } else { self.b.build_int_mul(v, self.i64c(st[p]), "o")? };
+            let term =
+                if st[p].as_const() == Some(1) { v } else { self.b.build_int_mul(v, self.poly_value(&st[p])?, "o")? };
             off = self.b.build_int_add(off, term, "o")?;
         }
         Ok(off)
@@ -630,11 +716,11 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let st = &self.strides[&t];
         let mut off = self.i64c(0);
         for (p, &i) in indices.iter().enumerate() {
-            if st[p] == 0 {
+            if st[p].is_zero() {
                 continue;
             }
             if let Some(&v) = self.bound.get(&i) {
-                let term = self.b.build_int_mul(v, self.i64c(st[p]), "o")?;
+                let term = self.b.build_int_mul(v, self.poly_value(&st[p])?, "o")?;
                 off = self.b.build_int_add(off, term, "o")?;
             }
         }
@@ -660,22 +746,33 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     fn unit(&mut self, nest: &LoopNest, code: &UnitCode) -> Result<(), CodegenError> {
         let hir = self.hir;
         let i32t = self.ctx.i32_type();
-        let params: Vec<BasicMetadataTypeEnum> =
-            code.args.iter().map(|&t| self.ft(hir.tensors[t].elem).ptr_type(AddressSpace::default()).into()).collect();
+        let i64t = self.ctx.i64_type();
+        // Runtime sizes first (each ≥ 1, checked by the callers), then the tensors.
+        let n_sizes = self.runtime.len();
+        let mut params: Vec<BasicMetadataTypeEnum> = vec![i64t.into(); n_sizes];
+        params.extend(
+            code.args
+                .iter()
+                .map(|&t| BasicMetadataTypeEnum::from(self.ft(hir.tensors[t].elem).ptr_type(AddressSpace::default()))),
+        );
         let body = self.module.add_function(&format!("tcc_{}__body", code.name), i32t.fn_type(&params, false), None);
         self.set_target_attrs(body);
         let noalias = inkwell::attributes::Attribute::get_named_enum_kind_id("noalias");
         for k in 0..code.args.len() {
-            body.add_attribute(AttributeLoc::Param(k as u32), self.ctx.create_enum_attribute(noalias, 0));
+            body.add_attribute(AttributeLoc::Param((n_sizes + k) as u32), self.ctx.create_enum_attribute(noalias, 0));
         }
         self.func = Some(body);
         self.bufs.clear();
         self.strides.clear();
         self.bound.clear();
+        self.size_vals.clear();
         let entry = self.ctx.append_basic_block(body, "entry");
         self.b.position_at_end(entry);
+        for (k, &r) in self.runtime.clone().iter().enumerate() {
+            self.size_vals.insert(r, body.get_nth_param(k as u32).expect("size").into_int_value());
+        }
         for (k, &t) in code.args.iter().enumerate() {
-            let p = body.get_nth_param(k as u32).expect("param").into_pointer_value();
+            let p = body.get_nth_param((n_sizes + k) as u32).expect("param").into_pointer_value();
             self.bufs.insert(t, p);
         }
         for (&t, buf) in &nest.buffers {
@@ -685,7 +782,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             {
                 return Err(err(format!("internal: output `{}` is sliced", hir.tensors[t].name)));
             }
-            self.strides.insert(t, position_strides(hir, buf));
+            self.strides.insert(t, position_strides(hir, &self.runtime, buf));
         }
         // Temporaries: calloc'd (zero, as the interpreter's), freed at the end.
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
@@ -698,7 +795,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 continue;
             }
             let elem = hir.tensors[t].elem;
-            let n = self.i64c(buf.elements.max(1) as u64);
+            let n = self.poly_value(&buffer_elements(hir, &self.runtime, buf))?;
             let sz = self.i64c(elem.size_bytes() as u64);
             let raw = self
                 .b
@@ -744,13 +841,22 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
 
         // The argv entry point.
         let pp = i8p.ptr_type(AddressSpace::default());
-        let argv =
-            self.module.add_function(&format!("tcc_{}__argv", code.name), i32t.fn_type(&[pp.into()], false), None);
+        let i64p = i64t.ptr_type(AddressSpace::default());
+        let argv = self.module.add_function(
+            &format!("tcc_{}__argv", code.name),
+            i32t.fn_type(&[pp.into(), i64p.into()], false),
+            None,
+        );
         self.set_target_attrs(argv);
         let e = self.ctx.append_basic_block(argv, "entry");
         self.b.position_at_end(e);
         let base = argv.get_nth_param(0).expect("argv").into_pointer_value();
+        let sizes = argv.get_nth_param(1).expect("sizes").into_pointer_value();
         let mut args: Vec<BasicMetadataValueEnum> = Vec::new();
+        for k in 0..n_sizes {
+            let slot = unsafe { self.b.build_in_bounds_gep(sizes, &[self.i64c(k as u64)], "szslot")? };
+            args.push(self.b.build_load(slot, "size")?.into());
+        }
         for (k, &t) in code.args.iter().enumerate() {
             let slot = unsafe { self.b.build_in_bounds_gep(base, &[self.i64c(k as u64)], "slot")? };
             let raw = self.b.build_load(slot, "arg")?.into_pointer_value();
@@ -788,7 +894,8 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                         continue;
                     }
                     let index = *index;
-                    self.build_loop(*extent as u64, &mut |g, i| {
+                    let n = self.poly_value(&self.index_poly(index))?;
+                    self.build_loop(n, &mut |g, i| {
                         g.bound.insert(index, i);
                         g.nodes(body, unit)?;
                         g.bound.remove(&index);
@@ -815,14 +922,18 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     }
 
     fn zero_all(&mut self, t: TensorId) -> Result<(), CodegenError> {
-        let n: u64 = {
+        let n: Poly = {
             let st = &self.strides[&t];
-            let shape = self.hir.shape(t);
-            st.iter().zip(&shape).filter(|(s, _)| **s > 0).map(|(_, &n)| n as u64).product()
+            let dims = &self.hir.tensors[t].dims;
+            st.iter()
+                .zip(dims)
+                .filter(|(s, _)| !s.is_zero())
+                .fold(Poly::constant(1), |acc, (_, &r)| acc.mul(&Poly::range(self.hir, &self.runtime, r)))
         };
-        if n == 0 {
+        if n.is_zero() {
             return Ok(());
         }
+        let n = self.poly_value(&n)?;
         let zero = self.ft(self.hir.tensors[t].elem).const_zero();
         self.build_loop(n, &mut |g, i| {
             let p = g.elem_ptr(t, i)?;
@@ -836,7 +947,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let free: Vec<IndexId> = idx
             .iter()
             .enumerate()
-            .filter(|(p, i)| self.strides[&t][*p] > 0 && !self.bound.contains_key(i))
+            .filter(|(p, i)| !self.strides[&t][*p].is_zero() && !self.bound.contains_key(i))
             .map(|(_, &i)| i)
             .collect();
         if free.iter().any(|&i| self.hir.index_size(i) == 0) {
@@ -856,6 +967,28 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     // C ABI
     // --------------------------------------------------------------------------
 
+    /// Whether the element count or byte size of tensor `t`, at the runtime sizes
+    /// of the current function, exceeds `isize::MAX`.
+    fn elements_overflow(&self, t: TensorId) -> Result<IntValue<'ctx>, CodegenError> {
+        let i64t = self.ctx.i64_type();
+        let umul = Intrinsic::find("llvm.umul.with.overflow")
+            .and_then(|i| i.get_declaration(self.module, &[i64t.into()]))
+            .ok_or_else(|| err("LLVM intrinsic llvm.umul.with.overflow not found"))?;
+        let tensor = &self.hir.tensors[t];
+        let mut n = self.i64c(tensor.elem.size_bytes() as u64);
+        let mut over = self.ctx.bool_type().const_zero();
+        for &r in &tensor.dims {
+            let d = self.poly_value(&Poly::range(self.hir, &self.runtime, r))?;
+            let res = self.b.build_call(umul, &[n.into(), d.into()], "mul")?.try_as_basic_value().left().expect("pair");
+            let res = res.into_struct_value();
+            n = self.b.build_extract_value(res, 0, "n")?.into_int_value();
+            let o = self.b.build_extract_value(res, 1, "o")?.into_int_value();
+            over = self.b.build_or(over, o, "over")?;
+        }
+        let big = self.b.build_int_compare(IntPredicate::UGT, n, self.i64c(isize::MAX as u64), "big")?;
+        Ok(self.b.build_or(over, big, "toolarge")?)
+    }
+
     fn c_abi(&mut self, codes: &[UnitCode]) -> Result<(), CodegenError> {
         let hir = self.hir;
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
@@ -873,7 +1006,8 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         self.b.build_return(Some(&v))?;
 
         for code in codes {
-            let mut params: Vec<BasicMetadataTypeEnum> = Vec::new();
+            let n_sizes = self.runtime.len();
+            let mut params: Vec<BasicMetadataTypeEnum> = vec![i64t.into(); n_sizes];
             for &t in &code.args {
                 params.push(self.ft(hir.tensors[t].elem).ptr_type(AddressSpace::default()).into());
                 params.push(i64t.into());
@@ -894,43 +1028,86 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 g.b.position_at_end(good);
                 Ok(())
             };
+            // Runtime sizes: each at least 1, and no tensor of the unit (temporaries
+            // included) with an element count or byte size beyond isize::MAX.
+            self.size_vals.clear();
+            for (k, &r) in self.runtime.clone().iter().enumerate() {
+                let v = f.get_nth_param(k as u32).expect("size").into_int_value();
+                self.size_vals.insert(r, v);
+                let zero = self.b.build_int_compare(IntPredicate::EQ, v, i64t.const_zero(), "zero")?;
+                let name = &hir.ranges[r].name;
+                fail(self, zero, &format!("tcc_{}: size `{name}` must be at least 1", code.name), 5)?;
+            }
+            if !self.runtime.is_empty() {
+                let mut tensors: Vec<TensorId> = Vec::new();
+                for s in &hir.units[code.unit].stmts {
+                    tensors.push(s.lhs.tensor);
+                    crate::sema::hir::collect_reads(&s.rhs, &mut |t| tensors.push(t));
+                }
+                tensors.sort_unstable();
+                tensors.dedup();
+                for t in tensors {
+                    let over = self.elements_overflow(t)?;
+                    let msg = format!(
+                        "tcc_{}: the sizes make `{}` larger than the address space",
+                        code.name, hir.tensors[t].name
+                    );
+                    fail(self, over, &msg, 5)?;
+                }
+            }
             let mut ptrs = Vec::new();
             for (k, &t) in code.args.iter().enumerate() {
-                let p = f.get_nth_param(2 * k as u32).expect("ptr").into_pointer_value();
-                let len = f.get_nth_param(2 * k as u32 + 1).expect("len").into_int_value();
+                let p = f.get_nth_param((n_sizes + 2 * k) as u32).expect("ptr").into_pointer_value();
+                let len = f.get_nth_param((n_sizes + 2 * k + 1) as u32).expect("len").into_int_value();
                 let tensor = &hir.tensors[t];
-                let n = hir.num_elements(t).unwrap_or(usize::MAX) as u64;
-                let shape = hir.shape(t).iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+                let elements = tensor_elements(hir, &self.runtime, t);
+                let n = self.poly_value(&elements)?;
+                let dims: Vec<String> = tensor
+                    .dims
+                    .iter()
+                    .map(|&r| {
+                        if self.runtime.contains(&r) {
+                            hir.ranges[r].name.clone()
+                        } else {
+                            hir.ranges[r].size.to_string()
+                        }
+                    })
+                    .collect();
+                let count = match elements.as_const() {
+                    Some(c) => c.to_string(),
+                    None => format!("{} (for the sizes given)", dims.join("·")),
+                };
                 let isn = self.b.build_is_null(p, "null")?;
                 let nonempty = self.b.build_int_compare(IntPredicate::NE, len, i64t.const_zero(), "ne")?;
                 let bad_null = self.b.build_and(isn, nonempty, "badnull")?;
-                let _ = n;
                 fail(self, bad_null, &format!("tcc_{}: argument `{}` is a null pointer", code.name, tensor.name), 1)?;
-                let wrong = self.b.build_int_compare(IntPredicate::NE, len, i64t.const_int(n, false), "badlen")?;
+                let wrong = self.b.build_int_compare(IntPredicate::NE, len, n, "badlen")?;
                 fail(
                     self,
                     wrong,
                     &format!(
-                        "tcc_{}: argument `{}` ({}[{shape}]) must have {n} elements (its `{}_len`)",
+                        "tcc_{}: argument `{}` ({}[{}]) must have {count} elements (its `{}_len`)",
                         code.name,
                         tensor.name,
                         tensor.elem.name(),
+                        dims.join(", "),
                         tensor.name
                     ),
                     2,
                 )?;
                 let addr = self.b.build_ptr_to_int(p, i64t, "addr")?;
-                let end =
-                    self.b.build_int_add(addr, i64t.const_int(n * tensor.elem.size_bytes() as u64, false), "end")?;
-                ptrs.push((p, addr, end, k >= code.n_inputs, t, n));
+                let bytes = self.b.build_int_mul(n, i64t.const_int(tensor.elem.size_bytes() as u64, false), "bytes")?;
+                let end = self.b.build_int_add(addr, bytes, "end")?;
+                let empty = elements.as_const() == Some(0);
+                ptrs.push((p, addr, end, k >= code.n_inputs, t, empty));
             }
             // An output must not overlap any other argument.
-            for (x, &(_, ax, ex, out_x, tx, nx)) in ptrs.iter().enumerate() {
-                if !out_x || nx == 0 {
+            for (x, &(_, ax, ex, out_x, tx, empty_x)) in ptrs.iter().enumerate() {
+                if !out_x || empty_x {
                     continue;
                 }
-                for (y, &(_, ay, ey, _, ty, ny)) in ptrs.iter().enumerate() {
-                    if x == y || ny == 0 {
+                for (y, &(_, ay, ey, _, ty, empty_y)) in ptrs.iter().enumerate() {
+                    if x == y || empty_y {
                         continue;
                     }
                     let c1 = self.b.build_int_compare(IntPredicate::ULT, ax, ey, "o1")?;
@@ -948,7 +1125,9 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 }
             }
             let body = self.module.get_function(&format!("tcc_{}__body", code.name)).expect("body generated");
-            let args: Vec<BasicMetadataValueEnum> = ptrs.iter().map(|p| p.0.into()).collect();
+            let mut args: Vec<BasicMetadataValueEnum> =
+                (0..n_sizes).map(|k| f.get_nth_param(k as u32).expect("size").into()).collect();
+            args.extend(ptrs.iter().map(|p| BasicMetadataValueEnum::from(p.0)));
             let r = self.b.build_call(body, &args, "r")?.try_as_basic_value().left().expect("i32").into_int_value();
             let oom = self.b.build_int_compare(IntPredicate::NE, r, i32t.const_zero(), "oom")?;
             fail(self, oom, &format!("tcc_{}: out of memory for temporaries", code.name), 4)?;
