@@ -8,6 +8,7 @@ pub mod codegen;
 pub mod diag;
 pub mod exec;
 pub mod fmt;
+pub mod ids;
 pub mod interp;
 pub mod lir;
 pub mod lsp;

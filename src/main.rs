@@ -531,8 +531,8 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Ok(h) => h,
                 Err(o) => return o,
             };
-            let units: Vec<usize> = match &program {
-                None => (0..hir.units.len()).collect(),
+            let units: Vec<tcc::sema::hir::UnitId> = match &program {
+                None => hir.units.ids().collect(),
                 Some(name) => match hir.unit_by_name(name) {
                     Some(u) => vec![u],
                     None => {
@@ -769,7 +769,13 @@ fn tune_command(ctx: &Ctx, ranks: usize, backend: RunBackend, max_bytes: u64, ou
 }
 
 /// `tcc opt`: the optimizer's report or one of its intermediate forms.
-fn opt_command(hir: &tcc::sema::hir::Hir, units: &[usize], emit: Emit, json: bool, mem_limit: Option<u64>) -> String {
+fn opt_command(
+    hir: &tcc::sema::hir::Hir,
+    units: &[tcc::sema::hir::UnitId],
+    emit: Emit,
+    json: bool,
+    mem_limit: Option<u64>,
+) -> String {
     use tcc::lir::fusion::{lower_unit, FusionOptions};
     let (opt, report) = tcc::tir::optimize(hir);
     let fusion = FusionOptions { mem_limit, ..FusionOptions::default() };

@@ -7,13 +7,17 @@ use tcc::interp::{random_inputs, run_unit, Dense};
 use tcc::lir::exec::execute;
 use tcc::lir::fusion::{lower_unit, FusionOptions};
 
-fn assert_close(what: &str, want: &HashMap<usize, Dense>, got: &HashMap<usize, Dense>) {
+fn assert_close(
+    what: &str,
+    want: &HashMap<tcc::sema::hir::TensorId, Dense>,
+    got: &HashMap<tcc::sema::hir::TensorId, Dense>,
+) {
     assert_eq!(want.len(), got.len(), "{what}: outputs differ");
     for (t, w) in want {
         let g = &got[t];
         let scale = w.data.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
         for (a, b) in w.data.iter().zip(&g.data) {
-            assert!((a - b).abs() <= 1e-10 * scale, "{what}: output {t}: {a} vs {b}");
+            assert!((a - b).abs() <= 1e-10 * scale, "{what}: output {}: {a} vs {b}", t.index());
         }
     }
 }
@@ -32,7 +36,7 @@ fn optimized_and_fused_examples_match_the_interpreter() {
         let (hir, diags) = tcc::compile(&src, &stem);
         let hir = hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()));
         let (opt, _) = tcc::tir::optimize(&hir);
-        for u in 0..hir.units.len() {
+        for u in hir.units.ids() {
             let inputs = random_inputs(&hir, u, 11).unwrap();
             let want = run_unit(&hir, u, &inputs).unwrap();
             let what = format!("{} unit {}", path.display(), hir.units[u].name);

@@ -10,7 +10,7 @@
 use super::nvptx::{self, GpuOptions, GpuPlan, UnitPlan};
 use crate::interp::{self, Dense};
 use crate::run::{fail, interp_error, run_report, RunError, RunOptions};
-use crate::sema::hir::{Hir, TensorId};
+use crate::sema::hir::{Hir, TensorId, UnitId};
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -77,7 +77,7 @@ pub fn run_cuda(hir: &Hir, opts: &RunOptions, c: &CudaRun, out: &mut dyn Write) 
 /// The extra report lines of a GPU run: timing, and the check with `check`.
 pub fn report_lines(
     hir: &Hir,
-    u: usize,
+    u: UnitId,
     plan: &GpuPlan,
     r: &GpuRun,
     compile_s: f64,

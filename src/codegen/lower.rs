@@ -19,7 +19,8 @@
 //! again (the optimizer may leave calls in terms it did not reorder).
 
 use crate::sema::hir::{
-    ElemType, Expr, Factor, Func, Hir, IndexId, ModelId, Role, Stmt, Tensor, TensorId, TensorRef, Term, UnitKind,
+    ElemType, Expr, Factor, Func, Hir, IndexId, ModelId, Role, Stmt, Tensor, TensorId, TensorRef, Term, UnitId,
+    UnitKind,
 };
 
 /// The program every back end compiles: calls and sums made simple, self-reads
@@ -53,7 +54,7 @@ pub fn simple_call_arg<'e>(arg: &'e Expr, free: &[IndexId]) -> Option<&'e Tensor
 /// Rewrites calls, sums and self-reads; see the module documentation.
 pub fn materialize(hir: &Hir) -> Hir {
     let mut m = Mat { hir: hir.clone(), counter: 0 };
-    for u in 0..hir.units.len() {
+    for u in hir.units.ids() {
         let model = match hir.units[u].kind {
             UnitKind::Model(id) => Some(id),
             UnitKind::Program => None,
@@ -100,8 +101,7 @@ impl Mat {
             symmetry: Vec::new(),
             span: 0..0,
             model,
-        });
-        self.hir.tensors.len() - 1
+        })
     }
 
     /// Computes `e` over `free` into a fresh temporary (statements into `out`).
@@ -150,7 +150,7 @@ impl Mat {
 
 /// Floating-point operations of a prepared unit: per term, `2 ×` (or `1 ×` for a
 /// term of at most one factor) the product of the sizes of its distinct indices.
-pub fn unit_flops(hir: &Hir, unit: usize) -> f64 {
+pub fn unit_flops(hir: &Hir, unit: UnitId) -> f64 {
     let mut total = 0.0;
     for s in &hir.units[unit].stmts {
         for t in &s.rhs.terms {

@@ -12,7 +12,7 @@ pub mod nvptx;
 
 use crate::interp::{self, Dense};
 use crate::run::{fail, interp_error, run_report, RunError, RunOptions};
-use crate::sema::hir::{ElemType, Hir, TensorId};
+use crate::sema::hir::{ElemType, Hir, TensorId, UnitId};
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -27,7 +27,7 @@ pub const TOL_F32: f64 = 1e-4;
 /// the unit stores anything in `f32`: the interpreter keeps every value in `f64`).
 pub fn compare_outputs(
     hir: &Hir,
-    unit: usize,
+    unit: UnitId,
     got: &HashMap<TensorId, Dense>,
     want: &HashMap<TensorId, Dense>,
 ) -> Result<f64, String> {

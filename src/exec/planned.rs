@@ -623,7 +623,7 @@ pub fn execute_plan(
     if p != plan.procs {
         return Err(fail("E0724", format!("the plan is for {} ranks, this run has {p}", plan.procs), None));
     }
-    let by_name = |n: &str| opt.tensors.iter().position(|t| t.name == n);
+    let by_name = |n: &str| opt.tensors.position(|t| t.name == n);
     // Current layout and block of every live tensor.
     let mut cur: HashMap<String, (Layout, Option<Blk>)> = HashMap::new();
     for (name, l) in &plan.initial {
@@ -868,17 +868,13 @@ fn rank_body(
             let plan = plan_for(opt, u, comm.size(), popts)?;
             let by_name: HashMap<TensorId, Dense> = inputs
                 .iter()
-                .filter_map(|(t, v)| {
-                    opt.tensors.iter().position(|x| x.name == hir.tensors[*t].name).map(|k| (k, v.clone()))
-                })
+                .filter_map(|(t, v)| opt.tensors.position(|x| x.name == hir.tensors[*t].name).map(|k| (k, v.clone())))
                 .collect();
             let run = execute_plan(opt, u, &plan, &by_name, comm)?;
             let outs = run
                 .outputs
                 .iter()
-                .filter_map(|(t, v)| {
-                    hir.tensors.iter().position(|x| x.name == opt.tensors[*t].name).map(|k| (k, v.clone()))
-                })
+                .filter_map(|(t, v)| hir.tensors.position(|x| x.name == opt.tensors[*t].name).map(|k| (k, v.clone())))
                 .collect();
             runs.push(run);
             Ok((outs, Vec::new()))
@@ -977,7 +973,7 @@ pub fn stats_text(runs: &[PlanRun], comm: &dyn Communicator, backend: &str) -> S
 /// Errors every rank would meet alike (unsupported constructs, no plan fits),
 /// found before any rank starts.
 fn precheck(opt: &Hir, ropts: &RunOptions, p: usize, popts: &PlanRunOptions) -> Result<(), RunError> {
-    for u in 0..opt.units.len() {
+    for u in opt.units.ids() {
         if ropts.program.as_deref().is_some_and(|n| n != opt.units[u].name) {
             continue;
         }

@@ -29,6 +29,7 @@ mod search;
 #[cfg(test)]
 mod tests;
 
+use crate::sema::hir::UnitId;
 use serde::Serialize;
 
 pub use bounds::{lower_bound, Bound, BoundIndex};
@@ -396,8 +397,8 @@ pub fn plan_command(
             hint: Some("for example --procs 64 or --procs 4,64,1024".into()),
         });
     }
-    let units: Vec<usize> = match program {
-        None => (0..hir.units.len()).collect(),
+    let units: Vec<UnitId> = match program {
+        None => hir.units.ids().collect(),
         Some(name) => match hir.unit_by_name(name) {
             Some(u) => vec![u],
             None => {

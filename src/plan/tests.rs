@@ -31,13 +31,13 @@ fn program(sizes: &[(char, usize)], a: &str, b: &str, c: &str) -> crate::sema::h
 
 fn spec_of(hir: &crate::sema::hir::Hir) -> Spec {
     let (opt, _) = crate::tir::optimize(hir);
-    let (mut specs, _) = build_steps(&opt, 0);
+    let (mut specs, _) = build_steps(&opt, UnitId::new(0));
     assert_eq!(specs.len(), 1);
     specs.remove(0)
 }
 
-fn idx(hir: &crate::sema::hir::Hir, name: &str) -> usize {
-    hir.indices.iter().position(|i| i.name == name).unwrap()
+fn idx(hir: &crate::sema::hir::Hir, name: &str) -> crate::sema::hir::IndexId {
+    hir.indices.position(|i| i.name == name).unwrap()
 }
 
 fn cand(hir: &crate::sema::hir::Hir, grid: &[usize], names: &[&str]) -> Cand {
@@ -156,7 +156,7 @@ fn plan_src(src: &str, p: usize, mem: Option<u64>) -> Result<Plan, PlanError> {
     let (opt, _) = crate::tir::optimize(&hir);
     let mut o = PlanOptions::new(p, fat());
     o.mem_per_rank = mem;
-    plan_unit(&opt, 0, &o)
+    plan_unit(&opt, UnitId::new(0), &o)
 }
 
 const MM: &str = "range M = 2048; range K = 2048; range N = 2048; index i : M; index k : K; index j : N;
@@ -209,11 +209,11 @@ fn naive_plan_is_a_1d_grid() {
     let (opt, _) = crate::tir::optimize(&hir.unwrap());
     let mut o = PlanOptions::new(16, fat());
     o.strategy = Strategy::Naive;
-    let naive = plan_unit(&opt, 0, &o).unwrap();
+    let naive = plan_unit(&opt, UnitId::new(0), &o).unwrap();
     assert_eq!(naive.steps[0].grid, vec![16]);
     // B[k,j] starts split on k and is all-gathered in full: 2048²·15/16 words.
     assert_eq!(naive.totals.words_max, 2048 * 2048 / 16 * 15);
-    let best = plan_unit(&opt, 0, &PlanOptions::new(16, fat())).unwrap();
+    let best = plan_unit(&opt, UnitId::new(0), &PlanOptions::new(16, fat())).unwrap();
     assert!(best.totals.time <= naive.totals.time);
 }
 

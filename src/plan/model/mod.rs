@@ -17,6 +17,7 @@ pub mod formulas;
 pub mod report;
 
 use crate::plan::Network;
+use crate::sema::hir::ModelId;
 use analysis::{ModelInfo, TensorInfo, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES, TP_DEFAULT};
 use serde::Serialize;
 
@@ -705,9 +706,9 @@ pub fn plan_model_command(
     if o.devices == 0 || o.devices > crate::plan::MAX_PROCS {
         return Err(err("E0802", format!("--devices must be between 1 and {}", crate::plan::MAX_PROCS), None));
     }
-    let ids: Vec<usize> = match model {
-        None => (0..hir.models.len()).collect(),
-        Some(name) => match hir.models.iter().position(|m| m.name == name) {
+    let ids: Vec<ModelId> = match model {
+        None => hir.models.ids().collect(),
+        Some(name) => match hir.models.position(|m| m.name == name) {
             Some(i) => vec![i],
             None => {
                 let names: Vec<&str> = hir.models.iter().map(|m| m.name.as_str()).collect();
@@ -776,13 +777,12 @@ pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, ModelPlan
     if let Some(style) = &a.execute {
         let style = exec::Style::parse(style).map_err(|m| err("E0813", m, None))?;
         let id = match &a.model {
-            None if hir.models.len() == 1 => 0,
+            None if hir.models.len() == 1 => ModelId::new(0),
             None => {
                 return Err(err("E0813", "--execute needs --model NAME when the file has several models".into(), None))
             }
             Some(n) => hir
                 .models
-                .iter()
                 .position(|m| &m.name == n)
                 .ok_or_else(|| err("E0702", format!("no model named `{n}`"), None))?,
         };
