@@ -162,7 +162,11 @@ fn replicated_inputs_are_not_charged_for_copies_they_hold() {
     let opt = tcc::tir::optimize(&hir).0;
     let popts = PlanRunOptions { ranks: 4, network: CHEAP_NET.into(), mem_per_rank: None, stats: false };
     let plan = plan_for(&opt, UnitId::new(0), 4, &popts).unwrap();
-    assert!(plan.initial.iter().any(|(n, l)| n == "A" && l.replication() == 2), "{:?}", plan.initial);
+    assert!(
+        plan.initial.iter().any(|(n, l)| opt.tensors[*n].name == "A" && l.replication() == 2),
+        "{:?}",
+        plan.initial
+    );
     for op in plan.steps.iter().flat_map(|s| &s.ops) {
         assert!(op.kind != tcc::plan::OpKind::AllToAll || op.recv_total > 0, "{op:?}");
     }

@@ -135,7 +135,7 @@ fn main() {
                             format!(
                                 "{}{}",
                                 m.size,
-                                m.index.as_deref().map(|i| format!(":{i}")).unwrap_or_else(|| ":idle".into())
+                                m.index.map(|i| format!(":{}", a.names.index(i))).unwrap_or_else(|| ":idle".into())
                             )
                         })
                         .collect::<Vec<_>>()

@@ -31,7 +31,7 @@ fn program(sizes: &[(char, usize)], a: &str, b: &str, c: &str) -> crate::sema::h
 
 fn spec_of(hir: &crate::sema::hir::Hir) -> Spec {
     let (opt, _) = crate::tir::optimize(hir);
-    let (mut specs, _) = build_steps(&opt, UnitId::new(0));
+    let (mut specs, _) = build_steps(&opt, UnitId::new(0), &mut PlanNames::new(&opt));
     assert_eq!(specs.len(), 1);
     specs.remove(0)
 }
@@ -130,7 +130,7 @@ fn alltoall_counts_conserve_words() {
     let op = CommOp {
         kind: OpKind::AllToAll,
         phase: Phase::Before,
-        tensor: "T".into(),
+        tensor: PlanTensor::Tensor(TensorId::new(0)),
         shape: vec![10, 6],
         along: vec![0, 1],
         from,
@@ -199,7 +199,7 @@ B[a,b,c,d] = C[a,p] * C[b,q] * C[c,r] * C[d,s] * A[p,q,r,s];";
     let total: u64 = (0..64).map(|r| plan.rank_words(r).moved).max().unwrap();
     assert_eq!(total, plan.totals.words_max);
     for s in &plan.steps {
-        assert!(s.ratio.is_none_or(|r| r >= 1.0 - 1e-9), "{}: {:?}", s.text, s.ratio);
+        assert!(s.ratio.is_none_or(|r| r >= 1.0 - 1e-9), "{}: {:?}", plan.names.step_text(s), s.ratio);
     }
 }
 
@@ -221,7 +221,7 @@ fn naive_plan_is_a_1d_grid() {
 fn distribute_hints_set_the_initial_layout() {
     let src = format!("{MM}\ngrid G[4, 4];\ndistribute A[i,k] over G as [i:1, k:0];");
     let plan = plan_src(&src, 16, None).unwrap();
-    let (_, l) = plan.initial.iter().find(|(n, _)| n == "A").unwrap();
+    let (_, l) = plan.initial.iter().find(|(n, _)| plan.names.tensors[*n] == "A").unwrap();
     assert_eq!(l.grid, vec![4, 4]);
     assert_eq!(l.splits, vec![vec![1], vec![0]]);
     let other = plan_src(&src, 64, None).unwrap();
