@@ -167,8 +167,8 @@ impl<I: Id, T> IdVec<I, T> {
     }
 
     /// The first id whose entry satisfies `pred`.
-    pub fn position(&self, mut pred: impl FnMut(&T) -> bool) -> Option<I> {
-        self.raw.iter().position(|t| pred(t)).map(I::new)
+    pub fn position(&self, pred: impl FnMut(&T) -> bool) -> Option<I> {
+        self.raw.iter().position(pred).map(I::new)
     }
 
     /// The entries as a plain slice, in id order.

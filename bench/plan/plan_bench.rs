@@ -135,7 +135,9 @@ fn main() {
                             format!(
                                 "{}{}",
                                 m.size,
-                                m.index.map(|i| format!(":{}", a.names.index(i))).unwrap_or_else(|| ":idle".into())
+                                m.index
+                                    .map(|i| format!(":{}", a.names.index_name(i)))
+                                    .unwrap_or_else(|| ":idle".into())
                             )
                         })
                         .collect::<Vec<_>>()

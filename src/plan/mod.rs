@@ -284,7 +284,7 @@ impl PlanNames {
         }
     }
 
-    pub fn index(&self, i: IndexId) -> &str {
+    pub fn index_name(&self, i: IndexId) -> &str {
         &self.indices[i]
     }
 

@@ -46,7 +46,7 @@ fn grid_text(names: &PlanNames, s: &PlanStep) -> String {
         .iter()
         .enumerate()
         .map(|(g, m)| match m.index {
-            Some(i) => format!("g{g}={} ({})", names.index(i), m.class.name()),
+            Some(i) => format!("g{g}={} ({})", names.index_name(i), m.class.name()),
             None => format!("g{g}=idle"),
         })
         .collect();
@@ -231,7 +231,7 @@ fn step_json(n: &PlanNames, s: &PlanStep) -> Value {
 }
 
 fn grid_dim_json(n: &PlanNames, m: &GridDim) -> Value {
-    json!({"size": m.size, "index": m.index.map(|i| n.index(i)), "class": m.class.name()})
+    json!({"size": m.size, "index": m.index.map(|i| n.index_name(i)), "class": m.class.name()})
 }
 
 fn operand_json(n: &PlanNames, o: &OperandPlan) -> Value {
