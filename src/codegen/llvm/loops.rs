@@ -63,7 +63,7 @@ impl<'ctx> Gen<'_, 'ctx> {
             self.b.build_store(slot(self, k)?, v)?;
             k += 1;
         }
-        for (_, v) in bound.iter().chain(&sizes) {
+        for v in bound.iter().map(|x| &x.1).chain(sizes.iter().map(|x| &x.1)) {
             self.b.build_store(slot(self, k)?, *v)?;
             k += 1;
         }

@@ -101,9 +101,10 @@ mod tests {
     fn polynomials_compare_for_every_size() {
         let (hir, _) = crate::compile("range O = 3; range V = 3; index i : O; index a : V;", "t");
         let hir = hir.unwrap();
-        let rt = [0, 1];
-        let o = Poly::range(&hir, &rt, 0);
-        let v = Poly::range(&hir, &rt, 1);
+        let (r0, r1) = (RangeId::new(0), RangeId::new(1));
+        let rt = [r0, r1];
+        let o = Poly::range(&hir, &rt, r0);
+        let v = Poly::range(&hir, &rt, r1);
         // O·V and V·O are one monomial; O·V ≠ V·V although both assume 9.
         assert_eq!(o.mul(&v), v.mul(&o));
         assert_ne!(o.mul(&v), v.mul(&v));
@@ -116,6 +117,6 @@ mod tests {
         assert_eq!(Poly::constant(5).as_const(), Some(5));
         assert_eq!(o.as_const(), None);
         // Fixed ranges are constants.
-        assert_eq!(Poly::range(&hir, &[], 0).as_const(), Some(3));
+        assert_eq!(Poly::range(&hir, &[], r0).as_const(), Some(3));
     }
 }
