@@ -176,7 +176,7 @@ enum Command {
     /// Compile to a shared library with a C header and a Fortran module.
     ///
     /// `tcc build FILE -o libNAME.so` writes libNAME.so, NAME.h and NAME.f90 (module
-    /// `NAME`) side by side: one C function `tcc_PROGRAM` per program or model.
+    /// `NAME`) side by side: one C function `tcc_NAME_PROGRAM` per program or model.
     Build {
         /// The `.tc` source file.
         file: PathBuf,
@@ -189,6 +189,10 @@ enum Command {
         /// Only this program or model.
         #[arg(long, value_name = "NAME")]
         program: Option<String>,
+        /// The library's name, for its symbols (`tcc_NAME_...`), header and Fortran
+        /// module; default: from `-o libNAME.so`. A C identifier.
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
         /// `cuda`: write PTX (`-o NAME.ptx`) and its launch plan (`NAME.plan.json`),
         /// the host side that `tcc-gpu` and `tcc run --target cuda` execute.
         #[arg(long, value_enum, default_value_t = TargetKind::Cpu)]
@@ -530,7 +534,7 @@ fn cmd_fmt(ctx: &Ctx, command: Command) -> Outcome {
 
 /// `tcc build`: a shared library with its C header and Fortran module, or PTX.
 fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
-    let Command::Build { file, output, target_cpu, program, target, gpu_gemm } = command else {
+    let Command::Build { file, output, target_cpu, program, name, target, gpu_gemm } = command else {
         unreachable!("cmd_build is called for `Build`")
     };
     let hir = match front_end(ctx, &file) {
@@ -538,6 +542,9 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         Err(o) => return o,
     };
     if target == TargetKind::Cuda {
+        if name.is_some() {
+            return ctx.fail("E0716", "--name applies to CPU libraries, not to --target cuda", None);
+        }
         return match tcc::codegen::cuda_build::build_ptx(
             &hir,
             program.as_deref(),
@@ -560,7 +567,8 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         parallel_min: None,
         runtime_ranges: Vec::new(),
     };
-    match tcc::codegen::cabi::build_library(&hir, &file_stem(&file), program.as_deref(), &opts, &output) {
+    let (program, name) = (program.as_deref(), name.as_deref());
+    match tcc::codegen::cabi::build_library(&hir, &file_stem(&file), program, name, &opts, &output) {
         Ok(report) => {
             eprint!("{report}");
             Outcome::Ok

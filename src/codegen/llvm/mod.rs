@@ -4,14 +4,16 @@
 //! Per unit (program or model) the module holds
 //!
 //! * `tcc_NAME__body(T* noalias, ...)` — one pointer argument per input then per
-//!   output (in [`Hir::unit_inputs`] / [`Hir::unit_outputs`] order); allocates the
+//!   output (in [`super::cabi::abi_args`] order: declaration order); allocates the
 //!   unit's temporaries (sliced as the fusion decided), runs the loop nest, frees
 //!   them; returns 0, or 1 if an allocation failed;
 //! * `tcc_NAME__argv(T** argv)` — the same with the pointers in an array (the JIT's
 //!   entry point);
-//! * with the C ABI ([`Options::c_abi`]): `int tcc_NAME(const T* A, size_t A_len,
-//!   ..., T* C, size_t C_len)`, which validates every pointer and length first (see
-//!   `book/src/abi.md`), and `const char* tcc_last_error(void)`.
+//! * with the C ABI of a library `LIB` ([`write_object`]): `int tcc_LIB_NAME(const
+//!   T* A, size_t A_len, ..., T* C, size_t C_len)`, which validates every pointer and
+//!   length first (see `book/src/abi.md`), `const char* tcc_LIB_last_error(void)`
+//!   (reading a thread-local of this module only) and `const char*
+//!   tcc_LIB_version(void)`. The `__body`/`__argv` functions are then hidden.
 //!
 //! Statements become loops over the indices their enclosing LIR loops leave free.
 //! A binary contraction big enough to pay for packing becomes a call of the
@@ -70,7 +72,8 @@ fn err(s: impl Into<String>) -> CodegenError {
 pub struct Options {
     /// LLVM CPU name (`skylake-avx512`, `x86-64`, ...); `None` or `native`: the host.
     pub target_cpu: Option<String>,
-    /// Also emit the validated C-ABI entry points and `tcc_last_error`.
+    /// Also emit the validated C-ABI entry points, `tcc_LIB_last_error` and
+    /// `tcc_LIB_version`, for the library named `tcc` ([`write_object`] names it).
     pub c_abi: bool,
     /// Bytes of temporaries the fused nests may keep live at once: the least fused
     /// nest that fits is compiled (whole contractions map to large GEMMs). `None`:
@@ -280,6 +283,17 @@ pub fn compile<'ctx>(
     units: &[UnitId],
     opts: &Options,
 ) -> Result<Compiled<'ctx>, CodegenError> {
+    compile_lib(ctx, hir, units, opts, opts.c_abi.then_some("tcc"))
+}
+
+/// [`compile`], with the C ABI of library `lib` when it is `Some`.
+fn compile_lib<'ctx>(
+    ctx: &'ctx Context,
+    hir: &Hir,
+    units: &[UnitId],
+    opts: &Options,
+    lib: Option<&str>,
+) -> Result<Compiled<'ctx>, CodegenError> {
     let popts = PipelineOptions::with_mem_limit(Some(opts.mem_limit.unwrap_or(DEFAULT_MEM_LIMIT)));
     let prepared = crate::pipeline::prepare(hir, &popts);
     let nests = crate::pipeline::fuse(&prepared, units, &popts);
@@ -309,7 +323,7 @@ pub fn compile<'ctx>(
         bound: HashMap::new(),
         func: None,
         counter: 0,
-        c_abi: opts.c_abi,
+        c_abi: lib.is_some(),
         gemm_min: opts.gemm_min,
         parallel_min: opts.parallel_min.unwrap_or(PARALLEL_MIN_ITERATIONS),
         extents: HashMap::new(),
@@ -317,23 +331,16 @@ pub fn compile<'ctx>(
     };
     let mut codes = Vec::new();
     for (&u, nest) in units.iter().zip(&nests) {
-        // The argument order is the source program's (the optimizer may reorder reads).
-        let inputs = hir.unit_inputs(u);
-        let outputs = hir.unit_outputs(u);
-        let mut args = inputs.clone();
-        args.extend(outputs.iter().copied());
-        let code = UnitCode {
-            unit: u,
-            name: prepared.units[u].name.clone(),
-            args,
-            n_inputs: inputs.len(),
-            flops: unit_flops(&prepared, u),
-        };
+        // The ABI's argument order, from the source program (the optimizer may
+        // reorder reads): declaration order, not order of use.
+        let (args, n_inputs) = super::cabi::abi_args(hir, u);
+        let code =
+            UnitCode { unit: u, name: prepared.units[u].name.clone(), args, n_inputs, flops: unit_flops(&prepared, u) };
         g.unit(nest, &code)?;
         codes.push(code);
     }
-    if opts.c_abi {
-        g.c_abi(&codes)?;
+    if let Some(lib) = lib {
+        g.c_abi(&codes, lib)?;
     }
     module.verify().map_err(|e| err(format!("LLVM rejected the generated module: {}", e.to_string())))?;
     let pbo = PassBuilderOptions::create();
@@ -353,11 +360,18 @@ pub fn emit_llvm(hir: &Hir, units: &[UnitId], opts: &Options) -> Result<String, 
     Ok(c.module.print_to_string().to_string())
 }
 
-/// Writes the object file of `units` with the C ABI.
-pub fn write_object(hir: &Hir, units: &[UnitId], opts: &Options, path: &Path) -> Result<Vec<UnitCode>, CodegenError> {
+/// Writes the object file of `units` with the C ABI of library `lib` (symbols
+/// `tcc_LIB_...`, see [`super::cabi`]).
+pub fn write_object(
+    hir: &Hir,
+    units: &[UnitId],
+    opts: &Options,
+    lib: &str,
+    path: &Path,
+) -> Result<Vec<UnitCode>, CodegenError> {
     let ctx = Context::create();
     let opts = Options { c_abi: true, ..opts.clone() };
-    let c = compile(&ctx, hir, units, &opts)?;
+    let c = compile_lib(&ctx, hir, units, &opts, Some(lib))?;
     c.machine.write_to_file(&c.module, FileType::Object, path).map_err(|e| err(format!("LLVM: {}", e.to_string())))?;
     Ok(c.units)
 }
@@ -989,21 +1003,29 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         Ok(self.b.build_or(over, big, "toolarge")?)
     }
 
-    fn c_abi(&mut self, codes: &[UnitCode]) -> Result<(), CodegenError> {
+    fn c_abi(&mut self, codes: &[UnitCode], lib: &str) -> Result<(), CodegenError> {
+        use super::cabi::{last_error_symbol, symbol, version_string, version_symbol};
         let hir = self.hir;
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
         let i32t = self.ctx.i32_type();
         let i64t = self.ctx.i64_type();
+        // The last error: thread-local and internal, so private to this library.
         let err_g = self.module.add_global(i8p, None, "tcc_last_error_message");
         err_g.set_initializer(&i8p.const_null());
         err_g.set_thread_local(true);
         err_g.set_linkage(Linkage::Internal);
-        let last = self.module.add_function("tcc_last_error", i8p.fn_type(&[], false), None);
+        let last = self.module.add_function(&last_error_symbol(lib), i8p.fn_type(&[], false), None);
         self.set_target_attrs(last);
         let e = self.ctx.append_basic_block(last, "entry");
         self.b.position_at_end(e);
         let v = self.b.build_load(err_g.as_pointer_value(), "msg")?;
         self.b.build_return(Some(&v))?;
+        let ver = self.module.add_function(&version_symbol(lib), i8p.fn_type(&[], false), None);
+        self.set_target_attrs(ver);
+        let e = self.ctx.append_basic_block(ver, "entry");
+        self.b.position_at_end(e);
+        let s = self.b.build_global_string_ptr(&version_string(), "tcc_version_string")?;
+        self.b.build_return(Some(&s.as_pointer_value()))?;
 
         for code in codes {
             let n_sizes = self.runtime.len();
@@ -1012,7 +1034,8 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 params.push(self.ft(hir.tensors[t].elem).ptr_type(AddressSpace::default()).into());
                 params.push(i64t.into());
             }
-            let f = self.module.add_function(&format!("tcc_{}", code.name), i32t.fn_type(&params, false), None);
+            let sym = symbol(lib, &code.name);
+            let f = self.module.add_function(&sym, i32t.fn_type(&params, false), None);
             self.set_target_attrs(f);
             self.func = Some(f);
             let entry = self.ctx.append_basic_block(f, "entry");
@@ -1036,7 +1059,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 self.size_vals.insert(r, v);
                 let zero = self.b.build_int_compare(IntPredicate::EQ, v, i64t.const_zero(), "zero")?;
                 let name = &hir.ranges[r].name;
-                fail(self, zero, &format!("tcc_{}: size `{name}` must be at least 1", code.name), 5)?;
+                fail(self, zero, &format!("{sym}: size `{name}` must be at least 1"), 5)?;
             }
             if !self.runtime.is_empty() {
                 let mut tensors: Vec<TensorId> = Vec::new();
@@ -1048,10 +1071,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 tensors.dedup();
                 for t in tensors {
                     let over = self.elements_overflow(t)?;
-                    let msg = format!(
-                        "tcc_{}: the sizes make `{}` larger than the address space",
-                        code.name, hir.tensors[t].name
-                    );
+                    let msg = format!("{sym}: the sizes make `{}` larger than the address space", hir.tensors[t].name);
                     fail(self, over, &msg, 5)?;
                 }
             }
@@ -1080,14 +1100,13 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 let isn = self.b.build_is_null(p, "null")?;
                 let nonempty = self.b.build_int_compare(IntPredicate::NE, len, i64t.const_zero(), "ne")?;
                 let bad_null = self.b.build_and(isn, nonempty, "badnull")?;
-                fail(self, bad_null, &format!("tcc_{}: argument `{}` is a null pointer", code.name, tensor.name), 1)?;
+                fail(self, bad_null, &format!("{sym}: argument `{}` is a null pointer", tensor.name), 1)?;
                 let wrong = self.b.build_int_compare(IntPredicate::NE, len, n, "badlen")?;
                 fail(
                     self,
                     wrong,
                     &format!(
-                        "tcc_{}: argument `{}` ({}[{}]) must have {count} elements (its `{}_len`)",
-                        code.name,
+                        "{sym}: argument `{}` ({}[{}]) must have {count} elements (its `{}_len`)",
                         tensor.name,
                         tensor.elem.name(),
                         dims.join(", "),
@@ -1117,8 +1136,8 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                         self,
                         ov,
                         &format!(
-                            "tcc_{}: output `{}` overlaps argument `{}`",
-                            code.name, hir.tensors[tx].name, hir.tensors[ty].name
+                            "{sym}: output `{}` overlaps argument `{}`",
+                            hir.tensors[tx].name, hir.tensors[ty].name
                         ),
                         3,
                     )?;
@@ -1130,7 +1149,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             args.extend(ptrs.iter().map(|p| BasicMetadataValueEnum::from(p.0)));
             let r = self.b.build_call(body, &args, "r")?.try_as_basic_value().left().expect("i32").into_int_value();
             let oom = self.b.build_int_compare(IntPredicate::NE, r, i32t.const_zero(), "oom")?;
-            fail(self, oom, &format!("tcc_{}: out of memory for temporaries", code.name), 4)?;
+            fail(self, oom, &format!("{sym}: out of memory for temporaries"), 4)?;
             self.b.build_store(err_g.as_pointer_value(), i8p.const_null())?;
             self.b.build_return(Some(&i32t.const_zero()))?;
             self.func = None;
