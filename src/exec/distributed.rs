@@ -152,6 +152,7 @@ pub fn eval_tile(
             size: range.len(),
             span: span.clone(),
             model: None,
+            size_kind: crate::sema::hir::SizeKind::Fixed,
         });
         h.indices.push(Index {
             name: format!("{}@tile", hir.indices[x].name),

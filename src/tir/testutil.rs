@@ -22,7 +22,13 @@ impl Builder {
             let r = match hir.ranges.iter().position(|r| r.size == n) {
                 Some(r) => r,
                 None => {
-                    hir.ranges.push(Range { name: format!("N{n}"), size: n, span: 0..0, model: None });
+                    hir.ranges.push(Range {
+                        name: format!("N{n}"),
+                        size: n,
+                        span: 0..0,
+                        model: None,
+                        size_kind: SizeKind::Fixed,
+                    });
                     hir.ranges.len() - 1
                 }
             };
