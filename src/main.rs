@@ -171,6 +171,14 @@ enum Command {
         /// `TCC_LOG=passes` prints every pass to stderr from any command.
         #[arg(long, value_name = "PASS", value_parser = parse_pass, conflicts_with_all = ["emit", "json"])]
         emit_after: Option<tcc::pipeline::Pass>,
+        /// Bind run-time ranges to sizes (`range O;`): NAME=SIZE, comma-separated or
+        /// repeated (`--size O=40,V=400`).
+        #[arg(long = "size", value_name = "NAME=SIZE")]
+        size: Vec<String>,
+        /// Sizes assumed for run-time ranges (`range O;`) in costs and plans:
+        /// NAME=SIZE, comma-separated or repeated (default 32 each; reported).
+        #[arg(long = "assume", value_name = "NAME=SIZE")]
+        assume: Vec<String>,
     },
     /// Compile to a shared library with a C header and a Fortran module.
     ///
@@ -196,6 +204,15 @@ enum Command {
         /// computed; `auto` picks the cheapest by predicted time.
         #[arg(long, value_enum, default_value_t = GpuGemm::Auto)]
         gpu_gemm: GpuGemm,
+        /// Sizes of run-time ranges (`range O;`): NAME=SIZE, comma-separated or
+        /// repeated. Libraries do not take sizes yet: every run-time range must be
+        /// given one here, and the library is built for it.
+        #[arg(long = "size", value_name = "NAME=SIZE")]
+        size: Vec<String>,
+        /// Sizes assumed for run-time ranges (`range O;`): NAME=SIZE (checked; a
+        /// library is only built for sizes given with --size).
+        #[arg(long = "assume", value_name = "NAME=SIZE")]
+        assume: Vec<String>,
     },
     /// Plan distributed execution on P ranks: per contraction the processor grid,
     /// the mapping of its indices, the communication and its predicted cost,
@@ -224,6 +241,10 @@ enum Command {
         /// Only this program or model.
         #[arg(long, value_name = "NAME")]
         program: Option<String>,
+        /// Sizes assumed for run-time ranges (`range O;`) in costs and plans:
+        /// NAME=SIZE, comma-separated or repeated (default 32 each; reported).
+        #[arg(long = "assume", value_name = "NAME=SIZE")]
+        assume: Vec<String>,
     },
     /// Plan a `model` block on N devices: data (ZeRO 0-3, ZeRO++), tensor, sequence
     /// (Ulysses / ring) and expert parallelism, ranked by predicted step time with
@@ -302,6 +323,10 @@ enum Command {
         /// Read an input tensor from a .npy file: NAME=path.npy (repeatable).
         #[arg(long = "input", value_name = "NAME=FILE")]
         inputs: Vec<String>,
+        /// Sizes of run-time ranges (`range O;`): NAME=SIZE, comma-separated or
+        /// repeated (`--size O=40,V=400`); sizes not given are read off --input arrays.
+        #[arg(long = "size", value_name = "NAME=SIZE")]
+        size: Vec<String>,
         /// Write each output to DIR/NAME.npy.
         #[arg(long, value_name = "DIR")]
         output_dir: Option<PathBuf>,
@@ -503,10 +528,14 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Outcome::Ok
             }
         }
-        Command::Build { file, output, target_cpu, program, target, gpu_gemm } => {
+        Command::Build { file, output, target_cpu, program, target, gpu_gemm, size, assume } => {
             let hir = match front_end(ctx, &file) {
                 Ok(h) => h,
                 Err(o) => return o,
+            };
+            let hir = match tcc::sema::sizes::bind_for_build(&hir, &size, &assume) {
+                Ok(h) => h,
+                Err(e) => return ctx.fail(e.code, &e.message, e.hint.as_deref()),
             };
             if target == TargetKind::Cuda {
                 return match tcc::codegen::cuda_build::build_ptx(
@@ -538,11 +567,22 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
                 Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
             }
         }
-        Command::Opt { file, emit, json, mem_limit, program, target_cpu, gpu_gemm, emit_after } => {
+        Command::Opt { file, emit, json, mem_limit, program, target_cpu, gpu_gemm, emit_after, size, assume } => {
             let hir = match front_end(ctx, &file) {
                 Ok(h) => h,
                 Err(o) => return o,
             };
+            let hir = match tcc::sema::sizes::bind_and_assume(&hir, &size, &assume) {
+                Ok(h) => h,
+                Err(e) => return ctx.fail(e.code, &e.message, e.hint.as_deref()),
+            };
+            if let Some(note) = tcc::sema::sizes::assumed_sizes_note(&hir) {
+                if emit == Emit::Report && !json && emit_after.is_none() {
+                    println!("{note}");
+                } else {
+                    eprintln!("{note}");
+                }
+            }
             let units: Vec<usize> = match &program {
                 None => (0..hir.units.len()).collect(),
                 Some(name) => match hir.unit_by_name(name) {
@@ -594,11 +634,22 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
             print!("{}", opt_command(&hir, &units, emit, json, mem_limit));
             Outcome::Ok
         }
-        Command::Plan { file, procs, network, mem_per_rank, json, dot, naive, program } => {
+        Command::Plan { file, procs, network, mem_per_rank, json, dot, naive, program, assume } => {
             let hir = match front_end(ctx, &file) {
                 Ok(h) => h,
                 Err(o) => return o,
             };
+            let hir = match tcc::sema::sizes::bind_and_assume(&hir, &[], &assume) {
+                Ok(h) => h,
+                Err(e) => return ctx.fail(e.code, &e.message, e.hint.as_deref()),
+            };
+            if let Some(note) = tcc::sema::sizes::assumed_sizes_note(&hir) {
+                if json || dot {
+                    eprintln!("{note}");
+                } else {
+                    println!("{note}");
+                }
+            }
             use tcc::plan::{Format, Strategy};
             let format = if json {
                 Format::Json
@@ -672,6 +723,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
             repeat,
             seed,
             inputs,
+            size,
             output_dir,
             save_inputs,
             program,
@@ -718,6 +770,10 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
             let hir = match front_end(ctx, &file) {
                 Ok(h) => h,
                 Err(o) => return o,
+            };
+            let hir = match tcc::run::sizes::bind_for_run(&hir, &size, &parsed_inputs) {
+                Ok(h) => h,
+                Err(e) => return ctx.fail(e.code, &e.message, e.hint.as_deref()),
             };
             let opts = tcc::run::RunOptions { seed, inputs: parsed_inputs, output_dir, save_inputs, program };
             let stdout = std::io::stdout();

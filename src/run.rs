@@ -21,6 +21,8 @@
 //! E0708 a problem too large for the interpreter; E0709 cannot write an output file;
 //! E0710 the same tensor given twice; E0711 cannot write the report.
 
+pub mod sizes;
+
 use crate::interp::{self, Dense, InterpError};
 use crate::npy;
 use crate::sema::hir::{Hir, Role, TensorId, UnitId, UnitKind};

@@ -283,8 +283,8 @@ pub fn infer_sizes(
                             "E0744",
                             format!("range `{}` is given two sizes: {m} by {prev} and {n} by {origin}", range.name),
                             Some(format!(
-                                "the dimensions of `{}` over `{}` must all have one size",
-                                t.name, range.name
+                                "every dimension over `{}` of every input array has the one size of `{}`",
+                                range.name, range.name
                             )),
                         ))
                     }
@@ -299,14 +299,28 @@ pub fn infer_sizes(
     Ok(known.into_iter().map(|(n, (s, _))| (n, s)).collect())
 }
 
+/// `tcc opt`, `tcc plan`, `tcc build`: the ranges named by `--size` (`size_specs`)
+/// bound, then the sizes of `--assume` (`assume_specs`) assumed.
+pub fn bind_and_assume(hir: &Hir, size_specs: &[String], assume_specs: &[String]) -> Result<Hir, SizeError> {
+    let bound = bind_sizes(hir, &parse_sizes("--size", size_specs)?)?;
+    assume_sizes(&bound, &parse_sizes("--assume", assume_specs)?)
+}
+
+/// `tcc build`: [`bind_and_assume`], then E0747 unless every run-time range is bound
+/// (a library is never compiled for an assumed size).
+pub fn bind_for_build(hir: &Hir, size_specs: &[String], assume_specs: &[String]) -> Result<Hir, SizeError> {
+    let out = bind_and_assume(hir, size_specs, assume_specs)?;
+    require_fixed_for_build(&out)?;
+    Ok(out)
+}
+
 /// E0747: `tcc build` cannot yet compile a library that takes sizes at run time.
 pub fn require_fixed_for_build(hir: &Hir) -> Result<(), SizeError> {
     let runtime = hir.runtime_ranges();
     if runtime.is_empty() {
         return Ok(());
     }
-    let example: Vec<String> =
-        runtime.iter().map(|&r| format!("{}={}", hir.ranges[r].name, hir.ranges[r].size)).collect();
+    let example: Vec<String> = runtime.iter().map(|&r| format!("{}=N", hir.ranges[r].name)).collect();
     Err(fail(
         "E0747",
         format!(
