@@ -283,8 +283,8 @@ pub fn infer_sizes(
                             "E0744",
                             format!("range `{}` is given two sizes: {m} by {prev} and {n} by {origin}", range.name),
                             Some(format!(
-                                "every dimension over `{}` of every input array has the one size of `{}`",
-                                range.name, range.name
+                                "a run-time range has one size: every dimension over `{}`, in every input and in `{flag}`, has it",
+                                range.name
                             )),
                         ))
                     }
