@@ -227,7 +227,7 @@ fn every_example_as_a_library_from_c_and_fortran() {
             &format!("gfortran {lib}.f90"),
         );
         let src = std::fs::read_to_string(path).unwrap();
-        let (hir, _) = tcc::compile(&src, &stem);
+        let (hir, _) = tcc::compile(&src, "main");
         let hir = hir.unwrap();
         for ui in 0..hir.units.len() {
             let u = UnitId::new(ui);

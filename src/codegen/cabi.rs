@@ -15,7 +15,7 @@
 use super::llvm::{self, UnitCode};
 use crate::error::CommandError;
 use crate::run::fail;
-use crate::sema::hir::{ElemType, Hir, Role, TensorId, UnitId};
+use crate::sema::hir::{ElemType, Hir, RangeId, Role, TensorId, UnitId};
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -311,17 +311,30 @@ fn unique_pairs(bases: Vec<String>, reserved: &[String], fold: fn(&str) -> Strin
     out
 }
 
+/// The name of the size argument of run-time range `r`: `size_O` (C) or `size_o`
+/// (Fortran). Tensor names never start with `size_` in a way that clashes: they
+/// are renamed around these.
+pub fn size_param(hir: &Hir, r: RangeId, fortran: bool) -> String {
+    let n = &hir.ranges[r].name;
+    if fortran {
+        format!("size_{}", n.to_ascii_lowercase())
+    } else {
+        format!("size_{n}")
+    }
+}
+
 /// The C parameter names of `args`: the tensor names (`T2`, `T2_len`), renamed only
-/// where they would clash.
-pub fn c_params(hir: &Hir, args: &[TensorId]) -> Vec<(String, String)> {
-    let reserved: Vec<String> = C_RESERVED.iter().map(|s| s.to_string()).collect();
+/// where they would clash (with C words or the size arguments `sizes`).
+pub fn c_params(hir: &Hir, args: &[TensorId], sizes: &[RangeId]) -> Vec<(String, String)> {
+    let mut reserved: Vec<String> = C_RESERVED.iter().map(|s| s.to_string()).collect();
+    reserved.extend(sizes.iter().map(|&r| size_param(hir, r, false)));
     unique_pairs(args.iter().map(|&t| hir.tensors[t].name.clone()).collect(), &reserved, |s| s.to_string())
 }
 
 /// The Fortran dummy names of `args` in function `fname`: the tensor names lower-cased
 /// (`t2`, `t2_len`), made valid and unique (Fortran ignores case: `T` and `t`
 /// become `t` and `t_2`).
-pub fn fortran_dummies(hir: &Hir, args: &[TensorId], fname: &str) -> Vec<(String, String)> {
+pub fn fortran_dummies(hir: &Hir, args: &[TensorId], sizes: &[RangeId], fname: &str) -> Vec<(String, String)> {
     let bases = args
         .iter()
         .map(|&t| {
@@ -335,33 +348,46 @@ pub fn fortran_dummies(hir: &Hir, args: &[TensorId], fname: &str) -> Vec<(String
             n
         })
         .collect();
-    let reserved: Vec<String> =
+    let mut reserved: Vec<String> =
         [fname, "c_int", "c_size_t", "c_double", "c_float"].iter().map(|s| s.to_string()).collect();
+    reserved.extend(sizes.iter().map(|&r| size_param(hir, r, true)));
     unique_pairs(bases, &reserved, |s| s.to_ascii_lowercase())
 }
 
-/// `[o=4][v=6]` and the element count, or `scalar`.
+/// A dimension's extent as the caller knows it: the fixed size, or the size
+/// argument of a run-time range.
+fn extent_doc(hir: &Hir, r: RangeId, fortran: bool) -> String {
+    if hir.ranges[r].is_runtime() {
+        size_param(hir, r, fortran)
+    } else {
+        hir.ranges[r].size.to_string()
+    }
+}
+
+/// `[o=4][v=6]` and the element count, or `scalar`; a run-time range shows its size
+/// argument (`[O=size_O]`) and the count is the product.
 fn shape_doc(hir: &Hir, t: TensorId) -> String {
     let tensor = &hir.tensors[t];
     if tensor.dims.is_empty() {
         return "scalar (1 element)".into();
     }
     let dims: String =
-        tensor.dims.iter().map(|&r| format!("[{}={}]", hir.ranges[r].name, hir.ranges[r].size)).collect();
-    format!("{dims}, {} elements", hir.num_elements(t).unwrap_or(0))
+        tensor.dims.iter().map(|&r| format!("[{}={}]", hir.ranges[r].name, extent_doc(hir, r, false))).collect();
+    if tensor.dims.iter().any(|&r| hir.ranges[r].is_runtime()) {
+        let product: Vec<String> = tensor.dims.iter().map(|&r| extent_doc(hir, r, false)).collect();
+        format!("{dims}, {} elements", product.join("*"))
+    } else {
+        format!("{dims}, {} elements", hir.num_elements(t).unwrap_or(0))
+    }
 }
 
 /// How a Fortran caller declares the array of tensor `t` named `name`: the
 /// dimensions reversed.
 fn fortran_decl(hir: &Hir, t: TensorId, name: &str) -> String {
     let tensor = &hir.tensors[t];
-    let mut shape = hir.shape(t);
+    let mut shape: Vec<String> = tensor.dims.iter().map(|&r| extent_doc(hir, r, true)).collect();
     shape.reverse();
-    let dims = if shape.is_empty() {
-        String::new()
-    } else {
-        format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "))
-    };
+    let dims = if shape.is_empty() { String::new() } else { format!("({})", shape.join(", ")) };
     format!("real({}) :: {name}{dims}", f_kind(tensor.elem))
 }
 
@@ -419,8 +445,23 @@ pub fn header(hir: &Hir, lib: &str, codes: &[UnitCode], source: &str) -> String 
     let _ = writeln!(s, "const char* {}(void);\n", version_symbol(lib));
     let codes_list = CODES.iter().map(|c| c.0).collect::<Vec<_>>().join(", ");
     for c in codes {
-        let names = c_params(hir, &c.args);
-        let _ = writeln!(s, "/* {} `{}` ({} flops per call).", unit_kind(hir, c.unit), c.name, c.flops);
+        let names = c_params(hir, &c.args, &c.sizes);
+        let _ = writeln!(
+            s,
+            "/* {} `{}` ({} flops per call{}).",
+            unit_kind(hir, c.unit),
+            c.name,
+            c.flops,
+            if c.sizes.is_empty() { "" } else { " at the assumed sizes" }
+        );
+        for &r in &c.sizes {
+            let _ = writeln!(
+                s,
+                " *   size  {}: the size of range `{}` (at least 1; given when the function is called)",
+                size_param(hir, r, false),
+                hir.ranges[r].name
+            );
+        }
         for (k, &t) in c.args.iter().enumerate() {
             let tensor = &hir.tensors[t];
             let label = if names[k].0 == tensor.name {
@@ -438,15 +479,11 @@ pub fn header(hir: &Hir, lib: &str, codes: &[UnitCode], source: &str) -> String 
             let _ = writeln!(s, " *         Fortran: {}", fortran_decl(hir, t, &names[k].0.to_ascii_lowercase()));
         }
         let _ = writeln!(s, " * Returns {codes_list}. */");
-        let args: Vec<String> = c
-            .args
-            .iter()
-            .enumerate()
-            .map(|(k, &t)| {
-                let cst = if k < c.n_inputs { "const " } else { "" };
-                format!("{cst}{}* {}, size_t {}", c_type(hir.tensors[t].elem), names[k].0, names[k].1)
-            })
-            .collect();
+        let mut args: Vec<String> = c.sizes.iter().map(|&r| format!("size_t {}", size_param(hir, r, false))).collect();
+        args.extend(c.args.iter().enumerate().map(|(k, &t)| {
+            let cst = if k < c.n_inputs { "const " } else { "" };
+            format!("{cst}{}* {}, size_t {}", c_type(hir.tensors[t].elem), names[k].0, names[k].1)
+        }));
         let _ = writeln!(s, "int {}({});\n", symbol(lib, &c.name), args.join(", "));
     }
     let _ = writeln!(s, "#ifdef __cplusplus\n}}\n#endif\n\n#endif /* {guard} */");
@@ -473,9 +510,9 @@ const FORTRAN_USED: [&str; 11] = [
 pub fn fortran_module_name(hir: &Hir, lib: &str, codes: &[UnitCode]) -> String {
     let l = lib.to_ascii_lowercase();
     let clash = FORTRAN_USED.contains(&l.as_str())
-        || codes
-            .iter()
-            .any(|c| fortran_dummies(hir, &c.args, &symbol(lib, &c.name)).iter().any(|(p, n)| *p == l || *n == l));
+        || codes.iter().any(|c| {
+            fortran_dummies(hir, &c.args, &c.sizes, &symbol(lib, &c.name)).iter().any(|(p, n)| *p == l || *n == l)
+        });
     if clash {
         format!("{lib}_mod")
     } else {
@@ -536,9 +573,10 @@ pub fn fortran_module(hir: &Hir, lib: &str, codes: &[UnitCode], source: &str) ->
     }
     for c in codes {
         let fname = symbol(lib, &c.name);
-        let names = fortran_dummies(hir, &c.args, &fname);
+        let names = fortran_dummies(hir, &c.args, &c.sizes, &fname);
         let _ = writeln!(s, "    ! {} `{}`", unit_kind(hir, c.unit), c.name);
-        let dummies: Vec<String> = names.iter().flat_map(|(p, l)| [p.clone(), l.clone()]).collect();
+        let mut dummies: Vec<String> = c.sizes.iter().map(|&r| size_param(hir, r, true)).collect();
+        dummies.extend(names.iter().flat_map(|(p, l)| [p.clone(), l.clone()]));
         continued(&mut s, &format!("    function {fname}("), &dummies, ") &");
         let _ = writeln!(s, "        bind(C, name=\"{fname}\")");
         let mut kinds: Vec<&str> = vec!["c_int", "c_size_t"];
@@ -550,6 +588,10 @@ pub fn fortran_module(hir: &Hir, lib: &str, codes: &[UnitCode], source: &str) ->
         }
         let _ = writeln!(s, "      import :: {}", kinds.join(", "));
         let _ = writeln!(s, "      integer(c_int) :: {fname}");
+        for &r in &c.sizes {
+            let _ = writeln!(s, "      ! the size of range `{}` (at least 1)", hir.ranges[r].name);
+            let _ = writeln!(s, "      integer(c_size_t), value :: {}", size_param(hir, r, true));
+        }
         for (k, &t) in c.args.iter().enumerate() {
             let tensor = &hir.tensors[t];
             let input = k < c.n_inputs;

@@ -104,8 +104,23 @@ pub struct UnitCode {
     /// Inputs then outputs: the pointer arguments, in order.
     pub args: Vec<TensorId>,
     pub n_inputs: usize,
-    /// Floating-point operations of one run (see [`unit_flops`]).
+    /// Floating-point operations of one run (see [`unit_flops`]); with run-time
+    /// sizes, at the assumed sizes.
     pub flops: f64,
+    /// The run-time ranges the unit uses ([`Options::runtime_ranges`] it touches):
+    /// the size arguments, first, in this order.
+    pub sizes: Vec<RangeId>,
+}
+
+/// The run-time ranges among the dimensions of the tensors unit `u` of the
+/// prepared program touches (temporaries included), in `runtime`'s order.
+fn unit_sizes(prepared: &Hir, u: UnitId, runtime: &[RangeId]) -> Vec<RangeId> {
+    let mut used = std::collections::HashSet::new();
+    for s in &prepared.units[u].stmts {
+        used.extend(prepared.tensors[s.lhs.tensor].dims.iter().copied());
+        crate::sema::hir::collect_reads(&s.rhs, &mut |t| used.extend(prepared.tensors[t].dims.iter().copied()));
+    }
+    runtime.iter().copied().filter(|r| used.contains(r)).collect()
 }
 
 /// A module with its target machine and the program it was generated from.
@@ -334,8 +349,14 @@ fn compile_lib<'ctx>(
         // The ABI's argument order, from the source program (the optimizer may
         // reorder reads): declaration order, not order of use.
         let (args, n_inputs) = super::cabi::abi_args(hir, u);
-        let code =
-            UnitCode { unit: u, name: prepared.units[u].name.clone(), args, n_inputs, flops: unit_flops(&prepared, u) };
+        let code = UnitCode {
+            unit: u,
+            name: prepared.units[u].name.clone(),
+            args,
+            n_inputs,
+            flops: unit_flops(&prepared, u),
+            sizes: unit_sizes(&prepared, u, &opts.runtime_ranges),
+        };
         g.unit(nest, &code)?;
         codes.push(code);
     }
@@ -456,7 +477,7 @@ pub fn jit_run_sized(
     // SAFETY: the generated function takes an array of one pointer per argument
     // and one of the runtime sizes.
     let f: unsafe extern "C" fn(*const *mut u8, *const i64) -> i32 = unsafe { std::mem::transmute(addr) };
-    let size_args: Vec<i64> = sizes.values().map(|&n| n as i64).collect();
+    let size_args: Vec<i64> = code.sizes.iter().map(|r| sizes[r] as i64).collect();
 
     let mut storage = Vec::new();
     for (k, &t) in code.args.iter().enumerate() {
@@ -762,7 +783,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let i32t = self.ctx.i32_type();
         let i64t = self.ctx.i64_type();
         // Runtime sizes first (each ≥ 1, checked by the callers), then the tensors.
-        let n_sizes = self.runtime.len();
+        let n_sizes = code.sizes.len();
         let mut params: Vec<BasicMetadataTypeEnum> = vec![i64t.into(); n_sizes];
         params.extend(
             code.args
@@ -782,7 +803,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         self.size_vals.clear();
         let entry = self.ctx.append_basic_block(body, "entry");
         self.b.position_at_end(entry);
-        for (k, &r) in self.runtime.clone().iter().enumerate() {
+        for (k, &r) in code.sizes.iter().enumerate() {
             self.size_vals.insert(r, body.get_nth_param(k as u32).expect("size").into_int_value());
         }
         for (k, &t) in code.args.iter().enumerate() {
@@ -1028,7 +1049,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         self.b.build_return(Some(&s.as_pointer_value()))?;
 
         for code in codes {
-            let n_sizes = self.runtime.len();
+            let n_sizes = code.sizes.len();
             let mut params: Vec<BasicMetadataTypeEnum> = vec![i64t.into(); n_sizes];
             for &t in &code.args {
                 params.push(self.ft(hir.tensors[t].elem).ptr_type(AddressSpace::default()).into());
@@ -1054,14 +1075,14 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             // Runtime sizes: each at least 1, and no tensor of the unit (temporaries
             // included) with an element count or byte size beyond isize::MAX.
             self.size_vals.clear();
-            for (k, &r) in self.runtime.clone().iter().enumerate() {
+            for (k, &r) in code.sizes.iter().enumerate() {
                 let v = f.get_nth_param(k as u32).expect("size").into_int_value();
                 self.size_vals.insert(r, v);
                 let zero = self.b.build_int_compare(IntPredicate::EQ, v, i64t.const_zero(), "zero")?;
                 let name = &hir.ranges[r].name;
-                fail(self, zero, &format!("{sym}: size `{name}` must be at least 1"), 5)?;
+                fail(self, zero, &format!("{sym}: size_{name} (the size of range `{name}`) must be at least 1"), 5)?;
             }
-            if !self.runtime.is_empty() {
+            if !code.sizes.is_empty() {
                 let mut tensors: Vec<TensorId> = Vec::new();
                 for s in &hir.units[code.unit].stmts {
                     tensors.push(s.lhs.tensor);
