@@ -200,24 +200,34 @@ fn assume_and_the_assumed_sizes_line() {
 }
 
 #[test]
-fn build_refuses_unbound_runtime_ranges() {
+fn build_makes_unbound_runtime_ranges_size_arguments() {
     let dir = tempfile::tempdir().unwrap();
     let f = write(dir.path(), "p.tc", PROGRAM);
     let lib = dir.path().join("libp.so");
-    for extra in [&[][..], &["--assume", "O=4,V=6"][..], &["--size", "O=4"][..]] {
-        tcc()
-            .args(["build", "-o"])
-            .arg(&lib)
-            .args(extra)
-            .arg(&f)
-            .assert()
-            .code(1)
-            .stderr(predicate::str::contains("error[E0747]"))
-            .stderr(predicate::str::contains("pass --size to build a library for fixed sizes"));
+    let header = dir.path().join("p.h");
+    // Unbound (assumed or default): size arguments first, in declaration order.
+    for extra in [&[][..], &["--assume", "O=4,V=6"][..]] {
+        tcc().args(["build", "-o"]).arg(&lib).args(extra).arg(&f).assert().success();
+        let h = std::fs::read_to_string(&header).unwrap();
+        assert!(h.contains("int tcc_p_main(size_t size_O, size_t size_V, "), "{h}");
     }
-    assert!(!lib.exists());
+    // One bound: only the other is an argument.
+    tcc().args(["build", "--size", "O=4", "-o"]).arg(&lib).arg(&f).assert().success();
+    let h = std::fs::read_to_string(&header).unwrap();
+    assert!(h.contains("int tcc_p_main(size_t size_V, ") && !h.contains("size_O"), "{h}");
+    // Both bound: a fixed-size library.
     tcc().args(["build", "--size", "O=4,V=6", "-o"]).arg(&lib).arg(&f).assert().success();
-    assert!(lib.exists());
+    let h = std::fs::read_to_string(&header).unwrap();
+    assert!(!h.contains("size_t size_"), "{h}");
+    // The CUDA host shim is generated for fixed sizes only.
+    tcc()
+        .args(["build", "--target", "cuda", "-o"])
+        .arg(dir.path().join("p_gpu"))
+        .arg(&f)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("error[E0747]"))
+        .stderr(predicate::str::contains("pass --size to build a GPU library for fixed sizes"));
 }
 
 /// The interpreter, the JIT (`--check` compares them), and distributed runs agree

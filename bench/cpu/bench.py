@@ -114,7 +114,7 @@ def build(args):
         header = open(os.path.join(args.dir, f"case{k}.h")).read()
         flops = float(re.search(r"\(([0-9.e+]+) flops per call\)", header).group(1))
         cases.append(dict(name=name, spec=spec, sizes=sizes, elem=elem, gemm_like=gemm_like,
-                          lib=f"libcase{k}.so", func=f"tcc_case{k}", flops=flops))
+                          lib=f"libcase{k}.so", func=f"tcc_case{k}_main", flops=flops))
         print(f"built {name}", file=sys.stderr)
     with open(os.path.join(args.dir, "manifest.json"), "w") as f:
         json.dump(dict(cases=cases, target_cpu=args.target_cpu or "native"), f, indent=1)
