@@ -45,6 +45,7 @@ use std::path::Path;
 
 /// A failure of the back end (LLVM refused something, linking failed, ...).
 mod gett;
+pub mod jit_lib;
 mod loops;
 
 use gett::GettPlan;
