@@ -167,9 +167,9 @@ def _parse(expr: str, n_operands: Optional[int]) -> Tuple[List[str], str]:
         for s in ins:
             for c in s:
                 counts[c] = counts.get(c, 0) + 1
-        out = "".join(sorted((c for c, k in counts.items() if k == 1), key=_LETTERS.index))
-        # numpy sorts upper case before lower case in implicit mode (ASCII order).
-        out = "".join(sorted(out))
+        # numpy's implicit output: the subscripts that occur once, in ASCII order
+        # (upper case before lower case).
+        out = "".join(sorted(c for c, k in counts.items() if k == 1))
     if len(set(out)) != len(out):
         raise ArgumentError(f"tcc.einsum: an output subscript repeats in {expr!r}")
     used = set("".join(ins))
@@ -391,14 +391,16 @@ def contract_path(expr: str, *shapes_or_arrays) -> Tuple[List[Tuple[int, ...]], 
         largest = float(_np.prod([sizes[c] for c in out])) if out else 1.0
     elif not steps:
         path = [tuple(range(n))]
-    # opt_einsum's naive cost: every index once, (operands - 1 [+1 if a sum]) flops per point.
+    # opt_einsum's naive cost: every index once, (operands - 1, + 1 when a subscript
+    # occurs twice) flops per point.
     total = 1.0
     for c in letters:
         total *= sizes[c]
-    inner = any(c not in out for c in letters)
+    inner = sum(len(s) for s in ins) > len(letters)
     naive = total * (max(1, n - 1) + (1 if inner else 0))
     if n == 1:
-        flops = naive
+        # opt_einsum's one step over the single operand: 2 flops per point if it sums.
+        flops = total * (2 if any(c not in out for c in letters) else 1)
     eq = ",".join(ins) + "->" + out
     info = PathInfo(eq, ins, out, sizes, path, info_steps, naive, flops, largest, peak, method)
     return path, info

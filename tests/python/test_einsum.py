@@ -115,7 +115,8 @@ PATH_CASES = [
 def test_contract_path_valid(expr, shapes):
     path, info = tcc.contract_path(expr, *shapes)
     check_path(path, len(shapes))
-    assert info.opt_cost <= info.naive_cost
+    if len(shapes) > 1:  # (opt_einsum counts a one-operand sum at 2 flops per point, its naive cost at 1)
+        assert info.opt_cost <= info.naive_cost
     assert info.largest_intermediate >= 1
     text = str(info)
     assert "Naive FLOP count" in text and "Optimized FLOP count" in text and "Largest intermediate" in text
