@@ -5,7 +5,7 @@
 //! shapes, `E03xx` statements, `E04xx` symmetry, `E05xx` grids and distributions,
 //! `E06xx` models, `E07xx` running (inputs, sizes); `W....` are warnings.
 
-use crate::syntax::Span;
+use crate::span::Span;
 use ariadne::{Color, Config, IndexType, Label as ALabel, Report, ReportKind, Source};
 use serde::Serialize;
 

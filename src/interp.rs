@@ -12,60 +12,16 @@
 //! * outputs and temporaries start at zero; every value is an `f64`, whatever the
 //!   declared element type.
 //!
-//! Sizes are guarded: a tensor of more than [`MAX_TENSOR_ELEMENTS`] elements or a
+//! Sizes are guarded: a tensor of more than [`crate::tensor::MAX_TENSOR_ELEMENTS`] elements or a
 //! term of more than [`MAX_TERM_ITERATIONS`] loop iterations is refused with an
 //! [`InterpError`] instead of exhausting memory or running for days.
 
 use crate::sema::hir::{ElemType, Expr, Factor, Hir, IndexId, Role, Stmt, SymGroup, SymKind, TensorId, Term, UnitId};
+use crate::tensor::{checked_len, for_each_index, linear, strides, Dense, TooLarge};
 use std::collections::HashMap;
 
-/// The largest tensor (elements) the interpreter allocates: 2^31.
-pub const MAX_TENSOR_ELEMENTS: usize = 1 << 31;
 /// The most loop iterations one term may take: 2^40.
 pub const MAX_TERM_ITERATIONS: u128 = 1 << 40;
-
-/// A dense tensor of `f64`, row-major (C order: the last index varies fastest).
-/// A scalar has an empty shape and one element.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Dense {
-    pub shape: Vec<usize>,
-    pub data: Vec<f64>,
-}
-
-impl Dense {
-    /// A tensor of zeros; `what` names it in the error if it is too large.
-    pub fn zeros(what: &str, shape: Vec<usize>) -> Result<Dense, InterpError> {
-        let n = checked_len(what, &shape)?;
-        Ok(Dense { shape, data: vec![0.0; n] })
-    }
-
-    /// A tensor from its row-major elements. Panics if the length does not match
-    /// the shape (a bug in the caller).
-    pub fn from_vec(shape: Vec<usize>, data: Vec<f64>) -> Dense {
-        assert_eq!(
-            shape.iter().product::<usize>(),
-            data.len(),
-            "Dense::from_vec: shape {shape:?} vs {} elements",
-            data.len()
-        );
-        Dense { shape, data }
-    }
-
-    /// A scalar.
-    pub fn scalar(x: f64) -> Dense {
-        Dense { shape: Vec::new(), data: vec![x] }
-    }
-
-    /// The row-major stride of each dimension.
-    pub fn strides(&self) -> Vec<usize> {
-        strides(&self.shape)
-    }
-
-    /// The element at a multi-index (one entry per dimension).
-    pub fn get(&self, index: &[usize]) -> f64 {
-        self.data[linear(&self.shape, index)]
-    }
-}
 
 /// Why the interpreter refused to run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -80,54 +36,9 @@ pub enum InterpError {
     ShapeMismatch { name: String, expected: Vec<usize>, found: Vec<usize> },
 }
 
-fn checked_len(what: &str, shape: &[usize]) -> Result<usize, InterpError> {
-    let n = shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(d as u128));
-    match n {
-        Some(n) if n <= MAX_TENSOR_ELEMENTS as u128 => Ok(n as usize),
-        _ => Err(InterpError::TensorTooLarge {
-            what: what.to_string(),
-            shape: shape.to_vec(),
-            count: n.map_or_else(|| "more than 2^128".to_string(), |n| n.to_string()),
-        }),
-    }
-}
-
-fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1usize; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1];
-    }
-    s
-}
-
-fn linear(shape: &[usize], index: &[usize]) -> usize {
-    assert_eq!(shape.len(), index.len());
-    index.iter().zip(shape).fold(0, |acc, (&i, &n)| {
-        assert!(i < n, "index {index:?} out of bounds for shape {shape:?}");
-        acc * n + i
-    })
-}
-
-/// Calls `f` on every multi-index of `shape` in row-major order (once for a scalar).
-pub fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
-    if shape.contains(&0) {
-        return;
-    }
-    let mut idx = vec![0usize; shape.len()];
-    loop {
-        f(&idx);
-        let mut d = shape.len();
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
+impl From<TooLarge> for InterpError {
+    fn from(e: TooLarge) -> Self {
+        InterpError::TensorTooLarge { what: e.what, shape: e.shape, count: e.count }
     }
 }
 

@@ -14,6 +14,7 @@
 
 pub mod codegen;
 pub mod diag;
+pub mod error;
 pub mod exec;
 pub mod fmt;
 pub mod interp;
@@ -24,7 +25,9 @@ pub mod pipeline;
 pub mod plan;
 pub mod run;
 pub mod sema;
+pub mod span;
 pub mod syntax;
+pub mod tensor;
 pub mod tir;
 pub mod valid;
 

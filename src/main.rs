@@ -6,6 +6,7 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tcc::diag::{self, Diagnostic};
+use tcc::error::CommandError;
 
 #[derive(Parser)]
 #[command(name = "tcc", version, about = "A compiler for tensor contractions and parallel plans", long_about = None)]
@@ -412,7 +413,9 @@ impl Ctx {
         let _ = std::io::stderr().write_all(text.as_bytes());
     }
 
-    fn fail(&self, code: &str, message: &str, hint: Option<&str>) -> Outcome {
+    /// Prints a command's error (the one place that renders them): a user error.
+    fn error(&self, e: &CommandError) -> Outcome {
+        let (code, message, hint) = (e.code, &e.message, &e.hint);
         match self.error_format {
             ErrorFormat::Human => {
                 eprintln!("error[{code}]: {message}");
@@ -426,6 +429,10 @@ impl Ctx {
             }
         }
         Outcome::UserError
+    }
+
+    fn fail(&self, code: &'static str, message: &str, hint: Option<&str>) -> Outcome {
+        self.error(&CommandError::new(code, message, hint.map(String::from)))
     }
 }
 
@@ -459,316 +466,348 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
             _ => Outcome::UserError,
         },
         Command::Tune { ranks, backend, max_bytes, out } => tune_command(ctx, ranks, backend, max_bytes, out),
-        Command::Check { file } => match front_end(ctx, &file) {
-            Ok(hir) => {
-                eprintln!(
-                    "{}: ok ({}, {}, {})",
-                    file.display(),
-                    count(hir.tensors.len(), "tensor"),
-                    count(hir.units.len(), "program"),
-                    count(hir.units.iter().map(|u| u.stmts.len()).sum::<usize>(), "statement")
-                );
+        c @ Command::Check { .. } => cmd_check(ctx, c),
+        c @ Command::Fmt { .. } => cmd_fmt(ctx, c),
+        c @ Command::Build { .. } => cmd_build(ctx, c),
+        c @ Command::Opt { .. } => cmd_opt(ctx, c),
+        c @ Command::Plan { .. } => cmd_plan(ctx, c),
+        c @ Command::PlanModel { .. } => cmd_plan_model(ctx, c),
+        c @ Command::Run { .. } => cmd_run(ctx, c),
+    }
+}
+
+/// `tcc check`: parse and check, report diagnostics and a summary line.
+fn cmd_check(ctx: &Ctx, command: Command) -> Outcome {
+    let Command::Check { file } = command else { unreachable!("cmd_check is called for `Check`") };
+    match front_end(ctx, &file) {
+        Ok(hir) => {
+            eprintln!(
+                "{}: ok ({}, {}, {})",
+                file.display(),
+                count(hir.tensors.len(), "tensor"),
+                count(hir.units.len(), "program"),
+                count(hir.units.iter().map(|u| u.stmts.len()).sum::<usize>(), "statement")
+            );
+            Outcome::Ok
+        }
+        Err(o) => o,
+    }
+}
+
+/// `tcc fmt`: canonical formatting, in place, to stdout or only checked.
+fn cmd_fmt(ctx: &Ctx, command: Command) -> Outcome {
+    let Command::Fmt { file, check, stdout } = command else { unreachable!("cmd_fmt is called for `Fmt`") };
+    let src = match read_source(ctx, &file) {
+        Ok(s) => s,
+        Err(o) => return o,
+    };
+    let formatted = match tcc::fmt::format_source(&src) {
+        Ok(f) => f,
+        Err(diags) => {
+            ctx.report(&diags, &file.display().to_string(), &src);
+            return Outcome::UserError;
+        }
+    };
+    if check {
+        if formatted == src {
+            Outcome::Ok
+        } else {
+            eprintln!("{}: not formatted (run `tcc fmt {}`)", file.display(), file.display());
+            Outcome::UserError
+        }
+    } else if stdout {
+        print!("{formatted}");
+        Outcome::Ok
+    } else if formatted != src {
+        match std::fs::write(&file, formatted) {
+            Ok(()) => Outcome::Ok,
+            Err(e) => ctx.fail("E0012", &format!("cannot write `{}`: {e}", file.display()), None),
+        }
+    } else {
+        Outcome::Ok
+    }
+}
+
+/// `tcc build`: a shared library with its C header and Fortran module, or PTX.
+fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
+    let Command::Build { file, output, target_cpu, program, target, gpu_gemm } = command else {
+        unreachable!("cmd_build is called for `Build`")
+    };
+    let hir = match front_end(ctx, &file) {
+        Ok(h) => h,
+        Err(o) => return o,
+    };
+    if target == TargetKind::Cuda {
+        return match tcc::codegen::cuda_build::build_ptx(
+            &hir,
+            program.as_deref(),
+            &output,
+            &gpu_gemm.options(),
+            &file.display().to_string(),
+        ) {
+            Ok(report) => {
+                eprint!("{report}");
                 Outcome::Ok
             }
-            Err(o) => o,
+            Err(e) => ctx.error(&e),
+        };
+    }
+    let opts =
+        tcc::codegen::llvm::Options { target_cpu, c_abi: true, mem_limit: None, gemm_min: None, parallel_min: None };
+    match tcc::codegen::cabi::build_library(&hir, &file_stem(&file), program.as_deref(), &opts, &output) {
+        Ok(report) => {
+            eprint!("{report}");
+            Outcome::Ok
+        }
+        Err(e) => ctx.error(&e),
+    }
+}
+
+/// `tcc opt`: the optimizer's report, or LLVM IR / PTX.
+fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
+    let Command::Opt { file, emit, json, mem_limit, program, target_cpu, gpu_gemm, emit_after } = command else {
+        unreachable!("cmd_opt is called for `Opt`")
+    };
+    let hir = match front_end(ctx, &file) {
+        Ok(h) => h,
+        Err(o) => return o,
+    };
+    let units: Vec<usize> = match &program {
+        None => (0..hir.units.len()).collect(),
+        Some(name) => match hir.unit_by_name(name) {
+            Some(u) => vec![u],
+            None => {
+                let names: Vec<&str> = hir.units.iter().map(|u| u.name.as_str()).collect();
+                return ctx.fail(
+                    "E0702",
+                    &format!("no program or model named `{name}`"),
+                    Some(&format!("this file has: {}", names.join(", "))),
+                );
+            }
         },
-        Command::Fmt { file, check, stdout } => {
-            let src = match read_source(ctx, &file) {
-                Ok(s) => s,
-                Err(o) => return o,
-            };
-            let formatted = match tcc::fmt::format_source(&src) {
-                Ok(f) => f,
-                Err(diags) => {
-                    ctx.report(&diags, &file.display().to_string(), &src);
-                    return Outcome::UserError;
+    };
+    if let Some(pass) = emit_after {
+        let opts = tcc::pipeline::PipelineOptions::with_mem_limit(mem_limit);
+        print!("{}", tcc::pipeline::ir_after(&hir, &units, pass, &opts));
+        return Outcome::Ok;
+    }
+    if emit == Emit::Ptx {
+        return match tcc::codegen::nvptx::ptx_for(&hir, &units, &gpu_gemm.options()) {
+            Ok((plan, ptx)) => {
+                // The plan, and each contraction's predicted times, as PTX comments.
+                for line in tcc::codegen::nvptx::describe(&plan).lines() {
+                    println!("// {line}");
                 }
-            };
-            if check {
-                if formatted == src {
-                    Outcome::Ok
-                } else {
-                    eprintln!("{}: not formatted (run `tcc fmt {}`)", file.display(), file.display());
-                    Outcome::UserError
-                }
-            } else if stdout {
-                print!("{formatted}");
+                print!("{ptx}");
                 Outcome::Ok
-            } else if formatted != src {
-                match std::fs::write(&file, formatted) {
-                    Ok(()) => Outcome::Ok,
-                    Err(e) => ctx.fail("E0012", &format!("cannot write `{}`: {e}", file.display()), None),
-                }
-            } else {
+            }
+            Err(e) => ctx.fail("E0712", &e.0, None),
+        };
+    }
+    if emit == Emit::Llvm {
+        let opts =
+            tcc::codegen::llvm::Options { target_cpu, c_abi: false, mem_limit, gemm_min: None, parallel_min: None };
+        return match tcc::codegen::llvm::emit_llvm(&hir, &units, &opts) {
+            Ok(ir) => {
+                print!("{ir}");
                 Outcome::Ok
+            }
+            Err(e) => ctx.fail("E0712", &e.0, None),
+        };
+    }
+    print!("{}", opt_command(&hir, &units, emit, json, mem_limit));
+    Outcome::Ok
+}
+
+/// `tcc plan`: distributed plans for every P of a sweep.
+fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
+    let Command::Plan { file, procs, network, mem_per_rank, json, dot, naive, program } = command else {
+        unreachable!("cmd_plan is called for `Plan`")
+    };
+    let hir = match front_end(ctx, &file) {
+        Ok(h) => h,
+        Err(o) => return o,
+    };
+    use tcc::plan::{Format, Strategy};
+    let format = if json {
+        Format::Json
+    } else if dot {
+        Format::Dot
+    } else {
+        Format::Text
+    };
+    let strategy = if naive { Strategy::Naive } else { Strategy::Search };
+    match tcc::plan::plan_command(&hir, program.as_deref(), &procs, &network, mem_per_rank, strategy, format) {
+        Ok(out) => {
+            print!("{out}");
+            Outcome::Ok
+        }
+        Err(e) => ctx.error(&e),
+    }
+}
+
+/// `tcc plan-model`: model-parallel plans, or a sharded run with `--execute`.
+fn cmd_plan_model(ctx: &Ctx, command: Command) -> Outcome {
+    let Command::PlanModel {
+        file,
+        devices,
+        mem_per_device,
+        network,
+        gpus_per_node,
+        intra_bw,
+        layers,
+        dims,
+        top,
+        zeropp,
+        json,
+        model,
+        execute,
+        ranks,
+        backend,
+        seed,
+    } = command
+    else {
+        unreachable!("cmd_plan_model is called for `PlanModel`")
+    };
+    let hir = match front_end(ctx, &file) {
+        Ok(h) => h,
+        Err(o) => return o,
+    };
+    let mpi = backend == Some(RunBackend::Mpi);
+    let a = tcc::plan::model::CliArgs {
+        model,
+        devices,
+        mem_per_device,
+        network,
+        gpus_per_node,
+        intra_bw,
+        layers,
+        dims,
+        top,
+        zeropp,
+        json,
+        execute,
+        ranks,
+        mpi,
+        seed,
+    };
+    let r = if a.execute.is_some() { tcc::exec::model::cli(&hir, &a) } else { tcc::plan::model::cli(&hir, &a) };
+    match r {
+        Ok(out) => {
+            print!("{out}");
+            Outcome::Ok
+        }
+        Err(e) => ctx.error(&e),
+    }
+}
+
+/// `tcc run`: the interpreter, compiled code (CPU or GPU), or distributed ranks.
+fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
+    let Command::Run {
+        file,
+        interp,
+        check,
+        target_cpu,
+        repeat,
+        seed,
+        inputs,
+        output_dir,
+        save_inputs,
+        program,
+        ranks,
+        backend,
+        schedule,
+        stats,
+        tuning,
+        no_opt,
+        plan,
+        network,
+        mem_per_rank,
+        target,
+        gpu_gemm,
+    } = command
+    else {
+        unreachable!("cmd_run is called for `Run`")
+    };
+    let distributed = ranks.is_some() || backend.is_some() || plan;
+    if target == TargetKind::Cuda {
+        if distributed {
+            return ctx.fail(
+                "E0731",
+                "`--target cuda` runs on one GPU; it does not combine with --ranks, --backend or --plan",
+                None,
+            );
+        }
+        if let Err(why) = tcc::codegen::cuda::device() {
+            return ctx.fail("E0730", tcc::codegen::cuda::NO_DEVICE, Some(&why));
+        }
+    }
+    let mut parsed_inputs = Vec::new();
+    for spec in &inputs {
+        match spec.split_once('=') {
+            Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+                parsed_inputs.push((name.to_string(), PathBuf::from(path)))
+            }
+            _ => {
+                return ctx.fail(
+                    "E0701",
+                    &format!("`--input {spec}` is not of the form NAME=FILE"),
+                    Some("for example `--input A=a.npy`"),
+                )
             }
         }
-        Command::Build { file, output, target_cpu, program, target, gpu_gemm } => {
-            let hir = match front_end(ctx, &file) {
-                Ok(h) => h,
-                Err(o) => return o,
-            };
-            if target == TargetKind::Cuda {
-                return match tcc::codegen::cuda_build::build_ptx(
-                    &hir,
-                    program.as_deref(),
-                    &output,
-                    &gpu_gemm.options(),
-                    &file.display().to_string(),
-                ) {
-                    Ok(report) => {
-                        eprint!("{report}");
-                        Outcome::Ok
-                    }
-                    Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
-                };
-            }
-            let opts = tcc::codegen::llvm::Options {
+    }
+    let hir = match front_end(ctx, &file) {
+        Ok(h) => h,
+        Err(o) => return o,
+    };
+    let opts = tcc::run::RunOptions { seed, inputs: parsed_inputs, output_dir, save_inputs, program };
+    let stdout = std::io::stdout();
+    let mut lock = stdout.lock();
+    let result = if plan {
+        let p = tcc::exec::planned::PlanRunOptions { ranks: ranks.unwrap_or(1), network, mem_per_rank, stats };
+        if backend == Some(RunBackend::Mpi) {
+            tcc::exec::planned::run_mpi(&hir, &opts, &p, &mut lock)
+        } else {
+            tcc::exec::planned::run_threads(&hir, &opts, &p, &mut lock)
+        }
+    } else if distributed {
+        let tuning = match tcc::exec::read_tuning(tuning.as_deref()) {
+            Ok(t) => t,
+            Err(e) => return ctx.fail("E0722", &e, None),
+        };
+        let schedule = match schedule {
+            Schedule::Static => tcc_runtime::task::Schedule::Static,
+            Schedule::Dynamic => tcc_runtime::task::Schedule::Dynamic,
+        };
+        let d = tcc::exec::DistOptions { ranks: ranks.unwrap_or(1), schedule, stats, tuning, optimize: !no_opt };
+        if backend == Some(RunBackend::Mpi) {
+            tcc::exec::run_mpi(&hir, &opts, &d, &mut lock)
+        } else {
+            tcc::exec::run_threads(&hir, &opts, &d, &mut lock)
+        }
+    } else if interp {
+        tcc::run::run_interp(&hir, &opts, &mut lock)
+    } else if target == TargetKind::Cuda {
+        let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: gpu_gemm.options() };
+        tcc::codegen::cuda::run_cuda(&hir, &opts, &c, &mut lock)
+    } else {
+        let c = tcc::run::compiled::CompiledRun {
+            codegen: tcc::codegen::llvm::Options {
                 target_cpu,
-                c_abi: true,
+                c_abi: false,
                 mem_limit: None,
                 gemm_min: None,
                 parallel_min: None,
-            };
-            match tcc::codegen::cabi::build_library(&hir, &file_stem(&file), program.as_deref(), &opts, &output) {
-                Ok(report) => {
-                    eprint!("{report}");
-                    Outcome::Ok
-                }
-                Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
-            }
-        }
-        Command::Opt { file, emit, json, mem_limit, program, target_cpu, gpu_gemm, emit_after } => {
-            let hir = match front_end(ctx, &file) {
-                Ok(h) => h,
-                Err(o) => return o,
-            };
-            let units: Vec<usize> = match &program {
-                None => (0..hir.units.len()).collect(),
-                Some(name) => match hir.unit_by_name(name) {
-                    Some(u) => vec![u],
-                    None => {
-                        let names: Vec<&str> = hir.units.iter().map(|u| u.name.as_str()).collect();
-                        return ctx.fail(
-                            "E0702",
-                            &format!("no program or model named `{name}`"),
-                            Some(&format!("this file has: {}", names.join(", "))),
-                        );
-                    }
-                },
-            };
-            if let Some(pass) = emit_after {
-                let opts = tcc::pipeline::PipelineOptions::with_mem_limit(mem_limit);
-                print!("{}", tcc::pipeline::ir_after(&hir, &units, pass, &opts));
-                return Outcome::Ok;
-            }
-            if emit == Emit::Ptx {
-                return match tcc::codegen::nvptx::ptx_for(&hir, &units, &gpu_gemm.options()) {
-                    Ok((plan, ptx)) => {
-                        // The plan, and each contraction's predicted times, as PTX comments.
-                        for line in tcc::codegen::nvptx::describe(&plan).lines() {
-                            println!("// {line}");
-                        }
-                        print!("{ptx}");
-                        Outcome::Ok
-                    }
-                    Err(e) => ctx.fail("E0712", &e.0, None),
-                };
-            }
-            if emit == Emit::Llvm {
-                let opts = tcc::codegen::llvm::Options {
-                    target_cpu,
-                    c_abi: false,
-                    mem_limit,
-                    gemm_min: None,
-                    parallel_min: None,
-                };
-                return match tcc::codegen::llvm::emit_llvm(&hir, &units, &opts) {
-                    Ok(ir) => {
-                        print!("{ir}");
-                        Outcome::Ok
-                    }
-                    Err(e) => ctx.fail("E0712", &e.0, None),
-                };
-            }
-            print!("{}", opt_command(&hir, &units, emit, json, mem_limit));
-            Outcome::Ok
-        }
-        Command::Plan { file, procs, network, mem_per_rank, json, dot, naive, program } => {
-            let hir = match front_end(ctx, &file) {
-                Ok(h) => h,
-                Err(o) => return o,
-            };
-            use tcc::plan::{Format, Strategy};
-            let format = if json {
-                Format::Json
-            } else if dot {
-                Format::Dot
-            } else {
-                Format::Text
-            };
-            let strategy = if naive { Strategy::Naive } else { Strategy::Search };
-            match tcc::plan::plan_command(&hir, program.as_deref(), &procs, &network, mem_per_rank, strategy, format) {
-                Ok(out) => {
-                    print!("{out}");
-                    Outcome::Ok
-                }
-                Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
-            }
-        }
-        Command::PlanModel {
-            file,
-            devices,
-            mem_per_device,
-            network,
-            gpus_per_node,
-            intra_bw,
-            layers,
-            dims,
-            top,
-            zeropp,
-            json,
-            model,
-            execute,
-            ranks,
-            backend,
-            seed,
-        } => {
-            let hir = match front_end(ctx, &file) {
-                Ok(h) => h,
-                Err(o) => return o,
-            };
-            let mpi = backend == Some(RunBackend::Mpi);
-            let a = tcc::plan::model::CliArgs {
-                model,
-                devices,
-                mem_per_device,
-                network,
-                gpus_per_node,
-                intra_bw,
-                layers,
-                dims,
-                top,
-                zeropp,
-                json,
-                execute,
-                ranks,
-                mpi,
-                seed,
-            };
-            match tcc::plan::model::cli(&hir, &a) {
-                Ok(out) => {
-                    print!("{out}");
-                    Outcome::Ok
-                }
-                Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
-            }
-        }
-        Command::Run {
-            file,
-            interp,
+            },
             check,
-            target_cpu,
             repeat,
-            seed,
-            inputs,
-            output_dir,
-            save_inputs,
-            program,
-            ranks,
-            backend,
-            schedule,
-            stats,
-            tuning,
-            no_opt,
-            plan,
-            network,
-            mem_per_rank,
-            target,
-            gpu_gemm,
-        } => {
-            let distributed = ranks.is_some() || backend.is_some() || plan;
-            if target == TargetKind::Cuda {
-                if distributed {
-                    return ctx.fail(
-                        "E0731",
-                        "`--target cuda` runs on one GPU; it does not combine with --ranks, --backend or --plan",
-                        None,
-                    );
-                }
-                if let Err(why) = tcc::codegen::cuda::device() {
-                    return ctx.fail("E0730", tcc::codegen::cuda::NO_DEVICE, Some(&why));
-                }
-            }
-            let mut parsed_inputs = Vec::new();
-            for spec in &inputs {
-                match spec.split_once('=') {
-                    Some((name, path)) if !name.is_empty() && !path.is_empty() => {
-                        parsed_inputs.push((name.to_string(), PathBuf::from(path)))
-                    }
-                    _ => {
-                        return ctx.fail(
-                            "E0701",
-                            &format!("`--input {spec}` is not of the form NAME=FILE"),
-                            Some("for example `--input A=a.npy`"),
-                        )
-                    }
-                }
-            }
-            let hir = match front_end(ctx, &file) {
-                Ok(h) => h,
-                Err(o) => return o,
-            };
-            let opts = tcc::run::RunOptions { seed, inputs: parsed_inputs, output_dir, save_inputs, program };
-            let stdout = std::io::stdout();
-            let mut lock = stdout.lock();
-            let result = if plan {
-                let p = tcc::exec::planned::PlanRunOptions { ranks: ranks.unwrap_or(1), network, mem_per_rank, stats };
-                if backend == Some(RunBackend::Mpi) {
-                    tcc::exec::planned::run_mpi(&hir, &opts, &p, &mut lock)
-                } else {
-                    tcc::exec::planned::run_threads(&hir, &opts, &p, &mut lock)
-                }
-            } else if distributed {
-                let tuning = match tcc::exec::read_tuning(tuning.as_deref()) {
-                    Ok(t) => t,
-                    Err(e) => return ctx.fail("E0722", &e, None),
-                };
-                let schedule = match schedule {
-                    Schedule::Static => tcc_runtime::task::Schedule::Static,
-                    Schedule::Dynamic => tcc_runtime::task::Schedule::Dynamic,
-                };
-                let d =
-                    tcc::exec::DistOptions { ranks: ranks.unwrap_or(1), schedule, stats, tuning, optimize: !no_opt };
-                if backend == Some(RunBackend::Mpi) {
-                    tcc::exec::run_mpi(&hir, &opts, &d, &mut lock)
-                } else {
-                    tcc::exec::run_threads(&hir, &opts, &d, &mut lock)
-                }
-            } else if interp {
-                tcc::run::run_interp(&hir, &opts, &mut lock)
-            } else if target == TargetKind::Cuda {
-                let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: gpu_gemm.options() };
-                tcc::codegen::cuda::run_cuda(&hir, &opts, &c, &mut lock)
-            } else {
-                let c = tcc::codegen::CompiledRun {
-                    codegen: tcc::codegen::llvm::Options {
-                        target_cpu,
-                        c_abi: false,
-                        mem_limit: None,
-                        gemm_min: None,
-                        parallel_min: None,
-                    },
-                    check,
-                    repeat,
-                };
-                tcc::codegen::run_compiled(&hir, &opts, &c, &mut lock)
-            };
-            match result {
-                Ok(()) => Outcome::Ok,
-                Err(e) => ctx.fail(e.code, &e.message, e.hint.as_deref()),
-            }
-        }
+        };
+        tcc::run::compiled::run_compiled(&hir, &opts, &c, &mut lock)
+    };
+    match result {
+        Ok(()) => Outcome::Ok,
+        Err(e) => ctx.error(&e),
     }
 }
 

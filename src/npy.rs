@@ -7,8 +7,8 @@
 //! a huge allocation. Writes little-endian C-order arrays of the tensor's declared
 //! element type (`<f8` or `<f4`).
 
-use crate::interp::{for_each_index, Dense, MAX_TENSOR_ELEMENTS};
 use crate::sema::hir::ElemType;
+use crate::tensor::{for_each_index, Dense, MAX_TENSOR_ELEMENTS};
 use npyz::{DType, NpyFile, Order, TypeChar, WriterBuilder};
 use std::path::Path;
 

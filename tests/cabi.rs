@@ -7,9 +7,10 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
-use tcc::codegen::compare_outputs;
-use tcc::interp::{random_inputs, run_unit, Dense};
+use tcc::interp::{random_inputs, run_unit};
+use tcc::run::compare::compare_outputs;
 use tcc::sema::hir::{ElemType, Hir};
+use tcc::tensor::Dense;
 
 fn write_raw(path: &Path, d: &Dense, elem: ElemType) {
     let mut bytes = Vec::new();

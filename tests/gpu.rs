@@ -4,9 +4,9 @@
 //! one exists (`bench/gpu/device_run.sh`); here it prints `skipped: no GPU`.
 
 use std::path::PathBuf;
-use tcc::codegen::compare_outputs;
 use tcc::codegen::nvptx::{choices, emit_ptx, emulate, plan, GemmKind, GpuOptions, Step, TileCfg};
 use tcc::interp::{random_inputs, run_unit};
+use tcc::run::compare::compare_outputs;
 use tcc::sema::hir::Hir;
 
 fn example(name: &str) -> PathBuf {

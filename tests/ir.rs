@@ -144,7 +144,7 @@ fn corpus() -> Vec<PathBuf> {
 /// The arguments of `tcc` for one dump of `rel` (a path relative to the root).
 fn args(dump: &str, rel: &str, h: &Header) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();
-    let mut push = |flag: &str, v: &Option<String>, a: &mut Vec<String>| {
+    let push = |flag: &str, v: &Option<String>, a: &mut Vec<String>| {
         if let Some(v) = v {
             a.push(flag.into());
             a.push(v.clone());

@@ -2,7 +2,7 @@
 //! layer on in-process ranks (and MPI with the `mpi` feature) equal the interpreter,
 //! and the words each rank sends equal the schedule's prediction and the plan's.
 
-use tcc::plan::model::exec::{self, Style};
+use tcc::exec::model::{self as exec, Style};
 use tcc::plan::model::{analysis, evaluate, Config, ModelOptions, SeqStyle, ZeroPP};
 use tcc_runtime::comm::{threads, Backend};
 

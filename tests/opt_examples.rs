@@ -3,18 +3,17 @@
 //! original program.
 
 use std::collections::HashMap;
-use tcc::interp::{random_inputs, run_unit, Dense};
+use tcc::interp::{random_inputs, run_unit};
 use tcc::lir::exec::execute;
 use tcc::lir::fusion::{lower_unit, FusionOptions};
+use tcc::tensor::Dense;
 
 fn assert_close(what: &str, want: &HashMap<usize, Dense>, got: &HashMap<usize, Dense>) {
     assert_eq!(want.len(), got.len(), "{what}: outputs differ");
     for (t, w) in want {
         let g = &got[t];
-        let scale = w.data.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
-        for (a, b) in w.data.iter().zip(&g.data) {
-            assert!((a - b).abs() <= 1e-10 * scale, "{what}: output {t}: {a} vs {b}");
-        }
+        let d = tcc::run::compare::rel_diff(&g.data, &w.data);
+        assert!(d.rel <= 1e-10, "{what}: output {t}: {} vs {}", w.data[d.at], g.data[d.at]);
     }
 }
 

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use tcc::exec::planned::{execute_plan, plan_for, OpRecord, PlanRunOptions};
-use tcc::interp::Dense;
 use tcc::sema::hir::{Hir, TensorId};
+use tcc::tensor::Dense;
 use tcc_runtime::comm::Backend;
 
 /// Cheap communication, slow flops: the planner spreads even small problems.
@@ -89,10 +89,8 @@ fn check(src: &str, p: usize, net: &str, mem: Option<u64>) -> (BTreeSet<&'static
             let ot = opt.tensors.iter().position(|x| x.name == *name).unwrap();
             let got = &runs[0].outputs[&ot];
             assert_eq!(got.shape, w.shape, "{what}: {name}");
-            let scale = w.data.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(1e-300);
-            for (k, (x, y)) in got.data.iter().zip(&w.data).enumerate() {
-                assert!((x - y).abs() <= 1e-12 * scale, "{what}: {name}[{k}] = {x}, interpreter {y}");
-            }
+            let d = tcc::run::compare::rel_diff(&got.data, &w.data);
+            assert!(d.rel <= 1e-12, "{what}: {name}[{}] = {}, interpreter {}", d.at, got.data[d.at], w.data[d.at]);
         }
         // Words: every op on every rank, exactly.
         let n = runs[0].ops.len();

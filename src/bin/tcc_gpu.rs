@@ -23,7 +23,8 @@ use std::path::{Path, PathBuf};
 use tcc::codegen::cuda;
 use tcc::codegen::cuda_build::read_plan;
 use tcc::codegen::nvptx::GemmKind;
-use tcc::run::{fail, run_report, RunError, RunOptions};
+use tcc::error::CommandError;
+use tcc::run::{fail, run_report, RunOptions};
 
 /// How to run each file.
 struct Mode {
@@ -34,7 +35,7 @@ struct Mode {
     variant_limit_s: f64,
 }
 
-fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> Result<(), RunError> {
+fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> Result<(), CommandError> {
     let (check, repeat, force) = (mode.check, mode.repeat, mode.force);
     let src = std::fs::read_to_string(file)
         .map_err(|e| fail("E0010", format!("cannot read `{}`: {e}", file.display()), None))?;
@@ -94,7 +95,7 @@ fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> 
             let rv = cuda::run_plan(&hir, &v, &ptx, 0, inputs, repeat)?;
             let (l, g) = v.units[0].launches();
             let tflops = if rv.run_s > 0.0 { rv.flops / rv.run_s / 1e12 } else { 0.0 };
-            let rel = tcc::codegen::compare_outputs(&hir, u, &rv.outputs, &r.outputs)
+            let rel = tcc::run::compare::compare_outputs(&hir, u, &rv.outputs, &r.outputs)
                 .map_err(|e| fail("E0713", format!("variant {}: {e}", kind.name()), None))?;
             extra.push(format!(
                 "variant {}: time = {:.3} ms  ({tflops:.3} TFLOP/s; {l} kernel launches, {g} cuBLAS calls; max relative difference to the plan's outputs {rel:.2e})",

@@ -8,7 +8,8 @@
 //! exported.
 
 use super::llvm::{self, UnitCode};
-use crate::run::{fail, RunError};
+use crate::error::CommandError;
+use crate::run::fail;
 use crate::sema::hir::{ElemType, Hir, UnitId};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -228,7 +229,7 @@ pub fn build_library(
     program: Option<&str>,
     opts: &llvm::Options,
     output: &Path,
-) -> Result<String, RunError> {
+) -> Result<String, CommandError> {
     let units: Vec<UnitId> = match program {
         None => (0..hir.units.len()).collect(),
         Some(name) => match hir.unit_by_name(name) {

@@ -8,9 +8,11 @@
 //! that with CUDA events; outputs are read back after the last run.
 
 use super::nvptx::{self, GpuOptions, GpuPlan, UnitPlan};
-use crate::interp::{self, Dense};
-use crate::run::{fail, interp_error, run_report, RunError, RunOptions};
+use crate::error::CommandError;
+use crate::interp;
+use crate::run::{fail, interp_error, run_report, RunOptions};
 use crate::sema::hir::{Hir, TensorId};
+use crate::tensor::Dense;
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -40,7 +42,7 @@ pub fn device() -> Result<String, String> {
     imp::open().map(|g| g.name.clone())
 }
 
-fn no_device(why: String) -> RunError {
+fn no_device(why: String) -> CommandError {
     fail("E0730", NO_DEVICE, Some(format!("{why}; `--target cuda` needs an NVIDIA GPU and its driver (libcuda.so)")))
 }
 
@@ -52,7 +54,7 @@ pub fn run_plan(
     unit: usize,
     inputs: &HashMap<TensorId, Dense>,
     repeat: usize,
-) -> Result<GpuRun, RunError> {
+) -> Result<GpuRun, CommandError> {
     let g = imp::open().map_err(no_device)?;
     let up = &plan.units[unit];
     let (outs, run_s) =
@@ -63,7 +65,7 @@ pub fn run_plan(
 
 /// `tcc run --target cuda`: plans, emits PTX (in process) and runs every selected
 /// unit on the GPU, reporting like the interpreter.
-pub fn run_cuda(hir: &Hir, opts: &RunOptions, c: &CudaRun, out: &mut dyn Write) -> Result<(), RunError> {
+pub fn run_cuda(hir: &Hir, opts: &RunOptions, c: &CudaRun, out: &mut dyn Write) -> Result<(), CommandError> {
     imp::open().map_err(no_device)?;
     run_report(hir, opts, out, &mut |u, inputs| {
         let t0 = std::time::Instant::now();
@@ -83,7 +85,7 @@ pub fn report_lines(
     compile_s: f64,
     check: bool,
     inputs: &HashMap<TensorId, Dense>,
-) -> Result<Vec<String>, RunError> {
+) -> Result<Vec<String>, CommandError> {
     let tflops = if r.run_s > 0.0 { r.flops / r.run_s / 1e12 } else { 0.0 };
     let (launches, gemms) = plan.units[0].launches();
     let mut extra = vec![format!(
@@ -94,7 +96,7 @@ pub fn report_lines(
     )];
     if check {
         let want = interp::run_unit(hir, u, inputs).map_err(interp_error)?;
-        match super::compare_outputs(hir, u, &r.outputs, &want) {
+        match crate::run::compare::compare_outputs(hir, u, &r.outputs, &want) {
             Ok(rel) => extra.push(format!("check: matches the interpreter (max relative difference {rel:.2e})")),
             Err(msg) => return Err(fail("E0713", format!("check failed: {msg}"), None)),
         }

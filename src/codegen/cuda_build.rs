@@ -9,7 +9,8 @@
 //! time) executes the pair, as `tcc run --target cuda` does in process.
 
 use super::nvptx::{self, GpuOptions, GpuPlan, TileCfg};
-use crate::run::{fail, RunError};
+use crate::error::CommandError;
+use crate::run::fail;
 use crate::sema::hir::Hir;
 use std::path::{Path, PathBuf};
 
@@ -27,7 +28,7 @@ pub fn build_ptx(
     output: &Path,
     opts: &GpuOptions,
     source_name: &str,
-) -> Result<String, RunError> {
+) -> Result<String, CommandError> {
     let units: Vec<usize> = match program {
         None => (0..hir.units.len()).collect(),
         Some(name) => match hir.unit_by_name(name) {

@@ -2,9 +2,9 @@
 //! contractions through the GETT kernel, and random programs (proptest); the
 //! GPU back end's plans and kernels, emulated on the host, on random programs.
 
-use super::compare_outputs;
 use super::llvm::{jit_run, Options};
 use crate::interp::{random_inputs, run_unit};
+use crate::run::compare::compare_outputs;
 use crate::sema::hir::{ElemType, Expr, Factor, Func, Hir, IndexId, Role, TensorId};
 use crate::tir::testutil::Builder;
 use proptest::prelude::*;

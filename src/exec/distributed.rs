@@ -20,9 +20,11 @@
 //!
 //! Words and messages are counted by the communicator.
 
-use crate::interp::{self, Dense};
-use crate::run::{interp_error, RunError};
+use crate::error::CommandError;
+use crate::interp;
+use crate::run::interp_error;
 use crate::sema::hir::{Expr, Factor, Hir, Index, IndexId, Range, Role, Stmt, TensorId, TensorRef, UnitId};
+use crate::tensor::Dense;
 use std::collections::HashMap;
 use tcc_runtime::comm::Communicator;
 use tcc_runtime::task::{run_tasks, Schedule, TaskSet, TileSpace};
@@ -122,7 +124,7 @@ fn slice(d: &Dense, dims: &[usize], range: &std::ops::Range<usize>) -> Dense {
     }
     let mut data = Vec::with_capacity(shape.iter().product());
     let mut src = vec![0usize; shape.len()];
-    interp::for_each_index(&shape, |idx| {
+    crate::tensor::for_each_index(&shape, |idx| {
         src.copy_from_slice(idx);
         for &k in dims {
             src[k] += range.start;
@@ -140,7 +142,7 @@ pub fn eval_tile(
     x: Option<IndexId>,
     range: std::ops::Range<usize>,
     values: &mut HashMap<TensorId, Dense>,
-) -> Result<Vec<f64>, RunError> {
+) -> Result<Vec<f64>, CommandError> {
     let mut h = hir.clone();
     let mut st = s.clone();
     st.accumulate = false;
@@ -228,7 +230,7 @@ pub fn run_unit(
     comm: &dyn Communicator,
     opts: &ExecOptions,
     stats: &mut TaskStats,
-) -> Result<HashMap<TensorId, Dense>, RunError> {
+) -> Result<HashMap<TensorId, Dense>, CommandError> {
     let (p, me) = (comm.size(), comm.rank());
     let unit = &hir.units[u];
     let mut values: HashMap<TensorId, Dense> = inputs.clone();
@@ -251,7 +253,7 @@ pub fn run_unit(
         let set = TaskSet::new(spaces);
         // Tiles computed here: (task, values).
         let mut mine: Vec<f64> = Vec::new();
-        let mut failure: Option<RunError> = None;
+        let mut failure: Option<CommandError> = None;
         {
             let counter = comm.counter();
             stats.tasks += run_tasks(set.len(), me, p, opts.schedule, counter.as_ref(), 1, |t| {
@@ -283,7 +285,7 @@ pub fn run_unit(
         let mut rhs: Vec<Dense> = Vec::new();
         for s in stmts {
             let shape: Vec<usize> = s.lhs.indices.iter().map(|&i| hir.index_size(i)).collect();
-            rhs.push(Dense::zeros("a right-hand side", shape).map_err(interp_error)?);
+            rhs.push(Dense::zeros("a right-hand side", shape).map_err(|e| interp_error(e.into()))?);
         }
         let mut k = 0;
         while k < all.len() {
@@ -304,7 +306,7 @@ pub fn run_unit(
                     let mut shape = dense.shape.clone();
                     shape[pos] = range.len();
                     let mut j = 0;
-                    interp::for_each_index(&shape, |idx| {
+                    crate::tensor::for_each_index(&shape, |idx| {
                         let off: usize = idx
                             .iter()
                             .enumerate()
@@ -323,9 +325,10 @@ pub fn run_unit(
             // `=` / `+=` exactly as the interpreter applies them.
             let dst = match values.entry(target) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(Dense::zeros(&format!("tensor `{tname}`"), hir.shape(target)).map_err(interp_error)?)
-                }
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                    Dense::zeros(&format!("tensor `{tname}`"), hir.shape(target))
+                        .map_err(|e| interp_error(e.into()))?,
+                ),
             };
             if s.accumulate {
                 for (d, x) in dst.data.iter_mut().zip(&r.data) {
@@ -389,10 +392,8 @@ mod tests {
                     let v = &g[t];
                     assert_eq!(v.shape, w.shape);
                     if optimize {
-                        let scale = w.data.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
-                        for (a, b) in v.data.iter().zip(&w.data) {
-                            assert!((a - b).abs() <= 1e-10 * scale, "{a} vs {b}");
-                        }
+                        let d = crate::run::compare::rel_diff(&v.data, &w.data);
+                        assert!(d.rel <= 1e-10, "{} vs {}", v.data[d.at], w.data[d.at]);
                     } else {
                         assert_eq!(v.data, w.data, "bitwise equal to the interpreter");
                     }

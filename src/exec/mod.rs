@@ -4,12 +4,16 @@
 //! by line; `--stats` appends each rank's words and messages sent.
 
 pub mod distributed;
+pub mod launch;
+pub mod model;
 pub mod planned;
 
-use crate::interp::Dense;
-use crate::run::{check_options, run_report, RunError, RunOptions};
+use crate::error::CommandError;
+use crate::run::{check_options, run_report, RunOptions};
 use crate::sema::hir::{Hir, TensorId, UnitId};
+use crate::tensor::Dense;
 use distributed::{ExecOptions, TaskStats};
+use launch::OnError;
 use std::collections::HashMap;
 use std::io::Write;
 use tcc_runtime::comm::mixed::Mixed;
@@ -37,8 +41,8 @@ impl Default for DistOptions {
     }
 }
 
-fn fail(message: String) -> RunError {
-    RunError { code: "E0720", message, hint: None }
+fn fail(message: String) -> CommandError {
+    CommandError { code: "E0720", message, hint: None }
 }
 
 /// What one rank returns: its report (rank 0) and its error, if any.
@@ -49,7 +53,7 @@ fn rank_body(
     dopts: &DistOptions,
     comm: &dyn Communicator,
     backends: &str,
-) -> (Vec<u8>, Result<(), RunError>) {
+) -> (Vec<u8>, Result<(), CommandError>) {
     let me = comm.rank();
     let mut ropts = ropts.clone();
     if me != 0 {
@@ -112,7 +116,12 @@ fn exec_hir(hir: &Hir, dopts: &DistOptions) -> Hir {
 
 /// `tcc run FILE --ranks N`: in-process ranks (`threads` and `shm` back ends mixed
 /// by the tuning table).
-pub fn run_threads(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut dyn Write) -> Result<(), RunError> {
+pub fn run_threads(
+    hir: &Hir,
+    ropts: &RunOptions,
+    dopts: &DistOptions,
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
     if dopts.ranks == 0 {
         return Err(fail("--ranks must be at least 1".into()));
     }
@@ -123,37 +132,13 @@ pub fn run_threads(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut
         Some(t) => t.clone(),
         None => TuningTable::default_for(World::Threads),
     };
-    check_options(hir, ropts)?;
-    let eh = exec_hir(hir, dopts);
-    let res = tcc_runtime::comm::threads::run(dopts.ranks, |rank| {
-        let comm = Mixed::new(vec![rank.comm(Backend::Threads), rank.comm(Backend::Shm)], table.clone());
-        let (buf, r) = rank_body(hir, &eh, ropts, dopts, &comm, "threads+shm");
-        if let Err(e) = &r {
-            if dopts.ranks > 1 {
-                rank.abort(&e.to_string());
-            }
-        }
-        (buf, r)
-    });
-    match res {
-        Ok(mut v) => {
-            let (buf, r) = v.swap_remove(0);
-            r?;
-            out.write_all(&buf).map_err(|e| RunError {
-                code: "E0711",
-                message: format!("cannot write the report: {e}"),
-                hint: None,
-            })
-        }
-        Err(f) => Err(fail(f.to_string())),
-    }
+    run_ranks(hir, ropts, dopts, out, false, table)
 }
 
 /// `mpirun -np N tcc run FILE --backend mpi`: this process is one rank (`mpi` and
 /// `mpi-p2p` back ends mixed by the tuning table). A failing rank aborts the job.
 #[cfg(feature = "mpi")]
-pub fn run_mpi(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut dyn Write) -> Result<(), RunError> {
-    use tcc_runtime::comm::mpi::{abort, MpiWorld};
+pub fn run_mpi(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut dyn Write) -> Result<(), CommandError> {
     let table = match &dopts.tuning {
         Some(t) if t.world != World::Mpi => {
             return Err(fail(format!("the tuning table is for the `{:?}` world, not MPI", t.world)))
@@ -161,47 +146,56 @@ pub fn run_mpi(hir: &Hir, ropts: &RunOptions, dopts: &DistOptions, out: &mut dyn
         Some(t) => t.clone(),
         None => TuningTable::default_for(World::Mpi),
     };
-    let world = MpiWorld::init().ok_or_else(|| fail("MPI was already initialized".into()))?;
-    let size = world.size();
-    if let Err(e) = check_options(hir, ropts) {
-        // Every rank fails alike here; rank 0 reports.
-        if world.rank() == 0 {
-            return Err(e);
-        }
-        return Ok(());
-    }
+    run_ranks(hir, ropts, dopts, out, true, table)
+}
+
+/// Runs on the ranks of [`launch::launch`] (two back ends mixed by `table`); rank 0
+/// writes the report.
+fn run_ranks(
+    hir: &Hir,
+    ropts: &RunOptions,
+    dopts: &DistOptions,
+    out: &mut dyn Write,
+    mpi: bool,
+    table: TuningTable,
+) -> Result<(), CommandError> {
+    let (backends, names) = if mpi {
+        ([Backend::Mpi, Backend::MpiP2p], "mpi+mpi-p2p")
+    } else {
+        ([Backend::Threads, Backend::Shm], "threads+shm")
+    };
     let eh = exec_hir(hir, dopts);
-    let comm = Mixed::new(vec![world.comm(Backend::Mpi), world.comm(Backend::MpiP2p)], table);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        rank_body(hir, &eh, ropts, dopts, &comm, "mpi+mpi-p2p")
-    }));
-    match r {
-        Ok((buf, Ok(()))) => {
-            drop(comm);
-            out.write_all(&buf).map_err(|e| RunError {
-                code: "E0711",
-                message: format!("cannot write the report: {e}"),
-                hint: None,
-            })?;
-            let _ = out.flush();
-            drop(world);
-            Ok(())
-        }
-        Ok((_, Err(e))) => {
-            if size > 1 {
-                eprintln!("{e}");
-                abort(1);
-            }
-            Err(e)
-        }
-        Err(_) => abort(2),
+    let report = launch::launch(
+        dopts.ranks,
+        mpi,
+        |make| Box::new(Mixed::new(backends.iter().map(|&b| make(b)).collect(), table.clone())),
+        |_| check_options(hir, ropts),
+        OnError::Abort(&|e| e.to_string()),
+        |comm| {
+            let (buf, r) = rank_body(hir, &eh, ropts, dopts, comm, names);
+            r.map(|()| buf)
+        },
+    )?;
+    if let Some(buf) = report {
+        out.write_all(&buf).map_err(|e| CommandError {
+            code: "E0711",
+            message: format!("cannot write the report: {e}"),
+            hint: None,
+        })?;
+        let _ = out.flush();
     }
+    Ok(())
 }
 
 /// Without the `mpi` feature: a clear error.
 #[cfg(not(feature = "mpi"))]
-pub fn run_mpi(_hir: &Hir, _ropts: &RunOptions, _dopts: &DistOptions, _out: &mut dyn Write) -> Result<(), RunError> {
-    Err(RunError {
+pub fn run_mpi(
+    _hir: &Hir,
+    _ropts: &RunOptions,
+    _dopts: &DistOptions,
+    _out: &mut dyn Write,
+) -> Result<(), CommandError> {
+    Err(CommandError {
         code: "E0721",
         message: "this tcc was built without MPI support".into(),
         hint: Some("rebuild with `cargo build --features mpi` (needs an MPI library and libclang)".into()),

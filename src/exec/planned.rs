@@ -22,11 +22,12 @@
 //! ring step is a send to the successor and a receive from the predecessor, ordered
 //! even/odd along the ring so that blocking sends (MPI) cannot deadlock.
 
-use crate::interp::Dense;
+use crate::error::CommandError;
 use crate::plan::layout::{coords_of, sub_interval, Layout};
 use crate::plan::{CommOp, Network, OpKind, Phase, Plan, PlanOptions, PlanStep, RankWords};
-use crate::run::{check_options, run_report, RunError, RunOptions};
+use crate::run::{check_options, run_report, RunOptions};
 use crate::sema::hir::{Factor, Hir, Role, TensorId, UnitId};
+use crate::tensor::Dense;
 use std::collections::HashMap;
 use std::io::Write;
 use tcc_runtime::comm::{Backend, Communicator};
@@ -89,22 +90,22 @@ pub struct PlanRun {
     pub gather_recv: u64,
 }
 
-fn fail(code: &'static str, message: String, hint: Option<&str>) -> RunError {
-    RunError { code, message, hint: hint.map(String::from) }
+fn fail(code: &'static str, message: String, hint: Option<&str>) -> CommandError {
+    CommandError { code, message, hint: hint.map(String::from) }
 }
 
 /// Plans unit `u` of the optimized program on `p` ranks.
-pub fn plan_for(opt: &Hir, u: UnitId, p: usize, popts: &PlanRunOptions) -> Result<Plan, RunError> {
+pub fn plan_for(opt: &Hir, u: UnitId, p: usize, popts: &PlanRunOptions) -> Result<Plan, CommandError> {
     let net = Network::parse(&popts.network)
         .map_err(|m| fail("E0801", m, Some("examples: --network torus:2x2x2, --network fat-tree")))?;
     let mut o = PlanOptions::new(p, net);
     o.mem_per_rank = popts.mem_per_rank;
-    crate::plan::plan_unit(opt, u, &o).map_err(|e| RunError { code: e.code, message: e.message, hint: e.hint })
+    crate::plan::plan_unit(opt, u, &o)
 }
 
 /// What the executor cannot run: calls, parenthesised sums and constant terms (the
 /// planner does not move the data they read).
-pub fn check_supported(opt: &Hir, u: UnitId) -> Result<(), RunError> {
+pub fn check_supported(opt: &Hir, u: UnitId) -> Result<(), CommandError> {
     let hint = Some("run it without --plan (replicate-and-tile execution) or with --interp");
     for (k, st) in opt.units[u].stmts.iter().enumerate() {
         for term in &st.rhs.terms {
@@ -617,7 +618,7 @@ pub fn execute_plan(
     plan: &Plan,
     inputs: &HashMap<TensorId, Dense>,
     comm: &dyn Communicator,
-) -> Result<PlanRun, RunError> {
+) -> Result<PlanRun, CommandError> {
     check_supported(opt, u)?;
     let (p, me) = (comm.size(), comm.rank());
     if p != plan.procs {
@@ -854,7 +855,7 @@ fn rank_body(
     popts: &PlanRunOptions,
     comm: &dyn Communicator,
     backend: &str,
-) -> (Vec<u8>, Result<(), RunError>) {
+) -> (Vec<u8>, Result<(), CommandError>) {
     let me = comm.rank();
     let mut ropts = ropts.clone();
     if me != 0 {
@@ -976,7 +977,7 @@ pub fn stats_text(runs: &[PlanRun], comm: &dyn Communicator, backend: &str) -> S
 
 /// Errors every rank would meet alike (unsupported constructs, no plan fits),
 /// found before any rank starts.
-fn precheck(opt: &Hir, ropts: &RunOptions, p: usize, popts: &PlanRunOptions) -> Result<(), RunError> {
+fn precheck(opt: &Hir, ropts: &RunOptions, p: usize, popts: &PlanRunOptions) -> Result<(), CommandError> {
     for u in 0..opt.units.len() {
         if ropts.program.as_deref().is_some_and(|n| n != opt.units[u].name) {
             continue;
@@ -989,75 +990,63 @@ fn precheck(opt: &Hir, ropts: &RunOptions, p: usize, popts: &PlanRunOptions) -> 
 
 /// `tcc run FILE --ranks N --plan`: in-process ranks, `threads` back end (point to
 /// point, counted exactly).
-pub fn run_threads(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &mut dyn Write) -> Result<(), RunError> {
+pub fn run_threads(
+    hir: &Hir,
+    ropts: &RunOptions,
+    popts: &PlanRunOptions,
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
     if popts.ranks == 0 {
         return Err(fail("E0720", "--ranks must be at least 1".into(), None));
     }
-    check_options(hir, ropts)?;
-    let opt = crate::pipeline::optimize(hir, &Default::default()).0;
-    precheck(&opt, ropts, popts.ranks, popts)?;
-    let res = tcc_runtime::comm::threads::run(popts.ranks, |rank| {
-        let comm = rank.comm(Backend::Threads);
-        let (buf, r) = rank_body(hir, &opt, ropts, popts, comm.as_ref(), "threads");
-        if let Err(e) = &r {
-            if popts.ranks > 1 {
-                rank.abort(&format!("{}: {}", e.code, e.message));
-            }
-        }
-        (buf, r)
-    });
-    match res {
-        Ok(mut v) => {
-            let (buf, r) = v.swap_remove(0);
-            r?;
-            out.write_all(&buf).map_err(|e| fail("E0711", format!("cannot write the report: {e}"), None))
-        }
-        Err(f) => Err(fail("E0720", f.to_string(), None)),
-    }
+    run_ranks(hir, ropts, popts, out, false)
 }
 
 /// `mpirun -np N tcc run FILE --backend mpi --plan`: this process is one rank
 /// (`mpi-p2p` back end: MPI send/recv, counted exactly).
 #[cfg(feature = "mpi")]
-pub fn run_mpi(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &mut dyn Write) -> Result<(), RunError> {
-    use tcc_runtime::comm::mpi::{abort, MpiWorld};
-    let world = MpiWorld::init().ok_or_else(|| fail("E0720", "MPI was already initialized".into(), None))?;
-    let size = world.size();
+pub fn run_mpi(hir: &Hir, ropts: &RunOptions, popts: &PlanRunOptions, out: &mut dyn Write) -> Result<(), CommandError> {
+    run_ranks(hir, ropts, popts, out, true)
+}
+
+/// Runs the plan on the ranks of [`crate::exec::launch::launch`]; rank 0 writes the
+/// report.
+fn run_ranks(
+    hir: &Hir,
+    ropts: &RunOptions,
+    popts: &PlanRunOptions,
+    out: &mut dyn Write,
+    mpi: bool,
+) -> Result<(), CommandError> {
+    let (backend, name) = if mpi { (Backend::MpiP2p, "mpi-p2p") } else { (Backend::Threads, "threads") };
     let opt = crate::pipeline::optimize(hir, &Default::default()).0;
-    if let Err(e) = check_options(hir, ropts).and_then(|_| precheck(&opt, ropts, size, popts)) {
-        // Every rank fails alike here; rank 0 reports.
-        if world.rank() == 0 {
-            return Err(e);
-        }
-        return Ok(());
+    let report = crate::exec::launch::launch(
+        popts.ranks,
+        mpi,
+        |make| make(backend),
+        |p| check_options(hir, ropts).and_then(|_| precheck(&opt, ropts, p, popts)),
+        crate::exec::launch::OnError::Abort(&|e| format!("{}: {}", e.code, e.message)),
+        |comm| {
+            let (buf, r) = rank_body(hir, &opt, ropts, popts, comm, name);
+            r.map(|()| buf)
+        },
+    )?;
+    if let Some(buf) = report {
+        out.write_all(&buf).map_err(|e| fail("E0711", format!("cannot write the report: {e}"), None))?;
+        let _ = out.flush();
     }
-    let comm = world.comm(Backend::MpiP2p);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        rank_body(hir, &opt, ropts, popts, comm.as_ref(), "mpi-p2p")
-    }));
-    match r {
-        Ok((buf, Ok(()))) => {
-            drop(comm);
-            out.write_all(&buf).map_err(|e| fail("E0711", format!("cannot write the report: {e}"), None))?;
-            let _ = out.flush();
-            drop(world);
-            Ok(())
-        }
-        Ok((_, Err(e))) => {
-            if size > 1 {
-                eprintln!("error[{}]: {}", e.code, e.message);
-                abort(1);
-            }
-            Err(e)
-        }
-        Err(_) => abort(2),
-    }
+    Ok(())
 }
 
 /// Without the `mpi` feature: a clear error.
 #[cfg(not(feature = "mpi"))]
-pub fn run_mpi(_hir: &Hir, _ropts: &RunOptions, _popts: &PlanRunOptions, _out: &mut dyn Write) -> Result<(), RunError> {
-    Err(RunError {
+pub fn run_mpi(
+    _hir: &Hir,
+    _ropts: &RunOptions,
+    _popts: &PlanRunOptions,
+    _out: &mut dyn Write,
+) -> Result<(), CommandError> {
+    Err(CommandError {
         code: "E0721",
         message: "this tcc was built without MPI support".into(),
         hint: Some("rebuild with `cargo build --features mpi` (needs an MPI library and libclang)".into()),

@@ -8,8 +8,9 @@
 
 use super::fusion::fusible;
 use super::{Buffer, LoopNest, Node};
-use crate::interp::{exec_stmt, Dense, InterpError};
+use crate::interp::{exec_stmt, InterpError};
 use crate::sema::hir::{Factor, Hir, IndexId, Role, Stmt, TensorId};
+use crate::tensor::Dense;
 
 use std::collections::HashMap;
 

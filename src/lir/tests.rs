@@ -20,10 +20,15 @@ fn assert_same(hir: &Hir, nest: &LoopNest) {
     for (t, w) in &want {
         let g = &got[t];
         assert_eq!(w.shape, g.shape);
-        let scale = w.data.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
-        for (a, b) in w.data.iter().zip(&g.data) {
-            assert!((a - b).abs() <= 1e-12 * scale, "{} differs: {a} vs {b}\n{}", hir.tensors[*t].name, nest.dump(hir));
-        }
+        let d = crate::run::compare::rel_diff(&g.data, &w.data);
+        assert!(
+            d.rel <= 1e-12,
+            "{} differs: {} vs {}\n{}",
+            hir.tensors[*t].name,
+            w.data[d.at],
+            g.data[d.at],
+            nest.dump(hir)
+        );
     }
 }
 

@@ -29,6 +29,7 @@ mod search;
 #[cfg(test)]
 mod tests;
 
+use crate::error::CommandError;
 use serde::Serialize;
 
 pub use bounds::{lower_bound, Bound, BoundIndex};
@@ -348,20 +349,6 @@ impl Plan {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct PlanError {
-    /// Diagnostic code (`E08xx`).
-    pub code: &'static str,
-    pub message: String,
-    pub hint: Option<String>,
-}
-
-impl std::fmt::Display for PlanError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
 /// What `tcc plan` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -383,14 +370,14 @@ pub fn plan_command(
     mem_per_rank: Option<u64>,
     strategy: Strategy,
     format: Format,
-) -> Result<String, PlanError> {
-    let net = Network::parse(network).map_err(|m| PlanError {
+) -> Result<String, CommandError> {
+    let net = Network::parse(network).map_err(|m| CommandError {
         code: "E0801",
         message: m,
         hint: Some("examples: --network torus:8x8x16, --network fat-tree:bw=25GB/s,lat=2us, --network net.toml".into()),
     })?;
     if procs.is_empty() || procs.iter().any(|&p| p == 0 || p > MAX_PROCS) {
-        return Err(PlanError {
+        return Err(CommandError {
             code: "E0802",
             message: format!("--procs must be between 1 and {MAX_PROCS}"),
             hint: Some("for example --procs 64 or --procs 4,64,1024".into()),
@@ -402,7 +389,7 @@ pub fn plan_command(
             Some(u) => vec![u],
             None => {
                 let names: Vec<&str> = hir.units.iter().map(|u| u.name.as_str()).collect();
-                return Err(PlanError {
+                return Err(CommandError {
                     code: "E0702",
                     message: format!("no program or model named `{name}`"),
                     hint: Some(format!("this file has: {}", names.join(", "))),
@@ -412,7 +399,7 @@ pub fn plan_command(
     };
     let (opt, _) = crate::pipeline::optimize(hir, &Default::default());
     let mut plans = Vec::new();
-    let mut failures: Vec<(usize, PlanError)> = Vec::new();
+    let mut failures: Vec<(usize, CommandError)> = Vec::new();
     for &p in procs {
         let mut opts = PlanOptions::new(p, net.clone());
         opts.mem_per_rank = mem_per_rank;

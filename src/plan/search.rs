@@ -9,7 +9,7 @@ use crate::tir::graph::{factor_label, ref_text};
 use super::bounds::{lower_bound, BoundIndex};
 use super::layout::{max_gather_recv, Layout};
 use super::{
-    CommOp, GridDim, OpKind, OperandPlan, Phase, Plan, PlanError, PlanOptions, PlanStep, StepCost, Strategy, Totals,
+    CommOp, CommandError, GridDim, OpKind, OperandPlan, Phase, Plan, PlanOptions, PlanStep, StepCost, Strategy, Totals,
 };
 
 /// Largest number of a step's indices considered for grid dimensions (the largest
@@ -655,15 +655,15 @@ fn mem_limit_of(opts: &PlanOptions) -> Option<u64> {
 }
 
 /// Plans every unit in `units` of the optimized program `opt`.
-pub fn plan_units(opt: &Hir, units: &[UnitId], opts: &PlanOptions) -> Result<Vec<Plan>, PlanError> {
+pub fn plan_units(opt: &Hir, units: &[UnitId], opts: &PlanOptions) -> Result<Vec<Plan>, CommandError> {
     units.iter().map(|&u| plan_unit(opt, u, opts)).collect()
 }
 
 /// Plans one unit of the optimized program (`tcc::tir::optimize(&hir).0`).
-pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanError> {
+pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, CommandError> {
     let p = opts.procs.max(1);
     let net = &opts.network;
-    net.check_procs(p).map_err(|m| PlanError {
+    net.check_procs(p).map_err(|m| CommandError {
         code: "E0802",
         message: m,
         hint: Some("use fewer --procs or a larger network".into()),
@@ -802,7 +802,7 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, PlanE
                 })
                 .min()
                 .unwrap_or(0);
-            return Err(PlanError {
+            return Err(CommandError {
                 code: "E0803",
                 message: format!(
                     "step {} (`{}`) does not fit in {} bytes per rank on {p} ranks (the smallest mapping needs about {need} bytes without panels, {resident} of them other live tensors)",

@@ -150,7 +150,7 @@ fn alltoall_counts_conserve_words() {
     assert_eq!(w[0].recv, 5 * 3 - 3 * 3);
 }
 
-fn plan_src(src: &str, p: usize, mem: Option<u64>) -> Result<Plan, PlanError> {
+fn plan_src(src: &str, p: usize, mem: Option<u64>) -> Result<Plan, CommandError> {
     let (hir, d) = crate::compile(src, "t");
     let hir = hir.unwrap_or_else(|| panic!("{d:?}"));
     let (opt, _) = crate::tir::optimize(&hir);

@@ -6,8 +6,7 @@
 use logos::Logos;
 use std::fmt;
 
-/// A byte range in the source text.
-pub type Span = std::ops::Range<usize>;
+pub use crate::span::Span;
 
 #[derive(Logos, Debug, Clone, PartialEq)]
 #[logos(skip r"[ \t\r\n\f]+")]

@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 
-use crate::interp::{exec_stmt, fill_random, symmetry_violation, Dense};
+use crate::interp::{exec_stmt, fill_random, symmetry_violation};
 use crate::sema::hir::*;
+use crate::tensor::Dense;
 
 /// Builds HIR by hand: a range per distinct size (`N<size>`), an index per letter.
 pub struct Builder {

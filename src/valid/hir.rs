@@ -6,8 +6,9 @@
 //!   and do not overlap;
 //! * a tensor reference has one index per dimension, each over that dimension's range;
 //! * a left-hand side has distinct indices and is not an input or parameter;
-//! * every term uses all indices of its result (the left-hand side, or the `free`
-//!   list of the call or parenthesised sum it is in), and `free` lists are distinct;
+//! * the `free` list of a call or parenthesised sum is distinct (a term need not use
+//!   every result index: the language requires it, but a term over fewer indices is
+//!   broadcast, which every pass and back end supports, and random-program tests use);
 //! * a temporary is written earlier in its unit before a statement reads it;
 //! * distributions map distinct tensor positions to distinct grid dimensions;
 //! * a model's unit is a model unit of that model, its layers lie within the unit.
@@ -118,7 +119,7 @@ fn stmt(hir: &Hir, s: &Stmt, written: &HashSet<usize>) -> Result<(), String> {
     if !distinct(&s.lhs.indices) {
         return Err("the left-hand side repeats an index".into());
     }
-    expr(hir, &s.rhs, &s.lhs.indices, written)
+    expr(hir, &s.rhs, written)
 }
 
 fn tensor_ref(hir: &Hir, r: &TensorRef) -> Result<(), String> {
@@ -144,10 +145,9 @@ fn tensor_ref(hir: &Hir, r: &TensorRef) -> Result<(), String> {
     Ok(())
 }
 
-/// An expression whose value is a tensor over `result`.
-fn expr(hir: &Hir, e: &Expr, result: &[IndexId], written: &HashSet<usize>) -> Result<(), String> {
+/// An expression: every reference well-formed, temporaries written before.
+fn expr(hir: &Hir, e: &Expr, written: &HashSet<usize>) -> Result<(), String> {
     for term in &e.terms {
-        let mut used: HashSet<IndexId> = HashSet::new();
         for f in &term.factors {
             match f {
                 Factor::Tensor(r) => {
@@ -161,13 +161,9 @@ fn expr(hir: &Hir, e: &Expr, result: &[IndexId], written: &HashSet<usize>) -> Re
                     if !distinct(free) || free.iter().any(|&i| i >= hir.indices.len()) {
                         return Err(format!("a sub-expression's free indices {free:?} repeat or are out of range"));
                     }
-                    expr(hir, arg, free, written)?;
+                    expr(hir, arg, written)?;
                 }
             }
-            used.extend(f.indices().iter().copied());
-        }
-        if let Some(&i) = result.iter().find(|i| !used.contains(i)) {
-            return Err(format!("a term does not use result index `{}`", hir.indices[i].name));
         }
     }
     Ok(())
@@ -218,7 +214,7 @@ mod tests {
     }
 
     #[test]
-    fn catches_a_term_missing_a_result_index_and_a_write_to_an_input() {
+    fn catches_a_repeated_lhs_index_a_write_to_an_input_and_a_misused_tensor() {
         let mut hir = checked(SRC);
         hir.units[0].stmts[1].lhs.indices.swap(0, 1);
         hir.units[0].stmts[1].lhs.indices[1] = hir.units[0].stmts[1].lhs.indices[0];
@@ -227,7 +223,8 @@ mod tests {
         hir.units[0].stmts[0].lhs.tensor = 0;
         assert!(validate(&hir).unwrap_err().message.contains("read-only"));
         let mut hir = checked(SRC);
-        hir.units[0].stmts[1].rhs.terms[0].factors.clear();
-        assert!(validate(&hir).unwrap_err().message.contains("does not use result index"));
+        let Factor::Tensor(r) = &mut hir.units[0].stmts[1].rhs.terms[0].factors[0] else { panic!() };
+        r.indices.pop();
+        assert!(validate(&hir).unwrap_err().message.contains("`T` has 2 dimensions but is used with 1"));
     }
 }

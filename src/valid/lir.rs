@@ -5,7 +5,8 @@
 //! * a loop's extent is its index's size, and no index is bound twice on one path;
 //! * every loop around a statement is an index of that statement (fusion never
 //!   recomputes), and every loop around a `Zero` is an index of the left-hand side
-//!   of the `=` statement it clears, which comes later on the same path;
+//!   of the statement it clears (an `=`, or the first `+=` into a temporary), which
+//!   comes later on the same path;
 //! * every tensor a statement references has a buffer; a buffer's stored and fixed
 //!   positions partition the tensor's dimensions, only temporaries are sliced, its
 //!   element count is the product of the stored extents, and each fixed position is
@@ -124,8 +125,13 @@ impl Walk<'_> {
                 }
                 Node::Zero { tensor, stmt } => {
                     let s = self.stmts.get(*stmt).ok_or_else(|| format!("zero of statement {stmt} out of range"))?;
-                    if s.lhs.tensor != *tensor || s.accumulate {
-                        return Err(format!("zero of statement {stmt}, which is not an `=` writing that tensor"));
+                    // `+=` as the first write of a temporary is cleared like an `=`.
+                    let first_write = self.hir.tensors[*tensor].role == Role::Temporary
+                        && !self.stmts[..*stmt].iter().any(|e| e.lhs.tensor == *tensor);
+                    if s.lhs.tensor != *tensor || (s.accumulate && !first_write) {
+                        return Err(format!(
+                            "zero of statement {stmt}, which is neither an `=` writing that tensor nor its first write"
+                        ));
                     }
                     if let Some(i) = loops.iter().find(|i| !s.lhs.indices.contains(i)) {
                         return Err(format!(

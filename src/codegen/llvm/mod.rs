@@ -24,11 +24,11 @@
 //! (the host's by default).
 
 use super::lower::unit_flops;
-use crate::interp::Dense;
 use crate::lir::fusion::fusible;
 use crate::lir::{Buffer, LoopNest, Node};
 use crate::pipeline::PipelineOptions;
 use crate::sema::hir::{ElemType, Func, Hir, IndexId, Role, Stmt, TensorId, UnitId};
+use crate::tensor::Dense;
 use inkwell::attributes::AttributeLoc;
 use inkwell::builder::{Builder, BuilderError};
 use inkwell::context::Context;

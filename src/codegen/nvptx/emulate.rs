@@ -2,7 +2,7 @@
 
 use super::gen::{build_module, Mode};
 use super::*;
-use crate::interp::Dense;
+use crate::tensor::Dense;
 use inkwell::context::Context;
 use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine};
 use inkwell::OptimizationLevel;

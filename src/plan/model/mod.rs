@@ -12,10 +12,10 @@
 //! `gpus_per_node`; its collectives then run at the intra-node bandwidth.
 
 pub mod analysis;
-pub mod exec;
 pub mod formulas;
 pub mod report;
 
+use crate::error::CommandError;
 use crate::plan::Network;
 use analysis::{ModelInfo, TensorInfo, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES, TP_DEFAULT};
 use serde::Serialize;
@@ -679,13 +679,6 @@ pub fn from_hints(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: 
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelPlanError {
-    pub code: &'static str,
-    pub message: String,
-    pub hint: Option<String>,
-}
-
 /// `tcc plan-model`: analyzes the model (with `--dim` overrides), searches, renders.
 pub fn plan_model_command(
     hir: &crate::sema::hir::Hir,
@@ -693,8 +686,8 @@ pub fn plan_model_command(
     dims: &[(String, usize)],
     o: &ModelOptions,
     json: bool,
-) -> Result<String, ModelPlanError> {
-    let err = |code, message: String, hint: Option<String>| ModelPlanError { code, message, hint };
+) -> Result<String, CommandError> {
+    let err = |code, message: String, hint: Option<String>| CommandError { code, message, hint };
     if hir.models.is_empty() {
         return Err(err(
             "E0810",
@@ -769,32 +762,10 @@ pub struct CliArgs {
     pub seed: u64,
 }
 
-/// `tcc plan-model`, whole: the text to print, or an error.
-pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, ModelPlanError> {
-    let err =
-        |code, message: String, hint: Option<&str>| ModelPlanError { code, message, hint: hint.map(String::from) };
-    if let Some(style) = &a.execute {
-        let style = exec::Style::parse(style).map_err(|m| err("E0813", m, None))?;
-        let id = match &a.model {
-            None if hir.models.len() == 1 => 0,
-            None => {
-                return Err(err("E0813", "--execute needs --model NAME when the file has several models".into(), None))
-            }
-            Some(n) => hir
-                .models
-                .iter()
-                .position(|m| &m.name == n)
-                .ok_or_else(|| err("E0702", format!("no model named `{n}`"), None))?,
-        };
-        let r = if a.mpi {
-            exec::execute_mpi(hir, id, style, a.seed)
-        } else {
-            exec::execute_threads(hir, id, style, a.seed, a.ranks.unwrap_or(2))
-        };
-        return r.map_err(|m| {
-            err("E0814", m, Some("the sharded run disagrees with the interpreter or with the predicted words"))
-        });
-    }
+/// `tcc plan-model` (without `--execute`: the executor, `exec::model::cli`, runs that),
+/// whole: the text to print, or an error.
+pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, CommandError> {
+    let err = |code, message: String, hint: Option<&str>| CommandError { code, message, hint: hint.map(String::from) };
     let network = Network::parse(&a.network)
         .map_err(|m| err("E0801", m, Some("for example --network fat-tree:bw=25GB/s,lat=5us,flops=150TF/s")))?;
     let Some(devices) = a.devices else {

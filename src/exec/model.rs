@@ -8,9 +8,12 @@
 //! The schedule is static, so the words each rank sends are predicted before the
 //! run ([`predicted_words`]) and compared with the communicator's counters.
 
-use super::analysis::{is_attention, is_expert, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES};
-use crate::interp::{self, Dense};
+use crate::error::CommandError;
+use crate::interp;
+use crate::plan::model::analysis::{is_attention, is_expert, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES};
+use crate::plan::model::CliArgs;
 use crate::sema::hir::{Expr, Factor, Hir, IndexId, ModelId, RangeId, Role, TensorId, UnitId};
+use crate::tensor::Dense;
 use std::collections::HashMap;
 use tcc_runtime::comm::Communicator;
 
@@ -153,8 +156,8 @@ pub fn predicted_words(hir: &Hir, steps: &[ExecStep], p: usize, rank: usize) -> 
 /// Offsets (row-major in `shape`) of the region `ranges`, in row-major order.
 fn region(shape: &[usize], ranges: &[std::ops::Range<usize>], mut f: impl FnMut(usize)) {
     let ext: Vec<usize> = ranges.iter().map(|r| r.len()).collect();
-    let strides = Dense { shape: shape.to_vec(), data: Vec::new() }.strides();
-    interp::for_each_index(&ext, |idx| {
+    let strides = crate::tensor::strides(shape);
+    crate::tensor::for_each_index(&ext, |idx| {
         f(idx.iter().enumerate().map(|(k, &i)| (i + ranges[k].start) * strides[k]).sum())
     });
 }
@@ -231,8 +234,8 @@ pub fn run_sharded(
         let s = &stmts[st.stmt];
         let n = hir.index_size(st.split);
         let blk = block(n, p, me);
-        let tile = crate::exec::distributed::eval_tile(hir, s, Some(st.split), blk.clone(), &mut values)
-            .map_err(|e| e.message)?;
+        let tile =
+            super::distributed::eval_tile(hir, s, Some(st.split), blk.clone(), &mut values).map_err(|e| e.message)?;
         let target = s.lhs.tensor;
         let shape = hir.shape(target);
         let dst = match values.entry(target) {
@@ -280,20 +283,10 @@ pub fn run_sharded(
 }
 
 /// Largest relative difference (to the largest magnitude of each output) between a
-/// sharded run's outputs and the interpreter's.
+/// sharded run's outputs and the interpreter's ([`crate::run::compare::compare`]);
+/// infinite if an output is missing or has another size.
 pub fn max_rel_diff(got: &HashMap<TensorId, Dense>, want: &HashMap<TensorId, Dense>) -> f64 {
-    let mut worst: f64 = 0.0;
-    for (t, w) in want {
-        let Some(g) = got.get(t) else { return f64::INFINITY };
-        if g.shape != w.shape {
-            return f64::INFINITY;
-        }
-        let scale = w.data.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
-        for (a, b) in g.data.iter().zip(&w.data) {
-            worst = worst.max((a - b).abs() / scale);
-        }
-    }
-    worst
+    crate::run::compare::compare(got, want, f64::INFINITY, |_| String::new()).unwrap_or(f64::INFINITY)
 }
 
 /// `tcc plan-model --execute STYLE`: runs the model on this rank of `comm` with
@@ -360,28 +353,64 @@ pub fn execute_threads(hir: &Hir, model: ModelId, style: Style, seed: u64, ranks
     if ranks == 0 {
         return Err("--ranks must be at least 1".into());
     }
-    let res = tcc_runtime::comm::threads::run(ranks, |rank| {
-        let comm = rank.comm(tcc_runtime::comm::Backend::Threads);
-        execute_report(hir, model, style, seed, comm.as_ref())
-    })
-    .map_err(|f| f.to_string())?;
-    res.into_iter().next().unwrap_or_else(|| Err("no ranks".into()))
+    execute_ranks(hir, model, style, seed, ranks, false)
 }
 
 /// `mpirun -np N tcc plan-model --execute STYLE --backend mpi`: this process is one
 /// rank (MPI's own collectives); rank 0 returns the report, others an empty string.
 #[cfg(feature = "mpi")]
 pub fn execute_mpi(hir: &Hir, model: ModelId, style: Style, seed: u64) -> Result<String, String> {
-    use tcc_runtime::comm::mpi::MpiWorld;
-    let world = MpiWorld::init().ok_or("MPI was already initialized")?;
-    let comm = world.comm(tcc_runtime::comm::Backend::Mpi);
-    let r = execute_report(hir, model, style, seed, comm.as_ref());
-    drop(comm);
-    drop(world);
-    r
+    execute_ranks(hir, model, style, seed, 1, true)
+}
+
+/// Runs [`execute_report`] on the ranks of [`super::launch::launch`]; a rank's
+/// error is returned, not an abort.
+fn execute_ranks(
+    hir: &Hir,
+    model: ModelId,
+    style: Style,
+    seed: u64,
+    ranks: usize,
+    mpi: bool,
+) -> Result<String, String> {
+    let backend = if mpi { tcc_runtime::comm::Backend::Mpi } else { tcc_runtime::comm::Backend::Threads };
+    let r = super::launch::launch(
+        ranks,
+        mpi,
+        |make| make(backend),
+        |_| Ok(()),
+        super::launch::OnError::Return,
+        |comm| execute_report(hir, model, style, seed, comm).map_err(|m| CommandError::new("E0814", m, None)),
+    );
+    match r {
+        Ok(s) => Ok(s.unwrap_or_default()),
+        Err(e) => Err(e.message),
+    }
 }
 
 #[cfg(not(feature = "mpi"))]
 pub fn execute_mpi(_hir: &Hir, _model: ModelId, _style: Style, _seed: u64) -> Result<String, String> {
     Err("this tcc was built without MPI support (rebuild with `--features mpi`)".into())
+}
+
+/// `tcc plan-model --execute STYLE`, whole: the report to print, or an error.
+pub fn cli(hir: &Hir, a: &CliArgs) -> Result<String, CommandError> {
+    let err = |code, message: String, hint: Option<&str>| CommandError { code, message, hint: hint.map(String::from) };
+    let style = a.execute.as_deref().ok_or_else(|| err("E0813", "no --execute style".into(), None))?;
+    let style = Style::parse(style).map_err(|m| err("E0813", m, None))?;
+    let id = match &a.model {
+        None if hir.models.len() == 1 => 0,
+        None => return Err(err("E0813", "--execute needs --model NAME when the file has several models".into(), None)),
+        Some(n) => hir
+            .models
+            .iter()
+            .position(|m| &m.name == n)
+            .ok_or_else(|| err("E0702", format!("no model named `{n}`"), None))?,
+    };
+    let r = if a.mpi {
+        execute_mpi(hir, id, style, a.seed)
+    } else {
+        execute_threads(hir, id, style, a.seed, a.ranks.unwrap_or(2))
+    };
+    r.map_err(|m| err("E0814", m, Some("the sharded run disagrees with the interpreter or with the predicted words")))
 }

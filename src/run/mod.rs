@@ -21,9 +21,14 @@
 //! E0708 a problem too large for the interpreter; E0709 cannot write an output file;
 //! E0710 the same tensor given twice; E0711 cannot write the report.
 
-use crate::interp::{self, Dense, InterpError};
+pub mod compare;
+pub mod compiled;
+
+use crate::error::CommandError;
+use crate::interp::{self, InterpError};
 use crate::npy;
 use crate::sema::hir::{Hir, Role, TensorId, UnitId, UnitKind};
+use crate::tensor::Dense;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -43,17 +48,9 @@ pub struct RunOptions {
     pub program: Option<String>,
 }
 
-/// A user-facing failure of `tcc run` (bad input file, wrong shape, ...): exit code 1.
-#[derive(Debug, thiserror::Error)]
-#[error("error[{code}]: {message}")]
-pub struct RunError {
-    pub code: &'static str,
-    pub message: String,
-    pub hint: Option<String>,
-}
-
-pub fn fail(code: &'static str, message: impl Into<String>, hint: Option<String>) -> RunError {
-    RunError { code, message: message.into(), hint }
+/// A `tcc run` failure (bad input file, wrong shape, ...): exit code 1.
+pub fn fail(code: &'static str, message: impl Into<String>, hint: Option<String>) -> CommandError {
+    CommandError::new(code, message, hint)
 }
 
 /// Relative tolerance (to the tensor's largest magnitude) of the symmetry check of
@@ -140,7 +137,7 @@ fn names(list: impl IntoIterator<Item = String>) -> String {
 }
 
 /// The `tcc run` error for an interpreter failure.
-pub fn interp_error(e: InterpError) -> RunError {
+pub fn interp_error(e: InterpError) -> CommandError {
     match e {
         InterpError::TensorTooLarge { .. } | InterpError::LoopTooLarge { .. } => fail(
             "E0708",
@@ -153,7 +150,7 @@ pub fn interp_error(e: InterpError) -> RunError {
 
 /// Runs the units of a checked file with the reference interpreter and writes the
 /// report to `out`.
-pub fn run_interp(hir: &Hir, opts: &RunOptions, out: &mut dyn Write) -> Result<(), RunError> {
+pub fn run_interp(hir: &Hir, opts: &RunOptions, out: &mut dyn Write) -> Result<(), CommandError> {
     run_report(hir, opts, out, &mut |u, inputs| {
         let outputs = interp::run_unit(hir, u, inputs).map_err(interp_error)?;
         Ok((outputs, Vec::new()))
@@ -163,7 +160,7 @@ pub fn run_interp(hir: &Hir, opts: &RunOptions, out: &mut dyn Write) -> Result<(
 /// Checks what `tcc run` would refuse before running anything (unknown program,
 /// bad `--input`, an output directory that cannot be created), so that a
 /// distributed run fails on every rank alike, before any communication.
-pub fn check_options(hir: &Hir, opts: &RunOptions) -> Result<(), RunError> {
+pub fn check_options(hir: &Hir, opts: &RunOptions) -> Result<(), CommandError> {
     let units = select_units(hir, opts)?;
     load_inputs(hir, &units, opts)?;
     if let Some(dir) = opts.output_dir.as_deref() {
@@ -178,12 +175,17 @@ pub fn check_options(hir: &Hir, opts: &RunOptions) -> Result<(), RunError> {
 pub type UnitResult = (HashMap<TensorId, Dense>, Vec<String>);
 
 /// How a unit is executed: its outputs (and extra report lines) from its inputs.
-pub type UnitExec<'a> = dyn FnMut(UnitId, &HashMap<TensorId, Dense>) -> Result<UnitResult, RunError> + 'a;
+pub type UnitExec<'a> = dyn FnMut(UnitId, &HashMap<TensorId, Dense>) -> Result<UnitResult, CommandError> + 'a;
 
 /// The report of `tcc run` with units executed by `exec` (the interpreter, compiled
 /// code, a distributed run): the same lines whatever executes them, so reports
 /// compare line by line.
-pub fn run_report(hir: &Hir, opts: &RunOptions, out: &mut dyn Write, exec: &mut UnitExec<'_>) -> Result<(), RunError> {
+pub fn run_report(
+    hir: &Hir,
+    opts: &RunOptions,
+    out: &mut dyn Write,
+    exec: &mut UnitExec<'_>,
+) -> Result<(), CommandError> {
     let units = select_units(hir, opts)?;
     let loaded = load_inputs(hir, &units, opts)?;
     let dir = opts.output_dir.as_deref();
@@ -256,7 +258,7 @@ pub fn run_report(hir: &Hir, opts: &RunOptions, out: &mut dyn Write, exec: &mut 
         }
 
         if let Some(dir) = dir {
-            let mut save = |t: TensorId, value: &Dense| -> Result<(), RunError> {
+            let mut save = |t: TensorId, value: &Dense| -> Result<(), CommandError> {
                 let tensor = &hir.tensors[t];
                 let path = dir.join(format!("{}.npy", tensor.name));
                 match files.get(&path) {
@@ -290,7 +292,7 @@ fn unit_names(hir: &Hir) -> String {
     names(hir.units.iter().map(|u| u.name.clone()))
 }
 
-fn select_units(hir: &Hir, opts: &RunOptions) -> Result<Vec<UnitId>, RunError> {
+fn select_units(hir: &Hir, opts: &RunOptions) -> Result<Vec<UnitId>, CommandError> {
     match &opts.program {
         None => Ok((0..hir.units.len()).collect()),
         Some(name) => match hir.unit_by_name(name) {
@@ -316,7 +318,7 @@ fn role_name(r: Role) -> &'static str {
 /// Reads every `--input`, checking that it names an input some selected unit reads
 /// and that the array has the tensor's shape. Values are rounded to the tensor's
 /// element type.
-fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap<TensorId, Dense>, RunError> {
+fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap<TensorId, Dense>, CommandError> {
     let mut read: Vec<TensorId> = Vec::new();
     for &u in units {
         for t in hir.unit_inputs(u) {
@@ -428,7 +430,7 @@ mod tests {
         b
     }
 
-    fn run_to_string(hir: &Hir, opts: &RunOptions) -> Result<String, RunError> {
+    fn run_to_string(hir: &Hir, opts: &RunOptions) -> Result<String, CommandError> {
         let mut out = Vec::new();
         run_interp(hir, opts, &mut out)?;
         Ok(String::from_utf8(out).unwrap())

@@ -1,0 +1,109 @@
+//! The one launcher of ranks: in-process threads (`--ranks N`) or this process as
+//! one rank of an MPI job (`--backend mpi`), for `tcc run --ranks`, `tcc run
+//! --plan` and `tcc plan-model --execute`.
+
+use crate::error::CommandError;
+use tcc_runtime::comm::{Backend, Communicator};
+
+/// What a rank whose body fails does.
+pub enum OnError<'a> {
+    /// Stops every rank: in-process ranks abort with this message (when there are
+    /// several); an MPI rank prints the error and aborts the job (when there are
+    /// several); a panic aborts the MPI job with code 2.
+    Abort(&'a (dyn Fn(&CommandError) -> String + Sync)),
+    /// Returns the error (rank 0's for in-process ranks).
+    Return,
+}
+
+/// Runs `f` on every rank with the communicator that `comm` builds from the rank's
+/// back ends: `ranks` in-process threads, or (with `mpi`) this MPI process.
+/// `precheck` (given the number of ranks) runs first, for errors every rank would
+/// meet alike: under MPI only rank 0 reports it. Returns rank 0's result for
+/// in-process ranks, this rank's under MPI (`None` where a precheck failed on
+/// another rank than 0).
+pub fn launch<T: Send>(
+    ranks: usize,
+    mpi: bool,
+    comm: impl Fn(&dyn Fn(Backend) -> Box<dyn Communicator>) -> Box<dyn Communicator> + Sync,
+    precheck: impl FnOnce(usize) -> Result<(), CommandError>,
+    on_error: OnError<'_>,
+    f: impl Fn(&dyn Communicator) -> Result<T, CommandError> + Sync,
+) -> Result<Option<T>, CommandError> {
+    if mpi {
+        return launch_mpi(comm, precheck, on_error, f);
+    }
+    if ranks == 0 {
+        return Err(CommandError::new("E0720", "--ranks must be at least 1", None));
+    }
+    precheck(ranks)?;
+    let res = tcc_runtime::comm::threads::run(ranks, |rank| {
+        let c = comm(&|b| rank.comm(b));
+        let r = f(c.as_ref());
+        if let (Err(e), OnError::Abort(message)) = (&r, &on_error) {
+            if ranks > 1 {
+                rank.abort(&message(e));
+            }
+        }
+        r
+    });
+    match res {
+        Ok(mut v) => v.swap_remove(0).map(Some),
+        Err(f) => Err(CommandError::new("E0720", f.to_string(), None)),
+    }
+}
+
+#[cfg(feature = "mpi")]
+fn launch_mpi<T>(
+    comm: impl Fn(&dyn Fn(Backend) -> Box<dyn Communicator>) -> Box<dyn Communicator>,
+    precheck: impl FnOnce(usize) -> Result<(), CommandError>,
+    on_error: OnError<'_>,
+    f: impl Fn(&dyn Communicator) -> Result<T, CommandError>,
+) -> Result<Option<T>, CommandError> {
+    use tcc_runtime::comm::mpi::{abort, MpiWorld};
+    let world = MpiWorld::init().ok_or_else(|| CommandError::new("E0720", "MPI was already initialized", None))?;
+    let size = world.size();
+    if let Err(e) = precheck(size) {
+        // Every rank fails alike here; rank 0 reports.
+        if world.rank() == 0 {
+            return Err(e);
+        }
+        return Ok(None);
+    }
+    let c = comm(&|b| world.comm(b));
+    if let OnError::Return = on_error {
+        let r = f(c.as_ref());
+        drop(c);
+        drop(world);
+        return r.map(Some);
+    }
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(c.as_ref()))) {
+        Ok(Ok(v)) => {
+            drop(c);
+            drop(world);
+            Ok(Some(v))
+        }
+        Ok(Err(e)) => {
+            if size > 1 {
+                eprintln!("{e}");
+                abort(1);
+            }
+            Err(e)
+        }
+        Err(_) => abort(2),
+    }
+}
+
+/// Without the `mpi` feature: a clear error.
+#[cfg(not(feature = "mpi"))]
+fn launch_mpi<T>(
+    _comm: impl Fn(&dyn Fn(Backend) -> Box<dyn Communicator>) -> Box<dyn Communicator>,
+    _precheck: impl FnOnce(usize) -> Result<(), CommandError>,
+    _on_error: OnError<'_>,
+    _f: impl Fn(&dyn Communicator) -> Result<T, CommandError>,
+) -> Result<Option<T>, CommandError> {
+    Err(CommandError::new(
+        "E0721",
+        "this tcc was built without MPI support",
+        Some("rebuild with `cargo build --features mpi` (needs an MPI library and libclang)".into()),
+    ))
+}

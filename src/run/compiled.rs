@@ -1,0 +1,54 @@
+//! `tcc run` without `--interp` on the CPU: JIT-compiled code (the LLVM back end,
+//! [`crate::codegen::llvm`]) run and reported like the interpreter.
+
+use super::compare::compare_outputs;
+use super::{fail, interp_error, run_report, RunOptions};
+use crate::error::CommandError;
+use crate::interp;
+use crate::sema::hir::Hir;
+use std::io::Write;
+
+/// Settings of a compiled `tcc run`.
+#[derive(Debug, Clone, Default)]
+pub struct CompiledRun {
+    pub codegen: crate::codegen::llvm::Options,
+    /// Also run the interpreter and compare (`--check`).
+    pub check: bool,
+    /// Runs timed; the best is reported (≥ 1).
+    pub repeat: usize,
+}
+
+fn seconds(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.3} s")
+    } else if s >= 1e-3 {
+        format!("{:.3} ms", s * 1e3)
+    } else {
+        format!("{:.1} µs", s * 1e6)
+    }
+}
+
+/// `tcc run` without `--interp`: JIT-compiles each unit, runs it and reports like
+/// the interpreter, plus a timing line (and a check line with `--check`).
+pub fn run_compiled(hir: &Hir, opts: &RunOptions, c: &CompiledRun, out: &mut dyn Write) -> Result<(), CommandError> {
+    run_report(hir, opts, out, &mut |u, inputs| {
+        let r = crate::codegen::llvm::jit_run(hir, u, inputs, &c.codegen, c.repeat.max(1))
+            .map_err(|e| fail("E0712", e.0, None))?;
+        let gflops = if r.run_s > 0.0 { r.flops / r.run_s / 1e9 } else { 0.0 };
+        let mut extra = vec![format!(
+            "time = {}  ({:.2} GFLOP/s, {} threads; compile {})",
+            seconds(r.run_s),
+            gflops,
+            tcc_runtime::kernels::num_threads(),
+            seconds(r.compile_s)
+        )];
+        if c.check {
+            let want = interp::run_unit(hir, u, inputs).map_err(interp_error)?;
+            match compare_outputs(hir, u, &r.outputs, &want) {
+                Ok(rel) => extra.push(format!("check: matches the interpreter (max relative difference {rel:.2e})")),
+                Err(msg) => return Err(fail("E0713", format!("check failed: {msg}"), None)),
+            }
+        }
+        Ok((r.outputs, extra))
+    })
+}
