@@ -269,3 +269,27 @@ def test_gil_released_threads():
     for t in ts:
         t.join()
     assert not errors
+
+
+def test_program_and_model_units_of_the_readme_program():
+    import re
+
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    start = readme.find("## The language in 30 lines")
+    src = re.search(r"```\n(.*?)```", readme[start:], re.S).group(1)
+    lib = tcc.compile(src, name="t")
+    assert lib.programs == ["t", "fock", "mlp"]
+    assert lib.mlp.kind == "model" and lib.fock.kind == "program"
+    r = rng()
+    F = r.standard_normal((6, 6))
+    np.testing.assert_allclose(lib.fock(F=F), 0.5 * np.einsum("ac,ac->", F, F), rtol=1e-12)
+    kw = {a["name"]: r.standard_normal(a["shape"]).astype(np.float32) for a in lib.mlp.inputs}
+    assert sorted(kw) == ["W1", "W2", "Xin"]  # model parameters are keyword arguments too
+    assert [a["param"] for a in lib.mlp.inputs if a["name"] == "W1"] == [True]
+    Y = lib.mlp(**kw)
+    ref = np.maximum(kw["Xin"] @ kw["W1"], 0) @ kw["W2"]
+    np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-4)
+    # several outputs: a tuple in declaration order (R is declared before E)
+    ins = {a["name"]: r.standard_normal(a["shape"]) for a in lib.t.inputs}
+    R, E = lib.t(**ins)
+    assert R.shape == (6, 6, 4, 4) and E.shape == ()
