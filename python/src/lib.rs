@@ -362,7 +362,8 @@ fn input_buffer<'py>(
         other => {
             if copy {
                 cur = contiguous_copy(py, &cur, spec)?;
-                b = Buf::get(&cur, false).ok_or_else(|| arg_error(py, "internal: no buffer after conversion".into()))?;
+                b = Buf::get(&cur, false)
+                    .ok_or_else(|| arg_error(py, "internal: no buffer after conversion".into()))?;
             } else {
                 let got = match other {
                     Ok(e) => e.name().replace("f64", "float64").replace("f32", "float32"),
@@ -387,7 +388,13 @@ fn input_buffer<'py>(
     if shape != spec.shape {
         return Err(arg_error(
             py,
-            format!("{prog}: argument `{}` must have shape {:?} ({}), got shape {:?}", spec.name, spec.shape, spec.describe(), shape),
+            format!(
+                "{prog}: argument `{}` must have shape {:?} ({}), got shape {:?}",
+                spec.name,
+                spec.shape,
+                spec.describe(),
+                shape
+            ),
         ));
     }
     if !b.c_contiguous() {
@@ -494,7 +501,10 @@ impl Program {
                         return Err(raise(
                             py,
                             "ArgumentError",
-                            format!("{prog}: unexpected keyword argument `{key}`: it {why}; {prog} takes {}", self.input_names()),
+                            format!(
+                                "{prog}: unexpected keyword argument `{key}`: it {why}; {prog} takes {}",
+                                self.input_names()
+                            ),
                         ));
                     }
                 }
@@ -510,7 +520,11 @@ impl Program {
             return Err(raise(
                 py,
                 "ArgumentError",
-                format!("{prog}: missing keyword argument{} {}", if missing.len() > 1 { "s" } else { "" }, missing.join(", ")),
+                format!(
+                    "{prog}: missing keyword argument{} {}",
+                    if missing.len() > 1 { "s" } else { "" },
+                    missing.join(", ")
+                ),
             ));
         }
         // Inputs: validated (or converted) buffers; outputs: new arrays.
@@ -522,7 +536,8 @@ impl Program {
         let empty = numpy(py)?.getattr("empty")?;
         for a in &self.args[self.n_inputs..] {
             let arr = empty.call1((a.shape_py.bind(py), a.dtype.bind(py)))?;
-            let b = Buf::get(&arr, true).ok_or_else(|| PyRuntimeError::new_err("numpy.empty gave no writable buffer"))?;
+            let b =
+                Buf::get(&arr, true).ok_or_else(|| PyRuntimeError::new_err("numpy.empty gave no writable buffer"))?;
             keep.push((arr, b));
         }
         let ptrs = Ptrs(keep.iter().zip(&self.args).map(|((_, b), a)| (b.ptr(), a.shape.iter().product())).collect());
@@ -538,7 +553,9 @@ impl Program {
         match r {
             Ok(()) => {}
             Err(CallError::NoMem) => {
-                return Err(PyMemoryError::new_err(format!("{prog}: the generated code could not allocate its temporaries")))
+                return Err(PyMemoryError::new_err(format!(
+                    "{prog}: the generated code could not allocate its temporaries"
+                )))
             }
             Err(e) => return Err(raise(py, "TccError", format!("{prog}: {e}"))),
         }
@@ -555,8 +572,10 @@ impl Program {
     }
 
     fn __repr__(&self) -> String {
-        let ins: Vec<String> = self.args[..self.n_inputs].iter().map(|a| format!("{}: {}", a.name, a.describe())).collect();
-        let outs: Vec<String> = self.out_order.iter().map(|&j| format!("{}: {}", self.args[j].name, self.args[j].describe())).collect();
+        let ins: Vec<String> =
+            self.args[..self.n_inputs].iter().map(|a| format!("{}: {}", a.name, a.describe())).collect();
+        let outs: Vec<String> =
+            self.out_order.iter().map(|&j| format!("{}: {}", self.args[j].name, self.args[j].describe())).collect();
         format!("<tcc {} {}({}) -> ({})>", self.kind, self.name, ins.join(", "), outs.join(", "))
     }
 }

@@ -191,10 +191,10 @@ mod tests {
         let mut b = vec![1.0, 2.0, 3.0, 4.0];
         for (k, scale) in [(0, 1.0), (1, 2.0), (0, 1.0)] {
             let mut c = vec![f64::NAN; 3];
-            let args = [(a.as_mut_ptr() as *mut u8, 12), (b.as_mut_ptr() as *mut u8, 4), (c.as_mut_ptr() as *mut u8, 3)];
+            let args =
+                [(a.as_mut_ptr() as *mut u8, 12), (b.as_mut_ptr() as *mut u8, 4), (c.as_mut_ptr() as *mut u8, 3)];
             unsafe { lib.call(k, &args) }.unwrap();
-            let want: Vec<f64> =
-                (0..3).map(|i| scale * (0..4).map(|k| a[i * 4 + k] * b[k]).sum::<f64>()).collect();
+            let want: Vec<f64> = (0..3).map(|i| scale * (0..4).map(|k| a[i * 4 + k] * b[k]).sum::<f64>()).collect();
             assert_eq!(c, want);
         }
         let mut c = vec![0.0; 2];
