@@ -358,8 +358,7 @@ pub(crate) mod test_hir {
 
     impl B {
         pub(crate) fn range(&mut self, name: &str, size: usize) -> RangeId {
-            self.hir.ranges.push(Range { name: name.into(), size, span: 0..0, model: None });
-            self.hir.ranges.len() - 1
+            self.hir.ranges.push(Range { name: name.into(), size, span: 0..0, model: None })
         }
         /// Declares indices named by the characters of `names` over range `r`.
         pub(crate) fn indices(&mut self, names: &str, r: RangeId) {
@@ -368,7 +367,7 @@ pub(crate) mod test_hir {
             }
         }
         pub(crate) fn ix(&self, name: char) -> IndexId {
-            self.hir.indices.iter().position(|i| i.name == name.to_string()).expect("index declared")
+            self.hir.indices.position(|i| i.name == name.to_string()).expect("index declared")
         }
         pub(crate) fn ixs(&self, names: &str) -> Vec<IndexId> {
             names.chars().map(|c| self.ix(c)).collect()
@@ -387,15 +386,14 @@ pub(crate) mod test_hir {
                 symmetry,
                 span: 0..0,
                 model: None,
-            });
-            self.hir.tensors.len() - 1
+            })
         }
         pub(crate) fn t(&self, name: &str, idx: &str) -> Factor {
-            let tensor = self.hir.tensors.iter().position(|t| t.name == name).expect("tensor declared");
+            let tensor = self.hir.tensors.position(|t| t.name == name).expect("tensor declared");
             Factor::Tensor(TensorRef { tensor, indices: self.ixs(idx), span: 0..0 })
         }
         pub(crate) fn stmt(&mut self, lhs: &str, idx: &str, accumulate: bool, terms: Vec<Term>) {
-            let tensor = self.hir.tensors.iter().position(|t| t.name == lhs).expect("tensor declared");
+            let tensor = self.hir.tensors.position(|t| t.name == lhs).expect("tensor declared");
             let s = Stmt {
                 lhs: TensorRef { tensor, indices: self.ixs(idx), span: 0..0 },
                 accumulate,
@@ -435,7 +433,11 @@ mod tests {
     }
     fn run(b: &B, inputs: &[(&str, Dense)]) -> HashMap<String, Dense> {
         let map = inputs.iter().map(|(n, d)| (b.hir.tensor_by_name(n).unwrap(), d.clone())).collect();
-        run_unit(&b.hir, 0, &map).unwrap().into_iter().map(|(t, d)| (b.hir.tensors[t].name.clone(), d)).collect()
+        run_unit(&b.hir, UnitId::new(0), &map)
+            .unwrap()
+            .into_iter()
+            .map(|(t, d)| (b.hir.tensors[t].name.clone(), d))
+            .collect()
     }
 
     /// ranges: I (size 2) with i, j, k; J (size 3) with p, q.
@@ -629,10 +631,10 @@ mod tests {
         b.tensor("s", Role::Output, "");
         let f = vec![b.t("A", "i")];
         b.stmt("s", "", false, vec![term(1.0, f)]);
-        let err = run_unit(&b.hir, 0, &HashMap::new()).unwrap_err();
+        let err = run_unit(&b.hir, UnitId::new(0), &HashMap::new()).unwrap_err();
         assert!(matches!(err, InterpError::MissingInput { .. }), "{err}");
-        let bad = HashMap::from([(0, dense(&[3], &[1., 2., 3.]))]);
-        let err = run_unit(&b.hir, 0, &bad).unwrap_err();
+        let bad = HashMap::from([(TensorId::new(0), dense(&[3], &[1., 2., 3.]))]);
+        let err = run_unit(&b.hir, UnitId::new(0), &bad).unwrap_err();
         assert_eq!(err.to_string(), "input `A` has shape [3], expected [2]");
     }
 
@@ -643,7 +645,7 @@ mod tests {
         b.indices("abcd", big);
         b.tensor("A", Role::Input, "ab");
         b.tensor("C", Role::Output, "abc");
-        let err = fill_random(&b.hir, 0, 1).unwrap_err();
+        let err = fill_random(&b.hir, TensorId::new(0), 1).unwrap_err();
         assert!(err.to_string().contains("limit of 2^31"), "{err}");
 
         let mut b = B::default();
@@ -654,8 +656,8 @@ mod tests {
         // Σ A[a,b] A[b,c] A[c,d] A[d,a]: 2^44 iterations.
         let f = vec![b.t("A", "ab"), b.t("A", "bc"), b.t("A", "cd"), b.t("A", "da")];
         b.stmt("s", "", false, vec![term(1.0, f)]);
-        let inputs = HashMap::from([(0, Dense::zeros("A", vec![1 << 11, 1 << 11]).unwrap())]);
-        let err = run_unit(&b.hir, 0, &inputs).unwrap_err();
+        let inputs = HashMap::from([(TensorId::new(0), Dense::zeros("A", vec![1 << 11, 1 << 11]).unwrap())]);
+        let err = run_unit(&b.hir, UnitId::new(0), &inputs).unwrap_err();
         assert!(matches!(err, InterpError::LoopTooLarge { .. }), "{err}");
         assert!(err.to_string().contains("17592186044416 loop iterations"), "{err}");
 
@@ -668,10 +670,10 @@ mod tests {
         let mut b = base();
         b.tensor("A", Role::Input, "ip");
         b.tensor("Z", Role::Input, "ip");
-        let x = fill_random(&b.hir, 0, 7).unwrap();
-        assert_eq!(x, fill_random(&b.hir, 0, 7).unwrap());
-        assert_ne!(x, fill_random(&b.hir, 0, 8).unwrap());
-        assert_ne!(x.data, fill_random(&b.hir, 1, 7).unwrap().data);
+        let x = fill_random(&b.hir, TensorId::new(0), 7).unwrap();
+        assert_eq!(x, fill_random(&b.hir, TensorId::new(0), 7).unwrap());
+        assert_ne!(x, fill_random(&b.hir, TensorId::new(0), 8).unwrap());
+        assert_ne!(x.data, fill_random(&b.hir, TensorId::new(1), 7).unwrap().data);
         assert!(x.data.iter().all(|v| (-1.0..1.0).contains(v)));
         assert_eq!(x.data[4], random_value(7, "A", 4));
     }
@@ -696,10 +698,10 @@ mod tests {
         let sym3 = vec![SymGroup { kind: SymKind::Symmetric, positions: vec![0, 1, 2] }];
         b.tensor_sym("S", Role::Input, "pqr", sym3);
 
-        let a = fill_random(&b.hir, 0, 3).unwrap();
-        let t = fill_random(&b.hir, 1, 3).unwrap();
-        let u = fill_random(&b.hir, 2, 3).unwrap();
-        let s = fill_random(&b.hir, 3, 3).unwrap();
+        let a = fill_random(&b.hir, TensorId::new(0), 3).unwrap();
+        let t = fill_random(&b.hir, TensorId::new(1), 3).unwrap();
+        let u = fill_random(&b.hir, TensorId::new(2), 3).unwrap();
+        let s = fill_random(&b.hir, TensorId::new(3), 3).unwrap();
         let n = 4;
         for p in 0..n {
             for q in 0..n {
@@ -738,9 +740,9 @@ mod tests {
                 }
             }
         }
-        assert_eq!(symmetry_violation(&a, &b.hir.tensors[0].symmetry, 1e-12), None);
-        assert_eq!(symmetry_violation(&t, &b.hir.tensors[1].symmetry, 1e-12), None);
-        assert_eq!(symmetry_violation(&u, &b.hir.tensors[2].symmetry, 1e-12), None);
+        assert_eq!(symmetry_violation(&a, &b.hir.tensors[TensorId::new(0)].symmetry, 1e-12), None);
+        assert_eq!(symmetry_violation(&t, &b.hir.tensors[TensorId::new(1)].symmetry, 1e-12), None);
+        assert_eq!(symmetry_violation(&u, &b.hir.tensors[TensorId::new(2)].symmetry, 1e-12), None);
         // An unsymmetric tensor is caught.
         let plain = dense(&[2, 2], &[1., 2., 3., 4.]);
         let g = [SymGroup { kind: SymKind::Symmetric, positions: vec![0, 1] }];
@@ -752,8 +754,8 @@ mod tests {
     fn f32_fill_is_rounded() {
         let mut b = base();
         b.tensor("A", Role::Input, "ip");
-        b.hir.tensors[0].elem = ElemType::F32;
-        let x = fill_random(&b.hir, 0, 1).unwrap();
+        b.hir.tensors[TensorId::new(0)].elem = ElemType::F32;
+        let x = fill_random(&b.hir, TensorId::new(0), 1).unwrap();
         assert!(x.data.iter().all(|&v| v == v as f32 as f64));
         assert_eq!(x.data[2], random_value(1, "A", 2) as f32 as f64);
     }
@@ -766,13 +768,13 @@ mod tests {
         b.tensor("Y", Role::Output, "i");
         let f = vec![b.t("A", "ip"), b.t("W", "p")];
         b.stmt("Y", "i", false, vec![term(1.0, f)]);
-        let inputs = random_inputs(&b.hir, 0, 5).unwrap();
+        let inputs = random_inputs(&b.hir, UnitId::new(0), 5).unwrap();
         assert_eq!(inputs.len(), 2);
-        let out = run_unit(&b.hir, 0, &inputs).unwrap();
-        let (a, w) = (&inputs[&0], &inputs[&1]);
+        let out = run_unit(&b.hir, UnitId::new(0), &inputs).unwrap();
+        let (a, w) = (&inputs[&TensorId::new(0)], &inputs[&TensorId::new(1)]);
         for i in 0..2 {
             let expect: f64 = (0..3).map(|p| a.get(&[i, p]) * w.get(&[p])).sum();
-            assert!((out[&2].data[i] - expect).abs() < 1e-15);
+            assert!((out[&TensorId::new(2)].data[i] - expect).abs() < 1e-15);
         }
     }
 }

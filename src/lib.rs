@@ -17,6 +17,7 @@ pub mod diag;
 pub mod error;
 pub mod exec;
 pub mod fmt;
+pub mod ids;
 pub mod interp;
 pub mod lir;
 pub mod lsp;

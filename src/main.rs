@@ -572,8 +572,8 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(o) => return o,
     };
-    let units: Vec<usize> = match &program {
-        None => (0..hir.units.len()).collect(),
+    let units: Vec<tcc::sema::hir::UnitId> = match &program {
+        None => hir.units.ids().collect(),
         Some(name) => match hir.unit_by_name(name) {
             Some(u) => vec![u],
             None => {
@@ -825,7 +825,13 @@ fn tune_command(ctx: &Ctx, ranks: usize, backend: RunBackend, max_bytes: u64, ou
 }
 
 /// `tcc opt`: the optimizer's report or one of its intermediate forms.
-fn opt_command(hir: &tcc::sema::hir::Hir, units: &[usize], emit: Emit, json: bool, mem_limit: Option<u64>) -> String {
+fn opt_command(
+    hir: &tcc::sema::hir::Hir,
+    units: &[tcc::sema::hir::UnitId],
+    emit: Emit,
+    json: bool,
+    mem_limit: Option<u64>,
+) -> String {
     let popts = tcc::pipeline::PipelineOptions::with_mem_limit(mem_limit);
     let (opt, report) = tcc::pipeline::optimize(hir, &popts);
     let nests = tcc::pipeline::fuse(&opt, units, &popts);

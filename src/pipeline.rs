@@ -108,7 +108,7 @@ impl PipelineOptions {
                 panic!("internal error: the HIR after pass `{pass}` is invalid: {e}");
             }
         }
-        self.show(pass, || hir_text(hir, &(0..hir.units.len()).collect::<Vec<_>>()));
+        self.show(pass, || hir_text(hir, &hir.units.ids().collect::<Vec<_>>()));
     }
 
     fn after_lir(&self, hir: &Hir, nests: &[LoopNest]) {
@@ -220,7 +220,7 @@ mod tests {
                 let src = std::fs::read_to_string(&path).unwrap();
                 let (hir, diags) = check(&src, "t", &opts);
                 let hir = hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()));
-                let units: Vec<UnitId> = (0..hir.units.len()).collect();
+                let units: Vec<UnitId> = hir.units.ids().collect();
                 let (opt, _) = optimize(&hir, &opts);
                 fuse(&opt, &units, &opts);
                 let prepared = prepare(&hir, &opts);

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use tcc::interp::{random_inputs, run_unit};
 use tcc::run::compare::compare_outputs;
-use tcc::sema::hir::{ElemType, Hir};
+use tcc::sema::hir::{ElemType, Hir, TensorId, UnitId};
 use tcc::tensor::Dense;
 
 fn write_raw(path: &Path, d: &Dense, elem: ElemType) {
@@ -51,11 +51,11 @@ fn ctype(e: ElemType) -> &'static str {
 
 /// A C driver for unit `u`: reads `in_K.bin`, calls, writes `c_out_K.bin`, then
 /// checks the error paths.
-fn c_driver(hir: &Hir, lib: &str, u: usize) -> String {
+fn c_driver(hir: &Hir, lib: &str, u: UnitId) -> String {
     let name = &hir.units[u].name;
     let ins = hir.unit_inputs(u);
     let outs = hir.unit_outputs(u);
-    let args: Vec<usize> = ins.iter().chain(outs.iter()).copied().collect();
+    let args: Vec<TensorId> = ins.iter().chain(outs.iter()).copied().collect();
     let mut s = format!("#include \"{lib}.h\"\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n");
     s.push_str(
         "static void* load(const char* p, size_t n) { void* b = malloc(n ? n : 1); FILE* f = fopen(p, \"rb\"); if (!f || fread(b, 1, n, f) != n) { fprintf(stderr, \"cannot read %s\\n\", p); exit(9); } fclose(f); return b; }\n\
@@ -142,11 +142,11 @@ fn fkind(e: ElemType) -> &'static str {
 }
 
 /// A Fortran driver: reads `in_K.bin`, calls through the module, writes `f_out_K.bin`.
-fn fortran_driver(hir: &Hir, module: &str, u: usize) -> String {
+fn fortran_driver(hir: &Hir, module: &str, u: UnitId) -> String {
     let name = &hir.units[u].name;
     let ins = hir.unit_inputs(u);
     let outs = hir.unit_outputs(u);
-    let args: Vec<usize> = ins.iter().chain(outs.iter()).copied().collect();
+    let args: Vec<TensorId> = ins.iter().chain(outs.iter()).copied().collect();
     let mut s = format!("program drv\n  use {module}\n  use, intrinsic :: iso_c_binding\n  implicit none\n  integer(c_int) :: rc\n  integer :: u\n");
     for (k, &t) in args.iter().enumerate() {
         let _ = writeln!(s, "  real({}), allocatable :: v{k}(:)", fkind(hir.tensors[t].elem));
@@ -216,12 +216,13 @@ fn every_example_as_a_library_from_c_and_fortran() {
         let src = std::fs::read_to_string(path).unwrap();
         let (hir, _) = tcc::compile(&src, &stem);
         let hir = hir.unwrap();
-        for u in 0..hir.units.len() {
+        for ui in 0..hir.units.len() {
+            let u = UnitId::new(ui);
             let inputs = random_inputs(&hir, u, 11).unwrap();
             let want = run_unit(&hir, u, &inputs).unwrap();
             let ins = hir.unit_inputs(u);
             let outs = hir.unit_outputs(u);
-            let udir = dir.join(format!("u{u}"));
+            let udir = dir.join(format!("u{ui}"));
             std::fs::create_dir_all(&udir).unwrap();
             for (k, &t) in ins.iter().enumerate() {
                 write_raw(&udir.join(format!("in_{k}.bin")), &inputs[&t], hir.tensors[t].elem);
@@ -237,9 +238,9 @@ fn every_example_as_a_library_from_c_and_fortran() {
                     .arg(&dir)
                     .arg(format!("-l{lib}"))
                     .arg(&rpath),
-                &format!("gcc driver for {stem}/{u}"),
+                &format!("gcc driver for {stem}/{ui}"),
             );
-            run(Command::new(udir.join("drv_c")).current_dir(&udir), &format!("C driver {stem}/{u}"));
+            run(Command::new(udir.join("drv_c")).current_dir(&udir), &format!("C driver {stem}/{ui}"));
             std::fs::write(udir.join("drv.f90"), fortran_driver(&hir, &lib, u)).unwrap();
             run(
                 Command::new("gfortran")
@@ -251,9 +252,9 @@ fn every_example_as_a_library_from_c_and_fortran() {
                     .arg(&dir)
                     .arg(format!("-l{lib}"))
                     .arg(&rpath),
-                &format!("gfortran driver for {stem}/{u}"),
+                &format!("gfortran driver for {stem}/{ui}"),
             );
-            run(Command::new(udir.join("drv_f")).current_dir(&udir), &format!("Fortran driver {stem}/{u}"));
+            run(Command::new(udir.join("drv_f")).current_dir(&udir), &format!("Fortran driver {stem}/{ui}"));
             for lang in ["c", "f"] {
                 let mut got = HashMap::new();
                 for (k, &t) in outs.iter().enumerate() {
@@ -264,7 +265,7 @@ fn every_example_as_a_library_from_c_and_fortran() {
                     );
                     got.insert(t, d);
                 }
-                compare_outputs(&hir, u, &got, &want).unwrap_or_else(|e| panic!("{stem}/{u} from {lang}: {e}"));
+                compare_outputs(&hir, u, &got, &want).unwrap_or_else(|e| panic!("{stem}/{ui} from {lang}: {e}"));
             }
             units += 1;
         }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use tcc::codegen::nvptx::{choices, emit_ptx, emulate, plan, GemmKind, GpuOptions, Step, TileCfg};
 use tcc::interp::{random_inputs, run_unit};
 use tcc::run::compare::compare_outputs;
-use tcc::sema::hir::Hir;
+use tcc::sema::hir::{Hir, UnitId};
 
 fn example(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples").join(name)
@@ -18,7 +18,7 @@ fn compile(src: &str) -> Hir {
     hir.unwrap_or_else(|| panic!("{diags:?}"))
 }
 
-fn check(hir: &Hir, u: usize, opts: &GpuOptions) -> Result<(), String> {
+fn check(hir: &Hir, u: UnitId, opts: &GpuOptions) -> Result<(), String> {
     let p = plan(hir, &[u], opts).map_err(|e| e.0)?;
     let inputs = random_inputs(hir, u, 7).map_err(|e| e.to_string())?;
     let want = run_unit(hir, u, &inputs).map_err(|e| e.to_string())?;
@@ -62,9 +62,9 @@ fn examples_plans_match_the_interpreter_when_emulated() {
             continue;
         }
         let hir = compile(&std::fs::read_to_string(&path).unwrap());
-        for u in 0..hir.units.len() {
+        for u in hir.units.ids() {
             for o in all_options() {
-                check(&hir, u, &o).unwrap_or_else(|e| panic!("{} unit {u} {o:?}: {e}", path.display()));
+                check(&hir, u, &o).unwrap_or_else(|e| panic!("{} unit {} {o:?}: {e}", path.display(), u.index()));
             }
             n += 1;
         }
@@ -113,15 +113,15 @@ fn gemm_shaped_contractions_plan_to_cublas_and_match() {
         for elem in ["f64", "f32"] {
             let hir = compile(&einsum_src(spec, sizes, elem));
             for o in all_options() {
-                check(&hir, 0, &o).unwrap_or_else(|e| panic!("{spec} {elem} {o:?}: {e}"));
+                check(&hir, UnitId::new(0), &o).unwrap_or_else(|e| panic!("{spec} {elem} {o:?}: {e}"));
             }
         }
         let hir = compile(&einsum_src(spec, sizes, "f64"));
-        let p = plan(&hir, &[0], &GpuOptions { gemm: CUBLAS, ..Default::default() }).unwrap();
+        let p = plan(&hir, &[UnitId::new(0)], &GpuOptions { gemm: CUBLAS, ..Default::default() }).unwrap();
         let c = choices(&p.units[0].steps);
         assert_eq!(c.len(), 1, "{spec}: {:?}", p.units[0].steps);
         assert!(c[0].steps().iter().any(|s| matches!(s, Step::Gemm(_))), "{spec}: {:?}", p.units[0].steps);
-        let p = plan(&hir, &[0], &GpuOptions { gemm: TILED, ..Default::default() }).unwrap();
+        let p = plan(&hir, &[UnitId::new(0)], &GpuOptions { gemm: TILED, ..Default::default() }).unwrap();
         assert_eq!(chosen_kinds(&p), vec![GemmKind::Tiled], "{spec}");
         assert!(p.kernels.iter().any(|k| k.tiled.is_some()), "{spec}");
     }
@@ -138,13 +138,13 @@ fn functions_match_the_interpreter() {
         G[i,j] = gelu(A[i,j]) + silu(A[i,j]) + relu(A[i,j]);\n\
         F[i] = exp(B[i]) + tanh(B[i]);\n";
     let hir = compile(src);
-    check(&hir, 0, &GpuOptions::default()).unwrap();
+    check(&hir, UnitId::new(0), &GpuOptions::default()).unwrap();
 }
 
 #[test]
 fn ptx_is_structurally_valid() {
     let hir = compile(&std::fs::read_to_string(example("attention.tc")).unwrap());
-    let p = plan(&hir, &[0], &GpuOptions::default()).unwrap();
+    let p = plan(&hir, &[UnitId::new(0)], &GpuOptions::default()).unwrap();
     let ptx = emit_ptx(&p).unwrap();
     assert!(ptx.contains(".version 7.5"), "{ptx}");
     assert!(ptx.contains(".target sm_86"), "{ptx}");
@@ -169,7 +169,7 @@ fn ptx_is_structurally_valid() {
 #[test]
 fn ptx_snapshot_of_matmul() {
     let hir = compile(&std::fs::read_to_string(example("matmul.tc")).unwrap());
-    let p = plan(&hir, &[0], &GpuOptions::default()).unwrap();
+    let p = plan(&hir, &[UnitId::new(0)], &GpuOptions::default()).unwrap();
     insta::assert_snapshot!("gpu_matmul_ptx", emit_ptx(&p).unwrap());
 }
 
@@ -243,7 +243,7 @@ fn random_programs_plans_match_the_interpreter_when_emulated() {
         let all = all_options();
         // One of the option sets, and always tiled kernels (tiny tiles: several blocks).
         for opts in [&all[k % all.len()], &all[4]] {
-            for u in 0..hir.units.len() {
+            for u in hir.units.ids() {
                 check(&hir, u, opts).unwrap_or_else(|e| panic!("{} {opts:?}: {e}", path.display()));
             }
         }
@@ -275,8 +275,8 @@ fn tiled_kernels_match_the_interpreter() {
             let hir = compile(&einsum_src(spec, sizes, elem));
             for tile in tiles {
                 let o = GpuOptions { gemm: TILED, tile: Some(tile), ..Default::default() };
-                assert_eq!(chosen_kinds(&plan(&hir, &[0], &o).unwrap()), vec![GemmKind::Tiled], "{spec}");
-                check(&hir, 0, &o).unwrap_or_else(|e| panic!("{spec} {elem} {tile:?}: {e}"));
+                assert_eq!(chosen_kinds(&plan(&hir, &[UnitId::new(0)], &o).unwrap()), vec![GemmKind::Tiled], "{spec}");
+                check(&hir, UnitId::new(0), &o).unwrap_or_else(|e| panic!("{spec} {elem} {tile:?}: {e}"));
             }
         }
     }
@@ -287,8 +287,8 @@ fn tiled_kernels_match_the_interpreter() {
     let hir = compile(src);
     for tile in tiles {
         let o = GpuOptions { gemm: TILED, tile: Some(tile), ..Default::default() };
-        assert_eq!(chosen_kinds(&plan(&hir, &[0], &o).unwrap()), vec![GemmKind::Tiled; 2]);
-        check(&hir, 0, &o).unwrap_or_else(|e| panic!("{tile:?}: {e}"));
+        assert_eq!(chosen_kinds(&plan(&hir, &[UnitId::new(0)], &o).unwrap()), vec![GemmKind::Tiled; 2]);
+        check(&hir, UnitId::new(0), &o).unwrap_or_else(|e| panic!("{tile:?}: {e}"));
     }
 }
 
@@ -298,7 +298,7 @@ fn tiled_kernels_match_the_interpreter() {
 #[test]
 fn cost_model_picks_and_explains() {
     let kinds = |spec: &str, sizes: &[(char, usize)]| {
-        let p = plan(&compile(&einsum_src(spec, sizes, "f64")), &[0], &GpuOptions::default()).unwrap();
+        let p = plan(&compile(&einsum_src(spec, sizes, "f64")), &[UnitId::new(0)], &GpuOptions::default()).unwrap();
         let c = choices(&p.units[0].steps);
         assert_eq!(c.len(), 1);
         assert!(c[0].alts.iter().all(|a| a.predicted_s > 0.0 && a.predicted_s.is_finite()), "{:?}", c[0].alts);
@@ -320,17 +320,17 @@ fn cost_model_picks_and_explains() {
 #[test]
 fn kept_alternatives_can_be_forced() {
     let hir = compile(&einsum_src("ik,kj->ij", &[('i', 50), ('j', 40), ('k', 30)], "f64"));
-    let mut p = plan(&hir, &[0], &GpuOptions { keep_alternatives: true, ..Default::default() }).unwrap();
+    let mut p = plan(&hir, &[UnitId::new(0)], &GpuOptions { keep_alternatives: true, ..Default::default() }).unwrap();
     assert!(choices(&p.units[0].steps)[0].alts.iter().all(|a| a.kept && !a.steps.is_empty()));
-    let inputs = random_inputs(&hir, 0, 3).unwrap();
-    let want = run_unit(&hir, 0, &inputs).unwrap();
+    let inputs = random_inputs(&hir, UnitId::new(0), 3).unwrap();
+    let want = run_unit(&hir, UnitId::new(0), &inputs).unwrap();
     for kind in GemmKind::ALL {
         assert_eq!(p.force(kind), (1, 0));
         assert_eq!(chosen_kinds(&p), vec![kind]);
         let got = emulate(&p, 0, &inputs).unwrap();
-        compare_outputs(&hir, 0, &got, &want).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        compare_outputs(&hir, UnitId::new(0), &got, &want).unwrap_or_else(|e| panic!("{kind:?}: {e}"));
     }
-    let p = plan(&hir, &[0], &GpuOptions::default()).unwrap();
+    let p = plan(&hir, &[UnitId::new(0)], &GpuOptions::default()).unwrap();
     let c = choices(&p.units[0].steps)[0].clone();
     assert_eq!(c.alts.iter().filter(|a| a.kept).count(), 1);
 }
@@ -338,7 +338,7 @@ fn kept_alternatives_can_be_forced() {
 #[test]
 fn tiled_ptx_uses_shared_memory_and_barriers() {
     let hir = compile(&einsum_src("bik,bkj->bij", &[('b', 3), ('i', 300), ('j', 200), ('k', 100)], "f64"));
-    let p = plan(&hir, &[0], &GpuOptions { gemm: TILED, ..Default::default() }).unwrap();
+    let p = plan(&hir, &[UnitId::new(0)], &GpuOptions { gemm: TILED, ..Default::default() }).unwrap();
     let ptx = emit_ptx(&p).unwrap();
     let k = p.kernels.iter().find(|k| k.tiled.is_some()).unwrap();
     let at = ptx.find(&format!(".visible .entry {}(", k.name)).unwrap();
@@ -375,7 +375,7 @@ fn cost_model_agrees_with_h200_measurements() {
         ("bik,bkj->bij", &[('b', 64), ('i', 256), ('j', 256), ('k', 256)], GemmKind::Cublas),
     ];
     for (spec, sizes, want) in cases {
-        let p = plan(&compile(&einsum_src(spec, sizes, "f64")), &[0], &GpuOptions::default()).unwrap();
+        let p = plan(&compile(&einsum_src(spec, sizes, "f64")), &[UnitId::new(0)], &GpuOptions::default()).unwrap();
         assert_eq!(chosen_kinds(&p), vec![*want], "{spec}: {}", tcc::codegen::nvptx::describe(&p));
     }
 }

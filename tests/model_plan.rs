@@ -5,11 +5,12 @@
 
 use tcc::plan::model::{analysis, evaluate, formulas, Config, ModelOptions, ModelPlan, SeqStyle, ZeroPP};
 use tcc::plan::Network;
+use tcc::sema::hir::ModelId;
 
 fn info(src: &str) -> analysis::ModelInfo {
     let (hir, d) = tcc::compile(src, "t");
     let hir = hir.unwrap_or_else(|| panic!("{d:?}"));
-    analysis::analyze(&hir, 0)
+    analysis::analyze(&hir, ModelId::new(0))
 }
 
 fn cfg(data: usize, zero: u8) -> Config {
@@ -209,8 +210,8 @@ fn search_ranks_plans_and_respects_memory() {
             .iter()
             .map(|(n, s)| (n.to_string(), *s))
             .collect();
-    let h = analysis::with_dims(&hir, 0, &dims).unwrap();
-    let m = analysis::analyze(&h, 0);
+    let h = analysis::with_dims(&hir, ModelId::new(0), &dims).unwrap();
+    let m = analysis::analyze(&h, ModelId::new(0));
     let mut o = opts(64);
     o.layers = 32;
     o.mem_per_device = Some(80_000_000_000);

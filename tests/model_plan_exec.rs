@@ -4,6 +4,7 @@
 
 use tcc::exec::model::{self as exec, Style};
 use tcc::plan::model::{analysis, evaluate, Config, ModelOptions, SeqStyle, ZeroPP};
+use tcc::sema::hir::ModelId;
 use tcc_runtime::comm::{threads, Backend};
 
 fn load(name: &str) -> tcc::sema::hir::Hir {
@@ -13,13 +14,13 @@ fn load(name: &str) -> tcc::sema::hir::Hir {
 
 fn check(name: &str, style: Style, p: usize) -> u64 {
     let hir = load(name);
-    let steps = exec::schedule(&hir, 0, style).unwrap();
-    let unit = hir.models[0].unit;
+    let steps = exec::schedule(&hir, ModelId::new(0), style).unwrap();
+    let unit = hir.models[ModelId::new(0)].unit;
     let inputs = tcc::interp::random_inputs(&hir, unit, 7).unwrap();
     let want = tcc::interp::run_unit(&hir, unit, &inputs).unwrap();
     let runs = threads::run(p, |rank| {
         let c = rank.comm(Backend::Threads);
-        exec::run_sharded(&hir, 0, &steps, &inputs, c.as_ref()).unwrap()
+        exec::run_sharded(&hir, ModelId::new(0), &steps, &inputs, c.as_ref()).unwrap()
     })
     .unwrap();
     for (r, run) in runs.iter().enumerate() {
@@ -34,7 +35,7 @@ fn check(name: &str, style: Style, p: usize) -> u64 {
 /// Forward all-to-all elements per rank the model plan predicts for `group`.
 fn plan_words(name: &str, c: &Config) -> f64 {
     let hir = load(name);
-    let m = analysis::analyze(&hir, 0);
+    let m = analysis::analyze(&hir, ModelId::new(0));
     let o = ModelOptions::new(c.devices(), tcc::plan::Network::fat_tree());
     let plan = evaluate(&m, c, &o);
     plan.comm

@@ -8,12 +8,16 @@ use tcc::lir::exec::execute;
 use tcc::lir::fusion::{lower_unit, FusionOptions};
 use tcc::tensor::Dense;
 
-fn assert_close(what: &str, want: &HashMap<usize, Dense>, got: &HashMap<usize, Dense>) {
+fn assert_close(
+    what: &str,
+    want: &HashMap<tcc::sema::hir::TensorId, Dense>,
+    got: &HashMap<tcc::sema::hir::TensorId, Dense>,
+) {
     assert_eq!(want.len(), got.len(), "{what}: outputs differ");
     for (t, w) in want {
         let g = &got[t];
         let d = tcc::run::compare::rel_diff(&g.data, &w.data);
-        assert!(d.rel <= 1e-10, "{what}: output {t}: {} vs {}", w.data[d.at], g.data[d.at]);
+        assert!(d.rel <= 1e-10, "{what}: output {}: {} vs {}", t.index(), w.data[d.at], g.data[d.at]);
     }
 }
 
@@ -31,7 +35,7 @@ fn optimized_and_fused_examples_match_the_interpreter() {
         let (hir, diags) = tcc::compile(&src, &stem);
         let hir = hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()));
         let (opt, _) = tcc::tir::optimize(&hir);
-        for u in 0..hir.units.len() {
+        for u in hir.units.ids() {
             let inputs = random_inputs(&hir, u, 11).unwrap();
             let want = run_unit(&hir, u, &inputs).unwrap();
             let what = format!("{} unit {}", path.display(), hir.units[u].name);

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use tcc::exec::planned::{execute_plan, plan_for, OpRecord, PlanRunOptions};
-use tcc::sema::hir::{Hir, TensorId};
+use tcc::sema::hir::{Hir, TensorId, UnitId};
 use tcc::tensor::Dense;
 use tcc_runtime::comm::Backend;
 
@@ -68,14 +68,14 @@ fn check(src: &str, p: usize, net: &str, mem: Option<u64>) -> (BTreeSet<&'static
     let popts = PlanRunOptions { ranks: p, network: net.into(), mem_per_rank: mem, stats: false };
     let mut kinds = BTreeSet::new();
     let mut panels = 1;
-    for u in 0..hir.units.len() {
+    for u in hir.units.ids() {
         let inputs = tcc::interp::random_inputs(&hir, u, 7).unwrap();
         let want = tcc::interp::run_unit(&hir, u, &inputs).unwrap();
         let plan = plan_for(&opt, u, p, &popts).unwrap_or_else(|e| panic!("{}", e.message));
         panels = panels.max(plan.steps.iter().map(|s| s.panels).max().unwrap_or(1));
         let by_opt: HashMap<TensorId, Dense> = inputs
             .iter()
-            .map(|(t, v)| (opt.tensors.iter().position(|x| x.name == hir.tensors[*t].name).unwrap(), v.clone()))
+            .map(|(t, v)| (opt.tensors.position(|x| x.name == hir.tensors[*t].name).unwrap(), v.clone()))
             .collect();
         let runs = tcc_runtime::comm::threads::run(p, |rank| {
             let comm = rank.comm(Backend::Threads);
@@ -86,7 +86,7 @@ fn check(src: &str, p: usize, net: &str, mem: Option<u64>) -> (BTreeSet<&'static
         // Numbers: rank 0's outputs are the interpreter's.
         for (t, w) in &want {
             let name = &hir.tensors[*t].name;
-            let ot = opt.tensors.iter().position(|x| x.name == *name).unwrap();
+            let ot = opt.tensors.position(|x| x.name == *name).unwrap();
             let got = &runs[0].outputs[&ot];
             assert_eq!(got.shape, w.shape, "{what}: {name}");
             let d = tcc::run::compare::rel_diff(&got.data, &w.data);
@@ -159,8 +159,12 @@ fn replicated_inputs_are_not_charged_for_copies_they_hold() {
     let hir = compile(HINTED);
     let opt = tcc::tir::optimize(&hir).0;
     let popts = PlanRunOptions { ranks: 4, network: CHEAP_NET.into(), mem_per_rank: None, stats: false };
-    let plan = plan_for(&opt, 0, 4, &popts).unwrap();
-    assert!(plan.initial.iter().any(|(n, l)| n == "A" && l.replication() == 2), "{:?}", plan.initial);
+    let plan = plan_for(&opt, UnitId::new(0), 4, &popts).unwrap();
+    assert!(
+        plan.initial.iter().any(|(n, l)| opt.tensors[*n].name == "A" && l.replication() == 2),
+        "{:?}",
+        plan.initial
+    );
     for op in plan.steps.iter().flat_map(|s| &s.ops) {
         assert!(op.kind != tcc::plan::OpKind::AllToAll || op.recv_total > 0, "{op:?}");
     }

@@ -4,6 +4,7 @@
 //! `cargo run --example plan_bench [-- OUT.md]` writes `bench/plan/results.md`.
 
 use tcc::plan::{plan_unit, Network, Plan, PlanOptions, Strategy};
+use tcc::sema::hir::UnitId;
 
 struct Case {
     name: &'static str,
@@ -89,7 +90,7 @@ fn plan(case: &Case, p: usize, strategy: Strategy) -> Plan {
     let (opt, _) = tcc::tir::optimize(&hir);
     let mut o = PlanOptions::new(p, Network::fat_tree());
     o.strategy = strategy;
-    plan_unit(&opt, 0, &o).unwrap_or_else(|e| panic!("{} P={p}: {e}", case.name))
+    plan_unit(&opt, UnitId::new(0), &o).unwrap_or_else(|e| panic!("{} P={p}: {e}", case.name))
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -134,7 +135,9 @@ fn main() {
                             format!(
                                 "{}{}",
                                 m.size,
-                                m.index.as_deref().map(|i| format!(":{i}")).unwrap_or_else(|| ":idle".into())
+                                m.index
+                                    .map(|i| format!(":{}", a.names.index_name(i)))
+                                    .unwrap_or_else(|| ":idle".into())
                             )
                         })
                         .collect::<Vec<_>>()

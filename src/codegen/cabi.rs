@@ -10,7 +10,7 @@
 use super::llvm::{self, UnitCode};
 use crate::error::CommandError;
 use crate::run::fail;
-use crate::sema::hir::{ElemType, Hir, UnitId};
+use crate::sema::hir::{ElemType, Hir, TensorId, UnitId};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -76,7 +76,7 @@ fn f_kind(e: ElemType) -> &'static str {
     }
 }
 
-fn describe(hir: &Hir, t: usize) -> String {
+fn describe(hir: &Hir, t: TensorId) -> String {
     let tensor = &hir.tensors[t];
     let shape = hir.shape(t).iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
     format!("{}[{shape}] ({} elements)", tensor.elem.name(), hir.num_elements(t).unwrap_or(0))
@@ -231,7 +231,7 @@ pub fn build_library(
     output: &Path,
 ) -> Result<String, CommandError> {
     let units: Vec<UnitId> = match program {
-        None => (0..hir.units.len()).collect(),
+        None => hir.units.ids().collect(),
         Some(name) => match hir.unit_by_name(name) {
             Some(u) => vec![u],
             None => return Err(fail("E0702", format!("there is no program or model named `{name}`"), None)),

@@ -11,7 +11,7 @@ use super::nvptx::{self, GpuOptions, GpuPlan, UnitPlan};
 use crate::error::CommandError;
 use crate::interp;
 use crate::run::{fail, interp_error, run_report, RunOptions};
-use crate::sema::hir::{Hir, TensorId};
+use crate::sema::hir::{Hir, TensorId, UnitId};
 use crate::tensor::Dense;
 use std::collections::HashMap;
 use std::io::Write;
@@ -79,7 +79,7 @@ pub fn run_cuda(hir: &Hir, opts: &RunOptions, c: &CudaRun, out: &mut dyn Write) 
 /// The extra report lines of a GPU run: timing, and the check with `check`.
 pub fn report_lines(
     hir: &Hir,
-    u: usize,
+    u: UnitId,
     plan: &GpuPlan,
     r: &GpuRun,
     compile_s: f64,

@@ -11,7 +11,7 @@
 use super::nvptx::{self, GpuOptions, GpuPlan, TileCfg};
 use crate::error::CommandError;
 use crate::run::fail;
-use crate::sema::hir::Hir;
+use crate::sema::hir::{Hir, UnitId};
 use std::path::{Path, PathBuf};
 
 /// The plan file beside a PTX file: `NAME.ptx` → `NAME.plan.json`.
@@ -29,8 +29,8 @@ pub fn build_ptx(
     opts: &GpuOptions,
     source_name: &str,
 ) -> Result<String, CommandError> {
-    let units: Vec<usize> = match program {
-        None => (0..hir.units.len()).collect(),
+    let units: Vec<UnitId> = match program {
+        None => hir.units.ids().collect(),
         Some(name) => match hir.unit_by_name(name) {
             Some(u) => vec![u],
             None => return Err(fail("E0702", format!("no program or model named `{name}`"), None)),

@@ -13,7 +13,7 @@
 
 use super::cabi::{lib_name, CODES};
 use super::nvptx::{Arg, Elem, GpuPlan, Step, UnitPlan};
-use crate::sema::hir::{ElemType, Hir};
+use crate::sema::hir::{ElemType, Hir, TensorId};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -83,7 +83,7 @@ fn bytes(e: Elem) -> usize {
 }
 
 fn arg_ptr(up: &UnitPlan, a: &Arg) -> String {
-    let mut off: Vec<String> = a.base.iter().map(|(i, s)| format!("v{i} * {s}ULL")).collect();
+    let mut off: Vec<String> = a.base.iter().map(|(i, s)| format!("v{} * {s}ULL", i.index())).collect();
     if off.is_empty() {
         off.push("0".into());
     }
@@ -95,6 +95,7 @@ fn steps(s: &mut String, plan: &GpuPlan, up: &UnitPlan, st: &[Step], ind: usize)
     for step in st {
         match step {
             Step::Loop { index, extent, body } => {
+                let index = index.index();
                 let _ =
                     writeln!(s, "{pad}for (unsigned long long v{index} = 0; v{index} < {extent}ULL; ++v{index}) {{");
                 steps(s, plan, up, body, ind + 1);
@@ -261,7 +262,7 @@ static inline int overlap_(const void* a, size_t n, const void* b, size_t m) {{
             "    int rc = TCC_OK;\n    CUdeviceptr b[{}] = {{0}};\n    err_ = NULL;",
             up.buffers.len().max(1)
         );
-        let arg_bytes = |t: usize| Elem::of(hir.tensors[t].elem).bytes();
+        let arg_bytes = |t: TensorId| Elem::of(hir.tensors[t].elem).bytes();
         for &t in &up.args {
             let (n, want) = (&hir.tensors[t].name, hir.num_elements(t).unwrap_or(0));
             let _ = writeln!(s, "    if ({n} == NULL && {n}_len > 0) return fail_(TCC_ERR_NULL, \"`{n}` is NULL\");");

@@ -2,12 +2,12 @@
 //! [`crate::pipeline::prepare`]): the operands and loop variables of a term, and a
 //! unit's floating-point operations.
 
-use crate::sema::hir::{Factor, Func, Hir, IndexId, TensorId, Term};
+use crate::sema::hir::{Factor, Func, Hir, IndexId, TensorId, Term, UnitId};
 use crate::tir::materialize::simple_call_arg;
 
 /// Floating-point operations of a prepared unit: per term, `2 ×` (or `1 ×` for a
 /// term of at most one factor) the product of the sizes of its distinct indices.
-pub fn unit_flops(hir: &Hir, unit: usize) -> f64 {
+pub fn unit_flops(hir: &Hir, unit: UnitId) -> f64 {
     let mut total = 0.0;
     for s in &hir.units[unit].stmts {
         for t in &s.rhs.terms {

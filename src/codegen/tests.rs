@@ -5,11 +5,11 @@
 use super::llvm::{jit_run, Options};
 use crate::interp::{random_inputs, run_unit};
 use crate::run::compare::compare_outputs;
-use crate::sema::hir::{ElemType, Expr, Factor, Func, Hir, IndexId, Role, TensorId};
+use crate::sema::hir::{ElemType, Expr, Factor, Func, Hir, IndexId, Role, TensorId, UnitId};
 use crate::tir::testutil::Builder;
 use proptest::prelude::*;
 
-fn check_unit(hir: &Hir, u: usize, seed: u64, opts: &Options) -> Result<(), String> {
+fn check_unit(hir: &Hir, u: UnitId, seed: u64, opts: &Options) -> Result<(), String> {
     let inputs = random_inputs(hir, u, seed).map_err(|e| e.to_string())?;
     let want = run_unit(hir, u, &inputs).map_err(|e| e.to_string())?;
     let got = jit_run(hir, u, &inputs, opts, 1).map_err(|e| e.0)?;
@@ -28,11 +28,11 @@ fn every_example_compiles_and_matches_the_interpreter() {
         let src = std::fs::read_to_string(&path).unwrap();
         let (hir, diags) = crate::compile(&src, "ex");
         let hir = hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()));
-        for u in 0..hir.units.len() {
+        for u in hir.units.ids() {
             for opts in
                 [Options::default(), Options { gemm_min: Some(1.0), parallel_min: Some(1.0), ..Options::default() }]
             {
-                check_unit(&hir, u, 3, &opts).unwrap_or_else(|e| panic!("{} unit {u}: {e}", path.display()));
+                check_unit(&hir, u, 3, &opts).unwrap_or_else(|e| panic!("{} unit {}: {e}", path.display(), u.index()));
             }
             n += 1;
         }
@@ -63,7 +63,7 @@ fn gemm_shaped_contractions_use_the_kernel_and_match() {
         for elem in [ElemType::F64, ElemType::F32] {
             let hir = einsum(spec, sizes, elem);
             for opts in [Options::default(), Options { gemm_min: Some(1.0), ..Options::default() }] {
-                check_unit(&hir, 0, 1, &opts).unwrap_or_else(|e| panic!("{spec} {elem:?}: {e}"));
+                check_unit(&hir, UnitId::new(0), 1, &opts).unwrap_or_else(|e| panic!("{spec} {elem:?}: {e}"));
             }
         }
     }
@@ -85,12 +85,14 @@ fn sums_into_few_elements_and_collapsed_loops_match() {
         for elem in [ElemType::F64, ElemType::F32] {
             let hir = einsum(spec, sizes, elem);
             for opts in [Options::default(), Options { parallel_min: Some(1.0), ..Options::default() }] {
-                check_unit(&hir, 0, 5, &opts).unwrap_or_else(|e| panic!("{spec} {elem:?}: {e}"));
+                check_unit(&hir, UnitId::new(0), 5, &opts).unwrap_or_else(|e| panic!("{spec} {elem:?}: {e}"));
             }
         }
     }
     let hir = einsum("ijk,ijk->", &[('i', 13), ('j', 11), ('k', 17)], ElemType::F64);
-    let ir = super::llvm::emit_llvm(&hir, &[0], &Options { parallel_min: Some(1.0), ..Options::default() }).unwrap();
+    let ir =
+        super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &Options { parallel_min: Some(1.0), ..Options::default() })
+            .unwrap();
     assert!(ir.contains("tcc_rt_parallel_sum"), "a scalar sum should be split across threads:\n{ir}");
 }
 
@@ -99,15 +101,19 @@ fn emitted_ir_holds_the_vector_micro_kernel() {
     let hir = einsum("ik,kj->ij", &[('i', 64), ('j', 64), ('k', 64)], ElemType::F64);
     let ir = super::llvm::emit_llvm(
         &hir,
-        &[0],
+        &[UnitId::new(0)],
         &Options { target_cpu: Some("skylake-avx512".into()), ..Options::default() },
     )
     .unwrap();
     assert!(ir.contains("tcc_uk_f64_16x12"), "{ir}");
     assert!(ir.contains("<8 x double>"), "{ir}");
     assert!(ir.contains("tcc_rt_gett_f64"), "{ir}");
-    let ir = super::llvm::emit_llvm(&hir, &[0], &Options { target_cpu: Some("x86-64".into()), ..Options::default() })
-        .unwrap();
+    let ir = super::llvm::emit_llvm(
+        &hir,
+        &[UnitId::new(0)],
+        &Options { target_cpu: Some("x86-64".into()), ..Options::default() },
+    )
+    .unwrap();
     assert!(ir.contains("tcc_uk_f64_4x4"), "{ir}");
 }
 
@@ -252,8 +258,8 @@ proptest! {
             1 => Options { gemm_min: Some(1.0), ..Options::default() },
             _ => Options { gemm_min: Some(1.0), parallel_min: Some(1.0), ..Options::default() },
         };
-        if let Err(e) = check_unit(&hir, 0, seed, &opts) {
-            let stmts: Vec<String> = hir.units[0].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();
+        if let Err(e) = check_unit(&hir, UnitId::new(0), seed, &opts) {
+            let stmts: Vec<String> = hir.units[UnitId::new(0)].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();
             panic!("seed {seed}: {e}\n{}", stmts.join("\n"));
         }
     }
@@ -261,11 +267,11 @@ proptest! {
 
 /// A GPU plan of unit 0 emulated on the host against the interpreter.
 fn check_gpu(hir: &Hir, seed: u64, opts: &super::nvptx::GpuOptions) -> Result<(), String> {
-    let inputs = random_inputs(hir, 0, seed).map_err(|e| e.to_string())?;
-    let want = run_unit(hir, 0, &inputs).map_err(|e| e.to_string())?;
-    let p = super::nvptx::plan(hir, &[0], opts).map_err(|e| e.0)?;
+    let inputs = random_inputs(hir, UnitId::new(0), seed).map_err(|e| e.to_string())?;
+    let want = run_unit(hir, UnitId::new(0), &inputs).map_err(|e| e.to_string())?;
+    let p = super::nvptx::plan(hir, &[UnitId::new(0)], opts).map_err(|e| e.0)?;
     let got = super::nvptx::emulate(&p, 0, &inputs).map_err(|e| e.0)?;
-    compare_outputs(hir, 0, &got, &want).map(|_| ())
+    compare_outputs(hir, UnitId::new(0), &got, &want).map(|_| ())
 }
 
 proptest! {
@@ -284,7 +290,7 @@ proptest! {
             _ => GpuOptions::default(),
         };
         if let Err(e) = check_gpu(&hir, seed, &opts) {
-            let stmts: Vec<String> = hir.units[0].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();
+            let stmts: Vec<String> = hir.units[UnitId::new(0)].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();
             panic!("seed {seed} {opts:?}: {e}\n{}", stmts.join("\n"));
         }
     }
@@ -297,7 +303,7 @@ fn random_programs_have_tiled_contractions() {
     let opts = GpuOptions { gemm: Some(GemmKind::Tiled), ..GpuOptions::default() };
     let tiled: usize = (0..100u64)
         .map(|seed| {
-            super::nvptx::plan(&random_program(seed), &[0], &opts)
+            super::nvptx::plan(&random_program(seed), &[UnitId::new(0)], &opts)
                 .unwrap()
                 .kernels
                 .iter()
@@ -317,7 +323,7 @@ fn random_programs_fully_fused_equal_the_interpreter() {
     for seed in 0..400u64 {
         let hir = random_program(seed);
         let opts = Options { mem_limit: Some(0), ..Options::default() };
-        if let Err(e) = check_unit(&hir, 0, seed, &opts) {
+        if let Err(e) = check_unit(&hir, UnitId::new(0), seed, &opts) {
             bad.push((seed, e));
         }
     }

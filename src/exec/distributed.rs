@@ -149,19 +149,13 @@ pub fn eval_tile(
     let mut added: Vec<TensorId> = Vec::new();
     if let Some(x) = x {
         let span = hir.indices[x].span.clone();
-        h.ranges.push(Range {
+        let xr = h.ranges.push(Range {
             name: format!("{}@tile", hir.ranges[hir.indices[x].range].name),
             size: range.len(),
             span: span.clone(),
             model: None,
         });
-        h.indices.push(Index {
-            name: format!("{}@tile", hir.indices[x].name),
-            range: h.ranges.len() - 1,
-            span,
-            model: None,
-        });
-        let xt = h.indices.len() - 1;
+        let xt = h.indices.push(Index { name: format!("{}@tile", hir.indices[x].name), range: xr, span, model: None });
         // Each tensor read with x becomes a sliced copy under a new id.
         let mut rs = Vec::new();
         refs_with(&st.rhs, x, &mut rs);
@@ -173,12 +167,11 @@ pub fn eval_tile(
             }
             let mut t = hir.tensors[r.tensor].clone();
             for &k in &dims {
-                t.dims[k] = h.ranges.len() - 1;
+                t.dims[k] = xr;
             }
             t.symmetry.clear();
             t.role = Role::Temporary;
-            h.tensors.push(t);
-            let id = h.tensors.len() - 1;
+            let id = h.tensors.push(t);
             let v = slice(values.get(&r.tensor).expect("every tensor read has a value"), &dims, &range);
             values.insert(id, v);
             added.push(id);
@@ -193,8 +186,7 @@ pub fn eval_tile(
     t.dims = st.lhs.indices.iter().map(|&i| h.indices[i].range).collect();
     t.symmetry.clear();
     t.role = Role::Temporary;
-    h.tensors.push(t);
-    let target = h.tensors.len() - 1;
+    let target = h.tensors.push(t);
     st.lhs.tensor = target;
     let r = interp::exec_stmt(&h, &st, values, "a tile").map_err(interp_error);
     let v = values.remove(&target);
@@ -376,7 +368,7 @@ mod tests {
         let (hir, diags) = crate::compile(src, "t");
         let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
         let exec_hir = if optimize { crate::tir::optimize(&hir).0 } else { hir.clone() };
-        for u in 0..hir.units.len() {
+        for u in hir.units.ids() {
             let inputs = interp::random_inputs(&hir, u, 3).unwrap();
             let want = interp::run_unit(&hir, u, &inputs).unwrap();
             let got = threads::run(ranks, |rank| {
@@ -434,7 +426,7 @@ v[i] = exp(A[i,a] * B[a,i]) + S[i,i];
     fn levels_group_independent_statements() {
         let (hir, _) = crate::compile(PROGRAMS, "t");
         let hir = hir.unwrap();
-        let l = levels(&hir.units[0].stmts);
+        let l = levels(&hir.units[UnitId::new(0)].stmts);
         // C and D are independent; D += reads D; e reads C; v is independent of e.
         assert_eq!(l, vec![0..2, 2..5]);
     }

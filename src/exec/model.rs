@@ -399,13 +399,11 @@ pub fn cli(hir: &Hir, a: &CliArgs) -> Result<String, CommandError> {
     let style = a.execute.as_deref().ok_or_else(|| err("E0813", "no --execute style".into(), None))?;
     let style = Style::parse(style).map_err(|m| err("E0813", m, None))?;
     let id = match &a.model {
-        None if hir.models.len() == 1 => 0,
+        None if hir.models.len() == 1 => ModelId::new(0),
         None => return Err(err("E0813", "--execute needs --model NAME when the file has several models".into(), None)),
-        Some(n) => hir
-            .models
-            .iter()
-            .position(|m| &m.name == n)
-            .ok_or_else(|| err("E0702", format!("no model named `{n}`"), None))?,
+        Some(n) => {
+            hir.models.position(|m| &m.name == n).ok_or_else(|| err("E0702", format!("no model named `{n}`"), None))?
+        }
     };
     let r = if a.mpi {
         execute_mpi(hir, id, style, a.seed)

@@ -24,9 +24,11 @@
 
 use crate::error::CommandError;
 use crate::plan::layout::{coords_of, sub_interval, Layout};
-use crate::plan::{CommOp, Network, OpKind, Phase, Plan, PlanOptions, PlanStep, RankWords};
+use crate::plan::{
+    CommOp, Network, OpKind, OperandPlan, Phase, Plan, PlanNames, PlanOptions, PlanStep, PlanTensor, RankWords,
+};
 use crate::run::{check_options, run_report, RunOptions};
-use crate::sema::hir::{Factor, Hir, Role, TensorId, UnitId};
+use crate::sema::hir::{Factor, Hir, IndexId, Role, TensorId, UnitId};
 use crate::tensor::Dense;
 use std::collections::HashMap;
 use std::io::Write;
@@ -447,18 +449,13 @@ fn all_to_all(
 // The local contraction
 // ---------------------------------------------------------------------------------
 
-/// The name of the stored tensor in an operand's text (`A[i,k]` → `A`).
-fn key_of(name: &str) -> &str {
-    name.split('[').next().unwrap_or(name)
-}
-
 /// The step's distinct indices (C's, A's, B's) with their extents.
-fn step_indices(step: &PlanStep) -> Vec<(String, usize)> {
-    let mut v: Vec<(String, usize)> = Vec::new();
+fn step_indices(step: &PlanStep) -> Vec<(IndexId, usize)> {
+    let mut v: Vec<(IndexId, usize)> = Vec::new();
     for o in std::iter::once(&step.c).chain(std::iter::once(&step.a)).chain(step.b.as_ref()) {
-        for (x, &n) in o.indices.iter().zip(&o.shape) {
-            if !v.iter().any(|(y, _)| y == x) {
-                v.push((x.clone(), n));
+        for (&x, &n) in o.indices.iter().zip(&o.shape) {
+            if !v.iter().any(|&(y, _)| y == x) {
+                v.push((x, n));
             }
         }
     }
@@ -466,15 +463,15 @@ fn step_indices(step: &PlanStep) -> Vec<(String, usize)> {
 }
 
 /// This rank's interval of each of the step's indices (None on an idle rank).
-fn iteration_block(step: &PlanStep, vars: &[(String, usize)], rank: usize) -> Option<Iv> {
+fn iteration_block(step: &PlanStep, vars: &[(IndexId, usize)], rank: usize) -> Option<Iv> {
     let c = coords_of(&step.grid, rank);
     let mut iv: Iv = vars.iter().map(|&(_, n)| (0, n)).collect();
     for (g, m) in step.mapping.iter().enumerate() {
-        match &m.index {
+        match m.index {
             None if c[g] != 0 => return None,
             None => {}
             Some(x) => {
-                let k = vars.iter().position(|(y, _)| y == x).expect("mapped index of the step");
+                let k = vars.iter().position(|&(y, _)| y == x).expect("mapped index of the step");
                 iv[k] = sub_interval(0, vars[k].1, step.grid[g], c[g]);
             }
         }
@@ -484,13 +481,13 @@ fn iteration_block(step: &PlanStep, vars: &[(String, usize)], rank: usize) -> Op
 
 /// The contracted index the planner cuts panels over: the one with the largest
 /// per-rank extent (the last of equals, in the step's index order).
-fn panel_index(step: &PlanStep, vars: &[(String, usize)]) -> Option<usize> {
-    let inb = |x: &String| step.b.as_ref().is_some_and(|b| b.indices.contains(x));
+fn panel_index(step: &PlanStep, vars: &[(IndexId, usize)]) -> Option<usize> {
+    let inb = |x: &IndexId| step.b.as_ref().is_some_and(|b| b.indices.contains(x));
     let local = |k: usize| {
         step.mapping
             .iter()
             .zip(&step.grid)
-            .find(|(m, _)| m.index.as_ref() == Some(&vars[k].0))
+            .find(|(m, _)| m.index == Some(vars[k].0))
             .map(|(_, &p)| vars[k].1.div_ceil(p))
             .unwrap_or(vars[k].1)
     };
@@ -501,24 +498,24 @@ fn panel_index(step: &PlanStep, vars: &[(String, usize)]) -> Option<usize> {
 
 /// `c[block] += coef · Σ a·b` over the iteration box `it` (`vars` order).
 fn contract(
-    vars: &[(String, usize)],
+    vars: &[(IndexId, usize)],
     it: &[(usize, usize)],
     coef: f64,
-    ops: &[(&[String], &Blk)],
-    c: (&[String], &mut Blk),
+    ops: &[(&[IndexId], &Blk)],
+    c: (&[IndexId], &mut Blk),
 ) {
     if vol(it) == 0 {
         return;
     }
     let n = vars.len();
     // Per operand: base offset at the box corner and the stride of each variable.
-    let layout = |idx: &[String], b: &Blk| -> (usize, Vec<usize>) {
+    let layout = |idx: &[IndexId], b: &Blk| -> (usize, Vec<usize>) {
         let st = b.strides();
         let mut base = 0;
         let mut vs = vec![0; n];
         for (d, x) in idx.iter().enumerate() {
             let k = vars.iter().position(|(y, _)| y == x).unwrap();
-            debug_assert!(it[k].0 >= b.iv[d].0 && it[k].1 <= b.iv[d].1, "{x}: {:?} not in {:?}", it[k], b.iv[d]);
+            debug_assert!(it[k].0 >= b.iv[d].0 && it[k].1 <= b.iv[d].1, "{x:?}: {:?} not in {:?}", it[k], b.iv[d]);
             base += (it[k].0 - b.iv[d].0) * st[d];
             vs[k] += st[d];
         }
@@ -567,8 +564,17 @@ fn contract(
 
 struct Exec<'a> {
     comm: &'a dyn Communicator,
+    names: &'a PlanNames,
     tag: u32,
     ops: Vec<OpRecord>,
+}
+
+/// What this rank holds of a live tensor: its layout and its block (None where the
+/// layout gives this rank nothing).
+#[derive(Clone)]
+struct Held {
+    layout: Layout,
+    block: Option<Blk>,
 }
 
 impl Exec<'_> {
@@ -609,6 +615,9 @@ impl Exec<'_> {
     }
 }
 
+/// Every live tensor of the run, by what the plan calls it.
+type Live = HashMap<PlanTensor, Held>;
+
 /// Executes `plan` (of unit `u` of the optimized program `opt`) on this rank of
 /// `comm`, whose size must be `plan.procs`. `inputs` holds every input of the unit
 /// whole (by the tensor ids of `opt`; each rank keeps only its initial block).
@@ -624,74 +633,118 @@ pub fn execute_plan(
     if p != plan.procs {
         return Err(fail("E0724", format!("the plan is for {} ranks, this run has {p}", plan.procs), None));
     }
-    let by_name = |n: &str| opt.tensors.iter().position(|t| t.name == n);
-    // Current layout and block of every live tensor.
-    let mut cur: HashMap<String, (Layout, Option<Blk>)> = HashMap::new();
-    for (name, l) in &plan.initial {
-        let t =
-            by_name(name).ok_or_else(|| fail("E0724", format!("the plan names an unknown input `{name}`"), None))?;
-        let v = inputs.get(&t).ok_or_else(|| fail("E0724", format!("no value for input `{name}`"), None))?;
-        let full = Blk { iv: v.shape.iter().map(|&n| (0, n)).collect(), data: v.data.clone() };
-        let b = l.block(&v.shape, me).map(|iv| Blk { data: full.extract(&iv), iv });
-        cur.insert(name.clone(), (l.clone(), b));
-    }
-    let mut ex = Exec { comm, tag: 0, ops: Vec::new() };
+    let mut cur = initial_blocks(opt, plan, inputs, me)?;
+    let mut ex = Exec { comm, names: &plan.names, tag: 0, ops: Vec::new() };
     for (si, step) in plan.steps.iter().enumerate() {
         let stmt = &opt.units[u].stmts[step.stmt];
-        let lhs = opt.tensors[stmt.lhs.tensor].name.clone();
-        let ckey = key_of(&step.c.name).to_string();
-        let coef = if ckey == lhs { stmt.rhs.terms[step.term].coef } else { 1.0 };
-        let operands: Vec<&crate::plan::OperandPlan> = std::iter::once(&step.a).chain(step.b.as_ref()).collect();
-        // Redistributions before the step, in order; every version is kept for the
-        // operands (A and B may be one tensor wanted in two layouts).
-        let mut versions: Vec<(String, Layout, Option<Blk>)> = Vec::new();
+        let coef =
+            if step.c.tensor == PlanTensor::Tensor(stmt.lhs.tensor) { stmt.rhs.terms[step.term].coef } else { 1.0 };
+        let versions = ex.redistribute_before(si, step, &mut cur)?;
+        let stationary = ex.stationary_blocks(si, step, &versions, &mut cur)?;
+        let partial = ex.gather_and_contract(si, step, coef, &stationary);
+        let result = ex.reduce(si, step, partial);
+        ex.store_result(si, step, result, &mut cur);
+    }
+    let before = comm.stats();
+    let outputs = gather_outputs(opt, u, &cur, &mut ex)?;
+    let after = comm.stats();
+    Ok(PlanRun {
+        plan: plan.clone(),
+        outputs,
+        ops: ex.ops,
+        gather_sent: after.words_sent - before.words_sent,
+        gather_recv: after.words_received - before.words_received,
+    })
+}
+
+/// Every input in its initial layout: this rank's block cut out of the whole value.
+fn initial_blocks(opt: &Hir, plan: &Plan, inputs: &HashMap<TensorId, Dense>, me: usize) -> Result<Live, CommandError> {
+    let mut cur = Live::new();
+    for (t, l) in &plan.initial {
+        let name = &opt.tensors[*t].name;
+        let v = inputs.get(t).ok_or_else(|| fail("E0724", format!("no value for input `{name}`"), None))?;
+        let full = Blk { iv: v.shape.iter().map(|&n| (0, n)).collect(), data: v.data.clone() };
+        let block = l.block(&v.shape, me).map(|iv| Blk { data: full.extract(&iv), iv });
+        cur.insert(PlanTensor::Tensor(*t), Held { layout: l.clone(), block });
+    }
+    Ok(cur)
+}
+
+impl Exec<'_> {
+    /// The step's all-to-alls before it, in order. Returns every version made (A and
+    /// B may be one tensor wanted in two layouts).
+    fn redistribute_before(
+        &mut self,
+        si: usize,
+        step: &PlanStep,
+        cur: &mut Live,
+    ) -> Result<Vec<(PlanTensor, Held)>, CommandError> {
+        let me = self.comm.rank();
+        let mut versions = Vec::new();
         for (oi, op) in
             step.ops.iter().enumerate().filter(|(_, o)| o.kind == OpKind::AllToAll && o.phase == Phase::Before)
         {
-            let (l, b) = cur
+            let name = self.names.op_tensor(op);
+            let held = cur
                 .get(&op.tensor)
-                .ok_or_else(|| fail("E0724", format!("step {}: `{}` has no value yet", si + 1, op.tensor), None))?;
-            if *l != op.from {
-                return Err(fail(
-                    "E0724",
-                    format!("step {}: `{}` is not where the plan says", si + 1, op.tensor),
-                    None,
-                ));
+                .ok_or_else(|| fail("E0724", format!("step {}: `{name}` has no value yet", si + 1), None))?;
+            if held.layout != op.from {
+                return Err(fail("E0724", format!("step {}: `{name}` is not where the plan says", si + 1), None));
             }
-            let b = b.clone();
-            let nb = ex.counted(si, Some(oi), "all-to-all", &op.tensor, op.rank_words(me), |c, tag| {
+            let b = held.block.clone();
+            let nb = self.counted(si, Some(oi), "all-to-all", &name, op.rank_words(me), |c, tag| {
                 all_to_all(c, &op.from, &op.to, &op.shape, b.as_ref(), tag)
             });
-            versions.push((op.tensor.clone(), op.to.clone(), nb.clone()));
-            cur.insert(op.tensor.clone(), (op.to.clone(), nb));
+            let held = Held { layout: op.to.clone(), block: nb };
+            versions.push((op.tensor, held.clone()));
+            cur.insert(op.tensor, held);
         }
-        // Each operand's stationary block.
-        let mut stat: Vec<Option<Blk>> = Vec::new();
-        for o in &operands {
-            let k = key_of(&o.name).to_string();
-            let found = versions.iter().rev().find(|(n, l, _)| *n == k && *l == o.stationary).map(|v| v.2.clone());
+        Ok(versions)
+    }
+
+    /// Each operand's block in its stationary layout (moved, without a word, when
+    /// the layouts differ but the plan lists no op).
+    fn stationary_blocks(
+        &mut self,
+        si: usize,
+        step: &PlanStep,
+        versions: &[(PlanTensor, Held)],
+        cur: &mut Live,
+    ) -> Result<Vec<Option<Blk>>, CommandError> {
+        let mut stat = Vec::new();
+        for o in std::iter::once(&step.a).chain(step.b.as_ref()) {
+            let k = o.tensor;
+            let found = versions.iter().rev().find(|(n, h)| *n == k && h.layout == o.stationary);
             let b = match found {
-                Some(b) => b,
+                Some((_, h)) => h.block.clone(),
                 None => {
-                    let (l, b) = cur
+                    let name = self.names.tensor(k);
+                    let Held { layout: l, block: b } = cur
                         .get(&k)
-                        .ok_or_else(|| fail("E0724", format!("step {}: `{k}` has no value yet", si + 1), None))?
+                        .ok_or_else(|| fail("E0724", format!("step {}: `{name}` has no value yet", si + 1), None))?
                         .clone();
                     if l == o.stationary {
                         b
                     } else {
                         // Layouts that differ without moving a word: the plan lists no op.
                         let z = RankWords::default();
-                        ex.counted(si, None, "all-to-all", &k, z, |c, tag| {
+                        self.counted(si, None, "all-to-all", &name, z, |c, tag| {
                             all_to_all(c, &l, &o.stationary, &o.shape, b.as_ref(), tag)
                         })
                     }
                 }
             };
-            cur.insert(k, (o.stationary.clone(), b.clone()));
+            cur.insert(k, Held { layout: o.stationary.clone(), block: b.clone() });
             stat.push(b);
         }
-        // Gathers (in panels) and the local contraction.
+        Ok(stat)
+    }
+
+    /// The all-gathers (panel by panel over the step's largest contracted index) and
+    /// the local contraction of each panel: this rank's partial block of C.
+    fn gather_and_contract(&mut self, si: usize, step: &PlanStep, coef: f64, stat: &[Option<Blk>]) -> Option<Blk> {
+        let me = self.comm.rank();
+        let operands: Vec<&OperandPlan> = std::iter::once(&step.a).chain(step.b.as_ref()).collect();
         let vars = step_indices(step);
         let it = iteration_block(step, &vars, me);
         let mut partial = step.c.stationary.block(&step.c.shape, me).map(Blk::zeros);
@@ -710,7 +763,7 @@ pub fn execute_plan(
             for (n, o) in operands.iter().enumerate() {
                 let g = gathers
                     .iter()
-                    .find(|(_, op)| key_of(&o.name) == op.tensor && op.from == o.stationary && op.to == o.gathered)
+                    .find(|(_, op)| o.tensor == op.tensor && op.from == o.stationary && op.to == o.gathered)
                     .filter(|_| o.stationary != o.gathered);
                 match g {
                     Some(&(oi, op)) => {
@@ -725,85 +778,95 @@ pub fn execute_plan(
                             _ => Vec::new(),
                         };
                         let own = stat[n].clone();
-                        gathered.push(ex.counted(
-                            si,
-                            Some(oi),
-                            "all-gather",
-                            &op.tensor,
-                            op.rank_words(me),
-                            |c, tag| all_gather(c, op, own.as_ref(), &r, tag),
-                        ));
+                        let name = self.names.op_tensor(op);
+                        gathered.push(self.counted(si, Some(oi), "all-gather", &name, op.rank_words(me), |c, tag| {
+                            all_gather(c, op, own.as_ref(), &r, tag)
+                        }));
                     }
                     None => gathered.push(stat[n].clone()),
                 }
             }
             if let (Some(pit), Some(cb)) = (pit.as_ref(), partial.as_mut()) {
                 let a = gathered[0].as_ref().expect("a working rank holds A");
-                let mut ins: Vec<(&[String], &Blk)> = vec![(step.a.indices.as_slice(), a)];
+                let mut ins: Vec<(&[IndexId], &Blk)> = vec![(step.a.indices.as_slice(), a)];
                 if let Some(b) = &step.b {
                     ins.push((b.indices.as_slice(), gathered[1].as_ref().expect("a working rank holds B")));
                 }
                 contract(&vars, pit, coef, &ins, (step.c.indices.as_slice(), cb));
             }
         }
-        // Reductions, then the accumulation into the existing result.
+        partial
+    }
+
+    /// The reductions after the step: C in its final layout.
+    fn reduce(&mut self, si: usize, step: &PlanStep, partial: Option<Blk>) -> Held {
+        let me = self.comm.rank();
         let mut result = partial;
         let mut layout = step.c.stationary.clone();
         for (oi, op) in
             step.ops.iter().enumerate().filter(|(_, o)| o.phase == Phase::After && o.kind != OpKind::AllToAll)
         {
             let part = result.take();
+            let name = self.names.op_tensor(op);
             result = match op.kind {
                 OpKind::ReduceScatter => {
-                    ex.counted(si, Some(oi), "reduce-scatter", &op.tensor, op.rank_words(me), |c, tag| {
+                    self.counted(si, Some(oi), "reduce-scatter", &name, op.rank_words(me), |c, tag| {
                         reduce_scatter(c, op, part, tag)
                     })
                 }
-                _ => {
-                    ex.counted(si, Some(oi), "reduce", &op.tensor, op.rank_words(me), |c, tag| reduce(c, op, part, tag))
-                }
+                _ => self.counted(si, Some(oi), "reduce", &name, op.rank_words(me), |c, tag| reduce(c, op, part, tag)),
             };
             layout = op.to.clone();
         }
         debug_assert_eq!(layout, step.c.gathered);
-        let existing = if step.accumulate { cur.remove(&ckey) } else { None };
-        match existing {
-            None => {
-                cur.insert(ckey, (layout, result));
-            }
-            Some((l, mut b)) => {
-                let moved = match step
-                    .ops
-                    .iter()
-                    .enumerate()
-                    .find(|(_, o)| o.kind == OpKind::AllToAll && o.phase == Phase::After)
-                {
-                    Some((oi, op)) => {
-                        ex.counted(si, Some(oi), "all-to-all", &op.tensor, op.rank_words(me), |c, tag| {
-                            all_to_all(c, &op.from, &op.to, &op.shape, result.as_ref(), tag)
-                        })
-                    }
-                    None if l == layout => result,
-                    None => ex.counted(si, None, "all-to-all", &ckey, RankWords::default(), |c, tag| {
-                        all_to_all(c, &layout, &l, &step.c.shape, result.as_ref(), tag)
-                    }),
-                };
-                if let (Some(b), Some(m)) = (b.as_mut(), moved) {
-                    let iv = m.iv.clone();
-                    b.place(&iv, &m.data, true);
-                }
-                cur.insert(ckey, (l, b));
-            }
-        }
+        Held { layout, block: result }
     }
-    // Gather the outputs to rank 0 (not part of the plan).
-    let before = comm.stats();
+
+    /// Stores the step's result: as C's value, or (`+=`) added into C's existing
+    /// value in its layout, after the plan's all-to-all.
+    fn store_result(&mut self, si: usize, step: &PlanStep, result: Held, cur: &mut Live) {
+        let me = self.comm.rank();
+        let ckey = step.c.tensor;
+        let existing = if step.accumulate { cur.remove(&ckey) } else { None };
+        let Some(Held { layout: l, block: mut b }) = existing else {
+            cur.insert(ckey, result);
+            return;
+        };
+        let Held { layout, block: result } = result;
+        let moved =
+            match step.ops.iter().enumerate().find(|(_, o)| o.kind == OpKind::AllToAll && o.phase == Phase::After) {
+                Some((oi, op)) => {
+                    let name = self.names.op_tensor(op);
+                    self.counted(si, Some(oi), "all-to-all", &name, op.rank_words(me), |c, tag| {
+                        all_to_all(c, &op.from, &op.to, &op.shape, result.as_ref(), tag)
+                    })
+                }
+                None if l == layout => result,
+                None => {
+                    let name = self.names.tensor(ckey);
+                    self.counted(si, None, "all-to-all", &name, RankWords::default(), |c, tag| {
+                        all_to_all(c, &layout, &l, &step.c.shape, result.as_ref(), tag)
+                    })
+                }
+            };
+        if let (Some(b), Some(m)) = (b.as_mut(), moved) {
+            let iv = m.iv.clone();
+            b.place(&iv, &m.data, true);
+        }
+        cur.insert(ckey, Held { layout: l, block: b });
+    }
+}
+
+/// Gathers every output to rank 0 (not part of the plan): whole on rank 0, zeros
+/// elsewhere.
+fn gather_outputs(opt: &Hir, u: UnitId, cur: &Live, ex: &mut Exec) -> Result<HashMap<TensorId, Dense>, CommandError> {
+    let (p, me, comm) = (ex.comm.size(), ex.comm.rank(), ex.comm);
     let mut outputs = HashMap::new();
     for t in opt.unit_outputs(u).into_iter().filter(|&t| opt.tensors[t].role == Role::Output) {
         let name = &opt.tensors[t].name;
         let shape = opt.shape(t);
-        let (l, b) = cur
-            .get(name)
+        let Held { layout: l, block: b } = cur
+            .get(&PlanTensor::Tensor(t))
             .ok_or_else(|| fail("E0724", format!("output `{name}` was not computed by the plan"), None))?;
         let mut full = Blk::zeros(shape.iter().map(|&n| (0, n)).collect());
         let rep = l.replicated_dims();
@@ -832,14 +895,7 @@ pub fn execute_plan(
         }
         outputs.insert(t, Dense::from_vec(shape, full.data));
     }
-    let after = comm.stats();
-    Ok(PlanRun {
-        plan: plan.clone(),
-        outputs,
-        ops: ex.ops,
-        gather_sent: after.words_sent - before.words_sent,
-        gather_recv: after.words_received - before.words_received,
-    })
+    Ok(outputs)
 }
 
 // ---------------------------------------------------------------------------------
@@ -869,17 +925,13 @@ fn rank_body(
             let plan = plan_for(opt, u, comm.size(), popts)?;
             let by_name: HashMap<TensorId, Dense> = inputs
                 .iter()
-                .filter_map(|(t, v)| {
-                    opt.tensors.iter().position(|x| x.name == hir.tensors[*t].name).map(|k| (k, v.clone()))
-                })
+                .filter_map(|(t, v)| opt.tensors.position(|x| x.name == hir.tensors[*t].name).map(|k| (k, v.clone())))
                 .collect();
             let run = execute_plan(opt, u, &plan, &by_name, comm)?;
             let outs = run
                 .outputs
                 .iter()
-                .filter_map(|(t, v)| {
-                    hir.tensors.iter().position(|x| x.name == opt.tensors[*t].name).map(|k| (k, v.clone()))
-                })
+                .filter_map(|(t, v)| hir.tensors.position(|x| x.name == opt.tensors[*t].name).map(|k| (k, v.clone())))
                 .collect();
             runs.push(run);
             Ok((outs, Vec::new()))
@@ -978,7 +1030,7 @@ pub fn stats_text(runs: &[PlanRun], comm: &dyn Communicator, backend: &str) -> S
 /// Errors every rank would meet alike (unsupported constructs, no plan fits),
 /// found before any rank starts.
 fn precheck(opt: &Hir, ropts: &RunOptions, p: usize, popts: &PlanRunOptions) -> Result<(), CommandError> {
-    for u in 0..opt.units.len() {
+    for u in opt.units.ids() {
         if ropts.program.as_deref().is_some_and(|n| n != opt.units[u].name) {
             continue;
         }

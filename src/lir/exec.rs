@@ -9,7 +9,7 @@
 use super::fusion::fusible;
 use super::{Buffer, LoopNest, Node};
 use crate::interp::{exec_stmt, InterpError};
-use crate::sema::hir::{Factor, Hir, IndexId, Role, Stmt, TensorId};
+use crate::sema::hir::{Factor, Hir, IdVec, IndexId, Role, Stmt, TensorId};
 use crate::tensor::Dense;
 
 use std::collections::HashMap;
@@ -20,7 +20,7 @@ struct Machine<'a> {
     stmts: &'a [Stmt],
     buffers: HashMap<TensorId, Dense>,
     /// The value of each index bound by an enclosing loop.
-    bound: Vec<Option<usize>>,
+    bound: IdVec<IndexId, Option<usize>>,
 }
 
 /// Runs the nest on the given inputs and returns every output the unit writes.
@@ -40,8 +40,13 @@ pub fn execute(
         };
         buffers.insert(t, v);
     }
-    let mut m =
-        Machine { hir, nest, stmts: &hir.units[nest.unit].stmts, buffers, bound: vec![None; hir.indices.len()] };
+    let mut m = Machine {
+        hir,
+        nest,
+        stmts: &hir.units[nest.unit].stmts,
+        buffers,
+        bound: IdVec::from_elem(None, hir.indices.len()),
+    };
     m.run(&nest.body)?;
     let outputs = hir.unit_outputs(nest.unit);
     Ok(m.buffers.into_iter().filter(|(t, _)| outputs.contains(t) && hir.tensors[*t].role == Role::Output).collect())

@@ -4,7 +4,7 @@ use super::exec::execute;
 use super::fusion::{lower_unit, unfused, FusionOptions};
 use super::{LoopNest, Node};
 use crate::interp::{random_inputs, run_unit};
-use crate::sema::hir::Hir;
+use crate::sema::hir::{Hir, UnitId};
 
 fn compile(src: &str) -> Hir {
     let (hir, diags) = crate::compile(src, "t");
@@ -54,7 +54,7 @@ B[a,b,c,d] = C[d,s] * T3[a,b,c,s];
 #[test]
 fn four_index_transform_needs_only_small_intermediates() {
     let hir = compile(FOUR_INDEX);
-    let nest = lower_unit(&hir, 0, FusionOptions::default());
+    let nest = lower_unit(&hir, UnitId::new(0), FusionOptions::default());
     let n = 5usize;
     // Unfused: three N^4 temporaries live around each statement (two at a time).
     assert_eq!(nest.unfused_peak_bytes, 8 * 2 * n.pow(4) as u64);
@@ -72,7 +72,7 @@ fn four_index_transform_needs_only_small_intermediates() {
 #[test]
 fn unfused_nest_matches_interpreter() {
     let hir = compile(FOUR_INDEX);
-    assert_same(&hir, &unfused(&hir, 0));
+    assert_same(&hir, &unfused(&hir, UnitId::new(0)));
 }
 
 #[test]
@@ -85,7 +85,7 @@ fn summed_loop_shared_with_producer_accumulates_correctly() {
          T[i,k] = 2 * A[i,k];
          R[i,j] = T[i,k] * B[k,j];",
     );
-    let nest = lower_unit(&hir, 0, FusionOptions::default());
+    let nest = lower_unit(&hir, UnitId::new(0), FusionOptions::default());
     assert!(nest.peak_bytes < 8 * 16, "{}", nest.dump(&hir));
     assert_same(&hir, &nest);
 }
@@ -99,7 +99,7 @@ fn reading_a_temporary_twice_keeps_it_whole_where_needed() {
          R[i,j] = T[i,k] * T[j,k];
          S[j] = 0.5 * T[j,k];",
     );
-    let nest = lower_unit(&hir, 0, FusionOptions::default());
+    let nest = lower_unit(&hir, UnitId::new(0), FusionOptions::default());
     assert_same(&hir, &nest);
 }
 
@@ -112,7 +112,7 @@ fn statements_with_calls_and_self_reads_run_whole() {
          R[i,j] = exp(T[i,j]) + T[j,i];
          R[i,j] += R[j,i] * 0.5;",
     );
-    let nest = lower_unit(&hir, 0, FusionOptions::default());
+    let nest = lower_unit(&hir, UnitId::new(0), FusionOptions::default());
     assert_same(&hir, &nest);
 }
 
@@ -127,14 +127,14 @@ fn accumulating_outputs_across_statements() {
          T[i,j,l] = A[i,j,l] * 2;
          R[i,l] += T[i,j,l];",
     );
-    let nest = lower_unit(&hir, 0, FusionOptions::default());
+    let nest = lower_unit(&hir, UnitId::new(0), FusionOptions::default());
     assert_same(&hir, &nest);
 }
 
 #[test]
 fn dump_shows_loops_and_buffer_sizes() {
     let hir = compile(FOUR_INDEX);
-    let text = lower_unit(&hir, 0, FusionOptions::default()).dump(&hir);
+    let text = lower_unit(&hir, UnitId::new(0), FusionOptions::default()).dump(&hir);
     assert!(text.contains("for a in 0..5 {"), "{text}");
     for t in ["T1", "T2", "T3"] {
         assert!(text.contains(&format!("buffer {t}: f64[")), "{text}");
@@ -146,17 +146,19 @@ fn dump_shows_loops_and_buffer_sizes() {
 #[test]
 fn a_generous_memory_limit_keeps_contractions_whole() {
     let hir = compile(FOUR_INDEX);
-    let roomy = lower_unit(&hir, 0, FusionOptions { mem_limit: Some(1 << 30), ..FusionOptions::default() });
+    let roomy =
+        lower_unit(&hir, UnitId::new(0), FusionOptions { mem_limit: Some(1 << 30), ..FusionOptions::default() });
     assert_eq!(loop_depth(&roomy.body), 0, "{}", roomy.dump(&hir));
     assert_same(&hir, &roomy);
     // A limit between the fused and unfused peaks forces just enough fusion.
     let n = 5u64;
-    let tight = lower_unit(&hir, 0, FusionOptions { mem_limit: Some(8 * n.pow(4)), ..FusionOptions::default() });
+    let tight =
+        lower_unit(&hir, UnitId::new(0), FusionOptions { mem_limit: Some(8 * n.pow(4)), ..FusionOptions::default() });
     assert!(tight.peak_bytes <= 8 * n.pow(4), "{}", tight.dump(&hir));
     assert!(loop_depth(&tight.body) >= 1);
     assert_same(&hir, &tight);
     // An impossible limit still gives the smallest nest.
-    let tiny = lower_unit(&hir, 0, FusionOptions { mem_limit: Some(1), ..FusionOptions::default() });
-    let best = lower_unit(&hir, 0, FusionOptions::default());
+    let tiny = lower_unit(&hir, UnitId::new(0), FusionOptions { mem_limit: Some(1), ..FusionOptions::default() });
+    let best = lower_unit(&hir, UnitId::new(0), FusionOptions::default());
     assert_eq!(tiny.peak_bytes, best.peak_bytes);
 }

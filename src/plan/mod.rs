@@ -30,6 +30,7 @@ mod search;
 mod tests;
 
 use crate::error::CommandError;
+use crate::sema::hir::{Hir, IdVec, IndexId, TensorId, UnitId};
 use serde::Serialize;
 
 pub use bounds::{lower_bound, Bound, BoundIndex};
@@ -113,8 +114,10 @@ pub struct RankWords {
 pub struct CommOp {
     pub kind: OpKind,
     pub phase: Phase,
-    /// The tensor moved (`partial X` for partial sums of a result X).
-    pub tensor: String,
+    /// The tensor moved (its partial sums for a reduction; for an all-to-all after
+    /// the step, the step's new value of it, accumulated into the existing one).
+    #[serde(skip)]
+    pub tensor: PlanTensor,
     pub shape: Vec<usize>,
     /// Grid dimensions the collective runs along (all of them for an all-to-all).
     pub along: Vec<usize>,
@@ -232,29 +235,161 @@ impl CommOp {
     }
 }
 
+/// A tensor a plan computes or moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PlanTensor {
+    /// A tensor of the optimized program.
+    Tensor(TensorId),
+    /// The intermediate `_p{n}` of a term of more than two factors (planned as a
+    /// left-to-right chain of steps).
+    Chain(u32),
+    /// A call or parenthesised sum: not stored, computed where needed (its label is
+    /// `PlanNames::opaque[n]`).
+    Opaque(u32),
+}
+
+impl PlanTensor {
+    /// The stored tensor, `None` for an opaque operand.
+    pub fn stored(self) -> Option<PlanTensor> {
+        match self {
+            PlanTensor::Opaque(_) => None,
+            t => Some(t),
+        }
+    }
+}
+
+/// The names a plan's reports use: the optimized program's tensors and indices, and
+/// the labels of opaque operands.
+#[derive(Debug, Clone, Default)]
+pub struct PlanNames {
+    pub tensors: IdVec<TensorId, String>,
+    pub indices: IdVec<IndexId, String>,
+    pub opaque: Vec<String>,
+}
+
+impl PlanNames {
+    pub fn new(opt: &Hir) -> PlanNames {
+        PlanNames {
+            tensors: opt.tensors.iter().map(|t| t.name.clone()).collect(),
+            indices: opt.indices.iter().map(|i| i.name.clone()).collect(),
+            opaque: Vec::new(),
+        }
+    }
+
+    /// `A`, `_p0`, or an opaque operand's label.
+    pub fn tensor(&self, t: PlanTensor) -> String {
+        match t {
+            PlanTensor::Tensor(t) => self.tensors[t].clone(),
+            PlanTensor::Chain(n) => format!("_p{n}"),
+            PlanTensor::Opaque(n) => self.opaque[n as usize].clone(),
+        }
+    }
+
+    pub fn index_name(&self, i: IndexId) -> &str {
+        &self.indices[i]
+    }
+
+    pub fn indices(&self, idx: &[IndexId]) -> Vec<String> {
+        idx.iter().map(|&i| self.indices[i].clone()).collect()
+    }
+
+    /// An operand as written in a step: `A[i,k]` (`A` for a scalar), or the label of
+    /// an opaque operand.
+    pub fn operand(&self, o: &OperandPlan) -> String {
+        self.tensor_ref(o.tensor, &o.indices)
+    }
+
+    /// `t` with indices `idx`: `A[i,k]`, `A` for a scalar or an opaque operand.
+    pub fn tensor_ref(&self, t: PlanTensor, idx: &[IndexId]) -> String {
+        match t {
+            PlanTensor::Opaque(_) => self.tensor(t),
+            _ if idx.is_empty() => self.tensor(t),
+            _ => format!("{}[{}]", self.tensor(t), self.indices(idx).join(",")),
+        }
+    }
+
+    /// What an op moves: `A`, `partial C` (a reduction's partial sums), `new C` (a
+    /// step's result on its way into the existing value of C).
+    pub fn op_tensor(&self, op: &CommOp) -> String {
+        let name = self.tensor(op.tensor);
+        match (op.kind, op.phase) {
+            (OpKind::Reduce | OpKind::ReduceScatter, _) => format!("partial {name}"),
+            (OpKind::AllToAll, Phase::After) => format!("new {name}"),
+            _ => name,
+        }
+    }
+
+    /// A step as text: `C[i,j] += A[i,k] * B[k,j]`.
+    pub fn step_text(&self, s: &PlanStep) -> String {
+        let rhs = match &s.b {
+            Some(b) => format!("{} * {}", self.operand(&s.a), self.operand(b)),
+            None => self.operand(&s.a),
+        };
+        format!("{} {} {}", self.operand(&s.c), if s.accumulate { "+=" } else { "=" }, rhs)
+    }
+}
+
+/// How a step uses a grid dimension (by where the index it splits occurs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DimClass {
+    /// In A, B and C.
+    Batch,
+    /// In A and C.
+    FreeLeft,
+    /// In B and C.
+    FreeRight,
+    /// In A and B, summed.
+    Contracted,
+    /// In A only, summed.
+    SummedLeft,
+    /// In B only, summed.
+    SummedRight,
+    /// In C only.
+    Free,
+    /// No index: only coordinate 0 works.
+    Idle,
+}
+
+impl DimClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            DimClass::Batch => "batch",
+            DimClass::FreeLeft => "free-left",
+            DimClass::FreeRight => "free-right",
+            DimClass::Contracted => "contracted",
+            DimClass::SummedLeft => "summed-left",
+            DimClass::SummedRight => "summed-right",
+            DimClass::Free => "free",
+            DimClass::Idle => "idle",
+        }
+    }
+}
+
 /// How a grid dimension is used by a step.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct GridDim {
     pub size: usize,
     /// The index it splits, or None when idle (only coordinate 0 works).
-    pub index: Option<String>,
-    /// `free-left` (in A and C), `free-right` (in B and C), `contracted` (in A and
-    /// B, summed), `batch` (in all three), `summed-left`/`summed-right` (in one
-    /// operand only, summed), `idle`.
-    pub class: String,
+    pub index: Option<IndexId>,
+    pub class: DimClass,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct OperandPlan {
-    pub name: String,
-    pub indices: Vec<String>,
+    pub tensor: PlanTensor,
+    pub indices: Vec<IndexId>,
     pub shape: Vec<usize>,
     /// Where it must be before the step's gathers.
     pub stationary: Layout,
     /// What each rank holds when computing (after gathers).
     pub gathered: Layout,
-    /// True for a call or parenthesised sum: computed where needed, not moved.
-    pub opaque: bool,
+}
+
+impl OperandPlan {
+    /// A call or parenthesised sum: computed where needed, not moved.
+    pub fn opaque(&self) -> bool {
+        matches!(self.tensor, PlanTensor::Opaque(_))
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -279,25 +414,30 @@ pub struct StepCost {
     pub time: f64,
 }
 
+/// Serialized by `report::plans_json` (which adds the operands, mapping and ops by name).
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanStep {
     /// Statement (in the optimized unit) and term of this step.
     pub stmt: usize,
     pub term: usize,
-    pub text: String,
     pub accumulate: bool,
     /// The grid (its product is P) and the use of each of its dimensions.
     pub grid: Vec<usize>,
+    #[serde(skip)]
     pub mapping: Vec<GridDim>,
     /// Ranks doing work (P divided by idle dimensions).
     pub active_ranks: usize,
     pub panels: usize,
+    #[serde(skip)]
     pub a: OperandPlan,
+    #[serde(skip)]
     pub b: Option<OperandPlan>,
     /// The result: `stationary` is the partial layout it is computed in, `gathered`
     /// the layout after the reductions (where it lives afterwards, unless
     /// accumulated into an existing layout by a final all-to-all).
+    #[serde(skip)]
     pub c: OperandPlan,
+    #[serde(skip)]
     pub ops: Vec<CommOp>,
     pub cost: StepCost,
     pub bound: Bound,
@@ -321,6 +461,7 @@ pub struct Totals {
     pub ratio: Option<f64>,
 }
 
+/// Serialized by `report::plans_json` (which adds the inputs and steps by name).
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
     pub unit: String,
@@ -329,13 +470,23 @@ pub struct Plan {
     pub mem_per_rank: Option<u64>,
     pub strategy: Strategy,
     /// Where each input starts (`distribute` hints, or the layout its first step wants).
-    pub initial: Vec<(String, Layout)>,
+    #[serde(skip)]
+    pub initial: Vec<(TensorId, Layout)>,
+    #[serde(skip)]
     pub steps: Vec<PlanStep>,
     pub totals: Totals,
     pub notes: Vec<String>,
+    /// For reports.
+    #[serde(skip)]
+    pub names: PlanNames,
 }
 
 impl Plan {
+    /// Where input `t` starts, if the plan reads it.
+    pub fn initial_layout(&self, t: TensorId) -> Option<&Layout> {
+        self.initial.iter().find(|(x, _)| *x == t).map(|(_, l)| l)
+    }
+
     /// Exact words one rank sends and receives over the whole plan.
     pub fn rank_words(&self, rank: usize) -> RankWords {
         let mut t = RankWords::default();
@@ -383,8 +534,8 @@ pub fn plan_command(
             hint: Some("for example --procs 64 or --procs 4,64,1024".into()),
         });
     }
-    let units: Vec<usize> = match program {
-        None => (0..hir.units.len()).collect(),
+    let units: Vec<UnitId> = match program {
+        None => hir.units.ids().collect(),
         Some(name) => match hir.unit_by_name(name) {
             Some(u) => vec![u],
             None => {

@@ -3,7 +3,8 @@
 use std::fmt::Write;
 
 use super::network::fmt_time;
-use super::{Layout, Plan, PlanStep};
+use super::{CommOp, GridDim, Layout, OperandPlan, Plan, PlanNames, PlanStep};
+use serde_json::{json, Value};
 
 /// `123456`, `1.23e9`.
 pub fn num(x: f64) -> String {
@@ -35,7 +36,7 @@ fn ratio(r: Option<f64>) -> String {
     r.map(|r| format!("{r:.3}")).unwrap_or_else(|| "n/a (bound 0)".into())
 }
 
-fn grid_text(s: &PlanStep) -> String {
+fn grid_text(names: &PlanNames, s: &PlanStep) -> String {
     if s.grid.is_empty() {
         return "1 rank (no grid)".into();
     }
@@ -44,16 +45,16 @@ fn grid_text(s: &PlanStep) -> String {
         .mapping
         .iter()
         .enumerate()
-        .map(|(g, m)| match &m.index {
-            Some(i) => format!("g{g}={i} ({})", m.class),
+        .map(|(g, m)| match m.index {
+            Some(i) => format!("g{g}={} ({})", names.index_name(i), m.class.name()),
             None => format!("g{g}=idle"),
         })
         .collect();
     format!("{}: {}", dims.join("x"), map.join(", "))
 }
 
-fn layout_text(l: &Layout, names: &[String]) -> String {
-    l.describe(names)
+fn layout_text(names: &PlanNames, l: &Layout, o: &OperandPlan) -> String {
+    l.describe(&names.indices(&o.indices))
 }
 
 /// The readable report of one plan.
@@ -73,31 +74,32 @@ pub fn plan_text(p: &Plan) -> String {
         s,
         "  (words are array elements; \"words\" of a rank = received by gathers and all-to-alls + sent by reductions)"
     );
+    let names = &p.names;
     for (n, l) in &p.initial {
-        let _ = writeln!(s, "  input {n} starts as {}", l.describe(&[]));
+        let _ = writeln!(s, "  input {} starts as {}", names.tensors[*n], l.describe(&[]));
     }
     for (k, st) in p.steps.iter().enumerate() {
-        let _ = writeln!(s, "step {} (stmt {}, term {}): {}", k + 1, st.stmt, st.term, st.text);
-        let _ = writeln!(s, "  grid {}", grid_text(st));
+        let _ = writeln!(s, "step {} (stmt {}, term {}): {}", k + 1, st.stmt, st.term, names.step_text(st));
+        let _ = writeln!(s, "  grid {}", grid_text(names, st));
         for o in std::iter::once(&st.a).chain(st.b.as_ref()) {
-            if o.opaque {
-                let _ = writeln!(s, "  {:<18} opaque: computed in place", o.name);
+            if o.opaque() {
+                let _ = writeln!(s, "  {:<18} opaque: computed in place", names.operand(o));
             } else {
                 let _ = writeln!(
                     s,
                     "  {:<18} stationary {}  →  computes on {}",
-                    o.name,
-                    layout_text(&o.stationary, &o.indices),
-                    layout_text(&o.gathered, &o.indices)
+                    names.operand(o),
+                    layout_text(names, &o.stationary, o),
+                    layout_text(names, &o.gathered, o)
                 );
             }
         }
         let _ = writeln!(
             s,
             "  {:<18} computed as {}  →  stored as {}",
-            st.c.name,
-            layout_text(&st.c.stationary, &st.c.indices),
-            layout_text(&st.c.gathered, &st.c.indices)
+            names.operand(&st.c),
+            layout_text(names, &st.c.stationary, &st.c),
+            layout_text(names, &st.c.gathered, &st.c)
         );
         for op in &st.ops {
             let along = if op.kind == super::OpKind::AllToAll {
@@ -111,7 +113,7 @@ pub fn plan_text(p: &Plan) -> String {
                 "    {:<6} {:<14} {:<14} {along}{panels}: recv {} sent {} words/rank (max), {} msgs, {}",
                 format!("{:?}", op.phase).to_lowercase(),
                 op.kind.name(),
-                op.tensor,
+                names.op_tensor(op),
                 num(op.recv_max as f64),
                 num(op.sent_max as f64),
                 op.msgs_max,
@@ -204,7 +206,43 @@ pub fn plans_json(plans: &[Plan]) -> serde_json::Value {
                 "mem_peak_bytes": p.totals.mem_peak_bytes})
         })
         .collect();
-    serde_json::json!({ "plans": plans, "sweep": sweep })
+    let plans: Vec<Value> = plans.iter().map(plan_json).collect();
+    json!({ "plans": plans, "sweep": sweep })
+}
+
+/// One plan as JSON, tensors and indices by name (keys come out sorted).
+fn plan_json(p: &Plan) -> Value {
+    let n = &p.names;
+    let mut v = serde_json::to_value(p).unwrap_or_default();
+    v["initial"] = json!(p.initial.iter().map(|(t, l)| json!([n.tensors[*t], l])).collect::<Vec<_>>());
+    v["steps"] = json!(p.steps.iter().map(|s| step_json(n, s)).collect::<Vec<_>>());
+    v
+}
+
+fn step_json(n: &PlanNames, s: &PlanStep) -> Value {
+    let mut v = serde_json::to_value(s).unwrap_or_default();
+    v["text"] = json!(n.step_text(s));
+    v["mapping"] = json!(s.mapping.iter().map(|m| grid_dim_json(n, m)).collect::<Vec<_>>());
+    v["a"] = operand_json(n, &s.a);
+    v["b"] = s.b.as_ref().map(|b| operand_json(n, b)).unwrap_or(Value::Null);
+    v["c"] = operand_json(n, &s.c);
+    v["ops"] = json!(s.ops.iter().map(|o| op_json(n, o)).collect::<Vec<_>>());
+    v
+}
+
+fn grid_dim_json(n: &PlanNames, m: &GridDim) -> Value {
+    json!({"size": m.size, "index": m.index.map(|i| n.index_name(i)), "class": m.class.name()})
+}
+
+fn operand_json(n: &PlanNames, o: &OperandPlan) -> Value {
+    json!({"name": n.operand(o), "indices": n.indices(&o.indices), "shape": o.shape,
+        "stationary": o.stationary, "gathered": o.gathered, "opaque": o.opaque()})
+}
+
+fn op_json(n: &PlanNames, op: &CommOp) -> Value {
+    let mut v = serde_json::to_value(op).unwrap_or_default();
+    v["tensor"] = json!(n.op_tensor(op));
+    v
 }
 
 fn esc(s: &str) -> String {
@@ -225,13 +263,14 @@ pub fn plan_dot(p: &Plan) -> String {
     );
     let mut producer: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     let mut inputs = 0;
+    let names = &p.names;
     for (k, st) in p.steps.iter().enumerate() {
         let id = format!("s{}", k + 1);
         let label = format!(
             "step {}: {}\\ngrid {}\\nwords/rank {}  bound {}  ratio {}\\ntime {}",
             k + 1,
-            esc(&st.text),
-            esc(&grid_text(st)),
+            esc(&names.step_text(st)),
+            esc(&grid_text(names, st)),
             num(st.cost.words_max as f64),
             num(st.bound.words),
             ratio(st.ratio),
@@ -239,25 +278,26 @@ pub fn plan_dot(p: &Plan) -> String {
         );
         let _ = writeln!(s, "  {id} [shape=ellipse, label=\"{label}\"];");
         for o in std::iter::once(&st.a).chain(st.b.as_ref()) {
-            let key = o.name.split('[').next().unwrap_or(&o.name).to_string();
+            let name = names.operand(o);
+            let key = name.split('[').next().unwrap_or(&name).to_string();
             let src = match producer.get(&key) {
                 Some(src) => src.clone(),
                 None => {
                     inputs += 1;
                     let nid = format!("t{inputs}");
-                    let shape = if o.opaque { "diamond" } else { "box" };
+                    let shape = if o.opaque() { "diamond" } else { "box" };
                     let _ = writeln!(
                         s,
                         "  {nid} [shape={shape}, label=\"{}\\n{}\"];",
-                        esc(&o.name),
-                        esc(&o.stationary.describe(&o.indices))
+                        esc(&name),
+                        esc(&layout_text(names, &o.stationary, o))
                     );
                     producer.insert(key.clone(), nid.clone());
                     nid
                 }
             };
-            let gathered = st.ops.iter().any(|op| op.kind == super::OpKind::AllGather && op.tensor == key);
-            let moved = st.ops.iter().any(|op| op.kind == super::OpKind::AllToAll && op.tensor == key);
+            let gathered = st.ops.iter().any(|op| op.kind == super::OpKind::AllGather && names.op_tensor(op) == key);
+            let moved = st.ops.iter().any(|op| op.kind == super::OpKind::AllToAll && names.op_tensor(op) == key);
             let elabel = match (moved, gathered) {
                 (true, true) => "all-to-all + all-gather",
                 (true, false) => "all-to-all",
@@ -266,7 +306,8 @@ pub fn plan_dot(p: &Plan) -> String {
             };
             let _ = writeln!(s, "  {src} -> {id} [label=\"{elabel}\"];");
         }
-        let ckey = st.c.name.split('[').next().unwrap_or(&st.c.name).to_string();
+        let cname = names.operand(&st.c);
+        let ckey = cname.split('[').next().unwrap_or(&cname).to_string();
         if st.accumulate {
             if let Some(prev) = producer.get(&ckey) {
                 let _ = writeln!(s, "  {prev} -> {id} [style=dashed, label=\"+=\"];");

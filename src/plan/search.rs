@@ -3,13 +3,14 @@
 
 use std::collections::HashMap;
 
-use crate::sema::hir::{Factor, Hir, IndexId, Role, UnitId};
-use crate::tir::graph::{factor_label, ref_text};
+use crate::sema::hir::{Factor, Hir, IndexId, Role, TensorId, UnitId};
+use crate::tir::graph::factor_label;
 
 use super::bounds::{lower_bound, BoundIndex};
 use super::layout::{max_gather_recv, Layout};
 use super::{
-    CommOp, CommandError, GridDim, OpKind, OperandPlan, Phase, Plan, PlanOptions, PlanStep, StepCost, Strategy, Totals,
+    CommOp, CommandError, DimClass, GridDim, OpKind, OperandPlan, Phase, Plan, PlanNames, PlanOptions, PlanStep,
+    PlanTensor, StepCost, Strategy, Totals,
 };
 
 /// Largest number of a step's indices considered for grid dimensions (the largest
@@ -19,9 +20,7 @@ const MAX_GRID_DIMS: usize = 4;
 
 #[derive(Debug, Clone)]
 pub(crate) struct Operand {
-    pub name: String,
-    /// Identity of the stored tensor (None: opaque, computed where needed).
-    pub key: Option<String>,
+    pub tensor: PlanTensor,
     pub idx: Vec<IndexId>,
     pub shape: Vec<usize>,
     pub elem: usize,
@@ -32,7 +31,6 @@ pub(crate) struct Operand {
 pub(crate) struct Spec {
     pub stmt: usize,
     pub term: usize,
-    pub text: String,
     pub a: Operand,
     pub b: Option<Operand>,
     pub c: Operand,
@@ -43,23 +41,40 @@ pub(crate) struct Spec {
     pub summing: bool,
 }
 
+impl Operand {
+    /// The stored tensor (None: opaque, computed where needed).
+    pub fn key(&self) -> Option<PlanTensor> {
+        self.tensor.stored()
+    }
+}
+
 impl Spec {
+    /// `C[i,j] += A[i,k] * B[k,j]`.
+    pub(crate) fn text(&self, names: &PlanNames) -> String {
+        let op = |o: &Operand| names.tensor_ref(o.tensor, &o.idx);
+        let rhs = match &self.b {
+            Some(b) => format!("{} * {}", op(&self.a), op(b)),
+            None => op(&self.a),
+        };
+        format!("{} {} {}", op(&self.c), if self.accumulate { "+=" } else { "=" }, rhs)
+    }
+
     pub(crate) fn ext_of(&self, x: IndexId) -> usize {
         self.ext[self.indices.iter().position(|&y| y == x).unwrap()]
     }
 
-    fn class(&self, x: IndexId) -> &'static str {
+    fn class(&self, x: IndexId) -> DimClass {
         let a = self.a.idx.contains(&x);
         let b = self.b.as_ref().is_some_and(|b| b.idx.contains(&x));
         let c = self.c.idx.contains(&x);
         match (a, b, c) {
-            (true, true, true) => "batch",
-            (true, false, true) => "free-left",
-            (false, true, true) => "free-right",
-            (true, true, false) => "contracted",
-            (true, false, false) => "summed-left",
-            (false, true, false) => "summed-right",
-            _ => "free",
+            (true, true, true) => DimClass::Batch,
+            (true, false, true) => DimClass::FreeLeft,
+            (false, true, true) => DimClass::FreeRight,
+            (true, true, false) => DimClass::Contracted,
+            (true, false, false) => DimClass::SummedLeft,
+            (false, true, false) => DimClass::SummedRight,
+            _ => DimClass::Free,
         }
     }
 
@@ -68,13 +83,12 @@ impl Spec {
     }
 }
 
-fn operand(hir: &Hir, f: &Factor) -> Operand {
+fn operand(hir: &Hir, f: &Factor, names: &mut PlanNames) -> Operand {
     match f {
         Factor::Tensor(r) => {
             let t = &hir.tensors[r.tensor];
             Operand {
-                name: ref_text(hir, &t.name, &r.indices),
-                key: Some(t.name.clone()),
+                tensor: PlanTensor::Tensor(r.tensor),
                 idx: r.indices.clone(),
                 shape: hir.shape(r.tensor),
                 elem: t.elem.size_bytes(),
@@ -83,9 +97,9 @@ fn operand(hir: &Hir, f: &Factor) -> Operand {
         }
         _ => {
             let idx = f.indices().to_vec();
+            names.opaque.push(factor_label(hir, f));
             Operand {
-                name: factor_label(hir, f),
-                key: None,
+                tensor: PlanTensor::Opaque(names.opaque.len() as u32 - 1),
                 shape: idx.iter().map(|&i| hir.index_size(i)).collect(),
                 idx,
                 elem: 8,
@@ -95,16 +109,16 @@ fn operand(hir: &Hir, f: &Factor) -> Operand {
     }
 }
 
-/// The steps of a unit of the optimized program, and notes on what was skipped.
-pub(crate) fn build_steps(hir: &Hir, u: UnitId) -> (Vec<Spec>, Vec<String>) {
+/// The steps of a unit of the optimized program, and notes on what was skipped;
+/// the labels of opaque operands go to `names`.
+pub(crate) fn build_steps(hir: &Hir, u: UnitId, names: &mut PlanNames) -> (Vec<Spec>, Vec<String>) {
     let mut specs = Vec::new();
     let mut notes = Vec::new();
-    let mut fresh = 0usize;
+    let mut fresh = 0u32;
     for (si, st) in hir.units[u].stmts.iter().enumerate() {
         let lt = &hir.tensors[st.lhs.tensor];
         let c = Operand {
-            name: ref_text(hir, &lt.name, &st.lhs.indices),
-            key: Some(lt.name.clone()),
+            tensor: PlanTensor::Tensor(st.lhs.tensor),
             idx: st.lhs.indices.clone(),
             shape: hir.shape(st.lhs.tensor),
             elem: lt.elem.size_bytes(),
@@ -112,7 +126,7 @@ pub(crate) fn build_steps(hir: &Hir, u: UnitId) -> (Vec<Spec>, Vec<String>) {
         };
         for (ti, term) in st.rhs.terms.iter().enumerate() {
             let accumulate = st.accumulate || ti > 0;
-            let ops: Vec<Operand> = term.factors.iter().map(|f| operand(hir, f)).collect();
+            let ops: Vec<Operand> = term.factors.iter().map(|f| operand(hir, f, names)).collect();
             if ops.is_empty() {
                 notes.push(format!("stmt {si} term {ti}: a constant term, filled locally (no communication)"));
                 continue;
@@ -145,11 +159,10 @@ pub(crate) fn build_steps(hir: &Hir, u: UnitId) -> (Vec<Spec>, Vec<String>) {
                             keep.push(x);
                         }
                     }
-                    let name = format!("_p{fresh}");
+                    let tensor = PlanTensor::Chain(fresh);
                     fresh += 1;
                     Operand {
-                        name: ref_text(hir, &name, &keep),
-                        key: Some(name),
+                        tensor,
                         shape: keep.iter().map(|&i| hir.index_size(i)).collect(),
                         idx: keep,
                         elem: c.elem,
@@ -164,15 +177,9 @@ pub(crate) fn build_steps(hir: &Hir, u: UnitId) -> (Vec<Spec>, Vec<String>) {
                 }
                 let summing = indices.iter().any(|x| !out.idx.contains(x));
                 let ext = indices.iter().map(|&i| hir.index_size(i)).collect();
-                let rhs = match &b {
-                    Some(b) => format!("{} * {}", acc.name, b.name),
-                    None => acc.name.clone(),
-                };
-                let text = format!("{} {} {}", out.name, if last && accumulate { "+=" } else { "=" }, rhs);
                 specs.push(Spec {
                     stmt: si,
                     term: ti,
-                    text,
                     a: acc.clone(),
                     b,
                     c: out.clone(),
@@ -296,7 +303,7 @@ fn gather_op(
     CommOp {
         kind: OpKind::AllGather,
         phase: Phase::Before,
-        tensor: op.key.clone().unwrap_or_else(|| op.name.clone()),
+        tensor: op.tensor,
         shape: op.shape.clone(),
         along: along.to_vec(),
         from: fine.clone(),
@@ -324,7 +331,7 @@ fn reduce_op(c: &Operand, partial: &Layout, fin: &Layout, along: &[usize], net: 
     CommOp {
         kind,
         phase: Phase::After,
-        tensor: format!("partial {}", c.key.clone().unwrap_or_else(|| c.name.clone())),
+        tensor: c.tensor,
         shape: c.shape.clone(),
         along: along.to_vec(),
         from: partial.clone(),
@@ -385,7 +392,7 @@ pub(crate) fn evaluate(
         .indices
         .iter()
         .enumerate()
-        .filter(|(_, x)| spec.class(**x) == "contracted")
+        .filter(|(_, x)| spec.class(**x) == DimClass::Contracted)
         .max_by_key(|(k, _)| local[*k])
         .map(|(k, &x)| (x, local[k]));
     let elem = spec.c.elem as u64;
@@ -521,14 +528,29 @@ pub(crate) fn naive_candidate(spec: &Spec, p: usize) -> Cand {
     Cand { grid: vec![p], assign: vec![x] }
 }
 
-/// (time, words, mapping, redistributions before, after).
-type Choice = (f64, u64, Eval, Vec<CommOp>, Vec<CommOp>);
+/// A mapping of a step with its exact redistributions, as the re-ranking weighs it.
+struct Choice {
+    /// Predicted seconds, lookahead included.
+    time: f64,
+    /// Words moved by the busiest rank, per op, summed.
+    words: u64,
+    eval: Eval,
+    /// Redistributions (all-to-all) before the step, and the one after it.
+    pre: Vec<CommOp>,
+    post: Vec<CommOp>,
+}
 
-/// A tensor's current layout, shape and element size.
-type State = HashMap<String, (Layout, Vec<usize>, usize)>;
+/// A live tensor: its current layout, shape and element size.
+struct Live {
+    layout: Layout,
+    shape: Vec<usize>,
+    elem: usize,
+}
+
+type State = HashMap<PlanTensor, Live>;
 
 fn alltoall(
-    name: &str,
+    tensor: PlanTensor,
     shape: &[usize],
     elem: usize,
     from: &Layout,
@@ -541,7 +563,7 @@ fn alltoall(
     let mut op = CommOp {
         kind: OpKind::AllToAll,
         phase,
-        tensor: name.to_string(),
+        tensor,
         shape: shape.to_vec(),
         along: (0..to.grid.len()).collect(),
         from: from.clone(),
@@ -614,13 +636,13 @@ fn redistribution_estimate(spec: &Spec, e: &Eval, state: &State, net: &super::Ne
     };
     let mut t = 0.0;
     for (o, need) in std::iter::once((&spec.a, &e.a.0)).chain(spec.b.as_ref().zip(e.b.as_ref().map(|b| &b.0))) {
-        if let Some((cur, _, _)) = o.key.as_ref().and_then(|k| state.get(k)) {
-            t += cost(cur, need, &o.shape, o.elem);
+        if let Some(cur) = o.key().and_then(|k| state.get(&k)) {
+            t += cost(&cur.layout, need, &o.shape, o.elem);
         }
     }
     if spec.accumulate {
-        if let Some((cur, _, _)) = spec.c.key.as_ref().and_then(|k| state.get(k)) {
-            t += cost(&e.c.1, cur, &spec.c.shape, spec.c.elem);
+        if let Some(cur) = spec.c.key().and_then(|k| state.get(&k)) {
+            t += cost(&e.c.1, &cur.layout, &spec.c.shape, spec.c.elem);
         }
     }
     t
@@ -668,10 +690,69 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, Comma
         message: m,
         hint: Some("use fewer --procs or a larger network".into()),
     })?;
-    let (specs, mut notes) = build_steps(opt, u);
+    let mut names = PlanNames::new(opt);
+    let (specs, mut notes) = build_steps(opt, u, &mut names);
     let mut state: State = HashMap::new();
-    let mut initial: Vec<(String, Layout)> = Vec::new();
-    // Initial layouts: `distribute` hints on a grid of P ranks.
+    let mut initial = initial_layouts(opt, u, opts, &mut state, &mut notes);
+    let last_read = last_reads(&specs);
+    let consumer_summed = consumer_summed(&specs);
+    let mut steps = Vec::new();
+    let mut rank_all = vec![0u64; p];
+    let mut rank_step = vec![0u64; p];
+    for (i, spec) in specs.iter().enumerate() {
+        let involved: Vec<PlanTensor> = std::iter::once(&spec.a)
+            .chain(spec.b.as_ref())
+            .chain(std::iter::once(&spec.c))
+            .filter_map(|o| o.key())
+            .collect();
+        let resident: u64 = state
+            .iter()
+            .filter(|(k, _)| !involved.contains(k))
+            .map(|(_, l)| l.layout.max_block(&l.shape) * l.elem as u64)
+            .sum();
+        let evals = shortlist(spec, opts, &state, &consumer_summed[i], resident);
+        if evals.is_empty() {
+            return Err(does_not_fit(spec, &names, i, opts, resident));
+        }
+        let Choice { eval: e, pre, post, .. } = choose(spec, evals, &state, &consumer_summed[i], net);
+        update_state(spec, &e, i, &last_read, &mut state, &mut initial);
+        let mut ops: Vec<CommOp> = pre;
+        ops.extend(e.ops.iter().cloned());
+        ops.extend(post);
+        let words = exact_words(&mut ops, p);
+        for r in 0..p {
+            rank_all[r] += words.all[r];
+            rank_step[r] += words.step[r];
+        }
+        steps.push(plan_step(spec, e, ops, &words, opts));
+    }
+    let totals = totals(&steps, &rank_all, &rank_step);
+    Ok(Plan {
+        unit: opt.units[u].name.clone(),
+        procs: p,
+        network: net.clone(),
+        mem_per_rank: opts.mem_per_rank,
+        strategy: opts.strategy,
+        initial,
+        steps,
+        totals,
+        notes,
+        names,
+    })
+}
+
+/// Where the unit's inputs start: `distribute` hints on a grid of P ranks, and for
+/// the naive strategy every other input split on its first dimension (the rest start
+/// where their first step wants them: see `update_state`).
+fn initial_layouts(
+    opt: &Hir,
+    u: UnitId,
+    opts: &PlanOptions,
+    state: &mut State,
+    notes: &mut Vec<String>,
+) -> Vec<(TensorId, Layout)> {
+    let p = opts.procs.max(1);
+    let mut initial = Vec::new();
     for d in &opt.distributions {
         let t = &opt.tensors[d.tensor];
         let g = &opt.grids[d.grid];
@@ -691,13 +772,16 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, Comma
         for &(pos, gd) in &d.mapping {
             l.splits[pos].push(gd);
         }
-        initial.push((t.name.clone(), l.clone()));
-        state.insert(t.name.clone(), (l, opt.shape(d.tensor), t.elem.size_bytes()));
+        initial.push((d.tensor, l.clone()));
+        state.insert(
+            PlanTensor::Tensor(d.tensor),
+            Live { layout: l, shape: opt.shape(d.tensor), elem: t.elem.size_bytes() },
+        );
     }
     if opts.strategy == Strategy::Naive {
         for t in opt.unit_inputs(u) {
             let tt = &opt.tensors[t];
-            if state.contains_key(&tt.name) {
+            if state.contains_key(&PlanTensor::Tensor(t)) {
                 continue;
             }
             let grid = if p == 1 { Vec::new() } else { vec![p] };
@@ -705,41 +789,49 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, Comma
             if !tt.dims.is_empty() && p > 1 {
                 l.splits[0].push(0);
             }
-            initial.push((tt.name.clone(), l.clone()));
-            state.insert(tt.name.clone(), (l, opt.shape(t), tt.elem.size_bytes()));
+            initial.push((t, l.clone()));
+            state.insert(PlanTensor::Tensor(t), Live { layout: l, shape: opt.shape(t), elem: tt.elem.size_bytes() });
         }
     }
-    // Last step reading each temporary.
-    let mut last_read: HashMap<String, usize> = HashMap::new();
+    initial
+}
+
+/// The last step reading each stored operand.
+fn last_reads(specs: &[Spec]) -> HashMap<PlanTensor, usize> {
+    let mut last_read = HashMap::new();
     for (i, s) in specs.iter().enumerate() {
         for o in std::iter::once(&s.a).chain(s.b.as_ref()) {
-            if let Some(k) = &o.key {
-                last_read.insert(k.clone(), i);
+            if let Some(k) = o.key() {
+                last_read.insert(k, i);
             }
         }
     }
-    // Lookahead: for each dimension of each step's result, how many steps down
-    // the chain of consumers its index is summed (splitting it then forces a
-    // redistribution before that step).
-    let consumer_summed: Vec<Option<Vec<Option<usize>>>> = specs
+    last_read
+}
+
+/// Lookahead: for each dimension of each step's result, how many steps down the
+/// chain of consumers its index is summed (splitting it then forces a
+/// redistribution before that step).
+fn consumer_summed(specs: &[Spec]) -> Vec<Option<Vec<Option<usize>>>> {
+    specs
         .iter()
         .enumerate()
         .map(|(i, sp)| {
-            let mut key = sp.c.key.clone()?;
+            let mut key = sp.c.key()?;
             let mut dist: Vec<Option<usize>> = vec![None; sp.c.idx.len()];
             let mut from = i + 1;
             let mut depth = 1;
-            while let Some(j) = (from..specs.len()).find(|&j| {
-                std::iter::once(&specs[j].a).chain(specs[j].b.as_ref()).any(|o| o.key.as_ref() == Some(&key))
-            }) {
+            while let Some(j) = (from..specs.len())
+                .find(|&j| std::iter::once(&specs[j].a).chain(specs[j].b.as_ref()).any(|o| o.key() == Some(key)))
+            {
                 let nx = &specs[j];
                 for (d, x) in sp.c.idx.iter().enumerate() {
                     if dist[d].is_none() && !nx.c.idx.contains(x) {
                         dist[d] = Some(depth);
                     }
                 }
-                match &nx.c.key {
-                    Some(k) if *k != key => key = k.clone(),
+                match nx.c.key() {
+                    Some(k) if k != key => key = k,
                     _ => break,
                 }
                 from = j + 1;
@@ -747,262 +839,275 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, Comma
             }
             Some(dist)
         })
-        .collect();
-    let mem_limit = mem_limit_of(opts);
-    let mut steps = Vec::new();
-    let mut rank_all = vec![0u64; p];
-    let mut rank_step = vec![0u64; p];
-    for (i, spec) in specs.iter().enumerate() {
-        let involved: Vec<&String> = std::iter::once(&spec.a)
-            .chain(spec.b.as_ref())
-            .chain(std::iter::once(&spec.c))
-            .filter_map(|o| o.key.as_ref())
-            .collect();
-        let resident: u64 = state
-            .iter()
-            .filter(|(k, _)| !involved.contains(k))
-            .map(|(_, (l, sh, e))| l.max_block(sh) * *e as u64)
-            .sum();
-        let evals: Vec<Eval> = match opts.strategy {
-            Strategy::Naive => evaluate(spec, &naive_candidate(spec, p), net, None, resident).into_iter().collect(),
-            Strategy::Search => {
-                let mut cands = candidates(spec, p);
-                for o in std::iter::once(&spec.a).chain(spec.b.as_ref()) {
-                    if let Some((cur, _, _)) = o.key.as_ref().and_then(|k| state.get(k)) {
-                        if let Some(c) = inherit(spec, o, cur) {
-                            cands.push(c);
-                        }
+        .collect()
+}
+
+/// The mappings of a step worth re-ranking with exact redistribution costs: the
+/// naive one, or the `opts.shortlist` cheapest by estimate; empty when none fits.
+fn shortlist(
+    spec: &Spec,
+    opts: &PlanOptions,
+    state: &State,
+    summed: &Option<Vec<Option<usize>>>,
+    resident: u64,
+) -> Vec<Eval> {
+    let p = opts.procs.max(1);
+    let net = &opts.network;
+    match opts.strategy {
+        Strategy::Naive => evaluate(spec, &naive_candidate(spec, p), net, None, resident).into_iter().collect(),
+        Strategy::Search => {
+            let mem_limit = mem_limit_of(opts);
+            let mut cands = candidates(spec, p);
+            for o in std::iter::once(&spec.a).chain(spec.b.as_ref()) {
+                if let Some(cur) = o.key().and_then(|k| state.get(&k)) {
+                    if let Some(c) = inherit(spec, o, &cur.layout) {
+                        cands.push(c);
                     }
                 }
-                let mut v: Vec<(f64, Eval)> = cands
-                    .iter()
-                    .filter_map(|c| evaluate(spec, c, net, mem_limit, resident))
-                    .map(|e| {
-                        (
-                            e.time
-                                + redistribution_estimate(spec, &e, &state, net)
-                                + lookahead(spec, &e, &consumer_summed[i], net),
-                            e,
-                        )
-                    })
-                    .collect();
-                v.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.mem_bytes.cmp(&y.1.mem_bytes)));
-                v.truncate(opts.shortlist.max(1));
-                v.into_iter().map(|(_, e)| e).collect()
             }
-        };
-        if evals.is_empty() {
-            let need = candidates(spec, p)
+            let mut v: Vec<(f64, Eval)> = cands
                 .iter()
-                .filter_map(|c| evaluate(spec, c, net, None, resident))
-                .map(|e| {
-                    // The least memory over panel counts: re-evaluate with a tiny limit is
-                    // not possible, so report the unpanelled need of the best mapping.
-                    e.mem_bytes
-                })
-                .min()
-                .unwrap_or(0);
-            return Err(CommandError {
-                code: "E0803",
-                message: format!(
-                    "step {} (`{}`) does not fit in {} bytes per rank on {p} ranks (the smallest mapping needs about {need} bytes without panels, {resident} of them other live tensors)",
-                    i + 1,
-                    spec.text,
-                    opts.mem_per_rank.unwrap_or(0)
-                ),
-                hint: Some("raise --mem-per-rank or use more --procs".into()),
-            });
+                .filter_map(|c| evaluate(spec, c, net, mem_limit, resident))
+                .map(|e| (e.time + redistribution_estimate(spec, &e, state, net) + lookahead(spec, &e, summed, net), e))
+                .collect();
+            v.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.mem_bytes.cmp(&y.1.mem_bytes)));
+            v.truncate(opts.shortlist.max(1));
+            v.into_iter().map(|(_, e)| e).collect()
         }
-        // Re-rank the shortlist with the exact redistribution costs.
-        let mut best: Option<Choice> = None;
-        for e in evals {
-            let mut pre = Vec::new();
-            let mut seen: Vec<(String, Layout)> = Vec::new();
-            let stationaries =
-                std::iter::once((&spec.a, &e.a.0)).chain(spec.b.as_ref().zip(e.b.as_ref().map(|b| &b.0)));
-            for (o, need) in stationaries {
-                let Some(k) = &o.key else { continue };
-                let cur = seen
-                    .iter()
-                    .rev()
-                    .find(|(n, _)| n == k)
-                    .map(|(_, l)| l.clone())
-                    .or_else(|| state.get(k).map(|s| s.0.clone()));
-                if let Some(cur) = cur {
-                    if let Some(op) = alltoall(k, &o.shape, o.elem, &cur, need, Phase::Before, net) {
-                        pre.push(op);
-                    }
+    }
+}
+
+/// E0803: no mapping of step `i` fits in memory.
+fn does_not_fit(spec: &Spec, names: &PlanNames, i: usize, opts: &PlanOptions, resident: u64) -> CommandError {
+    let p = opts.procs.max(1);
+    // The least memory over panel counts: re-evaluating with a tiny limit is not
+    // possible, so report the unpanelled need of the best mapping.
+    let need = candidates(spec, p)
+        .iter()
+        .filter_map(|c| evaluate(spec, c, &opts.network, None, resident))
+        .map(|e| e.mem_bytes)
+        .min()
+        .unwrap_or(0);
+    CommandError {
+        code: "E0803",
+        message: format!(
+            "step {} (`{}`) does not fit in {} bytes per rank on {p} ranks (the smallest mapping needs about {need} bytes without panels, {resident} of them other live tensors)",
+            i + 1,
+            spec.text(names),
+            opts.mem_per_rank.unwrap_or(0)
+        ),
+        hint: Some("raise --mem-per-rank or use more --procs".into()),
+    }
+}
+
+/// Re-ranks the shortlist with the exact redistribution costs: the least time, then
+/// the fewest words.
+fn choose(
+    spec: &Spec,
+    evals: Vec<Eval>,
+    state: &State,
+    summed: &Option<Vec<Option<usize>>>,
+    net: &super::Network,
+) -> Choice {
+    let mut best: Option<Choice> = None;
+    for e in evals {
+        let mut pre = Vec::new();
+        let mut seen: Vec<(PlanTensor, Layout)> = Vec::new();
+        let stationaries = std::iter::once((&spec.a, &e.a.0)).chain(spec.b.as_ref().zip(e.b.as_ref().map(|b| &b.0)));
+        for (o, need) in stationaries {
+            let Some(k) = o.key() else { continue };
+            let cur = seen
+                .iter()
+                .rev()
+                .find(|(n, _)| *n == k)
+                .map(|(_, l)| l.clone())
+                .or_else(|| state.get(&k).map(|s| s.layout.clone()));
+            if let Some(cur) = cur {
+                if let Some(op) = alltoall(k, &o.shape, o.elem, &cur, need, Phase::Before, net) {
+                    pre.push(op);
                 }
-                seen.push((k.clone(), need.clone()));
             }
-            let mut post = Vec::new();
-            if spec.accumulate {
-                if let Some((cur, _, _)) = spec.c.key.as_ref().and_then(|k| state.get(k)) {
-                    if let Some(op) = alltoall(
-                        &format!("new {}", spec.c.key.clone().unwrap_or_default()),
-                        &spec.c.shape,
-                        spec.c.elem,
-                        &e.c.1,
-                        cur,
-                        Phase::After,
-                        net,
-                    ) {
+            seen.push((k, need.clone()));
+        }
+        let mut post = Vec::new();
+        if spec.accumulate {
+            if let Some(k) = spec.c.key() {
+                if let Some(cur) = state.get(&k) {
+                    if let Some(op) = alltoall(k, &spec.c.shape, spec.c.elem, &e.c.1, &cur.layout, Phase::After, net) {
                         post.push(op);
                     }
                 }
             }
-            let t = e.time
-                + pre.iter().chain(&post).map(|o| o.time).sum::<f64>()
-                + lookahead(spec, &e, &consumer_summed[i], net);
-            let w: u64 = e.ops.iter().chain(&pre).chain(&post).map(|o| o.moved_max).sum();
-            if best.as_ref().is_none_or(|b| t < b.0 * (1.0 - 1e-12) || (t <= b.0 * (1.0 + 1e-12) && w < b.1)) {
-                best = Some((t, w, e, pre, post));
-            }
         }
-        let (_, _, e, pre, post) = best.expect("non-empty shortlist");
-        // Update the state: operands now live in their stationary layouts.
-        for (o, (fine, _)) in std::iter::once((&spec.a, &e.a)).chain(spec.b.as_ref().zip(e.b.as_ref())) {
-            if let Some(k) = &o.key {
-                if !state.contains_key(k) && matches!(o.role, Role::Input | Role::Param) {
-                    initial.push((k.clone(), fine.clone()));
-                }
-                state.insert(k.clone(), (fine.clone(), o.shape.clone(), o.elem));
-            }
+        let time = e.time + pre.iter().chain(&post).map(|o| o.time).sum::<f64>() + lookahead(spec, &e, summed, net);
+        let words: u64 = e.ops.iter().chain(&pre).chain(&post).map(|o| o.moved_max).sum();
+        if best
+            .as_ref()
+            .is_none_or(|b| time < b.time * (1.0 - 1e-12) || (time <= b.time * (1.0 + 1e-12) && words < b.words))
+        {
+            best = Some(Choice { time, words, eval: e, pre, post });
         }
-        if let Some(k) = &spec.c.key {
-            let keep_existing = spec.accumulate && state.contains_key(k);
-            if !keep_existing {
-                state.insert(k.clone(), (e.c.1.clone(), spec.c.shape.clone(), spec.c.elem));
-            }
-        }
-        // Free temporaries after their last read.
-        for o in std::iter::once(&spec.a).chain(spec.b.as_ref()) {
-            if let Some(k) = &o.key {
-                if o.role == Role::Temporary && last_read.get(k) == Some(&i) {
-                    state.remove(k);
-                }
-            }
-        }
-        let mut ops: Vec<CommOp> = pre;
-        ops.extend(e.ops.iter().cloned());
-        ops.extend(post);
-        // Exact per-rank counts (the closed forms above are maxima per operation).
-        let mut per_rank_all = vec![0u64; p];
-        let mut per_rank_step = vec![0u64; p];
-        let mut sent_rank = vec![0u64; p];
-        let mut recv_rank = vec![0u64; p];
-        for op in &mut ops {
-            let (mut rm, mut sm, mut mm, mut tot) = (0, 0, 0, 0);
-            for r in 0..p {
-                let w = op.rank_words(r);
-                rm = rm.max(w.recv);
-                sm = sm.max(w.sent);
-                mm = mm.max(w.moved);
-                tot += w.recv;
-                per_rank_all[r] += w.moved;
-                sent_rank[r] += w.sent;
-                recv_rank[r] += w.recv;
-                if op.kind != OpKind::AllToAll {
-                    per_rank_step[r] += w.moved;
-                }
-            }
-            debug_assert!(
-                op.kind == OpKind::AllToAll || (rm, sm, mm) == (op.recv_max, op.sent_max, op.moved_max),
-                "{op:?}"
-            );
-            op.recv_max = rm;
-            op.sent_max = sm;
-            op.moved_max = mm;
-            op.recv_total = tot;
-        }
-        for r in 0..p {
-            rank_all[r] += per_rank_all[r];
-            rank_step[r] += per_rank_step[r];
-        }
-        let time_comm: f64 = ops.iter().map(|o| o.time).sum();
-        let time_compute = net.gamma * e.flops_max;
-        let step_words_max = per_rank_step.iter().copied().max().unwrap_or(0);
-        let bidx: Vec<BoundIndex> = spec
-            .indices
-            .iter()
-            .zip(&spec.ext)
-            .map(|(x, &n)| BoundIndex {
-                n: n as u64,
-                a: spec.a.idx.contains(x),
-                b: spec.b.as_ref().is_some_and(|b| b.idx.contains(x)),
-                c: spec.c.idx.contains(x),
-            })
-            .collect();
-        let bound =
-            lower_bound(&bidx, spec.b.is_some(), e.active, opts.mem_per_rank.map(|m| m as f64 / spec.c.elem as f64));
-        let ratio = if bound.words > 0.0 { Some(step_words_max as f64 / bound.words) } else { None };
-        let mapping = e
-            .cand
-            .grid
-            .iter()
-            .zip(&e.cand.assign)
-            .map(|(&size, a)| GridDim {
-                size,
-                index: a.map(|x| opt.indices[x].name.clone()),
-                class: a.map(|x| spec.class(x)).unwrap_or("idle").to_string(),
-            })
-            .collect();
-        let names = |o: &super::search::Operand| o.idx.iter().map(|&x| opt.indices[x].name.clone()).collect::<Vec<_>>();
-        let oplan = |o: &super::search::Operand, l: &(Layout, Layout)| OperandPlan {
-            name: o.name.clone(),
-            indices: names(o),
-            shape: o.shape.clone(),
-            stationary: l.0.clone(),
-            gathered: l.1.clone(),
-            opaque: o.key.is_none(),
-        };
-        let mut step_notes = Vec::new();
-        if e.active < p {
-            step_notes.push(format!(
-                "{} of {p} ranks have work (an idle grid dimension or empty blocks); the bound is for {} ranks",
-                e.active, e.active
-            ));
-        }
-        if e.panels > 1 {
-            step_notes.push(format!("all-gathers in {} panels to fit the memory limit", e.panels));
-        }
-        let mut s = PlanStep {
-            stmt: spec.stmt,
-            term: spec.term,
-            text: spec.text.clone(),
-            accumulate: spec.accumulate,
-            grid: e.cand.grid.clone(),
-            mapping,
-            active_ranks: e.active,
-            panels: e.panels,
-            a: oplan(&spec.a, &e.a),
-            b: spec.b.as_ref().zip(e.b.as_ref()).map(|(o, l)| oplan(o, l)),
-            c: OperandPlan { stationary: e.c.0.clone(), gathered: e.c.1.clone(), ..oplan(&spec.c, &e.c) },
-            cost: StepCost {
-                flops_total: spec.flops_total(),
-                flops_max: e.flops_max,
-                step_words_max,
-                words_max: per_rank_all.iter().copied().max().unwrap_or(0),
-                sent_max: sent_rank.iter().copied().max().unwrap_or(0),
-                recv_max: recv_rank.iter().copied().max().unwrap_or(0),
-                msgs_max: ops.iter().map(|o| o.msgs_max).sum(),
-                mem_words: e.mem_bytes / spec.c.elem as u64,
-                mem_bytes: e.mem_bytes,
-                time_compute,
-                time_comm,
-                time: time_compute + time_comm,
-            },
-            bound,
-            ratio,
-            notes: step_notes,
-            ops,
-        };
-        s.c.name = spec.c.name.clone();
-        steps.push(s);
     }
+    best.expect("non-empty shortlist")
+}
+
+/// After step `i`: its operands live in their stationary layouts (an input seen for
+/// the first time starts there), its result in its final layout (unless accumulated
+/// into an existing one), and temporaries read for the last time are freed.
+fn update_state(
+    spec: &Spec,
+    e: &Eval,
+    i: usize,
+    last_read: &HashMap<PlanTensor, usize>,
+    state: &mut State,
+    initial: &mut Vec<(TensorId, Layout)>,
+) {
+    for (o, (fine, _)) in std::iter::once((&spec.a, &e.a)).chain(spec.b.as_ref().zip(e.b.as_ref())) {
+        if let Some(k) = o.key() {
+            if !state.contains_key(&k) && matches!(o.role, Role::Input | Role::Param) {
+                if let PlanTensor::Tensor(t) = k {
+                    initial.push((t, fine.clone()));
+                }
+            }
+            state.insert(k, Live { layout: fine.clone(), shape: o.shape.clone(), elem: o.elem });
+        }
+    }
+    if let Some(k) = spec.c.key() {
+        let keep_existing = spec.accumulate && state.contains_key(&k);
+        if !keep_existing {
+            state.insert(k, Live { layout: e.c.1.clone(), shape: spec.c.shape.clone(), elem: spec.c.elem });
+        }
+    }
+    for o in std::iter::once(&spec.a).chain(spec.b.as_ref()) {
+        if let Some(k) = o.key() {
+            if o.role == Role::Temporary && last_read.get(&k) == Some(&i) {
+                state.remove(&k);
+            }
+        }
+    }
+}
+
+/// Exact words of each rank in one step.
+struct StepWords {
+    /// Moved, redistributions included.
+    all: Vec<u64>,
+    /// Moved by the step's own collectives.
+    step: Vec<u64>,
+    sent: Vec<u64>,
+    recv: Vec<u64>,
+}
+
+/// Counts every op rank by rank (the closed forms of `evaluate` are maxima per
+/// operation) and sets each op's maxima and total from the counts.
+fn exact_words(ops: &mut [CommOp], p: usize) -> StepWords {
+    let mut w = StepWords { all: vec![0; p], step: vec![0; p], sent: vec![0; p], recv: vec![0; p] };
+    for op in ops {
+        let (mut rm, mut sm, mut mm, mut tot) = (0, 0, 0, 0);
+        for r in 0..p {
+            let x = op.rank_words(r);
+            rm = rm.max(x.recv);
+            sm = sm.max(x.sent);
+            mm = mm.max(x.moved);
+            tot += x.recv;
+            w.all[r] += x.moved;
+            w.sent[r] += x.sent;
+            w.recv[r] += x.recv;
+            if op.kind != OpKind::AllToAll {
+                w.step[r] += x.moved;
+            }
+        }
+        debug_assert!(
+            op.kind == OpKind::AllToAll || (rm, sm, mm) == (op.recv_max, op.sent_max, op.moved_max),
+            "{op:?}"
+        );
+        op.recv_max = rm;
+        op.sent_max = sm;
+        op.moved_max = mm;
+        op.recv_total = tot;
+    }
+    w
+}
+
+/// The step as the plan reports it: mapping, operands, costs and lower bound.
+fn plan_step(spec: &Spec, e: Eval, ops: Vec<CommOp>, words: &StepWords, opts: &PlanOptions) -> PlanStep {
+    let p = opts.procs.max(1);
+    let time_comm: f64 = ops.iter().map(|o| o.time).sum();
+    let time_compute = opts.network.gamma * e.flops_max;
+    let step_words_max = words.step.iter().copied().max().unwrap_or(0);
+    let bidx: Vec<BoundIndex> = spec
+        .indices
+        .iter()
+        .zip(&spec.ext)
+        .map(|(x, &n)| BoundIndex {
+            n: n as u64,
+            a: spec.a.idx.contains(x),
+            b: spec.b.as_ref().is_some_and(|b| b.idx.contains(x)),
+            c: spec.c.idx.contains(x),
+        })
+        .collect();
+    let bound =
+        lower_bound(&bidx, spec.b.is_some(), e.active, opts.mem_per_rank.map(|m| m as f64 / spec.c.elem as f64));
+    let ratio = if bound.words > 0.0 { Some(step_words_max as f64 / bound.words) } else { None };
+    let mapping = e
+        .cand
+        .grid
+        .iter()
+        .zip(&e.cand.assign)
+        .map(|(&size, &a)| GridDim { size, index: a, class: a.map(|x| spec.class(x)).unwrap_or(DimClass::Idle) })
+        .collect();
+    let oplan = |o: &Operand, l: &(Layout, Layout)| OperandPlan {
+        tensor: o.tensor,
+        indices: o.idx.clone(),
+        shape: o.shape.clone(),
+        stationary: l.0.clone(),
+        gathered: l.1.clone(),
+    };
+    let mut notes = Vec::new();
+    if e.active < p {
+        notes.push(format!(
+            "{} of {p} ranks have work (an idle grid dimension or empty blocks); the bound is for {} ranks",
+            e.active, e.active
+        ));
+    }
+    if e.panels > 1 {
+        notes.push(format!("all-gathers in {} panels to fit the memory limit", e.panels));
+    }
+    PlanStep {
+        stmt: spec.stmt,
+        term: spec.term,
+        accumulate: spec.accumulate,
+        grid: e.cand.grid.clone(),
+        mapping,
+        active_ranks: e.active,
+        panels: e.panels,
+        a: oplan(&spec.a, &e.a),
+        b: spec.b.as_ref().zip(e.b.as_ref()).map(|(o, l)| oplan(o, l)),
+        c: oplan(&spec.c, &e.c),
+        cost: StepCost {
+            flops_total: spec.flops_total(),
+            flops_max: e.flops_max,
+            step_words_max,
+            words_max: words.all.iter().copied().max().unwrap_or(0),
+            sent_max: words.sent.iter().copied().max().unwrap_or(0),
+            recv_max: words.recv.iter().copied().max().unwrap_or(0),
+            msgs_max: ops.iter().map(|o| o.msgs_max).sum(),
+            mem_words: e.mem_bytes / spec.c.elem as u64,
+            mem_bytes: e.mem_bytes,
+            time_compute,
+            time_comm,
+            time: time_compute + time_comm,
+        },
+        bound,
+        ratio,
+        notes,
+        ops,
+    }
+}
+
+fn totals(steps: &[PlanStep], rank_all: &[u64], rank_step: &[u64]) -> Totals {
     let bound_words: f64 = steps.iter().map(|s| s.bound.words).sum();
     let step_words_sum: u64 = steps.iter().map(|s| s.cost.step_words_max).sum();
-    let totals = Totals {
+    Totals {
         flops: steps.iter().map(|s| s.cost.flops_max).sum(),
         words_max: rank_all.iter().copied().max().unwrap_or(0),
         step_words_max: rank_step.iter().copied().max().unwrap_or(0),
@@ -1011,21 +1116,5 @@ pub fn plan_unit(opt: &Hir, u: UnitId, opts: &PlanOptions) -> Result<Plan, Comma
         time: steps.iter().map(|s| s.cost.time).sum(),
         bound_words,
         ratio: if bound_words > 0.0 { Some(step_words_sum as f64 / bound_words) } else { None },
-    };
-    if initial.iter().all(|(n, _)| !opt.distributions.iter().any(|d| opt.tensors[d.tensor].name == *n))
-        && opts.strategy == Strategy::Search
-    {
-        // Nothing to say: inputs without hints start where their first step wants them.
     }
-    Ok(Plan {
-        unit: opt.units[u].name.clone(),
-        procs: p,
-        network: net.clone(),
-        mem_per_rank: opts.mem_per_rank,
-        strategy: opts.strategy,
-        initial,
-        steps,
-        totals,
-        notes,
-    })
 }

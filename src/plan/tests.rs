@@ -31,13 +31,13 @@ fn program(sizes: &[(char, usize)], a: &str, b: &str, c: &str) -> crate::sema::h
 
 fn spec_of(hir: &crate::sema::hir::Hir) -> Spec {
     let (opt, _) = crate::tir::optimize(hir);
-    let (mut specs, _) = build_steps(&opt, 0);
+    let (mut specs, _) = build_steps(&opt, UnitId::new(0), &mut PlanNames::new(&opt));
     assert_eq!(specs.len(), 1);
     specs.remove(0)
 }
 
-fn idx(hir: &crate::sema::hir::Hir, name: &str) -> usize {
-    hir.indices.iter().position(|i| i.name == name).unwrap()
+fn idx(hir: &crate::sema::hir::Hir, name: &str) -> crate::sema::hir::IndexId {
+    hir.indices.position(|i| i.name == name).unwrap()
 }
 
 fn cand(hir: &crate::sema::hir::Hir, grid: &[usize], names: &[&str]) -> Cand {
@@ -130,7 +130,7 @@ fn alltoall_counts_conserve_words() {
     let op = CommOp {
         kind: OpKind::AllToAll,
         phase: Phase::Before,
-        tensor: "T".into(),
+        tensor: PlanTensor::Tensor(TensorId::new(0)),
         shape: vec![10, 6],
         along: vec![0, 1],
         from,
@@ -156,7 +156,7 @@ fn plan_src(src: &str, p: usize, mem: Option<u64>) -> Result<Plan, CommandError>
     let (opt, _) = crate::tir::optimize(&hir);
     let mut o = PlanOptions::new(p, fat());
     o.mem_per_rank = mem;
-    plan_unit(&opt, 0, &o)
+    plan_unit(&opt, UnitId::new(0), &o)
 }
 
 const MM: &str = "range M = 2048; range K = 2048; range N = 2048; index i : M; index k : K; index j : N;
@@ -199,7 +199,7 @@ B[a,b,c,d] = C[a,p] * C[b,q] * C[c,r] * C[d,s] * A[p,q,r,s];";
     let total: u64 = (0..64).map(|r| plan.rank_words(r).moved).max().unwrap();
     assert_eq!(total, plan.totals.words_max);
     for s in &plan.steps {
-        assert!(s.ratio.is_none_or(|r| r >= 1.0 - 1e-9), "{}: {:?}", s.text, s.ratio);
+        assert!(s.ratio.is_none_or(|r| r >= 1.0 - 1e-9), "{}: {:?}", plan.names.step_text(s), s.ratio);
     }
 }
 
@@ -209,11 +209,11 @@ fn naive_plan_is_a_1d_grid() {
     let (opt, _) = crate::tir::optimize(&hir.unwrap());
     let mut o = PlanOptions::new(16, fat());
     o.strategy = Strategy::Naive;
-    let naive = plan_unit(&opt, 0, &o).unwrap();
+    let naive = plan_unit(&opt, UnitId::new(0), &o).unwrap();
     assert_eq!(naive.steps[0].grid, vec![16]);
     // B[k,j] starts split on k and is all-gathered in full: 2048²·15/16 words.
     assert_eq!(naive.totals.words_max, 2048 * 2048 / 16 * 15);
-    let best = plan_unit(&opt, 0, &PlanOptions::new(16, fat())).unwrap();
+    let best = plan_unit(&opt, UnitId::new(0), &PlanOptions::new(16, fat())).unwrap();
     assert!(best.totals.time <= naive.totals.time);
 }
 
@@ -221,7 +221,7 @@ fn naive_plan_is_a_1d_grid() {
 fn distribute_hints_set_the_initial_layout() {
     let src = format!("{MM}\ngrid G[4, 4];\ndistribute A[i,k] over G as [i:1, k:0];");
     let plan = plan_src(&src, 16, None).unwrap();
-    let (_, l) = plan.initial.iter().find(|(n, _)| n == "A").unwrap();
+    let (_, l) = plan.initial.iter().find(|(n, _)| plan.names.tensors[*n] == "A").unwrap();
     assert_eq!(l.grid, vec![4, 4]);
     assert_eq!(l.splits, vec![vec![1], vec![0]]);
     let other = plan_src(&src, 64, None).unwrap();

@@ -294,7 +294,7 @@ fn unit_names(hir: &Hir) -> String {
 
 fn select_units(hir: &Hir, opts: &RunOptions) -> Result<Vec<UnitId>, CommandError> {
     match &opts.program {
-        None => Ok((0..hir.units.len()).collect()),
+        None => Ok(hir.units.ids().collect()),
         Some(name) => match hir.unit_by_name(name) {
             Some(u) => Ok(vec![u]),
             None => Err(fail(
@@ -335,7 +335,7 @@ fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap
             return Err(fail("E0710", format!("`--input {name}=...` is given more than once"), None));
         }
         seen.push(name);
-        let candidates: Vec<TensorId> = (0..hir.tensors.len()).filter(|&t| hir.tensors[t].name == *name).collect();
+        let candidates: Vec<TensorId> = hir.tensors.ids().filter(|&t| hir.tensors[t].name == *name).collect();
         if candidates.is_empty() {
             return Err(fail(
                 "E0703",
@@ -406,7 +406,7 @@ fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap
 mod tests {
     use super::*;
     use crate::interp::test_hir::*;
-    use crate::sema::hir::{ElemType, SymGroup, SymKind};
+    use crate::sema::hir::{ElemType, ModelId, SymGroup, SymKind};
     use std::path::Path;
 
     /// `matmul`: C[i,j] = A[i,p] * B[p,j] (i, j over 2 values, p over 3), and a
@@ -562,7 +562,7 @@ mod tests {
     #[test]
     fn output_files_and_saved_inputs() {
         let mut b = two_programs();
-        b.hir.tensors[2].elem = ElemType::F32; // C is f32
+        b.hir.tensors[TensorId::new(2)].elem = ElemType::F32; // C is f32
         let dir = tempfile::tempdir().unwrap();
         let out_dir = dir.path().join("out/nested");
         let opts = RunOptions { seed: 9, output_dir: Some(out_dir.clone()), save_inputs: true, ..Default::default() };
@@ -573,7 +573,7 @@ mod tests {
         let (c, ec) = npy::read_file(&out_dir.join("C.npy")).unwrap();
         let (e, _) = npy::read_file(&out_dir.join("e.npy")).unwrap();
         assert_eq!((ea, ec), (ElemType::F64, ElemType::F32));
-        assert_eq!(a, interp::fill_random(&b.hir, 0, 9).unwrap());
+        assert_eq!(a, interp::fill_random(&b.hir, TensorId::new(0), 9).unwrap());
         for i in 0..2 {
             for j in 0..2 {
                 let x: f64 = (0..3).map(|p| a.get(&[i, p]) * bb.get(&[p, j])).sum();
@@ -602,7 +602,7 @@ mod tests {
         };
         run_to_string(&b.hir, &opts).unwrap();
         let (c, _) = npy::read_file(&out_dir.join("C.npy")).unwrap();
-        let bb = interp::fill_random(&b.hir, 1, 1).unwrap();
+        let bb = interp::fill_random(&b.hir, TensorId::new(1), 1).unwrap();
         // A selects rows 0 and 1 of B.
         assert_eq!(c.data, bb.data[..4].to_vec());
         assert!(!out_dir.join("A.npy").exists());
@@ -622,9 +622,16 @@ mod tests {
         b.stmt("S", "ij", false, vec![term(1.0, f)]);
         let text = run_to_string(&b.hir, &RunOptions::default()).unwrap();
         assert!(text.starts_with("program test (1 statement)\n  S  f64[3, 3]"), "{text}");
-        let inputs = interp::random_inputs(&b.hir, 0, 0).unwrap();
-        let out = interp::run_unit(&b.hir, 0, &inputs).unwrap();
-        assert_eq!(interp::symmetry_violation(&out[&1], &b.hir.tensors[1].symmetry, SYMMETRY_RTOL), None);
+        let inputs = interp::random_inputs(&b.hir, UnitId::new(0), 0).unwrap();
+        let out = interp::run_unit(&b.hir, UnitId::new(0), &inputs).unwrap();
+        assert_eq!(
+            interp::symmetry_violation(
+                &out[&TensorId::new(1)],
+                &b.hir.tensors[TensorId::new(1)].symmetry,
+                SYMMETRY_RTOL
+            ),
+            None
+        );
     }
 
     #[test]
@@ -634,7 +641,7 @@ mod tests {
         b.indices("i", r);
         b.tensor("A", Role::Param, "i");
         b.tensor("T", Role::Temporary, "i");
-        b.unit("mlp", UnitKind::Model(0));
+        b.unit("mlp", UnitKind::Model(ModelId::new(0)));
         let f = vec![b.t("A", "i")];
         b.stmt("T", "i", false, vec![term(1.0, f.clone()), term(2.0, f)]);
         let text = run_to_string(&b.hir, &RunOptions::default()).unwrap();

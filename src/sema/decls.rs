@@ -60,7 +60,7 @@ impl Ctx {
                 1
             }
         };
-        let r = self.hir.ranges.len();
+        let r = self.hir.ranges.next_id();
         self.hir.ranges.push(hir::Range {
             name: name.name.clone(),
             size: n,

@@ -8,14 +8,8 @@
 //! function call or a parenthesised sum is a factor whose value is a tensor over its
 //! `free` indices; indices used only inside it are summed inside it.
 
+pub use crate::ids::{GridId, IdVec, IndexId, ModelId, RangeId, TensorId, UnitId};
 use crate::syntax::Span;
-
-pub type RangeId = usize;
-pub type IndexId = usize;
-pub type TensorId = usize;
-pub type GridId = usize;
-pub type UnitId = usize;
-pub type ModelId = usize;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Range {
@@ -314,13 +308,13 @@ pub struct Model {
 /// The whole checked file.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Hir {
-    pub ranges: Vec<Range>,
-    pub indices: Vec<Index>,
-    pub tensors: Vec<Tensor>,
-    pub grids: Vec<Grid>,
+    pub ranges: IdVec<RangeId, Range>,
+    pub indices: IdVec<IndexId, Index>,
+    pub tensors: IdVec<TensorId, Tensor>,
+    pub grids: IdVec<GridId, Grid>,
     pub distributions: Vec<Distribution>,
-    pub units: Vec<Unit>,
-    pub models: Vec<Model>,
+    pub units: IdVec<UnitId, Unit>,
+    pub models: IdVec<ModelId, Model>,
 }
 
 impl Hir {
@@ -340,13 +334,12 @@ impl Hir {
 
     pub fn tensor_by_name(&self, name: &str) -> Option<TensorId> {
         self.tensors
-            .iter()
             .position(|t| t.name == name && t.model.is_none())
-            .or_else(|| self.tensors.iter().position(|t| t.name == name))
+            .or_else(|| self.tensors.position(|t| t.name == name))
     }
 
     pub fn unit_by_name(&self, name: &str) -> Option<UnitId> {
-        self.units.iter().position(|u| u.name == name)
+        self.units.position(|u| u.name == name)
     }
 
     /// Tensors a unit reads without writing first: what a caller must supply.

@@ -25,7 +25,7 @@ mod stmts;
 
 use crate::diag::Diagnostic;
 use crate::syntax::{ast, Span};
-use hir::{IndexId, ModelId, RangeId, TensorId};
+use hir::{IdVec, IndexId, ModelId, RangeId, TensorId};
 use scope::{Entry, Names, Ns, Sym};
 
 /// Checks a parsed file. The returned HIR is complete and valid only when no
@@ -66,10 +66,10 @@ pub(crate) struct UnitState {
 
 impl UnitState {
     fn flag(v: &mut Vec<bool>, t: TensorId) -> &mut bool {
-        if v.len() <= t {
-            v.resize(t + 1, false);
+        if v.len() <= t.index() {
+            v.resize(t.index() + 1, false);
         }
-        &mut v[t]
+        &mut v[t.index()]
     }
     pub fn written(&mut self, t: TensorId) -> &mut bool {
         Self::flag(&mut self.written, t)
@@ -78,10 +78,10 @@ impl UnitState {
         Self::flag(&mut self.reported, t)
     }
     pub fn unread_write(&mut self, t: TensorId) -> &mut Option<Span> {
-        if self.unread_write.len() <= t {
-            self.unread_write.resize(t + 1, None);
+        if self.unread_write.len() <= t.index() {
+            self.unread_write.resize(t.index() + 1, None);
         }
-        &mut self.unread_write[t]
+        &mut self.unread_write[t.index()]
     }
 }
 
@@ -95,9 +95,9 @@ pub(crate) struct Ctx {
     pub local: Option<Names>,
     /// The model being checked, if any.
     pub model: Option<ModelId>,
-    pub tensors: Vec<TensorInfo>,
+    pub tensors: IdVec<TensorId, TensorInfo>,
     /// Parallel to `hir.indices`: placeholders for unknown names.
-    pub bad_index: Vec<bool>,
+    pub bad_index: IdVec<IndexId, bool>,
     /// The range standing for "unknown": dimensions with it are never checked.
     pub poison: Option<RangeId>,
     pub unit: UnitState,
@@ -196,8 +196,7 @@ impl Ctx {
         if let Some(r) = self.poison {
             return r;
         }
-        let r = self.hir.ranges.len();
-        self.hir.ranges.push(hir::Range { name: "<unknown>".into(), size: 1, span: 0..0, model: None });
+        let r = self.hir.ranges.push(hir::Range { name: "<unknown>".into(), size: 1, span: 0..0, model: None });
         self.poison = Some(r);
         r
     }
@@ -215,15 +214,15 @@ impl Ctx {
     }
 
     pub fn push_index(&mut self, name: &str, range: RangeId, span: Span, bad: bool) -> IndexId {
-        self.hir.indices.push(hir::Index { name: name.to_string(), range, span, model: self.model });
+        let i = self.hir.indices.push(hir::Index { name: name.to_string(), range, span, model: self.model });
         self.bad_index.push(bad);
-        self.hir.indices.len() - 1
+        i
     }
 
     pub fn push_tensor(&mut self, t: hir::Tensor, info: TensorInfo) -> TensorId {
-        self.hir.tensors.push(t);
+        let id = self.hir.tensors.push(t);
         self.tensors.push(info);
-        self.hir.tensors.len() - 1
+        id
     }
 
     pub fn range_name(&self, r: RangeId) -> &str {
@@ -297,7 +296,7 @@ impl Ctx {
 
     /// W0101/W0102: declared inputs nobody reads, outputs nobody writes.
     fn unused_warnings(&mut self) {
-        for t in 0..self.hir.tensors.len() {
+        for t in self.hir.tensors.ids() {
             let (info, ten) = (&self.tensors[t], &self.hir.tensors[t]);
             if info.bad || info.implicit {
                 continue;

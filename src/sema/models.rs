@@ -12,7 +12,7 @@ const KEYS: [&str; 6] = ["data", "tensor", "sequence", "expert", "pipeline", "ze
 
 impl Ctx {
     pub(crate) fn model_block(&mut self, m: &ast::ModelBlock) {
-        let id = self.hir.models.len();
+        let id = self.hir.models.next_id();
         self.model = Some(id);
         self.local = Some(Names::default());
 
@@ -63,7 +63,7 @@ impl Ctx {
             layers.push(hir::Layer { name: l.name.name.clone(), stmts: start..stmts.len(), span: l.span.clone() });
             layer_names.push(l.name.span.clone());
         }
-        let unit = self.hir.units.len();
+        let unit = self.hir.units.next_id();
         self.hir.units.push(hir::Unit {
             name: m.name.name.clone(),
             kind: hir::UnitKind::Model(id),

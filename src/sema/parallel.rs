@@ -58,7 +58,7 @@ impl Ctx {
             );
             dims.iter_mut().for_each(|d| *d = 1);
         }
-        let id = self.hir.grids.len();
+        let id = self.hir.grids.next_id();
         self.hir.grids.push(hir::Grid { name: g.name.name.clone(), dims, span: g.span.clone() });
         self.declare(Ns::Grid, &g.name, Sym::Grid(id), "grid");
     }
@@ -131,7 +131,7 @@ impl Ctx {
             let dim = match (int_value(lit), rank) {
                 (IntVal::Ok(v), Some(r)) if v < r => Some(v),
                 (_, Some(r)) => {
-                    let g = &self.hir.grids[grid.unwrap_or_default()].name;
+                    let g = &self.hir.grids[grid.unwrap_or(hir::GridId::new(0))].name;
                     self.error(
                         Diagnostic::error(
                             "E0504",

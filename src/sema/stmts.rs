@@ -13,8 +13,7 @@ impl Ctx {
     pub(crate) fn unit(&mut self, name: &str, kind: hir::UnitKind, stmts: &[&ast::Stmt], span: Span) -> hir::UnitId {
         self.unit = UnitState::default();
         let stmts = stmts.iter().map(|s| self.stmt(s)).collect();
-        self.hir.units.push(hir::Unit { name: name.to_string(), kind, stmts, span });
-        self.hir.units.len() - 1
+        self.hir.units.push(hir::Unit { name: name.to_string(), kind, stmts, span })
     }
 
     /// One statement of the current unit.
@@ -305,8 +304,7 @@ impl Ctx {
             let example = self
                 .hir
                 .indices
-                .iter()
-                .enumerate()
+                .iter_enumerated()
                 .find(|(i, x)| x.range == r && self.index_ok(*i))
                 .map(|(_, x)| format!("use an index over `{}` here, such as `{}`", id.name, x.name))
                 .unwrap_or_else(|| {

@@ -27,7 +27,7 @@ const MATS: &str = "range N = 3; range M = 5; index i, j, k : N; index m : M;
     input tensor D[i,m];\n";
 
 fn idx(h: &Hir, name: &str) -> IndexId {
-    h.indices.iter().position(|i| i.name == name).unwrap()
+    h.indices.position(|i| i.name == name).unwrap()
 }
 
 #[test]
@@ -36,9 +36,12 @@ fn declarations_resolve() {
         input tensor T[a,b,i,j] : f32 antisymmetric(a b)(i j); output tensor E;
         E = T[a,b,i,j] * T[a,b,i,j];");
     assert_eq!(h.ranges.iter().map(|r| (r.name.as_str(), r.size)).collect::<Vec<_>>(), [("O", 2), ("V", 3)]);
-    assert_eq!(h.indices[idx(&h, "b")].range, 1);
-    let t = &h.tensors[0];
-    assert_eq!((t.role, t.elem, t.dims.clone()), (Role::Input, ElemType::F32, vec![1, 1, 0, 0]));
+    assert_eq!(h.indices[idx(&h, "b")].range, RangeId::new(1));
+    let t = &h.tensors[TensorId::new(0)];
+    assert_eq!(
+        (t.role, t.elem, t.dims.iter().map(|r| r.index()).collect::<Vec<_>>()),
+        (Role::Input, ElemType::F32, vec![1, 1, 0, 0])
+    );
     assert_eq!(
         t.symmetry,
         vec![
@@ -46,15 +49,15 @@ fn declarations_resolve() {
             SymGroup { kind: SymKind::Antisymmetric, positions: vec![2, 3] }
         ]
     );
-    let e = &h.tensors[1];
+    let e = &h.tensors[TensorId::new(1)];
     assert_eq!((e.role, e.elem, e.dims.len()), (Role::Output, ElemType::F64, 0));
-    assert_eq!(h.shape(0), vec![3, 3, 2, 2]);
+    assert_eq!(h.shape(TensorId::new(0)), vec![3, 3, 2, 2]);
 }
 
 #[test]
 fn signs_numbers_and_divisions_fold_into_coef() {
     let h = ok(&format!("{MATS} output tensor E; E = -0.5 * A[i,j] * 2 / 4 - B[i,j] / 2 + 3 * 1e-1;"));
-    let terms = &h.units[0].stmts[0].rhs.terms;
+    let terms = &h.units[UnitId::new(0)].stmts[0].rhs.terms;
     assert_eq!(terms.len(), 3);
     assert_eq!(terms[0].coef, -0.25);
     assert_eq!(terms[0].factors.len(), 1);
@@ -74,7 +77,7 @@ fn call_keeps_the_indices_shared_with_the_statement() {
     let h = ok("range T = 2; range H = 3; range F = 4; index t : T; index m, n : H; index f : F;
         input tensor X[t,m]; input tensor W1[m,f]; input tensor W2[f,n]; output tensor Y[t,n];
         Y[t,n] = relu(X[t,m] * W1[m,f]) * W2[f,n];");
-    let term = &h.units[0].stmts[0].rhs.terms[0];
+    let term = &h.units[UnitId::new(0)].stmts[0].rhs.terms[0];
     let Factor::Call { func, arg, free, .. } = &term.factors[0] else { panic!("{term:?}") };
     assert_eq!(*func, Func::Relu);
     assert_eq!(*free, vec![idx(&h, "t"), idx(&h, "f")]);
@@ -85,7 +88,7 @@ fn call_keeps_the_indices_shared_with_the_statement() {
 #[test]
 fn paren_and_nested_free_indices() {
     let h = ok(&format!("{MATS} R[i,j] = A[i,k] * (B[k,j] + C[k,j]) + exp(A[i,k] * sqrt(B[k,j]));"));
-    let terms = &h.units[0].stmts[0].rhs.terms;
+    let terms = &h.units[UnitId::new(0)].stmts[0].rhs.terms;
     let Factor::Sum { arg, free, .. } = &terms[0].factors[1] else { panic!() };
     assert_eq!(*free, vec![idx(&h, "k"), idx(&h, "j")]);
     assert_eq!(arg.terms.len(), 2);
@@ -101,7 +104,7 @@ fn paren_and_nested_free_indices() {
 fn calls_share_indices_with_each_other() {
     let h = ok("range N = 2; index i, k : N; input tensor A[i,k]; input tensor B[i,k]; output tensor R[i];
         R[i] = exp(A[i,k]) * log(B[i,k]);");
-    let f = &h.units[0].stmts[0].rhs.terms[0].factors;
+    let f = &h.units[UnitId::new(0)].stmts[0].rhs.terms[0].factors;
     assert_eq!(f[0].indices(), &[idx(&h, "i"), idx(&h, "k")]);
     assert_eq!(f[1].indices(), &[idx(&h, "i"), idx(&h, "k")]);
 }
@@ -110,7 +113,7 @@ fn calls_share_indices_with_each_other() {
 fn scalars_with_or_without_brackets() {
     let h = ok("range N = 2; index i : N; input tensor S; input tensor A[i]; output tensor E;
         E[] = S * A[i] * S[] * A[i];");
-    let s = &h.units[0].stmts[0];
+    let s = &h.units[UnitId::new(0)].stmts[0];
     assert!(s.lhs.indices.is_empty());
     assert_eq!(s.rhs.terms[0].factors.len(), 4);
 }
@@ -123,13 +126,16 @@ fn units_in_order_with_the_file_stem_first() {
         R[i,j] += C[i,j] * 2 + D[i,m] * D[j,m];"
     ));
     let names: Vec<_> = h.units.iter().map(|u| (u.name.as_str(), u.kind, u.stmts.len())).collect();
-    assert_eq!(names, [("t", UnitKind::Program, 2), ("p", UnitKind::Program, 1), ("m", UnitKind::Model(0), 1)]);
-    assert!(h.units[0].stmts[1].accumulate);
-    assert_eq!(h.models[0].unit, 2);
+    assert_eq!(
+        names,
+        [("t", UnitKind::Program, 2), ("p", UnitKind::Program, 1), ("m", UnitKind::Model(ModelId::new(0)), 1)]
+    );
+    assert!(h.units[UnitId::new(0)].stmts[1].accumulate);
+    assert_eq!(h.models[ModelId::new(0)].unit, UnitId::new(2));
     // no top-level statements: no unit named after the file
     let h = ok(&format!("{MATS} program p {{ R[i,j] = A[i,j] + B[i,j] + C[i,j] + D[i,m] * D[j,m]; }}"));
     assert_eq!(h.units.len(), 1);
-    assert_eq!(h.units[0].name, "p");
+    assert_eq!(h.units[UnitId::new(0)].name, "p");
 }
 
 #[test]
@@ -145,10 +151,13 @@ fn model_dims_layers_and_implicit_temporaries() {
           parallel { data = 2; tensor = 4 on ffn; sequence = ulysses(2); expert = 1; pipeline = 3; zero = 2; }
         }";
     let h = ok(src);
-    let m = &h.models[0];
+    let m = &h.models[ModelId::new(0)];
     assert_eq!(m.name, "mlp");
     assert_eq!(
-        m.dims.iter().map(|&r| (h.ranges[r].name.as_str(), h.ranges[r].size, h.ranges[r].model)).collect::<Vec<_>>(),
+        m.dims
+            .iter()
+            .map(|&r| (h.ranges[r].name.as_str(), h.ranges[r].size, h.ranges[r].model.map(|m| m.index())))
+            .collect::<Vec<_>>(),
         [("tokens", 8, Some(0)), ("hidden", 16, Some(0)), ("ffn", 32, Some(0))]
     );
     assert_eq!(
@@ -157,8 +166,8 @@ fn model_dims_layers_and_implicit_temporaries() {
     );
     let ht = h.tensor_by_name("H").unwrap();
     let t = &h.tensors[ht];
-    assert_eq!((t.role, t.elem, t.model), (Role::Temporary, ElemType::F32, Some(0)));
-    assert_eq!(t.dims, vec![0, m.dims[0], m.dims[2]]);
+    assert_eq!((t.role, t.elem, t.model), (Role::Temporary, ElemType::F32, Some(ModelId::new(0))));
+    assert_eq!(t.dims, vec![RangeId::new(0), m.dims[0], m.dims[2]]);
     assert_eq!(&src[t.span.clone()], "H[u,t,f]");
     assert_eq!(h.tensors[h.tensor_by_name("W1").unwrap()].role, Role::Param);
     let ffn = m.dims[2];
@@ -183,7 +192,10 @@ fn model_names_are_local() {
     let h = ok("model a { dims d = 2; index e : d; input tensor X[e]; layer l { T[e] = X[e]; } }
                 model b { dims d = 3; index e : d; input tensor X[e]; layer l { T[e] = 2 * X[e]; } }");
     assert_eq!(h.ranges.len(), 2);
-    assert_eq!(h.tensors.iter().filter(|t| t.name == "T").map(|t| t.model).collect::<Vec<_>>(), [Some(0), Some(1)]);
+    assert_eq!(
+        h.tensors.iter().filter(|t| t.name == "T").map(|t| t.model).collect::<Vec<_>>(),
+        [Some(ModelId::new(0)), Some(ModelId::new(1))]
+    );
     assert_eq!(codes("model a { dims d = 2; index e : d; } index f : d;"), ["E0104"]);
 }
 
@@ -192,11 +204,16 @@ fn grids_and_distributions() {
     let h = ok("range N = 8; index p, q, r, s : N; input tensor A[p,q]; output tensor B[p,q];
         B[p,q] = A[p,q]; grid G[4, 2]; grid H[8];
         distribute A[r,s] over G as [s:0, r:1]; distribute B[p,q] over H as [q:0];");
-    assert_eq!(h.grids[0].dims, vec![4, 2]);
-    assert_eq!(h.grids[0].procs(), 8);
+    assert_eq!(h.grids[GridId::new(0)].dims, vec![4, 2]);
+    assert_eq!(h.grids[GridId::new(0)].procs(), 8);
     assert_eq!(
         h.distributions[0],
-        Distribution { tensor: 0, grid: 0, mapping: vec![(1, 0), (0, 1)], span: h.distributions[0].span.clone() }
+        Distribution {
+            tensor: TensorId::new(0),
+            grid: GridId::new(0),
+            mapping: vec![(1, 0), (0, 1)],
+            span: h.distributions[0].span.clone()
+        }
     );
     assert_eq!(h.distributions[1].mapping, vec![(1, 0)]);
 }
@@ -204,7 +221,7 @@ fn grids_and_distributions() {
 #[test]
 fn batch_indices_may_repeat_and_diagonals_are_allowed() {
     let h = ok(&format!("{MATS} R[i,j] = A[i,j] * B[i,j] * C[i,j] + A[i,j] * B[k,k];"));
-    assert_eq!(h.units[0].stmts[0].rhs.terms[1].factors[1].indices(), &[idx(&h, "k"), idx(&h, "k")]);
+    assert_eq!(h.units[UnitId::new(0)].stmts[0].rhs.terms[1].factors[1].indices(), &[idx(&h, "k"), idx(&h, "k")]);
 }
 
 #[test]
@@ -225,7 +242,7 @@ fn warnings_do_not_block() {
     let mut c: Vec<_> = d.iter().map(|d| d.code).collect();
     c.sort();
     assert_eq!(c, ["W0101", "W0301", "W0302"]);
-    assert_eq!(h.units[0].stmts.len(), 2);
+    assert_eq!(h.units[UnitId::new(0)].stmts.len(), 2);
 }
 
 #[test]
@@ -245,7 +262,7 @@ fn deep_nesting_does_not_overflow() {
         ")".repeat(depth)
     );
     let h = ok(&src);
-    assert_eq!(h.units[0].stmts.len(), 1);
+    assert_eq!(h.units[UnitId::new(0)].stmts.len(), 1);
 }
 
 /// Random statements built from a small vocabulary of valid and invalid pieces:

@@ -56,7 +56,7 @@ pub struct Tir {
 
 /// Lowers every statement of every unit.
 pub fn lower(hir: &Hir) -> Tir {
-    let units = (0..hir.units.len()).map(|u| lower_unit(hir, u)).collect();
+    let units = hir.units.ids().map(|u| lower_unit(hir, u)).collect();
     Tir { units, index_names: hir.indices.iter().map(|i| i.name.clone()).collect() }
 }
 
@@ -198,7 +198,7 @@ impl TermGraph {
 }
 
 fn write_term(f: &mut fmt::Formatter<'_>, t: &TermGraph, names: &[String], pad: &str) -> fmt::Result {
-    let name = |i: &IndexId| names.get(*i).cloned().unwrap_or_else(|| format!("#{i}"));
+    let name = |i: &IndexId| names.get(i.index()).cloned().unwrap_or_else(|| format!("#{}", i.index()));
     let list = |v: &[IndexId]| v.iter().map(name).collect::<Vec<_>>().join(",");
     writeln!(
         f,

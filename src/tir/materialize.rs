@@ -45,7 +45,7 @@ pub fn simple_call_arg<'e>(arg: &'e Expr, free: &[IndexId]) -> Option<&'e Tensor
 /// Rewrites calls, sums and self-reads; see the module documentation.
 pub fn materialize(hir: &Hir) -> Hir {
     let mut m = Mat { hir: hir.clone(), counter: 0 };
-    for u in 0..hir.units.len() {
+    for u in hir.units.ids() {
         let model = match hir.units[u].kind {
             UnitKind::Model(id) => Some(id),
             UnitKind::Program => None,
@@ -93,7 +93,7 @@ impl Mat {
             span: 0..0,
             model,
         });
-        self.hir.tensors.len() - 1
+        TensorId::new(self.hir.tensors.len() - 1)
     }
 
     /// Computes `e` over `free` into a fresh temporary (statements into `out`).

@@ -25,7 +25,9 @@
 
 use std::collections::HashMap;
 
-use crate::sema::hir::{Expr, Factor, Hir, IndexId, Role, Stmt, SymGroup, Tensor, TensorId, TensorRef, Term, UnitKind};
+use crate::sema::hir::{
+    Expr, Factor, Hir, IndexId, ModelId, Role, Stmt, SymGroup, Tensor, TensorId, TensorRef, Term, UnitKind,
+};
 use crate::syntax::Span;
 
 use super::graph::{factor_label, ref_text, term_graph};
@@ -71,9 +73,9 @@ pub fn optimize(hir: &Hir) -> (Hir, OptReport) {
 
 pub fn optimize_with(hir: &Hir, opts: &Options) -> (Hir, OptReport) {
     let mut rw =
-        Rw { hir: hir.clone(), n_orig: hir.tensors.len(), opts: opts.clone(), counter: 0, cse: HashMap::new() };
+        Rw { hir: hir.clone(), n_orig: hir.tensors.next_id(), opts: opts.clone(), counter: 0, cse: HashMap::new() };
     let mut report = OptReport::default();
-    for u in 0..hir.units.len() {
+    for u in hir.units.ids() {
         rw.cse.clear();
         let unit = hir.units[u].clone();
         let model = match unit.kind {
@@ -146,7 +148,7 @@ pub fn optimize_with(hir: &Hir, opts: &Options) -> (Hir, OptReport) {
                 peak_elems_after: peak_after,
                 peak_bytes_before: peak_before * elem,
                 peak_bytes_after: peak_after * elem,
-                temporaries: temps.clone().map(|t| rw.hir.tensors[t].name.clone()).collect(),
+                temporaries: temps.clone().map(|t| rw.hir.tensors[TensorId::new(t)].name.clone()).collect(),
                 reused: ctx.reused.clone(),
                 factorized: ctx.factorized.clone(),
             });
@@ -210,7 +212,7 @@ fn num(x: f64) -> String {
 }
 
 struct StmtCtx {
-    model: Option<usize>,
+    model: Option<ModelId>,
     elem_of: TensorId,
     span: Span,
     order: Vec<String>,
@@ -224,7 +226,7 @@ type Key = (Vec<(TensorId, Vec<usize>)>, Vec<usize>);
 
 struct Rw {
     hir: Hir,
-    n_orig: usize,
+    n_orig: TensorId,
     opts: Options,
     counter: usize,
     /// Intermediates of the current unit: key → (temporary, labels of its indices).
@@ -344,8 +346,7 @@ impl Rw {
             symmetry: sym,
             span: ctx.span.clone(),
             model: ctx.model,
-        });
-        self.hir.tensors.len() - 1
+        })
     }
 
     fn tref(&self, t: TensorId, indices: Vec<IndexId>, span: &Span) -> Factor {

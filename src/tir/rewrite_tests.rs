@@ -2,14 +2,14 @@
 //! every optimized unit also lowered to fused loop nests and executed.
 
 use super::*;
-use crate::sema::hir::{Func, Role};
+use crate::sema::hir::{Func, Role, UnitId};
 use crate::tir::testutil::{assert_close, random_inputs, run_unit, Builder};
 use proptest::prelude::*;
 
 /// Optimizes, then checks the outputs against the unoptimized program.
 fn check(hir: &Hir, seed: u64) -> Result<(Hir, OptReport), String> {
     let (opt, rep) = optimize(hir);
-    for u in 0..hir.units.len() {
+    for u in hir.units.ids() {
         let inputs = random_inputs(hir, u, seed);
         let a = run_unit(hir, u, &inputs)?;
         let b = run_unit(&opt, u, &inputs)?;
@@ -46,7 +46,7 @@ fn four_index(sym: bool) -> Hir {
 #[test]
 fn four_index_transform() {
     let (opt, rep) = check(&four_index(false), 1).unwrap();
-    assert_eq!(opt.units[0].stmts.len(), 4);
+    assert_eq!(opt.units[UnitId::new(0)].stmts.len(), 4);
     let n5 = 5f64.powi(5);
     assert_eq!(rep.stmts[0].flops_after, 4.0 * 2.0 * n5);
     assert_eq!(rep.stmts[0].flops_before, 2.0 * 5f64.powi(8));
@@ -82,7 +82,7 @@ fn common_subexpression_reused() {
     b.stmt(r2, "im", true, vec![t2]);
     let (opt, rep) = check(&b.hir, 3).unwrap();
     assert_eq!(rep.stmts[1].reused.len(), 1, "{}", report_text(&rep));
-    assert_eq!(opt.units[0].stmts.len(), 3);
+    assert_eq!(opt.units[UnitId::new(0)].stmts.len(), 3);
 }
 
 #[test]
@@ -91,7 +91,7 @@ fn matrix_chain_through_hir() {
     let hir = Builder::einsum("ab,bc,cd,de,ef,fg->ag", &sizes);
     let (opt, rep) = optimize(&hir);
     assert_eq!(rep.stmts[0].flops_after, 2.0 * 15125.0);
-    assert_eq!(opt.units[0].stmts.len(), 5);
+    assert_eq!(opt.units[UnitId::new(0)].stmts.len(), 5);
     assert!(crate::tir::lower(&opt).to_string().contains("stmt 4"));
 }
 
@@ -138,7 +138,7 @@ fn calls_and_sums_are_hoisted() {
     let t = b.term(0.5, vec![call, sum, b.r(g, "nk")]);
     b.stmt(y, "tk", false, vec![t]);
     let (opt, _) = check(&b.hir, 5).unwrap();
-    assert!(opt.units[0].stmts.len() >= 3);
+    assert!(opt.units[UnitId::new(0)].stmts.len() >= 3);
 }
 
 /// A random program: 1–2 statements of 1–3 terms of 2–7 factors.
@@ -264,7 +264,7 @@ proptest! {
         let hir = random_program(seed);
         if let Err(e) = check(&hir, seed) {
             let (opt, rep) = optimize(&hir);
-            panic!("seed {seed}: {e}\n{}\n{:#?}\n{:#?}", report_text(&rep), hir.units[0].stmts, opt.units[0].stmts);
+            panic!("seed {seed}: {e}\n{}\n{:#?}\n{:#?}", report_text(&rep), hir.units[UnitId::new(0)].stmts, opt.units[UnitId::new(0)].stmts);
         }
     }
 }

@@ -20,15 +20,11 @@ impl Builder {
         let mut hir = Hir::default();
         let mut letters = HashMap::new();
         for &(c, n) in sizes {
-            let r = match hir.ranges.iter().position(|r| r.size == n) {
+            let r = match hir.ranges.position(|r| r.size == n) {
                 Some(r) => r,
-                None => {
-                    hir.ranges.push(Range { name: format!("N{n}"), size: n, span: 0..0, model: None });
-                    hir.ranges.len() - 1
-                }
+                None => hir.ranges.push(Range { name: format!("N{n}"), size: n, span: 0..0, model: None }),
             };
-            hir.indices.push(Index { name: c.to_string(), range: r, span: 0..0, model: None });
-            letters.insert(c, hir.indices.len() - 1);
+            letters.insert(c, hir.indices.push(Index { name: c.to_string(), range: r, span: 0..0, model: None }));
         }
         hir.units.push(Unit { name: "main".into(), kind: UnitKind::Program, stmts: Vec::new(), span: 0..0 });
         Builder { hir, letters }
@@ -51,8 +47,7 @@ impl Builder {
             symmetry,
             span: 0..0,
             model: None,
-        });
-        self.hir.tensors.len() - 1
+        })
     }
 
     pub fn r(&self, t: TensorId, idx: &str) -> Factor {
@@ -65,7 +60,12 @@ impl Builder {
 
     pub fn stmt(&mut self, lhs: TensorId, idx: &str, accumulate: bool, terms: Vec<Term>) {
         let lhs = TensorRef { tensor: lhs, indices: self.idx(idx), span: 0..0 };
-        self.hir.units[0].stmts.push(Stmt { lhs, accumulate, rhs: Expr { terms, span: 0..0 }, span: 0..0 });
+        self.hir.units[UnitId::new(0)].stmts.push(Stmt {
+            lhs,
+            accumulate,
+            rhs: Expr { terms, span: 0..0 },
+            span: 0..0,
+        });
     }
 
     /// One statement `out = in1 * in2 * ...` from an einsum spec like "ik,kj->ij".
@@ -107,11 +107,11 @@ pub fn run_unit(hir: &Hir, u: UnitId, inputs: &HashMap<TensorId, Dense>) -> Resu
 /// max |a - b| ≤ tol × max(1, max |a|) over every output.
 pub fn assert_close(a: &HashMap<TensorId, Dense>, b: &HashMap<TensorId, Dense>, tol: f64) -> Result<(), String> {
     for (t, x) in a {
-        let y = b.get(t).ok_or_else(|| format!("output {t} missing"))?;
+        let y = b.get(t).ok_or_else(|| format!("output {t:?} missing"))?;
         let scale = x.data.iter().fold(1.0f64, |m, v| m.max(v.abs()));
         for (u, v) in x.data.iter().zip(&y.data) {
             if (u - v).abs() > tol * scale {
-                return Err(format!("output {t}: {u} vs {v}"));
+                return Err(format!("output {t:?}: {u} vs {v}"));
             }
         }
     }

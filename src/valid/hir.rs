@@ -14,7 +14,7 @@
 //! * a model's unit is a model unit of that model, its layers lie within the unit.
 
 use super::{ensure, ValidationError};
-use crate::sema::hir::{Expr, Factor, Hir, IndexId, Role, Stmt, TensorRef, UnitKind};
+use crate::sema::hir::{Expr, Factor, Hir, IndexId, Role, Stmt, TensorId, TensorRef, UnitKind};
 use std::collections::HashSet;
 
 type Res = Result<(), ValidationError>;
@@ -25,12 +25,12 @@ pub fn validate(hir: &Hir) -> Res {
     for unit in &hir.units {
         if let UnitKind::Model(m) = unit.kind {
             ensure(
-                m < hir.models.len(),
+                hir.models.get(m).is_some(),
                 || format!("hir unit `{}`", unit.name),
-                || format!("model id {m} out of range"),
+                || format!("model id {m:?} out of range"),
             )?;
         }
-        let mut written: HashSet<usize> = HashSet::new();
+        let mut written: HashSet<TensorId> = HashSet::new();
         for (k, s) in unit.stmts.iter().enumerate() {
             let place = || format!("hir unit `{}` statement {k} (`{}`)", unit.name, crate::sema::display::stmt(hir, s));
             stmt(hir, s, &written).map_err(|message| ValidationError { place: place(), message })?;
@@ -45,20 +45,20 @@ fn declarations(hir: &Hir) -> Res {
         let place = || format!("hir range `{}`", r.name);
         ensure(r.size >= 1, place, || format!("size {} (must be at least 1)", r.size))?;
         if let Some(m) = r.model {
-            ensure(m < hir.models.len(), place, || format!("model id {m} out of range"))?;
+            ensure(hir.models.get(m).is_some(), place, || format!("model id {m:?} out of range"))?;
         }
     }
     for x in &hir.indices {
         ensure(
-            x.range < hir.ranges.len(),
+            hir.ranges.get(x.range).is_some(),
             || format!("hir index `{}`", x.name),
-            || format!("range id {} out of range", x.range),
+            || format!("range id {:?} out of range", x.range),
         )?;
     }
     for t in &hir.tensors {
         let place = || format!("hir tensor `{}`", t.name);
         for &r in &t.dims {
-            ensure(r < hir.ranges.len(), place, || format!("range id {r} out of range"))?;
+            ensure(hir.ranges.get(r).is_some(), place, || format!("range id {r:?} out of range"))?;
         }
         let mut seen = HashSet::new();
         for g in &t.symmetry {
@@ -80,8 +80,8 @@ fn declarations(hir: &Hir) -> Res {
         )?;
     }
     for d in &hir.distributions {
-        let place = || format!("hir distribution of tensor id {}", d.tensor);
-        ensure(d.tensor < hir.tensors.len() && d.grid < hir.grids.len(), place, || {
+        let place = || format!("hir distribution of tensor id {:?}", d.tensor);
+        ensure(hir.tensors.get(d.tensor).is_some() && hir.grids.get(d.grid).is_some(), place, || {
             "tensor or grid id out of range".into()
         })?;
         let (rank, ndims) = (hir.tensors[d.tensor].dims.len(), hir.grids[d.grid].dims.len());
@@ -92,13 +92,13 @@ fn declarations(hir: &Hir) -> Res {
             ensure(pos.insert(p) && dims.insert(g), place, || "a position or grid dimension is mapped twice".into())?;
         }
     }
-    for (m, model) in hir.models.iter().enumerate() {
+    for (m, model) in hir.models.iter_enumerated() {
         let place = || format!("hir model `{}`", model.name);
-        ensure(model.unit < hir.units.len(), place, || format!("unit id {} out of range", model.unit))?;
+        ensure(hir.units.get(model.unit).is_some(), place, || format!("unit id {:?} out of range", model.unit))?;
         let unit = &hir.units[model.unit];
         ensure(unit.kind == UnitKind::Model(m), place, || format!("its unit `{}` is not this model's", unit.name))?;
         for &r in &model.dims {
-            ensure(r < hir.ranges.len(), place, || format!("range id {r} out of range"))?;
+            ensure(hir.ranges.get(r).is_some(), place, || format!("range id {r:?} out of range"))?;
         }
         for l in &model.layers {
             ensure(l.stmts.start <= l.stmts.end && l.stmts.end <= unit.stmts.len(), place, || {
@@ -110,7 +110,7 @@ fn declarations(hir: &Hir) -> Res {
 }
 
 /// One statement; `written` holds the tensors written by earlier statements of the unit.
-fn stmt(hir: &Hir, s: &Stmt, written: &HashSet<usize>) -> Result<(), String> {
+fn stmt(hir: &Hir, s: &Stmt, written: &HashSet<TensorId>) -> Result<(), String> {
     tensor_ref(hir, &s.lhs)?;
     let lhs = &hir.tensors[s.lhs.tensor];
     if lhs.role.is_read_only() {
@@ -123,7 +123,7 @@ fn stmt(hir: &Hir, s: &Stmt, written: &HashSet<usize>) -> Result<(), String> {
 }
 
 fn tensor_ref(hir: &Hir, r: &TensorRef) -> Result<(), String> {
-    let t = hir.tensors.get(r.tensor).ok_or_else(|| format!("tensor id {} out of range", r.tensor))?;
+    let t = hir.tensors.get(r.tensor).ok_or_else(|| format!("tensor id {:?} out of range", r.tensor))?;
     if r.indices.len() != t.dims.len() {
         return Err(format!(
             "`{}` has {} dimensions but is used with {} indices",
@@ -133,7 +133,7 @@ fn tensor_ref(hir: &Hir, r: &TensorRef) -> Result<(), String> {
         ));
     }
     for (p, (&i, &range)) in r.indices.iter().zip(&t.dims).enumerate() {
-        let x = hir.indices.get(i).ok_or_else(|| format!("index id {i} out of range"))?;
+        let x = hir.indices.get(i).ok_or_else(|| format!("index id {i:?} out of range"))?;
         if x.range != range {
             let (want, got) = (&hir.ranges[range].name, &hir.ranges[x.range].name);
             return Err(format!(
@@ -146,7 +146,7 @@ fn tensor_ref(hir: &Hir, r: &TensorRef) -> Result<(), String> {
 }
 
 /// An expression: every reference well-formed, temporaries written before.
-fn expr(hir: &Hir, e: &Expr, written: &HashSet<usize>) -> Result<(), String> {
+fn expr(hir: &Hir, e: &Expr, written: &HashSet<TensorId>) -> Result<(), String> {
     for term in &e.terms {
         for f in &term.factors {
             match f {
@@ -158,7 +158,7 @@ fn expr(hir: &Hir, e: &Expr, written: &HashSet<usize>) -> Result<(), String> {
                     }
                 }
                 Factor::Call { arg, free, .. } | Factor::Sum { arg, free, .. } => {
-                    if !distinct(free) || free.iter().any(|&i| i >= hir.indices.len()) {
+                    if !distinct(free) || free.iter().any(|&i| hir.indices.get(i).is_none()) {
                         return Err(format!("a sub-expression's free indices {free:?} repeat or are out of range"));
                     }
                     expr(hir, arg, written)?;
@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn catches_a_read_of_an_unwritten_temporary() {
         let mut hir = checked(SRC);
-        hir.units[0].stmts.remove(0);
+        hir.units[crate::sema::hir::UnitId::new(0)].stmts.remove(0);
         let e = validate(&hir).unwrap_err();
         assert!(e.message.contains("temporary `T` is read before it is written"), "{e}");
     }
@@ -206,8 +206,8 @@ mod tests {
             "range N = 3; range M = 2; index i : N; index m : M;\n\
             input tensor A[i]; output tensor C[i]; C[i] = A[i];",
         );
-        if let Factor::Tensor(r) = &mut hir.units[0].stmts[0].rhs.terms[0].factors[0] {
-            r.indices[0] = 1;
+        if let Factor::Tensor(r) = &mut hir.units[crate::sema::hir::UnitId::new(0)].stmts[0].rhs.terms[0].factors[0] {
+            r.indices[0] = crate::sema::hir::IndexId::new(1);
         }
         let e = validate(&hir).unwrap_err();
         assert!(e.message.contains("indexed by `m`"), "{e}");
@@ -216,14 +216,18 @@ mod tests {
     #[test]
     fn catches_a_repeated_lhs_index_a_write_to_an_input_and_a_misused_tensor() {
         let mut hir = checked(SRC);
-        hir.units[0].stmts[1].lhs.indices.swap(0, 1);
-        hir.units[0].stmts[1].lhs.indices[1] = hir.units[0].stmts[1].lhs.indices[0];
+        hir.units[crate::sema::hir::UnitId::new(0)].stmts[1].lhs.indices.swap(0, 1);
+        hir.units[crate::sema::hir::UnitId::new(0)].stmts[1].lhs.indices[1] =
+            hir.units[crate::sema::hir::UnitId::new(0)].stmts[1].lhs.indices[0];
         assert!(validate(&hir).unwrap_err().message.contains("repeats an index"));
         let mut hir = checked(SRC);
-        hir.units[0].stmts[0].lhs.tensor = 0;
+        hir.units[crate::sema::hir::UnitId::new(0)].stmts[0].lhs.tensor = crate::sema::hir::TensorId::new(0);
         assert!(validate(&hir).unwrap_err().message.contains("read-only"));
         let mut hir = checked(SRC);
-        let Factor::Tensor(r) = &mut hir.units[0].stmts[1].rhs.terms[0].factors[0] else { panic!() };
+        let Factor::Tensor(r) = &mut hir.units[crate::sema::hir::UnitId::new(0)].stmts[1].rhs.terms[0].factors[0]
+        else {
+            panic!()
+        };
         r.indices.pop();
         assert!(validate(&hir).unwrap_err().message.contains("`T` has 2 dimensions but is used with 1"));
     }

@@ -22,7 +22,7 @@ use std::collections::HashSet;
 pub fn validate(hir: &Hir, nest: &LoopNest) -> Result<(), ValidationError> {
     let unit = hir.units.get(nest.unit).ok_or_else(|| ValidationError {
         place: "lir".into(),
-        message: format!("unit id {} out of range", nest.unit),
+        message: format!("unit id {:?} out of range", nest.unit),
     })?;
     let place = || format!("lir unit `{}`", unit.name);
     let mut walk = Walk { hir, stmts: &unit.stmts, computed: Vec::new(), zeroed: Vec::new(), loops_at: Vec::new() };
@@ -108,7 +108,7 @@ impl Walk<'_> {
                         .hir
                         .indices
                         .get(*index)
-                        .ok_or_else(|| format!("loop over index id {index} out of range"))?;
+                        .ok_or_else(|| format!("loop over index id {index:?} out of range"))?;
                     if *extent != self.hir.index_size(*index) {
                         return Err(format!(
                             "loop over `{}` has extent {extent}, the index has {}",
@@ -204,29 +204,29 @@ mod tests {
     #[test]
     fn fused_and_unfused_nests_are_valid() {
         let hir = checked(SRC);
-        let fused = lower_unit(&hir, 0, FusionOptions::default());
+        let fused = lower_unit(&hir, crate::sema::hir::UnitId::new(0), FusionOptions::default());
         assert!(fused.buffers.values().any(|b| !b.fixed.is_empty()), "expected the temporary to be sliced");
         validate(&hir, &fused).unwrap();
-        validate(&hir, &crate::lir::fusion::unfused(&hir, 0)).unwrap();
+        validate(&hir, &crate::lir::fusion::unfused(&hir, crate::sema::hir::UnitId::new(0))).unwrap();
     }
 
     #[test]
     fn catches_a_missing_statement_a_wrong_extent_and_a_slice_without_its_loop() {
         let hir = checked(SRC);
-        let mut nest = crate::lir::fusion::unfused(&hir, 0);
+        let mut nest = crate::lir::fusion::unfused(&hir, crate::sema::hir::UnitId::new(0));
         nest.body.pop();
         assert!(validate(&hir, &nest).unwrap_err().message.contains("computed in the order"));
 
-        let mut nest = lower_unit(&hir, 0, FusionOptions::default());
+        let mut nest = lower_unit(&hir, crate::sema::hir::UnitId::new(0), FusionOptions::default());
         let Node::Loop { extent, .. } = &mut nest.body[0] else { panic!("expected an outer loop: {nest:?}") };
         *extent += 1;
         assert!(validate(&hir, &nest).unwrap_err().message.contains("has extent 5"));
 
-        let mut nest = crate::lir::fusion::unfused(&hir, 0);
+        let mut nest = crate::lir::fusion::unfused(&hir, crate::sema::hir::UnitId::new(0));
         let t = nest.buffers.keys().copied().find(|&t| hir.tensors[t].name == "T").unwrap();
         let b = nest.buffers.get_mut(&t).unwrap();
         let p = b.stored.remove(0);
-        b.fixed.push((p, hir.units[0].stmts[0].lhs.indices[0]));
+        b.fixed.push((p, hir.units[crate::sema::hir::UnitId::new(0)].stmts[0].lhs.indices[0]));
         b.elements /= 4;
         assert!(validate(&hir, &nest).unwrap_err().message.contains("is sliced at position 0"));
     }

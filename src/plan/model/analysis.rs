@@ -242,7 +242,7 @@ pub fn analyze(hir: &Hir, model: ModelId) -> ModelInfo {
         }
     }
     // Declared parameters that no statement reads still count.
-    for (t, tt) in hir.tensors.iter().enumerate() {
+    for (t, tt) in hir.tensors.iter_enumerated() {
         if tt.role == Role::Param && tt.model == Some(model) && !seen.contains(&t) {
             seen.push(t);
             params.push(tinfo(hir, t));

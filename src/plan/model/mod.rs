@@ -17,6 +17,7 @@ pub mod report;
 
 use crate::error::CommandError;
 use crate::plan::Network;
+use crate::sema::hir::ModelId;
 use analysis::{ModelInfo, TensorInfo, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES, TP_DEFAULT};
 use serde::Serialize;
 
@@ -698,9 +699,9 @@ pub fn plan_model_command(
     if o.devices == 0 || o.devices > crate::plan::MAX_PROCS {
         return Err(err("E0802", format!("--devices must be between 1 and {}", crate::plan::MAX_PROCS), None));
     }
-    let ids: Vec<usize> = match model {
-        None => (0..hir.models.len()).collect(),
-        Some(name) => match hir.models.iter().position(|m| m.name == name) {
+    let ids: Vec<ModelId> = match model {
+        None => hir.models.ids().collect(),
+        Some(name) => match hir.models.position(|m| m.name == name) {
             Some(i) => vec![i],
             None => {
                 let names: Vec<&str> = hir.models.iter().map(|m| m.name.as_str()).collect();
