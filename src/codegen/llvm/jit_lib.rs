@@ -76,7 +76,7 @@ impl std::fmt::Debug for JitLibrary {
 /// them loaded.
 pub fn jit_library(hir: &Hir, units: &[UnitId], opts: &Options) -> Result<JitLibrary, CodegenError> {
     let t0 = std::time::Instant::now();
-    let all: Vec<UnitId> = if units.is_empty() { (0..hir.units.len()).collect() } else { units.to_vec() };
+    let all: Vec<UnitId> = if units.is_empty() { hir.units.ids().collect() } else { units.to_vec() };
     let opts = Options { c_abi: false, ..opts.clone() };
     let ctx: *mut Context = Box::into_raw(Box::new(Context::create()));
     // SAFETY: the context lives until `JitLibrary::drop` (or the error path below),
