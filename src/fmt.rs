@@ -113,7 +113,10 @@ fn open_brace(tokens: &[(usize, Tok, usize)], from: usize) -> Span {
 fn item_node(src: &str, tokens: &[(usize, Tok, usize)], item: &Item) -> Node {
     let leaf = |text: String| Node::Leaf { span: item.span(), text };
     match item {
-        Item::Range(d) => leaf(format!("range {} = {};", d.name.name, int(&d.size))),
+        Item::Range(d) => match &d.size {
+            Some(size) => leaf(format!("range {} = {};", d.name.name, int(size))),
+            None => leaf(format!("range {};", d.name.name)),
+        },
         Item::Index(d) => leaf(index_decl(d)),
         Item::Tensor(d) => leaf(tensor_decl(d)),
         Item::Stmt(s) => leaf(stmt(s)),

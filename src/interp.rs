@@ -358,7 +358,7 @@ pub(crate) mod test_hir {
 
     impl B {
         pub(crate) fn range(&mut self, name: &str, size: usize) -> RangeId {
-            self.hir.ranges.push(Range { name: name.into(), size, span: 0..0, model: None })
+            self.hir.ranges.push(Range { name: name.into(), size, span: 0..0, model: None, size_kind: SizeKind::Fixed })
         }
         /// Declares indices named by the characters of `names` over range `r`.
         pub(crate) fn indices(&mut self, names: &str, r: RangeId) {

@@ -172,11 +172,19 @@ enum Command {
         /// `TCC_LOG=passes` prints every pass to stderr from any command.
         #[arg(long, value_name = "PASS", value_parser = parse_pass, conflicts_with_all = ["emit", "json"])]
         emit_after: Option<tcc::pipeline::Pass>,
+        /// Bind run-time ranges to sizes (`range O;`): NAME=SIZE, comma-separated or
+        /// repeated (`--size O=40,V=400`).
+        #[arg(long = "size", value_name = "NAME=SIZE")]
+        size: Vec<String>,
+        /// Sizes assumed for run-time ranges (`range O;`) in costs and plans:
+        /// NAME=SIZE, comma-separated or repeated (default 32 each; reported).
+        #[arg(long = "assume", value_name = "NAME=SIZE")]
+        assume: Vec<String>,
     },
     /// Compile to a shared library with a C header and a Fortran module.
     ///
     /// `tcc build FILE -o libNAME.so` writes libNAME.so, NAME.h and NAME.f90 (module
-    /// `NAME`) side by side: one C function `tcc_PROGRAM` per program or model.
+    /// `NAME`) side by side: one C function `tcc_NAME_PROGRAM` per program or model.
     Build {
         /// The `.tc` source file.
         file: PathBuf,
@@ -189,6 +197,10 @@ enum Command {
         /// Only this program or model.
         #[arg(long, value_name = "NAME")]
         program: Option<String>,
+        /// The library's name, for its symbols (`tcc_NAME_...`), header and Fortran
+        /// module; default: from `-o libNAME.so`. A C identifier.
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
         /// `cuda`: write PTX (`-o NAME.ptx`) and its launch plan (`NAME.plan.json`),
         /// the host side that `tcc-gpu` and `tcc run --target cuda` execute.
         #[arg(long, value_enum, default_value_t = TargetKind::Cpu)]
@@ -197,6 +209,15 @@ enum Command {
         /// computed; `auto` picks the cheapest by predicted time.
         #[arg(long, value_enum, default_value_t = GpuGemm::Auto)]
         gpu_gemm: GpuGemm,
+        /// Sizes of run-time ranges (`range O;`): NAME=SIZE, comma-separated or
+        /// repeated. Libraries do not take sizes yet: every run-time range must be
+        /// given one here, and the library is built for it.
+        #[arg(long = "size", value_name = "NAME=SIZE")]
+        size: Vec<String>,
+        /// Sizes assumed for run-time ranges (`range O;`): NAME=SIZE (checked; a
+        /// library is only built for sizes given with --size).
+        #[arg(long = "assume", value_name = "NAME=SIZE")]
+        assume: Vec<String>,
     },
     /// Plan distributed execution on P ranks: per contraction the processor grid,
     /// the mapping of its indices, the communication and its predicted cost,
@@ -225,6 +246,10 @@ enum Command {
         /// Only this program or model.
         #[arg(long, value_name = "NAME")]
         program: Option<String>,
+        /// Sizes assumed for run-time ranges (`range O;`) in costs and plans:
+        /// NAME=SIZE, comma-separated or repeated (default 32 each; reported).
+        #[arg(long = "assume", value_name = "NAME=SIZE")]
+        assume: Vec<String>,
     },
     /// Plan a `model` block on N devices: data (ZeRO 0-3, ZeRO++), tensor, sequence
     /// (Ulysses / ring) and expert parallelism, ranked by predicted step time with
@@ -303,6 +328,10 @@ enum Command {
         /// Read an input tensor from a .npy file: NAME=path.npy (repeatable).
         #[arg(long = "input", value_name = "NAME=FILE")]
         inputs: Vec<String>,
+        /// Sizes of run-time ranges (`range O;`): NAME=SIZE, comma-separated or
+        /// repeated (`--size O=40,V=400`); sizes not given are read off --input arrays.
+        #[arg(long = "size", value_name = "NAME=SIZE")]
+        size: Vec<String>,
         /// Write each output to DIR/NAME.npy.
         #[arg(long, value_name = "DIR")]
         output_dir: Option<PathBuf>,
@@ -452,9 +481,15 @@ fn file_stem(path: &Path) -> String {
 
 /// Parses and checks `path`, reporting diagnostics; the HIR if there was no error.
 fn front_end(ctx: &Ctx, path: &Path) -> Result<tcc::sema::hir::Hir, Outcome> {
+    front_end_as(ctx, path, &file_stem(path))
+}
+
+/// [`front_end`] with the file's top-level statements named `unit` (libraries call
+/// them `main`, so that symbols do not follow the file's name).
+fn front_end_as(ctx: &Ctx, path: &Path, unit: &str) -> Result<tcc::sema::hir::Hir, Outcome> {
     let src = read_source(ctx, path)?;
     let name = path.display().to_string();
-    let (hir, diags) = tcc::pipeline::check(&src, &file_stem(path), &tcc::pipeline::PipelineOptions::default());
+    let (hir, diags) = tcc::pipeline::check(&src, unit, &tcc::pipeline::PipelineOptions::default());
     ctx.report(&diags, &name, &src);
     hir.ok_or(Outcome::UserError)
 }
@@ -530,14 +565,26 @@ fn cmd_fmt(ctx: &Ctx, command: Command) -> Outcome {
 
 /// `tcc build`: a shared library with its C header and Fortran module, or PTX.
 fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
-    let Command::Build { file, output, target_cpu, program, target, gpu_gemm } = command else {
+    let Command::Build { file, output, target_cpu, program, name, target, gpu_gemm, size, assume } = command else {
         unreachable!("cmd_build is called for `Build`")
     };
-    let hir = match front_end(ctx, &file) {
+    let hir = match front_end_as(ctx, &file, "main") {
         Ok(h) => h,
         Err(o) => return o,
     };
+    // `--size` fixes ranges (a library for those sizes); the run-time ranges left
+    // become size arguments of the library's functions, `--assume` their assumed sizes.
+    let hir = match tcc::sema::sizes::bind_and_assume(&hir, &size, &assume) {
+        Ok(h) => h,
+        Err(e) => return ctx.fail(e.code, &e.message, e.hint.as_deref()),
+    };
     if target == TargetKind::Cuda {
+        if let Err(e) = tcc::sema::sizes::require_fixed_for_build(&hir) {
+            return ctx.fail(e.code, &e.message, e.hint.as_deref());
+        }
+        if name.is_some() {
+            return ctx.fail("E0716", "--name applies to CPU libraries, not to --target cuda", None);
+        }
         return match tcc::codegen::cuda_build::build_ptx(
             &hir,
             program.as_deref(),
@@ -552,9 +599,16 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
             Err(e) => ctx.error(&e),
         };
     }
-    let opts =
-        tcc::codegen::llvm::Options { target_cpu, c_abi: true, mem_limit: None, gemm_min: None, parallel_min: None };
-    match tcc::codegen::cabi::build_library(&hir, &file_stem(&file), program.as_deref(), &opts, &output) {
+    let opts = tcc::codegen::llvm::Options {
+        target_cpu,
+        c_abi: true,
+        mem_limit: None,
+        gemm_min: None,
+        parallel_min: None,
+        runtime_ranges: hir.runtime_ranges(),
+    };
+    let (program, name) = (program.as_deref(), name.as_deref());
+    match tcc::codegen::cabi::build_library(&hir, &file_stem(&file), program, name, &opts, &output) {
         Ok(report) => {
             eprint!("{report}");
             Outcome::Ok
@@ -565,13 +619,25 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
 
 /// `tcc opt`: the optimizer's report, or LLVM IR / PTX.
 fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
-    let Command::Opt { file, emit, json, mem_limit, program, target_cpu, gpu_gemm, emit_after } = command else {
+    let Command::Opt { file, emit, json, mem_limit, program, target_cpu, gpu_gemm, emit_after, size, assume } = command
+    else {
         unreachable!("cmd_opt is called for `Opt`")
     };
     let hir = match front_end(ctx, &file) {
         Ok(h) => h,
         Err(o) => return o,
     };
+    let hir = match tcc::sema::sizes::bind_and_assume(&hir, &size, &assume) {
+        Ok(h) => h,
+        Err(e) => return ctx.fail(e.code, &e.message, e.hint.as_deref()),
+    };
+    if let Some(note) = tcc::sema::sizes::assumed_sizes_note(&hir) {
+        if emit == Emit::Report && !json && emit_after.is_none() {
+            println!("{note}");
+        } else {
+            eprintln!("{note}");
+        }
+    }
     let units: Vec<tcc::sema::hir::UnitId> = match &program {
         None => hir.units.ids().collect(),
         Some(name) => match hir.unit_by_name(name) {
@@ -605,8 +671,14 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
         };
     }
     if emit == Emit::Llvm {
-        let opts =
-            tcc::codegen::llvm::Options { target_cpu, c_abi: false, mem_limit, gemm_min: None, parallel_min: None };
+        let opts = tcc::codegen::llvm::Options {
+            target_cpu,
+            c_abi: false,
+            mem_limit,
+            gemm_min: None,
+            parallel_min: None,
+            runtime_ranges: Vec::new(),
+        };
         return match tcc::codegen::llvm::emit_llvm(&hir, &units, &opts) {
             Ok(ir) => {
                 print!("{ir}");
@@ -621,13 +693,24 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
 
 /// `tcc plan`: distributed plans for every P of a sweep.
 fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
-    let Command::Plan { file, procs, network, mem_per_rank, json, dot, naive, program } = command else {
+    let Command::Plan { file, procs, network, mem_per_rank, json, dot, naive, program, assume } = command else {
         unreachable!("cmd_plan is called for `Plan`")
     };
     let hir = match front_end(ctx, &file) {
         Ok(h) => h,
         Err(o) => return o,
     };
+    let hir = match tcc::sema::sizes::bind_and_assume(&hir, &[], &assume) {
+        Ok(h) => h,
+        Err(e) => return ctx.fail(e.code, &e.message, e.hint.as_deref()),
+    };
+    if let Some(note) = tcc::sema::sizes::assumed_sizes_note(&hir) {
+        if json || dot {
+            eprintln!("{note}");
+        } else {
+            println!("{note}");
+        }
+    }
     use tcc::plan::{Format, Strategy};
     let format = if json {
         Format::Json
@@ -711,6 +794,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         repeat,
         seed,
         inputs,
+        size,
         output_dir,
         save_inputs,
         program,
@@ -761,6 +845,10 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(o) => return o,
     };
+    let hir = match tcc::run::sizes::bind_for_run(&hir, &size, &parsed_inputs) {
+        Ok(h) => h,
+        Err(e) => return ctx.fail(e.code, &e.message, e.hint.as_deref()),
+    };
     let opts = tcc::run::RunOptions { seed, inputs: parsed_inputs, output_dir, save_inputs, program };
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
@@ -799,6 +887,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
                 mem_limit: None,
                 gemm_min: None,
                 parallel_min: None,
+                runtime_ranges: Vec::new(),
             },
             check,
             repeat,

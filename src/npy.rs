@@ -86,6 +86,18 @@ pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
     Ok((Dense { shape, data }, elem))
 }
 
+/// The shape of the array in a `.npy` file, from its header (the data is not read).
+pub fn read_shape(path: &Path) -> Result<Vec<usize>, NpyError> {
+    let bytes = std::fs::read(path).map_err(|e| err(format!("cannot read `{}`: {e}", path.display())))?;
+    let (_, header) = split_header(&bytes).map_err(|e| err(format!("`{}`: {e}", path.display())))?;
+    let shape = parse_shape(header).and_then(|s| s.into_iter().map(|d| usize::try_from(d).ok()).collect());
+    match shape {
+        Some(shape) => Ok(shape),
+        // An unusual header: let the full reader judge it.
+        None => read_file(path).map(|(x, _)| x.shape),
+    }
+}
+
 /// Checks the magic string and header length; returns the offset where the data
 /// starts and the header text.
 fn split_header(bytes: &[u8]) -> Result<(usize, &str), NpyError> {

@@ -1,15 +1,17 @@
 //! Every example built into a shared library with `tcc build` and called from C
 //! (gcc) and from Fortran (gfortran, through the generated module): the results
 //! equal the interpreter's, and wrong arguments are refused with an error code and
-//! a message.
+//! a message. ABI v2: two libraries with a program of the same name in one process
+//! (C and Fortran), declaration-order arguments, `--name`.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
+use tcc::codegen::cabi::abi_args;
 use tcc::interp::{random_inputs, run_unit};
 use tcc::run::compare::compare_outputs;
-use tcc::sema::hir::{ElemType, Hir, TensorId, UnitId};
+use tcc::sema::hir::{ElemType, Hir, UnitId};
 use tcc::tensor::Dense;
 
 fn write_raw(path: &Path, d: &Dense, elem: ElemType) {
@@ -42,6 +44,9 @@ fn run(cmd: &mut Command, what: &str) {
     );
 }
 
+/// gfortran's strictest usual flags: the generated modules compile without warnings.
+const F_STRICT: [&str; 4] = ["-Wall", "-Wextra", "-Werror", "-std=f2018"];
+
 fn ctype(e: ElemType) -> &'static str {
     match e {
         ElemType::F64 => "double",
@@ -53,9 +58,8 @@ fn ctype(e: ElemType) -> &'static str {
 /// checks the error paths.
 fn c_driver(hir: &Hir, lib: &str, u: UnitId) -> String {
     let name = &hir.units[u].name;
-    let ins = hir.unit_inputs(u);
-    let outs = hir.unit_outputs(u);
-    let args: Vec<TensorId> = ins.iter().chain(outs.iter()).copied().collect();
+    let (args, n_in) = abi_args(hir, u);
+    let ins = &args[..n_in];
     let mut s = format!("#include \"{lib}.h\"\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n");
     s.push_str(
         "static void* load(const char* p, size_t n) { void* b = malloc(n ? n : 1); FILE* f = fopen(p, \"rb\"); if (!f || fread(b, 1, n, f) != n) { fprintf(stderr, \"cannot read %s\\n\", p); exit(9); } fclose(f); return b; }\n\
@@ -80,11 +84,17 @@ int main(void) {\n",
                 _ => format!("v{k}, n{k}"),
             })
             .collect();
-        format!("tcc_{name}({})", a.join(", "))
+        format!("tcc_{lib}_{name}({})", a.join(", "))
     };
     let _ = writeln!(s, "  int rc = {};", call(None));
-    s.push_str("  if (rc != TCC_OK) { fprintf(stderr, \"rc %d: %s\\n\", rc, tcc_last_error()); return 1; }\n");
-    s.push_str("  if (tcc_last_error() != NULL) { fprintf(stderr, \"error set after success\\n\"); return 2; }\n");
+    let _ = writeln!(
+        s,
+        "  if (rc != TCC_OK) {{ fprintf(stderr, \"rc %d: %s\\n\", rc, tcc_{lib}_last_error()); return 1; }}"
+    );
+    let _ = writeln!(
+        s,
+        "  if (tcc_{lib}_last_error() != NULL) {{ fprintf(stderr, \"error set after success\\n\"); return 2; }}"
+    );
     for (k, &t) in args.iter().enumerate().skip(ins.len()) {
         let sz = hir.num_elements(t).unwrap() * hir.tensors[t].elem.size_bytes();
         let _ = writeln!(s, "  save(\"c_out_{k}.bin\", v{k}, {sz});");
@@ -95,7 +105,7 @@ int main(void) {\n",
         let tname = &hir.tensors[t].name;
         let _ = writeln!(
             s,
-            "  rc = {}; if (rc != TCC_ERR_LENGTH || !tcc_last_error() || !strstr(tcc_last_error(), \"`{tname}`\")) {{ fprintf(stderr, \"length check of {tname}: %d\\n\", rc); return 3; }}",
+            "  rc = {}; if (rc != TCC_ERR_LENGTH || !tcc_{lib}_last_error() || !strstr(tcc_{lib}_last_error(), \"`{tname}`\")) {{ fprintf(stderr, \"length check of {tname}: %d\\n\", rc); return 3; }}",
             call(Some((k, "len")))
         );
         if hir.num_elements(t).unwrap() > 0 {
@@ -118,7 +128,7 @@ int main(void) {\n",
                 (0..args.len()).map(|k| if k == o { format!("v0, n{k}") } else { format!("v{k}, n{k}") }).collect();
             let _ = writeln!(
                 s,
-                "  if (n0 >= n{o}) {{ rc = tcc_{name}({}); if (rc != TCC_ERR_OVERLAP) {{ fprintf(stderr, \"overlap: %d\\n\", rc); return 5; }} }}",
+                "  if (n0 >= n{o}) {{ rc = tcc_{lib}_{name}({}); if (rc != TCC_ERR_OVERLAP) {{ fprintf(stderr, \"overlap: %d\\n\", rc); return 5; }} }}",
                 a.join(", ").replacen(&format!("v0, n{o}"), &format!("({}*)v0, n{o}", ctype(hir.tensors[args[o]].elem)), 1)
             );
         }
@@ -142,11 +152,11 @@ fn fkind(e: ElemType) -> &'static str {
 }
 
 /// A Fortran driver: reads `in_K.bin`, calls through the module, writes `f_out_K.bin`.
-fn fortran_driver(hir: &Hir, module: &str, u: UnitId) -> String {
+fn fortran_driver(hir: &Hir, lib: &str, u: UnitId) -> String {
+    let module = lib;
     let name = &hir.units[u].name;
-    let ins = hir.unit_inputs(u);
-    let outs = hir.unit_outputs(u);
-    let args: Vec<TensorId> = ins.iter().chain(outs.iter()).copied().collect();
+    let (args, n_in) = abi_args(hir, u);
+    let ins = &args[..n_in];
     let mut s = format!("program drv\n  use {module}\n  use, intrinsic :: iso_c_binding\n  implicit none\n  integer(c_int) :: rc\n  integer :: u\n");
     for (k, &t) in args.iter().enumerate() {
         let _ = writeln!(s, "  real({}), allocatable :: v{k}(:)", fkind(hir.tensors[t].elem));
@@ -168,13 +178,15 @@ fn fortran_driver(hir: &Hir, module: &str, u: UnitId) -> String {
             .enumerate()
             .map(|(k, &t)| {
                 let n = hir.num_elements(t).unwrap() + usize::from(bad == Some(k));
-                format!("v{k}, {n}_c_size_t")
+                // A scalar tensor is a scalar dummy: pass an element.
+                let v = if hir.tensors[t].dims.is_empty() { format!("v{k}(1)") } else { format!("v{k}") };
+                format!("{v}, {n}_c_size_t")
             })
             .collect();
-        format!("tcc_{name}( &\n      {})", a.join(", &\n      "))
+        format!("tcc_{lib}_{name}( &\n      {})", a.join(", &\n      "))
     };
     let _ = writeln!(s, "  rc = {}", call(None));
-    s.push_str("  if (rc /= tcc_ok) then\n    print *, tcc_error_message()\n    stop 1\n  end if\n");
+    let _ = writeln!(s, "  if (rc /= tcc_{lib}_ok) then\n    print *, tcc_{lib}_error_message()\n    stop 1\n  end if");
     for k in ins.len()..args.len() {
         let _ = writeln!(
             s,
@@ -184,7 +196,8 @@ fn fortran_driver(hir: &Hir, module: &str, u: UnitId) -> String {
     }
     if !args.is_empty() {
         let _ = writeln!(s, "  rc = {}", call(Some(0)));
-        s.push_str("  if (rc /= tcc_err_length) stop 2\n  if (len(tcc_error_message()) == 0) stop 3\n");
+        let _ =
+            writeln!(s, "  if (rc /= tcc_{lib}_err_length) stop 2\n  if (len(tcc_{lib}_error_message()) == 0) stop 3");
     }
     s.push_str("  print '(a)', 'ok'\nend program drv\n");
     s
@@ -208,20 +221,20 @@ fn every_example_as_a_library_from_c_and_fortran() {
             &format!("tcc build {stem}"),
         );
         assert!(dir.join(format!("{lib}.h")).exists() && dir.join(format!("{lib}.f90")).exists());
-        // The module once, for every driver.
+        // The module once, for every driver; it compiles without warnings.
         run(
-            Command::new("gfortran").current_dir(&dir).args(["-c", &format!("{lib}.f90")]),
+            Command::new("gfortran").current_dir(&dir).args(F_STRICT).args(["-c", &format!("{lib}.f90")]),
             &format!("gfortran {lib}.f90"),
         );
         let src = std::fs::read_to_string(path).unwrap();
-        let (hir, _) = tcc::compile(&src, &stem);
+        let (hir, _) = tcc::compile(&src, "main");
         let hir = hir.unwrap();
         for ui in 0..hir.units.len() {
             let u = UnitId::new(ui);
             let inputs = random_inputs(&hir, u, 11).unwrap();
             let want = run_unit(&hir, u, &inputs).unwrap();
-            let ins = hir.unit_inputs(u);
-            let outs = hir.unit_outputs(u);
+            let (args, n_in) = abi_args(&hir, u);
+            let (ins, outs) = args.split_at(n_in);
             let udir = dir.join(format!("u{ui}"));
             std::fs::create_dir_all(&udir).unwrap();
             for (k, &t) in ins.iter().enumerate() {
@@ -271,4 +284,209 @@ fn every_example_as_a_library_from_c_and_fortran() {
         }
     }
     assert!(units >= 8, "{units}");
+}
+
+/// `tcc build FILE -o OUT ARGS...`: the exit status and stderr.
+fn tcc_build(dir: &Path, file: &str, out: &str, extra: &[&str]) -> (bool, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_tcc"))
+        .current_dir(dir)
+        .args(["build", file, "-o", out])
+        .args(extra)
+        .output()
+        .unwrap();
+    (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// The defined dynamic symbols of a shared library (`nm -D --defined-only`).
+fn exported(so: &Path) -> Vec<String> {
+    let o = Command::new("nm").arg("-D").arg("--defined-only").arg(so).output().unwrap();
+    assert!(o.status.success(), "nm {}", so.display());
+    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        .collect();
+    v.sort();
+    v
+}
+
+const ENERGY_DECLS: &str = "range O = 2;\nrange V = 3;\nindex i, j : O;\nindex a, b : V;\n\
+input tensor T2[i,j,a,b] : f64;\ninput tensor Voovv[i,j,a,b] : f64;\noutput tensor E : f64;\n";
+
+/// Program `energy` with body `body`, the inputs declared T2 then Voovv.
+fn energy_source(body: &str) -> String {
+    format!("{ENERGY_DECLS}program energy {{\n  E = {body};\n}}\n")
+}
+
+/// The fixed inputs: T2[n] = 0.1 (n+1), Voovv[n] = (n mod 5) - 1.5, n the row-major
+/// (= column-major of the reversed Fortran array) position.
+fn energy_inputs() -> (Vec<f64>, Vec<f64>) {
+    ((0..36).map(|n| 0.1 * (n + 1) as f64).collect(), (0..36).map(|n| (n % 5) as f64 - 1.5).collect())
+}
+
+/// Two libraries, `ea` and `eb`, each with a `program energy` (different bodies,
+/// first use Voovv then T2) in `tmp`: returns the expected energies.
+fn two_energy_libraries(tmp: &Path) -> (f64, f64) {
+    std::fs::write(tmp.join("ea.tc"), energy_source("0.5 * Voovv[i,j,a,b] * T2[i,j,a,b]")).unwrap();
+    std::fs::write(tmp.join("eb.tc"), energy_source("Voovv[i,j,a,b] * T2[i,j,a,b] + T2[i,j,a,b] * T2[i,j,a,b]"))
+        .unwrap();
+    for (file, lib) in [("ea.tc", "libea.so"), ("eb.tc", "libeb.so")] {
+        let (ok, err) = tcc_build(tmp, file, lib, &[]);
+        assert!(ok, "tcc build {file}: {err}");
+    }
+    for lib in ["ea", "eb"] {
+        assert_eq!(
+            exported(&tmp.join(format!("lib{lib}.so"))),
+            vec![format!("tcc_{lib}_energy"), format!("tcc_{lib}_last_error"), format!("tcc_{lib}_version")],
+            "only the library's own symbols are exported"
+        );
+    }
+    // Independently of tcc: plain sums over the flat arrays.
+    let (t2, v) = energy_inputs();
+    let ea = 0.5 * t2.iter().zip(&v).map(|(t, v)| t * v).sum::<f64>();
+    let eb = t2.iter().zip(&v).map(|(t, v)| t * v + t * t).sum::<f64>();
+    (ea, eb)
+}
+
+#[test]
+fn two_libraries_with_the_same_program_from_c() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (ea, eb) = two_energy_libraries(dir);
+    let h = std::fs::read_to_string(dir.join("ea.h")).unwrap();
+    assert!(h.contains("#define TCC_EA_ABI_VERSION 2"), "{h}");
+    assert!(
+        h.contains("int tcc_ea_energy(const double* T2, size_t T2_len, const double* Voovv, size_t Voovv_len, double* E, size_t E_len);"),
+        "declaration order, not order of use:\n{h}"
+    );
+    let c = format!(
+        r#"#include "ea.h"
+#include "eb.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+int main(void) {{
+  double t2[36], v[36], e1 = 0, e2 = 0;
+  for (int n = 0; n < 36; n++) {{ t2[n] = 0.1 * (n + 1); v[n] = (n % 5) - 1.5; }}
+  if (tcc_ea_energy(t2, 36, v, 36, &e1, 1) != TCC_OK) {{ fprintf(stderr, "a: %s\n", tcc_ea_last_error()); return 1; }}
+  if (tcc_eb_energy(t2, 36, v, 36, &e2, 1) != TCC_OK) {{ fprintf(stderr, "b: %s\n", tcc_eb_last_error()); return 2; }}
+  if (fabs(e1 - ({ea:.17e})) > 1e-12 * fabs({ea:.17e}) + 1e-12) {{ fprintf(stderr, "a: %.17g\n", e1); return 3; }}
+  if (fabs(e2 - ({eb:.17e})) > 1e-12 * fabs({eb:.17e}) + 1e-12) {{ fprintf(stderr, "b: %.17g\n", e2); return 4; }}
+  /* An error in one library is that library's. */
+  int rc = tcc_ea_energy(t2, 35, v, 36, &e1, 1);
+  if (rc != TCC_ERR_LENGTH) return 5;
+  if (!tcc_ea_last_error() || !strstr(tcc_ea_last_error(), "tcc_ea_energy") || !strstr(tcc_ea_last_error(), "`T2`")) return 6;
+  if (tcc_eb_last_error() != NULL) {{ fprintf(stderr, "b sees: %s\n", tcc_eb_last_error()); return 7; }}
+  rc = tcc_eb_energy(t2, 36, v, 37, &e2, 1);
+  if (rc != TCC_ERR_LENGTH || !tcc_eb_last_error() || !strstr(tcc_eb_last_error(), "`Voovv`")) return 8;
+  if (tcc_eb_energy(t2, 36, v, 36, &e2, 1) != TCC_OK || tcc_eb_last_error() != NULL) return 9;
+  if (!tcc_ea_last_error()) return 10;
+  if (TCC_EA_ABI_VERSION != 2 || !strstr(tcc_ea_version(), " abi 2") || strncmp(tcc_eb_version(), "tcc ", 4)) return 11;
+  puts("ok");
+  return 0;
+}}
+"#
+    );
+    std::fs::write(dir.join("main.c"), c).unwrap();
+    run(
+        Command::new("gcc")
+            .current_dir(dir)
+            .args(["-Wall", "-Wextra", "-Werror", "-o", "main_c", "main.c", "-I.", "-L.", "-lea", "-leb", "-lm"])
+            .arg(format!("-Wl,-rpath,{}", dir.display())),
+        "gcc main.c",
+    );
+    run(Command::new(dir.join("main_c")).current_dir(dir), "C program with two libraries");
+}
+
+#[test]
+fn two_libraries_with_the_same_program_from_fortran() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (ea, eb) = two_energy_libraries(dir);
+    // Both modules in one scope, without `only:`; keyword arguments in any order.
+    let f = format!(
+        r#"program two
+  use ea
+  use eb
+  use, intrinsic :: iso_c_binding, only: c_double, c_int, c_size_t
+  implicit none
+  real(c_double) :: t2(3, 3, 2, 2), v(3, 3, 2, 2), e1, e2
+  integer(c_int) :: rc
+  integer :: n
+  t2 = reshape([(0.1_c_double * n, n = 1, 36)], shape(t2))
+  v = reshape([(real(mod(n - 1, 5), c_double) - 1.5_c_double, n = 1, 36)], shape(v))
+  rc = tcc_ea_energy(voovv=v, voovv_len=36_c_size_t, t2=t2, t2_len=36_c_size_t, e=e1, e_len=1_c_size_t)
+  if (rc /= tcc_ea_ok) stop 1
+  rc = tcc_eb_energy(t2=t2, t2_len=36_c_size_t, voovv=v, voovv_len=36_c_size_t, e=e2, e_len=1_c_size_t)
+  if (rc /= tcc_eb_ok) stop 2
+  if (abs(e1 - ({ea:.17e}_c_double)) > 1.0e-12_c_double * (abs(e1) + 1)) stop 3
+  if (abs(e2 - ({eb:.17e}_c_double)) > 1.0e-12_c_double * (abs(e2) + 1)) stop 4
+  rc = tcc_ea_energy(t2=t2, t2_len=35_c_size_t, voovv=v, voovv_len=36_c_size_t, e=e1, e_len=1_c_size_t)
+  if (rc /= tcc_ea_err_length) stop 5
+  if (index(tcc_ea_error_message(), 'tcc_ea_energy') == 0) stop 6
+  if (len(tcc_eb_error_message()) /= 0) stop 7
+  if (index(tcc_eb_version_string(), ' abi 2') == 0 .or. tcc_ea_abi_version /= 2) stop 8
+  print '(a)', 'ok'
+end program two
+"#
+    );
+    std::fs::write(dir.join("two.f90"), f).unwrap();
+    for m in ["ea.f90", "eb.f90", "two.f90"] {
+        run(Command::new("gfortran").current_dir(dir).args(F_STRICT).args(["-c", m]), &format!("gfortran {m}"));
+    }
+    run(
+        Command::new("gfortran")
+            .current_dir(dir)
+            .args(["-o", "two", "two.o", "ea.o", "eb.o", "-L.", "-lea", "-leb"])
+            .arg(format!("-Wl,-rpath,{}", dir.display())),
+        "gfortran link",
+    );
+    run(Command::new(dir.join("two")).current_dir(dir), "Fortran program with two libraries");
+}
+
+#[test]
+fn commuting_a_product_keeps_the_header_and_module() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for (k, body) in ["0.5 * T2[i,j,a,b] * Voovv[i,j,a,b]", "0.5 * Voovv[i,j,a,b] * T2[i,j,a,b]"].iter().enumerate() {
+        let dir = tmp.path().join(format!("v{k}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("e.tc"), energy_source(body)).unwrap();
+        let (ok, err) = tcc_build(&dir, "e.tc", "libe.so", &[]);
+        assert!(ok, "{err}");
+        let h = std::fs::read(dir.join("e.h")).unwrap();
+        let f = std::fs::read(dir.join("e.f90")).unwrap();
+        files.push((h, f));
+    }
+    assert!(files[0].0 == files[1].0, "the headers differ");
+    assert!(files[0].1 == files[1].1, "the Fortran modules differ");
+    let h = String::from_utf8(files[0].0.clone()).unwrap();
+    assert!(h.contains("tcc_e_energy(const double* T2, size_t T2_len, const double* Voovv"), "{h}");
+}
+
+#[test]
+fn library_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("e.tc"), energy_source("0.5 * T2[i,j,a,b] * Voovv[i,j,a,b]")).unwrap();
+    // --name wins over the output's file name.
+    let (ok, err) = tcc_build(dir, "e.tc", "libfoo.so", &["--name", "bar"]);
+    assert!(ok, "{err}");
+    assert!(dir.join("bar.h").exists() && dir.join("bar.f90").exists());
+    assert_eq!(exported(&dir.join("libfoo.so")), vec!["tcc_bar_energy", "tcc_bar_last_error", "tcc_bar_version"]);
+    let h = std::fs::read_to_string(dir.join("bar.h")).unwrap();
+    assert!(h.contains("#define TCC_BAR_ABI_VERSION 2") && h.contains("int tcc_bar_energy("), "{h}");
+    // Not an identifier: a clear error, nothing written.
+    for (out, extra) in
+        [("libx.so", vec!["--name", "9lives"]), ("libx.so", vec!["--name", "a-b"]), ("lib-x.so", vec![])]
+    {
+        let (ok, err) = tcc_build(dir, "e.tc", out, &extra);
+        assert!(!ok, "{out} {extra:?} was accepted");
+        assert!(err.contains("invalid library name") && err.contains("--name"), "{err}");
+    }
+    assert!(!dir.join("libx.so").exists() && !dir.join("lib-x.so").exists());
+    // A program whose symbol would clash with the library's own.
+    std::fs::write(dir.join("v.tc"), energy_source("1.0 * T2[i,j,a,b] * Voovv[i,j,a,b]").replace("energy", "version"))
+        .unwrap();
+    let (ok, err) = tcc_build(dir, "v.tc", "libv.so", &[]);
+    assert!(!ok && err.contains("tcc_v_version"), "{err}");
 }

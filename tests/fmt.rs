@@ -119,6 +119,13 @@ fn keeps_what_was_written() {
 }
 
 #[test]
+fn runtime_ranges_round_trip() {
+    let src = "range O;\nrange V = 4; // fixed\nrange W; // given at run time\n";
+    assert_eq!(check(src).unwrap(), src);
+    assert_eq!(check("range   O ;").unwrap(), "range O;\n");
+}
+
+#[test]
 fn cli_check_stdout_and_rewrite() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("book.tc");
@@ -359,9 +366,13 @@ fn model_item() -> impl Strategy<Value = Toks> {
 }
 
 fn item() -> impl Strategy<Value = Toks> {
-    let range = (name(), int_lit()).prop_map(|(n, i)| {
-        let mut v = vec![t("range"), n, t("=")];
-        v.extend(i);
+    // `range N = 4;` or `range N;` (a size given at run time).
+    let range = (name(), prop::option::of(int_lit())).prop_map(|(n, i)| {
+        let mut v = vec![t("range"), n];
+        if let Some(i) = i {
+            v.push(t("="));
+            v.extend(i);
+        }
         v.push(t(";"));
         v
     });

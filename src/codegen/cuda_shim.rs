@@ -2,8 +2,9 @@
 //! beside `NAME.ptx`. The C file holds the PTX and executes the plan's chosen
 //! steps through the CUDA driver API and cuBLAS, so a C, C++ or Fortran program
 //! can call `tcc_cuda_PROGRAM(...)` with host arrays, like the CPU library's
-//! `tcc_PROGRAM` (same argument order, length checks and return codes, plus
-//! `TCC_ERR_CUDA`). Build: `cc -c NAME.c -I$CUDA/include`, link `-lcuda -lcublas
+//! `tcc_LIB_PROGRAM` (same argument order, [`super::cabi::abi_args`]; same length
+//! checks and return codes, plus `TCC_ERR_CUDA`). Its symbols do not carry the
+//! library name yet (ABI v2 covers the CPU library). Build: `cc -c NAME.c -I$CUDA/include`, link `-lcuda -lcublas
 //! -lpthread`.
 //!
 //! Each call validates its arguments, copies the inputs to the GPU, runs the

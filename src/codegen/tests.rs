@@ -5,7 +5,7 @@
 use super::llvm::{jit_run, Options};
 use crate::interp::{random_inputs, run_unit};
 use crate::run::compare::compare_outputs;
-use crate::sema::hir::{ElemType, Expr, Factor, Func, Hir, IndexId, Role, TensorId, UnitId};
+use crate::sema::hir::{ElemType, Expr, Factor, Func, Hir, IndexId, RangeId, Role, TensorId, UnitId};
 use crate::tir::testutil::Builder;
 use proptest::prelude::*;
 
@@ -328,4 +328,76 @@ fn random_programs_fully_fused_equal_the_interpreter() {
         }
     }
     assert!(bad.is_empty(), "{} of 400 wrong, e.g. {:?}", bad.len(), &bad[..bad.len().min(3)]);
+}
+
+/// Unit `u` of `hir` compiled with `runtime` ranges as size arguments (the sizes in
+/// `hir` are the assumptions) and run at `sizes`, against the interpreter on the
+/// program with those sizes.
+fn check_unit_sized(hir: &Hir, u: UnitId, sizes: &[(RangeId, usize)], seed: u64, opts: &Options) -> Result<(), String> {
+    let mut actual = hir.clone();
+    for &(r, n) in sizes {
+        actual.ranges[r].size = n;
+    }
+    let inputs = random_inputs(&actual, u, seed).map_err(|e| e.to_string())?;
+    let want = run_unit(&actual, u, &inputs).map_err(|e| e.to_string())?;
+    let map: std::collections::BTreeMap<RangeId, usize> = sizes.iter().copied().collect();
+    let got = super::llvm::jit_run_sized(hir, u, &map, &inputs, opts, 1).map_err(|e| e.0)?;
+    compare_outputs(&actual, u, &got.outputs, &want).map(|_| ())
+}
+
+#[test]
+fn examples_with_runtime_sizes_match_the_interpreter_at_other_sizes() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_none_or(|x| x != "tc") {
+            continue;
+        }
+        let src = std::fs::read_to_string(&path).unwrap();
+        let (hir, _) = crate::compile(&src, "ex");
+        let hir = hir.unwrap();
+        for u in hir.units.ids() {
+            // Every range a runtime size, at 1, a prime, and the assumed size + 2.
+            for pick in [|_: usize| 1, |r: usize| [7, 5, 3, 2][r % 4], |_: usize| 0] {
+                let sizes: Vec<(RangeId, usize)> = hir
+                    .ranges
+                    .ids()
+                    .filter(|&r| hir.ranges[r].model.is_none())
+                    .map(|r| (r, if pick(r.index()) == 0 { hir.ranges[r].size + 2 } else { pick(r.index()) }))
+                    .collect();
+                let opts = Options { gemm_min: Some(1.0), parallel_min: Some(1.0), ..Options::default() };
+                check_unit_sized(&hir, u, &sizes, 5, &opts)
+                    .unwrap_or_else(|e| panic!("{} unit {u:?} sizes {sizes:?}: {e}", path.display()));
+            }
+            n += 1;
+        }
+    }
+    assert!(n >= 7);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+    /// Random programs with a random subset of their ranges as size arguments, run
+    /// at sizes other than the assumed ones (1, primes, larger).
+    #[test]
+    fn random_programs_with_runtime_sizes_equal_the_interpreter(seed in any::<u64>()) {
+        let hir = random_program(seed);
+        let opts = match seed % 3 {
+            0 => Options::default(),
+            1 => Options { gemm_min: Some(1.0), ..Options::default() },
+            _ => Options { gemm_min: Some(1.0), parallel_min: Some(1.0), ..Options::default() },
+        };
+        let choices = [1usize, 2, 3, 5, 7, 11, 13];
+        let sizes: Vec<(RangeId, usize)> = hir
+            .ranges
+            .ids()
+            .filter(|r| (seed >> (r.index() + 8)) & 3 != 0)
+            .map(|r| (r, choices[((seed >> (2 * r.index() + 20)) % 7) as usize]))
+            .collect();
+        if let Err(e) = check_unit_sized(&hir, UnitId::new(0), &sizes, seed, &opts) {
+            let stmts: Vec<String> = hir.units[UnitId::new(0)].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();
+            panic!("seed {seed} sizes {sizes:?}: {e}\n{}", stmts.join("\n"));
+        }
+    }
 }

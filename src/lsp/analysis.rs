@@ -158,15 +158,15 @@ impl Analysis {
                     .filter(|x| matches!(&x.kind, SymKind::Index { range } if self.space(&range.name, x.model).map(|r| &self.index.symbols[r].name_span) == Some(&s.name_span)))
                     .map(|x| x.name.as_str())
                     .collect();
-                let decl = if *dim {
-                    format!("dims {} = {}", s.name, int_text(size))
-                } else {
-                    format!("range {} = {};", s.name, int_text(size))
+                let decl = match size {
+                    Some(size) if *dim => format!("dims {} = {}", s.name, int_text(size)),
+                    Some(size) => format!("range {} = {};", s.name, int_text(size)),
+                    None => format!("range {};", s.name),
                 };
                 let mut t = format!(
-                    "```tcc\n{decl}\n```\n{} of size {}",
+                    "```tcc\n{decl}\n```\n{} of {}",
                     if *dim { "model dimension" } else { "index space" },
-                    int_text(size)
+                    size_text(size)
                 );
                 if !idx.is_empty() {
                     t.push_str(&format!("; indices: {}", idx.join(", ")));
@@ -174,13 +174,20 @@ impl Analysis {
                 t
             }
             SymKind::Index { range } => {
-                let size = self.space(&range.name, s.model).and_then(|r| self.range_size(r));
+                let r = self.space(&range.name, s.model);
+                let size = r.and_then(|r| self.range_size(r));
+                let runtime =
+                    r.is_some_and(|r| matches!(self.index.symbols[r].kind, SymKind::Range { size: None, .. }));
                 format!(
                     "```tcc\nindex {} : {};\n```\nindex over `{}` ({})",
                     s.name,
                     range.name,
                     range.name,
-                    size.map_or("size unknown".to_string(), |n| format!("{n} values"))
+                    match size {
+                        Some(n) => format!("{n} values"),
+                        None if runtime => "size given at run time".to_string(),
+                        None => "size unknown".to_string(),
+                    }
                 )
             }
             SymKind::Tensor(t) => self.tensor_text(s, t),
@@ -217,7 +224,7 @@ impl Analysis {
     /// The size of a range (or of an index's range), when it is a valid literal.
     fn range_size(&self, sym: usize) -> Option<u128> {
         match &self.index.symbols.get(sym)?.kind {
-            SymKind::Range { size, .. } if !size.negative => size.text.parse().ok(),
+            SymKind::Range { size: Some(size), .. } if !size.negative => size.text.parse().ok(),
             SymKind::Index { range } => {
                 let s = &self.index.symbols[sym];
                 let r = self.space(&range.name, s.model)?;
@@ -225,7 +232,7 @@ impl Analysis {
                     return None;
                 }
                 match &self.index.symbols[r].kind {
-                    SymKind::Range { size, .. } if !size.negative => size.text.parse().ok(),
+                    SymKind::Range { size: Some(size), .. } if !size.negative => size.text.parse().ok(),
                     _ => None,
                 }
             }
@@ -465,7 +472,8 @@ impl Analysis {
     /// A one-line description (completion detail, document symbol detail).
     pub fn symbol_detail(&self, s: &Symbol) -> String {
         match &s.kind {
-            SymKind::Range { size, .. } => format!("{} = {}", s.kind_word(), int_text(size)),
+            SymKind::Range { size: Some(size), .. } => format!("{} = {}", s.kind_word(), int_text(size)),
+            SymKind::Range { size: None, .. } => format!("{}: size given at run time", s.kind_word()),
             SymKind::Index { range } => format!("index : {}", range.name),
             SymKind::Tensor(t) => {
                 let dims = t
@@ -777,7 +785,7 @@ pub const KEYWORDS: [&str; 21] = [
 fn keyword_doc(t: &lexer::Tok) -> Option<&'static str> {
     use lexer::Tok::*;
     Some(match t {
-        Range => "`range N = 64;` declares an index space and its size",
+        Range => "`range N = 64;` declares an index space and its size; `range N;` one whose size is given at run time",
         Index => "`index i, j : N;` declares indices ranging over a space",
         Input => "`input tensor`: supplied by the caller, read-only",
         Output => "`output tensor`: computed and returned",
@@ -822,6 +830,14 @@ fn ns_word(ns: Ns) -> &'static str {
         Ns::Tensor => "tensor",
         Ns::Grid => "grid",
         Ns::Unit => "program or model",
+    }
+}
+
+/// "size 64", or "size given at run time" for `range N;`.
+fn size_text(size: &Option<ast::IntLit>) -> String {
+    match size {
+        Some(size) => format!("size {}", int_text(size)),
+        None => "size given at run time".to_string(),
     }
 }
 

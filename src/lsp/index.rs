@@ -31,9 +31,10 @@ pub enum Ns {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum SymKind {
-    /// `range N = 64;` or a model's `dims` entry; the size as written.
+    /// `range N = 64;` or a model's `dims` entry; the size as written (`None` for
+    /// `range N;`, a size given at run time).
     Range {
-        size: ast::IntLit,
+        size: Option<ast::IntLit>,
         dim: bool,
     },
     /// `index p : N;` — the range name as written.
@@ -430,7 +431,7 @@ impl Index {
             match it {
                 ast::ModelItem::Dims(d) => {
                     for (id, size) in &d.dims {
-                        self.declare(id, SymKind::Range { size: size.clone(), dim: true }, d.span.clone(), model);
+                        self.declare(id, SymKind::Range { size: Some(size.clone()), dim: true }, d.span.clone(), model);
                     }
                 }
                 ast::ModelItem::Index(d) => {

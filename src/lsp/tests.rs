@@ -148,3 +148,18 @@ fn every_example_position_is_safe() {
         exercise(&a, &positions);
     }
 }
+
+#[test]
+fn hover_on_a_runtime_range_says_its_size_is_given_at_run_time() {
+    let text = "range O;\nrange V = 4;\nindex i : O;\ninput tensor A[i];\noutput tensor s;\ns = A[i];\n";
+    let a = Analysis::new(text.to_string(), "t");
+    let hover = |line: u32, character: u32| match a.hover(Position { line, character }).map(|h| h.contents) {
+        Some(lsp_types::HoverContents::Markup(m)) => m.value,
+        other => panic!("{other:?}"),
+    };
+    let o = hover(0, 6);
+    assert!(o.contains("range O;") && o.contains("size given at run time"), "{o}");
+    assert!(hover(1, 6).contains("of size 4"));
+    let i = hover(2, 6);
+    assert!(i.contains("size given at run time"), "{i}");
+}

@@ -23,6 +23,7 @@
 
 pub mod compare;
 pub mod compiled;
+pub mod sizes;
 
 use crate::error::CommandError;
 use crate::interp::{self, InterpError};

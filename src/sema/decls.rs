@@ -38,10 +38,29 @@ pub(crate) fn too_large(l: &ast::IntLit, what: &str) -> Diagnostic {
 }
 
 impl Ctx {
-    /// `range N = 64;` or a model's `dims N = 64`.
-    pub(crate) fn range_decl(&mut self, name: &ast::Ident, size: &ast::IntLit) -> RangeId {
+    /// `range N = 64;`, `range N;` (size given at run time, `size` is `None`) or a
+    /// model's `dims N = 64`.
+    pub(crate) fn range_decl(&mut self, name: &ast::Ident, size: Option<&ast::IntLit>) -> RangeId {
         let what = if self.model.is_some() { "dim" } else { "range" };
-        let n = match int_value(size) {
+        let (n, size_kind) = match size {
+            None => (super::sizes::DEFAULT_ASSUMED_SIZE, hir::SizeKind::Runtime(hir::Assumed::Default)),
+            Some(size) => (self.range_size(name, size, what), hir::SizeKind::Fixed),
+        };
+        let r = self.hir.ranges.next_id();
+        self.hir.ranges.push(hir::Range {
+            name: name.name.clone(),
+            size: n,
+            span: name.span.clone(),
+            model: self.model,
+            size_kind,
+        });
+        self.declare(Ns::Space, name, Sym::Range(r), what);
+        r
+    }
+
+    /// The value of a range's (or dim's) size literal; 1 after reporting an error.
+    fn range_size(&mut self, name: &ast::Ident, size: &ast::IntLit, what: &str) -> usize {
+        match int_value(size) {
             IntVal::Ok(n) if n >= 1 => n,
             IntVal::Ok(_) | IntVal::Negative => {
                 self.error(
@@ -59,16 +78,7 @@ impl Ctx {
                 self.error(too_large(size, &format!("the size of {what} `{}`", name.name)));
                 1
             }
-        };
-        let r = self.hir.ranges.next_id();
-        self.hir.ranges.push(hir::Range {
-            name: name.name.clone(),
-            size: n,
-            span: name.span.clone(),
-            model: self.model,
-        });
-        self.declare(Ns::Space, name, Sym::Range(r), what);
-        r
+        }
     }
 
     /// `index i, j : O;`
@@ -210,7 +220,12 @@ impl Ctx {
         if !dims.iter().all(|&r| self.range_ok(r)) {
             return;
         }
-        let count = dims.iter().try_fold(1usize, |acc, &r| acc.checked_mul(self.hir.ranges[r].size));
+        // A run-time range counts as 1 here: its size is checked when it is bound
+        // (`sizes::bind_sizes`), not against an assumption.
+        let count = dims.iter().try_fold(1usize, |acc, &r| {
+            let range = &self.hir.ranges[r];
+            acc.checked_mul(if range.is_runtime() { 1 } else { range.size })
+        });
         if count.is_none() {
             self.error(
                 Diagnostic::error(

@@ -11,6 +11,10 @@
 pub use crate::ids::{GridId, IdVec, IndexId, ModelId, RangeId, TensorId, UnitId};
 use crate::syntax::Span;
 
+/// A range of index values. `size` is the size every pass uses; for a range whose
+/// size is given at run time (`range O;`) it is an *assumed* size, good for costs,
+/// plans and the choice of fast paths but never for values: a command that computes
+/// values first fixes every such range with `sema::sizes::bind_sizes`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Range {
     pub name: String,
@@ -18,6 +22,35 @@ pub struct Range {
     pub span: Span,
     /// `Some` for a `dims` entry of a model (visible only inside it).
     pub model: Option<ModelId>,
+    /// Whether `size` is the range's size or an assumption about a run-time size.
+    pub size_kind: SizeKind,
+}
+
+impl Range {
+    /// `range O;` not yet bound: its size is a run-time parameter.
+    pub fn is_runtime(&self) -> bool {
+        matches!(self.size_kind, SizeKind::Runtime(_))
+    }
+}
+
+/// Whether a range's size is part of the program or a parameter given when it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SizeKind {
+    /// `range O = 40;`, a model's `dims` entry, or a run-time range bound to a size
+    /// by `sema::sizes::bind_sizes`: `Range::size` is the size.
+    #[default]
+    Fixed,
+    /// `range O;`: the size is given at run time; `Range::size` is an assumption.
+    Runtime(Assumed),
+}
+
+/// Where the assumed size of a run-time range comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Assumed {
+    /// Nobody said: `sema::sizes::DEFAULT_ASSUMED_SIZE`.
+    Default,
+    /// `--assume NAME=SIZE` (`sema::sizes::assume_sizes`).
+    Given,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -326,6 +359,12 @@ impl Hir {
     /// Number of elements, `None` on overflow.
     pub fn num_elements(&self, t: TensorId) -> Option<usize> {
         self.shape(t).into_iter().try_fold(1usize, |acc, n| acc.checked_mul(n))
+    }
+
+    /// The ranges whose size is a run-time parameter (`range O;` not yet bound), in
+    /// declaration order.
+    pub fn runtime_ranges(&self) -> Vec<RangeId> {
+        self.ranges.ids().filter(|&r| self.ranges[r].is_runtime()).collect()
     }
 
     pub fn index_size(&self, i: IndexId) -> usize {

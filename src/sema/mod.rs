@@ -15,6 +15,7 @@
 
 pub mod display;
 pub mod hir;
+pub mod sizes;
 
 mod decls;
 mod exprs;
@@ -196,7 +197,13 @@ impl Ctx {
         if let Some(r) = self.poison {
             return r;
         }
-        let r = self.hir.ranges.push(hir::Range { name: "<unknown>".into(), size: 1, span: 0..0, model: None });
+        let r = self.hir.ranges.push(hir::Range {
+            name: "<unknown>".into(),
+            size: 1,
+            span: 0..0,
+            model: None,
+            size_kind: hir::SizeKind::Fixed,
+        });
         self.poison = Some(r);
         r
     }
@@ -235,7 +242,7 @@ impl Ctx {
         let items = &file.items;
         for it in items {
             if let ast::Item::Range(d) = it {
-                self.range_decl(&d.name, &d.size);
+                self.range_decl(&d.name, d.size.as_ref());
             }
         }
         for it in items {

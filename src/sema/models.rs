@@ -20,7 +20,7 @@ impl Ctx {
         for it in &m.items {
             if let ast::ModelItem::Dims(d) = it {
                 for (name, size) in &d.dims {
-                    dims.push(self.range_decl(name, size));
+                    dims.push(self.range_decl(name, Some(size)));
                 }
             }
         }

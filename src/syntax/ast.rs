@@ -64,11 +64,12 @@ impl Item {
     }
 }
 
-/// `range N = 64;`
+/// `range N = 64;`, or `range N;` (size given when the program runs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RangeDecl {
     pub name: Ident,
-    pub size: IntLit,
+    /// `None` for `range N;`: a size given at run time.
+    pub size: Option<IntLit>,
     pub span: Span,
 }
 

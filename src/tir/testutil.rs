@@ -22,7 +22,13 @@ impl Builder {
         for &(c, n) in sizes {
             let r = match hir.ranges.position(|r| r.size == n) {
                 Some(r) => r,
-                None => hir.ranges.push(Range { name: format!("N{n}"), size: n, span: 0..0, model: None }),
+                None => hir.ranges.push(Range {
+                    name: format!("N{n}"),
+                    size: n,
+                    span: 0..0,
+                    model: None,
+                    size_kind: SizeKind::Fixed,
+                }),
             };
             letters.insert(c, hir.indices.push(Index { name: c.to_string(), range: r, span: 0..0, model: None }));
         }

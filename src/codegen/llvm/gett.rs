@@ -10,18 +10,21 @@ impl<'ctx> Gen<'_, 'ctx> {
         st: &Stmt,
         ops: &[Operand],
         vars: &[IndexId],
-        stride_in: &dyn Fn(TensorId, &[IndexId], IndexId) -> u64,
+        stride_in: &dyn Fn(TensorId, &[IndexId], IndexId) -> Poly,
     ) -> Option<GettPlan> {
         let hir = self.hir;
         let c = st.lhs.tensor;
-        let build = |a: &Operand, b: &Operand| -> Vec<[i64; 5]> {
+        // Choices are made at the assumed sizes; the polynomials travel along.
+        let build = |a: &Operand, b: &Operand| -> (Vec<[i64; 5]>, Vec<[Poly; 4]>) {
             vars.iter()
                 .map(|&v| {
-                    let (sa, sb, sc) = (
+                    let (pa, pb, pc) = (
                         stride_in(a.tensor, &a.indices, v),
                         stride_in(b.tensor, &b.indices, v),
                         stride_in(c, &st.lhs.indices, v),
                     );
+                    let (sa, sb, sc) = (pa.assumed(hir), pb.assumed(hir), pc.assumed(hir));
+                    let size = self.index_poly(v);
                     let (ia, ib, ic) = (a.indices.contains(&v), b.indices.contains(&v), st.lhs.indices.contains(&v));
                     let kind = match (ic, ia, ib) {
                         (true, true, true) => 0,
@@ -30,17 +33,17 @@ impl<'ctx> Gen<'_, 'ctx> {
                         (false, _, _) => 3,
                         (true, false, false) => 0,
                     };
-                    [kind, hir.index_size(v) as i64, sa as i64, sb as i64, sc as i64]
+                    ([kind, hir.index_size(v) as i64, sa as i64, sb as i64, sc as i64], [size, pa, pb, pc])
                 })
-                .collect()
+                .unzip()
         };
         let mut swap = false;
-        let mut dims = build(&ops[0], &ops[1]);
+        let (mut dims, mut polys) = build(&ops[0], &ops[1]);
         // The written tensor's most contiguous index should be a row (m) index.
         if let Some(d) = dims.iter().filter(|d| d[0] == 1 || d[0] == 2).min_by_key(|d| d[4]) {
             if d[0] == 2 {
                 swap = true;
-                dims = build(&ops[1], &ops[0]);
+                (dims, polys) = build(&ops[1], &ops[0]);
             }
         }
         let size = |k: i64| -> f64 { dims.iter().filter(|d| d[0] == k).map(|d| d[1] as f64).product() };
@@ -53,13 +56,15 @@ impl<'ctx> Gen<'_, 'ctx> {
             return None;
         }
         // Within a group: larger strides first (the last index varies fastest).
-        dims.sort_by_key(|d| {
+        let mut rows: Vec<([i64; 5], [Poly; 4])> = dims.into_iter().zip(polys).collect();
+        rows.sort_by_key(|(d, _)| {
             let s = match d[0] {
                 1 | 2 | 0 => d[4],
                 _ => d[2].max(d[3]),
             };
             (d[0], std::cmp::Reverse(s))
         });
+        let dims = rows.into_iter().map(|(d, [size, sa, sb, sc])| GettDim { kind: d[0], size, sa, sb, sc }).collect();
         Some(GettPlan { dims, swap })
     }
 
@@ -79,14 +84,60 @@ impl<'ctx> Gen<'_, 'ctx> {
         let i64t = self.ctx.i64_type();
         let row =
             |d: &[i64; 5]| i64t.const_array(&d.iter().map(|&x| i64t.const_int(x as u64, true)).collect::<Vec<_>>());
-        let rows: Vec<_> = plan.dims.iter().map(row).collect();
         let arr_t = i64t.array_type(5);
-        let dims_val = arr_t.const_array(&rows);
-        let name = self.name("gett.dims");
-        let g_dims = self.module.add_global(arr_t.array_type(rows.len() as u32), None, &name);
-        g_dims.set_initializer(&dims_val);
-        g_dims.set_constant(true);
-        g_dims.set_linkage(Linkage::Private);
+        let zero = self.i64c(0);
+        let consts: Option<Vec<[i64; 5]>> = plan
+            .dims
+            .iter()
+            .map(|d| {
+                let [n, a, b, c] = [&d.size, &d.sa, &d.sb, &d.sc].map(|p| p.as_const().map(|x| x as i64));
+                Some([d.kind, n?, a?, b?, c?])
+            })
+            .collect();
+        let dims_ptr = match consts {
+            // Every size known: a constant table.
+            Some(rows) => {
+                let rows: Vec<_> = rows.iter().map(row).collect();
+                let name = self.name("gett.dims");
+                let g_dims = self.module.add_global(arr_t.array_type(rows.len() as u32), None, &name);
+                g_dims.set_initializer(&arr_t.const_array(&rows));
+                g_dims.set_constant(true);
+                g_dims.set_linkage(Linkage::Private);
+                unsafe { self.b.build_in_bounds_gep(g_dims.as_pointer_value(), &[zero, zero, zero], "dims")? }
+            }
+            // Runtime sizes: the table is filled where the call is made, in a stack
+            // slot of the function's entry block.
+            None => {
+                let f = self.current_fn();
+                let entry = f.get_first_basic_block().expect("entry");
+                let eb = self.ctx.create_builder();
+                match entry.get_first_instruction() {
+                    Some(i) => eb.position_before(&i),
+                    None => eb.position_at_end(entry),
+                }
+                let slot = eb.build_alloca(arr_t.array_type(plan.dims.len() as u32), "gett.dims")?;
+                for (r, d) in plan.dims.iter().enumerate() {
+                    let vals = [
+                        self.i64c(d.kind as u64),
+                        self.poly_value(&d.size)?,
+                        self.poly_value(&d.sa)?,
+                        self.poly_value(&d.sb)?,
+                        self.poly_value(&d.sc)?,
+                    ];
+                    for (k, v) in vals.into_iter().enumerate() {
+                        let p = unsafe {
+                            self.b.build_in_bounds_gep(
+                                slot,
+                                &[zero, self.i64c(r as u64), self.i64c(k as u64)],
+                                "dim",
+                            )?
+                        };
+                        self.b.build_store(p, v)?;
+                    }
+                }
+                unsafe { self.b.build_in_bounds_gep(slot, &[zero, zero, zero], "dims")? }
+            }
+        };
         // Cache blocks: kc·nr of B in L1, mc·kc of A in L2 (mc = 192 measured best
         // for f64 on a 2 MB-L2 core), kc·nc of B in L3.
         let (kc, mc, nc) = match elem {
@@ -99,8 +150,6 @@ impl<'ctx> Gen<'_, 'ctx> {
         g_par.set_initializer(&row(&params));
         g_par.set_constant(true);
         g_par.set_linkage(Linkage::Private);
-        let zero = self.i64c(0);
-        let dims_ptr = unsafe { self.b.build_in_bounds_gep(g_dims.as_pointer_value(), &[zero, zero, zero], "dims")? };
         let par_ptr = unsafe { self.b.build_in_bounds_gep(g_par.as_pointer_value(), &[zero, zero], "params")? };
         let pa = self.elem_ptr(a.tensor, self.partial_offset(a.tensor, &a.indices)?)?;
         let pb = self.elem_ptr(b.tensor, self.partial_offset(b.tensor, &b.indices)?)?;
@@ -412,6 +461,16 @@ impl<'ctx> Gen<'_, 'ctx> {
 }
 
 pub(super) struct GettPlan {
-    pub(super) dims: Vec<[i64; 5]>,
+    pub(super) dims: Vec<GettDim>,
     pub(super) swap: bool,
+}
+
+/// One row of the runtime's GETT table (`tcc_runtime::kernels::GettDim`): the
+/// group (0 batch, 1 m, 2 n, 3 k), the extent and the strides in A, B and C.
+pub(super) struct GettDim {
+    pub(super) kind: i64,
+    pub(super) size: Poly,
+    pub(super) sa: Poly,
+    pub(super) sb: Poly,
+    pub(super) sc: Poly,
 }

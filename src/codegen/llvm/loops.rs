@@ -41,7 +41,10 @@ impl<'ctx> Gen<'_, 'ctx> {
         bufs.sort_by_key(|x| x.0);
         let mut bound: Vec<(IndexId, IntValue<'ctx>)> = self.bound.iter().map(|(&i, &v)| (i, v)).collect();
         bound.sort_by_key(|x| x.0);
-        let n = (bufs.len() + bound.len()).max(1) as u32;
+        // Runtime sizes travel like bound indices (the chunk is another function).
+        let mut sizes: Vec<(RangeId, IntValue<'ctx>)> = self.size_vals.iter().map(|(&r, &v)| (r, v)).collect();
+        sizes.sort_by_key(|x| x.0);
+        let n = (bufs.len() + bound.len() + sizes.len()).max(1) as u32;
         // The context array lives in the caller's entry block (not in a loop).
         let caller = self.current_fn();
         let entry = caller.get_first_basic_block().expect("entry");
@@ -60,7 +63,7 @@ impl<'ctx> Gen<'_, 'ctx> {
             self.b.build_store(slot(self, k)?, v)?;
             k += 1;
         }
-        for (_, v) in &bound {
+        for v in bound.iter().map(|x| &x.1).chain(sizes.iter().map(|x| &x.1)) {
             self.b.build_store(slot(self, k)?, *v)?;
             k += 1;
         }
@@ -74,7 +77,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         self.set_target_attrs(f);
         let fp = self.b.build_pointer_cast(f.as_global_value().as_pointer_value(), i8p, "fp")?;
         let ctxp = self.b.build_pointer_cast(slot(self, 0)?, i8p, "ctxp")?;
-        let n_iter = self.i64c(self.extent(pv));
+        let n_iter = self.poly_value(&self.extent(pv))?;
         match sum {
             None => {
                 let rt = self.declare("tcc_rt_parallel_range", None, &[i64t.into(), i8p.into(), i8p.into()]);
@@ -97,9 +100,14 @@ impl<'ctx> Gen<'_, 'ctx> {
         // The outlined wrapper loads the captures and calls the chunk function,
         // whose buffer parameters are `noalias` (as in the unit's body).
         let saved_block = self.b.get_insert_block().expect("positioned");
-        let saved = (self.func, std::mem::take(&mut self.bufs), std::mem::take(&mut self.bound));
+        let saved = (
+            self.func,
+            std::mem::take(&mut self.bufs),
+            std::mem::take(&mut self.bound),
+            std::mem::take(&mut self.size_vals),
+        );
         let mut params: Vec<BasicMetadataTypeEnum> = bufs.iter().map(|(_, p)| p.get_type().into()).collect();
-        params.extend(std::iter::repeat_n(BasicMetadataTypeEnum::from(i64t), bound.len() + 2));
+        params.extend(std::iter::repeat_n(BasicMetadataTypeEnum::from(i64t), bound.len() + sizes.len() + 2));
         let chunk_ty = match sum {
             None => self.ctx.void_type().fn_type(&params, false),
             Some(_) => f64t.fn_type(&params, false),
@@ -124,7 +132,7 @@ impl<'ctx> Gen<'_, 'ctx> {
             let v = self.b.build_load(sp, "v")?.into_int_value();
             args.push(self.b.build_int_to_ptr(v, p.get_type(), "buf")?.into());
         }
-        for k in 0..bound.len() {
+        for k in 0..bound.len() + sizes.len() {
             let sp = unsafe { self.b.build_in_bounds_gep(cp, &[self.i64c((bufs.len() + k) as u64)], "s")? };
             args.push(self.b.build_load(sp, "v")?.into());
         }
@@ -145,8 +153,12 @@ impl<'ctx> Gen<'_, 'ctx> {
         for (k, (i, _)) in bound.iter().enumerate() {
             self.bound.insert(*i, chunk.get_nth_param((bufs.len() + k) as u32).expect("index").into_int_value());
         }
-        let lo = chunk.get_nth_param((bufs.len() + bound.len()) as u32).expect("lo").into_int_value();
-        let hi = chunk.get_nth_param((bufs.len() + bound.len() + 1) as u32).expect("hi").into_int_value();
+        let first_size = bufs.len() + bound.len();
+        for (k, (r, _)) in sizes.iter().enumerate() {
+            self.size_vals.insert(*r, chunk.get_nth_param((first_size + k) as u32).expect("size").into_int_value());
+        }
+        let lo = chunk.get_nth_param((first_size + sizes.len()) as u32).expect("lo").into_int_value();
+        let hi = chunk.get_nth_param((first_size + sizes.len() + 1) as u32).expect("hi").into_int_value();
         let saved_acc = self.acc_slot.take();
         if let Some((c, _)) = sum {
             let ct = self.ft(self.hir.tensors[c].elem);
@@ -187,13 +199,20 @@ impl<'ctx> Gen<'_, 'ctx> {
         self.func = saved.0;
         self.bufs = saved.1;
         self.bound = saved.2;
+        self.size_vals = saved.3;
         self.b.position_at_end(saved_block);
         Ok(())
     }
 
     /// The trip count of `v`'s loop: its size, or that of the indices collapsed into it.
-    pub(super) fn extent(&self, v: IndexId) -> u64 {
-        self.extents.get(&v).copied().unwrap_or(self.hir.index_size(v) as u64)
+    pub(super) fn extent(&self, v: IndexId) -> Poly {
+        self.extents.get(&v).cloned().unwrap_or_else(|| self.index_poly(v))
+    }
+
+    /// The stride of `v` in the reference `t[idx]` (summed over the positions it
+    /// indexes: a diagonal walks both).
+    pub(super) fn stride_in(&self, t: TensorId, idx: &[IndexId], v: IndexId) -> Poly {
+        idx.iter().zip(&self.strides[&t]).filter(|(i, _)| **i == v).fold(Poly::zero(), |acc, (_, s)| acc.add(s))
     }
 
     /// [`Self::nest`], the innermost loop marked for vectorization when `hint`.
@@ -206,7 +225,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         match vars.split_first() {
             None => inner(self),
             Some((&v, rest)) => {
-                let extent = self.extent(v);
+                let extent = self.poly_value(&self.extent(v))?;
                 self.build_loop_hinted(extent, hint && rest.is_empty(), &mut |g, i| {
                     g.bound.insert(v, i);
                     g.nest_hinted(rest, hint, inner)?;
@@ -230,10 +249,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         {
             return Ok(None);
         }
-        let stride_in = |t: TensorId, idx: &[IndexId], v: IndexId| -> u64 {
-            idx.iter().zip(&self.strides[&t]).filter(|(i, _)| **i == v).map(|(_, s)| *s).sum()
-        };
-        Ok(self.gett_plan(st, &ops, &vars, &stride_in).map(|p| (ops, p)))
+        Ok(self.gett_plan(st, &ops, &vars, &|t, idx, v| self.stride_in(t, idx, v)).map(|p| (ops, p)))
     }
 
     /// Whether `st`'s first term is a GETT that may overwrite its output (nothing
@@ -258,10 +274,9 @@ impl<'ctx> Gen<'_, 'ctx> {
         if vars.iter().any(|&v| hir.index_size(v) == 0) {
             return Ok(());
         }
-        // Stride of each var in each reference (lhs first).
-        let stride_in = |t: TensorId, idx: &[IndexId], v: IndexId| -> u64 {
-            idx.iter().zip(&self.strides[&t]).filter(|(i, _)| **i == v).map(|(_, s)| *s).sum()
-        };
+        // Stride of each var in each reference (lhs first), at the assumed sizes:
+        // it only orders loops.
+        let stride_in = |t: TensorId, idx: &[IndexId], v: IndexId| -> u64 { self.stride_in(t, idx, v).assumed(hir) };
         // Loop order: larger strides outside; innermost the index whose accesses
         // are the most contiguous — a strided read costs 2, a strided write 3, a
         // sum (the written element fixed) 1, as it needs a reassociated reduction;
@@ -313,7 +328,7 @@ impl<'ctx> Gen<'_, 'ctx> {
             let v = order.remove(p);
             order.insert(0, v);
         }
-        let (order, zeroed) = collapse(&order, &refs, &|t, idx, v| stride_in(t, idx, v), &|v| hir.index_size(v) as u64);
+        let (order, zeroed) = collapse(&order, &refs, &|t, idx, v| self.stride_in(t, idx, v), &|v| self.index_poly(v));
         // Nothing written is left to split: a (long) sum into one element is
         // split instead, each thread summing a range.
         let one_element = !order.iter().any(|v| st.lhs.indices.contains(v));
@@ -322,9 +337,9 @@ impl<'ctx> Gen<'_, 'ctx> {
             && work >= self.parallel_min
             && order.first().is_some_and(|&v| hir.index_size(v) >= 2);
         let zero = self.i64c(0);
-        for &(v, n) in &zeroed {
-            self.bound.insert(v, zero);
-            self.extents.insert(n.0, n.1);
+        for (v, n) in &zeroed {
+            self.bound.insert(*v, zero);
+            self.extents.insert(n.0, n.1.clone());
         }
         let sum = sum_par.then_some((c, st.lhs.indices.as_slice()));
         let result = self.nest_parallel(&order, par.is_some() || sum_par, reduction_inner, sum, &mut |g| {
@@ -358,8 +373,8 @@ impl<'ctx> Gen<'_, 'ctx> {
             g.b.build_store(p, new)?;
             Ok(())
         });
-        for &(v, n) in &zeroed {
-            self.bound.remove(&v);
+        for (v, n) in &zeroed {
+            self.bound.remove(v);
             self.extents.remove(&n.0);
         }
         result
@@ -422,7 +437,8 @@ impl<'ctx> Gen<'_, 'ctx> {
 }
 
 /// Merges adjacent loops of `order` (outer `u`, inner `v`) that every reference
-/// walks as one: `stride(u) == stride(v) · size(v)` in each. The merged loop is
+/// walks as one: `stride(u) == stride(v) · size(v)` in each, for every runtime size
+/// (the polynomials are compared, not their assumed values). The merged loop is
 /// `v`'s, running `size(u)·size(v)` times, while `u` stays bound to 0 — so every
 /// offset is unchanged. Long inner loops vectorize better (e.g. `pqrs,rs->pq`
 /// becomes a 2-loop GEMV). Returns the new order and, per removed index, the
@@ -431,34 +447,33 @@ impl<'ctx> Gen<'_, 'ctx> {
 pub(super) fn collapse(
     order: &[IndexId],
     refs: &[(TensorId, &[IndexId])],
-    stride: &dyn Fn(TensorId, &[IndexId], IndexId) -> u64,
-    size: &dyn Fn(IndexId) -> u64,
-) -> (Vec<IndexId>, Vec<(IndexId, (IndexId, u64))>) {
-    let mut out: Vec<(IndexId, u64)> = Vec::new();
-    let mut removed = Vec::new();
+    stride: &dyn Fn(TensorId, &[IndexId], IndexId) -> Poly,
+    size: &dyn Fn(IndexId) -> Poly,
+) -> (Vec<IndexId>, Vec<(IndexId, (IndexId, Poly))>) {
+    let mut out: Vec<(IndexId, Poly)> = Vec::new();
+    let mut removed: Vec<(IndexId, IndexId)> = Vec::new();
     for &v in order {
         let n = size(v);
-        if let Some(&(u, m)) = out.last() {
+        if let Some((u, m)) = out.last().cloned() {
             // `u`'s stride is its own (it is never a merged loop's inner index).
-            let ok = refs.iter().all(|(t, idx)| stride(*t, idx, u) == stride(*t, idx, v) * n);
-            if ok && n > 0 && m > 0 {
+            let ok = refs.iter().all(|(t, idx)| stride(*t, idx, u) == stride(*t, idx, v).mul(&n));
+            if ok && !n.is_zero() && !m.is_zero() {
                 out.pop();
                 // Indices merged earlier into `u` now live in `v`'s loop too.
-                for r in removed.iter_mut() {
-                    let (_, (into, _)): &mut (IndexId, (IndexId, u64)) = r;
+                for (_, into) in removed.iter_mut() {
                     if *into == u {
                         *into = v;
                     }
                 }
-                removed.push((u, (v, m * n)));
-                out.push((v, m * n));
+                removed.push((u, v));
+                out.push((v, m.mul(&n)));
                 continue;
             }
         }
         out.push((v, n));
     }
     // Each merged loop's final extent.
-    let ext: HashMap<IndexId, u64> = out.iter().copied().collect();
-    let removed = removed.into_iter().map(|(u, (into, _))| (u, (into, ext[&into]))).collect();
+    let ext: HashMap<IndexId, Poly> = out.iter().cloned().collect();
+    let removed = removed.into_iter().map(|(u, into)| (u, (into, ext[&into].clone()))).collect();
     (out.into_iter().map(|(v, _)| v).collect(), removed)
 }

@@ -4,14 +4,16 @@
 //! Per unit (program or model) the module holds
 //!
 //! * `tcc_NAME__body(T* noalias, ...)` — one pointer argument per input then per
-//!   output (in [`Hir::unit_inputs`] / [`Hir::unit_outputs`] order); allocates the
+//!   output (in [`super::cabi::abi_args`] order: declaration order); allocates the
 //!   unit's temporaries (sliced as the fusion decided), runs the loop nest, frees
 //!   them; returns 0, or 1 if an allocation failed;
 //! * `tcc_NAME__argv(T** argv)` — the same with the pointers in an array (the JIT's
 //!   entry point);
-//! * with the C ABI ([`Options::c_abi`]): `int tcc_NAME(const T* A, size_t A_len,
-//!   ..., T* C, size_t C_len)`, which validates every pointer and length first (see
-//!   `book/src/abi.md`), and `const char* tcc_last_error(void)`.
+//! * with the C ABI of a library `LIB` ([`write_object`]): `int tcc_LIB_NAME(const
+//!   T* A, size_t A_len, ..., T* C, size_t C_len)`, which validates every pointer and
+//!   length first (see `book/src/abi.md`), `const char* tcc_LIB_last_error(void)`
+//!   (reading a thread-local of this module only) and `const char*
+//!   tcc_LIB_version(void)`. The `__body`/`__argv` functions are then hidden.
 //!
 //! Statements become loops over the indices their enclosing LIR loops leave free.
 //! A binary contraction big enough to pay for packing becomes a call of the
@@ -27,7 +29,7 @@ use super::lower::unit_flops;
 use crate::lir::fusion::fusible;
 use crate::lir::{Buffer, LoopNest, Node};
 use crate::pipeline::PipelineOptions;
-use crate::sema::hir::{ElemType, Func, Hir, IndexId, Role, Stmt, TensorId, UnitId};
+use crate::sema::hir::{ElemType, Func, Hir, IndexId, RangeId, Role, Stmt, TensorId, UnitId};
 use crate::tensor::Dense;
 use inkwell::attributes::AttributeLoc;
 use inkwell::builder::{Builder, BuilderError};
@@ -47,8 +49,10 @@ use std::path::Path;
 mod gett;
 pub mod jit_lib;
 mod loops;
+mod sizes;
 
 use gett::GettPlan;
+use sizes::Poly;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -69,7 +73,8 @@ fn err(s: impl Into<String>) -> CodegenError {
 pub struct Options {
     /// LLVM CPU name (`skylake-avx512`, `x86-64`, ...); `None` or `native`: the host.
     pub target_cpu: Option<String>,
-    /// Also emit the validated C-ABI entry points and `tcc_last_error`.
+    /// Also emit the validated C-ABI entry points, `tcc_LIB_last_error` and
+    /// `tcc_LIB_version`, for the library named `tcc` ([`write_object`] names it).
     pub c_abi: bool,
     /// Bytes of temporaries the fused nests may keep live at once: the least fused
     /// nest that fits is compiled (whole contractions map to large GEMMs). `None`:
@@ -82,6 +87,11 @@ pub struct Options {
     /// Loop nests of at least this many iterations run on the thread pool; `None`:
     /// [`PARALLEL_MIN_ITERATIONS`] (tests lower it).
     pub parallel_min: Option<f64>,
+    /// Ranges whose sizes the generated functions take as arguments (in this
+    /// order, before the tensors): their sizes in the HIR are only assumptions,
+    /// used for choices that do not change values (loop order, threads, GETT or
+    /// loops, blocking). Empty: every size is a compile-time constant.
+    pub runtime_ranges: Vec<RangeId>,
 }
 
 /// The default temporary-memory budget of compiled code: 2 GiB.
@@ -95,8 +105,23 @@ pub struct UnitCode {
     /// Inputs then outputs: the pointer arguments, in order.
     pub args: Vec<TensorId>,
     pub n_inputs: usize,
-    /// Floating-point operations of one run (see [`unit_flops`]).
+    /// Floating-point operations of one run (see [`unit_flops`]); with run-time
+    /// sizes, at the assumed sizes.
     pub flops: f64,
+    /// The run-time ranges the unit uses ([`Options::runtime_ranges`] it touches):
+    /// the size arguments, first, in this order.
+    pub sizes: Vec<RangeId>,
+}
+
+/// The run-time ranges among the dimensions of the tensors unit `u` of the
+/// prepared program touches (temporaries included), in `runtime`'s order.
+fn unit_sizes(prepared: &Hir, u: UnitId, runtime: &[RangeId]) -> Vec<RangeId> {
+    let mut used = std::collections::HashSet::new();
+    for s in &prepared.units[u].stmts {
+        used.extend(prepared.tensors[s.lhs.tensor].dims.iter().copied());
+        crate::sema::hir::collect_reads(&s.rhs, &mut |t| used.extend(prepared.tensors[t].dims.iter().copied()));
+    }
+    runtime.iter().copied().filter(|r| used.contains(r)).collect()
 }
 
 /// A module with its target machine and the program it was generated from.
@@ -274,6 +299,17 @@ pub fn compile<'ctx>(
     units: &[UnitId],
     opts: &Options,
 ) -> Result<Compiled<'ctx>, CodegenError> {
+    compile_lib(ctx, hir, units, opts, opts.c_abi.then_some("tcc"))
+}
+
+/// [`compile`], with the C ABI of library `lib` when it is `Some`.
+fn compile_lib<'ctx>(
+    ctx: &'ctx Context,
+    hir: &Hir,
+    units: &[UnitId],
+    opts: &Options,
+    lib: Option<&str>,
+) -> Result<Compiled<'ctx>, CodegenError> {
     let popts = PipelineOptions::with_mem_limit(Some(opts.mem_limit.unwrap_or(DEFAULT_MEM_LIMIT)));
     let prepared = crate::pipeline::prepare(hir, &popts);
     let nests = crate::pipeline::fuse(&prepared, units, &popts);
@@ -298,10 +334,12 @@ pub fn compile<'ctx>(
         uk: HashMap::new(),
         bufs: HashMap::new(),
         strides: HashMap::new(),
+        runtime: opts.runtime_ranges.clone(),
+        size_vals: HashMap::new(),
         bound: HashMap::new(),
         func: None,
         counter: 0,
-        c_abi: opts.c_abi,
+        c_abi: lib.is_some(),
         gemm_min: opts.gemm_min,
         parallel_min: opts.parallel_min.unwrap_or(PARALLEL_MIN_ITERATIONS),
         extents: HashMap::new(),
@@ -309,23 +347,22 @@ pub fn compile<'ctx>(
     };
     let mut codes = Vec::new();
     for (&u, nest) in units.iter().zip(&nests) {
-        // The argument order is the source program's (the optimizer may reorder reads).
-        let inputs = hir.unit_inputs(u);
-        let outputs = hir.unit_outputs(u);
-        let mut args = inputs.clone();
-        args.extend(outputs.iter().copied());
+        // The ABI's argument order, from the source program (the optimizer may
+        // reorder reads): declaration order, not order of use.
+        let (args, n_inputs) = super::cabi::abi_args(hir, u);
         let code = UnitCode {
             unit: u,
             name: prepared.units[u].name.clone(),
             args,
-            n_inputs: inputs.len(),
+            n_inputs,
             flops: unit_flops(&prepared, u),
+            sizes: unit_sizes(&prepared, u, &opts.runtime_ranges),
         };
         g.unit(nest, &code)?;
         codes.push(code);
     }
-    if opts.c_abi {
-        g.c_abi(&codes)?;
+    if let Some(lib) = lib {
+        g.c_abi(&codes, lib)?;
     }
     module.verify().map_err(|e| err(format!("LLVM rejected the generated module: {}", e.to_string())))?;
     let pbo = PassBuilderOptions::create();
@@ -345,11 +382,18 @@ pub fn emit_llvm(hir: &Hir, units: &[UnitId], opts: &Options) -> Result<String, 
     Ok(c.module.print_to_string().to_string())
 }
 
-/// Writes the object file of `units` with the C ABI.
-pub fn write_object(hir: &Hir, units: &[UnitId], opts: &Options, path: &Path) -> Result<Vec<UnitCode>, CodegenError> {
+/// Writes the object file of `units` with the C ABI of library `lib` (symbols
+/// `tcc_LIB_...`, see [`super::cabi`]).
+pub fn write_object(
+    hir: &Hir,
+    units: &[UnitId],
+    opts: &Options,
+    lib: &str,
+    path: &Path,
+) -> Result<Vec<UnitCode>, CodegenError> {
     let ctx = Context::create();
     let opts = Options { c_abi: true, ..opts.clone() };
-    let c = compile(&ctx, hir, units, &opts)?;
+    let c = compile_lib(&ctx, hir, units, &opts, Some(lib))?;
     c.machine.write_to_file(&c.module, FileType::Object, path).map_err(|e| err(format!("LLVM: {}", e.to_string())))?;
     Ok(c.units)
 }
@@ -394,9 +438,29 @@ pub fn jit_run(
     opts: &Options,
     repeat: usize,
 ) -> Result<JitRun, CodegenError> {
+    jit_run_sized(hir, unit, &std::collections::BTreeMap::new(), inputs, opts, repeat)
+}
+
+/// [`jit_run`] with the ranges of `sizes` compiled as runtime ranges (their sizes
+/// in `hir` are the assumptions) and run at the given sizes (each ≥ 1): inputs and
+/// outputs have the shapes those sizes give.
+pub fn jit_run_sized(
+    hir: &Hir,
+    unit: UnitId,
+    sizes: &std::collections::BTreeMap<RangeId, usize>,
+    inputs: &HashMap<TensorId, Dense>,
+    opts: &Options,
+    repeat: usize,
+) -> Result<JitRun, CodegenError> {
+    if let Some((r, _)) = sizes.iter().find(|(_, &n)| n == 0) {
+        return Err(err(format!("size of range `{}` must be at least 1", hir.ranges[*r].name)));
+    }
+    let shape = |t: TensorId| -> Vec<usize> {
+        hir.tensors[t].dims.iter().map(|r| sizes.get(r).copied().unwrap_or(hir.ranges[*r].size)).collect()
+    };
     let t0 = std::time::Instant::now();
     let ctx = Context::create();
-    let opts = Options { c_abi: false, ..opts.clone() };
+    let opts = Options { c_abi: false, runtime_ranges: sizes.keys().copied().collect(), ..opts.clone() };
     let c = compile(&ctx, hir, &[unit], &opts)?;
     let code = c.units[0].clone();
     let ee: ExecutionEngine = c
@@ -411,12 +475,14 @@ pub fn jit_run(
     let addr =
         ee.get_function_address(&format!("tcc_{}__argv", code.name)).map_err(|e| err(format!("LLVM JIT: {e:?}")))?;
     let compile_s = t0.elapsed().as_secs_f64();
-    // SAFETY: the generated function takes an array of one pointer per argument.
-    let f: unsafe extern "C" fn(*const *mut u8) -> i32 = unsafe { std::mem::transmute(addr) };
+    // SAFETY: the generated function takes an array of one pointer per argument
+    // and one of the runtime sizes.
+    let f: unsafe extern "C" fn(*const *mut u8, *const i64) -> i32 = unsafe { std::mem::transmute(addr) };
+    let size_args: Vec<i64> = code.sizes.iter().map(|r| sizes[r] as i64).collect();
 
     let mut storage = Vec::new();
     for (k, &t) in code.args.iter().enumerate() {
-        let n = hir.num_elements(t).ok_or_else(|| err("tensor too large"))?;
+        let n = crate::tensor::checked_len(&hir.tensors[t].name, &shape(t)).map_err(|e| err(e.to_string()))?;
         let elem = hir.tensors[t].elem;
         let data: Vec<f64> = if k < code.n_inputs {
             let d = inputs.get(&t).ok_or_else(|| err(format!("no value for input `{}`", hir.tensors[t].name)))?;
@@ -441,7 +507,7 @@ pub fn jit_run(
     for _ in 0..repeat.max(1) {
         let t = std::time::Instant::now();
         // SAFETY: every buffer has its tensor's declared number of elements.
-        let rc = unsafe { f(ptrs.as_ptr()) };
+        let rc = unsafe { f(ptrs.as_ptr(), size_args.as_ptr()) };
         best = best.min(t.elapsed().as_secs_f64());
         if rc != 0 {
             return Err(err("the generated code could not allocate its temporaries"));
@@ -449,7 +515,7 @@ pub fn jit_run(
     }
     let mut outputs = HashMap::new();
     for (k, &t) in code.args.iter().enumerate().skip(code.n_inputs) {
-        outputs.insert(t, Dense::from_vec(hir.shape(t), storage[k].to_f64()));
+        outputs.insert(t, Dense::from_vec(shape(t), storage[k].to_f64()));
     }
     drop(ee);
     Ok(JitRun { outputs, compile_s, run_s: best, flops: code.flops })
@@ -490,7 +556,11 @@ struct Gen<'a, 'ctx> {
     /// Buffer pointer of each tensor in the current unit.
     bufs: HashMap<TensorId, PointerValue<'ctx>>,
     /// Stride of each position of each tensor's buffer (0 where fixed by a loop).
-    strides: HashMap<TensorId, Vec<u64>>,
+    strides: HashMap<TensorId, Vec<Poly>>,
+    /// The runtime ranges (see [`Options::runtime_ranges`]) and their sizes as
+    /// values of the function being generated.
+    runtime: Vec<RangeId>,
+    size_vals: HashMap<RangeId, IntValue<'ctx>>,
     bound: HashMap<IndexId, IntValue<'ctx>>,
     func: Option<FunctionValue<'ctx>>,
     counter: usize,
@@ -498,7 +568,7 @@ struct Gen<'a, 'ctx> {
     gemm_min: Option<f64>,
     parallel_min: f64,
     /// Extents of loops that stand for several collapsed indices (see `collapse`).
-    extents: HashMap<IndexId, u64>,
+    extents: HashMap<IndexId, Poly>,
     /// Inside a parallel sum's chunk: the written tensor and the chunk's private
     /// accumulator that replaces its (single) element.
     acc_slot: Option<(TensorId, PointerValue<'ctx>)>,
@@ -506,8 +576,28 @@ struct Gen<'a, 'ctx> {
 
 use super::lower::Operand;
 
-fn position_strides(hir: &Hir, b: &Buffer) -> Vec<u64> {
-    b.position_strides(hir).into_iter().map(|s| s as u64).collect()
+/// For each dimension of the buffer's tensor: its element stride (row-major over
+/// the stored dimensions; zero for a dimension fixed by a loop), in runtime sizes.
+fn position_strides(hir: &Hir, runtime: &[RangeId], b: &Buffer) -> Vec<Poly> {
+    let dims = &hir.tensors[b.tensor].dims;
+    let mut strides = vec![Poly::zero(); dims.len()];
+    let mut s = Poly::constant(1);
+    for &p in b.stored.iter().rev() {
+        strides[p] = s.clone();
+        s = s.mul(&Poly::range(hir, runtime, dims[p]));
+    }
+    strides
+}
+
+/// Elements of the buffer: the product of its stored extents, in runtime sizes.
+fn buffer_elements(hir: &Hir, runtime: &[RangeId], b: &Buffer) -> Poly {
+    let dims = &hir.tensors[b.tensor].dims;
+    b.stored.iter().fold(Poly::constant(1), |acc, &p| acc.mul(&Poly::range(hir, runtime, dims[p])))
+}
+
+/// Elements of a whole tensor, in runtime sizes.
+fn tensor_elements(hir: &Hir, runtime: &[RangeId], t: TensorId) -> Poly {
+    hir.tensors[t].dims.iter().fold(Poly::constant(1), |acc, &r| acc.mul(&Poly::range(hir, runtime, r)))
 }
 
 impl<'a, 'ctx> Gen<'a, 'ctx> {
@@ -519,6 +609,36 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     }
     fn i64c(&self, v: u64) -> IntValue<'ctx> {
         self.ctx.i64_type().const_int(v, false)
+    }
+
+    /// The value of `p` with the current function's runtime sizes (a constant when
+    /// `p` depends on none).
+    fn poly_value(&self, p: &Poly) -> Result<IntValue<'ctx>, CodegenError> {
+        if let Some(c) = p.as_const() {
+            return Ok(self.i64c(c));
+        }
+        let mut sum: Option<IntValue<'ctx>> = None;
+        for (ranges, c) in p.terms() {
+            let mut m: Option<IntValue<'ctx>> = (c != 1 || ranges.is_empty()).then(|| self.i64c(c));
+            for r in ranges {
+                let v = *self.size_vals.get(r).ok_or_else(|| err("internal: a runtime size is not available here"))?;
+                m = Some(match m {
+                    None => v,
+                    Some(x) => self.b.build_int_mul(x, v, "sz")?,
+                });
+            }
+            let m = m.expect("a monomial has a factor");
+            sum = Some(match sum {
+                None => m,
+                Some(x) => self.b.build_int_add(x, m, "sz")?,
+            });
+        }
+        Ok(sum.expect("a non-constant polynomial has a term"))
+    }
+
+    /// The size of index `i`'s range, in runtime sizes.
+    fn index_poly(&self, i: IndexId) -> Poly {
+        Poly::index(self.hir, &self.runtime, i)
     }
     fn name(&mut self, base: &str) -> String {
         self.counter += 1;
@@ -539,10 +659,10 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         self.func.expect("inside a function")
     }
 
-    /// `for i in 0..extent { body(i) }` (extent ≥ 1).
+    /// `for i in 0..extent { body(i) }` (extent ≥ 1: runtime sizes are checked at entry).
     fn build_loop(
         &mut self,
-        extent: u64,
+        extent: IntValue<'ctx>,
         body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>,
     ) -> Result<(), CodegenError> {
         self.build_loop_hinted(extent, false, body)
@@ -553,7 +673,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     /// loop is then vectorized like `-ffast-math` would).
     fn build_loop_hinted(
         &mut self,
-        extent: u64,
+        extent: IntValue<'ctx>,
         vectorize: bool,
         body: &mut dyn FnMut(&mut Self, IntValue<'ctx>) -> Result<(), CodegenError>,
     ) -> Result<(), CodegenError> {
@@ -570,7 +690,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let next = self.b.build_int_add(i, self.i64c(1), "i.next")?;
         let latch = self.b.get_insert_block().expect("positioned");
         phi.add_incoming(&[(&next, latch)]);
-        let cond = self.b.build_int_compare(IntPredicate::ULT, next, self.i64c(extent), "i.cond")?;
+        let cond = self.b.build_int_compare(IntPredicate::ULT, next, extent, "i.cond")?;
         let br = self.b.build_conditional_branch(cond, head, exit)?;
         if vectorize {
             self.mark_vectorize(br);
@@ -616,11 +736,12 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let st = &self.strides[&t];
         let mut off = self.i64c(0);
         for (p, &i) in indices.iter().enumerate() {
-            if st[p] == 0 {
+            if st[p].is_zero() {
                 continue;
             }
             let v = self.bound[&i];
-            let term = if st[p] == 1 { v } else { self.b.build_int_mul(v, self.i64c(st[p]), "o")? };
+            let term =
+                if st[p].as_const() == Some(1) { v } else { self.b.build_int_mul(v, self.poly_value(&st[p])?, "o")? };
             off = self.b.build_int_add(off, term, "o")?;
         }
         Ok(off)
@@ -631,11 +752,11 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let st = &self.strides[&t];
         let mut off = self.i64c(0);
         for (p, &i) in indices.iter().enumerate() {
-            if st[p] == 0 {
+            if st[p].is_zero() {
                 continue;
             }
             if let Some(&v) = self.bound.get(&i) {
-                let term = self.b.build_int_mul(v, self.i64c(st[p]), "o")?;
+                let term = self.b.build_int_mul(v, self.poly_value(&st[p])?, "o")?;
                 off = self.b.build_int_add(off, term, "o")?;
             }
         }
@@ -661,22 +782,33 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     fn unit(&mut self, nest: &LoopNest, code: &UnitCode) -> Result<(), CodegenError> {
         let hir = self.hir;
         let i32t = self.ctx.i32_type();
-        let params: Vec<BasicMetadataTypeEnum> =
-            code.args.iter().map(|&t| self.ft(hir.tensors[t].elem).ptr_type(AddressSpace::default()).into()).collect();
+        let i64t = self.ctx.i64_type();
+        // Runtime sizes first (each ≥ 1, checked by the callers), then the tensors.
+        let n_sizes = code.sizes.len();
+        let mut params: Vec<BasicMetadataTypeEnum> = vec![i64t.into(); n_sizes];
+        params.extend(
+            code.args
+                .iter()
+                .map(|&t| BasicMetadataTypeEnum::from(self.ft(hir.tensors[t].elem).ptr_type(AddressSpace::default()))),
+        );
         let body = self.module.add_function(&format!("tcc_{}__body", code.name), i32t.fn_type(&params, false), None);
         self.set_target_attrs(body);
         let noalias = inkwell::attributes::Attribute::get_named_enum_kind_id("noalias");
         for k in 0..code.args.len() {
-            body.add_attribute(AttributeLoc::Param(k as u32), self.ctx.create_enum_attribute(noalias, 0));
+            body.add_attribute(AttributeLoc::Param((n_sizes + k) as u32), self.ctx.create_enum_attribute(noalias, 0));
         }
         self.func = Some(body);
         self.bufs.clear();
         self.strides.clear();
         self.bound.clear();
+        self.size_vals.clear();
         let entry = self.ctx.append_basic_block(body, "entry");
         self.b.position_at_end(entry);
+        for (k, &r) in code.sizes.iter().enumerate() {
+            self.size_vals.insert(r, body.get_nth_param(k as u32).expect("size").into_int_value());
+        }
         for (k, &t) in code.args.iter().enumerate() {
-            let p = body.get_nth_param(k as u32).expect("param").into_pointer_value();
+            let p = body.get_nth_param((n_sizes + k) as u32).expect("param").into_pointer_value();
             self.bufs.insert(t, p);
         }
         for (&t, buf) in &nest.buffers {
@@ -686,7 +818,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             {
                 return Err(err(format!("internal: output `{}` is sliced", hir.tensors[t].name)));
             }
-            self.strides.insert(t, position_strides(hir, buf));
+            self.strides.insert(t, position_strides(hir, &self.runtime, buf));
         }
         // Temporaries: calloc'd (zero, as the interpreter's), freed at the end.
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
@@ -699,7 +831,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 continue;
             }
             let elem = hir.tensors[t].elem;
-            let n = self.i64c(buf.elements.max(1) as u64);
+            let n = self.poly_value(&buffer_elements(hir, &self.runtime, buf))?;
             let sz = self.i64c(elem.size_bytes() as u64);
             let raw = self
                 .b
@@ -745,13 +877,22 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
 
         // The argv entry point.
         let pp = i8p.ptr_type(AddressSpace::default());
-        let argv =
-            self.module.add_function(&format!("tcc_{}__argv", code.name), i32t.fn_type(&[pp.into()], false), None);
+        let i64p = i64t.ptr_type(AddressSpace::default());
+        let argv = self.module.add_function(
+            &format!("tcc_{}__argv", code.name),
+            i32t.fn_type(&[pp.into(), i64p.into()], false),
+            None,
+        );
         self.set_target_attrs(argv);
         let e = self.ctx.append_basic_block(argv, "entry");
         self.b.position_at_end(e);
         let base = argv.get_nth_param(0).expect("argv").into_pointer_value();
+        let sizes = argv.get_nth_param(1).expect("sizes").into_pointer_value();
         let mut args: Vec<BasicMetadataValueEnum> = Vec::new();
+        for k in 0..n_sizes {
+            let slot = unsafe { self.b.build_in_bounds_gep(sizes, &[self.i64c(k as u64)], "szslot")? };
+            args.push(self.b.build_load(slot, "size")?.into());
+        }
         for (k, &t) in code.args.iter().enumerate() {
             let slot = unsafe { self.b.build_in_bounds_gep(base, &[self.i64c(k as u64)], "slot")? };
             let raw = self.b.build_load(slot, "arg")?.into_pointer_value();
@@ -789,7 +930,8 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                         continue;
                     }
                     let index = *index;
-                    self.build_loop(*extent as u64, &mut |g, i| {
+                    let n = self.poly_value(&self.index_poly(index))?;
+                    self.build_loop(n, &mut |g, i| {
                         g.bound.insert(index, i);
                         g.nodes(body, unit)?;
                         g.bound.remove(&index);
@@ -816,14 +958,18 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     }
 
     fn zero_all(&mut self, t: TensorId) -> Result<(), CodegenError> {
-        let n: u64 = {
+        let n: Poly = {
             let st = &self.strides[&t];
-            let shape = self.hir.shape(t);
-            st.iter().zip(&shape).filter(|(s, _)| **s > 0).map(|(_, &n)| n as u64).product()
+            let dims = &self.hir.tensors[t].dims;
+            st.iter()
+                .zip(dims)
+                .filter(|(s, _)| !s.is_zero())
+                .fold(Poly::constant(1), |acc, (_, &r)| acc.mul(&Poly::range(self.hir, &self.runtime, r)))
         };
-        if n == 0 {
+        if n.is_zero() {
             return Ok(());
         }
+        let n = self.poly_value(&n)?;
         let zero = self.ft(self.hir.tensors[t].elem).const_zero();
         self.build_loop(n, &mut |g, i| {
             let p = g.elem_ptr(t, i)?;
@@ -837,7 +983,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let free: Vec<IndexId> = idx
             .iter()
             .enumerate()
-            .filter(|(p, i)| self.strides[&t][*p] > 0 && !self.bound.contains_key(i))
+            .filter(|(p, i)| !self.strides[&t][*p].is_zero() && !self.bound.contains_key(i))
             .map(|(_, &i)| i)
             .collect();
         if free.iter().any(|&i| self.hir.index_size(i) == 0) {
@@ -857,29 +1003,61 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     // C ABI
     // --------------------------------------------------------------------------
 
-    fn c_abi(&mut self, codes: &[UnitCode]) -> Result<(), CodegenError> {
+    /// Whether the element count or byte size of tensor `t`, at the runtime sizes
+    /// of the current function, exceeds `isize::MAX`.
+    fn elements_overflow(&self, t: TensorId) -> Result<IntValue<'ctx>, CodegenError> {
+        let i64t = self.ctx.i64_type();
+        let umul = Intrinsic::find("llvm.umul.with.overflow")
+            .and_then(|i| i.get_declaration(self.module, &[i64t.into()]))
+            .ok_or_else(|| err("LLVM intrinsic llvm.umul.with.overflow not found"))?;
+        let tensor = &self.hir.tensors[t];
+        let mut n = self.i64c(tensor.elem.size_bytes() as u64);
+        let mut over = self.ctx.bool_type().const_zero();
+        for &r in &tensor.dims {
+            let d = self.poly_value(&Poly::range(self.hir, &self.runtime, r))?;
+            let res = self.b.build_call(umul, &[n.into(), d.into()], "mul")?.try_as_basic_value().left().expect("pair");
+            let res = res.into_struct_value();
+            n = self.b.build_extract_value(res, 0, "n")?.into_int_value();
+            let o = self.b.build_extract_value(res, 1, "o")?.into_int_value();
+            over = self.b.build_or(over, o, "over")?;
+        }
+        let big = self.b.build_int_compare(IntPredicate::UGT, n, self.i64c(isize::MAX as u64), "big")?;
+        Ok(self.b.build_or(over, big, "toolarge")?)
+    }
+
+    fn c_abi(&mut self, codes: &[UnitCode], lib: &str) -> Result<(), CodegenError> {
+        use super::cabi::{last_error_symbol, symbol, version_string, version_symbol};
         let hir = self.hir;
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
         let i32t = self.ctx.i32_type();
         let i64t = self.ctx.i64_type();
+        // The last error: thread-local and internal, so private to this library.
         let err_g = self.module.add_global(i8p, None, "tcc_last_error_message");
         err_g.set_initializer(&i8p.const_null());
         err_g.set_thread_local(true);
         err_g.set_linkage(Linkage::Internal);
-        let last = self.module.add_function("tcc_last_error", i8p.fn_type(&[], false), None);
+        let last = self.module.add_function(&last_error_symbol(lib), i8p.fn_type(&[], false), None);
         self.set_target_attrs(last);
         let e = self.ctx.append_basic_block(last, "entry");
         self.b.position_at_end(e);
         let v = self.b.build_load(err_g.as_pointer_value(), "msg")?;
         self.b.build_return(Some(&v))?;
+        let ver = self.module.add_function(&version_symbol(lib), i8p.fn_type(&[], false), None);
+        self.set_target_attrs(ver);
+        let e = self.ctx.append_basic_block(ver, "entry");
+        self.b.position_at_end(e);
+        let s = self.b.build_global_string_ptr(&version_string(), "tcc_version_string")?;
+        self.b.build_return(Some(&s.as_pointer_value()))?;
 
         for code in codes {
-            let mut params: Vec<BasicMetadataTypeEnum> = Vec::new();
+            let n_sizes = code.sizes.len();
+            let mut params: Vec<BasicMetadataTypeEnum> = vec![i64t.into(); n_sizes];
             for &t in &code.args {
                 params.push(self.ft(hir.tensors[t].elem).ptr_type(AddressSpace::default()).into());
                 params.push(i64t.into());
             }
-            let f = self.module.add_function(&format!("tcc_{}", code.name), i32t.fn_type(&params, false), None);
+            let sym = symbol(lib, &code.name);
+            let f = self.module.add_function(&sym, i32t.fn_type(&params, false), None);
             self.set_target_attrs(f);
             self.func = Some(f);
             let entry = self.ctx.append_basic_block(f, "entry");
@@ -895,43 +1073,82 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 g.b.position_at_end(good);
                 Ok(())
             };
+            // Runtime sizes: each at least 1, and no tensor of the unit (temporaries
+            // included) with an element count or byte size beyond isize::MAX.
+            self.size_vals.clear();
+            for (k, &r) in code.sizes.iter().enumerate() {
+                let v = f.get_nth_param(k as u32).expect("size").into_int_value();
+                self.size_vals.insert(r, v);
+                let zero = self.b.build_int_compare(IntPredicate::EQ, v, i64t.const_zero(), "zero")?;
+                let name = &hir.ranges[r].name;
+                fail(self, zero, &format!("{sym}: size_{name} (the size of range `{name}`) must be at least 1"), 5)?;
+            }
+            if !code.sizes.is_empty() {
+                let mut tensors: Vec<TensorId> = Vec::new();
+                for s in &hir.units[code.unit].stmts {
+                    tensors.push(s.lhs.tensor);
+                    crate::sema::hir::collect_reads(&s.rhs, &mut |t| tensors.push(t));
+                }
+                tensors.sort_unstable();
+                tensors.dedup();
+                for t in tensors {
+                    let over = self.elements_overflow(t)?;
+                    let msg = format!("{sym}: the sizes make `{}` larger than the address space", hir.tensors[t].name);
+                    fail(self, over, &msg, 5)?;
+                }
+            }
             let mut ptrs = Vec::new();
             for (k, &t) in code.args.iter().enumerate() {
-                let p = f.get_nth_param(2 * k as u32).expect("ptr").into_pointer_value();
-                let len = f.get_nth_param(2 * k as u32 + 1).expect("len").into_int_value();
+                let p = f.get_nth_param((n_sizes + 2 * k) as u32).expect("ptr").into_pointer_value();
+                let len = f.get_nth_param((n_sizes + 2 * k + 1) as u32).expect("len").into_int_value();
                 let tensor = &hir.tensors[t];
-                let n = hir.num_elements(t).unwrap_or(usize::MAX) as u64;
-                let shape = hir.shape(t).iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+                let elements = tensor_elements(hir, &self.runtime, t);
+                let n = self.poly_value(&elements)?;
+                let dims: Vec<String> = tensor
+                    .dims
+                    .iter()
+                    .map(|&r| {
+                        if self.runtime.contains(&r) {
+                            hir.ranges[r].name.clone()
+                        } else {
+                            hir.ranges[r].size.to_string()
+                        }
+                    })
+                    .collect();
+                let count = match elements.as_const() {
+                    Some(c) => c.to_string(),
+                    None => format!("{} (for the sizes given)", dims.join("·")),
+                };
                 let isn = self.b.build_is_null(p, "null")?;
                 let nonempty = self.b.build_int_compare(IntPredicate::NE, len, i64t.const_zero(), "ne")?;
                 let bad_null = self.b.build_and(isn, nonempty, "badnull")?;
-                let _ = n;
-                fail(self, bad_null, &format!("tcc_{}: argument `{}` is a null pointer", code.name, tensor.name), 1)?;
-                let wrong = self.b.build_int_compare(IntPredicate::NE, len, i64t.const_int(n, false), "badlen")?;
+                fail(self, bad_null, &format!("{sym}: argument `{}` is a null pointer", tensor.name), 1)?;
+                let wrong = self.b.build_int_compare(IntPredicate::NE, len, n, "badlen")?;
                 fail(
                     self,
                     wrong,
                     &format!(
-                        "tcc_{}: argument `{}` ({}[{shape}]) must have {n} elements (its `{}_len`)",
-                        code.name,
+                        "{sym}: argument `{}` ({}[{}]) must have {count} elements (its `{}_len`)",
                         tensor.name,
                         tensor.elem.name(),
+                        dims.join(", "),
                         tensor.name
                     ),
                     2,
                 )?;
                 let addr = self.b.build_ptr_to_int(p, i64t, "addr")?;
-                let end =
-                    self.b.build_int_add(addr, i64t.const_int(n * tensor.elem.size_bytes() as u64, false), "end")?;
-                ptrs.push((p, addr, end, k >= code.n_inputs, t, n));
+                let bytes = self.b.build_int_mul(n, i64t.const_int(tensor.elem.size_bytes() as u64, false), "bytes")?;
+                let end = self.b.build_int_add(addr, bytes, "end")?;
+                let empty = elements.as_const() == Some(0);
+                ptrs.push((p, addr, end, k >= code.n_inputs, t, empty));
             }
             // An output must not overlap any other argument.
-            for (x, &(_, ax, ex, out_x, tx, nx)) in ptrs.iter().enumerate() {
-                if !out_x || nx == 0 {
+            for (x, &(_, ax, ex, out_x, tx, empty_x)) in ptrs.iter().enumerate() {
+                if !out_x || empty_x {
                     continue;
                 }
-                for (y, &(_, ay, ey, _, ty, ny)) in ptrs.iter().enumerate() {
-                    if x == y || ny == 0 {
+                for (y, &(_, ay, ey, _, ty, empty_y)) in ptrs.iter().enumerate() {
+                    if x == y || empty_y {
                         continue;
                     }
                     let c1 = self.b.build_int_compare(IntPredicate::ULT, ax, ey, "o1")?;
@@ -941,18 +1158,20 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                         self,
                         ov,
                         &format!(
-                            "tcc_{}: output `{}` overlaps argument `{}`",
-                            code.name, hir.tensors[tx].name, hir.tensors[ty].name
+                            "{sym}: output `{}` overlaps argument `{}`",
+                            hir.tensors[tx].name, hir.tensors[ty].name
                         ),
                         3,
                     )?;
                 }
             }
             let body = self.module.get_function(&format!("tcc_{}__body", code.name)).expect("body generated");
-            let args: Vec<BasicMetadataValueEnum> = ptrs.iter().map(|p| p.0.into()).collect();
+            let mut args: Vec<BasicMetadataValueEnum> =
+                (0..n_sizes).map(|k| f.get_nth_param(k as u32).expect("size").into()).collect();
+            args.extend(ptrs.iter().map(|p| BasicMetadataValueEnum::from(p.0)));
             let r = self.b.build_call(body, &args, "r")?.try_as_basic_value().left().expect("i32").into_int_value();
             let oom = self.b.build_int_compare(IntPredicate::NE, r, i32t.const_zero(), "oom")?;
-            fail(self, oom, &format!("tcc_{}: out of memory for temporaries", code.name), 4)?;
+            fail(self, oom, &format!("{sym}: out of memory for temporaries"), 4)?;
             self.b.build_store(err_g.as_pointer_value(), i8p.const_null())?;
             self.b.build_return(Some(&i32t.const_zero()))?;
             self.func = None;

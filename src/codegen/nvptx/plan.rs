@@ -603,10 +603,8 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
     let mut kernels = Vec::new();
     let mut plans = Vec::new();
     for (&u, nest) in units.iter().zip(&nests) {
-        let inputs = hir.unit_inputs(u);
-        let outputs = hir.unit_outputs(u);
-        let mut args = inputs.clone();
-        args.extend(outputs.iter().copied());
+        // The CPU library's argument order (declaration order).
+        let (args, n_inputs) = crate::codegen::cabi::abi_args(hir, u);
         let mut buffers = Vec::new();
         let mut strides = HashMap::new();
         for (&t, b) in &nest.buffers {
@@ -631,7 +629,7 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
             unit: u,
             name: prepared.units[u].name.clone(),
             args,
-            n_inputs: inputs.len(),
+            n_inputs,
             buffers,
             steps,
             flops: unit_flops(&prepared, u),
