@@ -71,36 +71,30 @@ fn diagnostics_to_py(py: Python<'_>, diags: &[tcc::diag::Diagnostic], src: &str)
     Ok(list.unbind())
 }
 
-/// Applies `sizes=` (range name → size).
-///
-/// This build has no runtime ranges yet (`range O;` with its size given at run
-/// time): a size is accepted only when it equals the declared one.
+/// Applies `sizes=` (range name → size): run-time ranges (`range O;`) take their
+/// size here (all of them must get one); a fixed range may be named with its own
+/// size. Errors are `TccError`s with the diagnostic's `code` and `hint`.
 fn bind_sizes(py: Python<'_>, hir: Hir, sizes: &BTreeMap<String, usize>) -> PyResult<Hir> {
-    for (name, &n) in sizes {
-        match hir.ranges.iter().find(|r| &r.name == name) {
-            None => {
-                let known: Vec<&str> = hir.ranges.iter().map(|r| r.name.as_str()).collect();
-                return Err(raise(
-                    py,
-                    "TccError",
-                    format!("sizes: no range `{name}` in the program (its ranges: {})", known.join(", ")),
-                ));
+    tcc::sema::sizes::bind_all_sizes(&hir, sizes).map_err(|e| {
+        let message = e.message.replace("`--size ", "`sizes: ");
+        let hint = match e.code {
+            "E0745" => {
+                let names: Vec<String> =
+                    hir.runtime_ranges().iter().map(|&r| format!("{:?}: ...", hir.ranges[r].name)).collect();
+                Some(format!("pass sizes={{{}}} to tcc.compile", names.join(", ")))
             }
-            Some(r) if r.size == n => {}
-            Some(r) => {
-                return Err(raise(
-                    py,
-                    "TccError",
-                    format!(
-                        "sizes: range `{name}` has the fixed size {} in the source, not {n}; this build of tcc \
-                         has no runtime ranges (`range {name};` with the size given at run time)",
-                        r.size
-                    ),
-                ))
-            }
-        }
-    }
-    Ok(hir)
+            _ => e.hint.clone(),
+        };
+        let text = match &hint {
+            Some(h) => format!("error[{}]: {message} (hint: {h})", e.code),
+            None => format!("error[{}]: {message}", e.code),
+        };
+        let err = raise(py, "TccError", text);
+        let v = err.value(py);
+        let _ = v.setattr("code", e.code);
+        let _ = v.setattr("hint", hint);
+        err
+    })
 }
 
 #[pyfunction]

@@ -59,7 +59,7 @@ class Library:
 
     ``lib.NAME(**arrays, copy=False)`` runs unit ``NAME``; ``lib["NAME"]`` does the
     same for names that are not Python identifiers. The unit formed by the file's
-    top-level statements is named after the file (``main`` for a string source).
+    top-level statements is ``main`` (as in ``tcc build`` libraries).
     Each callable has ``inputs`` and ``outputs`` (lists of dicts with ``name``,
     ``dtype``, ``shape``) and ``flops`` (per call).
     """
@@ -112,8 +112,10 @@ def compile(source_or_path, sizes: Optional[Dict[str, int]] = None, *, name: Opt
 
     ``source_or_path``: the program's text, or a path (``str`` without ``;`` or a
     newline, or any ``os.PathLike``) of a ``.tc`` file. ``sizes``: sizes of the
-    program's ranges by name (``{"O": 8}``). ``name``: the name of the unit formed
-    by the top-level statements (default: the file's stem, or ``main``).
+    program's ranges by name (``{"O": 8}``): every run-time range (``range O;``)
+    needs one; a fixed range may be named with its declared size. ``name``: the
+    name of the unit formed by the top-level statements (default ``main``, as in
+    libraries built by ``tcc build``).
 
     Raises :class:`CompileError` (with ``.diagnostics``) when the program has
     errors, :class:`TccError` for other failures.
@@ -124,15 +126,14 @@ def compile(source_or_path, sizes: Optional[Dict[str, int]] = None, *, name: Opt
         path = os.fspath(source_or_path)
         with open(path, encoding="utf-8") as f:
             source = f.read()
-        stem = os.path.splitext(os.path.basename(path))[0]
         file_name = path
     elif isinstance(source_or_path, str):
-        source, stem, file_name = source_or_path, "main", "<string>"
+        source, file_name = source_or_path, "<string>"
     else:
         raise TypeError(f"tcc.compile: expected a source string or a path, got {type(source_or_path).__name__}")
     if sizes is not None:
         sizes = {str(k): int(v) for k, v in dict(sizes).items()}
-    native = _native.compile(source, name or stem, sizes, file_name)
+    native = _native.compile(source, name or "main", sizes, file_name)
     names = [native.program(k).name for k in range(len(native))]
     warnings = [Diagnostic(**d) for d in native.warnings]
     return Library(native, names, warnings)

@@ -71,9 +71,10 @@ def test_compile_from_path(tmp_path):
     p.write_text(MATMUL.format(t="f64"))
     for arg in (p, str(p)):
         lib = tcc.compile(arg)
-        assert lib.programs == ["matmul"]  # named after the file
+        assert lib.programs == ["main"]  # the top-level statements, as in `tcc build` libraries
         A, B = np.ones((5, 7)), np.ones((7, 4))
-        np.testing.assert_array_equal(lib.matmul(A=A, B=B), np.full((5, 4), 7.0))
+        np.testing.assert_array_equal(lib.main(A=A, B=B), np.full((5, 4), 7.0))
+    assert tcc.compile(p, name="mm").programs == ["mm"]
     with pytest.raises(FileNotFoundError):
         tcc.compile(str(tmp_path / "missing.tc"))
 
@@ -241,12 +242,44 @@ def test_syntax_error_position():
     assert d.code.startswith("E00") and d.line >= 2
 
 
-def test_sizes_keyword():
+def test_sizes_keyword_fixed_range():
     src = "range N = 4; index n : N; input tensor x[n]; output tensor s; s = x[n];"
     lib = tcc.compile(src, sizes={"N": 4})  # equal to the declared size: accepted
     assert float(lib.main(x=np.arange(4.0))) == 6.0
-    with pytest.raises(tcc.TccError, match="no range `M`"):
+    with pytest.raises(tcc.TccError, match="no range named `M`") as e:
         tcc.compile(src, sizes={"M": 3})
+    assert e.value.code == "E0740"
+    with pytest.raises(tcc.TccError, match="declared with size 4") as e:
+        tcc.compile(src, sizes={"N": 5})
+    assert e.value.code == "E0741"
+
+
+RUNTIME = """
+range O; range V = 3;
+index i, j : O; index a : V;
+input tensor T[a,i]; input tensor S[a,j]; output tensor R[i,j];
+R[i,j] = T[a,i] * S[a,j];
+"""
+
+
+@pytest.mark.parametrize("o", [1, 5, 13])
+def test_runtime_ranges_bound_by_sizes(o):
+    lib = tcc.compile(RUNTIME, sizes={"O": o})
+    r = rng()
+    T, S = r.standard_normal((3, o)), r.standard_normal((3, o))
+    np.testing.assert_allclose(lib.main(T=T, S=S), np.einsum("ai,aj->ij", T, S), rtol=1e-12, atol=1e-12)
+    assert lib.main.inputs[0]["shape"] in [(3, o)]
+    with pytest.raises(tcc.ArgumentError, match="shape"):
+        lib.main(T=np.ones((3, o + 1)), S=S)
+
+
+def test_runtime_range_without_size():
+    with pytest.raises(tcc.TccError, match="sizes=") as e:
+        tcc.compile(RUNTIME)
+    assert e.value.code == "E0745"
+    with pytest.raises(tcc.TccError) as e:
+        tcc.compile(RUNTIME, sizes={"O": 0})
+    assert e.value.code == "E0742"
 
 
 def test_gil_released_threads():
