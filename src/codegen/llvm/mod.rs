@@ -47,6 +47,7 @@ use std::path::Path;
 
 /// A failure of the back end (LLVM refused something, linking failed, ...).
 mod gett;
+pub mod jit_lib;
 mod loops;
 mod sizes;
 

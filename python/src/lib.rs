@@ -1,0 +1,615 @@
+//! `tcc._native`: the extension module behind the `tcc` Python package.
+//!
+//! * `compile(source, name, sizes)` checks a program and JIT-compiles every unit
+//!   (programs and models) into one [`JitLibrary`] that stays loaded; it returns a
+//!   `NativeLibrary` whose `program(k)` objects are called with keyword arrays.
+//! * A call takes each input through the buffer protocol (numpy arrays, memoryviews,
+//!   `array.array`, ...) or DLPack (`__dlpack__`, via `numpy.from_dlpack`), checks
+//!   element type, exact shape and C-contiguity (or converts with `copy=True`),
+//!   allocates the outputs with `numpy.empty`, and runs the generated code on the
+//!   raw pointers with the GIL released.
+//! * `optimize_path(inputs, output, sizes)` exposes tcc's contraction-order search
+//!   (`tcc::tir::opmin::optimize_path`) for `tcc.contract_path`.
+//!
+//! Errors are raised as the classes of `tcc/errors.py` (`CompileError`,
+//! `ArgumentError`, `TccError`).
+
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use tcc::codegen::llvm::jit_lib::{jit_library, CallError, JitLibrary};
+use tcc::codegen::llvm::Options;
+use tcc::sema::hir::{ElemType, Hir, Role, UnitKind};
+
+// ---------------------------------------------------------------------------------
+// Exceptions (defined in Python: tcc/errors.py)
+// ---------------------------------------------------------------------------------
+
+fn error_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    py.import("tcc.errors")?.getattr(name)
+}
+
+fn raise(py: Python<'_>, class: &str, msg: String) -> PyErr {
+    match error_class(py, class).and_then(|c| c.call1((msg,))) {
+        Ok(e) => PyErr::from_value(e),
+        Err(e) => e,
+    }
+}
+
+fn arg_error(py: Python<'_>, msg: String) -> PyErr {
+    raise(py, "ArgumentError", msg)
+}
+
+// ---------------------------------------------------------------------------------
+// Compilation
+// ---------------------------------------------------------------------------------
+
+/// LLVM's global initialization and code generation run one at a time.
+static COMPILE_LOCK: Mutex<()> = Mutex::new(());
+
+fn diagnostics_to_py(py: Python<'_>, diags: &[tcc::diag::Diagnostic], src: &str) -> PyResult<Py<PyList>> {
+    let list = PyList::empty(py);
+    for d in diags {
+        let start = tcc::diag::line_col(src, d.primary.span.start);
+        let end = tcc::diag::line_col(src, d.primary.span.end);
+        let o = PyDict::new(py);
+        o.set_item("code", d.code)?;
+        o.set_item("severity", if d.is_error() { "error" } else { "warning" })?;
+        o.set_item("message", &d.message)?;
+        o.set_item("line", start.line)?;
+        o.set_item("column", start.column)?;
+        o.set_item("end_line", end.line)?;
+        o.set_item("end_column", end.column)?;
+        o.set_item("label", &d.primary.message)?;
+        o.set_item("hint", d.hint.as_deref())?;
+        list.append(o)?;
+    }
+    Ok(list.unbind())
+}
+
+/// Applies `sizes=` (range name → size): run-time ranges (`range O;`) take their
+/// size here (all of them must get one); a fixed range may be named with its own
+/// size. Errors are `TccError`s with the diagnostic's `code` and `hint`.
+fn bind_sizes(py: Python<'_>, hir: Hir, sizes: &BTreeMap<String, usize>) -> PyResult<Hir> {
+    tcc::sema::sizes::bind_all_sizes(&hir, sizes).map_err(|e| {
+        let message = e.message.replace("`--size ", "`sizes: ");
+        let hint = match e.code {
+            "E0745" => {
+                let names: Vec<String> =
+                    hir.runtime_ranges().iter().map(|&r| format!("{:?}: ...", hir.ranges[r].name)).collect();
+                Some(format!("pass sizes={{{}}} to tcc.compile", names.join(", ")))
+            }
+            _ => e.hint.clone(),
+        };
+        let text = match &hint {
+            Some(h) => format!("error[{}]: {message} (hint: {h})", e.code),
+            None => format!("error[{}]: {message}", e.code),
+        };
+        let err = raise(py, "TccError", text);
+        let v = err.value(py);
+        let _ = v.setattr("code", e.code);
+        let _ = v.setattr("hint", hint);
+        err
+    })
+}
+
+#[pyfunction]
+#[pyo3(signature = (source, name, sizes=None, file_name=None))]
+fn compile(
+    py: Python<'_>,
+    source: &str,
+    name: &str,
+    sizes: Option<BTreeMap<String, usize>>,
+    file_name: Option<&str>,
+) -> PyResult<NativeLibrary> {
+    let (hir, diags) = tcc::compile(source, name);
+    let hir = match hir {
+        Some(h) => h,
+        None => {
+            let fname = file_name.unwrap_or("<string>");
+            let text = tcc::diag::render(&diags, fname, source, false);
+            let list = diagnostics_to_py(py, &diags, source)?;
+            let e = error_class(py, "CompileError")?.call1((text, list))?;
+            return Err(PyErr::from_value(e));
+        }
+    };
+    let warnings = diagnostics_to_py(py, &diags, source)?;
+    let hir = bind_sizes(py, hir, &sizes.unwrap_or_default())?;
+    if hir.units.is_empty() {
+        return Err(raise(py, "TccError", "the program has no statements: nothing to compile".into()));
+    }
+    let opts = Options::default();
+    let lib = py.allow_threads(|| {
+        let _g = COMPILE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        jit_library(&hir, &[], &opts)
+    });
+    let lib = lib.map_err(|e| raise(py, "TccError", format!("code generation failed: {e}")))?;
+    Ok(NativeLibrary { lib: Arc::new(lib), warnings })
+}
+
+/// A compiled file: every unit, loaded.
+#[pyclass(module = "tcc._native", frozen)]
+struct NativeLibrary {
+    lib: Arc<JitLibrary>,
+    #[pyo3(get)]
+    warnings: Py<PyList>,
+}
+
+#[pymethods]
+impl NativeLibrary {
+    /// Number of units (programs and models).
+    fn __len__(&self) -> usize {
+        self.lib.units.len()
+    }
+
+    /// Seconds spent generating and JIT-compiling the code.
+    #[getter]
+    fn compile_seconds(&self) -> f64 {
+        self.lib.compile_s
+    }
+
+    /// The callable of unit `k`.
+    fn program(&self, py: Python<'_>, k: usize) -> PyResult<Program> {
+        let lib = &self.lib;
+        let u = lib.units.get(k).ok_or_else(|| PyRuntimeError::new_err("no such unit"))?;
+        let hir = &lib.hir;
+        let np = numpy(py)?;
+        let mut args = Vec::new();
+        for (j, &t) in u.code.args.iter().enumerate() {
+            let tensor = &hir.tensors[t];
+            let shape = hir.shape(t);
+            let dtype = np.getattr(match tensor.elem {
+                ElemType::F64 => "float64",
+                ElemType::F32 => "float32",
+            })?;
+            args.push(ArgSpec {
+                name: tensor.name.clone(),
+                elem: tensor.elem,
+                shape_py: PyTuple::new(py, &shape)?.unbind(),
+                shape,
+                dtype: dtype.unbind(),
+                output: j >= u.code.n_inputs,
+                param: tensor.role == Role::Param,
+            });
+        }
+        // Outputs are returned in declaration order.
+        let mut out_order: Vec<usize> = (u.code.n_inputs..u.code.args.len()).collect();
+        out_order.sort_by_key(|&j| u.code.args[j]);
+        let kind = match lib.hir.units[u.code.unit].kind {
+            UnitKind::Program => "program",
+            UnitKind::Model(_) => "model",
+        };
+        Ok(Program {
+            lib: lib.clone(),
+            k,
+            name: u.code.name.clone(),
+            kind,
+            n_inputs: u.code.n_inputs,
+            flops: u.code.flops,
+            args,
+            out_order,
+        })
+    }
+}
+
+struct ArgSpec {
+    name: String,
+    elem: ElemType,
+    shape: Vec<usize>,
+    shape_py: Py<PyTuple>,
+    dtype: PyObject,
+    output: bool,
+    param: bool,
+}
+
+impl ArgSpec {
+    fn describe(&self) -> String {
+        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
+        format!("{}[{}]", self.elem.name(), dims.join(", "))
+    }
+}
+
+fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    static NP: GILOnceCell<Py<PyModule>> = GILOnceCell::new();
+    NP.get_or_try_init(py, || Ok::<_, PyErr>(py.import("numpy")?.unbind())).map(|m| m.bind(py))
+}
+
+// ---------------------------------------------------------------------------------
+// Buffers
+// ---------------------------------------------------------------------------------
+
+/// An acquired buffer, released on drop (with the GIL held: drop it before leaving
+/// the function that holds the GIL).
+struct Buf {
+    view: Box<ffi::Py_buffer>,
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        // SAFETY: the view was filled by a successful PyObject_GetBuffer; the GIL is held.
+        unsafe { ffi::PyBuffer_Release(&mut *self.view) };
+    }
+}
+
+impl Buf {
+    /// The object's buffer, or `None` when it has no buffer protocol (or refuses
+    /// the request, e.g. a read-only buffer asked for writing).
+    fn get(obj: &Bound<'_, PyAny>, writable: bool) -> Option<Buf> {
+        let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
+        let flags = ffi::PyBUF_STRIDES | ffi::PyBUF_FORMAT | if writable { ffi::PyBUF_WRITABLE } else { 0 };
+        // SAFETY: a valid object and a zeroed view; the GIL is held.
+        let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) };
+        if rc != 0 {
+            // SAFETY: clears the error PyObject_GetBuffer set; the GIL is held.
+            unsafe { ffi::PyErr_Clear() };
+            return None;
+        }
+        Some(Buf { view })
+    }
+
+    fn ptr(&self) -> *mut u8 {
+        self.view.buf as *mut u8
+    }
+
+    fn shape(&self) -> Vec<usize> {
+        let nd = self.view.ndim.max(0) as usize;
+        if nd == 0 || self.view.shape.is_null() {
+            if nd == 0 {
+                return Vec::new();
+            }
+            return vec![(self.view.len / self.view.itemsize.max(1)) as usize];
+        }
+        // SAFETY: `shape` has `ndim` entries.
+        (0..nd).map(|k| unsafe { *self.view.shape.add(k) } as usize).collect()
+    }
+
+    /// `f64`, `f32`, or a description of another format.
+    fn elem(&self) -> Result<ElemType, String> {
+        let fmt = if self.view.format.is_null() {
+            "B".to_string()
+        } else {
+            // SAFETY: a NUL-terminated format string.
+            unsafe { std::ffi::CStr::from_ptr(self.view.format) }.to_string_lossy().into_owned()
+        };
+        let native = cfg!(target_endian = "little");
+        let body = match fmt.as_bytes().first() {
+            Some(b'@') | Some(b'=') => &fmt[1..],
+            Some(b'<') if native => &fmt[1..],
+            Some(b'>') | Some(b'!') if !native => &fmt[1..],
+            _ => fmt.as_str(),
+        };
+        match (body, self.view.itemsize) {
+            ("d", 8) => Ok(ElemType::F64),
+            ("f", 4) => Ok(ElemType::F32),
+            _ => Err(format!("buffer format '{fmt}'")),
+        }
+    }
+
+    fn c_contiguous(&self) -> bool {
+        // SAFETY: a filled view.
+        unsafe { ffi::PyBuffer_IsContiguous(&*self.view, b'C' as std::os::raw::c_char) != 0 }
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+}
+
+fn describe_dtype(obj: &Bound<'_, PyAny>, buf: &Buf, fallback: String) -> String {
+    if let Ok(d) = obj.getattr("dtype") {
+        if let Ok(s) = d.str() {
+            return s.to_string();
+        }
+    }
+    let _ = buf;
+    fallback
+}
+
+/// Converts `obj` with `numpy.ascontiguousarray(obj, dtype)`.
+fn contiguous_copy<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>, spec: &ArgSpec) -> PyResult<Bound<'py, PyAny>> {
+    numpy(py)?
+        .getattr("ascontiguousarray")?
+        .call1((obj, spec.dtype.bind(py)))
+        .map_err(|e| arg_error(py, format!("argument `{}`: cannot convert it to {}: {e}", spec.name, spec.describe())))
+}
+
+/// Validates (or with `copy`, converts) one input; returns the object that owns the
+/// memory (kept alive for the call) and its buffer.
+fn input_buffer<'py>(
+    py: Python<'py>,
+    prog: &str,
+    obj: &Bound<'py, PyAny>,
+    spec: &ArgSpec,
+    copy: bool,
+) -> PyResult<(Bound<'py, PyAny>, Buf)> {
+    let mut cur = obj.clone();
+    let mut buf = Buf::get(&cur, false);
+    if buf.is_none() {
+        if cur.hasattr("__dlpack__")? {
+            cur = numpy(py)?.getattr("from_dlpack")?.call1((&cur,)).map_err(|e| {
+                arg_error(py, format!("{prog}: argument `{}`: cannot import it through DLPack: {e}", spec.name))
+            })?;
+            buf = Buf::get(&cur, false);
+        } else if copy {
+            cur = contiguous_copy(py, &cur, spec)?;
+            buf = Buf::get(&cur, false);
+        }
+    }
+    let Some(mut b) = buf else {
+        return Err(arg_error(
+            py,
+            format!(
+                "{prog}: argument `{}` must be an array ({}) with the buffer protocol or __dlpack__, got {}{}",
+                spec.name,
+                spec.describe(),
+                type_name(obj),
+                if copy { "" } else { " (copy=True converts sequences)" }
+            ),
+        ));
+    };
+    match b.elem() {
+        Ok(e) if e == spec.elem => {}
+        other => {
+            if copy {
+                cur = contiguous_copy(py, &cur, spec)?;
+                b = Buf::get(&cur, false)
+                    .ok_or_else(|| arg_error(py, "internal: no buffer after conversion".into()))?;
+            } else {
+                let got = match other {
+                    Ok(e) => e.name().replace("f64", "float64").replace("f32", "float32"),
+                    Err(f) => describe_dtype(&cur, &b, f),
+                };
+                return Err(arg_error(
+                    py,
+                    format!(
+                        "{prog}: argument `{}` must have dtype {} ({}), got {got} (no silent conversion: pass copy=True to convert)",
+                        spec.name,
+                        match spec.elem {
+                            ElemType::F64 => "float64",
+                            ElemType::F32 => "float32",
+                        },
+                        spec.describe()
+                    ),
+                ));
+            }
+        }
+    }
+    let shape = b.shape();
+    if shape != spec.shape {
+        return Err(arg_error(
+            py,
+            format!(
+                "{prog}: argument `{}` must have shape {:?} ({}), got shape {:?}",
+                spec.name,
+                spec.shape,
+                spec.describe(),
+                shape
+            ),
+        ));
+    }
+    if !b.c_contiguous() {
+        if copy {
+            cur = contiguous_copy(py, &cur, spec)?;
+            b = Buf::get(&cur, false).ok_or_else(|| arg_error(py, "internal: no buffer after conversion".into()))?;
+        } else {
+            return Err(arg_error(
+                py,
+                format!(
+                    "{prog}: argument `{}` is not C-contiguous (e.g. a transposed or sliced view); pass a contiguous \
+                     array (numpy.ascontiguousarray) or copy=True",
+                    spec.name
+                ),
+            ));
+        }
+    }
+    Ok((cur, b))
+}
+
+/// Raw pointers for the call, sent to the thread that runs without the GIL.
+struct Ptrs(Vec<(*mut u8, usize)>);
+// SAFETY: the buffers stay acquired (and their owners alive) until the call returns.
+unsafe impl Send for Ptrs {}
+
+// ---------------------------------------------------------------------------------
+// Programs
+// ---------------------------------------------------------------------------------
+
+/// One callable unit of a compiled file.
+#[pyclass(module = "tcc._native", frozen)]
+struct Program {
+    lib: Arc<JitLibrary>,
+    k: usize,
+    #[pyo3(get)]
+    name: String,
+    #[pyo3(get)]
+    kind: &'static str,
+    n_inputs: usize,
+    /// Floating-point operations of one call.
+    #[pyo3(get)]
+    flops: f64,
+    args: Vec<ArgSpec>,
+    out_order: Vec<usize>,
+}
+
+impl Program {
+    fn arg_list(&self, py: Python<'_>, outputs: bool) -> PyResult<Py<PyList>> {
+        let l = PyList::empty(py);
+        for a in self.args.iter().filter(|a| a.output == outputs) {
+            let d = PyDict::new(py);
+            d.set_item("name", &a.name)?;
+            d.set_item("dtype", a.elem.name())?;
+            d.set_item("shape", a.shape_py.bind(py))?;
+            d.set_item("param", a.param)?;
+            l.append(d)?;
+        }
+        Ok(l.unbind())
+    }
+
+    fn input_names(&self) -> String {
+        self.args[..self.n_inputs].iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")
+    }
+}
+
+#[pymethods]
+impl Program {
+    /// The inputs (keyword arguments), in the order the code takes them: dicts
+    /// with `name`, `dtype`, `shape`, `param`.
+    #[getter]
+    fn inputs(&self, py: Python<'_>) -> PyResult<Py<PyList>> {
+        self.arg_list(py, false)
+    }
+
+    /// The outputs, in declaration order (the order of the returned tuple).
+    #[getter]
+    fn outputs(&self, py: Python<'_>) -> PyResult<Py<PyList>> {
+        let l = PyList::empty(py);
+        let all = self.arg_list(py, true)?;
+        let all = all.bind(py);
+        // arg_list lists outputs in argument order; reorder by declaration.
+        let n = self.n_inputs;
+        for &j in &self.out_order {
+            l.append(all.get_item(j - n)?)?;
+        }
+        Ok(l.unbind())
+    }
+
+    #[pyo3(signature = (*, copy = false, **kwargs))]
+    fn __call__(&self, py: Python<'_>, copy: bool, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<PyObject> {
+        let prog = &self.name;
+        let mut given: Vec<Option<Bound<'_, PyAny>>> = vec![None; self.n_inputs];
+        if let Some(kw) = kwargs {
+            for (key, value) in kw.iter() {
+                let key = key.downcast::<PyString>()?.to_cow()?;
+                match self.args[..self.n_inputs].iter().position(|a| a.name == *key) {
+                    Some(j) => given[j] = Some(value),
+                    None => {
+                        let why = if self.args[self.n_inputs..].iter().any(|a| a.name == *key) {
+                            "is an output (outputs are returned)"
+                        } else {
+                            "is not an input"
+                        };
+                        return Err(raise(
+                            py,
+                            "ArgumentError",
+                            format!(
+                                "{prog}: unexpected keyword argument `{key}`: it {why}; {prog} takes {}",
+                                self.input_names()
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        let missing: Vec<String> = given
+            .iter()
+            .zip(&self.args)
+            .filter(|(g, _)| g.is_none())
+            .map(|(_, a)| format!("`{}` ({})", a.name, a.describe()))
+            .collect();
+        if !missing.is_empty() {
+            return Err(raise(
+                py,
+                "ArgumentError",
+                format!(
+                    "{prog}: missing keyword argument{} {}",
+                    if missing.len() > 1 { "s" } else { "" },
+                    missing.join(", ")
+                ),
+            ));
+        }
+        // Inputs: validated (or converted) buffers; outputs: new arrays.
+        let mut keep: Vec<(Bound<'_, PyAny>, Buf)> = Vec::with_capacity(self.args.len());
+        for (j, g) in given.iter().enumerate() {
+            let obj = g.as_ref().expect("checked");
+            keep.push(input_buffer(py, prog, obj, &self.args[j], copy)?);
+        }
+        let empty = numpy(py)?.getattr("empty")?;
+        for a in &self.args[self.n_inputs..] {
+            let arr = empty.call1((a.shape_py.bind(py), a.dtype.bind(py)))?;
+            let b =
+                Buf::get(&arr, true).ok_or_else(|| PyRuntimeError::new_err("numpy.empty gave no writable buffer"))?;
+            keep.push((arr, b));
+        }
+        let ptrs = Ptrs(keep.iter().zip(&self.args).map(|((_, b), a)| (b.ptr(), a.shape.iter().product())).collect());
+        let lib = &self.lib;
+        let k = self.k;
+        // SAFETY: every buffer has the declared element type, shape (so count) and
+        // C order; outputs are fresh arrays (no overlap); all stay acquired until
+        // `keep` is dropped, after the call.
+        let r = py.allow_threads(move || {
+            let p = ptrs;
+            unsafe { lib.call(k, &p.0) }
+        });
+        match r {
+            Ok(()) => {}
+            Err(CallError::NoMem) => {
+                return Err(PyMemoryError::new_err(format!(
+                    "{prog}: the generated code could not allocate its temporaries"
+                )))
+            }
+            Err(e) => return Err(raise(py, "TccError", format!("{prog}: {e}"))),
+        }
+        let mut outs: Vec<PyObject> = Vec::with_capacity(self.out_order.len());
+        for &j in &self.out_order {
+            outs.push(keep[j].0.clone().unbind());
+        }
+        drop(keep);
+        Ok(match outs.len() {
+            0 => py.None(),
+            1 => outs.pop().expect("one"),
+            _ => PyTuple::new(py, outs)?.into_any().unbind(),
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        let ins: Vec<String> =
+            self.args[..self.n_inputs].iter().map(|a| format!("{}: {}", a.name, a.describe())).collect();
+        let outs: Vec<String> =
+            self.out_order.iter().map(|&j| format!("{}: {}", self.args[j].name, self.args[j].describe())).collect();
+        format!("<tcc {} {}({}) -> ({})>", self.kind, self.name, ins.join(", "), outs.join(", "))
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Contraction order
+// ---------------------------------------------------------------------------------
+
+/// tcc's contraction-order search for one product: `inputs` (index ids per
+/// operand), `output` (index ids), `sizes` (per index id). Returns
+/// `(steps, flops, peak, method)`, each step `(a, b, indices, flops, size)` with
+/// SSA operand ids (`< n`: input, `n + k`: step k).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn optimize_path(
+    py: Python<'_>,
+    inputs: Vec<Vec<usize>>,
+    output: Vec<usize>,
+    sizes: Vec<usize>,
+) -> PyResult<(Vec<(usize, usize, Vec<usize>, f64, f64)>, f64, f64, String)> {
+    use tcc::tir::opmin::{optimize_path, Method, Options, Problem};
+    let p = Problem { inputs, output, sizes, sym: Vec::new() };
+    let path = py
+        .allow_threads(|| optimize_path(&p, &Options::default()))
+        .map_err(|e| raise(py, "TccError", format!("contract_path: {e}")))?;
+    let steps = path.steps.iter().map(|s| (s.a, s.b, s.indices.clone(), s.flops, s.size)).collect();
+    let method = match path.method {
+        Method::Trivial => "trivial",
+        Method::Exact => "exact",
+        Method::Greedy => "greedy",
+    };
+    Ok((steps, path.flops, path.peak, method.to_string()))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_function(wrap_pyfunction!(optimize_path, m)?)?;
+    m.add_class::<NativeLibrary>()?;
+    m.add_class::<Program>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

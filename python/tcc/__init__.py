@@ -1,0 +1,407 @@
+"""tcc from Python: compile tensor-contraction programs and call them on arrays.
+
+>>> import numpy as np, tcc
+>>> lib = tcc.compile('''
+...     range I = 2; range K = 3; range J = 4;
+...     index i : I; index k : K; index j : J;
+...     input tensor A[i,k]; input tensor B[k,j]; output tensor C[i,j];
+...     C[i,j] = A[i,k] * B[k,j];
+... ''')
+>>> C = lib.main(A=np.ones((2, 3)), B=np.ones((3, 4)))
+
+* :func:`compile` returns a :class:`Library` with one method per program (and
+  model) of the file; a method takes the inputs as keyword arrays (numpy arrays,
+  any object with the buffer protocol, or ``__dlpack__`` such as torch CPU
+  tensors), checks dtype, exact shape and C-contiguity (``copy=True`` converts
+  instead of refusing), runs the JIT-compiled code without the GIL, and returns
+  the outputs as new numpy arrays: the array for one output, a tuple in
+  declaration order for several.
+* :func:`einsum` runs an einsum expression through tcc (compiled once per
+  expression, shapes and dtypes).
+* :func:`contract_path` gives tcc's contraction order in opt_einsum's format.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as _np
+
+from . import _native
+from .errors import ArgumentError, CompileError, Diagnostic, TccError
+
+__all__ = [
+    "compile",
+    "Library",
+    "einsum",
+    "contract_path",
+    "PathInfo",
+    "einsum_cache_info",
+    "einsum_cache_clear",
+    "TccError",
+    "CompileError",
+    "ArgumentError",
+    "Diagnostic",
+]
+
+__version__ = _native.__version__
+
+
+# ---------------------------------------------------------------------------------
+# compile
+# ---------------------------------------------------------------------------------
+
+
+class Library:
+    """A compiled tcc file: one callable attribute per program and model.
+
+    ``lib.NAME(**arrays, copy=False)`` runs unit ``NAME``; ``lib["NAME"]`` does the
+    same for names that are not Python identifiers. The unit formed by the file's
+    top-level statements is ``main`` (as in ``tcc build`` libraries).
+    Each callable has ``inputs`` and ``outputs`` (lists of dicts with ``name``,
+    ``dtype``, ``shape``) and ``flops`` (per call).
+    """
+
+    def __init__(self, native, names: List[str], warnings: List[Diagnostic]):
+        self._native = native
+        self._programs = {}
+        for k, name in enumerate(names):
+            self._programs[name] = native.program(k)
+        self.warnings = warnings
+
+    @property
+    def programs(self) -> List[str]:
+        """The names of the units, in source order."""
+        return list(self._programs)
+
+    def __getitem__(self, name: str):
+        try:
+            return self._programs[name]
+        except KeyError:
+            raise KeyError(f"no program `{name}` (the library has {', '.join(self._programs)})") from None
+
+    def __getattr__(self, name: str):
+        programs = self.__dict__.get("_programs", {})
+        if name in programs:
+            return programs[name]
+        raise AttributeError(f"no program `{name}` (the library has {', '.join(programs)})")
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._programs))
+
+    def __iter__(self):
+        return iter(self._programs.values())
+
+    def __len__(self) -> int:
+        return len(self._programs)
+
+    def __repr__(self) -> str:
+        return "<tcc.Library " + ", ".join(repr(p) for p in self._programs.values()) + ">"
+
+
+def _looks_like_path(s: str) -> bool:
+    # Every statement and declaration ends with ';': a string without one (and on
+    # one line) is a file name.
+    return ";" not in s and "\n" not in s
+
+
+def compile(source_or_path, sizes: Optional[Dict[str, int]] = None, *, name: Optional[str] = None) -> Library:
+    """Checks and JIT-compiles a tcc program.
+
+    ``source_or_path``: the program's text, or a path (``str`` without ``;`` or a
+    newline, or any ``os.PathLike``) of a ``.tc`` file. ``sizes``: sizes of the
+    program's ranges by name (``{"O": 8}``): every run-time range (``range O;``)
+    needs one; a fixed range may be named with its declared size. ``name``: the
+    name of the unit formed by the top-level statements (default ``main``, as in
+    libraries built by ``tcc build``).
+
+    Raises :class:`CompileError` (with ``.diagnostics``) when the program has
+    errors, :class:`TccError` for other failures.
+    """
+    if isinstance(source_or_path, os.PathLike) or (
+        isinstance(source_or_path, str) and _looks_like_path(source_or_path)
+    ):
+        path = os.fspath(source_or_path)
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        file_name = path
+    elif isinstance(source_or_path, str):
+        source, file_name = source_or_path, "<string>"
+    else:
+        raise TypeError(f"tcc.compile: expected a source string or a path, got {type(source_or_path).__name__}")
+    if sizes is not None:
+        sizes = {str(k): int(v) for k, v in dict(sizes).items()}
+    native = _native.compile(source, name or "main", sizes, file_name)
+    names = [native.program(k).name for k in range(len(native))]
+    warnings = [Diagnostic(**d) for d in native.warnings]
+    return Library(native, names, warnings)
+
+
+# ---------------------------------------------------------------------------------
+# einsum
+# ---------------------------------------------------------------------------------
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _parse(expr: str, n_operands: Optional[int]) -> Tuple[List[str], str]:
+    """Splits an einsum expression into operand subscripts and the output (numpy's
+    implicit output: the letters that appear once, in alphabetical order)."""
+    e = expr.replace(" ", "")
+    if "." in e:
+        raise ArgumentError(f"tcc.einsum: ellipsis ('...') is not supported: {expr!r}")
+    if "->" in e:
+        lhs, out = e.split("->", 1)
+        if "->" in out:
+            raise ArgumentError(f"tcc.einsum: more than one '->' in {expr!r}")
+    else:
+        lhs, out = e, None
+    ins = lhs.split(",")
+    for s in ins + ([out] if out is not None else []):
+        for c in s:
+            if c not in _LETTERS:
+                raise ArgumentError(f"tcc.einsum: invalid subscript {c!r} in {expr!r} (letters a-z, A-Z)")
+    if out is None:
+        counts: Dict[str, int] = {}
+        for s in ins:
+            for c in s:
+                counts[c] = counts.get(c, 0) + 1
+        # numpy's implicit output: the subscripts that occur once, in ASCII order
+        # (upper case before lower case).
+        out = "".join(sorted(c for c, k in counts.items() if k == 1))
+    if len(set(out)) != len(out):
+        raise ArgumentError(f"tcc.einsum: an output subscript repeats in {expr!r}")
+    used = set("".join(ins))
+    for c in out:
+        if c not in used:
+            raise ArgumentError(f"tcc.einsum: output subscript {c!r} is in no operand of {expr!r}")
+    if n_operands is not None and len(ins) != n_operands:
+        raise ArgumentError(f"tcc.einsum: {expr!r} has {len(ins)} operands, got {n_operands} arrays")
+    return ins, out
+
+
+def _einsum_source(ins: Sequence[str], out: str, sizes: Dict[str, int], elem: str) -> str:
+    """The tcc program of an einsum: one range and index per letter (and an alias
+    index per repeat within one operand, for the declaration)."""
+    mult: Dict[str, int] = {}
+    for s in ins:
+        for c in set(s):
+            mult[c] = max(mult.get(c, 1), s.count(c))
+    lines = []
+    for c in sorted(sizes, key=_LETTERS.index):
+        names = [c] + [f"{c}_{k}" for k in range(1, mult.get(c, 1))]
+        lines.append(f"range R_{c} = {sizes[c]}; index {', '.join(names)} : R_{c};")
+    for k, s in enumerate(ins):
+        seen: Dict[str, int] = {}
+        decl = []
+        for c in s:
+            j = seen.get(c, 0)
+            seen[c] = j + 1
+            decl.append(c if j == 0 else f"{c}_{j}")
+        idx = f"[{','.join(decl)}]" if s else ""
+        lines.append(f"input tensor X{k}{idx} : {elem};")
+    oidx = f"[{','.join(out)}]" if out else ""
+    lines.append(f"output tensor Out{oidx} : {elem};")
+    rhs = " * ".join(f"X{k}[{','.join(s)}]" if s else f"X{k}" for k, s in enumerate(ins))
+    lines.append(f"Out{oidx} = {rhs};")
+    return "\n".join(lines) + "\n"
+
+
+class _EinsumCache:
+    def __init__(self):
+        self.entries: Dict[Any, Any] = {}
+        self.compilations = 0
+        self.hits = 0
+        self.lock = threading.Lock()
+
+
+_cache = _EinsumCache()
+
+
+def einsum_cache_info() -> Dict[str, int]:
+    """``{"compilations": ..., "hits": ..., "size": ...}`` of :func:`einsum`'s cache
+    (a compilation happens once per expression, shapes and dtypes)."""
+    return {"compilations": _cache.compilations, "hits": _cache.hits, "size": len(_cache.entries)}
+
+
+def einsum_cache_clear() -> None:
+    """Empties :func:`einsum`'s cache (the counters stay)."""
+    with _cache.lock:
+        _cache.entries.clear()
+
+
+def _as_float_array(x, k: int):
+    a = x if isinstance(x, _np.ndarray) else (_np.from_dlpack(x) if hasattr(x, "__dlpack__") and not hasattr(x, "__array__") else _np.asarray(x))
+    if a.dtype not in (_np.float64, _np.float32):
+        raise ArgumentError(f"tcc.einsum: operand {k} has dtype {a.dtype}; tcc computes in float32 or float64")
+    return a
+
+
+def einsum(expr: str, *operands):
+    """``numpy.einsum(expr, *operands)`` computed by tcc.
+
+    Explicit (``"ab,bc->ac"``) and implicit (``"ab,bc"``) output, repeated
+    subscripts (traces, diagonals), float32 and float64 (mixed operands compute in
+    float64, like numpy). The program is generated and compiled once per
+    (expression, shapes, dtypes) and cached; operands need not be contiguous.
+    Returns a new array (0-d for a scalar result).
+    """
+    arrays = [_as_float_array(x, k) for k, x in enumerate(operands)]
+    elem = "f32" if all(a.dtype == _np.float32 for a in arrays) else "f64"
+    key = (expr, tuple(a.shape for a in arrays), elem)
+    prog = _cache.entries.get(key)
+    if prog is None:
+        prog = _einsum_compile(expr, arrays, elem, key)
+    else:
+        _cache.hits += 1
+    dtype = _np.float32 if elem == "f32" else _np.float64
+    kwargs = {}
+    for k, a in enumerate(arrays):
+        if a.dtype != dtype or not a.flags.c_contiguous:
+            a = _np.ascontiguousarray(a, dtype=dtype)
+        kwargs[f"X{k}"] = a
+    return prog(**kwargs)
+
+
+def _einsum_compile(expr, arrays, elem, key):
+    ins, out = _parse(expr, len(arrays))
+    sizes: Dict[str, int] = {}
+    for k, (s, a) in enumerate(zip(ins, arrays)):
+        if len(s) != a.ndim:
+            raise ArgumentError(
+                f"tcc.einsum: operand {k} has {a.ndim} dimensions but {len(s)} subscripts ({s!r}) in {expr!r}"
+            )
+        for c, n in zip(s, a.shape):
+            if sizes.setdefault(c, n) != n:
+                raise ArgumentError(
+                    f"tcc.einsum: subscript {c!r} has size {sizes[c]} and {n} in {expr!r} (no broadcasting)"
+                )
+    for c, n in sizes.items():
+        if n == 0:
+            raise ArgumentError(f"tcc.einsum: subscript {c!r} has size 0")
+    src = _einsum_source(ins, out, sizes, elem)
+    try:
+        lib = compile(src, name="einsum")
+    except CompileError as e:
+        raise ArgumentError(f"tcc.einsum: tcc cannot compute {expr!r}: {e.errors[0].message if e.errors else e}") from e
+    prog = lib["einsum"]
+    with _cache.lock:
+        _cache.compilations += 1
+        _cache.entries[key] = prog
+    return prog
+
+
+# ---------------------------------------------------------------------------------
+# contract_path
+# ---------------------------------------------------------------------------------
+
+
+class PathInfo:
+    """What :func:`contract_path` found: ``path`` (opt_einsum's convention),
+    ``naive_cost`` and ``opt_cost`` (flops, counted like opt_einsum: 2 per
+    multiply-add of a step that sums an index, 1 per element of a pure product),
+    ``speedup``, ``largest_intermediate`` (elements, the result included, like
+    opt_einsum), ``peak`` (tcc's peak of live intermediates), ``method``
+    (``exact``/``greedy``/``trivial``), ``steps`` (one ``(positions, result
+    subscripts, flops)`` per step), ``eq``, ``size_dict``."""
+
+    def __init__(self, eq, ins, out, size_dict, path, steps, naive_cost, opt_cost, largest, peak, method):
+        self.eq = eq
+        self.input_subscripts = ",".join(ins)
+        self.output_subscript = out
+        self.size_dict = size_dict
+        self.path = path
+        self.steps = steps
+        self.naive_cost = naive_cost
+        self.opt_cost = opt_cost
+        self.speedup = naive_cost / max(opt_cost, 1)
+        self.largest_intermediate = largest
+        self.peak = peak
+        self.method = method
+
+    def __repr__(self) -> str:
+        lines = [
+            f"  Complete contraction:  {self.eq}",
+            f"         Naive scaling:  {len(self.size_dict)}",
+            f"     Naive FLOP count:  {self.naive_cost:.3e}",
+            f" Optimized FLOP count:  {self.opt_cost:.3e}",
+            f"  Theoretical speedup:  {self.speedup:.3e}",
+            f" Largest intermediate:  {self.largest_intermediate:.3e} elements",
+            f"        Search method:  tcc {self.method}",
+            "-" * 60,
+            f"{'step':>4}  {'positions':<12} {'result':<16} {'flops':>12}",
+        ]
+        for k, (pos, res, fl) in enumerate(self.steps):
+            lines.append(f"{k:>4}  {str(pos):<12} {res or '(scalar)':<16} {fl:>12.3e}")
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+
+def _shape_of(x) -> Tuple[int, ...]:
+    if hasattr(x, "shape"):
+        return tuple(int(n) for n in x.shape)
+    return tuple(int(n) for n in x)
+
+
+def contract_path(expr: str, *shapes_or_arrays) -> Tuple[List[Tuple[int, ...]], PathInfo]:
+    """tcc's contraction order of an einsum expression, in opt_einsum's format.
+
+    ``shapes_or_arrays``: one shape (a tuple of ints) or array per operand.
+    Returns ``(path, info)``: ``path`` is a list of tuples of positions in the
+    current operand list (the contracted operands are removed and the result is
+    appended, as in ``opt_einsum.contract_path``); ``info`` a :class:`PathInfo`.
+    The order comes from tcc's own search (exact dynamic programming up to 16
+    operands, greedy with restarts beyond).
+    """
+    shapes = [_shape_of(x) for x in shapes_or_arrays]
+    ins, out = _parse(expr, len(shapes))
+    letters: List[str] = []
+    sizes: Dict[str, int] = {}
+    for k, (s, shp) in enumerate(zip(ins, shapes)):
+        if len(s) != len(shp):
+            raise ArgumentError(f"contract_path: operand {k} has {len(shp)} dimensions but subscripts {s!r}")
+        for c, n in zip(s, shp):
+            if c not in sizes:
+                letters.append(c)
+            if sizes.setdefault(c, n) != n:
+                raise ArgumentError(f"contract_path: subscript {c!r} has size {sizes[c]} and {n}")
+    ident = {c: k for k, c in enumerate(letters)}
+    steps, flops, peak, method = _native.optimize_path(
+        [[ident[c] for c in s] for s in ins], [ident[c] for c in out], [sizes[c] for c in letters]
+    )
+    n = len(ins)
+    # SSA ids → opt_einsum positions.
+    live = list(range(n))
+    path: List[Tuple[int, ...]] = []
+    info_steps = []
+    largest = 0.0
+    for k, (a, b, indices, fl, size) in enumerate(steps):
+        pa, pb = live.index(a), live.index(b)
+        pos = tuple(sorted((pa, pb)))
+        path.append(pos)
+        for p in sorted(pos, reverse=True):
+            live.pop(p)
+        live.append(n + k)
+        info_steps.append((pos, "".join(letters[i] for i in indices), fl))
+        largest = max(largest, size)
+    if n == 1:
+        path = [(0,)]
+        largest = float(_np.prod([sizes[c] for c in out])) if out else 1.0
+    elif not steps:
+        path = [tuple(range(n))]
+    # opt_einsum's naive cost: every index once, (operands - 1, + 1 when a subscript
+    # occurs twice) flops per point.
+    total = 1.0
+    for c in letters:
+        total *= sizes[c]
+    inner = sum(len(s) for s in ins) > len(letters)
+    naive = total * (max(1, n - 1) + (1 if inner else 0))
+    if n == 1:
+        # opt_einsum's one step over the single operand: 2 flops per point if it sums.
+        flops = total * (2 if any(c not in out for c in letters) else 1)
+    eq = ",".join(ins) + "->" + out
+    info = PathInfo(eq, ins, out, sizes, path, info_steps, naive, flops, largest, peak, method)
+    return path, info

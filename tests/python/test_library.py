@@ -1,0 +1,328 @@
+"""tcc.compile and calls of the compiled programs (the `tcc` Python package)."""
+
+import array
+import os
+
+import numpy as np
+import pytest
+
+import tcc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+MATMUL = """
+range I = 5; range K = 7; range J = 4;
+index i : I; index k : K; index j : J;
+input  tensor A[i,k] : {t};
+input  tensor B[k,j] : {t};
+output tensor C[i,j] : {t};
+C[i,j] = A[i,k] * B[k,j];
+"""
+
+TWO_OUT = """
+range I = 3; range J = 4;
+index i : I; index j : J;
+input tensor A[i,j];
+input tensor v[j];
+output tensor S;          // declared first: returned first
+output tensor Av[i];
+Av[i] = A[i,j] * v[j];
+S = A[i,j] * A[i,j];
+program scaled { Av[i] = 2 * A[i,j] * v[j]; }
+"""
+
+
+def rng():
+    return np.random.default_rng(7)
+
+
+@pytest.fixture(scope="module")
+def mm64():
+    return tcc.compile(MATMUL.format(t="f64"))
+
+
+def test_compile_from_string_matches_numpy(mm64):
+    r = rng()
+    A, B = r.standard_normal((5, 7)), r.standard_normal((7, 4))
+    C = mm64.main(A=A, B=B)
+    assert isinstance(C, np.ndarray) and C.dtype == np.float64 and C.shape == (5, 4)
+    np.testing.assert_allclose(C, np.einsum("ik,kj->ij", A, B), rtol=1e-12, atol=1e-12)
+    # keyword order does not matter; a second call gives a new array
+    C2 = mm64.main(B=B, A=A)
+    assert C2 is not C
+    np.testing.assert_array_equal(C, C2)
+
+
+def test_f32(tmp_path):
+    lib = tcc.compile(MATMUL.format(t="f32"))
+    r = rng()
+    A = r.standard_normal((5, 7)).astype(np.float32)
+    B = r.standard_normal((7, 4)).astype(np.float32)
+    C = lib.main(A=A, B=B)
+    assert C.dtype == np.float32
+    np.testing.assert_allclose(C, np.einsum("ik,kj->ij", A, B), rtol=1e-5, atol=1e-5)
+    with pytest.raises(tcc.ArgumentError, match="float32"):
+        lib.main(A=A.astype(np.float64), B=B)
+
+
+def test_compile_from_path(tmp_path):
+    p = tmp_path / "matmul.tc"
+    p.write_text(MATMUL.format(t="f64"))
+    for arg in (p, str(p)):
+        lib = tcc.compile(arg)
+        assert lib.programs == ["main"]  # the top-level statements, as in `tcc build` libraries
+        A, B = np.ones((5, 7)), np.ones((7, 4))
+        np.testing.assert_array_equal(lib.main(A=A, B=B), np.full((5, 4), 7.0))
+    assert tcc.compile(p, name="mm").programs == ["mm"]
+    with pytest.raises(FileNotFoundError):
+        tcc.compile(str(tmp_path / "missing.tc"))
+
+
+def test_repository_example_runs():
+    lib = tcc.compile(os.path.join(ROOT, "examples", "four_index.tc"))
+    assert len(lib) >= 1
+    prog = next(iter(lib))
+    r = rng()
+    kwargs = {a["name"]: r.standard_normal(a["shape"]).astype(a["dtype"].replace("f", "float")) for a in prog.inputs}
+    out = prog(**kwargs)
+    assert out is not None
+
+
+def test_multiple_outputs_in_declaration_order():
+    lib = tcc.compile(TWO_OUT)
+    assert lib.programs == ["main", "scaled"]
+    r = rng()
+    A, v = r.standard_normal((3, 4)), r.standard_normal(4)
+    S, Av = lib.main(A=A, v=v)
+    assert S.shape == () and Av.shape == (3,)
+    np.testing.assert_allclose(S, np.einsum("ij,ij->", A, A), rtol=1e-12)
+    np.testing.assert_allclose(Av, np.einsum("ij,j->i", A, v), rtol=1e-12)
+    assert [o["name"] for o in lib.main.outputs] == ["S", "Av"]
+    # the second program writes one output: an array, not a tuple
+    Av2 = lib.scaled(A=A, v=v)
+    np.testing.assert_allclose(Av2, 2 * Av, rtol=1e-12)
+    assert "A" in repr(lib.main) and "scaled" in repr(lib)
+
+
+class Untouched:
+    """Checks that a failing call left every input as it was."""
+
+    def __init__(self, *arrays):
+        self.arrays = arrays
+        self.copies = [np.array(a, copy=True) for a in arrays]
+
+    def check(self):
+        for a, c in zip(self.arrays, self.copies):
+            np.testing.assert_array_equal(a, c)
+
+
+def test_wrong_dtype(mm64):
+    A, B = np.ones((5, 7), dtype=np.float32), np.ones((7, 4))
+    u = Untouched(A, B)
+    with pytest.raises(tcc.ArgumentError, match=r"`A`.*float64.*float32") as e:
+        mm64.main(A=A, B=B)
+    assert isinstance(e.value, TypeError) and isinstance(e.value, tcc.TccError)
+    with pytest.raises(tcc.ArgumentError, match=r"`B`.*int64"):
+        mm64.main(A=np.ones((5, 7)), B=np.ones((7, 4), dtype=np.int64))
+    u.check()
+    # copy=True converts
+    np.testing.assert_array_equal(mm64.main(A=A, B=B, copy=True), np.full((5, 4), 7.0))
+
+
+def test_wrong_shape(mm64):
+    A, B = np.ones((7, 5)), np.ones((7, 4))
+    u = Untouched(A, B)
+    with pytest.raises(tcc.ArgumentError, match=r"`A` must have shape \[5, 7\].*\[7, 5\]") as e:
+        mm64.main(A=A, B=B)
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(tcc.ArgumentError, match="shape"):
+        mm64.main(A=np.ones(35), B=B, copy=True)  # copy never reshapes
+    u.check()
+
+
+def test_non_contiguous_input(mm64):
+    r = rng()
+    At = r.standard_normal((7, 5))
+    A = At.T  # a transposed view: shape (5, 7), not C-contiguous
+    B = r.standard_normal((7, 4))
+    u = Untouched(A, B)
+    with pytest.raises(tcc.ArgumentError, match="contiguous"):
+        mm64.main(A=A, B=B)
+    u.check()
+    C = mm64.main(A=A, B=B, copy=True)
+    np.testing.assert_allclose(C, np.einsum("ik,kj->ij", A, B), rtol=1e-12, atol=1e-12)
+    # a sliced view is refused too
+    with pytest.raises(tcc.ArgumentError, match="contiguous"):
+        mm64.main(A=np.ones((5, 14))[:, ::2], B=B)
+
+
+def test_unknown_and_missing_keywords(mm64):
+    A, B = np.ones((5, 7)), np.ones((7, 4))
+    with pytest.raises(tcc.ArgumentError, match="unexpected keyword argument `D`") as e:
+        mm64.main(A=A, B=B, D=A)
+    assert isinstance(e.value, TypeError)
+    with pytest.raises(tcc.ArgumentError, match="`C`: it is an output"):
+        mm64.main(A=A, B=B, C=np.zeros((5, 4)))
+    with pytest.raises(tcc.ArgumentError, match=r"missing keyword argument `B` \(f64\[7, 4\]\)"):
+        mm64.main(A=A)
+    with pytest.raises(TypeError):
+        mm64.main(A, B)  # positional arguments are not accepted
+    with pytest.raises(tcc.ArgumentError, match="buffer protocol or __dlpack__"):
+        mm64.main(A=[[1.0] * 7] * 5, B=B)
+    np.testing.assert_array_equal(mm64.main(A=[[1.0] * 7] * 5, B=B, copy=True), np.full((5, 4), 7.0))
+    with pytest.raises(AttributeError, match="no program `nope`"):
+        mm64.nope
+
+
+def test_buffer_protocol_objects():
+    lib = tcc.compile(
+        "range N = 4; index n : N; input tensor x[n]; input tensor y[n]; output tensor d; d = x[n] * y[n];"
+    )
+    x = array.array("d", [1, 2, 3, 4])
+    y = memoryview(array.array("d", [1, 1, 2, 2]))
+    assert float(lib.main(x=x, y=y)) == 1 + 2 + 6 + 8
+    # a float32 buffer for an f64 tensor
+    with pytest.raises(tcc.ArgumentError, match="float64"):
+        lib.main(x=array.array("f", [1, 2, 3, 4]), y=y)
+    # bytes are not floats
+    with pytest.raises(tcc.ArgumentError):
+        lib.main(x=bytes(32), y=y)
+
+
+class DLPackOnly:
+    """An object that exposes only __dlpack__ / __dlpack_device__."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_dlpack_only_object(mm64):
+    r = rng()
+    A, B = r.standard_normal((5, 7)), r.standard_normal((7, 4))
+    C = mm64.main(A=DLPackOnly(A), B=DLPackOnly(B))
+    np.testing.assert_allclose(C, A @ B, rtol=1e-12, atol=1e-12)
+
+
+def test_torch_cpu_tensor(mm64):
+    torch = pytest.importorskip("torch")
+    A = torch.randn(5, 7, dtype=torch.float64)
+    B = torch.randn(7, 4, dtype=torch.float64)
+    C = mm64.main(A=A, B=B)
+    np.testing.assert_allclose(C, (A @ B).numpy(), rtol=1e-12, atol=1e-12)
+    with pytest.raises(tcc.ArgumentError, match="contiguous"):
+        mm64.main(A=torch.randn(7, 5, dtype=torch.float64).T, B=B)
+
+
+def test_compile_error_carries_diagnostics():
+    src = "range N = 4;\nindex n : N;\ninput tensor x[n];\noutput tensor y[n];\ny[n] = x[n] * z[n];\n"
+    with pytest.raises(tcc.CompileError) as e:
+        tcc.compile(src)
+    err = e.value
+    assert isinstance(err, tcc.TccError)
+    assert err.diagnostics, "no diagnostics"
+    d = err.errors[0]
+    assert d.code.startswith("E0")
+    assert d.severity == "error"
+    assert (d.line, d.column) == (5, 15)  # the `z`
+    assert "z" in d.message
+    assert "E0" in str(err)  # the rendered report
+
+
+def test_syntax_error_position():
+    with pytest.raises(tcc.CompileError) as e:
+        tcc.compile("range N = 4;\nindex n : N\ninput tensor x[n];")
+    d = e.value.errors[0]
+    assert d.code.startswith("E00") and d.line >= 2
+
+
+def test_sizes_keyword_fixed_range():
+    src = "range N = 4; index n : N; input tensor x[n]; output tensor s; s = x[n];"
+    lib = tcc.compile(src, sizes={"N": 4})  # equal to the declared size: accepted
+    assert float(lib.main(x=np.arange(4.0))) == 6.0
+    with pytest.raises(tcc.TccError, match="no range named `M`") as e:
+        tcc.compile(src, sizes={"M": 3})
+    assert e.value.code == "E0740"
+    with pytest.raises(tcc.TccError, match="declared with size 4") as e:
+        tcc.compile(src, sizes={"N": 5})
+    assert e.value.code == "E0741"
+
+
+RUNTIME = """
+range O; range V = 3;
+index i, j : O; index a : V;
+input tensor T[a,i]; input tensor S[a,j]; output tensor R[i,j];
+R[i,j] = T[a,i] * S[a,j];
+"""
+
+
+@pytest.mark.parametrize("o", [1, 5, 13])
+def test_runtime_ranges_bound_by_sizes(o):
+    lib = tcc.compile(RUNTIME, sizes={"O": o})
+    r = rng()
+    T, S = r.standard_normal((3, o)), r.standard_normal((3, o))
+    np.testing.assert_allclose(lib.main(T=T, S=S), np.einsum("ai,aj->ij", T, S), rtol=1e-12, atol=1e-12)
+    assert lib.main.inputs[0]["shape"] in [(3, o)]
+    with pytest.raises(tcc.ArgumentError, match="shape"):
+        lib.main(T=np.ones((3, o + 1)), S=S)
+
+
+def test_runtime_range_without_size():
+    with pytest.raises(tcc.TccError, match="sizes=") as e:
+        tcc.compile(RUNTIME)
+    assert e.value.code == "E0745"
+    with pytest.raises(tcc.TccError) as e:
+        tcc.compile(RUNTIME, sizes={"O": 0})
+    assert e.value.code == "E0742"
+
+
+def test_gil_released_threads():
+    import threading
+
+    lib = tcc.compile(MATMUL.format(t="f64"))
+    r = rng()
+    A, B = r.standard_normal((5, 7)), r.standard_normal((7, 4))
+    want = A @ B
+    errors = []
+
+    def work():
+        for _ in range(200):
+            if not np.allclose(lib.main(A=A, B=B), want):
+                errors.append("wrong")
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+
+
+def test_program_and_model_units_of_the_readme_program():
+    import re
+
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    start = readme.find("## The language in 30 lines")
+    src = re.search(r"```\n(.*?)```", readme[start:], re.S).group(1)
+    lib = tcc.compile(src, name="t")
+    assert lib.programs == ["t", "fock", "mlp"]
+    assert lib.mlp.kind == "model" and lib.fock.kind == "program"
+    r = rng()
+    F = r.standard_normal((6, 6))
+    np.testing.assert_allclose(lib.fock(F=F), 0.5 * np.einsum("ac,ac->", F, F), rtol=1e-12)
+    kw = {a["name"]: r.standard_normal(a["shape"]).astype(np.float32) for a in lib.mlp.inputs}
+    assert sorted(kw) == ["W1", "W2", "Xin"]  # model parameters are keyword arguments too
+    assert [a["param"] for a in lib.mlp.inputs if a["name"] == "W1"] == [True]
+    Y = lib.mlp(**kw)
+    ref = np.maximum(kw["Xin"] @ kw["W1"], 0) @ kw["W2"]
+    np.testing.assert_allclose(Y, ref, rtol=1e-4, atol=1e-4)
+    # several outputs: a tuple in declaration order (R is declared before E)
+    ins = {a["name"]: r.standard_normal(a["shape"]) for a in lib.t.inputs}
+    R, E = lib.t(**ins)
+    assert R.shape == (6, 6, 4, 4) and E.shape == ()
