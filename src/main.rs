@@ -576,11 +576,11 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
     // become size arguments of the library's functions, `--assume` their assumed sizes.
     let hir = match tcc::sema::sizes::bind_and_assume(&hir, &size, &assume) {
         Ok(h) => h,
-        Err(e) => return ctx.fail(e.code, &e.message, e.hint.as_deref()),
+        Err(e) => return ctx.error(&e),
     };
     if target == TargetKind::Cuda {
         if let Err(e) = tcc::sema::sizes::require_fixed_for_build(&hir) {
-            return ctx.fail(e.code, &e.message, e.hint.as_deref());
+            return ctx.error(&e);
         }
         if name.is_some() {
             return ctx.fail("E0716", "--name applies to CPU libraries, not to --target cuda", None);
@@ -627,17 +627,10 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(o) => return o,
     };
-    let hir = match tcc::sema::sizes::bind_and_assume(&hir, &size, &assume) {
+    let hir = match sizes_and_note(ctx, &hir, &size, &assume, emit == Emit::Report && !json && emit_after.is_none()) {
         Ok(h) => h,
-        Err(e) => return ctx.fail(e.code, &e.message, e.hint.as_deref()),
+        Err(o) => return o,
     };
-    if let Some(note) = tcc::sema::sizes::assumed_sizes_note(&hir) {
-        if emit == Emit::Report && !json && emit_after.is_none() {
-            println!("{note}");
-        } else {
-            eprintln!("{note}");
-        }
-    }
     let units: Vec<tcc::sema::hir::UnitId> = match &program {
         None => hir.units.ids().collect(),
         Some(name) => match hir.unit_by_name(name) {
@@ -700,17 +693,10 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(o) => return o,
     };
-    let hir = match tcc::sema::sizes::bind_and_assume(&hir, &[], &assume) {
+    let hir = match sizes_and_note(ctx, &hir, &[], &assume, !(json || dot)) {
         Ok(h) => h,
-        Err(e) => return ctx.fail(e.code, &e.message, e.hint.as_deref()),
+        Err(o) => return o,
     };
-    if let Some(note) = tcc::sema::sizes::assumed_sizes_note(&hir) {
-        if json || dot {
-            eprintln!("{note}");
-        } else {
-            println!("{note}");
-        }
-    }
     use tcc::plan::{Format, Strategy};
     let format = if json {
         Format::Json
@@ -720,13 +706,41 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
         Format::Text
     };
     let strategy = if naive { Strategy::Naive } else { Strategy::Search };
-    match tcc::plan::plan_command(&hir, program.as_deref(), &procs, &network, mem_per_rank, strategy, format) {
+    print_result(
+        ctx,
+        tcc::plan::plan_command(&hir, program.as_deref(), &procs, &network, mem_per_rank, strategy, format),
+    )
+}
+
+/// A command's text to stdout, or its error.
+fn print_result(ctx: &Ctx, r: Result<String, tcc::error::CommandError>) -> Outcome {
+    match r {
         Ok(out) => {
             print!("{out}");
             Outcome::Ok
         }
         Err(e) => ctx.error(&e),
     }
+}
+
+/// `--size` and `--assume` applied to the program, and the line saying which sizes
+/// were assumed for run-time ranges (to stdout with a text report, else stderr).
+fn sizes_and_note(
+    ctx: &Ctx,
+    hir: &tcc::sema::hir::Hir,
+    size: &[String],
+    assume: &[String],
+    note_to_stdout: bool,
+) -> Result<tcc::sema::hir::Hir, Outcome> {
+    let hir = tcc::sema::sizes::bind_and_assume(hir, size, assume).map_err(|e| ctx.error(&e))?;
+    if let Some(note) = tcc::sema::sizes::assumed_sizes_note(&hir) {
+        if note_to_stdout {
+            println!("{note}");
+        } else {
+            eprintln!("{note}");
+        }
+    }
+    Ok(hir)
 }
 
 /// `tcc plan-model`: model-parallel plans, or a sharded run with `--execute`.
@@ -774,14 +788,10 @@ fn cmd_plan_model(ctx: &Ctx, command: Command) -> Outcome {
         mpi,
         seed,
     };
-    let r = if a.execute.is_some() { tcc::exec::model::cli(&hir, &a) } else { tcc::plan::model::cli(&hir, &a) };
-    match r {
-        Ok(out) => {
-            print!("{out}");
-            Outcome::Ok
-        }
-        Err(e) => ctx.error(&e),
-    }
+    print_result(
+        ctx,
+        if a.execute.is_some() { tcc::exec::model::cli(&hir, &a) } else { tcc::plan::model::cli(&hir, &a) },
+    )
 }
 
 /// `tcc run`: the interpreter, compiled code (CPU or GPU), or distributed ranks.
@@ -847,7 +857,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     };
     let hir = match tcc::run::sizes::bind_for_run(&hir, &size, &parsed_inputs) {
         Ok(h) => h,
-        Err(e) => return ctx.fail(e.code, &e.message, e.hint.as_deref()),
+        Err(e) => return ctx.error(&e),
     };
     let opts = tcc::run::RunOptions { seed, inputs: parsed_inputs, output_dir, save_inputs, program };
     let stdout = std::io::stdout();

@@ -2,7 +2,7 @@
 //! contractions through the GETT kernel, and random programs (proptest); the
 //! GPU back end's plans and kernels, emulated on the host, on random programs.
 
-use super::llvm::{jit_run, Options};
+use super::llvm::Options;
 use crate::interp::{random_inputs, run_unit};
 use crate::run::compare::compare_outputs;
 use crate::sema::hir::{ElemType, Expr, Factor, Func, Hir, IndexId, RangeId, Role, TensorId, UnitId};
@@ -10,16 +10,28 @@ use crate::tir::testutil::Builder;
 use proptest::prelude::*;
 
 fn check_unit(hir: &Hir, u: UnitId, seed: u64, opts: &Options) -> Result<(), String> {
-    let inputs = random_inputs(hir, u, seed).map_err(|e| e.to_string())?;
-    let want = run_unit(hir, u, &inputs).map_err(|e| e.to_string())?;
-    let got = jit_run(hir, u, &inputs, opts, 1).map_err(|e| e.0)?;
-    compare_outputs(hir, u, &got.outputs, &want).map(|_| ())
+    check_unit_sized(hir, u, &[], seed, opts)
 }
 
-#[test]
-fn every_example_compiles_and_matches_the_interpreter() {
+/// Unit `u` of `hir` compiled with `runtime` ranges as size arguments (the sizes in
+/// `hir` are the assumptions) and run at `sizes`, against the interpreter on the
+/// program with those sizes.
+fn check_unit_sized(hir: &Hir, u: UnitId, sizes: &[(RangeId, usize)], seed: u64, opts: &Options) -> Result<(), String> {
+    let mut actual = hir.clone();
+    for &(r, n) in sizes {
+        actual.ranges[r].size = n;
+    }
+    let inputs = random_inputs(&actual, u, seed).map_err(|e| e.to_string())?;
+    let want = run_unit(&actual, u, &inputs).map_err(|e| e.to_string())?;
+    let map: std::collections::BTreeMap<RangeId, usize> = sizes.iter().copied().collect();
+    let got = super::llvm::jit_run_sized(hir, u, &map, &inputs, opts, 1).map_err(|e| e.0)?;
+    compare_outputs(&actual, u, &got.outputs, &want).map(|_| ())
+}
+
+/// Every example program, checked.
+fn examples() -> Vec<(std::path::PathBuf, Hir)> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
-    let mut n = 0;
+    let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {
         let path = e.unwrap().path();
         if path.extension().is_none_or(|x| x != "tc") {
@@ -27,17 +39,43 @@ fn every_example_compiles_and_matches_the_interpreter() {
         }
         let src = std::fs::read_to_string(&path).unwrap();
         let (hir, diags) = crate::compile(&src, "ex");
-        let hir = hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()));
+        out.push((path.clone(), hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()))));
+    }
+    assert!(out.len() >= 7);
+    out
+}
+
+#[test]
+fn every_example_compiles_and_matches_the_interpreter() {
+    for (path, hir) in examples() {
         for u in hir.units.ids() {
             for opts in
                 [Options::default(), Options { gemm_min: Some(1.0), parallel_min: Some(1.0), ..Options::default() }]
             {
                 check_unit(&hir, u, 3, &opts).unwrap_or_else(|e| panic!("{} unit {}: {e}", path.display(), u.index()));
             }
-            n += 1;
         }
     }
-    assert!(n >= 7);
+}
+
+#[test]
+fn examples_with_runtime_sizes_match_the_interpreter_at_other_sizes() {
+    for (path, hir) in examples() {
+        for u in hir.units.ids() {
+            // Every range a runtime size, at 1, a prime, and the assumed size + 2.
+            for pick in [|_: usize| 1, |r: usize| [7, 5, 3, 2][r % 4], |_: usize| 0] {
+                let sizes: Vec<(RangeId, usize)> = hir
+                    .ranges
+                    .ids()
+                    .filter(|&r| hir.ranges[r].model.is_none())
+                    .map(|r| (r, if pick(r.index()) == 0 { hir.ranges[r].size + 2 } else { pick(r.index()) }))
+                    .collect();
+                let opts = Options { gemm_min: Some(1.0), parallel_min: Some(1.0), ..Options::default() };
+                check_unit_sized(&hir, u, &sizes, 5, &opts)
+                    .unwrap_or_else(|e| panic!("{} unit {u:?} sizes {sizes:?}: {e}", path.display()));
+            }
+        }
+    }
 }
 
 fn einsum(spec: &str, sizes: &[(char, usize)], elem: ElemType) -> Hir {
@@ -328,52 +366,6 @@ fn random_programs_fully_fused_equal_the_interpreter() {
         }
     }
     assert!(bad.is_empty(), "{} of 400 wrong, e.g. {:?}", bad.len(), &bad[..bad.len().min(3)]);
-}
-
-/// Unit `u` of `hir` compiled with `runtime` ranges as size arguments (the sizes in
-/// `hir` are the assumptions) and run at `sizes`, against the interpreter on the
-/// program with those sizes.
-fn check_unit_sized(hir: &Hir, u: UnitId, sizes: &[(RangeId, usize)], seed: u64, opts: &Options) -> Result<(), String> {
-    let mut actual = hir.clone();
-    for &(r, n) in sizes {
-        actual.ranges[r].size = n;
-    }
-    let inputs = random_inputs(&actual, u, seed).map_err(|e| e.to_string())?;
-    let want = run_unit(&actual, u, &inputs).map_err(|e| e.to_string())?;
-    let map: std::collections::BTreeMap<RangeId, usize> = sizes.iter().copied().collect();
-    let got = super::llvm::jit_run_sized(hir, u, &map, &inputs, opts, 1).map_err(|e| e.0)?;
-    compare_outputs(&actual, u, &got.outputs, &want).map(|_| ())
-}
-
-#[test]
-fn examples_with_runtime_sizes_match_the_interpreter_at_other_sizes() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
-    let mut n = 0;
-    for e in std::fs::read_dir(dir).unwrap() {
-        let path = e.unwrap().path();
-        if path.extension().is_none_or(|x| x != "tc") {
-            continue;
-        }
-        let src = std::fs::read_to_string(&path).unwrap();
-        let (hir, _) = crate::compile(&src, "ex");
-        let hir = hir.unwrap();
-        for u in hir.units.ids() {
-            // Every range a runtime size, at 1, a prime, and the assumed size + 2.
-            for pick in [|_: usize| 1, |r: usize| [7, 5, 3, 2][r % 4], |_: usize| 0] {
-                let sizes: Vec<(RangeId, usize)> = hir
-                    .ranges
-                    .ids()
-                    .filter(|&r| hir.ranges[r].model.is_none())
-                    .map(|r| (r, if pick(r.index()) == 0 { hir.ranges[r].size + 2 } else { pick(r.index()) }))
-                    .collect();
-                let opts = Options { gemm_min: Some(1.0), parallel_min: Some(1.0), ..Options::default() };
-                check_unit_sized(&hir, u, &sizes, 5, &opts)
-                    .unwrap_or_else(|e| panic!("{} unit {u:?} sizes {sizes:?}: {e}", path.display()));
-            }
-            n += 1;
-        }
-    }
-    assert!(n >= 7);
 }
 
 proptest! {
