@@ -205,7 +205,7 @@ mod tests {
     fn render_names_code_message_and_hint() {
         let src = "range N = 0;";
         let d = Diagnostic::error("E0102", "range `N` is empty", 10..11, "size 0").with_hint("give it a size ≥ 1");
-        let text = render(&[d.clone()], "t.tc", src, false);
+        let text = render(std::slice::from_ref(&d), "t.tc", src, false);
         assert!(text.contains("E0102"), "{text}");
         assert!(text.contains("range `N` is empty"), "{text}");
         assert!(text.contains("give it a size"), "{text}");
@@ -218,7 +218,7 @@ mod tests {
     #[test]
     fn out_of_range_spans_do_not_panic() {
         let d = Diagnostic::error("E0001", "x", 50..80, "here");
-        let _ = render(&[d.clone()], "t.tc", "short", false);
+        let _ = render(std::slice::from_ref(&d), "t.tc", "short", false);
         let _ = render_json(&[d], "t.tc", "short");
     }
 }

@@ -32,7 +32,7 @@ pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
     let (header_end, header_text) = split_header(bytes)?;
     // npyz multiplies the shape without overflow checks: check it first.
     if let Some(shape) = parse_shape(header_text) {
-        let n = shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(d as u128));
+        let n = shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(d));
         if !matches!(n, Some(n) if n <= MAX_TENSOR_ELEMENTS as u128) {
             return Err(err(format!(
                 "the array's shape {shape:?} has more elements than the interpreter's limit of 2^31"

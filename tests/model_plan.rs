@@ -63,9 +63,9 @@ fn zero_communication_volume_stage_3_is_one_and_a_half_times() {
     let f = 63.0 / 64.0; // ring collectives: each rank sends (N−1)/N of the buffer
     let vol: Vec<f64> = (0..4).map(|z| evaluate(&m, &cfg(64, z), &o).bytes_per_step / 2.0 / f).collect();
     println!("ZeRO volume per rank (parameters): {vol:?}");
-    for z in 0..3 {
-        assert!((vol[z] - formulas::zero_comm_volume(7.5e9, z as u8)).abs() < 1.0, "stage {z}");
-        assert!((vol[z] - 2.0 * 7.5e9).abs() < 1.0);
+    for (z, v) in vol.iter().enumerate().take(3) {
+        assert!((v - formulas::zero_comm_volume(7.5e9, z as u8)).abs() < 1.0, "stage {z}");
+        assert!((v - 2.0 * 7.5e9).abs() < 1.0);
     }
     assert!((vol[3] - 3.0 * 7.5e9).abs() < 1.0);
     assert!((vol[3] / vol[0] - 1.5).abs() < 1e-12);

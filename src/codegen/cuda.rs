@@ -19,6 +19,9 @@ use std::io::Write;
 /// The message of every run without a usable GPU.
 pub const NO_DEVICE: &str = "no CUDA device found";
 
+/// What a device run hands back: every output's values, and seconds of the fastest run.
+type RawRun = (Vec<(TensorId, Vec<f64>)>, f64);
+
 /// The result of a GPU run.
 #[derive(Debug, Clone)]
 pub struct GpuRun {
@@ -120,7 +123,7 @@ mod imp {
         _: &UnitPlan,
         _: &HashMap<TensorId, Dense>,
         _: usize,
-    ) -> Result<(Vec<(TensorId, Vec<f64>)>, f64), String> {
+    ) -> Result<RawRun, String> {
         Err(NO_DEVICE.into())
     }
 }
@@ -332,7 +335,7 @@ mod imp {
         up: &UnitPlan,
         inputs: &HashMap<TensorId, Dense>,
         repeat: usize,
-    ) -> Result<(Vec<(TensorId, Vec<f64>)>, f64), String> {
+    ) -> Result<RawRun, String> {
         let src = CString::new(ptx).map_err(|_| "PTX holds a NUL byte".to_string())?;
         // SAFETY: a NUL-terminated PTX image.
         let module = unsafe { result::module::load_data(src.as_ptr() as *const c_void) }

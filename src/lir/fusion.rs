@@ -322,13 +322,16 @@ impl Problem<'_> {
     }
 }
 
+/// (over the limit, peak if over, loops, peak): lower is better.
+type Score = (bool, u64, usize, u64);
+
 struct Search<'p, 'a> {
     p: &'p Problem<'a>,
     visits: usize,
     budget: usize,
     mem_limit: Option<u64>,
-    /// (over the limit, peak if over, loops, peak): lower is better.
-    best: Option<((bool, u64, usize, u64), Vec<u64>)>,
+    /// The best score so far, and its `shared`.
+    best: Option<(Score, Vec<u64>)>,
 }
 
 impl Search<'_, '_> {

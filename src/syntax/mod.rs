@@ -53,7 +53,7 @@ pub fn parse(src: &str) -> Parsed {
     }
 
     let mut recovered: Vec<ErrorRecovery<usize, Tok, ()>> = Vec::new();
-    let result = grammar::FileParser::new().parse(&mut recovered, lexed.tokens.into_iter());
+    let result = grammar::FileParser::new().parse(&mut recovered, lexed.tokens);
     for r in &recovered {
         diagnostics.push(syntax_error(&r.error, src.len()));
     }

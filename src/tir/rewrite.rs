@@ -494,7 +494,7 @@ impl Rw {
                     let usize_: f64 = union.iter().map(|&i| self.hir.index_size(i) as f64).product();
                     after += if union.iter().all(|i| out.contains(i)) { usize_ } else { 2.0 * usize_ };
                     let gain = before - after;
-                    if gain > 1e-9 * before && best.as_ref().map_or(true, |b| gain > b.0) {
+                    if gain > 1e-9 * before && best.as_ref().is_none_or(|b| gain > b.0) {
                         best = Some((gain, a.clone(), members, fset));
                     }
                 }
@@ -703,7 +703,7 @@ fn canonical(refs: &[(TensorId, Vec<IndexId>)], kept: &[IndexId]) -> (Key, HashM
         let mut kl: Vec<usize> = kept.iter().map(|i| lab[i]).collect();
         kl.sort();
         let key = (fs, kl);
-        if best.as_ref().map_or(true, |(b, _)| key < *b) {
+        if best.as_ref().is_none_or(|(b, _)| key < *b) {
             best = Some((key, lab));
         }
     };
@@ -721,12 +721,11 @@ fn permute_runs(order: &mut Vec<usize>, runs: &[(usize, usize)], r: usize, f: &m
         return;
     }
     let (a, b) = runs[r];
-    permute_range(order, a, b, a, runs, r, f);
+    permute_range(order, b, a, runs, r, f);
 }
 
 fn permute_range(
     order: &mut Vec<usize>,
-    a: usize,
     b: usize,
     k: usize,
     runs: &[(usize, usize)],
@@ -739,7 +738,7 @@ fn permute_range(
     }
     for j in k..b {
         order.swap(k, j);
-        permute_range(order, a, b, k + 1, runs, r, f);
+        permute_range(order, b, k + 1, runs, r, f);
         order.swap(k, j);
     }
 }

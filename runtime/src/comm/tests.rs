@@ -190,7 +190,7 @@ fn p2p_counts_are_exact() {
             let mut b = vec![1.0; 4];
             c.broadcast(&mut b, 2);
             c.allreduce(&mut b, ReduceOp::Sum);
-            let mut out = vec![0.0; 4];
+            let mut out = [0.0; 4];
             c.reduce(&b, if r == 1 { &mut out[..] } else { &mut out[..0] }, ReduceOp::Max, 1);
             let mut g = vec![0.0; 6];
             c.allgatherv(&b[..r], &[0, 1, 2], &mut g[..3]);

@@ -370,10 +370,13 @@ impl PoisonBarrier {
     }
 }
 
+/// What one rank publishes: a buffer and its block lengths.
+type Published = Arc<(Vec<f64>, Vec<usize>)>;
+
 /// Every rank publishes a buffer (and block lengths) in its slot; between two
 /// barriers the others read it directly.
 struct Board {
-    slots: Vec<Mutex<Option<Arc<(Vec<f64>, Vec<usize>)>>>>,
+    slots: Vec<Mutex<Option<Published>>>,
     barrier: PoisonBarrier,
     /// Point-to-point messages (send/recv are rare on this back end).
     boxes: Vec<Mailbox>,
@@ -403,7 +406,7 @@ impl ShmComm {
     fn publish(&self, data: Vec<f64>, counts: Vec<usize>) {
         *lock(&self.board.slots[self.base.rank]) = Some(Arc::new((data, counts)));
     }
-    fn slot(&self, q: usize) -> Arc<(Vec<f64>, Vec<usize>)> {
+    fn slot(&self, q: usize) -> Published {
         lock(&self.board.slots[q]).clone().expect("a rank published before the barrier")
     }
     /// Publish, wait, `read`, wait, clear.

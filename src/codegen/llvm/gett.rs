@@ -59,7 +59,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         let mut rows: Vec<([i64; 5], [Poly; 4])> = dims.into_iter().zip(polys).collect();
         rows.sort_by_key(|(d, _)| {
             let s = match d[0] {
-                1 | 2 | 0 => d[4],
+                0..=2 => d[4],
                 _ => d[2].max(d[3]),
             };
             (d[0], std::cmp::Reverse(s))

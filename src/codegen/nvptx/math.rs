@@ -109,8 +109,8 @@ impl<'ctx> Gen<'_, 'ctx> {
         let xc = self.call(minf, &[xc.into(), self.fc(710.0).into()])?.into_float_value();
         let kf = self.fcall("llvm.rint", b.build_float_mul(xc, self.fc(std::f64::consts::LOG2_E), "t")?)?;
         let nk = b.build_float_neg(kf, "nk")?;
-        let r = self.fma(nk, self.fc(6.931_471_803_691_238_164_90e-01), xc)?;
-        let r = self.fma(nk, self.fc(1.908_214_929_270_587_700_02e-10), r)?;
+        let r = self.fma(nk, self.fc(6.931_471_803_691_238e-1), xc)?;
+        let r = self.fma(nk, self.fc(1.908_214_929_270_587_7e-10), r)?;
         // Horner: Σ r^n / n!, n = 0..=13
         let mut p = self.fc(1.0 / 6_227_020_800.0);
         let mut fact = 6_227_020_800.0f64;
@@ -164,8 +164,8 @@ impl<'ctx> Gen<'_, 'ctx> {
         }
         let logm = b.build_float_mul(b.build_float_mul(f, p, "fp")?, self.fc(2.0), "logm")?;
         let ef = b.build_signed_int_to_float(e, f64t, "ef")?;
-        let lo = self.fma(ef, self.fc(1.908_214_929_270_587_700_02e-10), logm)?;
-        let y = self.fma(ef, self.fc(6.931_471_803_691_238_164_90e-01), lo)?;
+        let lo = self.fma(ef, self.fc(1.908_214_929_270_587_7e-10), logm)?;
+        let y = self.fma(ef, self.fc(6.931_471_803_691_238e-1), lo)?;
         // x < 0 or NaN → NaN; 0 → -inf; +inf → +inf.
         let y = b
             .build_select(b.build_float_compare(FloatPredicate::OEQ, x, self.fc(f64::INFINITY), "inf")?, x, y, "y")?

@@ -408,8 +408,8 @@ impl Planner<'_> {
         let c_strides: HashMap<IndexId, u64> =
             vars.iter().map(|&v| (v, self.stride_in(c, &st.lhs.indices, v))).collect();
         let sc = |v: IndexId| c_strides[&v];
-        for g in 0..3 {
-            groups[g].sort_by_key(|&v| std::cmp::Reverse(sc(v)));
+        for g in &mut groups[..3] {
+            g.sort_by_key(|&v| std::cmp::Reverse(sc(v)));
         }
         groups[3].sort_by_key(|&v| std::cmp::Reverse(self.stride_in(a.tensor, &a.indices, v)));
         let elem = Elem::of(hir.tensors[c].elem);

@@ -300,7 +300,7 @@ pub fn invalid(info: &ModelInfo, c: &Config) -> Option<String> {
         if n % c.expert != 0 {
             return Some(format!("expert: {} does not divide {x} = {n}", c.expert));
         }
-        if (c.data * c.sequence) % c.expert != 0 {
+        if !(c.data * c.sequence).is_multiple_of(c.expert) {
             return Some(format!("expert: {} does not divide data × sequence = {}", c.expert, c.data * c.sequence));
         }
     }
@@ -595,7 +595,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
 }
 
 fn divisors(n: usize) -> Vec<usize> {
-    (1..=n).filter(|d| n % d == 0).collect()
+    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
 }
 
 /// Every valid configuration (respecting the hints), evaluated, fastest first;
