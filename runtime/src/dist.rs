@@ -96,7 +96,8 @@ impl Distribution {
     }
 }
 
-fn volume(b: &[Range<usize>]) -> usize {
+/// The number of elements of a box.
+pub fn volume(b: &[Range<usize>]) -> usize {
     b.iter().map(|r| r.len()).product()
 }
 
@@ -109,21 +110,28 @@ pub fn intersect(a: &[Range<usize>], b: &[Range<usize>]) -> Option<Box_> {
     }
 }
 
-/// Calls `f(offset in outer, offset in sub)` for every element of `sub` (⊆ `outer`),
-/// row-major over `sub`.
-fn walk(outer: &[Range<usize>], sub: &[Range<usize>], mut f: impl FnMut(usize, usize)) {
-    let n = sub.len();
+/// Calls `f(offset in outer, offset in sub, n)` for each contiguous run of `n`
+/// elements of `sub` (⊆ `outer`), row-major over `sub`.
+fn walk(outer: &[Range<usize>], sub: &[Range<usize>], mut f: impl FnMut(usize, usize, usize)) {
     if sub.iter().any(|r| r.is_empty()) {
         return;
     }
+    debug_assert!(
+        sub.len() == outer.len() && sub.iter().zip(outer).all(|(s, o)| s.start >= o.start && s.end <= o.end),
+        "{sub:?} not in {outer:?}"
+    );
+    let Some(last) = sub.last() else {
+        return f(0, 0, 1);
+    };
+    let (n, run) = (sub.len(), last.len());
     let ext: Vec<usize> = outer.iter().map(|r| r.len()).collect();
     let mut idx: Vec<usize> = sub.iter().map(|r| r.start).collect();
     let mut k = 0;
     loop {
         let off = (0..n).fold(0, |acc, d| acc * ext[d] + (idx[d] - outer[d].start));
-        f(off, k);
-        k += 1;
-        let mut d = n;
+        f(off, k, run);
+        k += run;
+        let mut d = n - 1;
         loop {
             if d == 0 {
                 return;
@@ -141,13 +149,21 @@ fn walk(outer: &[Range<usize>], sub: &[Range<usize>], mut f: impl FnMut(usize, u
 /// The elements of `sub` from an array laid out over `outer`.
 pub fn pack(data: &[f64], outer: &[Range<usize>], sub: &[Range<usize>]) -> Vec<f64> {
     let mut v = vec![0.0; volume(sub)];
-    walk(outer, sub, |o, k| v[k] = data[o]);
+    walk(outer, sub, |o, k, n| v[k..k + n].copy_from_slice(&data[o..o + n]));
     v
 }
 
 /// Writes (or adds) `vals` (laid out over `sub`) into `data` (laid out over `outer`).
 pub fn unpack(data: &mut [f64], outer: &[Range<usize>], sub: &[Range<usize>], vals: &[f64], add: bool) {
-    walk(outer, sub, |o, k| if add { data[o] += vals[k] } else { data[o] = vals[k] });
+    debug_assert_eq!(vals.len(), volume(sub), "values for another box");
+    walk(outer, sub, |o, k, n| {
+        let (dst, src) = (&mut data[o..o + n], &vals[k..k + n]);
+        if add {
+            dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+        } else {
+            dst.copy_from_slice(src);
+        }
+    });
 }
 
 /// Sends `out[q]` to every rank q and returns what each rank sent here, with the

@@ -8,9 +8,11 @@
 //!   block out of the (replicated) input it was handed, so nothing is scattered and
 //!   nothing is counted for it;
 //! * per step, the [`CommOp`]s run in order with the algorithms [`CommOp::rank_words`]
-//!   counts: all-to-all directly from each element's canonical copy, all-gathers and
-//!   reduce-scatters as rings over the fibre (ranks ordered row-major by their
-//!   coordinates along the op's grid dimensions), reduces directly to coordinate 0;
+//!   counts, all the runtime's: all-to-all directly from each element's canonical copy
+//!   (one [`tcc_runtime::dist::exchange`]), all-gathers and reduce-scatters as rings
+//!   over the fibre (ranks ordered row-major by their coordinates along the op's grid
+//!   dimensions; [`algo::allgatherv`], [`algo::reduce_scatter_ring`] over a
+//!   [`Group`]), reduces directly to coordinate 0 ([`algo::reduce_direct`]);
 //!   all-gathers with `panels > 1` are delivered panel by panel over the step's
 //!   largest contracted index, each panel contracted as it arrives;
 //! * the local contraction is a loop over the rank's block of the iteration space;
@@ -19,8 +21,10 @@
 //! Every op's words are measured with the communicator's counters (sent and received,
 //! per rank) and recorded next to the prediction, so `--stats` and the tests compare
 //! them op by op. Only point-to-point messages are used (no sub-communicators): a
-//! ring step is a send to the successor and a receive from the predecessor, ordered
-//! even/odd along the ring so that blocking sends (MPI) cannot deadlock.
+//! fibre's [`Group`] sends the communicator's messages on the op's tag, a ring step
+//! ordered even/odd along the ring so that blocking sends (MPI) cannot deadlock, and
+//! the all-to-all-v is the pairwise exchange of the `threads` and `mpi-p2p` back ends
+//! (empty messages included: they carry no words).
 
 use crate::error::CommandError;
 use crate::plan::layout::{coords_of, sub_interval, Layout};
@@ -32,7 +36,10 @@ use crate::sema::hir::{Factor, Hir, IndexId, Role, TensorId, UnitId};
 use crate::tensor::Dense;
 use std::collections::HashMap;
 use std::io::Write;
-use tcc_runtime::comm::{Backend, Communicator};
+use std::ops::Range;
+use tcc_runtime::comm::algo::{self, Group, Transport};
+use tcc_runtime::comm::{displs, Backend, Communicator, ReduceOp};
+use tcc_runtime::dist::{exchange, intersect, pack, unpack, volume, Box_};
 
 /// How `tcc run --plan` plans and reports.
 #[derive(Debug, Clone)]
@@ -149,156 +156,77 @@ pub fn check_supported(opt: &Hir, u: UnitId) -> Result<(), CommandError> {
 }
 
 // ---------------------------------------------------------------------------------
-// Blocks: a box of the index space and its values, row-major.
+// Blocks: a box of the index space (the runtime's `Box_`) and its values, row-major;
+// boxes, their intersections and sub-boxes come from `tcc_runtime::dist`.
 // ---------------------------------------------------------------------------------
 
+/// An interval per index of a step's iteration space.
 type Iv = Vec<(usize, usize)>;
 
 #[derive(Debug, Clone)]
 struct Blk {
-    iv: Iv,
+    bx: Box_,
     data: Vec<f64>,
 }
 
-fn vol(b: &[(usize, usize)]) -> usize {
-    b.iter().map(|&(s, e)| e.saturating_sub(s)).product()
-}
-
-fn intersect(a: &[(usize, usize)], b: &[(usize, usize)]) -> Iv {
-    a.iter()
-        .zip(b)
-        .map(|(&(s1, e1), &(s2, e2))| {
-            let s = s1.max(s2);
-            (s, e1.min(e2).max(s))
-        })
-        .collect()
+/// The block a layout gives a rank (None on an idle rank), as a runtime box.
+fn block_of(l: &Layout, shape: &[usize], rank: usize) -> Option<Box_> {
+    l.block(shape, rank).map(|iv| iv.into_iter().map(|(s, e)| s..e).collect())
 }
 
 impl Blk {
-    fn zeros(iv: Iv) -> Blk {
-        let n = vol(&iv);
-        Blk { iv, data: vec![0.0; n] }
+    fn zeros(bx: Box_) -> Blk {
+        let n = volume(&bx);
+        Blk { bx, data: vec![0.0; n] }
     }
     fn strides(&self) -> Vec<usize> {
-        let mut s = vec![1; self.iv.len()];
-        for d in (0..self.iv.len().saturating_sub(1)).rev() {
-            s[d] = s[d + 1] * (self.iv[d + 1].1 - self.iv[d + 1].0);
+        let mut s = vec![1; self.bx.len()];
+        for d in (0..self.bx.len().saturating_sub(1)).rev() {
+            s[d] = s[d + 1] * self.bx[d + 1].len();
         }
         s
     }
-    /// Calls `f(offset in self, offset in sub, run length)` for the contiguous runs of
-    /// the sub-box `sub` (contained in `self.iv`).
-    fn runs(&self, sub: &[(usize, usize)], mut f: impl FnMut(usize, usize, usize)) {
-        let n = sub.len();
-        if vol(sub) == 0 {
-            return;
-        }
-        if n == 0 {
-            f(0, 0, 1);
-            return;
-        }
-        debug_assert!(sub.iter().zip(&self.iv).all(|(s, o)| s.0 >= o.0 && s.1 <= o.1), "{sub:?} not in {:?}", self.iv);
-        let st = self.strides();
-        let run = sub[n - 1].1 - sub[n - 1].0;
-        let mut c: Vec<usize> = sub.iter().map(|s| s.0).collect();
-        let mut k = 0;
-        loop {
-            let off: usize = (0..n).map(|d| (c[d] - self.iv[d].0) * st[d]).sum();
-            f(off, k, run);
-            k += run;
-            let mut d = n - 1;
-            loop {
-                if d == 0 {
-                    return;
-                }
-                d -= 1;
-                c[d] += 1;
-                if c[d] < sub[d].1 {
-                    break;
-                }
-                c[d] = sub[d].0;
-            }
-        }
+    fn extract(&self, sub: &[Range<usize>]) -> Vec<f64> {
+        pack(&self.data, &self.bx, sub)
     }
-    fn extract(&self, sub: &[(usize, usize)]) -> Vec<f64> {
-        let mut out = vec![0.0; vol(sub)];
-        self.runs(sub, |o, k, n| out[k..k + n].copy_from_slice(&self.data[o..o + n]));
-        out
-    }
-    fn place(&mut self, sub: &[(usize, usize)], data: &[f64], add: bool) {
-        debug_assert_eq!(data.len(), vol(sub));
-        let mut dst = std::mem::take(&mut self.data);
-        self.runs(sub, |o, k, n| {
-            if add {
-                dst[o..o + n].iter_mut().zip(&data[k..k + n]).for_each(|(d, s)| *d += s);
-            } else {
-                dst[o..o + n].copy_from_slice(&data[k..k + n]);
-            }
-        });
-        self.data = dst;
+    fn place(&mut self, sub: &[Range<usize>], data: &[f64], add: bool) {
+        unpack(&mut self.data, &self.bx, sub, data, add)
     }
 }
 
 // ---------------------------------------------------------------------------------
-// Communication: the algorithms `CommOp::rank_words` counts, over send/recv.
+// Communication: the algorithms `CommOp::rank_words` counts, from the runtime
+// (`tcc_runtime::comm::algo` over a fibre's `Group`, `tcc_runtime::dist::exchange`).
 // ---------------------------------------------------------------------------------
-
-/// Sends to `to` and receives from `from`, in the order that lets blocking sends
-/// pass around a ring: even positions send first, odd ones receive first.
-fn exchange(
-    comm: &dyn Communicator,
-    even: bool,
-    to: Option<(usize, &[f64])>,
-    from: Option<usize>,
-    tag: u32,
-) -> Option<Vec<f64>> {
-    if even {
-        if let Some((d, x)) = to {
-            comm.send(d, tag, x);
-        }
-        from.map(|s| comm.recv(s, tag))
-    } else {
-        let got = from.map(|s| comm.recv(s, tag));
-        if let Some((d, x)) = to {
-            comm.send(d, tag, x);
-        }
-        got
-    }
-}
 
 fn rank_of(grid: &[usize], c: &[usize]) -> usize {
     c.iter().zip(grid).fold(0, |r, (&x, &n)| r * n + x)
 }
 
-/// The ranks of `rank`'s fibre along `along` (row-major by their coordinates along
-/// it) and `rank`'s position in it.
-fn fibre(grid: &[usize], along: &[usize], rank: usize) -> (Vec<usize>, usize) {
+/// The ranks of `rank`'s fibre along `along`, row-major by their coordinates along it.
+fn fibre(grid: &[usize], along: &[usize], rank: usize) -> Vec<usize> {
     let c = coords_of(grid, rank);
     let q: usize = along.iter().map(|&g| grid[g]).product();
-    let mut members = Vec::with_capacity(q);
-    let mut pos = 0;
-    for k in 0..q {
-        let mut cc = c.clone();
-        let mut r = k;
-        for &g in along.iter().rev() {
-            cc[g] = r % grid[g];
-            r /= grid[g];
-        }
-        if cc == c {
-            pos = k;
-        }
-        members.push(rank_of(grid, &cc));
-    }
-    (members, pos)
+    (0..q)
+        .map(|k| {
+            let mut cc = c.clone();
+            let mut r = k;
+            for &g in along.iter().rev() {
+                cc[g] = r % grid[g];
+                r /= grid[g];
+            }
+            rank_of(grid, &cc)
+        })
+        .collect()
 }
 
 /// A panel restriction: tensor dimensions (of the operand) limited to an interval.
 type Restrict = Vec<(usize, (usize, usize))>;
 
-fn restricted(mut b: Iv, r: &Restrict) -> Iv {
+fn restricted(mut b: Box_, r: &Restrict) -> Box_ {
     for &(d, (lo, hi)) in r {
-        let s = b[d].0.max(lo);
-        b[d] = (s, b[d].1.min(hi).max(s));
+        let s = b[d].start.max(lo);
+        b[d] = s..b[d].end.min(hi).max(s);
     }
     b
 }
@@ -306,26 +234,18 @@ fn restricted(mut b: Iv, r: &Restrict) -> Iv {
 /// Ring all-gather of `own` (this rank's block in `op.from`) along `op.along`,
 /// limited to the panel `r`: returns the block of `op.to` (restricted).
 fn all_gather(comm: &dyn Communicator, op: &CommOp, own: Option<&Blk>, r: &Restrict, tag: u32) -> Option<Blk> {
-    let me = comm.rank();
-    let coarse = op.to.block(&op.shape, me)?;
+    let coarse = block_of(&op.to, &op.shape, comm.rank())?;
     let own = own.expect("a rank holding the gathered block holds its stationary block");
-    let (members, pos) = fibre(&op.to.grid, &op.along, me);
-    let q = members.len();
-    let blocks: Vec<Iv> =
-        members.iter().map(|&m| restricted(op.from.block(&op.shape, m).expect("fibre ranks hold blocks"), r)).collect();
+    let group = Group::new(comm, fibre(&op.to.grid, &op.along, comm.rank()), tag);
+    let blocks: Vec<Box_> = (0..group.size())
+        .map(|i| restricted(block_of(&op.from, &op.shape, group.member(i)).expect("fibre ranks hold blocks"), r))
+        .collect();
+    let counts: Vec<usize> = blocks.iter().map(|b| volume(b)).collect();
+    let mut all = vec![0.0; counts.iter().sum()];
+    algo::allgatherv(&group, &own.extract(&blocks[group.rank()]), &counts, &mut all);
     let mut out = Blk::zeros(restricted(coarse, r));
-    out.place(&blocks[pos], &own.extract(&blocks[pos]), false);
-    let (succ, pred) = (members[(pos + 1) % q], members[(pos + q - 1) % q]);
-    for s in 0..q.saturating_sub(1) {
-        let sb = (pos + q - s) % q;
-        let rb = (pos + 2 * q - s - 1) % q;
-        let data = out.extract(&blocks[sb]);
-        let to = (!data.is_empty()).then_some((succ, data.as_slice()));
-        let from = (vol(&blocks[rb]) > 0).then_some(pred);
-        if let Some(x) = exchange(comm, pos % 2 == 0, to, from, tag) {
-            assert_eq!(x.len(), vol(&blocks[rb]), "all-gather: wrong block length");
-            out.place(&blocks[rb], &x, false);
-        }
+    for ((b, d), n) in blocks.iter().zip(displs(&counts)).zip(counts) {
+        out.place(b, &all[d..d + n], false);
     }
     Some(out)
 }
@@ -333,70 +253,34 @@ fn all_gather(comm: &dyn Communicator, op: &CommOp, own: Option<&Blk>, r: &Restr
 /// Ring reduce-scatter of the partial block along `op.along`: each rank keeps its
 /// block of `op.to`, summed over the fibre.
 fn reduce_scatter(comm: &dyn Communicator, op: &CommOp, partial: Option<Blk>, tag: u32) -> Option<Blk> {
-    let me = comm.rank();
-    let mut acc = partial?;
-    let (members, pos) = fibre(&op.from.grid, &op.along, me);
-    let q = members.len();
-    let chunks: Vec<Iv> =
-        members.iter().map(|&m| op.to.block(&op.shape, m).expect("fibre ranks hold blocks")).collect();
-    let (succ, pred) = (members[(pos + 1) % q], members[(pos + q - 1) % q]);
-    for s in 0..q.saturating_sub(1) {
-        let sc = (pos + 2 * q - s - 1) % q;
-        let rc = (pos + 2 * q - s - 2) % q;
-        let data = acc.extract(&chunks[sc]);
-        let to = (!data.is_empty()).then_some((succ, data.as_slice()));
-        let from = (vol(&chunks[rc]) > 0).then_some(pred);
-        if let Some(x) = exchange(comm, pos % 2 == 0, to, from, tag) {
-            assert_eq!(x.len(), vol(&chunks[rc]), "reduce-scatter: wrong chunk length");
-            acc.place(&chunks[rc], &x, true);
-        }
-    }
-    let mine = chunks[pos].clone();
-    Some(Blk { data: acc.extract(&mine), iv: mine })
+    let acc = partial?;
+    let group = Group::new(comm, fibre(&op.from.grid, &op.along, comm.rank()), tag);
+    let chunks: Vec<Box_> = (0..group.size())
+        .map(|i| block_of(&op.to, &op.shape, group.member(i)).expect("fibre ranks hold blocks"))
+        .collect();
+    let counts: Vec<usize> = chunks.iter().map(|b| volume(b)).collect();
+    let send: Vec<f64> = chunks.iter().flat_map(|c| acc.extract(c)).collect();
+    let mut mine = Blk::zeros(chunks[group.rank()].clone());
+    algo::reduce_scatter_ring(&group, &send, &counts, &mut mine.data, ReduceOp::Sum);
+    Some(mine)
 }
 
 /// Direct reduce of the partial block to coordinate 0 of the fibre.
 fn reduce(comm: &dyn Communicator, op: &CommOp, partial: Option<Blk>, tag: u32) -> Option<Blk> {
-    let me = comm.rank();
     let mut acc = partial?;
-    let (members, pos) = fibre(&op.from.grid, &op.along, me);
-    if pos == 0 {
-        for &m in &members[1..] {
-            if !acc.data.is_empty() {
-                let x = comm.recv(m, tag);
-                assert_eq!(x.len(), acc.data.len(), "reduce: wrong length");
-                acc.data.iter_mut().zip(&x).for_each(|(a, b)| *a += b);
-            }
-        }
-        op.to.block(&op.shape, me).map(|_| acc)
-    } else {
-        if !acc.data.is_empty() {
-            comm.send(members[0], tag, &acc.data);
-        }
-        None
-    }
-}
-
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
+    let group = Group::new(comm, fibre(&op.from.grid, &op.along, comm.rank()), tag);
+    let root = group.rank() == 0;
+    let mut sum = if root { vec![0.0; acc.data.len()] } else { Vec::new() };
+    algo::reduce_direct(&group, &acc.data, &mut sum, ReduceOp::Sum, 0);
+    acc.data = sum;
+    (root && op.to.block(&op.shape, comm.rank()).is_some()).then_some(acc)
 }
 
 /// All-to-all from `from` to `to`: every element a rank needs and does not hold comes
 /// from its canonical copy (coordinate 0 along `from`'s replicated grid dimensions);
-/// ranks holding a copy use their own. Pairwise rounds `k = 1..P`, each ring of the
-/// permutation `r → r + k` ordered even/odd.
-fn all_to_all(
-    comm: &dyn Communicator,
-    from: &Layout,
-    to: &Layout,
-    shape: &[usize],
-    own: Option<&Blk>,
-    tag: u32,
-) -> Option<Blk> {
+/// ranks holding a copy use their own. One all-to-all-v of the communicator (pairwise
+/// exchange on the point-to-point back ends).
+fn all_to_all(comm: &dyn Communicator, from: &Layout, to: &Layout, shape: &[usize], own: Option<&Blk>) -> Option<Blk> {
     let (p, me) = (comm.size(), comm.rank());
     let rep = from.replicated_dims();
     let canon = |r: usize| {
@@ -406,43 +290,34 @@ fn all_to_all(
         }
         rank_of(&from.grid, &c)
     };
-    let held: Vec<Option<Iv>> = (0..p).map(|r| from.block(shape, r)).collect();
+    let held: Vec<Option<Box_>> = (0..p).map(|r| block_of(from, shape, r)).collect();
     let is_canon = |r: usize| canon(r) == r && held[r].is_some();
-    let need = to.block(shape, me);
-    let mut out = need.clone().map(Blk::zeros);
-    if let (Some(o), Some(n)) = (own, out.as_mut()) {
-        let ib = intersect(&o.iv, &n.iv);
-        n.place(&ib, &o.extract(&ib), false);
-    }
-    let my_canon = canon(me);
-    for k in 1..p {
-        let (dest, src) = ((me + k) % p, (me + p - k) % p);
-        let send = if is_canon(me) && canon(dest) != me {
-            to.block(shape, dest).map(|n| intersect(&n, held[me].as_ref().unwrap())).filter(|b| vol(b) > 0)
-        } else {
-            None
-        };
-        let recv = match (&need, is_canon(src) && src != my_canon) {
-            (Some(n), true) => Some(intersect(n, held[src].as_ref().unwrap())).filter(|b| vol(b) > 0),
+    let need = block_of(to, shape, me);
+    let out: Vec<Vec<f64>> = (0..p)
+        .map(|q| match (is_canon(me) && canon(q) != me).then(|| block_of(to, shape, q)).flatten() {
+            Some(n) => intersect(&n, held[me].as_ref().unwrap())
+                .map_or_else(Vec::new, |b| own.expect("a canonical holder has its block").extract(&b)),
+            None => Vec::new(),
+        })
+        .collect();
+    let pieces: Vec<Option<Box_>> = (0..p)
+        .map(|q| match &need {
+            Some(n) if is_canon(q) && q != canon(me) => intersect(n, held[q].as_ref().unwrap()),
             _ => None,
-        };
-        if send.is_none() && recv.is_none() {
-            continue;
-        }
-        let g = gcd(p, k);
-        let (mut x, mut j) = (me % g, 0);
-        while x != me {
-            x = (x + k) % p;
-            j += 1;
-        }
-        let data = send.as_ref().map(|b| own.expect("a canonical holder has its block").extract(b));
-        let got = exchange(comm, j % 2 == 0, data.as_deref().map(|d| (dest, d)), recv.as_ref().map(|_| src), tag);
-        if let (Some(x), Some(b)) = (got, recv) {
-            assert_eq!(x.len(), vol(&b), "all-to-all: wrong piece length");
-            out.as_mut().expect("a rank receiving needs a block").place(&b, &x, false);
+        })
+        .collect();
+    let counts = pieces.iter().map(|b| b.as_ref().map_or(0, |b| volume(b))).collect();
+    let got = exchange(comm, out, Some(counts));
+    let mut out = need.map(Blk::zeros)?;
+    if let Some(ib) = own.and_then(|o| intersect(&o.bx, &out.bx)) {
+        out.place(&ib, &own.unwrap().extract(&ib), false);
+    }
+    for (b, x) in pieces.iter().zip(&got) {
+        if let Some(b) = b {
+            out.place(b, x, false);
         }
     }
-    out
+    Some(out)
 }
 
 // ---------------------------------------------------------------------------------
@@ -504,7 +379,7 @@ fn contract(
     ops: &[(&[IndexId], &Blk)],
     c: (&[IndexId], &mut Blk),
 ) {
-    if vol(it) == 0 {
+    if crate::plan::layout::volume(it) == 0 {
         return;
     }
     let n = vars.len();
@@ -515,8 +390,13 @@ fn contract(
         let mut vs = vec![0; n];
         for (d, x) in idx.iter().enumerate() {
             let k = vars.iter().position(|(y, _)| y == x).unwrap();
-            debug_assert!(it[k].0 >= b.iv[d].0 && it[k].1 <= b.iv[d].1, "{x:?}: {:?} not in {:?}", it[k], b.iv[d]);
-            base += (it[k].0 - b.iv[d].0) * st[d];
+            debug_assert!(
+                it[k].0 >= b.bx[d].start && it[k].1 <= b.bx[d].end,
+                "{x:?}: {:?} not in {:?}",
+                it[k],
+                b.bx[d]
+            );
+            base += (it[k].0 - b.bx[d].start) * st[d];
             vs[k] += st[d];
         }
         (base, vs)
@@ -646,7 +526,7 @@ pub fn execute_plan(
         ex.store_result(si, step, result, &mut cur);
     }
     let before = comm.stats();
-    let outputs = gather_outputs(opt, u, &cur, &mut ex)?;
+    let outputs = gather_outputs(opt, u, &cur, &ex)?;
     let after = comm.stats();
     Ok(PlanRun {
         plan: plan.clone(),
@@ -663,8 +543,8 @@ fn initial_blocks(opt: &Hir, plan: &Plan, inputs: &HashMap<TensorId, Dense>, me:
     for (t, l) in &plan.initial {
         let name = &opt.tensors[*t].name;
         let v = inputs.get(t).ok_or_else(|| fail("E0724", format!("no value for input `{name}`"), None))?;
-        let full = Blk { iv: v.shape.iter().map(|&n| (0, n)).collect(), data: v.data.clone() };
-        let block = l.block(&v.shape, me).map(|iv| Blk { data: full.extract(&iv), iv });
+        let full: Box_ = v.shape.iter().map(|&n| 0..n).collect();
+        let block = block_of(l, &v.shape, me).map(|bx| Blk { data: pack(&v.data, &full, &bx), bx });
         cur.insert(PlanTensor::Tensor(*t), Held { layout: l.clone(), block });
     }
     Ok(cur)
@@ -692,8 +572,8 @@ impl Exec<'_> {
                 return Err(fail("E0724", format!("step {}: `{name}` is not where the plan says", si + 1), None));
             }
             let b = held.block.clone();
-            let nb = self.counted(si, Some(oi), "all-to-all", &name, op.rank_words(me), |c, tag| {
-                all_to_all(c, &op.from, &op.to, &op.shape, b.as_ref(), tag)
+            let nb = self.counted(si, Some(oi), "all-to-all", &name, op.rank_words(me), |c, _| {
+                all_to_all(c, &op.from, &op.to, &op.shape, b.as_ref())
             });
             let held = Held { layout: op.to.clone(), block: nb };
             versions.push((op.tensor, held.clone()));
@@ -728,8 +608,8 @@ impl Exec<'_> {
                     } else {
                         // Layouts that differ without moving a word: the plan lists no op.
                         let z = RankWords::default();
-                        self.counted(si, None, "all-to-all", &name, z, |c, tag| {
-                            all_to_all(c, &l, &o.stationary, &o.shape, b.as_ref(), tag)
+                        self.counted(si, None, "all-to-all", &name, z, |c, _| {
+                            all_to_all(c, &l, &o.stationary, &o.shape, b.as_ref())
                         })
                     }
                 }
@@ -747,7 +627,7 @@ impl Exec<'_> {
         let operands: Vec<&OperandPlan> = std::iter::once(&step.a).chain(step.b.as_ref()).collect();
         let vars = step_indices(step);
         let it = iteration_block(step, &vars, me);
-        let mut partial = step.c.stationary.block(&step.c.shape, me).map(Blk::zeros);
+        let mut partial = block_of(&step.c.stationary, &step.c.shape, me).map(Blk::zeros);
         let gathers: Vec<(usize, &CommOp)> =
             step.ops.iter().enumerate().filter(|(_, o)| o.kind == OpKind::AllGather).collect();
         let panels = step.panels.max(1);
@@ -837,29 +717,28 @@ impl Exec<'_> {
             match step.ops.iter().enumerate().find(|(_, o)| o.kind == OpKind::AllToAll && o.phase == Phase::After) {
                 Some((oi, op)) => {
                     let name = self.names.op_tensor(op);
-                    self.counted(si, Some(oi), "all-to-all", &name, op.rank_words(me), |c, tag| {
-                        all_to_all(c, &op.from, &op.to, &op.shape, result.as_ref(), tag)
+                    self.counted(si, Some(oi), "all-to-all", &name, op.rank_words(me), |c, _| {
+                        all_to_all(c, &op.from, &op.to, &op.shape, result.as_ref())
                     })
                 }
                 None if l == layout => result,
                 None => {
                     let name = self.names.tensor(ckey);
-                    self.counted(si, None, "all-to-all", &name, RankWords::default(), |c, tag| {
-                        all_to_all(c, &layout, &l, &step.c.shape, result.as_ref(), tag)
+                    self.counted(si, None, "all-to-all", &name, RankWords::default(), |c, _| {
+                        all_to_all(c, &layout, &l, &step.c.shape, result.as_ref())
                     })
                 }
             };
         if let (Some(b), Some(m)) = (b.as_mut(), moved) {
-            let iv = m.iv.clone();
-            b.place(&iv, &m.data, true);
+            b.place(&m.bx, &m.data, true);
         }
         cur.insert(ckey, Held { layout: l, block: b });
     }
 }
 
 /// Gathers every output to rank 0 (not part of the plan): whole on rank 0, zeros
-/// elsewhere.
-fn gather_outputs(opt: &Hir, u: UnitId, cur: &Live, ex: &mut Exec) -> Result<HashMap<TensorId, Dense>, CommandError> {
+/// elsewhere. Each canonical block goes to rank 0 in one all-to-all-v.
+fn gather_outputs(opt: &Hir, u: UnitId, cur: &Live, ex: &Exec) -> Result<HashMap<TensorId, Dense>, CommandError> {
     let (p, me, comm) = (ex.comm.size(), ex.comm.rank(), ex.comm);
     let mut outputs = HashMap::new();
     for t in opt.unit_outputs(u).into_iter().filter(|&t| opt.tensors[t].role == Role::Output) {
@@ -868,29 +747,23 @@ fn gather_outputs(opt: &Hir, u: UnitId, cur: &Live, ex: &mut Exec) -> Result<Has
         let Held { layout: l, block: b } = cur
             .get(&PlanTensor::Tensor(t))
             .ok_or_else(|| fail("E0724", format!("output `{name}` was not computed by the plan"), None))?;
-        let mut full = Blk::zeros(shape.iter().map(|&n| (0, n)).collect());
         let rep = l.replicated_dims();
-        let canonical = |r: usize| l.block(&shape, r).is_some() && rep.iter().all(|&g| coords_of(&l.grid, r)[g] == 0);
-        let tag = ex.next_tag();
+        let canonical = |r: usize| rep.iter().all(|&g| coords_of(&l.grid, r)[g] == 0);
+        let blocks: Vec<Option<Box_>> = (0..p).map(|r| block_of(l, &shape, r).filter(|_| canonical(r))).collect();
+        let mut out = vec![Vec::new(); p];
+        if me != 0 && blocks[me].is_some() {
+            out[0] = b.as_ref().expect("a rank with a block holds it").data.clone();
+        }
+        let counts =
+            blocks.iter().enumerate().map(|(r, x)| x.as_ref().filter(|_| me == 0 && r != 0).map_or(0, |x| volume(x)));
+        let got = exchange(comm, out, Some(counts.collect()));
+        let mut full = Blk::zeros(shape.iter().map(|&n| 0..n).collect());
         if me == 0 {
-            for r in 0..p {
-                if !canonical(r) {
-                    continue;
+            for (r, x) in blocks.iter().enumerate() {
+                if let Some(x) = x {
+                    let data = if r == 0 { &b.as_ref().expect("rank 0 holds its block").data } else { &got[r] };
+                    full.place(x, data, false);
                 }
-                let iv = l.block(&shape, r).unwrap();
-                if r == 0 {
-                    let b = b.as_ref().unwrap();
-                    full.place(&iv, &b.data, false);
-                } else if vol(&iv) > 0 {
-                    let x = comm.recv(r, tag);
-                    assert_eq!(x.len(), vol(&iv), "output gather: wrong block length");
-                    full.place(&iv, &x, false);
-                }
-            }
-        } else if canonical(me) {
-            let b = b.as_ref().unwrap();
-            if !b.data.is_empty() {
-                comm.send(0, tag, &b.data);
             }
         }
         outputs.insert(t, Dense::from_vec(shape, full.data));

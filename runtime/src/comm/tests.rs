@@ -460,3 +460,59 @@ fn backends_say_whether_this_build_has_them() {
     assert_eq!(back.choose(Collective::Allreduce, 1 << 20), Some(Backend::Nccl));
     assert_eq!(Backend::from_name("nccl"), Some(Backend::Nccl));
 }
+
+#[test]
+fn algorithms_over_groups_of_ranks() {
+    // Two groups (odd and even ranks, the even ones in reverse order), each running
+    // the ring all-gather, ring reduce-scatter, direct reduce and pairwise exchange.
+    for_worlds(|_, c| {
+        let (p, me) = (c.size(), c.rank());
+        let mut members: Vec<usize> = (0..p).filter(|q| q % 2 == me % 2).collect();
+        if me % 2 == 0 {
+            members.reverse();
+        }
+        let g = algo::Group::new(c, members.clone(), 7);
+        let (q, r) = (algo::Transport::size(&g), algo::Transport::rank(&g));
+        assert_eq!(g.member(r), me);
+        let counts: Vec<usize> = (0..q).map(|k| (k * 3 + 1) % 4).collect();
+        let total: usize = counts.iter().sum();
+        let before = c.stats();
+        let mut all = vec![0.0; total];
+        algo::allgatherv(&g, &data(me, counts[r]), &counts, &mut all);
+        let want: Vec<f64> = (0..q).flat_map(|k| data(members[k], counts[k])).collect();
+        assert_eq!(all, want);
+        let mid = c.stats();
+        // Ring: rank r sends every block but its successor's.
+        assert_eq!(mid.words_sent - before.words_sent, (total - counts[(r + 1) % q]) as u64);
+
+        let mut rs = vec![0.0; counts[r]];
+        algo::reduce_scatter_ring(&g, &data(me, total), &counts, &mut rs, ReduceOp::Sum);
+        let (sum, d) = (sum_of(&members, total), displs(&counts));
+        assert!(close(&rs, &sum[d[r]..d[r] + counts[r]]));
+        // Ring: rank r sends every block but its own.
+        assert_eq!(c.stats().words_sent - mid.words_sent, (total - counts[r]) as u64);
+
+        let mut red = if r == 0 { vec![0.0; 5] } else { Vec::new() };
+        algo::reduce_direct(&g, &data(me, 5), &mut red, ReduceOp::Sum, 0);
+        if r == 0 {
+            assert!(close(&red, &sum_of(&members, 5)));
+        }
+
+        let sc: Vec<usize> = (0..q).map(|k| (r + k) % 3).collect();
+        let send: Vec<f64> = (0..q).flat_map(|k| (0..sc[k]).map(move |i| (r * 100 + k * 10 + i) as f64)).collect();
+        let rc: Vec<usize> = (0..q).map(|s| (s + r) % 3).collect();
+        let mut recv = vec![0.0; rc.iter().sum()];
+        algo::alltoallv(&g, &send, &sc, &mut recv, &rc);
+        let want: Vec<f64> = (0..q).flat_map(|s| (0..rc[s]).map(move |i| (s * 100 + r * 10 + i) as f64)).collect();
+        assert_eq!(recv, want);
+    });
+}
+
+/// The sum of the members' test vectors of length n, in member order.
+fn sum_of(members: &[usize], n: usize) -> Vec<f64> {
+    let mut s = data(members[0], n);
+    for &m in &members[1..] {
+        ReduceOp::Sum.combine(&mut s, &data(m, n));
+    }
+    s
+}
