@@ -140,6 +140,37 @@ pub struct CommOp {
 }
 
 impl CommOp {
+    /// An op moving `tensor` (of `shape`, `elem_bytes` per element) between the
+    /// layouts `(from, to)` along grid dimensions `along`, in one panel; its counts
+    /// and time are zero until the caller fills them in.
+    pub fn moving(
+        kind: OpKind,
+        phase: Phase,
+        tensor: PlanTensor,
+        shape: Vec<usize>,
+        along: Vec<usize>,
+        (from, to): (Layout, Layout),
+        elem_bytes: usize,
+    ) -> CommOp {
+        CommOp {
+            kind,
+            phase,
+            tensor,
+            shape,
+            along,
+            from,
+            to,
+            panels: 1,
+            elem_bytes,
+            recv_max: 0,
+            sent_max: 0,
+            moved_max: 0,
+            recv_total: 0,
+            msgs_max: 0,
+            time: 0.0,
+        }
+    }
+
     /// The rank `delta` positions further along this op's fibre (cyclically).
     pub fn fibre_neighbour(&self, rank: usize, delta: usize) -> usize {
         let grid = &self.to.grid;

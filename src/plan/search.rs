@@ -300,23 +300,19 @@ fn gather_op(
     let recv = max_gather_recv(&op.shape, fine, coarse);
     let sent = if q > 1 { recv } else { 0 };
     let msgs = rounds(q) * panels as u64;
-    CommOp {
-        kind: OpKind::AllGather,
-        phase: Phase::Before,
-        tensor: op.tensor,
-        shape: op.shape.clone(),
-        along: along.to_vec(),
-        from: fine.clone(),
-        to: coarse.clone(),
-        panels,
-        elem_bytes: op.elem,
-        recv_max: recv,
-        sent_max: sent,
-        moved_max: recv,
-        recv_total: 0,
-        msgs_max: msgs,
-        time: net.alpha * msgs as f64 + net.beta * (op.elem as u64 * recv.max(sent)) as f64,
-    }
+    let kind = OpKind::AllGather;
+    let mut c = CommOp::moving(
+        kind,
+        Phase::Before,
+        op.tensor,
+        op.shape.clone(),
+        along.to_vec(),
+        (fine.clone(), coarse.clone()),
+        op.elem,
+    );
+    (c.panels, c.recv_max, c.sent_max, c.moved_max, c.msgs_max) = (panels, recv, sent, recv, msgs);
+    c.time = net.alpha * msgs as f64 + net.beta * (op.elem as u64 * recv.max(sent)) as f64;
+    c
 }
 
 fn reduce_op(c: &Operand, partial: &Layout, fin: &Layout, along: &[usize], net: &super::Network) -> CommOp {
@@ -328,23 +324,18 @@ fn reduce_op(c: &Operand, partial: &Layout, fin: &Layout, along: &[usize], net: 
         let w = max_gather_recv(&c.shape, fin, partial);
         (OpKind::ReduceScatter, w, w)
     };
-    CommOp {
+    let mut op = CommOp::moving(
         kind,
-        phase: Phase::After,
-        tensor: c.tensor,
-        shape: c.shape.clone(),
-        along: along.to_vec(),
-        from: partial.clone(),
-        to: fin.clone(),
-        panels: 1,
-        elem_bytes: c.elem,
-        recv_max: recv,
-        sent_max: sent,
-        moved_max: sent,
-        recv_total: 0,
-        msgs_max: rounds(q),
-        time: net.alpha * rounds(q) as f64 + net.beta * (c.elem as u64 * recv.max(sent)) as f64,
-    }
+        Phase::After,
+        c.tensor,
+        c.shape.clone(),
+        along.to_vec(),
+        (partial.clone(), fin.clone()),
+        c.elem,
+    );
+    (op.recv_max, op.sent_max, op.moved_max, op.msgs_max) = (recv, sent, sent, rounds(q));
+    op.time = net.alpha * rounds(q) as f64 + net.beta * (c.elem as u64 * recv.max(sent)) as f64;
+    op
 }
 
 /// Evaluates a candidate; `None` when it does not fit in `mem_limit` bytes (with
@@ -560,23 +551,15 @@ fn alltoall(
 ) -> Option<CommOp> {
     let p = to.procs();
     let (mut recv_max, mut sent_max, mut total) = (0u64, 0u64, 0u64);
-    let mut op = CommOp {
-        kind: OpKind::AllToAll,
+    let mut op = CommOp::moving(
+        OpKind::AllToAll,
         phase,
         tensor,
-        shape: shape.to_vec(),
-        along: (0..to.grid.len()).collect(),
-        from: from.clone(),
-        to: to.clone(),
-        panels: 1,
-        elem_bytes: elem,
-        recv_max: 0,
-        sent_max: 0,
-        moved_max: 0,
-        recv_total: 0,
-        msgs_max: 0,
-        time: 0.0,
-    };
+        shape.to_vec(),
+        (0..to.grid.len()).collect(),
+        (from.clone(), to.clone()),
+        elem,
+    );
     let mut active = 0u64;
     for r in 0..p {
         let w = op.rank_words(r);

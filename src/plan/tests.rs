@@ -127,23 +127,15 @@ fn uneven_splits_are_exact_per_rank() {
 fn alltoall_counts_conserve_words() {
     let from = Layout { grid: vec![4], splits: vec![vec![0], vec![]], idle: vec![] };
     let to = Layout { grid: vec![2, 2], splits: vec![vec![1], vec![0]], idle: vec![] };
-    let op = CommOp {
-        kind: OpKind::AllToAll,
-        phase: Phase::Before,
-        tensor: PlanTensor::Tensor(TensorId::new(0)),
-        shape: vec![10, 6],
-        along: vec![0, 1],
-        from,
-        to,
-        panels: 1,
-        elem_bytes: 8,
-        recv_max: 0,
-        sent_max: 0,
-        moved_max: 0,
-        recv_total: 0,
-        msgs_max: 0,
-        time: 0.0,
-    };
+    let op = CommOp::moving(
+        OpKind::AllToAll,
+        Phase::Before,
+        PlanTensor::Tensor(TensorId::new(0)),
+        vec![10, 6],
+        vec![0, 1],
+        (from, to),
+        8,
+    );
     let w: Vec<RankWords> = (0..4).map(|r| op.rank_words(r)).collect();
     assert_eq!(w.iter().map(|x| x.sent).sum::<u64>(), w.iter().map(|x| x.recv).sum::<u64>());
     // rank 0 owns rows 0..3 (all columns), needs rows 0..5, columns 0..3.
