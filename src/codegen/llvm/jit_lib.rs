@@ -14,16 +14,16 @@
 //! module), so a `JitLibrary` is a plain `'static` value; it is `Send + Sync`: after
 //! construction only the generated machine code is used, which is re-entrant.
 
-use super::{compile, err, runtime_symbols, CodegenError, Options, UnitCode};
+use super::{compile, err, CodegenError, Options, UnitCode};
 use crate::sema::hir::{ElemType, Hir, UnitId};
 use inkwell::context::Context;
 use inkwell::execution_engine::ExecutionEngine;
 use inkwell::module::Module;
-use inkwell::OptimizationLevel;
 use std::mem::ManuallyDrop;
 
-/// The generated `tcc_NAME__argv` entry point: one pointer per argument.
-pub type Entry = unsafe extern "C" fn(*const *mut u8) -> i32;
+/// The generated `tcc_NAME__argv` entry point: one pointer per argument, and the
+/// run-time sizes (none here: the program's sizes are all fixed before compiling).
+pub type Entry = unsafe extern "C" fn(*const *mut u8, *const i64) -> i32;
 
 /// One callable unit.
 #[derive(Debug, Clone)]
@@ -77,22 +77,17 @@ impl std::fmt::Debug for JitLibrary {
 pub fn jit_library(hir: &Hir, units: &[UnitId], opts: &Options) -> Result<JitLibrary, CodegenError> {
     let t0 = std::time::Instant::now();
     let all: Vec<UnitId> = if units.is_empty() { hir.units.ids().collect() } else { units.to_vec() };
-    let opts = Options { c_abi: false, ..opts.clone() };
+    // Every size is a constant here (callers fix run-time ranges first), so the
+    // entry points never read their sizes argument.
+    super::require_bound(hir, &[])?;
+    let opts = Options { c_abi: false, runtime_ranges: Vec::new(), ..opts.clone() };
     let ctx: *mut Context = Box::into_raw(Box::new(Context::create()));
     // SAFETY: the context lives until `JitLibrary::drop` (or the error path below),
     // after everything created in it.
     let ctx_ref: &'static Context = unsafe { &*ctx };
     let built = (|| {
         let c = compile(ctx_ref, hir, &all, &opts)?;
-        let engine = c
-            .module
-            .create_jit_execution_engine(OptimizationLevel::Aggressive)
-            .map_err(|e| err(format!("LLVM JIT: {}", e.to_string())))?;
-        for (name, addr) in runtime_symbols() {
-            if let Some(f) = c.module.get_function(name) {
-                engine.add_global_mapping(&f, addr);
-            }
-        }
+        let engine = super::jit_engine(&c)?;
         let mut units = Vec::new();
         for code in &c.units {
             let addr = engine
@@ -165,7 +160,7 @@ impl JitLibrary {
         }
         let ptrs: Vec<*mut u8> = args.iter().map(|a| a.0).collect();
         // SAFETY: checked counts; the caller guarantees the rest.
-        let rc = unsafe { (u.entry)(ptrs.as_ptr()) };
+        let rc = unsafe { (u.entry)(ptrs.as_ptr(), std::ptr::null()) };
         if rc != 0 {
             return Err(CallError::NoMem);
         }

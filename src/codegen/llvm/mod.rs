@@ -455,6 +455,7 @@ pub fn jit_run_sized(
     if let Some((r, _)) = sizes.iter().find(|(_, &n)| n == 0) {
         return Err(err(format!("size of range `{}` must be at least 1", hir.ranges[*r].name)));
     }
+    require_bound(hir, &sizes.keys().copied().collect::<Vec<_>>())?;
     let shape = |t: TensorId| -> Vec<usize> {
         hir.tensors[t].dims.iter().map(|r| sizes.get(r).copied().unwrap_or(hir.ranges[*r].size)).collect()
     };
@@ -463,15 +464,7 @@ pub fn jit_run_sized(
     let opts = Options { c_abi: false, runtime_ranges: sizes.keys().copied().collect(), ..opts.clone() };
     let c = compile(&ctx, hir, &[unit], &opts)?;
     let code = c.units[0].clone();
-    let ee: ExecutionEngine = c
-        .module
-        .create_jit_execution_engine(OptimizationLevel::Aggressive)
-        .map_err(|e| err(format!("LLVM JIT: {}", e.to_string())))?;
-    for (name, addr) in runtime_symbols() {
-        if let Some(f) = c.module.get_function(name) {
-            ee.add_global_mapping(&f, addr);
-        }
-    }
+    let ee = jit_engine(&c)?;
     let addr =
         ee.get_function_address(&format!("tcc_{}__argv", code.name)).map_err(|e| err(format!("LLVM JIT: {e:?}")))?;
     let compile_s = t0.elapsed().as_secs_f64();
@@ -519,6 +512,33 @@ pub fn jit_run_sized(
     }
     drop(ee);
     Ok(JitRun { outputs, compile_s, run_s: best, flops: code.flops })
+}
+
+/// Refuses a program whose run-time ranges (`range O;`) are neither fixed nor in
+/// `given`: running it would silently use the assumed sizes.
+pub(crate) fn require_bound(hir: &Hir, given: &[RangeId]) -> Result<(), CodegenError> {
+    match hir.runtime_ranges().into_iter().find(|r| !given.contains(r)) {
+        Some(r) => Err(err(format!(
+            "the size of run-time range `{}` was not given (bind sizes before running)",
+            hir.ranges[r].name
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A JIT engine for the compiled module, with the runtime's functions mapped to
+/// their addresses in this process.
+pub(crate) fn jit_engine<'ctx>(c: &Compiled<'ctx>) -> Result<ExecutionEngine<'ctx>, CodegenError> {
+    let ee = c
+        .module
+        .create_jit_execution_engine(OptimizationLevel::Aggressive)
+        .map_err(|e| err(format!("LLVM JIT: {}", e.to_string())))?;
+    for (name, addr) in runtime_symbols() {
+        if let Some(f) = c.module.get_function(name) {
+            ee.add_global_mapping(&f, addr);
+        }
+    }
+    Ok(ee)
 }
 
 /// Runtime functions the generated code calls, with their addresses in this process.
