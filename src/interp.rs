@@ -17,7 +17,7 @@
 //! [`InterpError`] instead of exhausting memory or running for days.
 
 use crate::sema::hir::{ElemType, Expr, Factor, Hir, IndexId, Role, Stmt, SymGroup, SymKind, TensorId, Term, UnitId};
-use crate::tensor::{checked_len, for_each_index, linear, strides, Dense, TooLarge};
+use crate::tensor::{checked_len, for_each_index, linear, strides, try_vec, AllocError, Dense, OutOfMemory, TooLarge};
 use std::collections::HashMap;
 
 /// The most loop iterations one term may take: 2^40.
@@ -30,6 +30,8 @@ pub enum InterpError {
     TensorTooLarge { what: String, shape: Vec<usize>, count: String },
     #[error("{what} would take {iterations} loop iterations, more than the interpreter's limit of 2^40")]
     LoopTooLarge { what: String, iterations: String },
+    #[error(transparent)]
+    OutOfMemory(#[from] OutOfMemory),
     #[error("no value was given for input `{name}`")]
     MissingInput { name: String },
     #[error("input `{name}` has shape {found:?}, expected {expected:?}")]
@@ -39,6 +41,15 @@ pub enum InterpError {
 impl From<TooLarge> for InterpError {
     fn from(e: TooLarge) -> Self {
         InterpError::TensorTooLarge { what: e.what, shape: e.shape, count: e.count }
+    }
+}
+
+impl From<AllocError> for InterpError {
+    fn from(e: AllocError) -> Self {
+        match e {
+            AllocError::TooLarge(e) => e.into(),
+            AllocError::OutOfMemory(e) => e.into(),
+        }
     }
 }
 
@@ -108,8 +119,8 @@ pub fn canonical_index(index: &[usize], groups: &[SymGroup]) -> (Vec<usize>, i32
 pub fn fill_random(hir: &Hir, t: TensorId, seed: u64) -> Result<Dense, InterpError> {
     let tensor = &hir.tensors[t];
     let shape = hir.shape(t);
-    checked_len(&format!("tensor `{}`", tensor.name), &shape)?;
-    let mut data = Vec::with_capacity(shape.iter().product());
+    let what = format!("tensor `{}`", tensor.name);
+    let mut data = try_vec(&what, checked_len(&what, &shape)?)?;
     for_each_index(&shape, |idx| {
         let (canon, sign) = canonical_index(idx, &tensor.symmetry);
         let v =

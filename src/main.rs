@@ -824,6 +824,9 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         unreachable!("cmd_run is called for `Run`")
     };
     let distributed = ranks.is_some() || backend.is_some() || plan;
+    if let Err(e) = check_run_options(distributed, interp, check, repeat, target_cpu.is_some()) {
+        return ctx.error(&e);
+    }
     if target == TargetKind::Cuda {
         if distributed {
             return ctx.fail(
@@ -910,6 +913,51 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     }
 }
 
+/// Options of `tcc run` that would otherwise be ignored or meaningless: E0755
+/// `--repeat 0`; E0756 `--interp`, `--check`, `--repeat` or `--target-cpu` with a
+/// distributed run (ranks run their own executor); E0757 a `TCC_NUM_THREADS` that
+/// is not a positive integer (generated libraries ignore such a value instead).
+fn check_run_options(
+    distributed: bool,
+    interp: bool,
+    check: bool,
+    repeat: usize,
+    target_cpu: bool,
+) -> Result<(), CommandError> {
+    if repeat == 0 {
+        return Err(CommandError::new(
+            "E0755",
+            "--repeat must be at least 1",
+            Some("--repeat N runs N times and reports the fastest".into()),
+        ));
+    }
+    if distributed {
+        let ignored: Vec<&str> =
+            [(interp, "--interp"), (check, "--check"), (repeat != 1, "--repeat"), (target_cpu, "--target-cpu")]
+                .into_iter()
+                .filter_map(|(on, name)| on.then_some(name))
+                .collect();
+        if !ignored.is_empty() {
+            return Err(CommandError::new(
+                "E0756",
+                format!("{} does not apply to distributed runs (--ranks, --backend, --plan)", ignored.join(", ")),
+                Some("a distributed run prints the same report as `tcc run --interp`: compare the two, or run without --ranks".into()),
+            ));
+        }
+    }
+    if let Some(v) = std::env::var_os("TCC_NUM_THREADS") {
+        let ok = v.to_str().and_then(|s| s.trim().parse::<usize>().ok()).is_some_and(|n| n >= 1);
+        if !ok {
+            return Err(CommandError::new(
+                "E0757",
+                format!("TCC_NUM_THREADS={} is not a positive number of threads", v.to_string_lossy()),
+                Some("set it to a number such as 4, or unset it to use every core".into()),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `tcc tune`: measure, then write the table.
 fn tune_command(ctx: &Ctx, ranks: usize, backend: RunBackend, max_bytes: u64, out: Option<PathBuf>) -> Outcome {
     match tcc::exec::tune(ranks, backend == RunBackend::Mpi, max_bytes, out.as_deref()) {
@@ -919,7 +967,7 @@ fn tune_command(ctx: &Ctx, ranks: usize, backend: RunBackend, max_bytes: u64, ou
             }
             Outcome::Ok
         }
-        Err(e) => ctx.fail("E0723", &e, None),
+        Err(e) => ctx.error(&e),
     }
 }
 
@@ -1001,6 +1049,10 @@ fn main() -> ExitCode {
     };
     let ctx = Ctx { error_format: cli.error_format, color };
     std::panic::set_hook(Box::new(|info| {
+        // A rank stopped because another failed: that failure is reported, once.
+        if info.payload().is::<tcc_runtime::comm::threads::Aborted>() {
+            return;
+        }
         eprintln!("internal compiler error: {info}");
         eprintln!("this is a bug in tcc; please report it with the input that caused it");
     }));

@@ -15,10 +15,13 @@ pub struct Dense {
 }
 
 impl Dense {
-    /// A tensor of zeros; `what` names it in the error if it is too large.
-    pub fn zeros(what: &str, shape: Vec<usize>) -> Result<Dense, TooLarge> {
+    /// A tensor of zeros; `what` names it in the error if it is too large or its
+    /// memory cannot be allocated.
+    pub fn zeros(what: &str, shape: Vec<usize>) -> Result<Dense, AllocError> {
         let n = checked_len(what, &shape)?;
-        Ok(Dense { shape, data: vec![0.0; n] })
+        let mut data = try_vec(what, n)?;
+        data.resize(n, 0.0);
+        Ok(Dense { shape, data })
     }
 
     /// A tensor from its row-major elements. Panics if the length does not match
@@ -57,6 +60,37 @@ pub struct TooLarge {
     pub what: String,
     pub shape: Vec<usize>,
     pub count: String,
+}
+
+/// Memory for a tensor's elements that the system refused (a memory limit,
+/// `ulimit -v`, cgroups): reported as an error instead of aborting the process.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("cannot allocate {bytes} bytes for {what} ({count} elements of 8 bytes): out of memory")]
+pub struct OutOfMemory {
+    pub what: String,
+    pub count: usize,
+    pub bytes: u128,
+}
+
+/// Why a tensor could not be allocated.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AllocError {
+    #[error(transparent)]
+    TooLarge(#[from] TooLarge),
+    #[error(transparent)]
+    OutOfMemory(#[from] OutOfMemory),
+}
+
+/// An empty vector with room for `n` elements, allocated fallibly (no abort when
+/// the memory is not there).
+pub fn try_vec<T>(what: &str, n: usize) -> Result<Vec<T>, OutOfMemory> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| OutOfMemory {
+        what: what.to_string(),
+        count: n,
+        bytes: n as u128 * std::mem::size_of::<T>().max(1) as u128,
+    })?;
+    Ok(v)
 }
 
 /// The number of elements of `shape`, or [`TooLarge`] beyond [`MAX_TENSOR_ELEMENTS`].

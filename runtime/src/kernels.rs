@@ -17,11 +17,15 @@
 //! compiler decides the blocking and the runtime only moves data and threads.
 //!
 //! Threads: [`parallel_for`] runs tasks on a small persistent pool (the caller takes
-//! part). Its size is `TCC_NUM_THREADS`, or the machine's available parallelism.
+//! part). Its size is `TCC_NUM_THREADS`, or the machine's available parallelism
+//! (a value that is not a positive integer is ignored, without a warning: libraries
+//! do not print). A child of `fork()` gets a pool of its own at its first parallel
+//! call (a `pthread_atfork` handler counts forks), never waiting on the parent's
+//! threads, which the child does not have.
 //! The task-pool work of the runtime issue can replace it without touching callers.
 
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
 
 /// One dimension of a GETT: `kind` 0 = batch (in A, B and C), 1 = m (A and C),
@@ -95,35 +99,84 @@ impl Job {
 
 struct Pool {
     workers: Mutex<Vec<mpsc::Sender<Arc<Job>>>>,
+    /// The value of [`FORKS`] when the pool was created: a pool of another value
+    /// was inherited through `fork()`, and its threads do not exist in this process.
+    forks: usize,
 }
 
 thread_local! {
     static IN_POOL: Cell<bool> = const { Cell::new(false) };
 }
 
+/// How many times this process is a child of `fork()` since the runtime registered
+/// its handler (incremented in the child by [`after_fork_in_child`]).
+static FORKS: AtomicUsize = AtomicUsize::new(0);
+
+/// The current pool (a leaked `Box<Pool>`), or null before the first parallel call.
+static POOL: AtomicPtr<Pool> = AtomicPtr::new(std::ptr::null_mut());
+
+extern "C" {
+    // POSIX; in the C library (glibc ≥ 2.28 has no separate libpthread).
+    fn pthread_atfork(
+        prepare: Option<unsafe extern "C" fn()>,
+        parent: Option<unsafe extern "C" fn()>,
+        child: Option<unsafe extern "C" fn()>,
+    ) -> std::os::raw::c_int;
+}
+
+/// The `fork()` child handler: only an atomic increment (async-signal-safe). The
+/// child's first parallel call then creates a pool of its own; the inherited one,
+/// whose threads stayed in the parent, is abandoned (never waited on).
+unsafe extern "C" fn after_fork_in_child() {
+    FORKS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The pool of this process, created on first use (and again in a `fork()` child).
 fn pool() -> &'static Pool {
-    static POOL: OnceLock<Pool> = OnceLock::new();
-    POOL.get_or_init(|| {
-        let mut senders = Vec::new();
-        for _ in 1..num_threads() {
-            let (tx, rx) = mpsc::channel::<Arc<Job>>();
-            let spawned = std::thread::Builder::new().name("tcc-worker".into()).spawn(move || {
-                IN_POOL.with(|c| c.set(true));
-                while let Ok(job) = rx.recv() {
-                    job.work();
-                    let mut p = job.pending.lock().unwrap_or_else(|e| e.into_inner());
-                    *p -= 1;
-                    if *p == 0 {
-                        job.done.notify_all();
-                    }
-                }
-            });
-            if spawned.is_ok() {
-                senders.push(tx);
-            }
+    static ATFORK: std::sync::Once = std::sync::Once::new();
+    ATFORK.call_once(|| {
+        // SAFETY: registers a handler that only touches an atomic.
+        unsafe { pthread_atfork(None, None, Some(after_fork_in_child)) };
+    });
+    let forks = FORKS.load(Ordering::SeqCst);
+    let cur = POOL.load(Ordering::Acquire);
+    // SAFETY: pools are leaked, never freed once published.
+    if let Some(p) = unsafe { cur.as_ref() } {
+        if p.forks == forks {
+            return p;
         }
-        Pool { workers: Mutex::new(senders) }
-    })
+    }
+    let mut senders = Vec::new();
+    for _ in 1..num_threads() {
+        let (tx, rx) = mpsc::channel::<Arc<Job>>();
+        let spawned = std::thread::Builder::new().name("tcc-worker".into()).spawn(move || {
+            IN_POOL.with(|c| c.set(true));
+            while let Ok(job) = rx.recv() {
+                job.work();
+                let mut p = job.pending.lock().unwrap_or_else(|e| e.into_inner());
+                *p -= 1;
+                if *p == 0 {
+                    job.done.notify_all();
+                }
+            }
+        });
+        if spawned.is_ok() {
+            senders.push(tx);
+        }
+    }
+    let new = Box::into_raw(Box::new(Pool { workers: Mutex::new(senders), forks }));
+    match POOL.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: just published; never freed.
+        Ok(_) => unsafe { &*new },
+        Err(other) => {
+            // Another thread published a pool first: drop ours (its senders close,
+            // its threads end) and use that one, made for this process too.
+            // SAFETY: `new` was never published.
+            drop(unsafe { Box::from_raw(new) });
+            // SAFETY: published pools are never freed.
+            unsafe { &*other }
+        }
+    }
 }
 
 /// Threads used by [`parallel_for`]: `TCC_NUM_THREADS` or the available parallelism.

@@ -185,7 +185,10 @@ pub fn sizes_up_to(max: u64) -> Vec<u64> {
     let mut s = 8u64;
     while s < max {
         v.push(s);
-        s *= 4;
+        match s.checked_mul(4) {
+            Some(n) => s = n,
+            None => break,
+        }
     }
     v.push(max.max(8));
     v.dedup();
@@ -243,11 +246,28 @@ pub fn measure(
     opts: &TuneOptions,
     progress: &mut dyn FnMut(&Measurement),
 ) -> Vec<Measurement> {
+    try_measure(comms, opts, progress).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`measure`], with its buffers allocated fallibly: `Err` (before any collective,
+/// on this rank only) when the largest size's buffers cannot be allocated. A caller
+/// with several ranks must then abort the others, which would wait for this one.
+pub fn try_measure(
+    comms: &[&dyn Communicator],
+    opts: &TuneOptions,
+    progress: &mut dyn FnMut(&Measurement),
+) -> Result<Vec<Measurement>, String> {
     let primary = comms[0];
-    let max_words = opts.sizes.iter().map(|&b| (b as usize).div_ceil(8)).max().unwrap_or(1);
+    let max_words = opts.sizes.iter().map(|&b| usize::try_from(b.div_ceil(8)).unwrap_or(usize::MAX)).max().unwrap_or(1);
     let p = primary.size();
-    let mut a: Vec<f64> = (0..max_words).map(|i| (i % 13) as f64 * 0.5).collect();
-    let mut b = vec![0.0; max_words + p];
+    let no_memory = |n: usize| format!("cannot allocate {n} words (8 bytes each) of message buffers");
+    let mut a: Vec<f64> = Vec::new();
+    a.try_reserve_exact(max_words).map_err(|_| no_memory(max_words))?;
+    a.extend((0..max_words).map(|i| (i % 13) as f64 * 0.5));
+    let len_b = max_words.checked_add(p).ok_or_else(|| no_memory(max_words))?;
+    let mut b: Vec<f64> = Vec::new();
+    b.try_reserve_exact(len_b).map_err(|_| no_memory(len_b))?;
+    b.resize(len_b, 0.0);
     let mut out = Vec::new();
     for &op in &opts.ops {
         for &bytes in &opts.sizes {
@@ -270,7 +290,7 @@ pub fn measure(
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// The table choosing, for each (op, size), the fastest back end measured.

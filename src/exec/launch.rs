@@ -15,6 +15,41 @@ pub enum OnError<'a> {
     Return,
 }
 
+/// The most in-process ranks (`--ranks`): each is a thread of this process.
+pub const MAX_RANKS: usize = tcc_runtime::comm::threads::MAX_RANKS;
+
+/// Checks an in-process rank count (`--ranks N`) before anything is allocated for
+/// it: E0720 for 0, E0750 above [`MAX_RANKS`].
+pub fn check_ranks(ranks: usize) -> Result<(), CommandError> {
+    if ranks == 0 {
+        return Err(CommandError::new("E0720", "--ranks must be at least 1", None));
+    }
+    if ranks > MAX_RANKS {
+        return Err(CommandError::new(
+            "E0750",
+            format!("--ranks {ranks} is more in-process ranks than the maximum, {MAX_RANKS}"),
+            Some(format!(
+                "in-process ranks are threads of one process; use at most {MAX_RANKS}, or run more ranks as MPI processes (`mpirun -np N tcc run --backend mpi`)"
+            )),
+        ));
+    }
+    Ok(())
+}
+
+/// The error of in-process ranks that failed: E0751 when they could not be
+/// started (a rank's thread not created), else `code`.
+pub fn rank_failure(f: &tcc_runtime::comm::threads::RankFailure, code: &'static str) -> CommandError {
+    if f.not_started {
+        CommandError::new(
+            "E0751",
+            f.to_string(),
+            Some("a process or memory limit (`ulimit -u`, cgroups) stopped tcc from creating a thread per rank; use fewer --ranks or raise the limit".into()),
+        )
+    } else {
+        CommandError::new(code, f.to_string(), None)
+    }
+}
+
 /// Runs `f` on every rank with the communicator that `comm` builds from the rank's
 /// back ends: `ranks` in-process threads, or (with `mpi`) this MPI process.
 /// `precheck` (given the number of ranks) runs first, for errors every rank would
@@ -32,15 +67,18 @@ pub fn launch<T: Send>(
     if mpi {
         return launch_mpi(comm, precheck, on_error, f);
     }
-    if ranks == 0 {
-        return Err(CommandError::new("E0720", "--ranks must be at least 1", None));
-    }
+    check_ranks(ranks)?;
     precheck(ranks)?;
+    // The first rank error, kept whole (code and hint) for the report.
+    let first: std::sync::Mutex<Option<(usize, CommandError)>> = std::sync::Mutex::new(None);
     let res = tcc_runtime::comm::threads::run(ranks, |rank| {
         let c = comm(&|b| rank.comm(b));
         let r = f(c.as_ref());
         if let (Err(e), OnError::Abort(message)) = (&r, &on_error) {
             if ranks > 1 {
+                if let Ok(mut g) = first.lock() {
+                    g.get_or_insert_with(|| (rank.rank(), e.clone()));
+                }
                 rank.abort(&message(e));
             }
         }
@@ -48,7 +86,12 @@ pub fn launch<T: Send>(
     });
     match res {
         Ok(mut v) => v.swap_remove(0).map(Some),
-        Err(f) => Err(CommandError::new("E0720", f.to_string(), None)),
+        Err(f) => match first.into_inner().ok().flatten() {
+            Some((r, e)) if !f.not_started && r == f.rank => {
+                Err(CommandError { message: format!("rank {r}: {}", e.message), ..e })
+            }
+            _ => Err(rank_failure(&f, "E0720")),
+        },
     }
 }
 

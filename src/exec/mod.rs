@@ -202,19 +202,33 @@ pub fn run_mpi(
     })
 }
 
-/// `tcc tune`: measures every back end of a world and returns the table.
-pub fn tune_threads(ranks: usize, opts: &tcc_runtime::tune::TuneOptions, progress: bool) -> TuningTable {
+/// `tcc tune`: measures every back end of a world and returns the table; an error
+/// when the ranks cannot be started or a rank cannot allocate its buffers.
+pub fn tune_threads(
+    ranks: usize,
+    opts: &tcc_runtime::tune::TuneOptions,
+    progress: bool,
+) -> Result<TuningTable, CommandError> {
+    launch::check_ranks(ranks)?;
     let ms = tcc_runtime::comm::threads::run(ranks, |rank| {
         let comms: Vec<Box<dyn Communicator>> = World::Threads.backends().iter().map(|&b| rank.comm(b)).collect();
         let refs: Vec<&dyn Communicator> = comms.iter().map(|c| c.as_ref()).collect();
-        tcc_runtime::tune::measure(&refs, opts, &mut |m| {
+        let r = tcc_runtime::tune::try_measure(&refs, opts, &mut |m| {
             if progress {
                 eprintln!("tune: {:<15} {:>10} B  {:<8} {:.3e} s", m.op.name(), m.bytes, m.backend.name(), m.seconds)
             }
-        })
+        });
+        // A rank without memory stops the others, which would wait for it.
+        r.unwrap_or_else(|e| rank.abort(&e))
     })
-    .expect("tuning does not fail");
-    tcc_runtime::tune::table_from(World::Threads, ranks, &ms[0])
+    .map_err(|f| {
+        let mut e = launch::rank_failure(&f, "E0752");
+        if e.code == "E0752" {
+            e.hint = Some(format!("use a smaller --max-bytes (at most {}) or fewer --ranks", MAX_TUNE_BYTES_TEXT));
+        }
+        e
+    })?;
+    Ok(tcc_runtime::tune::table_from(World::Threads, ranks, &ms[0]))
 }
 
 /// `mpirun -np N tcc tune --backend mpi`: the table on rank 0 (`None` elsewhere).
@@ -247,12 +261,27 @@ pub fn read_tuning(path: Option<&std::path::Path>) -> Result<Option<TuningTable>
     }
 }
 
+/// The largest message `tcc tune --max-bytes` measures: every rank holds two
+/// buffers of this size, and messages in flight copy them.
+pub const MAX_TUNE_BYTES: u64 = 1 << 30;
+const MAX_TUNE_BYTES_TEXT: &str = "1GiB";
+
 /// `tcc tune`: measures (in-process ranks, or this MPI job) and writes the table to
 /// `out` (`-`: stdout; default: [`tcc_runtime::tune::default_path`]). Returns a line
 /// for stderr.
-pub fn tune(ranks: usize, mpi: bool, max_bytes: u64, out: Option<&std::path::Path>) -> Result<String, String> {
+pub fn tune(ranks: usize, mpi: bool, max_bytes: u64, out: Option<&std::path::Path>) -> Result<String, CommandError> {
+    if max_bytes > MAX_TUNE_BYTES {
+        return Err(CommandError::new(
+            "E0753",
+            format!("--max-bytes {max_bytes} is larger than the largest message tcc tune measures, {MAX_TUNE_BYTES_TEXT}"),
+            Some(format!(
+                "every rank holds two buffers of the largest size; use --max-bytes {MAX_TUNE_BYTES_TEXT} or less (larger messages use the table's last entry)"
+            )),
+        ));
+    }
     let opts =
         tcc_runtime::tune::TuneOptions { sizes: tcc_runtime::tune::sizes_up_to(max_bytes), ..Default::default() };
+    let e0723 = |m: String| CommandError::new("E0723", m, None);
     let table = if mpi {
         #[cfg(feature = "mpi")]
         {
@@ -262,12 +291,9 @@ pub fn tune(ranks: usize, mpi: bool, max_bytes: u64, out: Option<&std::path::Pat
             }
         }
         #[cfg(not(feature = "mpi"))]
-        return Err("this tcc was built without MPI support (rebuild with `--features mpi`)".into());
+        return Err(e0723("this tcc was built without MPI support (rebuild with `--features mpi`)".into()));
     } else {
-        if ranks == 0 {
-            return Err("--ranks must be at least 1".into());
-        }
-        tune_threads(ranks, &opts, true)
+        tune_threads(ranks, &opts, true)?
     };
     let text = table.to_toml();
     let path = match out {
@@ -276,11 +302,11 @@ pub fn tune(ranks: usize, mpi: bool, max_bytes: u64, out: Option<&std::path::Pat
             return Ok(String::new());
         }
         Some(p) => p.to_path_buf(),
-        None => tcc_runtime::tune::default_path().ok_or("no home directory: pass --out FILE")?,
+        None => tcc_runtime::tune::default_path().ok_or_else(|| e0723("no home directory: pass --out FILE".into()))?,
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|e| e0723(format!("cannot create `{}`: {e}", dir.display())))?;
     }
-    std::fs::write(&path, text).map_err(|e| format!("cannot write `{}`: {e}", path.display()))?;
+    std::fs::write(&path, text).map_err(|e| e0723(format!("cannot write `{}`: {e}", path.display())))?;
     Ok(format!("tune: wrote {}", path.display()))
 }

@@ -349,17 +349,21 @@ pub fn execute_report(
 }
 
 /// `--execute STYLE --ranks N`: in-process ranks (threads back end).
-pub fn execute_threads(hir: &Hir, model: ModelId, style: Style, seed: u64, ranks: usize) -> Result<String, String> {
-    if ranks == 0 {
-        return Err("--ranks must be at least 1".into());
-    }
+pub fn execute_threads(
+    hir: &Hir,
+    model: ModelId,
+    style: Style,
+    seed: u64,
+    ranks: usize,
+) -> Result<String, CommandError> {
+    super::launch::check_ranks(ranks)?;
     execute_ranks(hir, model, style, seed, ranks, false)
 }
 
 /// `mpirun -np N tcc plan-model --execute STYLE --backend mpi`: this process is one
 /// rank (MPI's own collectives); rank 0 returns the report, others an empty string.
 #[cfg(feature = "mpi")]
-pub fn execute_mpi(hir: &Hir, model: ModelId, style: Style, seed: u64) -> Result<String, String> {
+pub fn execute_mpi(hir: &Hir, model: ModelId, style: Style, seed: u64) -> Result<String, CommandError> {
     execute_ranks(hir, model, style, seed, 1, true)
 }
 
@@ -372,7 +376,7 @@ fn execute_ranks(
     seed: u64,
     ranks: usize,
     mpi: bool,
-) -> Result<String, String> {
+) -> Result<String, CommandError> {
     let backend = if mpi { tcc_runtime::comm::Backend::Mpi } else { tcc_runtime::comm::Backend::Threads };
     let r = super::launch::launch(
         ranks,
@@ -382,20 +386,19 @@ fn execute_ranks(
         super::launch::OnError::Return,
         |comm| execute_report(hir, model, style, seed, comm).map_err(|m| CommandError::new("E0814", m, None)),
     );
-    match r {
-        Ok(s) => Ok(s.unwrap_or_default()),
-        Err(e) => Err(e.message),
-    }
+    r.map(Option::unwrap_or_default)
 }
 
 #[cfg(not(feature = "mpi"))]
-pub fn execute_mpi(_hir: &Hir, _model: ModelId, _style: Style, _seed: u64) -> Result<String, String> {
-    Err("this tcc was built without MPI support (rebuild with `--features mpi`)".into())
+pub fn execute_mpi(_hir: &Hir, _model: ModelId, _style: Style, _seed: u64) -> Result<String, CommandError> {
+    Err(CommandError::new("E0814", "this tcc was built without MPI support (rebuild with `--features mpi`)", None))
 }
 
 /// `tcc plan-model --execute STYLE`, whole: the report to print, or an error.
 pub fn cli(hir: &Hir, a: &CliArgs) -> Result<String, CommandError> {
     let err = |code, message: String, hint: Option<&str>| CommandError { code, message, hint: hint.map(String::from) };
+    crate::plan::model::check_counts(a)?;
+    crate::plan::model::parse_dims(&a.dims)?;
     let style = a.execute.as_deref().ok_or_else(|| err("E0813", "no --execute style".into(), None))?;
     let style = Style::parse(style).map_err(|m| err("E0813", m, None))?;
     let id = match &a.model {
@@ -410,5 +413,10 @@ pub fn cli(hir: &Hir, a: &CliArgs) -> Result<String, CommandError> {
     } else {
         execute_threads(hir, id, style, a.seed, a.ranks.unwrap_or(2))
     };
-    r.map_err(|m| err("E0814", m, Some("the sharded run disagrees with the interpreter or with the predicted words")))
+    r.map_err(|mut e| {
+        if e.code == "E0814" && e.hint.is_none() {
+            e.hint = Some("the sharded run disagrees with the interpreter or with the predicted words".into());
+        }
+        e
+    })
 }

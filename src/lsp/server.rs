@@ -13,7 +13,7 @@
 //! on close).
 
 use super::analysis::{self, Analysis};
-use super::transport::MALFORMED;
+use super::transport::{MALFORMED, RAW};
 use lsp_server::{Connection, ErrorCode, Message, Notification, Request, RequestId, Response, ResponseError};
 use lsp_types as lt;
 use lsp_types::notification::Notification as _;
@@ -248,13 +248,27 @@ impl Server {
         if n.method == MALFORMED {
             let why = n.params["why"].as_str().unwrap_or("malformed message").to_string();
             // An invalid request whose id we could read still gets an answer.
-            let id: Option<RequestId> = match &n.params["id"] {
+            // Every request gets an answer: ids lsp-server holds (32-bit integers and
+            // strings) in a Response; other integers as they are, and an id that is
+            // not an integer or a string (1.5, null, an object) as `null`, as
+            // JSON-RPC 2.0 answers an invalid request; both written raw.
+            let raw_id = &n.params["id"];
+            let id: Option<RequestId> = match raw_id {
                 serde_json::Value::Number(x) => x.as_i64().and_then(|v| i32::try_from(v).ok()).map(RequestId::from),
                 serde_json::Value::String(s) => Some(RequestId::from(s.clone())),
                 _ => None,
             };
+            let message = format!("invalid request: {why}");
             if let Some(id) = id {
-                self.send(Response::new_err(id, ErrorCode::InvalidRequest as i32, format!("invalid request: {why}")));
+                self.send(Response::new_err(id, ErrorCode::InvalidRequest as i32, message));
+            } else if n.params["has_id"] == true {
+                let echoed = if raw_id.is_i64() || raw_id.is_u64() { raw_id.clone() } else { serde_json::Value::Null };
+                let response = serde_json::json!({
+                    "jsonrpc": "2.0",
+                    "id": echoed,
+                    "error": { "code": ErrorCode::InvalidRequest as i32, "message": message },
+                });
+                self.send(lsp_server::Notification::new(RAW.to_string(), response));
             }
             self.log(lt::MessageType::ERROR, format!("tcc lsp: ignored a malformed message: {why}"));
             return;

@@ -12,6 +12,11 @@ use std::thread;
 /// Method of the internal notification carrying a payload that did not parse.
 pub(crate) const MALFORMED: &str = "$tcc/malformed";
 
+/// Method of the internal notification whose params the writer sends as they are,
+/// as one message: responses whose id lsp-server cannot represent (an integer
+/// outside 32 bits, or `null` for an invalid id).
+pub(crate) const RAW: &str = "$tcc/raw";
+
 /// The largest message accepted (bigger ones are skipped and reported).
 const MAX_MESSAGE: usize = 64 << 20;
 
@@ -21,7 +26,11 @@ pub(crate) fn stdio() -> (Connection, thread::JoinHandle<()>) {
         let stdout = io::stdout();
         let mut out = stdout.lock();
         for msg in writer_rx {
-            if msg.write(&mut out).is_err() {
+            let written = match &msg {
+                Message::Notification(n) if n.method == RAW => write_raw(&mut out, &n.params),
+                _ => msg.write(&mut out),
+            };
+            if written.is_err() {
                 break;
             }
         }
@@ -52,11 +61,28 @@ pub(crate) fn read_loop(input: &mut impl BufRead, tx: &Sender<Message>) {
     }
 }
 
+/// Writes `v` as one framed message.
+pub(crate) fn write_raw(out: &mut impl Write, v: &serde_json::Value) -> io::Result<()> {
+    let text = v.to_string();
+    write!(out, "Content-Length: {}\r\n\r\n{text}", text.len())?;
+    out.flush()
+}
+
+/// Whether a JSON-RPC id is one lsp-server represents: a 32-bit integer or a string.
+fn plain_id(id: &serde_json::Value) -> bool {
+    id.is_string() || id.as_i64().is_some_and(|x| i32::try_from(x).is_ok())
+}
+
 fn parse(text: &str) -> Message {
     // A `method` that is not a string would otherwise pass for a (bodiless) response.
     match serde_json::from_str::<serde_json::Value>(text) {
         Ok(v) if v.get("method").is_some_and(|m| !m.is_string()) => {
             return malformed("`method` is not a string".to_string(), text)
+        }
+        // A request whose id lsp-server cannot hold (2^32, 1.5, null) would pass for a
+        // notification and never be answered.
+        Ok(v) if v.get("method").is_some() && v.get("id").is_some_and(|id| !plain_id(id)) => {
+            return malformed("the id is not a string or a 32-bit integer".to_string(), text)
         }
         Ok(v) if !v.is_object() => return malformed("not a JSON object".to_string(), text),
         _ => {}
@@ -68,9 +94,22 @@ fn parse(text: &str) -> Message {
 }
 
 fn malformed(why: String, text: &str) -> Message {
-    // Keep the id, if one can be read, so that the request can be answered.
-    let id = serde_json::from_str::<serde_json::Value>(text).ok().and_then(|v| v.get("id").cloned());
-    Message::Notification(Notification::new(MALFORMED.to_string(), serde_json::json!({ "why": why, "id": id })))
+    // Keep the id, if one can be read, so that the request can be answered
+    // (`has_id` tells `"id": null` from no id).
+    let v = serde_json::from_str::<serde_json::Value>(text).ok();
+    let id = v.as_ref().and_then(|v| v.get("id").cloned());
+    let has_id = id.is_some();
+    Message::Notification(Notification::new(
+        MALFORMED.to_string(),
+        serde_json::json!({ "why": why, "id": id, "has_id": has_id }),
+    ))
+}
+
+/// Where `Content-Length:` (any case) starts in `line`: the last occurrence.
+fn find_content_length(line: &str) -> Option<usize> {
+    const NAME: &[u8] = b"content-length:";
+    let b = line.as_bytes();
+    (0..b.len().saturating_sub(NAME.len() - 1)).rev().find(|&i| b[i..i + NAME.len()].eq_ignore_ascii_case(NAME))
 }
 
 enum Frame {
@@ -91,7 +130,17 @@ fn read_frame(input: &mut impl BufRead) -> io::Result<Frame> {
             return Ok(Frame::Eof);
         }
         let text = String::from_utf8_lossy(&line);
-        let text = text.trim_end_matches(['\r', '\n']);
+        let mut text = text.trim_end_matches(['\r', '\n']);
+        // Resynchronize: after a frame whose Content-Length was wrong, the next
+        // header follows the rest of a body on the same line (or a body's tail
+        // precedes it). A `Content-Length:` anywhere in the line starts a header.
+        if let Some(at) = find_content_length(text) {
+            if at > 0 {
+                size = None;
+                bad_header = None;
+                text = &text[at..];
+            }
+        }
         if text.is_empty() {
             if size.is_some() || bad_header.is_some() {
                 break;
@@ -158,6 +207,44 @@ mod tests {
         // the oversized message is skipped and reported (input ends inside it)
         assert!(matches!(&msgs[4], Message::Notification(n) if n.params["why"].as_str().unwrap().contains("larger")));
         assert_eq!(msgs.len(), 5, "{msgs:?}");
+    }
+
+    #[test]
+    fn resynchronizes_after_a_wrong_content_length() {
+        let a = r#"{"jsonrpc":"2.0","id":1,"method":"a","params":{}}"#;
+        let b = r#"{"jsonrpc":"2.0","id":2,"method":"b","params":{}}"#;
+        let c = r#"{"jsonrpc":"2.0","id":3,"method":"c","params":{}}"#;
+        let input = format!(
+            "Content-Length: {}\r\n\r\n{a}{}Content-Length: {}\r\n\r\n{b}{}{}",
+            a.len() - 3,
+            framed(b),
+            b.len() + 3,
+            framed(r#"{"jsonrpc":"2.0","method":"lost"}"#),
+            framed(c),
+        );
+        let methods: Vec<String> = frames(&input)
+            .into_iter()
+            .map(|m| match m {
+                Message::Request(r) => r.method,
+                Message::Notification(n) => n.method,
+                Message::Response(_) => "response".into(),
+            })
+            .collect();
+        // short frame: malformed, then b; long frame: malformed, `lost` eaten, then c.
+        assert_eq!(methods, [MALFORMED, "b", MALFORMED, "c"]);
+    }
+
+    #[test]
+    fn ids_lsp_server_cannot_hold_are_malformed_with_their_id() {
+        for (id, has) in [("4294967296", true), ("1.5", true), ("null", true), ("{}", true)] {
+            let m = parse(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"x"}}"#));
+            let Message::Notification(n) = m else { panic!("{m:?}") };
+            assert_eq!(n.method, MALFORMED);
+            assert_eq!(n.params["has_id"], has);
+            assert_eq!(n.params["id"], serde_json::from_str::<serde_json::Value>(id).unwrap());
+        }
+        let m = parse(r#"{"jsonrpc":"2.0","method":"x"}"#);
+        assert!(matches!(m, Message::Notification(n) if n.method == "x"));
     }
 
     #[test]

@@ -32,8 +32,13 @@ fn seconds(s: f64) -> String {
 /// the interpreter, plus a timing line (and a check line with `--check`).
 pub fn run_compiled(hir: &Hir, opts: &RunOptions, c: &CompiledRun, out: &mut dyn Write) -> Result<(), CommandError> {
     run_report(hir, opts, out, &mut |u, inputs| {
-        let r = crate::codegen::llvm::jit_run(hir, u, inputs, &c.codegen, c.repeat.max(1))
-            .map_err(|e| fail("E0712", e.0, None))?;
+        let r = crate::codegen::llvm::jit_run(hir, u, inputs, &c.codegen, c.repeat.max(1)).map_err(|e| {
+            if e.is_out_of_memory() {
+                super::out_of_memory(e.0)
+            } else {
+                fail("E0712", e.0, None)
+            }
+        })?;
         let gflops = if r.run_s > 0.0 { r.flops / r.run_s / 1e9 } else { 0.0 };
         let mut extra = vec![format!(
             "time = {}  ({:.2} GFLOP/s, {} threads; compile {})",

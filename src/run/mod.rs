@@ -137,6 +137,16 @@ fn names(list: impl IntoIterator<Item = String>) -> String {
     }
 }
 
+/// E0754: the memory for a tensor could not be allocated (checked before using it,
+/// with fallible allocation, so that a memory limit is an error, not an abort).
+pub fn out_of_memory(message: String) -> CommandError {
+    fail(
+        "E0754",
+        message,
+        Some("the tensors of this run do not fit in the memory this process may use: try smaller range sizes or raise the limit (`ulimit -v`, cgroups)".into()),
+    )
+}
+
 /// The `tcc run` error for an interpreter failure.
 pub fn interp_error(e: InterpError) -> CommandError {
     match e {
@@ -145,6 +155,7 @@ pub fn interp_error(e: InterpError) -> CommandError {
             e.to_string(),
             Some("the reference interpreter runs plain loops: try smaller range sizes".into()),
         ),
+        InterpError::OutOfMemory(_) => out_of_memory(e.to_string()),
         InterpError::MissingInput { .. } | InterpError::ShapeMismatch { .. } => fail("E0707", e.to_string(), None),
     }
 }

@@ -27,11 +27,18 @@ pub struct Aborted;
 pub struct RankFailure {
     pub rank: usize,
     pub message: String,
+    /// The ranks could not all be started: a count outside `1..=MAX_RANKS`, or a
+    /// rank's thread that could not be created (`rank` is its number).
+    pub not_started: bool,
 }
 
 impl std::fmt::Display for RankFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "rank {} failed: {}", self.rank, self.message)
+        if self.not_started {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "rank {} failed: {}", self.rank, self.message)
+        }
     }
 }
 
@@ -65,9 +72,12 @@ impl Shared {
         }
     }
     fn fail(&self, rank: usize, message: String) {
+        self.fail_as(rank, message, false)
+    }
+    fn fail_as(&self, rank: usize, message: String, not_started: bool) {
         let mut f = lock(&self.failure);
         if f.is_none() {
-            *f = Some(RankFailure { rank, message });
+            *f = Some(RankFailure { rank, message, not_started });
         }
         self.failed.store(true, Ordering::SeqCst);
     }
@@ -143,10 +153,23 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// The most in-process ranks [`run`] starts: each rank is a thread, and its
+/// mailboxes and boards grow with the square of the count.
+pub const MAX_RANKS: usize = 4096;
+
 /// Runs `f` on `n` in-process ranks and returns each rank's result, or the first
-/// rank failure (every other rank is aborted, never left waiting).
+/// rank failure (every other rank is aborted, never left waiting). `n` must be in
+/// `1..=MAX_RANKS`; outside it, or when a rank's thread cannot be created (process
+/// or memory limits), the failure is returned before or instead of running `f`
+/// (ranks already started are aborted).
 pub fn run<R: Send>(n: usize, f: impl Fn(&Rank) -> R + Sync) -> Result<Vec<R>, RankFailure> {
-    assert!(n >= 1, "at least one rank");
+    if n == 0 || n > MAX_RANKS {
+        return Err(RankFailure {
+            rank: 0,
+            message: format!("{n} in-process ranks: the number of ranks must be between 1 and {MAX_RANKS}"),
+            not_started: true,
+        });
+    }
     let shared = Arc::new(Shared {
         size: n,
         failed: AtomicBool::new(false),
@@ -154,30 +177,36 @@ pub fn run<R: Send>(n: usize, f: impl Fn(&Rank) -> R + Sync) -> Result<Vec<R>, R
         contexts: Mutex::new(HashMap::new()),
     });
     let results: Vec<Option<R>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|r| {
-                let shared = shared.clone();
-                let f = &f;
-                std::thread::Builder::new()
-                    .name(format!("rank-{r}"))
-                    .spawn_scoped(s, move || {
-                        let rank = Rank { rank: r, shared: shared.clone(), next_comm: Cell::new(0) };
-                        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&rank))) {
-                            Ok(v) => Some(v),
-                            Err(p) => {
-                                if p.downcast_ref::<Aborted>().is_none() {
-                                    shared.fail(r, panic_message(p.as_ref()));
-                                } else {
-                                    // Aborted without a recorded failure: Rank::abort set it.
-                                    shared.failed.store(true, Ordering::SeqCst);
-                                }
-                                None
-                            }
+        let mut handles = Vec::with_capacity(n);
+        for r in 0..n {
+            let shared2 = shared.clone();
+            let f = &f;
+            let spawned = std::thread::Builder::new().name(format!("rank-{r}")).spawn_scoped(s, move || {
+                let shared = shared2;
+                let rank = Rank { rank: r, shared: shared.clone(), next_comm: Cell::new(0) };
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&rank))) {
+                    Ok(v) => Some(v),
+                    Err(p) => {
+                        if p.downcast_ref::<Aborted>().is_none() {
+                            shared.fail(r, panic_message(p.as_ref()));
+                        } else {
+                            // Aborted without a recorded failure: Rank::abort set it.
+                            shared.failed.store(true, Ordering::SeqCst);
                         }
-                    })
-                    .expect("spawning a rank thread")
-            })
-            .collect();
+                        None
+                    }
+                }
+            });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // The ranks already started see the poisoned world at their next
+                    // wait and stop; none waits for the ranks never created.
+                    shared.fail_as(r, format!("cannot create the thread of rank {r} of {n}: {e}"), true);
+                    break;
+                }
+            }
+        }
         handles.into_iter().map(|h| h.join().unwrap_or(None)).collect()
     });
     if let Some(f) = lock(&shared.failure).clone() {

@@ -64,6 +64,19 @@ impl From<BuilderError> for CodegenError {
     }
 }
 
+/// [`crate::tensor::try_vec`] for the JIT's buffers: a [`CodegenError`] whose
+/// message starts with "cannot allocate" ([`CodegenError::is_out_of_memory`]).
+fn try_vec<T>(what: &str, n: usize) -> Result<Vec<T>, CodegenError> {
+    crate::tensor::try_vec(&format!("tensor `{what}`"), n).map_err(|e| err(e.to_string()))
+}
+
+impl CodegenError {
+    /// Memory for a buffer could not be allocated (the run's fault, not the code's).
+    pub fn is_out_of_memory(&self) -> bool {
+        self.0.starts_with("cannot allocate ")
+    }
+}
+
 fn err(s: impl Into<String>) -> CodegenError {
     CodegenError(s.into())
 }
@@ -486,13 +499,21 @@ pub fn jit_run_sized(
                     d.data.len()
                 )));
             }
-            d.data.clone()
+            let mut v = try_vec(&hir.tensors[t].name, n)?;
+            v.extend_from_slice(&d.data);
+            v
         } else {
-            vec![0.0; n]
+            let mut v = try_vec(&hir.tensors[t].name, n)?;
+            v.resize(n, 0.0);
+            v
         };
         storage.push(match elem {
             ElemType::F64 => Storage::F64(data),
-            ElemType::F32 => Storage::F32(data.iter().map(|&x| x as f32).collect()),
+            ElemType::F32 => {
+                let mut v = try_vec(&hir.tensors[t].name, n)?;
+                v.extend(data.iter().map(|&x| x as f32));
+                Storage::F32(v)
+            }
         });
     }
     let ptrs: Vec<*mut u8> = storage.iter_mut().map(|s| s.ptr()).collect();

@@ -763,6 +763,51 @@ pub struct CliArgs {
     pub seed: u64,
 }
 
+/// E0815: `--layers 0`, `--gpus-per-node 0`, `--devices 0` or `--top 0` — counts
+/// that must be at least 1 (they were silently taken as 1 before).
+pub fn check_counts(a: &CliArgs) -> Result<(), CommandError> {
+    let counts = [
+        ("--layers", Some(a.layers)),
+        ("--gpus-per-node", Some(a.gpus_per_node)),
+        ("--devices", a.devices),
+        ("--top", Some(a.top)),
+    ];
+    for (name, v) in counts {
+        if v == Some(0) {
+            return Err(CommandError::new("E0815", format!("{name} must be at least 1"), None));
+        }
+    }
+    Ok(())
+}
+
+/// The `--dim NAME=SIZE` overrides: E0811 for one that is not `NAME=SIZE`, E0816 for
+/// a name given twice (the last one used to win silently).
+pub fn parse_dims(specs: &[String]) -> Result<Vec<(String, usize)>, CommandError> {
+    let mut dims: Vec<(String, usize)> = Vec::new();
+    for d in specs {
+        match d.split_once('=').map(|(n, v)| (n.trim(), v.trim().parse::<usize>())) {
+            Some((n, Ok(v))) if !n.is_empty() => {
+                if let Some((_, prev)) = dims.iter().find(|(m, _)| m == n) {
+                    return Err(CommandError::new(
+                        "E0816",
+                        format!("--dim {n} is given twice ({n}={prev} and {n}={v})"),
+                        Some("give each model dim once".into()),
+                    ));
+                }
+                dims.push((n.to_string(), v))
+            }
+            _ => {
+                return Err(CommandError::new(
+                    "E0811",
+                    format!("`--dim {d}` is not NAME=SIZE"),
+                    Some("for example --dim seq=4096".into()),
+                ))
+            }
+        }
+    }
+    Ok(dims)
+}
+
 /// `tcc plan-model` (without `--execute`: the executor, `exec::model::cli`, runs that),
 /// whole: the text to print, or an error.
 pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, CommandError> {
@@ -772,6 +817,7 @@ pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, CommandEr
     let Some(devices) = a.devices else {
         return Err(err("E0802", "--devices N is required to plan".into(), Some("for example --devices 64")));
     };
+    check_counts(a)?;
     let mut o = ModelOptions::new(devices, network);
     o.mem_per_device = a.mem_per_device;
     o.gpus_per_node = a.gpus_per_node.max(1);
@@ -782,12 +828,6 @@ pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, CommandEr
         Some(s) => Some(ZeroPP::parse(s).map_err(|m| err("E0811", m, None))?),
         None => None,
     };
-    let mut dims = Vec::new();
-    for d in &a.dims {
-        match d.split_once('=').map(|(n, v)| (n.trim(), v.trim().parse::<usize>())) {
-            Some((n, Ok(v))) if !n.is_empty() => dims.push((n.to_string(), v)),
-            _ => return Err(err("E0811", format!("`--dim {d}` is not NAME=SIZE"), Some("for example --dim seq=4096"))),
-        }
-    }
+    let dims = parse_dims(&a.dims)?;
     plan_model_command(hir, a.model.as_deref(), &dims, &o, a.json)
 }
