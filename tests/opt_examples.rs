@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use tcc::interp::{random_inputs, run_unit};
 use tcc::lir::exec::execute;
-use tcc::lir::fusion::{lower_unit, FusionOptions};
+use tcc::pipeline::PipelineOptions;
 use tcc::tensor::Dense;
 
 fn assert_close(
@@ -32,16 +32,17 @@ fn optimized_and_fused_examples_match_the_interpreter() {
         }
         let src = std::fs::read_to_string(&path).unwrap();
         let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
-        let (hir, diags) = tcc::compile(&src, &stem);
+        let popts = PipelineOptions { validate: true, ..PipelineOptions::default() };
+        let (hir, diags) = tcc::pipeline::check(&src, &stem, &popts);
         let hir = hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()));
-        let (opt, _) = tcc::tir::optimize(&hir);
+        let (opt, _) = tcc::pipeline::optimize(&hir, &popts);
         for u in hir.units.ids() {
             let inputs = random_inputs(&hir, u, 11).unwrap();
             let want = run_unit(&hir, u, &inputs).unwrap();
             let what = format!("{} unit {}", path.display(), hir.units[u].name);
             assert_close(&format!("{what} (optimized)"), &want, &run_unit(&opt, u, &inputs).unwrap());
             for limit in [None, Some(0), Some(1 << 40)] {
-                let nest = lower_unit(&opt, u, FusionOptions { mem_limit: limit, ..FusionOptions::default() });
+                let nest = tcc::pipeline::fuse(&opt, &[u], &PipelineOptions::with_mem_limit(limit)).remove(0);
                 assert!(nest.peak_bytes <= nest.unfused_peak_bytes, "{what}");
                 assert_close(
                     &format!("{what} (fused, limit {limit:?})"),

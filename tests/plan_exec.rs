@@ -64,7 +64,7 @@ fn compile(src: &str) -> Hir {
 /// count.
 fn check(src: &str, p: usize, net: &str, mem: Option<u64>) -> (BTreeSet<&'static str>, usize) {
     let hir = compile(src);
-    let opt = tcc::tir::optimize(&hir).0;
+    let opt = tcc::pipeline::optimize(&hir, &Default::default()).0;
     let popts = PlanRunOptions { ranks: p, network: net.into(), mem_per_rank: mem, stats: false };
     let mut kinds = BTreeSet::new();
     let mut panels = 1;
@@ -157,7 +157,7 @@ C[i,j] = A[i,k] * B[k,j];";
 #[test]
 fn replicated_inputs_are_not_charged_for_copies_they_hold() {
     let hir = compile(HINTED);
-    let opt = tcc::tir::optimize(&hir).0;
+    let opt = tcc::pipeline::optimize(&hir, &Default::default()).0;
     let popts = PlanRunOptions { ranks: 4, network: CHEAP_NET.into(), mem_per_rank: None, stats: false };
     let plan = plan_for(&opt, UnitId::new(0), 4, &popts).unwrap();
     assert!(

@@ -87,7 +87,7 @@ fn cases() -> Vec<Case> {
 fn plan(case: &Case, p: usize, strategy: Strategy) -> Plan {
     let (hir, diags) = tcc::compile(&case.src, "bench");
     let hir = hir.unwrap_or_else(|| panic!("{}: {diags:?}", case.name));
-    let (opt, _) = tcc::tir::optimize(&hir);
+    let (opt, _) = tcc::pipeline::optimize(&hir, &Default::default());
     let mut o = PlanOptions::new(p, Network::fat_tree());
     o.strategy = strategy;
     plan_unit(&opt, UnitId::new(0), &o).unwrap_or_else(|e| panic!("{} P={p}: {e}", case.name))
