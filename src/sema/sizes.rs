@@ -298,14 +298,6 @@ pub fn bind_and_assume(hir: &Hir, size_specs: &[String], assume_specs: &[String]
     assume_sizes(&bound, &parse_sizes("--assume", assume_specs)?)
 }
 
-/// `tcc build`: [`bind_and_assume`], then E0747 unless every run-time range is bound
-/// (a library is never compiled for an assumed size).
-pub fn bind_for_build(hir: &Hir, size_specs: &[String], assume_specs: &[String]) -> Result<Hir, CommandError> {
-    let out = bind_and_assume(hir, size_specs, assume_specs)?;
-    require_fixed_for_build(&out)?;
-    Ok(out)
-}
-
 /// E0747: the GPU build (`tcc build --target cuda`) writes a host shim for fixed
 /// sizes; CPU libraries take run-time sizes as arguments.
 pub fn require_fixed_for_build(hir: &Hir) -> Result<(), CommandError> {
