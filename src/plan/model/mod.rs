@@ -261,6 +261,18 @@ fn param_local(p: &TensorInfo, c: &Config) -> f64 {
 }
 
 /// Why a configuration is not valid for this model, if it is not.
+/// The dim (one of `names`) a `degree`-way split of `what` parallelism divides, or
+/// why not (`missing` when the model has no such dim).
+fn split_dim(info: &ModelInfo, names: &[&str], degree: usize, what: &str, missing: &str) -> Result<(), String> {
+    let Some((d, n)) = info.dim_any(names) else {
+        return Err(missing.into());
+    };
+    if n % degree != 0 {
+        return Err(format!("{what}: {degree} does not divide {d} = {n}"));
+    }
+    Ok(())
+}
+
 pub fn invalid(info: &ModelInfo, c: &Config) -> Option<String> {
     let divides = |n: usize, name: &str| -> Option<String> {
         match info.dim(name) {
@@ -279,11 +291,8 @@ pub fn invalid(info: &ModelInfo, c: &Config) -> Option<String> {
         }
     }
     if c.sequence > 1 {
-        let Some((seq, n)) = info.dim_any(&SEQ_NAMES) else {
-            return Some("sequence parallelism needs a `seq` dim".into());
-        };
-        if n % c.sequence != 0 {
-            return Some(format!("sequence: {} does not divide {seq} = {n}", c.sequence));
+        if let Err(e) = split_dim(info, &SEQ_NAMES, c.sequence, "sequence", "sequence parallelism needs a `seq` dim") {
+            return Some(e);
         }
         if c.seq_style == SeqStyle::Ulysses {
             if let Some(h) = info.dim("heads") {
@@ -294,11 +303,9 @@ pub fn invalid(info: &ModelInfo, c: &Config) -> Option<String> {
         }
     }
     if c.expert > 1 {
-        let Some((x, n)) = info.dim_any(&EXPERT_NAMES) else {
-            return Some("expert parallelism needs an `experts` dim".into());
-        };
-        if n % c.expert != 0 {
-            return Some(format!("expert: {} does not divide {x} = {n}", c.expert));
+        if let Err(e) = split_dim(info, &EXPERT_NAMES, c.expert, "expert", "expert parallelism needs an `experts` dim")
+        {
+            return Some(e);
         }
         if !(c.data * c.sequence).is_multiple_of(c.expert) {
             return Some(format!("expert: {} does not divide data × sequence = {}", c.expert, c.data * c.sequence));
