@@ -670,7 +670,8 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
             mem_limit,
             gemm_min: None,
             parallel_min: None,
-            runtime_ranges: Vec::new(),
+            // Run-time ranges left unbound are size arguments, as in `tcc build`.
+            runtime_ranges: hir.runtime_ranges(),
         };
         return match tcc::codegen::llvm::emit_llvm(&hir, &units, &opts) {
             Ok(ir) => {
