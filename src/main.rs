@@ -651,7 +651,9 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
         return Outcome::Ok;
     }
     if emit == Emit::Ptx {
-        return match tcc::codegen::nvptx::ptx_for(&hir, &units, &gpu_gemm.options()) {
+        // --mem-limit bounds the GPU plan's fused temporaries too.
+        let gpu = tcc::codegen::nvptx::GpuOptions { mem_limit, ..gpu_gemm.options() };
+        return match tcc::codegen::nvptx::ptx_for(&hir, &units, &gpu) {
             Ok((plan, ptx)) => {
                 // The plan, and each contraction's predicted times, as PTX comments.
                 for line in tcc::codegen::nvptx::describe(&plan).lines() {
