@@ -237,21 +237,22 @@ def run(args):
         sys.exit(1)
 
 
-def main():
+def main(build=build, run=run, tcc="target/release/tcc", repeat=5, out="bench/cpu/results.md"):
+    """The `build` and `run` command line (runtime_sizes.py reuses it with its own steps)."""
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
     b.add_argument("--dir", required=True)
-    b.add_argument("--tcc", default="target/release/tcc")
+    b.add_argument("--tcc", default=tcc)
     b.add_argument("--target-cpu", default=None)
     b.add_argument("--only", default=None)
     r = sub.add_parser("run")
     r.add_argument("--dir", required=True)
     r.add_argument("--threads", type=int, default=2)
-    r.add_argument("--repeat", type=int, default=5)
+    r.add_argument("--repeat", type=int, default=repeat)
     r.add_argument("--only", default=None)
     r.add_argument("--machine", default="this machine")
-    r.add_argument("--out", default="bench/cpu/results.md")
+    r.add_argument("--out", default=out)
     args = ap.parse_args()
     build(args) if args.cmd == "build" else run(args)
 

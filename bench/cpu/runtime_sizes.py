@@ -29,6 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import SUITE, best_time, selected, tc_source  # noqa: E402
+from bench import main as bench_main  # noqa: E402
 
 
 def runtime_source(spec, sizes, elem):
@@ -140,24 +141,5 @@ def run(args):
     print("\n".join(doc))
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build")
-    b.add_argument("--dir", required=True)
-    b.add_argument("--tcc", default="target/debug/tcc")
-    b.add_argument("--target-cpu", default=None)
-    b.add_argument("--only", default=None)
-    r = sub.add_parser("run")
-    r.add_argument("--dir", required=True)
-    r.add_argument("--threads", type=int, default=2)
-    r.add_argument("--repeat", type=int, default=3)
-    r.add_argument("--only", default=None)
-    r.add_argument("--machine", default="this machine")
-    r.add_argument("--out", default="bench/cpu/results-runtime-sizes.md")
-    args = ap.parse_args()
-    build(args) if args.cmd == "build" else run(args)
-
-
 if __name__ == "__main__":
-    main()
+    bench_main(build, run, tcc="target/debug/tcc", repeat=3, out="bench/cpu/results-runtime-sizes.md")
