@@ -369,7 +369,14 @@ pub(crate) mod test_hir {
 
     impl B {
         pub(crate) fn range(&mut self, name: &str, size: usize) -> RangeId {
-            self.hir.ranges.push(Range { name: name.into(), size, span: 0..0, model: None, size_kind: SizeKind::Fixed })
+            self.hir.ranges.push(Range {
+                name: name.into(),
+                size,
+                span: 0..0,
+                model: None,
+                size_kind: SizeKind::Fixed,
+                tiling: Default::default(),
+            })
         }
         /// Declares indices named by the characters of `names` over range `r`.
         pub(crate) fn indices(&mut self, names: &str, r: RangeId) {
@@ -395,6 +402,8 @@ pub(crate) mod test_hir {
                 elem: ElemType::F64,
                 dims,
                 symmetry,
+                pair_symmetry: Vec::new(),
+                blocks: Vec::new(),
                 span: 0..0,
                 model: None,
             })

@@ -53,6 +53,7 @@ impl Ctx {
             span: name.span.clone(),
             model: self.model,
             size_kind,
+            tiling: hir::Tiling::default(),
         });
         self.declare(Ns::Space, name, Sym::Range(r), what);
         r
@@ -204,6 +205,8 @@ impl Ctx {
                 elem,
                 dims,
                 symmetry,
+                pair_symmetry: Vec::new(),
+                blocks: Vec::new(),
                 span: d.span.clone(),
                 model: self.model,
             },

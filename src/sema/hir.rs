@@ -24,6 +24,34 @@ pub struct Range {
     pub model: Option<ModelId>,
     /// Whether `size` is the range's size or an assumption about a run-time size.
     pub size_kind: SizeKind,
+    /// How tiled storage cuts the range (`tile 40`, `spin(100, 100)`, `irreps(…)`).
+    pub tiling: Tiling,
+}
+
+/// How a range is cut into tiles for tiled storage and execution: `range V = 200
+/// tile 40 spin(100, 100);`. Tiles never straddle two sub-spaces.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Tiling {
+    /// The tile size the user asked for; `None`: the compiler chooses.
+    pub tile: Option<usize>,
+    /// Labelled sub-spaces: consecutive blocks of the range, sizes summing to its size.
+    pub subspaces: Option<Subspaces>,
+}
+
+/// A range split into consecutive labelled blocks (label = position in `sizes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subspaces {
+    pub kind: SubspaceKind,
+    pub sizes: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SubspaceKind {
+    /// `spin(nα, nβ)`: label 0 is α, 1 is β (spin-orbital codes, TCE's spin blocks).
+    Spin,
+    /// `irreps(n0, n1, …)`: up to 8 irreducible representations of an abelian point
+    /// group (D2h and its subgroups), whose product is the XOR of the labels.
+    Irrep,
 }
 
 impl Range {
@@ -113,6 +141,30 @@ pub struct SymGroup {
     pub positions: Vec<usize>,
 }
 
+/// A symmetry exchanging `members` (each a list of dimension positions, all of one
+/// length, with the same ranges in the same order) as wholes; the sign of an
+/// antisymmetric one is the parity of the permutation of members.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairGroup {
+    pub kind: SymKind,
+    pub members: Vec<Vec<usize>>,
+}
+
+/// A rule saying which elements of a tensor may be nonzero; elsewhere the tensor is
+/// zero by declaration (and tiled storage keeps nothing).
+#[derive(Debug, Clone, PartialEq)]
+pub enum BlockRule {
+    /// `spin(a b | c d)`: as many α indices among `upper` as among `lower` (every
+    /// position must be over a range with `spin` sub-spaces).
+    Spin { upper: Vec<usize>, lower: Vec<usize> },
+    /// `irrep(p q r s)`: the product of the irreps of `positions` is totally
+    /// symmetric (XOR of the labels is 0).
+    Irrep { positions: Vec<usize> },
+    /// `tiles[[0,1], [1,0]]`: only these tiles (tile coordinates per dimension under
+    /// the ranges' tilings) are nonzero.
+    Tiles(Vec<Vec<usize>>),
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tensor {
     pub name: String,
@@ -122,6 +174,13 @@ pub struct Tensor {
     pub dims: Vec<RangeId>,
     /// Disjoint groups; positions index into `dims`.
     pub symmetry: Vec<SymGroup>,
+    /// Symmetries that exchange groups of dimensions as wholes:
+    /// `symmetric((p q)(r s))`. May overlap `symmetry` (the 8-fold symmetry of
+    /// two-electron integrals is `symmetric(p q)(r s)((p q)(r s))`).
+    pub pair_symmetry: Vec<PairGroup>,
+    /// Which blocks may be nonzero (`spin(a b | c d)`, `irrep(p q r s)`,
+    /// `tiles[[0,1], …]`); all rules hold at once. Empty: dense.
+    pub blocks: Vec<BlockRule>,
     /// The declaration, or for a tensor implied by its first assignment in a model
     /// layer, that statement's left-hand side.
     pub span: Span,

@@ -203,6 +203,7 @@ impl Ctx {
             span: 0..0,
             model: None,
             size_kind: hir::SizeKind::Fixed,
+            tiling: Default::default(),
         });
         self.poison = Some(r);
         r

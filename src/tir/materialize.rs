@@ -90,6 +90,8 @@ impl Mat {
             elem,
             dims,
             symmetry: Vec::new(),
+            pair_symmetry: Vec::new(),
+            blocks: Vec::new(),
             span: 0..0,
             model,
         });

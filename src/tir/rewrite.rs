@@ -344,6 +344,8 @@ impl Rw {
             elem,
             dims,
             symmetry: sym,
+            pair_symmetry: Vec::new(),
+            blocks: Vec::new(),
             span: ctx.span.clone(),
             model: ctx.model,
         })

@@ -28,6 +28,7 @@ impl Builder {
                     span: 0..0,
                     model: None,
                     size_kind: SizeKind::Fixed,
+                    tiling: Default::default(),
                 }),
             };
             letters.insert(c, hir.indices.push(Index { name: c.to_string(), range: r, span: 0..0, model: None }));
@@ -51,6 +52,8 @@ impl Builder {
             elem: ElemType::F64,
             dims,
             symmetry,
+            pair_symmetry: Vec::new(),
+            blocks: Vec::new(),
             span: 0..0,
             model: None,
         })
