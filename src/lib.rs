@@ -27,8 +27,10 @@ pub mod plan;
 pub mod run;
 pub mod sema;
 pub mod span;
+pub mod symmetry;
 pub mod syntax;
 pub mod tensor;
+pub mod tiled;
 pub mod tir;
 pub mod valid;
 

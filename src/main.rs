@@ -381,6 +381,14 @@ enum Command {
         /// computed; `auto` picks the cheapest by predicted time.
         #[arg(long, value_enum, default_value_t = GpuGemm::Auto)]
         gpu_gemm: GpuGemm,
+        /// Store tensors as tiles (only the unique, nonzero tiles of symmetric and
+        /// block-sparse tensors) and run each statement as a task set of compiled
+        /// tile kernels on this machine's threads (TCC_NUM_THREADS).
+        #[arg(long, conflicts_with_all = ["interp", "target_cpu", "ranks", "backend", "plan"])]
+        tiled: bool,
+        /// Tiled runs: tile size of ranges that do not declare one (`range V = 200 tile 32;`).
+        #[arg(long, value_name = "N", requires = "tiled")]
+        tile: Option<usize>,
     },
     /// Run the language server on stdin/stdout (for editors; see book/src/editors.md).
     Lsp,
@@ -822,6 +830,8 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         mem_per_rank,
         target,
         gpu_gemm,
+        tiled,
+        tile,
     } = command
     else {
         unreachable!("cmd_run is called for `Run`")
@@ -890,6 +900,23 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         } else {
             tcc::exec::run_threads(&hir, &opts, &d, &mut lock)
         }
+    } else if tiled {
+        if tile == Some(0) {
+            return ctx.fail("E0760", "--tile must be at least 1", None);
+        }
+        if target == TargetKind::Cuda || repeat != 1 {
+            return ctx.fail("E0760", "--tiled runs on the CPU once: it does not take --target cuda or --repeat", None);
+        }
+        let schedule = match schedule {
+            Schedule::Static => tcc_runtime::task::Schedule::Static,
+            Schedule::Dynamic => tcc_runtime::task::Schedule::Dynamic,
+        };
+        let mut t = tcc::tiled::TiledOptions { schedule, ..Default::default() };
+        if let Some(n) = tile {
+            t.tile = n;
+        }
+        let r = tcc::tiled::run::TiledRun { tiled: t, check, stats };
+        tcc::tiled::run::run_tiled(&hir, &opts, &r, &mut lock)
     } else if interp {
         tcc::run::run_interp(&hir, &opts, &mut lock)
     } else if target == TargetKind::Cuda {

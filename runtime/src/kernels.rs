@@ -378,6 +378,25 @@ pub unsafe fn gett<T: Elem>(
     gett_on(a, b, c, alpha, dims, params, uk, overwrite, num_threads())
 }
 
+/// [`gett`] on the calling thread only: for tile tasks that are themselves run in
+/// parallel (one GETT per task), where the pool's threads would only contend.
+///
+/// # Safety
+/// As for [`gett`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gett_serial<T: Elem>(
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    alpha: T,
+    dims: &[GettDim],
+    params: GettParams,
+    uk: Ukernel<T>,
+    overwrite: bool,
+) {
+    gett_on(a, b, c, alpha, dims, params, uk, overwrite, 1)
+}
+
 /// [`gett`], planned for `threads` threads (tests plan for more threads than the
 /// machine has to cover every path).
 #[allow(clippy::too_many_arguments)]

@@ -198,6 +198,22 @@ pub fn run_report(
     out: &mut dyn Write,
     exec: &mut UnitExec<'_>,
 ) -> Result<(), CommandError> {
+    run_report_with(hir, opts, out, true, exec)
+}
+
+/// [`run_report`]; without `fill_inputs`, `exec` gets only the inputs read with
+/// `--input` and makes the others itself (tiled runs generate them tile by tile,
+/// never as dense arrays), and `--save-inputs` is refused.
+pub fn run_report_with(
+    hir: &Hir,
+    opts: &RunOptions,
+    out: &mut dyn Write,
+    fill_inputs: bool,
+    exec: &mut UnitExec<'_>,
+) -> Result<(), CommandError> {
+    if opts.save_inputs && !fill_inputs {
+        return Err(fail("E0760", "--save-inputs does not apply to tiled runs (inputs are never made dense)", None));
+    }
     let units = select_units(hir, opts)?;
     let loaded = load_inputs(hir, &units, opts)?;
     let dir = opts.output_dir.as_deref();
@@ -215,7 +231,8 @@ pub fn run_report(
         for t in hir.unit_inputs(u) {
             let v = match loaded.get(&t) {
                 Some(v) => v.clone(),
-                None => interp::fill_random(hir, t, opts.seed).map_err(interp_error)?,
+                None if fill_inputs => interp::fill_random(hir, t, opts.seed).map_err(interp_error)?,
+                None => continue,
             };
             inputs.insert(t, v);
         }

@@ -138,12 +138,7 @@ impl<'ctx> Gen<'_, 'ctx> {
                 unsafe { self.b.build_in_bounds_gep(slot, &[zero, zero, zero], "dims")? }
             }
         };
-        // Cache blocks: kc·nr of B in L1, mc·kc of A in L2 (mc = 192 measured best
-        // for f64 on a 2 MB-L2 core), kc·nc of B in L3.
-        let (kc, mc, nc) = match elem {
-            ElemType::F64 => (256, 192, 4096),
-            ElemType::F32 => (512, 384, 4096),
-        };
+        let (kc, mc, nc) = cache_blocks(elem);
         let params = [uk.mr as i64, uk.nr as i64, mc, nc, kc];
         let name = self.name("gett.params");
         let g_par = self.module.add_global(arr_t, None, &name);
@@ -473,4 +468,13 @@ pub(super) struct GettDim {
     pub(super) sa: Poly,
     pub(super) sb: Poly,
     pub(super) sc: Poly,
+}
+
+/// Cache blocks `(kc, mc, nc)`: kc·nr of B in L1, mc·kc of A in L2 (mc = 192
+/// measured best for f64 on a 2 MB-L2 core), kc·nc of B in L3.
+pub(super) fn cache_blocks(elem: ElemType) -> (i64, i64, i64) {
+    match elem {
+        ElemType::F64 => (256, 192, 4096),
+        ElemType::F32 => (512, 384, 4096),
+    }
 }

@@ -48,6 +48,8 @@ use std::path::Path;
 /// A failure of the back end (LLVM refused something, linking failed, ...).
 mod gett;
 pub mod jit_lib;
+mod tile_kernel;
+pub use tile_kernel::{tile_kernel, TileKernel};
 mod loops;
 mod sizes;
 

@@ -1,0 +1,615 @@
+//! Tiled execution of one unit: every statement of the prepared program (binary
+//! contractions after operation minimization) becomes a DLTC task set with one task
+//! per stored output tile; a task zeroes its tile (for `=`) and adds every
+//! contribution — a tuple of nonzero operand tiles — with one call of the runtime's
+//! GETT and the compiled tile kernel, reading symmetric operand tiles through
+//! permuted strides and signs. Statements that do not depend on each other form one
+//! task set and run concurrently; workers claim tasks dynamically (largest first)
+//! or statically.
+//!
+//! Symmetry saves work three ways: only canonical output tiles are computed; a
+//! summed group that is a symmetry group of both operands (same kind) runs over
+//! ordered tile tuples only, weighted by the number of their distinct orderings;
+//! and tiles that are zero by a block rule, or that nothing reaches, are neither
+//! stored nor visited. [`Program::plan`] finds the stored tiles of every temporary
+//! and output and counts the flops the tasks will execute before anything runs.
+
+use super::layout::{Coord, Layout, TileView};
+use super::space::TiledRange;
+use super::tensor::TiledTensor;
+use crate::error::CommandError;
+use crate::ids::{IndexId, RangeId, TensorId, UnitId};
+use crate::sema::hir::{Factor, Hir, Role, SymKind};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tcc_runtime::kernels::GettDim;
+use tcc_runtime::task::{Schedule, ThreadPool};
+
+/// Tile grids larger than this are refused (a larger tile size is the remedy).
+const MAX_GRID_TILES: f64 = 2e7;
+
+/// Settings of a tiled run.
+#[derive(Debug, Clone)]
+pub struct TiledOptions {
+    /// Tile size for ranges that do not declare one.
+    pub tile: usize,
+    pub threads: usize,
+    pub schedule: Schedule,
+}
+
+impl Default for TiledOptions {
+    fn default() -> Self {
+        TiledOptions {
+            tile: super::space::DEFAULT_TILE,
+            threads: tcc_runtime::kernels::num_threads(),
+            schedule: Schedule::Dynamic,
+        }
+    }
+}
+
+fn fail(message: impl Into<String>, hint: &str) -> CommandError {
+    CommandError::new("E0760", message, Some(hint.to_string()))
+}
+
+/// One term of a statement: `coef · Π factors`, over `indices` (the written
+/// tensor's first, then the summed ones).
+#[derive(Debug, Clone)]
+struct TermPlan {
+    coef: f64,
+    indices: Vec<IndexId>,
+    /// Number of leading `indices` that are the written tensor's.
+    n_lhs: usize,
+    /// Per factor: its tensor and the position in `indices` of each dimension.
+    factors: Vec<(TensorId, Vec<usize>)>,
+    /// Groups of summed positions run over ordered tile tuples only.
+    ordered: Vec<Vec<usize>>,
+}
+
+#[derive(Debug, Clone)]
+struct StmtPlan {
+    lhs: TensorId,
+    accumulate: bool,
+    terms: Vec<TermPlan>,
+    /// The tiles of `lhs` some term reaches, with the flops of each.
+    tile_flops: Vec<(Coord, f64)>,
+}
+
+/// What a tiled run did and stored.
+#[derive(Debug, Clone, Default)]
+pub struct TiledStats {
+    /// Flops the tasks execute (2 per multiply-add of every GETT call, 1 per add of
+    /// element-wise terms), predicted by the plan and counted by the run.
+    pub planned_flops: f64,
+    pub executed_flops: f64,
+    /// The dense program's flops under the same count.
+    pub dense_flops: f64,
+    pub gett_calls: u64,
+    pub tasks: usize,
+    /// (tensor, stored elements, dense elements) for every tensor.
+    pub storage: Vec<(String, f64, f64)>,
+    pub run_s: f64,
+    /// Seconds each worker spent in tasks.
+    pub busy_s: Vec<f64>,
+    pub task_sets: usize,
+}
+
+/// A unit planned for tiled execution.
+#[derive(Debug, Clone)]
+pub struct Program {
+    pub hir: Hir,
+    pub unit: UnitId,
+    tilings: HashMap<RangeId, Arc<TiledRange>>,
+    pub layouts: HashMap<TensorId, Layout>,
+    stmts: Vec<StmtPlan>,
+    levels: Vec<Vec<usize>>,
+    pub dense_flops: f64,
+}
+
+impl Program {
+    /// Plans unit `unit` of `prepared` (the output of `pipeline::prepare`).
+    pub fn plan(prepared: &Hir, unit: UnitId, opts: &TiledOptions) -> Result<Program, CommandError> {
+        let hir = prepared.clone();
+        let mut tilings = HashMap::new();
+        for r in hir.ranges.ids() {
+            tilings.insert(r, Arc::new(TiledRange::new(&hir.ranges[r], opts.tile)));
+        }
+        let mut layouts: HashMap<TensorId, Layout> = HashMap::new();
+        for t in hir.unit_inputs(unit) {
+            let mut l = Layout::new(&hir, t, &tilings);
+            let tiles = l.candidates(MAX_GRID_TILES).ok_or_else(|| too_many_tiles(&l))?;
+            l.store(tiles);
+            layouts.insert(t, l);
+        }
+        let mut stmts = Vec::new();
+        let mut dense_flops = 0.0;
+        for st in &hir.units[unit].stmts {
+            let mut terms = Vec::new();
+            for term in &st.rhs.terms {
+                let mut indices: Vec<IndexId> = st.lhs.indices.clone();
+                let mut factors = Vec::new();
+                for f in &term.factors {
+                    let Factor::Tensor(r) = f else {
+                        return Err(fail(
+                            "tiled execution computes products of tensors; this program has a function or a parenthesised sum",
+                            "run it without --tiled",
+                        ));
+                    };
+                    let mut pos = Vec::new();
+                    for &i in &r.indices {
+                        if pos.iter().any(|&p| indices[p] == i) {
+                            return Err(fail(
+                                format!(
+                                    "`{}` repeats an index (a diagonal); tiled execution does not take diagonals",
+                                    hir.tensors[r.tensor].name
+                                ),
+                                "run it without --tiled",
+                            ));
+                        }
+                        let p = match indices.iter().position(|&x| x == i) {
+                            Some(p) => p,
+                            None => {
+                                indices.push(i);
+                                indices.len() - 1
+                            }
+                        };
+                        pos.push(p);
+                    }
+                    factors.push((r.tensor, pos));
+                }
+                if factors.len() > 2 {
+                    return Err(fail(
+                        "a term with more than two factors reached tiled execution (the optimizer binarizes products)",
+                        "this is a bug: please report it",
+                    ));
+                }
+                let n_lhs = st.lhs.indices.len();
+                dense_flops += term_dense_flops(&hir, &indices, factors.len());
+                let ordered = ordered_groups(&hir, n_lhs, &factors);
+                terms.push(TermPlan { coef: term.coef, indices, n_lhs, factors, ordered });
+            }
+            stmts.push(StmtPlan { lhs: st.lhs.tensor, accumulate: st.accumulate, terms, tile_flops: Vec::new() });
+        }
+        let mut p = Program { hir, unit, tilings, layouts, stmts, levels: Vec::new(), dense_flops };
+        p.place_outputs()?;
+        p.levels = p.levels();
+        Ok(p)
+    }
+
+    /// Finds the stored tiles of every written tensor: the canonical tiles some
+    /// term reaches (a tensor written twice keeps the union), and the flops of each.
+    fn place_outputs(&mut self) -> Result<(), CommandError> {
+        for s in 0..self.stmts.len() {
+            let lhs = self.stmts[s].lhs;
+            let layout = match self.layouts.get(&lhs) {
+                Some(l) => l.clone(),
+                None => Layout::new(&self.hir, lhs, &self.tilings),
+            };
+            let candidates = layout.canonical_tiles(MAX_GRID_TILES).ok_or_else(|| too_many_tiles(&layout))?;
+            let mut reached = Vec::new();
+            for c in candidates {
+                let mut flops = 0.0;
+                let mut any = false;
+                self.for_contributions(s, &c, &mut |term, _, _, ext| {
+                    any = true;
+                    let points: f64 = ext.iter().map(|&e| e as f64).product();
+                    flops += if term.factors.len() >= 2 { 2.0 * points } else { points };
+                });
+                if !any {
+                    continue;
+                }
+                if !layout.allowed(&c) {
+                    return Err(fail(
+                        format!(
+                            "`{}` gets values in tile {c:?}, which its block rules declare zero",
+                            self.hir.tensors[lhs].name
+                        ),
+                        "check its `spin(...)`, `irrep(...)` or `tiles[...]` declaration against the terms that write it",
+                    ));
+                }
+                reached.push((c, flops));
+            }
+            let mut tiles: Vec<Coord> = layout.tiles().to_vec();
+            for (c, _) in &reached {
+                if layout.slot(c).is_none() {
+                    tiles.push(c.clone());
+                }
+            }
+            tiles.sort();
+            let mut layout = layout;
+            layout.store(tiles);
+            self.layouts.insert(lhs, layout);
+            self.stmts[s].tile_flops = reached;
+        }
+        Ok(())
+    }
+
+    /// Statements grouped into task sets: each statement goes one set after the last
+    /// one it depends on (reads what it writes, writes what it reads or writes).
+    fn levels(&self) -> Vec<Vec<usize>> {
+        let reads =
+            |s: &StmtPlan| -> Vec<TensorId> { s.terms.iter().flat_map(|t| t.factors.iter().map(|f| f.0)).collect() };
+        let mut level = vec![0usize; self.stmts.len()];
+        for i in 0..self.stmts.len() {
+            let (ri, wi) = (reads(&self.stmts[i]), self.stmts[i].lhs);
+            for j in 0..i {
+                let (rj, wj) = (reads(&self.stmts[j]), self.stmts[j].lhs);
+                if ri.contains(&wj) || wj == wi || rj.contains(&wi) {
+                    level[i] = level[i].max(level[j] + 1);
+                }
+            }
+        }
+        let n = level.iter().max().map_or(0, |m| m + 1);
+        (0..n).map(|l| (0..self.stmts.len()).filter(|&s| level[s] == l).collect()).collect()
+    }
+
+    /// Calls `f(term, weight, views, extents)` for every contribution to tile `c` of
+    /// statement `s`'s written tensor: the factors' tiles (all nonzero), the weight
+    /// of an ordered summed tuple, and the tile extent of every index of the term.
+    fn for_contributions(&self, s: usize, c: &[u32], f: &mut dyn FnMut(&TermPlan, f64, &[TileView], &[usize])) {
+        for term in &self.stmts[s].terms {
+            let n = term.indices.len();
+            let ranges: Vec<&TiledRange> =
+                term.indices.iter().map(|&i| &*self.tilings[&self.hir.indices[i].range]).collect();
+            let mut coord: Vec<u32> = vec![0; n];
+            coord[..term.n_lhs].copy_from_slice(c);
+            if (term.n_lhs..n).any(|p| ranges[p].count() == 0) {
+                continue;
+            }
+            let mut views: Vec<TileView> = Vec::with_capacity(term.factors.len());
+            let mut ext = vec![0usize; n];
+            loop {
+                let weight = ordered_weight(&term.ordered, &coord);
+                if weight > 0.0 {
+                    views.clear();
+                    let mut zero = false;
+                    for (t, pos) in &term.factors {
+                        let fc: Coord = pos.iter().map(|&p| coord[p]).collect();
+                        match self.layouts.get(t).and_then(|l| l.view(&fc)) {
+                            Some(v) => views.push(v),
+                            None => {
+                                zero = true;
+                                break;
+                            }
+                        }
+                    }
+                    if !zero {
+                        for p in 0..n {
+                            ext[p] = ranges[p].extent(coord[p] as usize);
+                        }
+                        f(term, weight, &views, &ext);
+                    }
+                }
+                // Next summed tile tuple (odometer over positions n_lhs..n).
+                let mut p = n;
+                let done = loop {
+                    if p == term.n_lhs {
+                        break true;
+                    }
+                    p -= 1;
+                    coord[p] += 1;
+                    if (coord[p] as usize) < ranges[p].count() {
+                        break false;
+                    }
+                    coord[p] = 0;
+                };
+                if done {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Predicted flops of all tasks.
+    pub fn planned_flops(&self) -> f64 {
+        self.stmts.iter().flat_map(|s| s.tile_flops.iter().map(|x| x.1)).sum()
+    }
+
+    /// (tensor, stored elements, dense elements) of every tensor of the unit.
+    pub fn storage(&self) -> Vec<(String, f64, f64)> {
+        let mut v: Vec<_> = self.layouts.values().map(|l| (l.name.clone(), l.len() as f64, l.dense_len())).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// Runs the unit on `inputs` (every input of the unit, in this program's
+    /// layouts); returns the outputs and what was done.
+    pub fn run(
+        &self,
+        mut inputs: HashMap<TensorId, TiledTensor>,
+        opts: &TiledOptions,
+    ) -> Result<(HashMap<TensorId, TiledTensor>, TiledStats), CommandError> {
+        let kernel = crate::codegen::llvm::tile_kernel()
+            .map_err(|e| fail(format!("the tile kernel: {e}"), "run it without --tiled"))?;
+        let mut data: HashMap<TensorId, TiledTensor> = HashMap::new();
+        for (t, v) in inputs.drain() {
+            data.insert(t, v);
+        }
+        for s in &self.stmts {
+            if !data.contains_key(&s.lhs) {
+                let z = TiledTensor::zeros(self.layouts[&s.lhs].clone()).map_err(|e| {
+                    crate::run::out_of_memory(format!("cannot allocate {} elements for `{}`", e.elements, e.name))
+                })?;
+                data.insert(s.lhs, z);
+            }
+        }
+        // The level after which each temporary is no longer read.
+        let mut last_read: HashMap<TensorId, usize> = HashMap::new();
+        for (l, set) in self.levels.iter().enumerate() {
+            for &s in set {
+                for term in &self.stmts[s].terms {
+                    for (t, _) in &term.factors {
+                        last_read.insert(*t, l);
+                    }
+                }
+            }
+        }
+        let pool = ThreadPool::new(opts.threads);
+        let busy: Vec<AtomicU64> = (0..pool.threads()).map(|_| AtomicU64::new(0)).collect();
+        let flops = AtomicU64::new(0);
+        let calls = AtomicU64::new(0);
+        let mut tasks_total = 0;
+        let t0 = Instant::now();
+        for (l, set) in self.levels.iter().enumerate() {
+            // Tasks of this set: (statement, tile, predicted flops).
+            let mut tasks: Vec<(usize, Coord, f64)> = Vec::new();
+            for &s in set {
+                let st = &self.stmts[s];
+                let flops_of: HashMap<&Coord, f64> = st.tile_flops.iter().map(|(c, f)| (c, *f)).collect();
+                if st.accumulate {
+                    tasks.extend(st.tile_flops.iter().map(|(c, f)| (s, c.clone(), *f)));
+                } else {
+                    let all = self.layouts[&st.lhs].tiles();
+                    tasks.extend(all.iter().map(|c| (s, c.clone(), flops_of.get(c).copied().unwrap_or(0.0))));
+                }
+            }
+            if opts.schedule == Schedule::Dynamic {
+                // Largest first: the dynamic claims then balance the tail.
+                tasks.sort_by(|a, b| b.2.total_cmp(&a.2));
+            }
+            tasks_total += tasks.len();
+            let ptrs: HashMap<TensorId, SyncPtr> =
+                data.iter_mut().map(|(&t, v)| (t, SyncPtr(v.data.as_mut_ptr()))).collect();
+            pool.parallel_for(tasks.len(), opts.schedule, |k, w| {
+                let start = Instant::now();
+                let (s, c, _) = &tasks[k];
+                // SAFETY: each task writes only its own tile of the written tensor;
+                // a task set never reads a tensor one of its tasks writes (levels).
+                let (f, n) = unsafe { self.run_task(*s, c, &ptrs, &kernel) };
+                flops.fetch_add(f as u64, Ordering::Relaxed);
+                calls.fetch_add(n, Ordering::Relaxed);
+                busy[w].fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            });
+            // Temporaries no later set reads are freed now (peak memory).
+            data.retain(|t, _| {
+                self.hir.tensors[*t].role != Role::Temporary || last_read.get(t).is_some_and(|&r| r > l)
+            });
+        }
+        let run_s = t0.elapsed().as_secs_f64();
+        let outputs: HashMap<TensorId, TiledTensor> =
+            data.into_iter().filter(|(t, _)| self.hir.tensors[*t].role == Role::Output).collect();
+        let stats = TiledStats {
+            planned_flops: self.planned_flops(),
+            executed_flops: flops.load(Ordering::Relaxed) as f64,
+            dense_flops: self.dense_flops,
+            gett_calls: calls.load(Ordering::Relaxed),
+            tasks: tasks_total,
+            storage: self.storage(),
+            run_s,
+            busy_s: busy.iter().map(|b| b.load(Ordering::Relaxed) as f64 * 1e-9).collect(),
+            task_sets: self.levels.len(),
+        };
+        Ok((outputs, stats))
+    }
+
+    /// One task: tile `c` of statement `s`'s written tensor. Returns the flops done
+    /// and the GETT calls made.
+    ///
+    /// # Safety
+    /// `ptrs` hold every tensor of the unit in its layout; no other thread touches
+    /// this tile.
+    unsafe fn run_task(
+        &self,
+        s: usize,
+        c: &[u32],
+        ptrs: &HashMap<TensorId, SyncPtr>,
+        kernel: &crate::codegen::llvm::TileKernel,
+    ) -> (f64, u64) {
+        let st = &self.stmts[s];
+        let layout = &self.layouts[&st.lhs];
+        let slot = layout.slot(c).expect("tasks run over stored tiles");
+        let cptr = ptrs[&st.lhs].0.add(layout.offset(slot));
+        let len = layout.tile_len(c);
+        if !st.accumulate {
+            std::ptr::write_bytes(cptr, 0, len);
+        }
+        // Row-major strides of the written tile.
+        let n_lhs = c.len();
+        let mut sc = vec![0isize; n_lhs];
+        let mut acc = 1isize;
+        for d in (0..n_lhs).rev() {
+            sc[d] = acc;
+            acc *= layout.dims[d].extent(c[d] as usize) as isize;
+        }
+        let mut flops = 0.0;
+        let mut calls = 0u64;
+        self.for_contributions(s, c, &mut |term, weight, views, ext| {
+            let alpha = term.coef * weight * views.iter().map(|v| v.sign).product::<f64>();
+            let points: f64 = ext.iter().map(|&e| e as f64).product();
+            let stride = |f: usize, p: usize| -> isize {
+                let (_, pos) = &term.factors[f];
+                pos.iter().position(|&q| q == p).map_or(0, |d| views[f].strides[d])
+            };
+            let csd = |p: usize| if p < n_lhs { sc[p] } else { 0 };
+            match term.factors.len() {
+                2 => {
+                    let (a, b) = (&term.factors[0], &term.factors[1]);
+                    let mut dims: Vec<GettDim> = (0..ext.len())
+                        .map(|p| {
+                            let (ia, ib) = (a.1.contains(&p), b.1.contains(&p));
+                            let kind = match (p < n_lhs, ia, ib) {
+                                (true, true, true) | (true, false, false) => 0,
+                                (true, true, false) => 1,
+                                (true, false, true) => 2,
+                                (false, _, _) => 3,
+                            };
+                            GettDim {
+                                kind,
+                                size: ext[p] as i64,
+                                sa: stride(0, p) as i64,
+                                sb: stride(1, p) as i64,
+                                sc: csd(p) as i64,
+                            }
+                        })
+                        .collect();
+                    let (mut pa, mut pb) = (ptrs[&a.0].0.add(views[0].offset), ptrs[&b.0].0.add(views[1].offset));
+                    // The written tile's contiguous index should be a row (m) index.
+                    if dims
+                        .iter()
+                        .filter(|d| d.kind == 1 || d.kind == 2)
+                        .min_by_key(|d| d.sc)
+                        .is_some_and(|d| d.kind == 2)
+                    {
+                        for d in &mut dims {
+                            std::mem::swap(&mut d.sa, &mut d.sb);
+                            d.kind = match d.kind {
+                                1 => 2,
+                                2 => 1,
+                                k => k,
+                            };
+                        }
+                        std::mem::swap(&mut pa, &mut pb);
+                    }
+                    dims.sort_by_key(|d| {
+                        let s = if d.kind == 3 { d.sa.max(d.sb) } else { d.sc };
+                        (d.kind, std::cmp::Reverse(s))
+                    });
+                    tcc_runtime::kernels::gett_serial(pa, pb, cptr, alpha, &dims, kernel.params, kernel.uk, false);
+                    calls += 1;
+                    flops += 2.0 * points;
+                }
+                1 => {
+                    let a = ptrs[&term.factors[0].0].0.add(views[0].offset);
+                    let sa: Vec<isize> = (0..ext.len()).map(|p| stride(0, p)).collect();
+                    let scs: Vec<isize> = (0..ext.len()).map(csd).collect();
+                    strided_add(cptr, &scs, a, &sa, ext, alpha);
+                    flops += points;
+                }
+                _ => {
+                    let scs: Vec<isize> = (0..ext.len()).map(csd).collect();
+                    let one = [1.0f64];
+                    strided_add(cptr, &scs, one.as_ptr() as *mut f64, &vec![0; ext.len()], ext, alpha);
+                    flops += points;
+                }
+            }
+        });
+        (flops, calls)
+    }
+}
+
+/// `c[l·sc] += alpha · a[l·sa]` over the box `ext`.
+///
+/// # Safety
+/// Every offset the strides reach is in bounds.
+unsafe fn strided_add(c: *mut f64, sc: &[isize], a: *mut f64, sa: &[isize], ext: &[usize], alpha: f64) {
+    if ext.contains(&0) {
+        return;
+    }
+    let n = ext.len();
+    let mut l = vec![0usize; n];
+    let (mut oc, mut oa) = (0isize, 0isize);
+    loop {
+        *c.offset(oc) += alpha * *a.offset(oa);
+        let mut d = n;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            l[d] += 1;
+            oc += sc[d];
+            oa += sa[d];
+            if l[d] < ext[d] {
+                break;
+            }
+            oc -= sc[d] * ext[d] as isize;
+            oa -= sa[d] * ext[d] as isize;
+            l[d] = 0;
+        }
+    }
+}
+
+/// The number of distinct orderings of each ordered group's tile tuple, or 0 when
+/// a group's tiles are not in non-decreasing order.
+fn ordered_weight(groups: &[Vec<usize>], coord: &[u32]) -> f64 {
+    let mut w = 1.0;
+    for g in groups {
+        let vals: Vec<u32> = g.iter().map(|&p| coord[p]).collect();
+        if vals.windows(2).any(|x| x[0] > x[1]) {
+            return 0.0;
+        }
+        // k! / Π multiplicity!
+        let mut orderings = (1..=vals.len()).map(|x| x as f64).product::<f64>();
+        let mut run = 1;
+        for k in 1..=vals.len() {
+            if k < vals.len() && vals[k] == vals[k - 1] {
+                run += 1;
+            } else {
+                orderings /= (1..=run).map(|x| x as f64).product::<f64>();
+                run = 1;
+            }
+        }
+        w *= orderings;
+    }
+    w
+}
+
+#[derive(Clone, Copy)]
+struct SyncPtr(*mut f64);
+unsafe impl Send for SyncPtr {}
+unsafe impl Sync for SyncPtr {}
+
+fn too_many_tiles(l: &Layout) -> CommandError {
+    fail(
+        format!(
+            "tensor `{}` has {:.3e} tiles, more than tiled execution handles ({MAX_GRID_TILES:.0e})",
+            l.name,
+            l.grid_tiles()
+        ),
+        "give its ranges a larger tile (`range V = 400 tile 64;` or --tile)",
+    )
+}
+
+/// Dense flops of a term over `indices` with `n` factors (2 per multiply-add).
+fn term_dense_flops(hir: &Hir, indices: &[IndexId], n: usize) -> f64 {
+    let points: f64 = indices.iter().map(|&i| hir.index_size(i) as f64).product();
+    if n >= 2 {
+        2.0 * points
+    } else {
+        points
+    }
+}
+
+/// Summed index groups over which both factors are symmetric alike: the term's
+/// value is the same for every ordering of their tiles.
+fn ordered_groups(hir: &Hir, n_lhs: usize, factors: &[(TensorId, Vec<usize>)]) -> Vec<Vec<usize>> {
+    let [(a, pa), (b, pb)] = factors else { return Vec::new() };
+    let groups_of = |t: TensorId, pos: &[usize]| -> Vec<(SymKind, Vec<usize>)> {
+        hir.tensors[t]
+            .symmetry
+            .iter()
+            .map(|g| {
+                let mut ps: Vec<usize> = g.positions.iter().map(|&d| pos[d]).collect();
+                ps.sort_unstable();
+                (g.kind, ps)
+            })
+            .collect()
+    };
+    let gb = groups_of(*b, pb);
+    groups_of(*a, pa)
+        .into_iter()
+        .filter(|(kind, ps)| ps.iter().all(|&p| p >= n_lhs) && gb.iter().any(|(k, q)| k == kind && q == ps))
+        .map(|(_, ps)| ps)
+        .collect()
+}

@@ -1,0 +1,15 @@
+//! Tiled tensors and their execution (`tcc run --tiled`).
+//!
+//! The data model of NWChem's TCE, TAMM and CTF: every range is cut into tiles
+//! ([`space`]); a tensor stores only the tiles that are canonical under its
+//! symmetry and nonzero under its block rules ([`layout`], [`tensor`]); a unit runs
+//! as DLTC task sets of compiled tile kernels over threads ([`exec`]). The
+//! interpreter stays dense and is the oracle: `tcc run --tiled --check` compares.
+
+pub mod exec;
+pub mod layout;
+pub mod run;
+pub mod space;
+pub mod tensor;
+
+pub use exec::{Program, TiledOptions, TiledStats};

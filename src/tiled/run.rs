@@ -1,0 +1,130 @@
+//! `tcc run --tiled`: each unit planned on tiles, its inputs made tile by tile (or
+//! packed from `--input` arrays, after checking they have the declared structure),
+//! run as task sets, and reported like every other executor.
+
+use super::exec::{Program, TiledOptions, TiledStats};
+use super::tensor::TiledTensor;
+use crate::error::CommandError;
+use crate::interp;
+use crate::pipeline::PipelineOptions;
+use crate::run::compare::compare_outputs;
+use crate::run::{fail, interp_error, run_report_with, RunOptions};
+use crate::sema::hir::Hir;
+use crate::symmetry::PermGroup;
+use crate::tensor::Dense;
+use std::collections::HashMap;
+use std::io::Write;
+
+/// Settings of `tcc run --tiled`.
+#[derive(Debug, Clone, Default)]
+pub struct TiledRun {
+    pub tiled: TiledOptions,
+    /// Also run the dense interpreter and compare (`--check`).
+    pub check: bool,
+    /// Print storage per tensor and time per worker (`--stats`).
+    pub stats: bool,
+}
+
+/// Runs every selected unit of `hir` on tiles and writes the report to `out`.
+pub fn run_tiled(hir: &Hir, opts: &RunOptions, r: &TiledRun, out: &mut dyn Write) -> Result<(), CommandError> {
+    let prepared = crate::pipeline::prepare(hir, &PipelineOptions::default());
+    run_report_with(hir, opts, out, false, &mut |u, loaded| {
+        let program = Program::plan(&prepared, u, &r.tiled)?;
+        let mut inputs = HashMap::new();
+        for t in prepared.unit_inputs(u) {
+            let tensor = &prepared.tensors[t];
+            let layout = program.layouts[&t].clone();
+            let v = match loaded.get(&t) {
+                Some(dense) => {
+                    structure_check(hir, t, dense)?;
+                    TiledTensor::from_dense(layout, dense)
+                }
+                None => TiledTensor::fill_random(layout, &PermGroup::of(tensor), opts.seed, |x| {
+                    interp::round_to(tensor.elem, x)
+                }),
+            }
+            .map_err(|e| {
+                crate::run::out_of_memory(format!("cannot allocate {} elements for `{}`", e.elements, e.name))
+            })?;
+            inputs.insert(t, v);
+        }
+        let (outputs, stats) = program.run(inputs, &r.tiled)?;
+        let dense: HashMap<_, Dense> = outputs.iter().map(|(&t, v)| (t, v.to_dense())).collect();
+        let mut extra = report_lines(&stats, &r.tiled, r.stats);
+        if r.check {
+            let mut want_inputs = HashMap::new();
+            for t in hir.unit_inputs(u) {
+                let v = match loaded.get(&t) {
+                    Some(v) => v.clone(),
+                    None => interp::fill_random(hir, t, opts.seed).map_err(interp_error)?,
+                };
+                want_inputs.insert(t, v);
+            }
+            let want = interp::run_unit(hir, u, &want_inputs).map_err(interp_error)?;
+            match compare_outputs(hir, u, &dense, &want) {
+                Ok(rel) => extra.push(format!("check: matches the interpreter (max relative difference {rel:.2e})")),
+                Err(msg) => return Err(fail("E0713", format!("check failed: {msg}"), None)),
+            }
+        }
+        Ok((dense, extra))
+    })
+}
+
+/// An `--input` array must have the symmetry its tensor declares: tiled storage
+/// keeps one tile per symmetry orbit and would silently drop the rest.
+fn structure_check(hir: &Hir, t: crate::ids::TensorId, dense: &Dense) -> Result<(), CommandError> {
+    let tensor = &hir.tensors[t];
+    if let Some(v) = interp::symmetry_violation(dense, &tensor.symmetry, 1e-12) {
+        return Err(fail(
+            "E0761",
+            format!("input `{}` does not have its declared symmetry: {v}", tensor.name),
+            Some("tiled storage keeps one tile per symmetry orbit; fix the array or the declaration".into()),
+        ));
+    }
+    Ok(())
+}
+
+/// A count in 4 significant digits: `1.024e9`.
+fn si(x: f64) -> String {
+    format!("{x:.3e}")
+}
+
+/// The report lines of a tiled run.
+pub fn report_lines(s: &TiledStats, o: &TiledOptions, per_tensor: bool) -> Vec<String> {
+    let stored: f64 = s.storage.iter().map(|x| x.1).sum();
+    let dense: f64 = s.storage.iter().map(|x| x.2).sum();
+    let makespan = s.busy_s.iter().cloned().fold(0.0, f64::max);
+    let mut v = vec![
+        format!(
+            "tiled: {} tasks in {} task sets on {} threads ({}), time = {:.3} s ({:.2} GFLOP/s)",
+            s.tasks,
+            s.task_sets,
+            s.busy_s.len(),
+            o.schedule.name(),
+            s.run_s,
+            if s.run_s > 0.0 { s.executed_flops / s.run_s / 1e9 } else { 0.0 }
+        ),
+        format!(
+            "flops: executed {} (planned {}), dense {} ({:.2}x fewer)",
+            si(s.executed_flops),
+            si(s.planned_flops),
+            si(s.dense_flops),
+            if s.executed_flops > 0.0 { s.dense_flops / s.executed_flops } else { 1.0 }
+        ),
+        format!(
+            "storage: {} of {} elements ({:.1}%)",
+            si(stored),
+            si(dense),
+            if dense > 0.0 { 100.0 * stored / dense } else { 100.0 }
+        ),
+    ];
+    if per_tensor {
+        for (name, st, de) in &s.storage {
+            v.push(format!("  {name}: {} of {} elements", si(*st), si(*de)));
+        }
+        let busy: Vec<String> = s.busy_s.iter().map(|b| format!("{b:.3}")).collect();
+        v.push(format!("worker busy seconds: [{}], makespan {makespan:.3} s", busy.join(", ")));
+        v.push(format!("GETT calls: {}", s.gett_calls));
+    }
+    v
+}
