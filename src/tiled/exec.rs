@@ -334,10 +334,11 @@ impl Program {
                 data.insert(s.lhs, z);
             }
         }
-        // The level after which each temporary is no longer read.
+        // The level after which each temporary is no longer read or written.
         let mut last_read: HashMap<TensorId, usize> = HashMap::new();
         for (l, set) in self.levels.iter().enumerate() {
             for &s in set {
+                last_read.insert(self.stmts[s].lhs, l);
                 for term in &self.stmts[s].terms {
                     for (t, _) in &term.factors {
                         last_read.insert(*t, l);
@@ -542,7 +543,7 @@ unsafe fn strided_add(c: *mut f64, sc: &[isize], a: *mut f64, sa: &[isize], ext:
 
 /// The number of distinct orderings of each ordered group's tile tuple, or 0 when
 /// a group's tiles are not in non-decreasing order.
-fn ordered_weight(groups: &[Vec<usize>], coord: &[u32]) -> f64 {
+pub(crate) fn ordered_weight(groups: &[Vec<usize>], coord: &[u32]) -> f64 {
     let mut w = 1.0;
     for g in groups {
         let vals: Vec<u32> = g.iter().map(|&p| coord[p]).collect();

@@ -11,5 +11,7 @@ pub mod layout;
 pub mod run;
 pub mod space;
 pub mod tensor;
+#[cfg(test)]
+mod tests;
 
 pub use exec::{Program, TiledOptions, TiledStats};

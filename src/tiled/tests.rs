@@ -1,0 +1,272 @@
+//! Tiled execution against the dense interpreter: hand-picked coupled-cluster
+//! shapes, and random programs over symmetric and spin-blocked tensors with random
+//! tilings (partial tiles, one-element tiles, tiles split at spin boundaries).
+
+use super::exec::{Program, TiledOptions};
+use super::tensor::TiledTensor;
+use crate::interp;
+use crate::pipeline::PipelineOptions;
+use crate::run::compare::compare_outputs;
+use crate::sema::hir::*;
+use crate::symmetry::PermGroup;
+use crate::tensor::Dense;
+use crate::tir::testutil::Builder;
+use proptest::prelude::*;
+use std::collections::HashMap;
+use tcc_runtime::task::Schedule;
+
+/// Runs unit 0 of `hir` tiled and with the interpreter on the same inputs (the
+/// tiled random fill, made dense); `Err` describes the first difference.
+pub(crate) fn check_tiled(hir: &Hir, seed: u64, opts: &TiledOptions) -> Result<super::TiledStats, String> {
+    let u = UnitId::new(0);
+    let prepared = crate::pipeline::prepare(hir, &PipelineOptions::default());
+    let program = Program::plan(&prepared, u, opts).map_err(|e| e.to_string())?;
+    let mut tiled = HashMap::new();
+    let mut dense: HashMap<TensorId, Dense> = HashMap::new();
+    for t in prepared.unit_inputs(u) {
+        let v =
+            TiledTensor::fill_random(program.layouts[&t].clone(), &PermGroup::of(&prepared.tensors[t]), seed, |x| x)
+                .map_err(|e| format!("{e:?}"))?;
+        dense.insert(t, v.to_dense());
+        tiled.insert(t, v);
+    }
+    let want = interp::run_unit(hir, u, &dense).map_err(|e| e.to_string())?;
+    let (out, stats) = program.run(tiled, opts).map_err(|e| e.to_string())?;
+    let got: HashMap<TensorId, Dense> = out.iter().map(|(&t, v)| (t, v.to_dense())).collect();
+    if let Err(e) = compare_outputs(hir, u, &got, &want) {
+        // Cancellation (an antisymmetric tensor summed over its pair is exactly 0 in
+        // exact arithmetic) leaves rounding noise in both: judge the difference
+        // against the magnitude of the terms, the same program on |inputs|.
+        let mag = magnitudes(hir, &dense)?;
+        for (t, w) in &want {
+            let scale = mag[t].data.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
+            let worst = got[t].data.iter().zip(&w.data).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            if worst > 1e-12 * scale {
+                return Err(format!("{e} (|difference| {worst:.3e}, magnitude of the terms {scale:.3e})"));
+            }
+        }
+    }
+    if (stats.executed_flops - stats.planned_flops).abs() > 0.5 {
+        return Err(format!("executed {} flops, planned {}", stats.executed_flops, stats.planned_flops));
+    }
+    Ok(stats)
+}
+
+/// The outputs of `hir` run on |inputs| with |coefficients|: a bound on the
+/// magnitude of the terms that make up every element.
+fn magnitudes(hir: &Hir, inputs: &HashMap<TensorId, Dense>) -> Result<HashMap<TensorId, Dense>, String> {
+    let mut abs = hir.clone();
+    for st in abs.units[UnitId::new(0)].stmts.iter_mut() {
+        for term in st.rhs.terms.iter_mut() {
+            term.coef = term.coef.abs();
+        }
+    }
+    let inputs: HashMap<TensorId, Dense> = inputs
+        .iter()
+        .map(|(&t, d)| (t, Dense { shape: d.shape.clone(), data: d.data.iter().map(|x| x.abs()).collect() }))
+        .collect();
+    interp::run_unit(&abs, UnitId::new(0), &inputs).map_err(|e| e.to_string())
+}
+
+fn anti(positions: &[usize]) -> SymGroup {
+    SymGroup { kind: SymKind::Antisymmetric, positions: positions.to_vec() }
+}
+
+fn set_spin(b: &mut Builder, letters: &str, sizes: Vec<usize>, tile: Option<usize>) {
+    let r = b.hir.indices[b.idx(letters)[0]].range;
+    b.hir.ranges[r].tiling = Tiling { tile, subspaces: Some(Subspaces { kind: SubspaceKind::Spin, sizes }) };
+}
+
+/// The spin-orbital CCD ladder and ring terms with antisymmetric, spin-blocked
+/// integrals and amplitudes.
+fn ccd_terms(o: usize, v: usize) -> Hir {
+    let mut b = Builder::new(&[('i', o), ('j', o), ('k', o), ('l', o), ('a', v), ('b', v), ('c', v), ('d', v)]);
+    set_spin(&mut b, "i", vec![o / 2, o - o / 2], None);
+    set_spin(&mut b, "a", vec![v / 2, v - v / 2], Some(3));
+    let spin = |u: &[usize], l: &[usize]| BlockRule::Spin { upper: u.to_vec(), lower: l.to_vec() };
+    let t2 = b.tensor("T2", Role::Input, "abij", &[]);
+    let vv = b.tensor("Vvvvv", Role::Input, "abcd", &[]);
+    let vo = b.tensor("Voovv", Role::Input, "klcd", &[]);
+    let vovo = b.tensor("Vovvo", Role::Input, "kbcj", &[]);
+    for (t, groups) in [(t2, [0, 1, 2, 3]), (vv, [0, 1, 2, 3]), (vo, [0, 1, 2, 3])] {
+        b.hir.tensors[t].symmetry = vec![anti(&groups[..2]), anti(&groups[2..])];
+        b.hir.tensors[t].blocks = vec![spin(&[0, 1], &[2, 3])];
+    }
+    b.hir.tensors[vovo].blocks = vec![spin(&[0, 1], &[2, 3])];
+    let r = b.tensor("R", Role::Output, "abij", &[]);
+    b.hir.tensors[r].symmetry = vec![anti(&[0, 1]), anti(&[2, 3])];
+    b.hir.tensors[r].blocks = vec![spin(&[0, 1], &[2, 3])];
+    let (t_cdij, v_abcd) = (b.r(t2, "cdij"), b.r(vv, "abcd"));
+    let ladder = b.term(0.5, vec![v_abcd, t_cdij]);
+    let copy = b.term(1.0, vec![b.r(t2, "abij")]);
+    b.stmt(r, "abij", false, vec![ladder, copy]);
+    // 0.25 <kl||cd> t_cd^ij t_ab^kl: a quadratic term through a temporary (opmin).
+    let quad = b.term(0.25, vec![b.r(vo, "klcd"), b.r(t2, "cdij"), b.r(t2, "abkl")]);
+    b.stmt(r, "abij", true, vec![quad]);
+    // A ring term (no symmetry on the written side is declared by the term itself;
+    // the antisymmetrizer makes it so).
+    let ring = |b: &Builder, c: f64, x: &str, y: &str| b.term(c, vec![b.r(vovo, x), b.r(t2, y)]);
+    let terms = vec![
+        ring(&b, 1.0, "kbcj", "acik"),
+        ring(&b, -1.0, "kacj", "bcik"),
+        ring(&b, -1.0, "kbci", "acjk"),
+        ring(&b, 1.0, "kaci", "bcjk"),
+    ];
+    b.stmt(r, "abij", true, terms);
+    b.hir
+}
+
+#[test]
+fn ccd_terms_match_the_interpreter_and_skip_symmetric_and_spin_zero_work() {
+    for (tile, schedule) in [(2, Schedule::Dynamic), (40, Schedule::Static), (1, Schedule::Dynamic)] {
+        let hir = ccd_terms(4, 7);
+        let opts = TiledOptions { tile, threads: 2, schedule };
+        let stats = check_tiled(&hir, 5, &opts).unwrap_or_else(|e| panic!("tile {tile}: {e}"));
+        assert!(stats.executed_flops < stats.dense_flops, "tile {tile}: {stats:?}");
+        // Stored: fewer elements than dense.
+        let v = stats.storage.iter().find(|s| s.0 == "Vvvvv").unwrap();
+        assert!(v.1 < 0.5 * v.2, "tile {tile}: {v:?}");
+    }
+}
+
+#[test]
+fn ordered_summation_weights_count_distinct_orderings() {
+    use super::exec::ordered_weight;
+    assert_eq!(ordered_weight(&[vec![0, 1]], &[3, 5]), 2.0);
+    assert_eq!(ordered_weight(&[vec![0, 1]], &[5, 3]), 0.0);
+    assert_eq!(ordered_weight(&[vec![0, 1]], &[4, 4]), 1.0);
+    assert_eq!(ordered_weight(&[vec![0, 1, 2]], &[1, 1, 2]), 3.0);
+    assert_eq!(ordered_weight(&[vec![0, 1, 2]], &[0, 1, 2]), 6.0);
+    assert_eq!(ordered_weight(&[vec![0, 1], vec![2, 3]], &[0, 1, 2, 2]), 2.0);
+}
+
+#[test]
+fn tiled_fill_equals_the_interpreters_fill() {
+    let mut b = Builder::new(&[('a', 5), ('b', 5), ('c', 5), ('i', 3)]);
+    let t = b.tensor("X", Role::Input, "abci", &[]);
+    b.hir.tensors[t].symmetry = vec![anti(&[0, 1, 2])];
+    let s = b.tensor("S", Role::Input, "abi", &[&[0, 1]]);
+    let u = b.tensor("U", Role::Input, "abci", &[]);
+    for tile in [1, 2, 3, 5] {
+        let mut tilings = HashMap::new();
+        for r in b.hir.ranges.ids() {
+            tilings.insert(r, std::sync::Arc::new(super::space::TiledRange::new(&b.hir.ranges[r], tile)));
+        }
+        for x in [t, s, u] {
+            let mut l = super::layout::Layout::new(&b.hir, x, &tilings);
+            l.store(l.candidates(1e9).unwrap());
+            let tiled = TiledTensor::fill_random(l, &PermGroup::of(&b.hir.tensors[x]), 3, |v| v).unwrap();
+            let want = interp::fill_random(&b.hir, x, 3).unwrap();
+            assert_eq!(tiled.to_dense(), want, "tile {tile}, tensor {}", b.hir.tensors[x].name);
+            let back = TiledTensor::from_dense(tiled.layout.clone(), &want).unwrap();
+            assert_eq!(back.data, tiled.data);
+        }
+    }
+}
+
+/// A random program: statements over indices `i j k` (range O) and `a b c` (range
+/// V), each term a product of one or two tensors that are fresh inputs (random
+/// symmetry and, over spin ranges, spin rules) or tensors written before.
+fn random_program(seed: u64) -> Hir {
+    let mut state = seed;
+    let mut rnd = move |n: usize| -> usize {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((state >> 33) % n as u64) as usize
+    };
+    let (o, v) = (2 + rnd(4), 2 + rnd(5));
+    let mut b = Builder::new(&[('i', o), ('j', o), ('k', o), ('a', v), ('b', v), ('c', v)]);
+    for letter in ["i", "a"] {
+        let r = b.hir.indices[b.idx(letter)[0]].range;
+        let n = b.hir.ranges[r].size;
+        let tile = [None, Some(1), Some(2), Some(3)][rnd(4)];
+        let split = 1 + rnd(n - 1);
+        let subspaces = (rnd(2) == 0).then(|| Subspaces { kind: SubspaceKind::Spin, sizes: vec![split, n - split] });
+        b.hir.ranges[r].tiling = Tiling { tile, subspaces };
+    }
+    let letters = ['i', 'j', 'k', 'a', 'b', 'c'];
+    let spin_ok = |b: &Builder, s: &str| {
+        s.chars().all(|c| b.hir.ranges[b.hir.indices[b.idx(&c.to_string())[0]].range].tiling.subspaces.is_some())
+    };
+    let mut written: Vec<(TensorId, String)> = Vec::new();
+    let mut next = 0;
+    for s in 0..1 + rnd(3) {
+        // The written side: 0 to 3 distinct letters.
+        let mut lhs = String::new();
+        for _ in 0..rnd(4) {
+            let c = letters[rnd(6)];
+            if !lhs.contains(c) {
+                lhs.push(c);
+            }
+        }
+        let target = b.tensor(&format!("R{s}"), if rnd(3) == 0 { Role::Temporary } else { Role::Output }, &lhs, &[]);
+        let mut terms = Vec::new();
+        for _ in 0..1 + rnd(2) {
+            let mut factors = Vec::new();
+            for _ in 0..1 + rnd(2) {
+                if !written.is_empty() && rnd(3) == 0 {
+                    let (t, d) = written[rnd(written.len())].clone();
+                    factors.push(b.r(t, &d));
+                    continue;
+                }
+                let mut d = String::new();
+                for _ in 0..1 + rnd(4) {
+                    let c = letters[rnd(6)];
+                    if !d.contains(c) {
+                        d.push(c);
+                    }
+                }
+                // Every written letter must appear in the term: add missing ones.
+                let t = b.tensor(&format!("A{next}"), Role::Input, &d, &[]);
+                next += 1;
+                let ranges: Vec<RangeId> = b.hir.tensors[t].dims.clone();
+                if d.len() >= 2 && ranges[0] == ranges[1] && rnd(2) == 0 {
+                    let kind = if rnd(2) == 0 { SymKind::Antisymmetric } else { SymKind::Symmetric };
+                    b.hir.tensors[t].symmetry.push(SymGroup { kind, positions: vec![0, 1] });
+                }
+                if d.len() == 4 && ranges[2] == ranges[3] && rnd(2) == 0 {
+                    b.hir.tensors[t].symmetry.push(anti(&[2, 3]));
+                }
+                if d.len() >= 2 && d.len() % 2 == 0 && spin_ok(&b, &d) && rnd(2) == 0 {
+                    let h = d.len() / 2;
+                    b.hir.tensors[t]
+                        .blocks
+                        .push(BlockRule::Spin { upper: (0..h).collect(), lower: (h..d.len()).collect() });
+                }
+                factors.push(b.r(t, &d));
+            }
+            let coef = [1.0, -0.5, 0.25, 2.0][rnd(4)];
+            terms.push(b.term(coef, factors));
+        }
+        // Written letters no factor has are broadcast: give them a vector factor.
+        for c in lhs.chars() {
+            let present =
+                terms.iter().all(|t| t.factors.iter().any(|f| f.indices().contains(&b.idx(&c.to_string())[0])));
+            if !present {
+                let t = b.tensor(&format!("A{next}"), Role::Input, &c.to_string(), &[]);
+                next += 1;
+                for term in &mut terms {
+                    if !term.factors.iter().any(|f| f.indices().contains(&b.idx(&c.to_string())[0])) {
+                        term.factors.push(b.r(t, &c.to_string()));
+                    }
+                }
+            }
+        }
+        b.stmt(target, &lhs, false, terms);
+        written.push((target, lhs));
+    }
+    b.hir
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn random_programs_tiled_equal_the_interpreter(seed in any::<u64>()) {
+        let hir = random_program(seed);
+        let schedule = if seed % 2 == 0 { Schedule::Dynamic } else { Schedule::Static };
+        let opts = TiledOptions { tile: 1 + (seed % 4) as usize, threads: 2, schedule };
+        if let Err(e) = check_tiled(&hir, seed, &opts) {
+            let stmts: Vec<String> = hir.units[UnitId::new(0)].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();
+            panic!("seed {seed}: {e}\n{}", stmts.join("\n"));
+        }
+    }
+}
