@@ -1034,7 +1034,8 @@ fn opt_command(
                 .collect();
             if json {
                 let v = serde_json::json!({ "statements": stmts, "loop_nests": fused,
-                    "flops_before": report.flops_before, "flops_after": report.flops_after });
+                    "flops_before": report.flops_before, "flops_after": report.flops_after,
+                    "tiled": tcc::tiled::cost::json(hir, units) });
                 return serde_json::to_string_pretty(&v).unwrap_or_default() + "\n";
             }
             let mut s = tcc::tir::report_text(&tcc::tir::OptReport {
@@ -1058,6 +1059,7 @@ fn opt_command(
                 }
                 s.push('\n');
             }
+            s.push_str(&tcc::tiled::cost::report(hir, units));
             s
         }
     }
