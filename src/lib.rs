@@ -27,6 +27,7 @@ pub mod plan;
 pub mod run;
 pub mod sema;
 pub mod span;
+pub mod symmetry;
 pub mod syntax;
 pub mod tensor;
 pub mod tir;

@@ -23,6 +23,7 @@ mod models;
 mod parallel;
 mod scope;
 mod stmts;
+mod storage;
 
 use crate::diag::Diagnostic;
 use crate::syntax::{ast, Span};
@@ -243,7 +244,8 @@ impl Ctx {
         let items = &file.items;
         for it in items {
             if let ast::Item::Range(d) = it {
-                self.range_decl(&d.name, d.size.as_ref());
+                let r = self.range_decl(&d.name, d.size.as_ref());
+                self.range_tiling(r, d);
             }
         }
         for it in items {
