@@ -377,3 +377,44 @@ fn tiled_storage_errors() {
         assert_eq!(&got, want, "{decl}");
     }
 }
+
+#[test]
+fn declarations_print_back_as_source() {
+    let src =
+        "range O = 4 spin(2, 2);\nrange V = 6 tile 2 spin(3, 3);\nrange P = 6 irreps(1, 2, 0, 3);\nrange N tile 16;\n\
+        index i, j : O; index a, b : V; index p, q, r, s : P; index n : N;\n\
+        input tensor G[p,q,r,s] : f64 symmetric(p q)(r s)((p q)(r s)) irrep(p q r s);\n\
+        input tensor T[a,b,i,j] : f32 antisymmetric(a b)(i j) spin(a b | i j);\n\
+        input tensor U[a,i,b,j] : f64 antisymmetric((a i)(b j)) tiles[[0,0,1,1], [1,1,0,0]];\n\
+        output tensor Z[n] : f64;\ninput tensor Y[n] : f64;\nZ[n] = G[p,q,r,s] * T[a,b,i,j] * U[a,i,b,j] * Y[n];\n";
+    let h = ok(src);
+    let ranges: Vec<String> = h.ranges.ids().map(|r| super::display::range_decl(&h, r)).collect();
+    assert_eq!(
+        ranges,
+        [
+            "range O = 4 spin(2, 2);",
+            "range V = 6 tile 2 spin(3, 3);",
+            "range P = 6 irreps(1, 2, 0, 3);",
+            "range N tile 16;"
+        ]
+    );
+    let names: [&[&str]; 5] = [&["p", "q", "r", "s"], &["a", "b", "i", "j"], &["a", "i", "b", "j"], &["n"], &["n"]];
+    let decls: Vec<String> = h.tensors.ids().zip(names).map(|(t, n)| super::display::tensor_decl(&h, t, n)).collect();
+    for d in &decls {
+        assert!(src.contains(d.as_str()), "{d}");
+    }
+    // Printed back, the declarations check to the same HIR.
+    let again = format!(
+        "{}\nindex i, j : O; index a, b : V; index p, q, r, s : P; index n : N;\n{}\nZ[n] = G[p,q,r,s] * T[a,b,i,j] * U[a,i,b,j] * Y[n];",
+        ranges.join("\n"),
+        decls.join("\n")
+    );
+    let h2 = ok(&again);
+    assert_eq!(
+        h2.ranges.iter().map(|r| &r.tiling).collect::<Vec<_>>(),
+        h.ranges.iter().map(|r| &r.tiling).collect::<Vec<_>>()
+    );
+    for (a, b) in h.tensors.iter().zip(h2.tensors.iter()) {
+        assert_eq!((&a.symmetry, &a.pair_symmetry, &a.blocks), (&b.symmetry, &b.pair_symmetry, &b.blocks));
+    }
+}
