@@ -128,6 +128,17 @@ impl Ctx {
             (hir::SubspaceKind::Irrep, format!("range {name} = 200 irreps(60, 40, 50, 50);"))
         };
         if d.size.is_none() {
+            let written: Option<Vec<usize>> =
+                sizes.iter().map(|s| if let IntVal::Ok(n) = int_value(s) { Some(n) } else { None }).collect();
+            let example = match written.filter(|v| !v.is_empty()) {
+                Some(v) => format!(
+                    "range {name} = {} {}({});",
+                    v.iter().sum::<usize>(),
+                    a.name.name,
+                    v.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ")
+                ),
+                None => example,
+            };
             self.error(
                 Diagnostic::error(
                     "E0409",
@@ -135,7 +146,7 @@ impl Ctx {
                     a.span.clone(),
                     "sub-spaces of a range of unknown size",
                 )
-                .with_hint(format!("sub-space sizes must add up to a fixed size: `{example}`")),
+                .with_hint(format!("give the range a fixed size, the sum of its sub-spaces: `{example}`")),
             );
             return None;
         }
@@ -263,9 +274,9 @@ impl Ctx {
                     "E0410",
                     "the members of a pair symmetry have different lengths",
                     m.span.clone(),
-                    format!("{} indices here", m.indices.len()),
+                    count_indices(m.indices.len()),
                 )
-                .with_label(g.members[0].span.clone(), format!("{len} indices here"))
+                .with_label(g.members[0].span.clone(), count_indices(len))
                 .with_hint("members are exchanged as wholes, position by position: give each as many indices"),
             );
             ok = false;
@@ -640,6 +651,14 @@ impl Ctx {
             }
         }
         Some(())
+    }
+}
+
+fn count_indices(n: usize) -> String {
+    if n == 1 {
+        "1 index here".to_string()
+    } else {
+        format!("{n} indices here")
     }
 }
 
