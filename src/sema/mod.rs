@@ -2,7 +2,8 @@
 //!
 //! The pass is one context ([`Ctx`]) extended by one module per concern:
 //! [`scope`] (name tables, suggestions), [`decls`] (ranges, indices, tensors,
-//! symmetry), [`stmts`] (units, statements, tensor references), [`exprs`]
+//! symmetry), `storage` (tilings, pair symmetry, block rules), [`stmts`] (units,
+//! statements, tensor references), [`exprs`]
 //! (terms, coefficients, summation rules), [`parallel`] (grids, distributions) and
 //! [`models`] (model blocks, parallel hints).
 //!

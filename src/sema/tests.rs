@@ -418,3 +418,16 @@ fn declarations_print_back_as_source() {
         assert_eq!((&a.symmetry, &a.pair_symmetry, &a.blocks), (&b.symmetry, &b.pair_symmetry, &b.blocks));
     }
 }
+
+/// The complete programs of the book's section on tiled storage check.
+#[test]
+fn tiled_storage_book_examples_check() {
+    let book = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/book/src/language.md")).unwrap();
+    let section = book.split("## Tiled storage").nth(1).unwrap().split("\n## ").next().unwrap();
+    let examples = section.split("### Examples").nth(1).unwrap();
+    let blocks: Vec<&str> = examples.split("```").skip(1).step_by(2).collect();
+    assert_eq!(blocks.len(), 3);
+    for b in blocks {
+        ok(b);
+    }
+}
