@@ -2,7 +2,7 @@
 //! people, or as JSON for tools (`--error-format=json`, the language server).
 //!
 //! Error codes: `E00xx` syntax, `E01xx` names and declarations, `E02xx` indices and
-//! shapes, `E03xx` statements, `E04xx` symmetry, `E05xx` grids and distributions,
+//! shapes, `E03xx` statements, `E04xx` symmetry and storage, `E05xx` grids and distributions,
 //! `E06xx` models, `E07xx` running (inputs, sizes); `W....` are warnings.
 
 use crate::span::Span;

@@ -9,7 +9,10 @@
 //! * spaces around `=`, `+=`, binary `+ - * /` and the `:` of `index` and tensor
 //!   declarations; `, ` between listed names and numbers (`index i, j : O;`,
 //!   `grid G[4, 4, 2];`, `[a:0, b:1]`), but none inside a tensor's index brackets
-//!   (`A[p,q]`) and one between the names of a symmetry group (`symmetric(p q)(r s)`);
+//!   (`A[p,q]`) and one between the names of a symmetry group (`symmetric(p q)(r s)`,
+//!   `symmetric((p q)(r s))`) or a block rule (`spin(a b | i j)`, `irrep(p q r s)`);
+//!   tile coordinates are written like tensor indices (`tiles[[0,1], [1,0]]`); range
+//!   attributes follow the size (`range V = 200 tile 40 spin(100, 100);`);
 //! * what is optional and written stays written (the role keyword, the element
 //!   type, empty brackets `E[]`), numbers keep their text; a redundant leading `+`
 //!   and trailing commas are dropped (they do not change the syntax tree);
@@ -113,10 +116,7 @@ fn open_brace(tokens: &[(usize, Tok, usize)], from: usize) -> Span {
 fn item_node(src: &str, tokens: &[(usize, Tok, usize)], item: &Item) -> Node {
     let leaf = |text: String| Node::Leaf { span: item.span(), text };
     match item {
-        Item::Range(d) => match &d.size {
-            Some(size) => leaf(format!("range {} = {};", d.name.name, int(size))),
-            None => leaf(format!("range {};", d.name.name)),
-        },
+        Item::Range(d) => leaf(range_decl(d)),
         Item::Index(d) => leaf(index_decl(d)),
         Item::Tensor(d) => leaf(tensor_decl(d)),
         Item::Stmt(s) => leaf(stmt(s)),
@@ -187,6 +187,45 @@ fn names(v: &[Ident], sep: &str) -> String {
     v.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(sep)
 }
 
+fn range_decl(d: &RangeDecl) -> String {
+    let mut s = format!("range {}", d.name.name);
+    if let Some(size) = &d.size {
+        s.push_str(&format!(" = {}", int(size)));
+    }
+    for a in &d.attrs {
+        match &a.args {
+            RangeArgs::Int(v) => s.push_str(&format!(" {} {}", a.name.name, int(v))),
+            RangeArgs::List(v) => {
+                s.push_str(&format!(" {}({})", a.name.name, v.iter().map(int).collect::<Vec<_>>().join(", ")))
+            }
+        }
+    }
+    s.push(';');
+    s
+}
+
+fn sym_group(g: &SymGroup) -> String {
+    if g.is_pair() {
+        format!("({})", g.members.iter().map(sym_group).collect::<String>())
+    } else {
+        format!("({})", names(&g.indices, " "))
+    }
+}
+
+fn block_spec(b: &BlockSpec) -> String {
+    match &b.body {
+        BlockBody::Names { upper, lower: Some(lower) } => {
+            format!("{}({} | {})", b.name.name, names(upper, " "), names(lower, " "))
+        }
+        BlockBody::Names { upper, lower: None } => format!("{}({})", b.name.name, names(upper, " ")),
+        BlockBody::Coords(coords) => {
+            let list: Vec<String> =
+                coords.iter().map(|c| format!("[{}]", c.iter().map(int).collect::<Vec<_>>().join(","))).collect();
+            format!("{}[{}]", b.name.name, list.join(", "))
+        }
+    }
+}
+
 fn index_decl(d: &IndexDecl) -> String {
     format!("index {} : {};", names(&d.names, ", "), d.range.name)
 }
@@ -219,8 +258,12 @@ fn tensor_decl(d: &TensorDecl) -> String {
             SymKind::Antisymmetric => "antisymmetric",
         });
         for g in &spec.groups {
-            s.push_str(&format!("({})", names(&g.indices, " ")));
+            s.push_str(&sym_group(g));
         }
+    }
+    for b in &d.blocks {
+        s.push(' ');
+        s.push_str(&block_spec(b));
     }
     s.push(';');
     s

@@ -126,6 +126,22 @@ fn runtime_ranges_round_trip() {
 }
 
 #[test]
+fn tiled_storage_round_trips() {
+    let src = "range  O = 20 spin( 10,10 ) ;\nrange V=200 tile 32 spin(100 ,100);\nrange N tile 16;\n\
+        range P = 8 irreps(2,2,2,2);\nindex p, q, r, s : P;\n\
+        input tensor G[p,q,r,s] : f64 symmetric(p q)(r s)( (p q) , (r s) ) irrep(p,q r s);\n\
+        input tensor T[a,b,i,j] antisymmetric(a b)(i j) spin(a b|i j) tiles[ [0,1],[1,0], ];\n";
+    let once = check(src).unwrap();
+    assert_eq!(
+        once,
+        "range O = 20 spin(10, 10);\nrange V = 200 tile 32 spin(100, 100);\nrange N tile 16;\n\
+         range P = 8 irreps(2, 2, 2, 2);\nindex p, q, r, s : P;\n\
+         input tensor G[p,q,r,s] : f64 symmetric(p q)(r s)((p q)(r s)) irrep(p q r s);\n\
+         input tensor T[a,b,i,j] antisymmetric(a b)(i j) spin(a b | i j) tiles[[0,1], [1,0]];\n"
+    );
+}
+
+#[test]
 fn cli_check_stdout_and_rewrite() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("book.tc");

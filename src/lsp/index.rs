@@ -284,7 +284,16 @@ impl Index {
                 let groups: String = s
                     .groups
                     .iter()
-                    .map(|g| format!("({})", g.indices.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(" ")))
+                    .map(|g| {
+                        let names = |g: &ast::SymGroup| {
+                            format!("({})", g.indices.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(" "))
+                        };
+                        if g.is_pair() {
+                            format!("({})", g.members.iter().map(names).collect::<String>())
+                        } else {
+                            names(g)
+                        }
+                    })
                     .collect();
                 format!("{kw}{groups}")
             })
@@ -306,6 +315,13 @@ impl Index {
         for s in &d.symmetry {
             for g in &s.groups {
                 for i in &g.indices {
+                    self.refer(Ns::Space, i, model);
+                }
+            }
+        }
+        for b in &d.blocks {
+            if let ast::BlockBody::Names { upper, lower } = &b.body {
+                for i in upper.iter().chain(lower.iter().flatten()) {
                     self.refer(Ns::Space, i, model);
                 }
             }

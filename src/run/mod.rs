@@ -272,13 +272,17 @@ pub fn run_report_with(
                 fmt_num(s.checksum)
             )
             .map_err(report_err)?;
-            if !tensor.symmetry.is_empty() {
-                if let Some(v) = interp::symmetry_violation(value, &tensor.symmetry, SYMMETRY_RTOL) {
-                    eprintln!(
-                        "warning[W0701]: output `{name}` of {kind} `{}` does not have its declared symmetry: {v}",
-                        unit.name
-                    );
-                }
+            if let Some(v) = interp::tensor_symmetry_violation(value, tensor, SYMMETRY_RTOL) {
+                eprintln!(
+                    "warning[W0701]: output `{name}` of {kind} `{}` does not have its declared symmetry: {v}",
+                    unit.name
+                );
+            }
+            if let Some(v) = interp::block_violation(hir, *t, value) {
+                eprintln!(
+                    "warning[W0704]: output `{name}` of {kind} `{}` is nonzero outside its declared blocks: {v}",
+                    unit.name
+                );
             }
         }
 
@@ -417,13 +421,17 @@ fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap
             for x in &mut v.data {
                 *x = interp::round_to(tensor.elem, *x);
             }
-            if !tensor.symmetry.is_empty() {
-                if let Some(msg) = interp::symmetry_violation(&v, &tensor.symmetry, SYMMETRY_RTOL) {
-                    eprintln!(
-                        "warning[W0703]: input `{name}` from `{}` does not have its declared symmetry: {msg}",
-                        path.display()
-                    );
-                }
+            if let Some(msg) = interp::tensor_symmetry_violation(&v, tensor, SYMMETRY_RTOL) {
+                eprintln!(
+                    "warning[W0703]: input `{name}` from `{}` does not have its declared symmetry: {msg}",
+                    path.display()
+                );
+            }
+            if let Some(msg) = interp::block_violation(hir, t, &v) {
+                eprintln!(
+                    "warning[W0705]: input `{name}` from `{}` is nonzero outside its declared blocks: {msg}",
+                    path.display()
+                );
             }
             loaded.insert(t, v);
         }

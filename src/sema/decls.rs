@@ -192,26 +192,31 @@ impl Ctx {
         }
         self.check_element_count(&d.name, &dims);
         let symmetry = self.symmetry(d, &dims);
+        let pair_symmetry = self.pair_symmetry(d, &dims);
         let info = TensorInfo {
             name_span: d.name.span.clone(),
             dim_names: names.iter().map(|n| n.name.clone()).collect(),
             dim_spans: names.iter().map(|n| n.span.clone()).collect(),
             ..TensorInfo::default()
         };
-        let t = self.push_tensor(
-            hir::Tensor {
-                name: d.name.name.clone(),
-                role,
-                elem,
-                dims,
-                symmetry,
-                pair_symmetry: Vec::new(),
-                blocks: Vec::new(),
-                span: d.span.clone(),
-                model: self.model,
-            },
-            info,
-        );
+        let mut tensor = hir::Tensor {
+            name: d.name.name.clone(),
+            role,
+            elem,
+            dims,
+            symmetry,
+            pair_symmetry,
+            blocks: Vec::new(),
+            span: d.span.clone(),
+            model: self.model,
+        };
+        let group = self.check_symmetry_group(d, &tensor);
+        if group.is_none() && !tensor.pair_symmetry.is_empty() {
+            // Reported (E0416/E0417): left out so that nothing builds the group.
+            tensor.pair_symmetry.clear();
+        }
+        tensor.blocks = self.block_rules(d, &tensor, group);
+        let t = self.push_tensor(tensor, info);
         if !self.declare(Ns::Tensor, &d.name, Sym::Tensor(t), "tensor") {
             // Unreachable by name: no warning about its uses.
             self.tensors[t].bad = true;
@@ -268,7 +273,8 @@ impl Ctx {
                 ast::SymKind::Symmetric => hir::SymKind::Symmetric,
                 ast::SymKind::Antisymmetric => hir::SymKind::Antisymmetric,
             };
-            for g in &spec.groups {
+            // Pair groups `((p q)(r s))` may overlap these: `storage::pair_symmetry`.
+            for g in spec.groups.iter().filter(|g| !g.is_pair()) {
                 let mut ok = true;
                 let mut positions = Vec::new();
                 for id in &g.indices {

@@ -1,6 +1,7 @@
-//! Prints HIR statements back in source syntax (for IR dumps and reports).
+//! Prints HIR statements and declarations back in source syntax (for IR dumps and
+//! reports).
 
-use super::hir::{Expr, Factor, Hir, Stmt, TensorRef};
+use super::hir::{BlockRule, Expr, Factor, Hir, RangeId, Role, Stmt, SubspaceKind, SymKind, TensorId, TensorRef};
 
 pub fn tensor_ref(hir: &Hir, r: &TensorRef) -> String {
     let name = &hir.tensors[r.tensor].name;
@@ -44,4 +45,86 @@ pub fn expr(hir: &Hir, e: &Expr) -> String {
 
 pub fn stmt(hir: &Hir, st: &Stmt) -> String {
     format!("{} {} {};", tensor_ref(hir, &st.lhs), if st.accumulate { "+=" } else { "=" }, expr(hir, &st.rhs))
+}
+
+/// `range V = 200 tile 40 spin(100, 100);` (a run-time range: `range O tile 16;`).
+pub fn range_decl(hir: &Hir, r: RangeId) -> String {
+    let range = &hir.ranges[r];
+    let mut s = format!("range {}", range.name);
+    if !range.is_runtime() {
+        s.push_str(&format!(" = {}", range.size));
+    }
+    if let Some(t) = range.tiling.tile {
+        s.push_str(&format!(" tile {t}"));
+    }
+    if let Some(sub) = &range.tiling.subspaces {
+        let kw = match sub.kind {
+            SubspaceKind::Spin => "spin",
+            SubspaceKind::Irrep => "irreps",
+        };
+        let sizes: Vec<String> = sub.sizes.iter().map(|n| n.to_string()).collect();
+        s.push_str(&format!(" {kw}({})", sizes.join(", ")));
+    }
+    s.push(';');
+    s
+}
+
+/// A tensor's declaration with `names` for its dimensions (the HIR keeps only their
+/// ranges): `input tensor G[p,q,r,s] : f64 symmetric(p q)(r s)((p q)(r s)) irrep(p q r s);`.
+pub fn tensor_decl(hir: &Hir, t: TensorId, names: &[&str]) -> String {
+    let tensor = &hir.tensors[t];
+    let role = match tensor.role {
+        Role::Input => "input",
+        Role::Output => "output",
+        Role::Temporary => "temporary",
+        Role::Param => "param",
+    };
+    let mut s = format!("{role} tensor {}", tensor.name);
+    if !tensor.dims.is_empty() {
+        s.push_str(&format!("[{}]", names.join(",")));
+    }
+    s.push_str(&format!(" : {}", tensor.elem.name()));
+    s.push_str(&tensor_attrs(hir, t, names));
+    s.push(';');
+    s
+}
+
+/// The symmetry and block rules of a tensor as written after its element type,
+/// each preceded by a space (empty for a dense tensor without symmetry).
+pub fn tensor_attrs(hir: &Hir, t: TensorId, names: &[&str]) -> String {
+    let tensor = &hir.tensors[t];
+    let group = |ps: &[usize]| format!("({})", ps.iter().map(|&p| names[p]).collect::<Vec<_>>().join(" "));
+    let kw = |k: SymKind| match k {
+        SymKind::Symmetric => "symmetric",
+        SymKind::Antisymmetric => "antisymmetric",
+    };
+    let mut s = String::new();
+    for kind in [SymKind::Symmetric, SymKind::Antisymmetric] {
+        let mut groups: String =
+            tensor.symmetry.iter().filter(|g| g.kind == kind).map(|g| group(&g.positions)).collect();
+        for g in tensor.pair_symmetry.iter().filter(|g| g.kind == kind) {
+            groups.push_str(&format!("({})", g.members.iter().map(|m| group(m)).collect::<String>()));
+        }
+        if !groups.is_empty() {
+            s.push_str(&format!(" {}{groups}", kw(kind)));
+        }
+    }
+    for rule in &tensor.blocks {
+        s.push(' ');
+        s.push_str(&match rule {
+            BlockRule::Spin { upper, lower } => {
+                let side = |ps: &[usize]| ps.iter().map(|&p| names[p]).collect::<Vec<_>>().join(" ");
+                format!("spin({} | {})", side(upper), side(lower))
+            }
+            BlockRule::Irrep { positions } => format!("irrep{}", group(positions)),
+            BlockRule::Tiles(tiles) => {
+                let list: Vec<String> = tiles
+                    .iter()
+                    .map(|c| format!("[{}]", c.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")))
+                    .collect();
+                format!("tiles[{}]", list.join(", "))
+            }
+        });
+    }
+    s
 }

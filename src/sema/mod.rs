@@ -2,7 +2,8 @@
 //!
 //! The pass is one context ([`Ctx`]) extended by one module per concern:
 //! [`scope`] (name tables, suggestions), [`decls`] (ranges, indices, tensors,
-//! symmetry), [`stmts`] (units, statements, tensor references), [`exprs`]
+//! symmetry), `storage` (tilings, pair symmetry, block rules), [`stmts`] (units,
+//! statements, tensor references), [`exprs`]
 //! (terms, coefficients, summation rules), [`parallel`] (grids, distributions) and
 //! [`models`] (model blocks, parallel hints).
 //!
@@ -23,6 +24,7 @@ mod models;
 mod parallel;
 mod scope;
 mod stmts;
+mod storage;
 
 use crate::diag::Diagnostic;
 use crate::syntax::{ast, Span};
@@ -243,7 +245,8 @@ impl Ctx {
         let items = &file.items;
         for it in items {
             if let ast::Item::Range(d) = it {
-                self.range_decl(&d.name, d.size.as_ref());
+                let r = self.range_decl(&d.name, d.size.as_ref());
+                self.range_tiling(r, d);
             }
         }
         for it in items {

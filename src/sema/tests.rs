@@ -296,3 +296,138 @@ fn random_programs_never_panic() {
         }
     }
 }
+
+#[test]
+fn tilings_pair_symmetry_and_block_rules() {
+    let h = ok("range O = 4 spin(2, 2); range V = 6 tile 2 spin(3, 3); range P = 6 irreps(1, 2, 0, 3);
+        range N tile 16; range W = 10 tile 5;
+        index i, j : O; index a, b : V; index p, q, r, s : P; index n : N; index w, x : W;
+        input tensor G[p,q,r,s] : f64 symmetric(p q)(r s)((p q)(r s)) irrep(p q r s);
+        input tensor T[a,b,i,j] antisymmetric(a b)(i j) spin(a b | i j);
+        input tensor U[a,i,b,j] antisymmetric((a i), (b j));
+        input tensor S[w,x] symmetric(w x) tiles[[0,1], [1,0]];
+        input tensor Z[n];
+        output tensor E;
+        E = G[p,q,r,s] * G[p,q,r,s] + T[a,b,i,j] * U[a,i,b,j] + S[w,x] * S[w,x] + Z[n] * Z[n];");
+    let r = |n: &str| &h.ranges[h.ranges.position(|r| r.name == n).unwrap()].tiling;
+    assert_eq!(
+        *r("O"),
+        Tiling { tile: None, subspaces: Some(Subspaces { kind: SubspaceKind::Spin, sizes: vec![2, 2] }) }
+    );
+    assert_eq!(r("V").tile, Some(2));
+    assert_eq!(r("P").subspaces, Some(Subspaces { kind: SubspaceKind::Irrep, sizes: vec![1, 2, 0, 3] }));
+    assert_eq!(*r("N"), Tiling { tile: Some(16), subspaces: None });
+    let t = |n: &str| &h.tensors[h.tensor_by_name(n).unwrap()];
+    assert_eq!(t("G").symmetry.len(), 2);
+    assert_eq!(
+        t("G").pair_symmetry,
+        vec![PairGroup { kind: SymKind::Symmetric, members: vec![vec![0, 1], vec![2, 3]] }]
+    );
+    assert_eq!(t("G").blocks, vec![BlockRule::Irrep { positions: vec![0, 1, 2, 3] }]);
+    assert_eq!(t("T").blocks, vec![BlockRule::Spin { upper: vec![0, 1], lower: vec![2, 3] }]);
+    assert_eq!(
+        t("U").pair_symmetry,
+        vec![PairGroup { kind: SymKind::Antisymmetric, members: vec![vec![0, 1], vec![2, 3]] }]
+    );
+    assert_eq!(t("S").blocks, vec![BlockRule::Tiles(vec![vec![0, 1], vec![1, 0]])]);
+}
+
+#[test]
+fn attribute_words_stay_usable_as_names() {
+    ok("range tile = 3; range spin = 2 tile 1; index irrep, tiles : tile; index irreps : spin;
+        input tensor spin_[irrep, tiles]; output tensor R[irrep]; R[irrep] = spin_[irrep, tiles];");
+}
+
+#[test]
+fn tiled_storage_errors() {
+    let base = "range O = 4 spin(2, 2); range V = 6 tile 2; range P = 4 irreps(1, 1, 1, 1);
+        index i, j : O; index a, b : V; index p, q, r, s : P;\n";
+    let cases: &[(&str, &[&str])] = &[
+        ("range X = 5 tile 0;", &["E0406"]),
+        ("range X = 5 spin(2, 2);", &["E0407"]),
+        ("range X = 5 spin(1, 2, 2);", &["E0408"]),
+        ("range X = 5 irreps(1,1,1,1,1,0,0,0,0);", &["E0408"]),
+        ("range X spin(2, 2);", &["E0409"]),
+        ("range X = 5 tiel 2;", &["E0405"]),
+        ("range X = 5 tile 2 tile 3;", &["E0405"]),
+        ("range X = 5 tile(2);", &["E0405"]),
+        ("input tensor T[a,b,i,j] symmetric((a b)(i));", &["E0410"]),
+        ("input tensor T[a,b,i,j] symmetric((a b));", &["E0410"]),
+        ("input tensor T[a,b,i,j] symmetric((a b)(b i));", &["E0411"]),
+        ("input tensor T[a,i,b,j] symmetric((a i)(j b));", &["E0412"]),
+        ("input tensor T[a,b,i,j] antisymmetric(a b) symmetric((a)(b));", &["E0416"]),
+        ("input tensor T[a,b,i,j] spin(a b | i j);", &["E0413"]),
+        ("input tensor T[p,q,i,j] irrep(p q i j);", &["E0413"]),
+        ("input tensor T[i,j] spin(i | i);", &["E0414"]),
+        ("input tensor T[p,q] irrep(p q p);", &["E0414"]),
+        ("input tensor T[i,j] spin(i j);", &["E0405"]),
+        ("input tensor T[i,j] sping(i | j);", &["E0405"]),
+        ("input tensor T[a,b] tiles[[0,1], [1]];", &["E0415"]),
+        ("input tensor T[a,b] tiles[[0,-1]];", &["E0415"]),
+        ("input tensor T[a,b] symmetric(a b) tiles[[0,1]];", &["E0418"]),
+        ("input tensor T[i,j,p,q] antisymmetric(i j) spin(i p | j q);", &["E0413"]),
+        ("input tensor T[i,j,k] antisymmetric(i j) spin(i | k);", &["E0105"]),
+        ("index k : O; input tensor T[i,j,k] antisymmetric(i j) spin(i | k);", &["E0418"]),
+        ("input tensor T[p,q] irrep(x);", &["E0401"]),
+        ("input tensor T spin(i | j);", &["E0401"]),
+    ];
+    for (decl, want) in cases {
+        let src = format!("{base}{decl}");
+        let got: Vec<&str> = codes(&src).into_iter().filter(|c| !c.starts_with('W')).collect();
+        assert_eq!(&got, want, "{decl}");
+    }
+}
+
+#[test]
+fn declarations_print_back_as_source() {
+    let src =
+        "range O = 4 spin(2, 2);\nrange V = 6 tile 2 spin(3, 3);\nrange P = 6 irreps(1, 2, 0, 3);\nrange N tile 16;\n\
+        index i, j : O; index a, b : V; index p, q, r, s : P; index n : N;\n\
+        input tensor G[p,q,r,s] : f64 symmetric(p q)(r s)((p q)(r s)) irrep(p q r s);\n\
+        input tensor T[a,b,i,j] : f32 antisymmetric(a b)(i j) spin(a b | i j);\n\
+        input tensor U[a,i,b,j] : f64 antisymmetric((a i)(b j)) tiles[[0,0,1,1], [1,1,0,0]];\n\
+        output tensor Z[n] : f64;\ninput tensor Y[n] : f64;\nZ[n] = G[p,q,r,s] * T[a,b,i,j] * U[a,i,b,j] * Y[n];\n";
+    let h = ok(src);
+    let ranges: Vec<String> = h.ranges.ids().map(|r| super::display::range_decl(&h, r)).collect();
+    assert_eq!(
+        ranges,
+        [
+            "range O = 4 spin(2, 2);",
+            "range V = 6 tile 2 spin(3, 3);",
+            "range P = 6 irreps(1, 2, 0, 3);",
+            "range N tile 16;"
+        ]
+    );
+    let names: [&[&str]; 5] = [&["p", "q", "r", "s"], &["a", "b", "i", "j"], &["a", "i", "b", "j"], &["n"], &["n"]];
+    let decls: Vec<String> = h.tensors.ids().zip(names).map(|(t, n)| super::display::tensor_decl(&h, t, n)).collect();
+    for d in &decls {
+        assert!(src.contains(d.as_str()), "{d}");
+    }
+    // Printed back, the declarations check to the same HIR.
+    let again = format!(
+        "{}\nindex i, j : O; index a, b : V; index p, q, r, s : P; index n : N;\n{}\nZ[n] = G[p,q,r,s] * T[a,b,i,j] * U[a,i,b,j] * Y[n];",
+        ranges.join("\n"),
+        decls.join("\n")
+    );
+    let h2 = ok(&again);
+    assert_eq!(
+        h2.ranges.iter().map(|r| &r.tiling).collect::<Vec<_>>(),
+        h.ranges.iter().map(|r| &r.tiling).collect::<Vec<_>>()
+    );
+    for (a, b) in h.tensors.iter().zip(h2.tensors.iter()) {
+        assert_eq!((&a.symmetry, &a.pair_symmetry, &a.blocks), (&b.symmetry, &b.pair_symmetry, &b.blocks));
+    }
+}
+
+/// The complete programs of the book's section on tiled storage check.
+#[test]
+fn tiled_storage_book_examples_check() {
+    let book = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/book/src/language.md")).unwrap();
+    let section = book.split("## Tiled storage").nth(1).unwrap().split("\n## ").next().unwrap();
+    let examples = section.split("### Examples").nth(1).unwrap();
+    let blocks: Vec<&str> = examples.split("```").skip(1).step_by(2).collect();
+    assert_eq!(blocks.len(), 3);
+    for b in blocks {
+        ok(b);
+    }
+}

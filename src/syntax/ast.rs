@@ -64,13 +64,33 @@ impl Item {
     }
 }
 
-/// `range N = 64;`, or `range N;` (size given when the program runs).
+/// `range N = 64;`, or `range N;` (size given when the program runs), optionally
+/// followed by tiling attributes: `range V = 200 tile 40 spin(100, 100);`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RangeDecl {
     pub name: Ident,
     /// `None` for `range N;`: a size given at run time.
     pub size: Option<IntLit>,
+    /// `tile 40`, `spin(100, 100)`, `irreps(60, 40, 50, 50)`, in the order written.
+    /// The attribute names are not keywords: `sema` checks them.
+    pub attrs: Vec<RangeAttr>,
     pub span: Span,
+}
+
+/// One attribute of a range declaration: a name and its argument(s).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RangeAttr {
+    pub name: Ident,
+    pub args: RangeArgs,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum RangeArgs {
+    /// `tile 40`
+    Int(IntLit),
+    /// `spin(100, 100)`
+    List(Vec<IntLit>),
 }
 
 /// `index p, q, r : N;`
@@ -122,10 +142,39 @@ pub struct SymSpec {
     pub span: Span,
 }
 
+/// `(p q)`, or a pair group `((p q)(r s))` exchanging its members as wholes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SymGroup {
+    /// Every index named in the group, in order (for a pair group, the members'
+    /// indices one after the other).
     pub indices: Vec<Ident>,
+    /// Non-empty for a pair group: its members `(p q)`, `(r s)` (each with empty
+    /// `members`).
+    pub members: Vec<SymGroup>,
     pub span: Span,
+}
+
+impl SymGroup {
+    pub fn is_pair(&self) -> bool {
+        !self.members.is_empty()
+    }
+}
+
+/// A block-sparsity attribute of a tensor: `spin(a b | i j)`, `irrep(p q r s)` or
+/// `tiles[[0,1], [1,0]]`. The name is not a keyword: `sema` checks it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockSpec {
+    pub name: Ident,
+    pub body: BlockBody,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum BlockBody {
+    /// `(a b | i j)` or `(p q r s)` (`lower` is `None` without a `|`).
+    Names { upper: Vec<Ident>, lower: Option<Vec<Ident>> },
+    /// `[[0,1], [1,0]]`
+    Coords(Vec<Vec<IntLit>>),
 }
 
 /// `input tensor A[p,q,r,s] : f64 symmetric(p q)(r s);` — the role may be omitted
@@ -138,6 +187,8 @@ pub struct TensorDecl {
     pub dims: Option<Vec<Ident>>,
     pub elem: Option<ElemType>,
     pub symmetry: Vec<SymSpec>,
+    /// Block-sparsity attributes, after the symmetry specs.
+    pub blocks: Vec<BlockSpec>,
     pub span: Span,
 }
 

@@ -97,6 +97,8 @@ pub enum Tok {
     Star,
     #[token("/")]
     Slash,
+    #[token("|")]
+    Pipe,
 }
 
 impl fmt::Display for Tok {
@@ -142,6 +144,7 @@ impl fmt::Display for Tok {
             Tok::Minus => "`-`",
             Tok::Star => "`*`",
             Tok::Slash => "`/`",
+            Tok::Pipe => "`|`",
         };
         f.write_str(s)
     }

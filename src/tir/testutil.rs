@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::interp::{exec_stmt, fill_random, symmetry_violation};
+use crate::interp::{block_violation, exec_stmt, fill_random, tensor_symmetry_violation};
 use crate::sema::hir::*;
 use crate::tensor::Dense;
 
@@ -106,7 +106,9 @@ pub fn run_unit(hir: &Hir, u: UnitId, inputs: &HashMap<TensorId, Dense>) -> Resu
     for (k, s) in hir.units[u].stmts.iter().enumerate() {
         exec_stmt(hir, s, &mut env, &format!("statement {}", k + 1)).map_err(|e| e.to_string())?;
         let t = s.lhs.tensor;
-        if let Some(v) = symmetry_violation(&env[&t], &hir.tensors[t].symmetry, 1e-9) {
+        if let Some(v) =
+            tensor_symmetry_violation(&env[&t], &hir.tensors[t], 1e-9).or_else(|| block_violation(hir, t, &env[&t]))
+        {
             return Err(format!("{} violates its declared symmetry: {v}", hir.tensors[t].name));
         }
     }
