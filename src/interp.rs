@@ -76,7 +76,16 @@ pub fn name_hash(name: &str) -> u64 {
 /// The random value of element `linear` (row-major) of the tensor named `name`:
 /// uniform in [-1, 1), a pure function of (seed, name, linear).
 pub fn random_value(seed: u64, name: &str, linear: u64) -> f64 {
-    let key = splitmix64(seed ^ splitmix64(name_hash(name)));
+    random_value_keyed(random_key(seed, name), linear)
+}
+
+/// The per-tensor part of [`random_value`], for callers that fill many elements.
+pub fn random_key(seed: u64, name: &str) -> u64 {
+    splitmix64(seed ^ splitmix64(name_hash(name)))
+}
+
+/// [`random_value`] of element `linear` from the tensor's [`random_key`].
+pub fn random_value_keyed(key: u64, linear: u64) -> f64 {
     let h = splitmix64(key ^ splitmix64(linear));
     (h >> 11) as f64 * (1.0 / (1u64 << 53) as f64) * 2.0 - 1.0
 }

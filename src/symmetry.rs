@@ -84,22 +84,46 @@ impl PermGroup {
     /// when some element maps `idx` to itself with sign −1 (the value is then zero),
     /// or when the group is contradictory.
     pub fn canonical(&self, idx: &[usize]) -> (Vec<usize>, i32) {
-        let mut best = idx.to_vec();
-        let mut best_sign = 1;
+        let mut best = vec![0; idx.len()];
+        let mut scratch = vec![0; idx.len()];
+        let sign = self.canonical_into(idx, &mut best, &mut scratch);
+        (best, sign)
+    }
+
+    /// [`PermGroup::canonical`] without allocating: the representative is written
+    /// to `best` (and `scratch` is overwritten); returns the sign.
+    pub fn canonical_into(&self, idx: &[usize], best: &mut [usize], scratch: &mut [usize]) -> i32 {
+        best.copy_from_slice(idx);
         if self.contradictory {
-            return (best, 0);
+            return 0;
         }
-        for (perm, sign) in &self.elems {
-            let img = PermGroup::apply(perm, idx);
-            if img == idx && *sign == -1 {
-                return (idx.to_vec(), 0);
+        // Zero: some element with sign −1 fixes `idx` (mismatches show early).
+        let fixes = |perm: &[usize]| perm.iter().enumerate().all(|(k, &p)| idx[p] == idx[k]);
+        if self.elems.iter().any(|(perm, sign)| *sign == -1 && fixes(perm)) {
+            return 0;
+        }
+        let mut best_sign = 1;
+        for (perm, sign) in &self.elems[1..] {
+            // Compare the image with `best` as it is built; stop once it is larger.
+            let mut smaller = false;
+            let mut larger = false;
+            for (k, &p) in perm.iter().enumerate() {
+                let y = idx[p];
+                scratch[k] = y;
+                if !smaller {
+                    if y > best[k] {
+                        larger = true;
+                        break;
+                    }
+                    smaller = y < best[k];
+                }
             }
-            if img < best {
-                best = img;
+            if smaller && !larger {
+                best.copy_from_slice(scratch);
                 best_sign = *sign;
             }
         }
-        (best, best_sign)
+        best_sign
     }
 }
 

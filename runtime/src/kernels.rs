@@ -378,6 +378,15 @@ pub unsafe fn gett<T: Elem>(
     gett_on(a, b, c, alpha, dims, params, uk, overwrite, num_threads())
 }
 
+/// `TCC_GETT_KC`, `TCC_GETT_MC`, `TCC_GETT_NC`: overrides of the compiler's cache
+/// blocking (experiments only), read once (tile tasks make many small calls).
+fn blocking_overrides() -> [Option<i64>; 3] {
+    static OVERRIDES: OnceLock<[Option<i64>; 3]> = OnceLock::new();
+    *OVERRIDES.get_or_init(|| {
+        ["TCC_GETT_KC", "TCC_GETT_MC", "TCC_GETT_NC"].map(|n| std::env::var(n).ok().and_then(|s| s.parse().ok()))
+    })
+}
+
 /// [`gett`] on the calling thread only: for tile tasks that are themselves run in
 /// parallel (one GETT per task), where the pool's threads would only contend.
 ///
@@ -440,13 +449,9 @@ unsafe fn gett_on<T: Elem>(
     };
     let (m, n, k, nbatch) = (t.ma.len(), t.nb.len(), t.ka.len(), t.ba.len());
     // Tuning overrides of the compiler's blocking (experiments only).
-    let env = |name: &str, v: i64| -> i64 { std::env::var(name).ok().and_then(|s| s.parse().ok()).unwrap_or(v) };
-    let params = GettParams {
-        kc: env("TCC_GETT_KC", params.kc),
-        mc: env("TCC_GETT_MC", params.mc),
-        nc: env("TCC_GETT_NC", params.nc),
-        ..params
-    };
+    let [kc, mc, nc] = blocking_overrides();
+    let params =
+        GettParams { kc: kc.unwrap_or(params.kc), mc: mc.unwrap_or(params.mc), nc: nc.unwrap_or(params.nc), ..params };
     let mr = params.mr.max(1) as usize;
     let nr = params.nr.max(1) as usize;
     assert!(mr * nr <= 512, "micro-tile {mr}x{nr} larger than the kernel's tile buffer");

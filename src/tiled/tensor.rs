@@ -1,7 +1,7 @@
 //! A tensor in tiled storage: a [`Layout`] and one buffer holding its stored tiles.
 
 use super::layout::{Coord, Layout};
-use crate::interp::random_value;
+use crate::interp::{random_key, random_value_keyed};
 use crate::tensor::Dense;
 
 /// The stored tiles of one tensor, back to back (see [`Layout`]).
@@ -77,22 +77,24 @@ impl TiledTensor {
             v
         };
         let base = SyncPtr(t.data.as_mut_ptr());
+        let key = random_key(seed, &name);
         tcc_runtime::kernels::parallel_for(spans.len(), |k| {
             let (lo, hi, start, ext) = &spans[k];
             // SAFETY: tiles occupy disjoint ranges `lo..hi` of the buffer.
             let out = unsafe { std::slice::from_raw_parts_mut(base.get().add(*lo), hi - lo) };
-            let mut idx = vec![0usize; start.len()];
+            let n = start.len();
+            let (mut idx, mut rep, mut scratch) = (vec![0usize; n], vec![0usize; n], vec![0usize; n]);
             let mut i = 0;
             for_each_local(ext, |l| {
-                for d in 0..l.len() {
+                for d in 0..n {
                     idx[d] = start[d] + l[d];
                 }
-                let (rep, sign) = group.canonical(&idx);
+                let sign = group.canonical_into(&idx, &mut rep, &mut scratch);
                 out[i] = if sign == 0 {
                     0.0
                 } else {
                     let lin = rep.iter().zip(&shape).fold(0u64, |acc, (&x, &n)| acc * n as u64 + x as u64);
-                    round(sign as f64 * random_value(seed, &name, lin))
+                    round(sign as f64 * random_value_keyed(key, lin))
                 };
                 i += 1;
             });
@@ -114,11 +116,29 @@ impl TiledTensor {
         }
     }
 
-    /// The dense tensor (every element, by symmetry and zeros where not stored).
+    /// The dense tensor (every element, by symmetry and zeros where not stored),
+    /// filled tile by tile through [`Layout::view`].
     pub fn to_dense(&self) -> Dense {
         let shape: Vec<usize> = self.layout.dims.iter().map(|d| d.start(d.count())).collect();
-        let mut data = Vec::with_capacity(shape.iter().product());
-        for_each_local(&shape, |idx| data.push(self.get(idx)));
+        let mut data = vec![0.0; shape.iter().product()];
+        let counts: Vec<usize> = self.layout.dims.iter().map(|d| d.count()).collect();
+        // Row-major strides of the dense tensor.
+        let mut dense_stride = vec![1usize; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            dense_stride[d] = dense_stride[d + 1] * shape[d + 1];
+        }
+        for_each_local(&counts, |tile| {
+            let c: Coord = tile.iter().map(|&k| k as u32).collect();
+            let Some(v) = self.layout.view(&c) else { return };
+            let start: Vec<usize> = tile.iter().enumerate().map(|(d, &k)| self.layout.dims[d].start(k)).collect();
+            let ext: Vec<usize> = tile.iter().enumerate().map(|(d, &k)| self.layout.dims[d].extent(k)).collect();
+            let base: usize = start.iter().zip(&dense_stride).map(|(s, t)| s * t).sum();
+            for_each_local(&ext, |l| {
+                let at = base + l.iter().zip(&dense_stride).map(|(x, t)| x * t).sum::<usize>();
+                let src = v.offset as isize + l.iter().zip(&v.strides).map(|(&x, &s)| x as isize * s).sum::<isize>();
+                data[at] = v.sign * self.data[src as usize];
+            });
+        });
         Dense { shape, data }
     }
 }
