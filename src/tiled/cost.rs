@@ -14,6 +14,8 @@ pub struct TiledCost {
     pub dense_elements: f64,
     pub flops: f64,
     pub dense_flops: f64,
+    /// Per tensor: name, stored elements, dense elements.
+    pub tensors: Vec<(String, f64, f64)>,
 }
 
 /// The tiled cost of every unit of `units` (default tiles), or why there is none.
@@ -30,6 +32,7 @@ pub fn costs(hir: &Hir, units: &[UnitId]) -> Vec<Result<TiledCost, String>> {
                 dense_elements: storage.iter().map(|s| s.2).sum(),
                 flops: p.planned_flops(),
                 dense_flops: p.dense_flops,
+                tensors: storage,
             })
         })
         .collect()

@@ -1,0 +1,175 @@
+//! `tcc run --tiled` through the command line: equality with the dense
+//! interpreter and the dense build, what is stored, peak memory at a size whose
+//! dense form does not fit, and errors.
+
+use assert_cmd::Command;
+use std::path::{Path, PathBuf};
+
+fn path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+fn tcc() -> Command {
+    Command::cargo_bin("tcc").unwrap()
+}
+
+fn stdout(args: &[&str], file: &Path) -> String {
+    let out = tcc().args(["run"]).arg(file).args(args).assert().success();
+    String::from_utf8(out.get_output().stdout.clone()).unwrap()
+}
+
+/// The numbers of the first output row: norm2, sum, checksum.
+fn summary(report: &str) -> [f64; 3] {
+    let line = report.lines().find(|l| l.contains("norm2 = ")).expect("an output row");
+    let num = |key: &str| -> f64 {
+        let rest = &line[line.find(key).unwrap() + key.len()..];
+        rest.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    [num("norm2 = "), num("sum = "), num("checksum = ")]
+}
+
+#[test]
+fn small_ccd_matches_the_interpreter() {
+    let text = stdout(&["--tiled", "--check", "--stats", "--tile", "2"], &path("tests/tiled/ccd_small.tc"));
+    assert!(text.contains("check: matches the interpreter"), "{text}");
+    assert!(text.contains("executed") && text.contains("(planned"), "{text}");
+}
+
+#[test]
+fn ccd_example_matches_the_dense_build() {
+    let file = path("examples/ccd_spin.tc");
+    let dense = summary(&stdout(&[], &file));
+    let tiled_text = stdout(&["--tiled", "--stats"], &file);
+    let tiled = summary(&tiled_text);
+    // norm2 and checksum are sums of many terms: agree to rounding.
+    for k in [0, 2] {
+        assert!((dense[k] - tiled[k]).abs() <= 1e-9 * dense[k].abs(), "{dense:?} vs {tiled:?}");
+    }
+    // Fewer flops and elements than dense, the flops predicted exactly.
+    let line = tiled_text.lines().find(|l| l.contains("flops: executed")).unwrap();
+    let nums: Vec<f64> =
+        line.split(|c: char| c == ' ' || c == '(' || c == ')' || c == ',').filter_map(|w| w.parse().ok()).collect();
+    assert_eq!(nums[0], nums[1], "{line}");
+    assert!(nums[0] * 5.0 < nums[2], "{line}");
+}
+
+#[test]
+fn dynamic_and_static_schedules_agree() {
+    let file = path("tests/tiled/ccd_small.tc");
+    let a = stdout(&["--tiled", "--schedule", "static", "--tile", "1"], &file);
+    let b = stdout(&["--tiled", "--schedule", "dynamic", "--tile", "3"], &file);
+    let (x, y) = (summary(&a), summary(&b));
+    assert!((x[0] - y[0]).abs() <= 1e-12 * x[0], "{x:?} vs {y:?}");
+}
+
+#[test]
+fn four_index_transform_stores_one_eighth_and_reports_what_runs() {
+    let out = tcc().args(["opt", "--json"]).arg(path("examples/four_index_sym.tc")).assert().success();
+    let v: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let tiled = &v["tiled"][0];
+    let a = tiled["tensors"].as_array().unwrap().iter().find(|t| t[0] == "A").unwrap();
+    let (stored, dense) = (a[1].as_f64().unwrap(), a[2].as_f64().unwrap());
+    assert_eq!(dense, 1e8);
+    assert!(stored <= 1.1 * dense / 8.0, "A stores {stored} elements");
+    // The symmetric algorithm: fewer flops than the dense order of the same steps.
+    assert!(tiled["flops"].as_f64().unwrap() < 0.6 * tiled["dense_flops"].as_f64().unwrap(), "{tiled}");
+}
+
+#[test]
+fn the_plan_predicts_the_flops_tiled_runs_execute() {
+    // A small copy of the four-index transform: run it and compare with `tcc opt`.
+    let src = std::fs::read_to_string(path("examples/four_index_sym.tc"))
+        .unwrap()
+        .replace("range P = 100 tile 4;", "range P = 9 tile 2;")
+        .replace("range M = 100 tile 25;", "range M = 7 tile 3;");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("four.tc");
+    std::fs::write(&file, src).unwrap();
+    let out = tcc().args(["opt", "--json"]).arg(&file).assert().success();
+    let v: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let planned = v["tiled"][0]["flops"].as_f64().unwrap();
+    let text = stdout(&["--tiled", "--check"], &file);
+    assert!(text.contains("check: matches the interpreter"), "{text}");
+    assert!(text.contains(&format!("executed {planned:.3e}")), "planned {planned:.3e}:\n{text}");
+}
+
+#[test]
+fn ccd_at_o20_v200_runs_within_4_gib() {
+    // Dense <ab||cd> alone would be 12.8 GB; antisymmetry and spin blocks store
+    // about 0.9 GB of it. Peak resident memory of the child, from getrusage.
+    let out =
+        tcc().args(["run"]).arg(path("tests/tiled/ccd_o20_v200.tc")).args(["--tiled", "--stats"]).assert().success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    let peak = children_peak_rss_bytes();
+    eprintln!("peak RSS of the tiled CCD at o=20, v=200: {:.2} GiB", peak / (1u64 << 30) as f64);
+    assert!(peak < 4.0 * (1u64 << 30) as f64, "peak RSS {peak} bytes\n{text}");
+    let v = text.lines().find(|l| l.trim_start().starts_with("Vvvvv:")).unwrap();
+    let stored: f64 = v.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(stored < 1.6e9 / 12.0, "{v}");
+}
+
+/// `struct rusage` of Linux (64-bit): two `timeval`s, then 14 longs.
+#[repr(C)]
+struct Rusage {
+    utime: [i64; 2],
+    stime: [i64; 2],
+    maxrss: i64,
+    rest: [i64; 13],
+}
+
+extern "C" {
+    fn getrusage(who: i32, usage: *mut Rusage) -> i32;
+}
+
+/// The largest peak resident set size of the waited-for children, in bytes.
+fn children_peak_rss_bytes() -> f64 {
+    const RUSAGE_CHILDREN: i32 = -1;
+    let mut u = Rusage { utime: [0; 2], stime: [0; 2], maxrss: 0, rest: [0; 13] };
+    // SAFETY: `u` has the layout of `struct rusage` on 64-bit Linux.
+    assert_eq!(unsafe { getrusage(RUSAGE_CHILDREN, &mut u) }, 0);
+    u.maxrss as f64 * 1024.0
+}
+
+#[test]
+fn misuse_is_a_clear_error() {
+    // A function is not a product of tensors.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("f.tc");
+    std::fs::write(
+        &f,
+        "range N = 4;\nindex i : N;\ninput tensor X[i] : f64;\noutput tensor Y[i] : f64;\nY[i] = exp(X[i]);\n",
+    )
+    .unwrap();
+    tcc().args(["run"]).arg(&f).arg("--tiled").assert().code(1).stderr(predicates::str::contains("E0760"));
+    tcc()
+        .args(["run"])
+        .arg(&f)
+        .args(["--tiled", "--tile", "0"])
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("--tile"));
+    tcc().args(["run"]).arg(&f).args(["--tile", "4"]).assert().code(1);
+    // An --input array without the declared symmetry would be silently packed.
+    let s = dir.path().join("s.tc");
+    std::fs::write(&s, "range N = 3;\nindex i, j : N;\ninput tensor S[i,j] : f64 symmetric(i j);\noutput tensor Y[i] : f64;\nY[i] = S[i,j];\n").unwrap();
+    let npy = dir.path().join("s.npy");
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    let header = "{'descr': '<f8', 'fortran_order': False, 'shape': (3, 3), }";
+    let pad = 64 - (10 + header.len() + 1) % 64;
+    let header = format!("{header}{}\n", " ".repeat(pad));
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    for k in 0..9 {
+        bytes.extend((k as f64).to_le_bytes());
+    }
+    std::fs::write(&npy, bytes).unwrap();
+    tcc()
+        .args(["run"])
+        .arg(&s)
+        .arg("--tiled")
+        .arg("--input")
+        .arg(format!("S={}", npy.display()))
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("E0761"));
+}
