@@ -384,7 +384,7 @@ enum Command {
         /// Store tensors as tiles (only the unique, nonzero tiles of symmetric and
         /// block-sparse tensors) and run each statement as a task set of compiled
         /// tile kernels on this machine's threads (TCC_NUM_THREADS).
-        #[arg(long, conflicts_with_all = ["interp", "target_cpu", "ranks", "backend", "plan"])]
+        #[arg(long, conflicts_with_all = ["interp", "target_cpu", "plan"])]
         tiled: bool,
         /// Tiled runs: tile size of ranges that do not declare one (`range V = 200 tile 32;`).
         #[arg(long, value_name = "N", requires = "tiled")]
@@ -878,7 +878,22 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     let opts = tcc::run::RunOptions { seed, inputs: parsed_inputs, output_dir, save_inputs, program };
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
-    let result = if plan {
+    let result = if tiled && distributed {
+        if tile == Some(0) {
+            return ctx.fail("E0760", "--tile must be at least 1", None);
+        }
+        let schedule = match schedule {
+            Schedule::Static => tcc_runtime::task::Schedule::Static,
+            Schedule::Dynamic => tcc_runtime::task::Schedule::Dynamic,
+        };
+        let mut t = tcc::tiled::TiledOptions { schedule, ..Default::default() };
+        if let Some(n) = tile {
+            t.tile = n;
+        }
+        let r = tcc::tiled::run::TiledRun { tiled: t, check, stats };
+        let mpi = backend == Some(RunBackend::Mpi);
+        tcc::tiled::run::run_tiled_distributed(&hir, &opts, &r, ranks.unwrap_or(1), mpi, &mut lock)
+    } else if plan {
         let p = tcc::exec::planned::PlanRunOptions { ranks: ranks.unwrap_or(1), network, mem_per_rank, stats };
         if backend == Some(RunBackend::Mpi) {
             tcc::exec::planned::run_mpi(&hir, &opts, &p, &mut lock)

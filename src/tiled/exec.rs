@@ -301,6 +301,43 @@ impl Program {
         }
     }
 
+    /// The tasks of task set `set`: (statement, tile of its written tensor, predicted
+    /// flops). An `=` statement has a task for every stored tile (which it zeroes),
+    /// a `+=` one for the tiles its terms reach.
+    pub(crate) fn level_tasks(&self, set: &[usize]) -> Vec<(usize, Coord, f64)> {
+        let mut tasks = Vec::new();
+        for &s in set {
+            let st = &self.stmts[s];
+            if st.accumulate {
+                tasks.extend(st.tile_flops.iter().map(|(c, f)| (s, c.clone(), *f)));
+            } else {
+                let flops_of: HashMap<&Coord, f64> = st.tile_flops.iter().map(|(c, f)| (c, *f)).collect();
+                let all = self.layouts[&st.lhs].tiles();
+                tasks.extend(all.iter().map(|c| (s, c.clone(), flops_of.get(c).copied().unwrap_or(0.0))));
+            }
+        }
+        tasks
+    }
+
+    /// The task sets, in order (statement numbers).
+    pub(crate) fn task_sets(&self) -> &[Vec<usize>] {
+        &self.levels
+    }
+
+    /// The tensor statement `s` writes.
+    pub(crate) fn written(&self, s: usize) -> TensorId {
+        self.stmts[s].lhs
+    }
+
+    /// The stored operand tiles (tensor, slot) the task for tile `c` of statement `s` reads.
+    pub(crate) fn task_reads(&self, s: usize, c: &[u32], out: &mut Vec<(TensorId, usize)>) {
+        self.for_contributions(s, c, &mut |term, _, views, _| {
+            for ((t, _), v) in term.factors.iter().zip(views) {
+                out.push((*t, v.slot));
+            }
+        });
+    }
+
     /// Predicted flops of all tasks.
     pub fn planned_flops(&self) -> f64 {
         self.stmts.iter().flat_map(|s| s.tile_flops.iter().map(|x| x.1)).sum()
@@ -353,18 +390,7 @@ impl Program {
         let mut tasks_total = 0;
         let t0 = Instant::now();
         for (l, set) in self.levels.iter().enumerate() {
-            // Tasks of this set: (statement, tile, predicted flops).
-            let mut tasks: Vec<(usize, Coord, f64)> = Vec::new();
-            for &s in set {
-                let st = &self.stmts[s];
-                let flops_of: HashMap<&Coord, f64> = st.tile_flops.iter().map(|(c, f)| (c, *f)).collect();
-                if st.accumulate {
-                    tasks.extend(st.tile_flops.iter().map(|(c, f)| (s, c.clone(), *f)));
-                } else {
-                    let all = self.layouts[&st.lhs].tiles();
-                    tasks.extend(all.iter().map(|c| (s, c.clone(), flops_of.get(c).copied().unwrap_or(0.0))));
-                }
-            }
+            let mut tasks = self.level_tasks(set);
             if opts.schedule == Schedule::Dynamic {
                 // Largest first: the dynamic claims then balance the tail.
                 tasks.sort_by(|a, b| b.2.total_cmp(&a.2));
@@ -372,12 +398,15 @@ impl Program {
             tasks_total += tasks.len();
             let ptrs: HashMap<TensorId, SyncPtr> =
                 data.iter_mut().map(|(&t, v)| (t, SyncPtr(v.data.as_mut_ptr()))).collect();
+            let layouts = &self.layouts;
+            // SAFETY (of the offsets): every tensor is stored whole in its layout.
+            let tile_ptr = |t: TensorId, slot: usize| unsafe { ptrs[&t].0.add(layouts[&t].offset(slot)) };
             pool.parallel_for(tasks.len(), opts.schedule, |k, w| {
                 let start = Instant::now();
                 let (s, c, _) = &tasks[k];
                 // SAFETY: each task writes only its own tile of the written tensor;
                 // a task set never reads a tensor one of its tasks writes (levels).
-                let (f, n) = unsafe { self.run_task(*s, c, &ptrs, &kernel) };
+                let (f, n) = unsafe { self.run_task(*s, c, &tile_ptr, &kernel) };
                 flops.fetch_add(f as u64, Ordering::Relaxed);
                 calls.fetch_add(n, Ordering::Relaxed);
                 busy[w].fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -408,19 +437,19 @@ impl Program {
     /// and the GETT calls made.
     ///
     /// # Safety
-    /// `ptrs` hold every tensor of the unit in its layout; no other thread touches
-    /// this tile.
-    unsafe fn run_task(
+    /// `tile_ptr(t, slot)` is the start of stored tile `slot` of tensor `t` for every
+    /// tile the task reads or writes; no other thread touches this task's tile.
+    pub(crate) unsafe fn run_task(
         &self,
         s: usize,
         c: &[u32],
-        ptrs: &HashMap<TensorId, SyncPtr>,
+        tile_ptr: &(dyn Fn(TensorId, usize) -> *mut f64 + Sync),
         kernel: &crate::codegen::llvm::TileKernel,
     ) -> (f64, u64) {
         let st = &self.stmts[s];
         let layout = &self.layouts[&st.lhs];
         let slot = layout.slot(c).expect("tasks run over stored tiles");
-        let cptr = ptrs[&st.lhs].0.add(layout.offset(slot));
+        let cptr = tile_ptr(st.lhs, slot);
         let len = layout.tile_len(c);
         if !st.accumulate {
             std::ptr::write_bytes(cptr, 0, len);
@@ -464,7 +493,7 @@ impl Program {
                             }
                         })
                         .collect();
-                    let (mut pa, mut pb) = (ptrs[&a.0].0.add(views[0].offset), ptrs[&b.0].0.add(views[1].offset));
+                    let (mut pa, mut pb) = (tile_ptr(a.0, views[0].slot), tile_ptr(b.0, views[1].slot));
                     // The written tile's contiguous index should be a row (m) index.
                     if dims
                         .iter()
@@ -491,7 +520,7 @@ impl Program {
                     flops += 2.0 * points;
                 }
                 1 => {
-                    let a = ptrs[&term.factors[0].0].0.add(views[0].offset);
+                    let a = tile_ptr(term.factors[0].0, views[0].slot);
                     let sa: Vec<isize> = (0..ext.len()).map(|p| stride(0, p)).collect();
                     let scs: Vec<isize> = (0..ext.len()).map(csd).collect();
                     strided_add(cptr, &scs, a, &sa, ext, alpha);

@@ -22,6 +22,8 @@ pub type Coord = Vec<u32>;
 /// coordinates) at `offset + Σ l[d]·strides[d]`, times `sign`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TileView {
+    /// The stored tile read (its number in [`Layout::tiles`]).
+    pub slot: usize,
     pub offset: usize,
     pub strides: Vec<isize>,
     pub sign: f64,
@@ -153,6 +155,11 @@ impl Layout {
         }
     }
 
+    /// The first element and the extent of tile `c` in every dimension.
+    pub fn tile_box(&self, c: &[u32]) -> (Vec<usize>, Vec<usize>) {
+        c.iter().enumerate().map(|(d, &k)| (self.dims[d].start(k as usize), self.dims[d].extent(k as usize))).unzip()
+    }
+
     /// Elements of tile `c`'s box.
     pub fn tile_len(&self, c: &[u32]) -> usize {
         c.iter().enumerate().map(|(d, &k)| self.dims[d].extent(k as usize)).product()
@@ -200,6 +207,6 @@ impl Layout {
         for i in 0..n {
             strides[perm[i]] = stored[i];
         }
-        Some(TileView { offset: self.offsets[slot], strides, sign: *sign as f64 })
+        Some(TileView { slot, offset: self.offsets[slot], strides, sign: *sign as f64 })
     }
 }

@@ -7,6 +7,7 @@
 //! interpreter stays dense and is the oracle: `tcc run --tiled --check` compares.
 
 pub mod cost;
+pub mod dist;
 pub mod exec;
 pub mod layout;
 pub mod run;

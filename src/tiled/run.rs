@@ -128,3 +128,99 @@ pub fn report_lines(s: &TiledStats, o: &TiledOptions, per_tensor: bool) -> Vec<S
     }
     v
 }
+
+/// `tcc run --tiled --ranks N` (in-process ranks) or `mpirun -np N tcc run --tiled
+/// --backend mpi`: every rank holds and computes only its tiles
+/// ([`super::dist`]); rank 0 gathers the outputs and writes the report.
+pub fn run_tiled_distributed(
+    hir: &Hir,
+    opts: &RunOptions,
+    r: &TiledRun,
+    ranks: usize,
+    mpi: bool,
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
+    if !opts.inputs.is_empty() || r.check {
+        return Err(fail(
+            "E0760",
+            "distributed tiled runs generate their inputs on the ranks that own them: --input and --check are not available",
+            Some("compare with `tcc run --tiled` (one process) or `tcc run --interp` on the same --seed".into()),
+        ));
+    }
+    let prepared = crate::pipeline::prepare(hir, &PipelineOptions::default());
+    let units: Vec<_> = match &opts.program {
+        Some(name) => hir.unit_by_name(name).into_iter().collect(),
+        None => hir.units.ids().collect(),
+    };
+    let backend = if mpi { tcc_runtime::comm::Backend::Mpi } else { tcc_runtime::comm::Backend::Threads };
+    let report = crate::exec::launch::launch(
+        ranks,
+        mpi,
+        |make| make(backend),
+        |_| crate::run::check_options(hir, opts),
+        crate::exec::launch::OnError::Abort(&|e| e.to_string()),
+        |comm| {
+            let threads = if mpi { r.tiled.threads } else { (r.tiled.threads / comm.size()).max(1) };
+            let topts = TiledOptions { threads, ..r.tiled.clone() };
+            let mut results = HashMap::new();
+            for &u in &units {
+                let program = Program::plan(&prepared, u, &topts)?;
+                let (outputs, stats) = super::dist::run_rank(&program, comm, opts.seed, &topts)?;
+                let row = [stats.owned_peak, stats.fetched_peak, stats.flops, stats.run_s];
+                let mut all = vec![0.0; row.len() * comm.size()];
+                comm.allgather(&row, &mut all);
+                if let Some(outputs) = outputs {
+                    results.insert(u, (outputs, all, program.planned_flops(), program.dense_flops));
+                }
+            }
+            let words = comm.stats();
+            let row = [words.words_sent as f64, words.words_received as f64];
+            let mut all_words = vec![0.0; 2 * comm.size()];
+            comm.allgather(&row, &mut all_words);
+            if comm.rank() != 0 {
+                return Ok(Vec::new());
+            }
+            let mut buf = Vec::new();
+            let p = comm.size();
+            run_report_with(hir, opts, &mut buf, false, &mut |u, _| {
+                let (outputs, all, planned, dense_flops) = &results[&u];
+                let dense: HashMap<_, Dense> = outputs.iter().map(|(&t, v)| (t, v.to_dense())).collect();
+                let time = (0..p).map(|q| all[4 * q + 3]).fold(0.0, f64::max);
+                let flops: f64 = (0..p).map(|q| all[4 * q + 2]).sum();
+                let mut extra = vec![
+                    format!(
+                        "tiled on {p} ranks × {threads} threads: time = {time:.3} s ({:.2} GFLOP/s)",
+                        if time > 0.0 { flops / time / 1e9 } else { 0.0 }
+                    ),
+                    format!("flops: executed {} (planned {}), dense {}", si(flops), si(*planned), si(*dense_flops)),
+                ];
+                if r.stats {
+                    for q in 0..p {
+                        extra.push(format!(
+                            "  rank {q}: owns at most {} elements, receives at most {} per task set, {} flops",
+                            si(all[4 * q]),
+                            si(all[4 * q + 1]),
+                            si(all[4 * q + 2])
+                        ));
+                    }
+                }
+                Ok((dense, extra))
+            })?;
+            if r.stats {
+                for q in 0..p {
+                    let _ = writeln!(
+                        buf,
+                        "rank {q}: words sent {}, received {}",
+                        all_words[2 * q] as u64,
+                        all_words[2 * q + 1] as u64
+                    );
+                }
+            }
+            Ok(buf)
+        },
+    )?;
+    if let Some(buf) = report {
+        out.write_all(&buf).map_err(|e| fail("E0711", format!("cannot write the report: {e}"), None))?;
+    }
+    Ok(())
+}

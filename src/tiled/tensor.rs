@@ -82,22 +82,7 @@ impl TiledTensor {
             let (lo, hi, start, ext) = &spans[k];
             // SAFETY: tiles occupy disjoint ranges `lo..hi` of the buffer.
             let out = unsafe { std::slice::from_raw_parts_mut(base.get().add(*lo), hi - lo) };
-            let n = start.len();
-            let (mut idx, mut rep, mut scratch) = (vec![0usize; n], vec![0usize; n], vec![0usize; n]);
-            let mut i = 0;
-            for_each_local(ext, |l| {
-                for d in 0..n {
-                    idx[d] = start[d] + l[d];
-                }
-                let sign = group.canonical_into(&idx, &mut rep, &mut scratch);
-                out[i] = if sign == 0 {
-                    0.0
-                } else {
-                    let lin = rep.iter().zip(&shape).fold(0u64, |acc, (&x, &n)| acc * n as u64 + x as u64);
-                    round(sign as f64 * random_value_keyed(key, lin))
-                };
-                i += 1;
-            });
+            fill_tile(out, start, ext, &shape, group, key, &round);
         });
         Ok(t)
     }
@@ -141,6 +126,35 @@ impl TiledTensor {
         });
         Dense { shape, data }
     }
+}
+
+/// The random values of one tile (`start`, `ext`) of a tensor of `shape` whose
+/// [`random_key`] is `key`: see [`TiledTensor::fill_random`].
+pub fn fill_tile(
+    out: &mut [f64],
+    start: &[usize],
+    ext: &[usize],
+    shape: &[usize],
+    group: &crate::symmetry::PermGroup,
+    key: u64,
+    round: &(impl Fn(f64) -> f64 + ?Sized),
+) {
+    let n = start.len();
+    let (mut idx, mut rep, mut scratch) = (vec![0usize; n], vec![0usize; n], vec![0usize; n]);
+    let mut i = 0;
+    for_each_local(ext, |l| {
+        for d in 0..n {
+            idx[d] = start[d] + l[d];
+        }
+        let sign = group.canonical_into(&idx, &mut rep, &mut scratch);
+        out[i] = if sign == 0 {
+            0.0
+        } else {
+            let lin = rep.iter().zip(shape).fold(0u64, |acc, (&x, &n)| acc * n as u64 + x as u64);
+            round(sign as f64 * random_value_keyed(key, lin))
+        };
+        i += 1;
+    });
 }
 
 #[derive(Clone, Copy)]

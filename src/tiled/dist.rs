@@ -1,0 +1,300 @@
+//! Distributed tiled execution (`tcc run --tiled --ranks N`, or `--backend mpi`
+//! under mpirun): every rank holds only the tiles it owns, computes the tasks of
+//! the tiles it owns (owner computes), and before each task set receives the
+//! remote operand tiles its tasks read in one all-to-all exchange.
+//!
+//! Ownership ([`Ownership`]): tiles are grouped by their first two coordinates, so
+//! tiles of different tensors that share leading indices (`V[a,b,c,d]` and
+//! `R[a,b,i,j]`) live on the same rank and the big operand of a ladder term stays
+//! put; the groups are dealt to ranks by the cost of their tasks. Every rank plans alike, so each knows what every other rank needs from it
+//! without asking (inspector–executor); the exchange is bulk-synchronous per task
+//! set. Inputs are generated tile by tile on their owners (the interpreter's random
+//! values); outputs are gathered on rank 0 for the report.
+
+use super::exec::{Program, TiledOptions};
+use super::layout::Coord;
+use super::tensor::{fill_tile, TiledTensor};
+use crate::error::CommandError;
+use crate::ids::TensorId;
+use crate::interp::{random_key, round_to};
+use crate::sema::hir::Role;
+use crate::symmetry::PermGroup;
+use std::collections::{BTreeSet, HashMap};
+use tcc_runtime::comm::Communicator;
+use tcc_runtime::task::ThreadPool;
+
+/// Which rank owns each tile: tiles are grouped by their first two coordinates
+/// (the key), and keys are dealt to ranks largest first (by the flops of the tasks
+/// whose written tile has the key, then by the elements stored under it), each to
+/// the rank with the least so far. Every rank computes the same map.
+#[derive(Debug, Clone)]
+pub struct Ownership {
+    ranks: usize,
+    of_key: HashMap<Vec<u32>, usize>,
+}
+
+impl Ownership {
+    pub fn new(program: &Program, ranks: usize) -> Ownership {
+        let mut weight: HashMap<Vec<u32>, (f64, f64)> = HashMap::new();
+        for set in program.task_sets() {
+            for (_, c, f) in program.level_tasks(set) {
+                weight.entry(key(&c)).or_default().0 += f;
+            }
+        }
+        for l in program.layouts.values() {
+            for c in l.tiles() {
+                weight.entry(key(c)).or_default().1 += l.tile_len(c) as f64;
+            }
+        }
+        let mut keys: Vec<(Vec<u32>, (f64, f64))> = weight.into_iter().collect();
+        keys.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0).then(b.1 .1.total_cmp(&a.1 .1)).then(a.0.cmp(&b.0)));
+        let mut load = vec![(0.0f64, 0.0f64); ranks.max(1)];
+        let mut of_key = HashMap::new();
+        for (k, (f, e)) in keys {
+            let r = (0..load.len())
+                .min_by(|&x, &y| load[x].0.total_cmp(&load[y].0).then(load[x].1.total_cmp(&load[y].1)))
+                .unwrap_or(0);
+            load[r].0 += f;
+            load[r].1 += e;
+            of_key.insert(k, r);
+        }
+        Ownership { ranks: ranks.max(1), of_key }
+    }
+
+    /// The rank that owns tile `c`.
+    pub fn owner(&self, c: &[u32]) -> usize {
+        self.of_key.get(&key(c)).copied().unwrap_or(0) % self.ranks
+    }
+}
+
+fn key(c: &[u32]) -> Vec<u32> {
+    c.iter().take(2).copied().collect()
+}
+
+/// One rank's tiles of one tensor: stored slot → offset in `data`.
+#[derive(Debug, Default)]
+struct Local {
+    offsets: HashMap<usize, usize>,
+    data: Vec<f64>,
+}
+
+/// What one rank held and moved.
+#[derive(Debug, Clone, Default)]
+pub struct RankStats {
+    /// Elements of the tiles this rank owns (all tensors, at the largest point).
+    pub owned_peak: f64,
+    /// Elements of remote tiles received, at the largest task set.
+    pub fetched_peak: f64,
+    pub flops: f64,
+    pub run_s: f64,
+}
+
+fn alloc(n: usize, what: &str) -> Result<Vec<f64>, CommandError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| crate::run::out_of_memory(format!("cannot allocate {n} elements for {what} on this rank")))?;
+    v.resize(n, 0.0);
+    Ok(v)
+}
+
+/// Runs `program` on this rank of `comm`. Returns the outputs on rank 0 (`None`
+/// elsewhere) and this rank's statistics.
+pub fn run_rank(
+    program: &Program,
+    comm: &dyn Communicator,
+    seed: u64,
+    opts: &TiledOptions,
+) -> Result<(Option<HashMap<TensorId, TiledTensor>>, RankStats), CommandError> {
+    let (me, p) = (comm.rank(), comm.size());
+    let hir = &program.hir;
+    let kernel = crate::codegen::llvm::tile_kernel().map_err(|e| {
+        CommandError::new("E0760", format!("the tile kernel: {e}"), Some("run it without --tiled".into()))
+    })?;
+    let layouts = &program.layouts;
+    let own = Ownership::new(program, p);
+    let owner = |c: &[u32], _p: usize| own.owner(c);
+    let owned_slots = |t: TensorId| -> Vec<usize> {
+        layouts[&t].tiles().iter().enumerate().filter(|(_, c)| owner(c, p) == me).map(|(k, _)| k).collect()
+    };
+    let make_local = |t: TensorId| -> Result<Local, CommandError> {
+        let l = &layouts[&t];
+        let mut offsets = HashMap::new();
+        let mut n = 0;
+        for k in owned_slots(t) {
+            offsets.insert(k, n);
+            n += l.tile_len(&l.tiles()[k]);
+        }
+        Ok(Local { offsets, data: alloc(n, &format!("`{}`", l.name))? })
+    };
+    let mut stats = RankStats::default();
+    let mut local: HashMap<TensorId, Local> = HashMap::new();
+    // Inputs: this rank's tiles, generated where they live.
+    for t in hir.unit_inputs(program.unit) {
+        let mut loc = make_local(t)?;
+        let l = &layouts[&t];
+        let shape: Vec<usize> = l.dims.iter().map(|d| d.start(d.count())).collect();
+        let group = PermGroup::of(&hir.tensors[t]);
+        let key = random_key(seed, &l.name);
+        let elem = hir.tensors[t].elem;
+        for (&k, &off) in &loc.offsets {
+            let c = &l.tiles()[k];
+            let (start, ext) = l.tile_box(c);
+            let len = l.tile_len(c);
+            fill_tile(&mut loc.data[off..off + len], &start, &ext, &shape, &group, key, &|x| round_to(elem, x));
+        }
+        local.insert(t, loc);
+    }
+    let owned_now = |local: &HashMap<TensorId, Local>| local.values().map(|l| l.data.len() as f64).sum::<f64>();
+    stats.owned_peak = owned_now(&local);
+    // The task set after which each temporary is no longer used.
+    let sets = program.task_sets();
+    let mut last_use: HashMap<TensorId, usize> = HashMap::new();
+    let mut reads = Vec::new();
+    for (l, set) in sets.iter().enumerate() {
+        for &s in set {
+            last_use.insert(program.written(s), l);
+        }
+        for (s, c, _) in program.level_tasks(set) {
+            reads.clear();
+            program.task_reads(s, &c, &mut reads);
+            for (t, _) in &reads {
+                last_use.insert(*t, l);
+            }
+        }
+    }
+    let pool = ThreadPool::new(opts.threads);
+    let t0 = std::time::Instant::now();
+    for (l, set) in sets.iter().enumerate() {
+        for &s in set {
+            let t = program.written(s);
+            if !local.contains_key(&t) {
+                let loc = make_local(t)?;
+                local.insert(t, loc);
+            }
+        }
+        stats.owned_peak = stats.owned_peak.max(owned_now(&local));
+        let tasks = program.level_tasks(set);
+        // needs[q]: the remote tiles rank q's tasks read, in a fixed order.
+        let mut needs: Vec<BTreeSet<(TensorId, usize)>> = vec![BTreeSet::new(); p];
+        for (s, c, _) in &tasks {
+            let q = owner(c, p);
+            reads.clear();
+            program.task_reads(*s, c, &mut reads);
+            for &(t, k) in &reads {
+                if owner(&layouts[&t].tiles()[k], p) != q {
+                    needs[q].insert((t, k));
+                }
+            }
+        }
+        // Send every rank the tiles it needs that this rank owns; receive ours.
+        let tile_len = |t: TensorId, k: usize| layouts[&t].tile_len(&layouts[&t].tiles()[k]);
+        let owns = |t: TensorId, k: usize| owner(&layouts[&t].tiles()[k], p) == me;
+        let mut send_counts = vec![0usize; p];
+        let mut send = Vec::new();
+        for (q, need) in needs.iter().enumerate() {
+            for &(t, k) in need.iter().filter(|&&(t, k)| q != me && owns(t, k)) {
+                let loc = &local[&t];
+                let off = loc.offsets[&k];
+                send.extend_from_slice(&loc.data[off..off + tile_len(t, k)]);
+                send_counts[q] += tile_len(t, k);
+            }
+        }
+        let mut recv_counts = vec![0usize; p];
+        let mut fetched_at: HashMap<(TensorId, usize), usize> = HashMap::new();
+        let mut total = 0;
+        // Received tiles arrive grouped by sender, each group in `needs` order.
+        for (r, count) in recv_counts.iter_mut().enumerate() {
+            if r == me {
+                continue;
+            }
+            for &(t, k) in needs[me].iter().filter(|&&(t, k)| owner(&layouts[&t].tiles()[k], p) == r) {
+                fetched_at.insert((t, k), total);
+                total += tile_len(t, k);
+                *count += tile_len(t, k);
+            }
+        }
+        let mut fetched = alloc(total, "received tiles")?;
+        comm.alltoallv(&send, &send_counts, &mut fetched, &recv_counts);
+        drop(send);
+        stats.fetched_peak = stats.fetched_peak.max(total as f64);
+        // Run this rank's tasks.
+        let mut mine: Vec<&(usize, Coord, f64)> = tasks.iter().filter(|(_, c, _)| owner(c, p) == me).collect();
+        if opts.schedule == tcc_runtime::task::Schedule::Dynamic {
+            mine.sort_by(|a, b| b.2.total_cmp(&a.2));
+        }
+        let base: HashMap<TensorId, SyncPtr> =
+            local.iter_mut().map(|(&t, v)| (t, SyncPtr(v.data.as_mut_ptr()))).collect();
+        let offsets: HashMap<TensorId, &HashMap<usize, usize>> = local.iter().map(|(&t, v)| (t, &v.offsets)).collect();
+        let fetched_ptr = SyncPtr(fetched.as_mut_ptr());
+        let tile_ptr = |t: TensorId, k: usize| -> *mut f64 {
+            // SAFETY: offsets index this rank's buffers (owned tiles, or received ones).
+            unsafe {
+                match offsets.get(&t).and_then(|o| o.get(&k)) {
+                    Some(&off) => base[&t].0.add(off),
+                    None => fetched_ptr.get().add(fetched_at[&(t, k)]),
+                }
+            }
+        };
+        let flops = std::sync::atomic::AtomicU64::new(0);
+        pool.parallel_for(mine.len(), opts.schedule, |i, _| {
+            let (s, c, _) = mine[i];
+            // SAFETY: a task writes only its own (owned) tile; the set reads no
+            // tensor it writes.
+            let (f, _) = unsafe { program.run_task(*s, c, &tile_ptr, &kernel) };
+            flops.fetch_add(f as u64, std::sync::atomic::Ordering::Relaxed);
+        });
+        stats.flops += flops.load(std::sync::atomic::Ordering::Relaxed) as f64;
+        drop(fetched);
+        local.retain(|t, _| hir.tensors[*t].role != Role::Temporary || last_use.get(t).is_some_and(|&u| u > l));
+    }
+    stats.run_s = t0.elapsed().as_secs_f64();
+    // Outputs to rank 0.
+    let mut outputs = HashMap::new();
+    for t in hir.unit_outputs(program.unit) {
+        let l = &layouts[&t];
+        let loc = &local[&t];
+        let mut slots: Vec<usize> = loc.offsets.keys().copied().collect();
+        slots.sort_unstable();
+        let mut send = Vec::new();
+        for &k in &slots {
+            let off = loc.offsets[&k];
+            send.extend_from_slice(&loc.data[off..off + l.tile_len(&l.tiles()[k])]);
+        }
+        let mut send_counts = vec![0usize; p];
+        send_counts[0] = send.len();
+        let mut recv_counts = vec![0usize; p];
+        if me == 0 {
+            for (r, count) in recv_counts.iter_mut().enumerate() {
+                *count = l.tiles().iter().filter(|c| owner(c, p) == r).map(|c| l.tile_len(c)).sum();
+            }
+        }
+        let mut recv = alloc(recv_counts.iter().sum(), "gathered outputs")?;
+        comm.alltoallv(&send, &send_counts, &mut recv, &recv_counts);
+        if me == 0 {
+            let mut whole = TiledTensor::zeros(l.clone()).map_err(|e| {
+                crate::run::out_of_memory(format!("cannot allocate {} elements for `{}`", e.elements, e.name))
+            })?;
+            let mut at = 0;
+            for r in 0..p {
+                for (k, c) in l.tiles().iter().enumerate().filter(|(_, c)| owner(c, p) == r) {
+                    let (off, len) = (l.offset(k), l.tile_len(c));
+                    whole.data[off..off + len].copy_from_slice(&recv[at..at + len]);
+                    at += len;
+                }
+            }
+            outputs.insert(t, whole);
+        }
+    }
+    Ok(((me == 0).then_some(outputs), stats))
+}
+
+#[derive(Clone, Copy)]
+struct SyncPtr(*mut f64);
+unsafe impl Send for SyncPtr {}
+unsafe impl Sync for SyncPtr {}
+impl SyncPtr {
+    /// The pointer (a method, so that closures capture the `Sync` wrapper).
+    fn get(self) -> *mut f64 {
+        self.0
+    }
+}
