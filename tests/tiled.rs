@@ -173,3 +173,41 @@ fn misuse_is_a_clear_error() {
         .code(1)
         .stderr(predicates::str::contains("E0761"));
 }
+
+#[test]
+fn in_process_ranks_give_the_single_process_numbers() {
+    let file = path("tests/tiled/ccd_small.tc");
+    let one = summary(&stdout(&["--tiled", "--tile", "2"], &file));
+    for ranks in ["1", "2", "3", "4"] {
+        let text = stdout(&["--tiled", "--tile", "2", "--ranks", ranks, "--stats"], &file);
+        let got = summary(&text);
+        for k in [0, 2] {
+            assert!((one[k] - got[k]).abs() <= 1e-12 * one[k].abs(), "{ranks} ranks: {one:?} vs {got:?}\n{text}");
+        }
+        assert!(text.contains(&format!("tiled on {ranks} ranks")), "{text}");
+    }
+    // Inputs are generated where they live: --input and --check are refused.
+    tcc().args(["run"]).arg(&file).args(["--tiled", "--ranks", "2", "--check"]).assert().code(1);
+}
+
+#[cfg(feature = "mpi")]
+#[test]
+fn mpi_ranks_give_the_single_process_numbers() {
+    let file = path("tests/tiled/ccd_small.tc");
+    let one = summary(&stdout(&["--tiled", "--tile", "2"], &file));
+    for np in ["2", "3", "4"] {
+        let out = std::process::Command::new("timeout")
+            .args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np])
+            .arg(assert_cmd::cargo::cargo_bin("tcc"))
+            .arg("run")
+            .arg(&file)
+            .args(["--tiled", "--tile", "2", "--backend", "mpi", "--stats"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{np} ranks: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+        let got = summary(&text);
+        assert!((one[0] - got[0]).abs() <= 1e-12 * one[0].abs(), "{np} ranks: {one:?} vs {got:?}");
+        assert!(text.contains(&format!("tiled on {np} ranks")), "{text}");
+    }
+}

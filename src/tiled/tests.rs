@@ -270,3 +270,62 @@ proptest! {
         }
     }
 }
+
+/// Unit 0 of `hir` on `ranks` in-process ranks against the interpreter.
+fn check_distributed(hir: &Hir, seed: u64, ranks: usize, opts: &TiledOptions) -> Result<(), String> {
+    let u = UnitId::new(0);
+    let prepared = crate::pipeline::prepare(hir, &PipelineOptions::default());
+    let program = Program::plan(&prepared, u, opts).map_err(|e| e.to_string())?;
+    let mut dense = HashMap::new();
+    for t in prepared.unit_inputs(u) {
+        let v = TiledTensor::fill_random(program.layouts[&t].clone(), &PermGroup::of(&prepared.tensors[t]), seed, |x| x)
+            .map_err(|e| format!("{e:?}"))?;
+        dense.insert(t, v.to_dense());
+    }
+    let want = interp::run_unit(hir, u, &dense).map_err(|e| e.to_string())?;
+    let got = crate::exec::launch::launch(
+        ranks,
+        false,
+        |make| make(tcc_runtime::comm::Backend::Threads),
+        |_| Ok(()),
+        crate::exec::launch::OnError::Return,
+        |comm| super::dist::run_rank(&program, comm, seed, opts).map(|(o, _)| o),
+    )
+    .map_err(|e| e.to_string())?
+    .flatten()
+    .ok_or("rank 0 returned no outputs")?;
+    let got: HashMap<TensorId, Dense> = got.iter().map(|(&t, v)| (t, v.to_dense())).collect();
+    if let Err(e) = compare_outputs(hir, u, &got, &want) {
+        let mag = magnitudes(hir, &dense)?;
+        for (t, w) in &want {
+            let scale = mag[t].data.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
+            let worst = got[t].data.iter().zip(&w.data).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            if worst > 1e-12 * scale {
+                return Err(format!("{e} (|difference| {worst:.3e}, magnitude of the terms {scale:.3e})"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn ccd_terms_on_ranks_match_the_interpreter() {
+    for ranks in 1..=4 {
+        let opts = TiledOptions { tile: 2, threads: 1, schedule: Schedule::Dynamic };
+        check_distributed(&ccd_terms(4, 7), 3, ranks, &opts).unwrap_or_else(|e| panic!("{ranks} ranks: {e}"));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 60, failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn random_programs_on_ranks_equal_the_interpreter(seed in any::<u64>()) {
+        let hir = random_program(seed);
+        let opts = TiledOptions { tile: 1 + (seed % 3) as usize, threads: 1, schedule: Schedule::Dynamic };
+        let ranks = 1 + (seed >> 8) as usize % 4;
+        if let Err(e) = check_distributed(&hir, seed, ranks, &opts) {
+            let stmts: Vec<String> = hir.units[UnitId::new(0)].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();
+            panic!("seed {seed}, {ranks} ranks: {e}\n{}", stmts.join("\n"));
+        }
+    }
+}
