@@ -47,8 +47,7 @@ fn ccd_example_matches_the_dense_build() {
     }
     // Fewer flops and elements than dense, the flops predicted exactly.
     let line = tiled_text.lines().find(|l| l.contains("flops: executed")).unwrap();
-    let nums: Vec<f64> =
-        line.split(|c: char| c == ' ' || c == '(' || c == ')' || c == ',').filter_map(|w| w.parse().ok()).collect();
+    let nums: Vec<f64> = line.split([' ', '(', ')', ',']).filter_map(|w| w.parse().ok()).collect();
     assert_eq!(nums[0], nums[1], "{line}");
     assert!(nums[0] * 5.0 < nums[2], "{line}");
 }

@@ -167,9 +167,8 @@ pub fn run_rank(
     for (l, set) in sets.iter().enumerate() {
         for &s in set {
             let t = program.written(s);
-            if !local.contains_key(&t) {
-                let loc = make_local(t)?;
-                local.insert(t, loc);
+            if let std::collections::hash_map::Entry::Vacant(e) = local.entry(t) {
+                e.insert(make_local(t)?);
             }
         }
         stats.owned_peak = stats.owned_peak.max(owned_now(&local));

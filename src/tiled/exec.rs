@@ -95,6 +95,10 @@ pub struct TiledStats {
     pub task_sets: usize,
 }
 
+/// What [`Program::for_contributions`] calls per contribution: the term, the weight
+/// of an ordered summed tuple, the operand tiles, the tile extent of every index.
+type ContributionFn<'a> = dyn FnMut(&TermPlan, f64, &[TileView], &[usize]) + 'a;
+
 /// A unit planned for tiled execution.
 #[derive(Debug, Clone)]
 pub struct Program {
@@ -247,7 +251,7 @@ impl Program {
     /// Calls `f(term, weight, views, extents)` for every contribution to tile `c` of
     /// statement `s`'s written tensor: the factors' tiles (all nonzero), the weight
     /// of an ordered summed tuple, and the tile extent of every index of the term.
-    fn for_contributions(&self, s: usize, c: &[u32], f: &mut dyn FnMut(&TermPlan, f64, &[TileView], &[usize])) {
+    fn for_contributions(&self, s: usize, c: &[u32], f: &mut ContributionFn<'_>) {
         for term in &self.stmts[s].terms {
             let n = term.indices.len();
             let ranges: Vec<&TiledRange> =
@@ -364,11 +368,10 @@ impl Program {
             data.insert(t, v);
         }
         for s in &self.stmts {
-            if !data.contains_key(&s.lhs) {
-                let z = TiledTensor::zeros(self.layouts[&s.lhs].clone()).map_err(|e| {
+            if let std::collections::hash_map::Entry::Vacant(e) = data.entry(s.lhs) {
+                e.insert(TiledTensor::zeros(self.layouts[&s.lhs].clone()).map_err(|e| {
                     crate::run::out_of_memory(format!("cannot allocate {} elements for `{}`", e.elements, e.name))
-                })?;
-                data.insert(s.lhs, z);
+                })?);
             }
         }
         // The level after which each temporary is no longer read or written.

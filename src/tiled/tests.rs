@@ -226,7 +226,7 @@ fn random_program(seed: u64) -> Hir {
                 if d.len() == 4 && ranges[2] == ranges[3] && rnd(2) == 0 {
                     b.hir.tensors[t].symmetry.push(anti(&[2, 3]));
                 }
-                if d.len() >= 2 && d.len() % 2 == 0 && spin_ok(&b, &d) && rnd(2) == 0 {
+                if d.len() >= 2 && d.len().is_multiple_of(2) && spin_ok(&b, &d) && rnd(2) == 0 {
                     let h = d.len() / 2;
                     b.hir.tensors[t]
                         .blocks
@@ -278,8 +278,9 @@ fn check_distributed(hir: &Hir, seed: u64, ranks: usize, opts: &TiledOptions) ->
     let program = Program::plan(&prepared, u, opts).map_err(|e| e.to_string())?;
     let mut dense = HashMap::new();
     for t in prepared.unit_inputs(u) {
-        let v = TiledTensor::fill_random(program.layouts[&t].clone(), &PermGroup::of(&prepared.tensors[t]), seed, |x| x)
-            .map_err(|e| format!("{e:?}"))?;
+        let v =
+            TiledTensor::fill_random(program.layouts[&t].clone(), &PermGroup::of(&prepared.tensors[t]), seed, |x| x)
+                .map_err(|e| format!("{e:?}"))?;
         dense.insert(t, v.to_dense());
     }
     let want = interp::run_unit(hir, u, &dense).map_err(|e| e.to_string())?;
