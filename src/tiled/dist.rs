@@ -87,6 +87,33 @@ pub struct RankStats {
     pub fetched_peak: f64,
     pub flops: f64,
     pub run_s: f64,
+    /// Peak resident memory of this process in bytes (per rank under MPI; shared
+    /// by all in-process ranks).
+    pub peak_rss: f64,
+}
+
+/// `struct rusage` of 64-bit Linux: two `timeval`s, then 14 longs.
+#[repr(C)]
+struct Rusage {
+    utime: [i64; 2],
+    stime: [i64; 2],
+    maxrss: i64,
+    rest: [i64; 13],
+}
+
+extern "C" {
+    fn getrusage(who: i32, usage: *mut Rusage) -> i32;
+}
+
+/// This process's peak resident set size in bytes (0 if unknown).
+pub fn peak_rss_bytes() -> f64 {
+    let mut u = Rusage { utime: [0; 2], stime: [0; 2], maxrss: 0, rest: [0; 13] };
+    // SAFETY: `u` has the layout of `struct rusage` on 64-bit Linux; RUSAGE_SELF = 0.
+    if unsafe { getrusage(0, &mut u) } == 0 {
+        u.maxrss as f64 * 1024.0
+    } else {
+        0.0
+    }
 }
 
 fn alloc(n: usize, what: &str) -> Result<Vec<f64>, CommandError> {
@@ -247,6 +274,7 @@ pub fn run_rank(
         local.retain(|t, _| hir.tensors[*t].role != Role::Temporary || last_use.get(t).is_some_and(|&u| u > l));
     }
     stats.run_s = t0.elapsed().as_secs_f64();
+    stats.peak_rss = peak_rss_bytes();
     // Outputs to rank 0.
     let mut outputs = HashMap::new();
     for t in hir.unit_outputs(program.unit) {

@@ -153,6 +153,8 @@ pub fn run_tiled_distributed(
         None => hir.units.ids().collect(),
     };
     let backend = if mpi { tcc_runtime::comm::Backend::Mpi } else { tcc_runtime::comm::Backend::Threads };
+    // Statistics per rank: owned, received, flops, seconds, peak RSS.
+    const W: usize = 5;
     let report = crate::exec::launch::launch(
         ranks,
         mpi,
@@ -166,7 +168,7 @@ pub fn run_tiled_distributed(
             for &u in &units {
                 let program = Program::plan(&prepared, u, &topts)?;
                 let (outputs, stats) = super::dist::run_rank(&program, comm, opts.seed, &topts)?;
-                let row = [stats.owned_peak, stats.fetched_peak, stats.flops, stats.run_s];
+                let row = [stats.owned_peak, stats.fetched_peak, stats.flops, stats.run_s, stats.peak_rss];
                 let mut all = vec![0.0; row.len() * comm.size()];
                 comm.allgather(&row, &mut all);
                 if let Some(outputs) = outputs {
@@ -185,8 +187,8 @@ pub fn run_tiled_distributed(
             run_report_with(hir, opts, &mut buf, false, &mut |u, _| {
                 let (outputs, all, planned, dense_flops) = &results[&u];
                 let dense: HashMap<_, Dense> = outputs.iter().map(|(&t, v)| (t, v.to_dense())).collect();
-                let time = (0..p).map(|q| all[4 * q + 3]).fold(0.0, f64::max);
-                let flops: f64 = (0..p).map(|q| all[4 * q + 2]).sum();
+                let time = (0..p).map(|q| all[W * q + 3]).fold(0.0, f64::max);
+                let flops: f64 = (0..p).map(|q| all[W * q + 2]).sum();
                 let mut extra = vec![
                     format!(
                         "tiled on {p} ranks × {threads} threads: time = {time:.3} s ({:.2} GFLOP/s)",
@@ -197,10 +199,13 @@ pub fn run_tiled_distributed(
                 if r.stats {
                     for q in 0..p {
                         extra.push(format!(
-                            "  rank {q}: owns at most {} elements, receives at most {} per task set, {} flops",
-                            si(all[4 * q]),
-                            si(all[4 * q + 1]),
-                            si(all[4 * q + 2])
+                            "  rank {q}: owns at most {} elements, receives at most {} per task set ({} at 8 B), {} flops, peak RSS {}{}",
+                            si(all[W * q]),
+                            si(all[W * q + 1]),
+                            crate::plan::report::bytes((8.0 * (all[W * q] + all[W * q + 1])) as u64),
+                            si(all[W * q + 2]),
+                            crate::plan::report::bytes(all[W * q + 4] as u64),
+                            if mpi { "" } else { " (the whole process)" }
                         ));
                     }
                 }
