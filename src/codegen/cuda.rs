@@ -99,7 +99,7 @@ pub fn report_lines(
     )];
     if check {
         let want = interp::run_unit(hir, u, inputs).map_err(interp_error)?;
-        match crate::run::compare::compare_outputs(hir, u, &r.outputs, &want) {
+        match crate::run::compare::check_outputs(hir, u, &r.outputs, &want, inputs) {
             Ok(rel) => extra.push(format!("check: matches the interpreter (max relative difference {rel:.2e})")),
             Err(msg) => return Err(fail("E0713", format!("check failed: {msg}"), None)),
         }

@@ -25,7 +25,7 @@ fn check_unit_sized(hir: &Hir, u: UnitId, sizes: &[(RangeId, usize)], seed: u64,
     let want = run_unit(&actual, u, &inputs).map_err(|e| e.to_string())?;
     let map: std::collections::BTreeMap<RangeId, usize> = sizes.iter().copied().collect();
     let got = super::llvm::jit_run_sized(hir, u, &map, &inputs, opts, 1).map_err(|e| e.0)?;
-    compare_outputs(&actual, u, &got.outputs, &want).map(|_| ())
+    crate::run::compare::check_outputs(&actual, u, &got.outputs, &want, &inputs).map(|_| ())
 }
 
 /// Every example program, checked.

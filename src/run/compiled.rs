@@ -1,7 +1,7 @@
 //! `tcc run` without `--interp` on the CPU: JIT-compiled code (the LLVM back end,
 //! [`crate::codegen::llvm`]) run and reported like the interpreter.
 
-use super::compare::compare_outputs;
+use super::compare::check_outputs;
 use super::{fail, interp_error, run_report, RunOptions};
 use crate::error::CommandError;
 use crate::interp;
@@ -49,7 +49,7 @@ pub fn run_compiled(hir: &Hir, opts: &RunOptions, c: &CompiledRun, out: &mut dyn
         )];
         if c.check {
             let want = interp::run_unit(hir, u, inputs).map_err(interp_error)?;
-            match compare_outputs(hir, u, &r.outputs, &want) {
+            match check_outputs(hir, u, &r.outputs, &want, inputs) {
                 Ok(rel) => extra.push(format!("check: matches the interpreter (max relative difference {rel:.2e})")),
                 Err(msg) => return Err(fail("E0713", format!("check failed: {msg}"), None)),
             }

@@ -6,7 +6,7 @@ use super::exec::{Program, TiledOptions};
 use super::tensor::TiledTensor;
 use crate::interp;
 use crate::pipeline::PipelineOptions;
-use crate::run::compare::compare_outputs;
+use crate::run::compare::check_outputs;
 use crate::sema::hir::*;
 use crate::symmetry::PermGroup;
 use crate::tensor::Dense;
@@ -33,39 +33,11 @@ pub(crate) fn check_tiled(hir: &Hir, seed: u64, opts: &TiledOptions) -> Result<s
     let want = interp::run_unit(hir, u, &dense).map_err(|e| e.to_string())?;
     let (out, stats) = program.run(tiled, opts).map_err(|e| e.to_string())?;
     let got: HashMap<TensorId, Dense> = out.iter().map(|(&t, v)| (t, v.to_dense())).collect();
-    if let Err(e) = compare_outputs(hir, u, &got, &want) {
-        // Cancellation (an antisymmetric tensor summed over its pair is exactly 0 in
-        // exact arithmetic) leaves rounding noise in both: judge the difference
-        // against the magnitude of the terms, the same program on |inputs|.
-        let mag = magnitudes(hir, &dense)?;
-        for (t, w) in &want {
-            let scale = mag[t].data.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
-            let worst = got[t].data.iter().zip(&w.data).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-            if worst > 1e-12 * scale {
-                return Err(format!("{e} (|difference| {worst:.3e}, magnitude of the terms {scale:.3e})"));
-            }
-        }
-    }
+    check_outputs(hir, u, &got, &want, &dense)?;
     if (stats.executed_flops - stats.planned_flops).abs() > 0.5 {
         return Err(format!("executed {} flops, planned {}", stats.executed_flops, stats.planned_flops));
     }
     Ok(stats)
-}
-
-/// The outputs of `hir` run on |inputs| with |coefficients|: a bound on the
-/// magnitude of the terms that make up every element.
-fn magnitudes(hir: &Hir, inputs: &HashMap<TensorId, Dense>) -> Result<HashMap<TensorId, Dense>, String> {
-    let mut abs = hir.clone();
-    for st in abs.units[UnitId::new(0)].stmts.iter_mut() {
-        for term in st.rhs.terms.iter_mut() {
-            term.coef = term.coef.abs();
-        }
-    }
-    let inputs: HashMap<TensorId, Dense> = inputs
-        .iter()
-        .map(|(&t, d)| (t, Dense { shape: d.shape.clone(), data: d.data.iter().map(|x| x.abs()).collect() }))
-        .collect();
-    interp::run_unit(&abs, UnitId::new(0), &inputs).map_err(|e| e.to_string())
 }
 
 fn anti(positions: &[usize]) -> SymGroup {
@@ -296,16 +268,7 @@ fn check_distributed(hir: &Hir, seed: u64, ranks: usize, opts: &TiledOptions) ->
     .flatten()
     .ok_or("rank 0 returned no outputs")?;
     let got: HashMap<TensorId, Dense> = got.iter().map(|(&t, v)| (t, v.to_dense())).collect();
-    if let Err(e) = compare_outputs(hir, u, &got, &want) {
-        let mag = magnitudes(hir, &dense)?;
-        for (t, w) in &want {
-            let scale = mag[t].data.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
-            let worst = got[t].data.iter().zip(&w.data).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-            if worst > 1e-12 * scale {
-                return Err(format!("{e} (|difference| {worst:.3e}, magnitude of the terms {scale:.3e})"));
-            }
-        }
-    }
+    check_outputs(hir, u, &got, &want, &dense)?;
     Ok(())
 }
 
