@@ -308,22 +308,66 @@ thread_local! {
     static PACK: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Offsets of every multi-index of `dims` (row-major, last fastest) under `stride`.
-fn offsets(dims: &[GettDim], stride: impl Fn(&GettDim) -> i64) -> Vec<isize> {
-    let mut out = vec![0isize];
-    for d in dims {
-        let s = stride(d) as isize;
-        let mut next = Vec::with_capacity(out.len() * d.size.max(0) as usize);
-        for &o in &out {
-            for i in 0..d.size.max(0) as isize {
-                next.push(o + i * s);
+/// Writes to `out` the offsets of every multi-index of the dims of `kind` among
+/// `dims` (row-major, last fastest) under `stride`, reusing `out`'s space.
+fn offsets_into(out: &mut Vec<isize>, dims: &[GettDim], kind: i64, stride: impl Fn(&GettDim) -> i64) {
+    out.clear();
+    out.push(0);
+    for d in dims.iter().filter(|d| d.kind == kind) {
+        let (s, size) = (stride(d) as isize, d.size.max(0) as usize);
+        let len = out.len();
+        if size == 0 {
+            out.clear();
+            return;
+        }
+        if len == 1 {
+            let base = out[0];
+            out.clear();
+            out.extend((0..size as isize).map(|i| base + i * s));
+            continue;
+        }
+        out.resize(len * size, 0);
+        // In place, from the back: entry `o` moves to `o·size .. (o+1)·size`, never
+        // below `o`, so the entries not yet read are never overwritten.
+        for o in (0..len).rev() {
+            let base = out[o];
+            for (i, x) in out[o * size..(o + 1) * size].iter_mut().enumerate() {
+                *x = base + i as isize * s;
             }
         }
-        out = next;
     }
+}
+
+/// The step of the offsets of the dims of `kind` (see [`offsets_into`]) when they
+/// form an arithmetic progression, as [`step_of`] of the table would find: each
+/// dimension (of size > 1) must step by the whole extent of the next one.
+fn step_of_dims(dims: &[GettDim], kind: i64, stride: impl Fn(&GettDim) -> i64) -> Option<isize> {
+    // The whole extent (stride · size) of the next dimension in.
+    let mut span: Option<i64> = None;
+    let mut step = 0;
+    for d in dims.iter().rev().filter(|d| d.kind == kind && d.size > 1) {
+        let s = stride(d);
+        match span {
+            None => step = s,
+            Some(x) if x != s => return None,
+            Some(_) => {}
+        }
+        span = Some(s.wrapping_mul(d.size));
+    }
+    Some(step as isize)
+}
+
+/// Offsets of every multi-index of the dims of `kind` (see [`offsets_into`]).
+fn offsets(dims: &[GettDim], kind: i64, stride: impl Fn(&GettDim) -> i64) -> Vec<isize> {
+    let mut out = Vec::new();
+    offsets_into(&mut out, dims, kind, stride);
     out
 }
 
+/// The offset tables of one GETT call, with the common step of each table that is
+/// an arithmetic progression (then every slice of it is one too). Kept per thread
+/// and refilled by each call: tile tasks make many small calls.
+#[derive(Default)]
 struct Tables {
     ba: Vec<isize>,
     bb: Vec<isize>,
@@ -334,6 +378,51 @@ struct Tables {
     nc: Vec<isize>,
     ka: Vec<isize>,
     kb: Vec<isize>,
+    /// Steps of `ma`, `mc`, `nb`, `nc`, `ka`, `kb`.
+    s_ma: Option<isize>,
+    s_mc: Option<isize>,
+    s_nb: Option<isize>,
+    s_nc: Option<isize>,
+    s_ka: Option<isize>,
+    s_kb: Option<isize>,
+}
+
+impl Tables {
+    fn fill(&mut self, dims: &[GettDim]) {
+        offsets_into(&mut self.ba, dims, 0, |d| d.sa);
+        offsets_into(&mut self.bb, dims, 0, |d| d.sb);
+        offsets_into(&mut self.bc, dims, 0, |d| d.sc);
+        offsets_into(&mut self.ma, dims, 1, |d| d.sa);
+        offsets_into(&mut self.mc, dims, 1, |d| d.sc);
+        offsets_into(&mut self.nb, dims, 2, |d| d.sb);
+        offsets_into(&mut self.nc, dims, 2, |d| d.sc);
+        offsets_into(&mut self.ka, dims, 3, |d| d.sa);
+        offsets_into(&mut self.kb, dims, 3, |d| d.sb);
+        self.s_ma = step_of_dims(dims, 1, |d| d.sa);
+        self.s_mc = step_of_dims(dims, 1, |d| d.sc);
+        self.s_nb = step_of_dims(dims, 2, |d| d.sb);
+        self.s_nc = step_of_dims(dims, 2, |d| d.sc);
+        self.s_ka = step_of_dims(dims, 3, |d| d.sa);
+        self.s_kb = step_of_dims(dims, 3, |d| d.sb);
+        debug_assert_eq!(self.s_ma, step_of(&self.ma));
+        debug_assert_eq!(self.s_mc, step_of(&self.mc));
+        debug_assert_eq!(self.s_nb, step_of(&self.nb));
+        debug_assert_eq!(self.s_nc, step_of(&self.nc));
+        debug_assert_eq!(self.s_ka, step_of(&self.ka));
+        debug_assert_eq!(self.s_kb, step_of(&self.kb));
+    }
+}
+
+/// `table[r]` with its step: the table's own when it has one, else the slice's.
+fn span(table: &[isize], step: Option<isize>, r: std::ops::Range<usize>) -> (&[isize], Option<isize>) {
+    let offs = &table[r];
+    (offs, step.or_else(|| step_of(offs)))
+}
+
+thread_local! {
+    /// Offset tables reused by the GETT calls of this thread (taken out during a
+    /// call, so a nested call would only allocate its own).
+    static TABLES: RefCell<Tables> = RefCell::new(Tables::default());
 }
 
 #[derive(Clone, Copy)]
@@ -420,12 +509,10 @@ unsafe fn gett_on<T: Elem>(
     overwrite: bool,
     threads: usize,
 ) {
-    let by = |k: i64| -> Vec<GettDim> { dims.iter().copied().filter(|d| d.kind == k).collect() };
-    let (bd, md, nd, kd) = (by(0), by(1), by(2), by(3));
     if dims.iter().any(|d| d.size <= 0) {
         // An empty sum: with `overwrite`, C is still defined (zero).
         if overwrite && dims.iter().all(|d| d.size > 0 || d.kind == 3) {
-            let (bc, mc, nc) = (offsets(&bd, |d| d.sc), offsets(&md, |d| d.sc), offsets(&nd, |d| d.sc));
+            let (bc, mc, nc) = (offsets(dims, 0, |d| d.sc), offsets(dims, 1, |d| d.sc), offsets(dims, 2, |d| d.sc));
             for &b0 in &bc {
                 for &m0 in &mc {
                     for &n0 in &nc {
@@ -436,17 +523,25 @@ unsafe fn gett_on<T: Elem>(
         }
         return;
     }
-    let t = Tables {
-        ba: offsets(&bd, |d| d.sa),
-        bb: offsets(&bd, |d| d.sb),
-        bc: offsets(&bd, |d| d.sc),
-        ma: offsets(&md, |d| d.sa),
-        mc: offsets(&md, |d| d.sc),
-        nb: offsets(&nd, |d| d.sb),
-        nc: offsets(&nd, |d| d.sc),
-        ka: offsets(&kd, |d| d.sa),
-        kb: offsets(&kd, |d| d.sb),
-    };
+    let mut t = TABLES.with(|cell| cell.take());
+    t.fill(dims);
+    gett_tables(a, b, c, alpha, &t, params, uk, overwrite, threads);
+    TABLES.with(|cell| cell.replace(t));
+}
+
+/// [`gett_on`] with the offset tables built.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gett_tables<T: Elem>(
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    alpha: T,
+    t: &Tables,
+    params: GettParams,
+    uk: Ukernel<T>,
+    overwrite: bool,
+    threads: usize,
+) {
     let (m, n, k, nbatch) = (t.ma.len(), t.nb.len(), t.ka.len(), t.ba.len());
     // Tuning overrides of the compiler's blocking (experiments only).
     let [kc, mc, nc] = blocking_overrides();
@@ -466,19 +561,19 @@ unsafe fn gett_on<T: Elem>(
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     if threads == 1 || flops * nbatch as f64 <= 2e6 {
         for bi in 0..nbatch {
-            block(ptrs, bi, &t, 0..m, 0..n, alpha, &p, uk, overwrite);
+            block(ptrs, bi, t, 0..m, 0..n, alpha, &p, uk, overwrite);
         }
     } else if nbatch >= 2 * threads || (nbatch >= threads && flops < 5e7) {
-        parallel_for(nbatch, |bi| block(ptrs, bi, &t, 0..m, 0..n, alpha, &p, uk, overwrite));
+        parallel_for(nbatch, |bi| block(ptrs, bi, t, 0..m, 0..n, alpha, &p, uk, overwrite));
     } else {
         for bi in 0..nbatch {
             // Few rows (A fits in a core's L2) and many columns: split the columns,
             // each task packing its own B slivers; else BLIS's shared B panel.
             let few_rows = m.div_ceil(p.mc) < threads && round_up(m, p.mr) * p.kc * std::mem::size_of::<T>() <= 1 << 20;
             if few_rows && n >= 4 * threads * p.nr {
-                gemm_columns(ptrs, bi, &t, alpha, &p, uk, threads, overwrite);
+                gemm_columns(ptrs, bi, t, alpha, &p, uk, threads, overwrite);
             } else {
-                gemm_parallel(ptrs, bi, &t, alpha, &p, uk, threads, overwrite);
+                gemm_parallel(ptrs, bi, t, alpha, &p, uk, threads, overwrite);
             }
         }
     }
@@ -545,13 +640,25 @@ unsafe fn gemm_parallel<T: Elem>(
                 parallel_for(nslivers, |sj| {
                     let (b, bp) = (b as *const T, bp);
                     let cols = nr.min(nb - sj * nr);
-                    pack_panel(bp.0.add(sj * nr * kb), b, &t.nb[jc + sj * nr..][..cols], &t.kb[pc..pc + kb], nr);
+                    pack_panel(
+                        bp.0.add(sj * nr * kb),
+                        b,
+                        span(&t.nb, t.s_nb, jc + sj * nr..jc + sj * nr + cols),
+                        span(&t.kb, t.s_kb, pc..pc + kb),
+                        nr,
+                    );
                 });
                 if !private_a {
                     parallel_for(mslivers, |si| {
                         let (a, ap) = (a as *const T, ap);
                         let rows = mr.min(m - si * mr);
-                        pack_panel(ap.0.add(si * mr * kb), a, &t.ma[si * mr..][..rows], &t.ka[pc..pc + kb], mr);
+                        pack_panel(
+                            ap.0.add(si * mr * kb),
+                            a,
+                            span(&t.ma, t.s_ma, si * mr..si * mr + rows),
+                            span(&t.ka, t.s_ka, pc..pc + kb),
+                            mr,
+                        );
                     });
                 }
                 // Tasks: row blocks of mc, each split into column chunks so that
@@ -579,13 +686,13 @@ unsafe fn gemm_parallel<T: Elem>(
                     };
                     for sj in sj0..sj1 {
                         let cols = nr.min(nb - sj * nr);
-                        let noffs = &t.nc[jc + sj * nr..jc + sj * nr + cols];
-                        let cs = step_of(noffs).map(|s| if cols == 1 { 1 } else { s });
+                        let (noffs, cs) = span(&t.nc, t.s_nc, jc + sj * nr..jc + sj * nr + cols);
+                        let cs = cs.map(|s| if cols == 1 { 1 } else { s });
                         let bpanel = bp.0.add(sj * nr * kb);
                         for si in si0..si1 {
                             let rows = mr.min(m - si * mr);
-                            let moffs = &t.mc[si * mr..si * mr + rows];
-                            let rs = step_of(moffs).map(|s| if rows == 1 { 1 } else { s });
+                            let (moffs, rs) = span(&t.mc, t.s_mc, si * mr..si * mr + rows);
+                            let rs = rs.map(|s| if rows == 1 { 1 } else { s });
                             let apanel = ap.add(si * mr * kb);
                             let tile =
                                 Tile { kb, apanel, bpanel, c: c.0, moffs, noffs, rs, cs, clear: overwrite && pc == 0 };
@@ -635,13 +742,19 @@ unsafe fn gemm_columns<T: Elem>(
             let mut bbuf = vec![T::zero(); kb * nr];
             for sj in nslivers * x / tasks..nslivers * (x + 1) / tasks {
                 let cols = nr.min(n - sj * nr);
-                pack_panel(bbuf.as_mut_ptr(), b as *const T, &t.nb[sj * nr..][..cols], &t.kb[pc..pc + kb], nr);
-                let noffs = &t.nc[sj * nr..sj * nr + cols];
-                let cs = step_of(noffs).map(|s| if cols == 1 { 1 } else { s });
+                pack_panel(
+                    bbuf.as_mut_ptr(),
+                    b as *const T,
+                    span(&t.nb, t.s_nb, sj * nr..sj * nr + cols),
+                    span(&t.kb, t.s_kb, pc..pc + kb),
+                    nr,
+                );
+                let (noffs, cs) = span(&t.nc, t.s_nc, sj * nr..sj * nr + cols);
+                let cs = cs.map(|s| if cols == 1 { 1 } else { s });
                 for si in 0..mslivers {
                     let rows = mr.min(m - si * mr);
-                    let moffs = &t.mc[si * mr..si * mr + rows];
-                    let rs = step_of(moffs).map(|s| if rows == 1 { 1 } else { s });
+                    let (moffs, rs) = span(&t.mc, t.s_mc, si * mr..si * mr + rows);
+                    let rs = rs.map(|s| if rows == 1 { 1 } else { s });
                     let tile = Tile {
                         kb,
                         apanel: ap.0.add(si * mr * kb),
@@ -690,7 +803,13 @@ impl<T: Elem> PrivateA<T> {
         });
         for (x, si) in slivers.enumerate() {
             let rows = mr.min(m - si * mr);
-            pack_panel(start.add(x * mr * kb), a, &t.ma[si * mr..][..rows], &t.ka[ks.clone()], mr);
+            pack_panel(
+                start.add(x * mr * kb),
+                a,
+                span(&t.ma, t.s_ma, si * mr..si * mr + rows),
+                span(&t.ka, t.s_ka, ks.clone()),
+                mr,
+            );
         }
         PrivateA { start }
     }
@@ -759,14 +878,35 @@ struct Params {
 
 /// Packs one panel for the micro-kernel: for each `k` step (offsets `koffs`), the
 /// elements at `offs` (one per row or column of the panel), zero padded to `width`.
-unsafe fn pack_panel<T: Elem>(dst: *mut T, src: *const T, offs: &[isize], koffs: &[isize], width: usize) {
+/// Each offset list comes with its step when it is an arithmetic progression.
+unsafe fn pack_panel<T: Elem>(
+    dst: *mut T,
+    src: *const T,
+    (offs, so): (&[isize], Option<isize>),
+    (koffs, sk): (&[isize], Option<isize>),
+    width: usize,
+) {
     // Fast paths without offset tables: the panel's rows (or columns) contiguous —
     // one copy per k step — or k contiguous and the rows evenly spaced (a
     // transposing copy, read along k).
-    if let (Some(so), Some(sk), Some(&o0), Some(&k0)) = (step_of(offs), step_of(koffs), offs.first(), koffs.first()) {
+    if let (Some(so), Some(sk), Some(&o0), Some(&k0)) = (so, sk, offs.first(), koffs.first()) {
         let (rows, kb) = (offs.len(), koffs.len());
         let base = src.offset(o0 + k0);
         if so == 1 || rows == 1 {
+            // A full panel of a usual width: fixed-size copies (inlined, where a
+            // `memcpy` call per k step of a few elements costs more than the copy).
+            if rows == width {
+                match width {
+                    4 => return copy_lines::<T, 4>(dst, base, sk, kb),
+                    6 => return copy_lines::<T, 6>(dst, base, sk, kb),
+                    8 => return copy_lines::<T, 8>(dst, base, sk, kb),
+                    12 => return copy_lines::<T, 12>(dst, base, sk, kb),
+                    16 => return copy_lines::<T, 16>(dst, base, sk, kb),
+                    24 => return copy_lines::<T, 24>(dst, base, sk, kb),
+                    32 => return copy_lines::<T, 32>(dst, base, sk, kb),
+                    _ => {}
+                }
+            }
             for pp in 0..kb {
                 let line = dst.add(pp * width);
                 std::ptr::copy_nonoverlapping(base.offset(pp as isize * sk), line, rows);
@@ -799,6 +939,16 @@ unsafe fn pack_panel<T: Elem>(dst: *mut T, src: *const T, offs: &[isize], koffs:
         for j in offs.len()..width {
             *line.add(j) = T::zero();
         }
+    }
+}
+
+/// `kb` lines of `W` contiguous elements, `sk` apart in `src`, one after another
+/// into `dst`.
+#[inline(always)]
+unsafe fn copy_lines<T: Elem, const W: usize>(dst: *mut T, src: *const T, sk: isize, kb: usize) {
+    for pp in 0..kb {
+        let line = std::ptr::read_unaligned(src.offset(pp as isize * sk) as *const [T; W]);
+        std::ptr::write_unaligned(dst.add(pp * W) as *mut [T; W], line);
     }
 }
 
@@ -852,7 +1002,13 @@ unsafe fn block<T: Elem>(
                 let mut jr = 0;
                 while jr < nb {
                     let cols = nr.min(nb - jr);
-                    pack_panel(bp.add(jr * kb), b, &t.nb[jc + jr..][..cols], &t.kb[pc..pc + kb], nr);
+                    pack_panel(
+                        bp.add(jr * kb),
+                        b,
+                        span(&t.nb, t.s_nb, jc + jr..jc + jr + cols),
+                        span(&t.kb, t.s_kb, pc..pc + kb),
+                        nr,
+                    );
                     jr += nr;
                 }
                 let mut ic = mrange.start;
@@ -861,19 +1017,25 @@ unsafe fn block<T: Elem>(
                     let mut ir = 0;
                     while ir < mb {
                         let rows = mr.min(mb - ir);
-                        pack_panel(ap.add(ir * kb), a, &t.ma[ic + ir..][..rows], &t.ka[pc..pc + kb], mr);
+                        pack_panel(
+                            ap.add(ir * kb),
+                            a,
+                            span(&t.ma, t.s_ma, ic + ir..ic + ir + rows),
+                            span(&t.ka, t.s_ka, pc..pc + kb),
+                            mr,
+                        );
                         ir += mr;
                     }
                     let mut jr = 0;
                     while jr < nb {
                         let cols = nr.min(nb - jr);
-                        let noffs = &t.nc[jc + jr..jc + jr + cols];
-                        let cs = step_of(noffs).map(|s| if cols == 1 { 1 } else { s });
+                        let (noffs, cs) = span(&t.nc, t.s_nc, jc + jr..jc + jr + cols);
+                        let cs = cs.map(|s| if cols == 1 { 1 } else { s });
                         let mut ir = 0;
                         while ir < mb {
                             let rows = mr.min(mb - ir);
-                            let moffs = &t.mc[ic + ir..ic + ir + rows];
-                            let rs = step_of(moffs).map(|s| if rows == 1 { 1 } else { s });
+                            let (moffs, rs) = span(&t.mc, t.s_mc, ic + ir..ic + ir + rows);
+                            let rs = rs.map(|s| if rows == 1 { 1 } else { s });
                             let apanel = ap.add(ir * kb);
                             let bpanel = bp.add(jr * kb);
                             let t = Tile { kb, apanel, bpanel, c, moffs, noffs, rs, cs, clear: overwrite && pc == 0 };
