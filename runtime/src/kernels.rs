@@ -917,6 +917,16 @@ unsafe fn pack_panel<T: Elem>(
             return;
         }
         if sk == 1 {
+            if rows == width {
+                match width {
+                    4 => return transpose_lines::<T, 4>(dst, base, so, kb),
+                    6 => return transpose_lines::<T, 6>(dst, base, so, kb),
+                    8 => return transpose_lines::<T, 8>(dst, base, so, kb),
+                    12 => return transpose_lines::<T, 12>(dst, base, so, kb),
+                    16 => return transpose_lines::<T, 16>(dst, base, so, kb),
+                    _ => {}
+                }
+            }
             for j in 0..rows {
                 let col = base.offset(j as isize * so);
                 for pp in 0..kb {
@@ -938,6 +948,29 @@ unsafe fn pack_panel<T: Elem>(
         }
         for j in offs.len()..width {
             *line.add(j) = T::zero();
+        }
+    }
+}
+
+/// The transposing copy of [`pack_panel`] for a full panel of even width `W`:
+/// `dst[pp·W + j] = src[j·so + pp]`, in 2 × 2 blocks (two rows, two k steps: a
+/// pair of loads and a pair of stores for four elements, against four each).
+#[inline(always)]
+unsafe fn transpose_lines<T: Elem, const W: usize>(dst: *mut T, src: *const T, so: isize, kb: usize) {
+    let mut pp = 0;
+    while pp + 2 <= kb {
+        let (d0, d1) = (dst.add(pp * W), dst.add((pp + 1) * W));
+        for j in (0..W).step_by(2) {
+            let x = std::ptr::read_unaligned(src.offset(j as isize * so).add(pp) as *const [T; 2]);
+            let y = std::ptr::read_unaligned(src.offset((j + 1) as isize * so).add(pp) as *const [T; 2]);
+            std::ptr::write_unaligned(d0.add(j) as *mut [T; 2], [x[0], y[0]]);
+            std::ptr::write_unaligned(d1.add(j) as *mut [T; 2], [x[1], y[1]]);
+        }
+        pp += 2;
+    }
+    if pp < kb {
+        for j in 0..W {
+            *dst.add(pp * W + j) = *src.offset(j as isize * so).add(pp);
         }
     }
 }
@@ -1195,6 +1228,30 @@ mod tests {
                         "{m}x{n}x{k} mc={mc} overwrite={overwrite} at {x}: {got} vs {}",
                         base + w
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pack_panel_fast_paths_match_the_offset_tables() {
+        // Rows contiguous (fixed-size copies) and k contiguous (2 × 2 transposes,
+        // odd k count), full and partial panels, against the table-driven copy.
+        let src: Vec<f64> = (0..4096).map(|x| x as f64).collect();
+        for width in [4usize, 6, 8, 12, 16, 5] {
+            for rows in [width, width - 1] {
+                for kb in [1usize, 6, 7] {
+                    for (so, sk) in [(1isize, 40isize), (40, 1)] {
+                        let offs: Vec<isize> = (0..rows as isize).map(|j| 3 + j * so).collect();
+                        let koffs: Vec<isize> = (0..kb as isize).map(|p| p * sk).collect();
+                        let mut fast = vec![f64::NAN; width * kb];
+                        let mut slow = vec![f64::NAN; width * kb];
+                        unsafe {
+                            pack_panel(fast.as_mut_ptr(), src.as_ptr(), (&offs, Some(so)), (&koffs, Some(sk)), width);
+                            pack_panel(slow.as_mut_ptr(), src.as_ptr(), (&offs, None), (&koffs, None), width);
+                        }
+                        assert_eq!(fast, slow, "width {width} rows {rows} kb {kb} so {so} sk {sk}");
+                    }
                 }
             }
         }
