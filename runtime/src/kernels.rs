@@ -378,6 +378,9 @@ struct Tables {
     nc: Vec<isize>,
     ka: Vec<isize>,
     kb: Vec<isize>,
+    /// The dims the tables were built for (consecutive calls of a tile task
+    /// usually have the same: only the operand pointers change).
+    key: Vec<GettDim>,
     /// Steps of `ma`, `mc`, `nb`, `nc`, `ka`, `kb`.
     s_ma: Option<isize>,
     s_mc: Option<isize>,
@@ -389,6 +392,12 @@ struct Tables {
 
 impl Tables {
     fn fill(&mut self, dims: &[GettDim]) {
+        let same = |x: &GettDim, y: &GettDim| (x.kind, x.size, x.sa, x.sb, x.sc) == (y.kind, y.size, y.sa, y.sb, y.sc);
+        if self.key.len() == dims.len() && self.key.iter().zip(dims).all(|(x, y)| same(x, y)) {
+            return;
+        }
+        self.key.clear();
+        self.key.extend_from_slice(dims);
         offsets_into(&mut self.ba, dims, 0, |d| d.sa);
         offsets_into(&mut self.bb, dims, 0, |d| d.sb);
         offsets_into(&mut self.bc, dims, 0, |d| d.sc);
