@@ -381,6 +381,9 @@ struct Tables {
     /// The dims the tables were built for (consecutive calls of a tile task
     /// usually have the same: only the operand pointers change).
     key: Vec<GettDim>,
+    /// Whether the tables hold those of `key` (not so when new: `key` is empty,
+    /// which is also a valid GETT, a product of scalars).
+    built: bool,
     /// Steps of `ma`, `mc`, `nb`, `nc`, `ka`, `kb`.
     s_ma: Option<isize>,
     s_mc: Option<isize>,
@@ -393,9 +396,10 @@ struct Tables {
 impl Tables {
     fn fill(&mut self, dims: &[GettDim]) {
         let same = |x: &GettDim, y: &GettDim| (x.kind, x.size, x.sa, x.sb, x.sc) == (y.kind, y.size, y.sa, y.sb, y.sc);
-        if self.key.len() == dims.len() && self.key.iter().zip(dims).all(|(x, y)| same(x, y)) {
+        if self.built && self.key.len() == dims.len() && self.key.iter().zip(dims).all(|(x, y)| same(x, y)) {
             return;
         }
+        self.built = true;
         self.key.clear();
         self.key.extend_from_slice(dims);
         offsets_into(&mut self.ba, dims, 0, |d| d.sa);
@@ -1240,6 +1244,31 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn gett_tables_follow_the_dims_of_each_call() {
+        // On a fresh thread: a product of scalars (no dims) first, then a GEMM, then
+        // the scalar product again; each call must use tables of its own dims.
+        std::thread::spawn(|| {
+            let params = GettParams { mr: 4, nr: 3, mc: 8, nc: 6, kc: 4 };
+            let (a, b) = ([3.0f64; 20], [2.0f64; 20]);
+            let mut c = [1.0f64; 25];
+            unsafe { gett_serial(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &[], params, uk43, false) };
+            assert_eq!(c[0], 7.0);
+            let dims = [
+                GettDim { kind: 1, size: 5, sa: 4, sb: 0, sc: 5 },
+                GettDim { kind: 2, size: 5, sa: 0, sb: 1, sc: 1 },
+                GettDim { kind: 3, size: 4, sa: 1, sb: 5, sc: 0 },
+            ];
+            unsafe { gett_serial(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk43, true) };
+            assert!(c.iter().all(|&x| x == 24.0));
+            unsafe { gett_serial(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &[], params, uk43, false) };
+            assert_eq!(c[0], 30.0);
+            assert_eq!(c[1], 24.0);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
