@@ -30,6 +30,9 @@ use tcc_runtime::task::{Schedule, ThreadPool};
 /// Tile grids larger than this are refused (a larger tile size is the remedy).
 const MAX_GRID_TILES: f64 = 2e7;
 
+/// What [`Program::for_contributions`] calls: `(term, weight, views, extents)`.
+type ContributionFn<'a> = dyn FnMut(&TermPlan, f64, &[TileView], &[usize]) + 'a;
+
 /// Settings of a tiled run.
 #[derive(Debug, Clone)]
 pub struct TiledOptions {
@@ -247,7 +250,7 @@ impl Program {
     /// Calls `f(term, weight, views, extents)` for every contribution to tile `c` of
     /// statement `s`'s written tensor: the factors' tiles (all nonzero), the weight
     /// of an ordered summed tuple, and the tile extent of every index of the term.
-    fn for_contributions(&self, s: usize, c: &[u32], f: &mut dyn FnMut(&TermPlan, f64, &[TileView], &[usize])) {
+    fn for_contributions(&self, s: usize, c: &[u32], f: &mut ContributionFn<'_>) {
         for term in &self.stmts[s].terms {
             let n = term.indices.len();
             let ranges: Vec<&TiledRange> =
@@ -330,11 +333,11 @@ impl Program {
             data.insert(t, v);
         }
         for s in &self.stmts {
-            if !data.contains_key(&s.lhs) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = data.entry(s.lhs) {
                 let z = TiledTensor::zeros(self.layouts[&s.lhs].clone()).map_err(|e| {
                     crate::run::out_of_memory(format!("cannot allocate {} elements for `{}`", e.elements, e.name))
                 })?;
-                data.insert(s.lhs, z);
+                slot.insert(z);
             }
         }
         // The level after which each temporary is no longer read or written.

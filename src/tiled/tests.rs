@@ -226,7 +226,7 @@ fn random_program(seed: u64) -> Hir {
                 if d.len() == 4 && ranges[2] == ranges[3] && rnd(2) == 0 {
                     b.hir.tensors[t].symmetry.push(anti(&[2, 3]));
                 }
-                if d.len() >= 2 && d.len() % 2 == 0 && spin_ok(&b, &d) && rnd(2) == 0 {
+                if d.len() >= 2 && d.len().is_multiple_of(2) && spin_ok(&b, &d) && rnd(2) == 0 {
                     let h = d.len() / 2;
                     b.hir.tensors[t]
                         .blocks
