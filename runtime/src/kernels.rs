@@ -308,22 +308,66 @@ thread_local! {
     static PACK: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Offsets of every multi-index of `dims` (row-major, last fastest) under `stride`.
-fn offsets(dims: &[GettDim], stride: impl Fn(&GettDim) -> i64) -> Vec<isize> {
-    let mut out = vec![0isize];
-    for d in dims {
-        let s = stride(d) as isize;
-        let mut next = Vec::with_capacity(out.len() * d.size.max(0) as usize);
-        for &o in &out {
-            for i in 0..d.size.max(0) as isize {
-                next.push(o + i * s);
+/// Writes to `out` the offsets of every multi-index of the dims of `kind` among
+/// `dims` (row-major, last fastest) under `stride`, reusing `out`'s space.
+fn offsets_into(out: &mut Vec<isize>, dims: &[GettDim], kind: i64, stride: impl Fn(&GettDim) -> i64) {
+    out.clear();
+    out.push(0);
+    for d in dims.iter().filter(|d| d.kind == kind) {
+        let (s, size) = (stride(d) as isize, d.size.max(0) as usize);
+        let len = out.len();
+        if size == 0 {
+            out.clear();
+            return;
+        }
+        if len == 1 {
+            let base = out[0];
+            out.clear();
+            out.extend((0..size as isize).map(|i| base + i * s));
+            continue;
+        }
+        out.resize(len * size, 0);
+        // In place, from the back: entry `o` moves to `o·size .. (o+1)·size`, never
+        // below `o`, so the entries not yet read are never overwritten.
+        for o in (0..len).rev() {
+            let base = out[o];
+            for (i, x) in out[o * size..(o + 1) * size].iter_mut().enumerate() {
+                *x = base + i as isize * s;
             }
         }
-        out = next;
     }
+}
+
+/// The step of the offsets of the dims of `kind` (see [`offsets_into`]) when they
+/// form an arithmetic progression, as [`step_of`] of the table would find: each
+/// dimension (of size > 1) must step by the whole extent of the next one.
+fn step_of_dims(dims: &[GettDim], kind: i64, stride: impl Fn(&GettDim) -> i64) -> Option<isize> {
+    // The whole extent (stride · size) of the next dimension in.
+    let mut span: Option<i64> = None;
+    let mut step = 0;
+    for d in dims.iter().rev().filter(|d| d.kind == kind && d.size > 1) {
+        let s = stride(d);
+        match span {
+            None => step = s,
+            Some(x) if x != s => return None,
+            Some(_) => {}
+        }
+        span = Some(s.wrapping_mul(d.size));
+    }
+    Some(step as isize)
+}
+
+/// Offsets of every multi-index of the dims of `kind` (see [`offsets_into`]).
+fn offsets(dims: &[GettDim], kind: i64, stride: impl Fn(&GettDim) -> i64) -> Vec<isize> {
+    let mut out = Vec::new();
+    offsets_into(&mut out, dims, kind, stride);
     out
 }
 
+/// The offset tables of one GETT call, with the common step of each table that is
+/// an arithmetic progression (then every slice of it is one too). Kept per thread
+/// and refilled by each call: tile tasks make many small calls.
+#[derive(Default)]
 struct Tables {
     ba: Vec<isize>,
     bb: Vec<isize>,
@@ -334,6 +378,64 @@ struct Tables {
     nc: Vec<isize>,
     ka: Vec<isize>,
     kb: Vec<isize>,
+    /// The dims the tables were built for (consecutive calls of a tile task
+    /// usually have the same: only the operand pointers change).
+    key: Vec<GettDim>,
+    /// Whether the tables hold those of `key` (not so when new: `key` is empty,
+    /// which is also a valid GETT, a product of scalars).
+    built: bool,
+    /// Steps of `ma`, `mc`, `nb`, `nc`, `ka`, `kb`.
+    s_ma: Option<isize>,
+    s_mc: Option<isize>,
+    s_nb: Option<isize>,
+    s_nc: Option<isize>,
+    s_ka: Option<isize>,
+    s_kb: Option<isize>,
+}
+
+impl Tables {
+    fn fill(&mut self, dims: &[GettDim]) {
+        let same = |x: &GettDim, y: &GettDim| (x.kind, x.size, x.sa, x.sb, x.sc) == (y.kind, y.size, y.sa, y.sb, y.sc);
+        if self.built && self.key.len() == dims.len() && self.key.iter().zip(dims).all(|(x, y)| same(x, y)) {
+            return;
+        }
+        self.built = true;
+        self.key.clear();
+        self.key.extend_from_slice(dims);
+        offsets_into(&mut self.ba, dims, 0, |d| d.sa);
+        offsets_into(&mut self.bb, dims, 0, |d| d.sb);
+        offsets_into(&mut self.bc, dims, 0, |d| d.sc);
+        offsets_into(&mut self.ma, dims, 1, |d| d.sa);
+        offsets_into(&mut self.mc, dims, 1, |d| d.sc);
+        offsets_into(&mut self.nb, dims, 2, |d| d.sb);
+        offsets_into(&mut self.nc, dims, 2, |d| d.sc);
+        offsets_into(&mut self.ka, dims, 3, |d| d.sa);
+        offsets_into(&mut self.kb, dims, 3, |d| d.sb);
+        self.s_ma = step_of_dims(dims, 1, |d| d.sa);
+        self.s_mc = step_of_dims(dims, 1, |d| d.sc);
+        self.s_nb = step_of_dims(dims, 2, |d| d.sb);
+        self.s_nc = step_of_dims(dims, 2, |d| d.sc);
+        self.s_ka = step_of_dims(dims, 3, |d| d.sa);
+        self.s_kb = step_of_dims(dims, 3, |d| d.sb);
+        debug_assert_eq!(self.s_ma, step_of(&self.ma));
+        debug_assert_eq!(self.s_mc, step_of(&self.mc));
+        debug_assert_eq!(self.s_nb, step_of(&self.nb));
+        debug_assert_eq!(self.s_nc, step_of(&self.nc));
+        debug_assert_eq!(self.s_ka, step_of(&self.ka));
+        debug_assert_eq!(self.s_kb, step_of(&self.kb));
+    }
+}
+
+/// `table[r]` with its step: the table's own when it has one, else the slice's.
+fn span(table: &[isize], step: Option<isize>, r: std::ops::Range<usize>) -> (&[isize], Option<isize>) {
+    let offs = &table[r];
+    (offs, step.or_else(|| step_of(offs)))
+}
+
+thread_local! {
+    /// Offset tables reused by the GETT calls of this thread (taken out during a
+    /// call, so a nested call would only allocate its own).
+    static TABLES: RefCell<Tables> = RefCell::new(Tables::default());
 }
 
 #[derive(Clone, Copy)]
@@ -420,12 +522,10 @@ unsafe fn gett_on<T: Elem>(
     overwrite: bool,
     threads: usize,
 ) {
-    let by = |k: i64| -> Vec<GettDim> { dims.iter().copied().filter(|d| d.kind == k).collect() };
-    let (bd, md, nd, kd) = (by(0), by(1), by(2), by(3));
     if dims.iter().any(|d| d.size <= 0) {
         // An empty sum: with `overwrite`, C is still defined (zero).
         if overwrite && dims.iter().all(|d| d.size > 0 || d.kind == 3) {
-            let (bc, mc, nc) = (offsets(&bd, |d| d.sc), offsets(&md, |d| d.sc), offsets(&nd, |d| d.sc));
+            let (bc, mc, nc) = (offsets(dims, 0, |d| d.sc), offsets(dims, 1, |d| d.sc), offsets(dims, 2, |d| d.sc));
             for &b0 in &bc {
                 for &m0 in &mc {
                     for &n0 in &nc {
@@ -436,17 +536,25 @@ unsafe fn gett_on<T: Elem>(
         }
         return;
     }
-    let t = Tables {
-        ba: offsets(&bd, |d| d.sa),
-        bb: offsets(&bd, |d| d.sb),
-        bc: offsets(&bd, |d| d.sc),
-        ma: offsets(&md, |d| d.sa),
-        mc: offsets(&md, |d| d.sc),
-        nb: offsets(&nd, |d| d.sb),
-        nc: offsets(&nd, |d| d.sc),
-        ka: offsets(&kd, |d| d.sa),
-        kb: offsets(&kd, |d| d.sb),
-    };
+    let mut t = TABLES.with(|cell| cell.take());
+    t.fill(dims);
+    gett_tables(a, b, c, alpha, &t, params, uk, overwrite, threads);
+    TABLES.with(|cell| cell.replace(t));
+}
+
+/// [`gett_on`] with the offset tables built.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gett_tables<T: Elem>(
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    alpha: T,
+    t: &Tables,
+    params: GettParams,
+    uk: Ukernel<T>,
+    overwrite: bool,
+    threads: usize,
+) {
     let (m, n, k, nbatch) = (t.ma.len(), t.nb.len(), t.ka.len(), t.ba.len());
     // Tuning overrides of the compiler's blocking (experiments only).
     let [kc, mc, nc] = blocking_overrides();
@@ -466,19 +574,19 @@ unsafe fn gett_on<T: Elem>(
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     if threads == 1 || flops * nbatch as f64 <= 2e6 {
         for bi in 0..nbatch {
-            block(ptrs, bi, &t, 0..m, 0..n, alpha, &p, uk, overwrite);
+            block(ptrs, bi, t, 0..m, 0..n, alpha, &p, uk, overwrite);
         }
     } else if nbatch >= 2 * threads || (nbatch >= threads && flops < 5e7) {
-        parallel_for(nbatch, |bi| block(ptrs, bi, &t, 0..m, 0..n, alpha, &p, uk, overwrite));
+        parallel_for(nbatch, |bi| block(ptrs, bi, t, 0..m, 0..n, alpha, &p, uk, overwrite));
     } else {
         for bi in 0..nbatch {
             // Few rows (A fits in a core's L2) and many columns: split the columns,
             // each task packing its own B slivers; else BLIS's shared B panel.
             let few_rows = m.div_ceil(p.mc) < threads && round_up(m, p.mr) * p.kc * std::mem::size_of::<T>() <= 1 << 20;
             if few_rows && n >= 4 * threads * p.nr {
-                gemm_columns(ptrs, bi, &t, alpha, &p, uk, threads, overwrite);
+                gemm_columns(ptrs, bi, t, alpha, &p, uk, threads, overwrite);
             } else {
-                gemm_parallel(ptrs, bi, &t, alpha, &p, uk, threads, overwrite);
+                gemm_parallel(ptrs, bi, t, alpha, &p, uk, threads, overwrite);
             }
         }
     }
@@ -545,13 +653,25 @@ unsafe fn gemm_parallel<T: Elem>(
                 parallel_for(nslivers, |sj| {
                     let (b, bp) = (b as *const T, bp);
                     let cols = nr.min(nb - sj * nr);
-                    pack_panel(bp.0.add(sj * nr * kb), b, &t.nb[jc + sj * nr..][..cols], &t.kb[pc..pc + kb], nr);
+                    pack_panel(
+                        bp.0.add(sj * nr * kb),
+                        b,
+                        span(&t.nb, t.s_nb, jc + sj * nr..jc + sj * nr + cols),
+                        span(&t.kb, t.s_kb, pc..pc + kb),
+                        nr,
+                    );
                 });
                 if !private_a {
                     parallel_for(mslivers, |si| {
                         let (a, ap) = (a as *const T, ap);
                         let rows = mr.min(m - si * mr);
-                        pack_panel(ap.0.add(si * mr * kb), a, &t.ma[si * mr..][..rows], &t.ka[pc..pc + kb], mr);
+                        pack_panel(
+                            ap.0.add(si * mr * kb),
+                            a,
+                            span(&t.ma, t.s_ma, si * mr..si * mr + rows),
+                            span(&t.ka, t.s_ka, pc..pc + kb),
+                            mr,
+                        );
                     });
                 }
                 // Tasks: row blocks of mc, each split into column chunks so that
@@ -579,13 +699,13 @@ unsafe fn gemm_parallel<T: Elem>(
                     };
                     for sj in sj0..sj1 {
                         let cols = nr.min(nb - sj * nr);
-                        let noffs = &t.nc[jc + sj * nr..jc + sj * nr + cols];
-                        let cs = step_of(noffs).map(|s| if cols == 1 { 1 } else { s });
+                        let (noffs, cs) = span(&t.nc, t.s_nc, jc + sj * nr..jc + sj * nr + cols);
+                        let cs = cs.map(|s| if cols == 1 { 1 } else { s });
                         let bpanel = bp.0.add(sj * nr * kb);
                         for si in si0..si1 {
                             let rows = mr.min(m - si * mr);
-                            let moffs = &t.mc[si * mr..si * mr + rows];
-                            let rs = step_of(moffs).map(|s| if rows == 1 { 1 } else { s });
+                            let (moffs, rs) = span(&t.mc, t.s_mc, si * mr..si * mr + rows);
+                            let rs = rs.map(|s| if rows == 1 { 1 } else { s });
                             let apanel = ap.add(si * mr * kb);
                             let tile =
                                 Tile { kb, apanel, bpanel, c: c.0, moffs, noffs, rs, cs, clear: overwrite && pc == 0 };
@@ -635,13 +755,19 @@ unsafe fn gemm_columns<T: Elem>(
             let mut bbuf = vec![T::zero(); kb * nr];
             for sj in nslivers * x / tasks..nslivers * (x + 1) / tasks {
                 let cols = nr.min(n - sj * nr);
-                pack_panel(bbuf.as_mut_ptr(), b as *const T, &t.nb[sj * nr..][..cols], &t.kb[pc..pc + kb], nr);
-                let noffs = &t.nc[sj * nr..sj * nr + cols];
-                let cs = step_of(noffs).map(|s| if cols == 1 { 1 } else { s });
+                pack_panel(
+                    bbuf.as_mut_ptr(),
+                    b as *const T,
+                    span(&t.nb, t.s_nb, sj * nr..sj * nr + cols),
+                    span(&t.kb, t.s_kb, pc..pc + kb),
+                    nr,
+                );
+                let (noffs, cs) = span(&t.nc, t.s_nc, sj * nr..sj * nr + cols);
+                let cs = cs.map(|s| if cols == 1 { 1 } else { s });
                 for si in 0..mslivers {
                     let rows = mr.min(m - si * mr);
-                    let moffs = &t.mc[si * mr..si * mr + rows];
-                    let rs = step_of(moffs).map(|s| if rows == 1 { 1 } else { s });
+                    let (moffs, rs) = span(&t.mc, t.s_mc, si * mr..si * mr + rows);
+                    let rs = rs.map(|s| if rows == 1 { 1 } else { s });
                     let tile = Tile {
                         kb,
                         apanel: ap.0.add(si * mr * kb),
@@ -690,7 +816,13 @@ impl<T: Elem> PrivateA<T> {
         });
         for (x, si) in slivers.enumerate() {
             let rows = mr.min(m - si * mr);
-            pack_panel(start.add(x * mr * kb), a, &t.ma[si * mr..][..rows], &t.ka[ks.clone()], mr);
+            pack_panel(
+                start.add(x * mr * kb),
+                a,
+                span(&t.ma, t.s_ma, si * mr..si * mr + rows),
+                span(&t.ka, t.s_ka, ks.clone()),
+                mr,
+            );
         }
         PrivateA { start }
     }
@@ -759,14 +891,35 @@ struct Params {
 
 /// Packs one panel for the micro-kernel: for each `k` step (offsets `koffs`), the
 /// elements at `offs` (one per row or column of the panel), zero padded to `width`.
-unsafe fn pack_panel<T: Elem>(dst: *mut T, src: *const T, offs: &[isize], koffs: &[isize], width: usize) {
+/// Each offset list comes with its step when it is an arithmetic progression.
+unsafe fn pack_panel<T: Elem>(
+    dst: *mut T,
+    src: *const T,
+    (offs, so): (&[isize], Option<isize>),
+    (koffs, sk): (&[isize], Option<isize>),
+    width: usize,
+) {
     // Fast paths without offset tables: the panel's rows (or columns) contiguous —
     // one copy per k step — or k contiguous and the rows evenly spaced (a
     // transposing copy, read along k).
-    if let (Some(so), Some(sk), Some(&o0), Some(&k0)) = (step_of(offs), step_of(koffs), offs.first(), koffs.first()) {
+    if let (Some(so), Some(sk), Some(&o0), Some(&k0)) = (so, sk, offs.first(), koffs.first()) {
         let (rows, kb) = (offs.len(), koffs.len());
         let base = src.offset(o0 + k0);
         if so == 1 || rows == 1 {
+            // A full panel of a usual width: fixed-size copies (inlined, where a
+            // `memcpy` call per k step of a few elements costs more than the copy).
+            if rows == width {
+                match width {
+                    4 => return copy_lines::<T, 4>(dst, base, sk, kb),
+                    6 => return copy_lines::<T, 6>(dst, base, sk, kb),
+                    8 => return copy_lines::<T, 8>(dst, base, sk, kb),
+                    12 => return copy_lines::<T, 12>(dst, base, sk, kb),
+                    16 => return copy_lines::<T, 16>(dst, base, sk, kb),
+                    24 => return copy_lines::<T, 24>(dst, base, sk, kb),
+                    32 => return copy_lines::<T, 32>(dst, base, sk, kb),
+                    _ => {}
+                }
+            }
             for pp in 0..kb {
                 let line = dst.add(pp * width);
                 std::ptr::copy_nonoverlapping(base.offset(pp as isize * sk), line, rows);
@@ -777,6 +930,16 @@ unsafe fn pack_panel<T: Elem>(dst: *mut T, src: *const T, offs: &[isize], koffs:
             return;
         }
         if sk == 1 {
+            if rows == width {
+                match width {
+                    4 => return transpose_lines::<T, 4>(dst, base, so, kb),
+                    6 => return transpose_lines::<T, 6>(dst, base, so, kb),
+                    8 => return transpose_lines::<T, 8>(dst, base, so, kb),
+                    12 => return transpose_lines::<T, 12>(dst, base, so, kb),
+                    16 => return transpose_lines::<T, 16>(dst, base, so, kb),
+                    _ => {}
+                }
+            }
             for j in 0..rows {
                 let col = base.offset(j as isize * so);
                 for pp in 0..kb {
@@ -799,6 +962,39 @@ unsafe fn pack_panel<T: Elem>(dst: *mut T, src: *const T, offs: &[isize], koffs:
         for j in offs.len()..width {
             *line.add(j) = T::zero();
         }
+    }
+}
+
+/// The transposing copy of [`pack_panel`] for a full panel of even width `W`:
+/// `dst[pp·W + j] = src[j·so + pp]`, in 2 × 2 blocks (two rows, two k steps: a
+/// pair of loads and a pair of stores for four elements, against four each).
+#[inline(always)]
+unsafe fn transpose_lines<T: Elem, const W: usize>(dst: *mut T, src: *const T, so: isize, kb: usize) {
+    let mut pp = 0;
+    while pp + 2 <= kb {
+        let (d0, d1) = (dst.add(pp * W), dst.add((pp + 1) * W));
+        for j in (0..W).step_by(2) {
+            let x = std::ptr::read_unaligned(src.offset(j as isize * so).add(pp) as *const [T; 2]);
+            let y = std::ptr::read_unaligned(src.offset((j + 1) as isize * so).add(pp) as *const [T; 2]);
+            std::ptr::write_unaligned(d0.add(j) as *mut [T; 2], [x[0], y[0]]);
+            std::ptr::write_unaligned(d1.add(j) as *mut [T; 2], [x[1], y[1]]);
+        }
+        pp += 2;
+    }
+    if pp < kb {
+        for j in 0..W {
+            *dst.add(pp * W + j) = *src.offset(j as isize * so).add(pp);
+        }
+    }
+}
+
+/// `kb` lines of `W` contiguous elements, `sk` apart in `src`, one after another
+/// into `dst`.
+#[inline(always)]
+unsafe fn copy_lines<T: Elem, const W: usize>(dst: *mut T, src: *const T, sk: isize, kb: usize) {
+    for pp in 0..kb {
+        let line = std::ptr::read_unaligned(src.offset(pp as isize * sk) as *const [T; W]);
+        std::ptr::write_unaligned(dst.add(pp * W) as *mut [T; W], line);
     }
 }
 
@@ -852,7 +1048,13 @@ unsafe fn block<T: Elem>(
                 let mut jr = 0;
                 while jr < nb {
                     let cols = nr.min(nb - jr);
-                    pack_panel(bp.add(jr * kb), b, &t.nb[jc + jr..][..cols], &t.kb[pc..pc + kb], nr);
+                    pack_panel(
+                        bp.add(jr * kb),
+                        b,
+                        span(&t.nb, t.s_nb, jc + jr..jc + jr + cols),
+                        span(&t.kb, t.s_kb, pc..pc + kb),
+                        nr,
+                    );
                     jr += nr;
                 }
                 let mut ic = mrange.start;
@@ -861,19 +1063,25 @@ unsafe fn block<T: Elem>(
                     let mut ir = 0;
                     while ir < mb {
                         let rows = mr.min(mb - ir);
-                        pack_panel(ap.add(ir * kb), a, &t.ma[ic + ir..][..rows], &t.ka[pc..pc + kb], mr);
+                        pack_panel(
+                            ap.add(ir * kb),
+                            a,
+                            span(&t.ma, t.s_ma, ic + ir..ic + ir + rows),
+                            span(&t.ka, t.s_ka, pc..pc + kb),
+                            mr,
+                        );
                         ir += mr;
                     }
                     let mut jr = 0;
                     while jr < nb {
                         let cols = nr.min(nb - jr);
-                        let noffs = &t.nc[jc + jr..jc + jr + cols];
-                        let cs = step_of(noffs).map(|s| if cols == 1 { 1 } else { s });
+                        let (noffs, cs) = span(&t.nc, t.s_nc, jc + jr..jc + jr + cols);
+                        let cs = cs.map(|s| if cols == 1 { 1 } else { s });
                         let mut ir = 0;
                         while ir < mb {
                             let rows = mr.min(mb - ir);
-                            let moffs = &t.mc[ic + ir..ic + ir + rows];
-                            let rs = step_of(moffs).map(|s| if rows == 1 { 1 } else { s });
+                            let (moffs, rs) = span(&t.mc, t.s_mc, ic + ir..ic + ir + rows);
+                            let rs = rs.map(|s| if rows == 1 { 1 } else { s });
                             let apanel = ap.add(ir * kb);
                             let bpanel = bp.add(jr * kb);
                             let t = Tile { kb, apanel, bpanel, c, moffs, noffs, rs, cs, clear: overwrite && pc == 0 };
@@ -1033,6 +1241,55 @@ mod tests {
                         "{m}x{n}x{k} mc={mc} overwrite={overwrite} at {x}: {got} vs {}",
                         base + w
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gett_tables_follow_the_dims_of_each_call() {
+        // On a fresh thread: a product of scalars (no dims) first, then a GEMM, then
+        // the scalar product again; each call must use tables of its own dims.
+        std::thread::spawn(|| {
+            let params = GettParams { mr: 4, nr: 3, mc: 8, nc: 6, kc: 4 };
+            let (a, b) = ([3.0f64; 20], [2.0f64; 20]);
+            let mut c = [1.0f64; 25];
+            unsafe { gett_serial(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &[], params, uk43, false) };
+            assert_eq!(c[0], 7.0);
+            let dims = [
+                GettDim { kind: 1, size: 5, sa: 4, sb: 0, sc: 5 },
+                GettDim { kind: 2, size: 5, sa: 0, sb: 1, sc: 1 },
+                GettDim { kind: 3, size: 4, sa: 1, sb: 5, sc: 0 },
+            ];
+            unsafe { gett_serial(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk43, true) };
+            assert!(c.iter().all(|&x| x == 24.0));
+            unsafe { gett_serial(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &[], params, uk43, false) };
+            assert_eq!(c[0], 30.0);
+            assert_eq!(c[1], 24.0);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn pack_panel_fast_paths_match_the_offset_tables() {
+        // Rows contiguous (fixed-size copies) and k contiguous (2 × 2 transposes,
+        // odd k count), full and partial panels, against the table-driven copy.
+        let src: Vec<f64> = (0..4096).map(|x| x as f64).collect();
+        for width in [4usize, 6, 8, 12, 16, 5] {
+            for rows in [width, width - 1] {
+                for kb in [1usize, 6, 7] {
+                    for (so, sk) in [(1isize, 40isize), (40, 1)] {
+                        let offs: Vec<isize> = (0..rows as isize).map(|j| 3 + j * so).collect();
+                        let koffs: Vec<isize> = (0..kb as isize).map(|p| p * sk).collect();
+                        let mut fast = vec![f64::NAN; width * kb];
+                        let mut slow = vec![f64::NAN; width * kb];
+                        unsafe {
+                            pack_panel(fast.as_mut_ptr(), src.as_ptr(), (&offs, Some(so)), (&koffs, Some(sk)), width);
+                            pack_panel(slow.as_mut_ptr(), src.as_ptr(), (&offs, None), (&koffs, None), width);
+                        }
+                        assert_eq!(fast, slow, "width {width} rows {rows} kb {kb} so {so} sk {sk}");
+                    }
                 }
             }
         }

@@ -261,21 +261,24 @@ impl Program {
             if (term.n_lhs..n).any(|p| ranges[p].count() == 0) {
                 continue;
             }
-            let mut views: Vec<TileView> = Vec::with_capacity(term.factors.len());
+            // Reused by every contribution: the factors' layouts, views and tile
+            // coordinates, and the extents.
+            let layouts: Vec<Option<&Layout>> = term.factors.iter().map(|(t, _)| self.layouts.get(t)).collect();
+            let mut views: Vec<TileView> = (0..term.factors.len())
+                .map(|_| TileView { slot: 0, offset: 0, strides: Vec::with_capacity(n), sign: 1.0 })
+                .collect();
+            let mut fc: Coord = Vec::with_capacity(n);
             let mut ext = vec![0usize; n];
             loop {
                 let weight = ordered_weight(&term.ordered, &coord);
                 if weight > 0.0 {
-                    views.clear();
                     let mut zero = false;
-                    for (t, pos) in &term.factors {
-                        let fc: Coord = pos.iter().map(|&p| coord[p]).collect();
-                        match self.layouts.get(t).and_then(|l| l.view(&fc)) {
-                            Some(v) => views.push(v),
-                            None => {
-                                zero = true;
-                                break;
-                            }
+                    for (((_, pos), layout), view) in term.factors.iter().zip(&layouts).zip(views.iter_mut()) {
+                        fc.clear();
+                        fc.extend(pos.iter().map(|&p| coord[p]));
+                        if !layout.is_some_and(|l| l.view_into(&fc, view)) {
+                            zero = true;
+                            break;
                         }
                     }
                     if !zero {
@@ -368,10 +371,11 @@ impl Program {
             data.insert(t, v);
         }
         for s in &self.stmts {
-            if let std::collections::hash_map::Entry::Vacant(e) = data.entry(s.lhs) {
-                e.insert(TiledTensor::zeros(self.layouts[&s.lhs].clone()).map_err(|e| {
+            if let std::collections::hash_map::Entry::Vacant(slot) = data.entry(s.lhs) {
+                let z = TiledTensor::zeros(self.layouts[&s.lhs].clone()).map_err(|e| {
                     crate::run::out_of_memory(format!("cannot allocate {} elements for `{}`", e.elements, e.name))
-                })?);
+                })?;
+                slot.insert(z);
             }
         }
         // The level after which each temporary is no longer read or written.
@@ -399,11 +403,14 @@ impl Program {
                 tasks.sort_by(|a, b| b.2.total_cmp(&a.2));
             }
             tasks_total += tasks.len();
-            let ptrs: HashMap<TensorId, SyncPtr> =
-                data.iter_mut().map(|(&t, v)| (t, SyncPtr(v.data.as_mut_ptr()))).collect();
+            // Data pointers indexed by tensor (null for tensors not held now).
+            let mut ptrs = vec![SyncPtr(std::ptr::null_mut()); self.hir.tensors.len()];
+            for (&t, v) in data.iter_mut() {
+                ptrs[t.index()] = SyncPtr(v.data.as_mut_ptr());
+            }
             let layouts = &self.layouts;
             // SAFETY (of the offsets): every tensor is stored whole in its layout.
-            let tile_ptr = |t: TensorId, slot: usize| unsafe { ptrs[&t].0.add(layouts[&t].offset(slot)) };
+            let tile_ptr = |t: TensorId, slot: usize| unsafe { ptrs[t.index()].get().add(layouts[&t].offset(slot)) };
             pool.parallel_for(tasks.len(), opts.schedule, |k, w| {
                 let start = Instant::now();
                 let (s, c, _) = &tasks[k];
@@ -467,6 +474,17 @@ impl Program {
         }
         let mut flops = 0.0;
         let mut calls = 0u64;
+        // GETT calls run one contribution late: the operand tiles of the next call
+        // are prefetched (into L2) while the previous one computes, since packing
+        // small tiles otherwise waits on memory.
+        let mut dims: Vec<GettDim> = Vec::new();
+        let mut pending_dims: Vec<GettDim> = Vec::new();
+        let mut pending: Option<(*const f64, *const f64, f64)> = None;
+        let run_pending = |pending: &mut Option<(*const f64, *const f64, f64)>, dims: &[GettDim]| {
+            if let Some((pa, pb, alpha)) = pending.take() {
+                tcc_runtime::kernels::gett_serial(pa, pb, cptr, alpha, dims, kernel.params, kernel.uk, false);
+            }
+        };
         self.for_contributions(s, c, &mut |term, weight, views, ext| {
             let alpha = term.coef * weight * views.iter().map(|v| v.sign).product::<f64>();
             let points: f64 = ext.iter().map(|&e| e as f64).product();
@@ -478,24 +496,23 @@ impl Program {
             match term.factors.len() {
                 2 => {
                     let (a, b) = (&term.factors[0], &term.factors[1]);
-                    let mut dims: Vec<GettDim> = (0..ext.len())
-                        .map(|p| {
-                            let (ia, ib) = (a.1.contains(&p), b.1.contains(&p));
-                            let kind = match (p < n_lhs, ia, ib) {
-                                (true, true, true) | (true, false, false) => 0,
-                                (true, true, false) => 1,
-                                (true, false, true) => 2,
-                                (false, _, _) => 3,
-                            };
-                            GettDim {
-                                kind,
-                                size: ext[p] as i64,
-                                sa: stride(0, p) as i64,
-                                sb: stride(1, p) as i64,
-                                sc: csd(p) as i64,
-                            }
-                        })
-                        .collect();
+                    dims.clear();
+                    dims.extend((0..ext.len()).map(|p| {
+                        let (ia, ib) = (a.1.contains(&p), b.1.contains(&p));
+                        let kind = match (p < n_lhs, ia, ib) {
+                            (true, true, true) | (true, false, false) => 0,
+                            (true, true, false) => 1,
+                            (true, false, true) => 2,
+                            (false, _, _) => 3,
+                        };
+                        GettDim {
+                            kind,
+                            size: ext[p] as i64,
+                            sa: stride(0, p) as i64,
+                            sb: stride(1, p) as i64,
+                            sc: csd(p) as i64,
+                        }
+                    }));
                     let (mut pa, mut pb) = (tile_ptr(a.0, views[0].slot), tile_ptr(b.0, views[1].slot));
                     // The written tile's contiguous index should be a row (m) index.
                     if dims
@@ -504,7 +521,7 @@ impl Program {
                         .min_by_key(|d| d.sc)
                         .is_some_and(|d| d.kind == 2)
                     {
-                        for d in &mut dims {
+                        for d in dims.iter_mut() {
                             std::mem::swap(&mut d.sa, &mut d.sb);
                             d.kind = match d.kind {
                                 1 => 2,
@@ -518,11 +535,18 @@ impl Program {
                         let s = if d.kind == 3 { d.sa.max(d.sb) } else { d.sc };
                         (d.kind, std::cmp::Reverse(s))
                     });
-                    tcc_runtime::kernels::gett_serial(pa, pb, cptr, alpha, &dims, kernel.params, kernel.uk, false);
+                    for (f, v) in term.factors.iter().zip(views) {
+                        let len: usize = f.1.iter().map(|&p| ext[p]).product();
+                        prefetch_l2(tile_ptr(f.0, v.slot), len);
+                    }
+                    run_pending(&mut pending, &pending_dims);
+                    std::mem::swap(&mut dims, &mut pending_dims);
+                    pending = Some((pa, pb, alpha));
                     calls += 1;
                     flops += 2.0 * points;
                 }
                 1 => {
+                    run_pending(&mut pending, &pending_dims);
                     let a = tile_ptr(term.factors[0].0, views[0].slot);
                     let sa: Vec<isize> = (0..ext.len()).map(|p| stride(0, p)).collect();
                     let scs: Vec<isize> = (0..ext.len()).map(csd).collect();
@@ -530,6 +554,7 @@ impl Program {
                     flops += points;
                 }
                 _ => {
+                    run_pending(&mut pending, &pending_dims);
                     let scs: Vec<isize> = (0..ext.len()).map(csd).collect();
                     let one = [1.0f64];
                     strided_add(cptr, &scs, one.as_ptr() as *mut f64, &vec![0; ext.len()], ext, alpha);
@@ -537,8 +562,25 @@ impl Program {
                 }
             }
         });
+        run_pending(&mut pending, &pending_dims);
         (flops, calls)
     }
+}
+
+/// Asks for the `len` elements from `p` to be brought into L2 (a hint only).
+#[inline]
+fn prefetch_l2(p: *const f64, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        // 8 f64 per 64-byte line; `wrapping_add` keeps the address arithmetic safe.
+        for x in (0..len).step_by(8) {
+            // SAFETY: a prefetch never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(x) as *const i8) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, len);
 }
 
 /// `c[l·sc] += alpha · a[l·sa]` over the box `ext`.
@@ -578,15 +620,14 @@ unsafe fn strided_add(c: *mut f64, sc: &[isize], a: *mut f64, sa: &[isize], ext:
 pub(crate) fn ordered_weight(groups: &[Vec<usize>], coord: &[u32]) -> f64 {
     let mut w = 1.0;
     for g in groups {
-        let vals: Vec<u32> = g.iter().map(|&p| coord[p]).collect();
-        if vals.windows(2).any(|x| x[0] > x[1]) {
+        if g.windows(2).any(|x| coord[x[0]] > coord[x[1]]) {
             return 0.0;
         }
         // k! / Π multiplicity!
-        let mut orderings = (1..=vals.len()).map(|x| x as f64).product::<f64>();
+        let mut orderings = (1..=g.len()).map(|x| x as f64).product::<f64>();
         let mut run = 1;
-        for k in 1..=vals.len() {
-            if k < vals.len() && vals[k] == vals[k - 1] {
+        for k in 1..=g.len() {
+            if k < g.len() && coord[g[k]] == coord[g[k - 1]] {
                 run += 1;
             } else {
                 orderings /= (1..=run).map(|x| x as f64).product::<f64>();
@@ -602,6 +643,12 @@ pub(crate) fn ordered_weight(groups: &[Vec<usize>], coord: &[u32]) -> f64 {
 struct SyncPtr(*mut f64);
 unsafe impl Send for SyncPtr {}
 unsafe impl Sync for SyncPtr {}
+impl SyncPtr {
+    /// The pointer (a method, so that closures capture the `Sync` wrapper).
+    fn get(self) -> *mut f64 {
+        self.0
+    }
+}
 
 fn too_many_tiles(l: &Layout) -> CommandError {
     fail(

@@ -38,8 +38,14 @@ pub struct Layout {
     rules: Vec<BlockRule>,
     tiles: Vec<Coord>,
     slots: HashMap<Coord, usize>,
+    /// The slot of every tile of the grid (row-major; `u32::MAX` where none is
+    /// stored), when the grid is small enough: lookups without hashing.
+    dense_slots: Vec<u32>,
     offsets: Vec<usize>,
 }
+
+/// Grids of at most this many tiles get a dense slot table (4 bytes a tile).
+const DENSE_SLOTS_MAX: f64 = (1u64 << 20) as f64;
 
 impl Layout {
     /// A layout with no tiles yet (see [`Layout::candidates`] and [`Layout::store`]).
@@ -52,6 +58,7 @@ impl Layout {
             rules: tensor.blocks.clone(),
             tiles: Vec::new(),
             slots: HashMap::new(),
+            dense_slots: Vec::new(),
             offsets: vec![0],
         }
     }
@@ -125,18 +132,38 @@ impl Layout {
     /// The canonical image of `c` and the group element reaching it.
     fn canonical(&self, c: &[u32]) -> (Coord, usize) {
         let mut best: Coord = c.to_vec();
+        let which = self.canonical_in(c, &mut best);
+        (best, which)
+    }
+
+    /// The canonical image of `c`, written to `best` (as long as `c`), and the group
+    /// element reaching it; allocates nothing for up to 16 dimensions.
+    fn canonical_in(&self, c: &[u32], best: &mut [u32]) -> usize {
+        best.copy_from_slice(c);
+        let elements = self.group.elements();
+        if elements.len() == 1 {
+            return 0;
+        }
+        let n = c.len();
+        let mut stack = [0u32; 16];
+        let mut heap = Vec::new();
+        let img: &mut [u32] = if n <= stack.len() {
+            &mut stack[..n]
+        } else {
+            heap.resize(n, 0);
+            &mut heap
+        };
         let mut which = 0;
-        let mut img: Coord = vec![0; c.len()];
-        for (k, (p, _)) in self.group.elements().iter().enumerate() {
+        for (k, (p, _)) in elements.iter().enumerate() {
             for (i, &q) in p.iter().enumerate() {
                 img[i] = c[q];
             }
-            if img < best {
-                best.copy_from_slice(&img);
+            if *img < *best {
+                best.copy_from_slice(img);
                 which = k;
             }
         }
-        (best, which)
+        which
     }
 
     pub fn is_canonical(&self, c: &[u32]) -> bool {
@@ -147,6 +174,14 @@ impl Layout {
     pub fn store(&mut self, tiles: Vec<Coord>) {
         self.tiles = tiles;
         self.slots = self.tiles.iter().enumerate().map(|(k, c)| (c.clone(), k)).collect();
+        self.dense_slots = Vec::new();
+        if self.grid_tiles() <= DENSE_SLOTS_MAX && self.tiles.len() < u32::MAX as usize {
+            self.dense_slots = vec![u32::MAX; self.grid_tiles() as usize];
+            for (k, c) in self.tiles.iter().enumerate() {
+                let at = self.grid_index(c);
+                self.dense_slots[at] = k as u32;
+            }
+        }
         self.offsets = vec![0];
         let mut at = 0;
         for c in &self.tiles {
@@ -184,29 +219,56 @@ impl Layout {
         self.offsets[slot]
     }
 
+    /// Row-major position of tile `c` in the tile grid.
+    fn grid_index(&self, c: &[u32]) -> usize {
+        c.iter().zip(&self.dims).fold(0, |at, (&k, d)| at * d.count() + k as usize)
+    }
+
     /// Whether tile `c` (canonical) is stored.
     pub fn slot(&self, c: &[u32]) -> Option<usize> {
+        if !self.dense_slots.is_empty() {
+            if c.len() != self.dims.len() || c.iter().zip(&self.dims).any(|(&k, d)| k as usize >= d.count()) {
+                return None;
+            }
+            let slot = self.dense_slots[self.grid_index(c)];
+            return (slot != u32::MAX).then_some(slot as usize);
+        }
         self.slots.get(c).copied()
     }
 
     /// How to read tile `c` (any coordinates), or `None` when it is zero.
     pub fn view(&self, c: &[u32]) -> Option<TileView> {
-        let (canon, which) = self.canonical(c);
-        let slot = *self.slots.get(&canon)?;
-        let (perm, sign) = &self.group.elements()[which];
-        // Row-major strides of the stored (canonical) tile.
+        let mut v = TileView { slot: 0, offset: 0, strides: Vec::new(), sign: 1.0 };
+        self.view_into(c, &mut v).then_some(v)
+    }
+
+    /// [`Layout::view`] into `out` (its `strides` reused): whether tile `c` is
+    /// nonzero. Allocates nothing for up to 16 dimensions once `out` has room.
+    pub fn view_into(&self, c: &[u32], out: &mut TileView) -> bool {
         let n = c.len();
-        let mut stored = vec![0isize; n];
+        let mut stack = [0u32; 16];
+        let mut heap = Vec::new();
+        let canon: &mut [u32] = if n <= stack.len() {
+            &mut stack[..n]
+        } else {
+            heap.resize(n, 0);
+            &mut heap
+        };
+        let which = self.canonical_in(c, canon);
+        let Some(slot) = self.slot(canon) else { return false };
+        let (perm, sign) = &self.group.elements()[which];
+        // Row-major strides of the stored (canonical) tile; canon[i] = c[perm[i]]:
+        // dimension perm[i] of `c` runs along stored dimension i.
+        out.strides.clear();
+        out.strides.resize(n, 0);
         let mut s = 1isize;
-        for d in (0..n).rev() {
-            stored[d] = s;
-            s *= self.dims[d].extent(canon[d] as usize) as isize;
+        for i in (0..n).rev() {
+            out.strides[perm[i]] = s;
+            s *= self.dims[i].extent(canon[i] as usize) as isize;
         }
-        // canon[i] = c[perm[i]]: dimension perm[i] of `c` runs along stored dimension i.
-        let mut strides = vec![0isize; n];
-        for i in 0..n {
-            strides[perm[i]] = stored[i];
-        }
-        Some(TileView { slot, offset: self.offsets[slot], strides, sign: *sign as f64 })
+        out.slot = slot;
+        out.offset = self.offsets[slot];
+        out.sign = *sign as f64;
+        true
     }
 }
