@@ -25,22 +25,15 @@ for s in static dynamic; do
   "$TCC" run bench/tiled/schedule.tc --tiled --stats --schedule $s | grep -E "busy"
 done
 
-echo "## tile kernel: C[i,j] = A[i,k] B[k,j], N=1536, GFLOP/s by tile size, and numpy (OpenBLAS) dgemm"
+echo "## tile kernel: C[i,j] = A[i,k] B[k,j], N=1536, GFLOP/s by tile size, and numpy (OpenBLAS) dgemm before and after"
+python3 bench/tiled/dgemm.py
 for t in 32 48 64 96 128; do
   printf "range N = 1536 tile $t;\nindex i, j, k : N;\ninput tensor A[i,k] : f64;\ninput tensor B[k,j] : f64;\noutput tensor C[i,j] : f64;\nC[i,j] = A[i,k] * B[k,j];\n" > /tmp/tiled_mm$t.tc
-  echo "tile $t: $("$TCC" run /tmp/tiled_mm$t.tc --tiled | grep -oE '[0-9.]+ GFLOP/s')"
+  best=0
+  for rep in 1 2 3; do
+    g=$("$TCC" run /tmp/tiled_mm$t.tc --tiled | grep -oE '[0-9.]+ GFLOP/s' | cut -d' ' -f1)
+    best=$(python3 -c "print(max($best, $g))")
+  done
+  echo "tile $t: $best GFLOP/s (best of 3)"
 done
-python3 - "$THREADS" <<'PY'
-import sys, time
-import numpy as np
-try:
-    from threadpoolctl import threadpool_limits
-    threadpool_limits(int(sys.argv[1]))
-except ImportError:
-    pass
-n = 1536
-a, b = np.random.rand(n, n), np.random.rand(n, n)
-a @ b
-best = min((lambda t0: (a @ b, time.perf_counter() - t0)[1])(time.perf_counter()) for _ in range(3))
-print(f"numpy dgemm: {2 * n**3 / best / 1e9:.2f} GFLOP/s")
-PY
+python3 bench/tiled/dgemm.py
