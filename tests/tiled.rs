@@ -37,7 +37,7 @@ fn small_ccd_matches_the_interpreter() {
 
 #[test]
 fn ccd_example_matches_the_dense_build() {
-    let file = path("examples/ccd_spin.tc");
+    let file = path("examples/tiled/ccd_spin.tc");
     let dense = summary(&stdout(&[], &file));
     let tiled_text = stdout(&["--tiled", "--stats"], &file);
     let tiled = summary(&tiled_text);
@@ -63,7 +63,7 @@ fn dynamic_and_static_schedules_agree() {
 
 #[test]
 fn four_index_transform_stores_one_eighth_and_reports_what_runs() {
-    let out = tcc().args(["opt", "--json"]).arg(path("examples/four_index_sym.tc")).assert().success();
+    let out = tcc().args(["opt", "--json"]).arg(path("examples/tiled/four_index_sym.tc")).assert().success();
     let v: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
     let tiled = &v["tiled"][0];
     let a = tiled["tensors"].as_array().unwrap().iter().find(|t| t[0] == "A").unwrap();
@@ -77,7 +77,7 @@ fn four_index_transform_stores_one_eighth_and_reports_what_runs() {
 #[test]
 fn the_plan_predicts_the_flops_tiled_runs_execute() {
     // A small copy of the four-index transform: run it and compare with `tcc opt`.
-    let src = std::fs::read_to_string(path("examples/four_index_sym.tc"))
+    let src = std::fs::read_to_string(path("examples/tiled/four_index_sym.tc"))
         .unwrap()
         .replace("range P = 100 tile 4;", "range P = 9 tile 2;")
         .replace("range M = 100 tile 25;", "range M = 7 tile 3;");
@@ -208,5 +208,43 @@ fn mpi_ranks_give_the_single_process_numbers() {
         let got = summary(&text);
         assert!((one[0] - got[0]).abs() <= 1e-12 * one[0].abs(), "{np} ranks: {one:?} vs {got:?}");
         assert!(text.contains(&format!("tiled on {np} ranks")), "{text}");
+    }
+}
+
+#[test]
+fn a_failing_rank_stops_the_others() {
+    // One of three in-process ranks panics before its first task set: the run fails
+    // with a message naming it, within seconds, instead of hanging in the exchange.
+    let t0 = std::time::Instant::now();
+    let out = tcc()
+        .args(["run"])
+        .arg(path("tests/tiled/ccd_small.tc"))
+        .args(["--tiled", "--ranks", "3"])
+        .env("TCC_INJECT_FAILURE", "1:panic")
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .failure();
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains("rank 1"), "{err}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(30));
+}
+
+#[cfg(feature = "mpi")]
+#[test]
+fn a_failing_mpi_rank_fails_the_job() {
+    for mode in ["panic", "exit"] {
+        let t0 = std::time::Instant::now();
+        let out = std::process::Command::new("timeout")
+            .args(["90", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3"])
+            .arg(assert_cmd::cargo::cargo_bin("tcc"))
+            .arg("run")
+            .arg(path("tests/tiled/ccd_small.tc"))
+            .args(["--tiled", "--backend", "mpi"])
+            .env("TCC_INJECT_FAILURE", format!("1:{mode}"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{mode}: the job succeeded");
+        assert_ne!(out.status.code(), Some(124), "{mode}: the job hung");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "{mode}: {:?}", t0.elapsed());
     }
 }

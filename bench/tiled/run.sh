@@ -17,8 +17,8 @@ python3 -c "import sys; sys.path.insert(0, 'bench/tiled'); import ccd; open('/tm
 /usr/bin/time -f "peak RSS %M KiB, wall %e s" "$TCC" run /tmp/ccd_20_200.tc --tiled --stats 2>&1 | grep -E "tiled:|flops:|storage:|Vvvvv:|peak RSS"
 
 echo "## four-index transform, N=100, 8-fold symmetric input"
-/usr/bin/time -f "peak RSS %M KiB, wall %e s" "$TCC" run examples/four_index_sym.tc --tiled --stats 2>&1 | grep -E "tiled:|flops:|storage:|  A:|  B:|peak RSS"
-"$TCC" opt examples/four_index_sym.tc | grep -E "total flops|tiled"
+/usr/bin/time -f "peak RSS %M KiB, wall %e s" "$TCC" run examples/tiled/four_index_sym.tc --tiled --stats 2>&1 | grep -E "tiled:|flops:|storage:|  A:|  B:|peak RSS"
+"$TCC" opt examples/tiled/four_index_sym.tc | grep -E "total flops|tiled"
 
 echo "## static vs dynamic task claiming, skewed tiles (bench/tiled/schedule.tc)"
 for s in static dynamic; do

@@ -345,7 +345,7 @@ pub fn run_unit(
 
 /// Test hook: `TCC_INJECT_FAILURE=RANK:panic` or `RANK:exit` makes that rank fail at
 /// the start of its first level (to test that the others do not hang).
-fn maybe_inject_failure(rank: usize) {
+pub(crate) fn maybe_inject_failure(rank: usize) {
     let Ok(spec) = std::env::var("TCC_INJECT_FAILURE") else { return };
     let Some((r, mode)) = spec.split_once(':') else { return };
     if r.parse::<usize>().ok() != Some(rank) {

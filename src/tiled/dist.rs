@@ -191,6 +191,7 @@ pub fn run_rank(
     }
     let pool = ThreadPool::new(opts.threads);
     let t0 = std::time::Instant::now();
+    crate::exec::distributed::maybe_inject_failure(me);
     for (l, set) in sets.iter().enumerate() {
         for &s in set {
             let t = program.written(s);
