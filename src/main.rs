@@ -422,6 +422,33 @@ enum Schedule {
     Dynamic,
 }
 
+impl Schedule {
+    fn runtime(self) -> tcc_runtime::task::Schedule {
+        match self {
+            Schedule::Static => tcc_runtime::task::Schedule::Static,
+            Schedule::Dynamic => tcc_runtime::task::Schedule::Dynamic,
+        }
+    }
+}
+
+/// The settings of `tcc run --tiled` (one process or ranks); E0760 for `--tile 0`.
+fn tiled_run(
+    ctx: &Ctx,
+    tile: Option<usize>,
+    schedule: Schedule,
+    check: bool,
+    stats: bool,
+) -> Result<tcc::tiled::run::TiledRun, Outcome> {
+    if tile == Some(0) {
+        return Err(ctx.fail("E0760", "--tile must be at least 1", None));
+    }
+    let mut t = tcc::tiled::TiledOptions { schedule: schedule.runtime(), ..Default::default() };
+    if let Some(n) = tile {
+        t.tile = n;
+    }
+    Ok(tcc::tiled::run::TiledRun { tiled: t, check, stats })
+}
+
 /// "1 tensor", "3 tensors".
 fn count(n: usize, what: &str) -> String {
     format!("{n} {what}{}", if n == 1 { "" } else { "s" })
@@ -879,18 +906,10 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     let result = if tiled && distributed {
-        if tile == Some(0) {
-            return ctx.fail("E0760", "--tile must be at least 1", None);
-        }
-        let schedule = match schedule {
-            Schedule::Static => tcc_runtime::task::Schedule::Static,
-            Schedule::Dynamic => tcc_runtime::task::Schedule::Dynamic,
+        let r = match tiled_run(ctx, tile, schedule, check, stats) {
+            Ok(r) => r,
+            Err(o) => return o,
         };
-        let mut t = tcc::tiled::TiledOptions { schedule, ..Default::default() };
-        if let Some(n) = tile {
-            t.tile = n;
-        }
-        let r = tcc::tiled::run::TiledRun { tiled: t, check, stats };
         let mpi = backend == Some(RunBackend::Mpi);
         tcc::tiled::run::run_tiled_distributed(&hir, &opts, &r, ranks.unwrap_or(1), mpi, &mut lock)
     } else if plan {
@@ -905,10 +924,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
             Ok(t) => t,
             Err(e) => return ctx.fail("E0722", &e, None),
         };
-        let schedule = match schedule {
-            Schedule::Static => tcc_runtime::task::Schedule::Static,
-            Schedule::Dynamic => tcc_runtime::task::Schedule::Dynamic,
-        };
+        let schedule = schedule.runtime();
         let d = tcc::exec::DistOptions { ranks: ranks.unwrap_or(1), schedule, stats, tuning, optimize: !no_opt };
         if backend == Some(RunBackend::Mpi) {
             tcc::exec::run_mpi(&hir, &opts, &d, &mut lock)
@@ -916,21 +932,13 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
             tcc::exec::run_threads(&hir, &opts, &d, &mut lock)
         }
     } else if tiled {
-        if tile == Some(0) {
-            return ctx.fail("E0760", "--tile must be at least 1", None);
-        }
         if target == TargetKind::Cuda || repeat != 1 {
             return ctx.fail("E0760", "--tiled runs on the CPU once: it does not take --target cuda or --repeat", None);
         }
-        let schedule = match schedule {
-            Schedule::Static => tcc_runtime::task::Schedule::Static,
-            Schedule::Dynamic => tcc_runtime::task::Schedule::Dynamic,
+        let r = match tiled_run(ctx, tile, schedule, check, stats) {
+            Ok(r) => r,
+            Err(o) => return o,
         };
-        let mut t = tcc::tiled::TiledOptions { schedule, ..Default::default() };
-        if let Some(n) = tile {
-            t.tile = n;
-        }
-        let r = tcc::tiled::run::TiledRun { tiled: t, check, stats };
         tcc::tiled::run::run_tiled(&hir, &opts, &r, &mut lock)
     } else if interp {
         tcc::run::run_interp(&hir, &opts, &mut lock)

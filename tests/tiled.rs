@@ -99,34 +99,13 @@ fn ccd_at_o20_v200_runs_within_4_gib() {
     let out =
         tcc().args(["run"]).arg(path("tests/tiled/ccd_o20_v200.tc")).args(["--tiled", "--stats"]).assert().success();
     let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
-    let peak = children_peak_rss_bytes();
+    let peak = tcc::tiled::dist::peak_rss(true);
+    assert!(peak > 0.0, "getrusage gave no peak RSS");
     eprintln!("peak RSS of the tiled CCD at o=20, v=200: {:.2} GiB", peak / (1u64 << 30) as f64);
     assert!(peak < 4.0 * (1u64 << 30) as f64, "peak RSS {peak} bytes\n{text}");
     let v = text.lines().find(|l| l.trim_start().starts_with("Vvvvv:")).unwrap();
     let stored: f64 = v.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(stored < 1.6e9 / 12.0, "{v}");
-}
-
-/// `struct rusage` of Linux (64-bit): two `timeval`s, then 14 longs.
-#[repr(C)]
-struct Rusage {
-    utime: [i64; 2],
-    stime: [i64; 2],
-    maxrss: i64,
-    rest: [i64; 13],
-}
-
-extern "C" {
-    fn getrusage(who: i32, usage: *mut Rusage) -> i32;
-}
-
-/// The largest peak resident set size of the waited-for children, in bytes.
-fn children_peak_rss_bytes() -> f64 {
-    const RUSAGE_CHILDREN: i32 = -1;
-    let mut u = Rusage { utime: [0; 2], stime: [0; 2], maxrss: 0, rest: [0; 13] };
-    // SAFETY: `u` has the layout of `struct rusage` on 64-bit Linux.
-    assert_eq!(unsafe { getrusage(RUSAGE_CHILDREN, &mut u) }, 0);
-    u.maxrss as f64 * 1024.0
 }
 
 #[test]

@@ -14,6 +14,7 @@
 use super::exec::{Program, TiledOptions};
 use super::layout::Coord;
 use super::tensor::{fill_tile, TiledTensor};
+use super::SyncPtr;
 use crate::error::CommandError;
 use crate::ids::TensorId;
 use crate::interp::{random_key, round_to};
@@ -107,9 +108,18 @@ extern "C" {
 
 /// This process's peak resident set size in bytes (0 if unknown).
 pub fn peak_rss_bytes() -> f64 {
+    peak_rss(false)
+}
+
+/// The peak resident set size in bytes of this process, or with `children` of the
+/// largest waited-for child (getrusage; 0 if unknown).
+pub fn peak_rss(children: bool) -> f64 {
+    const RUSAGE_SELF: i32 = 0;
+    const RUSAGE_CHILDREN: i32 = -1;
+    let who = if children { RUSAGE_CHILDREN } else { RUSAGE_SELF };
     let mut u = Rusage { utime: [0; 2], stime: [0; 2], maxrss: 0, rest: [0; 13] };
-    // SAFETY: `u` has the layout of `struct rusage` on 64-bit Linux; RUSAGE_SELF = 0.
-    if unsafe { getrusage(0, &mut u) } == 0 {
+    // SAFETY: `u` has the layout of `struct rusage` on 64-bit Linux.
+    if unsafe { getrusage(who, &mut u) } == 0 {
         u.maxrss as f64 * 1024.0
     } else {
         0.0
@@ -314,15 +324,4 @@ pub fn run_rank(
         }
     }
     Ok(((me == 0).then_some(outputs), stats))
-}
-
-#[derive(Clone, Copy)]
-struct SyncPtr(*mut f64);
-unsafe impl Send for SyncPtr {}
-unsafe impl Sync for SyncPtr {}
-impl SyncPtr {
-    /// The pointer (a method, so that closures capture the `Sync` wrapper).
-    fn get(self) -> *mut f64 {
-        self.0
-    }
 }

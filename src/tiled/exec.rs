@@ -17,6 +17,7 @@
 use super::layout::{Coord, Layout, TileView};
 use super::space::TiledRange;
 use super::tensor::TiledTensor;
+use super::SyncPtr;
 use crate::error::CommandError;
 use crate::ids::{IndexId, RangeId, TensorId, UnitId};
 use crate::sema::hir::{Factor, Hir, Role, SymKind};
@@ -637,17 +638,6 @@ pub(crate) fn ordered_weight(groups: &[Vec<usize>], coord: &[u32]) -> f64 {
         w *= orderings;
     }
     w
-}
-
-#[derive(Clone, Copy)]
-struct SyncPtr(*mut f64);
-unsafe impl Send for SyncPtr {}
-unsafe impl Sync for SyncPtr {}
-impl SyncPtr {
-    /// The pointer (a method, so that closures capture the `Sync` wrapper).
-    fn get(self) -> *mut f64 {
-        self.0
-    }
 }
 
 fn too_many_tiles(l: &Layout) -> CommandError {

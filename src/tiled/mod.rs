@@ -17,3 +17,16 @@ pub mod tensor;
 mod tests;
 
 pub use exec::{Program, TiledOptions, TiledStats};
+
+/// A buffer pointer that task closures share across threads: every task writes a
+/// disjoint tile, which the callers' safety comments argue.
+#[derive(Clone, Copy)]
+pub(crate) struct SyncPtr(pub(crate) *mut f64);
+unsafe impl Send for SyncPtr {}
+unsafe impl Sync for SyncPtr {}
+impl SyncPtr {
+    /// The pointer (a method, so that closures capture the `Sync` wrapper).
+    pub(crate) fn get(self) -> *mut f64 {
+        self.0
+    }
+}

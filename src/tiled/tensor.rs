@@ -1,6 +1,7 @@
 //! A tensor in tiled storage: a [`Layout`] and one buffer holding its stored tiles.
 
 use super::layout::{Coord, Layout};
+use super::SyncPtr;
 use crate::interp::{random_key, random_value_keyed};
 use crate::tensor::Dense;
 
@@ -155,16 +156,6 @@ pub fn fill_tile(
         };
         i += 1;
     });
-}
-
-#[derive(Clone, Copy)]
-struct SyncPtr(*mut f64);
-unsafe impl Send for SyncPtr {}
-unsafe impl Sync for SyncPtr {}
-impl SyncPtr {
-    fn get(self) -> *mut f64 {
-        self.0
-    }
 }
 
 /// Calls `f` on every multi-index of the box `ext` in row-major order.
