@@ -384,7 +384,7 @@ enum Command {
         /// Store tensors as tiles (only the unique, nonzero tiles of symmetric and
         /// block-sparse tensors) and run each statement as a task set of compiled
         /// tile kernels on this machine's threads (TCC_NUM_THREADS).
-        #[arg(long, conflicts_with_all = ["interp", "target_cpu", "plan"])]
+        #[arg(long, conflicts_with_all = ["interp", "target_cpu", "plan", "tuning", "no_opt"])]
         tiled: bool,
         /// Tiled runs: tile size of ranges that do not declare one (`range V = 200 tile 32;`).
         #[arg(long, value_name = "N", requires = "tiled")]

@@ -127,6 +127,9 @@ fn misuse_is_a_clear_error() {
         .code(1)
         .stderr(predicates::str::contains("--tile"));
     tcc().args(["run"]).arg(&f).args(["--tile", "4"]).assert().code(1);
+    // Options of other executors are refused, not ignored.
+    tcc().args(["run"]).arg(&f).args(["--tiled", "--no-opt"]).assert().code(1);
+    tcc().args(["run"]).arg(&f).args(["--tiled", "--tuning", "t.toml"]).assert().code(1);
     // An --input array without the declared symmetry would be silently packed.
     let s = dir.path().join("s.tc");
     std::fs::write(&s, "range N = 3;\nindex i, j : N;\ninput tensor S[i,j] : f64 symmetric(i j);\noutput tensor Y[i] : f64;\nY[i] = S[i,j];\n").unwrap();
