@@ -28,6 +28,9 @@ use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
 
+mod unpacked;
+pub use unpacked::UkernelStrided;
+
 /// One dimension of a GETT: `kind` 0 = batch (in A, B and C), 1 = m (A and C),
 /// 2 = n (B and C), 3 = k (A and B, summed). Strides are in elements; a stride for
 /// an operand that does not hold the dimension is ignored.
@@ -506,6 +509,39 @@ pub unsafe fn gett_serial<T: Elem>(
     overwrite: bool,
 ) {
     gett_on(a, b, c, alpha, dims, params, uk, overwrite, 1)
+}
+
+/// [`gett_serial`] for tile tasks: calls whose operands sit in cache and whose
+/// groups are progressions are multiplied in place by `uks` (see
+/// [`unpacked`]); others are packed as usual.
+///
+/// # Safety
+/// As for [`gett`]; `uks` must be the strided form of `uk` (same `mr × nr`).
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gett_tile<T: Elem>(
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    alpha: T,
+    dims: &[GettDim],
+    params: GettParams,
+    uk: Ukernel<T>,
+    uks: UkernelStrided<T>,
+    overwrite: bool,
+) {
+    if dims.iter().any(|d| d.size <= 0) {
+        return gett_on(a, b, c, alpha, dims, params, uk, overwrite, 1);
+    }
+    let mut t = TABLES.with(|cell| cell.take());
+    t.fill(dims);
+    let (m, n, k) = (t.ma.len(), t.nb.len(), t.ka.len());
+    let mr = params.mr.max(1) as usize;
+    let nr = params.nr.max(1) as usize;
+    let p = Params { mr, nr, mc: round_up(m, mr), nc: round_up(n, nr), kc: (params.kc.max(1) as usize).min(k.max(1)) };
+    if !(unpacked::enabled() && unpacked::try_run(Ptrs { a, b, c }, &t, alpha, &p, uks, overwrite)) {
+        gett_tables(a, b, c, alpha, &t, params, uk, overwrite, 1);
+    }
+    TABLES.with(|cell| cell.replace(t));
 }
 
 /// [`gett`], planned for `threads` threads (tests plan for more threads than the
@@ -1163,6 +1199,92 @@ mod tests {
                     s += *a.add(p * 4 + i) * *b.add(p * 3 + j);
                 }
                 *c.offset(i as isize * rs as isize + j as isize * cs as isize) += alpha * s;
+            }
+        }
+    }
+
+    /// The strided form of [`uk43`]: reads rows `0..4` of A (as the generated
+    /// kernel does) but only the first `ncols` columns of B.
+    unsafe extern "C" fn uks43(
+        kc: i64,
+        a: *const f64,
+        b: *const f64,
+        c: *mut f64,
+        rs: i64,
+        cs: i64,
+        alpha: f64,
+        mrows: i64,
+        ncols: i64,
+        sa: i64,
+        sbk: i64,
+        sbn: i64,
+    ) {
+        for i in 0..mrows as isize {
+            for j in 0..ncols as isize {
+                let mut s = 0.0;
+                for p in 0..kc as isize {
+                    s += *a.offset(p * sa as isize + i) * *b.offset(p * sbk as isize + j * sbn as isize);
+                }
+                *c.offset(i * rs as isize + j * cs as isize) += alpha * s;
+            }
+        }
+    }
+
+    #[test]
+    fn gett_tile_matches_loops_on_every_storage_order() {
+        // C[b?, m, n] (+)= alpha A[.., m, k] B[.., k, n] with every order of the
+        // three dims in each operand's storage, sizes around the 4x3 micro-tile
+        // and k blocks of 5: both orientations of the unpacked path, partial
+        // slivers, strided C (through the scatter tile) and the packed fallback
+        // (no operand with a contiguous free dim).
+        let mut seed = 12345u64;
+        let mut rnd = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let orders: [[usize; 3]; 6] = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
+        for case in 0..300 {
+            let batch = 1 + rnd(2) as usize;
+            let (m, n, k) = (1 + rnd(11) as usize, 1 + rnd(11) as usize, 1 + rnd(12) as usize);
+            // Strides of (batch, free, k) in an operand stored in `order` (first slowest).
+            let strides = |order: [usize; 3], ext: [usize; 3]| {
+                let mut s = [0i64; 3];
+                let mut acc = 1i64;
+                for &d in order.iter().rev() {
+                    s[d] = acc;
+                    acc *= ext[d] as i64;
+                }
+                s
+            };
+            let sa = strides(orders[rnd(6) as usize], [batch, m, k]);
+            let sb = strides(orders[rnd(6) as usize], [batch, n, k]);
+            let sc = strides(orders[rnd(6) as usize], [batch, m, n]);
+            let dims = [
+                GettDim { kind: 0, size: batch as i64, sa: sa[0], sb: sb[0], sc: sc[0] },
+                GettDim { kind: 1, size: m as i64, sa: sa[1], sb: 0, sc: sc[1] },
+                GettDim { kind: 2, size: n as i64, sa: 0, sb: sb[1], sc: sc[2] },
+                GettDim { kind: 3, size: k as i64, sa: sa[2], sb: sb[2], sc: 0 },
+            ];
+            let a: Vec<f64> = (0..batch * m * k).map(|x| (x as f64 * 0.37 + case as f64).sin()).collect();
+            let b: Vec<f64> = (0..batch * n * k).map(|x| (x as f64 * 0.11 - case as f64).cos()).collect();
+            let overwrite = rnd(2) == 1;
+            let c0 = if overwrite { f64::NAN } else { 0.25 };
+            let mut c = vec![c0; batch * m * n];
+            let params = GettParams { mr: 4, nr: 3, mc: 8, nc: 6, kc: 5 };
+            unsafe { gett_tile(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.5, &dims, params, uk43, uks43, overwrite) };
+            for bi in 0..batch as i64 {
+                for i in 0..m as i64 {
+                    for j in 0..n as i64 {
+                        let mut s = 0.0;
+                        for p in 0..k as i64 {
+                            s += a[(bi * sa[0] + i * sa[1] + p * sa[2]) as usize]
+                                * b[(bi * sb[0] + j * sb[1] + p * sb[2]) as usize];
+                        }
+                        let want = if overwrite { 1.5 * s } else { 0.25 + 1.5 * s };
+                        let got = c[(bi * sc[0] + i * sc[1] + j * sc[2]) as usize];
+                        assert!((got - want).abs() < 1e-12, "case {case}: {got} vs {want} ({dims:?})");
+                    }
+                }
             }
         }
     }

@@ -76,9 +76,12 @@ pub fn launch<T: Send>(
         let r = f(c.as_ref());
         if let (Err(e), OnError::Abort(message)) = (&r, &on_error) {
             if ranks > 1 {
-                if let Ok(mut g) = first.lock() {
-                    g.get_or_insert_with(|| (rank.rank(), e.clone()));
-                }
+                // Record and abort under one lock, so that the recorded error is
+                // the one of the rank whose abort the runtime reports first
+                // (`abort` unwinds with the guard held: the lock is poisoned,
+                // later ranks skip recording, and the record is still read).
+                let mut g = first.lock().unwrap_or_else(|p| p.into_inner());
+                g.get_or_insert_with(|| (rank.rank(), e.clone()));
                 rank.abort(&message(e));
             }
         }
@@ -86,7 +89,7 @@ pub fn launch<T: Send>(
     });
     match res {
         Ok(mut v) => v.swap_remove(0).map(Some),
-        Err(f) => match first.into_inner().ok().flatten() {
+        Err(f) => match first.into_inner().unwrap_or_else(|p| p.into_inner()) {
             Some((r, e)) if !f.not_started && r == f.rank => {
                 Err(CommandError { message: format!("rank {r}: {}", e.message), ..e })
             }

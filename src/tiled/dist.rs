@@ -11,6 +11,7 @@
 //! set. Inputs are generated tile by tile on their owners (the interpreter's random
 //! values); outputs are gathered on rank 0 for the report.
 
+use super::buffer::AlignedBuf;
 use super::exec::{Program, TiledOptions};
 use super::layout::Coord;
 use super::tensor::{fill_tile, TiledTensor};
@@ -76,7 +77,7 @@ fn key(c: &[u32]) -> Vec<u32> {
 #[derive(Debug, Default)]
 struct Local {
     offsets: HashMap<usize, usize>,
-    data: Vec<f64>,
+    data: AlignedBuf,
 }
 
 /// What one rank held and moved.
@@ -126,12 +127,9 @@ pub fn peak_rss(children: bool) -> f64 {
     }
 }
 
-fn alloc(n: usize, what: &str) -> Result<Vec<f64>, CommandError> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| crate::run::out_of_memory(format!("cannot allocate {n} elements for {what} on this rank")))?;
-    v.resize(n, 0.0);
-    Ok(v)
+fn alloc(n: usize, what: &str) -> Result<AlignedBuf, CommandError> {
+    AlignedBuf::zeroed(n)
+        .ok_or_else(|| crate::run::out_of_memory(format!("cannot allocate {n} elements for {what} on this rank")))
 }
 
 /// Runs `program` on this rank of `comm`. Returns the outputs on rank 0 (`None`

@@ -483,7 +483,7 @@ impl Program {
         let mut pending: Option<(*const f64, *const f64, f64)> = None;
         let run_pending = |pending: &mut Option<(*const f64, *const f64, f64)>, dims: &[GettDim]| {
             if let Some((pa, pb, alpha)) = pending.take() {
-                tcc_runtime::kernels::gett_serial(pa, pb, cptr, alpha, dims, kernel.params, kernel.uk, false);
+                tcc_runtime::kernels::gett_tile(pa, pb, cptr, alpha, dims, kernel.params, kernel.uk, kernel.uks, false);
             }
         };
         self.for_contributions(s, c, &mut |term, weight, views, ext| {

@@ -1,5 +1,6 @@
 //! A tensor in tiled storage: a [`Layout`] and one buffer holding its stored tiles.
 
+use super::buffer::AlignedBuf;
 use super::layout::{Coord, Layout};
 use super::SyncPtr;
 use crate::interp::{random_key, random_value_keyed};
@@ -9,7 +10,7 @@ use crate::tensor::Dense;
 #[derive(Debug, Clone)]
 pub struct TiledTensor {
     pub layout: Layout,
-    pub data: Vec<f64>,
+    pub data: AlignedBuf,
 }
 
 /// Allocation failed: the tensor's name and the elements asked for.
@@ -23,9 +24,7 @@ impl TiledTensor {
     /// Zero-filled storage for `layout`, failing (not aborting) when memory is short.
     pub fn zeros(layout: Layout) -> Result<TiledTensor, AllocError> {
         let n = layout.len();
-        let mut data = Vec::new();
-        data.try_reserve_exact(n).map_err(|_| AllocError { name: layout.name.clone(), elements: n })?;
-        data.resize(n, 0.0);
+        let data = AlignedBuf::zeroed(n).ok_or_else(|| AllocError { name: layout.name.clone(), elements: n })?;
         Ok(TiledTensor { layout, data })
     }
 

@@ -131,7 +131,7 @@ fn tiled_fill_equals_the_interpreters_fill() {
             let want = interp::fill_random(&b.hir, x, 3).unwrap();
             assert_eq!(tiled.to_dense(), want, "tile {tile}, tensor {}", b.hir.tensors[x].name);
             let back = TiledTensor::from_dense(tiled.layout.clone(), &want).unwrap();
-            assert_eq!(back.data, tiled.data);
+            assert_eq!(back.data[..], tiled.data[..]);
         }
     }
 }

@@ -199,6 +199,24 @@ impl<'ctx> Gen<'_, 'ctx> {
         if let Some(u) = self.uk.get(&elem) {
             return Ok(*u);
         }
+        let u = self.build_ukernel(elem, false)?;
+        self.uk.insert(elem, u);
+        Ok(u)
+    }
+
+    /// The micro-kernel of [`Self::ukernel`] reading unpacked operands: three more
+    /// parameters `i64 sa, i64 sbk, i64 sbn` give A's step per `p` (its `MR` rows
+    /// stay contiguous) and B's steps per `p` and per column, so that
+    /// `C[i*rs + j*cs] += alpha Σ_p A[p*sa + i] B[p*sbk + j*sbn]`; only the first
+    /// `ncols` columns of B are read. Small tiles
+    /// that sit in cache are multiplied in place this way instead of being
+    /// copied into panels first (the packed kernel is this one with
+    /// `sa = MR, sbk = NR, sbn = 1`).
+    pub(super) fn ukernel_strided(&mut self, elem: ElemType) -> Result<Uk<'ctx>, CodegenError> {
+        self.build_ukernel(elem, true)
+    }
+
+    fn build_ukernel(&mut self, elem: ElemType, strided: bool) -> Result<Uk<'ctx>, CodegenError> {
         let lanes = (self.bits / (8 * elem.size_bytes() as u32)) as usize;
         let nv = 2usize;
         let mr = lanes * nv;
@@ -223,10 +241,13 @@ impl<'ctx> Gen<'_, 'ctx> {
                 ft.into(),
                 i64t.into(),
                 i64t.into(),
-            ],
+                i64t.into(),
+                i64t.into(),
+                i64t.into(),
+            ][..if strided { 12 } else { 9 }],
             false,
         );
-        let name = format!("tcc_uk_{}_{}x{}", elem.name(), mr, nr);
+        let name = format!("tcc_uk{}_{}_{}x{}", if strided { "s" } else { "" }, elem.name(), mr, nr);
         let f = self.module.add_function(&name, fty, Some(Linkage::Internal));
         self.set_target_attrs(f);
         if self.bits == 512 {
@@ -281,6 +302,26 @@ impl<'ctx> Gen<'_, 'ctx> {
                 )?;
             }
         }
+        // The strided kernel walks one pointer per column of B (and one for A),
+        // each advanced by its step: addresses without a multiply per load, in
+        // as few registers as the packed kernel's.
+        let strides = if strided {
+            let (sa, sbk, sbn) = (p(9).into_int_value(), p(10).into_int_value(), p(11).into_int_value());
+            // Columns past `ncols` read column 0 again (their sums are never
+            // stored): a partial sliver is multiplied in place too, and no read
+            // leaves B.
+            let mut cols = Vec::new();
+            for j in 0..nr {
+                let jc = i64t.const_int(j as u64, false);
+                let jo = b.build_int_mul(sbn, jc, "jo")?;
+                let inside = b.build_int_compare(IntPredicate::SLT, jc, ncols, "jin")?;
+                let jo = b.build_select(inside, jo, i64t.const_zero(), "jsel")?.into_int_value();
+                cols.push(unsafe { b.build_gep(bp, &[jo], "bcol")? });
+            }
+            Some((sa, sbk, cols))
+        } else {
+            None
+        };
         let has_k = b.build_int_compare(IntPredicate::SGT, kc, i64t.const_zero(), "hask")?;
         b.build_conditional_branch(has_k, lp, done)?;
         b.position_at_end(lp);
@@ -293,12 +334,39 @@ impl<'ctx> Gen<'_, 'ctx> {
             accs.push(phi);
         }
         let pkv = pk.as_basic_value().into_int_value();
-        let abase = b.build_int_mul(pkv, i64t.const_int(mr as u64, false), "ab")?;
-        let bbase = b.build_int_mul(pkv, i64t.const_int(nr as u64, false), "bb")?;
+        // Where this step's A column and B row start: offsets into the packed
+        // panels, or the strided kernel's walking pointers.
+        let mut walkers = Vec::new();
+        let (a_at, b_at): (_, Vec<_>) = match &strides {
+            None => {
+                let abase = b.build_int_mul(pkv, i64t.const_int(mr as u64, false), "ab")?;
+                let bbase = b.build_int_mul(pkv, i64t.const_int(nr as u64, false), "bb")?;
+                let a_at = unsafe { b.build_in_bounds_gep(ap, &[abase], "ap")? };
+                let mut b_at = Vec::new();
+                for j in 0..nr {
+                    let off = b.build_int_add(bbase, i64t.const_int(j as u64, false), "bo")?;
+                    b_at.push(unsafe { b.build_in_bounds_gep(bp, &[off], "bp")? });
+                }
+                (a_at, b_at)
+            }
+            Some((_, _, cols)) => {
+                let aphi = b.build_phi(tp, "aw")?;
+                aphi.add_incoming(&[(&ap, entry)]);
+                let mut b_at = Vec::new();
+                for col in cols {
+                    let phi = b.build_phi(tp, "bw")?;
+                    phi.add_incoming(&[(col, entry)]);
+                    b_at.push(phi.as_basic_value().into_pointer_value());
+                    walkers.push(phi);
+                }
+                walkers.insert(0, aphi);
+                (aphi.as_basic_value().into_pointer_value(), b_at)
+            }
+        };
         let mut avs = Vec::new();
         for v in 0..nv {
-            let off = b.build_int_add(abase, i64t.const_int((v * lanes) as u64, false), "ao")?;
-            let ptr = unsafe { b.build_in_bounds_gep(ap, &[off], "ap")? };
+            let off = i64t.const_int((v * lanes) as u64, false);
+            let ptr = unsafe { b.build_in_bounds_gep(a_at, &[off], "ap")? };
             let ptr = b.build_pointer_cast(ptr, vp, "apv")?;
             let ld = b.build_load(ptr, "a")?;
             if let Some(i) = ld.as_instruction_value() {
@@ -309,16 +377,23 @@ impl<'ctx> Gen<'_, 'ctx> {
         let undef = vt.get_undef();
         let mask = self.ctx.i32_type().vec_type(lanes as u32).const_zero();
         let mut next = Vec::new();
-        for j in 0..nr {
-            let off = b.build_int_add(bbase, i64t.const_int(j as u64, false), "bo")?;
-            let ptr = unsafe { b.build_in_bounds_gep(bp, &[off], "bp")? };
-            let s = b.build_load(ptr, "b")?.into_float_value();
+        for ptr in &b_at {
+            let s = b.build_load(*ptr, "b")?.into_float_value();
             let ins = b.build_insert_element(undef, s, self.ctx.i32_type().const_zero(), "bi")?;
             let splat = b.build_shuffle_vector(ins, undef, mask, "bs")?;
             for v in 0..nv {
-                let acc = accs[j * nv + v].as_basic_value();
+                let acc = accs[next.len()].as_basic_value();
                 let r = b.build_call(fma, &[avs[v].into(), splat.into(), acc.into()], "fma")?;
                 next.push(r.try_as_basic_value().left().expect("vec"));
+            }
+        }
+        if let Some((sa, sbk, _)) = &strides {
+            for (x, phi) in walkers.iter().enumerate() {
+                let step = if x == 0 { *sa } else { *sbk };
+                let cur = phi.as_basic_value().into_pointer_value();
+                let nxt = unsafe { b.build_gep(cur, &[step], "wn")? };
+                let blk = b.get_insert_block().expect("block");
+                phi.add_incoming(&[(&nxt, blk)]);
             }
         }
         let pnext = b.build_int_add(pkv, i64t.const_int(1, false), "pn")?;
@@ -449,9 +524,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         if let Some(bb) = saved {
             self.b.position_at_end(bb);
         }
-        let u = Uk { f, mr, nr };
-        self.uk.insert(elem, u);
-        Ok(u)
+        Ok(Uk { f, mr, nr })
     }
 }
 
