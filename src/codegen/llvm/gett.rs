@@ -381,9 +381,9 @@ impl<'ctx> Gen<'_, 'ctx> {
             let s = b.build_load(*ptr, "b")?.into_float_value();
             let ins = b.build_insert_element(undef, s, self.ctx.i32_type().const_zero(), "bi")?;
             let splat = b.build_shuffle_vector(ins, undef, mask, "bs")?;
-            for v in 0..nv {
+            for av in &avs {
                 let acc = accs[next.len()].as_basic_value();
-                let r = b.build_call(fma, &[avs[v].into(), splat.into(), acc.into()], "fma")?;
+                let r = b.build_call(fma, &[(*av).into(), splat.into(), acc.into()], "fma")?;
                 next.push(r.try_as_basic_value().left().expect("vec"));
             }
         }
