@@ -132,194 +132,277 @@ fn alloc(n: usize, what: &str) -> Result<AlignedBuf, CommandError> {
         .ok_or_else(|| crate::run::out_of_memory(format!("cannot allocate {n} elements for {what} on this rank")))
 }
 
-/// Runs `program` on this rank of `comm`. Returns the outputs on rank 0 (`None`
-/// elsewhere) and this rank's statistics.
+/// Runs `program` on this rank of `comm`: inputs generated where they live
+/// (`seed`), the task sets run, the outputs gathered on rank 0 (`None` elsewhere),
+/// with this rank's statistics.
 pub fn run_rank(
     program: &Program,
     comm: &dyn Communicator,
     seed: u64,
     opts: &TiledOptions,
 ) -> Result<(Option<HashMap<TensorId, TiledTensor>>, RankStats), CommandError> {
-    let (me, p) = (comm.rank(), comm.size());
-    let hir = &program.hir;
-    let kernel = crate::codegen::llvm::tile_kernel().map_err(|e| {
-        CommandError::new("E0760", format!("the tile kernel: {e}"), Some("run it without --tiled".into()))
-    })?;
-    let layouts = &program.layouts;
-    let own = Ownership::new(program, p);
-    let owner = |c: &[u32], _p: usize| own.owner(c);
-    let owned_slots = |t: TensorId| -> Vec<usize> {
-        layouts[&t].tiles().iter().enumerate().filter(|(_, c)| owner(c, p) == me).map(|(k, _)| k).collect()
-    };
-    let make_local = |t: TensorId| -> Result<Local, CommandError> {
-        let l = &layouts[&t];
+    let mut rank = RankTiles::new(program, comm.rank(), comm.size())?;
+    rank.fill_random(seed);
+    rank.run(comm, opts)?;
+    let outputs = rank.gather(comm)?;
+    Ok((outputs, rank.stats))
+}
+
+/// One rank's part of a distributed tiled run: the tiles it owns of every tensor
+/// alive, back to back per tensor in storage-slot order (the documented
+/// distribution of `tcc build --mpi` libraries: the caller fills the input
+/// tiles it owns, runs, and reads the output tiles it owns).
+pub struct RankTiles<'p> {
+    program: &'p Program,
+    own: Ownership,
+    me: usize,
+    ranks: usize,
+    local: HashMap<TensorId, Local>,
+    pub stats: RankStats,
+}
+
+impl<'p> RankTiles<'p> {
+    /// Rank `me` of `ranks`, holding zeroed tiles of the unit's inputs and outputs.
+    pub fn new(program: &'p Program, me: usize, ranks: usize) -> Result<RankTiles<'p>, CommandError> {
+        let own = Ownership::new(program, ranks);
+        let mut r = RankTiles { program, own, me, ranks, local: HashMap::new(), stats: RankStats::default() };
+        let hir = &program.hir;
+        for t in hir.unit_inputs(program.unit).into_iter().chain(hir.unit_outputs(program.unit)) {
+            if !r.local.contains_key(&t) {
+                let loc = r.make_local(t)?;
+                r.local.insert(t, loc);
+            }
+        }
+        r.stats.owned_peak = r.owned_now();
+        Ok(r)
+    }
+
+    /// The rank that owns tile `c` (of any tensor).
+    pub fn owner(&self, c: &[u32]) -> usize {
+        self.own.owner(c)
+    }
+
+    /// The storage slots of `t` this rank owns, in order: their tiles lie back to
+    /// back in [`Self::data_mut`].
+    pub fn slots(&self, t: TensorId) -> Vec<usize> {
+        let l = &self.program.layouts[&t];
+        l.tiles().iter().enumerate().filter(|(_, c)| self.own.owner(c) == self.me).map(|(k, _)| k).collect()
+    }
+
+    /// This rank's tiles of `t` (`None` for a tensor it does not hold now).
+    pub fn data(&self, t: TensorId) -> Option<&[f64]> {
+        self.local.get(&t).map(|l| &l.data[..])
+    }
+
+    /// This rank's tiles of `t`, to fill before [`Self::run`].
+    pub fn data_mut(&mut self, t: TensorId) -> Option<&mut [f64]> {
+        self.local.get_mut(&t).map(|l| &mut l.data[..])
+    }
+
+    fn make_local(&self, t: TensorId) -> Result<Local, CommandError> {
+        let l = &self.program.layouts[&t];
         let mut offsets = HashMap::new();
         let mut n = 0;
-        for k in owned_slots(t) {
+        for k in self.slots(t) {
             offsets.insert(k, n);
             n += l.tile_len(&l.tiles()[k]);
         }
         Ok(Local { offsets, data: alloc(n, &format!("`{}`", l.name))? })
-    };
-    let mut stats = RankStats::default();
-    let mut local: HashMap<TensorId, Local> = HashMap::new();
-    // Inputs: this rank's tiles, generated where they live.
-    for t in hir.unit_inputs(program.unit) {
-        let mut loc = make_local(t)?;
-        let l = &layouts[&t];
-        let shape: Vec<usize> = l.dims.iter().map(|d| d.start(d.count())).collect();
-        let group = PermGroup::of(&hir.tensors[t]);
-        let key = random_key(seed, &l.name);
-        let elem = hir.tensors[t].elem;
-        for (&k, &off) in &loc.offsets {
-            let c = &l.tiles()[k];
-            let (start, ext) = l.tile_box(c);
-            let len = l.tile_len(c);
-            fill_tile(&mut loc.data[off..off + len], &start, &ext, &shape, &group, key, &|x| round_to(elem, x));
-        }
-        local.insert(t, loc);
     }
-    let owned_now = |local: &HashMap<TensorId, Local>| local.values().map(|l| l.data.len() as f64).sum::<f64>();
-    stats.owned_peak = owned_now(&local);
-    // The task set after which each temporary is no longer used.
-    let sets = program.task_sets();
-    let mut last_use: HashMap<TensorId, usize> = HashMap::new();
-    let mut reads = Vec::new();
-    for (l, set) in sets.iter().enumerate() {
-        for &s in set {
-            last_use.insert(program.written(s), l);
-        }
-        for (s, c, _) in program.level_tasks(set) {
-            reads.clear();
-            program.task_reads(s, &c, &mut reads);
-            for (t, _) in &reads {
-                last_use.insert(*t, l);
+
+    fn owned_now(&self) -> f64 {
+        self.local.values().map(|l| l.data.len() as f64).sum::<f64>()
+    }
+
+    /// Fills this rank's input tiles with the interpreter's random values.
+    pub fn fill_random(&mut self, seed: u64) {
+        let hir = &self.program.hir;
+        for t in hir.unit_inputs(self.program.unit) {
+            let l = &self.program.layouts[&t];
+            let loc = self.local.get_mut(&t).expect("inputs are held from the start");
+            let shape: Vec<usize> = l.dims.iter().map(|d| d.start(d.count())).collect();
+            let group = PermGroup::of(&hir.tensors[t]);
+            let key = random_key(seed, &l.name);
+            let elem = hir.tensors[t].elem;
+            for (&k, &off) in &loc.offsets {
+                let c = &l.tiles()[k];
+                let (start, ext) = l.tile_box(c);
+                let len = l.tile_len(c);
+                fill_tile(&mut loc.data[off..off + len], &start, &ext, &shape, &group, key, &|x| round_to(elem, x));
             }
         }
     }
-    let pool = ThreadPool::new(opts.threads);
-    let t0 = std::time::Instant::now();
-    crate::exec::distributed::maybe_inject_failure(me);
-    for (l, set) in sets.iter().enumerate() {
-        for &s in set {
-            let t = program.written(s);
-            if let std::collections::hash_map::Entry::Vacant(e) = local.entry(t) {
-                e.insert(make_local(t)?);
-            }
+
+    /// Runs the unit's task sets: before each, one exchange of the remote operand
+    /// tiles this rank's tasks read; then its tasks. Outputs stay where they are
+    /// owned; temporaries are freed after their last use.
+    pub fn run(&mut self, comm: &dyn Communicator, opts: &TiledOptions) -> Result<(), CommandError> {
+        let (me, p) = (self.me, self.ranks);
+        if (comm.rank(), comm.size()) != (me, p) {
+            return Err(CommandError::new(
+                "E0762",
+                format!("tiles laid out for rank {me} of {p}, run on rank {} of {}", comm.rank(), comm.size()),
+                Some("open the library on the communicator it runs on".into()),
+            ));
         }
-        stats.owned_peak = stats.owned_peak.max(owned_now(&local));
-        let tasks = program.level_tasks(set);
-        // needs[q]: the remote tiles rank q's tasks read, in a fixed order.
-        let mut needs: Vec<BTreeSet<(TensorId, usize)>> = vec![BTreeSet::new(); p];
-        for (s, c, _) in &tasks {
-            let q = owner(c, p);
-            reads.clear();
-            program.task_reads(*s, c, &mut reads);
-            for &(t, k) in &reads {
-                if owner(&layouts[&t].tiles()[k], p) != q {
-                    needs[q].insert((t, k));
+        let program = self.program;
+        let hir = &program.hir;
+        let kernel = crate::codegen::llvm::tile_kernel().map_err(|e| {
+            CommandError::new("E0760", format!("the tile kernel: {e}"), Some("run it without --tiled".into()))
+        })?;
+        let layouts = &program.layouts;
+        let own = self.own.clone();
+        let owner = |c: &[u32]| own.owner(c);
+        // The task set after which each temporary is no longer used.
+        let sets = program.task_sets();
+        let mut last_use: HashMap<TensorId, usize> = HashMap::new();
+        let mut reads = Vec::new();
+        for (l, set) in sets.iter().enumerate() {
+            for &s in set {
+                last_use.insert(program.written(s), l);
+            }
+            for (s, c, _) in program.level_tasks(set) {
+                reads.clear();
+                program.task_reads(s, &c, &mut reads);
+                for (t, _) in &reads {
+                    last_use.insert(*t, l);
                 }
             }
         }
-        // Send every rank the tiles it needs that this rank owns; receive ours.
-        let tile_len = |t: TensorId, k: usize| layouts[&t].tile_len(&layouts[&t].tiles()[k]);
-        let owns = |t: TensorId, k: usize| owner(&layouts[&t].tiles()[k], p) == me;
-        let mut send_counts = vec![0usize; p];
-        let mut send = Vec::new();
-        for (q, need) in needs.iter().enumerate() {
-            for &(t, k) in need.iter().filter(|&&(t, k)| q != me && owns(t, k)) {
-                let loc = &local[&t];
-                let off = loc.offsets[&k];
-                send.extend_from_slice(&loc.data[off..off + tile_len(t, k)]);
-                send_counts[q] += tile_len(t, k);
-            }
-        }
-        let mut recv_counts = vec![0usize; p];
-        let mut fetched_at: HashMap<(TensorId, usize), usize> = HashMap::new();
-        let mut total = 0;
-        // Received tiles arrive grouped by sender, each group in `needs` order.
-        for (r, count) in recv_counts.iter_mut().enumerate() {
-            if r == me {
-                continue;
-            }
-            for &(t, k) in needs[me].iter().filter(|&&(t, k)| owner(&layouts[&t].tiles()[k], p) == r) {
-                fetched_at.insert((t, k), total);
-                total += tile_len(t, k);
-                *count += tile_len(t, k);
-            }
-        }
-        let mut fetched = alloc(total, "received tiles")?;
-        comm.alltoallv(&send, &send_counts, &mut fetched, &recv_counts);
-        drop(send);
-        stats.fetched_peak = stats.fetched_peak.max(total as f64);
-        // Run this rank's tasks.
-        let mut mine: Vec<&(usize, Coord, f64)> = tasks.iter().filter(|(_, c, _)| owner(c, p) == me).collect();
-        if opts.schedule == tcc_runtime::task::Schedule::Dynamic {
-            mine.sort_by(|a, b| b.2.total_cmp(&a.2));
-        }
-        let base: HashMap<TensorId, SyncPtr> =
-            local.iter_mut().map(|(&t, v)| (t, SyncPtr(v.data.as_mut_ptr()))).collect();
-        let offsets: HashMap<TensorId, &HashMap<usize, usize>> = local.iter().map(|(&t, v)| (t, &v.offsets)).collect();
-        let fetched_ptr = SyncPtr(fetched.as_mut_ptr());
-        let tile_ptr = |t: TensorId, k: usize| -> *mut f64 {
-            // SAFETY: offsets index this rank's buffers (owned tiles, or received ones).
-            unsafe {
-                match offsets.get(&t).and_then(|o| o.get(&k)) {
-                    Some(&off) => base[&t].0.add(off),
-                    None => fetched_ptr.get().add(fetched_at[&(t, k)]),
+        let pool = ThreadPool::new(opts.threads);
+        let t0 = std::time::Instant::now();
+        crate::exec::distributed::maybe_inject_failure(me);
+        for (l, set) in sets.iter().enumerate() {
+            for &s in set {
+                let t = program.written(s);
+                if !self.local.contains_key(&t) {
+                    let loc = self.make_local(t)?;
+                    self.local.insert(t, loc);
                 }
             }
-        };
-        let flops = std::sync::atomic::AtomicU64::new(0);
-        pool.parallel_for(mine.len(), opts.schedule, |i, _| {
-            let (s, c, _) = mine[i];
-            // SAFETY: a task writes only its own (owned) tile; the set reads no
-            // tensor it writes.
-            let (f, _) = unsafe { program.run_task(*s, c, &tile_ptr, &kernel) };
-            flops.fetch_add(f as u64, std::sync::atomic::Ordering::Relaxed);
-        });
-        stats.flops += flops.load(std::sync::atomic::Ordering::Relaxed) as f64;
-        drop(fetched);
-        local.retain(|t, _| hir.tensors[*t].role != Role::Temporary || last_use.get(t).is_some_and(|&u| u > l));
-    }
-    stats.run_s = t0.elapsed().as_secs_f64();
-    stats.peak_rss = peak_rss_bytes();
-    // Outputs to rank 0.
-    let mut outputs = HashMap::new();
-    for t in hir.unit_outputs(program.unit) {
-        let l = &layouts[&t];
-        let loc = &local[&t];
-        let mut slots: Vec<usize> = loc.offsets.keys().copied().collect();
-        slots.sort_unstable();
-        let mut send = Vec::new();
-        for &k in &slots {
-            let off = loc.offsets[&k];
-            send.extend_from_slice(&loc.data[off..off + l.tile_len(&l.tiles()[k])]);
-        }
-        let mut send_counts = vec![0usize; p];
-        send_counts[0] = send.len();
-        let mut recv_counts = vec![0usize; p];
-        if me == 0 {
-            for (r, count) in recv_counts.iter_mut().enumerate() {
-                *count = l.tiles().iter().filter(|c| owner(c, p) == r).map(|c| l.tile_len(c)).sum();
+            self.stats.owned_peak = self.stats.owned_peak.max(self.owned_now());
+            let local = &mut self.local;
+            let tasks = program.level_tasks(set);
+            // needs[q]: the remote tiles rank q's tasks read, in a fixed order.
+            let mut needs: Vec<BTreeSet<(TensorId, usize)>> = vec![BTreeSet::new(); p];
+            for (s, c, _) in &tasks {
+                let q = owner(c);
+                reads.clear();
+                program.task_reads(*s, c, &mut reads);
+                for &(t, k) in &reads {
+                    if owner(&layouts[&t].tiles()[k]) != q {
+                        needs[q].insert((t, k));
+                    }
+                }
             }
-        }
-        let mut recv = alloc(recv_counts.iter().sum(), "gathered outputs")?;
-        comm.alltoallv(&send, &send_counts, &mut recv, &recv_counts);
-        if me == 0 {
-            let mut whole = TiledTensor::zeros(l.clone()).map_err(|e| {
-                crate::run::out_of_memory(format!("cannot allocate {} elements for `{}`", e.elements, e.name))
-            })?;
+            // Send every rank the tiles it needs that this rank owns; receive ours.
+            let tile_len = |t: TensorId, k: usize| layouts[&t].tile_len(&layouts[&t].tiles()[k]);
+            let owns = |t: TensorId, k: usize| owner(&layouts[&t].tiles()[k]) == me;
+            let mut send_counts = vec![0usize; p];
+            for (q, need) in needs.iter().enumerate() {
+                for &(t, k) in need.iter().filter(|&&(t, k)| q != me && owns(t, k)) {
+                    send_counts[q] += tile_len(t, k);
+                }
+            }
+            let mut send = alloc(send_counts.iter().sum(), "tiles to send")?;
             let mut at = 0;
-            for r in 0..p {
-                for (k, c) in l.tiles().iter().enumerate().filter(|(_, c)| owner(c, p) == r) {
-                    let (off, len) = (l.offset(k), l.tile_len(c));
-                    whole.data[off..off + len].copy_from_slice(&recv[at..at + len]);
+            for (q, need) in needs.iter().enumerate() {
+                for &(t, k) in need.iter().filter(|&&(t, k)| q != me && owns(t, k)) {
+                    let loc = &local[&t];
+                    let (off, len) = (loc.offsets[&k], tile_len(t, k));
+                    send[at..at + len].copy_from_slice(&loc.data[off..off + len]);
                     at += len;
                 }
             }
-            outputs.insert(t, whole);
+            let mut recv_counts = vec![0usize; p];
+            let mut fetched_at: HashMap<(TensorId, usize), usize> = HashMap::new();
+            let mut total = 0;
+            // Received tiles arrive grouped by sender, each group in `needs` order.
+            for (r, count) in recv_counts.iter_mut().enumerate() {
+                if r == me {
+                    continue;
+                }
+                for &(t, k) in needs[me].iter().filter(|&&(t, k)| owner(&layouts[&t].tiles()[k]) == r) {
+                    fetched_at.insert((t, k), total);
+                    total += tile_len(t, k);
+                    *count += tile_len(t, k);
+                }
+            }
+            let mut fetched = alloc(total, "received tiles")?;
+            comm.alltoallv(&send, &send_counts, &mut fetched, &recv_counts);
+            drop(send);
+            self.stats.fetched_peak = self.stats.fetched_peak.max(total as f64);
+            // Run this rank's tasks.
+            let mut mine: Vec<&(usize, Coord, f64)> = tasks.iter().filter(|(_, c, _)| owner(c) == me).collect();
+            if opts.schedule == tcc_runtime::task::Schedule::Dynamic {
+                mine.sort_by(|a, b| b.2.total_cmp(&a.2));
+            }
+            let base: HashMap<TensorId, SyncPtr> =
+                local.iter_mut().map(|(&t, v)| (t, SyncPtr(v.data.as_mut_ptr()))).collect();
+            let offsets: HashMap<TensorId, &HashMap<usize, usize>> =
+                local.iter().map(|(&t, v)| (t, &v.offsets)).collect();
+            let fetched_ptr = SyncPtr(fetched.as_mut_ptr());
+            let tile_ptr = |t: TensorId, k: usize| -> *mut f64 {
+                // SAFETY: offsets index this rank's buffers (owned tiles, or received ones).
+                unsafe {
+                    match offsets.get(&t).and_then(|o| o.get(&k)) {
+                        Some(&off) => base[&t].0.add(off),
+                        None => fetched_ptr.get().add(fetched_at[&(t, k)]),
+                    }
+                }
+            };
+            let flops = std::sync::atomic::AtomicU64::new(0);
+            pool.parallel_for(mine.len(), opts.schedule, |i, _| {
+                let (s, c, _) = mine[i];
+                // SAFETY: a task writes only its own (owned) tile; the set reads no
+                // tensor it writes.
+                let (f, _) = unsafe { program.run_task(*s, c, &tile_ptr, &kernel) };
+                flops.fetch_add(f as u64, std::sync::atomic::Ordering::Relaxed);
+            });
+            self.stats.flops += flops.load(std::sync::atomic::Ordering::Relaxed) as f64;
+            drop(fetched);
+            local.retain(|t, _| hir.tensors[*t].role != Role::Temporary || last_use.get(t).is_some_and(|&u| u > l));
         }
+        self.stats.run_s = t0.elapsed().as_secs_f64();
+        self.stats.peak_rss = peak_rss_bytes();
+        Ok(())
     }
-    Ok(((me == 0).then_some(outputs), stats))
+
+    /// The unit's outputs, whole, on rank 0 (`None` elsewhere): every rank sends
+    /// its tiles (collective).
+    pub fn gather(&self, comm: &dyn Communicator) -> Result<Option<HashMap<TensorId, TiledTensor>>, CommandError> {
+        let (me, p) = (self.me, self.ranks);
+        let owner = |c: &[u32]| self.own.owner(c);
+        let mut outputs = HashMap::new();
+        for t in self.program.hir.unit_outputs(self.program.unit) {
+            let l = &self.program.layouts[&t];
+            // This rank's tiles are back to back in slot order already.
+            let send = &self.local[&t].data;
+            let mut send_counts = vec![0usize; p];
+            send_counts[0] = send.len();
+            let mut recv_counts = vec![0usize; p];
+            if me == 0 {
+                for (r, count) in recv_counts.iter_mut().enumerate() {
+                    *count = l.tiles().iter().filter(|c| owner(c) == r).map(|c| l.tile_len(c)).sum();
+                }
+            }
+            let mut recv = alloc(recv_counts.iter().sum(), "gathered outputs")?;
+            comm.alltoallv(send, &send_counts, &mut recv, &recv_counts);
+            if me == 0 {
+                let mut whole = TiledTensor::zeros(l.clone()).map_err(|e| {
+                    crate::run::out_of_memory(format!("cannot allocate {} elements for `{}`", e.elements, e.name))
+                })?;
+                let mut at = 0;
+                for r in 0..p {
+                    for (k, c) in l.tiles().iter().enumerate().filter(|(_, c)| owner(c) == r) {
+                        let (off, len) = (l.offset(k), l.tile_len(c));
+                        whole.data[off..off + len].copy_from_slice(&recv[at..at + len]);
+                        at += len;
+                    }
+                }
+                outputs.insert(t, whole);
+            }
+        }
+        Ok((me == 0).then_some(outputs))
+    }
 }

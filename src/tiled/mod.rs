@@ -12,6 +12,7 @@ pub mod dist;
 pub mod exec;
 pub mod layout;
 pub mod run;
+pub mod session;
 pub mod space;
 pub mod tensor;
 #[cfg(test)]

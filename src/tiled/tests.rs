@@ -293,3 +293,94 @@ proptest! {
         }
     }
 }
+
+/// The session a `tcc build --mpi` library opens, on 1–4 in-process ranks: each
+/// rank fills the input tiles it owns from the interpreter's dense inputs (only
+/// canonical, nonzero tiles exist), runs, and its output tiles equal the
+/// interpreter's on their boxes.
+#[test]
+fn sessions_filled_by_the_caller_equal_the_interpreter_tile_by_tile() {
+    let source = include_str!("../../tests/tiled/ccd_small.tc");
+    let (hir, _) = crate::compile(source, "ccd_small");
+    let hir = hir.expect("compiles");
+    let u = UnitId::new(0);
+    let mut dense = HashMap::new();
+    for t in hir.unit_inputs(u) {
+        dense.insert(hir.tensors[t].name.clone(), interp::fill_random(&hir, t, 5).unwrap());
+    }
+    let by_id: HashMap<TensorId, Dense> =
+        hir.unit_inputs(u).into_iter().map(|t| (t, dense[&hir.tensors[t].name].clone())).collect();
+    let want = interp::run_unit(&hir, u, &by_id).unwrap();
+    let want_r = want.values().next().unwrap().clone();
+    let at = |d: &Dense, idx: &[usize]| d.data[idx.iter().zip(&d.shape).fold(0, |acc, (&x, &n)| acc * n + x)];
+    for ranks in 1..=4 {
+        let opts = TiledOptions { tile: 2, threads: 1, schedule: Schedule::Dynamic };
+        crate::exec::launch::launch(
+            ranks,
+            false,
+            |make| make(tcc_runtime::comm::Backend::Threads),
+            |_| Ok(()),
+            crate::exec::launch::OnError::Return,
+            |comm| {
+                let me = comm.rank();
+                let comm = super::session::SessionComm::Lent(comm);
+                let mut s = super::session::Session::open(source, None, comm, opts.clone()).unwrap();
+                assert_eq!(s.rank_and_size(), (me, ranks));
+                assert!(s.tensor("nope").is_none());
+                for (name, d) in &dense {
+                    let t = s.tensor(name).unwrap();
+                    let tiles = s.tiles(t).unwrap();
+                    let buf = s.data_mut(t).unwrap();
+                    for tile in &tiles {
+                        let mut k = tile.offset;
+                        for_each_box(&tile.start, &tile.extent, |idx| {
+                            buf[k] = at(d, idx);
+                            k += 1;
+                        });
+                    }
+                }
+                s.run().unwrap();
+                let r = s.tensor("R").unwrap();
+                assert!(s.describe(r).unwrap().1, "R is an output");
+                let tiles = s.tiles(r).unwrap();
+                let buf = s.data_mut(r).unwrap().to_vec();
+                for tile in &tiles {
+                    let mut k = tile.offset;
+                    for_each_box(&tile.start, &tile.extent, |idx| {
+                        let (g, w) = (buf[k], at(&want_r, idx));
+                        assert!(
+                            (g - w).abs() <= 1e-10 * (1.0 + w.abs()),
+                            "rank {me} of {ranks} at {idx:?}: {g} vs {w}"
+                        );
+                        k += 1;
+                    });
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    }
+}
+
+/// Calls `f` with every index of the box `start + [0, extent)`, last fastest.
+fn for_each_box(start: &[usize], extent: &[usize], mut f: impl FnMut(&[usize])) {
+    if extent.contains(&0) {
+        return;
+    }
+    let mut idx: Vec<usize> = start.to_vec();
+    loop {
+        f(&idx);
+        let mut d = idx.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < start[d] + extent[d] {
+                break;
+            }
+            idx[d] = start[d];
+        }
+    }
+}

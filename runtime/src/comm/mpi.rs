@@ -48,7 +48,66 @@ impl MpiWorld {
         };
         let mut comm: ffi::MPI_Comm = unsafe { ffi::RSMPI_COMM_NULL };
         unsafe { ffi::MPI_Comm_dup(ffi::RSMPI_COMM_WORLD, &mut comm) };
-        Box::new(MpiComm { comm, rank: self.rank, size: self.size, native, stats: Cell::new(CommStats::default()) })
+        Box::new(MpiComm {
+            comm,
+            rank: self.rank,
+            size: self.size,
+            native,
+            stats: Cell::new(CommStats::default()),
+            free: false,
+        })
+    }
+}
+
+impl MpiComm {
+    /// A duplicate of the caller's communicator, given by its Fortran handle
+    /// (`MPI_Comm_c2f` in C; what Fortran passes as an integer), for libraries
+    /// that an MPI program calls: MPI is the caller's to initialize and finalize,
+    /// and the duplicate is freed on drop. `None` if MPI is not initialized or the
+    /// handle is not a communicator.
+    pub fn from_fortran(handle: i32) -> Option<MpiComm> {
+        unsafe {
+            let mut init: c_int = 0;
+            ffi::MPI_Initialized(&mut init);
+            let mut fin: c_int = 0;
+            ffi::MPI_Finalized(&mut fin);
+            if init == 0 || fin != 0 {
+                return None;
+            }
+            let given = ffi::MPI_Comm_f2c(handle as c_int);
+            if given == ffi::RSMPI_COMM_NULL {
+                return None;
+            }
+            let mut comm: ffi::MPI_Comm = ffi::RSMPI_COMM_NULL;
+            if ffi::MPI_Comm_dup(given, &mut comm) != 0 {
+                return None;
+            }
+            let (mut r, mut s) = (0, 0);
+            ffi::MPI_Comm_rank(comm, &mut r);
+            ffi::MPI_Comm_size(comm, &mut s);
+            Some(MpiComm {
+                comm,
+                rank: r as usize,
+                size: s as usize,
+                native: true,
+                stats: Cell::new(CommStats::default()),
+                free: true,
+            })
+        }
+    }
+}
+
+impl Drop for MpiComm {
+    fn drop(&mut self) {
+        if self.free {
+            let mut fin: c_int = 0;
+            unsafe {
+                ffi::MPI_Finalized(&mut fin);
+                if fin == 0 {
+                    ffi::MPI_Comm_free(&mut self.comm);
+                }
+            }
+        }
     }
 }
 
@@ -78,6 +137,8 @@ pub struct MpiComm {
     size: usize,
     native: bool,
     stats: Cell<CommStats>,
+    /// Whether the communicator is this value's own duplicate, freed on drop.
+    free: bool,
 }
 
 impl MpiComm {

@@ -1,0 +1,154 @@
+//! A distributed tiled program held open by a caller (the C API of
+//! `libtcc_dist`, which `tcc build --mpi` libraries call): compiled once on
+//! every rank of the caller's communicator, its tiles laid out by
+//! [`super::dist::Ownership`]; the caller fills the input tiles its rank owns,
+//! runs, and reads the output tiles its rank owns. Nothing is gathered: no rank
+//! ever holds a whole tensor.
+
+use super::dist::RankTiles;
+use super::exec::{Program, TiledOptions};
+use crate::ids::TensorId;
+use crate::pipeline::PipelineOptions;
+use crate::sema::hir::Role;
+use tcc_runtime::comm::Communicator;
+
+/// The communicator a session runs on: its own (a library's duplicate of the
+/// caller's), or one lent by the caller (tests on in-process ranks).
+pub enum SessionComm<'c> {
+    Owned(Box<dyn Communicator>),
+    Lent(&'c dyn Communicator),
+}
+
+impl SessionComm<'_> {
+    fn get(&self) -> &dyn Communicator {
+        match self {
+            SessionComm::Owned(c) => c.as_ref(),
+            SessionComm::Lent(c) => *c,
+        }
+    }
+}
+
+/// One rank's open program.
+pub struct Session<'c> {
+    /// Leaked at open and freed on drop, after `rank` (which borrows it).
+    program: &'static Program,
+    rank: Option<RankTiles<'static>>,
+    comm: SessionComm<'c>,
+    opts: TiledOptions,
+    /// The unit's inputs then outputs, by name: the caller's tensor numbers.
+    tensors: Vec<(String, TensorId, Role)>,
+}
+
+/// One stored tile of this rank: where it starts in the rank's buffer of its
+/// tensor, and the index box it holds (row-major, last index fastest).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalTile {
+    pub offset: usize,
+    pub start: Vec<usize>,
+    pub extent: Vec<usize>,
+}
+
+impl<'c> Session<'c> {
+    /// Compiles `source` and plans `program` (the file's only program when
+    /// `None`) for the ranks of `comm`. Every rank must call it alike. Errors are
+    /// the compiler's messages.
+    pub fn open(
+        source: &str,
+        program: Option<&str>,
+        comm: SessionComm<'c>,
+        opts: TiledOptions,
+    ) -> Result<Session<'c>, String> {
+        let (hir, diags) = crate::compile(source, "program");
+        let Some(hir) = hir else {
+            return Err(crate::diag::render(&diags, "<source>", source, false));
+        };
+        let unit = match program {
+            Some(name) => hir.unit_by_name(name).ok_or_else(|| {
+                let names: Vec<&str> = hir.units.iter().map(|u| u.name.as_str()).collect();
+                format!("no program `{name}` in the source (it has: {})", names.join(", "))
+            })?,
+            None => {
+                let ids: Vec<_> = hir.units.ids().collect();
+                match ids[..] {
+                    [u] => u,
+                    _ => return Err(format!("the source has {} programs: name one", ids.len())),
+                }
+            }
+        };
+        let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
+        let planned = Program::plan(&prepared, unit, &opts).map_err(|e| e.to_string())?;
+        let program: &'static Program = Box::leak(Box::new(planned));
+        let tensors = program
+            .hir
+            .unit_inputs(unit)
+            .into_iter()
+            .chain(program.hir.unit_outputs(unit))
+            .map(|t| (program.hir.tensors[t].name.clone(), t, program.hir.tensors[t].role))
+            .collect();
+        let rank = match RankTiles::new(program, comm.get().rank(), comm.get().size()) {
+            Ok(r) => r,
+            Err(e) => {
+                // SAFETY: leaked just above; nothing borrows it.
+                drop(unsafe { Box::from_raw(program as *const Program as *mut Program) });
+                return Err(e.to_string());
+            }
+        };
+        Ok(Session { program, rank: Some(rank), comm, opts, tensors })
+    }
+
+    fn rank(&self) -> &RankTiles<'static> {
+        self.rank.as_ref().expect("open until dropped")
+    }
+
+    /// This rank and the number of ranks.
+    pub fn rank_and_size(&self) -> (usize, usize) {
+        (self.comm.get().rank(), self.comm.get().size())
+    }
+
+    /// The caller's number of tensor `name` (an input or output of the program).
+    pub fn tensor(&self, name: &str) -> Option<usize> {
+        self.tensors.iter().position(|(n, _, _)| n == name)
+    }
+
+    /// Tensor `t`'s name, whether it is an output, and its extents.
+    pub fn describe(&self, t: usize) -> Option<(&str, bool, Vec<usize>)> {
+        let (name, id, role) = self.tensors.get(t)?;
+        let l = &self.program.layouts[id];
+        Some((name, *role == Role::Output, l.dims.iter().map(|d| d.start(d.count())).collect()))
+    }
+
+    /// The tiles of tensor `t` this rank holds, in buffer order.
+    pub fn tiles(&self, t: usize) -> Option<Vec<LocalTile>> {
+        let (_, id, _) = self.tensors.get(t)?;
+        let l = &self.program.layouts[id];
+        let mut offset = 0;
+        let mut out = Vec::new();
+        for k in self.rank().slots(*id) {
+            let c = &l.tiles()[k];
+            let (start, extent) = l.tile_box(c);
+            out.push(LocalTile { offset, start, extent });
+            offset += l.tile_len(c);
+        }
+        Some(out)
+    }
+
+    /// This rank's buffer of tensor `t` (its tiles back to back).
+    pub fn data_mut(&mut self, t: usize) -> Option<&mut [f64]> {
+        let (_, id, _) = *self.tensors.get(t)?;
+        self.rank.as_mut().expect("open until dropped").data_mut(id)
+    }
+
+    /// Runs the program on the filled input tiles (collective).
+    pub fn run(&mut self) -> Result<(), String> {
+        let rank = self.rank.as_mut().expect("open until dropped");
+        rank.run(self.comm.get(), &self.opts).map_err(|e| e.to_string())
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        self.rank = None;
+        // SAFETY: leaked in `open`; `rank`, its only borrower, is gone.
+        drop(unsafe { Box::from_raw(self.program as *const Program as *mut Program) });
+    }
+}
