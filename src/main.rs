@@ -218,6 +218,12 @@ enum Command {
         /// library is only built for sizes given with --size).
         #[arg(long = "assume", value_name = "NAME=SIZE")]
         assume: Vec<String>,
+        /// A library for MPI programs: each program runs on tiles distributed over
+        /// the caller's communicator (`tcc_NAME_PROG_open(MPI_Comm)`, then the
+        /// `tcc_dist_*` functions of the tcc_dist.h written next to it). Needs
+        /// mpicc and libtcc_dist.so (`cargo build -p tcc-dist --features mpi`).
+        #[arg(long)]
+        mpi: bool,
     },
     /// Plan distributed execution on P ranks: per contraction the processor grid,
     /// the mapping of its indices, the communication and its predicted cost,
@@ -600,7 +606,8 @@ fn cmd_fmt(ctx: &Ctx, command: Command) -> Outcome {
 
 /// `tcc build`: a shared library with its C header and Fortran module, or PTX.
 fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
-    let Command::Build { file, output, target_cpu, program, name, target, gpu_gemm, size, assume } = command else {
+    let Command::Build { file, output, target_cpu, program, name, target, gpu_gemm, size, assume, mpi } = command
+    else {
         unreachable!("cmd_build is called for `Build`")
     };
     let hir = match front_end_as(ctx, &file, "main") {
@@ -613,6 +620,32 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(e) => return ctx.error(&e),
     };
+    if mpi {
+        if target == TargetKind::Cuda || target_cpu.is_some() {
+            return ctx.fail(
+                "E0717",
+                "--mpi libraries run on the CPU and compile their tile kernel for the machine they run on: --target cuda and --target-cpu do not apply",
+                None,
+            );
+        }
+        let source = match std::fs::read_to_string(&file) {
+            Ok(s) => s,
+            Err(e) => return ctx.fail("E0709", &format!("cannot read `{}`: {e}", file.display()), None),
+        };
+        return match tcc::codegen::mpi_lib::build_mpi_library(
+            &hir,
+            &source,
+            program.as_deref(),
+            name.as_deref(),
+            &output,
+        ) {
+            Ok(report) => {
+                eprint!("{report}");
+                Outcome::Ok
+            }
+            Err(e) => ctx.error(&e),
+        };
+    }
     if target == TargetKind::Cuda {
         if let Err(e) = tcc::sema::sizes::require_fixed_for_build(&hir) {
             return ctx.error(&e);

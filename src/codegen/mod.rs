@@ -8,6 +8,7 @@ pub mod cuda_build;
 pub mod cuda_shim;
 pub mod llvm;
 pub mod lower;
+pub mod mpi_lib;
 pub mod nvptx;
 
 #[cfg(test)]

@@ -50,15 +50,16 @@ pub struct LocalTile {
 
 impl<'c> Session<'c> {
     /// Compiles `source` and plans `program` (the file's only program when
-    /// `None`) for the ranks of `comm`. Every rank must call it alike. Errors are
-    /// the compiler's messages.
+    /// `None`; statements outside a `program` block form one named `main`, as
+    /// for `tcc build`) for the ranks of `comm`. Every rank must call it alike.
+    /// Errors are the compiler's messages.
     pub fn open(
         source: &str,
         program: Option<&str>,
         comm: SessionComm<'c>,
         opts: TiledOptions,
     ) -> Result<Session<'c>, String> {
-        let (hir, diags) = crate::compile(source, "program");
+        let (hir, diags) = crate::compile(source, "main");
         let Some(hir) = hir else {
             return Err(crate::diag::render(&diags, "<source>", source, false));
         };

@@ -1,0 +1,53 @@
+/* libtcc_dist: distributed tiled tcc programs, called from MPI programs.
+ *
+ * A program is opened on a communicator (collective: every rank calls it with
+ * the same source). Each rank then holds only the tiles it owns of every input
+ * and output, back to back in one buffer per tensor; tcc_dist_tile says where
+ * each tile starts in that buffer and which index box it holds (row-major, the
+ * last index fastest). Tensors with declared symmetry store only their canonical
+ * tiles (tile indices ordered within each group; fill the whole box of such a
+ * tile, diagonal tiles included), block-sparse tensors only their nonzero tiles.
+ * Fill the input tiles, call tcc_dist_run (collective), read the output tiles.
+ * No rank ever holds a whole tensor.
+ *
+ * Errors: functions returning a handle give NULL, counts and offsets -1, and
+ * tcc_dist_run nonzero; tcc_dist_last_error() describes the last error of the
+ * calling thread. Tensor numbers are those of tcc_dist_tensor. */
+#ifndef TCC_DIST_H
+#define TCC_DIST_H
+#include <stdint.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tcc_dist tcc_dist;
+
+/* Compiles `source` and opens `program` (NULL: the source's only program) on the
+ * communicator whose Fortran handle is `comm_f` (MPI_Comm_c2f(comm) in C). MPI
+ * must be initialized. Threads per rank: TCC_NUM_THREADS, else every core. */
+tcc_dist *tcc_dist_open(const char *source, const char *program, int comm_f);
+const char *tcc_dist_last_error(void);
+int64_t tcc_dist_rank(const tcc_dist *h);
+int64_t tcc_dist_size(const tcc_dist *h);
+/* An input's or output's number by name, or -1. */
+int64_t tcc_dist_tensor(const tcc_dist *h, const char *name);
+/* 1 for an output, 0 for an input, -1 for a bad number. */
+int tcc_dist_is_output(const tcc_dist *h, int64_t tensor);
+int64_t tcc_dist_ndims(const tcc_dist *h, int64_t tensor);
+int64_t tcc_dist_extent(const tcc_dist *h, int64_t tensor, int64_t dim);
+/* The tiles this rank holds of `tensor`, and their elements in all. */
+int64_t tcc_dist_local_tiles(const tcc_dist *h, int64_t tensor);
+int64_t tcc_dist_local_len(const tcc_dist *h, int64_t tensor);
+/* Tile `i` (0 <= i < local_tiles): writes its box's first index and extents
+ * (ndims entries each) and returns its offset in the tensor's buffer. */
+int64_t tcc_dist_tile(const tcc_dist *h, int64_t tensor, int64_t i, int64_t *start, int64_t *extent);
+/* This rank's buffer of `tensor` (local_len elements; NULL when it holds none). */
+double *tcc_dist_local_data(tcc_dist *h, int64_t tensor);
+/* Runs the program (collective). 0 on success. */
+int tcc_dist_run(tcc_dist *h);
+void tcc_dist_close(tcc_dist *h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

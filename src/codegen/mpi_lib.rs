@@ -1,0 +1,192 @@
+//! `tcc build --mpi`: a library that an MPI program calls to run a program on
+//! tiles distributed over its ranks. The library holds the program's source and
+//! one open function per program, `tcc_LIB_PROG_open(MPI_Comm)` (and
+//! `tcc_LIB_PROG_open_f(int)` taking a Fortran handle); everything after opening
+//! goes through `libtcc_dist` (`capi/include/tcc_dist.h`, written next to the
+//! library), which plans the tiles, JIT-compiles the tile kernel for the host,
+//! exchanges tiles over the communicator and runs the tasks
+//! ([`crate::tiled::session`]). It is compiled with `mpicc` (`$MPICC`) and
+//! linked against `libtcc_dist.so` (`$TCC_DIST_LIB`, else next to `tcc`).
+
+use super::cabi::{library_name, symbol};
+use crate::error::CommandError;
+use crate::run::fail;
+use crate::sema::hir::{Hir, Role, UnitId};
+use crate::tiled::exec::{Program, TiledOptions};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// `tcc_dist.h`, copied next to every MPI library.
+pub const TCC_DIST_H: &str = include_str!("../../capi/include/tcc_dist.h");
+
+/// Finds `libtcc_dist.so`: `$TCC_DIST_LIB`, else the newest next to the running
+/// `tcc` (its directory, its parent, and their `deps/`).
+pub fn find_dist_lib() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("TCC_DIST_LIB") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
+    for anc in exe.ancestors().skip(1).take(2) {
+        for d in [anc.to_path_buf(), anc.join("deps")] {
+            let p = d.join("libtcc_dist.so");
+            if let Ok(m) = std::fs::metadata(&p) {
+                let t = m.modified().unwrap_or(std::time::UNIX_EPOCH);
+                if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
+                    best = Some((t, p));
+                }
+            }
+        }
+    }
+    best.map(|(_, p)| p)
+}
+
+/// The C string literal of `s` (octal escapes for everything but plain ASCII).
+fn c_literal(s: &str) -> String {
+    let mut out = String::from("\"");
+    for (i, b) in s.bytes().enumerate() {
+        if i > 0 && i % 100 == 0 {
+            out.push_str("\"\n    \"");
+        }
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            0x20..=0x7e if b != b'?' => out.push(b as char),
+            _ => {
+                let _ = write!(out, "\\{b:03o}");
+            }
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Writes the library, `LIB.h` and `tcc_dist.h` next to it; returns the report.
+pub fn build_mpi_library(
+    hir: &Hir,
+    source: &str,
+    program: Option<&str>,
+    name: Option<&str>,
+    output: &Path,
+) -> Result<String, CommandError> {
+    let units: Vec<UnitId> = match program {
+        None => hir.units.ids().collect(),
+        Some(n) => match hir.unit_by_name(n) {
+            Some(u) => vec![u],
+            None => return Err(fail("E0702", format!("there is no program or model named `{n}`"), None)),
+        },
+    };
+    if units.is_empty() {
+        return Err(fail("E0717", "the source has no programs: an MPI library would have no functions", None));
+    }
+    crate::sema::sizes::require_fixed_for_build(hir)?;
+    let lib = library_name(output, name)?;
+    // Plan every program now, so that what tiled execution refuses is a build
+    // error, not an error of the caller's first run.
+    let prepared = crate::pipeline::prepare(hir, &crate::pipeline::PipelineOptions::default());
+    let dist = find_dist_lib().ok_or_else(|| {
+        fail(
+            "E0718",
+            "cannot find libtcc_dist.so, which MPI libraries link",
+            Some("build it with `cargo build -p tcc-dist --features mpi` or set TCC_DIST_LIB to its path".into()),
+        )
+    })?;
+    let dist_dir = dist.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    let out_name = output.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let link = format!(
+        "mpicc prog.c -I{dir} -L{dir} -l:{out_name} -L{d} -ltcc_dist -Wl,-rpath,{dir}:{d}",
+        dir = output.parent().map(|p| p.display().to_string()).filter(|s| !s.is_empty()).unwrap_or_else(|| ".".into()),
+        d = dist_dir.display()
+    );
+    let mut header = String::new();
+    let _ = writeln!(header, "/* {lib}.h: written by `tcc build --mpi`. Distributed tiled programs; see tcc_dist.h.");
+    let _ = writeln!(header, " * Link: {link} */");
+    let guard = format!("TCC_{}_H", lib.to_uppercase());
+    let _ = writeln!(header, "#ifndef {guard}\n#define {guard}\n#include <mpi.h>\n#include \"tcc_dist.h\"");
+    let _ = writeln!(header, "#ifdef __cplusplus\nextern \"C\" {{\n#endif");
+    let mut csrc = String::new();
+    let _ = writeln!(
+        csrc,
+        "#include <mpi.h>\n#include \"tcc_dist.h\"\nstatic const char source[] =\n    {};",
+        c_literal(source)
+    );
+    let mut exported = Vec::new();
+    for &u in &units {
+        let p = Program::plan(&prepared, u, &TiledOptions::default())?;
+        let unit = &hir.units[u].name;
+        let sym = symbol(&lib, unit);
+        let _ = writeln!(header, "\n/* program `{unit}` (collective; NULL on error, see tcc_dist_last_error):");
+        for t in prepared.unit_inputs(u).into_iter().chain(prepared.unit_outputs(u)) {
+            let tensor = &prepared.tensors[t];
+            let l = &p.layouts[&t];
+            let ext: Vec<String> = l.dims.iter().map(|d| d.start(d.count()).to_string()).collect();
+            let role = if tensor.role == Role::Output { "output" } else { "input" };
+            let _ = writeln!(
+                header,
+                " *   {role} {}[{}]: {} stored tiles of {} elements in all",
+                tensor.name,
+                ext.join(", "),
+                l.tiles().len(),
+                l.len()
+            );
+        }
+        let _ = writeln!(header, " */\ntcc_dist *{sym}_open(MPI_Comm comm);\ntcc_dist *{sym}_open_f(int comm_f);");
+        let _ = writeln!(
+            csrc,
+            "tcc_dist *{sym}_open(MPI_Comm comm) {{ return tcc_dist_open(source, {}, (int)MPI_Comm_c2f(comm)); }}",
+            c_literal(unit)
+        );
+        let _ = writeln!(
+            csrc,
+            "tcc_dist *{sym}_open_f(int comm_f) {{ return tcc_dist_open(source, {}, comm_f); }}",
+            c_literal(unit)
+        );
+        exported.push(format!("{sym}_open"));
+    }
+    let _ = writeln!(header, "\n#ifdef __cplusplus\n}}\n#endif\n#endif");
+    let dir =
+        output.parent().map(Path::to_path_buf).filter(|p| !p.as_os_str().is_empty()).unwrap_or_else(|| ".".into());
+    let write = |path: PathBuf, text: &str| {
+        std::fs::write(&path, text).map_err(|e| fail("E0709", format!("cannot write `{}`: {e}", path.display()), None))
+    };
+    write(dir.join("tcc_dist.h"), TCC_DIST_H)?;
+    write(dir.join(format!("{lib}.h")), &header)?;
+    let tmp = std::env::temp_dir().join(format!("tcc-build-mpi-{}-{lib}", std::process::id()));
+    std::fs::create_dir_all(&tmp)
+        .map_err(|e| fail("E0714", format!("cannot create `{}`: {e}", tmp.display()), None))?;
+    let c_file = tmp.join(format!("{lib}.c"));
+    write(c_file.clone(), &csrc)?;
+    let mpicc = std::env::var("MPICC").unwrap_or_else(|_| "mpicc".into());
+    let out = std::process::Command::new(&mpicc)
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(output)
+        .arg(&c_file)
+        .arg(format!("-I{}", dir.display()))
+        .arg(format!("-L{}", dist_dir.display()))
+        .arg("-ltcc_dist")
+        .arg(format!("-Wl,-rpath,{}", dist_dir.display()))
+        .output()
+        .map_err(|e| {
+            fail(
+                "E0719",
+                format!("cannot run the MPI compiler `{mpicc}`: {e}"),
+                Some("install MPI (e.g. `apt-get install libopenmpi-dev openmpi-bin`) or set MPICC".into()),
+            )
+        })?;
+    let _ = std::fs::remove_dir_all(&tmp);
+    if !out.status.success() {
+        return Err(fail(
+            "E0714",
+            format!("building `{}` failed:\n{}", output.display(), String::from_utf8_lossy(&out.stderr)),
+            None,
+        ));
+    }
+    Ok(format!(
+        "wrote {}, {}, {} ({}); link a program with: {link}\n",
+        output.display(),
+        dir.join(format!("{lib}.h")).display(),
+        dir.join("tcc_dist.h").display(),
+        exported.join(", "),
+    ))
+}
