@@ -1,6 +1,6 @@
-//! `tcc build --mpi`: a library called from a C MPI program under
-//! `mpirun -np 2/3/4` (each rank fills and reads only the tiles it owns), and
-//! what the command refuses.
+//! `tcc build --mpi`: a library called from a C and from a Fortran MPI program
+//! under `mpirun -np 2/3/4` (each rank fills and reads only the tiles it owns),
+//! and what the command refuses.
 
 use assert_cmd::Command;
 use std::path::{Path, PathBuf};
@@ -41,45 +41,75 @@ fn tempfile_dir(tag: &str) -> PathBuf {
     d
 }
 
+/// Builds the test library into a fresh directory; returns it and the directory
+/// of libtcc_dist.so.
 #[cfg(feature = "mpi")]
-#[test]
-fn a_c_mpi_program_runs_a_tcc_library_on_2_3_and_4_ranks() {
-    let dir = tempfile_dir("c");
+fn build_mm(tag: &str) -> (PathBuf, PathBuf) {
+    let dir = tempfile_dir(tag);
     let lib = dir.join("libmm.so");
     let out = tcc().args(["build", "--mpi"]).arg(path("tests/tiled/mpi_mm.tc")).arg("-o").arg(&lib).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let header = std::fs::read_to_string(dir.join("mm.h")).unwrap();
-    assert!(header.contains("tcc_dist *tcc_mm_main_open(MPI_Comm comm);"), "{header}");
-    assert!(dir.join("tcc_dist.h").exists());
-    let exe = dir.join("mm_test");
     let dist_dir = assert_cmd::cargo::cargo_bin("tcc").parent().unwrap().to_path_buf();
-    let cc = std::process::Command::new("mpicc")
-        .arg(path("tests/tiled/mpi_mm_test.c"))
-        .arg(format!("-I{}", dir.display()))
-        .arg(format!("-L{}", dir.display()))
-        .arg("-lmm")
-        .arg(format!("-L{}", dist_dir.display()))
-        .arg("-ltcc_dist")
-        .arg(format!("-Wl,-rpath,{}:{}", dir.display(), dist_dir.display()))
-        .arg("-lm")
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    (dir, dist_dir)
+}
+
+/// Compiles with `compiler args`, then runs the program under mpirun on 2, 3 and
+/// 4 ranks: each must print "ok".
+#[cfg(feature = "mpi")]
+fn compile_and_run(compiler: &str, args: &[String], exe: &Path, dir: &Path) {
+    let cc = std::process::Command::new(compiler).args(args).current_dir(dir).output().unwrap();
+    assert!(cc.status.success(), "{compiler}: {}", String::from_utf8_lossy(&cc.stderr));
     for np in ["2", "3", "4"] {
         let run = std::process::Command::new("timeout")
             .args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np])
-            .arg(&exe)
+            .arg(exe)
             .env("TCC_NUM_THREADS", "1")
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&run.stdout).to_string();
         assert!(
             run.status.success() && text.contains("ok"),
-            "{np} ranks: {text}\n{}",
+            "{compiler}, {np} ranks: {text}\n{}",
             String::from_utf8_lossy(&run.stderr)
         );
     }
+}
+
+#[cfg(feature = "mpi")]
+fn link_args(dir: &Path, dist_dir: &Path) -> Vec<String> {
+    vec![
+        format!("-L{}", dir.display()),
+        "-lmm".into(),
+        format!("-L{}", dist_dir.display()),
+        "-ltcc_dist".into(),
+        format!("-Wl,-rpath,{}:{}", dir.display(), dist_dir.display()),
+    ]
+}
+
+#[cfg(feature = "mpi")]
+#[test]
+fn a_c_mpi_program_runs_a_tcc_library_on_2_3_and_4_ranks() {
+    let (dir, dist_dir) = build_mm("c");
+    let header = std::fs::read_to_string(dir.join("mm.h")).unwrap();
+    assert!(header.contains("tcc_dist *tcc_mm_main_open(MPI_Comm comm);"), "{header}");
+    assert!(dir.join("tcc_dist.h").exists());
+    let exe = dir.join("mm_test");
+    let mut args = vec![path("tests/tiled/mpi_mm_test.c").display().to_string(), format!("-I{}", dir.display())];
+    args.extend(link_args(&dir, &dist_dir));
+    args.extend(["-lm".to_string(), "-o".into(), exe.display().to_string()]);
+    compile_and_run("mpicc", &args, &exe, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(feature = "mpi")]
+#[test]
+fn a_fortran_mpi_program_runs_a_tcc_library_on_2_3_and_4_ranks() {
+    let (dir, dist_dir) = build_mm("fortran");
+    let exe = dir.join("mm_test_f");
+    let mut args: Vec<String> = ["tcc_dist.f90", "mm.f90"].iter().map(|s| s.to_string()).collect();
+    args.push(path("tests/tiled/mpi_mm_test.f90").display().to_string());
+    args.extend(link_args(&dir, &dist_dir));
+    args.extend(["-o".to_string(), exe.display().to_string()]);
+    compile_and_run("mpif90", &args, &exe, &dir);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -16,8 +16,13 @@ use crate::tiled::exec::{Program, TiledOptions};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// `tcc_dist.h`, copied next to every MPI library.
+/// `tcc_dist.h` and the Fortran module `tcc_dist.f90`, copied next to every MPI
+/// library.
 pub const TCC_DIST_H: &str = include_str!("../../capi/include/tcc_dist.h");
+pub const TCC_DIST_F90: &str = include_str!("../../capi/include/tcc_dist.f90");
+
+/// Fortran's limit on names.
+const FORTRAN_MAX_NAME: usize = 63;
 
 /// Finds `libtcc_dist.so`: `$TCC_DIST_LIB`, else the newest next to the running
 /// `tcc` (its directory, its parent, and their `deps/`).
@@ -105,6 +110,9 @@ pub fn build_mpi_library(
     let guard = format!("TCC_{}_H", lib.to_uppercase());
     let _ = writeln!(header, "#ifndef {guard}\n#define {guard}\n#include <mpi.h>\n#include \"tcc_dist.h\"");
     let _ = writeln!(header, "#ifdef __cplusplus\nextern \"C\" {{\n#endif");
+    let mut fortran = String::new();
+    let _ = writeln!(fortran, "! {lib}.f90: written by `tcc build --mpi`; see tcc_dist.f90 for the rest of the API.");
+    let _ = writeln!(fortran, "module {lib}\n  use iso_c_binding\n  use tcc_dist\n  implicit none\n  interface");
     let mut csrc = String::new();
     let _ = writeln!(
         csrc,
@@ -142,7 +150,22 @@ pub fn build_mpi_library(
             "tcc_dist *{sym}_open_f(int comm_f) {{ return tcc_dist_open(source, {}, comm_f); }}",
             c_literal(unit)
         );
+        let fname = format!("{sym}_open_f");
+        if fname.len() > FORTRAN_MAX_NAME {
+            return Err(fail(
+                "E0717",
+                format!("`{fname}` is longer than a Fortran name may be ({FORTRAN_MAX_NAME} characters)"),
+                Some("choose a shorter library name with --name".into()),
+            ));
+        }
+        let _ = writeln!(
+            fortran,
+            "    ! program `{unit}`: open on a communicator (Fortran handle); c_null_ptr on error\n    \
+             function {fname}(comm) bind(C, name=\"{fname}\")\n      import :: c_ptr, c_int\n      \
+             integer(c_int), value :: comm\n      type(c_ptr) :: {fname}\n    end function"
+        );
         exported.push(format!("{sym}_open"));
+        exported.push(fname);
     }
     let _ = writeln!(header, "\n#ifdef __cplusplus\n}}\n#endif\n#endif");
     let dir =
@@ -150,7 +173,10 @@ pub fn build_mpi_library(
     let write = |path: PathBuf, text: &str| {
         std::fs::write(&path, text).map_err(|e| fail("E0709", format!("cannot write `{}`: {e}", path.display()), None))
     };
+    let _ = writeln!(fortran, "  end interface\nend module {lib}");
     write(dir.join("tcc_dist.h"), TCC_DIST_H)?;
+    write(dir.join("tcc_dist.f90"), TCC_DIST_F90)?;
+    write(dir.join(format!("{lib}.f90")), &fortran)?;
     write(dir.join(format!("{lib}.h")), &header)?;
     let tmp = std::env::temp_dir().join(format!("tcc-build-mpi-{}-{lib}", std::process::id()));
     std::fs::create_dir_all(&tmp)
@@ -183,10 +209,12 @@ pub fn build_mpi_library(
         ));
     }
     Ok(format!(
-        "wrote {}, {}, {} ({}); link a program with: {link}\n",
+        "wrote {}, {}, {}, {}, {} ({}); link a program with: {link}\n",
         output.display(),
         dir.join(format!("{lib}.h")).display(),
+        dir.join(format!("{lib}.f90")).display(),
         dir.join("tcc_dist.h").display(),
+        dir.join("tcc_dist.f90").display(),
         exported.join(", "),
     ))
 }
