@@ -89,6 +89,9 @@ pub struct RankStats {
     pub fetched_peak: f64,
     pub flops: f64,
     pub run_s: f64,
+    /// Seconds spent planning and running the exchanges (the rest of `run_s` is
+    /// tasks).
+    pub exchange_s: f64,
     /// Peak resident memory of this process in bytes (per rank under MPI; shared
     /// by all in-process ranks).
     pub peak_rss: f64,
@@ -124,6 +127,115 @@ pub fn peak_rss(children: bool) -> f64 {
         u.maxrss as f64 * 1024.0
     } else {
         0.0
+    }
+}
+
+/// The words a rank sends in one round of a task set's exchange, at most (a
+/// tile larger than this goes alone): the send buffer is this size, not the
+/// size of everything sent, so that a rank's memory stays close to its tiles.
+/// (Unit tests use tiny rounds, so that every exchange takes several.)
+#[cfg(not(test))]
+const ROUND_WORDS: usize = 1 << 21;
+#[cfg(test)]
+const ROUND_WORDS: usize = 7;
+
+/// One remote tile on its way: from its owner to the rank whose tasks read it.
+#[derive(Debug, Clone, Copy)]
+struct Shipment {
+    from: usize,
+    to: usize,
+    tensor: TensorId,
+    slot: usize,
+    len: usize,
+    round: usize,
+}
+
+/// The exchange of one task set, in rounds of at most [`ROUND_WORDS`] sent per
+/// rank. Every rank computes the same plan from the same `needs`, so each knows
+/// what it sends and receives in every round without asking.
+struct Exchange {
+    /// Per sender, in order: to rank 0's tiles in `needs` order, then rank 1's...
+    shipments: Vec<Vec<Shipment>>,
+    count: usize,
+}
+
+impl Exchange {
+    fn plan(
+        needs: &[BTreeSet<(TensorId, usize)>],
+        owner: &dyn Fn(TensorId, usize) -> usize,
+        tile_len: &dyn Fn(TensorId, usize) -> usize,
+        p: usize,
+    ) -> Exchange {
+        let mut shipments: Vec<Vec<Shipment>> = vec![Vec::new(); p];
+        for (to, need) in needs.iter().enumerate() {
+            for &(tensor, slot) in need {
+                let from = owner(tensor, slot);
+                if from != to {
+                    shipments[from].push(Shipment { from, to, tensor, slot, len: tile_len(tensor, slot), round: 0 });
+                }
+            }
+        }
+        let mut count = 0;
+        for list in &mut shipments {
+            let (mut round, mut used) = (0, 0);
+            for s in list.iter_mut() {
+                if used > 0 && used + s.len > ROUND_WORDS {
+                    round += 1;
+                    used = 0;
+                }
+                s.round = round;
+                used += s.len;
+            }
+            if !list.is_empty() {
+                count = count.max(round + 1);
+            }
+        }
+        Exchange { shipments, count }
+    }
+
+    fn sent_by(&self, rank: usize) -> impl Iterator<Item = &Shipment> {
+        self.shipments[rank].iter()
+    }
+
+    /// What `rank` receives, in buffer order: by round, then sender, then order.
+    fn received(&self, rank: usize) -> impl Iterator<Item = &Shipment> {
+        (0..self.count).flat_map(move |c| {
+            self.shipments.iter().flat_map(move |list| list.iter().filter(move |s| s.to == rank && s.round == c))
+        })
+    }
+
+    fn received_at(&self, rank: usize) -> HashMap<(TensorId, usize), usize> {
+        let mut at = 0;
+        self.received(rank)
+            .map(|s| {
+                let here = at;
+                at += s.len;
+                ((s.tensor, s.slot), here)
+            })
+            .collect()
+    }
+
+    fn received_len(&self, rank: usize) -> usize {
+        self.received(rank).map(|s| s.len).sum()
+    }
+
+    /// Where round `c`'s tiles for `rank` start in its buffer, and the words from
+    /// each sender.
+    fn received_in(&self, rank: usize, c: usize) -> (usize, Vec<usize>) {
+        let start = self.received(rank).take_while(|s| s.round < c).map(|s| s.len).sum();
+        let mut counts = vec![0; self.shipments.len()];
+        for s in self.received(rank).filter(|s| s.round == c) {
+            counts[s.from] += s.len;
+        }
+        (start, counts)
+    }
+
+    fn max_send_len(&self, rank: usize) -> usize {
+        let mut per_round = vec![0; self.count];
+        for s in &self.shipments[rank] {
+            per_round[s.round] += s.len;
+        }
+        per_round.into_iter().max().unwrap_or(0)
     }
 }
 
@@ -297,40 +409,30 @@ impl<'p> RankTiles<'p> {
             }
             // Send every rank the tiles it needs that this rank owns; receive ours.
             let tile_len = |t: TensorId, k: usize| layouts[&t].tile_len(&layouts[&t].tiles()[k]);
-            let owns = |t: TensorId, k: usize| owner(&layouts[&t].tiles()[k]) == me;
-            let mut send_counts = vec![0usize; p];
-            for (q, need) in needs.iter().enumerate() {
-                for &(t, k) in need.iter().filter(|&&(t, k)| q != me && owns(t, k)) {
-                    send_counts[q] += tile_len(t, k);
-                }
-            }
-            let mut send = alloc(send_counts.iter().sum(), "tiles to send")?;
-            let mut at = 0;
-            for (q, need) in needs.iter().enumerate() {
-                for &(t, k) in need.iter().filter(|&&(t, k)| q != me && owns(t, k)) {
-                    let loc = &local[&t];
-                    let (off, len) = (loc.offsets[&k], tile_len(t, k));
-                    send[at..at + len].copy_from_slice(&loc.data[off..off + len]);
-                    at += len;
-                }
-            }
-            let mut recv_counts = vec![0usize; p];
-            let mut fetched_at: HashMap<(TensorId, usize), usize> = HashMap::new();
-            let mut total = 0;
-            // Received tiles arrive grouped by sender, each group in `needs` order.
-            for (r, count) in recv_counts.iter_mut().enumerate() {
-                if r == me {
-                    continue;
-                }
-                for &(t, k) in needs[me].iter().filter(|&&(t, k)| owner(&layouts[&t].tiles()[k]) == r) {
-                    fetched_at.insert((t, k), total);
-                    total += tile_len(t, k);
-                    *count += tile_len(t, k);
-                }
-            }
+            let x0 = std::time::Instant::now();
+            let rounds = Exchange::plan(&needs, &|t, k| owner(&layouts[&t].tiles()[k]), &tile_len, p);
+            let fetched_at = rounds.received_at(me);
+            let total = rounds.received_len(me);
             let mut fetched = alloc(total, "received tiles")?;
-            comm.alltoallv(&send, &send_counts, &mut fetched, &recv_counts);
+            // One alltoallv per round: a send buffer of at most a round's words,
+            // received tiles written where they stay (no second copy).
+            let mut send = alloc(rounds.max_send_len(me), "tiles to send")?;
+            for c in 0..rounds.count {
+                let mut send_counts = vec![0usize; p];
+                let mut at = 0;
+                for item in rounds.sent_by(me).filter(|i| i.round == c) {
+                    let loc = &local[&item.tensor];
+                    let off = loc.offsets[&item.slot];
+                    send[at..at + item.len].copy_from_slice(&loc.data[off..off + item.len]);
+                    send_counts[item.to] += item.len;
+                    at += item.len;
+                }
+                let (start, recv_counts) = rounds.received_in(me, c);
+                let end = start + recv_counts.iter().sum::<usize>();
+                comm.alltoallv(&send[..at], &send_counts, &mut fetched[start..end], &recv_counts);
+            }
             drop(send);
+            self.stats.exchange_s += x0.elapsed().as_secs_f64();
             self.stats.fetched_peak = self.stats.fetched_peak.max(total as f64);
             // Run this rank's tasks.
             let mut mine: Vec<&(usize, Coord, f64)> = tasks.iter().filter(|(_, c, _)| owner(c) == me).collect();

@@ -153,8 +153,8 @@ pub fn run_tiled_distributed(
         None => hir.units.ids().collect(),
     };
     let backend = if mpi { tcc_runtime::comm::Backend::Mpi } else { tcc_runtime::comm::Backend::Threads };
-    // Statistics per rank: owned, received, flops, seconds, peak RSS.
-    const W: usize = 5;
+    // Statistics per rank: owned, received, flops, seconds, peak RSS, seconds exchanging.
+    const W: usize = 6;
     let report = crate::exec::launch::launch(
         ranks,
         mpi,
@@ -168,7 +168,8 @@ pub fn run_tiled_distributed(
             for &u in &units {
                 let program = Program::plan(&prepared, u, &topts)?;
                 let (outputs, stats) = super::dist::run_rank(&program, comm, opts.seed, &topts)?;
-                let row = [stats.owned_peak, stats.fetched_peak, stats.flops, stats.run_s, stats.peak_rss];
+                let row =
+                    [stats.owned_peak, stats.fetched_peak, stats.flops, stats.run_s, stats.peak_rss, stats.exchange_s];
                 let mut all = vec![0.0; row.len() * comm.size()];
                 comm.allgather(&row, &mut all);
                 if let Some(outputs) = outputs {
@@ -198,14 +199,23 @@ pub fn run_tiled_distributed(
                 ];
                 if r.stats {
                     for q in 0..p {
+                        let held = 8.0 * (all[W * q] + all[W * q + 1]);
                         extra.push(format!(
-                            "  rank {q}: owns at most {} elements, receives at most {} per task set ({} at 8 B), {} flops, peak RSS {}{}",
+                            "  rank {q}: owns at most {} elements, receives at most {} per task set ({} at 8 B), {} flops, {:.3} s ({:.3} s exchanging), peak RSS {}{}",
                             si(all[W * q]),
                             si(all[W * q + 1]),
-                            crate::plan::report::bytes((8.0 * (all[W * q] + all[W * q + 1])) as u64),
+                            crate::plan::report::bytes(held as u64),
                             si(all[W * q + 2]),
+                            all[W * q + 3],
+                            all[W * q + 5],
                             crate::plan::report::bytes(all[W * q + 4] as u64),
-                            if mpi { "" } else { " (the whole process)" }
+                            if !mpi {
+                                " (the whole process)".to_string()
+                            } else if held > 0.0 {
+                                format!(" = {:.2}x its tiles", all[W * q + 4] / held)
+                            } else {
+                                String::new()
+                            }
                         ));
                     }
                 }
