@@ -1,7 +1,9 @@
 ! tcc_dist: the Fortran interface of libtcc_dist (see tcc_dist.h for the
 ! meaning of every function). Handles are type(c_ptr); tensor numbers, tile
 ! numbers, starts and extents are 0-based, as in C; a tile's box is stored
-! row-major (the last index fastest). Written next to every `tcc build --mpi`
+! row-major (the last index fastest), and so are the dense arrays of
+! tcc_dist_pack_dense / tcc_dist_unpack_dense: pass a Fortran array with its
+! dimensions reversed (A(k, i) for a tensor A[i,k]). Written next to every `tcc build --mpi`
 ! library; the library's own module (use LIB) has the open functions, which take
 ! the communicator as a Fortran integer handle (e.g. MPI_COMM_WORLD).
 module tcc_dist
@@ -66,6 +68,20 @@ module tcc_dist
       type(c_ptr), value :: h
       integer(c_int64_t), value :: t
       type(c_ptr) :: tcc_dist_local_data
+    end function
+    function tcc_dist_pack_dense(h, t, dense, len) bind(C, name="tcc_dist_pack_dense")
+      import :: c_ptr, c_int64_t, c_int, c_double
+      type(c_ptr), value :: h
+      integer(c_int64_t), value :: t, len
+      real(c_double), dimension(*), intent(in) :: dense
+      integer(c_int) :: tcc_dist_pack_dense
+    end function
+    function tcc_dist_unpack_dense(h, t, dense, len) bind(C, name="tcc_dist_unpack_dense")
+      import :: c_ptr, c_int64_t, c_int, c_double
+      type(c_ptr), value :: h
+      integer(c_int64_t), value :: t, len
+      real(c_double), dimension(*), intent(inout) :: dense
+      integer(c_int) :: tcc_dist_unpack_dense
     end function
     function tcc_dist_run(h) bind(C, name="tcc_dist_run")
       import :: c_ptr, c_int

@@ -43,6 +43,13 @@ int64_t tcc_dist_local_len(const tcc_dist *h, int64_t tensor);
 int64_t tcc_dist_tile(const tcc_dist *h, int64_t tensor, int64_t i, int64_t *start, int64_t *extent);
 /* This rank's buffer of `tensor` (local_len elements; NULL when it holds none). */
 double *tcc_dist_local_data(tcc_dist *h, int64_t tensor);
+/* Conversions with the whole tensor, dense and row-major (`len` must be the
+ * product of its extents, else an error): pack fills this rank's tiles from it;
+ * unpack writes this rank's tiles into it, each element with all its images
+ * under the tensor's symmetry (sign applied), leaving other elements alone.
+ * 0 on success. */
+int tcc_dist_pack_dense(tcc_dist *h, int64_t tensor, const double *dense, int64_t len);
+int tcc_dist_unpack_dense(tcc_dist *h, int64_t tensor, double *dense, int64_t len);
 /* Runs the program (collective). 0 on success. */
 int tcc_dist_run(tcc_dist *h);
 void tcc_dist_close(tcc_dist *h);

@@ -219,6 +219,36 @@ pub unsafe extern "C" fn tcc_dist_local_data(h: *mut Handle, tensor: i64) -> *mu
 }
 
 /// # Safety
+/// `h` must be NULL or an open handle; `dense` must hold `len` elements.
+#[no_mangle]
+pub unsafe extern "C" fn tcc_dist_pack_dense(h: *mut Handle, tensor: i64, dense: *const f64, len: i64) -> c_int {
+    guarded(1, || {
+        let h = h.as_mut().ok_or("the handle is NULL")?;
+        let t = tensor_index(h, tensor)?;
+        let len = usize::try_from(len).map_err(|_| format!("length {len} is negative"))?;
+        if dense.is_null() {
+            return Err("the dense array is NULL".into());
+        }
+        h.session.pack_dense(t, std::slice::from_raw_parts(dense, len)).map(|_| 0)
+    })
+}
+
+/// # Safety
+/// `h` must be NULL or an open handle; `dense` must hold `len` elements.
+#[no_mangle]
+pub unsafe extern "C" fn tcc_dist_unpack_dense(h: *mut Handle, tensor: i64, dense: *mut f64, len: i64) -> c_int {
+    guarded(1, || {
+        let h = h.as_mut().ok_or("the handle is NULL")?;
+        let t = tensor_index(h, tensor)?;
+        let len = usize::try_from(len).map_err(|_| format!("length {len} is negative"))?;
+        if dense.is_null() {
+            return Err("the dense array is NULL".into());
+        }
+        h.session.unpack_dense(t, std::slice::from_raw_parts_mut(dense, len)).map(|_| 0)
+    })
+}
+
+/// # Safety
 /// `h` must be NULL or an open handle.
 #[no_mangle]
 pub unsafe extern "C" fn tcc_dist_run(h: *mut Handle) -> c_int {

@@ -139,6 +139,56 @@ impl<'c> Session<'c> {
         self.rank.as_mut().expect("open until dropped").data_mut(id)
     }
 
+    /// Fills this rank's tiles of tensor `t` from the whole tensor, dense and
+    /// row-major (`dense.len()` must be the product of its extents).
+    pub fn pack_dense(&mut self, t: usize, dense: &[f64]) -> Result<(), String> {
+        let (shape, tiles) = self.dense_args(t, dense.len())?;
+        let buf = self.data_mut(t).unwrap_or_default();
+        for tile in &tiles {
+            let mut k = tile.offset;
+            for_each_box(&tile.start, &tile.extent, |idx| {
+                buf[k] = dense[linear(&shape, idx)];
+                k += 1;
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes this rank's tiles of tensor `t` into the whole tensor, dense and
+    /// row-major, with every image of each element under the tensor's symmetry
+    /// (sign applied); elements that no tile of this rank reaches are left alone.
+    pub fn unpack_dense(&mut self, t: usize, dense: &mut [f64]) -> Result<(), String> {
+        let (shape, tiles) = self.dense_args(t, dense.len())?;
+        let (_, id, _) = self.tensors[t];
+        let group = crate::symmetry::PermGroup::of(&self.program.hir.tensors[id]);
+        let buf = self.data_mut(t).unwrap_or_default();
+        for tile in &tiles {
+            let mut k = tile.offset;
+            for_each_box(&tile.start, &tile.extent, |idx| {
+                let v = buf[k];
+                let (_, s1) = group.canonical(idx);
+                for (perm, _) in group.elements() {
+                    let img = crate::symmetry::PermGroup::apply(perm, idx);
+                    let (_, s2) = group.canonical(&img);
+                    dense[linear(&shape, &img)] = f64::from(s1 * s2) * v;
+                }
+                k += 1;
+            });
+        }
+        Ok(())
+    }
+
+    /// The extents and local tiles of tensor `t`, after checking that a dense
+    /// array of `len` elements is the whole tensor.
+    fn dense_args(&self, t: usize, len: usize) -> Result<(Vec<usize>, Vec<LocalTile>), String> {
+        let (name, _, shape) = self.describe(t).ok_or_else(|| format!("tensor number {t} is out of range"))?;
+        let want: usize = shape.iter().product();
+        if len != want {
+            return Err(format!("`{name}` has {want} elements ({shape:?}); the dense array has {len}"));
+        }
+        Ok((shape, self.tiles(t).unwrap_or_default()))
+    }
+
     /// Runs the program on the filled input tiles (collective).
     pub fn run(&mut self) -> Result<(), String> {
         let rank = self.rank.as_mut().expect("open until dropped");
@@ -151,5 +201,33 @@ impl Drop for Session<'_> {
         self.rank = None;
         // SAFETY: leaked in `open`; `rank`, its only borrower, is gone.
         drop(unsafe { Box::from_raw(self.program as *const Program as *mut Program) });
+    }
+}
+
+/// Row-major position of `idx` in a tensor of `shape`.
+fn linear(shape: &[usize], idx: &[usize]) -> usize {
+    idx.iter().zip(shape).fold(0, |acc, (&x, &n)| acc * n + x)
+}
+
+/// Calls `f` with every index of the box `start + [0, extent)`, last fastest.
+pub fn for_each_box(start: &[usize], extent: &[usize], mut f: impl FnMut(&[usize])) {
+    if extent.contains(&0) {
+        return;
+    }
+    let mut idx: Vec<usize> = start.to_vec();
+    loop {
+        f(&idx);
+        let mut d = idx.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < start[d] + extent[d] {
+                break;
+            }
+            idx[d] = start[d];
+        }
     }
 }

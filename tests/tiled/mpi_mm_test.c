@@ -59,11 +59,28 @@ int main(int argc, char **argv) {
   if (tcc_dist_tile(h, 0, 1 << 30, st, ex) != -1 || tcc_dist_extent(h, 0, 5) != -1 || tcc_dist_local_tiles(h, 99) != -1) bad |= 4;
   if (tcc_dist_extent(h, tcc_dist_tensor(h, "A"), 1) != M || tcc_dist_is_output(h, tcc_dist_tensor(h, "C")) != 1) bad |= 8;
   double e = 0;
-  if (each_tile(h, "A", fa, 1, &e) < 0 || each_tile(h, "B", fb, 1, &e) < 0 || each_tile(h, "S", fs, 1, &e) < 0) bad |= 16;
+  if (each_tile(h, "A", fa, 1, &e) < 0 || each_tile(h, "B", fb, 1, &e) < 0) bad |= 16;
+  /* S from a whole dense array; a short array is an error that writes nothing. */
+  double dense[N * N];
+  for (long i = 0; i < N; i++)
+    for (long j = 0; j < N; j++) dense[i * N + j] = fs(i, j);
+  if (tcc_dist_pack_dense(h, tcc_dist_tensor(h, "S"), dense, N * N - 1) == 0) bad |= 16;
+  if (tcc_dist_pack_dense(h, tcc_dist_tensor(h, "S"), dense, N * N) != 0) bad |= 16;
   if (tcc_dist_run(h) != 0) { printf("run failed: %s\n", tcc_dist_last_error()); bad |= 32; }
   double errc = 0, erre = 0;
   long nc = each_tile(h, "C", want_c, 0, &errc), ne = each_tile(h, "E", want_e, 0, &erre);
   if (nc < 0 || ne < 0 || errc > 1e-12 || erre > 1e-12) bad |= 64;
+  /* E (symmetric) back to a dense array: this rank's tiles and their mirror
+   * images are right; together the ranks cover all of it. */
+  double whole[N * N], covered[N * N], all_covered[N * N];
+  for (long x = 0; x < N * N; x++) whole[x] = NAN;
+  if (tcc_dist_unpack_dense(h, tcc_dist_tensor(h, "E"), whole, N * N) != 0) bad |= 256;
+  for (long x = 0; x < N * N; x++) {
+    covered[x] = isnan(whole[x]) ? 0 : 1;
+    if (!isnan(whole[x]) && fabs(whole[x] - want_e(x / N, x % N)) > 1e-12) bad |= 256;
+  }
+  MPI_Allreduce(covered, all_covered, N * N, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  for (long x = 0; x < N * N; x++) if (all_covered[x] != 1) bad |= 512;
   long total_c = 0, total_e = 0;
   MPI_Reduce(&nc, &total_c, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
   MPI_Reduce(&ne, &total_e, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
