@@ -92,6 +92,9 @@ fn a_c_mpi_program_runs_a_tcc_library_on_2_3_and_4_ranks() {
     let (dir, dist_dir) = build_mm("c");
     let header = std::fs::read_to_string(dir.join("mm.h")).unwrap();
     assert!(header.contains("tcc_dist *tcc_mm_main_open(MPI_Comm comm);"), "{header}");
+    // What runs: flops on tiles (the symmetric E computes only its canonical
+    // tiles, fewer than the dense order) and what each tensor stores.
+    assert!(header.contains("executes ") && header.contains("output E[10, 10]: 10 stored tiles"), "{header}");
     assert!(dir.join("tcc_dist.h").exists());
     let exe = dir.join("mm_test");
     let mut args = vec![path("tests/tiled/mpi_mm_test.c").display().to_string(), format!("-I{}", dir.display())];

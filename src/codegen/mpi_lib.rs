@@ -124,7 +124,13 @@ pub fn build_mpi_library(
         let p = Program::plan(&prepared, u, &TiledOptions::default())?;
         let unit = &hir.units[u].name;
         let sym = symbol(&lib, unit);
-        let _ = writeln!(header, "\n/* program `{unit}` (collective; NULL on error, see tcc_dist_last_error):");
+        let _ = writeln!(
+            header,
+            "\n/* program `{unit}` (collective; NULL on error, see tcc_dist_last_error):\n \
+             *   executes {:.4e} flops on tiles (dense order: {:.4e}), summed over all ranks",
+            p.planned_flops(),
+            p.dense_flops
+        );
         for t in prepared.unit_inputs(u).into_iter().chain(prepared.unit_outputs(u)) {
             let tensor = &prepared.tensors[t];
             let l = &p.layouts[&t];
