@@ -218,17 +218,29 @@ pub unsafe extern "C" fn tcc_dist_local_data(h: *mut Handle, tensor: i64) -> *mu
     })
 }
 
+/// The open session, the tensor and the dense array of `len` elements of a
+/// conversion call, checked.
+unsafe fn dense_call<'a>(
+    h: *mut Handle,
+    tensor: i64,
+    dense: *const f64,
+    len: i64,
+) -> Result<(&'a mut Handle, usize, usize), String> {
+    let h = h.as_mut().ok_or("the handle is NULL")?;
+    let t = tensor_index(h, tensor)?;
+    let len = usize::try_from(len).map_err(|_| format!("length {len} is negative"))?;
+    if dense.is_null() {
+        return Err("the dense array is NULL".into());
+    }
+    Ok((h, t, len))
+}
+
 /// # Safety
 /// `h` must be NULL or an open handle; `dense` must hold `len` elements.
 #[no_mangle]
 pub unsafe extern "C" fn tcc_dist_pack_dense(h: *mut Handle, tensor: i64, dense: *const f64, len: i64) -> c_int {
     guarded(1, || {
-        let h = h.as_mut().ok_or("the handle is NULL")?;
-        let t = tensor_index(h, tensor)?;
-        let len = usize::try_from(len).map_err(|_| format!("length {len} is negative"))?;
-        if dense.is_null() {
-            return Err("the dense array is NULL".into());
-        }
+        let (h, t, len) = dense_call(h, tensor, dense, len)?;
         h.session.pack_dense(t, std::slice::from_raw_parts(dense, len)).map(|_| 0)
     })
 }
@@ -238,12 +250,7 @@ pub unsafe extern "C" fn tcc_dist_pack_dense(h: *mut Handle, tensor: i64, dense:
 #[no_mangle]
 pub unsafe extern "C" fn tcc_dist_unpack_dense(h: *mut Handle, tensor: i64, dense: *mut f64, len: i64) -> c_int {
     guarded(1, || {
-        let h = h.as_mut().ok_or("the handle is NULL")?;
-        let t = tensor_index(h, tensor)?;
-        let len = usize::try_from(len).map_err(|_| format!("length {len} is negative"))?;
-        if dense.is_null() {
-            return Err("the dense array is NULL".into());
-        }
+        let (h, t, len) = dense_call(h, tensor, dense, len)?;
         h.session.unpack_dense(t, std::slice::from_raw_parts_mut(dense, len)).map(|_| 0)
     })
 }

@@ -211,23 +211,11 @@ fn linear(shape: &[usize], idx: &[usize]) -> usize {
 
 /// Calls `f` with every index of the box `start + [0, extent)`, last fastest.
 pub fn for_each_box(start: &[usize], extent: &[usize], mut f: impl FnMut(&[usize])) {
-    if extent.contains(&0) {
-        return;
-    }
-    let mut idx: Vec<usize> = start.to_vec();
-    loop {
-        f(&idx);
-        let mut d = idx.len();
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < start[d] + extent[d] {
-                break;
-            }
-            idx[d] = start[d];
+    let mut idx = start.to_vec();
+    super::tensor::for_each_local(extent, |l| {
+        for (d, x) in idx.iter_mut().enumerate() {
+            *x = start[d] + l[d];
         }
-    }
+        f(&idx);
+    });
 }
