@@ -628,6 +628,15 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
                 None,
             );
         }
+        // The library compiles the source text again when opened: sizes bound
+        // here would not reach it.
+        if !size.is_empty() || !assume.is_empty() {
+            return ctx.fail(
+                "E0717",
+                "--mpi libraries need every range's size in the source: --size and --assume do not apply",
+                Some("write the sizes into the ranges (`range O = 40;`)".into()),
+            );
+        }
         let source = match std::fs::read_to_string(&file) {
             Ok(s) => s,
             Err(e) => return ctx.fail("E0709", &format!("cannot read `{}`: {e}", file.display()), None),

@@ -33,6 +33,15 @@ fn mpi_libraries_refuse_what_does_not_apply() {
         .assert()
         .code(1);
     assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("E0702"));
+    // Sizes given on the command line would not reach the library's own compile.
+    let out = tcc()
+        .args(["build", "--mpi", "--size", "N=10"])
+        .arg(path("tests/tiled/mpi_mm.tc"))
+        .arg("-o")
+        .arg(&lib)
+        .assert()
+        .code(1);
+    assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("E0717"));
 }
 
 fn tempfile_dir(tag: &str) -> PathBuf {
