@@ -634,7 +634,7 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
             return ctx.fail(
                 "E0717",
                 "--mpi libraries need every range's size in the source: --size and --assume do not apply",
-                Some("write the sizes into the ranges (`range O = 40;`)".into()),
+                Some("write the sizes into the ranges (`range O = 40;`)"),
             );
         }
         let source = match std::fs::read_to_string(&file) {
