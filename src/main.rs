@@ -452,6 +452,17 @@ fn tiled_run(
     if let Some(n) = tile {
         t.tile = n;
     }
+    match tcc::tiled::placement::flops_per_word_from_env() {
+        Ok(Some(x)) => t.flops_per_word = x,
+        Ok(None) => {}
+        Err(v) => {
+            return Err(ctx.fail(
+                "E0760",
+                &format!("TCC_FLOPS_PER_WORD={v} is not a number ≥ 0"),
+                Some("set it to the flops a rank does in the time it moves one word, such as 64"),
+            ))
+        }
+    }
     Ok(tcc::tiled::run::TiledRun { tiled: t, check, stats })
 }
 

@@ -82,7 +82,11 @@ pub unsafe extern "C" fn tcc_dist_open(source: *const c_char, program: *const c_
         let source = text(source, "the source")?;
         let program = if program.is_null() { None } else { Some(text(program, "the program name")?) };
         let comm = communicator(comm_f)?;
-        let session = Session::open(source, program, comm, TiledOptions::default())?;
+        let mut opts = TiledOptions::default();
+        if let Ok(Some(x)) = tcc::tiled::placement::flops_per_word_from_env() {
+            opts.flops_per_word = x;
+        }
+        let session = Session::open(source, program, comm, opts)?;
         let n = (0..).take_while(|&t| session.describe(t).is_some()).count();
         let tiles = (0..n).map(|t| session.tiles(t).unwrap_or_default()).collect();
         let ndims = (0..n).map(|t| session.describe(t).map_or(0, |d| d.2.len())).collect();

@@ -1,19 +1,18 @@
 //! Distributed tiled execution (`tcc run --tiled --ranks N`, or `--backend mpi`
-//! under mpirun): every rank holds only the tiles it owns, computes the tasks of
-//! the tiles it owns (owner computes), and before each task set receives the
-//! remote operand tiles its tasks read in one all-to-all exchange.
-//!
-//! Ownership ([`Ownership`]): tiles are grouped by their first two coordinates, so
-//! tiles of different tensors that share leading indices (`V[a,b,c,d]` and
-//! `R[a,b,i,j]`) live on the same rank and the big operand of a ladder term stays
-//! put; the groups are dealt to ranks by the cost of their tasks. Every rank plans alike, so each knows what every other rank needs from it
-//! without asking (inspector–executor); the exchange is bulk-synchronous per task
-//! set. Inputs are generated tile by tile on their owners (the interpreter's random
-//! values); outputs are gathered on rank 0 for the report.
+//! under mpirun): every rank holds only the tiles it owns ([`Ownership`]). Each
+//! task set's work is placed in pieces ([`placement`]); before the set one
+//! all-to-all exchange brings each rank the remote operand tiles its pieces read,
+//! after it a second sends partial tiles to the owners of the written tiles.
+//! Every rank plans alike, once, before running (inspector–executor), so each
+//! knows what the others need from it without asking; the exchanges are
+//! bulk-synchronous per task set. Inputs are generated tile by tile on their
+//! owners (the interpreter's random values); outputs are gathered on rank 0 for
+//! the report.
 
 use super::buffer::AlignedBuf;
 use super::exec::{Program, TiledOptions};
 use super::layout::Coord;
+use super::placement;
 use super::tensor::{fill_tile, TiledTensor};
 use super::SyncPtr;
 use crate::error::CommandError;
@@ -26,9 +25,13 @@ use tcc_runtime::comm::Communicator;
 use tcc_runtime::task::ThreadPool;
 
 /// Which rank owns each tile: tiles are grouped by their first two coordinates
-/// (the key), and keys are dealt to ranks largest first (by the flops of the tasks
-/// whose written tile has the key, then by the elements stored under it), each to
-/// the rank with the least so far. Every rank computes the same map.
+/// (the key), so that tiles of different tensors with the same leading indices
+/// (`V[a,b,c,d]`, `R[a,b,i,j]`) live together. Keys are dealt to ranks largest
+/// first, each to the rank where it least unbalances the work of every task set
+/// and the elements stored: a piece of work counts for the key of its anchor
+/// tile when that tile is larger than the written one (where placement will
+/// most likely run it, see [`placement`]), else for the written tile's key.
+/// Every rank computes the same map.
 #[derive(Debug, Clone)]
 pub struct Ownership {
     ranks: usize,
@@ -37,30 +40,65 @@ pub struct Ownership {
 
 impl Ownership {
     pub fn new(program: &Program, ranks: usize) -> Ownership {
-        let mut weight: HashMap<Vec<u32>, (f64, f64)> = HashMap::new();
-        for set in program.task_sets() {
-            for (_, c, f) in program.level_tasks(set) {
-                weight.entry(key(&c)).or_default().0 += f;
+        let sets = program.task_sets();
+        // Per key: flops per task set, then elements stored.
+        let dims = sets.len() + 1;
+        let mut weight: HashMap<Vec<u32>, Vec<f64>> = HashMap::new();
+        for (l, set) in sets.iter().enumerate() {
+            for (s, c, _) in program.level_tasks(set) {
+                let layout = &program.layouts[&program.written(s)];
+                let written_len = layout.tile_len(&c);
+                for piece in program.task_pieces(s, &c) {
+                    let at = match piece.anchor {
+                        Some((t, slot)) => {
+                            let l = &program.layouts[&t];
+                            let tile = &l.tiles()[slot];
+                            if l.tile_len(tile) > written_len {
+                                key(tile)
+                            } else {
+                                key(&c)
+                            }
+                        }
+                        None => key(&c),
+                    };
+                    weight.entry(at).or_insert_with(|| vec![0.0; dims])[l] += piece.flops;
+                }
             }
         }
         for l in program.layouts.values() {
             for c in l.tiles() {
-                weight.entry(key(c)).or_default().1 += l.tile_len(c) as f64;
+                weight.entry(key(c)).or_insert_with(|| vec![0.0; dims])[dims - 1] += l.tile_len(c) as f64;
             }
         }
-        let mut keys: Vec<(Vec<u32>, (f64, f64))> = weight.into_iter().collect();
-        keys.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0).then(b.1 .1.total_cmp(&a.1 .1)).then(a.0.cmp(&b.0)));
-        let mut load = vec![(0.0f64, 0.0f64); ranks.max(1)];
+        let mut keys: Vec<(Vec<u32>, Vec<f64>)> = weight.into_iter().collect();
+        let total = |w: &[f64]| w[..dims - 1].iter().sum::<f64>();
+        keys.sort_by(|a, b| {
+            total(&b.1).total_cmp(&total(&a.1)).then(b.1[dims - 1].total_cmp(&a.1[dims - 1])).then(a.0.cmp(&b.0))
+        });
+        let p = ranks.max(1);
+        // Each dimension counts relative to its average per rank.
+        let mut scale = vec![0.0f64; dims];
+        for (_, w) in &keys {
+            for (x, y) in scale.iter_mut().zip(w) {
+                *x += y;
+            }
+        }
+        let scale: Vec<f64> = scale.iter().map(|&x| if x > 0.0 { p as f64 / x } else { 0.0 }).collect();
+        let mut load = vec![vec![0.0f64; dims]; p];
         let mut of_key = HashMap::new();
-        for (k, (f, e)) in keys {
-            let r = (0..load.len())
-                .min_by(|&x, &y| load[x].0.total_cmp(&load[y].0).then(load[x].1.total_cmp(&load[y].1)))
-                .unwrap_or(0);
-            load[r].0 += f;
-            load[r].1 += e;
+        for (k, w) in keys {
+            // The growth of the sum of squared (scaled) loads: the least on the rank
+            // with the least load where this key has weight.
+            let growth = |r: usize| -> f64 {
+                (0..dims).map(|d| w[d] * scale[d] * (2.0 * load[r][d] * scale[d] + w[d] * scale[d])).sum()
+            };
+            let r = (0..p).min_by(|&x, &y| growth(x).total_cmp(&growth(y))).unwrap_or(0);
+            for (x, y) in load[r].iter_mut().zip(&w) {
+                *x += y;
+            }
             of_key.insert(k, r);
         }
-        Ownership { ranks: ranks.max(1), of_key }
+        Ownership { ranks: p, of_key }
     }
 
     /// The rank that owns tile `c`.
@@ -89,9 +127,11 @@ pub struct RankStats {
     pub fetched_peak: f64,
     pub flops: f64,
     pub run_s: f64,
-    /// Seconds spent planning and running the exchanges (the rest of `run_s` is
-    /// tasks).
+    /// Seconds spent in the exchanges (the rest of `run_s` is work).
     pub exchange_s: f64,
+    /// Seconds spent planning (ownership, placement of every task set, exchange
+    /// schedules), once when the rank's tiles are laid out, before any run.
+    pub plan_s: f64,
     /// Peak resident memory of this process in bytes (per rank under MPI; shared
     /// by all in-process ranks).
     pub peak_rss: f64,
@@ -139,7 +179,8 @@ const ROUND_WORDS: usize = 1 << 21;
 #[cfg(test)]
 const ROUND_WORDS: usize = 7;
 
-/// One remote tile on its way: from its owner to the rank whose tasks read it.
+/// One tile on its way between ranks: an operand tile from its owner to a rank
+/// whose work reads it, or a partial tile from where it was computed to the owner.
 #[derive(Debug, Clone, Copy)]
 struct Shipment {
     from: usize,
@@ -150,23 +191,23 @@ struct Shipment {
     round: usize,
 }
 
-/// The exchange of one task set, in rounds of at most [`ROUND_WORDS`] sent per
-/// rank. Every rank computes the same plan from the same `needs`, so each knows
-/// what it sends and receives in every round without asking.
+/// One exchange of a task set, in rounds of at most [`ROUND_WORDS`] sent per
+/// rank. Every rank computes the same plan, so each knows what it sends and
+/// receives in every round without asking.
 struct Exchange {
-    /// Per sender, in order: to rank 0's tiles in `needs` order, then rank 1's...
+    /// Per sender, in sending order.
     shipments: Vec<Vec<Shipment>>,
     count: usize,
 }
 
 impl Exchange {
-    fn plan(
+    /// Operand tiles: each rank receives the tiles in `needs[rank]` from their owners.
+    fn fetch(
         needs: &[BTreeSet<(TensorId, usize)>],
         owner: &dyn Fn(TensorId, usize) -> usize,
         tile_len: &dyn Fn(TensorId, usize) -> usize,
-        p: usize,
     ) -> Exchange {
-        let mut shipments: Vec<Vec<Shipment>> = vec![Vec::new(); p];
+        let mut shipments: Vec<Vec<Shipment>> = vec![Vec::new(); needs.len()];
         for (to, need) in needs.iter().enumerate() {
             for &(tensor, slot) in need {
                 let from = owner(tensor, slot);
@@ -175,6 +216,34 @@ impl Exchange {
                 }
             }
         }
+        Exchange::in_rounds(shipments)
+    }
+
+    /// Partial tiles: each rank sends the written tiles `partials[rank]` to their owners.
+    fn reduce(
+        partials: &[Vec<(TensorId, usize)>],
+        owner: &dyn Fn(TensorId, usize) -> usize,
+        tile_len: &dyn Fn(TensorId, usize) -> usize,
+    ) -> Exchange {
+        let shipments = partials
+            .iter()
+            .enumerate()
+            .map(|(from, list)| {
+                let mut list: Vec<Shipment> = list
+                    .iter()
+                    .map(|&(tensor, slot)| {
+                        let to = owner(tensor, slot);
+                        Shipment { from, to, tensor, slot, len: tile_len(tensor, slot), round: 0 }
+                    })
+                    .collect();
+                list.sort_by_key(|s| s.to);
+                list
+            })
+            .collect();
+        Exchange::in_rounds(shipments)
+    }
+
+    fn in_rounds(mut shipments: Vec<Vec<Shipment>>) -> Exchange {
         let mut count = 0;
         for list in &mut shipments {
             let (mut round, mut used) = (0, 0);
@@ -193,50 +262,62 @@ impl Exchange {
         Exchange { shipments, count }
     }
 
-    fn sent_by(&self, rank: usize) -> impl Iterator<Item = &Shipment> {
-        self.shipments[rank].iter()
-    }
-
     /// What `rank` receives, in buffer order: by round, then sender, then order.
-    fn received(&self, rank: usize) -> impl Iterator<Item = &Shipment> {
-        (0..self.count).flat_map(move |c| {
-            self.shipments.iter().flat_map(move |list| list.iter().filter(move |s| s.to == rank && s.round == c))
-        })
+    fn received(&self, rank: usize) -> Vec<Shipment> {
+        let mut all: Vec<Shipment> = self.shipments.iter().flatten().filter(|s| s.to == rank).copied().collect();
+        // Stable: within a round and sender, sending order is kept.
+        all.sort_by_key(|s| (s.round, s.from));
+        all
     }
 
-    fn received_at(&self, rank: usize) -> HashMap<(TensorId, usize), usize> {
-        let mut at = 0;
-        self.received(rank)
-            .map(|s| {
-                let here = at;
-                at += s.len;
-                ((s.tensor, s.slot), here)
-            })
-            .collect()
-    }
-
-    fn received_len(&self, rank: usize) -> usize {
-        self.received(rank).map(|s| s.len).sum()
-    }
-
-    /// Where round `c`'s tiles for `rank` start in its buffer, and the words from
-    /// each sender.
-    fn received_in(&self, rank: usize, c: usize) -> (usize, Vec<usize>) {
-        let start = self.received(rank).take_while(|s| s.round < c).map(|s| s.len).sum();
-        let mut counts = vec![0; self.shipments.len()];
-        for s in self.received(rank).filter(|s| s.round == c) {
-            counts[s.from] += s.len;
-        }
-        (start, counts)
-    }
-
-    fn max_send_len(&self, rank: usize) -> usize {
+    /// Runs the exchange on rank `me`: what it sends is read through `source`; what
+    /// it receives lands in `recv` (length: the sum over [`Self::received`]) in
+    /// [`Self::received`] order.
+    fn transfer<'a>(
+        &self,
+        comm: &dyn Communicator,
+        me: usize,
+        source: impl Fn(&Shipment) -> &'a [f64],
+        recv: &mut [f64],
+    ) -> Result<(), CommandError> {
+        let p = self.shipments.len();
+        let received = self.received(me);
         let mut per_round = vec![0; self.count];
-        for s in &self.shipments[rank] {
+        for s in &self.shipments[me] {
             per_round[s.round] += s.len;
         }
-        per_round.into_iter().max().unwrap_or(0)
+        let mut send = alloc(per_round.into_iter().max().unwrap_or(0), "tiles to send")?;
+        let mut start = 0;
+        let mut next = received.iter().peekable();
+        for c in 0..self.count {
+            let mut send_counts = vec![0usize; p];
+            let mut at = 0;
+            for item in self.shipments[me].iter().filter(|i| i.round == c) {
+                send[at..at + item.len].copy_from_slice(source(item));
+                send_counts[item.to] += item.len;
+                at += item.len;
+            }
+            let mut recv_counts = vec![0usize; p];
+            while let Some(s) = next.next_if(|s| s.round == c) {
+                recv_counts[s.from] += s.len;
+            }
+            let end = start + recv_counts.iter().sum::<usize>();
+            comm.alltoallv(&send[..at], &send_counts, &mut recv[start..end], &recv_counts);
+            start = end;
+        }
+        Ok(())
     }
+}
+
+/// Where each shipment of `received` starts in the receive buffer, and the total.
+fn offsets_of(received: &[Shipment]) -> (HashMap<(TensorId, usize), usize>, usize) {
+    let mut at = 0;
+    let mut offsets = HashMap::with_capacity(received.len());
+    for s in received {
+        offsets.insert((s.tensor, s.slot), at);
+        at += s.len;
+    }
+    (offsets, at)
 }
 
 fn alloc(n: usize, what: &str) -> Result<AlignedBuf, CommandError> {
@@ -253,9 +334,9 @@ pub fn run_rank(
     seed: u64,
     opts: &TiledOptions,
 ) -> Result<(Option<HashMap<TensorId, TiledTensor>>, RankStats), CommandError> {
-    let mut rank = RankTiles::new(program, comm.rank(), comm.size())?;
+    let mut rank = RankTiles::new(program, comm.rank(), comm.size(), opts)?;
     rank.fill_random(seed);
-    rank.run(comm, opts)?;
+    rank.run(comm)?;
     let outputs = rank.gather(comm)?;
     Ok((outputs, rank.stats))
 }
@@ -266,18 +347,78 @@ pub fn run_rank(
 /// tiles it owns, runs, and reads the output tiles it owns).
 pub struct RankTiles<'p> {
     program: &'p Program,
+    opts: TiledOptions,
     own: Ownership,
     me: usize,
     ranks: usize,
     local: HashMap<TensorId, Local>,
+    plans: Vec<SetPlan>,
+    /// The task set after which each temporary is no longer used.
+    last_use: HashMap<TensorId, usize>,
     pub stats: RankStats,
 }
 
+/// What every rank knows of one task set before it runs (the inspector): its
+/// tasks, where each piece of work runs, and the two exchanges.
+struct SetPlan {
+    tasks: Vec<(usize, Coord, f64)>,
+    placed: placement::SetPlacement,
+    fetch: Exchange,
+    reduce: Exchange,
+}
+
 impl<'p> RankTiles<'p> {
-    /// Rank `me` of `ranks`, holding zeroed tiles of the unit's inputs and outputs.
-    pub fn new(program: &'p Program, me: usize, ranks: usize) -> Result<RankTiles<'p>, CommandError> {
+    /// Rank `me` of `ranks`, holding zeroed tiles of the unit's inputs and outputs,
+    /// with every task set planned.
+    pub fn new(
+        program: &'p Program,
+        me: usize,
+        ranks: usize,
+        opts: &TiledOptions,
+    ) -> Result<RankTiles<'p>, CommandError> {
+        let t0 = std::time::Instant::now();
         let own = Ownership::new(program, ranks);
-        let mut r = RankTiles { program, own, me, ranks, local: HashMap::new(), stats: RankStats::default() };
+        let layouts = &program.layouts;
+        let owner = |t: TensorId, k: usize| own.owner(&layouts[&t].tiles()[k]);
+        let tile_len = |t: TensorId, k: usize| layouts[&t].tile_len(&layouts[&t].tiles()[k]);
+        let mut plans = Vec::new();
+        let mut last_use: HashMap<TensorId, usize> = HashMap::new();
+        let mut reads = Vec::new();
+        for (l, set) in program.task_sets().iter().enumerate() {
+            let tasks = program.level_tasks(set);
+            for &s in set {
+                last_use.insert(program.written(s), l);
+            }
+            for (s, c, _) in &tasks {
+                reads.clear();
+                program.task_reads(*s, c, &mut reads);
+                for (t, _) in &reads {
+                    last_use.insert(*t, l);
+                }
+            }
+            let placed = placement::place(program, &tasks, &owner, &tile_len, ranks, opts.flops_per_word);
+            let fetch = Exchange::fetch(&placed.needs, &owner, &tile_len);
+            let written = |i: &usize| {
+                let t = program.written(tasks[*i].0);
+                (t, layouts[&t].slot(&tasks[*i].1).expect("tasks run over stored tiles"))
+            };
+            let partials: Vec<Vec<(TensorId, usize)>> =
+                placed.partials.iter().map(|list| list.iter().map(written).collect()).collect();
+            let reduce = Exchange::reduce(&partials, &owner, &tile_len);
+            plans.push(SetPlan { tasks, placed, fetch, reduce });
+        }
+        let plan_s = t0.elapsed().as_secs_f64();
+        let mut r = RankTiles {
+            program,
+            opts: opts.clone(),
+            own: own.clone(),
+            me,
+            ranks,
+            local: HashMap::new(),
+            plans,
+            last_use,
+            stats: RankStats { plan_s, ..RankStats::default() },
+        };
         let hir = &program.hir;
         for t in hir.unit_inputs(program.unit).into_iter().chain(hir.unit_outputs(program.unit)) {
             if !r.local.contains_key(&t) {
@@ -345,10 +486,12 @@ impl<'p> RankTiles<'p> {
         }
     }
 
-    /// Runs the unit's task sets: before each, one exchange of the remote operand
-    /// tiles this rank's tasks read; then its tasks. Outputs stay where they are
-    /// owned; temporaries are freed after their last use.
-    pub fn run(&mut self, comm: &dyn Communicator, opts: &TiledOptions) -> Result<(), CommandError> {
+    /// Runs the unit's task sets as planned: per set, one exchange brings each
+    /// rank the remote operand tiles its work reads ([`placement`]), the work runs
+    /// on the rank's threads, and a second exchange sends partial tiles to the
+    /// owners of the written tiles, which add them. Outputs stay where they are
+    /// owned; temporaries are freed after their last use. Every rank calls it.
+    pub fn run(&mut self, comm: &dyn Communicator) -> Result<(), CommandError> {
         let (me, p) = (self.me, self.ranks);
         if (comm.rank(), comm.size()) != (me, p) {
             return Err(CommandError::new(
@@ -363,106 +506,111 @@ impl<'p> RankTiles<'p> {
             CommandError::new("E0760", format!("the tile kernel: {e}"), Some("run it without --tiled".into()))
         })?;
         let layouts = &program.layouts;
-        let own = self.own.clone();
-        let owner = |c: &[u32]| own.owner(c);
-        // The task set after which each temporary is no longer used.
-        let sets = program.task_sets();
-        let mut last_use: HashMap<TensorId, usize> = HashMap::new();
-        let mut reads = Vec::new();
-        for (l, set) in sets.iter().enumerate() {
-            for &s in set {
-                last_use.insert(program.written(s), l);
-            }
-            for (s, c, _) in program.level_tasks(set) {
-                reads.clear();
-                program.task_reads(s, &c, &mut reads);
-                for (t, _) in &reads {
-                    last_use.insert(*t, l);
-                }
-            }
-        }
-        let pool = ThreadPool::new(opts.threads);
+        let tile_len = |t: TensorId, k: usize| layouts[&t].tile_len(&layouts[&t].tiles()[k]);
+        let pool = ThreadPool::new(self.opts.threads);
+        // Ranks start together: the time is the run's, not the skew of whatever
+        // each did before (filling its inputs).
+        comm.barrier();
         let t0 = std::time::Instant::now();
         crate::exec::distributed::maybe_inject_failure(me);
-        for (l, set) in sets.iter().enumerate() {
+        for (l, set) in program.task_sets().iter().enumerate() {
             for &s in set {
                 let t = program.written(s);
                 if !self.local.contains_key(&t) {
                     let loc = self.make_local(t)?;
                     self.local.insert(t, loc);
                 }
+                // `=` overwrites: every stored tile of the tensor is this statement's.
+                if !program.accumulates(s) {
+                    self.local.get_mut(&t).expect("allocated above").data.fill(0.0);
+                }
             }
             self.stats.owned_peak = self.stats.owned_peak.max(self.owned_now());
-            let local = &mut self.local;
-            let tasks = program.level_tasks(set);
-            // needs[q]: the remote tiles rank q's tasks read, in a fixed order.
-            let mut needs: Vec<BTreeSet<(TensorId, usize)>> = vec![BTreeSet::new(); p];
-            for (s, c, _) in &tasks {
-                let q = owner(c);
-                reads.clear();
-                program.task_reads(*s, c, &mut reads);
-                for &(t, k) in &reads {
-                    if owner(&layouts[&t].tiles()[k]) != q {
-                        needs[q].insert((t, k));
-                    }
-                }
-            }
-            // Send every rank the tiles it needs that this rank owns; receive ours.
-            let tile_len = |t: TensorId, k: usize| layouts[&t].tile_len(&layouts[&t].tiles()[k]);
+            let SetPlan { tasks, placed, fetch, reduce } = &self.plans[l];
             let x0 = std::time::Instant::now();
-            let rounds = Exchange::plan(&needs, &|t, k| owner(&layouts[&t].tiles()[k]), &tile_len, p);
-            let fetched_at = rounds.received_at(me);
-            let total = rounds.received_len(me);
+            // Remote operand tiles, received straight into place.
+            let (fetched_at, total) = offsets_of(&fetch.received(me));
             let mut fetched = alloc(total, "received tiles")?;
-            // One alltoallv per round: a send buffer of at most a round's words,
-            // received tiles written where they stay (no second copy).
-            let mut send = alloc(rounds.max_send_len(me), "tiles to send")?;
-            for c in 0..rounds.count {
-                let mut send_counts = vec![0usize; p];
-                let mut at = 0;
-                for item in rounds.sent_by(me).filter(|i| i.round == c) {
-                    let loc = &local[&item.tensor];
-                    let off = loc.offsets[&item.slot];
-                    send[at..at + item.len].copy_from_slice(&loc.data[off..off + item.len]);
-                    send_counts[item.to] += item.len;
-                    at += item.len;
-                }
-                let (start, recv_counts) = rounds.received_in(me, c);
-                let end = start + recv_counts.iter().sum::<usize>();
-                comm.alltoallv(&send[..at], &send_counts, &mut fetched[start..end], &recv_counts);
+            {
+                let local = &self.local;
+                let source = |s: &Shipment| {
+                    let loc = &local[&s.tensor];
+                    let off = loc.offsets[&s.slot];
+                    &loc.data[off..off + s.len]
+                };
+                fetch.transfer(comm, me, source, &mut fetched)?;
             }
-            drop(send);
             self.stats.exchange_s += x0.elapsed().as_secs_f64();
-            self.stats.fetched_peak = self.stats.fetched_peak.max(total as f64);
-            // Run this rank's tasks.
-            let mut mine: Vec<&(usize, Coord, f64)> = tasks.iter().filter(|(_, c, _)| owner(c) == me).collect();
-            if opts.schedule == tcc_runtime::task::Schedule::Dynamic {
-                mine.sort_by(|a, b| b.2.total_cmp(&a.2));
+            // Partial tiles of written tiles other ranks own, zeroed.
+            let mut partial_at = HashMap::with_capacity(placed.partials[me].len());
+            let mut partial_len = 0;
+            for &i in &placed.partials[me] {
+                let t = program.written(tasks[i].0);
+                let k = layouts[&t].slot(&tasks[i].1).expect("tasks run over stored tiles");
+                partial_at.insert((t, k), partial_len);
+                partial_len += tile_len(t, k);
             }
-            let base: HashMap<TensorId, SyncPtr> =
-                local.iter_mut().map(|(&t, v)| (t, SyncPtr(v.data.as_mut_ptr()))).collect();
-            let offsets: HashMap<TensorId, &HashMap<usize, usize>> =
-                local.iter().map(|(&t, v)| (t, &v.offsets)).collect();
-            let fetched_ptr = SyncPtr(fetched.as_mut_ptr());
-            let tile_ptr = |t: TensorId, k: usize| -> *mut f64 {
-                // SAFETY: offsets index this rank's buffers (owned tiles, or received ones).
-                unsafe {
-                    match offsets.get(&t).and_then(|o| o.get(&k)) {
-                        Some(&off) => base[&t].0.add(off),
-                        None => fetched_ptr.get().add(fetched_at[&(t, k)]),
+            let mut partials = alloc(partial_len, "partial tiles")?;
+            self.stats.fetched_peak = self.stats.fetched_peak.max((total + partial_len) as f64);
+            // This rank's work.
+            let local = &mut self.local;
+            {
+                let base: HashMap<TensorId, SyncPtr> =
+                    local.iter_mut().map(|(&t, v)| (t, SyncPtr(v.data.as_mut_ptr()))).collect();
+                let offsets: HashMap<TensorId, &HashMap<usize, usize>> =
+                    local.iter().map(|(&t, v)| (t, &v.offsets)).collect();
+                let fetched_ptr = SyncPtr(fetched.as_mut_ptr());
+                let partial_ptr = SyncPtr(partials.as_mut_ptr());
+                let tile_ptr = |t: TensorId, k: usize| -> *mut f64 {
+                    // SAFETY: offsets index this rank's buffers: owned tiles, received
+                    // operand tiles, or partial tiles (a set never reads what it writes).
+                    unsafe {
+                        if let Some(&off) = offsets.get(&t).and_then(|o| o.get(&k)) {
+                            base[&t].0.add(off)
+                        } else if let Some(&off) = fetched_at.get(&(t, k)) {
+                            fetched_ptr.get().add(off)
+                        } else {
+                            partial_ptr.get().add(partial_at[&(t, k)])
+                        }
                     }
-                }
-            };
-            let flops = std::sync::atomic::AtomicU64::new(0);
-            pool.parallel_for(mine.len(), opts.schedule, |i, _| {
-                let (s, c, _) = mine[i];
-                // SAFETY: a task writes only its own (owned) tile; the set reads no
-                // tensor it writes.
-                let (f, _) = unsafe { program.run_task(*s, c, &tile_ptr, &kernel) };
-                flops.fetch_add(f as u64, std::sync::atomic::Ordering::Relaxed);
-            });
-            self.stats.flops += flops.load(std::sync::atomic::Ordering::Relaxed) as f64;
+                };
+                let work = &placed.work[me];
+                let flops = std::sync::atomic::AtomicU64::new(0);
+                pool.parallel_for(work.len(), self.opts.schedule, |i, _| {
+                    let w = &work[i];
+                    let (s, c, _) = &tasks[w.task];
+                    // SAFETY: one work item per written tile and rank; the set reads no
+                    // tensor it writes.
+                    let (f, _) = unsafe { program.run_task(*s, c, &tile_ptr, &kernel, w.anchors.as_deref()) };
+                    flops.fetch_add(f as u64, std::sync::atomic::Ordering::Relaxed);
+                });
+                self.stats.flops += flops.load(std::sync::atomic::Ordering::Relaxed) as f64;
+            }
             drop(fetched);
+            // Partial tiles to their owners, added there in a fixed order.
+            let x1 = std::time::Instant::now();
+            let incoming = reduce.received(me);
+            let mut sums = alloc(incoming.iter().map(|s| s.len).sum(), "received partial tiles")?;
+            {
+                let partials = &partials;
+                let source = |s: &Shipment| {
+                    let off = partial_at[&(s.tensor, s.slot)];
+                    &partials[off..off + s.len]
+                };
+                reduce.transfer(comm, me, source, &mut sums)?;
+            }
+            drop(partials);
+            let mut at = 0;
+            for s in &incoming {
+                let loc = local.get_mut(&s.tensor).expect("written tensors are held");
+                let off = loc.offsets[&s.slot];
+                for (x, y) in loc.data[off..off + s.len].iter_mut().zip(&sums[at..at + s.len]) {
+                    *x += y;
+                }
+                at += s.len;
+            }
+            self.stats.exchange_s += x1.elapsed().as_secs_f64();
+            let last_use = &self.last_use;
             local.retain(|t, _| hir.tensors[*t].role != Role::Temporary || last_use.get(t).is_some_and(|&u| u > l));
         }
         self.stats.run_s = t0.elapsed().as_secs_f64();

@@ -21,7 +21,7 @@ use super::SyncPtr;
 use crate::error::CommandError;
 use crate::ids::{IndexId, RangeId, TensorId, UnitId};
 use crate::sema::hir::{Factor, Hir, Role, SymKind};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -38,6 +38,9 @@ pub struct TiledOptions {
     pub tile: usize,
     pub threads: usize,
     pub schedule: Schedule,
+    /// Distributed runs: the flops one word moved between ranks is worth when
+    /// work is placed ([`super::placement`]; `TCC_FLOPS_PER_WORD`).
+    pub flops_per_word: f64,
 }
 
 impl Default for TiledOptions {
@@ -46,6 +49,7 @@ impl Default for TiledOptions {
             tile: super::space::DEFAULT_TILE,
             threads: tcc_runtime::kernels::num_threads(),
             schedule: Schedule::Dynamic,
+            flops_per_word: super::placement::FLOPS_PER_WORD,
         }
     }
 }
@@ -198,8 +202,7 @@ impl Program {
                 let mut any = false;
                 self.for_contributions(s, &c, &mut |term, _, _, ext| {
                     any = true;
-                    let points: f64 = ext.iter().map(|&e| e as f64).product();
-                    flops += if term.factors.len() >= 2 { 2.0 * points } else { points };
+                    flops += contribution_flops(term, ext);
                 });
                 if !any {
                     continue;
@@ -332,6 +335,11 @@ impl Program {
         &self.levels
     }
 
+    /// Whether statement `s` adds to its tensor (`+=`) rather than overwriting it.
+    pub(crate) fn accumulates(&self, s: usize) -> bool {
+        self.stmts[s].accumulate
+    }
+
     /// The tensor statement `s` writes.
     pub(crate) fn written(&self, s: usize) -> TensorId {
         self.stmts[s].lhs
@@ -344,6 +352,25 @@ impl Program {
                 out.push((*t, v.slot));
             }
         });
+    }
+
+    /// The task for tile `c` of statement `s` cut into pieces by anchor (the largest
+    /// operand tile of each contribution), in anchor order: each piece's flops and
+    /// the operand tiles it reads. A distributed run places pieces apart, so that
+    /// a large operand tile need not travel to the rank owning the written tile.
+    pub(crate) fn task_pieces(&self, s: usize, c: &[u32]) -> Vec<TaskPiece> {
+        let mut pieces: BTreeMap<Anchor, (f64, BTreeSet<(TensorId, usize)>)> = BTreeMap::new();
+        self.for_contributions(s, c, &mut |term, _, views, ext| {
+            let piece = pieces.entry(anchor(term, views, ext)).or_default();
+            piece.0 += contribution_flops(term, ext);
+            for ((t, _), v) in term.factors.iter().zip(views) {
+                piece.1.insert((*t, v.slot));
+            }
+        });
+        pieces
+            .into_iter()
+            .map(|(anchor, (flops, reads))| TaskPiece { anchor, flops, reads: reads.into_iter().collect() })
+            .collect()
     }
 
     /// Predicted flops of all tasks.
@@ -417,7 +444,7 @@ impl Program {
                 let (s, c, _) = &tasks[k];
                 // SAFETY: each task writes only its own tile of the written tensor;
                 // a task set never reads a tensor one of its tasks writes (levels).
-                let (f, n) = unsafe { self.run_task(*s, c, &tile_ptr, &kernel) };
+                let (f, n) = unsafe { self.run_task(*s, c, &tile_ptr, &kernel, None) };
                 flops.fetch_add(f as u64, Ordering::Relaxed);
                 calls.fetch_add(n, Ordering::Relaxed);
                 busy[w].fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -445,7 +472,8 @@ impl Program {
     }
 
     /// One task: tile `c` of statement `s`'s written tensor. Returns the flops done
-    /// and the GETT calls made.
+    /// and the GETT calls made. `part` runs a distributed piece of it instead: the
+    /// contributions whose anchor is listed (sorted), added to the tile as it is.
     ///
     /// # Safety
     /// `tile_ptr(t, slot)` is the start of stored tile `slot` of tensor `t` for every
@@ -456,13 +484,14 @@ impl Program {
         c: &[u32],
         tile_ptr: &(dyn Fn(TensorId, usize) -> *mut f64 + Sync),
         kernel: &crate::codegen::llvm::TileKernel,
+        part: Option<&[Anchor]>,
     ) -> (f64, u64) {
         let st = &self.stmts[s];
         let layout = &self.layouts[&st.lhs];
         let slot = layout.slot(c).expect("tasks run over stored tiles");
         let cptr = tile_ptr(st.lhs, slot);
         let len = layout.tile_len(c);
-        if !st.accumulate {
+        if !st.accumulate && part.is_none() {
             std::ptr::write_bytes(cptr, 0, len);
         }
         // Row-major strides of the written tile.
@@ -487,6 +516,9 @@ impl Program {
             }
         };
         self.for_contributions(s, c, &mut |term, weight, views, ext| {
+            if part.is_some_and(|p| p.binary_search(&anchor(term, views, ext)).is_err()) {
+                return;
+            }
             let alpha = term.coef * weight * views.iter().map(|v| v.sign).product::<f64>();
             let points: f64 = ext.iter().map(|&e| e as f64).product();
             let stride = |f: usize, p: usize| -> isize {
@@ -565,6 +597,41 @@ impl Program {
         });
         run_pending(&mut pending, &pending_dims);
         (flops, calls)
+    }
+}
+
+/// What a piece of a task is named by: its largest operand tile (tensor, slot; the
+/// first factor's on a tie), `None` for a term without factors.
+pub(crate) type Anchor = Option<(TensorId, usize)>;
+
+/// The contributions of a task with one anchor: their flops and the operand tiles
+/// (tensor, slot) they read.
+pub(crate) struct TaskPiece {
+    pub anchor: Anchor,
+    pub flops: f64,
+    pub reads: Vec<(TensorId, usize)>,
+}
+
+fn anchor(term: &TermPlan, views: &[TileView], ext: &[usize]) -> Anchor {
+    let len = |pos: &[usize]| pos.iter().map(|&p| ext[p]).product::<usize>();
+    let mut best: Anchor = None;
+    let mut best_len = 0;
+    for ((t, pos), v) in term.factors.iter().zip(views) {
+        if best.is_none() || len(pos) > best_len {
+            best = Some((*t, v.slot));
+            best_len = len(pos);
+        }
+    }
+    best
+}
+
+/// Flops of one contribution: 2 per multiply-add of a product, 1 per added element.
+fn contribution_flops(term: &TermPlan, ext: &[usize]) -> f64 {
+    let points: f64 = ext.iter().map(|&e| e as f64).product();
+    if term.factors.len() >= 2 {
+        2.0 * points
+    } else {
+        points
     }
 }
 

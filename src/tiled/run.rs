@@ -152,9 +152,10 @@ pub fn run_tiled_distributed(
         Some(name) => hir.unit_by_name(name).into_iter().collect(),
         None => hir.units.ids().collect(),
     };
-    let backend = if mpi { tcc_runtime::comm::Backend::Mpi } else { tcc_runtime::comm::Backend::Threads };
-    // Statistics per rank: owned, received, flops, seconds, peak RSS, seconds exchanging.
-    const W: usize = 6;
+    let backend = if mpi { tcc_runtime::comm::Backend::Mpi } else { tcc_runtime::comm::Backend::Shm };
+    // Statistics per rank: owned, received, flops, seconds, peak RSS, seconds
+    // exchanging, seconds planning.
+    const W: usize = 7;
     let report = crate::exec::launch::launch(
         ranks,
         mpi,
@@ -168,8 +169,15 @@ pub fn run_tiled_distributed(
             for &u in &units {
                 let program = Program::plan(&prepared, u, &topts)?;
                 let (outputs, stats) = super::dist::run_rank(&program, comm, opts.seed, &topts)?;
-                let row =
-                    [stats.owned_peak, stats.fetched_peak, stats.flops, stats.run_s, stats.peak_rss, stats.exchange_s];
+                let row = [
+                    stats.owned_peak,
+                    stats.fetched_peak,
+                    stats.flops,
+                    stats.run_s,
+                    stats.peak_rss,
+                    stats.exchange_s,
+                    stats.plan_s,
+                ];
                 let mut all = vec![0.0; row.len() * comm.size()];
                 comm.allgather(&row, &mut all);
                 if let Some(outputs) = outputs {
@@ -201,13 +209,14 @@ pub fn run_tiled_distributed(
                     for q in 0..p {
                         let held = 8.0 * (all[W * q] + all[W * q + 1]);
                         extra.push(format!(
-                            "  rank {q}: owns at most {} elements, receives at most {} per task set ({} at 8 B), {} flops, {:.3} s ({:.3} s exchanging), peak RSS {}{}",
+                            "  rank {q}: owns at most {} elements, receives at most {} per task set ({} at 8 B), {} flops, {:.3} s ({:.3} s exchanging; planned in {:.3} s before), peak RSS {}{}",
                             si(all[W * q]),
                             si(all[W * q + 1]),
                             crate::plan::report::bytes(held as u64),
                             si(all[W * q + 2]),
                             all[W * q + 3],
                             all[W * q + 5],
+                            all[W * q + 6],
                             crate::plan::report::bytes(all[W * q + 4] as u64),
                             if !mpi {
                                 " (the whole process)".to_string()

@@ -34,7 +34,6 @@ pub struct Session<'c> {
     program: &'static Program,
     rank: Option<RankTiles<'static>>,
     comm: SessionComm<'c>,
-    opts: TiledOptions,
     /// The unit's inputs then outputs, by name: the caller's tensor numbers.
     tensors: Vec<(String, TensorId, Role)>,
 }
@@ -86,7 +85,7 @@ impl<'c> Session<'c> {
             .chain(program.hir.unit_outputs(unit))
             .map(|t| (program.hir.tensors[t].name.clone(), t, program.hir.tensors[t].role))
             .collect();
-        let rank = match RankTiles::new(program, comm.get().rank(), comm.get().size()) {
+        let rank = match RankTiles::new(program, comm.get().rank(), comm.get().size(), &opts) {
             Ok(r) => r,
             Err(e) => {
                 // SAFETY: leaked just above; nothing borrows it.
@@ -94,7 +93,7 @@ impl<'c> Session<'c> {
                 return Err(e.to_string());
             }
         };
-        Ok(Session { program, rank: Some(rank), comm, opts, tensors })
+        Ok(Session { program, rank: Some(rank), comm, tensors })
     }
 
     fn rank(&self) -> &RankTiles<'static> {
@@ -192,7 +191,7 @@ impl<'c> Session<'c> {
     /// Runs the program on the filled input tiles (collective).
     pub fn run(&mut self) -> Result<(), String> {
         let rank = self.rank.as_mut().expect("open until dropped");
-        rank.run(self.comm.get(), &self.opts).map_err(|e| e.to_string())
+        rank.run(self.comm.get()).map_err(|e| e.to_string())
     }
 }
 

@@ -92,7 +92,7 @@ fn ccd_terms(o: usize, v: usize) -> Hir {
 fn ccd_terms_match_the_interpreter_and_skip_symmetric_and_spin_zero_work() {
     for (tile, schedule) in [(2, Schedule::Dynamic), (40, Schedule::Static), (1, Schedule::Dynamic)] {
         let hir = ccd_terms(4, 7);
-        let opts = TiledOptions { tile, threads: 2, schedule };
+        let opts = TiledOptions { tile, threads: 2, schedule, ..Default::default() };
         let stats = check_tiled(&hir, 5, &opts).unwrap_or_else(|e| panic!("tile {tile}: {e}"));
         assert!(stats.executed_flops < stats.dense_flops, "tile {tile}: {stats:?}");
         // Stored: fewer elements than dense.
@@ -235,7 +235,7 @@ proptest! {
     fn random_programs_tiled_equal_the_interpreter(seed in any::<u64>()) {
         let hir = random_program(seed);
         let schedule = if seed % 2 == 0 { Schedule::Dynamic } else { Schedule::Static };
-        let opts = TiledOptions { tile: 1 + (seed % 4) as usize, threads: 2, schedule };
+        let opts = TiledOptions { tile: 1 + (seed % 4) as usize, threads: 2, schedule, ..Default::default() };
         if let Err(e) = check_tiled(&hir, seed, &opts) {
             let stmts: Vec<String> = hir.units[UnitId::new(0)].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();
             panic!("seed {seed}: {e}\n{}", stmts.join("\n"));
@@ -275,9 +275,50 @@ fn check_distributed(hir: &Hir, seed: u64, ranks: usize, opts: &TiledOptions) ->
 #[test]
 fn ccd_terms_on_ranks_match_the_interpreter() {
     for ranks in 1..=4 {
-        let opts = TiledOptions { tile: 2, threads: 1, schedule: Schedule::Dynamic };
+        let opts = TiledOptions { tile: 2, threads: 1, schedule: Schedule::Dynamic, ..Default::default() };
         check_distributed(&ccd_terms(4, 7), 3, ranks, &opts).unwrap_or_else(|e| panic!("{ranks} ranks: {e}"));
     }
+}
+
+/// Placement: with moving words free, pieces of tasks run away from the written
+/// tile's owner (partial tiles summed there) and flops are spread at least as
+/// evenly as under owner-computes (words dear); every piece is placed exactly once;
+/// the numbers equal the interpreter's either way.
+#[test]
+fn pieces_placed_for_balance_add_up_on_owners() {
+    let hir = ccd_terms(4, 7);
+    let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
+    let ranks = 3;
+    let spread = |flops_per_word: f64| -> (f64, usize) {
+        let opts = TiledOptions { tile: 2, threads: 1, flops_per_word, ..Default::default() };
+        let program = Program::plan(&prepared, UnitId::new(0), &opts).unwrap();
+        let own = super::dist::Ownership::new(&program, ranks);
+        let layouts = &program.layouts;
+        let owner = |t: TensorId, k: usize| own.owner(&layouts[&t].tiles()[k]);
+        let tile_len = |t: TensorId, k: usize| layouts[&t].tile_len(&layouts[&t].tiles()[k]);
+        let (mut worst, mut partials) = (0.0f64, 0);
+        for set in program.task_sets() {
+            let tasks = program.level_tasks(set);
+            let placed = super::placement::place(&program, &tasks, &owner, &tile_len, ranks, flops_per_word);
+            let total: f64 = tasks.iter().map(|t| t.2).sum();
+            let placed_flops: f64 = placed.flops.iter().sum();
+            assert!((placed_flops - total).abs() <= 1e-9 * total.max(1.0), "{placed_flops} of {total} flops placed");
+            let listed: f64 = placed.work.iter().flatten().map(|w| w.flops).sum();
+            assert!((listed - total).abs() <= 1e-9 * total.max(1.0));
+            if total > 0.0 {
+                worst = worst.max(placed.flops.iter().cloned().fold(0.0, f64::max) / (total / ranks as f64));
+            }
+            partials += placed.partials.iter().map(|p| p.len()).sum::<usize>();
+        }
+        let opts = TiledOptions { tile: 2, threads: 1, flops_per_word, ..Default::default() };
+        check_distributed(&hir, 3, ranks, &opts).unwrap_or_else(|e| panic!("flops per word {flops_per_word}: {e}"));
+        (worst, partials)
+    };
+    let (free_worst, free_partials) = spread(0.0);
+    let (dear_worst, _) = spread(1e12);
+    assert!(free_partials > 0, "free words should scatter pieces");
+    assert!(free_worst <= dear_worst + 1e-9, "balance {free_worst} with free words, {dear_worst} with dear ones");
+    spread(crate::tiled::placement::FLOPS_PER_WORD);
 }
 
 proptest! {
@@ -285,7 +326,10 @@ proptest! {
     #[test]
     fn random_programs_on_ranks_equal_the_interpreter(seed in any::<u64>()) {
         let hir = random_program(seed);
-        let opts = TiledOptions { tile: 1 + (seed % 3) as usize, threads: 1, schedule: Schedule::Dynamic };
+        // Moving words free (pieces scattered for balance, partial tiles summed on
+        // owners), dear (owner computes), or the default.
+        let flops_per_word = [0.0, 1e12, crate::tiled::placement::FLOPS_PER_WORD][(seed >> 4) as usize % 3];
+        let opts = TiledOptions { tile: 1 + (seed % 3) as usize, threads: 1, schedule: Schedule::Dynamic, flops_per_word };
         let ranks = 1 + (seed >> 8) as usize % 4;
         if let Err(e) = check_distributed(&hir, seed, ranks, &opts) {
             let stmts: Vec<String> = hir.units[UnitId::new(0)].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();
@@ -315,7 +359,7 @@ fn sessions_filled_by_the_caller_equal_the_interpreter_tile_by_tile() {
     let want_r = want.values().next().unwrap().clone();
     let at = |d: &Dense, idx: &[usize]| d.data[idx.iter().zip(&d.shape).fold(0, |acc, (&x, &n)| acc * n + x)];
     for ranks in 1..=4 {
-        let opts = TiledOptions { tile: 2, threads: 1, schedule: Schedule::Dynamic };
+        let opts = TiledOptions { tile: 2, threads: 1, schedule: Schedule::Dynamic, ..Default::default() };
         crate::exec::launch::launch(
             ranks,
             false,

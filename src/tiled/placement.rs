@@ -1,0 +1,284 @@
+//! Where each piece of a task set's work runs in a distributed tiled run.
+//!
+//! Owner-computes alone (every task on the rank owning its written tile) was
+//! measured at 14% parallel efficiency on 16 ranks: a task set can have fewer
+//! tasks than ranks (21 in the CCD ladder set), the tiles' owners balance flops
+//! over the whole program but not within a set, and under pair symmetry half of
+//! ⟨ab||cd⟩ travels to the ranks whose tasks read it transposed. So tasks are cut
+//! into pieces by anchor (the largest operand tile of each contribution, see
+//! [`Program::task_pieces`]) and the pieces of a set are placed largest first, each
+//! on the rank where it would finish earliest, counting as time the words it makes
+//! travel: the remote operand tiles it reads (fetched once per rank and set) and,
+//! away from the owner of the written tile, the partial tile sent back to be added
+//! there. A piece goes to the owner of its written tile, the owner of one of its
+//! operand tiles, or the least-loaded rank. Every rank computes the same placement
+//! (only ordered containers are iterated), so each knows what to send and receive.
+
+use super::exec::{Anchor, Program, TaskPiece};
+use super::layout::Coord;
+use crate::ids::TensorId;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// The flops one word moved between ranks is worth, by default
+/// (`TCC_FLOPS_PER_WORD` sets it). On the 16-core host of
+/// bench/distributed/results.md a rank does 30–45 GFLOP/s in the tile kernels and
+/// an in-process exchange moves about 6e7 words per second per rank (copies and
+/// waits included), so a word costs some 500–700 flops; sweeps of 64–1024 gave
+/// the same times within noise (`bench/distributed/sweep_fpw.sh`). The ratio only
+/// has to be right within a few times: it decides between moving a large tile
+/// and unbalancing a set.
+pub const FLOPS_PER_WORD: f64 = 512.0;
+
+/// `TCC_FLOPS_PER_WORD` when set: `Err` with the value when it is not a finite
+/// number ≥ 0 (`tcc run` refuses it; libraries keep the default).
+pub fn flops_per_word_from_env() -> Result<Option<f64>, String> {
+    match std::env::var_os("TCC_FLOPS_PER_WORD") {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .filter(|x| x.is_finite() && *x >= 0.0)
+            .map(Some)
+            .ok_or_else(|| v.to_string_lossy().into_owned()),
+    }
+}
+
+/// One rank's share of one task: all its pieces (`anchors` = `None`) or those
+/// anchored at the listed tiles (sorted).
+#[derive(Debug, Clone)]
+pub struct Work {
+    /// Index into the set's task list.
+    pub task: usize,
+    pub anchors: Option<Vec<Anchor>>,
+    pub flops: f64,
+}
+
+/// The placement of one task set over `ranks` ranks.
+#[derive(Debug, Clone)]
+pub struct SetPlacement {
+    /// Per rank, its work, largest first.
+    pub work: Vec<Vec<Work>>,
+    /// Per rank, the operand tiles it reads and does not own.
+    pub needs: Vec<BTreeSet<(TensorId, usize)>>,
+    /// Per rank, the tasks (indices) of which it computes a partial tile that it
+    /// then sends to the written tile's owner.
+    pub partials: Vec<BTreeSet<usize>>,
+    /// Per rank, the flops placed on it.
+    pub flops: Vec<f64>,
+}
+
+/// A piece of a task of the set.
+struct Piece {
+    task: usize,
+    anchor: Anchor,
+    flops: f64,
+    reads: Vec<(TensorId, usize)>,
+}
+
+/// Places the tasks of one set (`(statement, written tile, flops)`, as
+/// [`Program::level_tasks`] gives them). `owner(t, slot)` is the rank owning a
+/// stored tile, `tile_len` its elements.
+pub fn place(
+    program: &Program,
+    tasks: &[(usize, Coord, f64)],
+    owner: &dyn Fn(TensorId, usize) -> usize,
+    tile_len: &dyn Fn(TensorId, usize) -> usize,
+    ranks: usize,
+    flops_per_word: f64,
+) -> SetPlacement {
+    let p = ranks.max(1);
+    let mut pieces = Vec::new();
+    let mut written = Vec::with_capacity(tasks.len());
+    for (i, (s, c, _)) in tasks.iter().enumerate() {
+        let t = program.written(*s);
+        let slot = program.layouts[&t].slot(c).expect("tasks run over stored tiles");
+        written.push((t, slot));
+        for TaskPiece { anchor, flops, reads } in program.task_pieces(*s, c) {
+            pieces.push(Piece { task: i, anchor, flops, reads });
+        }
+    }
+    let homes: Vec<usize> = written.iter().map(|&(t, slot)| owner(t, slot)).collect();
+    let mut state = State {
+        load: vec![0.0; p],
+        flops: vec![0.0; p],
+        fetched: vec![HashMap::new(); p],
+        partial: vec![HashMap::new(); p],
+        on: vec![Vec::new(); p],
+        at: vec![0; pieces.len()],
+    };
+    let ctx = Ctx { pieces: &pieces, written: &written, homes: &homes, owner, tile_len, flops_per_word };
+    // Locality first: each piece where it moves the fewest words (its written
+    // tile's owner on a tie).
+    for k in 0..pieces.len() {
+        let piece = &pieces[k];
+        let mut best = (usize::MAX, homes[piece.task]);
+        for r in ctx.candidates(k) {
+            let w = state.words_to_add(&ctx, k, r);
+            if w < best.0 {
+                best = (w, r);
+            }
+        }
+        state.add(&ctx, k, best.1);
+    }
+    // Then balance: move a piece off the most loaded rank while that lowers the
+    // larger of the two loads (to the least loaded rank, or to one whose tiles it
+    // reads). Bounded, so planning stays a small part of a set.
+    let mut moves = 0;
+    while moves < 4 * pieces.len() + 64 {
+        let hi = (0..p).max_by(|&x, &y| state.load[x].total_cmp(&state.load[y]).then(y.cmp(&x))).unwrap_or(0);
+        let lo = (0..p).min_by(|&x, &y| state.load[x].total_cmp(&state.load[y]).then(x.cmp(&y))).unwrap_or(0);
+        let mut best: Option<(f64, usize, usize)> = None;
+        for &k in &state.on[hi] {
+            let left = state.load[hi] - state.cost_to_remove(&ctx, k, hi);
+            for d in std::iter::once(lo).chain(ctx.candidates(k)) {
+                if d == hi {
+                    continue;
+                }
+                let there = state.load[d] + pieces[k].flops + flops_per_word * state.words_to_add(&ctx, k, d) as f64;
+                let worst = left.max(there);
+                if worst < state.load[hi] * (1.0 - 1e-9) && best.is_none_or(|b| worst < b.0) {
+                    best = Some((worst, k, d));
+                }
+            }
+        }
+        let Some((_, k, d)) = best else { break };
+        state.remove(&ctx, k, hi);
+        state.add(&ctx, k, d);
+        moves += 1;
+    }
+    let State { flops, fetched, partial, on, .. } = state;
+    let mut assigned: Vec<BTreeMap<usize, (Vec<Anchor>, f64)>> = vec![BTreeMap::new(); p];
+    for (r, list) in on.iter().enumerate() {
+        for &k in list {
+            let entry = assigned[r].entry(pieces[k].task).or_default();
+            entry.0.push(pieces[k].anchor);
+            entry.1 += pieces[k].flops;
+        }
+    }
+
+    let mut pieces_of = vec![0usize; tasks.len()];
+    for piece in &pieces {
+        pieces_of[piece.task] += 1;
+    }
+    let work = assigned
+        .into_iter()
+        .map(|tasks_here| {
+            let mut list: Vec<Work> = tasks_here
+                .into_iter()
+                .map(|(task, (mut anchors, f))| {
+                    anchors.sort();
+                    let whole = anchors.len() == pieces_of[task];
+                    Work { task, anchors: (!whole).then_some(anchors), flops: f }
+                })
+                .collect();
+            list.sort_by(|a, b| b.flops.total_cmp(&a.flops).then(a.task.cmp(&b.task)));
+            list
+        })
+        .collect();
+    let needs = fetched.into_iter().map(|m| m.into_keys().collect()).collect();
+    let partials = partial.into_iter().map(|m| m.into_keys().collect()).collect();
+    SetPlacement { work, needs, partials, flops }
+}
+
+/// What placement reads: the pieces, the written tile of each task and its owner.
+struct Ctx<'a> {
+    pieces: &'a [Piece],
+    written: &'a [(TensorId, usize)],
+    homes: &'a [usize],
+    owner: &'a dyn Fn(TensorId, usize) -> usize,
+    tile_len: &'a dyn Fn(TensorId, usize) -> usize,
+    flops_per_word: f64,
+}
+
+impl Ctx<'_> {
+    /// The ranks a piece may go to for locality: its written tile's owner, then the
+    /// owners of the tiles it reads.
+    fn candidates(&self, k: usize) -> impl Iterator<Item = usize> + '_ {
+        let piece = &self.pieces[k];
+        std::iter::once(self.homes[piece.task]).chain(piece.reads.iter().map(|&(t, slot)| (self.owner)(t, slot)))
+    }
+}
+
+/// Placement so far: per rank its load (flops plus words weighted), flops, the
+/// remote tiles it reads and the partial tiles it makes (with the number of its
+/// pieces that need each), and its pieces.
+struct State {
+    load: Vec<f64>,
+    flops: Vec<f64>,
+    fetched: Vec<HashMap<(TensorId, usize), usize>>,
+    partial: Vec<HashMap<usize, usize>>,
+    /// Pieces on each rank, in the order they came (the order is deterministic).
+    on: Vec<Vec<usize>>,
+    at: Vec<usize>,
+}
+
+impl State {
+    /// Words rank `r` would receive or send anew if piece `k` went there.
+    fn words_to_add(&self, ctx: &Ctx, k: usize, r: usize) -> usize {
+        let piece = &ctx.pieces[k];
+        let fetch: usize = piece
+            .reads
+            .iter()
+            .filter(|&&(t, slot)| (ctx.owner)(t, slot) != r && !self.fetched[r].contains_key(&(t, slot)))
+            .map(|&(t, slot)| (ctx.tile_len)(t, slot))
+            .sum();
+        let (wt, wslot) = ctx.written[piece.task];
+        let back = if r != ctx.homes[piece.task] && !self.partial[r].contains_key(&piece.task) {
+            (ctx.tile_len)(wt, wslot)
+        } else {
+            0
+        };
+        fetch + back
+    }
+
+    /// The load rank `r` sheds if piece `k` (on it) leaves.
+    fn cost_to_remove(&self, ctx: &Ctx, k: usize, r: usize) -> f64 {
+        let piece = &ctx.pieces[k];
+        let fetch: usize = piece
+            .reads
+            .iter()
+            .filter(|&&key| self.fetched[r].get(&key) == Some(&1))
+            .map(|&(t, slot)| (ctx.tile_len)(t, slot))
+            .sum();
+        let (wt, wslot) = ctx.written[piece.task];
+        let back = if self.partial[r].get(&piece.task) == Some(&1) { (ctx.tile_len)(wt, wslot) } else { 0 };
+        piece.flops + ctx.flops_per_word * (fetch + back) as f64
+    }
+
+    fn add(&mut self, ctx: &Ctx, k: usize, r: usize) {
+        let piece = &ctx.pieces[k];
+        self.load[r] += piece.flops + ctx.flops_per_word * self.words_to_add(ctx, k, r) as f64;
+        self.flops[r] += piece.flops;
+        for &(t, slot) in &piece.reads {
+            if (ctx.owner)(t, slot) != r {
+                *self.fetched[r].entry((t, slot)).or_default() += 1;
+            }
+        }
+        if r != ctx.homes[piece.task] {
+            *self.partial[r].entry(piece.task).or_default() += 1;
+        }
+        self.on[r].push(k);
+        self.at[k] = r;
+    }
+
+    fn remove(&mut self, ctx: &Ctx, k: usize, r: usize) {
+        let piece = &ctx.pieces[k];
+        self.load[r] -= self.cost_to_remove(ctx, k, r);
+        self.flops[r] -= piece.flops;
+        for &(t, slot) in &piece.reads {
+            if let Some(n) = self.fetched[r].get_mut(&(t, slot)) {
+                *n -= 1;
+                if *n == 0 {
+                    self.fetched[r].remove(&(t, slot));
+                }
+            }
+        }
+        if let Some(n) = self.partial[r].get_mut(&piece.task) {
+            *n -= 1;
+            if *n == 0 {
+                self.partial[r].remove(&piece.task);
+            }
+        }
+        self.on[r].retain(|&x| x != k);
+    }
+}
