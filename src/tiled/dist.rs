@@ -12,7 +12,7 @@
 use super::buffer::AlignedBuf;
 use super::exec::{Program, TiledOptions};
 use super::layout::Coord;
-use super::placement;
+use super::placement::{self, SetWork};
 use super::tensor::{fill_tile, TiledTensor};
 use super::SyncPtr;
 use crate::error::CommandError;
@@ -35,34 +35,30 @@ use tcc_runtime::task::ThreadPool;
 #[derive(Debug, Clone)]
 pub struct Ownership {
     ranks: usize,
-    of_key: HashMap<Vec<u32>, usize>,
+    of_key: HashMap<Key, usize>,
 }
 
 impl Ownership {
     pub fn new(program: &Program, ranks: usize) -> Ownership {
-        let sets = program.task_sets();
+        let work: Vec<SetWork> = program.task_sets().iter().map(|set| SetWork::new(program, set)).collect();
+        Ownership::of_work(program, &work, ranks)
+    }
+
+    /// The map for the work of every task set, enumerated already.
+    pub fn of_work(program: &Program, work: &[SetWork], ranks: usize) -> Ownership {
         // Per key: flops per task set, then elements stored.
-        let dims = sets.len() + 1;
-        let mut weight: HashMap<Vec<u32>, Vec<f64>> = HashMap::new();
-        for (l, set) in sets.iter().enumerate() {
-            for (s, c, _) in program.level_tasks(set) {
-                let layout = &program.layouts[&program.written(s)];
-                let written_len = layout.tile_len(&c);
-                for piece in program.task_pieces(s, &c) {
-                    let at = match piece.anchor {
-                        Some((t, slot)) => {
-                            let l = &program.layouts[&t];
-                            let tile = &l.tiles()[slot];
-                            if l.tile_len(tile) > written_len {
-                                key(tile)
-                            } else {
-                                key(&c)
-                            }
-                        }
-                        None => key(&c),
-                    };
-                    weight.entry(at).or_insert_with(|| vec![0.0; dims])[l] += piece.flops;
-                }
+        let dims = work.len() + 1;
+        let mut weight: HashMap<Key, Vec<f64>> = HashMap::new();
+        let tile = |t: TensorId, slot: usize| &program.layouts[&t].tiles()[slot];
+        let len = |t: TensorId, slot: usize| program.layouts[&t].tile_len(tile(t, slot));
+        for (l, set) in work.iter().enumerate() {
+            for piece in &set.pieces {
+                let (wt, wslot) = set.written[piece.task];
+                let at = match piece.anchor {
+                    Some((t, slot)) if len(t, slot) > len(wt, wslot) => key(tile(t, slot)),
+                    _ => key(tile(wt, wslot)),
+                };
+                weight.entry(at).or_insert_with(|| vec![0.0; dims])[l] += piece.flops;
             }
         }
         for l in program.layouts.values() {
@@ -70,7 +66,7 @@ impl Ownership {
                 weight.entry(key(c)).or_insert_with(|| vec![0.0; dims])[dims - 1] += l.tile_len(c) as f64;
             }
         }
-        let mut keys: Vec<(Vec<u32>, Vec<f64>)> = weight.into_iter().collect();
+        let mut keys: Vec<(Key, Vec<f64>)> = weight.into_iter().collect();
         let total = |w: &[f64]| w[..dims - 1].iter().sum::<f64>();
         keys.sort_by(|a, b| {
             total(&b.1).total_cmp(&total(&a.1)).then(b.1[dims - 1].total_cmp(&a.1[dims - 1])).then(a.0.cmp(&b.0))
@@ -107,8 +103,11 @@ impl Ownership {
     }
 }
 
-fn key(c: &[u32]) -> Vec<u32> {
-    c.iter().take(2).copied().collect()
+/// A tile's first two coordinates (`u32::MAX` for a missing one).
+type Key = [u32; 2];
+
+fn key(c: &[u32]) -> Key {
+    [c.first().copied().unwrap_or(u32::MAX), c.get(1).copied().unwrap_or(u32::MAX)]
 }
 
 /// One rank's tiles of one tensor: stored slot → offset in `data`.
@@ -377,35 +376,37 @@ impl<'p> RankTiles<'p> {
         opts: &TiledOptions,
     ) -> Result<RankTiles<'p>, CommandError> {
         let t0 = std::time::Instant::now();
-        let own = Ownership::new(program, ranks);
+        let work: Vec<SetWork> = program.task_sets().iter().map(|set| SetWork::new(program, set)).collect();
+        let own = Ownership::of_work(program, &work, ranks);
         let layouts = &program.layouts;
-        let owner = |t: TensorId, k: usize| own.owner(&layouts[&t].tiles()[k]);
-        let tile_len = |t: TensorId, k: usize| layouts[&t].tile_len(&layouts[&t].tiles()[k]);
+        // Per tensor (by index) and stored slot: owner and elements, looked up
+        // often while planning.
+        let n = program.hir.tensors.len();
+        let (mut owners, mut lens) = (vec![Vec::new(); n], vec![Vec::new(); n]);
+        for (t, l) in layouts {
+            owners[t.index()] = l.tiles().iter().map(|c| own.owner(c)).collect::<Vec<usize>>();
+            lens[t.index()] = l.tiles().iter().map(|c| l.tile_len(c)).collect::<Vec<usize>>();
+        }
+        let owner = |t: TensorId, k: usize| owners[t.index()][k];
+        let tile_len = |t: TensorId, k: usize| lens[t.index()][k];
         let mut plans = Vec::new();
         let mut last_use: HashMap<TensorId, usize> = HashMap::new();
-        let mut reads = Vec::new();
-        for (l, set) in program.task_sets().iter().enumerate() {
-            let tasks = program.level_tasks(set);
+        for (l, (set, work)) in program.task_sets().iter().zip(work).enumerate() {
             for &s in set {
                 last_use.insert(program.written(s), l);
             }
-            for (s, c, _) in &tasks {
-                reads.clear();
-                program.task_reads(*s, c, &mut reads);
-                for (t, _) in &reads {
+            for piece in &work.pieces {
+                for (t, _) in &piece.reads {
                     last_use.insert(*t, l);
                 }
             }
-            let placed = placement::place(program, &tasks, &owner, &tile_len, ranks, opts.flops_per_word);
+            let placed = placement::place(&work, &owner, &tile_len, ranks, opts.flops_per_word);
             let fetch = Exchange::fetch(&placed.needs, &owner, &tile_len);
-            let written = |i: &usize| {
-                let t = program.written(tasks[*i].0);
-                (t, layouts[&t].slot(&tasks[*i].1).expect("tasks run over stored tiles"))
-            };
+            let written = |i: &usize| work.written[*i];
             let partials: Vec<Vec<(TensorId, usize)>> =
                 placed.partials.iter().map(|list| list.iter().map(written).collect()).collect();
             let reduce = Exchange::reduce(&partials, &owner, &tile_len);
-            plans.push(SetPlan { tasks, placed, fetch, reduce });
+            plans.push(SetPlan { tasks: work.tasks, placed, fetch, reduce });
         }
         let plan_s = t0.elapsed().as_secs_f64();
         let mut r = RankTiles {

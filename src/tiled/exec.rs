@@ -345,15 +345,6 @@ impl Program {
         self.stmts[s].lhs
     }
 
-    /// The stored operand tiles (tensor, slot) the task for tile `c` of statement `s` reads.
-    pub(crate) fn task_reads(&self, s: usize, c: &[u32], out: &mut Vec<(TensorId, usize)>) {
-        self.for_contributions(s, c, &mut |term, _, views, _| {
-            for ((t, _), v) in term.factors.iter().zip(views) {
-                out.push((*t, v.slot));
-            }
-        });
-    }
-
     /// The task for tile `c` of statement `s` cut into pieces by anchor (the largest
     /// operand tile of each contribution), in anchor order: each piece's flops and
     /// the operand tiles it reads. A distributed run places pieces apart, so that

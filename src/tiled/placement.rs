@@ -68,49 +68,64 @@ pub struct SetPlacement {
 }
 
 /// A piece of a task of the set.
-struct Piece {
-    task: usize,
-    anchor: Anchor,
-    flops: f64,
-    reads: Vec<(TensorId, usize)>,
+pub(crate) struct Piece {
+    pub task: usize,
+    pub anchor: Anchor,
+    pub flops: f64,
+    pub reads: Vec<(TensorId, usize)>,
 }
 
-/// Places the tasks of one set (`(statement, written tile, flops)`, as
-/// [`Program::level_tasks`] gives them). `owner(t, slot)` is the rank owning a
-/// stored tile, `tile_len` its elements.
+/// The work of one task set, enumerated once for ownership, placement and
+/// lifetimes: its tasks (`(statement, written tile, flops)`, as
+/// [`Program::level_tasks`] gives them), the written tile (tensor, slot) of each,
+/// and the pieces of all of them.
+pub struct SetWork {
+    pub tasks: Vec<(usize, Coord, f64)>,
+    pub(crate) written: Vec<(TensorId, usize)>,
+    pub(crate) pieces: Vec<Piece>,
+}
+
+impl SetWork {
+    pub fn new(program: &Program, set: &[usize]) -> SetWork {
+        let tasks = program.level_tasks(set);
+        let mut pieces = Vec::new();
+        let mut written = Vec::with_capacity(tasks.len());
+        for (i, (s, c, _)) in tasks.iter().enumerate() {
+            let t = program.written(*s);
+            let slot = program.layouts[&t].slot(c).expect("tasks run over stored tiles");
+            written.push((t, slot));
+            for TaskPiece { anchor, flops, reads } in program.task_pieces(*s, c) {
+                pieces.push(Piece { task: i, anchor, flops, reads });
+            }
+        }
+        SetWork { tasks, written, pieces }
+    }
+}
+
+/// Places the work of one set over `ranks` ranks. `owner(t, slot)` is the rank
+/// owning a stored tile, `tile_len` its elements.
 pub fn place(
-    program: &Program,
-    tasks: &[(usize, Coord, f64)],
+    work: &SetWork,
     owner: &dyn Fn(TensorId, usize) -> usize,
     tile_len: &dyn Fn(TensorId, usize) -> usize,
     ranks: usize,
     flops_per_word: f64,
 ) -> SetPlacement {
     let p = ranks.max(1);
-    let mut pieces = Vec::new();
-    let mut written = Vec::with_capacity(tasks.len());
-    for (i, (s, c, _)) in tasks.iter().enumerate() {
-        let t = program.written(*s);
-        let slot = program.layouts[&t].slot(c).expect("tasks run over stored tiles");
-        written.push((t, slot));
-        for TaskPiece { anchor, flops, reads } in program.task_pieces(*s, c) {
-            pieces.push(Piece { task: i, anchor, flops, reads });
-        }
-    }
+    let SetWork { tasks, written, pieces } = work;
+    let (written, pieces) = (&written[..], &pieces[..]);
     let homes: Vec<usize> = written.iter().map(|&(t, slot)| owner(t, slot)).collect();
     let mut state = State {
         load: vec![0.0; p],
         flops: vec![0.0; p],
         fetched: vec![HashMap::new(); p],
         partial: vec![HashMap::new(); p],
-        on: vec![Vec::new(); p],
         at: vec![0; pieces.len()],
     };
-    let ctx = Ctx { pieces: &pieces, written: &written, homes: &homes, owner, tile_len, flops_per_word };
+    let ctx = Ctx { pieces, written, homes: &homes, owner, tile_len, flops_per_word };
     // Locality first: each piece where it moves the fewest words (its written
     // tile's owner on a tie).
-    for k in 0..pieces.len() {
-        let piece = &pieces[k];
+    for (k, piece) in pieces.iter().enumerate() {
         let mut best = (usize::MAX, homes[piece.task]);
         for r in ctx.candidates(k) {
             let w = state.words_to_add(&ctx, k, r);
@@ -120,44 +135,63 @@ pub fn place(
         }
         state.add(&ctx, k, best.1);
     }
-    // Then balance: move a piece off the most loaded rank while that lowers the
-    // larger of the two loads (to the least loaded rank, or to one whose tiles it
-    // reads). Bounded, so planning stays a small part of a set.
-    let mut moves = 0;
-    while moves < 4 * pieces.len() + 64 {
-        let hi = (0..p).max_by(|&x, &y| state.load[x].total_cmp(&state.load[y]).then(y.cmp(&x))).unwrap_or(0);
-        let lo = (0..p).min_by(|&x, &y| state.load[x].total_cmp(&state.load[y]).then(x.cmp(&y))).unwrap_or(0);
-        let mut best: Option<(f64, usize, usize)> = None;
-        for &k in &state.on[hi] {
+    // Then balance: ranks above the average load, most loaded first, shed pieces
+    // (the cheapest to move per flop first) while a move lowers the larger of the
+    // two loads: to the least loaded rank, or to one whose tiles the piece reads.
+    // Each piece is considered once, so planning stays linear in the pieces.
+    let mean = state.load.iter().sum::<f64>() / p as f64;
+    let mut by_load: Vec<usize> = (0..p).collect();
+    by_load.sort_by(|&x, &y| state.load[y].total_cmp(&state.load[x]).then(x.cmp(&y)));
+    let mut on: Vec<Vec<usize>> = vec![Vec::new(); p];
+    for (k, &r) in state.at.iter().enumerate() {
+        on[r].push(k);
+    }
+    for hi in by_load {
+        if state.load[hi] <= mean * 1.01 {
+            break;
+        }
+        let mut mine = std::mem::take(&mut on[hi]);
+        // Words moved per flop if the piece went anywhere else (at most).
+        let penalty = |k: usize| -> f64 {
+            let piece = &pieces[k];
+            let (wt, wslot) = written[piece.task];
+            let words: usize =
+                piece.reads.iter().map(|&(t, slot)| tile_len(t, slot)).sum::<usize>() + tile_len(wt, wslot);
+            words as f64 / piece.flops.max(1.0)
+        };
+        mine.sort_by(|&a, &b| penalty(a).total_cmp(&penalty(b)).then(a.cmp(&b)));
+        for k in mine {
+            if state.load[hi] <= mean * 1.01 {
+                break;
+            }
+            let lo = (0..p).min_by(|&x, &y| state.load[x].total_cmp(&state.load[y]).then(x.cmp(&y))).unwrap_or(0);
             let left = state.load[hi] - state.cost_to_remove(&ctx, k, hi);
+            let mut best: Option<(f64, usize)> = None;
             for d in std::iter::once(lo).chain(ctx.candidates(k)) {
                 if d == hi {
                     continue;
                 }
                 let there = state.load[d] + pieces[k].flops + flops_per_word * state.words_to_add(&ctx, k, d) as f64;
-                let worst = left.max(there);
-                if worst < state.load[hi] * (1.0 - 1e-9) && best.is_none_or(|b| worst < b.0) {
-                    best = Some((worst, k, d));
+                if left.max(there) < state.load[hi] * (1.0 - 1e-9) && best.is_none_or(|b| there < b.0) {
+                    best = Some((there, d));
                 }
             }
+            if let Some((_, d)) = best {
+                state.remove(&ctx, k, hi);
+                state.add(&ctx, k, d);
+            }
         }
-        let Some((_, k, d)) = best else { break };
-        state.remove(&ctx, k, hi);
-        state.add(&ctx, k, d);
-        moves += 1;
     }
-    let State { flops, fetched, partial, on, .. } = state;
+    let State { flops, fetched, partial, at, .. } = state;
     let mut assigned: Vec<BTreeMap<usize, (Vec<Anchor>, f64)>> = vec![BTreeMap::new(); p];
-    for (r, list) in on.iter().enumerate() {
-        for &k in list {
-            let entry = assigned[r].entry(pieces[k].task).or_default();
-            entry.0.push(pieces[k].anchor);
-            entry.1 += pieces[k].flops;
-        }
+    for (k, &r) in at.iter().enumerate() {
+        let entry = assigned[r].entry(pieces[k].task).or_default();
+        entry.0.push(pieces[k].anchor);
+        entry.1 += pieces[k].flops;
     }
 
     let mut pieces_of = vec![0usize; tasks.len()];
-    for piece in &pieces {
+    for piece in pieces {
         pieces_of[piece.task] += 1;
     }
     let work = assigned
@@ -201,14 +235,13 @@ impl Ctx<'_> {
 
 /// Placement so far: per rank its load (flops plus words weighted), flops, the
 /// remote tiles it reads and the partial tiles it makes (with the number of its
-/// pieces that need each), and its pieces.
+/// pieces that need each), and where each piece is.
 struct State {
     load: Vec<f64>,
     flops: Vec<f64>,
     fetched: Vec<HashMap<(TensorId, usize), usize>>,
     partial: Vec<HashMap<usize, usize>>,
-    /// Pieces on each rank, in the order they came (the order is deterministic).
-    on: Vec<Vec<usize>>,
+    /// The rank of each piece.
     at: Vec<usize>,
 }
 
@@ -257,7 +290,6 @@ impl State {
         if r != ctx.homes[piece.task] {
             *self.partial[r].entry(piece.task).or_default() += 1;
         }
-        self.on[r].push(k);
         self.at[k] = r;
     }
 
@@ -279,6 +311,5 @@ impl State {
                 self.partial[r].remove(&piece.task);
             }
         }
-        self.on[r].retain(|&x| x != k);
     }
 }

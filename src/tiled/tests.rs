@@ -298,8 +298,9 @@ fn pieces_placed_for_balance_add_up_on_owners() {
         let tile_len = |t: TensorId, k: usize| layouts[&t].tile_len(&layouts[&t].tiles()[k]);
         let (mut worst, mut partials) = (0.0f64, 0);
         for set in program.task_sets() {
-            let tasks = program.level_tasks(set);
-            let placed = super::placement::place(&program, &tasks, &owner, &tile_len, ranks, flops_per_word);
+            let work = super::placement::SetWork::new(&program, set);
+            let tasks = &work.tasks;
+            let placed = super::placement::place(&work, &owner, &tile_len, ranks, flops_per_word);
             let total: f64 = tasks.iter().map(|t| t.2).sum();
             let placed_flops: f64 = placed.flops.iter().sum();
             assert!((placed_flops - total).abs() <= 1e-9 * total.max(1.0), "{placed_flops} of {total} flops placed");
