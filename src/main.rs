@@ -361,7 +361,8 @@ enum Command {
         #[arg(long)]
         stats: bool,
         /// Tuning table written by `tcc tune` (default: ~/.config/tcc/tuning.toml if
-        /// it exists, else built-in choices).
+        /// it exists, else built-in choices): the back end of each collective, and
+        /// for --tiled the time model --stats prints.
         #[arg(long, value_name = "FILE")]
         tuning: Option<PathBuf>,
         /// Distribute the program as written, not the optimized one (results are
@@ -390,7 +391,7 @@ enum Command {
         /// Store tensors as tiles (only the unique, nonzero tiles of symmetric and
         /// block-sparse tensors) and run each statement as a task set of compiled
         /// tile kernels on this machine's threads (TCC_NUM_THREADS).
-        #[arg(long, conflicts_with_all = ["interp", "target_cpu", "plan", "tuning", "no_opt"])]
+        #[arg(long, conflicts_with_all = ["interp", "target_cpu", "plan", "no_opt"])]
         tiled: bool,
         /// Tiled runs: tile size of ranges that do not declare one (`range V = 200 tile 32;`).
         #[arg(long, value_name = "N", requires = "tiled")]
@@ -398,7 +399,9 @@ enum Command {
     },
     /// Run the language server on stdin/stdout (for editors; see book/src/editors.md).
     Lsp,
-    /// Measure each collective back end over message sizes and write a tuning table.
+    /// Measure each collective back end over message sizes, and the α-β-γ of tiled
+    /// runs (all-to-all latency and bandwidth, tile kernel rates), and write a
+    /// tuning table.
     Tune {
         /// In-process ranks to measure with (threads world).
         #[arg(long, default_value_t = 4)]
@@ -444,6 +447,7 @@ fn tiled_run(
     schedule: Schedule,
     check: bool,
     stats: bool,
+    tuning: Option<&std::path::Path>,
 ) -> Result<tcc::tiled::run::TiledRun, Outcome> {
     if tile == Some(0) {
         return Err(ctx.fail("E0760", "--tile must be at least 1", None));
@@ -462,6 +466,17 @@ fn tiled_run(
                 Some("set it to the flops a rank does in the time it moves one word, such as 64"),
             ))
         }
+    }
+    // The time model `--stats` prints: the calibration `tcc tune` measured, if any.
+    match tcc::exec::read_tuning(tuning) {
+        Ok(Some(table)) => {
+            if let Some(c) = &table.calibration {
+                let path = tuning.map(PathBuf::from).or_else(tcc_runtime::tune::default_path).unwrap_or_default();
+                t.model = tcc::tiled::model::TimeModel::from_calibration(c, &path.display().to_string());
+            }
+        }
+        Ok(None) => {}
+        Err(e) => return Err(ctx.fail("E0722", &e, None)),
     }
     Ok(tcc::tiled::run::TiledRun { tiled: t, check, stats })
 }
@@ -959,7 +974,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     let result = if tiled && distributed {
-        let r = match tiled_run(ctx, tile, schedule, check, stats) {
+        let r = match tiled_run(ctx, tile, schedule, check, stats, tuning.as_deref()) {
             Ok(r) => r,
             Err(o) => return o,
         };
@@ -988,7 +1003,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         if target == TargetKind::Cuda || repeat != 1 {
             return ctx.fail("E0760", "--tiled runs on the CPU once: it does not take --target cuda or --repeat", None);
         }
-        let r = match tiled_run(ctx, tile, schedule, check, stats) {
+        let r = match tiled_run(ctx, tile, schedule, check, stats, tuning.as_deref()) {
             Ok(r) => r,
             Err(o) => return o,
         };

@@ -129,7 +129,14 @@ fn misuse_is_a_clear_error() {
     tcc().args(["run"]).arg(&f).args(["--tile", "4"]).assert().code(1);
     // Options of other executors are refused, not ignored.
     tcc().args(["run"]).arg(&f).args(["--tiled", "--no-opt"]).assert().code(1);
-    tcc().args(["run"]).arg(&f).args(["--tiled", "--tuning", "t.toml"]).assert().code(1);
+    // A tuning table named but missing is an error, not the built-in model.
+    tcc()
+        .args(["run"])
+        .arg(&f)
+        .args(["--tiled", "--tuning", "t.toml"])
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("E0722"));
     // An --input array without the declared symmetry would be silently packed.
     let s = dir.path().join("s.tc");
     std::fs::write(&s, "range N = 3;\nindex i, j : N;\ninput tensor S[i,j] : f64 symmetric(i j);\noutput tensor Y[i] : f64;\nY[i] = S[i,j];\n").unwrap();
@@ -166,6 +173,13 @@ fn in_process_ranks_give_the_single_process_numbers() {
             assert!((one[k] - got[k]).abs() <= 1e-12 * one[k].abs(), "{ranks} ranks: {one:?} vs {got:?}\n{text}");
         }
         assert!(text.contains(&format!("tiled on {ranks} ranks")), "{text}");
+        // Every rank sends the words its exchange plan says.
+        for line in text.lines().filter(|l| l.contains("  rank ")) {
+            let after = line.split("sent ").nth(1).unwrap();
+            let sent: u64 = after.split(' ').next().unwrap().parse().unwrap();
+            let planned: u64 = after.split("(planned ").nth(1).unwrap().split(')').next().unwrap().parse().unwrap();
+            assert_eq!(sent, planned, "{line}");
+        }
     }
     // Inputs are generated where they live: --input and --check are refused.
     tcc().args(["run"]).arg(&file).args(["--tiled", "--ranks", "2", "--check"]).assert().code(1);
@@ -229,4 +243,36 @@ fn a_failing_mpi_rank_fails_the_job() {
         assert_ne!(out.status.code(), Some(124), "{mode}: the job hung");
         assert!(t0.elapsed() < std::time::Duration::from_secs(60), "{mode}: {:?}", t0.elapsed());
     }
+}
+
+#[test]
+fn tune_calibrates_the_time_model_that_stats_print() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("tuning.toml");
+    tcc().args(["tune", "--ranks", "2", "--max-bytes", "64KiB", "--out"]).arg(&table).assert().success();
+    let text = std::fs::read_to_string(&table).unwrap();
+    for key in ["[calibration]", "alpha = ", "beta = ", "[[calibration.kernel]]", "edge = 64"] {
+        assert!(text.contains(key), "{key} missing in\n{text}");
+    }
+    let file = path("tests/tiled/ccd_small.tc");
+    let table = table.to_str().unwrap();
+    for args in
+        [vec!["--tiled", "--stats", "--tuning", table], vec!["--tiled", "--ranks", "2", "--stats", "--tuning", table]]
+    {
+        let out = stdout(&args, &file);
+        let line = out.lines().find(|l| l.contains("model: ")).unwrap_or_else(|| panic!("no model line:\n{out}"));
+        assert!(line.contains("measured by `tcc tune` with 2 ranks"), "{line}");
+        let predicted: f64 = line.split("model: ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        assert!(predicted > 0.0 && predicted.is_finite(), "{line}");
+    }
+    // Without a table: the built-in values, said so.
+    let out = tcc()
+        .env("XDG_CONFIG_HOME", dir.path().join("empty"))
+        .args(["run"])
+        .arg(&file)
+        .args(["--tiled", "--stats"])
+        .assert()
+        .success();
+    let out = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    assert!(out.contains("model: ") && out.contains("built-in values"), "{out}");
 }

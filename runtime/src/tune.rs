@@ -41,6 +41,58 @@ pub struct TuningTable {
     pub ranks: usize,
     #[serde(default, rename = "entry")]
     pub entries: Vec<Entry>,
+    /// What tiled runs predict their time with (`tcc run --tiled --stats`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
+}
+
+/// The α-β-γ calibration of tiled runs, measured by `tcc tune`: an exchange round
+/// costs `alpha + beta · bytes` (bytes: the larger of what a rank sends and
+/// receives in it), a tile kernel call of `m·n·k` runs at the rate measured for
+/// square tiles of edge `(m·n·k)^(1/3)` while `ranks` ranks compute at once.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Calibration {
+    /// The back end `alpha` and `beta` were fitted on: the one tiled runs exchange with.
+    pub backend: Backend,
+    /// Ranks (or threads) computing at once while the kernel rates were measured.
+    pub ranks: usize,
+    /// Seconds per all-to-all round, whatever its size.
+    pub alpha: f64,
+    /// Seconds per byte a rank sends (or receives) in an all-to-all.
+    pub beta: f64,
+    /// Tile kernel rates, by edge (increasing).
+    #[serde(default, rename = "kernel")]
+    pub kernels: Vec<KernelRate>,
+}
+
+/// One thread's rate in the tile kernel on square tiles of `edge`, operand tiles
+/// read from memory (as a task reads them).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct KernelRate {
+    pub edge: usize,
+    pub flops_per_s: f64,
+}
+
+/// `alpha` and `beta` fitted to the all-to-all times measured for `backend`:
+/// `alpha` is the time of the smallest message, `beta` the median over messages
+/// of 1 MiB and more (or the largest, if all are smaller) of `(t - alpha) / bytes`
+/// (`None` with fewer than two sizes).
+pub fn fit_alpha_beta(ms: &[Measurement], backend: Backend) -> Option<(f64, f64)> {
+    let mut pts: Vec<(u64, f64)> = ms
+        .iter()
+        .filter(|m| m.op == Collective::Alltoall && m.backend == backend)
+        .map(|m| (m.bytes, m.seconds))
+        .collect();
+    pts.sort_by_key(|p| p.0);
+    let alpha = pts.first()?.1;
+    let from = pts.last()?.0.min(1 << 20);
+    let mut slopes: Vec<f64> =
+        pts[1..].iter().filter(|p| p.0 >= from).map(|&(b, t)| ((t - alpha) / b as f64).max(0.0)).collect();
+    if slopes.is_empty() {
+        return None;
+    }
+    slopes.sort_by(f64::total_cmp);
+    Some((alpha, slopes[slopes.len() / 2]))
 }
 
 /// Why a tuning file could not be used.
@@ -75,7 +127,7 @@ impl TuningTable {
                 World::Nccl => entries.push(Entry { op, bytes: 0, backend: Backend::Nccl, seconds: BTreeMap::new() }),
             }
         }
-        TuningTable { world, ranks: 0, entries }
+        TuningTable { world, ranks: 0, entries, calibration: None }
     }
 
     /// One back end for everything (for comparisons).
@@ -83,6 +135,7 @@ impl TuningTable {
         TuningTable {
             world,
             ranks: 0,
+            calibration: None,
             entries: Collective::ALL
                 .iter()
                 .map(|&op| Entry { op, bytes: 0, backend, seconds: BTreeMap::new() })
@@ -310,7 +363,7 @@ pub fn table_from(world: World, ranks: usize, ms: &[Measurement]) -> TuningTable
             Entry { op, bytes, backend: best, seconds }
         })
         .collect();
-    TuningTable { world, ranks, entries }.compact_keep_first_size()
+    TuningTable { world, ranks, entries, calibration: None }.compact_keep_first_size()
 }
 
 impl TuningTable {
@@ -374,5 +427,31 @@ mod tests {
         assert_eq!(s[0], 8);
         assert_eq!(*s.last().unwrap(), 64 << 20);
         assert!(s.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn alpha_beta_fit_recovers_a_linear_cost_and_round_trips() {
+        let (a, b) = (3e-6, 2e-10);
+        let ms: Vec<Measurement> = sizes_up_to(64 << 20)
+            .into_iter()
+            .map(|bytes| Measurement {
+                op: Collective::Alltoall,
+                bytes,
+                backend: Backend::Shm,
+                seconds: a + b * bytes as f64,
+            })
+            .collect();
+        let (fa, fb) = fit_alpha_beta(&ms, Backend::Shm).unwrap();
+        assert!((fa - a).abs() < 1e-8 && (fb - b).abs() / b < 1e-3, "{fa} {fb}");
+        assert!(fit_alpha_beta(&ms, Backend::Threads).is_none());
+        let mut t = table_from(World::Threads, 4, &ms);
+        t.calibration = Some(Calibration {
+            backend: Backend::Shm,
+            ranks: 4,
+            alpha: fa,
+            beta: fb,
+            kernels: vec![KernelRate { edge: 8, flops_per_s: 4e9 }, KernelRate { edge: 32, flops_per_s: 2e10 }],
+        });
+        assert_eq!(TuningTable::from_toml(&t.to_toml()).unwrap(), t);
     }
 }

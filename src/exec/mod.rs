@@ -228,7 +228,30 @@ pub fn tune_threads(
         }
         e
     })?;
-    Ok(tcc_runtime::tune::table_from(World::Threads, ranks, &ms[0]))
+    let mut table = tcc_runtime::tune::table_from(World::Threads, ranks, &ms[0]);
+    table.calibration = calibration(&ms[0], tcc_runtime::comm::Backend::Shm, ranks, progress);
+    Ok(table)
+}
+
+/// The α-β-γ calibration of tiled runs: α and β fitted to the all-to-all of the
+/// back end tiled runs exchange with, the tile kernel's rates measured with
+/// `ranks` threads computing at once. `None` when the all-to-all was not measured
+/// at two sizes or there is no tile kernel for this CPU.
+fn calibration(
+    ms: &[tcc_runtime::tune::Measurement],
+    backend: tcc_runtime::comm::Backend,
+    ranks: usize,
+    progress: bool,
+) -> Option<tcc_runtime::tune::Calibration> {
+    let (alpha, beta) = tcc_runtime::tune::fit_alpha_beta(ms, backend)?;
+    if progress {
+        eprintln!("tune: all-to-all ({backend}): alpha {alpha:.2e} s, beta {beta:.2e} s/byte; tile kernel rates with {ranks} threads at once");
+    }
+    let kernels = crate::tiled::model::measure_kernel_rates(ranks).ok()?;
+    for k in kernels.iter().filter(|_| progress) {
+        eprintln!("tune: tile kernel edge {:>3}: {:.2} GFLOP/s per thread", k.edge, k.flops_per_s / 1e9);
+    }
+    Some(tcc_runtime::tune::Calibration { backend, ranks, alpha, beta, kernels })
 }
 
 /// `mpirun -np N tcc tune --backend mpi`: the table on rank 0 (`None` elsewhere).
@@ -243,7 +266,13 @@ pub fn tune_mpi(opts: &tcc_runtime::tune::TuneOptions, progress: bool) -> Option
             eprintln!("tune: {:<15} {:>10} B  {:<8} {:.3e} s", m.op.name(), m.bytes, m.backend.name(), m.seconds)
         }
     });
-    let t = tcc_runtime::tune::table_from(World::Mpi, world.size(), &ms);
+    let mut t = tcc_runtime::tune::table_from(World::Mpi, world.size(), &ms);
+    // Every rank measures the tile kernel at once (as they compute in a run).
+    world.comm(tcc_runtime::comm::Backend::Mpi).barrier();
+    t.calibration = calibration(&ms, tcc_runtime::comm::Backend::Mpi, 1, progress && world.rank() == 0).map(|mut c| {
+        c.ranks = world.size();
+        c
+    });
     drop(refs);
     drop(comms);
     (world.rank() == 0).then_some(t)

@@ -40,7 +40,8 @@ pub struct Ownership {
 
 impl Ownership {
     pub fn new(program: &Program, ranks: usize) -> Ownership {
-        let work: Vec<SetWork> = program.task_sets().iter().map(|set| SetWork::new(program, set)).collect();
+        let model = super::model::TimeModel::builtin();
+        let work: Vec<SetWork> = program.task_sets().iter().map(|set| SetWork::new(program, set, &model)).collect();
         Ownership::of_work(program, &work, ranks)
     }
 
@@ -134,6 +135,15 @@ pub struct RankStats {
     /// Peak resident memory of this process in bytes (per rank under MPI; shared
     /// by all in-process ranks).
     pub peak_rss: f64,
+    /// Words this rank's exchanges send, as planned, and as counted by the
+    /// communicator during [`RankTiles::run`].
+    pub planned_words: f64,
+    pub words_sent: f64,
+    /// The run's predicted wall time ([`super::model`]; the same on every rank):
+    /// per task set, the slowest rank's fetch rounds, work and reduce rounds.
+    pub model_s: f64,
+    /// The part of `model_s` that is exchange rounds.
+    pub model_exchange_s: f64,
 }
 
 /// `struct rusage` of 64-bit Linux: two `timeval`s, then 14 longs.
@@ -261,6 +271,23 @@ impl Exchange {
         Exchange { shipments, count }
     }
 
+    /// Words `rank` sends in this exchange.
+    fn sent_by(&self, rank: usize) -> usize {
+        self.shipments[rank].iter().map(|s| s.len).sum()
+    }
+
+    /// Predicted seconds: per round, the rank that sends or receives the most sets
+    /// the pace (every rank waits in the all-to-all).
+    fn model_seconds(&self, model: &super::model::TimeModel) -> f64 {
+        let p = self.shipments.len();
+        let mut moved = vec![vec![(0usize, 0usize); p]; self.count];
+        for s in self.shipments.iter().flatten() {
+            moved[s.round][s.from].0 += s.len;
+            moved[s.round][s.to].1 += s.len;
+        }
+        moved.iter().map(|round| model.round_seconds(round.iter().map(|&(a, b)| a.max(b)).max().unwrap_or(0))).sum()
+    }
+
     /// What `rank` receives, in buffer order: by round, then sender, then order.
     fn received(&self, rank: usize) -> Vec<Shipment> {
         let mut all: Vec<Shipment> = self.shipments.iter().flatten().filter(|s| s.to == rank).copied().collect();
@@ -376,7 +403,8 @@ impl<'p> RankTiles<'p> {
         opts: &TiledOptions,
     ) -> Result<RankTiles<'p>, CommandError> {
         let t0 = std::time::Instant::now();
-        let work: Vec<SetWork> = program.task_sets().iter().map(|set| SetWork::new(program, set)).collect();
+        let work: Vec<SetWork> =
+            program.task_sets().iter().map(|set| SetWork::new(program, set, &opts.model)).collect();
         let own = Ownership::of_work(program, &work, ranks);
         let layouts = &program.layouts;
         // Per tensor (by index) and stored slot: owner and elements, looked up
@@ -409,6 +437,14 @@ impl<'p> RankTiles<'p> {
             plans.push(SetPlan { tasks: work.tasks, placed, fetch, reduce });
         }
         let plan_s = t0.elapsed().as_secs_f64();
+        let threads = opts.threads.max(1) as f64;
+        let (mut model_s, mut model_exchange_s, mut planned_words) = (0.0, 0.0, 0.0);
+        for plan in &plans {
+            let exchange = plan.fetch.model_seconds(&opts.model) + plan.reduce.model_seconds(&opts.model);
+            model_s += exchange + plan.placed.seconds.iter().fold(0.0, |a: f64, &b| a.max(b)) / threads;
+            model_exchange_s += exchange;
+            planned_words += (plan.fetch.sent_by(me) + plan.reduce.sent_by(me)) as f64;
+        }
         let mut r = RankTiles {
             program,
             opts: opts.clone(),
@@ -418,7 +454,7 @@ impl<'p> RankTiles<'p> {
             local: HashMap::new(),
             plans,
             last_use,
-            stats: RankStats { plan_s, ..RankStats::default() },
+            stats: RankStats { plan_s, model_s, model_exchange_s, planned_words, ..RankStats::default() },
         };
         let hir = &program.hir;
         for t in hir.unit_inputs(program.unit).into_iter().chain(hir.unit_outputs(program.unit)) {
@@ -512,6 +548,7 @@ impl<'p> RankTiles<'p> {
         // Ranks start together: the time is the run's, not the skew of whatever
         // each did before (filling its inputs).
         comm.barrier();
+        let sent_before = comm.stats().words_sent;
         let t0 = std::time::Instant::now();
         crate::exec::distributed::maybe_inject_failure(me);
         for (l, set) in program.task_sets().iter().enumerate() {
@@ -615,6 +652,7 @@ impl<'p> RankTiles<'p> {
             local.retain(|t, _| hir.tensors[*t].role != Role::Temporary || last_use.get(t).is_some_and(|&u| u > l));
         }
         self.stats.run_s = t0.elapsed().as_secs_f64();
+        self.stats.words_sent = comm.stats().words_sent.saturating_sub(sent_before) as f64;
         self.stats.peak_rss = peak_rss_bytes();
         Ok(())
     }

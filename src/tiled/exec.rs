@@ -15,6 +15,7 @@
 //! and output and counts the flops the tasks will execute before anything runs.
 
 use super::layout::{Coord, Layout, TileView};
+use super::model::TimeModel;
 use super::space::TiledRange;
 use super::tensor::TiledTensor;
 use super::SyncPtr;
@@ -41,6 +42,8 @@ pub struct TiledOptions {
     /// Distributed runs: the flops one word moved between ranks is worth when
     /// work is placed ([`super::placement`]; `TCC_FLOPS_PER_WORD`).
     pub flops_per_word: f64,
+    /// What `--stats` predicts the run's time with ([`super::model`]).
+    pub model: super::model::TimeModel,
 }
 
 impl Default for TiledOptions {
@@ -50,6 +53,7 @@ impl Default for TiledOptions {
             threads: tcc_runtime::kernels::num_threads(),
             schedule: Schedule::Dynamic,
             flops_per_word: super::placement::FLOPS_PER_WORD,
+            model: super::model::TimeModel::builtin(),
         }
     }
 }
@@ -349,19 +353,46 @@ impl Program {
     /// operand tile of each contribution), in anchor order: each piece's flops and
     /// the operand tiles it reads. A distributed run places pieces apart, so that
     /// a large operand tile need not travel to the rank owning the written tile.
-    pub(crate) fn task_pieces(&self, s: usize, c: &[u32]) -> Vec<TaskPiece> {
-        let mut pieces: BTreeMap<Anchor, (f64, BTreeSet<(TensorId, usize)>)> = BTreeMap::new();
+    pub(crate) fn task_pieces(&self, s: usize, c: &[u32], model: &TimeModel) -> Vec<TaskPiece> {
+        // Per anchor: flops, predicted seconds, tiles read.
+        type Sums = (f64, f64, BTreeSet<(TensorId, usize)>);
+        let mut pieces: BTreeMap<Anchor, Sums> = BTreeMap::new();
         self.for_contributions(s, c, &mut |term, _, views, ext| {
             let piece = pieces.entry(anchor(term, views, ext)).or_default();
-            piece.0 += contribution_flops(term, ext);
+            let flops = contribution_flops(term, ext);
+            let [m, n, k, batch] = contribution_mnkb(term, ext);
+            piece.0 += flops;
+            piece.1 += model.kernel_seconds(flops, m, n, k, batch);
             for ((t, _), v) in term.factors.iter().zip(views) {
-                piece.1.insert((*t, v.slot));
+                piece.2.insert((*t, v.slot));
             }
         });
         pieces
             .into_iter()
-            .map(|(anchor, (flops, reads))| TaskPiece { anchor, flops, reads: reads.into_iter().collect() })
+            .map(|(anchor, (flops, seconds, reads))| TaskPiece {
+                anchor,
+                flops,
+                seconds,
+                reads: reads.into_iter().collect(),
+            })
             .collect()
+    }
+
+    /// Predicted seconds of a one-process run on `threads` threads: per task set,
+    /// its work spread evenly, or its largest task if that is longer.
+    pub fn predicted_seconds(&self, model: &TimeModel, threads: usize) -> f64 {
+        self.task_sets()
+            .iter()
+            .map(|set| {
+                let (mut total, mut largest) = (0.0, 0.0f64);
+                for (s, c, _) in self.level_tasks(set) {
+                    let t: f64 = self.task_pieces(s, &c, model).iter().map(|p| p.seconds).sum();
+                    total += t;
+                    largest = largest.max(t);
+                }
+                (total / threads.max(1) as f64).max(largest)
+            })
+            .sum()
     }
 
     /// Predicted flops of all tasks.
@@ -600,6 +631,8 @@ pub(crate) type Anchor = Option<(TensorId, usize)>;
 pub(crate) struct TaskPiece {
     pub anchor: Anchor,
     pub flops: f64,
+    /// Predicted seconds on one thread ([`TimeModel`]).
+    pub seconds: f64,
     pub reads: Vec<(TensorId, usize)>,
 }
 
@@ -614,6 +647,28 @@ fn anchor(term: &TermPlan, views: &[TileView], ext: &[usize]) -> Anchor {
         }
     }
     best
+}
+
+/// GEMM dimensions of a contribution for the time model: for a product, the
+/// written extents only the first factor has (m), only the second has (n), the
+/// summed extents (k) and the rest (batch); anything else is priced as a copy of
+/// its points (m).
+fn contribution_mnkb(term: &TermPlan, ext: &[usize]) -> [f64; 4] {
+    if term.factors.len() != 2 {
+        return [ext.iter().map(|&e| e as f64).product(), 1.0, 1.0, 1.0];
+    }
+    let (a, b) = (&term.factors[0].1, &term.factors[1].1);
+    let mut d = [1.0; 4];
+    for (p, &e) in ext.iter().enumerate() {
+        let slot = match (p < term.n_lhs, a.contains(&p), b.contains(&p)) {
+            (true, true, false) => 0,
+            (true, false, true) => 1,
+            (false, _, _) => 2,
+            _ => 3,
+        };
+        d[slot] *= e as f64;
+    }
+    d
 }
 
 /// Flops of one contribution: 2 per multiply-add of a product, 1 per added element.

@@ -11,6 +11,7 @@ pub mod cost;
 pub mod dist;
 pub mod exec;
 pub mod layout;
+pub mod model;
 pub mod placement;
 pub mod run;
 pub mod session;

@@ -16,6 +16,7 @@
 
 use super::exec::{Anchor, Program, TaskPiece};
 use super::layout::Coord;
+use super::model::TimeModel;
 use crate::ids::TensorId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -65,6 +66,8 @@ pub struct SetPlacement {
     pub partials: Vec<BTreeSet<usize>>,
     /// Per rank, the flops placed on it.
     pub flops: Vec<f64>,
+    /// Per rank, the predicted seconds of its work on one thread ([`super::model`]).
+    pub seconds: Vec<f64>,
 }
 
 /// A piece of a task of the set.
@@ -72,6 +75,7 @@ pub(crate) struct Piece {
     pub task: usize,
     pub anchor: Anchor,
     pub flops: f64,
+    pub seconds: f64,
     pub reads: Vec<(TensorId, usize)>,
 }
 
@@ -86,7 +90,7 @@ pub struct SetWork {
 }
 
 impl SetWork {
-    pub fn new(program: &Program, set: &[usize]) -> SetWork {
+    pub fn new(program: &Program, set: &[usize], model: &TimeModel) -> SetWork {
         let tasks = program.level_tasks(set);
         let mut pieces = Vec::new();
         let mut written = Vec::with_capacity(tasks.len());
@@ -94,8 +98,8 @@ impl SetWork {
             let t = program.written(*s);
             let slot = program.layouts[&t].slot(c).expect("tasks run over stored tiles");
             written.push((t, slot));
-            for TaskPiece { anchor, flops, reads } in program.task_pieces(*s, c) {
-                pieces.push(Piece { task: i, anchor, flops, reads });
+            for TaskPiece { anchor, flops, seconds, reads } in program.task_pieces(*s, c, model) {
+                pieces.push(Piece { task: i, anchor, flops, seconds, reads });
             }
         }
         SetWork { tasks, written, pieces }
@@ -184,7 +188,9 @@ pub fn place(
     }
     let State { flops, fetched, partial, at, .. } = state;
     let mut assigned: Vec<BTreeMap<usize, (Vec<Anchor>, f64)>> = vec![BTreeMap::new(); p];
+    let mut seconds = vec![0.0; p];
     for (k, &r) in at.iter().enumerate() {
+        seconds[r] += pieces[k].seconds;
         let entry = assigned[r].entry(pieces[k].task).or_default();
         entry.0.push(pieces[k].anchor);
         entry.1 += pieces[k].flops;
@@ -211,7 +217,7 @@ pub fn place(
         .collect();
     let needs = fetched.into_iter().map(|m| m.into_keys().collect()).collect();
     let partials = partial.into_iter().map(|m| m.into_keys().collect()).collect();
-    SetPlacement { work, needs, partials, flops }
+    SetPlacement { work, needs, partials, flops, seconds }
 }
 
 /// What placement reads: the pieces, the written tile of each task and its owner.

@@ -51,6 +51,15 @@ pub fn run_tiled(hir: &Hir, opts: &RunOptions, r: &TiledRun, out: &mut dyn Write
         let (outputs, stats) = program.run(inputs, &r.tiled)?;
         let dense: HashMap<_, Dense> = outputs.iter().map(|(&t, v)| (t, v.to_dense())).collect();
         let mut extra = report_lines(&stats, &r.tiled, r.stats);
+        if r.stats {
+            let model = program.predicted_seconds(&r.tiled.model, r.tiled.threads);
+            extra.push(format!(
+                "model: {} s, wall / model = {:.2}; {}",
+                secs(model),
+                if model > 0.0 { stats.run_s / model } else { 0.0 },
+                r.tiled.model.source
+            ));
+        }
         if r.check {
             let mut want_inputs = HashMap::new();
             for t in hir.unit_inputs(u) {
@@ -82,6 +91,15 @@ fn structure_check(hir: &Hir, t: crate::ids::TensorId, dense: &Dense) -> Result<
         ));
     }
     Ok(())
+}
+
+/// Seconds as `0.123`, or `1.23e-5` below a millisecond.
+fn secs(x: f64) -> String {
+    if x >= 1e-3 || x == 0.0 {
+        format!("{x:.3}")
+    } else {
+        format!("{x:.2e}")
+    }
 }
 
 /// A count in 4 significant digits: `1.024e9`.
@@ -154,8 +172,9 @@ pub fn run_tiled_distributed(
     };
     let backend = if mpi { tcc_runtime::comm::Backend::Mpi } else { tcc_runtime::comm::Backend::Shm };
     // Statistics per rank: owned, received, flops, seconds, peak RSS, seconds
-    // exchanging, seconds planning.
-    const W: usize = 7;
+    // exchanging, seconds planning, words sent as planned and as counted, the
+    // predicted time and its exchange part.
+    const W: usize = 11;
     let report = crate::exec::launch::launch(
         ranks,
         mpi,
@@ -177,6 +196,10 @@ pub fn run_tiled_distributed(
                     stats.peak_rss,
                     stats.exchange_s,
                     stats.plan_s,
+                    stats.planned_words,
+                    stats.words_sent,
+                    stats.model_s,
+                    stats.model_exchange_s,
                 ];
                 let mut all = vec![0.0; row.len() * comm.size()];
                 comm.allgather(&row, &mut all);
@@ -206,10 +229,18 @@ pub fn run_tiled_distributed(
                     format!("flops: executed {} (planned {}), dense {}", si(flops), si(*planned), si(*dense_flops)),
                 ];
                 if r.stats {
+                    let (model, model_x) = (all[9], all[10]);
+                    extra.push(format!(
+                        "model: {} s ({} s of it exchange rounds), wall / model = {:.2}; {}",
+                        secs(model),
+                        secs(model_x),
+                        if model > 0.0 { time / model } else { 0.0 },
+                        topts.model.source
+                    ));
                     for q in 0..p {
                         let held = 8.0 * (all[W * q] + all[W * q + 1]);
                         extra.push(format!(
-                            "  rank {q}: owns at most {} elements, receives at most {} per task set ({} at 8 B), {} flops, {:.3} s ({:.3} s exchanging; planned in {:.3} s before), peak RSS {}{}",
+                            "  rank {q}: owns at most {} elements, receives at most {} per task set ({} at 8 B), {} flops, {:.3} s ({:.3} s exchanging; planned in {:.3} s before), sent {} words (planned {}), peak RSS {}{}",
                             si(all[W * q]),
                             si(all[W * q + 1]),
                             crate::plan::report::bytes(held as u64),
@@ -217,6 +248,8 @@ pub fn run_tiled_distributed(
                             all[W * q + 3],
                             all[W * q + 5],
                             all[W * q + 6],
+                            all[W * q + 8] as u64,
+                            all[W * q + 7] as u64,
                             crate::plan::report::bytes(all[W * q + 4] as u64),
                             if !mpi {
                                 " (the whole process)".to_string()

@@ -298,7 +298,7 @@ fn pieces_placed_for_balance_add_up_on_owners() {
         let tile_len = |t: TensorId, k: usize| layouts[&t].tile_len(&layouts[&t].tiles()[k]);
         let (mut worst, mut partials) = (0.0f64, 0);
         for set in program.task_sets() {
-            let work = super::placement::SetWork::new(&program, set);
+            let work = super::placement::SetWork::new(&program, set, &Default::default());
             let tasks = &work.tasks;
             let placed = super::placement::place(&work, &owner, &tile_len, ranks, flops_per_word);
             let total: f64 = tasks.iter().map(|t| t.2).sum();
@@ -330,7 +330,13 @@ proptest! {
         // Moving words free (pieces scattered for balance, partial tiles summed on
         // owners), dear (owner computes), or the default.
         let flops_per_word = [0.0, 1e12, crate::tiled::placement::FLOPS_PER_WORD][(seed >> 4) as usize % 3];
-        let opts = TiledOptions { tile: 1 + (seed % 3) as usize, threads: 1, schedule: Schedule::Dynamic, flops_per_word };
+        let opts = TiledOptions {
+            tile: 1 + (seed % 3) as usize,
+            threads: 1,
+            schedule: Schedule::Dynamic,
+            flops_per_word,
+            ..Default::default()
+        };
         let ranks = 1 + (seed >> 8) as usize % 4;
         if let Err(e) = check_distributed(&hir, seed, ranks, &opts) {
             let stmts: Vec<String> = hir.units[UnitId::new(0)].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();

@@ -119,7 +119,7 @@ pub fn zigzag(world: World) -> TuningTable {
             entries.push(Entry { op, bytes, backend: b[k % b.len()], seconds: BTreeMap::new() });
         }
     }
-    TuningTable { world, ranks: 0, entries }
+    TuningTable { world, ranks: 0, entries, calibration: None }
 }
 
 /// Many collectives on a mixing communicator with sizes crossing every threshold,
