@@ -48,8 +48,8 @@ pub struct TuningTable {
 
 /// The α-β-γ calibration of tiled runs, measured by `tcc tune`: an exchange round
 /// costs `alpha + beta · bytes` (bytes: the larger of what a rank sends and
-/// receives in it), a tile kernel call of `m·n·k` runs at the rate measured for
-/// square tiles of edge `(m·n·k)^(1/3)` while `ranks` ranks compute at once.
+/// receives in it), a tile kernel call's cost is fitted to the rates measured on
+/// a set of tile shapes while `ranks` ranks compute at once (and alone).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Calibration {
     /// The back end `alpha` and `beta` were fitted on: the one tiled runs exchange with.
@@ -60,16 +60,24 @@ pub struct Calibration {
     pub alpha: f64,
     /// Seconds per byte a rank sends (or receives) in an all-to-all.
     pub beta: f64,
-    /// Tile kernel rates, by edge (increasing).
+    /// Tile kernel rates by shape.
     #[serde(default, rename = "kernel")]
     pub kernels: Vec<KernelRate>,
+    /// The same rates with one thread computing alone.
+    #[serde(default, rename = "kernel_alone")]
+    pub kernels_alone: Vec<KernelRate>,
+    /// Seconds the executor spends per kernel call around the kernel.
+    #[serde(default)]
+    pub call_overhead: f64,
 }
 
-/// One thread's rate in the tile kernel on square tiles of `edge`, operand tiles
-/// read from memory (as a task reads them).
+/// One thread's rate in the tile kernel on `C[m,n] += A[m,k]·B[k,n]`, operand
+/// tiles read from memory (as a task reads them).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct KernelRate {
-    pub edge: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
     pub flops_per_s: f64,
 }
 
@@ -450,7 +458,12 @@ mod tests {
             ranks: 4,
             alpha: fa,
             beta: fb,
-            kernels: vec![KernelRate { edge: 8, flops_per_s: 4e9 }, KernelRate { edge: 32, flops_per_s: 2e10 }],
+            kernels: vec![
+                KernelRate { m: 8, n: 8, k: 8, flops_per_s: 4e9 },
+                KernelRate { m: 64, n: 12, k: 4, flops_per_s: 2e10 },
+            ],
+            kernels_alone: vec![KernelRate { m: 8, n: 8, k: 8, flops_per_s: 5e9 }],
+            call_overhead: 1e-6,
         });
         assert_eq!(TuningTable::from_toml(&t.to_toml()).unwrap(), t);
     }

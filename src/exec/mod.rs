@@ -19,6 +19,7 @@ use std::io::Write;
 use tcc_runtime::comm::mixed::Mixed;
 use tcc_runtime::comm::{Backend, Communicator, World};
 use tcc_runtime::task::Schedule;
+use tcc_runtime::tune::KernelRate;
 use tcc_runtime::tune::TuningTable;
 
 /// How `tcc run` distributes.
@@ -229,29 +230,52 @@ pub fn tune_threads(
         e
     })?;
     let mut table = tcc_runtime::tune::table_from(World::Threads, ranks, &ms[0]);
-    table.calibration = calibration(&ms[0], tcc_runtime::comm::Backend::Shm, ranks, progress);
+    table.calibration = calibration(&ms[0], tcc_runtime::comm::Backend::Shm, ranks, kernel_rates(ranks), progress);
     Ok(table)
 }
 
 /// The α-β-γ calibration of tiled runs: α and β fitted to the all-to-all of the
-/// back end tiled runs exchange with, the tile kernel's rates measured with
-/// `ranks` threads computing at once. `None` when the all-to-all was not measured
-/// at two sizes or there is no tile kernel for this CPU.
+/// back end tiled runs exchange with, and the tile kernel's rates (measured by
+/// the caller: with `ranks` threads at once, and alone). `None` when the
+/// all-to-all was not measured at two sizes.
 fn calibration(
     ms: &[tcc_runtime::tune::Measurement],
     backend: tcc_runtime::comm::Backend,
     ranks: usize,
+    (kernels, kernels_alone): (Vec<KernelRate>, Vec<KernelRate>),
     progress: bool,
 ) -> Option<tcc_runtime::tune::Calibration> {
     let (alpha, beta) = tcc_runtime::tune::fit_alpha_beta(ms, backend)?;
     if progress {
-        eprintln!("tune: all-to-all ({backend}): alpha {alpha:.2e} s, beta {beta:.2e} s/byte; tile kernel rates with {ranks} threads at once");
+        eprintln!("tune: all-to-all ({backend}): alpha {alpha:.2e} s, beta {beta:.2e} s/byte");
+        for (k, a) in kernels.iter().zip(&kernels_alone) {
+            eprintln!(
+                "tune: tile kernel {:>3}x{:<3}x{:>2}: {:.2} GFLOP/s per thread with {ranks} at once, {:.2} alone",
+                k.m,
+                k.n,
+                k.k,
+                k.flops_per_s / 1e9,
+                a.flops_per_s / 1e9
+            );
+        }
     }
-    let kernels = crate::tiled::model::measure_kernel_rates(ranks).ok()?;
-    for k in kernels.iter().filter(|_| progress) {
-        eprintln!("tune: tile kernel edge {:>3}: {:.2} GFLOP/s per thread", k.edge, k.flops_per_s / 1e9);
+    // Only where the rates alone were measured (rank 0 under MPI: the others wait).
+    let call_overhead = if kernels_alone.is_empty() {
+        0.0
+    } else {
+        crate::tiled::model::measure_call_overhead(&kernels_alone).unwrap_or(0.0)
+    };
+    if progress {
+        eprintln!("tune: tiled executor: {:.2e} s per kernel call around the kernel", call_overhead);
     }
-    Some(tcc_runtime::tune::Calibration { backend, ranks, alpha, beta, kernels })
+    Some(tcc_runtime::tune::Calibration { backend, ranks, alpha, beta, kernels, kernels_alone, call_overhead })
+}
+
+/// Tile kernel rates with `ranks` threads at once, then alone (empty lists when
+/// this CPU has no tile kernel).
+fn kernel_rates(ranks: usize) -> (Vec<KernelRate>, Vec<KernelRate>) {
+    use crate::tiled::model::measure_kernel_rates;
+    (measure_kernel_rates(ranks).unwrap_or_default(), measure_kernel_rates(1).unwrap_or_default())
 }
 
 /// `mpirun -np N tcc tune --backend mpi`: the table on rank 0 (`None` elsewhere).
@@ -267,12 +291,18 @@ pub fn tune_mpi(opts: &tcc_runtime::tune::TuneOptions, progress: bool) -> Option
         }
     });
     let mut t = tcc_runtime::tune::table_from(World::Mpi, world.size(), &ms);
-    // Every rank measures the tile kernel at once (as they compute in a run).
-    world.comm(tcc_runtime::comm::Backend::Mpi).barrier();
-    t.calibration = calibration(&ms, tcc_runtime::comm::Backend::Mpi, 1, progress && world.rank() == 0).map(|mut c| {
-        c.ranks = world.size();
-        c
-    });
+    // Every rank measures the tile kernel at once (as they compute in a run),
+    // then rank 0 alone while the others wait.
+    let comm = world.comm(tcc_runtime::comm::Backend::Mpi);
+    comm.barrier();
+    let busy = crate::tiled::model::measure_kernel_rates(1).unwrap_or_default();
+    comm.barrier();
+    let alone =
+        if world.rank() == 0 { crate::tiled::model::measure_kernel_rates(1).unwrap_or_default() } else { Vec::new() };
+    comm.barrier();
+    drop(comm);
+    let p = world.size();
+    t.calibration = calibration(&ms, tcc_runtime::comm::Backend::Mpi, p, (busy, alone), progress && world.rank() == 0);
     drop(refs);
     drop(comms);
     (world.rank() == 0).then_some(t)

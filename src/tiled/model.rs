@@ -15,18 +15,74 @@ pub struct TimeModel {
     pub alpha: f64,
     /// Seconds per byte a rank moves in an exchange round.
     pub beta: f64,
-    /// One thread's tile kernel rate by square-tile edge (operands from memory),
-    /// increasing edges: what [`Self::call`] is fitted to.
+    /// One thread's tile kernel rate on the shapes of [`SHAPES`] (operands from
+    /// memory): what [`Self::call`] is fitted to.
     pub kernels: Vec<KernelRate>,
     /// A kernel call costs `overhead + per_flop · flops + per_byte · bytes of its
-    /// three tiles`: fitted to `kernels` (least relative squares, no negative
-    /// term), so that thin products (a summed extent of 4) pay for their C tile.
-    pub call: CallCost,
+    /// three tiles`, fitted to `kernels` (least relative squares, no negative
+    /// term) so that thin products (a summed extent of 4) pay for their C tile,
+    /// and corrected to the nearest measured shape ([`CallModel`]).
+    pub call: CallModel,
+    /// The same for rates measured with one thread alone (a core to itself
+    /// runs faster: turbo, the whole memory bandwidth).
+    pub call_alone: CallModel,
+    /// Seconds per kernel call the executor spends around it (enumerating a
+    /// task's contributions, tile views, strides), measured by [`measure_call_overhead`].
+    pub call_overhead: f64,
+    /// Threads computing at once when `kernels` were measured.
+    pub busy: usize,
+    /// Threads computing at once in the run being predicted (set by the run):
+    /// the cost of a call is interpolated between `call_alone` (1) and `call` (`busy`).
+    pub concurrency: usize,
     /// Where the numbers come from, for reports.
     pub source: String,
 }
 
-/// The cost of one tile kernel call.
+/// The cost of one tile kernel call: the fitted [`CallCost`], corrected by the
+/// ratio of measured to fitted time at the measured shape nearest to the call's
+/// (in log m, log n, log k), so that it is exact where it was measured and
+/// keeps the fit's form in between.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallModel {
+    pub fit: CallCost,
+    /// Per measured shape: (ln m, ln n, ln k), measured / fitted time.
+    points: Vec<([f64; 3], f64)>,
+}
+
+impl CallModel {
+    pub fn new(rates: &[KernelRate]) -> CallModel {
+        let fit = CallCost::fit(rates);
+        let points = rates
+            .iter()
+            .map(|r| {
+                let (m, n, k) = (r.m as f64, r.n as f64, r.k as f64);
+                let flops = 2.0 * m * n * k;
+                let measured = flops / r.flops_per_s;
+                ([m.ln(), n.ln(), k.ln()], measured / fit.seconds(flops, call_bytes(m, n, k, 1.0)).max(1e-300))
+            })
+            .collect();
+        CallModel { fit, points }
+    }
+
+    /// Seconds of a call of `flops` on tiles of `m, n, k` (`batch` times).
+    pub fn seconds(&self, flops: f64, m: f64, n: f64, k: f64, batch: f64) -> f64 {
+        let x = [m.max(1.0).ln(), n.max(1.0).ln(), k.max(1.0).ln()];
+        let near = self
+            .points
+            .iter()
+            .map(|(p, c)| (p.iter().zip(&x).map(|(a, b)| (a - b) * (a - b)).sum::<f64>(), *c))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map_or(1.0, |b| b.1);
+        near * self.fit.seconds(flops, call_bytes(m, n, k, batch))
+    }
+}
+
+/// Bytes of the three tiles of a call.
+fn call_bytes(m: f64, n: f64, k: f64, batch: f64) -> f64 {
+    8.0 * batch * (m * k + k * n + m * n)
+}
+
+/// The cost of one tile kernel call, as fitted.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CallCost {
     pub overhead: f64,
@@ -39,17 +95,17 @@ impl CallCost {
         self.overhead + self.per_flop * flops + self.per_byte * bytes
     }
 
-    /// The fit to square-tile rates: each point is a call of edge `e` doing
-    /// `2e³` flops on `3e²` elements. Every subset of the three terms is fitted
+    /// The fit to measured rates: each point is a call doing `2mnk` flops on
+    /// `mk + kn + mn` elements. Every subset of the three terms is fitted
     /// by least squares of relative error and the best one without a negative
     /// coefficient kept.
     pub fn fit(kernels: &[KernelRate]) -> CallCost {
         let rows: Vec<([f64; 3], f64)> = kernels
             .iter()
-            .map(|k| {
-                let e = k.edge as f64;
-                let flops = 2.0 * e * e * e;
-                ([1.0, flops, 24.0 * e * e], flops / k.flops_per_s)
+            .map(|r| {
+                let (m, n, k) = (r.m as f64, r.n as f64, r.k as f64);
+                let flops = 2.0 * m * n * k;
+                ([1.0, flops, 8.0 * (m * k + k * n + m * n)], flops / r.flops_per_s)
             })
             .collect();
         let mut best: Option<(f64, [f64; 3])> = None;
@@ -125,22 +181,19 @@ impl TimeModel {
     /// Values measured with `tcc tune --ranks 2` on the 2-core development VM
     /// (shm all-to-all; kernel rates with both cores busy, operands from memory).
     pub fn builtin() -> TimeModel {
-        let rate = |edge, gflops: f64| KernelRate { edge, flops_per_s: gflops * 1e9 };
-        let kernels = vec![
-            rate(4, 0.37),
-            rate(8, 2.0),
-            rate(12, 5.1),
-            rate(16, 9.2),
-            rate(24, 10.2),
-            rate(32, 15.8),
-            rate(48, 21.8),
-            rate(64, 22.0),
-            rate(96, 30.4),
-        ];
+        // Measured with `tcc tune --ranks 2` (both cores busy), in SHAPES order.
+        let gflops = [0.39, 2.25, 4.86, 13.1, 10.8, 18.6, 24.1, 26.2, 34.3, 6.84, 7.92, 17.9, 6.5, 19.0, 9.09];
+        let kernels: Vec<KernelRate> =
+            SHAPES.iter().zip(gflops).map(|(&(m, n, k), g)| KernelRate { m, n, k, flops_per_s: g * 1e9 }).collect();
+        let call = CallModel::new(&kernels);
         TimeModel {
-            alpha: 1e-4,
-            beta: 6e-10,
-            call: CallCost::fit(&kernels),
+            alpha: 4.3e-5,
+            beta: 3.1e-10,
+            call_alone: call.clone(),
+            call,
+            call_overhead: 9.6e-7,
+            busy: 2,
+            concurrency: 2,
             kernels,
             source: "built-in values (run `tcc tune` to measure this machine)".into(),
         }
@@ -148,16 +201,29 @@ impl TimeModel {
 
     /// The calibration of a tuning table.
     pub fn from_calibration(c: &Calibration, path: &str) -> TimeModel {
-        let mut kernels = c.kernels.clone();
-        kernels.retain(|k| k.edge > 0 && k.flops_per_s.is_finite() && k.flops_per_s > 0.0);
-        kernels.sort_by_key(|k| k.edge);
+        let clean = |list: &[KernelRate]| {
+            let mut v: Vec<KernelRate> = list
+                .iter()
+                .copied()
+                .filter(|r| r.m * r.n * r.k > 0 && r.flops_per_s.is_finite() && r.flops_per_s > 0.0)
+                .collect();
+            v.sort_by_key(|k| (k.m, k.n, k.k));
+            v
+        };
+        let mut kernels = clean(&c.kernels);
         if kernels.is_empty() {
             kernels = TimeModel::builtin().kernels;
         }
+        let call = CallModel::new(&kernels);
+        let alone = clean(&c.kernels_alone);
         TimeModel {
             alpha: c.alpha.max(0.0),
             beta: c.beta.max(0.0),
-            call: CallCost::fit(&kernels),
+            call_alone: if alone.is_empty() { call.clone() } else { CallModel::new(&alone) },
+            call,
+            call_overhead: c.call_overhead.max(0.0),
+            busy: c.ranks.max(1),
+            concurrency: c.ranks.max(1),
             kernels,
             source: format!("measured by `tcc tune` with {} ranks ({path})", c.ranks),
         }
@@ -166,7 +232,19 @@ impl TimeModel {
     /// Seconds of one kernel call of `flops` multiplying an `m×k` by a `k×n`
     /// tile, `batch` times.
     pub fn kernel_seconds(&self, flops: f64, m: f64, n: f64, k: f64, batch: f64) -> f64 {
-        self.call.seconds(flops, 8.0 * batch * (m * k + k * n + m * n))
+        let alone = self.call_alone.seconds(flops, m, n, k, batch);
+        let busy = self.call.seconds(flops, m, n, k, batch);
+        if self.busy <= 1 {
+            return busy + self.call_overhead;
+        }
+        let f = ((self.concurrency.max(1) - 1) as f64 / (self.busy - 1) as f64).min(1.0);
+        alone + f * (busy - alone) + self.call_overhead
+    }
+
+    /// This model for a run of `threads` threads computing at once (all ranks'
+    /// threads on the machine).
+    pub fn at_concurrency(&self, threads: usize) -> TimeModel {
+        TimeModel { concurrency: threads.max(1), ..self.clone() }
     }
 
     /// Seconds of one exchange round in which the busiest rank moves `words`.
@@ -175,19 +253,40 @@ impl TimeModel {
     }
 }
 
-/// The tile kernel's rate per thread on square tiles `C += A·B` of each edge,
-/// measured with `concurrent` threads computing at once (each on its own tiles,
-/// as ranks do), operand tiles read from memory, best of three.
+/// The shapes `tcc tune` measures (m, n, k): square tiles of edge 4 to 96, and
+/// thin products with a short summed extent (as the four-index transform's AO
+/// tiles of 4 make), whose cost is their C tile more than their flops.
+pub const SHAPES: [(usize, usize, usize); 15] = [
+    (4, 4, 4),
+    (8, 8, 8),
+    (12, 12, 12),
+    (16, 16, 16),
+    (24, 24, 24),
+    (32, 32, 32),
+    (48, 48, 48),
+    (64, 64, 64),
+    (96, 96, 96),
+    (64, 12, 4),
+    (576, 12, 4),
+    (64, 64, 4),
+    (16, 16, 4),
+    (64, 64, 8),
+    (256, 16, 2),
+];
+
+/// The tile kernel's rate per thread on `C[m,n] += A[m,k]·B[k,n]` for each of
+/// [`SHAPES`], measured with `concurrent` threads computing at once (each on its
+/// own tiles, as ranks do), operand tiles read from memory, best of three.
 pub fn measure_kernel_rates(concurrent: usize) -> Result<Vec<KernelRate>, String> {
     use tcc_runtime::kernels::{gett_tile, GettDim};
     let kernel = crate::codegen::llvm::tile_kernel().map_err(|e| format!("no tile kernel: {e}"))?;
     let mut out = Vec::new();
-    for edge in [4usize, 8, 12, 16, 24, 32, 48, 64, 96] {
-        let flops = 2.0 * (edge * edge * edge) as f64;
-        let calls = ((2e8 / flops) as usize).max(1);
+    for (m, n, k) in SHAPES {
+        let flops = 2.0 * (m * n * k) as f64;
+        let calls = ((1e8 / flops) as usize).max(1);
         // Operand tiles stream from memory as in a run (a task's tiles are read
-        // once): each thread cycles through 16 MiB of A and of B tiles.
-        let count = ((2usize << 20) / (edge * edge)).max(1);
+        // once): each thread cycles through about 16 MiB of A and of B tiles.
+        let count = ((2usize << 20) / (m * k).max(k * n)).max(1);
         let mut best = f64::MAX;
         for _ in 0..3 {
             let times: Vec<f64> = std::thread::scope(|sc| {
@@ -195,24 +294,25 @@ pub fn measure_kernel_rates(concurrent: usize) -> Result<Vec<KernelRate>, String
                     .map(|_| {
                         let kernel = &kernel;
                         sc.spawn(move || {
-                            let len = edge * edge;
-                            let a: Vec<f64> = (0..len * count).map(|x| (x % 7) as f64 * 0.1).collect();
-                            let b: Vec<f64> = (0..len * count).map(|x| (x % 5) as f64 * 0.1).collect();
-                            let mut c = vec![0.0; len];
-                            let s = edge as i64;
+                            let (la, lb) = (m * k, k * n);
+                            let a: Vec<f64> = (0..la * count).map(|x| (x % 7) as f64 * 0.1).collect();
+                            let b: Vec<f64> = (0..lb * count).map(|x| (x % 5) as f64 * 0.1).collect();
+                            let mut c = vec![0.0; m * n];
+                            let (mi, ni, ki) = (m as i64, n as i64, k as i64);
                             let dims = [
-                                GettDim { kind: 1, size: s, sa: s, sb: 0, sc: s },
-                                GettDim { kind: 2, size: s, sa: 0, sb: 1, sc: 1 },
-                                GettDim { kind: 3, size: s, sa: 1, sb: s, sc: 0 },
+                                GettDim { kind: 1, size: mi, sa: ki, sb: 0, sc: ni },
+                                GettDim { kind: 2, size: ni, sa: 0, sb: 1, sc: 1 },
+                                GettDim { kind: 3, size: ki, sa: 1, sb: ni, sc: 0 },
                             ];
                             let t0 = Instant::now();
                             for i in 0..calls {
-                                let at = (i % count) * len;
-                                // SAFETY: the dims address edge×edge tiles inside the buffers.
+                                let at = i % count;
+                                // SAFETY: the dims address an m×k, a k×n and the m×n tile
+                                // inside the buffers.
                                 unsafe {
                                     gett_tile(
-                                        a[at..].as_ptr(),
-                                        b[at..].as_ptr(),
+                                        a[at * la..].as_ptr(),
+                                        b[at * lb..].as_ptr(),
                                         c.as_mut_ptr(),
                                         1.0,
                                         &dims,
@@ -232,9 +332,50 @@ pub fn measure_kernel_rates(concurrent: usize) -> Result<Vec<KernelRate>, String
             });
             best = best.min(times.into_iter().fold(0.0, f64::max));
         }
-        out.push(KernelRate { edge, flops_per_s: calls as f64 * flops / best.max(1e-9) });
+        out.push(KernelRate { m, n, k, flops_per_s: calls as f64 * flops / best.max(1e-9) });
     }
     Ok(out)
+}
+
+/// The executor's time per kernel call beyond the kernel: a four-index
+/// transform with atomic-orbital tiles of 4 (some 80,000 small calls through
+/// symmetric tile views) runs on one thread, and what the kernel model alone
+/// predicts for it is subtracted (best of two runs).
+pub fn measure_call_overhead(kernels_alone: &[KernelRate]) -> Result<f64, String> {
+    use super::exec::{Program, TiledOptions};
+    use super::tensor::TiledTensor;
+    const SOURCE: &str = "range P = 40 tile 4;\nrange M = 40 tile 8;\nindex p, q, r, s : P;\nindex a, b, c, d : M;\n\
+        input tensor A[p,q,r,s] : f64 symmetric(p q)(r s)((p q)(r s));\ninput tensor C[p,a] : f64;\n\
+        output tensor B[a,b,c,d] : f64 symmetric(a b)(c d)((a b)(c d));\n\
+        B[a,b,c,d] = C[p,a] * C[q,b] * C[r,c] * C[s,d] * A[p,q,r,s];\n";
+    let (hir, diags) = crate::compile(SOURCE, "calibration");
+    let hir = hir.ok_or_else(|| format!("calibration program: {diags:?}"))?;
+    let prepared = crate::pipeline::prepare(&hir, &crate::pipeline::PipelineOptions::default());
+    let unit = crate::sema::hir::UnitId::new(0);
+    let kernel_only = TimeModel {
+        call: CallModel::new(kernels_alone),
+        call_alone: CallModel::new(kernels_alone),
+        call_overhead: 0.0,
+        busy: 1,
+        concurrency: 1,
+        ..TimeModel::builtin()
+    };
+    let opts = TiledOptions { threads: 1, model: kernel_only.clone(), ..Default::default() };
+    let program = Program::plan(&prepared, unit, &opts).map_err(|e| e.message)?;
+    let predicted = program.predicted_seconds(&kernel_only, 1);
+    let mut best = f64::MAX;
+    for _ in 0..2 {
+        let mut inputs = std::collections::HashMap::new();
+        for t in prepared.unit_inputs(unit) {
+            let group = crate::symmetry::PermGroup::of(&prepared.tensors[t]);
+            let v = TiledTensor::fill_random(program.layouts[&t].clone(), &group, 1, |x| x)
+                .map_err(|e| format!("calibration program: cannot allocate {}", e.elements))?;
+            inputs.insert(t, v);
+        }
+        let (_, stats) = program.run(inputs, &opts).map_err(|e| e.message)?;
+        best = best.min((stats.run_s - predicted).max(0.0) / stats.gett_calls.max(1) as f64);
+    }
+    Ok(best)
 }
 
 #[cfg(test)]
@@ -248,7 +389,7 @@ mod tests {
             .iter()
             .map(|&e| {
                 let (flops, bytes) = (2.0 * (e * e * e) as f64, 24.0 * (e * e) as f64);
-                KernelRate { edge: e, flops_per_s: flops / truth.seconds(flops, bytes) }
+                KernelRate { m: e, n: e, k: e, flops_per_s: flops / truth.seconds(flops, bytes) }
             })
             .collect();
         let fit = CallCost::fit(&kernels);
@@ -266,9 +407,18 @@ mod tests {
     #[test]
     fn measured_rates_are_positive_and_grow_from_tiny_tiles() {
         let r = measure_kernel_rates(1).unwrap();
-        assert_eq!(r.len(), 9);
+        assert_eq!(r.len(), SHAPES.len());
         assert!(r.iter().all(|k| k.flops_per_s > 0.0 && k.flops_per_s.is_finite()));
         // Edge 4 pays a call per 128 flops; edge 64 is kernel-bound.
         assert!(r[7].flops_per_s > r[0].flops_per_s, "{r:?}");
+        // The model is exact at measured shapes.
+        let m = CallModel::new(&r);
+        for x in &r {
+            let (a, b, c) = (x.m as f64, x.n as f64, x.k as f64);
+            let t = m.seconds(2.0 * a * b * c, a, b, c, 1.0);
+            assert!((t * x.flops_per_s / (2.0 * a * b * c) - 1.0).abs() < 1e-9, "{x:?}");
+        }
+        let overhead = measure_call_overhead(&r).unwrap();
+        assert!((0.0..1e-3).contains(&overhead), "{overhead}");
     }
 }

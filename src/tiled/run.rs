@@ -52,7 +52,7 @@ pub fn run_tiled(hir: &Hir, opts: &RunOptions, r: &TiledRun, out: &mut dyn Write
         let dense: HashMap<_, Dense> = outputs.iter().map(|(&t, v)| (t, v.to_dense())).collect();
         let mut extra = report_lines(&stats, &r.tiled, r.stats);
         if r.stats {
-            let model = program.predicted_seconds(&r.tiled.model, r.tiled.threads);
+            let model = program.predicted_seconds(&r.tiled.model.at_concurrency(r.tiled.threads), r.tiled.threads);
             extra.push(format!(
                 "model: {} s, wall / model = {:.2}; {}",
                 secs(model),
@@ -183,7 +183,9 @@ pub fn run_tiled_distributed(
         crate::exec::launch::OnError::Abort(&|e| e.to_string()),
         |comm| {
             let threads = if mpi { r.tiled.threads } else { (r.tiled.threads / comm.size()).max(1) };
-            let topts = TiledOptions { threads, ..r.tiled.clone() };
+            // Every rank's threads compute at once: the kernel rates of that many.
+            let model = r.tiled.model.at_concurrency(threads * comm.size());
+            let topts = TiledOptions { threads, model, ..r.tiled.clone() };
             let mut results = HashMap::new();
             for &u in &units {
                 let program = Program::plan(&prepared, u, &topts)?;
