@@ -1,6 +1,6 @@
 //! `tcc build --mpi`: a library called from a C and from a Fortran MPI program
 //! under `mpirun -np 2/3/4` (each rank fills and reads only the tiles it owns),
-//! and what the command refuses.
+//! what the command refuses, and a job whose rank dies inside a library call.
 
 use assert_cmd::Command;
 use std::path::{Path, PathBuf};
@@ -123,5 +123,36 @@ fn a_fortran_mpi_program_runs_a_tcc_library_on_2_3_and_4_ranks() {
     args.extend(link_args(&dir, &dist_dir));
     args.extend(["-o".to_string(), exe.display().to_string()]);
     compile_and_run("mpif90", &args, &exe, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 17: a rank that dies while the others are inside `tcc_dist_run` (waiting
+/// for it in an exchange) ends the whole job within seconds with a non-zero
+/// status, under mpirun, instead of leaving the others waiting.
+#[cfg(feature = "mpi")]
+#[test]
+fn a_rank_dying_during_a_library_run_ends_the_job() {
+    let (dir, dist_dir) = build_mm("dies");
+    let exe = dir.join("mm_dies");
+    let mut args = vec![path("tests/tiled/mpi_mm_dies.c").display().to_string(), format!("-I{}", dir.display())];
+    args.extend(link_args(&dir, &dist_dir));
+    args.extend(["-o".to_string(), exe.display().to_string()]);
+    let cc = std::process::Command::new("mpicc").args(&args).current_dir(&dir).output().unwrap();
+    assert!(cc.status.success(), "mpicc: {}", String::from_utf8_lossy(&cc.stderr));
+    for np in ["2", "3"] {
+        let t0 = std::time::Instant::now();
+        let run = std::process::Command::new("timeout")
+            .args(["60", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np])
+            .arg(&exe)
+            .env("TCC_NUM_THREADS", "1")
+            .output()
+            .unwrap();
+        let secs = t0.elapsed().as_secs_f64();
+        let (out, err) = (String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+        let code = run.status.code();
+        assert!(code != Some(0) && code != Some(124), "{np} ranks: status {code:?}\n{out}\n{err}");
+        assert!(secs < 30.0, "{np} ranks: the job took {secs:.1} s to end\n{out}\n{err}");
+        assert!(err.contains("dying before the run"), "{err}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
