@@ -142,8 +142,10 @@ pub struct RankStats {
     /// The run's predicted wall time ([`super::model`]; the same on every rank):
     /// per task set, the slowest rank's fetch rounds, work and reduce rounds.
     pub model_s: f64,
-    /// The part of `model_s` that is exchange rounds.
+    /// The exchange rounds `model_s` counts (the fetch partly hidden behind work).
     pub model_exchange_s: f64,
+    /// Flops of this rank's work that ran while the fetch exchange was in flight.
+    pub overlapped_flops: f64,
 }
 
 /// `struct rusage` of 64-bit Linux: two `timeval`s, then 14 longs.
@@ -440,9 +442,17 @@ impl<'p> RankTiles<'p> {
         let threads = opts.threads.max(1) as f64;
         let (mut model_s, mut model_exchange_s, mut planned_words) = (0.0, 0.0, 0.0);
         for plan in &plans {
-            let exchange = plan.fetch.model_seconds(&opts.model) + plan.reduce.model_seconds(&opts.model);
-            model_s += exchange + plan.placed.seconds.iter().fold(0.0, |a: f64, &b| a.max(b)) / threads;
-            model_exchange_s += exchange;
+            // The fetch overlaps the work that reads only local tiles.
+            let (fetch, reduce) = (plan.fetch.model_seconds(&opts.model), plan.reduce.model_seconds(&opts.model));
+            let placed = &plan.placed;
+            let work = (0..ranks)
+                .map(|r| {
+                    let early = placed.early_seconds[r] / threads;
+                    fetch.max(early) + (placed.seconds[r] - placed.early_seconds[r]) / threads
+                })
+                .fold(0.0, f64::max);
+            model_s += work + reduce;
+            model_exchange_s += fetch + reduce;
             planned_words += (plan.fetch.sent_by(me) + plan.reduce.sent_by(me)) as f64;
         }
         let mut r = RankTiles {
@@ -524,8 +534,9 @@ impl<'p> RankTiles<'p> {
     }
 
     /// Runs the unit's task sets as planned: per set, one exchange brings each
-    /// rank the remote operand tiles its work reads ([`placement`]), the work runs
-    /// on the rank's threads, and a second exchange sends partial tiles to the
+    /// rank the remote operand tiles its work reads ([`placement`]) while the work
+    /// that reads only the rank's own tiles runs on its threads, then the rest of
+    /// the work runs, and a second exchange sends partial tiles to the
     /// owners of the written tiles, which add them. Outputs stay where they are
     /// owned; temporaries are freed after their last use. Every rank calls it.
     pub fn run(&mut self, comm: &dyn Communicator) -> Result<(), CommandError> {
@@ -565,20 +576,6 @@ impl<'p> RankTiles<'p> {
             }
             self.stats.owned_peak = self.stats.owned_peak.max(self.owned_now());
             let SetPlan { tasks, placed, fetch, reduce } = &self.plans[l];
-            let x0 = std::time::Instant::now();
-            // Remote operand tiles, received straight into place.
-            let (fetched_at, total) = offsets_of(&fetch.received(me));
-            let mut fetched = alloc(total, "received tiles")?;
-            {
-                let local = &self.local;
-                let source = |s: &Shipment| {
-                    let loc = &local[&s.tensor];
-                    let off = loc.offsets[&s.slot];
-                    &loc.data[off..off + s.len]
-                };
-                fetch.transfer(comm, me, source, &mut fetched)?;
-            }
-            self.stats.exchange_s += x0.elapsed().as_secs_f64();
             // Partial tiles of written tiles other ranks own, zeroed.
             let mut partial_at = HashMap::with_capacity(placed.partials[me].len());
             let mut partial_len = 0;
@@ -589,41 +586,67 @@ impl<'p> RankTiles<'p> {
                 partial_len += tile_len(t, k);
             }
             let mut partials = alloc(partial_len, "partial tiles")?;
+            let (fetched_at, total) = offsets_of(&fetch.received(me));
+            let mut fetched = alloc(total, "received tiles")?;
             self.stats.fetched_peak = self.stats.fetched_peak.max((total + partial_len) as f64);
-            // This rank's work.
-            let local = &mut self.local;
-            {
-                let base: HashMap<TensorId, SyncPtr> =
-                    local.iter_mut().map(|(&t, v)| (t, SyncPtr(v.data.as_mut_ptr()))).collect();
-                let offsets: HashMap<TensorId, &HashMap<usize, usize>> =
-                    local.iter().map(|(&t, v)| (t, &v.offsets)).collect();
-                let fetched_ptr = SyncPtr(fetched.as_mut_ptr());
-                let partial_ptr = SyncPtr(partials.as_mut_ptr());
+            // The work that reads only this rank's tiles runs while the exchange
+            // brings the remote operand tiles (straight into place); the rest after.
+            let work = &placed.work[me];
+            let (early, late): (Vec<usize>, Vec<usize>) = (0..work.len()).partition(|&i| !work[i].remote);
+            let base: HashMap<TensorId, SyncPtr> =
+                self.local.iter_mut().map(|(&t, v)| (t, SyncPtr(v.data.as_mut_ptr()))).collect();
+            let local = &self.local;
+            let offsets: HashMap<TensorId, &HashMap<usize, usize>> =
+                local.iter().map(|(&t, v)| (t, &v.offsets)).collect();
+            let partial_ptr = SyncPtr(partials.as_mut_ptr());
+            let flops = std::sync::atomic::AtomicU64::new(0);
+            let run_items = |items: &[usize], fetched_ptr: Option<SyncPtr>| {
                 let tile_ptr = |t: TensorId, k: usize| -> *mut f64 {
                     // SAFETY: offsets index this rank's buffers: owned tiles, received
-                    // operand tiles, or partial tiles (a set never reads what it writes).
+                    // operand tiles (only after the exchange), or partial tiles (a set
+                    // never reads what it writes).
                     unsafe {
                         if let Some(&off) = offsets.get(&t).and_then(|o| o.get(&k)) {
                             base[&t].0.add(off)
-                        } else if let Some(&off) = fetched_at.get(&(t, k)) {
-                            fetched_ptr.get().add(off)
+                        } else if let (Some(&off), Some(p)) = (fetched_at.get(&(t, k)), fetched_ptr) {
+                            p.get().add(off)
                         } else {
                             partial_ptr.get().add(partial_at[&(t, k)])
                         }
                     }
                 };
-                let work = &placed.work[me];
-                let flops = std::sync::atomic::AtomicU64::new(0);
-                pool.parallel_for(work.len(), self.opts.schedule, |i, _| {
-                    let w = &work[i];
+                pool.parallel_for(items.len(), self.opts.schedule, |i, _| {
+                    let w = &work[items[i]];
                     let (s, c, _) = &tasks[w.task];
-                    // SAFETY: one work item per written tile and rank; the set reads no
-                    // tensor it writes.
+                    // SAFETY: in each phase one work item per written tile and rank; the set reads no
+                    // tensor it writes; early items read no received tile.
                     let (f, _) = unsafe { program.run_task(*s, c, &tile_ptr, &kernel, w.anchors.as_deref()) };
                     flops.fetch_add(f as u64, std::sync::atomic::Ordering::Relaxed);
                 });
-                self.stats.flops += flops.load(std::sync::atomic::Ordering::Relaxed) as f64;
-            }
+            };
+            let x0 = std::time::Instant::now();
+            let mut exchange_s = 0.0;
+            let source = |s: &Shipment| {
+                let loc = &local[&s.tensor];
+                let off = loc.offsets[&s.slot];
+                &loc.data[off..off + s.len]
+            };
+            std::thread::scope(|sc| {
+                let computing = (!early.is_empty()).then(|| sc.spawn(|| run_items(&early, None)));
+                let r = fetch.transfer(comm, me, source, &mut fetched);
+                exchange_s = x0.elapsed().as_secs_f64();
+                if let Some(h) = computing {
+                    if let Err(panic) = h.join() {
+                        std::panic::resume_unwind(panic);
+                    }
+                }
+                r
+            })?;
+            self.stats.exchange_s += exchange_s;
+            self.stats.overlapped_flops += early.iter().map(|&i| work[i].flops).sum::<f64>();
+            run_items(&late, Some(SyncPtr(fetched.as_mut_ptr())));
+            self.stats.flops += flops.load(std::sync::atomic::Ordering::Relaxed) as f64;
+            let local = &mut self.local;
             drop(fetched);
             // Partial tiles to their owners, added there in a fixed order.
             let x1 = std::time::Instant::now();

@@ -398,8 +398,8 @@ mod tests {
         }
         // A product with a summed extent of 4 costs more per flop than a square one.
         let m = TimeModel::builtin();
-        let thin = m.kernel_seconds(2.0 * 64.0 * 64.0 * 4.0, 64.0, 64.0, 4.0, 1.0) / (64.0 * 64.0 * 4.0);
-        let square = m.kernel_seconds(2.0 * 32.0 * 32.0 * 16.0, 32.0, 32.0, 16.0, 1.0) / (32.0 * 32.0 * 16.0);
+        let thin = m.kernel_seconds(2.0 * 64.0 * 12.0 * 4.0, 64.0, 12.0, 4.0, 1.0) / (64.0 * 12.0 * 4.0);
+        let square = m.kernel_seconds(2.0 * 32.0 * 32.0 * 32.0, 32.0, 32.0, 32.0, 1.0) / (32.0 * 32.0 * 32.0);
         assert!(thin > square, "{thin} {square}");
         assert!((m.round_seconds(1000) - (m.alpha + m.beta * 8000.0)).abs() < 1e-15);
     }

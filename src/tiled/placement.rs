@@ -45,13 +45,17 @@ pub fn flops_per_word_from_env() -> Result<Option<f64>, String> {
 }
 
 /// One rank's share of one task: all its pieces (`anchors` = `None`) or those
-/// anchored at the listed tiles (sorted).
+/// anchored at the listed tiles (sorted). A task's pieces on one rank form at most
+/// two shares: those reading only the rank's tiles and those reading remote ones.
 #[derive(Debug, Clone)]
 pub struct Work {
     /// Index into the set's task list.
     pub task: usize,
     pub anchors: Option<Vec<Anchor>>,
     pub flops: f64,
+    /// Whether it reads a tile another rank owns (else it can run while the
+    /// exchange that brings those tiles is in flight).
+    pub remote: bool,
 }
 
 /// The placement of one task set over `ranks` ranks.
@@ -68,6 +72,8 @@ pub struct SetPlacement {
     pub flops: Vec<f64>,
     /// Per rank, the predicted seconds of its work on one thread ([`super::model`]).
     pub seconds: Vec<f64>,
+    /// The part of `seconds` that reads only the rank's own tiles.
+    pub early_seconds: Vec<f64>,
 }
 
 /// A piece of a task of the set.
@@ -187,15 +193,21 @@ pub fn place(
         }
     }
     let State { flops, fetched, partial, at, .. } = state;
-    let mut assigned: Vec<BTreeMap<usize, (Vec<Anchor>, f64)>> = vec![BTreeMap::new(); p];
-    let mut seconds = vec![0.0; p];
+    // Per rank, task and whether the pieces read a remote tile: anchors, flops,
+    // seconds. A task's local pieces run while the exchange is in flight, its
+    // remote ones after (the two parts of one task never run at once).
+    type Share = (Vec<Anchor>, f64, f64);
+    let mut assigned: Vec<BTreeMap<(usize, bool), Share>> = vec![BTreeMap::new(); p];
     for (k, &r) in at.iter().enumerate() {
-        seconds[r] += pieces[k].seconds;
-        let entry = assigned[r].entry(pieces[k].task).or_default();
+        let remote = pieces[k].reads.iter().any(|&(t, slot)| owner(t, slot) != r);
+        let entry = assigned[r].entry((pieces[k].task, remote)).or_default();
         entry.0.push(pieces[k].anchor);
         entry.1 += pieces[k].flops;
+        entry.2 += pieces[k].seconds;
     }
-
+    let seconds: Vec<f64> = assigned.iter().map(|m| m.values().map(|x| x.2).sum()).collect();
+    let early_seconds: Vec<f64> =
+        assigned.iter().map(|m| m.iter().filter(|(key, _)| !key.1).map(|(_, x)| x.2).sum()).collect();
     let mut pieces_of = vec![0usize; tasks.len()];
     for piece in pieces {
         pieces_of[piece.task] += 1;
@@ -205,19 +217,19 @@ pub fn place(
         .map(|tasks_here| {
             let mut list: Vec<Work> = tasks_here
                 .into_iter()
-                .map(|(task, (mut anchors, f))| {
+                .map(|((task, remote), (mut anchors, f, _))| {
                     anchors.sort();
                     let whole = anchors.len() == pieces_of[task];
-                    Work { task, anchors: (!whole).then_some(anchors), flops: f }
+                    Work { task, anchors: (!whole).then_some(anchors), flops: f, remote }
                 })
                 .collect();
-            list.sort_by(|a, b| b.flops.total_cmp(&a.flops).then(a.task.cmp(&b.task)));
+            list.sort_by(|a, b| b.flops.total_cmp(&a.flops).then(a.task.cmp(&b.task)).then(a.remote.cmp(&b.remote)));
             list
         })
         .collect();
     let needs = fetched.into_iter().map(|m| m.into_keys().collect()).collect();
     let partials = partial.into_iter().map(|m| m.into_keys().collect()).collect();
-    SetPlacement { work, needs, partials, flops, seconds }
+    SetPlacement { work, needs, partials, flops, seconds, early_seconds }
 }
 
 /// What placement reads: the pieces, the written tile of each task and its owner.

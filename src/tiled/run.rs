@@ -173,8 +173,8 @@ pub fn run_tiled_distributed(
     let backend = if mpi { tcc_runtime::comm::Backend::Mpi } else { tcc_runtime::comm::Backend::Shm };
     // Statistics per rank: owned, received, flops, seconds, peak RSS, seconds
     // exchanging, seconds planning, words sent as planned and as counted, the
-    // predicted time and its exchange part.
-    const W: usize = 11;
+    // predicted time and its exchange part, flops overlapped with the fetch.
+    const W: usize = 12;
     let report = crate::exec::launch::launch(
         ranks,
         mpi,
@@ -202,6 +202,7 @@ pub fn run_tiled_distributed(
                     stats.words_sent,
                     stats.model_s,
                     stats.model_exchange_s,
+                    stats.overlapped_flops,
                 ];
                 let mut all = vec![0.0; row.len() * comm.size()];
                 comm.allgather(&row, &mut all);
@@ -242,11 +243,12 @@ pub fn run_tiled_distributed(
                     for q in 0..p {
                         let held = 8.0 * (all[W * q] + all[W * q + 1]);
                         extra.push(format!(
-                            "  rank {q}: owns at most {} elements, receives at most {} per task set ({} at 8 B), {} flops, {:.3} s ({:.3} s exchanging; planned in {:.3} s before), sent {} words (planned {}), peak RSS {}{}",
+                            "  rank {q}: owns at most {} elements, receives at most {} per task set ({} at 8 B), {} flops ({:.0}% while fetching), {:.3} s ({:.3} s exchanging; planned in {:.3} s before), sent {} words (planned {}), peak RSS {}{}",
                             si(all[W * q]),
                             si(all[W * q + 1]),
                             crate::plan::report::bytes(held as u64),
                             si(all[W * q + 2]),
+                            100.0 * all[W * q + 11] / all[W * q + 2].max(1.0),
                             all[W * q + 3],
                             all[W * q + 5],
                             all[W * q + 6],
