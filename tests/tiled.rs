@@ -251,7 +251,7 @@ fn tune_calibrates_the_time_model_that_stats_print() {
     let table = dir.path().join("tuning.toml");
     tcc().args(["tune", "--ranks", "2", "--max-bytes", "64KiB", "--out"]).arg(&table).assert().success();
     let text = std::fs::read_to_string(&table).unwrap();
-    for key in ["[calibration]", "alpha = ", "beta = ", "[[calibration.kernel]]", "edge = 64"] {
+    for key in ["[calibration]", "alpha = ", "beta = ", "[[calibration.kernel]]", "m = 576"] {
         assert!(text.contains(key), "{key} missing in\n{text}");
     }
     let file = path("tests/tiled/ccd_small.tc");
