@@ -243,12 +243,16 @@ pub fn run_tiled_distributed(
                     for q in 0..p {
                         let held = 8.0 * (all[W * q] + all[W * q + 1]);
                         extra.push(format!(
-                            "  rank {q}: owns at most {} elements, receives at most {} per task set ({} at 8 B), {} flops ({:.0}% while fetching), {:.3} s ({:.3} s exchanging; planned in {:.3} s before), sent {} words (planned {}), peak RSS {}{}",
+                            "  rank {q}: owns at most {} elements, receives at most {} per task set ({} at 8 B), {} flops{}, {:.3} s ({:.3} s exchanging; planned in {:.3} s before), sent {} words (planned {}), peak RSS {}{}",
                             si(all[W * q]),
                             si(all[W * q + 1]),
                             crate::plan::report::bytes(held as u64),
                             si(all[W * q + 2]),
-                            100.0 * all[W * q + 11] / all[W * q + 2].max(1.0),
+                            if all[W * q + 1] > 0.0 {
+                                format!(" ({:.0}% while fetching)", 100.0 * all[W * q + 11] / all[W * q + 2].max(1.0))
+                            } else {
+                                String::new() // nothing to fetch: no overlap to speak of
+                            },
                             all[W * q + 3],
                             all[W * q + 5],
                             all[W * q + 6],
