@@ -468,15 +468,15 @@ fn tiled_run(
         }
     }
     // The time model `--stats` prints: the calibration `tcc tune` measured, if any.
-    match tcc::exec::read_tuning(tuning) {
-        Ok(Some(table)) => {
-            if let Some(c) = &table.calibration {
-                let path = tuning.map(PathBuf::from).or_else(tcc_runtime::tune::default_path).unwrap_or_default();
-                t.model = tcc::tiled::model::TimeModel::from_calibration(c, &path.display().to_string());
+    if let Some(path) = tcc::exec::tuning_path(tuning) {
+        match tcc::exec::read_tuning(Some(&path)) {
+            Ok(table) => {
+                if let Some(c) = table.as_ref().and_then(|t| t.calibration.as_ref()) {
+                    t.model = tcc::tiled::model::TimeModel::from_calibration(c, &path.display().to_string());
+                }
             }
+            Err(e) => return Err(ctx.fail("E0722", &e, None)),
         }
-        Ok(None) => {}
-        Err(e) => return Err(ctx.fail("E0722", &e, None)),
     }
     Ok(tcc::tiled::run::TiledRun { tiled: t, check, stats })
 }
@@ -934,6 +934,16 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     let distributed = ranks.is_some() || backend.is_some() || plan;
     if let Err(e) = check_run_options(distributed, interp, check, repeat, target_cpu.is_some()) {
         return ctx.error(&e);
+    }
+    // The table is read by distributed runs over collectives (their back ends) and
+    // by `--tiled --stats` (its time model); anywhere else it would be ignored.
+    let reads_tuning = (distributed && !plan && !tiled) || (tiled && stats);
+    if tuning.is_some() && !reads_tuning {
+        return ctx.fail(
+            "E0756",
+            "--tuning applies to distributed runs (--ranks, --backend; not --plan) and to --tiled --stats",
+            Some("add --stats to see the time model of a tiled run, or drop --tuning"),
+        );
     }
     if target == TargetKind::Cuda {
         if distributed {

@@ -133,10 +133,14 @@ fn misuse_is_a_clear_error() {
     tcc()
         .args(["run"])
         .arg(&f)
-        .args(["--tiled", "--tuning", "t.toml"])
+        .args(["--tiled", "--stats", "--tuning", "t.toml"])
         .assert()
         .code(1)
         .stderr(predicates::str::contains("E0722"));
+    // Where no table is read, --tuning is refused rather than ignored.
+    for args in [&["--tiled", "--tuning", "t.toml"][..], &["--tuning", "t.toml"], &["--plan", "--tuning", "t.toml"]] {
+        tcc().args(["run"]).arg(&f).args(args).assert().code(1).stderr(predicates::str::contains("E0756"));
+    }
     // An --input array without the declared symmetry would be silently packed.
     let s = dir.path().join("s.tc");
     std::fs::write(&s, "range N = 3;\nindex i, j : N;\ninput tensor S[i,j] : f64 symmetric(i j);\noutput tensor Y[i] : f64;\nY[i] = S[i,j];\n").unwrap();

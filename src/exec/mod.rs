@@ -308,15 +308,20 @@ pub fn tune_mpi(opts: &tcc_runtime::tune::TuneOptions, progress: bool) -> Option
     (world.rank() == 0).then_some(t)
 }
 
-/// The tuning table for `tcc run`: `--tuning FILE`, else the default path if the
-/// file exists, else `None` (built-in choices).
-pub fn read_tuning(path: Option<&std::path::Path>) -> Result<Option<TuningTable>, String> {
+/// Where `tcc run` reads its tuning table: `--tuning FILE`, else the default path
+/// if the file exists, else `None` (built-in choices).
+pub fn tuning_path(path: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
     match path {
-        Some(p) => TuningTable::read(p).map(Some).map_err(|e| e.0),
-        None => match tcc_runtime::tune::default_path() {
-            Some(p) if p.exists() => TuningTable::read(&p).map(Some).map_err(|e| e.0),
-            _ => Ok(None),
-        },
+        Some(p) => Some(p.to_path_buf()),
+        None => tcc_runtime::tune::default_path().filter(|p| p.exists()),
+    }
+}
+
+/// The tuning table for `tcc run` (see [`tuning_path`]).
+pub fn read_tuning(path: Option<&std::path::Path>) -> Result<Option<TuningTable>, String> {
+    match tuning_path(path) {
+        Some(p) => TuningTable::read(&p).map(Some).map_err(|e| e.0),
+        None => Ok(None),
     }
 }
 

@@ -39,6 +39,9 @@ pub struct Ownership {
 }
 
 impl Ownership {
+    /// The map for `program` alone (tests; runs enumerate the work once and call
+    /// [`Self::of_work`]).
+    #[cfg(test)]
     pub fn new(program: &Program, ranks: usize) -> Ownership {
         let model = super::model::TimeModel::builtin();
         let work: Vec<SetWork> = program.task_sets().iter().map(|set| SetWork::new(program, set, &model)).collect();
@@ -458,7 +461,7 @@ impl<'p> RankTiles<'p> {
         let mut r = RankTiles {
             program,
             opts: opts.clone(),
-            own: own.clone(),
+            own,
             me,
             ranks,
             local: HashMap::new(),
