@@ -516,7 +516,10 @@ pub unsafe fn gett_serial<T: Elem>(
 /// [`unpacked`]); others are packed as usual.
 ///
 /// # Safety
-/// As for [`gett`]; `uks` must be the strided form of `uk` (same `mr × nr`).
+/// As for [`gett`]; `uks` must hold `nr` strided forms of `uk` (same `mr`):
+/// `uks[w - 1]` multiplies slivers of `w` columns (a kernel at least `w` wide;
+/// the narrow ones spare edge slivers the columns a full-width kernel would
+/// compute and throw away).
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gett_tile<T: Elem>(
     a: *const T,
@@ -526,7 +529,7 @@ pub unsafe fn gett_tile<T: Elem>(
     dims: &[GettDim],
     params: GettParams,
     uk: Ukernel<T>,
-    uks: UkernelStrided<T>,
+    uks: &[UkernelStrided<T>],
     overwrite: bool,
 ) {
     if dims.iter().any(|d| d.size <= 0) {
@@ -1271,7 +1274,19 @@ mod tests {
             let c0 = if overwrite { f64::NAN } else { 0.25 };
             let mut c = vec![c0; batch * m * n];
             let params = GettParams { mr: 4, nr: 3, mc: 8, nc: 6, kc: 5 };
-            unsafe { gett_tile(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.5, &dims, params, uk43, uks43, overwrite) };
+            unsafe {
+                gett_tile(
+                    a.as_ptr(),
+                    b.as_ptr(),
+                    c.as_mut_ptr(),
+                    1.5,
+                    &dims,
+                    params,
+                    uk43,
+                    &[uks43 as UkernelStrided<f64>; 3],
+                    overwrite,
+                )
+            };
             for bi in 0..batch as i64 {
                 for i in 0..m as i64 {
                     for j in 0..n as i64 {

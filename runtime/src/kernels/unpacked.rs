@@ -53,17 +53,18 @@ struct Operand<T> {
 /// directly, or B's `n`, computing `Cᵀ = Bᵀ Aᵀ`). Returns whether it ran.
 ///
 /// # Safety
-/// As for [`super::gett`]; `uks` must be a strided micro-kernel for `p.mr × p.nr`.
+/// As for [`super::gett`]; `uks[w - 1]` must be a strided micro-kernel of `p.mr`
+/// rows and at least `w` columns, for every `w ≤ p.nr`.
 pub(super) unsafe fn try_run<T: Elem>(
     ptrs: Ptrs<T>,
     t: &Tables,
     alpha: T,
     p: &Params,
-    uks: UkernelStrided<T>,
+    uks: &[UkernelStrided<T>],
     overwrite: bool,
 ) -> bool {
     let (m, n, k) = (t.ma.len(), t.nb.len(), t.ka.len());
-    if m == 0 || n == 0 || k == 0 || m * k + k * n > MAX_ELEMENTS {
+    if m == 0 || n == 0 || k == 0 || m * k + k * n > MAX_ELEMENTS || uks.len() < p.nr {
         return false;
     }
     let (Some(ma), Some(mc), Some(nb), Some(nc), Some(ka), Some(kb)) = (t.s_ma, t.s_mc, t.s_nb, t.s_nc, t.s_ka, t.s_kb)
@@ -104,7 +105,7 @@ unsafe fn entry<T: Elem>(
     (rs, cs): (isize, isize),
     alpha: T,
     p: &Params,
-    uks: UkernelStrided<T>,
+    uks: &[UkernelStrided<T>],
     overwrite: bool,
 ) {
     debug_assert_eq!(a.s_free, 1);
@@ -138,7 +139,8 @@ unsafe fn entry<T: Elem>(
             let mut jr = 0;
             while jr < n {
                 let cols = nr.min(n - jr);
-                // A partial sliver too: the kernel reads only `cols` columns.
+                // A partial sliver too, on a kernel as wide as it is.
+                let uk = uks[cols - 1];
                 let bptr = b.base.offset(jr as isize * b.s_free + pc as isize * b.s_k);
                 let (sbk, sbn) = (b.s_k, b.s_free);
                 let mut ir = 0;
@@ -149,7 +151,7 @@ unsafe fn entry<T: Elem>(
                     let sa = if rows == mr { a.s_k } else { mr as isize };
                     let c0 = c.offset(ir as isize * rs + jr as isize * cs);
                     let call = |c: *mut T, rs: isize, cs: isize, rows: usize, cols: usize| {
-                        uks(
+                        uk(
                             kb as i64,
                             aptr,
                             bptr,
@@ -178,7 +180,7 @@ unsafe fn entry<T: Elem>(
                         for x in 0..mr * nr {
                             *tbuf.add(x) = T::zero();
                         }
-                        call(tbuf, 1, mr as isize, mr, nr);
+                        call(tbuf, 1, mr as isize, mr, cols);
                         for j in 0..cols {
                             for i in 0..rows {
                                 let dst = c0.offset(i as isize * rs + j as isize * cs);

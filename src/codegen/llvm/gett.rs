@@ -199,7 +199,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         if let Some(u) = self.uk.get(&elem) {
             return Ok(*u);
         }
-        let u = self.build_ukernel(elem, false)?;
+        let u = self.build_ukernel(elem, false, None)?;
         self.uk.insert(elem, u);
         Ok(u)
     }
@@ -212,19 +212,29 @@ impl<'ctx> Gen<'_, 'ctx> {
     /// that sit in cache are multiplied in place this way instead of being
     /// copied into panels first (the packed kernel is this one with
     /// `sa = MR, sbk = NR, sbn = 1`).
-    pub(super) fn ukernel_strided(&mut self, elem: ElemType) -> Result<Uk<'ctx>, CodegenError> {
-        self.build_ukernel(elem, true)
+    ///
+    /// `width` narrows the kernel to fewer columns than the packed kernel's `NR`
+    /// (`None`: all of them): edge slivers of a tile run on a kernel as wide as
+    /// they are instead of computing columns that are thrown away.
+    pub(super) fn ukernel_strided(&mut self, elem: ElemType, width: Option<usize>) -> Result<Uk<'ctx>, CodegenError> {
+        self.build_ukernel(elem, true, width)
     }
 
-    fn build_ukernel(&mut self, elem: ElemType, strided: bool) -> Result<Uk<'ctx>, CodegenError> {
-        let lanes = (self.bits / (8 * elem.size_bytes() as u32)) as usize;
-        let nv = 2usize;
-        let mr = lanes * nv;
-        let nr = match self.bits {
+    /// The packed kernel's `NR` for this target: the widest micro-tile whose
+    /// accumulators and operands fit the vector registers.
+    pub(super) fn ukernel_width(&self) -> usize {
+        match self.bits {
             512 => 12,
             256 => 6,
             _ => 4,
-        };
+        }
+    }
+
+    fn build_ukernel(&mut self, elem: ElemType, strided: bool, width: Option<usize>) -> Result<Uk<'ctx>, CodegenError> {
+        let lanes = (self.bits / (8 * elem.size_bytes() as u32)) as usize;
+        let nv = 2usize;
+        let mr = lanes * nv;
+        let nr = width.unwrap_or_else(|| self.ukernel_width()).max(1);
         let ft = self.ft(elem);
         let vt = ft.vec_type(lanes as u32);
         let i64t = self.ctx.i64_type();

@@ -11,8 +11,10 @@ use tcc_runtime::kernels::{GettParams, Ukernel, UkernelStrided};
 #[derive(Clone, Copy)]
 pub struct TileKernel {
     pub uk: Ukernel<f64>,
-    /// The same kernel reading unpacked operands (tiles that sit in cache).
-    pub uks: UkernelStrided<f64>,
+    /// The same kernel reading unpacked operands (tiles that sit in cache), one
+    /// per width: `uks[w - 1]` multiplies slivers of `w` columns, the last is
+    /// as wide as `uk`.
+    pub uks: &'static [UkernelStrided<f64>],
     pub params: GettParams,
     /// The CPU it was generated for.
     pub cpu: &'static str,
@@ -63,12 +65,13 @@ fn generate() -> Result<TileKernel, CodegenError> {
         acc_slot: None,
     };
     let uk = g.ukernel(ElemType::F64)?;
-    let uks = g.ukernel_strided(ElemType::F64)?;
+    let widths = (1..=uk.nr).map(|w| g.ukernel_strided(ElemType::F64, Some(w))).collect::<Result<Vec<_>, _>>()?;
     let name_of = |f: FunctionValue| -> Result<String, CodegenError> {
         f.set_linkage(Linkage::External);
         Ok(f.get_name().to_str().map_err(|e| err(format!("LLVM: {e}")))?.to_string())
     };
-    let (name, name_s) = (name_of(uk.f)?, name_of(uks.f)?);
+    let name = name_of(uk.f)?;
+    let names_s = widths.iter().map(|w| name_of(w.f)).collect::<Result<Vec<_>, _>>()?;
     drop(g);
     // Unrolled, the strided kernel's k loop spills an accumulator (its walking
     // pointers take the registers): measured 1.5-2x slower; the packed kernel
@@ -84,12 +87,15 @@ fn generate() -> Result<TileKernel, CodegenError> {
     // SAFETY: the micro-kernels have the `Ukernel<f64>` and `UkernelStrided<f64>`
     // signatures (see `gett.rs`).
     let f: Ukernel<f64> = unsafe { std::mem::transmute::<usize, Ukernel<f64>>(addr(&name)?) };
-    let fs: UkernelStrided<f64> = unsafe { std::mem::transmute::<usize, UkernelStrided<f64>>(addr(&name_s)?) };
+    let mut fs = Vec::with_capacity(names_s.len());
+    for name_s in &names_s {
+        fs.push(unsafe { std::mem::transmute::<usize, UkernelStrided<f64>>(addr(name_s)?) });
+    }
     std::mem::forget(engine);
     std::mem::forget(module);
     let (kc, mc, nc) = super::gett::cache_blocks(ElemType::F64);
     let params = GettParams { mr: uk.mr as i64, nr: uk.nr as i64, mc, nc, kc };
-    Ok(TileKernel { uk: f, uks: fs, params, cpu: Box::leak(cpu.into_boxed_str()) })
+    Ok(TileKernel { uk: f, uks: Box::leak(fs.into_boxed_slice()), params, cpu: Box::leak(cpu.into_boxed_str()) })
 }
 
 #[cfg(test)]
