@@ -20,7 +20,9 @@ use crate::sema::hir::{
     ElemType, Expr, Factor, Hir, IndexId, PairGroup, Role, Stmt, SymGroup, SymKind, Tensor, TensorId, Term, UnitId,
 };
 use crate::symmetry::{block_allowed, PermGroup};
-use crate::tensor::{checked_len, for_each_index, linear, strides, try_vec, AllocError, Dense, OutOfMemory, TooLarge};
+use crate::tensor::{
+    checked_len, for_each_index, linear, strides, try_vec, AllocError, Dense, DenseRef, OutOfMemory, TooLarge,
+};
 use std::collections::HashMap;
 
 /// The most loop iterations one term may take: 2^40.
@@ -171,11 +173,12 @@ pub fn random_inputs(hir: &Hir, unit: UnitId, seed: u64) -> Result<HashMap<Tenso
 /// The first element at which `x` breaks its declared symmetry, described for a
 /// person, or `None`. Two elements related by a swap within a group must agree (up
 /// to the sign) within `rtol` times the largest magnitude in `x`.
-pub fn symmetry_violation(x: &Dense, groups: &[SymGroup], rtol: f64) -> Option<String> {
+pub fn symmetry_violation<'a>(x: impl Into<DenseRef<'a>>, groups: &[SymGroup], rtol: f64) -> Option<String> {
+    let x = x.into();
     let max_abs = x.data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     let tol = rtol * max_abs;
     let mut found = None;
-    for_each_index(&x.shape, |idx| {
+    for_each_index(x.shape, |idx| {
         if found.is_some() {
             return;
         }
@@ -206,11 +209,12 @@ pub fn symmetry_violation(x: &Dense, groups: &[SymGroup], rtol: f64) -> Option<S
 /// [`symmetry_violation`] for the pair groups of a tensor: two elements related by
 /// a swap of adjacent members must agree (up to the sign) within `rtol` times the
 /// largest magnitude in `x`.
-pub fn pair_symmetry_violation(x: &Dense, pairs: &[PairGroup], rtol: f64) -> Option<String> {
+pub fn pair_symmetry_violation<'a>(x: impl Into<DenseRef<'a>>, pairs: &[PairGroup], rtol: f64) -> Option<String> {
+    let x = x.into();
     let max_abs = x.data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     let tol = rtol * max_abs;
     let mut found = None;
-    for_each_index(&x.shape, |idx| {
+    for_each_index(x.shape, |idx| {
         if found.is_some() {
             return;
         }
@@ -241,7 +245,8 @@ pub fn pair_symmetry_violation(x: &Dense, pairs: &[PairGroup], rtol: f64) -> Opt
 
 /// Every declared symmetry of a tensor (`symmetry`, then `pair_symmetry`) checked on
 /// `x`: the first violation found, or `None`.
-pub fn tensor_symmetry_violation(x: &Dense, tensor: &Tensor, rtol: f64) -> Option<String> {
+pub fn tensor_symmetry_violation<'a>(x: impl Into<DenseRef<'a>>, tensor: &Tensor, rtol: f64) -> Option<String> {
+    let x = x.into();
     symmetry_violation(x, &tensor.symmetry, rtol).or_else(|| pair_symmetry_violation(x, &tensor.pair_symmetry, rtol))
 }
 
@@ -249,14 +254,15 @@ pub fn tensor_symmetry_violation(x: &Dense, tensor: &Tensor, rtol: f64) -> Optio
 /// rules allow, described for a person, or `None`. Zero means exactly zero here:
 /// block sparsity is structural, and the interpreter's fill and every correct
 /// computation keep those elements exactly 0 (a NaN counts as nonzero).
-pub fn block_violation(hir: &Hir, t: TensorId, x: &Dense) -> Option<String> {
+pub fn block_violation<'a>(hir: &Hir, t: TensorId, x: impl Into<DenseRef<'a>>) -> Option<String> {
+    let x = x.into();
     let tensor = &hir.tensors[t];
     if tensor.blocks.is_empty() {
         return None;
     }
     let ranges: Vec<&crate::sema::hir::Range> = tensor.dims.iter().map(|&r| &hir.ranges[r]).collect();
     let mut found = None;
-    for_each_index(&x.shape, |idx| {
+    for_each_index(x.shape, |idx| {
         if found.is_some() {
             return;
         }

@@ -52,6 +52,26 @@ impl Dense {
     }
 }
 
+/// A dense row-major tensor borrowed from elsewhere (a caller's array): checks
+/// that read values need no copy.
+#[derive(Debug, Clone, Copy)]
+pub struct DenseRef<'a> {
+    pub shape: &'a [usize],
+    pub data: &'a [f64],
+}
+
+impl DenseRef<'_> {
+    pub fn get(&self, index: &[usize]) -> f64 {
+        self.data[linear(self.shape, index)]
+    }
+}
+
+impl<'a> From<&'a Dense> for DenseRef<'a> {
+    fn from(x: &'a Dense) -> DenseRef<'a> {
+        DenseRef { shape: &x.shape, data: &x.data }
+    }
+}
+
 /// A tensor of more elements than [`MAX_TENSOR_ELEMENTS`] (the interpreter's
 /// [`crate::interp::InterpError::TensorTooLarge`] says the same).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -47,10 +47,14 @@ double *tcc_dist_local_data(tcc_dist *h, int64_t tensor);
  * product of its extents, else an error): pack fills this rank's tiles from it;
  * unpack writes this rank's tiles into it, each element with all its images
  * under the tensor's symmetry (sign applied), leaving other elements alone.
- * 0 on success. */
+ * 0 on success. pack refuses (-1) an array without the tensor's declared
+ * symmetry (to 1e-12 of its largest element) or nonzero outside its declared
+ * blocks: the tiles would silently drop values. */
 int tcc_dist_pack_dense(tcc_dist *h, int64_t tensor, const double *dense, int64_t len);
 int tcc_dist_unpack_dense(tcc_dist *h, int64_t tensor, double *dense, int64_t len);
-/* Runs the program (collective). 0 on success. */
+/* Runs the program (collective). 0 on success. Refused on every rank (-1)
+ * when some rank's input tile on the diagonal of a symmetry holds images of
+ * one element that disagree (written by hand through tcc_dist_local_data). */
 int tcc_dist_run(tcc_dist *h);
 void tcc_dist_close(tcc_dist *h);
 

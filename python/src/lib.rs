@@ -575,6 +575,216 @@ impl Program {
 }
 
 // ---------------------------------------------------------------------------------
+// Tiled programs
+// ---------------------------------------------------------------------------------
+
+/// A program held open in tiled storage (symmetry-packed, block-sparse): the
+/// caller packs dense arrays into tiles (or writes tiles directly), runs, and
+/// reads outputs back as dense arrays or as tiles. One process: every tile is
+/// here (`tcc build --mpi` libraries spread them over MPI ranks).
+#[pyclass(module = "tcc._native", unsendable)]
+struct TiledSession {
+    session: tcc::tiled::session::Session<'static>,
+    /// Whether each input has been given values since the session opened.
+    filled: Vec<bool>,
+}
+
+/// `(name, role, shape, stored elements, dense elements, tiles)` of a tensor.
+type TensorRow = (String, &'static str, Vec<usize>, usize, usize, usize);
+/// `(offset, start, extent)` of a stored tile.
+type TileRow = (usize, Vec<usize>, Vec<usize>);
+
+/// The session, sent to the thread that runs without the GIL.
+struct SessionPtr(*mut tcc::tiled::session::Session<'static>);
+// SAFETY: the session is borrowed mutably (pyo3's borrow flag) for the whole run.
+unsafe impl Send for SessionPtr {}
+
+impl TiledSession {
+    fn tensor(&self, py: Python<'_>, name: &str) -> PyResult<(usize, bool, Vec<usize>)> {
+        let t = self.session.tensor(name).ok_or_else(|| {
+            let names: Vec<String> = (0..self.filled.len() + self.outputs())
+                .filter_map(|t| self.session.describe(t).map(|d| d.0.to_string()))
+                .collect();
+            arg_error(py, format!("no tensor `{name}` among the program's inputs and outputs ({})", names.join(", ")))
+        })?;
+        let (_, output, shape) = self.session.describe(t).expect("named");
+        Ok((t, output, shape))
+    }
+
+    fn outputs(&self) -> usize {
+        (0..).take_while(|&t| self.session.describe(t).is_some()).count() - self.filled.len()
+    }
+
+    /// A float64 array of exactly `shape`, C-ordered (converted when `copy`).
+    fn f64_buffer<'py>(
+        py: Python<'py>,
+        what: &str,
+        obj: &Bound<'py, PyAny>,
+        shape: &[usize],
+        copy: bool,
+    ) -> PyResult<(Bound<'py, PyAny>, Buf)> {
+        let dtype = numpy(py)?.getattr("float64")?.unbind();
+        let spec = ArgSpec {
+            name: what.to_string(),
+            elem: ElemType::F64,
+            shape: shape.to_vec(),
+            shape_py: PyTuple::new(py, shape)?.unbind(),
+            dtype,
+            param: false,
+            output: false,
+        };
+        input_buffer(py, "tiled", obj, &spec, copy)
+    }
+}
+
+#[pymethods]
+impl TiledSession {
+    #[new]
+    #[pyo3(signature = (source, program=None, tile=None, threads=None))]
+    fn new(
+        py: Python<'_>,
+        source: &str,
+        program: Option<&str>,
+        tile: Option<usize>,
+        threads: Option<usize>,
+    ) -> PyResult<TiledSession> {
+        use tcc::tiled::session::{Session, SessionComm};
+        let mut opts = tcc::tiled::TiledOptions::default();
+        if let Some(t) = tile {
+            if t == 0 {
+                return Err(arg_error(py, "tile must be at least 1".into()));
+            }
+            opts.tile = t;
+        }
+        if let Some(n) = threads {
+            if n == 0 {
+                return Err(arg_error(py, "threads must be at least 1".into()));
+            }
+            opts.threads = n;
+        }
+        let comm = SessionComm::Owned(tcc_runtime::comm::threads::solo(tcc_runtime::comm::Backend::Threads));
+        let session = {
+            let _guard = COMPILE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+            Session::open(source, program, comm, opts).map_err(|e| raise(py, "CompileError", e))?
+        };
+        let inputs = (0..).map_while(|t| session.describe(t)).filter(|d| !d.1).count();
+        Ok(TiledSession { session, filled: vec![false; inputs] })
+    }
+
+    /// `(name, role, shape, stored elements, dense elements, tiles)` per input and output.
+    fn tensors(&self) -> Vec<TensorRow> {
+        (0..)
+            .map_while(|t| self.session.describe(t).map(|d| (t, d)))
+            .map(|(t, (name, output, shape))| {
+                let tiles = self.session.tiles(t).unwrap_or_default();
+                let stored = tiles.iter().map(|x| x.extent.iter().product::<usize>()).sum();
+                let dense = shape.iter().product();
+                (name.to_string(), if output { "output" } else { "input" }, shape, stored, dense, tiles.len())
+            })
+            .collect()
+    }
+
+    /// `(executed, dense)`: the flops run on tiles, and those of the same steps dense.
+    fn flops(&self) -> (f64, f64) {
+        self.session.flops()
+    }
+
+    /// The stored tiles of `name` in storage order: `(offset, start, extent)`,
+    /// each a row-major box of the packed array.
+    fn tiles(&self, py: Python<'_>, name: &str) -> PyResult<Vec<TileRow>> {
+        let (t, _, _) = self.tensor(py, name)?;
+        Ok(self.session.tiles(t).unwrap_or_default().into_iter().map(|x| (x.offset, x.start, x.extent)).collect())
+    }
+
+    /// Packs the dense array `array` into `name`'s tiles.
+    #[pyo3(signature = (name, array, copy=false))]
+    fn pack(&mut self, py: Python<'_>, name: &str, array: &Bound<'_, PyAny>, copy: bool) -> PyResult<()> {
+        let (t, _, shape) = self.tensor(py, name)?;
+        let (_owner, buf) = Self::f64_buffer(py, name, array, &shape, copy)?;
+        let len: usize = shape.iter().product();
+        // SAFETY: a C-contiguous float64 buffer of `shape`, acquired until `buf` drops.
+        let dense = unsafe { std::slice::from_raw_parts(buf.ptr() as *const f64, len) };
+        self.session.pack_dense(t, dense).map_err(|e| arg_error(py, format!("pack: {e}")))?;
+        if let Some(f) = self.filled.get_mut(t) {
+            *f = true;
+        }
+        Ok(())
+    }
+
+    /// The packed storage of `name` (its tiles back to back) as a new 1-D array.
+    fn data<'py>(&mut self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        let (t, _, _) = self.tensor(py, name)?;
+        let data = self.session.data_mut(t).unwrap_or_default();
+        let arr = numpy(py)?.getattr("empty")?.call1((data.len(), "float64"))?;
+        let buf = Buf::get(&arr, true).ok_or_else(|| PyRuntimeError::new_err("numpy.empty gave no writable buffer"))?;
+        // SAFETY: a fresh float64 array of `data.len()` elements.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf.ptr() as *mut f64, data.len()) };
+        Ok(arr)
+    }
+
+    /// Writes `name`'s packed storage from a 1-D float64 array of its stored length
+    /// (the layout of `tiles`; symmetric tiles hold the canonical elements).
+    #[pyo3(signature = (name, array, copy=false))]
+    fn set_data(&mut self, py: Python<'_>, name: &str, array: &Bound<'_, PyAny>, copy: bool) -> PyResult<()> {
+        let (t, _, _) = self.tensor(py, name)?;
+        let len = self.session.data_mut(t).map_or(0, |d| d.len());
+        let (_owner, buf) = Self::f64_buffer(py, &format!("{name} (packed)"), array, &[len], copy)?;
+        let data = self.session.data_mut(t).unwrap_or_default();
+        // SAFETY: a C-contiguous float64 buffer of `len` elements.
+        unsafe { std::ptr::copy_nonoverlapping(buf.ptr() as *const f64, data.as_mut_ptr(), len) };
+        let checked = self.session.check_packed(t);
+        if let Some(f) = self.filled.get_mut(t) {
+            // Refused values stay written but do not count as given: `run` refuses.
+            *f = checked.is_ok();
+        }
+        checked.map_err(|e| arg_error(py, format!("set_data: {e}")))?;
+        Ok(())
+    }
+
+    /// The tensor `name` as a new dense array: every element, symmetric images
+    /// with their signs, zeros outside the stored blocks.
+    fn unpack<'py>(&mut self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        let (t, _, shape) = self.tensor(py, name)?;
+        let arr = numpy(py)?.getattr("zeros")?.call1((PyTuple::new(py, &shape)?, "float64"))?;
+        let buf = Buf::get(&arr, true).ok_or_else(|| PyRuntimeError::new_err("numpy.zeros gave no writable buffer"))?;
+        let len: usize = shape.iter().product();
+        // SAFETY: a fresh C-ordered float64 array of `shape`.
+        let dense = unsafe { std::slice::from_raw_parts_mut(buf.ptr() as *mut f64, len) };
+        self.session.unpack_dense(t, dense).map_err(|e| raise(py, "TccError", e))?;
+        drop(buf);
+        Ok(arr)
+    }
+
+    /// Runs the program on the inputs' tiles (every input must have been given).
+    fn run(&mut self, py: Python<'_>) -> PyResult<()> {
+        let missing: Vec<String> = self
+            .filled
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| !**f)
+            .filter_map(|(t, _)| self.session.describe(t).map(|d| format!("`{}`", d.0)))
+            .collect();
+        if !missing.is_empty() {
+            return Err(arg_error(
+                py,
+                format!(
+                    "run: input{} {} never given (pack or set_data)",
+                    if missing.len() > 1 { "s" } else { "" },
+                    missing.join(", ")
+                ),
+            ));
+        }
+        let ptr = SessionPtr(&mut self.session);
+        let r = py.allow_threads(move || {
+            let p = ptr;
+            // SAFETY: see `SessionPtr`.
+            unsafe { (*p.0).run() }
+        });
+        r.map_err(|e| raise(py, "TccError", e))
+    }
+}
+
+// ---------------------------------------------------------------------------------
 // Contraction order
 // ---------------------------------------------------------------------------------
 
@@ -610,6 +820,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(optimize_path, m)?)?;
     m.add_class::<NativeLibrary>()?;
     m.add_class::<Program>()?;
+    m.add_class::<TiledSession>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

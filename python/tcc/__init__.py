@@ -16,6 +16,9 @@
   instead of refusing), runs the JIT-compiled code without the GIL, and returns
   the outputs as new numpy arrays: the array for one output, a tuple in
   declaration order for several.
+* :func:`tiled` opens a program in tiled storage (symmetry-packed, block-sparse:
+  what ``tcc run --tiled`` runs): pack dense arrays into tiles, or write the
+  tiles directly, run, and read outputs back dense or as tiles.
 * :func:`einsum` runs an einsum expression through tcc (compiled once per
   expression, shapes and dtypes).
 * :func:`contract_path` gives tcc's contraction order in opt_einsum's format.
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as _np
 
@@ -35,6 +38,10 @@ from .errors import ArgumentError, CompileError, Diagnostic, TccError
 __all__ = [
     "compile",
     "Library",
+    "tiled",
+    "TiledProgram",
+    "TiledTensor",
+    "Tile",
     "einsum",
     "contract_path",
     "PathInfo",
@@ -137,6 +144,120 @@ def compile(source_or_path, sizes: Optional[Dict[str, int]] = None, *, name: Opt
     names = [native.program(k).name for k in range(len(native))]
     warnings = [Diagnostic(**d) for d in native.warnings]
     return Library(native, names, warnings)
+
+
+# ---------------------------------------------------------------------------------
+# tiled
+# ---------------------------------------------------------------------------------
+
+
+class Tile(NamedTuple):
+    """One stored tile: it starts at ``offset`` in the tensor's packed array and
+    holds the index box ``start + [0, extent)``, row-major (last index fastest)."""
+
+    offset: int
+    start: Tuple[int, ...]
+    extent: Tuple[int, ...]
+
+
+class TiledTensor(NamedTuple):
+    """An input or output of a tiled program: ``stored`` elements (its tiles)
+    against ``dense`` (every element), in ``tiles`` tiles."""
+
+    name: str
+    role: str
+    shape: Tuple[int, ...]
+    stored: int
+    dense: int
+    tiles: int
+
+
+class TiledProgram:
+    """A program held open in tiled storage: each tensor keeps only the tiles its
+    declarations need (one per symmetry orbit, only the allowed blocks).
+
+    ``pack(A=array, ...)`` fills inputs from dense float64 arrays (an array
+    without the declared symmetry, or nonzero outside the declared blocks, is an
+    :class:`ArgumentError`: the tiles would silently drop values);
+    ``set_data(name, packed)`` writes the packed storage directly (layout in
+    ``tiles(name)``); ``run()`` runs the task sets (every input must have been
+    given); ``unpack(name)`` returns a dense array, ``data(name)`` the packed one.
+    Calling the program, ``prog(A=..., B=...)``, packs, runs and returns the
+    outputs dense (one array, or a tuple in declaration order).
+    """
+
+    def __init__(self, native):
+        self._native = native
+        self.tensors: Dict[str, TiledTensor] = {
+            t[0]: TiledTensor(t[0], t[1], tuple(t[2]), t[3], t[4], t[5]) for t in native.tensors()
+        }
+        self.flops, self.dense_flops = native.flops()
+
+    @property
+    def inputs(self) -> List[str]:
+        return [n for n, t in self.tensors.items() if t.role == "input"]
+
+    @property
+    def outputs(self) -> List[str]:
+        return [n for n, t in self.tensors.items() if t.role == "output"]
+
+    def tiles(self, name: str) -> List[Tile]:
+        return [Tile(o, tuple(s), tuple(e)) for o, s, e in self._native.tiles(name)]
+
+    def pack(self, copy: bool = False, **arrays) -> None:
+        for name, array in arrays.items():
+            self._native.pack(name, array, copy)
+
+    def set_data(self, name: str, packed, copy: bool = False) -> None:
+        self._native.set_data(name, packed, copy)
+
+    def data(self, name: str):
+        return self._native.data(name)
+
+    def unpack(self, name: str):
+        return self._native.unpack(name)
+
+    def run(self) -> None:
+        self._native.run()
+
+    def __call__(self, copy: bool = False, **arrays):
+        unknown = [n for n in arrays if n not in self.tensors or self.tensors[n].role != "input"]
+        if unknown:
+            raise ArgumentError(f"tiled: {', '.join(unknown)} not among the inputs ({', '.join(self.inputs)})")
+        self.pack(copy=copy, **arrays)
+        self.run()
+        outs = tuple(self.unpack(n) for n in self.outputs)
+        return outs[0] if len(outs) == 1 else outs
+
+    def __repr__(self) -> str:
+        parts = [f"{t.name}: {t.stored}/{t.dense} stored" for t in self.tensors.values()]
+        return f"<tcc.TiledProgram {', '.join(parts)}; {self.flops:.3e} flops (dense {self.dense_flops:.3e})>"
+
+
+def tiled(
+    source_or_path,
+    program: Optional[str] = None,
+    *,
+    tile: Optional[int] = None,
+    threads: Optional[int] = None,
+) -> TiledProgram:
+    """Opens a program in tiled storage (``tcc run --tiled``'s data model).
+
+    ``source_or_path``: the program's text or a ``.tc`` path (as for
+    :func:`compile`; sizes are the source's). ``program``: which program of the
+    file (needed when it has several). ``tile``: tile size of ranges that declare
+    none. ``threads``: worker threads (default ``TCC_NUM_THREADS`` or every core).
+    """
+    if isinstance(source_or_path, os.PathLike) or (
+        isinstance(source_or_path, str) and _looks_like_path(source_or_path)
+    ):
+        with open(os.fspath(source_or_path), encoding="utf-8") as f:
+            source = f.read()
+    elif isinstance(source_or_path, str):
+        source = source_or_path
+    else:
+        raise TypeError(f"tcc.tiled: expected a source string or a path, got {type(source_or_path).__name__}")
+    return TiledProgram(_native.TiledSession(source, program, tile, threads))
 
 
 # ---------------------------------------------------------------------------------

@@ -272,13 +272,13 @@ pub fn run_report_with(
                 fmt_num(s.checksum)
             )
             .map_err(report_err)?;
-            if let Some(v) = interp::tensor_symmetry_violation(value, tensor, SYMMETRY_RTOL) {
+            if let Some(v) = interp::tensor_symmetry_violation(&*value, tensor, SYMMETRY_RTOL) {
                 eprintln!(
                     "warning[W0701]: output `{name}` of {kind} `{}` does not have its declared symmetry: {v}",
                     unit.name
                 );
             }
-            if let Some(v) = interp::block_violation(hir, *t, value) {
+            if let Some(v) = interp::block_violation(hir, *t, &*value) {
                 eprintln!(
                     "warning[W0704]: output `{name}` of {kind} `{}` is nonzero outside its declared blocks: {v}",
                     unit.name

@@ -79,15 +79,19 @@ pub fn run_tiled(hir: &Hir, opts: &RunOptions, r: &TiledRun, out: &mut dyn Write
     })
 }
 
-/// An `--input` array must have the symmetry its tensor declares: tiled storage
-/// keeps one tile per symmetry orbit and would silently drop the rest.
+/// An `--input` array must have the symmetry and blocks its tensor declares:
+/// tiled storage keeps one tile per symmetry orbit, only the allowed blocks, and
+/// would silently drop the rest.
 fn structure_check(hir: &Hir, t: crate::ids::TensorId, dense: &Dense) -> Result<(), CommandError> {
-    let tensor = &hir.tensors[t];
-    if let Some(v) = interp::symmetry_violation(dense, &tensor.symmetry, 1e-12) {
+    if let Some(v) = super::session::structure_violation(hir, t, dense.into()) {
         return Err(fail(
             "E0761",
-            format!("input `{}` does not have its declared symmetry: {v}", tensor.name),
-            Some("tiled storage keeps one tile per symmetry orbit; fix the array or the declaration".into()),
+            format!("input `{}` does not have its declared structure: {v}", hir.tensors[t].name),
+            Some(
+                "tiled storage keeps one tile per symmetry orbit and only the allowed blocks; fix the array or the \
+                 declaration"
+                    .into(),
+            ),
         ));
     }
     Ok(())

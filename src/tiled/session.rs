@@ -10,6 +10,7 @@ use super::exec::{Program, TiledOptions};
 use crate::ids::TensorId;
 use crate::pipeline::PipelineOptions;
 use crate::sema::hir::Role;
+use crate::tensor::DenseRef;
 use tcc_runtime::comm::Communicator;
 
 /// The communicator a session runs on: its own (a library's duplicate of the
@@ -100,6 +101,12 @@ impl<'c> Session<'c> {
         self.rank.as_ref().expect("open until dropped")
     }
 
+    /// The flops the program executes on tiles (all ranks together), and the
+    /// flops of the same steps computed dense.
+    pub fn flops(&self) -> (f64, f64) {
+        (self.program.planned_flops(), self.program.dense_flops)
+    }
+
     /// This rank and the number of ranks.
     pub fn rank_and_size(&self) -> (usize, usize) {
         (self.comm.get().rank(), self.comm.get().size())
@@ -139,9 +146,15 @@ impl<'c> Session<'c> {
     }
 
     /// Fills this rank's tiles of tensor `t` from the whole tensor, dense and
-    /// row-major (`dense.len()` must be the product of its extents).
+    /// row-major (`dense.len()` must be the product of its extents). An array
+    /// without the tensor's declared symmetry or nonzero outside its blocks is
+    /// refused: the tiles would keep part of it and silently drop the rest.
     pub fn pack_dense(&mut self, t: usize, dense: &[f64]) -> Result<(), String> {
         let (shape, tiles) = self.dense_args(t, dense.len())?;
+        let (name, id, _) = &self.tensors[t];
+        if let Some(why) = structure_violation(&self.program.hir, *id, DenseRef { shape: &shape, data: dense }) {
+            return Err(format!("`{name}` cannot be stored in its tiles: {why}"));
+        }
         let buf = self.data_mut(t).unwrap_or_default();
         for tile in &tiles {
             let mut k = tile.offset;
@@ -177,6 +190,63 @@ impl<'c> Session<'c> {
         Ok(())
     }
 
+    /// Checks this rank's buffer of tensor `t` as written by a caller: a tile on
+    /// the diagonal of a symmetry group holds elements that are images of each
+    /// other, and they must agree (sign applied; zero where the symmetry forces
+    /// it), or the program would read values no dense tensor has.
+    pub fn check_packed(&mut self, t: usize) -> Result<(), String> {
+        let (name, id, _) = self.tensors.get(t).ok_or_else(|| format!("tensor number {t} is out of range"))?;
+        let (name, id) = (name.clone(), *id);
+        let group = crate::symmetry::PermGroup::of(&self.program.hir.tensors[id]);
+        if group.elements().len() <= 1 {
+            return Ok(());
+        }
+        let tiles = self.tiles(t).unwrap_or_default();
+        let buf = self.data_mut(t).unwrap_or_default();
+        let tol = 1e-12 * buf.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        let mut bad = None;
+        let perms: Vec<&[usize]> = group.elements().iter().map(|(p, _)| p.as_slice()).collect();
+        for tile in &tiles {
+            // Only a tile that some permutation maps onto itself holds images of
+            // its own elements (tilings of symmetric dimensions are alike).
+            let apply = crate::symmetry::PermGroup::apply;
+            let on_diagonal = perms.iter().any(|p| {
+                p.iter().enumerate().any(|(k, &x)| k != x)
+                    && apply(p, &tile.start) == tile.start
+                    && apply(p, &tile.extent) == tile.extent
+            });
+            if !on_diagonal {
+                continue;
+            }
+            let mut k = tile.offset;
+            for_each_box(&tile.start, &tile.extent, |idx| {
+                let v = buf[k];
+                k += 1;
+                if bad.is_some() {
+                    return;
+                }
+                let (rep, sign) = group.canonical(idx);
+                let inside = rep.iter().zip(&tile.start).zip(&tile.extent).all(|((&x, &s), &e)| x >= s && x < s + e);
+                let want = if sign == 0 {
+                    0.0
+                } else if rep.as_slice() != idx && inside {
+                    let local: Vec<usize> = rep.iter().zip(&tile.start).map(|(x, s)| x - s).collect();
+                    f64::from(sign) * buf[tile.offset + linear(&tile.extent, &local)]
+                } else {
+                    return;
+                };
+                #[allow(clippy::neg_cmp_op_on_partial_ord)]
+                if !((v - want).abs() <= tol) {
+                    bad = Some(format!(
+                        "packed `{name}`: element {idx:?} = {v:e} but its symmetry makes it {want:e} (a tile on the \
+                         diagonal holds both; write both images, or fill it with pack)"
+                    ));
+                }
+            });
+        }
+        bad.map_or(Ok(()), Err)
+    }
+
     /// The extents and local tiles of tensor `t`, after checking that a dense
     /// array of `len` elements is the whole tensor.
     fn dense_args(&self, t: usize, len: usize) -> Result<(Vec<usize>, Vec<LocalTile>), String> {
@@ -188,8 +258,26 @@ impl<'c> Session<'c> {
         Ok((shape, self.tiles(t).unwrap_or_default()))
     }
 
-    /// Runs the program on the filled input tiles (collective).
+    /// Runs the program on the filled input tiles (collective). Inputs whose
+    /// diagonal tiles break their symmetry are refused first (see
+    /// [`Session::check_packed`]).
     pub fn run(&mut self) -> Result<(), String> {
+        let mut refused = None;
+        for t in 0..self.tensors.len() {
+            if self.tensors[t].2 != Role::Output && refused.is_none() {
+                refused = self.check_packed(t).err();
+            }
+        }
+        // Every rank learns whether any refused, so none is left waiting in the
+        // run's exchanges for one that returned.
+        let mut flag = [if refused.is_some() { 1.0 } else { 0.0 }];
+        self.comm.get().allreduce(&mut flag, tcc_runtime::comm::ReduceOp::Max);
+        if let Some(e) = refused {
+            return Err(e);
+        }
+        if flag[0] > 0.0 {
+            return Err("another rank refused its input tiles (see its error)".to_string());
+        }
         let rank = self.rank.as_mut().expect("open until dropped");
         rank.run(self.comm.get()).map_err(|e| e.to_string())
     }
@@ -201,6 +289,14 @@ impl Drop for Session<'_> {
         // SAFETY: leaked in `open`; `rank`, its only borrower, is gone.
         drop(unsafe { Box::from_raw(self.program as *const Program as *mut Program) });
     }
+}
+
+/// Where a dense value `x` of tensor `t` breaks the structure its tiled storage
+/// relies on: its declared symmetries (to 1e-12 of its largest magnitude) or its
+/// block rules (exactly: elements outside the blocks must be 0).
+pub fn structure_violation(hir: &crate::sema::hir::Hir, t: TensorId, x: DenseRef<'_>) -> Option<String> {
+    crate::interp::tensor_symmetry_violation(x, &hir.tensors[t], 1e-12)
+        .or_else(|| crate::interp::block_violation(hir, t, x))
 }
 
 /// Row-major position of `idx` in a tensor of `shape`.

@@ -430,3 +430,89 @@ fn sessions_filled_by_the_caller_equal_the_interpreter_tile_by_tile() {
         .unwrap();
     }
 }
+
+#[test]
+fn sessions_refuse_arrays_and_tiles_that_break_the_declared_structure() {
+    // Packing would keep one tile per orbit and only allowed blocks, dropping
+    // the rest; a diagonal tile written by hand holds images of its own
+    // elements that must agree. On 1 and 2 ranks: a refusal on one rank must
+    // not leave the other waiting in the run's exchanges.
+    let source = include_str!("../../tests/tiled/ccd_small.tc");
+    for ranks in 1..=2 {
+        let opts = TiledOptions { tile: 2, threads: 1, schedule: Schedule::Dynamic, ..Default::default() };
+        crate::exec::launch::launch(
+            ranks,
+            false,
+            |make| make(tcc_runtime::comm::Backend::Threads),
+            |_| Ok(()),
+            crate::exec::launch::OnError::Return,
+            |comm| {
+                let comm = super::session::SessionComm::Lent(comm);
+                let mut s = super::session::Session::open(source, None, comm, opts.clone()).unwrap();
+                let (hir, _) = crate::compile(source, "ccd_small");
+                let hir = hir.unwrap();
+                let v = s.tensor("Vvvvv").unwrap();
+                let vid = hir.tensors.ids().find(|&t| hir.tensors[t].name == "Vvvvv").unwrap();
+                let good = interp::fill_random(&hir, vid, 3).unwrap();
+                s.pack_dense(v, &good.data).unwrap();
+                // Not antisymmetric: refused.
+                let ones = vec![1.0; good.data.len()];
+                let e = s.pack_dense(v, &ones).unwrap_err();
+                assert!(e.contains("antisymmetric"), "{e}");
+                // Nonzero outside the spin blocks (a symmetric-consistent array):
+                // refused when the tensor has block rules.
+                if !hir.tensors[vid].blocks.is_empty() {
+                    let mut outside = good.clone();
+                    let d = &outside.shape.clone();
+                    let mut found = false;
+                    crate::tensor::for_each_index(d, |idx| {
+                        if !found && good.get(idx) == 0.0 && idx[0] != idx[1] && idx[2] != idx[3] {
+                            let ranges: Vec<_> = hir.tensors[vid].dims.iter().map(|&r| &hir.ranges[r]).collect();
+                            if hir.tensors[vid].blocks.iter().any(|r| !crate::symmetry::rule_allows(r, &ranges, idx)) {
+                                found = true;
+                                let group = crate::symmetry::PermGroup::of(&hir.tensors[vid]);
+                                for (perm, _) in group.elements() {
+                                    let img = crate::symmetry::PermGroup::apply(perm, idx);
+                                    let (_, s1) = group.canonical(idx);
+                                    let (_, s2) = group.canonical(&img);
+                                    let at = crate::tensor::linear(d, &img);
+                                    outside.data[at] = f64::from(s1 * s2);
+                                }
+                            }
+                        }
+                    });
+                    assert!(found);
+                    let e = s.pack_dense(v, &outside.data).unwrap_err();
+                    assert!(e.contains("outside the blocks"), "{e}");
+                }
+                for tid in hir.unit_inputs(UnitId::new(0)) {
+                    if tid != vid {
+                        let t = s.tensor(&hir.tensors[tid].name).unwrap();
+                        s.pack_dense(t, &interp::fill_random(&hir, tid, 4).unwrap().data).unwrap();
+                    }
+                }
+                // The owner of V's first tile (on the diagonal of both pairs)
+                // breaks it by hand: every rank's run fails (the owner with the
+                // element, the others because it did).
+                let tiles = s.tiles(v).unwrap();
+                let first = tiles.iter().find(|t| t.start.iter().all(|&x| x == 0));
+                if let Some(diag) = first {
+                    let len: usize = diag.extent.iter().product();
+                    let offset = diag.offset;
+                    let buf = s.data_mut(v).unwrap();
+                    for x in &mut buf[offset..offset + len] {
+                        *x = 1.0;
+                    }
+                }
+                let e = s.run().unwrap_err();
+                if first.is_some() {
+                    assert!(e.contains("packed `Vvvvv`"), "{e}");
+                } else {
+                    assert!(e.contains("another rank"), "{e}");
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    }
+}

@@ -157,6 +157,18 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// mailboxes and boards grow with the square of the count.
 pub const MAX_RANKS: usize = 4096;
 
+/// The communicator of a world of one rank, for a caller that runs alone in its
+/// process (the Python package's tiled programs): every collective is local.
+pub fn solo(backend: Backend) -> Box<dyn Communicator> {
+    let shared = Arc::new(Shared {
+        size: 1,
+        failed: AtomicBool::new(false),
+        failure: Mutex::new(None),
+        contexts: Mutex::new(HashMap::new()),
+    });
+    Rank { rank: 0, shared, next_comm: Cell::new(0) }.comm(backend)
+}
+
 /// Runs `f` on `n` in-process ranks and returns each rank's result, or the first
 /// rank failure (every other rank is aborted, never left waiting). `n` must be in
 /// `1..=MAX_RANKS`; outside it, or when a rank's thread cannot be created (process
