@@ -256,6 +256,21 @@ enum Command {
         /// NAME=SIZE, comma-separated or repeated (default 32 each; reported).
         #[arg(long = "assume", value_name = "NAME=SIZE")]
         assume: Vec<String>,
+        /// Forecast distributed tiled runs instead (`tcc run --tiled --ranks P`,
+        /// MPI, `tcc build --mpi`): per rank the tiles held, flops and words sent
+        /// from the plan the ranks compute, and the predicted time.
+        #[arg(long, conflicts_with_all = ["dot", "naive", "network"])]
+        tiled: bool,
+        /// With --tiled: tile size of ranges that declare none.
+        #[arg(long, value_name = "N", requires = "tiled")]
+        tile: Option<usize>,
+        /// With --tiled: worker threads of each rank.
+        #[arg(long, value_name = "N", requires = "tiled", default_value_t = 1)]
+        threads_per_rank: usize,
+        /// With --tiled: tuning table whose calibration the time model uses
+        /// (default: ~/.config/tcc/tuning.toml if it exists, else built-in values).
+        #[arg(long, value_name = "FILE", requires = "tiled")]
+        tuning: Option<PathBuf>,
     },
     /// Plan a `model` block on N devices: data (ZeRO 0-3, ZeRO++), tensor, sequence
     /// (Ulysses / ring) and expert parallelism, ranked by predicted step time with
@@ -792,7 +807,22 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
 
 /// `tcc plan`: distributed plans for every P of a sweep.
 fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
-    let Command::Plan { file, procs, network, mem_per_rank, json, dot, naive, program, assume } = command else {
+    let Command::Plan {
+        file,
+        procs,
+        network,
+        mem_per_rank,
+        json,
+        dot,
+        naive,
+        program,
+        assume,
+        tiled,
+        tile,
+        threads_per_rank,
+        tuning,
+    } = command
+    else {
         unreachable!("cmd_plan is called for `Plan`")
     };
     let hir = match front_end(ctx, &file) {
@@ -803,6 +833,9 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(o) => return o,
     };
+    if tiled {
+        return plan_tiled(ctx, &hir, program.as_deref(), &procs, mem_per_rank, json, tile, threads_per_rank, tuning);
+    }
     use tcc::plan::{Format, Strategy};
     let format = if json {
         Format::Json
@@ -816,6 +849,42 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
         ctx,
         tcc::plan::plan_command(&hir, program.as_deref(), &procs, &network, mem_per_rank, strategy, format),
     )
+}
+
+/// `tcc plan --tiled`: the forecast of distributed tiled runs.
+#[allow(clippy::too_many_arguments)]
+fn plan_tiled(
+    ctx: &Ctx,
+    hir: &tcc::sema::hir::Hir,
+    program: Option<&str>,
+    procs: &[usize],
+    mem_per_rank: Option<u64>,
+    json: bool,
+    tile: Option<usize>,
+    threads_per_rank: usize,
+    tuning: Option<PathBuf>,
+) -> Outcome {
+    let max = tcc_runtime::comm::threads::MAX_RANKS;
+    if procs.is_empty() || procs.iter().any(|&p| p == 0 || p > max) {
+        return ctx.fail(
+            "E0802",
+            &format!("--procs with --tiled must be between 1 and {max}"),
+            Some("for example --procs 1,4,16"),
+        );
+    }
+    if threads_per_rank == 0 {
+        return ctx.fail("E0760", "--threads-per-rank must be at least 1", None);
+    }
+    let run = match tiled_run(ctx, tile, Schedule::Dynamic, false, false, tuning.as_deref()) {
+        Ok(r) => r,
+        Err(o) => return o,
+    };
+    let units = match hir.select_units(program) {
+        Ok(u) => u,
+        Err(e) => return ctx.error(&e),
+    };
+    let p = tcc::tiled::plan::TiledPlan { tiled: run.tiled, threads_per_rank, mem_per_rank, json };
+    print_result(ctx, tcc::tiled::plan::plan_tiled(hir, &units, procs, &p))
 }
 
 /// A command's text to stdout, or its error.

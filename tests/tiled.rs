@@ -280,3 +280,83 @@ fn tune_calibrates_the_time_model_that_stats_print() {
     let out = String::from_utf8(out.get_output().stdout.clone()).unwrap();
     assert!(out.contains("model: ") && out.contains("built-in values"), "{out}");
 }
+
+#[test]
+fn plan_tiled_forecasts_what_the_ranks_then_measure() {
+    // `tcc plan --tiled` plans as the ranks do: per rank, the flops and words
+    // sent it forecasts are those `tcc run --tiled --ranks P --stats` counts.
+    use predicates::prelude::*;
+    let f = path("tests/tiled/ccd_small.tc");
+    for ranks in [2usize, 3] {
+        let out = tcc()
+            .args(["plan", "--tiled", "--tile", "2", "--json", "--procs"])
+            .arg(ranks.to_string())
+            .arg(&f)
+            .assert()
+            .success();
+        let v: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+        let plan = &v["units"][0]["plans"][0];
+        assert_eq!(plan["procs"], ranks);
+        let forecast: Vec<(f64, f64)> = plan["ranks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["flops"].as_f64().unwrap(), r["words_sent"].as_f64().unwrap()))
+            .collect();
+        assert_eq!(forecast.len(), ranks);
+        let run = tcc()
+            .env("TCC_NUM_THREADS", ranks.to_string())
+            .args(["run", "--tiled", "--tile", "2", "--stats", "--ranks"])
+            .arg(ranks.to_string())
+            .arg(&f)
+            .assert()
+            .success();
+        let text = String::from_utf8_lossy(&run.get_output().stdout).to_string();
+        for (r, (flops, words)) in forecast.iter().enumerate() {
+            let line = text.lines().find(|l| l.trim_start().starts_with(&format!("rank {r}: owns"))).unwrap();
+            assert!(line.contains(&format!("sent {} words (planned {})", *words as u64, *words as u64)), "{line}");
+            assert!(line.contains(&format!("{flops:.3e} flops")), "{flops:.3e} in {line}");
+        }
+    }
+    // Text, and a limit nothing fits: E0803 with the table.
+    tcc()
+        .args(["plan", "--tiled", "--procs", "1,2"])
+        .arg(&f)
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("tiled plan of").and(predicates::str::contains("flops on tiles")));
+    tcc()
+        .args(["plan", "--tiled", "--procs", "1,2", "--mem-per-rank", "1KiB"])
+        .arg(&f)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("E0803").and(predicates::str::contains("exceeds 1.0 KiB")));
+    // Options that mean nothing here are refused, not ignored.
+    for bad in [&["--network", "torus:2x2"][..], &["--naive"], &["--dot"]] {
+        tcc()
+            .args(["plan", "--tiled", "--procs", "2"])
+            .args(bad)
+            .arg(&f)
+            .assert()
+            .code(1)
+            .stderr(predicates::str::contains("cannot be used with"));
+    }
+    tcc()
+        .args(["plan", "--tile", "4", "--procs", "2"])
+        .arg(&f)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("--tiled"));
+    tcc()
+        .args(["plan", "--tiled", "--procs", "5000"])
+        .arg(&f)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("E0802"));
+    tcc()
+        .args(["plan", "--tiled", "--procs", "2", "--threads-per-rank", "0"])
+        .arg(&f)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("E0760"));
+}

@@ -30,7 +30,7 @@ mod search;
 mod tests;
 
 use crate::error::CommandError;
-use crate::sema::hir::{Hir, IdVec, IndexId, TensorId, UnitId};
+use crate::sema::hir::{Hir, IdVec, IndexId, TensorId};
 use serde::Serialize;
 
 pub use bounds::{lower_bound, Bound, BoundIndex};
@@ -565,20 +565,7 @@ pub fn plan_command(
             hint: Some("for example --procs 64 or --procs 4,64,1024".into()),
         });
     }
-    let units: Vec<UnitId> = match program {
-        None => hir.units.ids().collect(),
-        Some(name) => match hir.unit_by_name(name) {
-            Some(u) => vec![u],
-            None => {
-                let names: Vec<&str> = hir.units.iter().map(|u| u.name.as_str()).collect();
-                return Err(CommandError {
-                    code: "E0702",
-                    message: format!("no program or model named `{name}`"),
-                    hint: Some(format!("this file has: {}", names.join(", "))),
-                });
-            }
-        },
-    };
+    let units = hir.select_units(program)?;
     let (opt, _) = crate::pipeline::optimize(hir, &Default::default());
     let mut plans = Vec::new();
     let mut failures: Vec<(usize, CommandError)> = Vec::new();

@@ -173,7 +173,7 @@ pub fn run_interp(hir: &Hir, opts: &RunOptions, out: &mut dyn Write) -> Result<(
 /// bad `--input`, an output directory that cannot be created), so that a
 /// distributed run fails on every rank alike, before any communication.
 pub fn check_options(hir: &Hir, opts: &RunOptions) -> Result<(), CommandError> {
-    let units = select_units(hir, opts)?;
+    let units = hir.select_units(opts.program.as_deref())?;
     load_inputs(hir, &units, opts)?;
     if let Some(dir) = opts.output_dir.as_deref() {
         std::fs::create_dir_all(dir)
@@ -214,7 +214,7 @@ pub fn run_report_with(
     if opts.save_inputs && !fill_inputs {
         return Err(fail("E0760", "--save-inputs does not apply to tiled runs (inputs are never made dense)", None));
     }
-    let units = select_units(hir, opts)?;
+    let units = hir.select_units(opts.program.as_deref())?;
     let loaded = load_inputs(hir, &units, opts)?;
     let dir = opts.output_dir.as_deref();
     if let Some(dir) = dir {
@@ -319,24 +319,6 @@ pub fn run_report_with(
         }
     }
     Ok(())
-}
-
-fn unit_names(hir: &Hir) -> String {
-    names(hir.units.iter().map(|u| u.name.clone()))
-}
-
-fn select_units(hir: &Hir, opts: &RunOptions) -> Result<Vec<UnitId>, CommandError> {
-    match &opts.program {
-        None => Ok(hir.units.ids().collect()),
-        Some(name) => match hir.unit_by_name(name) {
-            Some(u) => Ok(vec![u]),
-            None => Err(fail(
-                "E0702",
-                format!("there is no program or model named `{name}`"),
-                Some(format!("the file defines: {}", unit_names(hir))),
-            )),
-        },
-    }
 }
 
 fn role_name(r: Role) -> &'static str {

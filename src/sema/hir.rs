@@ -440,6 +440,22 @@ impl Hir {
         self.units.position(|u| u.name == name)
     }
 
+    /// The units `--program NAME` selects (all without it); E0702 naming the
+    /// file's units for an unknown name.
+    pub fn select_units(&self, program: Option<&str>) -> Result<Vec<UnitId>, crate::error::CommandError> {
+        match program {
+            None => Ok(self.units.ids().collect()),
+            Some(name) => self.unit_by_name(name).map(|u| vec![u]).ok_or_else(|| {
+                let names: Vec<String> = self.units.iter().map(|u| format!("`{}`", u.name)).collect();
+                crate::error::CommandError::new(
+                    "E0702",
+                    format!("there is no program or model named `{name}`"),
+                    Some(format!("the file defines: {}", names.join(", "))),
+                )
+            }),
+        }
+    }
+
     /// Tensors a unit reads without writing first: what a caller must supply.
     pub fn unit_inputs(&self, u: UnitId) -> Vec<TensorId> {
         let mut seen = Vec::new();

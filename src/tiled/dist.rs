@@ -372,41 +372,20 @@ pub fn run_rank(
     Ok((outputs, rank.stats))
 }
 
-/// One rank's part of a distributed tiled run: the tiles it owns of every tensor
-/// alive, back to back per tensor in storage-slot order (the documented
-/// distribution of `tcc build --mpi` libraries: the caller fills the input
-/// tiles it owns, runs, and reads the output tiles it owns).
-pub struct RankTiles<'p> {
-    program: &'p Program,
-    opts: TiledOptions,
+/// Everything every rank plans alike before a distributed run: ownership, each
+/// task set's placement and exchanges, when temporaries die, and the predicted
+/// time ([`super::model`]).
+struct Planned {
     own: Ownership,
-    me: usize,
-    ranks: usize,
-    local: HashMap<TensorId, Local>,
     plans: Vec<SetPlan>,
-    /// The task set after which each temporary is no longer used.
     last_use: HashMap<TensorId, usize>,
-    pub stats: RankStats,
+    plan_s: f64,
+    model_s: f64,
+    model_exchange_s: f64,
 }
 
-/// What every rank knows of one task set before it runs (the inspector): its
-/// tasks, where each piece of work runs, and the two exchanges.
-struct SetPlan {
-    tasks: Vec<(usize, Coord, f64)>,
-    placed: placement::SetPlacement,
-    fetch: Exchange,
-    reduce: Exchange,
-}
-
-impl<'p> RankTiles<'p> {
-    /// Rank `me` of `ranks`, holding zeroed tiles of the unit's inputs and outputs,
-    /// with every task set planned.
-    pub fn new(
-        program: &'p Program,
-        me: usize,
-        ranks: usize,
-        opts: &TiledOptions,
-    ) -> Result<RankTiles<'p>, CommandError> {
+impl Planned {
+    fn new(program: &Program, ranks: usize, opts: &TiledOptions) -> Planned {
         let t0 = std::time::Instant::now();
         let work: Vec<SetWork> =
             program.task_sets().iter().map(|set| SetWork::new(program, set, &opts.model)).collect();
@@ -443,7 +422,7 @@ impl<'p> RankTiles<'p> {
         }
         let plan_s = t0.elapsed().as_secs_f64();
         let threads = opts.threads.max(1) as f64;
-        let (mut model_s, mut model_exchange_s, mut planned_words) = (0.0, 0.0, 0.0);
+        let (mut model_s, mut model_exchange_s) = (0.0, 0.0);
         for plan in &plans {
             // The fetch overlaps the work that reads only local tiles.
             let (fetch, reduce) = (plan.fetch.model_seconds(&opts.model), plan.reduce.model_seconds(&opts.model));
@@ -456,8 +435,122 @@ impl<'p> RankTiles<'p> {
                 .fold(0.0, f64::max);
             model_s += work + reduce;
             model_exchange_s += fetch + reduce;
-            planned_words += (plan.fetch.sent_by(me) + plan.reduce.sent_by(me)) as f64;
         }
+        Planned { own, plans, last_use, plan_s, model_s, model_exchange_s }
+    }
+}
+
+/// What a distributed tiled run will do, from the plan every rank computes
+/// (`tcc plan --tiled`): per rank, and the predicted time.
+#[derive(Debug, Clone)]
+pub struct Forecast {
+    pub ranks: Vec<RankForecast>,
+    /// Predicted wall time and the exchange rounds in it ([`RankStats::model_s`]).
+    pub model_s: f64,
+    pub model_exchange_s: f64,
+    pub plan_s: f64,
+}
+
+/// One rank's share of a [`Forecast`]: the same quantities `--stats` measures.
+#[derive(Debug, Clone, Default)]
+pub struct RankForecast {
+    /// Elements of the tiles it owns at the largest point (inputs and outputs
+    /// throughout, temporaries from the task set that writes them to their last use).
+    pub owned_peak: f64,
+    /// Elements of remote operand tiles and partial tiles held during one task
+    /// set, at the largest.
+    pub fetched_peak: f64,
+    pub flops: f64,
+    pub words_sent: f64,
+}
+
+impl RankForecast {
+    /// Bytes of tiles held at once, at most (`f64` elements).
+    pub fn peak_bytes(&self) -> f64 {
+        8.0 * (self.owned_peak + self.fetched_peak)
+    }
+}
+
+/// Plans `program` on `ranks` ranks as a run would, without allocating a tile.
+pub fn forecast(program: &Program, ranks: usize, opts: &TiledOptions) -> Forecast {
+    let planned = Planned::new(program, ranks, opts);
+    let hir = &program.hir;
+    let mut per = vec![RankForecast::default(); ranks];
+    // Elements of `t` each rank owns.
+    let owned_of = |t: TensorId| {
+        let l = &program.layouts[&t];
+        let mut v = vec![0.0; ranks];
+        for c in l.tiles() {
+            v[planned.own.owner(c)] += l.tile_len(c) as f64;
+        }
+        v
+    };
+    let mut alive: HashMap<TensorId, Vec<f64>> = hir
+        .unit_inputs(program.unit)
+        .into_iter()
+        .chain(hir.unit_outputs(program.unit))
+        .map(|t| (t, owned_of(t)))
+        .collect();
+    for (l, (set, plan)) in program.task_sets().iter().zip(&planned.plans).enumerate() {
+        for &s in set {
+            let t = program.written(s);
+            alive.entry(t).or_insert_with(|| owned_of(t));
+        }
+        for (r, f) in per.iter_mut().enumerate() {
+            f.owned_peak = f.owned_peak.max(alive.values().map(|v| v[r]).sum());
+            let received: usize = plan.fetch.received(r).iter().map(|s| s.len).sum();
+            let partial: usize = plan.reduce.shipments[r].iter().map(|s| s.len).sum();
+            f.fetched_peak = f.fetched_peak.max((received + partial) as f64);
+            f.flops += plan.placed.flops[r];
+            f.words_sent += (plan.fetch.sent_by(r) + plan.reduce.sent_by(r)) as f64;
+        }
+        alive.retain(|t, _| hir.tensors[*t].role != Role::Temporary || planned.last_use.get(t).is_some_and(|&u| u > l));
+    }
+    Forecast {
+        ranks: per,
+        model_s: planned.model_s,
+        model_exchange_s: planned.model_exchange_s,
+        plan_s: planned.plan_s,
+    }
+}
+
+/// One rank's part of a distributed tiled run: the tiles it owns of every tensor
+/// alive, back to back per tensor in storage-slot order (the documented
+/// distribution of `tcc build --mpi` libraries: the caller fills the input
+/// tiles it owns, runs, and reads the output tiles it owns).
+pub struct RankTiles<'p> {
+    program: &'p Program,
+    opts: TiledOptions,
+    own: Ownership,
+    me: usize,
+    ranks: usize,
+    local: HashMap<TensorId, Local>,
+    plans: Vec<SetPlan>,
+    /// The task set after which each temporary is no longer used.
+    last_use: HashMap<TensorId, usize>,
+    pub stats: RankStats,
+}
+
+/// What every rank knows of one task set before it runs (the inspector): its
+/// tasks, where each piece of work runs, and the two exchanges.
+struct SetPlan {
+    tasks: Vec<(usize, Coord, f64)>,
+    placed: placement::SetPlacement,
+    fetch: Exchange,
+    reduce: Exchange,
+}
+
+impl<'p> RankTiles<'p> {
+    /// Rank `me` of `ranks`, holding zeroed tiles of the unit's inputs and outputs,
+    /// with every task set planned.
+    pub fn new(
+        program: &'p Program,
+        me: usize,
+        ranks: usize,
+        opts: &TiledOptions,
+    ) -> Result<RankTiles<'p>, CommandError> {
+        let Planned { own, plans, last_use, plan_s, model_s, model_exchange_s } = Planned::new(program, ranks, opts);
+        let planned_words = plans.iter().map(|p| (p.fetch.sent_by(me) + p.reduce.sent_by(me)) as f64).sum();
         let mut r = RankTiles {
             program,
             opts: opts.clone(),

@@ -13,6 +13,7 @@ pub mod exec;
 pub mod layout;
 pub mod model;
 pub mod placement;
+pub mod plan;
 pub mod run;
 pub mod session;
 pub mod space;

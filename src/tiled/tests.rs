@@ -516,3 +516,43 @@ fn sessions_refuse_arrays_and_tiles_that_break_the_declared_structure() {
         .unwrap();
     }
 }
+
+/// `tcc plan --tiled` forecasts per rank what a run then measures: owned and
+/// received elements at their peaks, flops and words sent, on 1–4 ranks and
+/// with pieces scattered (words free) or kept with their owners.
+#[test]
+fn the_forecast_equals_what_ranks_measure() {
+    let hir = ccd_terms(4, 7);
+    let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
+    for flops_per_word in [0.0, crate::tiled::placement::FLOPS_PER_WORD] {
+        let opts = TiledOptions { tile: 2, threads: 1, flops_per_word, ..Default::default() };
+        let program = Program::plan(&prepared, UnitId::new(0), &opts).unwrap();
+        for ranks in 1..=4 {
+            let fc = super::dist::forecast(&program, ranks, &opts);
+            let stats = crate::exec::launch::launch(
+                ranks,
+                false,
+                |make| make(tcc_runtime::comm::Backend::Threads),
+                |_| Ok(()),
+                crate::exec::launch::OnError::Return,
+                |comm| super::dist::run_rank(&program, comm, 3, &opts).map(|(_, s)| s),
+            )
+            .unwrap();
+            assert!(fc.model_s > 0.0);
+            for (r, (f, s)) in fc.ranks.iter().zip(&stats).enumerate() {
+                let what = format!("{ranks} ranks, rank {r}, {flops_per_word} flops/word");
+                assert_eq!(f.owned_peak, s.owned_peak, "owned: {what}");
+                assert_eq!(f.fetched_peak, s.fetched_peak, "received: {what}");
+                assert_eq!(f.words_sent, s.words_sent, "sent: {what}");
+                assert!(
+                    (f.flops - s.flops).abs() <= 1e-9 * s.flops.max(1.0),
+                    "flops {} vs {}: {what}",
+                    f.flops,
+                    s.flops
+                );
+            }
+            let total: f64 = fc.ranks.iter().map(|f| f.flops).sum();
+            assert!((total - program.planned_flops()).abs() <= 1e-9 * total.max(1.0));
+        }
+    }
+}
