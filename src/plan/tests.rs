@@ -2,6 +2,7 @@
 
 use super::search::{build_steps, candidates, evaluate, naive_candidate, Cand, Spec};
 use super::*;
+use crate::sema::hir::UnitId;
 use proptest::prelude::{prop, prop_assert, prop_assume, proptest, ProptestConfig};
 use proptest::strategy::Strategy as PStrategy;
 
