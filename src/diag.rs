@@ -79,6 +79,10 @@ fn clamp(span: &Span, len: usize) -> Span {
 /// Renders diagnostics the way a person reads them. `color` is for terminals only;
 /// tests and pipes get plain ASCII-free-of-escapes text.
 pub fn render(diags: &[Diagnostic], file_name: &str, src: &str, color: bool) -> String {
+    let shown = displayable(src);
+    let src = shown.as_str();
+    let name = file_name.escape_debug().to_string();
+    let file_name = name.as_str();
     let mut out = Vec::new();
     for d in diags {
         let kind = match d.severity {
@@ -111,6 +115,31 @@ pub fn render(diags: &[Diagnostic], file_name: &str, src: &str, color: bool) -> 
         let _ = report.finish().write((file_name, Source::from(src)), &mut out);
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `src` as it may be shown on a terminal, byte for byte as long (spans stay
+/// valid): a lone carriage return becomes a line break (the lexer ends lines
+/// there too), other control characters become `?` per byte, and bidirectional
+/// or invisible format characters (three bytes each) become U+FFFD, so that a
+/// hostile source cannot move the cursor, clear the screen or reorder what is
+/// shown.
+pub fn displayable(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    let mut chars = src.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\r' if chars.peek() == Some(&'\n') => out.push('\r'),
+            '\r' => out.push('\n'),
+            '\n' | '\t' => out.push(c),
+            c if c.is_control() => out.extend(std::iter::repeat_n('?', c.len_utf8())),
+            '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}' => {
+                out.push('\u{FFFD}')
+            }
+            c => out.push(c),
+        }
+    }
+    debug_assert_eq!(out.len(), src.len());
+    out
 }
 
 /// A position as editors count it: 1-based line, 1-based column in characters.
@@ -188,6 +217,21 @@ pub fn render_json(diags: &[Diagnostic], file_name: &str, src: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hostile_characters_are_shown_inert_and_spans_stay_valid() {
+        let src = "range N = 3;\u{1b}[2J\0 // note\rtensor\u{202E}x \u{85}y\r\nz";
+        let shown = displayable(src);
+        assert_eq!(shown.len(), src.len());
+        for bad in ['\u{1b}', '\0', '\u{202E}', '\u{85}'] {
+            assert!(!shown.contains(bad), "{bad:?} in {shown:?}");
+        }
+        // The lone CR is a line break; the CRLF pair is kept.
+        assert!(shown.contains("note\ntensor") && shown.contains("y\r\nz"), "{shown:?}");
+        let d = Diagnostic::error("E0001", "m", 12..13, "here");
+        let out = render(&[d], "a\u{1b}.tc", src, false);
+        assert!(!out.contains('\u{1b}') && !out.contains('\u{202E}'), "{out:?}");
+    }
 
     #[test]
     fn line_col_counts_chars() {

@@ -250,3 +250,35 @@ fn lsp_survives_bad_frames_and_answers_every_id() {
         ["1", "3", "4294967296", "null", "null", "4"].iter().map(|s| serde_json::from_str(s).unwrap()).collect();
     assert_eq!(answers, want, "{}", String::from_utf8_lossy(&out));
 }
+
+#[test]
+fn hostile_characters_in_a_source_reach_no_terminal_raw() {
+    // Escape sequences, NUL, bidi overrides and C1 controls in a source (and in
+    // its name) are shown inert in diagnostics: no byte of them reaches stderr.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("evil\u{1b}[2J.tc");
+    std::fs::write(
+        &f,
+        "range N = 3;\u{1b}[2J\u{1b}]0;title\u{7}\0 index i : N;\ninput tensor A[i] \u{202E}: f64;\u{85}\n",
+    )
+    .unwrap();
+    let out = tcc().args(["check"]).arg(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(err.contains("E0001"), "{err}");
+    for bad in ['\u{1b}', '\0', '\u{7}', '\u{202E}', '\u{85}'] {
+        assert!(!err.contains(bad), "{bad:?} reached stderr:\n{err:?}");
+    }
+    assert!(err.contains("\\u{1b}"), "the message names the character, escaped:\n{err}");
+    // A byte-order mark is not an error; a lone carriage return ends a line
+    // everywhere, comments included (so what an editor shows on its own line
+    // after `// note\r` is code, compiled as such).
+    let bom = dir.path().join("bom.tc");
+    std::fs::write(&bom, "\u{FEFF}range N = 3; index i : N; input tensor A[i]; output tensor B[i]; B[i] = A[i];\n")
+        .unwrap();
+    tcc().args(["check"]).arg(&bom).assert().success();
+    let cr = dir.path().join("cr.tc");
+    std::fs::write(&cr, "range N = 3; index i : N; // note\rinput tensor A[i]; output tensor B[i]; B[i] = A[i];\n")
+        .unwrap();
+    tcc().args(["check"]).arg(&cr).assert().success();
+}

@@ -185,6 +185,25 @@ mod mpi {
     }
 
     #[test]
+    fn ranks_started_differently_refuse_to_run() {
+        // Each rank its own seed (a shell expands the rank number), or its own
+        // input file at one path: the ranks would compute a wrong answer or hang.
+        let file = example("four_index.tc");
+        let script = format!("exec {} run {} --backend mpi --seed $OMPI_COMM_WORLD_RANK", tcc_bin(), file.display());
+        let mut cmd = Command::new("mpirun");
+        cmd.args(["--allow-run-as-root", "--oversubscribe", "-np", "3", "sh", "-c", &script]);
+        let t0 = Instant::now();
+        let out = run_limited(&mut cmd, Duration::from_secs(90)).expect("the job ends");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "ranks with different seeds ran: {err}");
+        assert!(err.contains("E0763"), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(60));
+        // The same command line on every rank still runs.
+        let out = mpirun(3, &["run", "--backend", "mpi", "--seed", "7"], &file, None).expect("finishes");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    #[test]
     fn a_failing_mpi_rank_fails_the_job() {
         for mode in ["panic", "exit"] {
             let t0 = Instant::now();

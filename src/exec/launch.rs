@@ -116,6 +116,19 @@ fn launch_mpi<T>(
         return Ok(None);
     }
     let c = comm(&|b| world.comm(b));
+    // Ranks that were started differently would plan differently and then hang
+    // or compute a wrong answer: they compare what they were given first.
+    let mine = fingerprint();
+    let halves = [(mine >> 32) as f64, (mine & 0xffff_ffff) as f64];
+    let mut all = vec![0.0; 2 * size];
+    c.allgather(&halves, &mut all);
+    if let Some(r) = all.chunks(2).position(|h| h != halves) {
+        if world.rank() == 0 || r == 0 {
+            // Rank 0 names the first rank unlike it; a rank unlike rank 0 names 0.
+            return Err(disagreement(world.rank(), r));
+        }
+        return Ok(None);
+    }
     if let OnError::Return = on_error {
         let r = f(c.as_ref());
         drop(c);
@@ -137,6 +150,59 @@ fn launch_mpi<T>(
         }
         Err(_) => abort(2),
     }
+}
+
+/// E0763: rank `me` and rank `other` were started with different command lines,
+/// input files, settings or tcc builds.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+fn disagreement(me: usize, other: usize) -> CommandError {
+    CommandError::new(
+        "E0763",
+        format!(
+            "MPI ranks {me} and {other} were not started alike: their command lines, input files, TCC_* settings, \
+             tuning tables or tcc builds differ"
+        ),
+        Some(
+            "every rank must run the same program on the same inputs (e.g. not `--seed $OMPI_COMM_WORLD_RANK`, \
+             not node-local files that differ)"
+                .into(),
+        ),
+    )
+}
+
+/// A hash of what decides a distributed run on this rank: tcc's version, the
+/// command line, the contents of every file it names (`FILE` or `NAME=FILE`),
+/// the `TCC_*` environment (but `TCC_LOG`), and the default tuning table. Equal
+/// on every rank of a correctly started job.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+fn fingerprint() -> u64 {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: the same in every process of one build.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    env!("CARGO_PKG_VERSION").hash(&mut h);
+    let file = |path: &std::path::Path, h: &mut std::collections::hash_map::DefaultHasher| {
+        if path.is_file() {
+            if let Ok(bytes) = std::fs::read(path) {
+                bytes.hash(h);
+            }
+        }
+    };
+    for arg in std::env::args_os().skip(1) {
+        arg.hash(&mut h);
+        let text = arg.to_string_lossy();
+        file(std::path::Path::new(&*text), &mut h);
+        if let Some((_, path)) = text.split_once('=') {
+            file(std::path::Path::new(path), &mut h);
+        }
+    }
+    let mut vars: Vec<(String, String)> =
+        std::env::vars().filter(|(k, _)| k.starts_with("TCC_") && k != "TCC_LOG").collect();
+    vars.sort();
+    vars.hash(&mut h);
+    if let Some(p) = super::tuning_path(None) {
+        file(&p, &mut h);
+    }
+    h.finish()
 }
 
 /// Without the `mpi` feature: a clear error.

@@ -9,9 +9,9 @@ use std::fmt;
 pub use crate::span::Span;
 
 #[derive(Logos, Debug, Clone, PartialEq)]
-#[logos(skip r"[ \t\r\n\f]+")]
+#[logos(skip r"[ \t\r\n\f\u{FEFF}]+")]
 pub enum Tok {
-    #[regex(r"//[^\n]*", |lex| lex.slice().to_string())]
+    #[regex(r"//[^\n\r]*", |lex| lex.slice().to_string())]
     Comment(String),
 
     // keywords

@@ -39,7 +39,12 @@ pub fn parse(src: &str) -> Parsed {
             let text = src.get(s.clone()).unwrap_or("?");
             Diagnostic::error(
                 "E0001",
-                format!("unexpected character{} `{}`", if text.chars().count() > 1 { "s" } else { "" }, text),
+                // Escaped: a control or bidi character must not act on the terminal.
+                format!(
+                    "unexpected character{} `{}`",
+                    if text.chars().count() > 1 { "s" } else { "" },
+                    text.escape_debug()
+                ),
                 s.clone(),
                 "not part of the language",
             )
