@@ -1235,11 +1235,28 @@ fn opt_command(
     }
 }
 
+/// Whether the command line asks for `--error-format json` (read by hand: it is
+/// needed when clap could not parse the rest).
+fn json_errors_asked() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().enumerate().any(|(k, a)| {
+        a == "--error-format=json" || (a == "--error-format" && args.get(k + 1).is_some_and(|v| v == "json"))
+    })
+}
+
 fn main() -> ExitCode {
     // Usage errors are user errors (exit 1); --help and --version succeed.
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
+            if e.use_stderr() && json_errors_asked() {
+                // Tools that asked for JSON get usage errors as JSON too (E0700).
+                let message = e.render().to_string();
+                let message = message.trim_end().trim_start_matches("error: ");
+                let v = serde_json::json!({"code": "E0700", "severity": "error", "message": message, "hint": null});
+                eprintln!("{v}");
+                return ExitCode::from(1);
+            }
             let _ = e.print();
             return if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
         }

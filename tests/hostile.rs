@@ -282,3 +282,19 @@ fn hostile_characters_in_a_source_reach_no_terminal_raw() {
         .unwrap();
     tcc().args(["check"]).arg(&cr).assert().success();
 }
+
+#[test]
+fn usage_errors_are_json_when_json_is_asked_for() {
+    for args in [&["--error-format=json", "run", "--ranks", "x"][..], &["--error-format", "json", "run", "--bogus"]] {
+        let out = tcc().args(args).arg(example("matmul.tc")).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        let v: serde_json::Value = serde_json::from_str(err.trim()).unwrap_or_else(|e| panic!("{e}: {err}"));
+        assert_eq!(v["code"], "E0700");
+        assert_eq!(v["severity"], "error");
+        assert!(v["message"].as_str().unwrap().contains("--"), "{v}");
+    }
+    // Without it, clap's text as before.
+    let out = tcc().args(["run", "--ranks", "x"]).arg(example("matmul.tc")).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: invalid value"));
+}

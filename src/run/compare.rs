@@ -22,9 +22,11 @@ pub struct RelDiff {
 /// The relative difference of `got` to `want`, element by element (extra elements
 /// of the longer one are not looked at). NaN in either counts as an infinite
 /// difference unless both are NaN; equal infinities (e.g. an `exp` that overflows
-/// in both) agree.
+/// in both) agree, and an infinity against anything else is an infinite
+/// difference. The scale is the largest *finite* magnitude of `want`, so that an
+/// infinity in one element does not excuse a difference in another.
 pub fn rel_diff(got: &[f64], want: &[f64]) -> RelDiff {
-    let scale = want.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(f64::MIN_POSITIVE);
+    let scale = finite_scale(want);
     let mut diff = 0.0f64;
     let mut at = 0;
     for (k, (a, b)) in got.iter().zip(want).enumerate() {
@@ -42,6 +44,11 @@ pub fn rel_diff(got: &[f64], want: &[f64]) -> RelDiff {
         }
     }
     RelDiff { rel: diff / scale, at }
+}
+
+/// The largest finite magnitude of `x`, at least `f64::MIN_POSITIVE`.
+fn finite_scale(x: &[f64]) -> f64 {
+    x.iter().filter(|v| v.is_finite()).fold(0.0f64, |m, v| m.max(v.abs())).max(f64::MIN_POSITIVE)
 }
 
 /// Compares every output of `want` (in id order) with `got`: the worst relative
@@ -130,7 +137,7 @@ pub fn check_outputs(
     let mut worst = 0.0f64;
     for (t, w) in want {
         let (Some(g), Some(m)) = (got.get(t), mag.get(t)) else { return Err(msg) };
-        let scale = m.data.iter().fold(f64::MIN_POSITIVE, |a, x| a.max(x.abs()));
+        let scale = finite_scale(&m.data);
         // NaN against anything but NaN is an infinite difference (as in `rel_diff`).
         let diff = g
             .data
@@ -189,6 +196,12 @@ mod tests {
         let inputs = HashMap::from([(a, Dense { shape: vec![1, 2], data: vec![1.0, -1.0] })]);
         let want = crate::interp::run_unit(&b.hir, u, &inputs).unwrap();
         let out = |v: f64| HashMap::from([(y, Dense { shape: vec![1], data: vec![v] })]);
+        // Infinities: equal ones agree, one against a number does not, and an
+        // infinity elsewhere does not hide a difference.
+        assert_eq!(rel_diff(&[f64::INFINITY, 1.0], &[f64::INFINITY, 1.0]).rel, 0.0);
+        assert_eq!(rel_diff(&[1e300, 1.0], &[f64::INFINITY, 1.0]).rel, f64::INFINITY);
+        assert!(rel_diff(&[f64::INFINITY, 2.0], &[f64::INFINITY, 1.0]).rel >= 0.5);
+        assert_eq!(rel_diff(&[f64::NEG_INFINITY], &[f64::INFINITY]).rel, f64::INFINITY);
         // Rounding noise where the exact value is 0: a false alarm of the plain check.
         assert!(compare_outputs(&b.hir, u, &out(1e-16), &want).is_err());
         assert!(check_outputs(&b.hir, u, &out(1e-16), &want, &inputs).is_ok());

@@ -111,13 +111,24 @@ impl Neumaier {
         self.sum = t;
     }
     fn value(&self) -> f64 {
-        self.sum + self.comp
+        // Past an infinity the compensation is NaN (inf - inf) and means nothing:
+        // the sum is the infinity (or NaN), as numpy reports it.
+        if self.sum.is_finite() {
+            self.sum + self.comp
+        } else {
+            self.sum
+        }
     }
 }
 
-/// A number as the report prints it: 12 significant digits.
+/// A number as the report prints it: 12 significant digits; `inf`, `-inf` and
+/// `nan` as numpy prints them.
 pub fn fmt_num(x: f64) -> String {
-    format!("{x:.11e}")
+    if x.is_nan() {
+        "nan".to_string()
+    } else {
+        format!("{x:.11e}")
+    }
 }
 
 fn plural(n: usize, word: &str) -> String {
@@ -473,6 +484,15 @@ mod tests {
         assert_eq!(fmt_num(s.checksum), "1.35000000000e2");
         assert_eq!(fmt_num(-0.00123456789012345), "-1.23456789012e-3");
         assert_eq!(Summary::of(&[]).checksum, 0.0);
+        // Infinities and NaN as numpy reports them (the compensation used to
+        // turn an infinite sum into NaN).
+        let s = Summary::of(&[1.0, f64::INFINITY, 2.0]);
+        assert_eq!((s.norm2, s.sum, s.checksum), (f64::INFINITY, f64::INFINITY, f64::INFINITY));
+        assert_eq!(fmt_num(s.norm2), "inf");
+        let s = Summary::of(&[f64::NEG_INFINITY, 1.0]);
+        assert_eq!((s.norm2, s.sum), (f64::INFINITY, f64::NEG_INFINITY));
+        assert_eq!(fmt_num(s.sum), "-inf");
+        assert_eq!(fmt_num(Summary::of(&[f64::INFINITY, f64::NEG_INFINITY]).sum), "nan");
     }
 
     #[test]
