@@ -147,11 +147,10 @@ impl Network {
                 "topology" => topology = Some(unq),
                 "dims" => {
                     let inner = v.trim_start_matches('[').trim_end_matches(']');
-                    let d: Result<Vec<usize>, _> = inner.split(',').map(|x| x.trim().parse::<usize>()).collect();
-                    dims =
-                        Some(d.map_err(|_| {
-                            format!("{spec}:{}: dims must be a list of integers, e.g. [8, 8, 16]", n + 1)
-                        })?);
+                    // The same checks as `torus:AxB` (no 0, no wrapped node count).
+                    dims = Some(parse_dims(&inner.replace(',', "x")).map_err(|e| {
+                        format!("{spec}:{}: dims must be a list of positive integers, e.g. [8, 8, 16] ({e})", n + 1)
+                    })?);
                 }
                 _ => kv.push((k, unq)),
             }
@@ -208,10 +207,19 @@ impl Network {
     }
 }
 
+/// The largest torus a plan is made for (2^40 nodes: far beyond any machine).
+pub const MAX_TORUS_NODES: usize = 1 << 40;
+
 fn parse_dims(s: &str) -> Result<Vec<usize>, String> {
     let d: Result<Vec<usize>, _> = s.split(['x', 'X', '*']).map(|x| x.trim().parse::<usize>()).collect();
     match d {
-        Ok(d) if !d.is_empty() && d.iter().all(|&x| x >= 1) => Ok(d),
+        Ok(d) if !d.is_empty() && d.iter().all(|&x| x >= 1) => {
+            // The node count must exist: a product past 2^64 wrapped to 0 nodes.
+            match d.iter().try_fold(1usize, |n, &x| n.checked_mul(x)) {
+                Some(n) if n <= MAX_TORUS_NODES => Ok(d),
+                _ => Err(format!("torus `{s}` has more than {MAX_TORUS_NODES} nodes")),
+            }
+        }
         _ => Err(format!("`{s}` is not a list of torus dimensions like 8x8x16")),
     }
 }
@@ -354,10 +362,15 @@ mod tests {
             "fat-tree:lat=2parsecs",
             "fat-tree:color=red",
             "fat-tree:bw",
+            "torus:4294967296x4294967296",
+            "torus:0x4",
         ] {
             assert!(Network::parse(bad).is_err(), "{bad}");
         }
         assert!(Network::from_toml("topology = \"ring\"", "x.toml").is_err());
         assert!(Network::from_toml("nonsense", "x.toml").is_err());
+        for dims in ["[0, 4]", "[4294967296, 4294967296]"] {
+            assert!(Network::from_toml(&format!("topology = \"torus\"\ndims = {dims}\n"), "x.toml").is_err(), "{dims}");
+        }
     }
 }
