@@ -83,6 +83,9 @@ pub fn render(diags: &[Diagnostic], file_name: &str, src: &str, color: bool) -> 
     let src = shown.as_str();
     let name = file_name.escape_debug().to_string();
     let file_name = name.as_str();
+    // One line index of the source for every report (built per report, 70k
+    // diagnostics took minutes).
+    let mut cache = (file_name, Source::from(src));
     let mut out = Vec::new();
     for d in diags {
         let kind = match d.severity {
@@ -112,7 +115,7 @@ pub fn render(diags: &[Diagnostic], file_name: &str, src: &str, color: bool) -> 
             report = report.with_help(h);
         }
         // Writing into a Vec cannot fail.
-        let _ = report.finish().write((file_name, Source::from(src)), &mut out);
+        let _ = report.finish().write(&mut cache, &mut out);
     }
     String::from_utf8_lossy(&out).into_owned()
 }

@@ -9,7 +9,8 @@
 //!   ([`crate::tir::materialize::materialize`]), so that terms are products of elements.
 //! * `optimize`: contraction order, common sub-expressions, factorization
 //!   ([`crate::tir::optimize`]).
-//! * `rematerialize`: materialize again (the optimizer may leave calls in terms it did
+//! * `rematerialize`: materialize again, and split sums of more than
+//!   [`crate::tir::materialize::MAX_TERMS`] terms into `+=` statements (the optimizer may leave calls in terms it did
 //!   not reorder).
 //! * `fuse`: loop nests with FuseT-style fusion under a memory limit ([`crate::lir`]).
 //!
@@ -155,7 +156,9 @@ pub fn prepare(hir: &Hir, opts: &PipelineOptions) -> Hir {
     let first = crate::tir::materialize::materialize(hir);
     opts.after_hir(Pass::Materialize, &first);
     let (opt, _) = optimize(&first, opts);
-    let prepared = crate::tir::materialize::materialize(&opt);
+    // Sums of more terms than a loop body should hold are split here, after the
+    // optimizer has seen them whole.
+    let prepared = crate::tir::materialize::split_wide_sums(&crate::tir::materialize::materialize(&opt));
     opts.after_hir(Pass::Rematerialize, &prepared);
     prepared
 }

@@ -187,7 +187,9 @@ impl<'a> Problem<'a> {
 /// The runs of a (prefix of a) fusion: `shared[i]` is `S_i`.
 fn runs_of(shared: &[u64]) -> Vec<Run> {
     let mut runs = Vec::new();
-    for bit in 0..64 {
+    // Only the loops shared somewhere (most candidates share few).
+    let any = shared.iter().fold(0u64, |a, &x| a | x);
+    for bit in (0..64).filter(|b| any >> b & 1 == 1) {
         let mut i = 0;
         while i < shared.len() {
             if shared[i] >> bit & 1 == 1 {
@@ -260,10 +262,15 @@ impl Problem<'_> {
         laminar(&runs) && self.slices_consistent(&runs, shared.len())
     }
 
-    /// The buffer of every tensor used in the unit under a fusion.
-    fn buffers(&self, runs: &[Run]) -> BTreeMap<TensorId, Buffer> {
+    /// The buffer of every tensor used in the unit under a fusion (only of the
+    /// temporaries with `temporaries_only`: all that [`Self::peak`] reads, and
+    /// what the search needs per candidate).
+    fn buffers(&self, runs: &[Run], temporaries_only: bool) -> BTreeMap<TensorId, Buffer> {
         let mut out = BTreeMap::new();
         for (&t, users) in &self.users {
+            if temporaries_only && self.hir.tensors[t].role != Role::Temporary {
+                continue;
+            }
             let shape = self.hir.shape(t);
             let mut fixed: Vec<(usize, IndexId)> = Vec::new();
             if self.hir.tensors[t].role == Role::Temporary {
@@ -299,26 +306,33 @@ impl Problem<'_> {
         out
     }
 
-    /// Peak bytes of temporaries live at once (live from first to last use).
+    /// Peak bytes of temporaries live at once (live from first to last use), by
+    /// one sweep over the statements: linear in statements plus buffers (the
+    /// search calls it per candidate; a scan per statement made `tcc opt`
+    /// quadratic in program size).
     fn peak(&self, buffers: &BTreeMap<TensorId, Buffer>) -> u64 {
-        let mut peak = 0u64;
-        for i in 0..self.stmts.len() {
-            let mut live = 0u64;
-            for (&t, b) in buffers {
-                if self.hir.tensors[t].role != Role::Temporary {
-                    continue;
-                }
-                let users = &self.users[&t];
-                if let (Some(&f), Some(&l)) = (users.first(), users.last()) {
-                    if f <= i && i <= l {
-                        let bytes = (b.elements as u64).saturating_mul(self.hir.tensors[t].elem.size_bytes() as u64);
-                        live = live.saturating_add(bytes);
-                    }
+        let n = self.stmts.len();
+        // Bytes becoming live at a statement, and leaving after one.
+        let mut delta = vec![0i128; n + 1];
+        for (&t, b) in buffers {
+            if self.hir.tensors[t].role != Role::Temporary {
+                continue;
+            }
+            let users = &self.users[&t];
+            if let (Some(&f), Some(&l)) = (users.first(), users.last()) {
+                if f <= l && l < n {
+                    let bytes = (b.elements as u64).saturating_mul(self.hir.tensors[t].elem.size_bytes() as u64);
+                    delta[f] += i128::from(bytes);
+                    delta[l + 1] -= i128::from(bytes);
                 }
             }
+        }
+        let (mut live, mut peak) = (0i128, 0i128);
+        for d in &delta[..n] {
+            live += d;
             peak = peak.max(live);
         }
-        peak
+        u64::try_from(peak).unwrap_or(u64::MAX)
     }
 }
 
@@ -345,7 +359,7 @@ impl Search<'_, '_> {
         self.visits += 1;
         if pos == end {
             let runs = runs_of(shared);
-            let peak = self.p.peak(&self.p.buffers(&runs));
+            let peak = self.p.peak(&self.p.buffers(&runs, true));
             let score = match self.mem_limit {
                 Some(limit) if peak <= limit => (false, 0, runs.len(), peak),
                 Some(_) => (true, peak, runs.len(), peak),
@@ -401,9 +415,9 @@ pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
         }
     }
     let runs = runs_of(&shared);
-    let buffers = p.buffers(&runs);
+    let buffers = p.buffers(&runs, false);
     let peak = p.peak(&buffers);
-    let unfused_peak = p.peak(&p.buffers(&[]));
+    let unfused_peak = p.peak(&p.buffers(&[], true));
     let body = build_tree(&p, &runs);
     LoopNest { unit, body, buffers, peak_bytes: peak, unfused_peak_bytes: unfused_peak }
 }

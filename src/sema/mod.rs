@@ -88,6 +88,9 @@ impl UnitState {
     }
 }
 
+/// The most "did you mean" searches in one file (see [`Ctx::suggestions`]).
+pub(crate) const MAX_SUGGESTIONS: usize = 1000;
+
 #[derive(Debug, Default)]
 pub(crate) struct Ctx {
     pub hir: hir::Hir,
@@ -103,6 +106,10 @@ pub(crate) struct Ctx {
     pub bad_index: IdVec<IndexId, bool>,
     /// The range standing for "unknown": dimensions with it are never checked.
     pub poison: Option<RangeId>,
+    /// "Did you mean" searches made so far: each scans every visible name, so
+    /// a file of thousands of unknown names stops suggesting after
+    /// [`MAX_SUGGESTIONS`] (checking it stays linear).
+    pub suggestions: std::cell::Cell<usize>,
     pub unit: UnitState,
     /// Set while checking the right-hand side of a statement whose left-hand side
     /// had an error: its summation rules would only repeat that error.
@@ -187,6 +194,10 @@ impl Ctx {
 
     /// A close visible name of the given namespace satisfying `keep`.
     pub fn suggest(&self, ns: Ns, name: &str, keep: impl Fn(Sym) -> bool) -> Option<String> {
+        if self.suggestions.get() >= MAX_SUGGESTIONS {
+            return None;
+        }
+        self.suggestions.set(self.suggestions.get() + 1);
         let mut names: Vec<&str> = Vec::new();
         for scope in self.local.iter().chain(std::iter::once(&self.top)) {
             names.extend(scope.names(ns).filter(|(_, e)| keep(e.sym)).map(|(n, _)| n));

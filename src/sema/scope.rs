@@ -104,6 +104,10 @@ pub(crate) fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a s
         if c == name {
             continue;
         }
+        // The distance is at least the difference in length: skip without it.
+        if c.chars().count().abs_diff(len) > limit {
+            continue;
+        }
         let d = if c.eq_ignore_ascii_case(name) { 0 } else { edit_distance(name, c) };
         let close = d <= limit && (len > 1 || d == 0) && d < c.chars().count().max(len);
         if close && best.is_none_or(|(bd, _)| d < bd) {

@@ -43,6 +43,41 @@ pub fn simple_call_arg<'e>(arg: &'e Expr, free: &[IndexId]) -> Option<&'e Tensor
 }
 
 /// Rewrites calls, sums and self-reads; see the module documentation.
+/// Most terms in one statement handed to the back ends: a loop body of
+/// thousands of products made LLVM's memory-dependence analysis quadratic (1000
+/// terms took over a minute to compile), so longer sums are split.
+pub const MAX_TERMS: usize = 32;
+
+/// Splits statements of more than [`MAX_TERMS`] terms into a first statement of
+/// [`MAX_TERMS`] terms (`=` or `+=`, as written) followed by `+=` statements
+/// of the rest. Run after [`materialize`], which leaves no statement reading
+/// its own target, so the split computes the same sum (in another association).
+pub fn split_wide_sums(hir: &Hir) -> Hir {
+    let mut out = hir.clone();
+    for u in hir.units.ids() {
+        if hir.units[u].stmts.iter().all(|s| s.rhs.terms.len() <= MAX_TERMS) {
+            continue;
+        }
+        let mut stmts = Vec::new();
+        for s in &hir.units[u].stmts {
+            if s.rhs.terms.len() <= MAX_TERMS {
+                stmts.push(s.clone());
+                continue;
+            }
+            for (k, chunk) in s.rhs.terms.chunks(MAX_TERMS).enumerate() {
+                stmts.push(Stmt {
+                    lhs: s.lhs.clone(),
+                    accumulate: s.accumulate || k > 0,
+                    rhs: Expr { terms: chunk.to_vec(), span: s.rhs.span.clone() },
+                    span: s.span.clone(),
+                });
+            }
+        }
+        out.units[u].stmts = stmts;
+    }
+    out
+}
+
 pub fn materialize(hir: &Hir) -> Hir {
     let mut m = Mat { hir: hir.clone(), counter: 0 };
     for u in hir.units.ids() {
@@ -139,5 +174,44 @@ impl Mat {
             terms.push(Term { coef: t.coef, factors, span: t.span.clone() });
         }
         Expr { terms, span: e.span.clone() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::UnitId;
+    use std::collections::HashMap;
+
+    #[test]
+    fn wide_sums_are_split_into_accumulations_with_the_same_value() {
+        // C = 70 terms, then D += 40 terms: 3 + 2 statements, the same values.
+        let terms = |n: usize| (0..n).map(|t| format!("{}.5 * A{}[i,j] * B[j,k]", t % 5, t % 3)).collect::<Vec<_>>();
+        let src = format!(
+            "range N = 3; index i, j, k : N; input tensor A0[i,j]; input tensor A1[i,j]; input tensor A2[i,j];\n\
+             input tensor B[j,k]; output tensor C[i,k]; output tensor D[i,k];\nC[i,k] = {};\nD[i,k] = A0[i,j] * B[j,k];\nD[i,k] += {};\n",
+            terms(70).join(" + "),
+            terms(40).join(" - ")
+        );
+        let (hir, diags) = crate::compile(&src, "wide");
+        let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+        let split = split_wide_sums(&materialize(&hir));
+        let u = UnitId::new(0);
+        let stmts = &split.units[u].stmts;
+        assert_eq!(stmts.len(), 3 + 1 + 2);
+        assert!(stmts.iter().all(|s| s.rhs.terms.len() <= MAX_TERMS));
+        assert_eq!(stmts.iter().map(|s| s.accumulate).collect::<Vec<_>>(), [false, true, true, false, true, true]);
+        let inputs = crate::interp::random_inputs(&hir, u, 1).unwrap();
+        let want = crate::interp::run_unit(&hir, u, &inputs).unwrap();
+        let got = crate::interp::run_unit(&split, u, &inputs).unwrap();
+        for (t, w) in &want {
+            crate::run::compare::compare(
+                &HashMap::from([(*t, got[t].clone())]),
+                &HashMap::from([(*t, w.clone())]),
+                1e-12,
+                |_| "out".into(),
+            )
+            .unwrap();
+        }
     }
 }
