@@ -243,6 +243,22 @@ proptest! {
     }
 }
 
+/// Runs `f` on `ranks` in-process ranks (threads back end): rank 0's result, or
+/// the first rank error.
+fn on_thread_ranks<T: Send>(
+    ranks: usize,
+    f: impl Fn(&dyn tcc_runtime::comm::Communicator) -> Result<T, crate::error::CommandError> + Sync,
+) -> Result<Option<T>, crate::error::CommandError> {
+    crate::exec::launch::launch(
+        ranks,
+        false,
+        |make| make(tcc_runtime::comm::Backend::Threads),
+        |_| Ok(()),
+        crate::exec::launch::OnError::Return,
+        f,
+    )
+}
+
 /// Unit 0 of `hir` on `ranks` in-process ranks against the interpreter.
 fn check_distributed(hir: &Hir, seed: u64, ranks: usize, opts: &TiledOptions) -> Result<(), String> {
     let u = UnitId::new(0);
@@ -256,17 +272,10 @@ fn check_distributed(hir: &Hir, seed: u64, ranks: usize, opts: &TiledOptions) ->
         dense.insert(t, v.to_dense());
     }
     let want = interp::run_unit(hir, u, &dense).map_err(|e| e.to_string())?;
-    let got = crate::exec::launch::launch(
-        ranks,
-        false,
-        |make| make(tcc_runtime::comm::Backend::Threads),
-        |_| Ok(()),
-        crate::exec::launch::OnError::Return,
-        |comm| super::dist::run_rank(&program, comm, seed, opts).map(|(o, _)| o),
-    )
-    .map_err(|e| e.to_string())?
-    .flatten()
-    .ok_or("rank 0 returned no outputs")?;
+    let got = on_thread_ranks(ranks, |comm| super::dist::run_rank(&program, comm, seed, opts).map(|(o, _)| o))
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .ok_or("rank 0 returned no outputs")?;
     let got: HashMap<TensorId, Dense> = got.iter().map(|(&t, v)| (t, v.to_dense())).collect();
     check_outputs(hir, u, &got, &want, &dense)?;
     Ok(())
@@ -367,66 +376,56 @@ fn sessions_filled_by_the_caller_equal_the_interpreter_tile_by_tile() {
     let at = |d: &Dense, idx: &[usize]| d.data[idx.iter().zip(&d.shape).fold(0, |acc, (&x, &n)| acc * n + x)];
     for ranks in 1..=4 {
         let opts = TiledOptions { tile: 2, threads: 1, schedule: Schedule::Dynamic, ..Default::default() };
-        crate::exec::launch::launch(
-            ranks,
-            false,
-            |make| make(tcc_runtime::comm::Backend::Threads),
-            |_| Ok(()),
-            crate::exec::launch::OnError::Return,
-            |comm| {
-                let me = comm.rank();
-                let comm = super::session::SessionComm::Lent(comm);
-                let mut s = super::session::Session::open(source, None, comm, opts.clone()).unwrap();
-                assert_eq!(s.rank_and_size(), (me, ranks));
-                assert!(s.tensor("nope").is_none());
-                for (x, (name, d)) in dense.iter().enumerate() {
-                    let t = s.tensor(name).unwrap();
-                    if x % 2 == 0 {
-                        // Half the inputs through the dense conversion, half by tile.
-                        s.pack_dense(t, &d.data).unwrap();
-                        assert!(s.pack_dense(t, &d.data[1..]).is_err(), "a short array is refused");
-                        continue;
-                    }
-                    let tiles = s.tiles(t).unwrap();
-                    let buf = s.data_mut(t).unwrap();
-                    for tile in &tiles {
-                        let mut k = tile.offset;
-                        for_each_box(&tile.start, &tile.extent, |idx| {
-                            buf[k] = at(d, idx);
-                            k += 1;
-                        });
-                    }
+        on_thread_ranks(ranks, |comm| {
+            let me = comm.rank();
+            let comm = super::session::SessionComm::Lent(comm);
+            let mut s = super::session::Session::open(source, None, comm, opts.clone()).unwrap();
+            assert_eq!(s.rank_and_size(), (me, ranks));
+            assert!(s.tensor("nope").is_none());
+            for (x, (name, d)) in dense.iter().enumerate() {
+                let t = s.tensor(name).unwrap();
+                if x % 2 == 0 {
+                    // Half the inputs through the dense conversion, half by tile.
+                    s.pack_dense(t, &d.data).unwrap();
+                    assert!(s.pack_dense(t, &d.data[1..]).is_err(), "a short array is refused");
+                    continue;
                 }
-                s.run().unwrap();
-                let r = s.tensor("R").unwrap();
-                assert!(s.describe(r).unwrap().1, "R is an output");
-                let tiles = s.tiles(r).unwrap();
-                let buf = s.data_mut(r).unwrap().to_vec();
+                let tiles = s.tiles(t).unwrap();
+                let buf = s.data_mut(t).unwrap();
                 for tile in &tiles {
                     let mut k = tile.offset;
                     for_each_box(&tile.start, &tile.extent, |idx| {
-                        let (g, w) = (buf[k], at(&want_r, idx));
-                        assert!(
-                            (g - w).abs() <= 1e-10 * (1.0 + w.abs()),
-                            "rank {me} of {ranks} at {idx:?}: {g} vs {w}"
-                        );
+                        buf[k] = at(d, idx);
                         k += 1;
                     });
                 }
-                // Unpacked: every element this rank's tiles reach, with its
-                // images under R's antisymmetry, equals the interpreter's.
-                let mut whole = vec![f64::NAN; want_r.data.len()];
-                s.unpack_dense(r, &mut whole).unwrap();
-                let reached = whole.iter().filter(|x| !x.is_nan()).count();
-                if ranks == 1 {
-                    assert!(reached > buf.len(), "images were written too: {reached} vs {} stored", buf.len());
-                }
-                for (g, w) in whole.iter().zip(&want_r.data).filter(|(g, _)| !g.is_nan()) {
-                    assert!((g - w).abs() <= 1e-10 * (1.0 + w.abs()), "rank {me} of {ranks}: {g} vs {w}");
-                }
-                Ok(())
-            },
-        )
+            }
+            s.run().unwrap();
+            let r = s.tensor("R").unwrap();
+            assert!(s.describe(r).unwrap().1, "R is an output");
+            let tiles = s.tiles(r).unwrap();
+            let buf = s.data_mut(r).unwrap().to_vec();
+            for tile in &tiles {
+                let mut k = tile.offset;
+                for_each_box(&tile.start, &tile.extent, |idx| {
+                    let (g, w) = (buf[k], at(&want_r, idx));
+                    assert!((g - w).abs() <= 1e-10 * (1.0 + w.abs()), "rank {me} of {ranks} at {idx:?}: {g} vs {w}");
+                    k += 1;
+                });
+            }
+            // Unpacked: every element this rank's tiles reach, with its
+            // images under R's antisymmetry, equals the interpreter's.
+            let mut whole = vec![f64::NAN; want_r.data.len()];
+            s.unpack_dense(r, &mut whole).unwrap();
+            let reached = whole.iter().filter(|x| !x.is_nan()).count();
+            if ranks == 1 {
+                assert!(reached > buf.len(), "images were written too: {reached} vs {} stored", buf.len());
+            }
+            for (g, w) in whole.iter().zip(&want_r.data).filter(|(g, _)| !g.is_nan()) {
+                assert!((g - w).abs() <= 1e-10 * (1.0 + w.abs()), "rank {me} of {ranks}: {g} vs {w}");
+            }
+            Ok(())
+        })
         .unwrap();
     }
 }
@@ -440,79 +439,72 @@ fn sessions_refuse_arrays_and_tiles_that_break_the_declared_structure() {
     let source = include_str!("../../tests/tiled/ccd_small.tc");
     for ranks in 1..=2 {
         let opts = TiledOptions { tile: 2, threads: 1, schedule: Schedule::Dynamic, ..Default::default() };
-        crate::exec::launch::launch(
-            ranks,
-            false,
-            |make| make(tcc_runtime::comm::Backend::Threads),
-            |_| Ok(()),
-            crate::exec::launch::OnError::Return,
-            |comm| {
-                let comm = super::session::SessionComm::Lent(comm);
-                let mut s = super::session::Session::open(source, None, comm, opts.clone()).unwrap();
-                let (hir, _) = crate::compile(source, "ccd_small");
-                let hir = hir.unwrap();
-                let v = s.tensor("Vvvvv").unwrap();
-                let vid = hir.tensors.ids().find(|&t| hir.tensors[t].name == "Vvvvv").unwrap();
-                let good = interp::fill_random(&hir, vid, 3).unwrap();
-                s.pack_dense(v, &good.data).unwrap();
-                // Not antisymmetric: refused.
-                let ones = vec![1.0; good.data.len()];
-                let e = s.pack_dense(v, &ones).unwrap_err();
-                assert!(e.contains("antisymmetric"), "{e}");
-                // Nonzero outside the spin blocks (a symmetric-consistent array):
-                // refused when the tensor has block rules.
-                if !hir.tensors[vid].blocks.is_empty() {
-                    let mut outside = good.clone();
-                    let d = &outside.shape.clone();
-                    let mut found = false;
-                    crate::tensor::for_each_index(d, |idx| {
-                        if !found && good.get(idx) == 0.0 && idx[0] != idx[1] && idx[2] != idx[3] {
-                            let ranges: Vec<_> = hir.tensors[vid].dims.iter().map(|&r| &hir.ranges[r]).collect();
-                            if hir.tensors[vid].blocks.iter().any(|r| !crate::symmetry::rule_allows(r, &ranges, idx)) {
-                                found = true;
-                                let group = crate::symmetry::PermGroup::of(&hir.tensors[vid]);
-                                for (perm, _) in group.elements() {
-                                    let img = crate::symmetry::PermGroup::apply(perm, idx);
-                                    let (_, s1) = group.canonical(idx);
-                                    let (_, s2) = group.canonical(&img);
-                                    let at = crate::tensor::linear(d, &img);
-                                    outside.data[at] = f64::from(s1 * s2);
-                                }
+        on_thread_ranks(ranks, |comm| {
+            let comm = super::session::SessionComm::Lent(comm);
+            let mut s = super::session::Session::open(source, None, comm, opts.clone()).unwrap();
+            let (hir, _) = crate::compile(source, "ccd_small");
+            let hir = hir.unwrap();
+            let v = s.tensor("Vvvvv").unwrap();
+            let vid = hir.tensors.ids().find(|&t| hir.tensors[t].name == "Vvvvv").unwrap();
+            let good = interp::fill_random(&hir, vid, 3).unwrap();
+            s.pack_dense(v, &good.data).unwrap();
+            // Not antisymmetric: refused.
+            let ones = vec![1.0; good.data.len()];
+            let e = s.pack_dense(v, &ones).unwrap_err();
+            assert!(e.contains("antisymmetric"), "{e}");
+            // Nonzero outside the spin blocks (a symmetric-consistent array):
+            // refused when the tensor has block rules.
+            if !hir.tensors[vid].blocks.is_empty() {
+                let mut outside = good.clone();
+                let d = &outside.shape.clone();
+                let mut found = false;
+                crate::tensor::for_each_index(d, |idx| {
+                    if !found && good.get(idx) == 0.0 && idx[0] != idx[1] && idx[2] != idx[3] {
+                        let ranges: Vec<_> = hir.tensors[vid].dims.iter().map(|&r| &hir.ranges[r]).collect();
+                        if hir.tensors[vid].blocks.iter().any(|r| !crate::symmetry::rule_allows(r, &ranges, idx)) {
+                            found = true;
+                            let group = crate::symmetry::PermGroup::of(&hir.tensors[vid]);
+                            for (perm, _) in group.elements() {
+                                let img = crate::symmetry::PermGroup::apply(perm, idx);
+                                let (_, s1) = group.canonical(idx);
+                                let (_, s2) = group.canonical(&img);
+                                let at = crate::tensor::linear(d, &img);
+                                outside.data[at] = f64::from(s1 * s2);
                             }
                         }
-                    });
-                    assert!(found);
-                    let e = s.pack_dense(v, &outside.data).unwrap_err();
-                    assert!(e.contains("outside the blocks"), "{e}");
-                }
-                for tid in hir.unit_inputs(UnitId::new(0)) {
-                    if tid != vid {
-                        let t = s.tensor(&hir.tensors[tid].name).unwrap();
-                        s.pack_dense(t, &interp::fill_random(&hir, tid, 4).unwrap().data).unwrap();
                     }
+                });
+                assert!(found);
+                let e = s.pack_dense(v, &outside.data).unwrap_err();
+                assert!(e.contains("outside the blocks"), "{e}");
+            }
+            for tid in hir.unit_inputs(UnitId::new(0)) {
+                if tid != vid {
+                    let t = s.tensor(&hir.tensors[tid].name).unwrap();
+                    s.pack_dense(t, &interp::fill_random(&hir, tid, 4).unwrap().data).unwrap();
                 }
-                // The owner of V's first tile (on the diagonal of both pairs)
-                // breaks it by hand: every rank's run fails (the owner with the
-                // element, the others because it did).
-                let tiles = s.tiles(v).unwrap();
-                let first = tiles.iter().find(|t| t.start.iter().all(|&x| x == 0));
-                if let Some(diag) = first {
-                    let len: usize = diag.extent.iter().product();
-                    let offset = diag.offset;
-                    let buf = s.data_mut(v).unwrap();
-                    for x in &mut buf[offset..offset + len] {
-                        *x = 1.0;
-                    }
+            }
+            // The owner of V's first tile (on the diagonal of both pairs)
+            // breaks it by hand: every rank's run fails (the owner with the
+            // element, the others because it did).
+            let tiles = s.tiles(v).unwrap();
+            let first = tiles.iter().find(|t| t.start.iter().all(|&x| x == 0));
+            if let Some(diag) = first {
+                let len: usize = diag.extent.iter().product();
+                let offset = diag.offset;
+                let buf = s.data_mut(v).unwrap();
+                for x in &mut buf[offset..offset + len] {
+                    *x = 1.0;
                 }
-                let e = s.run().unwrap_err();
-                if first.is_some() {
-                    assert!(e.contains("packed `Vvvvv`"), "{e}");
-                } else {
-                    assert!(e.contains("another rank"), "{e}");
-                }
-                Ok(())
-            },
-        )
+            }
+            let e = s.run().unwrap_err();
+            if first.is_some() {
+                assert!(e.contains("packed `Vvvvv`"), "{e}");
+            } else {
+                assert!(e.contains("another rank"), "{e}");
+            }
+            Ok(())
+        })
         .unwrap();
     }
 }
@@ -529,15 +521,13 @@ fn the_forecast_equals_what_ranks_measure() {
         let program = Program::plan(&prepared, UnitId::new(0), &opts).unwrap();
         for ranks in 1..=4 {
             let fc = super::dist::forecast(&program, ranks, &opts);
-            let stats = crate::exec::launch::launch(
-                ranks,
-                false,
-                |make| make(tcc_runtime::comm::Backend::Threads),
-                |_| Ok(()),
-                crate::exec::launch::OnError::Return,
-                |comm| super::dist::run_rank(&program, comm, 3, &opts).map(|(_, s)| s),
-            )
+            // Every rank's own statistics (the launcher returns rank 0's only).
+            let stats: Vec<_> = tcc_runtime::comm::threads::run(ranks, |rank| {
+                let comm = rank.comm(tcc_runtime::comm::Backend::Threads);
+                super::dist::run_rank(&program, comm.as_ref(), 3, &opts).map(|(_, s)| s).unwrap()
+            })
             .unwrap();
+            assert_eq!(stats.len(), ranks);
             assert!(fc.model_s > 0.0);
             for (r, (f, s)) in fc.ranks.iter().zip(&stats).enumerate() {
                 let what = format!("{ranks} ranks, rank {r}, {flops_per_word} flops/word");
