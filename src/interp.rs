@@ -31,7 +31,7 @@ pub const MAX_TERM_ITERATIONS: u128 = 1 << 40;
 /// Why the interpreter refused to run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum InterpError {
-    #[error("{what} would have {count} elements (shape {shape:?}), more than the interpreter's limit of 2^31")]
+    #[error("{what} would have {count} elements (shape {shape:?}), more than the limit of 2^31 for a dense tensor of `tcc run` (interpreter and JIT; tiled storage, `--tiled`, has none)")]
     TensorTooLarge { what: String, shape: Vec<usize>, count: String },
     #[error("{what} would take {iterations} loop iterations, more than the interpreter's limit of 2^40")]
     LoopTooLarge { what: String, iterations: String },

@@ -35,7 +35,7 @@ pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
         let n = shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(d));
         if !matches!(n, Some(n) if n <= MAX_TENSOR_ELEMENTS as u128) {
             return Err(err(format!(
-                "the array's shape {shape:?} has more elements than the interpreter's limit of 2^31"
+                "the array's shape {shape:?} has more elements than the limit of 2^31 for a dense tensor"
             )));
         }
     }

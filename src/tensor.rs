@@ -75,7 +75,7 @@ impl<'a> From<&'a Dense> for DenseRef<'a> {
 /// A tensor of more elements than [`MAX_TENSOR_ELEMENTS`] (the interpreter's
 /// [`crate::interp::InterpError::TensorTooLarge`] says the same).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{what} would have {count} elements (shape {shape:?}), more than the interpreter's limit of 2^31")]
+#[error("{what} would have {count} elements (shape {shape:?}), more than the limit of 2^31 for a dense tensor of `tcc run` (interpreter and JIT; tiled storage, `--tiled`, has none)")]
 pub struct TooLarge {
     pub what: String,
     pub shape: Vec<usize>,
