@@ -82,6 +82,132 @@ impl GpuGemm {
     }
 }
 
+/// Loop fusion of compiled code (`--fuse`).
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum FuseArg {
+    /// Keep statements whole (GEMM-shaped steps stay GETT calls) unless the memory
+    /// limit forces fusion or the CPU time model says fused is faster.
+    Auto,
+    /// Never fuse; with --mem-limit, an error if the temporaries do not fit.
+    None,
+    /// Fuse for the least temporary memory, whatever it costs in time.
+    Max,
+}
+
+/// How compiled code fuses loops, and the memory its temporaries may take.
+#[derive(clap::Args, Clone)]
+struct FuseArgs {
+    /// Loop fusion: `auto` (fastest by the CPU time model within --mem-limit),
+    /// `none` or `max` (least temporary memory).
+    #[arg(long, value_enum, default_value_t = FuseArg::Auto)]
+    fuse: FuseArg,
+    /// Bytes of temporaries allowed live at once (e.g. 2GiB, 512MB, 100000;
+    /// default 2GiB). Given explicitly, a program that cannot fit is an error (E0725).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    mem_limit: Option<u64>,
+    /// CPU kernel rates for --fuse auto (default: ~/.config/tcc/cpu.toml if it
+    /// exists, written by `tcc tune --cpu`; else built-in rates).
+    #[arg(long, value_name = "FILE")]
+    cpu_rates: Option<PathBuf>,
+}
+
+impl FuseArgs {
+    fn mode(&self) -> tcc::lir::fusion::FuseMode {
+        match self.fuse {
+            FuseArg::Auto => tcc::lir::fusion::FuseMode::Auto,
+            FuseArg::None => tcc::lir::fusion::FuseMode::None,
+            FuseArg::Max => tcc::lir::fusion::FuseMode::Max,
+        }
+    }
+
+    /// Whether any of these options was given (they only apply to compiled code).
+    fn given(&self) -> bool {
+        self.fuse != FuseArg::Auto || self.mem_limit.is_some() || self.cpu_rates.is_some()
+    }
+
+    /// The pipeline's fusion settings; E0726 for an unusable rates file.
+    fn pipeline(&self, ctx: &Ctx) -> Result<tcc::pipeline::PipelineOptions, Outcome> {
+        let rates = tcc::lir::cost::CpuRates::load(self.cpu_rates.as_deref())
+            .map_err(|e| ctx.fail("E0726", &e, Some("write one with `tcc tune --cpu`")))?;
+        let mut o = tcc::pipeline::PipelineOptions::with_mem_limit(Some(
+            self.mem_limit.unwrap_or(tcc::codegen::llvm::DEFAULT_MEM_LIMIT),
+        ));
+        o.fusion.mode = self.mode();
+        o.fusion.rates = rates;
+        Ok(o)
+    }
+
+    /// The CPU back end's options with these settings (checked as [`Self::check`] does).
+    fn codegen(
+        &self,
+        ctx: &Ctx,
+        hir: &tcc::sema::hir::Hir,
+        units: &[tcc::sema::hir::UnitId],
+        target_cpu: Option<String>,
+        c_abi: bool,
+        runtime_ranges: Vec<tcc::sema::hir::RangeId>,
+    ) -> Result<tcc::codegen::llvm::Options, Outcome> {
+        let p = self.check(ctx, hir, units)?;
+        Ok(tcc::codegen::llvm::Options {
+            target_cpu,
+            c_abi,
+            mem_limit: p.fusion.mem_limit,
+            fuse: p.fusion.mode,
+            rates: p.fusion.rates,
+            gemm_min: None,
+            parallel_min: None,
+            runtime_ranges,
+        })
+    }
+
+    /// E0725 when a limit given with --mem-limit cannot be met by the nests the
+    /// back ends compile (with --fuse none: unfused); the settings otherwise.
+    fn check(
+        &self,
+        ctx: &Ctx,
+        hir: &tcc::sema::hir::Hir,
+        units: &[tcc::sema::hir::UnitId],
+    ) -> Result<tcc::pipeline::PipelineOptions, Outcome> {
+        let p = self.pipeline(ctx)?;
+        let Some(limit) = self.mem_limit else { return Ok(p) };
+        let quiet = tcc::pipeline::PipelineOptions { log_passes: false, ..p.clone() };
+        let prepared = tcc::pipeline::prepare(hir, &quiet);
+        for n in tcc::pipeline::fuse(&prepared, units, &quiet) {
+            if n.peak_bytes > limit {
+                let hint = match self.fuse {
+                    FuseArg::None => "fusion shrinks temporaries: try --fuse auto or --fuse max".to_string(),
+                    _ => format!("the least memory any fusion needs is {}", tcc::plan::report::bytes(n.peak_bytes)),
+                };
+                return Err(ctx.fail(
+                    "E0725",
+                    &format!(
+                        "program `{}` needs {} of temporaries at once with --fuse {}, over --mem-limit {}",
+                        prepared.units[n.unit].name,
+                        tcc::plan::report::bytes(n.peak_bytes),
+                        self.mode().name(),
+                        tcc::plan::report::bytes(limit)
+                    ),
+                    Some(&hint),
+                ));
+            }
+        }
+        Ok(p)
+    }
+}
+
+/// E0727: the fusion options were given where no CPU code is compiled.
+const FUSION_APPLIES: &str =
+    "--fuse, --mem-limit and --cpu-rates apply to code compiled for the CPU (tcc run without --interp, --tiled, --ranks, --backend, --plan or --target cuda; tcc build without --mpi or --target cuda; tcc opt)";
+
+/// The units `--program NAME` selects (all without it; none for an unknown name,
+/// which the command reports itself).
+fn selected_units(hir: &tcc::sema::hir::Hir, program: Option<&str>) -> Vec<tcc::sema::hir::UnitId> {
+    match program {
+        None => hir.units.ids().collect(),
+        Some(name) => hir.unit_by_name(name).into_iter().collect(),
+    }
+}
+
 /// Parses `2GiB`, `512MB`, `64k`, `100000` into bytes.
 fn parse_pass(s: &str) -> Result<tcc::pipeline::Pass, String> {
     tcc::pipeline::Pass::from_name(s).ok_or_else(|| {
@@ -152,11 +278,8 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
-        /// Bytes of temporaries allowed live at once (e.g. 2GiB, 512MB, 100000).
-        /// With a limit, the least fused nest that fits is chosen; without, the
-        /// nest of least memory.
-        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-        mem_limit: Option<u64>,
+        #[command(flatten)]
+        fusion: FuseArgs,
         /// Only this program or model.
         #[arg(long, value_name = "NAME")]
         program: Option<String>,
@@ -194,6 +317,8 @@ enum Command {
         /// LLVM CPU to generate code for; default: this machine's (`native`).
         #[arg(long, value_name = "CPU")]
         target_cpu: Option<String>,
+        #[command(flatten)]
+        fusion: FuseArgs,
         /// Only this program or model.
         #[arg(long, value_name = "NAME")]
         program: Option<String>,
@@ -340,6 +465,8 @@ enum Command {
         /// Compiled runs: LLVM CPU to generate code for (default: this machine's).
         #[arg(long, value_name = "CPU", conflicts_with = "interp")]
         target_cpu: Option<String>,
+        #[command(flatten)]
+        fusion: FuseArgs,
         /// Compiled runs: run N times and report the fastest.
         #[arg(long, value_name = "N", default_value_t = 1, conflicts_with = "interp")]
         repeat: usize,
@@ -647,7 +774,8 @@ fn cmd_fmt(ctx: &Ctx, command: Command) -> Outcome {
 
 /// `tcc build`: a shared library with its C header and Fortran module, or PTX.
 fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
-    let Command::Build { file, output, target_cpu, program, name, target, gpu_gemm, size, assume, mpi } = command
+    let Command::Build { file, output, target_cpu, fusion, program, name, target, gpu_gemm, size, assume, mpi } =
+        command
     else {
         unreachable!("cmd_build is called for `Build`")
     };
@@ -661,6 +789,9 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(e) => return ctx.error(&e),
     };
+    if fusion.given() && (mpi || target == TargetKind::Cuda) {
+        return ctx.fail("E0727", FUSION_APPLIES, None);
+    }
     if mpi {
         if target == TargetKind::Cuda || target_cpu.is_some() {
             return ctx.fail(
@@ -717,13 +848,10 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
             Err(e) => ctx.error(&e),
         };
     }
-    let opts = tcc::codegen::llvm::Options {
-        target_cpu,
-        c_abi: true,
-        mem_limit: None,
-        gemm_min: None,
-        parallel_min: None,
-        runtime_ranges: hir.runtime_ranges(),
+    let units = selected_units(&hir, program.as_deref());
+    let opts = match fusion.codegen(ctx, &hir, &units, target_cpu, true, hir.runtime_ranges()) {
+        Ok(o) => o,
+        Err(o) => return o,
     };
     let (program, name) = (program.as_deref(), name.as_deref());
     match tcc::codegen::cabi::build_library(&hir, &file_stem(&file), program, name, &opts, &output) {
@@ -737,7 +865,7 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
 
 /// `tcc opt`: the optimizer's report, or LLVM IR / PTX.
 fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
-    let Command::Opt { file, emit, json, mem_limit, program, target_cpu, gpu_gemm, emit_after, size, assume } = command
+    let Command::Opt { file, emit, json, fusion, program, target_cpu, gpu_gemm, emit_after, size, assume } = command
     else {
         unreachable!("cmd_opt is called for `Opt`")
     };
@@ -763,8 +891,13 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
             }
         },
     };
+    let popts = match fusion.check(ctx, &hir, &units) {
+        Ok(p) => p,
+        Err(o) => return o,
+    };
+    let mem_limit = fusion.mem_limit;
     if let Some(pass) = emit_after {
-        let opts = tcc::pipeline::PipelineOptions::with_mem_limit(mem_limit);
+        let opts = popts.clone();
         print!("{}", tcc::pipeline::ir_after(&hir, &units, pass, &opts));
         return Outcome::Ok;
     }
@@ -784,14 +917,10 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
         };
     }
     if emit == Emit::Llvm {
-        let opts = tcc::codegen::llvm::Options {
-            target_cpu,
-            c_abi: false,
-            mem_limit,
-            gemm_min: None,
-            parallel_min: None,
-            // Run-time ranges left unbound are size arguments, as in `tcc build`.
-            runtime_ranges: hir.runtime_ranges(),
+        // Run-time ranges left unbound are size arguments, as in `tcc build`.
+        let opts = match fusion.codegen(ctx, &hir, &units, target_cpu, false, hir.runtime_ranges()) {
+            Ok(o) => o,
+            Err(o) => return o,
         };
         return match tcc::codegen::llvm::emit_llvm(&hir, &units, &opts) {
             Ok(ir) => {
@@ -801,7 +930,7 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
             Err(e) => ctx.fail("E0712", &e.0, None),
         };
     }
-    print!("{}", opt_command(&hir, &units, emit, json, mem_limit));
+    print!("{}", opt_command(&hir, &units, emit, json, &popts));
     Outcome::Ok
 }
 
@@ -976,6 +1105,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         interp,
         check,
         target_cpu,
+        fusion,
         repeat,
         seed,
         inputs,
@@ -1003,6 +1133,9 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     let distributed = ranks.is_some() || backend.is_some() || plan;
     if let Err(e) = check_run_options(distributed, interp, check, repeat, target_cpu.is_some()) {
         return ctx.error(&e);
+    }
+    if fusion.given() && (distributed || interp || tiled || target == TargetKind::Cuda) {
+        return ctx.fail("E0727", FUSION_APPLIES, None);
     }
     // The table is read by distributed runs over collectives (their back ends) and
     // by `--tiled --stats` (its time model); anywhere else it would be ignored.
@@ -1093,18 +1226,12 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: gpu_gemm.options() };
         tcc::codegen::cuda::run_cuda(&hir, &opts, &c, &mut lock)
     } else {
-        let c = tcc::run::compiled::CompiledRun {
-            codegen: tcc::codegen::llvm::Options {
-                target_cpu,
-                c_abi: false,
-                mem_limit: None,
-                gemm_min: None,
-                parallel_min: None,
-                runtime_ranges: Vec::new(),
-            },
-            check,
-            repeat,
+        let units = selected_units(&hir, opts.program.as_deref());
+        let codegen = match fusion.codegen(ctx, &hir, &units, target_cpu, false, Vec::new()) {
+            Ok(o) => o,
+            Err(o) => return o,
         };
+        let c = tcc::run::compiled::CompiledRun { codegen, check, repeat };
         tcc::run::compiled::run_compiled(&hir, &opts, &c, &mut lock)
     };
     match result {
@@ -1177,17 +1304,19 @@ fn opt_command(
     units: &[tcc::sema::hir::UnitId],
     emit: Emit,
     json: bool,
-    mem_limit: Option<u64>,
+    popts: &tcc::pipeline::PipelineOptions,
 ) -> String {
-    let popts = tcc::pipeline::PipelineOptions::with_mem_limit(mem_limit);
-    let (opt, report) = tcc::pipeline::optimize(hir, &popts);
-    let nests = tcc::pipeline::fuse(&opt, units, &popts);
+    let (opt, report) = tcc::pipeline::optimize(hir, popts);
+    // The nests the back ends compile: of the prepared program.
+    let prepared = tcc::pipeline::prepare(hir, popts);
+    let nests = tcc::pipeline::fuse(&prepared, units, popts);
+    let mem_limit = popts.fusion.mem_limit;
     let selected = |name: &str| units.iter().any(|&u| hir.units[u].name == name);
     match emit {
         Emit::Hir => tcc::pipeline::hir_text(hir, units),
         Emit::Opt => tcc::pipeline::hir_text(&opt, units),
         Emit::Tir => tcc::tir::lower(hir).to_string(),
-        Emit::Lir => nests.iter().map(|n| n.dump(&opt)).collect(),
+        Emit::Lir => nests.iter().map(|n| n.dump(&prepared)).collect(),
         Emit::Llvm | Emit::Ptx => unreachable!("handled by the caller"),
         Emit::Report => {
             let stmts: Vec<&tcc::tir::StmtReport> = report.stmts.iter().filter(|s| selected(&s.unit)).collect();
@@ -1199,6 +1328,11 @@ fn opt_command(
                         "peak_bytes": n.peak_bytes,
                         "unfused_peak_bytes": n.unfused_peak_bytes,
                         "fits_mem_limit": mem_limit.map(|l| n.peak_bytes <= l),
+                        "fuse": popts.fusion.mode.name(),
+                        "model_seconds": n.time_s,
+                        "unfused_model_seconds": n.unfused_time_s,
+                        "gemms_made_loops": n.gemms_made_loops().iter().map(|(st, term, k)| serde_json::json!({
+                            "statement": st, "term": term, "unfused_kernel": k.to_string() })).collect::<Vec<_>>(),
                     })
                 })
                 .collect();
@@ -1228,6 +1362,26 @@ fn opt_command(
                     None => {}
                 }
                 s.push('\n');
+                s.push_str(&format!(
+                    "{}: --fuse {}: model time {} (unfused: {})\n",
+                    opt.units[n.unit].name,
+                    popts.fusion.mode.name(),
+                    tcc::lir::seconds(n.time_s),
+                    tcc::lir::seconds(n.unfused_time_s)
+                ));
+                let why = match popts.fusion.mode {
+                    tcc::lir::fusion::FuseMode::Max => "--fuse max asks for the least memory",
+                    _ if mem_limit.is_some_and(|l| n.unfused_peak_bytes > l) => "the memory limit forces fusion",
+                    _ => "the time model finds the fused nest faster",
+                };
+                for (st, term, k) in n.gemms_made_loops() {
+                    s.push_str(&format!(
+                        "{}: statement {} term {} is GEMM-shaped ({k}) but runs as loops inside fused loops: {why}\n",
+                        opt.units[n.unit].name,
+                        st + 1,
+                        term + 1
+                    ));
+                }
             }
             s.push_str(&tcc::tiled::cost::report(hir, units));
             s

@@ -291,11 +291,19 @@ proptest! {
     #[test]
     fn random_programs_jit_equal_the_interpreter(seed in any::<u64>()) {
         let hir = random_program(seed);
-        let opts = match seed % 3 {
+        let mut opts = match seed % 3 {
             0 => Options::default(),
             1 => Options { gemm_min: Some(1.0), ..Options::default() },
             _ => Options { gemm_min: Some(1.0), parallel_min: Some(1.0), ..Options::default() },
         };
+        // Every fusion mode, and `auto` under a limit that forces some fusion.
+        use crate::lir::fusion::FuseMode;
+        match (seed >> 40) % 4 {
+            0 => {}
+            1 => opts.fuse = FuseMode::None,
+            2 => opts.fuse = FuseMode::Max,
+            _ => opts.mem_limit = Some(64),
+        }
         // Every other program with a random subset of its ranges as size arguments,
         // run at sizes other than the assumed ones (1, primes, larger).
         let choices = [1usize, 2, 3, 5, 7, 11, 13];
@@ -361,7 +369,7 @@ fn random_programs_have_tiled_contractions() {
     assert!(tiled >= 30, "{tiled} tiled kernels in 100 random programs");
 }
 
-/// The most fused nests (`mem_limit: Some(0)`): temporaries sliced by shared
+/// The most fused nests (`--fuse max`): temporaries sliced by shared
 /// loops, including ones first written by `+=`, which must restart from zero for
 /// every slice (22 of these 400 programs were wrong before that was fixed).
 #[test]
@@ -369,7 +377,7 @@ fn random_programs_fully_fused_equal_the_interpreter() {
     let mut bad = Vec::new();
     for seed in 0..400u64 {
         let hir = random_program(seed);
-        let opts = Options { mem_limit: Some(0), ..Options::default() };
+        let opts = Options { fuse: crate::lir::fusion::FuseMode::Max, ..Options::default() };
         if let Err(e) = check_unit(&hir, UnitId::new(0), seed, &opts) {
             bad.push((seed, e));
         }

@@ -11,29 +11,65 @@
 //!    reordering iterations cannot change a value.
 //!
 //! A temporary then only stores the dimensions not fixed by the runs around all its
-//! users. The search enumerates the `S_i` depth first (larger sets first), pruning
-//! illegal prefixes (legality is monotone in the prefix), and keeps the fusion with the
-//! lowest peak temporary memory (ties: fewer loops) — or, under a memory limit, the
-//! least fused nest that fits (unfused loops keep whole contractions, which later map
-//! to large GEMMs), falling back to the smallest peak. A visit budget bounds the search
-//! on long units; the unfused nest is always legal, so the result is never worse.
+//! users. The search enumerates the `S_i` depth first, pruning illegal prefixes
+//! (legality is monotone in the prefix), and keeps the best fusion by the mode
+//! ([`FuseMode`]):
+//!
+//! * `auto` (default): the fastest nest by the CPU time model ([`super::cost`]) among
+//!   those within the memory limit (none fits: the smallest peak). Fusing a
+//!   contraction shrinks its GETT calls or turns it into loops, so the model keeps
+//!   GEMM-shaped steps whole unless the limit forces otherwise. Sets are tried
+//!   smallest first, so a search cut by its budget has seen the least fused nests;
+//! * `max`: the lowest peak temporary memory (ties: fewer loops); larger sets first;
+//! * `none`: no fusion.
+//!
+//! The unfused nest is always legal and always scored first, so the search always
+//! reaches it and its result is never worse than unfused by the mode's measure.
+//! `auto` also enumerates most-fused-first and then hill-climbs from the best of
+//! both (one loop toggled at a time), each on its own budget.
 
+use super::cost::{stmt_time, term_kernel, CpuRates, Kernel};
 use super::{Buffer, LoopNest, Node};
 use crate::sema::hir::{Factor, Hir, IndexId, Role, Stmt, TensorId, UnitId};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// What fusion optimizes (`--fuse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FuseMode {
+    /// Fastest by the time model within the memory limit.
+    #[default]
+    Auto,
+    /// No fusion: every statement runs whole.
+    None,
+    /// Least temporary memory.
+    Max,
+}
+
+impl FuseMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            FuseMode::Auto => "auto",
+            FuseMode::None => "none",
+            FuseMode::Max => "max",
+        }
+    }
+}
 
 /// Search settings.
 #[derive(Debug, Clone, Copy)]
 pub struct FusionOptions {
     /// Number of search nodes visited before settling for the best fusion found.
     pub budget: usize,
-    /// Bytes of temporaries allowed live at once; `None`: minimize memory.
+    /// Bytes of temporaries allowed live at once (`auto`); `None`: no limit.
     pub mem_limit: Option<u64>,
+    pub mode: FuseMode,
+    /// The machine's kernel rates, for `auto`.
+    pub rates: CpuRates,
 }
 
 impl Default for FusionOptions {
     fn default() -> Self {
-        FusionOptions { budget: 20_000, mem_limit: None }
+        FusionOptions { budget: 20_000, mem_limit: None, mode: FuseMode::Auto, rates: CpuRates::default() }
     }
 }
 
@@ -70,6 +106,8 @@ impl Run {
 
 struct Problem<'a> {
     hir: &'a Hir,
+    /// The unit's statements, as the HIR has them (for the time model).
+    hir_stmts: &'a [Stmt],
     /// Local bit → global index id.
     locals: Vec<IndexId>,
     stmts: Vec<StmtInfo>,
@@ -103,7 +141,7 @@ fn collect_refs(e: &crate::sema::hir::Expr, out: &mut Vec<(TensorId, Vec<IndexId
 }
 
 impl<'a> Problem<'a> {
-    fn new(hir: &'a Hir, stmts: &[Stmt]) -> Option<Problem<'a>> {
+    fn new(hir: &'a Hir, stmts: &'a [Stmt]) -> Option<Problem<'a>> {
         let mut locals: Vec<IndexId> = Vec::new();
         let local = |i: IndexId, locals: &mut Vec<IndexId>| match locals.iter().position(|&x| x == i) {
             Some(p) => p,
@@ -167,7 +205,7 @@ impl<'a> Problem<'a> {
             }
         }
         let written = infos.iter().map(|s| (s.lhs_tensor, users[&s.lhs_tensor].clone())).collect();
-        Some(Problem { hir, locals, stmts: infos, written, users })
+        Some(Problem { hir, hir_stmts: stmts, locals, stmts: infos, written, users })
     }
 
     fn candidates(&self, i: usize) -> u64 {
@@ -334,59 +372,156 @@ impl Problem<'_> {
         }
         u64::try_from(peak).unwrap_or(u64::MAX)
     }
+
+    /// Bit mask of the loops (local indices) around statement `i`.
+    fn bound(&self, runs: &[Run], i: usize) -> u64 {
+        runs.iter().filter(|r| r.contains(i)).fold(0, |m, r| m | 1 << r.bit)
+    }
+
+    /// Whether global index `v` is in the local mask `mask`.
+    fn in_mask(&self, mask: u64, v: IndexId) -> bool {
+        self.locals.iter().position(|&x| x == v).is_some_and(|b| mask >> b & 1 == 1)
+    }
+
+    /// The time model's seconds for the unit under `runs` ([`super::cost`]);
+    /// `buffers` holds at least the temporaries' buffers.
+    fn time(&self, runs: &[Run], buffers: &BTreeMap<TensorId, Buffer>, rates: &CpuRates) -> f64 {
+        let bytes = |t: TensorId| -> f64 {
+            let esz = self.hir.tensors[t].elem.size_bytes() as f64;
+            match buffers.get(&t) {
+                Some(b) => b.elements as f64 * esz,
+                None => self.hir.num_elements(t).map_or(f64::INFINITY, |n| n as f64 * esz),
+            }
+        };
+        (0..self.stmts.len())
+            .map(|i| {
+                let mask = self.bound(runs, i);
+                let outer: f64 = (0..64).filter(|b| mask >> b & 1 == 1).map(|b| self.extent(b) as f64).product();
+                let bound = |v: IndexId| self.in_mask(mask, v);
+                stmt_time(self.hir, &self.hir_stmts[i], &bound, outer, &bytes, rates)
+            })
+            .sum()
+    }
+
+    /// The kernel of every term of every statement under `runs`.
+    fn kernels(&self, runs: &[Run]) -> Vec<Vec<Kernel>> {
+        (0..self.stmts.len())
+            .map(|i| {
+                let mask = self.bound(runs, i);
+                let st = &self.hir_stmts[i];
+                st.rhs.terms.iter().map(|t| term_kernel(self.hir, st, t, &|v| self.in_mask(mask, v), None)).collect()
+            })
+            .collect()
+    }
 }
 
-/// (over the limit, peak if over, loops, peak): lower is better.
-type Score = (bool, u64, usize, u64);
+/// (over the limit, peak if over, the mode's measure, loops, peak): lower is better.
+type Score = (bool, u64, u64, usize, u64);
 
 struct Search<'p, 'a> {
     p: &'p Problem<'a>,
     visits: usize,
-    budget: usize,
-    mem_limit: Option<u64>,
+    opts: FusionOptions,
+    /// Enumerate each `S_i` from the empty set up (else from the full set down).
+    ascending: bool,
     /// The best score so far, and its `shared`.
     best: Option<(Score, Vec<u64>)>,
 }
 
 impl Search<'_, '_> {
-    /// Tries every legal `S_pos .. S_{end-1}` (larger sets first); the other entries of
-    /// `shared` stay as they are. Entries after `pos` are zero while `pos` is chosen,
-    /// so `legal` sees a prefix.
+    fn score(&self, shared: &[u64]) -> Score {
+        let runs = runs_of(shared);
+        let buffers = self.p.buffers(&runs, true);
+        let peak = self.p.peak(&buffers);
+        let measure = match self.opts.mode {
+            FuseMode::Max => peak,
+            // Picoseconds: an order that ties only when the model cannot tell.
+            FuseMode::Auto | FuseMode::None => {
+                let t = self.p.time(&runs, &buffers, &self.opts.rates) * 1e12;
+                if t.is_finite() && t < u64::MAX as f64 {
+                    t as u64
+                } else {
+                    u64::MAX
+                }
+            }
+        };
+        let over = self.opts.mode != FuseMode::Max && self.opts.mem_limit.is_some_and(|l| peak > l);
+        (over, if over { peak } else { 0 }, measure, runs.len(), peak)
+    }
+
+    fn offer(&mut self, shared: &[u64]) {
+        let score = self.score(shared);
+        if self.best.as_ref().map(|(b, _)| score < *b).unwrap_or(true) {
+            self.best = Some((score, shared.to_vec()));
+        }
+    }
+
+    /// Tries every legal `S_pos .. S_{end-1}` (`auto`: smaller sets first; `max`:
+    /// larger first); the other entries of `shared` stay as they are. Entries after
+    /// `pos` are zero while `pos` is chosen, so `legal` sees a prefix.
     fn dfs(&mut self, shared: &mut [u64], pos: usize, end: usize) {
-        if self.visits >= self.budget {
+        if self.visits >= self.opts.budget {
             return;
         }
         self.visits += 1;
         if pos == end {
-            let runs = runs_of(shared);
-            let peak = self.p.peak(&self.p.buffers(&runs, true));
-            let score = match self.mem_limit {
-                Some(limit) if peak <= limit => (false, 0, runs.len(), peak),
-                Some(_) => (true, peak, runs.len(), peak),
-                None => (false, peak, runs.len(), peak),
-            };
-            if self.best.as_ref().map(|(b, _)| score < *b).unwrap_or(true) {
-                self.best = Some((score, shared.to_vec()));
-            }
+            self.offer(shared);
             return;
         }
         let c = self.p.candidates(pos);
-        let mut sub = c;
+        let ascending = self.ascending;
+        let mut sub = if ascending { 0 } else { c };
         loop {
             shared[pos] = sub;
             if self.p.legal(shared) {
                 self.dfs(shared, pos + 1, end);
             }
-            if sub == 0 {
-                break;
+            if ascending {
+                if sub == c {
+                    break;
+                }
+                // The next subset of `c` in increasing order.
+                sub = sub.wrapping_sub(c) & c;
+            } else {
+                if sub == 0 {
+                    break;
+                }
+                sub = (sub - 1) & c;
             }
-            sub = (sub - 1) & c;
         }
         shared[pos] = 0;
     }
+
+    /// Hill climbing from the best nest over `S_start .. S_{end-1}`: toggles one loop
+    /// of one `S_i` at a time and keeps any legal change that scores better, until
+    /// none does or the budget is spent. Reaches good nests that a budget-cut
+    /// enumeration of a long unit misses (e.g. the fastest within a tight limit).
+    fn climb(&mut self, start: usize, end: usize) {
+        let Some((_, mut shared)) = self.best.clone() else { return };
+        let mut improved = true;
+        while improved && self.visits < self.opts.budget {
+            improved = false;
+            for pos in start..end {
+                let c = self.p.candidates(pos);
+                for bit in (0..64).filter(|b| c >> b & 1 == 1) {
+                    self.visits += 1;
+                    shared[pos] ^= 1 << bit;
+                    let before = self.best.as_ref().map(|b| b.0);
+                    if self.p.legal(&shared) {
+                        self.offer(&shared);
+                    }
+                    if self.best.as_ref().map(|b| b.0) != before {
+                        improved = true;
+                    } else {
+                        shared[pos] ^= 1 << bit;
+                    }
+                }
+            }
+        }
+    }
 }
 
-/// Lowers a unit to a loop nest with the fusion of least peak temporary memory.
+/// Lowers a unit to a loop nest with the best fusion by `opts.mode`.
 ///
 /// Consecutive statements that cannot share any loop split the unit into segments
 /// whose runs are independent; each segment is searched in turn with the earlier
@@ -395,11 +530,11 @@ pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
     let stmts = &hir.units[unit].stmts;
     let n = stmts.len();
     let Some(p) = Problem::new(hir, stmts) else {
-        return unfused(hir, unit);
+        return unfused(hir, unit, &opts.rates);
     };
     let mut shared = vec![0u64; n.saturating_sub(1)];
     let mut i = 0;
-    while i < shared.len() {
+    while opts.mode != FuseMode::None && i < shared.len() {
         if p.candidates(i) == 0 {
             i += 1;
             continue;
@@ -408,8 +543,19 @@ pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
         while i < shared.len() && p.candidates(i) != 0 {
             i += 1;
         }
-        let mut s = Search { p: &p, visits: 0, budget: opts.budget, mem_limit: opts.mem_limit, best: None };
+        let mut s = Search { p: &p, visits: 0, opts, ascending: opts.mode != FuseMode::Max, best: None };
+        // The segment unfused (its entries are still zero) is always a candidate.
+        s.offer(&shared);
         s.dfs(&mut shared, start, i);
+        if opts.mode == FuseMode::Auto {
+            // Also the most fused nests first (they fit tight limits), then a climb
+            // from the best of both, each on a budget of its own.
+            s.visits = 0;
+            s.ascending = false;
+            s.dfs(&mut shared, start, i);
+            s.visits = 0;
+            s.climb(start, i);
+        }
         if let Some((_, best)) = s.best {
             shared = best;
         }
@@ -417,14 +563,24 @@ pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
     let runs = runs_of(&shared);
     let buffers = p.buffers(&runs, false);
     let peak = p.peak(&buffers);
-    let unfused_peak = p.peak(&p.buffers(&[], true));
+    let unfused_buffers = p.buffers(&[], false);
     let body = build_tree(&p, &runs);
-    LoopNest { unit, body, buffers, peak_bytes: peak, unfused_peak_bytes: unfused_peak }
+    LoopNest {
+        unit,
+        body,
+        peak_bytes: peak,
+        unfused_peak_bytes: p.peak(&unfused_buffers),
+        time_s: p.time(&runs, &buffers, &opts.rates),
+        unfused_time_s: p.time(&[], &unfused_buffers, &opts.rates),
+        kernels: p.kernels(&runs),
+        unfused_kernels: p.kernels(&[]),
+        buffers,
+    }
 }
 
 /// The nest without any fusion (also used when a unit has more than 64 indices).
 /// Its peak is the conservative sum of every temporary.
-pub fn unfused(hir: &Hir, unit: UnitId) -> LoopNest {
+pub fn unfused(hir: &Hir, unit: UnitId, rates: &CpuRates) -> LoopNest {
     let stmts = &hir.units[unit].stmts;
     let mut body = Vec::new();
     let mut buffers = BTreeMap::new();
@@ -449,7 +605,24 @@ pub fn unfused(hir: &Hir, unit: UnitId) -> LoopNest {
             });
         }
     }
-    LoopNest { unit, body, buffers, peak_bytes: temp_total, unfused_peak_bytes: temp_total }
+    let bytes =
+        |t: TensorId| hir.num_elements(t).map_or(f64::INFINITY, |n| (n * hir.tensors[t].elem.size_bytes()) as f64);
+    let time: f64 = stmts.iter().map(|st| stmt_time(hir, st, &|_| false, 1.0, &bytes, rates)).sum();
+    let kernels: Vec<Vec<Kernel>> = stmts
+        .iter()
+        .map(|st| st.rhs.terms.iter().map(|t| term_kernel(hir, st, t, &|_| false, None)).collect())
+        .collect();
+    LoopNest {
+        unit,
+        body,
+        buffers,
+        peak_bytes: temp_total,
+        unfused_peak_bytes: temp_total,
+        time_s: time,
+        unfused_time_s: time,
+        unfused_kernels: kernels.clone(),
+        kernels,
+    }
 }
 
 /// Builds the loop tree from laminar runs; `=` becomes a `Zero` placed outside every

@@ -9,6 +9,7 @@
 //! by the enclosing loops (it realises `=` as "zero, then accumulate"). A buffer
 //! stores a tensor's dimensions minus those fixed by the loops around all its users.
 
+pub mod cost;
 pub mod exec;
 pub mod fusion;
 #[cfg(test)]
@@ -71,6 +72,13 @@ pub struct LoopNest {
     /// Peak bytes of temporaries live at once, as fused and without fusion.
     pub peak_bytes: u64,
     pub unfused_peak_bytes: u64,
+    /// Seconds by the CPU time model ([`cost`]), as fused and without fusion.
+    pub time_s: f64,
+    pub unfused_time_s: f64,
+    /// Per statement, per term: the kernel the back end runs it on, as fused and
+    /// without fusion (a GETT that fusion turned into loops is reported).
+    pub kernels: Vec<Vec<cost::Kernel>>,
+    pub unfused_kernels: Vec<Vec<cost::Kernel>>,
 }
 
 impl LoopNest {
@@ -98,24 +106,56 @@ impl LoopNest {
             }
             s.push('\n');
         }
-        dump_nodes(hir, self.unit, &self.body, 1, &mut s);
+        dump_nodes(self, hir, &self.body, 1, &mut s);
         let _ = writeln!(
             s,
             "  // peak temporary memory: {} bytes (unfused: {} bytes)",
             self.peak_bytes, self.unfused_peak_bytes
         );
+        let _ = writeln!(s, "  // model time: {} (unfused: {})", seconds(self.time_s), seconds(self.unfused_time_s));
         s.push_str("}\n");
         s
     }
+
+    /// GEMM-shaped terms fusion turned into loops: (statement, term, unfused kernel).
+    pub fn gemms_made_loops(&self) -> Vec<(usize, usize, cost::Kernel)> {
+        let mut out = Vec::new();
+        for (i, (now, was)) in self.kernels.iter().zip(&self.unfused_kernels).enumerate() {
+            for (k, (a, b)) in now.iter().zip(was).enumerate() {
+                if matches!(a, cost::Kernel::Loops { .. }) && matches!(b, cost::Kernel::Gett { .. }) {
+                    out.push((i, k, *b));
+                }
+            }
+        }
+        out
+    }
+
+    /// How statement `stmt` runs: each term's kernel (`; ` between terms), and for a
+    /// GEMM-shaped term that fusion turned into loops, its unfused kernel.
+    pub fn kernel_note(&self, stmt: usize) -> String {
+        let (Some(now), Some(was)) = (self.kernels.get(stmt), self.unfused_kernels.get(stmt)) else {
+            return String::new();
+        };
+        let parts: Vec<String> = now
+            .iter()
+            .zip(was)
+            .map(|(a, b)| match (a, b) {
+                (cost::Kernel::Loops { .. }, cost::Kernel::Gett { .. }) => format!("loops (unfused: {b})"),
+                _ => a.to_string(),
+            })
+            .collect();
+        parts.join("; ")
+    }
 }
 
-fn dump_nodes(hir: &Hir, unit: UnitId, nodes: &[Node], depth: usize, s: &mut String) {
+fn dump_nodes(nest: &LoopNest, hir: &Hir, nodes: &[Node], depth: usize, s: &mut String) {
+    let unit = nest.unit;
     let pad = "  ".repeat(depth);
     for n in nodes {
         match n {
             Node::Loop { index, extent, body } => {
                 let _ = writeln!(s, "{pad}for {} in 0..{} {{", hir.indices[*index].name, extent);
-                dump_nodes(hir, unit, body, depth + 1, s);
+                dump_nodes(nest, hir, body, depth + 1, s);
                 let _ = writeln!(s, "{pad}}}");
             }
             Node::Zero { tensor, .. } => {
@@ -125,11 +165,25 @@ fn dump_nodes(hir: &Hir, unit: UnitId, nodes: &[Node], depth: usize, s: &mut Str
                 let st = &hir.units[unit].stmts[*stmt];
                 let _ = writeln!(
                     s,
-                    "{pad}{} += {}",
+                    "{pad}{} += {}  // {}",
                     crate::sema::display::tensor_ref(hir, &st.lhs),
-                    crate::sema::display::expr(hir, &st.rhs)
+                    crate::sema::display::expr(hir, &st.rhs),
+                    nest.kernel_note(*stmt)
                 );
             }
         }
+    }
+}
+
+/// Seconds for dumps and reports, in the unit that keeps 3 significant digits.
+pub fn seconds(t: f64) -> String {
+    if !t.is_finite() {
+        "unknown".to_string()
+    } else if t >= 1.0 {
+        format!("{t:.3} s")
+    } else if t >= 1e-3 {
+        format!("{:.3} ms", t * 1e3)
+    } else {
+        format!("{:.3} us", t * 1e6)
     }
 }

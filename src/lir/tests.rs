@@ -1,7 +1,7 @@
 //! Fusion legality and memory, checked by running nests against the interpreter.
 
 use super::exec::execute;
-use super::fusion::{lower_unit, unfused, FusionOptions};
+use super::fusion::{lower_unit, unfused, FuseMode, FusionOptions};
 use super::{LoopNest, Node};
 use crate::interp::{random_inputs, run_unit};
 use crate::sema::hir::{Hir, UnitId};
@@ -32,6 +32,11 @@ fn assert_same(hir: &Hir, nest: &LoopNest) {
     }
 }
 
+/// `--fuse max`: the least memory, what these tests examine.
+fn most_fused() -> FusionOptions {
+    FusionOptions { mode: FuseMode::Max, ..FusionOptions::default() }
+}
+
 fn loop_depth(nodes: &[Node]) -> usize {
     nodes.iter().map(|n| if let Node::Loop { body, .. } = n { 1 + loop_depth(body) } else { 0 }).max().unwrap_or(0)
 }
@@ -54,7 +59,7 @@ B[a,b,c,d] = C[d,s] * T3[a,b,c,s];
 #[test]
 fn four_index_transform_needs_only_small_intermediates() {
     let hir = compile(FOUR_INDEX);
-    let nest = lower_unit(&hir, UnitId::new(0), FusionOptions::default());
+    let nest = lower_unit(&hir, UnitId::new(0), most_fused());
     let n = 5usize;
     // Unfused: three N^4 temporaries live around each statement (two at a time).
     assert_eq!(nest.unfused_peak_bytes, 8 * 2 * n.pow(4) as u64);
@@ -72,7 +77,7 @@ fn four_index_transform_needs_only_small_intermediates() {
 #[test]
 fn unfused_nest_matches_interpreter() {
     let hir = compile(FOUR_INDEX);
-    assert_same(&hir, &unfused(&hir, UnitId::new(0)));
+    assert_same(&hir, &unfused(&hir, UnitId::new(0), &Default::default()));
 }
 
 #[test]
@@ -85,7 +90,7 @@ fn summed_loop_shared_with_producer_accumulates_correctly() {
          T[i,k] = 2 * A[i,k];
          R[i,j] = T[i,k] * B[k,j];",
     );
-    let nest = lower_unit(&hir, UnitId::new(0), FusionOptions::default());
+    let nest = lower_unit(&hir, UnitId::new(0), most_fused());
     assert!(nest.peak_bytes < 8 * 16, "{}", nest.dump(&hir));
     assert_same(&hir, &nest);
 }
@@ -99,7 +104,7 @@ fn reading_a_temporary_twice_keeps_it_whole_where_needed() {
          R[i,j] = T[i,k] * T[j,k];
          S[j] = 0.5 * T[j,k];",
     );
-    let nest = lower_unit(&hir, UnitId::new(0), FusionOptions::default());
+    let nest = lower_unit(&hir, UnitId::new(0), most_fused());
     assert_same(&hir, &nest);
 }
 
@@ -112,7 +117,7 @@ fn statements_with_calls_and_self_reads_run_whole() {
          R[i,j] = exp(T[i,j]) + T[j,i];
          R[i,j] += R[j,i] * 0.5;",
     );
-    let nest = lower_unit(&hir, UnitId::new(0), FusionOptions::default());
+    let nest = lower_unit(&hir, UnitId::new(0), most_fused());
     assert_same(&hir, &nest);
 }
 
@@ -127,14 +132,14 @@ fn accumulating_outputs_across_statements() {
          T[i,j,l] = A[i,j,l] * 2;
          R[i,l] += T[i,j,l];",
     );
-    let nest = lower_unit(&hir, UnitId::new(0), FusionOptions::default());
+    let nest = lower_unit(&hir, UnitId::new(0), most_fused());
     assert_same(&hir, &nest);
 }
 
 #[test]
 fn dump_shows_loops_and_buffer_sizes() {
     let hir = compile(FOUR_INDEX);
-    let text = lower_unit(&hir, UnitId::new(0), FusionOptions::default()).dump(&hir);
+    let text = lower_unit(&hir, UnitId::new(0), most_fused()).dump(&hir);
     assert!(text.contains("for a in 0..5 {"), "{text}");
     for t in ["T1", "T2", "T3"] {
         assert!(text.contains(&format!("buffer {t}: f64[")), "{text}");
@@ -159,6 +164,42 @@ fn a_generous_memory_limit_keeps_contractions_whole() {
     assert_same(&hir, &tight);
     // An impossible limit still gives the smallest nest.
     let tiny = lower_unit(&hir, UnitId::new(0), FusionOptions { mem_limit: Some(1), ..FusionOptions::default() });
-    let best = lower_unit(&hir, UnitId::new(0), FusionOptions::default());
+    let best = lower_unit(&hir, UnitId::new(0), most_fused());
     assert_eq!(tiny.peak_bytes, best.peak_bytes);
+}
+
+/// The spin-orbital CCD residual's shape (12 statements, examples/programs/ccd.tc):
+/// `auto` keeps every GEMM-shaped step a GETT (a 20,000-visit search that visits
+/// the most fused nests first never reached the unfused one), while `max` and a
+/// tight limit fuse and say which GEMMs became loops.
+#[test]
+fn auto_keeps_gemm_shaped_steps_whole_unless_a_limit_forces_fusion() {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/programs/ccd.tc")).unwrap();
+    let hir = compile(&src);
+    let prepared = crate::pipeline::prepare(&hir, &crate::pipeline::PipelineOptions::default());
+    let u = UnitId::new(0);
+    assert!(prepared.units[u].stmts.len() >= 12);
+    let auto = lower_unit(&prepared, u, FusionOptions { mem_limit: Some(2 << 30), ..FusionOptions::default() });
+    assert!(auto.gemms_made_loops().is_empty(), "{}", auto.dump(&prepared));
+    assert!(auto.time_s <= auto.unfused_time_s);
+    let most = lower_unit(&prepared, u, most_fused());
+    assert!(most.peak_bytes < auto.peak_bytes);
+    assert!(!most.gemms_made_loops().is_empty());
+    assert!(most.time_s > 2.0 * auto.time_s, "{} vs {}", most.time_s, auto.time_s);
+    assert!(most.dump(&prepared).contains("loops (unfused: gett"), "{}", most.dump(&prepared));
+    // A limit below the unfused peak: the fastest nest that fits, not the smallest.
+    let limit = auto.peak_bytes - 1;
+    let tight = lower_unit(&prepared, u, FusionOptions { mem_limit: Some(limit), ..FusionOptions::default() });
+    assert!(tight.peak_bytes <= limit);
+    assert!(tight.time_s < most.time_s, "{} vs {}", tight.time_s, most.time_s);
+    let none = lower_unit(&prepared, u, FusionOptions { mode: FuseMode::None, ..FusionOptions::default() });
+    assert_eq!(loop_depth(&none.body), 0);
+    // The same program at o = 3, v = 5 through each mode, against the interpreter.
+    let small = compile(&src.replace("range O = 10;", "range O = 3;").replace("range V = 38;", "range V = 5;"));
+    let small = crate::pipeline::prepare(&small, &crate::pipeline::PipelineOptions::default());
+    for mode in [FuseMode::Auto, FuseMode::None, FuseMode::Max] {
+        for mem_limit in [None, Some(2000)] {
+            assert_same(&small, &lower_unit(&small, u, FusionOptions { mode, mem_limit, ..FusionOptions::default() }));
+        }
+    }
 }

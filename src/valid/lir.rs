@@ -204,25 +204,34 @@ mod tests {
     #[test]
     fn fused_and_unfused_nests_are_valid() {
         let hir = checked(SRC);
-        let fused = lower_unit(&hir, crate::sema::hir::UnitId::new(0), FusionOptions::default());
+        let fused = lower_unit(
+            &hir,
+            crate::sema::hir::UnitId::new(0),
+            FusionOptions { mode: crate::lir::fusion::FuseMode::Max, ..FusionOptions::default() },
+        );
         assert!(fused.buffers.values().any(|b| !b.fixed.is_empty()), "expected the temporary to be sliced");
         validate(&hir, &fused).unwrap();
-        validate(&hir, &crate::lir::fusion::unfused(&hir, crate::sema::hir::UnitId::new(0))).unwrap();
+        validate(&hir, &crate::lir::fusion::unfused(&hir, crate::sema::hir::UnitId::new(0), &Default::default()))
+            .unwrap();
     }
 
     #[test]
     fn catches_a_missing_statement_a_wrong_extent_and_a_slice_without_its_loop() {
         let hir = checked(SRC);
-        let mut nest = crate::lir::fusion::unfused(&hir, crate::sema::hir::UnitId::new(0));
+        let mut nest = crate::lir::fusion::unfused(&hir, crate::sema::hir::UnitId::new(0), &Default::default());
         nest.body.pop();
         assert!(validate(&hir, &nest).unwrap_err().message.contains("computed in the order"));
 
-        let mut nest = lower_unit(&hir, crate::sema::hir::UnitId::new(0), FusionOptions::default());
+        let mut nest = lower_unit(
+            &hir,
+            crate::sema::hir::UnitId::new(0),
+            FusionOptions { mode: crate::lir::fusion::FuseMode::Max, ..FusionOptions::default() },
+        );
         let Node::Loop { extent, .. } = &mut nest.body[0] else { panic!("expected an outer loop: {nest:?}") };
         *extent += 1;
         assert!(validate(&hir, &nest).unwrap_err().message.contains("has extent 5"));
 
-        let mut nest = crate::lir::fusion::unfused(&hir, crate::sema::hir::UnitId::new(0));
+        let mut nest = crate::lir::fusion::unfused(&hir, crate::sema::hir::UnitId::new(0), &Default::default());
         let t = nest.buffers.keys().copied().find(|&t| hir.tensors[t].name == "T").unwrap();
         let b = nest.buffers.get_mut(&t).unwrap();
         let p = b.stored.remove(0);

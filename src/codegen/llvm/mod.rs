@@ -51,6 +51,7 @@ pub mod jit_lib;
 mod tile_kernel;
 pub use tile_kernel::{tile_kernel, TileKernel};
 mod loops;
+pub mod rates;
 mod sizes;
 
 use gett::GettPlan;
@@ -95,6 +96,10 @@ pub struct Options {
     /// nest that fits is compiled (whole contractions map to large GEMMs). `None`:
     /// [`DEFAULT_MEM_LIMIT`].
     pub mem_limit: Option<u64>,
+    /// What fusion optimizes (`--fuse`); `auto` prices nests with `rates`.
+    pub fuse: crate::lir::fusion::FuseMode,
+    /// The machine's kernel rates for the time model (`tcc tune --cpu`).
+    pub rates: crate::lir::cost::CpuRates,
     /// Map a binary contraction to the GETT kernel when `m·n·k` reaches this;
     /// `None`: when `m, n ≥ 8`, `k ≥ 4` and `m·n·k ≥ 32768` (tests lower it to
     /// exercise the kernel on small, odd shapes).
@@ -325,7 +330,9 @@ fn compile_lib<'ctx>(
     opts: &Options,
     lib: Option<&str>,
 ) -> Result<Compiled<'ctx>, CodegenError> {
-    let popts = PipelineOptions::with_mem_limit(Some(opts.mem_limit.unwrap_or(DEFAULT_MEM_LIMIT)));
+    let mut popts = PipelineOptions::with_mem_limit(Some(opts.mem_limit.unwrap_or(DEFAULT_MEM_LIMIT)));
+    popts.fusion.mode = opts.fuse;
+    popts.fusion.rates = opts.rates;
     let prepared = crate::pipeline::prepare(hir, &popts);
     let nests = crate::pipeline::fuse(&prepared, units, &popts);
     let (tm, cpu, features) = machine(opts)?;
