@@ -169,27 +169,15 @@ impl FuseArgs {
         units: &[tcc::sema::hir::UnitId],
     ) -> Result<tcc::pipeline::PipelineOptions, Outcome> {
         let p = self.pipeline(ctx)?;
-        let Some(limit) = self.mem_limit else { return Ok(p) };
-        let quiet = tcc::pipeline::PipelineOptions { log_passes: false, ..p.clone() };
-        let prepared = tcc::pipeline::prepare(hir, &quiet);
-        for n in tcc::pipeline::fuse(&prepared, units, &quiet) {
-            if n.peak_bytes > limit {
-                let hint = match self.fuse {
-                    FuseArg::None => "fusion shrinks temporaries: try --fuse auto or --fuse max".to_string(),
-                    _ => format!("the least memory any fusion needs is {}", tcc::plan::report::bytes(n.peak_bytes)),
-                };
-                return Err(ctx.fail(
-                    "E0725",
-                    &format!(
-                        "program `{}` needs {} of temporaries at once with --fuse {}, over --mem-limit {}",
-                        prepared.units[n.unit].name,
-                        tcc::plan::report::bytes(n.peak_bytes),
-                        self.mode().name(),
-                        tcc::plan::report::bytes(limit)
-                    ),
-                    Some(&hint),
-                ));
-            }
+        if self.mem_limit.is_none() {
+            return Ok(p);
+        }
+        if let Err(over) = tcc::pipeline::check_mem_limit(hir, units, &p) {
+            let hint = match self.fuse {
+                FuseArg::None => "fusion shrinks temporaries: try --fuse auto or --fuse max".to_string(),
+                _ => format!("the least memory any fusion needs is {}", tcc::plan::report::bytes(over.peak_bytes)),
+            };
+            return Err(ctx.fail("E0725", &format!("{over} (--fuse {})", self.mode().name()), Some(&hint)));
         }
         Ok(p)
     }
@@ -555,9 +543,14 @@ enum Command {
         /// Largest message size (default 64MiB).
         #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "64MiB")]
         max_bytes: u64,
-        /// Where to write the table (default: ~/.config/tcc/tuning.toml); `-` for stdout.
+        /// Where to write the table (default: ~/.config/tcc/tuning.toml, with --cpu
+        /// ~/.config/tcc/cpu.toml); `-` for stdout.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+        /// Instead: measure the CPU back end's kernel rates (GETT, loops, memory and
+        /// cache bandwidth, GETT call overhead) that `--fuse auto` models time with.
+        #[arg(long, conflicts_with_all = ["ranks", "backend", "max_bytes"])]
+        cpu: bool,
     },
 }
 
@@ -709,7 +702,8 @@ fn run_command(ctx: &Ctx, command: Command) -> Outcome {
             0 => Outcome::Ok,
             _ => Outcome::UserError,
         },
-        Command::Tune { ranks, backend, max_bytes, out } => tune_command(ctx, ranks, backend, max_bytes, out),
+        Command::Tune { cpu: true, out, .. } => tune_cpu(ctx, out),
+        Command::Tune { ranks, backend, max_bytes, out, .. } => tune_command(ctx, ranks, backend, max_bytes, out),
         c @ Command::Check { .. } => cmd_check(ctx, c),
         c @ Command::Fmt { .. } => cmd_fmt(ctx, c),
         c @ Command::Build { .. } => cmd_build(ctx, c),
@@ -1295,6 +1289,46 @@ fn tune_command(ctx: &Ctx, ranks: usize, backend: RunBackend, max_bytes: u64, ou
             Outcome::Ok
         }
         Err(e) => ctx.error(&e),
+    }
+}
+
+/// `tcc tune --cpu`: the CPU rates file.
+fn tune_cpu(ctx: &Ctx, out: Option<PathBuf>) -> Outcome {
+    let rates = match tcc::codegen::llvm::rates::measure(None) {
+        Ok(r) => r,
+        Err(e) => return ctx.fail("E0723", &format!("cannot measure the CPU rates: {}", e.0), None),
+    };
+    eprintln!(
+        "tune: GETT {:.1} GFLOP/s, loops {:.1} GFLOP/s, memory {:.1} GB/s, cache {:.1} GB/s, GETT call {:.1} us",
+        rates.gett_flops / 1e9,
+        rates.loop_flops / 1e9,
+        rates.mem_bandwidth / 1e9,
+        rates.cache_bandwidth / 1e9,
+        rates.gett_call * 1e6
+    );
+    let text = rates.to_toml();
+    let path = match out {
+        Some(p) if p.as_os_str() == "-" => {
+            print!("{text}");
+            return Outcome::Ok;
+        }
+        Some(p) => p,
+        None => match tcc::lir::cost::CpuRates::default_path() {
+            Some(p) => p,
+            None => return ctx.fail("E0723", "no home directory: pass --out FILE", None),
+        },
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            return ctx.fail("E0723", &format!("cannot create `{}`: {e}", dir.display()), None);
+        }
+    }
+    match std::fs::write(&path, text) {
+        Ok(()) => {
+            eprintln!("tune: wrote {}", path.display());
+            Outcome::Ok
+        }
+        Err(e) => ctx.fail("E0723", &format!("cannot write `{}`: {e}", path.display()), None),
     }
 }
 

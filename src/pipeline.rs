@@ -170,6 +170,41 @@ pub fn fuse(hir: &Hir, units: &[UnitId], opts: &PipelineOptions) -> Vec<LoopNest
     nests
 }
 
+/// A program whose fused temporaries cannot fit an explicit memory limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OverLimit {
+    pub unit: String,
+    /// The peak of the nest the back ends would compile.
+    pub peak_bytes: u64,
+    pub limit: u64,
+}
+
+impl fmt::Display for OverLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "program `{}` needs {} of temporaries at once, over the memory limit of {}",
+            self.unit,
+            crate::plan::report::bytes(self.peak_bytes),
+            crate::plan::report::bytes(self.limit)
+        )
+    }
+}
+
+/// Checks that the nests the back ends compile with `opts` (prepare, then fuse)
+/// fit `opts.fusion.mem_limit`: the first unit that does not is returned.
+pub fn check_mem_limit(hir: &Hir, units: &[UnitId], opts: &PipelineOptions) -> Result<(), OverLimit> {
+    let Some(limit) = opts.fusion.mem_limit else { return Ok(()) };
+    let quiet = PipelineOptions { log_passes: false, ..opts.clone() };
+    let prepared = prepare(hir, &quiet);
+    for n in fuse(&prepared, units, &quiet) {
+        if n.peak_bytes > limit {
+            return Err(OverLimit { unit: prepared.units[n.unit].name.clone(), peak_bytes: n.peak_bytes, limit });
+        }
+    }
+    Ok(())
+}
+
 /// The IR of `units` after `pass` of the back ends' sequence (check → materialize →
 /// optimize → rematerialize → fuse): what `tcc opt --emit-after PASS` prints.
 pub fn ir_after(hir: &Hir, units: &[UnitId], pass: Pass, opts: &PipelineOptions) -> String {

@@ -160,10 +160,17 @@ fn opt_reports_orders_flops_and_fused_memory() {
     let after = v["flops_after"].as_f64().unwrap();
     // Four-index transform: N^8 naive vs four N^5 steps.
     assert!(after * 50.0 < before, "{before} -> {after}");
+    // `auto` keeps the small steps whole; `max` fuses for memory.
+    let nest = &v["loop_nests"][0];
+    assert_eq!(nest["fuse"], "auto");
+    assert!(nest["model_seconds"].as_f64().unwrap() <= nest["unfused_model_seconds"].as_f64().unwrap());
+    let out = tcc().args(["opt", "--json", "--fuse", "max"]).arg(&ex).assert().success().get_output().stdout.clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
     let nest = &v["loop_nests"][0];
     assert!(nest["peak_bytes"].as_u64().unwrap() < nest["unfused_peak_bytes"].as_u64().unwrap());
 
-    let lir = tcc().args(["opt", "--emit", "lir"]).arg(&ex).assert().success().get_output().stdout.clone();
+    let lir =
+        tcc().args(["opt", "--emit", "lir", "--fuse", "max"]).arg(&ex).assert().success().get_output().stdout.clone();
     let lir = String::from_utf8(lir).unwrap();
     assert!(lir.contains("for ") && lir.contains("bytes"), "{lir}");
     for emit in ["hir", "tir", "opt"] {
@@ -176,8 +183,31 @@ fn opt_memory_limit_is_honoured_and_reported() {
     let ex = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/four_index.tc");
     let out = tcc().args(["opt", "--mem-limit", "1GiB"]).arg(&ex).assert().success().get_output().stdout.clone();
     assert!(String::from_utf8(out).unwrap().contains("fits in 1.0 GiB"));
-    let out = tcc().args(["opt", "--mem-limit", "8"]).arg(&ex).assert().success().get_output().stdout.clone();
-    assert!(String::from_utf8(out).unwrap().contains("does NOT fit"));
+    // A limit nothing fits is an error, not a report that exits 0.
+    tcc().args(["opt", "--mem-limit", "8"]).arg(&ex).assert().code(1).stderr(predicate::str::contains("E0725"));
+    tcc()
+        .args(["run", "--fuse", "none", "--mem-limit", "100"])
+        .arg(&ex)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("E0725").and(predicate::str::contains("--fuse none")));
+    // Within a limit that forces fusion, the compiled run still checks out.
+    tcc()
+        .args(["run", "--check", "--mem-limit", "3KB"])
+        .arg(&ex)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("matches the interpreter"));
+    // The options only apply to compiled CPU code; a bad rates file is refused.
+    tcc()
+        .args(["run", "--interp", "--fuse", "max"])
+        .arg(&ex)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("E0727"));
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write(dir.path(), "cpu.toml", "gett_flops = 0.0\n");
+    tcc().args(["run", "--cpu-rates"]).arg(&bad).arg(&ex).assert().code(1).stderr(predicate::str::contains("E0726"));
     tcc().args(["opt", "--mem-limit", "lots"]).arg(&ex).assert().code(1).stderr(predicate::str::contains("not a size"));
 }
 

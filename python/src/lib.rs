@@ -14,7 +14,7 @@
 //! Errors are raised as the classes of `tcc/errors.py` (`CompileError`,
 //! `ArgumentError`, `TccError`).
 
-use pyo3::exceptions::{PyMemoryError, PyRuntimeError};
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
@@ -98,14 +98,24 @@ fn bind_sizes(py: Python<'_>, hir: Hir, sizes: &BTreeMap<String, usize>) -> PyRe
 }
 
 #[pyfunction]
-#[pyo3(signature = (source, name, sizes=None, file_name=None))]
+#[pyo3(signature = (source, name, sizes=None, file_name=None, fuse="auto", mem_limit=None))]
 fn compile(
     py: Python<'_>,
     source: &str,
     name: &str,
     sizes: Option<BTreeMap<String, usize>>,
     file_name: Option<&str>,
+    fuse: &str,
+    mem_limit: Option<u64>,
 ) -> PyResult<NativeLibrary> {
+    use tcc::lir::fusion::FuseMode;
+    let fuse = match fuse {
+        "auto" => FuseMode::Auto,
+        "none" => FuseMode::None,
+        "max" => FuseMode::Max,
+        other => return Err(PyValueError::new_err(format!("fuse must be 'auto', 'none' or 'max', not {other:?}"))),
+    };
+    let rates = tcc::lir::cost::CpuRates::load(None).map_err(|e| raise(py, "TccError", e))?;
     let (hir, diags) = tcc::compile(source, name);
     let hir = match hir {
         Some(h) => h,
@@ -122,7 +132,14 @@ fn compile(
     if hir.units.is_empty() {
         return Err(raise(py, "TccError", "the program has no statements: nothing to compile".into()));
     }
-    let opts = Options::default();
+    let opts = Options { fuse, rates, mem_limit, ..Options::default() };
+    if mem_limit.is_some() {
+        let mut p = tcc::pipeline::PipelineOptions::with_mem_limit(mem_limit);
+        p.fusion.mode = fuse;
+        p.fusion.rates = rates;
+        let units: Vec<_> = hir.units.ids().collect();
+        tcc::pipeline::check_mem_limit(&hir, &units, &p).map_err(|e| raise(py, "TccError", e.to_string()))?;
+    }
     let lib = py.allow_threads(|| {
         let _g = COMPILE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         jit_library(&hir, &[], &opts)

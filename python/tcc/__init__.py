@@ -114,7 +114,14 @@ def _looks_like_path(s: str) -> bool:
     return ";" not in s and "\n" not in s
 
 
-def compile(source_or_path, sizes: Optional[Dict[str, int]] = None, *, name: Optional[str] = None) -> Library:
+def compile(
+    source_or_path,
+    sizes: Optional[Dict[str, int]] = None,
+    *,
+    name: Optional[str] = None,
+    fuse: str = "auto",
+    mem_limit: Optional[int] = None,
+) -> Library:
     """Checks and JIT-compiles a tcc program.
 
     ``source_or_path``: the program's text, or a path (``str`` without ``;`` or a
@@ -122,7 +129,10 @@ def compile(source_or_path, sizes: Optional[Dict[str, int]] = None, *, name: Opt
     program's ranges by name (``{"O": 8}``): every run-time range (``range O;``)
     needs one; a fixed range may be named with its declared size. ``name``: the
     name of the unit formed by the top-level statements (default ``main``, as in
-    libraries built by ``tcc build``).
+    libraries built by ``tcc build``). ``fuse`` (``"auto"``, ``"none"``, ``"max"``)
+    and ``mem_limit`` (bytes of temporaries live at once; default 2 GiB) are
+    ``tcc build``'s ``--fuse`` and ``--mem-limit``: a limit given that the program
+    cannot fit raises :class:`TccError`.
 
     Raises :class:`CompileError` (with ``.diagnostics``) when the program has
     errors, :class:`TccError` for other failures.
@@ -140,7 +150,11 @@ def compile(source_or_path, sizes: Optional[Dict[str, int]] = None, *, name: Opt
         raise TypeError(f"tcc.compile: expected a source string or a path, got {type(source_or_path).__name__}")
     if sizes is not None:
         sizes = {str(k): int(v) for k, v in dict(sizes).items()}
-    native = _native.compile(source, name or "main", sizes, file_name)
+    if mem_limit is not None:
+        mem_limit = int(mem_limit)
+        if mem_limit < 0:
+            raise ValueError("tcc.compile: mem_limit must be a number of bytes >= 0")
+    native = _native.compile(source, name or "main", sizes, file_name, fuse, mem_limit)
     names = [native.program(k).name for k in range(len(native))]
     warnings = [Diagnostic(**d) for d in native.warnings]
     return Library(native, names, warnings)

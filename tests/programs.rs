@@ -1,0 +1,75 @@
+//! The whole programs of `examples/programs/` (bench/programs/ times them against
+//! numpy): each, with its ranges shrunk so the interpreter is quick, JIT-compiled
+//! under every fusion mode and a memory limit that forces fusion, computes what the
+//! reference interpreter computes.
+
+use std::collections::HashMap;
+use tcc::codegen::llvm::{jit_run, Options};
+use tcc::interp::{random_inputs, run_unit};
+use tcc::lir::fusion::FuseMode;
+
+/// `range X = N;` becomes `range X = min(N, k)` with k = 3, 4, 5, … per range, so
+/// that distinct ranges keep distinct sizes.
+fn shrink(src: &str) -> String {
+    let mut k = 3;
+    src.lines()
+        .map(|line| {
+            let t = line.trim_start();
+            if let Some(rest) = t.strip_prefix("range ") {
+                if let Some((name, size)) = rest.split_once('=') {
+                    let size: usize = size.trim().trim_end_matches(';').trim().parse().unwrap();
+                    k += 1;
+                    return format!("range {} = {};", name.trim(), size.min(k - 1));
+                }
+            }
+            line.to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn whole_programs_match_the_interpreter_in_every_fusion_mode() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/programs");
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "tc") {
+            continue;
+        }
+        let src = shrink(&std::fs::read_to_string(&path).unwrap());
+        let (hir, diags) = tcc::compile(&src, "main");
+        let hir = hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()));
+        for u in hir.units.ids() {
+            let inputs = random_inputs(&hir, u, 5).unwrap();
+            // Attention's exp stays finite on these small random inputs.
+            let want = run_unit(&hir, u, &inputs).unwrap();
+            for (fuse, mem_limit) in
+                [(FuseMode::Auto, None), (FuseMode::None, None), (FuseMode::Max, None), (FuseMode::Auto, Some(256))]
+            {
+                let opts = Options { fuse, mem_limit, gemm_min: Some(1.0), ..Options::default() };
+                let got = jit_run(&hir, u, &inputs, &opts, 1).unwrap().outputs;
+                assert_eq!(got.len(), want.len());
+                for (t, w) in &want {
+                    let d = tcc::run::compare::rel_diff(&got[t].data, &w.data);
+                    assert!(
+                        d.rel <= 1e-10,
+                        "{} {fuse:?} {mem_limit:?}: {} differs: {} vs {}",
+                        path.display(),
+                        hir.tensors[*t].name,
+                        got[t].data[d.at],
+                        w.data[d.at]
+                    );
+                }
+            }
+            n += 1;
+        }
+    }
+    assert!(n >= 6, "only {n} programs checked");
+}
+
+#[test]
+fn shrinking_keeps_ranges_distinct_and_small() {
+    let s = shrink("range O = 10;\nrange V = 38;\nrange P = 2;\nindex i : O;");
+    assert_eq!(s, "range O = 3;\nrange V = 4;\nrange P = 2;\nindex i : O;");
+}
