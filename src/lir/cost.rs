@@ -37,15 +37,17 @@ pub struct CpuRates {
 
 impl Default for CpuRates {
     /// Measured by `tcc tune --cpu` on the 2-core development machine (Xeon,
-    /// AVX-512, 2 threads); see bench/programs/results.md.
+    /// AVX-512, 2 threads; GETT 52–98 GFLOP/s over runs, loops 2.0 GFLOP/s on
+    /// strided dot products, memory 19–28 GB/s, cache 53–70 GB/s, GETT call
+    /// 1.3–2.3 µs); see bench/programs/results.md.
     fn default() -> Self {
         CpuRates {
-            gett_flops: 60e9,
-            loop_flops: 3e9,
-            mem_bandwidth: 10e9,
-            cache_bandwidth: 40e9,
+            gett_flops: 80e9,
+            loop_flops: 2.5e9,
+            mem_bandwidth: 20e9,
+            cache_bandwidth: 55e9,
             cache_bytes: 1024.0 * 1024.0,
-            gett_call: 3e-6,
+            gett_call: 2e-6,
         }
     }
 }

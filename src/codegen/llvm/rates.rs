@@ -22,6 +22,16 @@ fn matmul(n: usize) -> String {
     )
 }
 
+/// `C[i,j] = a * B[j,k]` with `a` = `A[i,k]` (contiguous dot products) or
+/// `A[k,i]` (one operand strided along the reduction).
+fn dots(n: usize, a: &str) -> String {
+    format!(
+        "range N = {n}; index i, j, k : N; input tensor A[{}] : f64; input tensor B[j,k] : f64; \
+         output tensor C[i,j] : f64; C[i,j] = {a} * B[j,k];",
+        &a[2..a.len() - 1]
+    )
+}
+
 fn copy(n: usize) -> String {
     format!("range N = {n}; index i, j : N; input tensor A[i,j] : f64; output tensor C[i,j] : f64; C[i,j] = A[i,j];")
 }
@@ -31,10 +41,15 @@ pub fn measure(target_cpu: Option<String>) -> Result<CpuRates, CodegenError> {
     let opts = Options { target_cpu, ..Options::default() };
     let (t, flops) = time(&matmul(1536), &opts, 3)?;
     let gett_flops = flops / t;
-    // The same contraction with the kernel switched off: generated loops.
+    // Contractions with the kernel switched off: generated loops. The slower of a
+    // matrix product (vectorized along the output) and the same product as dot
+    // products (a reduction innermost: what fused slices typically become), one
+    // of them strided.
     let loops = Options { gemm_min: Some(f64::INFINITY), ..opts.clone() };
     let (t, flops) = time(&matmul(256), &loops, 3)?;
-    let loop_flops = flops / t;
+    let (t_dot, flops_dot) = time(&dots(256, "A[i,k]"), &loops, 3)?;
+    let (t_str, flops_str) = time(&dots(256, "A[k,i]"), &loops, 3)?;
+    let loop_flops = (flops / t).min(flops_dot / t_dot).min(flops_str / t_str);
     // A copy moves 16 bytes per element as the model counts it (read + write).
     let n = 4096;
     let (t, _) = time(&copy(n), &opts, 3)?;
