@@ -156,9 +156,10 @@ pub fn prepare(hir: &Hir, opts: &PipelineOptions) -> Hir {
     let first = crate::tir::materialize::materialize(hir);
     opts.after_hir(Pass::Materialize, &first);
     let (opt, _) = optimize(&first, opts);
+    let again = crate::tir::materialize::materialize(&opt);
     // Sums of more terms than a loop body should hold are split here, after the
     // optimizer has seen them whole.
-    let prepared = crate::tir::materialize::split_wide_sums(&crate::tir::materialize::materialize(&opt));
+    let prepared = crate::tir::materialize::split_wide_sums(&again);
     opts.after_hir(Pass::Rematerialize, &prepared);
     prepared
 }

@@ -18,7 +18,8 @@
 //!    temporaries, which are never rewritten — is reused, not recomputed.
 //!
 //! Flops "before" count each term as a single loop nest over all its indices
-//! (`2 × ∏ sizes`, or `1 ×` for a term of at most one factor); "after" is the sum of
+//! (per point `k - 1` multiplications for `k ≥ 2` factors, plus an addition if it
+//! sums an index — opt_einsum's naive count; `1 ×` for at most one factor); "after" is the sum of
 //! the cost model of [`opmin`] over the emitted statements. Memory is the peak of
 //! the live temporaries this pass creates (plus materialised calls/sums), in
 //! distinct elements and in bytes.
@@ -271,7 +272,11 @@ fn naive_term(hir: &Hir, t: &Term, out: &[IndexId]) -> f64 {
             Factor::Tensor(_) => 0.0,
         })
         .sum();
-    inner + if t.factors.len() >= 2 { 2.0 * n } else { n }
+    // k factors in one nest: k - 1 multiplications, and an addition if it sums an
+    // index (opt_einsum's naive count).
+    let sums = all.len() > distinct(out.iter().copied()).len();
+    let per_point = (t.factors.len().saturating_sub(1)).max(1) + usize::from(sums && t.factors.len() >= 2);
+    inner + per_point as f64 * n
 }
 
 /// Cost of a term as it will run: binary steps by the cost model, ≥ 3 factors as
@@ -559,8 +564,7 @@ impl Rw {
                 return t;
             }
         };
-        let naive = naive_term(&self.hir, &t, out);
-        if path.flops >= naive {
+        if path.flops >= naive_term(&self.hir, &t, out) {
             note(ctx, format!("{} (single loop nest)", labels.join("*")), path.method);
             return t;
         }
