@@ -326,3 +326,37 @@ def test_program_and_model_units_of_the_readme_program():
     ins = {a["name"]: r.standard_normal(a["shape"]) for a in lib.t.inputs}
     R, E = lib.t(**ins)
     assert R.shape == (6, 6, 4, 4) and E.shape == ()
+
+
+CHAIN = """
+range N = 40;
+index i, j, k, l : N;
+input tensor A[i,j] : f64;
+input tensor B[j,k] : f64;
+input tensor C[k,l] : f64;
+output tensor D[i,l] : f64;
+tensor T[i,k] : f64;
+T[i,k] = A[i,j] * B[j,k];
+D[i,l] = T[i,k] * C[k,l];
+"""
+
+
+def test_fusion_modes_and_memory_limit():
+    rng = np.random.default_rng(1)
+    A, B, C = (rng.standard_normal((40, 40)) for _ in range(3))
+    want = A @ B @ C
+    for fuse in ("auto", "none", "max"):
+        got = tcc.compile(CHAIN, fuse=fuse).main(A=A, B=B, C=C)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-10)
+    # T needs 12.8 kB unfused; 1 kB forces fusion (one row of T); the most fused
+    # nest still keeps one element (8 bytes), so 4 bytes cannot fit.
+    got = tcc.compile(CHAIN, mem_limit=1000).main(A=A, B=B, C=C)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-10)
+    with pytest.raises(tcc.TccError, match="memory limit"):
+        tcc.compile(CHAIN, mem_limit=4)
+    with pytest.raises(tcc.TccError, match="memory limit"):
+        tcc.compile(CHAIN, fuse="none", mem_limit=1000)
+    with pytest.raises(ValueError, match="fuse"):
+        tcc.compile(CHAIN, fuse="some")
+    with pytest.raises(ValueError, match="mem_limit"):
+        tcc.compile(CHAIN, mem_limit=-1)
