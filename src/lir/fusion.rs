@@ -25,6 +25,7 @@
 //!
 //! The unfused nest is always legal and always scored first, so the search always
 //! reaches it and its result is never worse than unfused by the mode's measure.
+//! When the budget cuts the search short before a nest within the limit is found,
 //! `auto` also enumerates most-fused-first and then hill-climbs from the best of
 //! both (one loop toggled at a time), each on its own budget.
 
@@ -386,6 +387,33 @@ impl Problem<'_> {
     /// The time model's seconds for the unit under `runs` ([`super::cost`]);
     /// `buffers` holds at least the temporaries' buffers.
     fn time(&self, runs: &[Run], buffers: &BTreeMap<TensorId, Buffer>, rates: &CpuRates) -> f64 {
+        self.time_of(runs, buffers, rates, 0..self.stmts.len())
+    }
+
+    /// [`Self::time`] of the statements `stmts` only (a segment's: the others'
+    /// loops, and so their times, do not change while it is searched).
+    fn time_of(
+        &self,
+        runs: &[Run],
+        buffers: &BTreeMap<TensorId, Buffer>,
+        rates: &CpuRates,
+        stmts: std::ops::Range<usize>,
+    ) -> f64 {
+        self.time_memo(runs, buffers, rates, stmts, &mut None)
+    }
+
+    /// [`Self::time_of`], with statement times remembered by (statement, loops
+    /// around it, sizes of the temporaries it touches) — all a statement's time
+    /// depends on — so that a search over a long unit prices each statement once
+    /// per distinct situation instead of once per candidate.
+    fn time_memo(
+        &self,
+        runs: &[Run],
+        buffers: &BTreeMap<TensorId, Buffer>,
+        rates: &CpuRates,
+        stmts: std::ops::Range<usize>,
+        memo: &mut Option<std::collections::HashMap<(usize, u64, u64), f64>>,
+    ) -> f64 {
         let bytes = |t: TensorId| -> f64 {
             let esz = self.hir.tensors[t].elem.size_bytes() as f64;
             match buffers.get(&t) {
@@ -393,14 +421,27 @@ impl Problem<'_> {
                 None => self.hir.num_elements(t).map_or(f64::INFINITY, |n| n as f64 * esz),
             }
         };
-        (0..self.stmts.len())
-            .map(|i| {
-                let mask = self.bound(runs, i);
-                let outer: f64 = (0..64).filter(|b| mask >> b & 1 == 1).map(|b| self.extent(b) as f64).product();
-                let bound = |v: IndexId| self.in_mask(mask, v);
-                stmt_time(self.hir, &self.hir_stmts[i], &bound, outer, &bytes, rates)
-            })
-            .sum()
+        let mut total = 0.0;
+        for i in stmts {
+            let mask = self.bound(runs, i);
+            let sizes = self.stmts[i]
+                .refs
+                .iter()
+                .filter_map(|(t, _, _)| buffers.get(t).filter(|_| self.hir.tensors[*t].role == Role::Temporary))
+                .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b.elements as u64).wrapping_mul(0x100_0000_01b3));
+            if let Some(&t) = memo.as_ref().and_then(|m| m.get(&(i, mask, sizes))) {
+                total += t;
+                continue;
+            }
+            let outer: f64 = (0..64).filter(|b| mask >> b & 1 == 1).map(|b| self.extent(b) as f64).product();
+            let bound = |v: IndexId| self.in_mask(mask, v);
+            let t = stmt_time(self.hir, &self.hir_stmts[i], &bound, outer, &bytes, rates);
+            if let Some(m) = memo.as_mut() {
+                m.insert((i, mask, sizes), t);
+            }
+            total += t;
+        }
+        total
     }
 
     /// The kernel of every term of every statement under `runs`.
@@ -424,12 +465,16 @@ struct Search<'p, 'a> {
     opts: FusionOptions,
     /// Enumerate each `S_i` from the empty set up (else from the full set down).
     ascending: bool,
+    /// The statements of the segment searched (only their times can change).
+    stmts: std::ops::Range<usize>,
+    /// Statement times already computed (see [`Problem::time_memo`]).
+    memo: Option<std::collections::HashMap<(usize, u64, u64), f64>>,
     /// The best score so far, and its `shared`.
     best: Option<(Score, Vec<u64>)>,
 }
 
 impl Search<'_, '_> {
-    fn score(&self, shared: &[u64]) -> Score {
+    fn score(&mut self, shared: &[u64]) -> Score {
         let runs = runs_of(shared);
         let buffers = self.p.buffers(&runs, true);
         let peak = self.p.peak(&buffers);
@@ -437,7 +482,8 @@ impl Search<'_, '_> {
             FuseMode::Max => peak,
             // Picoseconds: an order that ties only when the model cannot tell.
             FuseMode::Auto | FuseMode::None => {
-                let t = self.p.time(&runs, &buffers, &self.opts.rates) * 1e12;
+                let stmts = self.stmts.clone();
+                let t = self.p.time_memo(&runs, &buffers, &self.opts.rates, stmts, &mut self.memo) * 1e12;
                 if t.is_finite() && t < u64::MAX as f64 {
                     t as u64
                 } else {
@@ -499,12 +545,17 @@ impl Search<'_, '_> {
     fn climb(&mut self, start: usize, end: usize) {
         let Some((_, mut shared)) = self.best.clone() else { return };
         let mut improved = true;
+        // Each try scores the whole segment: charge its length against the budget.
+        let cost = 1 + (end - start) / 16;
         while improved && self.visits < self.opts.budget {
             improved = false;
             for pos in start..end {
                 let c = self.p.candidates(pos);
                 for bit in (0..64).filter(|b| c >> b & 1 == 1) {
-                    self.visits += 1;
+                    if self.visits >= self.opts.budget {
+                        return;
+                    }
+                    self.visits += cost;
                     shared[pos] ^= 1 << bit;
                     let before = self.best.as_ref().map(|b| b.0);
                     if self.p.legal(&shared) {
@@ -543,11 +594,23 @@ pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
         while i < shared.len() && p.candidates(i) != 0 {
             i += 1;
         }
-        let mut s = Search { p: &p, visits: 0, opts, ascending: opts.mode != FuseMode::Max, best: None };
+        let mut s = Search {
+            p: &p,
+            visits: 0,
+            opts,
+            ascending: opts.mode != FuseMode::Max,
+            stmts: start..i + 1,
+            memo: Some(Default::default()),
+            best: None,
+        };
         // The segment unfused (its entries are still zero) is always a candidate.
         s.offer(&shared);
         s.dfs(&mut shared, start, i);
-        if opts.mode == FuseMode::Auto {
+        // A search that ended within its budget saw every legal nest; one whose
+        // best fits the limit is kept. Otherwise (a long unit under a tight limit)
+        // look further for a nest that fits.
+        let over = s.best.as_ref().is_some_and(|(score, _)| score.0);
+        if opts.mode == FuseMode::Auto && s.visits >= opts.budget && over {
             // Also the most fused nests first (they fit tight limits), then a climb
             // from the best of both, each on a budget of its own.
             s.visits = 0;
