@@ -1432,7 +1432,27 @@ fn json_errors_asked() -> bool {
     })
 }
 
+/// A closed stdout (`tcc opt F | head`) ends tcc quietly, as it ends other Unix
+/// tools, rather than with a "failed printing to stdout" internal error: Rust
+/// ignores SIGPIPE by default; restore the default action.
+#[cfg(target_os = "linux")]
+fn default_sigpipe() {
+    extern "C" {
+        fn signal(signum: i32, handler: usize) -> usize;
+    }
+    const SIGPIPE: i32 = 13;
+    const SIG_DFL: usize = 0;
+    // SAFETY: sets the disposition of one signal to its default, before any thread starts.
+    unsafe {
+        signal(SIGPIPE, SIG_DFL);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn default_sigpipe() {}
+
 fn main() -> ExitCode {
+    default_sigpipe();
     // Usage errors are user errors (exit 1); --help and --version succeed.
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -259,3 +259,31 @@ fn emit_llvm_prints_the_module() {
     }
     tcc().args(["opt", "--emit=llvm", "--target-cpu", "haswell", "examples/matmul.tc"]).assert().success();
 }
+
+/// `tcc opt F --emit=lir | head -1`: a reader that goes away ends tcc quietly (by
+/// SIGPIPE, as other tools end), not with an internal-error banner.
+#[test]
+fn a_closed_stdout_is_not_an_internal_error() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let mut src = String::from("range N = 4; index i, j : N; input tensor A[i,j];\n");
+    for k in 0..3000 {
+        src.push_str(&format!("output tensor C{k}[i,j]; C{k}[i,j] = {k} * A[i,j];\n"));
+    }
+    let f = write(dir.path(), "big.tc", &src);
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("tcc"))
+        .args(["opt", "--emit", "lir"])
+        .arg(&f)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    child.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("internal compiler error"), "{stderr}");
+    assert!(!out.status.success());
+}
