@@ -48,10 +48,8 @@ impl<'ctx> Gen<'_, 'ctx> {
         }
         let size = |k: i64| -> f64 { dims.iter().filter(|d| d[0] == k).map(|d| d[1] as f64).product() };
         let (m, n, k) = (size(1), size(2), size(3));
-        let worth = match self.gemm_min {
-            Some(min) => m * n * k >= min,
-            None => m >= 8.0 && n >= 8.0 && k >= 4.0 && m * n * k >= 32768.0,
-        };
+        // The rule the fusion time model prices nests by (one function for both).
+        let worth = crate::lir::cost::gemm_worth(m, n, k, self.gemm_min);
         if !worth {
             return None;
         }
