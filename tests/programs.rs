@@ -3,7 +3,6 @@
 //! under every fusion mode and a memory limit that forces fusion, computes what the
 //! reference interpreter computes.
 
-use std::collections::HashMap;
 use tcc::codegen::llvm::{jit_run, Options};
 use tcc::interp::{random_inputs, run_unit};
 use tcc::lir::fusion::FuseMode;
