@@ -72,3 +72,37 @@ fn shrinking_keeps_ranges_distinct_and_small() {
     let s = shrink("range O = 10;\nrange V = 38;\nrange P = 2;\nindex i : O;");
     assert_eq!(s, "range O = 3;\nrange V = 4;\nrange P = 2;\nindex i : O;");
 }
+
+/// Sums of permutations (`Z[a,b,i,j] - Z[b,a,i,j] - …`) are computed in one pass over
+/// the target; with coefficients, functions, an accumulating `+=` and a term that
+/// reads the target itself (which must not join the pass) they still compute what the
+/// interpreter computes.
+#[test]
+fn permutation_sums_in_one_pass_match_the_interpreter() {
+    let src = "range O = 3; range V = 5;
+        index i, j : O; index a, b : V;
+        input tensor X[a,b,i,j] : f64; input tensor Y[a,b,i,j] : f32;
+        output tensor Z[a,b,i,j] : f64; output tensor W[a,b,i,j] : f64;
+        Z[a,b,i,j] = X[a,b,i,j] - X[b,a,i,j] - 0.5 * X[a,b,j,i] + X[b,a,j,i] * Y[a,b,i,j];
+        W[a,b,i,j] = exp(Y[a,b,j,i]) + 2 * X[b,a,i,j];
+        W[a,b,i,j] += Y[b,a,j,i] - X[a,b,i,j];
+        Z[a,b,i,j] += Z[b,a,i,j] + Y[a,b,i,j];";
+    let (hir, diags) = tcc::compile(src, "main");
+    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+    let u = hir.units.ids().next().unwrap();
+    let inputs = random_inputs(&hir, u, 7).unwrap();
+    let want = run_unit(&hir, u, &inputs).unwrap();
+    for fuse in [FuseMode::Auto, FuseMode::None] {
+        let got = jit_run(&hir, u, &inputs, &Options { fuse, ..Options::default() }, 2).unwrap().outputs;
+        for (t, w) in &want {
+            let d = tcc::run::compare::rel_diff(&got[t].data, &w.data);
+            assert!(
+                d.rel <= 1e-12,
+                "{fuse:?}: {} differs: {} vs {}",
+                hir.tensors[*t].name,
+                got[t].data[d.at],
+                w.data[d.at]
+            );
+        }
+    }
+}

@@ -261,6 +261,82 @@ impl<'ctx> Gen<'_, 'ctx> {
         !st.rhs.terms.is_empty() && !reads_self && matches!(self.term_gett(st, 0), Ok(Some(_)))
     }
 
+    /// How many terms of `st` from term `k` on are element-wise (every index of every
+    /// factor is a free index of the target, no GETT) over the same indices as the
+    /// target, so that one pass over the target computes them all: a sum of
+    /// permutations (`X[a,b,i,j] - X[b,a,i,j] - X[a,b,j,i] + X[b,a,j,i]`) reads and
+    /// writes the target once instead of once per term. 0 or 1: no group.
+    pub(super) fn elementwise_run(&self, st: &Stmt, k: usize) -> usize {
+        let free: Vec<IndexId> = st.lhs.indices.iter().copied().filter(|i| !self.bound.contains_key(i)).collect();
+        let distinct = free.iter().enumerate().all(|(p, i)| !free[..p].contains(i));
+        if free.is_empty() || !distinct {
+            return 0;
+        }
+        let fits = |t: usize| -> bool {
+            let Ok(ops) = crate::codegen::lower::term_operands(&st.rhs.terms[t]) else { return false };
+            !ops.is_empty()
+                && ops.iter().all(|o| o.tensor != st.lhs.tensor)
+                && ops.iter().flat_map(|o| o.indices.iter()).all(|i| self.bound.contains_key(i) || free.contains(i))
+                && !matches!(self.term_gett(st, t), Ok(Some(_)))
+        };
+        (k..st.rhs.terms.len()).take_while(|&t| fits(t)).count()
+    }
+
+    /// Terms `ks` of `st` (an [`Self::elementwise_run`]) in one loop nest over the
+    /// target's free indices, in its storage order (the last innermost: contiguous
+    /// writes), the outermost on threads when there is enough work.
+    pub(super) fn elementwise_terms(&mut self, st: &Stmt, ks: std::ops::Range<usize>) -> Result<(), CodegenError> {
+        let hir = self.hir;
+        let c = st.lhs.tensor;
+        let order: Vec<IndexId> = st.lhs.indices.iter().copied().filter(|i| !self.bound.contains_key(i)).collect();
+        if order.iter().any(|&v| hir.index_size(v) == 0) {
+            return Ok(());
+        }
+        let mut terms = Vec::new();
+        for k in ks {
+            let ops = crate::codegen::lower::term_operands(&st.rhs.terms[k]).map_err(err)?;
+            terms.push((st.rhs.terms[k].coef, ops));
+        }
+        let work: f64 = order.iter().map(|&v| hir.index_size(v) as f64).product::<f64>() * terms.len() as f64;
+        let par = work >= self.parallel_min && order.len() >= 2 && hir.index_size(order[0]) >= 2;
+        let lt = self.ft(hir.tensors[c].elem);
+        let lhs_idx = st.lhs.indices.clone();
+        self.nest_parallel(&order, par, false, None, &mut |g| {
+            let mut total: Option<FloatValue> = None;
+            for (coef, ops) in &terms {
+                let mut prod: Option<FloatValue> = if *coef == 1.0 { None } else { Some(lt.const_float(*coef)) };
+                for o in ops {
+                    let off = g.offset(o.tensor, &o.indices)?;
+                    let p = g.elem_ptr(o.tensor, off)?;
+                    let mut v = g.b.build_load(p, "x")?.into_float_value();
+                    let ot = g.ft(hir.tensors[o.tensor].elem);
+                    if ot != lt {
+                        v = g.b.build_float_cast(v, lt, "cvt")?;
+                    }
+                    if let Some(func) = o.func {
+                        v = g.apply(func, v, lt)?;
+                    }
+                    prod = Some(match prod {
+                        None => v,
+                        Some(p) => g.b.build_float_mul(p, v, "m")?,
+                    });
+                }
+                let prod = prod.unwrap_or_else(|| lt.const_float(*coef));
+                total = Some(match total {
+                    None => prod,
+                    Some(t) => g.b.build_float_add(t, prod, "t")?,
+                });
+            }
+            let Some(total) = total else { return Ok(()) };
+            let off = g.offset(c, &lhs_idx)?;
+            let p = g.elem_ptr(c, off)?;
+            let old = g.b.build_load(p, "c")?.into_float_value();
+            let new = g.b.build_float_add(old, total, "c.new")?;
+            g.b.build_store(p, new)?;
+            Ok(())
+        })
+    }
+
     pub(super) fn term(&mut self, st: &Stmt, k: usize, overwrite: bool) -> Result<(), CodegenError> {
         let hir = self.hir;
         let term = &st.rhs.terms[k];

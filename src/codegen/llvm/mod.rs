@@ -998,8 +998,17 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                         self.zero_all(st.lhs.tensor)?;
                     }
                     let overwrite = skip_zero.take() == Some(*stmt);
-                    for term in 0..st.rhs.terms.len() {
-                        self.term(&st, term, overwrite && term == 0)?;
+                    let mut term = 0;
+                    while term < st.rhs.terms.len() {
+                        // Element-wise terms over the target's indices: one pass.
+                        let run = if overwrite && term == 0 { 0 } else { self.elementwise_run(&st, term) };
+                        if run >= 2 {
+                            self.elementwise_terms(&st, term..term + run)?;
+                            term += run;
+                        } else {
+                            self.term(&st, term, overwrite && term == 0)?;
+                            term += 1;
+                        }
                     }
                 }
             }
