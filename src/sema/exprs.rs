@@ -125,7 +125,18 @@ impl Ctx {
                             free.push(o.clone());
                         }
                     }
+                    // A lone reduction directly in a call's argument is warned about
+                    // (W0303); one in parentheses (`exp((…))`) is deliberate.
+                    let saved = self.inside_call.take();
+                    if let Some(Some(f)) = func {
+                        let paren =
+                            matches!(&arg.terms[..], [t] if matches!(&t.factors[..], [(_, ast::Factor::Paren { .. })]));
+                        if !paren {
+                            self.inside_call = Some((f.name().to_string(), span.clone()));
+                        }
+                    }
                     let inner = Box::new(self.expr(arg, &free, false));
+                    self.inside_call = saved;
                     let ids = free.iter().map(|o| o.idx).collect();
                     factors.push(match func {
                         Some(Some(f)) => hir::Factor::Call { func: *f, arg: inner, free: ids, span: span.clone() },
@@ -141,12 +152,18 @@ impl Ctx {
         hir::Term { coef, factors, span: t.span.clone() }
     }
 
-    /// Every result index appears in the term; a summed index appears at most
-    /// twice (three is an error, once is probably a typo).
+    /// A result index a term lacks is broadcast when the term sums nothing (its value
+    /// is the same for every value of it: `D[a,i] = eo[i] - ev[a]`, `A[i,j] + 1`) and
+    /// an error when it sums (a typo, nearly always). A summed index appears at most
+    /// twice (three is an error, once in a product is probably a typo, once inside a
+    /// function's argument probably a surprise).
     fn summation_rules(&mut self, t: &ast::Term, result: &[Occ], occs: &[Occ], top: bool) {
         let missing: Vec<&Occ> =
             result.iter().filter(|r| self.index_ok(r.idx) && !occs.iter().any(|o| o.idx == r.idx)).collect();
-        if !missing.is_empty() {
+        // A term that sums and lacks a result index is almost always a typo
+        // (`A[i,k] * B[k,l]` for `B[k,j]`); one that sums nothing is broadcast.
+        let sums = occs.iter().any(|o| self.index_ok(o.idx) && !result.iter().any(|r| r.idx == o.idx));
+        if !missing.is_empty() && sums {
             let list = self.name_list(missing.iter().map(|r| r.idx));
             let one = missing.len() == 1;
             let mut d = if top {
@@ -156,7 +173,7 @@ impl Ctx {
                     format!("output indices {list} appear in no factor of this term")
                 };
                 Diagnostic::error("E0303", message, t.span.clone(), format!("this term has no {list}")).with_hint(format!(
-                    "every term must be a tensor over all left-hand side indices; use {list} in this term, or remove {} from the left-hand side",
+                    "a term that sums over indices must keep every left-hand side index; use {list} in this term, or remove {} from the left-hand side; to add a contraction broadcast over {list}, compute it into a temporary first and add that",
                     if one { "it" } else { "them" }
                 ))
             } else {
@@ -166,7 +183,7 @@ impl Ctx {
                     format!("indices {list} are missing from this term of a sub-expression")
                 };
                 Diagnostic::error("E0304", message, t.span.clone(), format!("this term has no {list}")).with_hint(format!(
-                    "each term of a parenthesised sum or function argument must use the indices it shares with the rest of the statement; use {list} in this term"
+                    "a term of a parenthesised sum or function argument that sums over indices must use the indices the sub-expression shares with the rest of the statement; use {list} in this term, or compute the contraction into a temporary first"
                 ))
             };
             for r in &missing {
@@ -221,6 +238,23 @@ impl Ctx {
         // single-factor term (`N[i] = A[i,j]`) it is a deliberate reduction.
         let products = t.factors.iter().filter(|(_, f)| !matches!(f, ast::Factor::Number(_))).count();
         for (i, all) in &summed {
+            if all.len() == 1 && products == 1 {
+                if let Some((func, call)) = self.inside_call.clone() {
+                    let name = &self.hir.indices[*i].name;
+                    self.diags.push(
+                        Diagnostic::warning(
+                            "W0303",
+                            format!("`{name}` is summed inside `{func}(…)`, before `{func}` is applied"),
+                            all[0].span.clone(),
+                            format!("summed over `{name}` inside the call"),
+                        )
+                        .with_label(call, format!("`{func}` applies to the sum"))
+                        .with_hint(format!(
+                            "to apply `{func}` to each element and then sum, write the call into a temporary over `{name}` first; to keep the sum inside, write the argument in parentheses: `{func}((…))`"
+                        )),
+                    );
+                }
+            }
             if all.len() == 1 && products >= 2 {
                 let name = &self.hir.indices[*i].name;
                 self.diags.push(
@@ -275,9 +309,21 @@ impl Ctx {
             return Some(f);
         }
         let names: Vec<&str> = hir::Func::ALL.iter().map(|f| f.name()).collect();
-        let hint = match closest(&id.name, names.iter().copied()) {
-            Some(s) => format!("did you mean `{s}`?"),
-            None => format!("the functions are {}", names.join(", ")),
+        // Common names of compositions the language writes out.
+        let composed = match id.name.as_str() {
+            "rsqrt" => Some("recip(sqrt(…))"),
+            "inv" | "reciprocal" => Some("recip(…)"),
+            "square" => Some("a product of the factor with itself"),
+            _ => None,
+        };
+        let hint = match (composed, closest(&id.name, names.iter().copied())) {
+            (Some(c), _) => format!(
+                "write `{}` as {c}; a number may be added inside a call (`sqrt(x[i] + 1e-5)`); the functions are {}",
+                id.name,
+                names.join(", ")
+            ),
+            (None, Some(s)) => format!("did you mean `{s}`?"),
+            (None, None) => format!("the functions are {}", names.join(", ")),
         };
         self.error(
             Diagnostic::error("E0107", format!("unknown function `{}`", id.name), id.span.clone(), "not a function")

@@ -114,6 +114,9 @@ pub(crate) struct Ctx {
     /// Set while checking the right-hand side of a statement whose left-hand side
     /// had an error: its summation rules would only repeat that error.
     pub quiet_sums: bool,
+    /// While checking a function's argument (not wrapped in parentheses): the
+    /// function's name and the call's span, for W0303.
+    pub inside_call: Option<(String, Span)>,
 }
 
 impl Ctx {

@@ -67,9 +67,30 @@ fn signs_numbers_and_divisions_fold_into_coef() {
 }
 
 #[test]
-fn constant_terms_only_for_scalars() {
+fn terms_lacking_result_indices_are_broadcast() {
     ok("output tensor E; E = 2 + 3;");
-    assert_eq!(codes(&format!("{MATS} R[i,j] = A[i,j] + 1;")), ["E0303"]);
+    ok(&format!("{MATS} R[i,j] = A[i,j] + 1;"));
+    ok(&format!("{MATS} R[i,j] = A[i,k] * B[k,j] - 2 * A[i,i] + sqrt(A[i,j] * A[i,j] + 1e-5);"));
+    // A term that sums and lacks a result index is a typo, not a broadcast.
+    assert_eq!(codes(&format!("{MATS} R[i,j] = A[i,k] * D[k,m];")), ["E0303"]);
+    assert_eq!(codes(&format!("{MATS} R[i,j] = A[i,j] + A[i,k] * B[k,i];")), ["E0303"]);
+    assert_eq!(codes(&format!("{MATS} R[i,j] = exp(A[i,j] + A[i,k] * C[k,i]);")), ["E0304"]);
+}
+
+#[test]
+fn a_lone_sum_inside_a_function_is_warned_about() {
+    let warnings = |src: &str| -> Vec<&'static str> {
+        let (_, diags) = analyze(&format!("{MATS} {src}"));
+        assert!(!has_errors(&diags), "{diags:#?}");
+        diags.iter().map(|d| d.code).filter(|c| *c != "W0101").collect()
+    };
+    // `k` alone in the argument: summed before `exp` applies.
+    assert_eq!(warnings("R[i,j] = exp(A[i,k]) * B[j,j];"), ["W0303"]);
+    // A contraction inside the call, a parenthesised argument, or a lone sum in
+    // parentheses outside any call are what the user meant.
+    assert!(warnings("R[i,j] = exp(A[i,k] * B[k,j]);").is_empty());
+    assert!(warnings("R[i,j] = exp((A[i,k])) * B[j,j];").is_empty());
+    assert!(warnings("R[i,j] = (A[i,k]) * B[j,j];").is_empty());
 }
 
 #[test]

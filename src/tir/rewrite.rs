@@ -547,7 +547,8 @@ impl Rw {
         let labels: Vec<String> = t.factors.iter().map(|f| factor_label(&self.hir, f)).collect();
         let note = |ctx: &mut StmtCtx, text: String, m: Method| {
             if top {
-                ctx.order.push(text);
+                // A constant term (broadcast over the result) has no factors.
+                ctx.order.push(if text.is_empty() { "(a number)".to_string() } else { text });
                 ctx.method.push(m);
             }
         };
