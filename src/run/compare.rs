@@ -178,6 +178,33 @@ fn abs_coefs(e: &mut crate::sema::hir::Expr) {
     }
 }
 
+/// The `--check` of a run: the interpreter's outputs for `inputs`, compared with
+/// `got` ([`check_outputs`]); the report line, or the E0713 failure. A term beyond the
+/// interpreter's loop limit as written (a large network, ordered only by the
+/// optimizer) is checked against the interpreter running the optimizer's binary
+/// steps one by one — each still plain loops — so any network that runs is checked.
+pub fn check_against_interpreter(
+    hir: &Hir,
+    unit: UnitId,
+    got: &HashMap<TensorId, Dense>,
+    inputs: &HashMap<TensorId, Dense>,
+) -> Result<String, crate::error::CommandError> {
+    use crate::interp::{run_unit, InterpError};
+    let (reference, want, how) = match run_unit(hir, unit, inputs) {
+        Ok(want) => (None, want, ""),
+        Err(InterpError::LoopTooLarge { .. }) => {
+            let optimized = crate::tir::rewrite::optimize(hir).0;
+            let want = run_unit(&optimized, unit, inputs).map_err(super::interp_error)?;
+            (Some(optimized), want, " run step by step in the optimized contraction order")
+        }
+        Err(e) => return Err(super::interp_error(e)),
+    };
+    match check_outputs(reference.as_ref().unwrap_or(hir), unit, got, &want, inputs) {
+        Ok(rel) => Ok(format!("check: matches the interpreter{how} (max relative difference {rel:.2e})")),
+        Err(msg) => Err(super::fail("E0713", format!("check failed: {msg}"), None)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,10 +1,9 @@
 //! `tcc run` without `--interp` on the CPU: JIT-compiled code (the LLVM back end,
 //! [`crate::codegen::llvm`]) run and reported like the interpreter.
 
-use super::compare::check_outputs;
-use super::{fail, interp_error, run_report, RunOptions};
+use super::compare::check_against_interpreter;
+use super::{fail, run_report, RunOptions};
 use crate::error::CommandError;
-use crate::interp;
 use crate::sema::hir::Hir;
 use std::io::Write;
 
@@ -48,11 +47,7 @@ pub fn run_compiled(hir: &Hir, opts: &RunOptions, c: &CompiledRun, out: &mut dyn
             seconds(r.compile_s)
         )];
         if c.check {
-            let want = interp::run_unit(hir, u, inputs).map_err(interp_error)?;
-            match check_outputs(hir, u, &r.outputs, &want, inputs) {
-                Ok(rel) => extra.push(format!("check: matches the interpreter (max relative difference {rel:.2e})")),
-                Err(msg) => return Err(fail("E0713", format!("check failed: {msg}"), None)),
-            }
+            extra.push(check_against_interpreter(hir, u, &r.outputs, inputs)?);
         }
         Ok((r.outputs, extra))
     })

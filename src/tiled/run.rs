@@ -7,7 +7,7 @@ use super::tensor::TiledTensor;
 use crate::error::CommandError;
 use crate::interp;
 use crate::pipeline::PipelineOptions;
-use crate::run::compare::check_outputs;
+use crate::run::compare::check_against_interpreter;
 use crate::run::{fail, interp_error, run_report_with, RunOptions};
 use crate::sema::hir::Hir;
 use crate::symmetry::PermGroup;
@@ -69,11 +69,7 @@ pub fn run_tiled(hir: &Hir, opts: &RunOptions, r: &TiledRun, out: &mut dyn Write
                 };
                 want_inputs.insert(t, v);
             }
-            let want = interp::run_unit(hir, u, &want_inputs).map_err(interp_error)?;
-            match check_outputs(hir, u, &dense, &want, &want_inputs) {
-                Ok(rel) => extra.push(format!("check: matches the interpreter (max relative difference {rel:.2e})")),
-                Err(msg) => return Err(fail("E0713", format!("check failed: {msg}"), None)),
-            }
+            extra.push(check_against_interpreter(hir, u, &dense, &want_inputs)?);
         }
         Ok((dense, extra))
     })

@@ -174,12 +174,11 @@ impl TermGraph {
             sym.push(
                 f.sym
                     .iter()
-                    .map(|(kind, ids)| SymSet {
-                        kind: *kind,
-                        mask: ids
-                            .iter()
-                            .map(|&i| local.iter().position(|&x| x == i).unwrap())
-                            .fold(0, |m, p| m | 1u128 << p),
+                    .map(|(kind, ids)| {
+                        let mut ids: Vec<usize> =
+                            ids.iter().map(|&i| local.iter().position(|&x| x == i).unwrap()).collect();
+                        ids.sort_unstable();
+                        SymSet { kind: *kind, ids }
                     })
                     .collect(),
             );

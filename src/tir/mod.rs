@@ -4,6 +4,7 @@
 //!
 //! See `book/src/optimizer.md` for the cost model.
 
+mod bits;
 pub mod graph;
 pub mod materialize;
 pub mod opmin;

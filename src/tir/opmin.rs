@@ -42,16 +42,32 @@
 //!   heuristics, preferring connected pairs) plus seeded randomized restarts; the
 //!   cheapest tree wins.
 
+use super::bits::Bits;
 use crate::sema::hir::SymKind;
 
-/// A set of index ids (ids < 128).
-pub type IdxSet = u128;
-
-/// A symmetry group of a tensor, as a set of its index ids.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A symmetry group of a tensor, as the index ids it holds (ascending).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SymSet {
     pub kind: SymKind,
-    pub mask: IdxSet,
+    pub ids: Vec<usize>,
+}
+
+/// Most distinct indices one product may have: 256 words of 64 bits. A term with
+/// more (a network of thousands of tensors) is left unordered, and the report says why.
+pub const MAX_INDICES: usize = Bits::<256>::CAPACITY;
+
+/// A symmetry group inside the search: a `Copy` bitset of the width chosen for the
+/// problem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sym<const W: usize> {
+    kind: SymKind,
+    mask: Bits<W>,
+}
+
+impl<const W: usize> Sym<W> {
+    fn public(&self) -> SymSet {
+        SymSet { kind: self.kind, ids: self.mask.ids().collect() }
+    }
 }
 
 /// One product to order.
@@ -128,45 +144,48 @@ pub enum PathError {
 impl std::fmt::Display for PathError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PathError::TooManyIndices(n) => write!(f, "{n} distinct indices (at most 128 are supported)"),
+            PathError::TooManyIndices(n) => write!(f, "{n} distinct indices (at most {MAX_INDICES} are supported)"),
         }
     }
-}
-
-fn bit(i: usize) -> IdxSet {
-    1u128 << i
 }
 
 fn factorial(k: u32) -> f64 {
     (1..=k).map(|x| x as f64).product()
 }
 
-fn sym_factor(groups: &[SymSet]) -> f64 {
+fn sym_factor<const W: usize>(groups: &[Sym<W>]) -> f64 {
     groups.iter().map(|g| factorial(g.mask.count_ones())).product()
 }
 
 /// Precomputed per-problem data shared by the searches.
-struct Ctx {
+struct Ctx<const W: usize> {
     n: usize,
+    /// Distinct index ids (`0..m`).
+    m: usize,
     /// Products of sizes per 8-bit chunk of an index set.
     table: Vec<[f64; 256]>,
-    leaf_idx: Vec<IdxSet>,
-    leaf_sym: Vec<Vec<SymSet>>,
-    out: IdxSet,
+    leaf_idx: Vec<Bits<W>>,
+    leaf_sym: Vec<Vec<Sym<W>>>,
+    out: Bits<W>,
     has_sym: bool,
 }
 
 /// The result of combining two operands.
-struct Combined {
-    groups: Vec<SymSet>,
+struct Combined<const W: usize> {
+    groups: Vec<Sym<W>>,
     flops: f64,
     size: f64,
 }
 
-impl Ctx {
-    fn new(p: &Problem) -> Result<Ctx, PathError> {
-        let m = p.sizes.len().max(p.inputs.iter().flatten().chain(&p.output).map(|&i| i + 1).max().unwrap_or(0));
-        if m > 128 {
+/// The number of index ids of `p` (one more than the largest).
+fn index_count(p: &Problem) -> usize {
+    p.sizes.len().max(p.inputs.iter().flatten().chain(&p.output).map(|&i| i + 1).max().unwrap_or(0))
+}
+
+impl<const W: usize> Ctx<W> {
+    fn new(p: &Problem) -> Result<Ctx<W>, PathError> {
+        let m = index_count(p);
+        if m > Bits::<W>::CAPACITY {
             return Err(PathError::TooManyIndices(m));
         }
         let chunks = m.div_ceil(8);
@@ -183,40 +202,46 @@ impl Ctx {
                 *slot = prod;
             }
         }
-        let leaf_idx: Vec<IdxSet> = p.inputs.iter().map(|ix| ix.iter().fold(0, |acc, &i| acc | bit(i))).collect();
-        let leaf_sym: Vec<Vec<SymSet>> = (0..p.inputs.len())
+        let leaf_idx: Vec<Bits<W>> = p.inputs.iter().map(|ix| Bits::from_ids(ix.iter().copied())).collect();
+        let leaf_sym: Vec<Vec<Sym<W>>> = (0..p.inputs.len())
             .map(|k| {
                 p.sym
                     .get(k)
                     .map(|gs| {
-                        gs.iter().copied().filter(|g| g.mask.count_ones() >= 2 && g.mask & !leaf_idx[k] == 0).collect()
+                        gs.iter()
+                            .filter(|g| g.ids.iter().all(|&i| i < m))
+                            .map(|g| Sym { kind: g.kind, mask: Bits::from_ids(g.ids.iter().copied()) })
+                            .filter(|g| g.mask.count_ones() >= 2 && (g.mask & !leaf_idx[k]).is_empty())
+                            .collect()
                     })
                     .unwrap_or_default()
             })
             .collect();
         let has_sym = leaf_sym.iter().any(|g| !g.is_empty());
-        let out = p.output.iter().fold(0, |acc, &i| acc | bit(i));
-        Ok(Ctx { n: p.inputs.len(), table, leaf_idx, leaf_sym, out, has_sym })
+        let out = Bits::from_ids(p.output.iter().copied());
+        Ok(Ctx { n: p.inputs.len(), m, table, leaf_idx, leaf_sym, out, has_sym })
     }
 
     #[inline]
-    fn prod(&self, mut m: IdxSet) -> f64 {
+    fn prod(&self, m: Bits<W>) -> f64 {
         let mut r = 1.0;
-        let mut c = 0;
-        while m != 0 {
-            r *= self.table[c][(m & 0xff) as usize];
-            m >>= 8;
-            c += 1;
+        for (k, mut w) in m.0.into_iter().enumerate() {
+            let mut c = 8 * k;
+            while w != 0 {
+                r *= self.table[c][(w & 0xff) as usize];
+                w >>= 8;
+                c += 1;
+            }
         }
         r
     }
 
     /// Combine operands with index sets `ia`, `ib` and groups `ga`, `gb` into a result
     /// keeping `kept`.
-    fn combine(&self, ia: IdxSet, ga: &[SymSet], ib: IdxSet, gb: &[SymSet], kept: IdxSet) -> Combined {
+    fn combine(&self, ia: Bits<W>, ga: &[Sym<W>], ib: Bits<W>, gb: &[Sym<W>], kept: Bits<W>) -> Combined<W> {
         let union = ia | ib;
         let removed = union & !kept;
-        let mult = if removed != 0 { 2.0 } else { 1.0 };
+        let mult = if removed.is_empty() { 1.0 } else { 2.0 };
         if !self.has_sym || (ga.is_empty() && gb.is_empty()) {
             return Combined { groups: Vec::new(), flops: mult * self.prod(union), size: self.prod(kept) };
         }
@@ -226,20 +251,20 @@ impl Ctx {
             if let Some(h) = gb.iter().find(|h| h.mask == g.mask) {
                 if g.mask & kept == g.mask {
                     let kind = if g.kind == h.kind { SymKind::Symmetric } else { SymKind::Antisymmetric };
-                    groups.push(SymSet { kind, mask: g.mask });
-                } else if g.mask & kept == 0 {
+                    groups.push(Sym { kind, mask: g.mask });
+                } else if (g.mask & kept).is_empty() {
                     sum_saving *= factorial(g.mask.count_ones());
                 }
-            } else if g.mask & ib == 0 && (g.mask & kept).count_ones() >= 2 {
-                groups.push(SymSet { kind: g.kind, mask: g.mask & kept });
+            } else if (g.mask & ib).is_empty() && (g.mask & kept).count_ones() >= 2 {
+                groups.push(Sym { kind: g.kind, mask: g.mask & kept });
             }
         }
         for h in gb {
             if ga.iter().any(|g| g.mask == h.mask) {
                 continue;
             }
-            if h.mask & ia == 0 && (h.mask & kept).count_ones() >= 2 {
-                groups.push(SymSet { kind: h.kind, mask: h.mask & kept });
+            if (h.mask & ia).is_empty() && (h.mask & kept).count_ones() >= 2 {
+                groups.push(Sym { kind: h.kind, mask: h.mask & kept });
             }
         }
         let sf = sym_factor(&groups);
@@ -249,7 +274,18 @@ impl Ctx {
 
 /// Finds the cheapest binary contraction order of `p` (see the module docs).
 pub fn optimize_path(p: &Problem, opts: &Options) -> Result<Path, PathError> {
-    let ctx = Ctx::new(p)?;
+    // Index sets as wide as this problem needs.
+    match index_count(p).div_ceil(64) {
+        0..=2 => search::<2>(p, opts),
+        3..=4 => search::<4>(p, opts),
+        5..=16 => search::<16>(p, opts),
+        17..=64 => search::<64>(p, opts),
+        _ => search::<256>(p, opts),
+    }
+}
+
+fn search<const W: usize>(p: &Problem, opts: &Options) -> Result<Path, PathError> {
+    let ctx = Ctx::<W>::new(p)?;
     let n = ctx.n;
     if n < 2 {
         return Ok(Path { n_inputs: n, steps: Vec::new(), flops: 0.0, peak: 0.0, method: Method::Trivial });
@@ -266,7 +302,8 @@ pub fn optimize_path(p: &Problem, opts: &Options) -> Result<Path, PathError> {
         best = g2;
         best_cost = c2;
     }
-    if n <= opts.exact_limit && n <= 24 {
+    // The subset table holds 2^n index sets: exact search for narrow sets only.
+    if n <= opts.exact_limit && n <= 24 && (W <= 4 || n <= 16) {
         let pairs = dp(&ctx, best_cost * (1.0 + 1e-9));
         return Ok(finalize(&ctx, p, &pairs, Method::Exact));
     }
@@ -292,8 +329,8 @@ pub fn path_flops(path: &Path) -> f64 {
 }
 
 /// Total flops of an SSA pair list (same model as [`finalize`]).
-fn tree_cost(ctx: &Ctx, pairs: &[(usize, usize)]) -> f64 {
-    let mut ids: Vec<(IdxSet, Vec<SymSet>, Vec<bool>)> = (0..ctx.n)
+fn tree_cost<const W: usize>(ctx: &Ctx<W>, pairs: &[(usize, usize)]) -> f64 {
+    let mut ids: Vec<(Bits<W>, Vec<Sym<W>>, Vec<bool>)> = (0..ctx.n)
         .map(|k| {
             let mut cov = vec![false; ctx.n];
             cov[k] = true;
@@ -303,7 +340,7 @@ fn tree_cost(ctx: &Ctx, pairs: &[(usize, usize)]) -> f64 {
     let mut total = 0.0;
     for &(a, b) in pairs {
         let cov: Vec<bool> = ids[a].2.iter().zip(&ids[b].2).map(|(x, y)| *x || *y).collect();
-        let rest = (0..ctx.n).filter(|&k| !cov[k]).fold(0, |acc, k| acc | ctx.leaf_idx[k]);
+        let rest = (0..ctx.n).filter(|&k| !cov[k]).fold(Bits::empty(), |acc, k| acc | ctx.leaf_idx[k]);
         let kept = (ids[a].0 | ids[b].0) & (ctx.out | rest);
         let c = ctx.combine(ids[a].0, &ids[a].1, ids[b].0, &ids[b].1, kept);
         total += c.flops;
@@ -313,16 +350,16 @@ fn tree_cost(ctx: &Ctx, pairs: &[(usize, usize)]) -> f64 {
 }
 
 /// Builds the [`Path`] of an SSA pair list: index orders, flops, sizes, peak.
-fn finalize(ctx: &Ctx, p: &Problem, pairs: &[(usize, usize)], method: Method) -> Path {
+fn finalize<const W: usize>(ctx: &Ctx<W>, p: &Problem, pairs: &[(usize, usize)], method: Method) -> Path {
     let n = ctx.n;
-    struct Op {
-        set: IdxSet,
+    struct Op<const W: usize> {
+        set: Bits<W>,
         order: Vec<usize>,
-        groups: Vec<SymSet>,
+        groups: Vec<Sym<W>>,
         cov: Vec<bool>,
         size: f64,
     }
-    let mut ops: Vec<Op> = (0..n)
+    let mut ops: Vec<Op<W>> = (0..n)
         .map(|k| {
             let mut cov = vec![false; n];
             cov[k] = true;
@@ -334,7 +371,7 @@ fn finalize(ctx: &Ctx, p: &Problem, pairs: &[(usize, usize)], method: Method) ->
     for (s, &(a, b)) in pairs.iter().enumerate() {
         let last = s + 1 == pairs.len();
         let cov: Vec<bool> = ops[a].cov.iter().zip(&ops[b].cov).map(|(x, y)| *x || *y).collect();
-        let rest = (0..n).filter(|&k| !cov[k]).fold(0, |acc, k| acc | ctx.leaf_idx[k]);
+        let rest = (0..n).filter(|&k| !cov[k]).fold(Bits::empty(), |acc, k| acc | ctx.leaf_idx[k]);
         let union = ops[a].set | ops[b].set;
         let kept = union & (ctx.out | rest);
         let c = ctx.combine(ops[a].set, &ops[a].groups, ops[b].set, &ops[b].groups, kept);
@@ -343,7 +380,7 @@ fn finalize(ctx: &Ctx, p: &Problem, pairs: &[(usize, usize)], method: Method) ->
         } else {
             let mut o = Vec::new();
             for &i in ops[a].order.iter().chain(&ops[b].order) {
-                if kept & bit(i) != 0 && !o.contains(&i) {
+                if kept.contains(i) && !o.contains(&i) {
                     o.push(i);
                 }
             }
@@ -351,7 +388,7 @@ fn finalize(ctx: &Ctx, p: &Problem, pairs: &[(usize, usize)], method: Method) ->
         };
         let mut summed = Vec::new();
         for &i in ops[a].order.iter().chain(&ops[b].order) {
-            if union & !kept & bit(i) != 0 && !summed.contains(&i) {
+            if (union & !kept).contains(i) && !summed.contains(&i) {
                 summed.push(i);
             }
         }
@@ -359,7 +396,8 @@ fn finalize(ctx: &Ctx, p: &Problem, pairs: &[(usize, usize)], method: Method) ->
         live += size;
         peak = peak.max(live);
         live -= ops[a].size + ops[b].size;
-        steps.push(Step { a, b, indices: order.clone(), summed, sym: c.groups.clone(), flops: c.flops, size: c.size });
+        let sym = c.groups.iter().map(Sym::public).collect();
+        steps.push(Step { a, b, indices: order.clone(), summed, sym, flops: c.flops, size: c.size });
         ops.push(Op { set: kept, order, groups: c.groups, cov, size });
     }
     let flops = steps.iter().map(|s| s.flops).sum();
@@ -367,27 +405,27 @@ fn finalize(ctx: &Ctx, p: &Problem, pairs: &[(usize, usize)], method: Method) ->
 }
 
 #[derive(Clone)]
-struct Entry {
+struct Entry<const W: usize> {
     cost: f64,
     peak: f64,
     size: f64,
     split: u32,
     a_first: bool,
-    groups: Vec<SymSet>,
+    groups: Vec<Sym<W>>,
 }
 
 /// Exhaustive subset DP; returns SSA pairs. `bound`: an achievable total cost.
-fn dp(ctx: &Ctx, bound: f64) -> Vec<(usize, usize)> {
+fn dp<const W: usize>(ctx: &Ctx<W>, bound: f64) -> Vec<(usize, usize)> {
     let n = ctx.n;
     let full: u32 = if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
     let nsub = full as usize + 1;
-    let mut ind = vec![0 as IdxSet; nsub];
+    let mut ind = vec![Bits::<W>::empty(); nsub];
     for s in 1..nsub {
         let low = s & s.wrapping_neg();
         ind[s] = ind[s ^ low] | ctx.leaf_idx[low.trailing_zeros() as usize];
     }
     // Index set of a subset's tensor: the leaf's own, or what it keeps.
-    let idx = |s: usize| -> IdxSet {
+    let idx = |s: usize| -> Bits<W> {
         if s.count_ones() == 1 {
             ind[s]
         } else {
@@ -443,7 +481,7 @@ fn dp(ctx: &Ctx, bound: f64) -> Vec<(usize, usize)> {
         best[s] = cur;
     }
     let mut pairs = Vec::new();
-    fn emit(s: usize, best: &[Entry], n: usize, pairs: &mut Vec<(usize, usize)>) -> usize {
+    fn emit<const W: usize>(s: usize, best: &[Entry<W>], n: usize, pairs: &mut Vec<(usize, usize)>) -> usize {
         if s.count_ones() == 1 {
             return s.trailing_zeros() as usize;
         }
@@ -485,39 +523,36 @@ impl Rng {
 }
 
 /// Greedy pairing; `noise`: (rng, temperature) for randomized restarts.
-fn greedy(ctx: &Ctx, h: Heuristic, mut noise: Option<(&mut Rng, f64)>) -> Vec<(usize, usize)> {
+fn greedy<const W: usize>(ctx: &Ctx<W>, h: Heuristic, mut noise: Option<(&mut Rng, f64)>) -> Vec<(usize, usize)> {
     let n = ctx.n;
     // (ssa id, index set, groups, size)
-    let mut alive: Vec<(usize, IdxSet, Vec<SymSet>, f64)> =
+    let mut alive: Vec<(usize, Bits<W>, Vec<Sym<W>>, f64)> =
         (0..n).map(|k| (k, ctx.leaf_idx[k], ctx.leaf_sym[k].clone(), ctx.prod(ctx.leaf_idx[k]))).collect();
-    let mut count = [0u32; 128];
+    // How many live operands hold each index.
+    let mut count = vec![0u32; ctx.m];
     for &(_, s, _, _) in &alive {
-        for (i, c) in count.iter_mut().enumerate() {
-            if s & bit(i) != 0 {
-                *c += 1;
-            }
+        for i in s.ids() {
+            count[i] += 1;
         }
     }
     let mut pairs = Vec::new();
     let mut next = n;
     while alive.len() > 1 {
-        let mut pick: Option<(f64, usize, usize, IdxSet, Combined)> = None;
-        let any_connected = (0..alive.len()).any(|x| (x + 1..alive.len()).any(|y| alive[x].1 & alive[y].1 != 0));
+        let mut pick: Option<(f64, usize, usize, Bits<W>, Combined<W>)> = None;
+        let any_connected =
+            (0..alive.len()).any(|x| (x + 1..alive.len()).any(|y| !(alive[x].1 & alive[y].1).is_empty()));
         for x in 0..alive.len() {
             for y in x + 1..alive.len() {
                 let (sx, sy) = (alive[x].1, alive[y].1);
-                if any_connected && sx & sy == 0 {
+                if any_connected && (sx & sy).is_empty() {
                     continue;
                 }
                 let union = sx | sy;
-                let mut kept = 0;
-                let mut m = union;
-                while m != 0 {
-                    let i = m.trailing_zeros() as usize;
-                    m &= m - 1;
-                    let inside = (sx >> i & 1) as u32 + (sy >> i & 1) as u32;
-                    if ctx.out & bit(i) != 0 || count[i] > inside {
-                        kept |= bit(i);
+                let mut kept = Bits::empty();
+                for i in union.ids() {
+                    let inside = sx.contains(i) as u32 + sy.contains(i) as u32;
+                    if ctx.out.contains(i) || count[i] > inside {
+                        kept |= Bits::bit(i);
                     }
                 }
                 let c = ctx.combine(sx, &alive[x].2, sy, &alive[y].2, kept);
@@ -542,10 +577,14 @@ fn greedy(ctx: &Ctx, h: Heuristic, mut noise: Option<(&mut Rng, f64)>) -> Vec<(u
         }
         let (_, x, y, kept, c) = pick.expect("at least two operands");
         let (ex, ey) = (alive[x].1, alive[y].1);
-        for (i, cnt) in count.iter_mut().enumerate() {
-            let b = bit(i);
-            *cnt -= (ex & b != 0) as u32 + (ey & b != 0) as u32;
-            *cnt += (kept & b != 0) as u32;
+        for i in ex.ids() {
+            count[i] -= 1;
+        }
+        for i in ey.ids() {
+            count[i] -= 1;
+        }
+        for i in kept.ids() {
+            count[i] += 1;
         }
         pairs.push((alive[x].0, alive[y].0));
         alive.remove(y);
@@ -590,7 +629,7 @@ mod tests {
     }
 
     /// Minimum flops over every contraction sequence (all binary trees).
-    fn brute(ctx: &Ctx, alive: Vec<(IdxSet, Vec<SymSet>, Vec<bool>)>) -> f64 {
+    fn brute(ctx: &Ctx<2>, alive: Vec<(Bits<2>, Vec<Sym<2>>, Vec<bool>)>) -> f64 {
         if alive.len() == 1 {
             return 0.0;
         }
@@ -598,7 +637,7 @@ mod tests {
         for x in 0..alive.len() {
             for y in x + 1..alive.len() {
                 let cov: Vec<bool> = alive[x].2.iter().zip(&alive[y].2).map(|(a, b)| *a || *b).collect();
-                let rest = (0..ctx.n).filter(|&k| !cov[k]).fold(0, |acc, k| acc | ctx.leaf_idx[k]);
+                let rest = (0..ctx.n).filter(|&k| !cov[k]).fold(Bits::empty(), |acc, k| acc | ctx.leaf_idx[k]);
                 let kept = (alive[x].0 | alive[y].0) & (ctx.out | rest);
                 let c = ctx.combine(alive[x].0, &alive[x].1, alive[y].0, &alive[y].1, kept);
                 let mut next: Vec<_> =
@@ -611,7 +650,7 @@ mod tests {
     }
 
     fn brute_force(p: &Problem) -> f64 {
-        let ctx = Ctx::new(p).unwrap();
+        let ctx = Ctx::<2>::new(p).unwrap();
         let alive = (0..ctx.n)
             .map(|k| {
                 let mut cov = vec![false; ctx.n];
@@ -660,7 +699,7 @@ mod tests {
         // Y[p,q,r] = A[p,q,s] (symmetric in p q) * B[s,r]
         let mut p = spec("pqs,sr->pqr", &[('p', 6), ('q', 6), ('r', 5), ('s', 4)]);
         let plain = optimize_path(&p, &Options::default()).unwrap().flops;
-        p.sym = vec![vec![SymSet { kind: SymKind::Symmetric, mask: bit(15) | bit(16) }]];
+        p.sym = vec![vec![SymSet { kind: SymKind::Symmetric, ids: vec![15, 16] }]];
         let sym = optimize_path(&p, &Options::default()).unwrap();
         assert_eq!(plain, 2.0 * 6.0 * 6.0 * 5.0 * 4.0);
         assert_eq!(sym.flops, plain / 2.0);
@@ -671,7 +710,7 @@ mod tests {
         let plain = optimize_path(&p, &Options::default()).unwrap().flops;
         let g = |x: char, y: char| SymSet {
             kind: SymKind::Antisymmetric,
-            mask: bit((x as u8 - b'a') as usize) | bit((y as u8 - b'a') as usize),
+            ids: vec![(x as u8 - b'a') as usize, (y as u8 - b'a') as usize],
         };
         p.sym = vec![vec![g('a', 'b'), g('k', 'l')], vec![g('k', 'l'), g('i', 'j')]];
         let sym = optimize_path(&p, &Options::default()).unwrap().flops;
@@ -721,7 +760,7 @@ mod tests {
                 let mut d = p.inputs[0].clone();
                 d.dedup();
                 if d.len() >= 2 && d[0] != d[1] && p.sizes[d[0]] == p.sizes[d[1]] {
-                    p.sym = vec![vec![SymSet { kind: SymKind::Symmetric, mask: bit(d[0]) | bit(d[1]) }]];
+                    p.sym = vec![vec![SymSet { kind: SymKind::Symmetric, ids: vec![d[0].min(d[1]), d[0].max(d[1])] }]];
                 }
             }
             let path = optimize_path(&p, &Options::default()).unwrap();
@@ -737,11 +776,8 @@ mod tests {
         for seed in 0..40u64 {
             let p = random_problem(seed + 1000, 8);
             let g = optimize_path(&p, &Options { exact_limit: 0, ..Options::default() }).unwrap();
-            let mut all: IdxSet = 0;
-            for i in p.inputs.iter().flatten() {
-                all |= bit(*i);
-            }
-            let naive: f64 = 2.0 * (0..128).filter(|&i| all & bit(i) != 0).map(|i| p.sizes[i] as f64).product::<f64>();
+            let all = Bits::<2>::from_ids(p.inputs.iter().flatten().copied());
+            let naive: f64 = 2.0 * all.ids().map(|i| p.sizes[i] as f64).product::<f64>();
             // Every binary step loops over a subset of all indices: n-1 steps.
             assert!(g.flops <= naive * (p.inputs.len() - 1) as f64, "seed {seed}");
             assert_eq!(g.method, Method::Greedy);
@@ -766,5 +802,25 @@ mod tests {
         assert_eq!(path.method, Method::Greedy);
         assert_eq!(path.steps.len(), 19);
         assert_eq!(path.flops, 19.0 * 2.0 * 27.0);
+    }
+
+    /// A chain of 300 matrices has 301 indices (index sets of five words): ordered
+    /// by the greedy search like a short one, at the exact cost of a chain.
+    #[test]
+    fn networks_beyond_128_indices_are_ordered() {
+        for n in [130usize, 300] {
+            let p = Problem {
+                inputs: (0..n).map(|k| vec![k, k + 1]).collect(),
+                output: vec![0, n],
+                sizes: vec![3; n + 1],
+                sym: Vec::new(),
+            };
+            let path = optimize_path(&p, &Options::default()).unwrap();
+            assert_eq!(path.method, Method::Greedy);
+            assert_eq!(path.steps.len(), n - 1);
+            assert_eq!(path.flops, (n - 1) as f64 * 2.0 * 27.0, "{n} matrices");
+        }
+        let too_many = Problem { inputs: vec![vec![MAX_INDICES], vec![0]], output: vec![], sizes: vec![], sym: vec![] };
+        assert_eq!(optimize_path(&too_many, &Options::default()), Err(PathError::TooManyIndices(MAX_INDICES + 1)));
     }
 }

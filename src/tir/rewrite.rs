@@ -167,6 +167,15 @@ pub fn optimize_with(hir: &Hir, opts: &Options) -> (Hir, OptReport) {
     (rw.hir, report)
 }
 
+/// A speed-up ratio: `12.34x`, or `9.010e43x` when large (a network's naive cost).
+fn times(r: f64) -> String {
+    if r < 1e6 {
+        format!("{r:.2}x")
+    } else {
+        format!("{r:.3e}x")
+    }
+}
+
 /// The report as text, one block per statement.
 pub fn report_text(r: &OptReport) -> String {
     use std::fmt::Write;
@@ -178,7 +187,7 @@ pub fn report_text(r: &OptReport) -> String {
             let _ = writeln!(s, "  order [{m}] {o}");
         }
         let ratio = if st.flops_after > 0.0 { st.flops_before / st.flops_after } else { 1.0 };
-        let _ = writeln!(s, "  flops  {} -> {} ({ratio:.2}x)", num(st.flops_before), num(st.flops_after));
+        let _ = writeln!(s, "  flops  {} -> {} ({})", num(st.flops_before), num(st.flops_after), times(ratio));
         let _ = writeln!(
             s,
             "  peak   {} -> {} elements ({} -> {} bytes)",
@@ -198,7 +207,7 @@ pub fn report_text(r: &OptReport) -> String {
         }
     }
     let ratio = if r.flops_after > 0.0 { r.flops_before / r.flops_after } else { 1.0 };
-    let _ = writeln!(s, "total flops {} -> {} ({ratio:.2}x)", num(r.flops_before), num(r.flops_after));
+    let _ = writeln!(s, "total flops {} -> {} ({})", num(r.flops_before), num(r.flops_after), times(ratio));
     s
 }
 
@@ -560,8 +569,8 @@ impl Rw {
         let (p, local) = term_graph(&self.hir, &t, out).problem();
         let path = match optimize_path(&p, &self.opts) {
             Ok(path) => path,
-            Err(_) => {
-                note(ctx, format!("{} (not reordered: too many indices)", labels.join("*")), Method::Trivial);
+            Err(e) => {
+                note(ctx, format!("{} (not reordered: {e})", labels.join("*")), Method::Trivial);
                 return t;
             }
         };
@@ -628,13 +637,7 @@ impl Rw {
             .iter()
             .map(|g| SymGroup {
                 kind: g.kind,
-                positions: step
-                    .indices
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, &i)| g.mask >> i & 1 == 1)
-                    .map(|(p, _)| p)
-                    .collect(),
+                positions: step.indices.iter().enumerate().filter(|(_, i)| g.ids.contains(i)).map(|(p, _)| p).collect(),
             })
             .collect();
         let tmp = self.new_temp(&indices, sym, ctx);
