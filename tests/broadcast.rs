@@ -101,6 +101,25 @@ fn broadcast_terms_equal_loops_in_the_interpreter_and_the_jit() {
     }
 }
 
+/// The GPU back end's plan (tiled kernels and the cost model's choice), emulated on
+/// the host by compiling its kernels for the CPU, computes the same values.
+#[test]
+fn broadcast_terms_equal_loops_in_the_gpu_plan_emulated() {
+    use tcc::codegen::nvptx::{emulate, plan, GemmKind, GpuOptions};
+    let (hir, _) = tcc::compile(SRC, "bcast");
+    let hir = hir.unwrap();
+    let u = hir.units.ids().next().unwrap();
+    let inputs = random_inputs(&hir, u, 5).unwrap();
+    let want = expected(&hir, &inputs);
+    for opts in [GpuOptions::default(), GpuOptions { gemm: Some(GemmKind::Tiled), ..GpuOptions::default() }] {
+        let p = plan(&hir, &[u], &opts).unwrap();
+        let got = emulate(&p, 0, &inputs).unwrap();
+        for (name, w) in &want {
+            assert_close(&format!("GPU {name} {:?}", opts.gemm), &got[&tensor(&hir, name)].data, w);
+        }
+    }
+}
+
 #[test]
 fn broadcast_terms_run_tiled_and_say_so_where_unsupported() {
     let dir = std::env::temp_dir().join(format!("tcc-bcast-{}", std::process::id()));
