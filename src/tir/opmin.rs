@@ -539,14 +539,30 @@ fn greedy<const W: usize>(ctx: &Ctx<W>, h: Heuristic, mut noise: Option<(&mut Rn
     let mut next = n;
     while alive.len() > 1 {
         let mut pick: Option<(f64, usize, usize, Bits<W>, Combined<W>)> = None;
-        let any_connected =
-            (0..alive.len()).any(|x| (x + 1..alive.len()).any(|y| !(alive[x].1 & alive[y].1).is_empty()));
-        for x in 0..alive.len() {
-            for y in x + 1..alive.len() {
+        // The candidates: pairs sharing an index (found through the operands of each
+        // index, so a sparse network costs its edges per step, not all pairs), in
+        // ascending order; every pair when no two operands share an index.
+        let mut holders: Vec<Vec<usize>> = vec![Vec::new(); ctx.m];
+        for (x, a) in alive.iter().enumerate() {
+            for i in a.1.ids() {
+                holders[i].push(x);
+            }
+        }
+        let mut candidates: Vec<(usize, usize)> = Vec::new();
+        for h in &holders {
+            for (k, &x) in h.iter().enumerate() {
+                candidates.extend(h[k + 1..].iter().map(|&y| (x, y)));
+            }
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        if candidates.is_empty() {
+            candidates = (0..alive.len()).flat_map(|x| (x + 1..alive.len()).map(move |y| (x, y))).collect();
+        }
+        let any_connected = !(alive[candidates[0].0].1 & alive[candidates[0].1].1).is_empty();
+        for &(x, y) in &candidates {
+            {
                 let (sx, sy) = (alive[x].1, alive[y].1);
-                if any_connected && (sx & sy).is_empty() {
-                    continue;
-                }
                 let union = sx | sy;
                 let mut kept = Bits::empty();
                 for i in union.ids() {
@@ -808,7 +824,7 @@ mod tests {
     /// by the greedy search like a short one, at the exact cost of a chain.
     #[test]
     fn networks_beyond_128_indices_are_ordered() {
-        for n in [130usize, 300] {
+        for n in [130usize, 300, 1100] {
             let p = Problem {
                 inputs: (0..n).map(|k| vec![k, k + 1]).collect(),
                 output: vec![0, n],
