@@ -360,3 +360,26 @@ def test_fusion_modes_and_memory_limit():
         tcc.compile(CHAIN, fuse="some")
     with pytest.raises(ValueError, match="mem_limit"):
         tcc.compile(CHAIN, mem_limit=-1)
+
+
+DENOMINATOR = """
+range O = 3; range V = 5;
+index i, j : O; index a, b : V;
+input tensor eo[i]; input tensor ev[a]; input tensor T[a,b,i,j];
+output tensor D[a,b,i,j];
+output tensor R[a,b,i,j];
+D[a,b,i,j] = eo[i] + eo[j] - ev[a] - ev[b];
+R[a,b,i,j] = T[a,b,i,j] * recip(D[a,b,i,j]) + sqrt(T[a,b,i,j] * T[a,b,i,j] + 1e-5) - 1;
+"""
+
+
+def test_broadcast_sums_match_numpy_broadcasting():
+    lib = tcc.compile(DENOMINATOR)
+    r = rng()
+    eo = -1.0 - r.random(3)
+    ev = 1.0 + r.random(5)
+    T = r.standard_normal((5, 5, 3, 3))
+    D, R = lib.main(eo=eo, ev=ev, T=T)
+    want = eo[None, None, :, None] + eo[None, None, None, :] - ev[:, None, None, None] - ev[None, :, None, None]
+    np.testing.assert_allclose(D, want, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(R, T / want + np.sqrt(T * T + 1e-5) - 1, rtol=1e-12, atol=1e-13)
