@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// The largest sum per target element (product of summed extents) of a term that
+/// joins a shared loop nest ([`Gen::shared_nest_run`]): longer sums keep their own
+/// nest, whose loop order the term chooses.
+pub(super) const SHARED_NEST_MAX_SUM: f64 = 32.0;
+
 impl<'ctx> Gen<'_, 'ctx> {
     /// Loops over `vars` (outermost first) binding each, then `inner`.
     pub(super) fn nest(
@@ -261,12 +266,15 @@ impl<'ctx> Gen<'_, 'ctx> {
         !st.rhs.terms.is_empty() && !reads_self && matches!(self.term_gett(st, 0), Ok(Some(_)))
     }
 
-    /// How many terms of `st` from term `k` on are element-wise (every index of every
-    /// factor is a free index of the target, no GETT) over the same indices as the
-    /// target, so that one pass over the target computes them all: a sum of
-    /// permutations (`X[a,b,i,j] - X[b,a,i,j] - X[a,b,j,i] + X[b,a,j,i]`) reads and
-    /// writes the target once instead of once per term. 0 or 1: no group.
-    pub(super) fn elementwise_run(&self, st: &Stmt, k: usize) -> usize {
+    /// How many terms of `st` from term `k` on can share one loop nest over the
+    /// target's free indices, so that the target is read and written once for all of
+    /// them instead of once per term: terms that are not GETT calls, do not read the
+    /// target, and sum over at most [`SHARED_NEST_MAX_SUM`] iterations per element —
+    /// a sum of permutations (`X[a,b,i,j] - X[b,a,i,j] - …`), broadcast terms, and
+    /// many short products into one output (`C[i,k] += A0[i,j]*B[j,k] + …`, which as
+    /// one nest per term is also hundreds of loop nests for LLVM). 0 or 1: no group.
+    pub(super) fn shared_nest_run(&self, st: &Stmt, k: usize) -> usize {
+        let hir = self.hir;
         let free: Vec<IndexId> = st.lhs.indices.iter().copied().filter(|i| !self.bound.contains_key(i)).collect();
         let distinct = free.iter().enumerate().all(|(p, i)| !free[..p].contains(i));
         if free.is_empty() || !distinct {
@@ -274,36 +282,55 @@ impl<'ctx> Gen<'_, 'ctx> {
         }
         let fits = |t: usize| -> bool {
             let Ok(ops) = crate::codegen::lower::term_operands(&st.rhs.terms[t]) else { return false };
-            !ops.is_empty()
-                && ops.iter().all(|o| o.tensor != st.lhs.tensor)
-                && ops.iter().flat_map(|o| o.indices.iter()).all(|i| self.bound.contains_key(i) || free.contains(i))
+            let mut summed: Vec<IndexId> = Vec::new();
+            for &i in ops.iter().flat_map(|o| o.indices.iter()) {
+                if !self.bound.contains_key(&i) && !free.contains(&i) && !summed.contains(&i) {
+                    summed.push(i);
+                }
+            }
+            let sum: f64 = summed.iter().map(|&i| hir.index_size(i) as f64).product();
+            ops.iter().all(|o| o.tensor != st.lhs.tensor)
+                && sum <= SHARED_NEST_MAX_SUM
                 && !matches!(self.term_gett(st, t), Ok(Some(_)))
         };
         (k..st.rhs.terms.len()).take_while(|&t| fits(t)).count()
     }
 
-    /// Terms `ks` of `st` (an [`Self::elementwise_run`]) in one loop nest over the
+    /// Terms `ks` of `st` (a [`Self::shared_nest_run`]) in one loop nest over the
     /// target's free indices, in its storage order (the last innermost: contiguous
-    /// writes), the outermost on threads when there is enough work.
-    pub(super) fn elementwise_terms(&mut self, st: &Stmt, ks: std::ops::Range<usize>) -> Result<(), CodegenError> {
+    /// writes), the outermost on threads when there is enough work. Element-wise
+    /// terms are added with one load and store of the target element; a term that
+    /// sums runs its short sum inside, sequentially.
+    pub(super) fn shared_nest_terms(&mut self, st: &Stmt, ks: std::ops::Range<usize>) -> Result<(), CodegenError> {
         let hir = self.hir;
         let c = st.lhs.tensor;
         let order: Vec<IndexId> = st.lhs.indices.iter().copied().filter(|i| !self.bound.contains_key(i)).collect();
         if order.iter().any(|&v| hir.index_size(v) == 0) {
             return Ok(());
         }
-        let mut terms = Vec::new();
+        let mut elementwise = Vec::new();
+        let mut summing = Vec::new();
+        let mut inner_work = 0.0;
         for k in ks {
             let ops = crate::codegen::lower::term_operands(&st.rhs.terms[k]).map_err(err)?;
-            terms.push((st.rhs.terms[k].coef, ops));
+            let vars = crate::codegen::lower::term_vars(&st.lhs.indices, &ops, |i| {
+                self.bound.contains_key(&i) || order.contains(&i)
+            });
+            if vars.is_empty() {
+                elementwise.push((st.rhs.terms[k].coef, ops));
+                inner_work += 1.0;
+            } else {
+                inner_work += vars.iter().map(|&v| hir.index_size(v) as f64).product::<f64>();
+                summing.push(k);
+            }
         }
-        let work: f64 = order.iter().map(|&v| hir.index_size(v) as f64).product::<f64>() * terms.len() as f64;
+        let work: f64 = order.iter().map(|&v| hir.index_size(v) as f64).product::<f64>() * inner_work;
         let par = work >= self.parallel_min && order.len() >= 2 && hir.index_size(order[0]) >= 2;
         let lt = self.ft(hir.tensors[c].elem);
         let lhs_idx = st.lhs.indices.clone();
         self.nest_parallel(&order, par, false, None, &mut |g| {
             let mut total: Option<FloatValue> = None;
-            for (coef, ops) in &terms {
+            for (coef, ops) in &elementwise {
                 let mut prod: Option<FloatValue> = if *coef == 1.0 { None } else { Some(lt.const_float(*coef)) };
                 for o in ops {
                     let off = g.offset(o.tensor, &o.indices)?;
@@ -327,13 +354,19 @@ impl<'ctx> Gen<'_, 'ctx> {
                     Some(t) => g.b.build_float_add(t, prod, "t")?,
                 });
             }
-            let Some(total) = total else { return Ok(()) };
-            let off = g.offset(c, &lhs_idx)?;
-            let p = g.elem_ptr(c, off)?;
-            let old = g.b.build_load(p, "c")?.into_float_value();
-            let new = g.b.build_float_add(old, total, "c.new")?;
-            g.b.build_store(p, new)?;
-            Ok(())
+            if let Some(total) = total {
+                let off = g.offset(c, &lhs_idx)?;
+                let p = g.elem_ptr(c, off)?;
+                let old = g.b.build_load(p, "c")?.into_float_value();
+                let new = g.b.build_float_add(old, total, "c.new")?;
+                g.b.build_store(p, new)?;
+            }
+            // Each short sum: the usual term loops over its summed indices only (the
+            // target's are bound here), on this thread.
+            let parallel_min = std::mem::replace(&mut g.parallel_min, f64::INFINITY);
+            let result = summing.iter().try_for_each(|&k| g.term(st, k, false));
+            g.parallel_min = parallel_min;
+            result
         })
     }
 

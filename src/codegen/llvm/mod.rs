@@ -1000,10 +1000,10 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                     let overwrite = skip_zero.take() == Some(*stmt);
                     let mut term = 0;
                     while term < st.rhs.terms.len() {
-                        // Element-wise terms over the target's indices: one pass.
-                        let run = if overwrite && term == 0 { 0 } else { self.elementwise_run(&st, term) };
+                        // Terms that can share one nest over the target: one pass.
+                        let run = if overwrite && term == 0 { 0 } else { self.shared_nest_run(&st, term) };
                         if run >= 2 {
-                            self.elementwise_terms(&st, term..term + run)?;
+                            self.shared_nest_terms(&st, term..term + run)?;
                             term += run;
                         } else {
                             self.term(&st, term, overwrite && term == 0)?;
