@@ -30,15 +30,11 @@ pub fn read_file(path: &Path) -> Result<(Dense, ElemType), NpyError> {
 /// Reads a `.npy` file's contents; see [`read_file`].
 pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
     let (header_end, header_text) = split_header(bytes)?;
-    // npyz multiplies the shape without overflow checks: check it first.
-    if let Some(shape) = parse_shape(header_text) {
-        let n = shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(d));
-        if !matches!(n, Some(n) if n <= MAX_TENSOR_ELEMENTS as u128) {
-            return Err(err(format!(
-                "the array's shape {shape:?} has more elements than the limit of 2^31 for a dense tensor"
-            )));
-        }
-    }
+    // npyz multiplies the shape without overflow checks (and reads any Python
+    // literal, where a key may be spelled twice or with escapes): only a header of
+    // the plain form numpy writes is handed to it, with a shape checked here first.
+    let header = parse_header(header_text)?;
+    check_shape(&header.shape)?;
     let npy = NpyFile::new(bytes).map_err(|e| err(format!("not a valid .npy file: {e}")))?;
     let elem = match npy.dtype() {
         DType::Plain(ts) if ts.type_char() == TypeChar::Float && ts.size_field() == 8 => ElemType::F64,
@@ -50,6 +46,9 @@ pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
             )))
         }
     };
+    if npy.shape() != header.shape.as_slice() {
+        return Err(err(format!("the array's shape {:?} was read as {:?}", header.shape, npy.shape())));
+    }
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
     let n: usize = shape.iter().product();
     let available = bytes.len() - header_end;
@@ -89,13 +88,11 @@ pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
 /// The shape of the array in a `.npy` file, from its header (the data is not read).
 pub fn read_shape(path: &Path) -> Result<Vec<usize>, NpyError> {
     let bytes = std::fs::read(path).map_err(|e| err(format!("cannot read `{}`: {e}", path.display())))?;
-    let (_, header) = split_header(&bytes).map_err(|e| err(format!("`{}`: {e}", path.display())))?;
-    let shape = parse_shape(header).and_then(|s| s.into_iter().map(|d| usize::try_from(d).ok()).collect());
-    match shape {
-        Some(shape) => Ok(shape),
-        // An unusual header: let the full reader judge it.
-        None => read_file(path).map(|(x, _)| x.shape),
-    }
+    let shape = split_header(&bytes).and_then(|(_, h)| parse_header(h)).and_then(|h| {
+        check_shape(&h.shape)?;
+        Ok(h.shape.iter().map(|&d| d as usize).collect())
+    });
+    shape.map_err(|e| err(format!("`{}`: {e}", path.display())))
 }
 
 /// Checks the magic string and header length; returns the offset where the data
@@ -115,18 +112,104 @@ fn split_header(bytes: &[u8]) -> Result<(usize, &str), NpyError> {
     Ok((end, text))
 }
 
-/// The `'shape': (...)` tuple of a header, if it can be found and read (numbers
-/// only; anything unusual is left to npyz to judge).
-fn parse_shape(header: &str) -> Option<Vec<u128>> {
-    let rest = &header[header.find("'shape'")? + "'shape'".len()..];
-    let rest = rest.trim_start().strip_prefix(':')?.trim_start().strip_prefix('(')?;
-    let inner = &rest[..rest.find(')')?];
-    inner
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.trim_end_matches('L').parse::<u128>().ok())
-        .collect()
+/// The keys of a `.npy` header, as numpy writes them.
+struct Header {
+    shape: Vec<u64>,
+}
+
+/// Reads a header of the form numpy writes, `{'descr': '<f8', 'fortran_order':
+/// False, 'shape': (2, 3), }`: a dict of the three keys, each once, with a string
+/// (no escapes), `True`/`False` and a tuple or list of decimal integers; any other
+/// Python literal is refused (npyz would read it, and its shape unchecked).
+fn parse_header(text: &str) -> Result<Header, NpyError> {
+    // (The header is not quoted: it may hold anything, terminal escapes included.)
+    let unusual = |why: &str| {
+        err(format!(
+            "unsupported .npy header ({why}); tcc reads headers as numpy writes them, like \
+             {{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }}"
+        ))
+    };
+    let mut p = text.trim_end_matches(['\n', ' ']).trim_start();
+    p = p.strip_prefix('{').ok_or_else(|| unusual("not a dict"))?;
+    let (mut descr, mut fortran, mut shape) = (None, None, None);
+    loop {
+        p = p.trim_start();
+        if let Some(rest) = p.strip_prefix('}') {
+            if !rest.trim().is_empty() {
+                return Err(unusual("text after the dict"));
+            }
+            break;
+        }
+        let (key, rest) = quoted(p).ok_or_else(|| unusual("a key is not a plain string"))?;
+        p = rest.trim_start().strip_prefix(':').ok_or_else(|| unusual("no `:` after a key"))?.trim_start();
+        match key {
+            "descr" if descr.is_none() => {
+                let (v, rest) = quoted(p).ok_or_else(|| unusual("`descr` is not a plain string"))?;
+                descr = Some(v);
+                p = rest;
+            }
+            "fortran_order" if fortran.is_none() => {
+                let v = ["True", "False"].into_iter().find(|b| p.starts_with(b));
+                let v = v.ok_or_else(|| unusual("`fortran_order` is not True or False"))?;
+                fortran = Some(v);
+                p = &p[v.len()..];
+            }
+            "shape" if shape.is_none() => {
+                let close = match p.as_bytes().first() {
+                    Some(b'(') => ')',
+                    Some(b'[') => ']',
+                    _ => return Err(unusual("`shape` is not a tuple")),
+                };
+                let end = p.find(close).ok_or_else(|| unusual("`shape` is not closed"))?;
+                // `()`, `(3,)`, `(2, 3)`, `(2, 3,)`: integers, one trailing comma
+                let inner = p[1..end].trim();
+                let inner = inner.strip_suffix(',').unwrap_or(inner);
+                let dims: Option<Vec<u64>> = match inner.trim() {
+                    "" if p[1..end].trim().is_empty() => Some(Vec::new()),
+                    _ => inner
+                        .split(',')
+                        .map(str::trim)
+                        .map(|d| d.bytes().all(|b| b.is_ascii_digit()).then(|| d.parse().ok()).flatten())
+                        .collect(),
+                };
+                let dims = dims.ok_or_else(|| unusual("`shape` is not a tuple of integers"))?;
+                shape = Some(dims);
+                p = &p[end + 1..];
+            }
+            _ => return Err(unusual("a key other than descr, fortran_order and shape, or one given twice")),
+        }
+        p = p.trim_start();
+        match p.as_bytes().first() {
+            Some(b',') => p = &p[1..],
+            Some(b'}') => {}
+            _ => return Err(unusual("no `,` between entries")),
+        }
+    }
+    match (descr, fortran, shape) {
+        (Some(_), Some(_), Some(shape)) => Ok(Header { shape }),
+        _ => Err(unusual("descr, fortran_order or shape is missing")),
+    }
+}
+
+/// A string in single or double quotes without backslashes at the start of `p`,
+/// and the text after it.
+fn quoted(p: &str) -> Option<(&str, &str)> {
+    let q = p.chars().next().filter(|&c| c == '\'' || c == '"')?;
+    let end = p[1..].find(q)? + 1;
+    let s = &p[1..end];
+    (!s.contains('\\')).then_some((s, &p[end + 1..]))
+}
+
+/// The shape has at most [`MAX_TENSOR_ELEMENTS`] elements, counting only its nonzero
+/// dimensions (npyz multiplies them, unchecked, into its strides even when another
+/// dimension is 0).
+fn check_shape(shape: &[u64]) -> Result<(), NpyError> {
+    let n = shape.iter().filter(|&&d| d != 0).try_fold(1u64, |acc, &d| acc.checked_mul(d));
+    if matches!(n, Some(n) if n <= MAX_TENSOR_ELEMENTS as u64) {
+        Ok(())
+    } else {
+        Err(err(format!("the array's shape {shape:?} has more elements than the limit of 2^31 for a dense tensor")))
+    }
 }
 
 /// The bytes of a `.npy` file holding `x` as `elem` (little-endian, C order).
@@ -263,6 +346,37 @@ mod tests {
         }
         let e = read_bytes(&bytes[..bytes.len() - 1]).unwrap_err();
         assert_eq!(e.0, "truncated: its shape [2, 3] needs 48 bytes of data but only 47 follow the header");
+    }
+
+    /// Headers npyz reads whose shape the old check (a search for `'shape'`) did
+    /// not see: the product overflowed inside npyz (a panic with overflow checks; a
+    /// tensor of no data with a huge shape without); `fuzz/fuzz_targets/npy.rs` fails on them.
+    #[test]
+    fn unusual_headers_are_errors_and_shapes_are_always_checked() {
+        let huge = "(4294967296, 4294967296, 2)";
+        let dq = format!(r#"{{"descr": "<f8", "fortran_order": False, "shape": {huge}, }}"#);
+        let dup = format!("{{'descr': '<f8', 'fortran_order': False, 'shape': (1,), 'shape': {huge}, }}");
+        let esc = format!("{{'descr': '<f8', 'fortran_order': False, 'sh\\x61pe': {huge}, }}");
+        for h in [dq.as_str(), &dup, &esc, "{'descr': '<f8', 'fortran_order': False, 'shape': (0x10,), }", "[1]"] {
+            let mut h = h.to_string();
+            h.push('\n');
+            let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+            bytes.extend((h.len() as u16).to_le_bytes());
+            bytes.extend(h.as_bytes());
+            bytes.extend([0u8; 64]);
+            let e = read_bytes(&bytes).unwrap_err();
+            assert!(e.0.starts_with("unsupported .npy header") || e.0.contains("limit of 2^31"), "{h}: {e}");
+        }
+        // A zero dimension: no elements, but npyz's strides multiply the others.
+        let e = read_bytes(&npy("<f8", false, "(0, 4294967296, 4294967296, 2)", &[])).unwrap_err();
+        assert!(e.0.contains("limit of 2^31"), "{e}");
+        // What numpy writes, in its variants, is read.
+        for shape in ["()", "(3,)", "(1, 3)", "(1, 3,)", "[1, 3]"] {
+            let (y, _) = read_bytes(&npy("<f8", false, shape, &[0; 24])).unwrap_or_else(|e| panic!("{shape}: {e}"));
+            assert_eq!(y.data.len(), if shape == "()" { 1 } else { 3 }, "{shape}");
+        }
+        let (y, _) = read_bytes(&npy("<f8", false, "(0, 5)", &[])).unwrap();
+        assert_eq!(y.shape, [0, 5]);
     }
 
     #[test]

@@ -298,3 +298,63 @@ fn usage_errors_are_json_when_json_is_asked_for() {
     let out = tcc().args(["run", "--ranks", "x"]).arg(example("matmul.tc")).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: invalid value"));
 }
+
+// ---- 6. what fuzzing found (fuzz/, issue 23) ------------------------------------
+
+/// A network value whose number is finite and positive but whose unit scales it to
+/// zero or infinity (`2.5e-320ps`, `1e308PB/s`) is E0801; it gave a latency of 0 or
+/// a bandwidth of infinity (found by the `parsers` fuzz target).
+#[test]
+fn network_values_scaled_out_of_range_are_errors() {
+    for net in ["fat-tree:lat=2.5e-320ps", "fat-tree:bw=1e308PB/s", "torus:4x4,flops=1e300PF/s"] {
+        let err =
+            fails_with(tcc().arg("plan").arg(example("matmul.tc")).args(["--procs", "4", "--network", net]), "E0801");
+        assert!(err.contains("out of range"), "{net}: {err}");
+    }
+    let err = fails_with(
+        tcc()
+            .arg("plan")
+            .arg(example("matmul.tc"))
+            .args(["--procs", "4", "--network"])
+            .arg(hostile("network_out_of_range.toml")),
+        "E0801",
+    );
+    assert!(err.contains("`1e308PB/s` is out of range"), "{err}");
+}
+
+/// A `.npy` header that npyz reads but tcc's shape check did not (`"shape"` in
+/// double quotes, a key given twice, an escape in a key): the unchecked shape
+/// 2^32 × 2^32 × 2 overflowed inside npyz. Now tcc reads the header itself (the
+/// form numpy writes, either quote; any other is refused) and checks its shape
+/// (found while writing the `npy` fuzz target, which fails on it).
+#[test]
+fn npy_headers_other_than_numpys_are_errors() {
+    let input = format!("A={}", hostile("npy_shape_in_double_quotes.npy").display());
+    for interp in [true, false] {
+        let mut cmd = tcc();
+        cmd.arg("run").arg(example("matmul.tc")).args(["--input", &input]);
+        if interp {
+            cmd.arg("--interp");
+        }
+        let err = fails_with(&mut cmd, "E0706");
+        assert!(err.contains("the array's shape [4294967296, 4294967296, 2] has more elements"), "{err}");
+    }
+}
+
+/// Garbage of 8190 bytes without a line break before a frame: its header was cut
+/// in two where the reader's 8192-byte pieces ended, and the frame was lost. The
+/// server now answers the request after it (found while writing the `lsp_transport`
+/// fuzz target, which fails on it).
+#[test]
+fn lsp_reads_a_frame_after_a_long_garbage_line() {
+    let garbage = std::fs::read(hostile("lsp_long_garbage_line.txt")).unwrap();
+    let mut input = garbage;
+    input.extend(frame(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#).bytes());
+    input.extend(frame(r#"{"jsonrpc":"2.0","id":2,"method":"shutdown"}"#).bytes());
+    input.extend(frame(r#"{"jsonrpc":"2.0","method":"exit"}"#).bytes());
+    let out = tcc().arg("lsp").write_stdin(input).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let ids: Vec<serde_json::Value> =
+        frames(&out.stdout).into_iter().filter(|m| m.get("method").is_none()).map(|m| m["id"].clone()).collect();
+    assert_eq!(ids, [serde_json::json!(1), serde_json::json!(2)], "{}", String::from_utf8_lossy(&out.stdout));
+}

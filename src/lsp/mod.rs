@@ -15,7 +15,7 @@ pub mod analysis;
 pub mod index;
 pub mod pos;
 pub mod server;
-mod transport;
+pub mod transport;
 
 #[cfg(test)]
 mod tests;

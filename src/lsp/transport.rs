@@ -10,7 +10,7 @@ use std::io::{self, BufRead, Read, Write};
 use std::thread;
 
 /// Method of the internal notification carrying a payload that did not parse.
-pub(crate) const MALFORMED: &str = "$tcc/malformed";
+pub const MALFORMED: &str = "$tcc/malformed";
 
 /// Method of the internal notification whose params the writer sends as they are,
 /// as one message: responses whose id lsp-server cannot represent (an integer
@@ -46,7 +46,7 @@ pub(crate) fn stdio() -> (Connection, thread::JoinHandle<()>) {
 }
 
 /// Reads framed messages until the end of input (or an `exit`) and sends them on.
-pub(crate) fn read_loop(input: &mut impl BufRead, tx: &Sender<Message>) {
+pub fn read_loop(input: &mut impl BufRead, tx: &Sender<Message>) {
     loop {
         let msg = match read_frame(input) {
             Ok(Frame::Eof) => return,
@@ -112,6 +112,50 @@ fn find_content_length(line: &str) -> Option<usize> {
     (0..b.len().saturating_sub(NAME.len() - 1)).rev().find(|&i| b[i..i + NAME.len()].eq_ignore_ascii_case(NAME))
 }
 
+/// The most of one header line that is kept: its last `MAX_LINE` bytes.
+const MAX_LINE: usize = 8192;
+
+/// Reads one line (through its `\n`, or to the end of the input) and keeps its last
+/// [`MAX_LINE`] bytes in `line`; returns the number of bytes read (0 at the end).
+/// Header lines are short: a longer "line" is garbage, whose tail may still hold the
+/// `Content-Length:` header of the next frame. (Reading it in pieces of 8192 bytes
+/// as separate lines cut such a header in two when a piece ended inside it, and the
+/// frame was lost; `fuzz/fuzz_targets/lsp_transport.rs` fails on that.)
+fn read_line_tail(input: &mut impl BufRead, line: &mut Vec<u8>) -> io::Result<usize> {
+    line.clear();
+    let mut total = 0;
+    loop {
+        let (used, done) = {
+            let buf = match input.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if buf.is_empty() {
+                return Ok(total);
+            }
+            let (used, done) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            };
+            let tail = &buf[used.saturating_sub(MAX_LINE)..used];
+            if tail.len() < used {
+                line.clear(); // everything kept so far is beyond the last MAX_LINE bytes
+            }
+            line.extend_from_slice(tail);
+            (used, done)
+        };
+        input.consume(used);
+        total += used;
+        if line.len() > MAX_LINE {
+            line.drain(..line.len() - MAX_LINE);
+        }
+        if done {
+            return Ok(total);
+        }
+    }
+}
+
 enum Frame {
     Eof,
     Text(String),
@@ -123,9 +167,7 @@ fn read_frame(input: &mut impl BufRead) -> io::Result<Frame> {
     let mut bad_header = None;
     let mut line = Vec::new();
     loop {
-        line.clear();
-        // Header lines are short; a huge "line" is garbage, read in bounded pieces.
-        let n = input.by_ref().take(8192).read_until(b'\n', &mut line)?;
+        let n = read_line_tail(input, &mut line)?;
         if n == 0 {
             return Ok(Frame::Eof);
         }
@@ -245,6 +287,20 @@ mod tests {
         }
         let m = parse(r#"{"jsonrpc":"2.0","method":"x"}"#);
         assert!(matches!(m, Message::Notification(n) if n.method == "x"));
+    }
+
+    #[test]
+    fn a_header_after_a_long_garbage_line_is_read_wherever_the_line_ends() {
+        let b = r#"{"jsonrpc":"2.0","id":2,"method":"b","params":{}}"#;
+        // Garbage lines of every length around the old 8192-byte pieces: the
+        // header of `b` used to be cut in two when a piece ended inside it.
+        for garbage in 8160..8220 {
+            let input = format!("{}{}", "x".repeat(garbage), framed(b));
+            let msgs = frames(&input);
+            assert!(matches!(msgs.last(), Some(Message::Request(r)) if r.method == "b"), "{garbage}: {msgs:?}");
+        }
+        let msgs = frames(&format!("{}\n{}", "y".repeat(100_000), framed(b)));
+        assert!(matches!(msgs.last(), Some(Message::Request(r)) if r.method == "b"), "{msgs:?}");
     }
 
     #[test]

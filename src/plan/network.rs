@@ -242,6 +242,17 @@ fn split_num(v: &str) -> Result<(f64, String), String> {
     Ok((x, u.trim().to_string()))
 }
 
+/// `x` (the value of `v` in base units) when it is finite and positive: a number
+/// that `split_num` accepted can still leave that range once scaled by its unit
+/// (`1e308PB/s` is infinite, `2.5e-320ps` is zero).
+fn in_range(v: &str, x: f64) -> Result<f64, String> {
+    if x.is_finite() && x > 0.0 {
+        Ok(x)
+    } else {
+        Err(format!("`{v}` is out of range"))
+    }
+}
+
 fn prefix_scale(p: &str) -> Option<f64> {
     Some(match p {
         "" => 1.0,
@@ -268,7 +279,7 @@ pub fn parse_bandwidth(v: &str) -> Result<f64, String> {
         (u, false)
     };
     let s = prefix_scale(p).ok_or_else(|| format!("unknown bandwidth unit in `{v}` (use B/s, MB/s, GB/s, Gb/s)"))?;
-    Ok(x * s / if bits { 8.0 } else { 1.0 })
+    in_range(v, x * s / if bits { 8.0 } else { 1.0 })
 }
 
 /// `2us`, `1.5µs`, `300ns`, `1ms`, `0.001s`.
@@ -282,7 +293,7 @@ pub fn parse_time(v: &str) -> Result<f64, String> {
         "ps" => 1e-12,
         _ => return Err(format!("unknown time unit in `{v}` (use s, ms, us, ns)")),
     };
-    Ok(x * s)
+    in_range(v, x * s)
 }
 
 /// `100GF/s`, `1TFLOP/s`, `2.5 Gflops`.
@@ -299,7 +310,7 @@ pub fn parse_flops(v: &str) -> Result<f64, String> {
         "p" => "P",
         _ => return Err(format!("unknown flop-rate unit in `{v}` (use GF/s, TF/s)")),
     };
-    Ok(x * prefix_scale(p).unwrap_or(1.0))
+    in_range(v, x * prefix_scale(p).unwrap_or(1.0))
 }
 
 pub fn fmt_time(t: f64) -> String {
@@ -364,6 +375,11 @@ mod tests {
             "fat-tree:bw",
             "torus:4294967296x4294967296",
             "torus:0x4",
+            // finite and positive numbers whose unit scales them out of range
+            "fat-tree:lat=2.5e-320ps",
+            "fat-tree:bw=1e308PB/s",
+            "fat-tree:flops=1e300PF/s",
+            "torus:4x4,hop=1e-320ps",
         ] {
             assert!(Network::parse(bad).is_err(), "{bad}");
         }
