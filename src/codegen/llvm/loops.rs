@@ -331,24 +331,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         self.nest_parallel(&order, par, false, None, &mut |g| {
             let mut total: Option<FloatValue> = None;
             for (coef, ops) in &elementwise {
-                let mut prod: Option<FloatValue> = if *coef == 1.0 { None } else { Some(lt.const_float(*coef)) };
-                for o in ops {
-                    let off = g.offset(o.tensor, &o.indices)?;
-                    let p = g.elem_ptr(o.tensor, off)?;
-                    let mut v = g.b.build_load(p, "x")?.into_float_value();
-                    let ot = g.ft(hir.tensors[o.tensor].elem);
-                    if ot != lt {
-                        v = g.b.build_float_cast(v, lt, "cvt")?;
-                    }
-                    if let Some(func) = o.func {
-                        v = g.apply(func, v, lt)?;
-                    }
-                    prod = Some(match prod {
-                        None => v,
-                        Some(p) => g.b.build_float_mul(p, v, "m")?,
-                    });
-                }
-                let prod = prod.unwrap_or_else(|| lt.const_float(*coef));
+                let prod = g.product(*coef, ops, lt)?;
                 total = Some(match total {
                     None => prod,
                     Some(t) => g.b.build_float_add(t, prod, "t")?,
@@ -368,6 +351,30 @@ impl<'ctx> Gen<'_, 'ctx> {
             g.parallel_min = parallel_min;
             result
         })
+    }
+
+    /// `coef` times the operands at the current loop indices (each converted to the
+    /// target's type `lt`, then its function applied), in the target's type.
+    fn product(&mut self, coef: f64, ops: &[Operand], lt: FloatType<'ctx>) -> Result<FloatValue<'ctx>, CodegenError> {
+        let hir = self.hir;
+        let mut prod: Option<FloatValue> = if coef == 1.0 { None } else { Some(lt.const_float(coef)) };
+        for o in ops {
+            let off = self.offset(o.tensor, &o.indices)?;
+            let p = self.elem_ptr(o.tensor, off)?;
+            let mut v = self.b.build_load(p, "x")?.into_float_value();
+            let ot = self.ft(hir.tensors[o.tensor].elem);
+            if ot != lt {
+                v = self.b.build_float_cast(v, lt, "cvt")?;
+            }
+            if let Some(func) = o.func {
+                v = self.apply(func, v, lt)?;
+            }
+            prod = Some(match prod {
+                None => v,
+                Some(p) => self.b.build_float_mul(p, v, "m")?,
+            });
+        }
+        Ok(prod.unwrap_or_else(|| lt.const_float(coef)))
     }
 
     pub(super) fn term(&mut self, st: &Stmt, k: usize, overwrite: bool) -> Result<(), CodegenError> {
@@ -452,24 +459,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         }
         let sum = sum_par.then_some((c, st.lhs.indices.as_slice()));
         let result = self.nest_parallel(&order, par.is_some() || sum_par, reduction_inner, sum, &mut |g| {
-            let mut prod: Option<FloatValue> = if coef == 1.0 { None } else { Some(lt.const_float(coef)) };
-            for o in &ops {
-                let off = g.offset(o.tensor, &o.indices)?;
-                let p = g.elem_ptr(o.tensor, off)?;
-                let mut v = g.b.build_load(p, "x")?.into_float_value();
-                let ot = g.ft(hir.tensors[o.tensor].elem);
-                if ot != lt {
-                    v = g.b.build_float_cast(v, lt, "cvt")?;
-                }
-                if let Some(func) = o.func {
-                    v = g.apply(func, v, lt)?;
-                }
-                prod = Some(match prod {
-                    None => v,
-                    Some(p) => g.b.build_float_mul(p, v, "m")?,
-                });
-            }
-            let prod = prod.unwrap_or_else(|| lt.const_float(coef));
+            let prod = g.product(coef, &ops, lt)?;
             let p = match g.acc_slot {
                 Some((t, acc)) if t == c => acc,
                 _ => {
