@@ -51,6 +51,7 @@ fn collectives_counters_and_mixing() {
         let c = world.comm(*b);
         check::collectives(c.as_ref());
         check::counter(c.as_ref());
+        assert!(check::window(c.as_ref()), "MPI back ends have windows");
     }
     let m = Mixed::new(vec![world.comm(Backend::Mpi), world.comm(Backend::MpiP2p)], check::zigzag(World::Mpi));
     check::mixing(&m);

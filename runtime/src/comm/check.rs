@@ -285,7 +285,7 @@ pub fn sized(c: &dyn Communicator, n: usize, flat: bool) -> Vec<OpCheck> {
             messages_sent: after.messages_sent - before.messages_sent,
             words_received: after.words_received - before.words_received,
             messages_received: after.messages_received - before.messages_received,
-            counter_ops: 0,
+            ..CommStats::default()
         };
         let want = match &call {
             Some(call) if flat => Some(flat_counts(call, p, r)),
@@ -296,7 +296,7 @@ pub fn sized(c: &dyn Communicator, n: usize, flat: bool) -> Vec<OpCheck> {
                 messages_sent: 1,
                 words_received: words as u64,
                 messages_received: 1,
-                counter_ops: 0,
+                ..CommStats::default()
             }),
         };
         if let (None, Some(want)) = (&error, want) {
@@ -386,4 +386,42 @@ pub fn sized(c: &dyn Communicator, n: usize, flat: bool) -> Vec<OpCheck> {
         diff("send/recv", &got, &data(prev, n), true)
     });
     out
+}
+
+/// One-sided reads ([`Communicator::expose`]), where the back end has them: every
+/// rank exposes two segments of its own lengths (one empty on rank 0) and reads
+/// every other rank's, whole and in pieces, checked bit for bit, with the words
+/// read counted. Returns whether the back end had a window.
+pub fn window(c: &dyn Communicator) -> bool {
+    let (p, r) = (c.size(), c.rank());
+    let len = |q: usize, seg: usize| if q == 0 && seg == 1 { 0 } else { 3 + q + 2 * seg };
+    let segs: Vec<Vec<f64>> = (0..2).map(|seg| data(r * 2 + seg, len(r, seg))).collect();
+    let refs: Vec<&[f64]> = segs.iter().map(|s| s.as_slice()).collect();
+    let before = c.stats();
+    let Some(w) = c.expose(&refs) else { return false };
+    let mut words = 0;
+    for k in 1..=p {
+        let q = (r + k) % p;
+        for seg in 0..2 {
+            let want = data(q * 2 + seg, len(q, seg));
+            let mut got = vec![0.0; want.len()];
+            w.get(q, seg, 0, &mut got);
+            assert_eq!(got, want, "rank {r} read segment {seg} of rank {q}");
+            if want.len() > 2 {
+                let mut mid = vec![0.0; 2];
+                w.get(q, seg, 1, &mut mid);
+                assert_eq!(mid, want[1..3], "rank {r} read words 1..3 of segment {seg} of rank {q}");
+                if q != r {
+                    words += 2;
+                }
+            }
+            if q != r {
+                words += want.len();
+            }
+        }
+    }
+    w.close();
+    let after = c.stats();
+    assert_eq!(after.words_got - before.words_got, words as u64, "words read counted on rank {r}");
+    true
 }

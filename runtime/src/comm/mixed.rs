@@ -13,7 +13,7 @@
 //! receiver cannot know the size of what it will receive). Each back end has its own
 //! message space, so one back end never consumes another's messages.
 
-use super::{Backend, Collective, CommStats, Communicator, ReduceOp, SharedCounter};
+use super::{Backend, Collective, CommStats, Communicator, ReduceOp, SharedCounter, Window};
 use crate::tune::TuningTable;
 
 pub struct Mixed {
@@ -100,6 +100,11 @@ impl Communicator for Mixed {
             send.len() * 8
         };
         self.pick(Collective::Alltoall, bytes).alltoallv(send, send_counts, recv, recv_counts)
+    }
+    /// The first back end with one-sided access (every rank's table lists the
+    /// same back ends in the same order, so all pick the same).
+    fn expose<'a>(&'a self, segments: &[&'a [f64]]) -> Option<Box<dyn Window + 'a>> {
+        self.comms.iter().find_map(|c| c.expose(segments))
     }
     fn counter(&self) -> Box<dyn SharedCounter> {
         self.comms[0].counter()

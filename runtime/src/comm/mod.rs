@@ -190,6 +190,10 @@ pub struct CommStats {
     pub messages_received: u64,
     /// Operations on shared counters (task claims).
     pub counter_ops: u64,
+    /// `f64` elements this rank read from other ranks' windows ([`Window::get`]),
+    /// and how many reads.
+    pub words_got: u64,
+    pub gets: u64,
 }
 
 impl CommStats {
@@ -199,10 +203,16 @@ impl CommStats {
         self.words_received += o.words_received;
         self.messages_received += o.messages_received;
         self.counter_ops += o.counter_ops;
+        self.words_got += o.words_got;
+        self.gets += o.gets;
     }
     pub(crate) fn sent(&mut self, words: usize) {
         self.words_sent += words as u64;
         self.messages_sent += 1;
+    }
+    pub(crate) fn got(&mut self, words: usize) {
+        self.words_got += words as u64;
+        self.gets += 1;
     }
     pub(crate) fn received(&mut self, words: usize) {
         self.words_received += words as u64;
@@ -218,6 +228,22 @@ pub trait SharedCounter {
     fn fetch_add(&self, n: u64) -> u64;
     /// How many `fetch_add` calls this rank made.
     fn ops(&self) -> u64;
+}
+
+/// One-sided reads of the segments every rank exposed ([`Communicator::expose`];
+/// MPI: one `MPI_Win_create` window per segment, read with `MPI_Get` in a
+/// passive-target epoch; in-process ranks: the segments' addresses on a shared
+/// board, read with a copy). The reading rank does all the work; the owner of
+/// the memory takes no part, so reads need not be matched by sends (the tiled
+/// executor fetches each piece's operand tiles when it needs them).
+pub trait Window {
+    /// Copies words `offset..offset + dst.len()` of segment `segment` of rank
+    /// `target` into `dst`; complete when it returns. Panics (a rank failure) on
+    /// a range outside the segment.
+    fn get(&self, target: usize, segment: usize, offset: usize, dst: &mut [f64]);
+    /// Ends the exposure (collective): returns once every rank has closed, so no
+    /// rank reads a segment after its owner goes on to change it.
+    fn close(self: Box<Self>);
 }
 
 /// A tag reserved for a communicator's own collectives; user tags must be below it.
@@ -260,6 +286,17 @@ pub trait Communicator {
     fn alltoallv(&self, send: &[f64], send_counts: &[usize], recv: &mut [f64], recv_counts: &[usize]);
     /// A new shared counter starting at 0 (collective).
     fn counter(&self) -> Box<dyn SharedCounter>;
+    /// Exposes this rank's `segments` to one-sided reads by every rank of the
+    /// group (collective: every rank passes the same number of segments, in the
+    /// same order; lengths may differ). Returns once every rank has exposed its
+    /// segments, so what each wrote before is visible to the others. `None` where
+    /// the back end has no one-sided access (`threads`, `nccl`): use collectives.
+    ///
+    /// Until [`Window::close`], no rank may write an exposed segment.
+    fn expose<'a>(&'a self, segments: &[&'a [f64]]) -> Option<Box<dyn Window + 'a>> {
+        let _ = segments;
+        None
+    }
 
     /// Every rank contributes `send` (same length everywhere).
     fn allgather(&self, send: &[f64], recv: &mut [f64]) {

@@ -10,7 +10,7 @@
 //! with `MPI_Abort`, and a rank that exits without `MPI_Finalize` makes `mpirun` kill
 //! the others. Either way every rank exits non-zero instead of hanging.
 
-use super::{algo, Backend, CommStats, Communicator, ReduceOp, SharedCounter};
+use super::{algo, Backend, CommStats, Communicator, ReduceOp, SharedCounter, Window};
 use mpi::ffi;
 use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
@@ -406,6 +406,80 @@ impl Communicator for MpiComm {
             }
             ffi::MPI_Barrier(self.comm);
             Box::new(MpiCounter { win: Cell::new(win), ops: Cell::new(0) })
+        }
+    }
+    fn expose<'a>(&'a self, segments: &[&'a [f64]]) -> Option<Box<dyn Window + 'a>> {
+        let mut wins = Vec::with_capacity(segments.len());
+        for seg in segments {
+            let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
+            // SAFETY: the segment outlives the window (`'a`), and nobody writes it
+            // until the window is closed; MPI only reads it.
+            unsafe {
+                ffi::MPI_Win_create(
+                    seg.as_ptr() as *mut c_void,
+                    (seg.len() * 8) as ffi::MPI_Aint,
+                    8,
+                    ffi::RSMPI_INFO_NULL,
+                    self.comm,
+                    &mut win,
+                );
+                ffi::MPI_Win_lock_all(0, win);
+            }
+            wins.push(win);
+        }
+        // Every rank's segments are final before anyone reads.
+        unsafe { ffi::MPI_Barrier(self.comm) };
+        Some(Box::new(MpiWindow { comm: self, wins }))
+    }
+}
+
+/// An open window of the MPI back ends: one `MPI_Win` per segment, in a
+/// passive-target epoch on every rank (`MPI_Win_lock_all`).
+struct MpiWindow<'a> {
+    comm: &'a MpiComm,
+    wins: Vec<ffi::MPI_Win>,
+}
+
+impl Window for MpiWindow<'_> {
+    fn get(&self, target: usize, segment: usize, offset: usize, dst: &mut [f64]) {
+        assert!(target < self.comm.size && segment < self.wins.len(), "get: no segment {segment} on rank {target}");
+        if dst.is_empty() {
+            return;
+        }
+        assert!(dst.len() <= c_int::MAX as usize, "get: {} words in one MPI_Get", dst.len());
+        let win = self.wins[segment];
+        // SAFETY: `dst` is ours until the flush completes the get; MPI checks the
+        // range against the target's window (an error aborts the job).
+        unsafe {
+            ffi::MPI_Get(
+                dst.as_mut_ptr() as *mut c_void,
+                dst.len() as c_int,
+                MpiComm::dbl(),
+                target as c_int,
+                offset as ffi::MPI_Aint,
+                dst.len() as c_int,
+                MpiComm::dbl(),
+                win,
+            );
+            ffi::MPI_Win_flush_local(target as c_int, win);
+        }
+        if target != self.comm.rank {
+            let mut s = self.comm.stats.get();
+            s.got(dst.len());
+            self.comm.stats.set(s);
+        }
+    }
+    fn close(self: Box<Self>) {
+        // SAFETY: every get of this rank completed (flushed); after the barrier no
+        // rank accesses any of the windows, so freeing them (collective) is safe.
+        unsafe {
+            for &win in &self.wins {
+                ffi::MPI_Win_unlock_all(win);
+            }
+            ffi::MPI_Barrier(self.comm.comm);
+            for mut win in self.wins {
+                ffi::MPI_Win_free(&mut win);
+            }
         }
     }
 }

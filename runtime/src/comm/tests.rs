@@ -264,6 +264,8 @@ fn self_checks_pass_on_both_back_ends() {
     for_worlds(|_, c| {
         check::collectives(c);
         check::counter(c);
+        // Only the shm back end reads other ranks' memory directly.
+        assert_eq!(check::window(c), c.backend() == Backend::Shm);
     });
 }
 

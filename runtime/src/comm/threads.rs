@@ -11,7 +11,7 @@
 //! [`run`] returns the first real failure as a [`RankFailure`]. Waits poll the
 //! poison flag every few milliseconds, so nothing hangs.
 
-use super::{algo, displs, Backend, CommStats, Communicator, ReduceOp, SharedCounter};
+use super::{algo, displs, Backend, CommStats, Communicator, ReduceOp, SharedCounter, Window};
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -421,6 +421,9 @@ struct Board {
     barrier: PoisonBarrier,
     /// Point-to-point messages (send/recv are rare on this back end).
     boxes: Vec<Mailbox>,
+    /// Per rank, the segments of its open window ([`Communicator::expose`]):
+    /// address and length.
+    windows: Vec<Mutex<Vec<(usize, usize)>>>,
 }
 
 impl Board {
@@ -429,6 +432,7 @@ impl Board {
             slots: (0..n).map(|_| Mutex::new(None)).collect(),
             barrier: PoisonBarrier { n, state: Mutex::new((0, 0)), cv: Condvar::new() },
             boxes: (0..n).map(|_| Mailbox::default()).collect(),
+            windows: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
         }
     }
 }
@@ -611,5 +615,49 @@ impl Communicator for ShmComm {
     }
     fn counter(&self) -> Box<dyn SharedCounter> {
         self.base.counter()
+    }
+    fn expose<'a>(&'a self, segments: &[&'a [f64]]) -> Option<Box<dyn Window + 'a>> {
+        self.base.shared.check();
+        let me = self.base.rank;
+        *lock(&self.board.windows[me]) = segments.iter().map(|s| (s.as_ptr() as usize, s.len())).collect();
+        self.sync();
+        // No rank publishes again before every rank has closed this window.
+        let all: Vec<Vec<(usize, usize)>> = (0..self.size()).map(|q| lock(&self.board.windows[q]).clone()).collect();
+        if let Some(q) = all.iter().position(|w| w.len() != segments.len()) {
+            panic!("expose: rank {q} exposed {} segments, rank {me} {}", all[q].len(), segments.len());
+        }
+        Some(Box::new(ShmWindow { comm: self, all }))
+    }
+}
+
+/// An open window of the `shm` back end: every rank's segments by address.
+struct ShmWindow<'a> {
+    comm: &'a ShmComm,
+    all: Vec<Vec<(usize, usize)>>,
+}
+
+impl Window for ShmWindow<'_> {
+    fn get(&self, target: usize, segment: usize, offset: usize, dst: &mut [f64]) {
+        let (addr, len) = self.all[target][segment];
+        assert!(
+            offset.checked_add(dst.len()).is_some_and(|end| end <= len),
+            "get: words {offset}..{} of a segment of {len} (rank {target}, segment {segment})",
+            offset.saturating_add(dst.len())
+        );
+        if !dst.is_empty() {
+            // SAFETY: rank `target` exposed `len` words at `addr` and writes none of them
+            // until every rank has closed the window (`close` waits for all).
+            let src = unsafe { std::slice::from_raw_parts((addr as *const f64).add(offset), dst.len()) };
+            dst.copy_from_slice(src);
+        }
+        if target != self.comm.base.rank {
+            let mut s = self.comm.base.stats.get();
+            s.got(dst.len());
+            self.comm.base.stats.set(s);
+        }
+    }
+    fn close(self: Box<Self>) {
+        self.comm.base.shared.check();
+        self.comm.sync();
     }
 }
