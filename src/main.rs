@@ -384,6 +384,9 @@ enum Command {
         /// (default: ~/.config/tcc/tuning.toml if it exists, else built-in values).
         #[arg(long, value_name = "FILE", requires = "tiled")]
         tuning: Option<PathBuf>,
+        /// With --tiled: how tiles move between ranks, as `tcc run --exchange`.
+        #[arg(long, value_enum, requires = "tiled", default_value_t = Exchange::Auto)]
+        exchange: Exchange,
     },
     /// Plan a `model` block on N devices: data (ZeRO 0-3, ZeRO++), tensor, sequence
     /// (Ulysses / ring) and expert parallelism, ranked by predicted step time with
@@ -526,6 +529,13 @@ enum Command {
         /// Tiled runs: tile size of ranges that do not declare one (`range V = 200 tile 32;`).
         #[arg(long, value_name = "N", requires = "tiled")]
         tile: Option<usize>,
+        /// Distributed tiled runs: how tiles move between ranks. `one-sided`: each
+        /// rank reads the remote tiles its work needs from the owners' windows
+        /// (MPI RMA), and runs each piece as its tiles arrive; `collective`:
+        /// all-to-all rounds per task set; `auto` (default): per task set, the one
+        /// the time model predicts faster.
+        #[arg(long, value_enum, requires = "tiled")]
+        exchange: Option<Exchange>,
     },
     /// Run the language server on stdin/stdout (for editors; see book/src/editors.md).
     Lsp,
@@ -558,6 +568,24 @@ enum Command {
 enum RunBackend {
     Threads,
     Mpi,
+}
+
+/// `--exchange` of distributed tiled runs.
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum Exchange {
+    Auto,
+    Collective,
+    OneSided,
+}
+
+impl Exchange {
+    fn mode(self) -> tcc::tiled::ExchangeMode {
+        match self {
+            Exchange::Auto => tcc::tiled::ExchangeMode::Auto,
+            Exchange::Collective => tcc::tiled::ExchangeMode::Collective,
+            Exchange::OneSided => tcc::tiled::ExchangeMode::OneSided,
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, ValueEnum)]
@@ -944,6 +972,7 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
         tile,
         threads_per_rank,
         tuning,
+        exchange,
     } = command
     else {
         unreachable!("cmd_plan is called for `Plan`")
@@ -957,7 +986,8 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
         Err(o) => return o,
     };
     if tiled {
-        return plan_tiled(ctx, &hir, program.as_deref(), &procs, mem_per_rank, json, tile, threads_per_rank, tuning);
+        let t = TiledPlanArgs { tile, threads_per_rank, tuning, exchange };
+        return plan_tiled(ctx, &hir, program.as_deref(), &procs, mem_per_rank, json, t);
     }
     use tcc::plan::{Format, Strategy};
     let format = if json {
@@ -974,8 +1004,15 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
     )
 }
 
+/// The options of `tcc plan --tiled`.
+struct TiledPlanArgs {
+    tile: Option<usize>,
+    threads_per_rank: usize,
+    tuning: Option<PathBuf>,
+    exchange: Exchange,
+}
+
 /// `tcc plan --tiled`: the forecast of distributed tiled runs.
-#[allow(clippy::too_many_arguments)]
 fn plan_tiled(
     ctx: &Ctx,
     hir: &tcc::sema::hir::Hir,
@@ -983,10 +1020,9 @@ fn plan_tiled(
     procs: &[usize],
     mem_per_rank: Option<u64>,
     json: bool,
-    tile: Option<usize>,
-    threads_per_rank: usize,
-    tuning: Option<PathBuf>,
+    args: TiledPlanArgs,
 ) -> Outcome {
+    let TiledPlanArgs { tile, threads_per_rank, tuning, exchange } = args;
     let max = tcc_runtime::comm::threads::MAX_RANKS;
     if procs.is_empty() || procs.iter().any(|&p| p == 0 || p > max) {
         return ctx.fail(
@@ -998,10 +1034,11 @@ fn plan_tiled(
     if threads_per_rank == 0 {
         return ctx.fail("E0760", "--threads-per-rank must be at least 1", None);
     }
-    let run = match tiled_run(ctx, tile, Schedule::Dynamic, false, false, tuning.as_deref()) {
+    let mut run = match tiled_run(ctx, tile, Schedule::Dynamic, false, false, tuning.as_deref()) {
         Ok(r) => r,
         Err(o) => return o,
     };
+    run.tiled.exchange = exchange.mode();
     let units = match hir.select_units(program) {
         Ok(u) => u,
         Err(e) => return ctx.error(&e),
@@ -1120,6 +1157,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         gpu_gemm,
         tiled,
         tile,
+        exchange,
     } = command
     else {
         unreachable!("cmd_run is called for `Run`")
@@ -1131,9 +1169,17 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     if fusion.given() && (distributed || interp || tiled || target == TargetKind::Cuda) {
         return ctx.fail("E0727", FUSION_APPLIES, None);
     }
+    if exchange.is_some() && !distributed {
+        return ctx.fail(
+            "E0760",
+            "--exchange applies to distributed tiled runs (--ranks N or --backend mpi): one process moves no tiles",
+            None,
+        );
+    }
     // The table is read by distributed runs over collectives (their back ends) and
     // by `--tiled --stats` (its time model); anywhere else it would be ignored.
-    let reads_tuning = (distributed && !plan && !tiled) || (tiled && stats);
+    // Distributed tiled runs choose their exchange with the time model.
+    let reads_tuning = (distributed && !plan) || (tiled && stats);
     if tuning.is_some() && !reads_tuning {
         return ctx.fail(
             "E0756",
@@ -1180,10 +1226,11 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     let result = if tiled && distributed {
-        let r = match tiled_run(ctx, tile, schedule, check, stats, tuning.as_deref()) {
+        let mut r = match tiled_run(ctx, tile, schedule, check, stats, tuning.as_deref()) {
             Ok(r) => r,
             Err(o) => return o,
         };
+        r.tiled.exchange = exchange.unwrap_or(Exchange::Auto).mode();
         let mpi = backend == Some(RunBackend::Mpi);
         tcc::tiled::run::run_tiled_distributed(&hir, &opts, &r, ranks.unwrap_or(1), mpi, &mut lock)
     } else if plan {

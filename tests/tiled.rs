@@ -119,6 +119,14 @@ fn misuse_is_a_clear_error() {
     )
     .unwrap();
     tcc().args(["run"]).arg(&f).arg("--tiled").assert().code(1).stderr(predicates::str::contains("E0760"));
+    // One process moves no tiles: --exchange is an error there, not ignored.
+    tcc()
+        .args(["run"])
+        .arg(path("tests/tiled/ccd_small.tc"))
+        .args(["--tiled", "--exchange", "one-sided"])
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains("--exchange applies to distributed tiled runs"));
     tcc()
         .args(["run"])
         .arg(&f)
@@ -170,19 +178,32 @@ fn misuse_is_a_clear_error() {
 fn in_process_ranks_give_the_single_process_numbers() {
     let file = path("tests/tiled/ccd_small.tc");
     let one = summary(&stdout(&["--tiled", "--tile", "2"], &file));
-    for ranks in ["1", "2", "3", "4"] {
-        let text = stdout(&["--tiled", "--tile", "2", "--ranks", ranks, "--stats"], &file);
-        let got = summary(&text);
-        for k in [0, 2] {
-            assert!((one[k] - got[k]).abs() <= 1e-12 * one[k].abs(), "{ranks} ranks: {one:?} vs {got:?}\n{text}");
-        }
-        assert!(text.contains(&format!("tiled on {ranks} ranks")), "{text}");
-        // Every rank sends the words its exchange plan says.
-        for line in text.lines().filter(|l| l.contains("  rank ")) {
-            let after = line.split("sent ").nth(1).unwrap();
-            let sent: u64 = after.split(' ').next().unwrap().parse().unwrap();
-            let planned: u64 = after.split("(planned ").nth(1).unwrap().split(')').next().unwrap().parse().unwrap();
-            assert_eq!(sent, planned, "{line}");
+    for exchange in ["collective", "one-sided", "auto"] {
+        for ranks in ["1", "2", "3", "4"] {
+            let args = ["--tiled", "--tile", "2", "--ranks", ranks, "--stats", "--exchange", exchange];
+            let text = stdout(&args, &file);
+            let got = summary(&text);
+            for k in [0, 2] {
+                assert!(
+                    (one[k] - got[k]).abs() <= 1e-12 * one[k].abs(),
+                    "{ranks} ranks, {exchange}: {one:?} vs {got:?}\n{text}"
+                );
+            }
+            assert!(text.contains(&format!("tiled on {ranks} ranks")), "{text}");
+            // Every rank moves the words its exchange plan says (sent in all-to-all
+            // rounds or read by gets).
+            for line in text.lines().filter(|l| l.contains("  rank ")) {
+                let after = line.split("moved ").nth(1).unwrap();
+                let moved: u64 = after.split(' ').next().unwrap().parse().unwrap();
+                let planned: u64 = after.split("(planned ").nth(1).unwrap().split(')').next().unwrap().parse().unwrap();
+                assert_eq!(moved, planned, "{line}");
+            }
+            let sets = text.lines().find(|l| l.contains("exchange: ")).expect("--stats names the exchange");
+            match exchange {
+                "collective" => assert!(sets.contains("exchange: 0 of "), "{sets}"),
+                "one-sided" => assert!(!sets.contains("exchange: 0 of "), "{sets}"),
+                _ => {}
+            }
         }
     }
     // Inputs are generated where they live: --input and --check are refused.
@@ -194,20 +215,23 @@ fn in_process_ranks_give_the_single_process_numbers() {
 fn mpi_ranks_give_the_single_process_numbers() {
     let file = path("tests/tiled/ccd_small.tc");
     let one = summary(&stdout(&["--tiled", "--tile", "2"], &file));
-    for np in ["2", "3", "4"] {
+    for (np, exchange) in [("2", "one-sided"), ("3", "collective"), ("3", "one-sided"), ("4", "auto")] {
         let out = std::process::Command::new("timeout")
             .args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np])
             .arg(assert_cmd::cargo::cargo_bin("tcc"))
             .arg("run")
             .arg(&file)
-            .args(["--tiled", "--tile", "2", "--backend", "mpi", "--stats"])
+            .args(["--tiled", "--tile", "2", "--backend", "mpi", "--stats", "--exchange", exchange])
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(out.status.success(), "{np} ranks: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{np} ranks, {exchange}: {}\n{text}", String::from_utf8_lossy(&out.stderr));
         let got = summary(&text);
-        assert!((one[0] - got[0]).abs() <= 1e-12 * one[0].abs(), "{np} ranks: {one:?} vs {got:?}");
+        assert!((one[0] - got[0]).abs() <= 1e-12 * one[0].abs(), "{np} ranks, {exchange}: {one:?} vs {got:?}");
         assert!(text.contains(&format!("tiled on {np} ranks")), "{text}");
+        if exchange == "one-sided" {
+            assert!(!text.contains("exchange: 0 of "), "MPI windows were not used:\n{text}");
+        }
     }
 }
 
@@ -314,7 +338,7 @@ fn plan_tiled_forecasts_what_the_ranks_then_measure() {
         let text = String::from_utf8_lossy(&run.get_output().stdout).to_string();
         for (r, (flops, words)) in forecast.iter().enumerate() {
             let line = text.lines().find(|l| l.trim_start().starts_with(&format!("rank {r}: owns"))).unwrap();
-            assert!(line.contains(&format!("sent {} words (planned {})", *words as u64, *words as u64)), "{line}");
+            assert!(line.contains(&format!("moved {} words (planned {})", *words as u64, *words as u64)), "{line}");
             assert!(line.contains(&format!("{flops:.3e} flops")), "{flops:.3e} in {line}");
         }
     }

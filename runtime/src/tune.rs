@@ -69,6 +69,12 @@ pub struct Calibration {
     /// Seconds the executor spends per kernel call around the kernel.
     #[serde(default)]
     pub call_overhead: f64,
+    /// One-sided reads ([`measure_gets`]): seconds per get, whatever its size,
+    /// and seconds per byte read, with every rank reading at once (0: not measured).
+    #[serde(default)]
+    pub get_alpha: f64,
+    #[serde(default)]
+    pub get_beta: f64,
 }
 
 /// One thread's rate in the tile kernel on `C[m,n] += A[m,k]·B[k,n]`, operand
@@ -101,6 +107,43 @@ pub fn fit_alpha_beta(ms: &[Measurement], backend: Backend) -> Option<(f64, f64)
     }
     slopes.sort_by(f64::total_cmp);
     Some((alpha, slopes[slopes.len() / 2]))
+}
+
+/// The cost of one-sided reads on `c` (collective): every rank exposes a buffer
+/// and reads from the next rank, all at once, in gets of 512 words (a 4 KiB
+/// tile) and of `big` words, never the same words twice (out of cache, as a
+/// run's tiles mostly are); α per get and β per byte from the two (best of
+/// three rounds, then the largest over ranks). `None` where the back end has no
+/// windows.
+pub fn measure_gets(c: &dyn Communicator, big: usize) -> Option<(f64, f64)> {
+    const SMALL: usize = 512;
+    const SMALL_GETS: usize = 256;
+    const ROUNDS: usize = 3;
+    let big = big.max(2 * SMALL);
+    // Each round reads words it has not read before, as a run reads each tile once.
+    let per_round = big + SMALL * SMALL_GETS;
+    let exposed: Vec<f64> = (0..ROUNDS * per_round).map(|i| i as f64).collect();
+    let mut dst = vec![0.0; big];
+    let w = c.expose(&[&exposed])?;
+    let next = (c.rank() + 1) % c.size();
+    let mut best = [f64::INFINITY; 2];
+    for round in 0..ROUNDS {
+        let at = round * per_round;
+        let t0 = Instant::now();
+        for k in 0..SMALL_GETS {
+            w.get(next, 0, at + k * SMALL, &mut dst[k % 8 * SMALL..(k % 8 + 1) * SMALL]);
+        }
+        best[0] = best[0].min(t0.elapsed().as_secs_f64() / SMALL_GETS as f64);
+        let t0 = Instant::now();
+        w.get(next, 0, at + SMALL * SMALL_GETS, &mut dst[..big]);
+        best[1] = best[1].min(t0.elapsed().as_secs_f64());
+    }
+    w.close();
+    let beta = ((best[1] - best[0]) / (8 * (big - SMALL)) as f64).max(0.0);
+    let alpha = (best[0] - beta * (8 * SMALL) as f64).max(0.0);
+    let mut v = [alpha, beta];
+    c.allreduce(&mut v, ReduceOp::Max);
+    Some((v[0], v[1]))
 }
 
 /// Why a tuning file could not be used.

@@ -220,7 +220,8 @@ pub fn tune_threads(
             }
         });
         // A rank without memory stops the others, which would wait for it.
-        r.unwrap_or_else(|e| rank.abort(&e))
+        let ms = r.unwrap_or_else(|e| rank.abort(&e));
+        (ms, tcc_runtime::tune::measure_gets(comms[1].as_ref(), get_words(opts)))
     })
     .map_err(|f| {
         let mut e = launch::rank_failure(&f, "E0752");
@@ -229,9 +230,17 @@ pub fn tune_threads(
         }
         e
     })?;
-    let mut table = tcc_runtime::tune::table_from(World::Threads, ranks, &ms[0]);
-    table.calibration = calibration(&ms[0], tcc_runtime::comm::Backend::Shm, ranks, kernel_rates(ranks), progress);
+    let (ms, gets) = &ms[0];
+    let mut table = tcc_runtime::tune::table_from(World::Threads, ranks, ms);
+    table.calibration = calibration(ms, tcc_runtime::comm::Backend::Shm, ranks, kernel_rates(ranks), *gets, progress);
     Ok(table)
+}
+
+/// Words of the large get `tcc tune` times: 8 MiB (larger than most caches),
+/// or the largest measured message if smaller.
+fn get_words(opts: &tcc_runtime::tune::TuneOptions) -> usize {
+    let largest = opts.sizes.iter().copied().max().unwrap_or(0) as usize / 8;
+    largest.clamp(1024, 1 << 20)
 }
 
 /// The α-β-γ calibration of tiled runs: α and β fitted to the all-to-all of the
@@ -243,6 +252,7 @@ fn calibration(
     backend: tcc_runtime::comm::Backend,
     ranks: usize,
     (kernels, kernels_alone): (Vec<KernelRate>, Vec<KernelRate>),
+    gets: Option<(f64, f64)>,
     progress: bool,
 ) -> Option<tcc_runtime::tune::Calibration> {
     let (alpha, beta) = tcc_runtime::tune::fit_alpha_beta(ms, backend)?;
@@ -268,7 +278,21 @@ fn calibration(
     if progress {
         eprintln!("tune: tiled executor: {:.2e} s per kernel call around the kernel", call_overhead);
     }
-    Some(tcc_runtime::tune::Calibration { backend, ranks, alpha, beta, kernels, kernels_alone, call_overhead })
+    let (get_alpha, get_beta) = gets.unwrap_or((0.0, 0.0));
+    if progress && gets.is_some() {
+        eprintln!("tune: one-sided gets ({backend}): alpha {get_alpha:.2e} s, beta {get_beta:.2e} s/byte");
+    }
+    Some(tcc_runtime::tune::Calibration {
+        backend,
+        ranks,
+        alpha,
+        beta,
+        kernels,
+        kernels_alone,
+        call_overhead,
+        get_alpha,
+        get_beta,
+    })
 }
 
 /// Tile kernel rates with `ranks` threads at once, then alone (empty lists when
@@ -300,9 +324,11 @@ pub fn tune_mpi(opts: &tcc_runtime::tune::TuneOptions, progress: bool) -> Option
     let alone =
         if world.rank() == 0 { crate::tiled::model::measure_kernel_rates(1).unwrap_or_default() } else { Vec::new() };
     comm.barrier();
+    let gets = tcc_runtime::tune::measure_gets(comm.as_ref(), get_words(opts));
     drop(comm);
     let p = world.size();
-    t.calibration = calibration(&ms, tcc_runtime::comm::Backend::Mpi, p, (busy, alone), progress && world.rank() == 0);
+    t.calibration =
+        calibration(&ms, tcc_runtime::comm::Backend::Mpi, p, (busy, alone), gets, progress && world.rank() == 0);
     drop(refs);
     drop(comms);
     (world.rank() == 0).then_some(t)

@@ -10,7 +10,7 @@
 //! the report.
 
 use super::buffer::AlignedBuf;
-use super::exec::{Program, TiledOptions};
+use super::exec::{ExchangeMode, Program, TiledOptions};
 use super::layout::Coord;
 use super::placement::{self, SetWork};
 use super::tensor::{fill_tile, TiledTensor};
@@ -138,10 +138,14 @@ pub struct RankStats {
     /// Peak resident memory of this process in bytes (per rank under MPI; shared
     /// by all in-process ranks).
     pub peak_rss: f64,
-    /// Words this rank's exchanges send, as planned, and as counted by the
-    /// communicator during [`RankTiles::run`].
+    /// Words this rank's exchanges move (sent in collective exchanges, read by
+    /// one-sided gets), as planned, and as counted by the communicator during
+    /// [`RankTiles::run`].
     pub planned_words: f64,
     pub words_sent: f64,
+    /// Task sets that moved tiles by one-sided gets, of all.
+    pub one_sided_sets: usize,
+    pub sets: usize,
     /// The run's predicted wall time ([`super::model`]; the same on every rank):
     /// per task set, the slowest rank's fetch rounds, work and reduce rounds.
     pub model_s: f64,
@@ -340,6 +344,66 @@ impl Exchange {
     }
 }
 
+/// The remote tiles the `late` items of `work` read, in the order the items
+/// first read them, and for each item how many of those tiles must have arrived
+/// before it runs (non-decreasing: items run in order as their tiles arrive).
+fn fetch_order(work: &[placement::Work], late: &[usize]) -> (Vec<(TensorId, usize)>, Vec<usize>) {
+    let mut seen = std::collections::HashSet::new();
+    let mut order = Vec::new();
+    let ready = late
+        .iter()
+        .map(|&i| {
+            order.extend(work[i].remote_reads.iter().filter(|&&tile| seen.insert(tile)));
+            order.len()
+        })
+        .collect();
+    (order, ready)
+}
+
+/// How many fetched tiles have arrived, shared between the thread that gets
+/// them and the threads that compute with them.
+#[derive(Default)]
+struct Progress {
+    /// Tiles arrived, and whether the getter stopped (finished or failed).
+    state: std::sync::Mutex<(usize, bool)>,
+    arrived: std::sync::Condvar,
+}
+
+impl Progress {
+    /// Waits until `n` tiles have arrived; returns how many have. Panics if the
+    /// getter stopped short (its rank failed; the failure is reported there).
+    fn wait_for(&self, n: usize) -> usize {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while st.0 < n {
+            assert!(!st.1, "the fetch stopped after {} of {n} tiles", st.0);
+            st = self.arrived.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.0
+    }
+
+    /// The getter's handle: dropping it (also on a panic) wakes every waiter.
+    fn getter(&self) -> Getter<'_> {
+        Getter(self)
+    }
+}
+
+struct Getter<'a>(&'a Progress);
+
+impl Getter<'_> {
+    fn announce(&mut self, n: usize) {
+        self.0.state.lock().unwrap_or_else(|e| e.into_inner()).0 = n;
+        self.0.arrived.notify_all();
+    }
+    fn finish(self) {}
+}
+
+impl Drop for Getter<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        self.0.arrived.notify_all();
+    }
+}
+
 /// Where each shipment of `received` starts in the receive buffer, and the total.
 fn offsets_of(received: &[Shipment]) -> (HashMap<(TensorId, usize), usize>, usize) {
     let mut at = 0;
@@ -379,6 +443,9 @@ struct Planned {
     own: Ownership,
     plans: Vec<SetPlan>,
     last_use: HashMap<TensorId, usize>,
+    /// Per tensor (by index) and stored slot: where the tile lies in its owner's
+    /// buffer (owned tiles back to back in slot order), for one-sided gets.
+    owner_offset: Vec<Vec<usize>>,
     plan_s: f64,
     model_s: f64,
     model_exchange_s: f64,
@@ -401,6 +468,17 @@ impl Planned {
         }
         let owner = |t: TensorId, k: usize| owners[t.index()][k];
         let tile_len = |t: TensorId, k: usize| lens[t.index()][k];
+        let mut owner_offset = vec![Vec::new(); n];
+        for (t, l) in layouts {
+            let mut at = vec![0usize; ranks.max(1)];
+            owner_offset[t.index()] = (0..l.tiles().len())
+                .map(|k| {
+                    let r = owner(*t, k);
+                    at[r] += tile_len(*t, k);
+                    at[r] - tile_len(*t, k)
+                })
+                .collect();
+        }
         let mut plans = Vec::new();
         let mut last_use: HashMap<TensorId, usize> = HashMap::new();
         for (l, (set, work)) in program.task_sets().iter().zip(work).enumerate() {
@@ -418,25 +496,51 @@ impl Planned {
             let partials: Vec<Vec<(TensorId, usize)>> =
                 placed.partials.iter().map(|list| list.iter().map(written).collect()).collect();
             let reduce = Exchange::reduce(&partials, &owner, &tile_len);
-            plans.push(SetPlan { tasks: work.tasks, placed, fetch, reduce });
+            let mut windowed: Vec<TensorId> = placed.needs.iter().flatten().map(|&(t, _)| t).collect();
+            windowed.sort();
+            windowed.dedup();
+            plans.push(SetPlan { tasks: work.tasks, placed, fetch, reduce, windowed, one_sided: false });
         }
         let plan_s = t0.elapsed().as_secs_f64();
         let threads = opts.threads.max(1) as f64;
+        let model = &opts.model;
         let (mut model_s, mut model_exchange_s) = (0.0, 0.0);
-        for plan in &plans {
-            // The fetch overlaps the work that reads only local tiles.
-            let (fetch, reduce) = (plan.fetch.model_seconds(&opts.model), plan.reduce.model_seconds(&opts.model));
+        for plan in &mut plans {
             let placed = &plan.placed;
-            let work = (0..ranks)
-                .map(|r| {
-                    let early = placed.early_seconds[r] / threads;
-                    fetch.max(early) + (placed.seconds[r] - placed.early_seconds[r]) / threads
-                })
-                .fold(0.0, f64::max);
-            model_s += work + reduce;
-            model_exchange_s += fetch + reduce;
+            // The work on rank r, the part reading remote tiles waiting for a fetch
+            // of `fetch[r]` seconds that overlaps the part reading only local tiles.
+            let time = |fetch: &dyn Fn(usize) -> f64| {
+                (0..ranks)
+                    .map(|r| {
+                        let early = placed.early_seconds[r] / threads;
+                        fetch(r).max(early) + (placed.seconds[r] - placed.early_seconds[r]) / threads
+                    })
+                    .fold(0.0, f64::max)
+            };
+            // Collective: every rank waits for the whole exchange (rounds paced by
+            // the busiest rank), then the reduce rounds.
+            let (fetch, reduce) = (plan.fetch.model_seconds(model), plan.reduce.model_seconds(model));
+            let collective = (time(&|_| fetch) + reduce, fetch + reduce);
+            // One-sided: each rank's own gets (the reader copies), then the owners'
+            // gets of partial tiles; a synchronization to open and close each window.
+            let gets = |list: Vec<Shipment>| list.iter().map(|s| model.get_seconds(s.len)).sum::<f64>();
+            let fetch_gets: Vec<f64> = (0..ranks).map(|r| gets(plan.fetch.received(r))).collect();
+            let reduce_gets = (0..ranks).map(|r| gets(plan.reduce.received(r))).fold(0.0, f64::max);
+            let sync = 4.0 * model.alpha;
+            let one_sided = (
+                time(&|r| fetch_gets[r]) + reduce_gets + sync,
+                fetch_gets.iter().copied().fold(0.0, f64::max) + reduce_gets + sync,
+            );
+            plan.one_sided = match opts.exchange {
+                ExchangeMode::OneSided => true,
+                ExchangeMode::Collective => false,
+                ExchangeMode::Auto => one_sided.0 < collective.0,
+            };
+            let (t, x) = if plan.one_sided { one_sided } else { collective };
+            model_s += t;
+            model_exchange_s += x;
         }
-        Planned { own, plans, last_use, plan_s, model_s, model_exchange_s }
+        Planned { own, plans, last_use, owner_offset, plan_s, model_s, model_exchange_s }
     }
 }
 
@@ -461,6 +565,7 @@ pub struct RankForecast {
     /// set, at the largest.
     pub fetched_peak: f64,
     pub flops: f64,
+    /// Words it sends in collective exchanges or reads with one-sided gets.
     pub words_sent: f64,
 }
 
@@ -502,7 +607,7 @@ pub fn forecast(program: &Program, ranks: usize, opts: &TiledOptions) -> Forecas
             let partial: usize = plan.reduce.shipments[r].iter().map(|s| s.len).sum();
             f.fetched_peak = f.fetched_peak.max((received + partial) as f64);
             f.flops += plan.placed.flops[r];
-            f.words_sent += (plan.fetch.sent_by(r) + plan.reduce.sent_by(r)) as f64;
+            f.words_sent += plan.words(r) as f64;
         }
         alive.retain(|t, _| hir.tensors[*t].role != Role::Temporary || planned.last_use.get(t).is_some_and(|&u| u > l));
     }
@@ -528,6 +633,8 @@ pub struct RankTiles<'p> {
     plans: Vec<SetPlan>,
     /// The task set after which each temporary is no longer used.
     last_use: HashMap<TensorId, usize>,
+    /// Where each tile lies in its owner's buffer ([`Planned::owner_offset`]).
+    owner_offset: Vec<Vec<usize>>,
     pub stats: RankStats,
 }
 
@@ -538,6 +645,24 @@ struct SetPlan {
     placed: placement::SetPlacement,
     fetch: Exchange,
     reduce: Exchange,
+    /// The tensors some rank reads remotely: the segments of the one-sided
+    /// fetch's window, in this order.
+    windowed: Vec<TensorId>,
+    /// Whether the set moves tiles by one-sided gets ([`ExchangeMode`]).
+    one_sided: bool,
+}
+
+impl SetPlan {
+    /// The words rank `r` moves: what it sends in the collective exchanges, or
+    /// what it reads with gets (the owner takes no part in a get).
+    fn words(&self, r: usize) -> usize {
+        let received = |x: &Exchange| x.received(r).iter().map(|s| s.len).sum::<usize>();
+        if self.one_sided {
+            received(&self.fetch) + received(&self.reduce)
+        } else {
+            self.fetch.sent_by(r) + self.reduce.sent_by(r)
+        }
+    }
 }
 
 impl<'p> RankTiles<'p> {
@@ -549,8 +674,9 @@ impl<'p> RankTiles<'p> {
         ranks: usize,
         opts: &TiledOptions,
     ) -> Result<RankTiles<'p>, CommandError> {
-        let Planned { own, plans, last_use, plan_s, model_s, model_exchange_s } = Planned::new(program, ranks, opts);
-        let planned_words = plans.iter().map(|p| (p.fetch.sent_by(me) + p.reduce.sent_by(me)) as f64).sum();
+        let Planned { own, plans, last_use, owner_offset, plan_s, model_s, model_exchange_s } =
+            Planned::new(program, ranks, opts);
+        let planned_words = plans.iter().map(|p| p.words(me) as f64).sum();
         let mut r = RankTiles {
             program,
             opts: opts.clone(),
@@ -560,6 +686,7 @@ impl<'p> RankTiles<'p> {
             local: HashMap::new(),
             plans,
             last_use,
+            owner_offset,
             stats: RankStats { plan_s, model_s, model_exchange_s, planned_words, ..RankStats::default() },
         };
         let hir = &program.hir;
@@ -655,7 +782,12 @@ impl<'p> RankTiles<'p> {
         // Ranks start together: the time is the run's, not the skew of whatever
         // each did before (filling its inputs).
         comm.barrier();
-        let sent_before = comm.stats().words_sent;
+        // Words moved: sent in collective exchanges, read by one-sided gets.
+        let moved = || {
+            let s = comm.stats();
+            s.words_sent + s.words_got
+        };
+        let sent_before = moved();
         let t0 = std::time::Instant::now();
         crate::exec::distributed::maybe_inject_failure(me);
         for (l, set) in program.task_sets().iter().enumerate() {
@@ -671,7 +803,8 @@ impl<'p> RankTiles<'p> {
                 }
             }
             self.stats.owned_peak = self.stats.owned_peak.max(self.owned_now());
-            let SetPlan { tasks, placed, fetch, reduce } = &self.plans[l];
+            let plan = &self.plans[l];
+            let SetPlan { tasks, placed, fetch, reduce, windowed, one_sided } = plan;
             // Partial tiles of written tiles other ranks own, zeroed.
             let mut partial_at = HashMap::with_capacity(placed.partials[me].len());
             let mut partial_len = 0;
@@ -682,11 +815,6 @@ impl<'p> RankTiles<'p> {
                 partial_len += tile_len(t, k);
             }
             let mut partials = alloc(partial_len, "partial tiles")?;
-            let (fetched_at, total) = offsets_of(&fetch.received(me));
-            let mut fetched = alloc(total, "received tiles")?;
-            self.stats.fetched_peak = self.stats.fetched_peak.max((total + partial_len) as f64);
-            // The work that reads only this rank's tiles runs while the exchange
-            // brings the remote operand tiles (straight into place); the rest after.
             let work = &placed.work[me];
             let (early, late): (Vec<usize>, Vec<usize>) = (0..work.len()).partition(|&i| !work[i].remote);
             let base: HashMap<TensorId, SyncPtr> =
@@ -694,13 +822,43 @@ impl<'p> RankTiles<'p> {
             let local = &self.local;
             let offsets: HashMap<TensorId, &HashMap<usize, usize>> =
                 local.iter().map(|(&t, v)| (t, &v.offsets)).collect();
+            // One-sided where planned and the back end has windows (the same on
+            // every rank).
+            let segments: Vec<&[f64]> =
+                if *one_sided { windowed.iter().map(|t| &local[t].data[..]).collect() } else { Vec::new() };
+            let window = if *one_sided { comm.expose(&segments) } else { None };
+            if *one_sided && window.is_none() {
+                // No windows on this back end: the set's collective exchange moves
+                // what its owners send.
+                self.stats.planned_words += (fetch.sent_by(me) + reduce.sent_by(me)) as f64 - plan.words(me) as f64;
+            }
+            let one_sided = window.is_some();
+            // One-sided: the remote tiles in the order the late work first reads
+            // them, and how many of them each late item waits for.
+            let (order, ready) = if one_sided { fetch_order(work, &late) } else { (Vec::new(), Vec::new()) };
+            let (fetched_at, total) = if one_sided {
+                let mut at = 0;
+                let offsets = order
+                    .iter()
+                    .map(|&(t, k)| {
+                        at += tile_len(t, k);
+                        ((t, k), at - tile_len(t, k))
+                    })
+                    .collect::<HashMap<_, _>>();
+                (offsets, at)
+            } else {
+                offsets_of(&fetch.received(me))
+            };
+            let mut fetched = alloc(total, "received tiles")?;
+            self.stats.fetched_peak = self.stats.fetched_peak.max((total + partial_len) as f64);
             let partial_ptr = SyncPtr(partials.as_mut_ptr());
+            let fetched_ptr = SyncPtr(fetched.as_mut_ptr());
             let flops = std::sync::atomic::AtomicU64::new(0);
             let run_items = |items: &[usize], fetched_ptr: Option<SyncPtr>| {
                 let tile_ptr = |t: TensorId, k: usize| -> *mut f64 {
                     // SAFETY: offsets index this rank's buffers: owned tiles, received
-                    // operand tiles (only after the exchange), or partial tiles (a set
-                    // never reads what it writes).
+                    // operand tiles (only once they have arrived), or partial tiles (a
+                    // set never reads what it writes).
                     unsafe {
                         if let Some(&off) = offsets.get(&t).and_then(|o| o.get(&k)) {
                             base[&t].0.add(off)
@@ -722,56 +880,122 @@ impl<'p> RankTiles<'p> {
             };
             let x0 = std::time::Instant::now();
             let mut exchange_s = 0.0;
-            let source = |s: &Shipment| {
-                let loc = &local[&s.tensor];
-                let off = loc.offsets[&s.slot];
-                &loc.data[off..off + s.len]
-            };
-            std::thread::scope(|sc| {
-                let computing = (!early.is_empty()).then(|| sc.spawn(|| run_items(&early, None)));
-                let r = fetch.transfer(comm, me, source, &mut fetched);
-                exchange_s = x0.elapsed().as_secs_f64();
-                if let Some(h) = computing {
-                    if let Err(panic) = h.join() {
+            // `{ window }` moves it: the borrow of the tiles ends with this statement.
+            if let Some(window) = { window } {
+                // The late work runs as its tiles arrive, the early work first.
+                let progress = Progress::default();
+                std::thread::scope(|sc| {
+                    let computing = sc.spawn(|| {
+                        run_items(&early, None);
+                        let mut next = 0;
+                        while next < late.len() {
+                            let done = progress.wait_for(ready[next]);
+                            let end = next + ready[next..].iter().take_while(|&&r| r <= done).count();
+                            run_items(&late[next..end], Some(fetched_ptr));
+                            next = end;
+                        }
+                    });
+                    let mut guard = progress.getter();
+                    for (n, &(t, k)) in order.iter().enumerate() {
+                        let owner = self.own.owner(&layouts[&t].tiles()[k]);
+                        let seg = windowed.binary_search(&t).expect("remote reads are windowed");
+                        // SAFETY: only this thread writes `fetched`, each tile once, before
+                        // announcing it; readers read announced tiles only.
+                        let dst = unsafe {
+                            std::slice::from_raw_parts_mut(fetched_ptr.get().add(fetched_at[&(t, k)]), tile_len(t, k))
+                        };
+                        window.get(owner, seg, self.owner_offset[t.index()][k], dst);
+                        guard.announce(n + 1);
+                    }
+                    guard.finish();
+                    exchange_s = x0.elapsed().as_secs_f64();
+                    if let Err(panic) = computing.join() {
                         std::panic::resume_unwind(panic);
                     }
-                }
-                r
-            })?;
+                });
+                window.close();
+                self.stats.one_sided_sets += 1;
+                self.stats.overlapped_flops += work.iter().map(|w| w.flops).sum::<f64>();
+            } else {
+                // The work that reads only this rank's tiles runs while the exchange
+                // brings the remote operand tiles (straight into place); the rest after.
+                let source = |s: &Shipment| {
+                    let loc = &local[&s.tensor];
+                    let off = loc.offsets[&s.slot];
+                    &loc.data[off..off + s.len]
+                };
+                std::thread::scope(|sc| {
+                    let computing = (!early.is_empty()).then(|| sc.spawn(|| run_items(&early, None)));
+                    let r = fetch.transfer(comm, me, source, &mut fetched);
+                    exchange_s = x0.elapsed().as_secs_f64();
+                    if let Some(h) = computing {
+                        if let Err(panic) = h.join() {
+                            std::panic::resume_unwind(panic);
+                        }
+                    }
+                    r
+                })?;
+                self.stats.overlapped_flops += early.iter().map(|&i| work[i].flops).sum::<f64>();
+                run_items(&late, Some(fetched_ptr));
+            }
             self.stats.exchange_s += exchange_s;
-            self.stats.overlapped_flops += early.iter().map(|&i| work[i].flops).sum::<f64>();
-            run_items(&late, Some(SyncPtr(fetched.as_mut_ptr())));
+            self.stats.sets += 1;
             self.stats.flops += flops.load(std::sync::atomic::Ordering::Relaxed) as f64;
             let local = &mut self.local;
             drop(fetched);
             // Partial tiles to their owners, added there in a fixed order.
             let x1 = std::time::Instant::now();
-            let incoming = reduce.received(me);
-            let mut sums = alloc(incoming.iter().map(|s| s.len).sum(), "received partial tiles")?;
-            {
-                let partials = &partials;
-                let source = |s: &Shipment| {
-                    let off = partial_at[&(s.tensor, s.slot)];
-                    &partials[off..off + s.len]
-                };
-                reduce.transfer(comm, me, source, &mut sums)?;
+            if let Some(window) = if one_sided { comm.expose(&[&partials[..]]) } else { None } {
+                // Each owner reads its partial tiles from the ranks that computed
+                // them, in rank order, and adds them.
+                let mut scratch = Vec::new();
+                for q in (0..p).filter(|&q| q != me) {
+                    let mut at = 0;
+                    for &i in &placed.partials[q] {
+                        let t = program.written(tasks[i].0);
+                        let k = layouts[&t].slot(&tasks[i].1).expect("tasks run over stored tiles");
+                        let len = tile_len(t, k);
+                        if self.own.owner(&layouts[&t].tiles()[k]) == me {
+                            scratch.resize(len, 0.0);
+                            window.get(q, 0, at, &mut scratch);
+                            let loc = local.get_mut(&t).expect("written tensors are held");
+                            let off = loc.offsets[&k];
+                            for (x, y) in loc.data[off..off + len].iter_mut().zip(&scratch) {
+                                *x += y;
+                            }
+                        }
+                        at += len;
+                    }
+                }
+                window.close();
+            } else {
+                let incoming = reduce.received(me);
+                let mut sums = alloc(incoming.iter().map(|s| s.len).sum(), "received partial tiles")?;
+                {
+                    let partials = &partials;
+                    let source = |s: &Shipment| {
+                        let off = partial_at[&(s.tensor, s.slot)];
+                        &partials[off..off + s.len]
+                    };
+                    reduce.transfer(comm, me, source, &mut sums)?;
+                }
+                let mut at = 0;
+                for s in &incoming {
+                    let loc = local.get_mut(&s.tensor).expect("written tensors are held");
+                    let off = loc.offsets[&s.slot];
+                    for (x, y) in loc.data[off..off + s.len].iter_mut().zip(&sums[at..at + s.len]) {
+                        *x += y;
+                    }
+                    at += s.len;
+                }
             }
             drop(partials);
-            let mut at = 0;
-            for s in &incoming {
-                let loc = local.get_mut(&s.tensor).expect("written tensors are held");
-                let off = loc.offsets[&s.slot];
-                for (x, y) in loc.data[off..off + s.len].iter_mut().zip(&sums[at..at + s.len]) {
-                    *x += y;
-                }
-                at += s.len;
-            }
             self.stats.exchange_s += x1.elapsed().as_secs_f64();
             let last_use = &self.last_use;
             local.retain(|t, _| hir.tensors[*t].role != Role::Temporary || last_use.get(t).is_some_and(|&u| u > l));
         }
         self.stats.run_s = t0.elapsed().as_secs_f64();
-        self.stats.words_sent = comm.stats().words_sent.saturating_sub(sent_before) as f64;
+        self.stats.words_sent = moved().saturating_sub(sent_before) as f64;
         self.stats.peak_rss = peak_rss_bytes();
         Ok(())
     }

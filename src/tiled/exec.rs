@@ -44,6 +44,26 @@ pub struct TiledOptions {
     pub flops_per_word: f64,
     /// What `--stats` predicts the run's time with ([`super::model`]).
     pub model: super::model::TimeModel,
+    /// Distributed runs: how tiles move between ranks (`--exchange`).
+    pub exchange: ExchangeMode,
+}
+
+/// How a distributed tiled run moves operand and partial tiles between ranks
+/// (`tcc run --tiled --exchange`). Both move the same words; they differ in who
+/// copies them and when work can start ([`super::dist`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExchangeMode {
+    /// Per task set, whichever the time model predicts faster.
+    #[default]
+    Auto,
+    /// Bulk-synchronous all-to-all rounds: each owner packs what the others
+    /// need, work that reads remote tiles starts after the whole exchange.
+    Collective,
+    /// One-sided gets from windows over the owners' tiles: each rank reads the
+    /// remote tiles its pieces need, in the order the pieces run, and runs each
+    /// piece once its tiles have arrived; owners read their partial tiles the
+    /// same way. Collective on a back end without windows.
+    OneSided,
 }
 
 impl Default for TiledOptions {
@@ -54,6 +74,7 @@ impl Default for TiledOptions {
             schedule: Schedule::Dynamic,
             flops_per_word: super::placement::FLOPS_PER_WORD,
             model: super::model::TimeModel::builtin(),
+            exchange: ExchangeMode::Auto,
         }
     }
 }

@@ -21,7 +21,7 @@ pub mod tensor;
 #[cfg(test)]
 mod tests;
 
-pub use exec::{Program, TiledOptions, TiledStats};
+pub use exec::{ExchangeMode, Program, TiledOptions, TiledStats};
 
 /// A buffer pointer that task closures share across threads: every task writes a
 /// disjoint tile, which the callers' safety comments argue.

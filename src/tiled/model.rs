@@ -8,6 +8,10 @@
 use std::time::Instant;
 use tcc_runtime::tune::{Calibration, KernelRate};
 
+/// One-sided gets on the 2-core development VM (`tcc tune --ranks 2`, shm).
+const GET_ALPHA: f64 = 3.0e-7;
+const GET_BETA: f64 = 1.5e-10;
+
 /// The α-β-γ parameters of tiled runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TimeModel {
@@ -15,6 +19,10 @@ pub struct TimeModel {
     pub alpha: f64,
     /// Seconds per byte a rank moves in an exchange round.
     pub beta: f64,
+    /// Seconds per one-sided get, and per byte read, with every rank reading at
+    /// once ([`tcc_runtime::tune::measure_gets`]).
+    pub get_alpha: f64,
+    pub get_beta: f64,
     /// One thread's tile kernel rate on the shapes of [`SHAPES`] (operands from
     /// memory): what [`Self::call`] is fitted to.
     pub kernels: Vec<KernelRate>,
@@ -189,6 +197,8 @@ impl TimeModel {
         TimeModel {
             alpha: 4.3e-5,
             beta: 3.1e-10,
+            get_alpha: GET_ALPHA,
+            get_beta: GET_BETA,
             call_alone: call.clone(),
             call,
             call_overhead: 9.6e-7,
@@ -219,6 +229,9 @@ impl TimeModel {
         TimeModel {
             alpha: c.alpha.max(0.0),
             beta: c.beta.max(0.0),
+            // Tables from before gets were measured: the built-in values.
+            get_alpha: if c.get_beta > 0.0 { c.get_alpha.max(0.0) } else { GET_ALPHA },
+            get_beta: if c.get_beta > 0.0 { c.get_beta } else { GET_BETA },
             call_alone: if alone.is_empty() { call.clone() } else { CallModel::new(&alone) },
             call,
             call_overhead: c.call_overhead.max(0.0),
@@ -245,6 +258,11 @@ impl TimeModel {
     /// threads on the machine).
     pub fn at_concurrency(&self, threads: usize) -> TimeModel {
         TimeModel { concurrency: threads.max(1), ..self.clone() }
+    }
+
+    /// Seconds of one one-sided get of `words`.
+    pub fn get_seconds(&self, words: usize) -> f64 {
+        self.get_alpha + self.get_beta * 8.0 * words as f64
     }
 
     /// Seconds of one exchange round in which the busiest rank moves `words`.

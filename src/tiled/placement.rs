@@ -56,6 +56,8 @@ pub struct Work {
     /// Whether it reads a tile another rank owns (else it can run while the
     /// exchange that brings those tiles is in flight).
     pub remote: bool,
+    /// The tiles other ranks own that it reads (tensor, stored slot), sorted.
+    pub remote_reads: Vec<(TensorId, usize)>,
 }
 
 /// The placement of one task set over `ranks` ranks.
@@ -196,7 +198,7 @@ pub fn place(
     // Per rank, task and whether the pieces read a remote tile: anchors, flops,
     // seconds. A task's local pieces run while the exchange is in flight, its
     // remote ones after (the two parts of one task never run at once).
-    type Share = (Vec<Anchor>, f64, f64);
+    type Share = (Vec<Anchor>, f64, f64, BTreeSet<(TensorId, usize)>);
     let mut assigned: Vec<BTreeMap<(usize, bool), Share>> = vec![BTreeMap::new(); p];
     for (k, &r) in at.iter().enumerate() {
         let remote = pieces[k].reads.iter().any(|&(t, slot)| owner(t, slot) != r);
@@ -204,6 +206,7 @@ pub fn place(
         entry.0.push(pieces[k].anchor);
         entry.1 += pieces[k].flops;
         entry.2 += pieces[k].seconds;
+        entry.3.extend(pieces[k].reads.iter().filter(|&&(t, slot)| owner(t, slot) != r));
     }
     let seconds: Vec<f64> = assigned.iter().map(|m| m.values().map(|x| x.2).sum()).collect();
     let early_seconds: Vec<f64> =
@@ -217,10 +220,11 @@ pub fn place(
         .map(|tasks_here| {
             let mut list: Vec<Work> = tasks_here
                 .into_iter()
-                .map(|((task, remote), (mut anchors, f, _))| {
+                .map(|((task, remote), (mut anchors, f, _, reads))| {
                     anchors.sort();
                     let whole = anchors.len() == pieces_of[task];
-                    Work { task, anchors: (!whole).then_some(anchors), flops: f, remote }
+                    let remote_reads = reads.into_iter().collect();
+                    Work { task, anchors: (!whole).then_some(anchors), flops: f, remote, remote_reads }
                 })
                 .collect();
             list.sort_by(|a, b| b.flops.total_cmp(&a.flops).then(a.task.cmp(&b.task)).then(a.remote.cmp(&b.remote)));

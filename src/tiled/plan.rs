@@ -102,7 +102,7 @@ fn unit_text(name: &str, program: &Program, stored: f64, dense: f64, rows: &[Row
         program.planned_flops(),
         program.dense_flops,
     );
-    s += "  ranks  tiles/rank (max)  received (max)  memory/rank (max)  flops/rank max/mean  sent/rank (max)  model (exchange)\n";
+    s += "  ranks  tiles/rank (max)  received (max)  memory/rank (max)  flops/rank max/mean  moved/rank (max)  model (exchange)\n";
     for r in rows {
         let mark = match p.mem_per_rank {
             Some(l) if !r.fits(Some(l)) => format!("  exceeds {}", bytes(l as f64)),
@@ -110,7 +110,7 @@ fn unit_text(name: &str, program: &Program, stored: f64, dense: f64, rows: &[Row
         };
         let mean = r.mean(|x| x.flops);
         s += &format!(
-            "  {:>5}  {:>16.3e}  {:>14.3e}  {:>17}  {:>9.3e} {:>8.2}  {:>15.3e}  {} s ({} s){mark}\n",
+            "  {:>5}  {:>16.3e}  {:>14.3e}  {:>17}  {:>9.3e} {:>8.2}  {:>16.3e}  {} s ({} s){mark}\n",
             r.procs,
             r.max(|x| x.owned_peak),
             r.max(|x| x.fetched_peak),
@@ -122,7 +122,7 @@ fn unit_text(name: &str, program: &Program, stored: f64, dense: f64, rows: &[Row
             short(r.fc.model_exchange_s),
         );
     }
-    s += "  (elements of f64; memory = owned tiles at their peak + one task set's received and partial tiles;\n   the same numbers `tcc run --tiled --ranks P --stats` reports as measured)\n";
+    s += "  (elements of f64; memory = owned tiles at their peak + one task set's received and partial tiles;\n   moved = words sent in all-to-all rounds or read by one-sided gets (--exchange);\n   the same numbers `tcc run --tiled --ranks P --stats` reports as measured)\n";
     s
 }
 

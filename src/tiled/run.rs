@@ -2,7 +2,7 @@
 //! packed from `--input` arrays, after checking they have the declared structure),
 //! run as task sets, and reported like every other executor.
 
-use super::exec::{Program, TiledOptions, TiledStats};
+use super::exec::{ExchangeMode, Program, TiledOptions, TiledStats};
 use super::tensor::TiledTensor;
 use crate::error::CommandError;
 use crate::interp;
@@ -173,8 +173,9 @@ pub fn run_tiled_distributed(
     let backend = if mpi { tcc_runtime::comm::Backend::Mpi } else { tcc_runtime::comm::Backend::Shm };
     // Statistics per rank: owned, received, flops, seconds, peak RSS, seconds
     // exchanging, seconds planning, words sent as planned and as counted, the
-    // predicted time and its exchange part, flops overlapped with the fetch.
-    const W: usize = 12;
+    // predicted time and its exchange part, flops overlapped with the fetch, task
+    // sets moved one-sided and all.
+    const W: usize = 14;
     let report = crate::exec::launch::launch(
         ranks,
         mpi,
@@ -203,6 +204,8 @@ pub fn run_tiled_distributed(
                     stats.model_s,
                     stats.model_exchange_s,
                     stats.overlapped_flops,
+                    stats.one_sided_sets as f64,
+                    stats.sets as f64,
                 ];
                 let mut all = vec![0.0; row.len() * comm.size()];
                 comm.allgather(&row, &mut all);
@@ -211,8 +214,8 @@ pub fn run_tiled_distributed(
                 }
             }
             let words = comm.stats();
-            let row = [words.words_sent as f64, words.words_received as f64];
-            let mut all_words = vec![0.0; 2 * comm.size()];
+            let row = [words.words_sent as f64, words.words_received as f64, words.words_got as f64];
+            let mut all_words = vec![0.0; 3 * comm.size()];
             comm.allgather(&row, &mut all_words);
             if comm.rank() != 0 {
                 return Ok(Vec::new());
@@ -240,10 +243,20 @@ pub fn run_tiled_distributed(
                         if model > 0.0 { time / model } else { 0.0 },
                         topts.model.source
                     ));
+                    extra.push(format!(
+                        "exchange: {} of {} task sets by one-sided gets, the rest by all-to-all rounds (--exchange {})",
+                        all[12] as u64,
+                        all[13] as u64,
+                        match topts.exchange {
+                            ExchangeMode::Auto => "auto: the faster by the model",
+                            ExchangeMode::Collective => "collective",
+                            ExchangeMode::OneSided => "one-sided",
+                        }
+                    ));
                     for q in 0..p {
                         let held = 8.0 * (all[W * q] + all[W * q + 1]);
                         extra.push(format!(
-                            "  rank {q}: owns at most {} elements, receives at most {} per task set ({} at 8 B), {} flops{}, {:.3} s ({:.3} s exchanging; planned in {:.3} s before), sent {} words (planned {}), peak RSS {}{}",
+                            "  rank {q}: owns at most {} elements, receives at most {} per task set ({} at 8 B), {} flops{}, {:.3} s ({:.3} s exchanging; planned in {:.3} s before), moved {} words (planned {}), peak RSS {}{}",
                             si(all[W * q]),
                             si(all[W * q + 1]),
                             crate::plan::report::bytes(held as u64),
@@ -275,9 +288,10 @@ pub fn run_tiled_distributed(
                 for q in 0..p {
                     let _ = writeln!(
                         buf,
-                        "rank {q}: words sent {}, received {}",
-                        all_words[2 * q] as u64,
-                        all_words[2 * q + 1] as u64
+                        "rank {q}: words sent {}, received {}, read one-sided {}",
+                        all_words[3 * q] as u64,
+                        all_words[3 * q + 1] as u64,
+                        all_words[3 * q + 2] as u64
                     );
                 }
             }

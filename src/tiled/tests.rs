@@ -2,7 +2,7 @@
 //! shapes, and random programs over symmetric and spin-blocked tensors with random
 //! tilings (partial tiles, one-element tiles, tiles split at spin boundaries).
 
-use super::exec::{Program, TiledOptions};
+use super::exec::{ExchangeMode, Program, TiledOptions};
 use super::tensor::TiledTensor;
 use crate::interp;
 use crate::pipeline::PipelineOptions;
@@ -249,14 +249,17 @@ fn on_thread_ranks<T: Send>(
     ranks: usize,
     f: impl Fn(&dyn tcc_runtime::comm::Communicator) -> Result<T, crate::error::CommandError> + Sync,
 ) -> Result<Option<T>, crate::error::CommandError> {
-    crate::exec::launch::launch(
-        ranks,
-        false,
-        |make| make(tcc_runtime::comm::Backend::Threads),
-        |_| Ok(()),
-        crate::exec::launch::OnError::Return,
-        f,
-    )
+    on_ranks(ranks, tcc_runtime::comm::Backend::Threads, f)
+}
+
+/// In-process ranks on `backend` (`shm` has windows for one-sided gets, `threads`
+/// none).
+fn on_ranks<T: Send>(
+    ranks: usize,
+    backend: tcc_runtime::comm::Backend,
+    f: impl Fn(&dyn tcc_runtime::comm::Communicator) -> Result<T, crate::error::CommandError> + Sync,
+) -> Result<Option<T>, crate::error::CommandError> {
+    crate::exec::launch::launch(ranks, false, |make| make(backend), |_| Ok(()), crate::exec::launch::OnError::Return, f)
 }
 
 /// Unit 0 of `hir` on `ranks` in-process ranks against the interpreter.
@@ -272,10 +275,23 @@ fn check_distributed(hir: &Hir, seed: u64, ranks: usize, opts: &TiledOptions) ->
         dense.insert(t, v.to_dense());
     }
     let want = interp::run_unit(hir, u, &dense).map_err(|e| e.to_string())?;
-    let got = on_thread_ranks(ranks, |comm| super::dist::run_rank(&program, comm, seed, opts).map(|(o, _)| o))
+    // One-sided gets need windows: the shm back end has them, `threads` none (a
+    // set planned one-sided then falls back to the collective exchange).
+    let backend = match (opts.exchange, seed % 2) {
+        (ExchangeMode::Collective, _) | (_, 1) => tcc_runtime::comm::Backend::Threads,
+        _ => tcc_runtime::comm::Backend::Shm,
+    };
+    let (got, stats) = on_ranks(ranks, backend, |comm| super::dist::run_rank(&program, comm, seed, opts))
         .map_err(|e| e.to_string())?
-        .flatten()
-        .ok_or("rank 0 returned no outputs")?;
+        .ok_or("rank 0 returned nothing")?;
+    let got = got.ok_or("rank 0 returned no outputs")?;
+    if stats.words_sent != stats.planned_words {
+        return Err(format!("rank 0 moved {} words, planned {}", stats.words_sent, stats.planned_words));
+    }
+    let want_one_sided = backend == tcc_runtime::comm::Backend::Shm && opts.exchange == ExchangeMode::OneSided;
+    if want_one_sided && stats.one_sided_sets != stats.sets {
+        return Err(format!("{} of {} sets one-sided with --exchange one-sided", stats.one_sided_sets, stats.sets));
+    }
     let got: HashMap<TensorId, Dense> = got.iter().map(|(&t, v)| (t, v.to_dense())).collect();
     check_outputs(hir, u, &got, &want, &dense)?;
     Ok(())
@@ -283,9 +299,15 @@ fn check_distributed(hir: &Hir, seed: u64, ranks: usize, opts: &TiledOptions) ->
 
 #[test]
 fn ccd_terms_on_ranks_match_the_interpreter() {
-    for ranks in 1..=4 {
-        let opts = TiledOptions { tile: 2, threads: 1, schedule: Schedule::Dynamic, ..Default::default() };
-        check_distributed(&ccd_terms(4, 7), 3, ranks, &opts).unwrap_or_else(|e| panic!("{ranks} ranks: {e}"));
+    for exchange in [ExchangeMode::Collective, ExchangeMode::OneSided] {
+        for ranks in 1..=4 {
+            for threads in [1, 2] {
+                let opts =
+                    TiledOptions { tile: 2, threads, schedule: Schedule::Dynamic, exchange, ..Default::default() };
+                check_distributed(&ccd_terms(4, 7), 2, ranks, &opts)
+                    .unwrap_or_else(|e| panic!("{exchange:?}, {ranks} ranks × {threads} threads: {e}"));
+            }
+        }
     }
 }
 
@@ -339,17 +361,19 @@ proptest! {
         // Moving words free (pieces scattered for balance, partial tiles summed on
         // owners), dear (owner computes), or the default.
         let flops_per_word = [0.0, 1e12, crate::tiled::placement::FLOPS_PER_WORD][(seed >> 4) as usize % 3];
+        let exchange = [ExchangeMode::Auto, ExchangeMode::Collective, ExchangeMode::OneSided][(seed >> 12) as usize % 3];
         let opts = TiledOptions {
             tile: 1 + (seed % 3) as usize,
-            threads: 1,
+            threads: 1 + (seed >> 16) as usize % 2,
             schedule: Schedule::Dynamic,
             flops_per_word,
+            exchange,
             ..Default::default()
         };
         let ranks = 1 + (seed >> 8) as usize % 4;
         if let Err(e) = check_distributed(&hir, seed, ranks, &opts) {
             let stmts: Vec<String> = hir.units[UnitId::new(0)].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();
-            panic!("seed {seed}, {ranks} ranks: {e}\n{}", stmts.join("\n"));
+            panic!("seed {seed}, {ranks} ranks, {exchange:?}: {e}\n{}", stmts.join("\n"));
         }
     }
 }
@@ -516,21 +540,22 @@ fn sessions_refuse_arrays_and_tiles_that_break_the_declared_structure() {
 fn the_forecast_equals_what_ranks_measure() {
     let hir = ccd_terms(4, 7);
     let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
-    for flops_per_word in [0.0, crate::tiled::placement::FLOPS_PER_WORD] {
-        let opts = TiledOptions { tile: 2, threads: 1, flops_per_word, ..Default::default() };
+    let modes = [ExchangeMode::Collective, ExchangeMode::OneSided];
+    for (flops_per_word, exchange) in [0.0, crate::tiled::placement::FLOPS_PER_WORD].into_iter().zip(modes) {
+        let opts = TiledOptions { tile: 2, threads: 1, flops_per_word, exchange, ..Default::default() };
         let program = Program::plan(&prepared, UnitId::new(0), &opts).unwrap();
         for ranks in 1..=4 {
             let fc = super::dist::forecast(&program, ranks, &opts);
             // Every rank's own statistics (the launcher returns rank 0's only).
             let stats: Vec<_> = tcc_runtime::comm::threads::run(ranks, |rank| {
-                let comm = rank.comm(tcc_runtime::comm::Backend::Threads);
+                let comm = rank.comm(tcc_runtime::comm::Backend::Shm);
                 super::dist::run_rank(&program, comm.as_ref(), 3, &opts).map(|(_, s)| s).unwrap()
             })
             .unwrap();
             assert_eq!(stats.len(), ranks);
             assert!(fc.model_s > 0.0);
             for (r, (f, s)) in fc.ranks.iter().zip(&stats).enumerate() {
-                let what = format!("{ranks} ranks, rank {r}, {flops_per_word} flops/word");
+                let what = format!("{ranks} ranks, rank {r}, {flops_per_word} flops/word, {exchange:?}");
                 assert_eq!(f.owned_peak, s.owned_peak, "owned: {what}");
                 assert_eq!(f.fetched_peak, s.fetched_peak, "received: {what}");
                 assert_eq!(f.words_sent, s.words_sent, "sent: {what}");
