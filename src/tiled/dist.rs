@@ -21,6 +21,8 @@ use crate::interp::{random_key, round_to};
 use crate::sema::hir::Role;
 use crate::symmetry::PermGroup;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use tcc_runtime::comm::Communicator;
 use tcc_runtime::task::ThreadPool;
 
@@ -361,29 +363,54 @@ fn fetch_order(work: &[placement::Work], late: &[usize]) -> (Vec<(TensorId, usiz
 }
 
 /// How many fetched tiles have arrived, shared between the thread that gets
-/// them and the threads that compute with them.
+/// them and the threads that compute with them. Waiting is an atomic load
+/// while the tiles are there; only a thread that must sleep takes the lock, and
+/// the getter wakes sleepers only when there are some (a tile costs no system
+/// call).
 #[derive(Default)]
 struct Progress {
-    /// Tiles arrived, and whether the getter stopped (finished or failed).
-    state: std::sync::Mutex<(usize, bool)>,
-    arrived: std::sync::Condvar,
+    arrived: AtomicUsize,
+    /// The getter stopped (finished, or its rank failed).
+    stopped: AtomicBool,
+    sleepers: AtomicUsize,
+    lock: std::sync::Mutex<()>,
+    wake: std::sync::Condvar,
 }
 
 impl Progress {
-    /// Waits until `n` tiles have arrived; returns how many have. Panics if the
-    /// getter stopped short (its rank failed; the failure is reported there).
-    fn wait_for(&self, n: usize) -> usize {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while st.0 < n {
-            assert!(!st.1, "the fetch stopped after {} of {n} tiles", st.0);
-            st = self.arrived.wait(st).unwrap_or_else(|e| e.into_inner());
+    /// Waits until `n` tiles have arrived. Panics if the getter stopped short
+    /// (its rank failed; the failure is reported there).
+    fn wait_for(&self, n: usize) {
+        if self.arrived.load(SeqCst) >= n {
+            return;
         }
-        st.0
+        self.sleepers.fetch_add(1, SeqCst);
+        let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        while self.arrived.load(SeqCst) < n {
+            if self.stopped.load(SeqCst) {
+                drop(guard);
+                self.sleepers.fetch_sub(1, SeqCst);
+                panic!("the fetch stopped after {} of {n} tiles", self.arrived.load(SeqCst));
+            }
+            guard = self
+                .wake
+                .wait_timeout(guard, std::time::Duration::from_millis(1))
+                .map_or_else(|e| e.into_inner().0, |r| r.0);
+        }
+        drop(guard);
+        self.sleepers.fetch_sub(1, SeqCst);
     }
 
     /// The getter's handle: dropping it (also on a panic) wakes every waiter.
     fn getter(&self) -> Getter<'_> {
         Getter(self)
+    }
+
+    fn wake_sleepers(&self) {
+        if self.sleepers.load(SeqCst) > 0 {
+            let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.wake.notify_all();
+        }
     }
 }
 
@@ -391,16 +418,17 @@ struct Getter<'a>(&'a Progress);
 
 impl Getter<'_> {
     fn announce(&mut self, n: usize) {
-        self.0.state.lock().unwrap_or_else(|e| e.into_inner()).0 = n;
-        self.0.arrived.notify_all();
+        self.0.arrived.store(n, SeqCst);
+        self.0.wake_sleepers();
     }
     fn finish(self) {}
 }
 
 impl Drop for Getter<'_> {
     fn drop(&mut self) {
-        self.0.state.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
-        self.0.arrived.notify_all();
+        self.0.stopped.store(true, SeqCst);
+        let _guard = self.0.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.0.wake.notify_all();
     }
 }
 
@@ -854,7 +882,9 @@ impl<'p> RankTiles<'p> {
             let partial_ptr = SyncPtr(partials.as_mut_ptr());
             let fetched_ptr = SyncPtr(fetched.as_mut_ptr());
             let flops = std::sync::atomic::AtomicU64::new(0);
-            let run_items = |items: &[usize], fetched_ptr: Option<SyncPtr>| {
+            // Items of `items` run on the rank's threads; with `wait`, item i first
+            // waits until `ready[i]` fetched tiles have arrived.
+            let run_items = |items: &[usize], fetched_ptr: Option<SyncPtr>, wait: Option<(&Progress, &[usize])>| {
                 let tile_ptr = |t: TensorId, k: usize| -> *mut f64 {
                     // SAFETY: offsets index this rank's buffers: owned tiles, received
                     // operand tiles (only once they have arrived), or partial tiles (a
@@ -870,6 +900,9 @@ impl<'p> RankTiles<'p> {
                     }
                 };
                 pool.parallel_for(items.len(), self.opts.schedule, |i, _| {
+                    if let Some((progress, ready)) = wait {
+                        progress.wait_for(ready[i]);
+                    }
                     let w = &work[items[i]];
                     let (s, c, _) = &tasks[w.task];
                     // SAFETY: in each phase one work item per written tile and rank; the set reads no
@@ -886,25 +919,21 @@ impl<'p> RankTiles<'p> {
                 let progress = Progress::default();
                 std::thread::scope(|sc| {
                     let computing = sc.spawn(|| {
-                        run_items(&early, None);
-                        let mut next = 0;
-                        while next < late.len() {
-                            let done = progress.wait_for(ready[next]);
-                            let end = next + ready[next..].iter().take_while(|&&r| r <= done).count();
-                            run_items(&late[next..end], Some(fetched_ptr));
-                            next = end;
-                        }
+                        run_items(&early, None, None);
+                        run_items(&late, Some(fetched_ptr), Some((&progress, &ready)));
                     });
                     let mut guard = progress.getter();
+                    let mut at = 0;
                     for (n, &(t, k)) in order.iter().enumerate() {
                         let owner = self.own.owner(&layouts[&t].tiles()[k]);
                         let seg = windowed.binary_search(&t).expect("remote reads are windowed");
-                        // SAFETY: only this thread writes `fetched`, each tile once, before
-                        // announcing it; readers read announced tiles only.
-                        let dst = unsafe {
-                            std::slice::from_raw_parts_mut(fetched_ptr.get().add(fetched_at[&(t, k)]), tile_len(t, k))
-                        };
+                        let len = tile_len(t, k);
+                        // SAFETY: only this thread writes `fetched`, each tile once (in
+                        // `order`, back to back), before announcing it; readers read
+                        // announced tiles only.
+                        let dst = unsafe { std::slice::from_raw_parts_mut(fetched_ptr.get().add(at), len) };
                         window.get(owner, seg, self.owner_offset[t.index()][k], dst);
+                        at += len;
                         guard.announce(n + 1);
                     }
                     guard.finish();
@@ -925,7 +954,7 @@ impl<'p> RankTiles<'p> {
                     &loc.data[off..off + s.len]
                 };
                 std::thread::scope(|sc| {
-                    let computing = (!early.is_empty()).then(|| sc.spawn(|| run_items(&early, None)));
+                    let computing = (!early.is_empty()).then(|| sc.spawn(|| run_items(&early, None, None)));
                     let r = fetch.transfer(comm, me, source, &mut fetched);
                     exchange_s = x0.elapsed().as_secs_f64();
                     if let Some(h) = computing {
@@ -936,7 +965,7 @@ impl<'p> RankTiles<'p> {
                     r
                 })?;
                 self.stats.overlapped_flops += early.iter().map(|&i| work[i].flops).sum::<f64>();
-                run_items(&late, Some(fetched_ptr));
+                run_items(&late, Some(fetched_ptr), None);
             }
             self.stats.exchange_s += exchange_s;
             self.stats.sets += 1;
