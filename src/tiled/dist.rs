@@ -140,6 +140,9 @@ pub struct RankStats {
     /// Peak resident memory of this process in bytes (per rank under MPI; shared
     /// by all in-process ranks).
     pub peak_rss: f64,
+    /// The same before the rank allocated any tile (the program, its libraries,
+    /// MPI): what the tiles add is `peak_rss - base_rss`.
+    pub base_rss: f64,
     /// Words this rank's exchanges move (sent in collective exchanges, read by
     /// one-sided gets), as planned, and as counted by the communicator during
     /// [`RankTiles::run`].
@@ -457,7 +460,9 @@ pub fn run_rank(
     seed: u64,
     opts: &TiledOptions,
 ) -> Result<(Option<HashMap<TensorId, TiledTensor>>, RankStats), CommandError> {
+    let base_rss = peak_rss_bytes();
     let mut rank = RankTiles::new(program, comm.rank(), comm.size(), opts)?;
+    rank.stats.base_rss = base_rss;
     rank.fill_random(seed);
     rank.run(comm)?;
     let outputs = rank.gather(comm)?;

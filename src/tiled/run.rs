@@ -174,8 +174,8 @@ pub fn run_tiled_distributed(
     // Statistics per rank: owned, received, flops, seconds, peak RSS, seconds
     // exchanging, seconds planning, words sent as planned and as counted, the
     // predicted time and its exchange part, flops overlapped with the fetch, task
-    // sets moved one-sided and all.
-    const W: usize = 14;
+    // sets moved one-sided and all, the process's peak RSS before any tile.
+    const W: usize = 15;
     let report = crate::exec::launch::launch(
         ranks,
         mpi,
@@ -206,6 +206,7 @@ pub fn run_tiled_distributed(
                     stats.overlapped_flops,
                     stats.one_sided_sets as f64,
                     stats.sets as f64,
+                    stats.base_rss,
                 ];
                 let mut all = vec![0.0; row.len() * comm.size()];
                 comm.allgather(&row, &mut all);
@@ -275,7 +276,14 @@ pub fn run_tiled_distributed(
                             if !mpi {
                                 " (the whole process)".to_string()
                             } else if held > 0.0 {
-                                format!(" = {:.2}x its tiles", all[W * q + 4] / held)
+                                let (rss, base) = (all[W * q + 4], all[W * q + 14]);
+                                format!(
+                                    " = {:.2}x its tiles ({} before any tile; the {} added = {:.2}x)",
+                                    rss / held,
+                                    crate::plan::report::bytes(base as u64),
+                                    crate::plan::report::bytes((rss - base).max(0.0) as u64),
+                                    (rss - base).max(0.0) / held
+                                )
                             } else {
                                 String::new()
                             }
