@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
+exec > >(tee "$OUT/device_run.txt") 2>&1
 tar xJf target/devpack.tar.xz -C /tmp
 T="/tmp/devpack/lib/ld-linux-x86-64.so.2 --library-path /tmp/devpack/lib /tmp/devpack/tcc"
 echo "## host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
