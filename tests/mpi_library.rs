@@ -68,20 +68,31 @@ fn build_mm(tag: &str) -> (PathBuf, PathBuf) {
 fn compile_and_run(compiler: &str, args: &[String], exe: &Path, dir: &Path) {
     let cc = std::process::Command::new(compiler).args(args).current_dir(dir).output().unwrap();
     assert!(cc.status.success(), "{compiler}: {}", String::from_utf8_lossy(&cc.stderr));
-    for np in ["2", "3", "4"] {
+    // Each way of moving tiles (TCC_EXCHANGE), MPI windows included.
+    for (np, exchange) in [("2", "one-sided"), ("3", "collective"), ("4", "one-sided"), ("4", "auto")] {
         let run = std::process::Command::new("timeout")
             .args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np])
             .arg(exe)
             .env("TCC_NUM_THREADS", "1")
+            .env("TCC_EXCHANGE", exchange)
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&run.stdout).to_string();
         assert!(
             run.status.success() && text.contains("ok"),
-            "{compiler}, {np} ranks: {text}\n{}",
+            "{compiler}, {np} ranks, {exchange}: {text}\n{}",
             String::from_utf8_lossy(&run.stderr)
         );
     }
+    // A value that is no exchange: the library refuses to open, it does not guess.
+    let run = std::process::Command::new("timeout")
+        .args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .arg(exe)
+        .env("TCC_EXCHANGE", "sometimes")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(!run.status.success() && text.contains("TCC_EXCHANGE=sometimes"), "{compiler}: {text}");
 }
 
 #[cfg(feature = "mpi")]

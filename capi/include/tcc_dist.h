@@ -24,7 +24,10 @@ typedef struct tcc_dist tcc_dist;
 
 /* Compiles `source` and opens `program` (NULL: the source's only program) on the
  * communicator whose Fortran handle is `comm_f` (MPI_Comm_c2f(comm) in C). MPI
- * must be initialized. Threads per rank: TCC_NUM_THREADS, else every core. */
+ * must be initialized. Threads per rank: TCC_NUM_THREADS, else every core. How
+ * tiles move between ranks: TCC_EXCHANGE=auto (default), collective or one-sided
+ * (MPI RMA gets); another value, or a TCC_FLOPS_PER_WORD that is not a number
+ * >= 0, makes the open fail (NULL, tcc_dist_last_error says why). */
 tcc_dist *tcc_dist_open(const char *source, const char *program, int comm_f);
 const char *tcc_dist_last_error(void);
 int64_t tcc_dist_rank(const tcc_dist *h);

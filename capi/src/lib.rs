@@ -83,8 +83,13 @@ pub unsafe extern "C" fn tcc_dist_open(source: *const c_char, program: *const c_
         let program = if program.is_null() { None } else { Some(text(program, "the program name")?) };
         let comm = communicator(comm_f)?;
         let mut opts = TiledOptions::default();
-        if let Ok(Some(x)) = tcc::tiled::placement::flops_per_word_from_env() {
-            opts.flops_per_word = x;
+        match tcc::tiled::placement::flops_per_word_from_env() {
+            Ok(Some(x)) => opts.flops_per_word = x,
+            Ok(None) => {}
+            Err(v) => return Err(format!("TCC_FLOPS_PER_WORD={v} is not a number ≥ 0")),
+        }
+        if let Some(mode) = tcc::tiled::ExchangeMode::from_env()? {
+            opts.exchange = mode;
         }
         let session = Session::open(source, program, comm, opts)?;
         let n = (0..).take_while(|&t| session.describe(t).is_some()).count();

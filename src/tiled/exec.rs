@@ -66,6 +66,22 @@ pub enum ExchangeMode {
     OneSided,
 }
 
+impl ExchangeMode {
+    /// `TCC_EXCHANGE` when set (`auto`, `collective`, `one-sided`; how `tcc build
+    /// --mpi` libraries are told): `Err` naming a value that is none of them.
+    pub fn from_env() -> Result<Option<ExchangeMode>, String> {
+        match std::env::var_os("TCC_EXCHANGE") {
+            None => Ok(None),
+            Some(v) => match v.to_str().map(str::trim) {
+                Some("auto") => Ok(Some(ExchangeMode::Auto)),
+                Some("collective") => Ok(Some(ExchangeMode::Collective)),
+                Some("one-sided") => Ok(Some(ExchangeMode::OneSided)),
+                _ => Err(format!("TCC_EXCHANGE={} is not one of auto, collective, one-sided", v.to_string_lossy())),
+            },
+        }
+    }
+}
+
 impl Default for TiledOptions {
     fn default() -> Self {
         TiledOptions {

@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 pub const FLOPS_PER_WORD: f64 = 512.0;
 
 /// `TCC_FLOPS_PER_WORD` when set: `Err` with the value when it is not a finite
-/// number ≥ 0 (`tcc run` refuses it; libraries keep the default).
+/// number ≥ 0 (`tcc run` and `tcc build --mpi` libraries refuse it).
 pub fn flops_per_word_from_env() -> Result<Option<f64>, String> {
     match std::env::var_os("TCC_FLOPS_PER_WORD") {
         None => Ok(None),
