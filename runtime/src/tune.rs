@@ -507,6 +507,8 @@ mod tests {
             ],
             kernels_alone: vec![KernelRate { m: 8, n: 8, k: 8, flops_per_s: 5e9 }],
             call_overhead: 1e-6,
+            get_alpha: 2e-7,
+            get_beta: 1e-10,
         });
         assert_eq!(TuningTable::from_toml(&t.to_toml()).unwrap(), t);
     }

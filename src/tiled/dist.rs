@@ -148,9 +148,11 @@ pub struct RankStats {
     /// [`RankTiles::run`].
     pub planned_words: f64,
     pub words_sent: f64,
-    /// Task sets that moved tiles by one-sided gets, of all.
+    /// Task sets that moved tiles by one-sided gets, of all, and those planned
+    /// one-sided that ran collective because the back end had no windows.
     pub one_sided_sets: usize,
     pub sets: usize,
+    pub no_window_sets: usize,
     /// The run's predicted wall time ([`super::model`]; the same on every rank):
     /// per task set, the slowest rank's fetch rounds, work and reduce rounds.
     pub model_s: f64,
@@ -863,6 +865,7 @@ impl<'p> RankTiles<'p> {
             if *one_sided && window.is_none() {
                 // No windows on this back end: the set's collective exchange moves
                 // what its owners send.
+                self.stats.no_window_sets += 1;
                 self.stats.planned_words += (fetch.sent_by(me) + reduce.sent_by(me)) as f64 - plan.words(me) as f64;
             }
             let one_sided = window.is_some();

@@ -174,8 +174,9 @@ pub fn run_tiled_distributed(
     // Statistics per rank: owned, received, flops, seconds, peak RSS, seconds
     // exchanging, seconds planning, words sent as planned and as counted, the
     // predicted time and its exchange part, flops overlapped with the fetch, task
-    // sets moved one-sided and all, the process's peak RSS before any tile.
-    const W: usize = 15;
+    // sets moved one-sided and all, the process's peak RSS before any tile, sets
+    // planned one-sided that had no windows.
+    const W: usize = 16;
     let report = crate::exec::launch::launch(
         ranks,
         mpi,
@@ -207,6 +208,7 @@ pub fn run_tiled_distributed(
                     stats.one_sided_sets as f64,
                     stats.sets as f64,
                     stats.base_rss,
+                    stats.no_window_sets as f64,
                 ];
                 let mut all = vec![0.0; row.len() * comm.size()];
                 comm.allgather(&row, &mut all);
@@ -245,13 +247,19 @@ pub fn run_tiled_distributed(
                         topts.model.source
                     ));
                     extra.push(format!(
-                        "exchange: {} of {} task sets by one-sided gets, the rest by all-to-all rounds (--exchange {})",
+                        "exchange: {} of {} task sets by one-sided gets, the rest by all-to-all rounds (--exchange {}){}",
                         all[12] as u64,
                         all[13] as u64,
                         match topts.exchange {
                             ExchangeMode::Auto => "auto: the faster by the model",
                             ExchangeMode::Collective => "collective",
                             ExchangeMode::OneSided => "one-sided",
+                        },
+                        match all[15] as u64 {
+                            0 => String::new(),
+                            n => format!(
+                                "; {n} planned one-sided ran all-to-all: this back end has no windows (MPI_Win_create failed)"
+                            ),
                         }
                     ));
                     for q in 0..p {

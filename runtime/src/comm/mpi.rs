@@ -409,12 +409,17 @@ impl Communicator for MpiComm {
         }
     }
     fn expose<'a>(&'a self, segments: &[&'a [f64]]) -> Option<Box<dyn Window + 'a>> {
+        // An MPI library may have no one-sided component for memory it did not
+        // allocate (Open MPI with `btl_vader_single_copy_mechanism=none`): then
+        // `MPI_Win_create` fails, and the caller falls back to collectives
+        // instead of the job aborting.
         let mut wins = Vec::with_capacity(segments.len());
+        unsafe { ffi::MPI_Comm_set_errhandler(self.comm, ffi::RSMPI_ERRORS_RETURN) };
         for seg in segments {
             let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
             // SAFETY: the segment outlives the window (`'a`), and nobody writes it
             // until the window is closed; MPI only reads it.
-            unsafe {
+            let rc = unsafe {
                 ffi::MPI_Win_create(
                     seg.as_ptr() as *mut c_void,
                     (seg.len() * 8) as ffi::MPI_Aint,
@@ -422,10 +427,34 @@ impl Communicator for MpiComm {
                     ffi::RSMPI_INFO_NULL,
                     self.comm,
                     &mut win,
-                );
-                ffi::MPI_Win_lock_all(0, win);
+                )
+            };
+            if rc != 0 {
+                break;
             }
             wins.push(win);
+        }
+        unsafe { ffi::MPI_Comm_set_errhandler(self.comm, ffi::RSMPI_ERRORS_ARE_FATAL) };
+        // Every rank created the same number of windows, or the job cannot go on.
+        let made = wins.len() as c_int;
+        let (mut least, mut most) = (0 as c_int, 0 as c_int);
+        unsafe {
+            let int = ffi::RSMPI_INT32_T;
+            let this = &made as *const c_int as *const c_void;
+            ffi::MPI_Allreduce(this, &mut least as *mut c_int as *mut c_void, 1, int, ffi::RSMPI_MIN, self.comm);
+            ffi::MPI_Allreduce(this, &mut most as *mut c_int as *mut c_void, 1, int, ffi::RSMPI_MAX, self.comm);
+        }
+        assert_eq!(least, most, "MPI_Win_create failed on some ranks only ({least} to {most} windows made)");
+        if wins.len() < segments.len() {
+            for mut win in wins {
+                // SAFETY: every rank made this window and nobody accessed it.
+                unsafe { ffi::MPI_Win_free(&mut win) };
+            }
+            return None;
+        }
+        for &win in &wins {
+            // SAFETY: a valid window; a shared passive-target epoch on every rank.
+            unsafe { ffi::MPI_Win_lock_all(0, win) };
         }
         // Every rank's segments are final before anyone reads.
         unsafe { ffi::MPI_Barrier(self.comm) };
