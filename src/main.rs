@@ -608,20 +608,20 @@ fn tiled_run(
     ctx: &Ctx,
     tile: Option<usize>,
     schedule: Schedule,
-    (check, stats): (bool, bool),
+    check: bool,
+    stats: bool,
     tuning: Option<&std::path::Path>,
-    exchange: Exchange,
 ) -> Result<tcc::tiled::run::TiledRun, Outcome> {
     if tile == Some(0) {
         return Err(ctx.fail("E0760", "--tile must be at least 1", None));
     }
-    let mut t =
-        tcc::tiled::TiledOptions { schedule: schedule.runtime(), exchange: exchange.mode(), ..Default::default() };
+    let mut t = tcc::tiled::TiledOptions { schedule: schedule.runtime(), ..Default::default() };
     if let Some(n) = tile {
         t.tile = n;
     }
-    let fpw = match tcc::tiled::placement::flops_per_word_from_env() {
-        Ok(x) => x,
+    match tcc::tiled::placement::flops_per_word_from_env() {
+        Ok(Some(x)) => t.flops_per_word = x,
+        Ok(None) => {}
         Err(v) => {
             return Err(ctx.fail(
                 "E0760",
@@ -629,7 +629,7 @@ fn tiled_run(
                 Some("set it to the flops a rank does in the time it moves one word, such as 64"),
             ))
         }
-    };
+    }
     // The time model `--stats` prints: the calibration `tcc tune` measured, if any.
     if let Some(path) = tcc::exec::tuning_path(tuning) {
         match tcc::exec::read_tuning(Some(&path)) {
@@ -641,8 +641,6 @@ fn tiled_run(
             Err(e) => return Err(ctx.fail("E0722", &e, None)),
         }
     }
-    // Placement weighs a word moved by the exchange's cost in the model.
-    t.flops_per_word = fpw.unwrap_or_else(|| t.model.flops_per_word(t.exchange));
     Ok(tcc::tiled::run::TiledRun { tiled: t, check, stats })
 }
 
@@ -1036,10 +1034,11 @@ fn plan_tiled(
     if threads_per_rank == 0 {
         return ctx.fail("E0760", "--threads-per-rank must be at least 1", None);
     }
-    let run = match tiled_run(ctx, tile, Schedule::Dynamic, (false, false), tuning.as_deref(), exchange) {
+    let mut run = match tiled_run(ctx, tile, Schedule::Dynamic, false, false, tuning.as_deref()) {
         Ok(r) => r,
         Err(o) => return o,
     };
+    run.tiled.exchange = exchange.mode();
     let units = match hir.select_units(program) {
         Ok(u) => u,
         Err(e) => return ctx.error(&e),
@@ -1227,11 +1226,11 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     let result = if tiled && distributed {
-        let exchange = exchange.unwrap_or(Exchange::Auto);
-        let r = match tiled_run(ctx, tile, schedule, (check, stats), tuning.as_deref(), exchange) {
+        let mut r = match tiled_run(ctx, tile, schedule, check, stats, tuning.as_deref()) {
             Ok(r) => r,
             Err(o) => return o,
         };
+        r.tiled.exchange = exchange.unwrap_or(Exchange::Auto).mode();
         let mpi = backend == Some(RunBackend::Mpi);
         tcc::tiled::run::run_tiled_distributed(&hir, &opts, &r, ranks.unwrap_or(1), mpi, &mut lock)
     } else if plan {
@@ -1257,7 +1256,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         if target == TargetKind::Cuda || repeat != 1 {
             return ctx.fail("E0760", "--tiled runs on the CPU once: it does not take --target cuda or --repeat", None);
         }
-        let r = match tiled_run(ctx, tile, schedule, (check, stats), tuning.as_deref(), Exchange::Auto) {
+        let r = match tiled_run(ctx, tile, schedule, check, stats, tuning.as_deref()) {
             Ok(r) => r,
             Err(o) => return o,
         };

@@ -27,9 +27,6 @@ for i in 1 2 3; do
     TCC_NUM_THREADS=16 $T run /tmp/ccd_20_200.tc --tiled --ranks 16 --stats --tuning "$OUT/tune16.toml" --exchange $x |
       grep -E "tiled on|model:|rank 0:"
   done
-  echo "# one-sided with the all-to-all's placement weight (TCC_FLOPS_PER_WORD=512), trial $i"
-  TCC_FLOPS_PER_WORD=512 TCC_NUM_THREADS=16 $T run /tmp/ccd_20_200.tc --tiled --ranks 16 --stats \
-    --tuning "$OUT/tune16.toml" --exchange one-sided | grep -E "tiled on|model:|rank 0:"
   echo "# one process, 16 threads, trial $i"
   TCC_NUM_THREADS=16 $T run /tmp/ccd_20_200.tc --tiled | grep -E "tiled:"
 done

@@ -83,14 +83,14 @@ pub unsafe extern "C" fn tcc_dist_open(source: *const c_char, program: *const c_
         let program = if program.is_null() { None } else { Some(text(program, "the program name")?) };
         let comm = communicator(comm_f)?;
         let mut opts = TiledOptions::default();
+        match tcc::tiled::placement::flops_per_word_from_env() {
+            Ok(Some(x)) => opts.flops_per_word = x,
+            Ok(None) => {}
+            Err(v) => return Err(format!("TCC_FLOPS_PER_WORD={v} is not a number ≥ 0")),
+        }
         if let Some(mode) = tcc::tiled::ExchangeMode::from_env()? {
             opts.exchange = mode;
         }
-        opts.flops_per_word = match tcc::tiled::placement::flops_per_word_from_env() {
-            Ok(Some(x)) => x,
-            Ok(None) => opts.model.flops_per_word(opts.exchange),
-            Err(v) => return Err(format!("TCC_FLOPS_PER_WORD={v} is not a number ≥ 0")),
-        };
         let session = Session::open(source, program, comm, opts)?;
         let n = (0..).take_while(|&t| session.describe(t).is_some()).count();
         let tiles = (0..n).map(|t| session.tiles(t).unwrap_or_default()).collect();

@@ -260,22 +260,6 @@ impl TimeModel {
         TimeModel { concurrency: threads.max(1), ..self.clone() }
     }
 
-    /// The flops a word moved is worth when work is placed
-    /// ([`super::placement`]), unless `TCC_FLOPS_PER_WORD` says: the all-to-all's
-    /// measured [`super::placement::FLOPS_PER_WORD`]; for gets (one-sided, and
-    /// auto, which picks gets wherever they are cheaper) the seconds a word's
-    /// get takes times the fastest tile-kernel rate, which on the machines
-    /// measured is 30–50 flops: a piece moves to an idle rank for far less than
-    /// under the all-to-all.
-    pub fn flops_per_word(&self, exchange: super::ExchangeMode) -> f64 {
-        let fixed = super::placement::FLOPS_PER_WORD;
-        if exchange == super::ExchangeMode::Collective {
-            return fixed;
-        }
-        let rate = self.kernels.iter().map(|k| k.flops_per_s).fold(0.0, f64::max);
-        (8.0 * self.get_beta * rate).clamp(1.0, fixed)
-    }
-
     /// Seconds of one one-sided get of `words`.
     pub fn get_seconds(&self, words: usize) -> f64 {
         self.get_alpha + self.get_beta * 8.0 * words as f64
