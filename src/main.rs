@@ -109,6 +109,52 @@ struct FuseArgs {
     /// exists, written by `tcc tune --cpu`; else built-in rates).
     #[arg(long, value_name = "FILE")]
     cpu_rates: Option<PathBuf>,
+    #[command(flatten)]
+    order: OrderArgs,
+}
+
+/// The contraction-order search (`book/src/optimizer.md`, "Large networks").
+#[derive(clap::Args, Clone)]
+struct OrderArgs {
+    /// Seconds the order search may spend on each product beyond the exact DP (more
+    /// than 16 tensors): randomized greedy, graph bisection, subtree
+    /// reconfiguration (default 1; 0: greedy only). E0728 if not a number >= 0.
+    #[arg(long, value_name = "SECONDS", allow_hyphen_values = true)]
+    search_time: Option<String>,
+    /// What the order search minimizes: `flops`, `size` (the largest intermediate)
+    /// or `combined` (flops + 10 flops per byte of intermediates written and read).
+    /// E0729 for anything else.
+    #[arg(long, value_name = "OBJECTIVE")]
+    objective: Option<String>,
+}
+
+impl OrderArgs {
+    /// The search options; E0728 / E0729 for bad values.
+    fn options(&self, ctx: &Ctx) -> Result<tcc::tir::opmin::Options, Outcome> {
+        let mut o = tcc::tir::opmin::Options { progress: true, ..Default::default() };
+        if let Some(t) = &self.search_time {
+            o.search_time = match t.trim().parse::<f64>() {
+                Ok(v) if v.is_finite() && (0.0..=86400.0).contains(&v) => v,
+                _ => {
+                    return Err(ctx.fail(
+                        "E0728",
+                        &format!("--search-time `{t}` is not a number of seconds between 0 and 86400"),
+                        Some("e.g. --search-time 5 (0: greedy only beyond the exact search)"),
+                    ))
+                }
+            };
+        }
+        if let Some(name) = &self.objective {
+            o.objective = tcc::tir::opmin::Objective::from_name(name.trim()).ok_or_else(|| {
+                ctx.fail(
+                    "E0729",
+                    &format!("unknown --objective `{name}`"),
+                    Some("one of: flops, size (largest intermediate), combined (flops + memory traffic)"),
+                )
+            })?;
+        }
+        Ok(o)
+    }
 }
 
 impl FuseArgs {
@@ -134,6 +180,7 @@ impl FuseArgs {
         ));
         o.fusion.mode = self.mode();
         o.fusion.rates = rates;
+        o.order = self.order.options(ctx)?;
         Ok(o)
     }
 
@@ -157,6 +204,7 @@ impl FuseArgs {
             gemm_min: None,
             parallel_min: None,
             runtime_ranges,
+            order: p.order,
         })
     }
 
@@ -422,6 +470,13 @@ enum Command {
         /// ZeRO++ options with ZeRO-3: qwz,hpz,qgz or all (default: search none and all).
         #[arg(long, value_name = "OPTS")]
         zeropp: Option<String>,
+        /// Micro-batches per step (gradient accumulation; default: search the divisors
+        /// of the batch per data rank).
+        #[arg(long, value_name = "M")]
+        micro_batches: Option<usize>,
+        /// Activation recomputation: none, selective or full (default: search all).
+        #[arg(long, value_name = "KIND")]
+        recompute: Option<String>,
         /// Print the plans as JSON.
         #[arg(long)]
         json: bool,
@@ -1091,6 +1146,8 @@ fn cmd_plan_model(ctx: &Ctx, command: Command) -> Outcome {
         dims,
         top,
         zeropp,
+        micro_batches,
+        recompute,
         json,
         model,
         execute,
@@ -1117,6 +1174,8 @@ fn cmd_plan_model(ctx: &Ctx, command: Command) -> Outcome {
         dims,
         top,
         zeropp,
+        micro_batches,
+        recompute,
         json,
         execute,
         ranks,

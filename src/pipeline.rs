@@ -77,6 +77,9 @@ pub struct PipelineOptions {
     pub optimize: bool,
     /// Loop fusion: the memory limit for temporaries and the search budget.
     pub fusion: FusionOptions,
+    /// The contraction-order search: objective, time budget beyond the exact DP
+    /// (`--objective`, `--search-time`).
+    pub order: crate::tir::opmin::Options,
     /// Run the validators after each pass.
     pub validate: bool,
     /// Print the IR after every pass to stderr, headed `;; after PASS`.
@@ -89,6 +92,7 @@ impl Default for PipelineOptions {
         PipelineOptions {
             optimize: true,
             fusion: FusionOptions::default(),
+            order: crate::tir::opmin::Options::default(),
             validate: cfg!(debug_assertions),
             log_passes: log_passes_from_env(),
         }
@@ -145,7 +149,7 @@ pub fn optimize(hir: &Hir, opts: &PipelineOptions) -> (Hir, OptReport) {
     if !opts.optimize {
         return (hir.clone(), OptReport::default());
     }
-    let (opt, report) = crate::tir::optimize(hir);
+    let (opt, report) = crate::tir::rewrite::optimize_with(hir, &opts.order);
     opts.after_hir(Pass::Optimize, &opt);
     (opt, report)
 }

@@ -4,10 +4,11 @@
 //!
 //! See `book/src/optimizer.md` for the cost model.
 
-mod bits;
+pub(crate) mod bits;
 pub mod graph;
 pub mod materialize;
 pub mod opmin;
+pub mod order;
 pub mod rewrite;
 
 #[cfg(test)]

@@ -43,6 +43,7 @@
 //!   cheapest tree wins.
 
 use super::bits::Bits;
+pub use super::order::Objective;
 use crate::sema::hir::SymKind;
 
 /// A symmetry group of a tensor, as the index ids it holds (ascending).
@@ -59,9 +60,9 @@ pub const MAX_INDICES: usize = Bits::<256>::CAPACITY;
 /// A symmetry group inside the search: a `Copy` bitset of the width chosen for the
 /// problem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Sym<const W: usize> {
-    kind: SymKind,
-    mask: Bits<W>,
+pub(super) struct Sym<const W: usize> {
+    pub(super) kind: SymKind,
+    pub(super) mask: Bits<W>,
 }
 
 impl<const W: usize> Sym<W> {
@@ -108,6 +109,9 @@ pub enum Method {
     Exact,
     /// Greedy with randomized restarts.
     Greedy,
+    /// The hyper-optimizer ([`super::order`]): randomized greedy, recursive
+    /// bisection and subtree reconfiguration within a time budget.
+    Hyper,
 }
 
 /// A contraction order: steps in execution order; the last one produces the output.
@@ -128,11 +132,40 @@ pub struct Options {
     /// Randomized greedy restarts beyond the exact limit.
     pub restarts: usize,
     pub seed: u64,
+    /// What a better tree means (`--objective`).
+    pub objective: Objective,
+    /// Seconds the hyper-optimizer may spend on one product beyond the exact limit
+    /// (`--search-time`); 0 keeps the greedy result.
+    pub search_time: f64,
+    /// Most trials of the hyper-optimizer (tests: a deterministic amount of work
+    /// whatever the machine's speed); `None`: the time budget alone.
+    pub max_trials: Option<usize>,
+    /// Draw a progress line on stderr when it is a terminal (the command line).
+    pub progress: bool,
 }
+
+/// Default `--search-time`: one second, spent only on products beyond the exact DP.
+pub const DEFAULT_SEARCH_TIME: f64 = 1.0;
 
 impl Default for Options {
     fn default() -> Self {
-        Options { exact_limit: 16, restarts: 16, seed: 0x7cc }
+        Options {
+            exact_limit: 16,
+            restarts: 16,
+            seed: 0x7cc,
+            objective: Objective::Flops,
+            search_time: DEFAULT_SEARCH_TIME,
+            max_trials: None,
+            progress: false,
+        }
+    }
+}
+
+impl Options {
+    /// The same options without the hyper-optimizer: greedy beyond the exact limit
+    /// (cost estimates that only rank alternatives).
+    pub fn quick(&self) -> Options {
+        Options { search_time: 0.0, progress: false, ..self.clone() }
     }
 }
 
@@ -158,23 +191,23 @@ fn sym_factor<const W: usize>(groups: &[Sym<W>]) -> f64 {
 }
 
 /// Precomputed per-problem data shared by the searches.
-struct Ctx<const W: usize> {
-    n: usize,
+pub(super) struct Ctx<const W: usize> {
+    pub(super) n: usize,
     /// Distinct index ids (`0..m`).
-    m: usize,
+    pub(super) m: usize,
     /// Products of sizes per 8-bit chunk of an index set.
     table: Vec<[f64; 256]>,
-    leaf_idx: Vec<Bits<W>>,
-    leaf_sym: Vec<Vec<Sym<W>>>,
-    out: Bits<W>,
+    pub(super) leaf_idx: Vec<Bits<W>>,
+    pub(super) leaf_sym: Vec<Vec<Sym<W>>>,
+    pub(super) out: Bits<W>,
     has_sym: bool,
 }
 
 /// The result of combining two operands.
-struct Combined<const W: usize> {
-    groups: Vec<Sym<W>>,
-    flops: f64,
-    size: f64,
+pub(super) struct Combined<const W: usize> {
+    pub(super) groups: Vec<Sym<W>>,
+    pub(super) flops: f64,
+    pub(super) size: f64,
 }
 
 /// The number of index ids of `p` (one more than the largest).
@@ -223,7 +256,7 @@ impl<const W: usize> Ctx<W> {
     }
 
     #[inline]
-    fn prod(&self, m: Bits<W>) -> f64 {
+    pub(super) fn prod(&self, m: Bits<W>) -> f64 {
         let mut r = 1.0;
         for (k, mut w) in m.0.into_iter().enumerate() {
             let mut c = 8 * k;
@@ -238,7 +271,7 @@ impl<const W: usize> Ctx<W> {
 
     /// Combine operands with index sets `ia`, `ib` and groups `ga`, `gb` into a result
     /// keeping `kept`.
-    fn combine(&self, ia: Bits<W>, ga: &[Sym<W>], ib: Bits<W>, gb: &[Sym<W>], kept: Bits<W>) -> Combined<W> {
+    pub(super) fn combine(&self, ia: Bits<W>, ga: &[Sym<W>], ib: Bits<W>, gb: &[Sym<W>], kept: Bits<W>) -> Combined<W> {
         let union = ia | ib;
         let removed = union & !kept;
         let mult = if removed.is_empty() { 1.0 } else { 2.0 };
@@ -299,24 +332,36 @@ fn search<const W: usize>(p: &Problem, opts: &Options) -> Result<Path, PathError
     let g2 = greedy(&ctx, Heuristic::Flops, None);
     let c2 = tree_cost(&ctx, &g2);
     if c2 < best_cost {
-        best = g2;
+        best = g2.clone();
         best_cost = c2;
     }
     // The subset table holds 2^n index sets: exact search for narrow sets only.
     if n <= opts.exact_limit && n <= 24 && (W <= 4 || n <= 16) {
         let pairs = dp(&ctx, best_cost * (1.0 + 1e-9));
+        // The DP is exact in flops; another objective refines its tree by windows.
+        let pairs = match opts.objective {
+            Objective::Flops => pairs,
+            obj => super::order::refine(&ctx, pairs, obj),
+        };
         return Ok(finalize(&ctx, p, &pairs, Method::Exact));
     }
     let mut rng = Rng(opts.seed | 1);
+    let mut starts = vec![best.clone(), g2];
     for r in 0..opts.restarts {
         let h = if r % 2 == 0 { Heuristic::Memory } else { Heuristic::Flops };
         let t = 0.05 + 0.5 * (r as f64 / opts.restarts.max(1) as f64);
         let cand = greedy(&ctx, h, Some((&mut rng, t)));
         let c = tree_cost(&ctx, &cand);
         if c < best_cost {
-            best = cand;
+            best = cand.clone();
             best_cost = c;
         }
+        starts.push(cand);
+    }
+    if opts.search_time > 0.0 && opts.max_trials != Some(0) {
+        starts.insert(0, best);
+        let pairs = super::order::hyper(&ctx, &starts, opts);
+        return Ok(finalize(&ctx, p, &pairs, Method::Hyper));
     }
     Ok(finalize(&ctx, p, &best, Method::Greedy))
 }
@@ -791,7 +836,7 @@ mod tests {
     fn greedy_not_worse_than_naive() {
         for seed in 0..40u64 {
             let p = random_problem(seed + 1000, 8);
-            let g = optimize_path(&p, &Options { exact_limit: 0, ..Options::default() }).unwrap();
+            let g = optimize_path(&p, &Options { exact_limit: 0, search_time: 0.0, ..Options::default() }).unwrap();
             let all = Bits::<2>::from_ids(p.inputs.iter().flatten().copied());
             let naive: f64 = 2.0 * all.ids().map(|i| p.sizes[i] as f64).product::<f64>();
             // Every binary step loops over a subset of all indices: n-1 steps.
@@ -815,13 +860,13 @@ mod tests {
         let sizes: Vec<(char, usize)> = letters.iter().map(|&c| (c, 3)).collect();
         let p = spec(&s, &sizes);
         let path = optimize_path(&p, &Options::default()).unwrap();
-        assert_eq!(path.method, Method::Greedy);
+        assert_eq!(path.method, Method::Hyper);
         assert_eq!(path.steps.len(), 19);
         assert_eq!(path.flops, 19.0 * 2.0 * 27.0);
     }
 
     /// A chain of 300 matrices has 301 indices (index sets of five words): ordered
-    /// by the greedy search like a short one, at the exact cost of a chain.
+    /// by the hyper-optimizer like a short one, at the exact cost of a chain.
     #[test]
     fn networks_beyond_128_indices_are_ordered() {
         for n in [130usize, 300, 1100] {
@@ -832,7 +877,7 @@ mod tests {
                 sym: Vec::new(),
             };
             let path = optimize_path(&p, &Options::default()).unwrap();
-            assert_eq!(path.method, Method::Greedy);
+            assert_eq!(path.method, Method::Hyper);
             assert_eq!(path.steps.len(), n - 1);
             assert_eq!(path.flops, (n - 1) as f64 * 2.0 * 27.0, "{n} matrices");
         }

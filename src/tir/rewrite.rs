@@ -441,7 +441,8 @@ impl Rw {
         }
         let (p, _) = term_graph(&self.hir, t, out).problem();
         let naive = naive_term(&self.hir, t, out);
-        match optimize_path(&p, &self.opts) {
+        // Estimates only rank alternatives: greedy, not the hyper-optimizer's budget.
+        match optimize_path(&p, &self.opts.quick()) {
             Ok(path) => path.flops.min(naive),
             Err(_) => naive,
         }

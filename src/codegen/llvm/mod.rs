@@ -112,6 +112,8 @@ pub struct Options {
     /// used for choices that do not change values (loop order, threads, GETT or
     /// loops, blocking). Empty: every size is a compile-time constant.
     pub runtime_ranges: Vec<RangeId>,
+    /// The contraction-order search (`--objective`, `--search-time`).
+    pub order: crate::tir::opmin::Options,
 }
 
 /// The default temporary-memory budget of compiled code: 2 GiB.
@@ -333,6 +335,7 @@ fn compile_lib<'ctx>(
     let mut popts = PipelineOptions::with_mem_limit(Some(opts.mem_limit.unwrap_or(DEFAULT_MEM_LIMIT)));
     popts.fusion.mode = opts.fuse;
     popts.fusion.rates = opts.rates;
+    popts.order = opts.order.clone();
     let prepared = crate::pipeline::prepare(hir, &popts);
     let nests = crate::pipeline::fuse(&prepared, units, &popts);
     let (tm, cpu, features) = machine(opts)?;

@@ -1,0 +1,248 @@
+//! Contraction order at scale: a hyper-optimizer in the manner of cotengra for
+//! products beyond the exact DP of [`super::opmin`].
+//!
+//! Trials draw a tree from one of two generators with parameters drawn per trial —
+//! randomized greedy ([`rgreedy`], Boltzmann sampling over
+//! `size(out) - alpha·(size(a)+size(b))`) and recursive graph bisection ([`bisect`],
+//! Kernighan–Lin/Fiduccia–Mattheyses refinement) — and keep the best under the
+//! [`Objective`]; the best few are then improved by subtree reconfiguration
+//! ([`reconf`]: exact DP on windows of at most 8 subtrees). Everything is seeded
+//! from [`super::opmin::Options::seed`] and the trial number, so the sequence of
+//! trees is deterministic; the time budget only decides how far along it the
+//! search gets (`max_trials` bounds it instead for reproducible results).
+//!
+//! Trees are SSA pair lists, as in `opmin`: operand `< n` is input `k`, `n + k` is
+//! step `k`.
+
+mod arena;
+mod bisect;
+mod progress;
+mod reconf;
+mod rgreedy;
+
+use super::opmin::{Ctx, Options};
+use arena::Arena;
+use std::time::{Duration, Instant};
+
+/// What a better contraction tree means (`--objective`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Objective {
+    /// Fewest flops (ties: smaller largest intermediate).
+    #[default]
+    Flops,
+    /// Smallest largest intermediate (ties: fewer flops).
+    Size,
+    /// Flops plus [`FLOPS_PER_BYTE`] × bytes of memory traffic: every intermediate
+    /// written once and read once, 8 bytes an element (ties: smaller largest
+    /// intermediate).
+    Combined,
+}
+
+/// The weight of a byte of intermediate traffic in [`Objective::Combined`], in
+/// flops: roughly a CPU socket's peak flop rate over its memory bandwidth (about 1
+/// Tflop/s over 100 GB/s), so a step that streams a large intermediate through
+/// memory for little arithmetic costs what it would take in time.
+pub const FLOPS_PER_BYTE: f64 = 10.0;
+
+/// Bytes moved per intermediate element: written once, read once, as f64.
+const TRAFFIC_BYTES_PER_ELEMENT: f64 = 16.0;
+
+impl Objective {
+    pub fn name(self) -> &'static str {
+        match self {
+            Objective::Flops => "flops",
+            Objective::Size => "size",
+            Objective::Combined => "combined",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Objective> {
+        [Objective::Flops, Objective::Size, Objective::Combined].into_iter().find(|o| o.name() == s)
+    }
+
+    /// The cost of one step that produces an intermediate of `size` elements
+    /// (`size` 0 for the final result) with `flops`, as (primary, secondary) parts.
+    fn step(self, flops: f64, size: f64) -> Cost {
+        match self {
+            Objective::Flops => Cost(flops, size),
+            Objective::Size => Cost(size, flops),
+            Objective::Combined => Cost(flops + FLOPS_PER_BYTE * TRAFFIC_BYTES_PER_ELEMENT * size, size),
+        }
+    }
+
+    /// How costs of parts combine: (primary, secondary) are added, or maxed for a
+    /// size.
+    fn add(self, a: Cost, b: Cost) -> Cost {
+        match self {
+            Objective::Flops | Objective::Combined => Cost(a.0 + b.0, a.1.max(b.1)),
+            Objective::Size => Cost(a.0.max(b.0), a.1 + b.1),
+        }
+    }
+}
+
+/// A tree's cost under an objective, compared lexicographically.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub(super) struct Cost(pub f64, pub f64);
+
+impl Cost {
+    const ZERO: Cost = Cost(0.0, 0.0);
+
+    /// Strictly better, by more than rounding.
+    fn better(self, o: Cost) -> bool {
+        let lt = |a: f64, b: f64| a < b * (1.0 - 1e-12);
+        lt(self.0, o.0) || (!lt(o.0, self.0) && lt(self.1, o.1))
+    }
+}
+
+/// The cost of a whole tree.
+pub(super) fn tree_cost<const W: usize>(ctx: &Ctx<W>, pairs: &[(usize, usize)], obj: Objective) -> Cost {
+    let mut a = Arena::new(ctx);
+    let mut total = Cost::ZERO;
+    for (k, &(x, y)) in pairs.iter().enumerate() {
+        let last = k + 1 == pairs.len();
+        let id = a.contract(ctx, x, y);
+        let size = if last { 0.0 } else { a.ops[id].size };
+        total = obj.add(total, obj.step(a.ops[id].flops, size));
+    }
+    total
+}
+
+/// SplitMix64: per-trial generators from (seed, trial).
+pub(super) struct Rng(u64);
+
+impl Rng {
+    pub(super) fn new(seed: u64, stream: u64) -> Rng {
+        let mut r = Rng(seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        r.next_u64();
+        r
+    }
+
+    pub(super) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    pub(super) fn f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub(super) fn below(&mut self, n: usize) -> usize {
+        (self.f64() * n as f64) as usize % n
+    }
+
+    /// Log-uniform in [lo, hi].
+    pub(super) fn log_uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        (lo.ln() + self.f64() * (hi.ln() - lo.ln())).exp()
+    }
+}
+
+/// When a search stops: a deadline, a trial cap and, so that easy networks do not
+/// spend the whole budget, patience (trials without improvement; deterministic).
+struct Budget {
+    start: Instant,
+    deadline: Instant,
+    max_trials: usize,
+}
+
+impl Budget {
+    fn over(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+}
+
+/// The hyper-optimizer: the best tree found from `starts` (greedy trees, the first
+/// the cheapest in flops) within `opts`' budget. Never worse than the best of
+/// `starts` under `opts.objective`.
+pub(super) fn hyper<const W: usize>(
+    ctx: &Ctx<W>,
+    starts: &[Vec<(usize, usize)>],
+    opts: &Options,
+) -> Vec<(usize, usize)> {
+    let obj = opts.objective;
+    let start = Instant::now();
+    let budget = Budget {
+        start,
+        deadline: start + Duration::from_secs_f64(opts.search_time.clamp(0.0, 1e7)),
+        max_trials: opts.max_trials.unwrap_or(usize::MAX),
+    };
+    let mut prog = progress::Progress::new(opts.progress, ctx.n, opts.search_time, obj);
+    // The pool: the best few distinct trees, cheapest first, for reconfiguration.
+    const POOL: usize = 4;
+    let mut pool: Vec<(Cost, Vec<(usize, usize)>)> = Vec::new();
+    let offer = |pool: &mut Vec<(Cost, Vec<(usize, usize)>)>, c: Cost, t: Vec<(usize, usize)>| -> bool {
+        if pool.iter().any(|(pc, _)| *pc == c) {
+            return false;
+        }
+        let improves = pool.first().is_none_or(|(b, _)| c.better(*b));
+        let at = pool.iter().position(|(pc, _)| c.better(*pc)).unwrap_or(pool.len());
+        if at < POOL {
+            pool.insert(at, (c, t));
+            pool.truncate(POOL);
+        }
+        improves
+    };
+    for s in starts {
+        let c = tree_cost(ctx, s, obj);
+        offer(&mut pool, c, s.clone());
+    }
+    // Trials take most of the budget; reconfiguration the rest (and always runs).
+    let trial_deadline = start + Duration::from_secs_f64(opts.search_time.clamp(0.0, 1e7) * 0.6);
+    let (mut trial, mut last_gain) = (0usize, 0usize);
+    // Bisection earns trials while it wins: a generator is drawn with probability
+    // proportional to (1 + its improvements).
+    let mut wins = [1usize, 1usize];
+    while trial < budget.max_trials && Instant::now() < trial_deadline {
+        if trial - last_gain >= 64.max(last_gain) {
+            break;
+        }
+        let mut rng = Rng::new(opts.seed, trial as u64);
+        let use_bisect = ctx.n >= 8 && rng.below(wins[0] + wins[1]) >= wins[0];
+        let t =
+            if use_bisect { bisect::sample(ctx, &mut rng, &budget) } else { rgreedy::sample(ctx, &mut rng, &budget) };
+        if let Some(t) = t {
+            let c = tree_cost(ctx, &t, obj);
+            if offer(&mut pool, c, t) {
+                last_gain = trial;
+                wins[use_bisect as usize] += 1;
+            }
+        }
+        trial += 1;
+        prog.tick(trial, pool[0].0 .0);
+    }
+    // Reconfigure the pool's trees, best first, while time lasts.
+    let mut best = pool[0].clone();
+    for (k, (_, t)) in pool.into_iter().enumerate() {
+        if k > 0 && budget.over() {
+            break;
+        }
+        let r = reconf::reconfigure(ctx, &t, obj, Some(&budget.deadline));
+        let c = tree_cost(ctx, &r, obj);
+        if c.better(best.0) {
+            best = (c, r);
+        }
+        prog.tick(trial, best.0 .0);
+    }
+    let _ = budget.start;
+    prog.finish();
+    best.1
+}
+
+/// Subtree reconfiguration to a fixpoint under `obj`, without a time budget: how a
+/// flops-exact DP tree is adapted to another objective.
+pub(super) fn refine<const W: usize>(ctx: &Ctx<W>, pairs: Vec<(usize, usize)>, obj: Objective) -> Vec<(usize, usize)> {
+    let r = reconf::reconfigure(ctx, &pairs, obj, None);
+    if tree_cost(ctx, &r, obj).better(tree_cost(ctx, &pairs, obj)) {
+        r
+    } else {
+        pairs
+    }
+}
+
+#[cfg(test)]
+mod tests;
