@@ -23,6 +23,7 @@ fn cfg(data: usize, zero: u8) -> Config {
         expert: 1,
         zero,
         zeropp: ZeroPP::default(),
+        pipe: Default::default(),
     }
 }
 
@@ -220,4 +221,153 @@ fn search_ranks_plans_and_respects_memory() {
     assert!(plans[0].fits);
     assert!(plans.windows(2).all(|w| !w[0].fits || !w[1].fits || w[0].time <= w[1].time));
     assert!(plans.iter().all(|p| p.config.devices() == 64));
+}
+
+// ---- Pipeline parallelism, micro-batching, recomputation (issue 20) ----
+
+use tcc::plan::model::pipeline::{self, Pipe, Recompute, Schedule};
+
+/// gpt_block without hints (every degree searched), as a string.
+fn gpt_free() -> String {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gpt_block.tc")).unwrap();
+    let start = src.find("  parallel {").unwrap();
+    let end = start + src[start..].find("}\n").unwrap() + 2;
+    format!("{}{}", &src[..start], &src[end..])
+}
+
+fn at_scale(src: &str, dims: &[(&str, usize)]) -> (tcc::sema::hir::Hir, analysis::ModelInfo) {
+    let (hir, d) = tcc::compile(src, "gpt");
+    let hir = hir.unwrap_or_else(|| panic!("{d:?}"));
+    let dims: Vec<(String, usize)> = dims.iter().map(|(n, s)| (n.to_string(), *s)).collect();
+    let h = analysis::with_dims(&hir, ModelId::new(0), &dims).unwrap();
+    let m = analysis::analyze(&h, ModelId::new(0));
+    (h, m)
+}
+
+/// GPT-3 175B (Brown et al. 2020): 96 layers, h = 12288, 96 heads, s = 2048, global
+/// batch 1536.
+const GPT3: [(&str, usize); 6] =
+    [("batch", 1536), ("seq", 2048), ("hidden", 12288), ("heads", 96), ("hdim", 128), ("ffn", 49152)];
+
+fn pipe(stages: usize, schedule: Schedule, v: usize, m: usize, r: Recompute) -> Pipe {
+    Pipe { stages, schedule, virtual_stages: v, micro_batches: m, recompute: r }
+}
+
+#[test]
+fn bubble_is_p_minus_1_over_m_plus_p_minus_1() {
+    // Narayanan et al. 2021 §2.2: bubble time / ideal = (p−1)/m, i.e. (p−1)/(m+p−1)
+    // of the step; interleaving with v chunks divides the bubble time by v.
+    assert_eq!(pipeline::bubble_fraction(1, 8, 1), 0.0);
+    assert_eq!(pipeline::bubble_fraction(8, 64, 1), 7.0 / 71.0);
+    assert_eq!(pipeline::bubble_fraction(8, 64, 2), 7.0 / 135.0);
+    assert_eq!(pipeline::bubble_fraction(4, 4, 1), 3.0 / 7.0);
+    // In flight on the first stage: GPipe m, 1F1B min(p, m), interleaved ×(1 + (p−1)/(pv)).
+    assert_eq!(pipeline::in_flight(Schedule::GPipe, 8, 64, 1), 64.0);
+    assert_eq!(pipeline::in_flight(Schedule::OneFOneB, 8, 64, 1), 8.0);
+    assert_eq!(pipeline::in_flight(Schedule::OneFOneB, 8, 4, 1), 4.0);
+    assert_eq!(pipeline::in_flight(Schedule::Interleaved, 8, 64, 2), 8.0 * (1.0 + 7.0 / 16.0));
+    assert_eq!(pipeline::stage_layers(96, 8), (12, 12));
+    assert_eq!(pipeline::stage_layers(10, 4), (3, 2));
+    // In a plan: the bubble stretches the busy part (compute and per-layer collectives).
+    let (_, m) = at_scale(&gpt_free(), &GPT3);
+    let mut o = opts(64);
+    o.layers = 96;
+    let mut c = cfg(1, 1);
+    c.tensor = 8;
+    c.tensor_dims = vec!["heads".into(), "ffn".into()];
+    c.pipe = pipe(8, Schedule::OneFOneB, 1, 64, Recompute::None);
+    let mut c1536 = c.clone();
+    c1536.pipe.micro_batches = 1536;
+    let p = evaluate(&m, &c, &o);
+    assert_eq!(p.bubble, 7.0 / 71.0);
+    let busy: f64 = p.time_compute
+        + p.comm.iter().filter(|x| x.group == "tensor" || x.group == "pipeline").map(|x| x.time).sum::<f64>();
+    assert!((p.time_bubble - busy * 7.0 / 64.0).abs() < 1e-9 * p.time);
+    assert!(evaluate(&m, &c1536, &o).bubble < p.bubble);
+    // Each micro-batch crosses each stage boundary once forward and once backward.
+    let sends: Vec<_> = p.comm.iter().filter(|x| x.group == "pipeline").collect();
+    assert_eq!(sends.len(), 2);
+    assert!(sends.iter().all(|x| x.count == 64.0 && x.elements == 1536.0 / 64.0 * 2048.0 * 12288.0));
+}
+
+#[test]
+fn memory_drops_with_pipeline_stages_micro_batches_and_recomputation() {
+    let (_, m) = at_scale(&gpt_free(), &GPT3);
+    let mut o = opts(64);
+    o.layers = 96;
+    let mem = |stages: usize, sched: Schedule, mb: usize, r: Recompute| {
+        let mut c = cfg(64 / stages / 8, 1);
+        c.tensor = 8;
+        c.tensor_dims = vec!["heads".into(), "ffn".into()];
+        c.pipe = pipe(stages, sched, 1, mb, r);
+        evaluate(&m, &c, &o).memory
+    };
+    let one = mem(1, Schedule::OneFOneB, 1, Recompute::None);
+    let p8 = mem(8, Schedule::OneFOneB, 1, Recompute::None);
+    // Model states: a stage holds 1/8 of the layers (ZeRO-1 over data 8 vs 1).
+    assert!(p8.params < one.params / 7.9 && p8.params > one.params / 8.1);
+    assert!(p8.total < one.total);
+    // Micro-batches: 1F1B keeps p of m micro-batches, GPipe all m.
+    let f1 = mem(8, Schedule::OneFOneB, 192, Recompute::None);
+    let gp = mem(8, Schedule::GPipe, 192, Recompute::None);
+    assert!((f1.activations * 192.0 / 8.0 - gp.activations).abs() < 1e-6 * gp.activations);
+    assert!(f1.activations < p8.activations / 20.0);
+    // Recomputation: none > selective > full.
+    let sel = mem(8, Schedule::OneFOneB, 192, Recompute::Selective);
+    let full = mem(8, Schedule::OneFOneB, 192, Recompute::Full);
+    assert!(sel.activations < f1.activations && full.activations < sel.activations, "{f1:?} {sel:?} {full:?}");
+    // Selective drops exactly the attention core (S and P, quadratic in seq).
+    let core = 2.0 * 1536.0 * 96.0 * 2048.0 * 2048.0 / 8.0 * 2.0 / 192.0 * 12.0 * 8.0;
+    assert!((f1.activations - sel.activations - core).abs() < 1e-6 * core, "{}", f1.activations - sel.activations);
+}
+
+#[test]
+fn gpt3_175b_fits_on_64_gpus_only_with_pipeline_or_recomputation() {
+    let (_, m) = at_scale(&gpt_free(), &GPT3);
+    let mut o = opts(64);
+    o.layers = 96;
+    o.mem_per_device = Some(80_000_000_000);
+    // Before issue 20: no pipeline, no micro-batching, no recomputation.
+    let none = tcc::sema::hir::ParallelHints { pipeline: Some(1), ..Default::default() };
+    let mut before = o.clone();
+    before.micro_batches = Some(1);
+    before.recompute = Some(Recompute::None);
+    let old = tcc::plan::model::search(&m, &none, &before);
+    assert!(!old.is_empty() && old.iter().all(|p| !p.fits), "{}", old.iter().filter(|p| p.fits).count());
+    // Now: the best plan fits, with a pipeline and/or recomputation.
+    let plans = tcc::plan::model::search(&m, &Default::default(), &o);
+    let best = &plans[0];
+    println!("{}", tcc::plan::model::report::plan_detail(best));
+    assert!(best.fits);
+    assert!(best.config.pipe.stages > 1 || best.config.pipe.recompute != Recompute::None);
+    assert!(best.memory.total <= 80e9);
+    assert_eq!(best.config.devices(), 64);
+}
+
+#[test]
+fn pipeline_hint_is_honored_or_rejected() {
+    let src = {
+        let s = gpt_free();
+        let k = s.rfind('}').unwrap();
+        format!("{}  parallel {{ pipeline = 8; }}\n}}\n", &s[..k])
+    };
+    let (h, m) = at_scale(&src, &GPT3);
+    let hints = &h.models[ModelId::new(0)].parallel;
+    assert_eq!(hints.pipeline, Some(8));
+    let mut o = opts(64);
+    o.layers = 96;
+    let plans = tcc::plan::model::search(&m, hints, &o);
+    assert!(!plans.is_empty());
+    assert!(plans.iter().all(|p| p.config.pipe.stages == 8));
+    // Too few layers for 8 stages: an error that names the pipeline.
+    o.layers = 4;
+    let e = tcc::plan::model::plan_model_command(&h, None, &[], &o, false).unwrap_err();
+    assert_eq!(e.code, "E0812");
+    assert!(e.message.contains("pipeline: 8 stages need at least 8 layers"), "{}", e.message);
+    // A pipeline with ZeRO-3 is rejected, not ignored.
+    let z3 = src.replace("pipeline = 8;", "pipeline = 8; zero = 3;");
+    let (h3, _) = at_scale(&z3, &GPT3);
+    o.layers = 96;
+    let e = tcc::plan::model::plan_model_command(&h3, None, &[], &o, false).unwrap_err();
+    assert!(e.message.contains("ZeRO stage 3"), "{}", e.message);
 }

@@ -38,6 +38,9 @@ pub struct LayerInfo {
     pub name: String,
     /// Forward flops of the layer (2 per multiply-add of every term, as written).
     pub flops: f64,
+    /// Forward flops of the statements writing attention-core tensors (two indices
+    /// over one sequence dim): what selective recomputation runs again.
+    pub core_flops: f64,
     /// Tensors the layer writes (activations kept for the backward pass).
     pub activations: Vec<TensorInfo>,
     /// Statements with two indices over the sequence (attention scores).
@@ -66,6 +69,9 @@ pub struct ModelInfo {
     pub layers: Vec<LayerInfo>,
     /// The `tensor = N on DIM` dimension, if given.
     pub tensor_on: Option<String>,
+    /// The model's `output` tensors: the next repetition's input, so what a pipeline
+    /// stage sends on and what full recomputation keeps per layer.
+    pub outputs: Vec<TensorInfo>,
 }
 
 impl ModelInfo {
@@ -302,6 +308,11 @@ pub fn analyze(hir: &Hir, model: ModelId) -> ModelInfo {
         layers.push(LayerInfo {
             name: l.name.clone(),
             flops: stmts.iter().map(|s| expr_flops(hir, &s.rhs, &s.lhs.indices)).sum(),
+            core_flops: stmts
+                .iter()
+                .filter(|s| super::recompute::is_core(&tinfo(hir, s.lhs.tensor)))
+                .map(|s| expr_flops(hir, &s.rhs, &s.lhs.indices))
+                .sum(),
             activations: acts.clone(),
             attention,
             moe,
@@ -312,5 +323,12 @@ pub fn analyze(hir: &Hir, model: ModelId) -> ModelInfo {
         });
     }
     let tensor_on = m.parallel.tensor.and_then(|(_, r)| r).map(|r| hir.ranges[r].name.clone());
-    ModelInfo { name: m.name.clone(), dims, params, layers, tensor_on }
+    let mut outputs: Vec<TensorInfo> = Vec::new();
+    for s in &unit.stmts {
+        let t = s.lhs.tensor;
+        if hir.tensors[t].role == Role::Output && !outputs.iter().any(|o| o.name == hir.tensors[t].name) {
+            outputs.push(tinfo(hir, t));
+        }
+    }
+    ModelInfo { name: m.name.clone(), dims, params, layers, tensor_on, outputs }
 }

@@ -13,12 +13,15 @@
 
 pub mod analysis;
 pub mod formulas;
+pub mod pipeline;
+pub mod recompute;
 pub mod report;
 
 use crate::error::CommandError;
 use crate::plan::Network;
 use crate::sema::hir::ModelId;
 use analysis::{ModelInfo, TensorInfo, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES, TP_DEFAULT};
+use pipeline::{Pipe, Recompute, Schedule};
 use serde::Serialize;
 
 /// Bytes of an fp16 element (weights, gradients and activations in mixed precision).
@@ -88,11 +91,13 @@ pub struct Config {
     pub expert: usize,
     pub zero: u8,
     pub zeropp: ZeroPP,
+    /// Pipeline stages and schedule, micro-batches, recomputation.
+    pub pipe: Pipe,
 }
 
 impl Config {
     pub fn devices(&self) -> usize {
-        self.data * self.tensor * self.sequence
+        self.data * self.tensor * self.sequence * self.pipe.stages
     }
     pub fn describe(&self) -> String {
         let mut v = vec![format!("data {}", self.data)];
@@ -113,6 +118,25 @@ impl Config {
         if self.zeropp.any() {
             v.push(format!("zero++ {}", self.zeropp.name()));
         }
+        let p = &self.pipe;
+        if p.stages > 1 {
+            v.push(format!(
+                "pipeline {} ({}{})",
+                p.stages,
+                p.schedule.name(),
+                if p.schedule == Schedule::Interleaved {
+                    format!(", {} chunks", p.virtual_stages)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if p.micro_batches > 1 {
+            v.push(format!("{} micro-batches", p.micro_batches));
+        }
+        if p.recompute != Recompute::None {
+            v.push(format!("recompute {}", p.recompute.name()));
+        }
         v.join(", ")
     }
 }
@@ -131,6 +155,10 @@ pub struct ModelOptions {
     pub top: usize,
     /// Forced ZeRO++ options (with zero = 3); `None`: the search tries none and all.
     pub zeropp: Option<ZeroPP>,
+    /// Forced micro-batch count; `None`: every divisor of the local batch is tried.
+    pub micro_batches: Option<usize>,
+    /// Forced recomputation; `None`: none, selective and full are tried.
+    pub recompute: Option<Recompute>,
 }
 
 impl ModelOptions {
@@ -144,6 +172,8 @@ impl ModelOptions {
             layers: 1,
             top: 5,
             zeropp: None,
+            micro_batches: None,
+            recompute: None,
         }
     }
 }
@@ -157,6 +187,9 @@ pub enum Coll {
     AllToAll,
     /// Ring attention: blocks passed to the next rank, `group − 1` times.
     RingPass,
+    /// Pipeline: a stage sends its boundary activations (forward) or their
+    /// gradients (backward) to the neighbouring stage.
+    SendRecv,
 }
 
 impl Coll {
@@ -167,6 +200,7 @@ impl Coll {
             Coll::ReduceScatter => "reduce-scatter",
             Coll::AllToAll => "all-to-all",
             Coll::RingPass => "ring pass",
+            Coll::SendRecv => "send/recv",
         }
     }
 }
@@ -220,6 +254,14 @@ pub struct ModelPlan {
     pub time_comm: f64,
     pub time: f64,
     pub fits: bool,
+    /// Layers on the fullest and the emptiest pipeline stage, and how many stages
+    /// are fullest (balanced stages: the first `layers % pp` take one more).
+    pub stage_layers: (usize, usize, usize),
+    /// Samples of the batch dim per micro-batch per data rank.
+    pub micro_batch_size: usize,
+    /// The pipeline bubble's share of the step, and its seconds.
+    pub bubble: f64,
+    pub time_bubble: f64,
 }
 
 fn ring_factor(q: usize) -> f64 {
@@ -324,11 +366,17 @@ pub fn invalid(info: &ModelInfo, c: &Config) -> Option<String> {
 
 /// Predicts memory, communication and time of one configuration.
 pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
-    let layers = o.layers as f64;
     let gpn = o.gpus_per_node.max(1);
     let t = c.tensor;
     let s = c.sequence;
     let n = c.devices();
+    let pp = c.pipe.stages.max(1);
+    let m = c.pipe.micro_batches.max(1) as f64;
+    let v = if c.pipe.schedule == Schedule::Interleaved { c.pipe.virtual_stages.max(1) } else { 1 };
+    // The fullest stage bounds memory and time: its layers, its ranks (N/pp).
+    let (ls_max, ls_min) = pipeline::stage_layers(o.layers.max(1), pp);
+    let layers = ls_max as f64;
+    let n_stage = n / pp;
     let zgroup = c.data * s;
     let egroup_dp = (zgroup / c.expert.max(1)).max(1);
     let intra = |span: usize| span <= gpn;
@@ -350,9 +398,11 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
             Coll::AllReduce => 2.0 * f * elements * bpe,
             Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll => f * elements * bpe,
             Coll::RingPass => (q - 1) as f64 * elements * bpe,
+            Coll::SendRecv => elements * bpe,
         };
         let msgs = match kind {
             Coll::AllReduce => 2.0 * (q - 1) as f64,
+            Coll::SendRecv => 1.0,
             _ => (q - 1) as f64,
         };
         let cross = !intra(span);
@@ -389,23 +439,29 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
             continue;
         }
         match c.zero {
-            0 => add(format!("{what} gradients"), gname, q, n, Coll::AllReduce, "step", psi, FP16, 1.0),
-            1 | 2 => {
-                add(format!("{what} gradients"), gname, q, n, Coll::ReduceScatter, "step", psi, FP16, 1.0);
-                add(format!("{what} updated weights"), gname, q, n, Coll::AllGather, "step", psi, FP16, 1.0);
+            0 => add(format!("{what} gradients"), gname, q, n_stage, Coll::AllReduce, "step", psi, FP16, 1.0),
+            1 => {
+                add(format!("{what} gradients"), gname, q, n_stage, Coll::ReduceScatter, "step", psi, FP16, 1.0);
+                add(format!("{what} updated weights"), gname, q, n_stage, Coll::AllGather, "step", psi, FP16, 1.0);
+            }
+            2 => {
+                // Partitioned gradients are reduced after every micro-batch.
+                add(format!("{what} gradients"), gname, q, n_stage, Coll::ReduceScatter, "backward", psi, FP16, m);
+                add(format!("{what} updated weights"), gname, q, n_stage, Coll::AllGather, "step", psi, FP16, 1.0);
             }
             _ => {
+                // Weights are gathered and gradients reduced for every micro-batch.
                 let wbytes = if zq.qwz { 1.0 } else { FP16 };
                 add(
                     format!("{what} weights{}", if zq.qwz { " (int8)" } else { "" }),
                     gname,
                     q,
-                    n,
+                    n_stage,
                     Coll::AllGather,
                     "forward",
                     psi,
                     wbytes,
-                    1.0,
+                    m,
                 );
                 if zq.hpz && what == "dense" {
                     add(
@@ -417,19 +473,19 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
                         "backward",
                         psi,
                         FP16,
-                        1.0,
+                        m,
                     );
                 } else {
                     add(
                         format!("{what} weights{}", if zq.qwz { " (int8)" } else { "" }),
                         gname,
                         q,
-                        n,
+                        n_stage,
                         Coll::AllGather,
                         "backward",
                         psi,
                         wbytes,
-                        1.0,
+                        m,
                     );
                 }
                 let gbytes = if zq.qgz { 0.5 } else { FP16 };
@@ -437,22 +493,23 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
                     format!("{what} gradients{}", if zq.qgz { " (int4)" } else { "" }),
                     gname,
                     q,
-                    n,
+                    n_stage,
                     Coll::ReduceScatter,
                     "backward",
                     psi,
                     gbytes,
-                    1.0,
+                    m,
                 );
             }
         }
     }
-    // Per layer: tensor, sequence and expert collectives (forward and backward).
+    // Per layer and micro-batch: tensor, sequence and expert collectives (forward and
+    // backward), on the fullest stage.
     for l in &info.layers {
         if t > 1 {
             for (summed, res) in &l.summed {
                 if c.tensor_dims.iter().any(|d| summed.contains(d)) {
-                    let e = local_elements(res, c);
+                    let e = local_elements(res, c) / m;
                     add(
                         format!("{}: partial {}", l.name, res.name),
                         "tensor",
@@ -462,7 +519,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
                         "forward",
                         e,
                         FP16,
-                        layers,
+                        layers * m,
                     );
                     add(
                         format!("{}: gradient into the split", l.name),
@@ -473,7 +530,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
                         "backward",
                         e,
                         FP16,
-                        layers,
+                        layers * m,
                     );
                 }
             }
@@ -482,7 +539,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
             match c.seq_style {
                 SeqStyle::Ulysses => {
                     for ti in &l.ulysses {
-                        let e = local_elements(ti, c);
+                        let e = local_elements(ti, c) / m;
                         add(
                             format!("{}: {}", l.name, ti.name),
                             "sequence",
@@ -492,7 +549,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
                             "forward",
                             e,
                             FP16,
-                            layers,
+                            layers * m,
                         );
                         add(
                             format!("{}: grad {}", l.name, ti.name),
@@ -503,13 +560,13 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
                             "backward",
                             e,
                             FP16,
-                            layers,
+                            layers * m,
                         );
                     }
                 }
                 SeqStyle::Ring => {
                     for ti in &l.ring {
-                        let e = local_elements(ti, c);
+                        let e = local_elements(ti, c) / m;
                         add(
                             format!("{}: {} blocks", l.name, ti.name),
                             "sequence",
@@ -519,7 +576,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
                             "forward",
                             e,
                             FP16,
-                            layers,
+                            layers * m,
                         );
                         add(
                             format!("{}: {} and grad blocks", l.name, ti.name),
@@ -530,7 +587,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
                             "backward",
                             2.0 * e,
                             FP16,
-                            layers,
+                            layers * m,
                         );
                     }
                 }
@@ -538,7 +595,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
         }
         if c.expert > 1 && l.moe {
             for ti in &l.moe_alltoall {
-                let e = local_elements(ti, c);
+                let e = local_elements(ti, c) / m;
                 add(
                     format!("{}: {}", l.name, ti.name),
                     "expert",
@@ -548,7 +605,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
                     "forward",
                     e,
                     FP16,
-                    layers,
+                    layers * m,
                 );
                 add(
                     format!("{}: grad {}", l.name, ti.name),
@@ -559,10 +616,30 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
                     "backward",
                     e,
                     FP16,
-                    layers,
+                    layers * m,
                 );
             }
         }
+    }
+    // Pipeline: each micro-batch's boundary activations go to the next stage, their
+    // gradients come back (v times with v chunks per device). The slowest link sets
+    // the pace: cross-node once the pipeline spans more than a node.
+    if pp > 1 {
+        for ti in &info.outputs {
+            let e = local_elements(ti, c) / m;
+            let k = m * v as f64;
+            add(format!("stage boundary {}", ti.name), "pipeline", pp, n, Coll::SendRecv, "forward", e, FP16, k);
+            add(format!("stage boundary grad {}", ti.name), "pipeline", pp, n, Coll::SendRecv, "backward", e, FP16, k);
+        }
+    }
+    // Full recomputation runs each layer's forward collectives again.
+    if c.pipe.recompute == Recompute::Full {
+        let again: Vec<StepComm> = comm
+            .iter()
+            .filter(|x| x.phase == "forward" && matches!(x.group.as_str(), "tensor" | "sequence" | "expert"))
+            .map(|x| StepComm { phase: "recompute".into(), ..x.clone() })
+            .collect();
+        comm.extend(again);
     }
     // Memory.
     let mut mem = Memory::default();
@@ -575,20 +652,32 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
     if c.zero == 3 && zq.hpz {
         mem.secondary = FP16 * psi_d / node_members as f64;
     }
-    mem.activations =
-        layers * info.layers.iter().flat_map(|l| &l.activations).map(|a| local_elements(a, c) * FP16).sum::<f64>();
+    // Activations on the fullest (first) stage: its layers × the micro-batches in
+    // flight × what one micro-batch keeps per layer, plus the one layer full
+    // recomputation rebuilds at a time.
+    let (kept, working) = recompute::kept_elements(info, c, c.pipe.recompute);
+    let flight = pipeline::in_flight(c.pipe.schedule, pp, m as usize, v);
+    mem.activations = FP16 * (layers * flight * kept + working) / m;
     mem.total = mem.params + mem.grads + mem.optimizer + mem.secondary + mem.activations;
-    // Time: forward + backward (2× forward) flops spread over all ranks.
-    let flops_per_rank = 3.0 * info.flops() * layers / n as f64;
+    // Time: forward + backward (2× forward) + recomputed forward flops of the stage's
+    // layers, spread over its ranks. The per-micro-batch work (compute, per-layer
+    // collectives, stage sends) is stretched by the bubble; the optimizer step's
+    // collectives are not.
+    let flops = 3.0 * info.flops() + recompute::extra_flops(info, c.pipe.recompute);
+    let flops_per_rank = flops * layers / n_stage as f64;
     let time_compute = flops_per_rank * o.network.gamma;
+    let in_pipe = |x: &&StepComm| matches!(x.group.as_str(), "tensor" | "sequence" | "expert" | "pipeline");
+    let comm_pipe: f64 = comm.iter().filter(in_pipe).map(|x| x.time).sum();
     let time_comm: f64 = comm.iter().map(|x| x.time).sum();
+    let busy = time_compute + comm_pipe;
+    let time_bubble = busy * (pipeline::stretch(pp, m as usize, v) - 1.0);
     let bytes_per_step: f64 = comm.iter().map(|x| x.bytes_per_rank * x.count).sum();
     let cross_node_bytes: f64 = comm.iter().filter(|x| x.cross_node).map(|x| x.bytes_per_rank * x.count).sum();
     let fits = o.mem_per_device.is_none_or(|m| mem.total <= m as f64);
     ModelPlan {
         config: c.clone(),
-        psi_dense: info.psi_dense() * layers,
-        psi_expert: info.psi_expert() * layers,
+        psi_dense: info.psi_dense() * o.layers.max(1) as f64,
+        psi_expert: info.psi_expert() * o.layers.max(1) as f64,
         memory: mem,
         comm,
         bytes_per_step,
@@ -596,13 +685,49 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
         flops_per_rank,
         time_compute,
         time_comm,
-        time: time_compute + time_comm,
+        time: time_compute + time_comm + time_bubble,
         fits,
+        stage_layers: (ls_max, ls_min, if ls_max == ls_min { pp } else { o.layers.max(1) % pp }),
+        micro_batch_size: pipeline::local_batch(info, c.data) / c.pipe.micro_batches.max(1),
+        bubble: pipeline::bubble_fraction(pp, m as usize, v),
+        time_bubble,
     }
 }
 
 fn divisors(n: usize) -> Vec<usize> {
     (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
+}
+
+/// The pipeline choices to try for `stages` stages: micro-batch counts dividing the
+/// local batch, the schedules (one stage: gradient accumulation), recomputation.
+fn pipe_choices(info: &ModelInfo, stages: usize, data: usize, o: &ModelOptions) -> Vec<Pipe> {
+    let ms = divisors(pipeline::local_batch(info, data));
+    let mut scheds = vec![(Schedule::OneFOneB, 1)];
+    if stages > 1 {
+        scheds.push((Schedule::GPipe, 1));
+        for v in [2, 4] {
+            if o.layers.is_multiple_of(stages * v) {
+                scheds.push((Schedule::Interleaved, v));
+            }
+        }
+    }
+    let recs: Vec<Recompute> = match o.recompute {
+        Some(r) => vec![r],
+        None if recompute::has_core(info) => vec![Recompute::None, Recompute::Selective, Recompute::Full],
+        None => vec![Recompute::None, Recompute::Full],
+    };
+    let mut out = Vec::new();
+    for &m in &ms {
+        if o.micro_batches.is_some_and(|x| x != m) {
+            continue;
+        }
+        for &(schedule, virtual_stages) in &scheds {
+            for &recompute in &recs {
+                out.push(Pipe { stages, schedule, virtual_stages, micro_batches: m, recompute });
+            }
+        }
+    }
+    out
 }
 
 /// Every valid configuration (respecting the hints), evaluated, fastest first;
@@ -620,42 +745,60 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
         Some(z) => vec![z],
         None => vec![0, 1, 2, 3],
     };
-    for t in divisors(n) {
-        if hints.tensor.is_some_and(|(d, _)| d != t) {
+    for stages in divisors(n) {
+        if hints.pipeline.is_some_and(|x| x != stages) || stages > o.layers.max(1) {
             continue;
         }
-        for s in divisors(n / t) {
-            if hints.sequence.is_some_and(|(_, d)| d != s) {
+        let ns = n / stages;
+        for t in divisors(ns) {
+            if hints.tensor.is_some_and(|(d, _)| d != t) {
                 continue;
             }
-            let d = n / t / s;
-            if hints.data.is_some_and(|x| x != d) {
-                continue;
-            }
-            for e in divisors(d * s) {
-                if hints.expert.is_some_and(|x| x != e) {
+            for s in divisors(ns / t) {
+                if hints.sequence.is_some_and(|(_, d)| d != s) {
                     continue;
                 }
-                for &style in if s > 1 { &styles[..] } else { &styles[..1] } {
-                    for &z in &zeros {
-                        let pps: Vec<ZeroPP> = match (z, o.zeropp) {
-                            (3, Some(p)) => vec![p],
-                            (3, None) => vec![ZeroPP::default(), ZeroPP::all()],
-                            _ => vec![ZeroPP::default()],
-                        };
-                        for pp in pps {
-                            let c = Config {
-                                data: d,
-                                tensor: t,
-                                tensor_dims: tdims.clone(),
-                                sequence: s,
-                                seq_style: style,
-                                expert: e,
-                                zero: z,
-                                zeropp: pp,
+                let d = ns / t / s;
+                if hints.data.is_some_and(|x| x != d) {
+                    continue;
+                }
+                let pipes = pipe_choices(info, stages, d, o);
+                for e in divisors(d * s) {
+                    if hints.expert.is_some_and(|x| x != e) {
+                        continue;
+                    }
+                    for &style in if s > 1 { &styles[..] } else { &styles[..1] } {
+                        for &z in &zeros {
+                            let zpps: Vec<ZeroPP> = match (z, o.zeropp) {
+                                (3, Some(p)) => vec![p],
+                                (3, None) => vec![ZeroPP::default(), ZeroPP::all()],
+                                _ => vec![ZeroPP::default()],
                             };
-                            if invalid(info, &c).is_none() {
-                                out.push(evaluate(info, &c, o));
+                            for zpp in zpps {
+                                // Per layout, only its best micro-batching, schedule and
+                                // recomputation is kept: the table stays a ranking of
+                                // layouts, and memory stays bounded.
+                                let mut best: Option<ModelPlan> = None;
+                                for &pipe in &pipes {
+                                    let c = Config {
+                                        data: d,
+                                        tensor: t,
+                                        tensor_dims: tdims.clone(),
+                                        sequence: s,
+                                        seq_style: style,
+                                        expert: e,
+                                        zero: z,
+                                        zeropp: zpp,
+                                        pipe,
+                                    };
+                                    if invalid(info, &c).is_none() && pipeline::invalid(info, &c, o.layers).is_none() {
+                                        let p = evaluate(info, &c, o);
+                                        if best.as_ref().is_none_or(|b| better(&p, b)) {
+                                            best = Some(p);
+                                        }
+                                    }
+                                }
+                                out.extend(best);
                             }
                         }
                     }
@@ -663,10 +806,17 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
             }
         }
     }
-    out.sort_by(|a, b| {
-        b.fits.cmp(&a.fits).then(a.time.total_cmp(&b.time)).then(a.memory.total.total_cmp(&b.memory.total))
-    });
+    out.sort_by(rank);
     out
+}
+
+/// The ranking: plans that fit first, then by step time, then by memory.
+fn rank(a: &ModelPlan, b: &ModelPlan) -> std::cmp::Ordering {
+    b.fits.cmp(&a.fits).then(a.time.total_cmp(&b.time)).then(a.memory.total.total_cmp(&b.memory.total))
+}
+
+fn better(a: &ModelPlan, b: &ModelPlan) -> bool {
+    rank(a, b) == std::cmp::Ordering::Less
 }
 
 /// The configuration the hints describe (unset degrees 1, zero 0), used to explain
@@ -684,6 +834,12 @@ pub fn from_hints(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: 
         expert: hints.expert.unwrap_or(1),
         zero: hints.zero.unwrap_or(0),
         zeropp: if hints.zero == Some(3) { o.zeropp.unwrap_or_default() } else { ZeroPP::default() },
+        pipe: Pipe {
+            stages: hints.pipeline.unwrap_or(1),
+            micro_batches: o.micro_batches.unwrap_or(1),
+            recompute: o.recompute.unwrap_or(Recompute::None),
+            ..Pipe::default()
+        },
     }
 }
 
@@ -729,7 +885,9 @@ pub fn plan_model_command(
         let plans = search(&info, hints, o);
         if plans.is_empty() {
             let c = from_hints(&info, hints, o);
-            let why = invalid(&info, &c).unwrap_or_else(|| format!("the hints need {} devices", c.devices()));
+            let why = invalid(&info, &c)
+                .or_else(|| pipeline::invalid(&info, &c, o.layers))
+                .unwrap_or_else(|| format!("the hints need {} devices", c.devices()));
             return Err(err(
                 "E0812",
                 format!("no valid parallel plan of model `{}` on {} devices: {why}", info.name, o.devices),
@@ -762,6 +920,10 @@ pub struct CliArgs {
     pub dims: Vec<String>,
     pub top: usize,
     pub zeropp: Option<String>,
+    /// Force the micro-batch count (gradient accumulation steps).
+    pub micro_batches: Option<usize>,
+    /// Force the recomputation: none, selective or full.
+    pub recompute: Option<String>,
     pub json: bool,
     /// `ulysses` or `expert`: run the model's layer sharded instead of planning.
     pub execute: Option<String>,
@@ -778,6 +940,7 @@ pub fn check_counts(a: &CliArgs) -> Result<(), CommandError> {
         ("--gpus-per-node", Some(a.gpus_per_node)),
         ("--devices", a.devices),
         ("--top", Some(a.top)),
+        ("--micro-batches", a.micro_batches),
     ];
     for (name, v) in counts {
         if v == Some(0) {
@@ -833,6 +996,11 @@ pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, CommandEr
     o.top = a.top.max(1);
     o.zeropp = match &a.zeropp {
         Some(s) => Some(ZeroPP::parse(s).map_err(|m| err("E0811", m, None))?),
+        None => None,
+    };
+    o.micro_batches = a.micro_batches;
+    o.recompute = match &a.recompute {
+        Some(s) => Some(Recompute::parse(s).map_err(|m| err("E0811", m, Some("--recompute none|selective|full")))?),
         None => None,
     };
     let dims = parse_dims(&a.dims)?;

@@ -54,8 +54,23 @@ pub fn plans_text(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> St
     let fit = plans.iter().filter(|p| p.fits).count();
     s.push_str(&format!("  {} valid plans, {} fit in memory; top {}:\n", plans.len(), fit, o.top.min(plans.len())));
     s.push_str(&format!(
-        "  {:>3}  {:>4} {:>6} {:>9} {:>6} {:>4} {:>7}  {:>10}  {:>10}  {:>10}  {:>10}\n",
-        "#", "data", "tensor", "sequence", "expert", "zero", "zero++", "memory", "comm/step", "cross-node", "time/step"
+        "  {:>3}  {:>4} {:>6} {:>9} {:>6} {:>4} {:>7} {:>4} {:>9} {:>5} {:>9} {:>6}  {:>10}  {:>10}  {:>10}  {:>10}\n",
+        "#",
+        "data",
+        "tensor",
+        "sequence",
+        "expert",
+        "zero",
+        "zero++",
+        "pipe",
+        "schedule",
+        "micro",
+        "recompute",
+        "bubble",
+        "memory",
+        "comm/step",
+        "cross-node",
+        "time/step"
     ));
     for (k, p) in plans.iter().take(o.top.max(1)).enumerate() {
         let c = &p.config;
@@ -64,8 +79,14 @@ pub fn plans_text(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> St
         } else {
             "1".into()
         };
+        let pp = &c.pipe;
+        let sched = match (pp.stages, pp.schedule) {
+            (1, _) => "-".to_string(),
+            (_, super::Schedule::Interleaved) => format!("inter×{}", pp.virtual_stages),
+            (_, x) => x.name().to_string(),
+        };
         s.push_str(&format!(
-            "  {:>3}  {:>4} {:>6} {:>9} {:>6} {:>4} {:>7}  {:>10}  {:>10}  {:>10}  {:>10}{}\n",
+            "  {:>3}  {:>4} {:>6} {:>9} {:>6} {:>4} {:>7} {:>4} {:>9} {:>5} {:>9} {:>5.1}%  {:>10}  {:>10}  {:>10}  {:>10}{}\n",
             k + 1,
             c.data,
             c.tensor,
@@ -73,6 +94,11 @@ pub fn plans_text(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> St
             c.expert,
             c.zero,
             c.zeropp.name(),
+            pp.stages,
+            sched,
+            pp.micro_batches,
+            pp.recompute.name(),
+            100.0 * p.bubble,
             fmt_bytes(p.memory.total),
             fmt_bytes(p.bytes_per_step),
             fmt_bytes(p.cross_node_bytes),
@@ -97,11 +123,36 @@ pub fn plan_detail(p: &ModelPlan) -> String {
         if m.secondary > 0.0 { format!(" + hpZ secondary {}", fmt_bytes(m.secondary)) } else { String::new() },
         fmt_bytes(m.activations)
     ));
+    let pp = &p.config.pipe;
+    if pp.stages > 1 || pp.micro_batches > 1 || pp.recompute != super::Recompute::None {
+        let (hi, lo, _) = p.stage_layers;
+        s.push_str(&format!(
+            "  pipeline {} stage{} of {} layers{} ({}), {} micro-batch{} of {} per data rank, in flight on stage 1: {}; \
+             recompute {}; bubble {:.1}%\n",
+            pp.stages,
+            if pp.stages == 1 { "" } else { "s" },
+            hi,
+            if hi != lo { format!(" (the last {} of {lo})", pp.stages - p.stage_layers.2) } else { String::new() },
+            match (pp.stages, pp.schedule) {
+                (1, _) => "gradient accumulation".to_string(),
+                (_, super::Schedule::Interleaved) => format!("interleaved 1F1B, {} chunks per device", pp.virtual_stages),
+                (_, super::Schedule::OneFOneB) => "1F1B".to_string(),
+                (_, super::Schedule::GPipe) => "GPipe".to_string(),
+            },
+            pp.micro_batches,
+            if pp.micro_batches == 1 { "" } else { "es" },
+            p.micro_batch_size,
+            super::pipeline::in_flight(pp.schedule, pp.stages, pp.micro_batches, pp.virtual_stages),
+            pp.recompute.name(),
+            100.0 * p.bubble
+        ));
+    }
     s.push_str(&format!(
-        "  step: compute {} ({} flop per device) + communication {} = {}\n",
+        "  step: compute {} ({} flop per device) + communication {}{} = {}\n",
         fmt_time(p.time_compute),
         fmt_count(p.flops_per_rank),
         fmt_time(p.time_comm),
+        if p.time_bubble > 0.0 { format!(" + bubble {}", fmt_time(p.time_bubble)) } else { String::new() },
         fmt_time(p.time)
     ));
     if p.comm.is_empty() {

@@ -1,0 +1,44 @@
+//! Activation recomputation (Korthikanti et al. 2022, "Reducing Activation
+//! Recomputation in Large Transformer Models"): what a layer keeps for its backward
+//! pass and what the backward pass computes again.
+//!
+//! The attention core is read from the model: the tensors with two indices over one
+//! sequence dim (scores, probabilities: the 5as/h term of sbh(34 + 5as/h)) and the
+//! statements that write them. The layer's input is the block's output (what the
+//! previous repetition produced).
+
+use super::analysis::{LayerInfo, ModelInfo, TensorInfo, SEQ_NAMES};
+use super::pipeline::Recompute;
+use super::{local_elements, Config};
+
+/// A tensor quadratic in the sequence: two of its dims are one sequence dim.
+pub fn is_core(t: &TensorInfo) -> bool {
+    SEQ_NAMES.iter().any(|s| t.dims.iter().filter(|d| d == s).count() >= 2)
+}
+
+/// Elements one rank keeps per repetition of the block (over its whole local batch)
+/// for the backward pass, and the elements of the largest working set recomputation
+/// materialises at once (one repetition's activations, under full recomputation).
+pub fn kept_elements(info: &ModelInfo, c: &Config, r: Recompute) -> (f64, f64) {
+    let acts = || info.layers.iter().flat_map(|l: &LayerInfo| &l.activations);
+    let all: f64 = acts().map(|a| local_elements(a, c)).sum();
+    match r {
+        Recompute::None => (all, 0.0),
+        Recompute::Selective => (acts().filter(|a| !is_core(a)).map(|a| local_elements(a, c)).sum(), 0.0),
+        Recompute::Full => (info.outputs.iter().map(|a| local_elements(a, c)).sum(), all),
+    }
+}
+
+/// Forward flops per repetition of the block that the backward pass runs again.
+pub fn extra_flops(info: &ModelInfo, r: Recompute) -> f64 {
+    match r {
+        Recompute::None => 0.0,
+        Recompute::Selective => info.layers.iter().map(|l| l.core_flops).sum(),
+        Recompute::Full => info.flops(),
+    }
+}
+
+/// Whether selective recomputation has anything to recompute in this model.
+pub fn has_core(info: &ModelInfo) -> bool {
+    info.layers.iter().flat_map(|l| &l.activations).any(is_core)
+}
