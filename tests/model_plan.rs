@@ -371,3 +371,37 @@ fn pipeline_hint_is_honored_or_rejected() {
     let e = tcc::plan::model::plan_model_command(&h3, None, &[], &o, false).unwrap_err();
     assert!(e.message.contains("ZeRO stage 3"), "{}", e.message);
 }
+
+#[test]
+fn cli_text_and_json_show_the_pipeline() {
+    let ex = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gpt_block.tc");
+    let mut args: Vec<String> = ["plan-model", ex, "--devices", "64", "--mem-per-device", "80GB", "--layers", "96"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for (n, s) in GPT3 {
+        args.extend(["--dim".to_string(), format!("{n}={s}")]);
+    }
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcc")).args(&args).args(extra).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run(&["--top", "1"]);
+    assert!(text.contains("pipe  schedule micro recompute bubble"), "{text}");
+    assert!(text.contains("in flight on stage 1"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&run(&["--top", "1", "--json"])).unwrap();
+    let p = &json["models"][0]["plans"][0];
+    assert!(p["fits"].as_bool().unwrap());
+    assert!(p["config"]["pipe"]["stages"].as_u64().unwrap() > 1, "{p}");
+    for k in ["schedule", "micro_batches", "recompute", "virtual_stages"] {
+        assert!(!p["config"]["pipe"][k].is_null(), "{k}");
+    }
+    assert!(p["bubble"].as_f64().unwrap() > 0.0);
+    // Forcing full recomputation and 1536 micro-batches is honoured.
+    let json: serde_json::Value =
+        serde_json::from_str(&run(&["--top", "1", "--json", "--recompute", "full", "--micro-batches", "768"])).unwrap();
+    let pipe = &json["models"][0]["plans"][0]["config"]["pipe"];
+    assert_eq!(pipe["recompute"], "full");
+    assert_eq!(pipe["micro_batches"], 768);
+}
