@@ -364,6 +364,11 @@ fn pipeline_hint_is_honored_or_rejected() {
     let e = tcc::plan::model::plan_model_command(&h, None, &[], &o, false).unwrap_err();
     assert_eq!(e.code, "E0812");
     assert!(e.message.contains("pipeline: 8 stages need at least 8 layers"), "{}", e.message);
+    // A degree that does not divide the devices says so.
+    let (h5, _) = at_scale(&src.replace("pipeline = 8;", "pipeline = 5;"), &GPT3);
+    o.layers = 96;
+    let e = tcc::plan::model::plan_model_command(&h5, None, &[], &o, false).unwrap_err();
+    assert!(e.message.contains("pipeline: 5 stages do not divide 64 devices"), "{}", e.message);
     // A pipeline with ZeRO-3 is rejected, not ignored.
     let z3 = src.replace("pipeline = 8;", "pipeline = 8; zero = 3;");
     let (h3, _) = at_scale(&z3, &GPT3);

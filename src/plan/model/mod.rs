@@ -885,7 +885,10 @@ pub fn plan_model_command(
         let plans = search(&info, hints, o);
         if plans.is_empty() {
             let c = from_hints(&info, hints, o);
-            let why = invalid(&info, &c)
+            let stages = c.pipe.stages;
+            let why = (!o.devices.is_multiple_of(stages))
+                .then(|| format!("pipeline: {stages} stages do not divide {} devices", o.devices))
+                .or_else(|| invalid(&info, &c))
                 .or_else(|| pipeline::invalid(&info, &c, o.layers))
                 .unwrap_or_else(|| format!("the hints need {} devices", c.devices()));
             return Err(err(
