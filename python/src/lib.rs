@@ -827,6 +827,7 @@ fn optimize_path(
         Method::Trivial => "trivial",
         Method::Exact => "exact",
         Method::Greedy => "greedy",
+        Method::Hyper => "hyper",
     };
     Ok((steps, path.flops, path.peak, method.to_string()))
 }

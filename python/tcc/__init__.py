@@ -439,7 +439,7 @@ class PathInfo:
     multiply-add of a step that sums an index, 1 per element of a pure product),
     ``speedup``, ``largest_intermediate`` (elements, the result included, like
     opt_einsum), ``peak`` (tcc's peak of live intermediates), ``method``
-    (``exact``/``greedy``/``trivial``), ``steps`` (one ``(positions, result
+    (``exact``/``greedy``/``hyper``/``trivial``), ``steps`` (one ``(positions, result
     subscripts, flops)`` per step), ``eq``, ``size_dict``."""
 
     def __init__(self, eq, ins, out, size_dict, path, steps, naive_cost, opt_cost, largest, peak, method):
@@ -489,7 +489,7 @@ def contract_path(expr: str, *shapes_or_arrays) -> Tuple[List[Tuple[int, ...]], 
     current operand list (the contracted operands are removed and the result is
     appended, as in ``opt_einsum.contract_path``); ``info`` a :class:`PathInfo`.
     The order comes from tcc's own search (exact dynamic programming up to 16
-    operands, greedy with restarts beyond).
+    operands, greedy then the hyper-optimizer within one second beyond).
     """
     shapes = [_shape_of(x) for x in shapes_or_arrays]
     ins, out = _parse(expr, len(shapes))

@@ -145,7 +145,6 @@ impl Rng {
 /// When a search stops: a deadline, a trial cap and, so that easy networks do not
 /// spend the whole budget, patience (trials without improvement; deterministic).
 struct Budget {
-    start: Instant,
     deadline: Instant,
     max_trials: usize,
 }
@@ -167,7 +166,6 @@ pub(super) fn hyper<const W: usize>(
     let obj = opts.objective;
     let start = Instant::now();
     let budget = Budget {
-        start,
         deadline: start + Duration::from_secs_f64(opts.search_time.clamp(0.0, 1e7)),
         max_trials: opts.max_trials.unwrap_or(usize::MAX),
     };
@@ -228,7 +226,6 @@ pub(super) fn hyper<const W: usize>(
         }
         prog.tick(trial, best.0 .0);
     }
-    let _ = budget.start;
     prog.finish();
     best.1
 }
