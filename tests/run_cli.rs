@@ -121,7 +121,8 @@ fn a_network_of_150_indices_is_ordered_and_checked() {
     std::fs::write(&file, src).unwrap();
     let out = tcc().arg("opt").arg(&file).assert().success();
     let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
-    assert!(!text.contains("not reordered") && text.contains("order [greedy]"), "{text}");
+    // Beyond the exact search: the hyper-optimizer (which starts from greedy).
+    assert!(!text.contains("not reordered") && text.contains("order [hyper]"), "{text}");
     assert!(text.contains("flops  2.1409e47 -> 2376 (9.010e43x)"), "{text}");
     let out = tcc().arg("run").arg(&file).arg("--check").assert().success();
     let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
