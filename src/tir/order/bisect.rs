@@ -136,6 +136,17 @@ fn bisect<const W: usize>(ctx: &Ctx<W>, leaves: &[usize], imbalance: f64, rng: &
             })
             .sum()
     };
+    // Moves `v` to the other side, keeping the per-edge side counts and the sizes.
+    let flip = |v: usize, side: &mut [bool], cnt: &mut [[usize; 2]], sizes: &mut [usize; 2]| {
+        let s = side[v] as usize;
+        for &e in &inc[v] {
+            cnt[e][s] -= 1;
+            cnt[e][1 - s] += 1;
+        }
+        sizes[s] -= 1;
+        sizes[1 - s] += 1;
+        side[v] = !side[v];
+    };
     for _pass in 0..4 {
         let mut locked = vec![false; nv];
         let mut moves: Vec<usize> = Vec::new();
@@ -152,14 +163,7 @@ fn bisect<const W: usize>(ctx: &Ctx<W>, leaves: &[usize], imbalance: f64, rng: &
                 }
             }
             let Some((g, v)) = pick else { break };
-            let s = side[v] as usize;
-            for &e in &inc[v] {
-                cnt[e][s] -= 1;
-                cnt[e][1 - s] += 1;
-            }
-            sizes[s] -= 1;
-            sizes[1 - s] += 1;
-            side[v] = !side[v];
+            flip(v, &mut side, &mut cnt, &mut sizes);
             locked[v] = true;
             moves.push(v);
             run += g;
@@ -170,14 +174,7 @@ fn bisect<const W: usize>(ctx: &Ctx<W>, leaves: &[usize], imbalance: f64, rng: &
         }
         // Undo the moves after the best prefix.
         for &v in moves[best_len..].iter().rev() {
-            let s = side[v] as usize;
-            for &e in &inc[v] {
-                cnt[e][s] -= 1;
-                cnt[e][1 - s] += 1;
-            }
-            sizes[s] -= 1;
-            sizes[1 - s] += 1;
-            side[v] = !side[v];
+            flip(v, &mut side, &mut cnt, &mut sizes);
         }
         if best_len == 0 {
             break;
