@@ -50,6 +50,9 @@ fn ccd_example_matches_the_dense_build() {
     let nums: Vec<f64> = line.split([' ', '(', ')', ',']).filter_map(|w| w.parse().ok()).collect();
     assert_eq!(nums[0], nums[1], "{line}");
     assert!(nums[0] * 5.0 < nums[2], "{line}");
+    // --stats times the kernel calls by shape against the model.
+    assert!(tiled_text.contains("kernels: ") && tiled_text.contains("kernel wall / model = "), "{tiled_text}");
+    assert!(tiled_text.lines().any(|l| l.trim_start().starts_with("GETT m ")), "{tiled_text}");
 }
 
 #[test]
@@ -198,6 +201,7 @@ fn in_process_ranks_give_the_single_process_numbers() {
                 let planned: u64 = after.split("(planned ").nth(1).unwrap().split(')').next().unwrap().parse().unwrap();
                 assert_eq!(moved, planned, "{line}");
             }
+            assert!(text.contains("kernels of rank 0: "), "{text}");
             let sets = text.lines().find(|l| l.contains("exchange: ")).expect("--stats names the exchange");
             match exchange {
                 "collective" => assert!(sets.contains("exchange: 0 of "), "{sets}"),

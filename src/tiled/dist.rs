@@ -160,6 +160,9 @@ pub struct RankStats {
     pub model_exchange_s: f64,
     /// Flops of this rank's work that ran while the fetch exchange was in flight.
     pub overlapped_flops: f64,
+    /// This rank's kernel calls by shape against the model (with
+    /// [`TiledOptions::profile`]).
+    pub profile: super::profile::KernelProfile,
 }
 
 /// `struct rusage` of 64-bit Linux: two `timeval`s, then 14 longs.
@@ -814,6 +817,10 @@ impl<'p> RankTiles<'p> {
         let layouts = &program.layouts;
         let tile_len = |t: TensorId, k: usize| layouts[&t].tile_len(&layouts[&t].tiles()[k]);
         let pool = ThreadPool::new(self.opts.threads);
+        // Every thread of every rank computes at once.
+        let model = self.opts.model.at_concurrency(self.opts.threads * p);
+        let profiles: Vec<std::sync::Mutex<super::profile::KernelProfile>> =
+            (0..pool.threads()).map(|_| Default::default()).collect();
         // Ranks start together: the time is the run's, not the skew of whatever
         // each did before (filling its inputs).
         comm.barrier();
@@ -829,12 +836,12 @@ impl<'p> RankTiles<'p> {
             for &s in set {
                 let t = program.written(s);
                 if !self.local.contains_key(&t) {
+                    // Zero as allocated (and its pages untouched until computed into).
                     let loc = self.make_local(t)?;
                     self.local.insert(t, loc);
-                }
-                // `=` overwrites: every stored tile of the tensor is this statement's.
-                if !program.accumulates(s) {
-                    self.local.get_mut(&t).expect("allocated above").data.fill(0.0);
+                } else if !program.accumulates(s) {
+                    // `=` overwrites: every stored tile of the tensor is this statement's.
+                    self.local.get_mut(&t).expect("held").data.fill(0.0);
                 }
             }
             self.stats.owned_peak = self.stats.owned_peak.max(self.owned_now());
@@ -907,15 +914,18 @@ impl<'p> RankTiles<'p> {
                         }
                     }
                 };
-                pool.parallel_for(items.len(), self.opts.schedule, |i, _| {
+                pool.parallel_for(items.len(), self.opts.schedule, |i, worker| {
                     if let Some((progress, ready)) = wait {
                         progress.wait_for(ready[i]);
                     }
                     let w = &work[items[i]];
                     let (s, c, _) = &tasks[w.task];
+                    let mut profile =
+                        self.opts.profile.then(|| profiles[worker].lock().unwrap_or_else(|e| e.into_inner()));
+                    let prof = profile.as_deref_mut().map(|p| (&model, p));
                     // SAFETY: in each phase one work item per written tile and rank; the set reads no
                     // tensor it writes; early items read no received tile.
-                    let (f, _) = unsafe { program.run_task(*s, c, &tile_ptr, &kernel, w.anchors.as_deref()) };
+                    let (f, _) = unsafe { program.run_task(*s, c, &tile_ptr, &kernel, w.anchors.as_deref(), prof) };
                     flops.fetch_add(f as u64, std::sync::atomic::Ordering::Relaxed);
                 });
             };
@@ -1032,6 +1042,7 @@ impl<'p> RankTiles<'p> {
             local.retain(|t, _| hir.tensors[*t].role != Role::Temporary || last_use.get(t).is_some_and(|&u| u > l));
         }
         self.stats.run_s = t0.elapsed().as_secs_f64();
+        self.stats.profile = super::exec::merged(profiles);
         self.stats.words_sent = moved().saturating_sub(sent_before) as f64;
         self.stats.peak_rss = peak_rss_bytes();
         Ok(())

@@ -16,6 +16,7 @@
 
 use super::layout::{Coord, Layout, TileView};
 use super::model::TimeModel;
+use super::profile::{KernelProfile, ShapeClass};
 use super::space::TiledRange;
 use super::tensor::TiledTensor;
 use super::SyncPtr;
@@ -46,6 +47,9 @@ pub struct TiledOptions {
     pub model: super::model::TimeModel,
     /// Distributed runs: how tiles move between ranks (`--exchange`).
     pub exchange: ExchangeMode,
+    /// Time every kernel call against the model ([`KernelProfile`]; `--stats`):
+    /// two clock reads per call.
+    pub profile: bool,
 }
 
 /// How a distributed tiled run moves operand and partial tiles between ranks
@@ -91,6 +95,7 @@ impl Default for TiledOptions {
             flops_per_word: super::placement::FLOPS_PER_WORD,
             model: super::model::TimeModel::builtin(),
             exchange: ExchangeMode::Auto,
+            profile: false,
         }
     }
 }
@@ -139,6 +144,8 @@ pub struct TiledStats {
     /// Seconds each worker spent in tasks.
     pub busy_s: Vec<f64>,
     pub task_sets: usize,
+    /// Kernel calls by shape against the model (with [`TiledOptions::profile`]).
+    pub profile: KernelProfile,
 }
 
 /// What [`Program::for_contributions`] calls per contribution: the term, the weight
@@ -482,6 +489,8 @@ impl Program {
         let flops = AtomicU64::new(0);
         let calls = AtomicU64::new(0);
         let mut tasks_total = 0;
+        let model = opts.model.at_concurrency(opts.threads);
+        let profiles: Vec<std::sync::Mutex<KernelProfile>> = (0..pool.threads()).map(|_| Default::default()).collect();
         let t0 = Instant::now();
         for (l, set) in self.levels.iter().enumerate() {
             let mut tasks = self.level_tasks(set);
@@ -503,7 +512,9 @@ impl Program {
                 let (s, c, _) = &tasks[k];
                 // SAFETY: each task writes only its own tile of the written tensor;
                 // a task set never reads a tensor one of its tasks writes (levels).
-                let (f, n) = unsafe { self.run_task(*s, c, &tile_ptr, &kernel, None) };
+                let mut profile = opts.profile.then(|| profiles[w].lock().unwrap_or_else(|e| e.into_inner()));
+                let prof = profile.as_deref_mut().map(|p| (&model, p));
+                let (f, n) = unsafe { self.run_task(*s, c, &tile_ptr, &kernel, None, prof) };
                 flops.fetch_add(f as u64, Ordering::Relaxed);
                 calls.fetch_add(n, Ordering::Relaxed);
                 busy[w].fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -526,6 +537,7 @@ impl Program {
             run_s,
             busy_s: busy.iter().map(|b| b.load(Ordering::Relaxed) as f64 * 1e-9).collect(),
             task_sets: self.levels.len(),
+            profile: merged(profiles),
         };
         Ok((outputs, stats))
     }
@@ -544,6 +556,7 @@ impl Program {
         tile_ptr: &(dyn Fn(TensorId, usize) -> *mut f64 + Sync),
         kernel: &crate::codegen::llvm::TileKernel,
         part: Option<&[Anchor]>,
+        mut prof: Option<(&TimeModel, &mut KernelProfile)>,
     ) -> (f64, u64) {
         let st = &self.stmts[s];
         let layout = &self.layouts[&st.lhs];
@@ -568,12 +581,27 @@ impl Program {
         // small tiles otherwise waits on memory.
         let mut dims: Vec<GettDim> = Vec::new();
         let mut pending_dims: Vec<GettDim> = Vec::new();
-        let mut pending: Option<(*const f64, *const f64, f64)> = None;
-        let run_pending = |pending: &mut Option<(*const f64, *const f64, f64)>, dims: &[GettDim]| {
-            if let Some((pa, pb, alpha)) = pending.take() {
-                tcc_runtime::kernels::gett_tile(pa, pb, cptr, alpha, dims, kernel.params, kernel.uk, kernel.uks, false);
-            }
-        };
+        // A call waiting to run: operands, alpha, its m, n, k, batch and flops.
+        type Pending = (*const f64, *const f64, f64, [f64; 4], f64);
+        let mut pending: Option<Pending> = None;
+        let run_pending =
+            |pending: &mut Option<Pending>, dims: &[GettDim], prof: &mut Option<(&TimeModel, &mut KernelProfile)>| {
+                if let Some((pa, pb, alpha, mnkb, flops)) = pending.take() {
+                    timed(prof, true, mnkb, flops, || {
+                        tcc_runtime::kernels::gett_tile(
+                            pa,
+                            pb,
+                            cptr,
+                            alpha,
+                            dims,
+                            kernel.params,
+                            kernel.uk,
+                            kernel.uks,
+                            false,
+                        )
+                    });
+                }
+            };
         self.for_contributions(s, c, &mut |term, weight, views, ext| {
             if part.is_some_and(|p| p.binary_search(&anchor(term, views, ext)).is_err()) {
                 return;
@@ -631,32 +659,63 @@ impl Program {
                         let len: usize = f.1.iter().map(|&p| ext[p]).product();
                         prefetch_l2(tile_ptr(f.0, v.slot), len);
                     }
-                    run_pending(&mut pending, &pending_dims);
+                    run_pending(&mut pending, &pending_dims, &mut prof);
                     std::mem::swap(&mut dims, &mut pending_dims);
-                    pending = Some((pa, pb, alpha));
+                    pending = Some((pa, pb, alpha, contribution_mnkb(term, ext), 2.0 * points));
                     calls += 1;
                     flops += 2.0 * points;
                 }
                 1 => {
-                    run_pending(&mut pending, &pending_dims);
+                    run_pending(&mut pending, &pending_dims, &mut prof);
                     let a = tile_ptr(term.factors[0].0, views[0].slot);
                     let sa: Vec<isize> = (0..ext.len()).map(|p| stride(0, p)).collect();
                     let scs: Vec<isize> = (0..ext.len()).map(csd).collect();
-                    strided_add(cptr, &scs, a, &sa, ext, alpha);
+                    timed(&mut prof, false, contribution_mnkb(term, ext), points, || {
+                        strided_add(cptr, &scs, a, &sa, ext, alpha)
+                    });
                     flops += points;
                 }
                 _ => {
-                    run_pending(&mut pending, &pending_dims);
+                    run_pending(&mut pending, &pending_dims, &mut prof);
                     let scs: Vec<isize> = (0..ext.len()).map(csd).collect();
                     let one = [1.0f64];
-                    strided_add(cptr, &scs, one.as_ptr() as *mut f64, &vec![0; ext.len()], ext, alpha);
+                    timed(&mut prof, false, contribution_mnkb(term, ext), points, || {
+                        strided_add(cptr, &scs, one.as_ptr() as *mut f64, &vec![0; ext.len()], ext, alpha)
+                    });
                     flops += points;
                 }
             }
         });
-        run_pending(&mut pending, &pending_dims);
+        run_pending(&mut pending, &pending_dims, &mut prof);
         (flops, calls)
     }
+}
+
+/// The workers' profiles, summed.
+pub(crate) fn merged(profiles: Vec<std::sync::Mutex<KernelProfile>>) -> KernelProfile {
+    let mut all = KernelProfile::default();
+    for p in profiles {
+        all.merge(&p.into_inner().unwrap_or_else(|e| e.into_inner()));
+    }
+    all
+}
+
+/// Runs `f`, one kernel call of `flops` on tiles of `mnkb`, and when profiling
+/// records its time next to the model's.
+fn timed(
+    prof: &mut Option<(&TimeModel, &mut KernelProfile)>,
+    product: bool,
+    mnkb: [f64; 4],
+    flops: f64,
+    f: impl FnOnce(),
+) {
+    let Some((model, profile)) = prof else { return f() };
+    let t0 = Instant::now();
+    f();
+    let wall = t0.elapsed().as_secs_f64();
+    let [m, n, k, b] = mnkb;
+    let modelled = (model.kernel_seconds(flops, m, n, k, b) - model.call_overhead).max(0.0);
+    profile.record(ShapeClass::of(product, mnkb), flops, modelled, wall);
 }
 
 /// What a piece of a task is named by: its largest operand tile (tensor, slot; the

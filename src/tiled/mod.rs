@@ -14,6 +14,7 @@ pub mod layout;
 pub mod model;
 pub mod placement;
 pub mod plan;
+pub mod profile;
 pub mod run;
 pub mod session;
 pub mod space;

@@ -3,6 +3,7 @@
 //! run as task sets, and reported like every other executor.
 
 use super::exec::{ExchangeMode, Program, TiledOptions, TiledStats};
+use super::profile::secs;
 use super::tensor::TiledTensor;
 use crate::error::CommandError;
 use crate::interp;
@@ -48,7 +49,7 @@ pub fn run_tiled(hir: &Hir, opts: &RunOptions, r: &TiledRun, out: &mut dyn Write
             })?;
             inputs.insert(t, v);
         }
-        let (outputs, stats) = program.run(inputs, &r.tiled)?;
+        let (outputs, stats) = program.run(inputs, &TiledOptions { profile: r.stats, ..r.tiled.clone() })?;
         let dense: HashMap<_, Dense> = outputs.iter().map(|(&t, v)| (t, v.to_dense())).collect();
         let mut extra = report_lines(&stats, &r.tiled, r.stats);
         if r.stats {
@@ -59,6 +60,7 @@ pub fn run_tiled(hir: &Hir, opts: &RunOptions, r: &TiledRun, out: &mut dyn Write
                 if model > 0.0 { stats.run_s / model } else { 0.0 },
                 r.tiled.model.source
             ));
+            extra.extend(stats.profile.report(PROFILE_CLASSES));
         }
         if r.check {
             let mut want_inputs = HashMap::new();
@@ -93,14 +95,8 @@ fn structure_check(hir: &Hir, t: crate::ids::TensorId, dense: &Dense) -> Result<
     Ok(())
 }
 
-/// Seconds as `0.123`, or `1.23e-5` below a millisecond.
-fn secs(x: f64) -> String {
-    if x >= 1e-3 || x == 0.0 {
-        format!("{x:.3}")
-    } else {
-        format!("{x:.2e}")
-    }
-}
+/// Shape classes `--stats` lists (those that took the most kernel time).
+const PROFILE_CLASSES: usize = 6;
 
 /// A count in 4 significant digits: `1.024e9`.
 fn si(x: f64) -> String {
@@ -187,7 +183,7 @@ pub fn run_tiled_distributed(
             let threads = if mpi { r.tiled.threads } else { (r.tiled.threads / comm.size()).max(1) };
             // Every rank's threads compute at once: the kernel rates of that many.
             let model = r.tiled.model.at_concurrency(threads * comm.size());
-            let topts = TiledOptions { threads, model, ..r.tiled.clone() };
+            let topts = TiledOptions { threads, model, profile: r.stats, ..r.tiled.clone() };
             let mut results = HashMap::new();
             for &u in &units {
                 let program = Program::plan(&prepared, u, &topts)?;
@@ -213,7 +209,7 @@ pub fn run_tiled_distributed(
                 let mut all = vec![0.0; row.len() * comm.size()];
                 comm.allgather(&row, &mut all);
                 if let Some(outputs) = outputs {
-                    results.insert(u, (outputs, all, program.planned_flops(), program.dense_flops));
+                    results.insert(u, (outputs, all, program.planned_flops(), program.dense_flops, stats.profile));
                 }
             }
             let words = comm.stats();
@@ -226,7 +222,7 @@ pub fn run_tiled_distributed(
             let mut buf = Vec::new();
             let p = comm.size();
             run_report_with(hir, opts, &mut buf, false, &mut |u, _| {
-                let (outputs, all, planned, dense_flops) = &results[&u];
+                let (outputs, all, planned, dense_flops, profile) = &results[&u];
                 let dense: HashMap<_, Dense> = outputs.iter().map(|(&t, v)| (t, v.to_dense())).collect();
                 let time = (0..p).map(|q| all[W * q + 3]).fold(0.0, f64::max);
                 let flops: f64 = (0..p).map(|q| all[W * q + 2]).sum();
@@ -297,6 +293,12 @@ pub fn run_tiled_distributed(
                             }
                         ));
                     }
+                    extra.extend(
+                        profile
+                            .report(PROFILE_CLASSES)
+                            .into_iter()
+                            .map(|l| l.replacen("kernels:", "kernels of rank 0:", 1)),
+                    );
                 }
                 Ok((dense, extra))
             })?;

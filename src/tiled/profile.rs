@@ -1,0 +1,141 @@
+//! Where the time model is off: tile kernel calls of a run grouped by shape
+//! (powers of two of m, n, k and batch), each class with its calls, flops, the
+//! seconds the model gives them and the seconds they took. `--stats` prints the
+//! classes that took the most time, so a model that misses a run's wall time
+//! says which kernels it misjudges (and `tcc tune` which shapes to measure).
+
+use std::collections::BTreeMap;
+
+/// A class of calls: a product (GETT) or an element-wise add, and the binary
+/// logarithm (floor) of m, n, k and batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ShapeClass {
+    pub product: bool,
+    pub log2: [u8; 4],
+}
+
+impl ShapeClass {
+    pub fn of(product: bool, mnkb: [f64; 4]) -> ShapeClass {
+        ShapeClass { product, log2: mnkb.map(|x| x.max(1.0).log2().floor().min(63.0) as u8) }
+    }
+
+    fn name(&self) -> String {
+        let [m, n, k, b] = self.log2.map(|e| 1u64 << e);
+        if !self.product {
+            return format!("adds of {m}+ elements");
+        }
+        let batch = if b > 1 { format!(" batch {b}+") } else { String::new() };
+        format!("GETT m {m}+ n {n}+ k {k}+{batch}")
+    }
+}
+
+/// What calls of one class did.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ClassTimes {
+    pub calls: u64,
+    pub flops: f64,
+    pub model_s: f64,
+    pub wall_s: f64,
+}
+
+/// Calls of a run (or one worker's part of it) by shape class.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KernelProfile {
+    pub classes: BTreeMap<ShapeClass, ClassTimes>,
+}
+
+impl KernelProfile {
+    pub fn record(&mut self, class: ShapeClass, flops: f64, model_s: f64, wall_s: f64) {
+        let c = self.classes.entry(class).or_default();
+        c.calls += 1;
+        c.flops += flops;
+        c.model_s += model_s;
+        c.wall_s += wall_s;
+    }
+
+    pub fn merge(&mut self, other: &KernelProfile) {
+        for (k, v) in &other.classes {
+            let c = self.classes.entry(*k).or_default();
+            c.calls += v.calls;
+            c.flops += v.flops;
+            c.model_s += v.model_s;
+            c.wall_s += v.wall_s;
+        }
+    }
+
+    /// Summed over every class.
+    pub fn total(&self) -> ClassTimes {
+        let mut t = ClassTimes::default();
+        for v in self.classes.values() {
+            t.calls += v.calls;
+            t.flops += v.flops;
+            t.model_s += v.model_s;
+            t.wall_s += v.wall_s;
+        }
+        t
+    }
+
+    /// Report lines: the total, then the `top` classes that took the most time.
+    pub fn report(&self, top: usize) -> Vec<String> {
+        let t = self.total();
+        if t.calls == 0 {
+            return Vec::new();
+        }
+        let ratio = |c: &ClassTimes| if c.model_s > 0.0 { c.wall_s / c.model_s } else { 0.0 };
+        let mut v = vec![format!(
+            "kernels: {} calls, {} s in kernels against {} s modelled (kernel wall / model = {:.2}); by shape, most \
+             time first:",
+            t.calls,
+            secs(t.wall_s),
+            secs(t.model_s),
+            ratio(&t)
+        )];
+        let mut classes: Vec<_> = self.classes.iter().collect();
+        classes.sort_by(|a, b| b.1.wall_s.total_cmp(&a.1.wall_s));
+        for (k, c) in classes.into_iter().take(top) {
+            v.push(format!(
+                "  {}: {} calls, {:.1}% of kernel time, {:.2} GFLOP/s, wall / model = {:.2}",
+                k.name(),
+                c.calls,
+                100.0 * c.wall_s / t.wall_s.max(1e-300),
+                if c.wall_s > 0.0 { c.flops / c.wall_s / 1e9 } else { 0.0 },
+                ratio(c)
+            ));
+        }
+        v
+    }
+}
+
+/// Seconds as `0.123`, or `1.23e-5` below a millisecond.
+pub(crate) fn secs(x: f64) -> String {
+    if x >= 1e-3 || x == 0.0 {
+        format!("{x:.3}")
+    } else {
+        format!("{x:.2e}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_group_by_power_of_two_and_sum() {
+        let a = ShapeClass::of(true, [64.0, 100.0, 127.0, 1.0]);
+        assert_eq!(a.log2, [6, 6, 6, 0]);
+        assert_eq!(a, ShapeClass::of(true, [127.0, 64.0, 64.0, 1.5]));
+        assert_ne!(a, ShapeClass::of(false, [64.0, 100.0, 127.0, 1.0]));
+        let mut p = KernelProfile::default();
+        p.record(a, 10.0, 1.0, 2.0);
+        p.record(a, 10.0, 1.0, 2.0);
+        let mut q = KernelProfile::default();
+        q.record(ShapeClass::of(false, [8.0, 1.0, 1.0, 1.0]), 8.0, 0.5, 0.25);
+        p.merge(&q);
+        assert_eq!(p.total(), ClassTimes { calls: 3, flops: 28.0, model_s: 2.5, wall_s: 4.25 });
+        let r = p.report(5);
+        assert!(r[0].contains("3 calls") && r[0].contains("= 1.70"), "{r:?}");
+        assert!(r[1].contains("GETT m 64+ n 64+ k 64+: 2 calls") && r[1].contains("wall / model = 2.00"), "{r:?}");
+        assert!(r[2].contains("adds of 8+ elements"), "{r:?}");
+        assert!(KernelProfile::default().report(3).is_empty());
+    }
+}
