@@ -74,6 +74,11 @@ impl Default for FusionOptions {
     }
 }
 
+/// Loop sets per window of a long segment ([`lower_unit`]).
+const WINDOW: usize = 64;
+/// A window of a long segment gets at least 1/MIN_SHARE of the budget.
+const MIN_SHARE: usize = 16;
+
 /// What one statement touches, with indices renumbered locally (bit positions).
 struct StmtInfo {
     /// Bit mask of the statement's indices (local numbering).
@@ -99,9 +104,6 @@ struct Run {
 impl Run {
     fn len(&self) -> usize {
         self.r - self.l
-    }
-    fn contains(&self, i: usize) -> bool {
-        self.l <= i && i <= self.r
     }
 }
 
@@ -152,12 +154,13 @@ impl<'a> Problem<'a> {
             }
         };
         let mut infos = Vec::new();
-        for (k, st) in stmts.iter().enumerate() {
+        let mut written_before: BTreeSet<TensorId> = BTreeSet::new();
+        for st in stmts {
             // A temporary's first write by `+=` starts from zero: when the
             // temporary is sliced by a fused loop, that zero must be re-established
             // for every slice, exactly where an `=` would clear it.
-            let first_temp_write = hir.tensors[st.lhs.tensor].role == Role::Temporary
-                && !stmts[..k].iter().any(|s| s.lhs.tensor == st.lhs.tensor);
+            let first_temp_write =
+                hir.tensors[st.lhs.tensor].role == Role::Temporary && written_before.insert(st.lhs.tensor);
             let mut refs = Vec::new();
             let mut opaque = false;
             collect_refs(&st.rhs, &mut refs, &mut opaque);
@@ -205,7 +208,8 @@ impl<'a> Problem<'a> {
                 users.entry(t).or_default().push(i);
             }
         }
-        let written = infos.iter().map(|s| (s.lhs_tensor, users[&s.lhs_tensor].clone())).collect();
+        let lhs: BTreeSet<TensorId> = infos.iter().map(|s| s.lhs_tensor).collect();
+        let written = lhs.into_iter().map(|t| (t, users[&t].clone())).collect();
         Some(Problem { hir, hir_stmts: stmts, locals, stmts: infos, written, users })
     }
 
@@ -225,6 +229,12 @@ impl<'a> Problem<'a> {
 
 /// The runs of a (prefix of a) fusion: `shared[i]` is `S_i`.
 fn runs_of(shared: &[u64]) -> Vec<Run> {
+    runs_at(shared, 0)
+}
+
+/// The runs of `shared`, a part of a fusion's `S_i` starting at `S_offset`
+/// (statement numbers in the runs are the unit's).
+fn runs_at(shared: &[u64], offset: usize) -> Vec<Run> {
     let mut runs = Vec::new();
     // Only the loops shared somewhere (most candidates share few).
     let any = shared.iter().fold(0u64, |a, &x| a | x);
@@ -236,13 +246,24 @@ fn runs_of(shared: &[u64]) -> Vec<Run> {
                 while i < shared.len() && shared[i] >> bit & 1 == 1 {
                     i += 1;
                 }
-                runs.push(Run { bit, l, r: i });
+                runs.push(Run { bit, l: l + offset, r: i + offset });
             } else {
                 i += 1;
             }
         }
     }
     runs
+}
+
+/// For each of the `n` statements, the positions in `runs` of the runs around it.
+fn around(runs: &[Run], n: usize) -> Vec<Vec<usize>> {
+    let mut out = vec![Vec::new(); n];
+    for (k, r) in runs.iter().enumerate() {
+        for slot in &mut out[r.l..=r.r.min(n.saturating_sub(1))] {
+            slot.push(k);
+        }
+    }
+    out
 }
 
 fn laminar(runs: &[Run]) -> bool {
@@ -267,19 +288,47 @@ fn position(idx: &[usize], bit: usize) -> Option<usize> {
     }
 }
 
+/// The users of a tensor (ascending) among the statements `l..=r`.
+fn users_in(users: &[usize], l: usize, r: usize) -> &[usize] {
+    let lo = users.partition_point(|&u| u < l);
+    let hi = users.partition_point(|&u| u <= r);
+    &users[lo..hi]
+}
+
+/// The statements `a..=b` of a unit searched on their own: no run crosses `a` or
+/// `b` (`S_{a-1}` and `S_b` are empty), so legality, buffers, peak and time of a
+/// nest that changes only `S_a .. S_{b-1}` follow from these statements and a few
+/// numbers about the rest — each candidate costs the window's size, not the
+/// unit's (scoring the whole unit per candidate made `tcc opt` quadratic).
+struct Window {
+    a: usize,
+    b: usize,
+    /// Tensors the window's statements touch; of them, those written in the unit.
+    touched: Vec<TensorId>,
+    written: Vec<TensorId>,
+    /// Temporaries whose users all lie in the window: the only buffers that the
+    /// window's runs can slice (no run covers a temporary used outside it).
+    inside: Vec<TensorId>,
+    /// Bytes live at each statement of the window from all other temporaries.
+    base: Vec<i128>,
+    /// Peak bytes at the statements outside the window.
+    outside: i128,
+}
+
 impl Problem<'_> {
-    /// Rule 3 for the statements `0..=last`.
-    fn slices_consistent(&self, runs: &[Run], last: usize) -> bool {
-        for (&tensor, users) in &self.written {
+    /// Rule 3 for `runs` and the written tensors `tensors`.
+    fn slices_consistent<'t>(&self, runs: &[Run], tensors: impl Iterator<Item = &'t TensorId>) -> bool {
+        for tensor in tensors {
+            let users = &self.written[tensor];
             for run in runs {
-                let inside: Vec<usize> = users.iter().copied().filter(|&u| run.contains(u) && u <= last).collect();
+                let inside = users_in(users, run.l, run.r);
                 if inside.len() < 2 {
                     continue;
                 }
                 let mut pos = None;
-                for &u in &inside {
+                for &u in inside {
                     for (t, idx, _) in &self.stmts[u].refs {
-                        if *t != tensor {
+                        if t != tensor {
                             continue;
                         }
                         match (position(idx, run.bit), pos) {
@@ -295,61 +344,133 @@ impl Problem<'_> {
         true
     }
 
-    /// Rule 1 (by construction of the candidates), 2 and 3 on a prefix.
-    fn legal(&self, shared: &[u64]) -> bool {
-        let runs = runs_of(shared);
-        laminar(&runs) && self.slices_consistent(&runs, shared.len())
+    /// Rules 1 (by construction of the candidates), 2 and 3 for a nest that
+    /// differs from a legal one only in the window's `S_i` (on a prefix: those
+    /// after the one chosen are empty): the window's runs are laminar and slice
+    /// consistently.
+    fn legal_in(&self, shared: &[u64], w: &Window) -> bool {
+        let runs = runs_at(&shared[w.a..w.b], w.a);
+        laminar(&runs) && self.slices_consistent(&runs, w.written.iter())
+    }
+
+    /// The window for statements `a..=b`, given the bytes `live` at every
+    /// statement now and the peak `outside` of the statements outside it.
+    fn window(&self, a: usize, b: usize, live: &[i128], outside: i128) -> Window {
+        let touched: BTreeSet<TensorId> = self.stmts[a..=b].iter().flat_map(|s| s.refs.iter().map(|r| r.0)).collect();
+        let touched: Vec<TensorId> = touched.into_iter().collect();
+        let written = touched.iter().copied().filter(|t| self.written.contains_key(t)).collect();
+        let inside: Vec<TensorId> = touched
+            .iter()
+            .copied()
+            .filter(|&t| {
+                let u = &self.users[&t];
+                self.hir.tensors[t].role == Role::Temporary && u[0] >= a && *u.last().unwrap_or(&u[0]) <= b
+            })
+            .collect();
+        let mut w = Window { a, b, touched, written, inside, base: live[a..=b].to_vec(), outside };
+        // The inside temporaries are unfused now (the window is not searched yet).
+        let unfused: BTreeMap<TensorId, Buffer> = w.inside.iter().map(|&t| (t, self.buffer(t, &[]))).collect();
+        let own = self.live_in(&unfused, &w);
+        for (b, o) in w.base.iter_mut().zip(own) {
+            *b -= o;
+        }
+        w
+    }
+
+    /// The buffer of tensor `t` under `runs` (any runs; those that do not cover
+    /// every user of `t` are ignored).
+    fn buffer(&self, t: TensorId, runs: &[Run]) -> Buffer {
+        let users = &self.users[&t];
+        let shape = self.hir.shape(t);
+        let mut fixed: Vec<(usize, IndexId)> = Vec::new();
+        if self.hir.tensors[t].role == Role::Temporary {
+            let (first, last) = (users[0], *users.last().unwrap_or(&users[0]));
+            for run in runs.iter().filter(|r| r.l <= first && last <= r.r) {
+                let mut pos = None;
+                let mut ok = true;
+                for &u in users {
+                    for (tensor, idx, _) in &self.stmts[u].refs {
+                        if *tensor != t {
+                            continue;
+                        }
+                        match (position(idx, run.bit), pos) {
+                            (None, _) => ok = false,
+                            (Some(p), None) => pos = Some(p),
+                            (Some(p), Some(q)) if p != q => ok = false,
+                            _ => {}
+                        }
+                    }
+                }
+                if let (true, Some(p)) = (ok, pos) {
+                    if !fixed.iter().any(|(q, _)| *q == p) {
+                        fixed.push((p, self.locals[run.bit]));
+                    }
+                }
+            }
+        }
+        fixed.sort();
+        let stored: Vec<usize> = (0..shape.len()).filter(|p| !fixed.iter().any(|(q, _)| q == p)).collect();
+        let elements = stored.iter().map(|&p| shape[p]).fold(1usize, |a, n| a.saturating_mul(n));
+        Buffer { tensor: t, stored, fixed, elements }
     }
 
     /// The buffer of every tensor used in the unit under a fusion (only of the
-    /// temporaries with `temporaries_only`: all that [`Self::peak`] reads, and
-    /// what the search needs per candidate).
+    /// temporaries with `temporaries_only`: all that [`Self::peak`] reads).
+    /// Only the runs around a tensor's first user can fix one of its dimensions.
     fn buffers(&self, runs: &[Run], temporaries_only: bool) -> BTreeMap<TensorId, Buffer> {
+        let around = around(runs, self.stmts.len());
         let mut out = BTreeMap::new();
+        let mut mine = Vec::new();
         for (&t, users) in &self.users {
             if temporaries_only && self.hir.tensors[t].role != Role::Temporary {
                 continue;
             }
-            let shape = self.hir.shape(t);
-            let mut fixed: Vec<(usize, IndexId)> = Vec::new();
-            if self.hir.tensors[t].role == Role::Temporary {
-                let (first, last) = (users[0], *users.last().unwrap_or(&users[0]));
-                for run in runs.iter().filter(|r| r.l <= first && last <= r.r) {
-                    let mut pos = None;
-                    let mut ok = true;
-                    for &u in users {
-                        for (tensor, idx, _) in &self.stmts[u].refs {
-                            if *tensor != t {
-                                continue;
-                            }
-                            match (position(idx, run.bit), pos) {
-                                (None, _) => ok = false,
-                                (Some(p), None) => pos = Some(p),
-                                (Some(p), Some(q)) if p != q => ok = false,
-                                _ => {}
-                            }
-                        }
-                    }
-                    if let (true, Some(p)) = (ok, pos) {
-                        if !fixed.iter().any(|(q, _)| *q == p) {
-                            fixed.push((p, self.locals[run.bit]));
-                        }
-                    }
-                }
-            }
-            fixed.sort();
-            let stored: Vec<usize> = (0..shape.len()).filter(|p| !fixed.iter().any(|(q, _)| q == p)).collect();
-            let elements = stored.iter().map(|&p| shape[p]).fold(1usize, |a, n| a.saturating_mul(n));
-            out.insert(t, Buffer { tensor: t, stored, fixed, elements });
+            mine.clear();
+            mine.extend(around[users[0]].iter().map(|&k| runs[k]));
+            out.insert(t, self.buffer(t, &mine));
         }
         out
     }
 
-    /// Peak bytes of temporaries live at once (live from first to last use), by
-    /// one sweep over the statements: linear in statements plus buffers (the
-    /// search calls it per candidate; a scan per statement made `tcc opt`
-    /// quadratic in program size).
-    fn peak(&self, buffers: &BTreeMap<TensorId, Buffer>) -> u64 {
+    /// The buffers of the window's tensors under the window's runs.
+    fn buffers_in(&self, runs: &[Run], w: &Window) -> BTreeMap<TensorId, Buffer> {
+        w.touched
+            .iter()
+            .filter(|&&t| self.hir.tensors[t].role == Role::Temporary)
+            .map(|&t| (t, self.buffer(t, runs)))
+            .collect()
+    }
+
+    /// Bytes live at each statement of the window from its inside temporaries.
+    fn live_in(&self, buffers: &BTreeMap<TensorId, Buffer>, w: &Window) -> Vec<i128> {
+        let len = w.b - w.a + 1;
+        let mut delta = vec![0i128; len + 1];
+        for &t in &w.inside {
+            let users = &self.users[&t];
+            let (f, l) = (users[0], *users.last().unwrap_or(&users[0]));
+            let bytes = (buffers[&t].elements as u64).saturating_mul(self.hir.tensors[t].elem.size_bytes() as u64);
+            delta[f - w.a] += i128::from(bytes);
+            delta[l + 1 - w.a] -= i128::from(bytes);
+        }
+        let mut live = 0i128;
+        delta[..len]
+            .iter()
+            .map(|d| {
+                live += d;
+                live
+            })
+            .collect()
+    }
+
+    /// [`Self::peak`] of the unit when only the window's buffers changed.
+    fn peak_in(&self, buffers: &BTreeMap<TensorId, Buffer>, w: &Window) -> u64 {
+        let own = self.live_in(buffers, w);
+        let peak = own.iter().zip(&w.base).map(|(o, b)| o + b).fold(w.outside, i128::max);
+        u64::try_from(peak).unwrap_or(u64::MAX)
+    }
+
+    /// Bytes of temporaries live at each statement (live from first to last use).
+    fn live(&self, buffers: &BTreeMap<TensorId, Buffer>) -> Vec<i128> {
         let n = self.stmts.len();
         // Bytes becoming live at a statement, and leaving after one.
         let mut delta = vec![0i128; n + 1];
@@ -366,17 +487,34 @@ impl Problem<'_> {
                 }
             }
         }
-        let (mut live, mut peak) = (0i128, 0i128);
-        for d in &delta[..n] {
-            live += d;
-            peak = peak.max(live);
-        }
-        u64::try_from(peak).unwrap_or(u64::MAX)
+        let mut live = 0i128;
+        delta[..n]
+            .iter()
+            .map(|d| {
+                live += d;
+                live
+            })
+            .collect()
     }
 
-    /// Bit mask of the loops (local indices) around statement `i`.
-    fn bound(&self, runs: &[Run], i: usize) -> u64 {
-        runs.iter().filter(|r| r.contains(i)).fold(0, |m, r| m | 1 << r.bit)
+    /// Peak bytes of temporaries live at once, by one sweep over the statements.
+    fn peak(&self, buffers: &BTreeMap<TensorId, Buffer>) -> u64 {
+        u64::try_from(self.live(buffers).into_iter().fold(0, i128::max)).unwrap_or(u64::MAX)
+    }
+
+    /// Bit masks of the loops (local indices) around each of the statements
+    /// `stmts`, in one pass over the runs.
+    fn masks(&self, runs: &[Run], stmts: std::ops::Range<usize>) -> Vec<u64> {
+        let mut m = vec![0u64; stmts.len()];
+        if stmts.is_empty() {
+            return m;
+        }
+        for r in runs {
+            for i in r.l.max(stmts.start)..=r.r.min(stmts.end.saturating_sub(1)) {
+                m[i - stmts.start] |= 1 << r.bit;
+            }
+        }
+        m
     }
 
     /// Whether global index `v` is in the local mask `mask`.
@@ -422,8 +560,9 @@ impl Problem<'_> {
             }
         };
         let mut total = 0.0;
-        for i in stmts {
-            let mask = self.bound(runs, i);
+        let masks = self.masks(runs, stmts.clone());
+        for i in stmts.clone() {
+            let mask = masks[i - stmts.start];
             let sizes = self.stmts[i]
                 .refs
                 .iter()
@@ -446,9 +585,10 @@ impl Problem<'_> {
 
     /// The kernel of every term of every statement under `runs`.
     fn kernels(&self, runs: &[Run]) -> Vec<Vec<Kernel>> {
+        let masks = self.masks(runs, 0..self.stmts.len());
         (0..self.stmts.len())
             .map(|i| {
-                let mask = self.bound(runs, i);
+                let mask = masks[i];
                 let st = &self.hir_stmts[i];
                 st.rhs.terms.iter().map(|t| term_kernel(self.hir, st, t, &|v| self.in_mask(mask, v), None)).collect()
             })
@@ -467,17 +607,22 @@ struct Search<'p, 'a> {
     ascending: bool,
     /// The statements of the segment searched (only their times can change).
     stmts: std::ops::Range<usize>,
+    /// The same statements, with what scoring them alone needs.
+    w: Window,
     /// Statement times already computed (see [`Problem::time_memo`]).
     memo: Option<std::collections::HashMap<(usize, u64, u64), f64>>,
-    /// The best score so far, and its `shared`.
+    /// The best score so far, and its `S_a .. S_{b-1}` (the window's).
     best: Option<(Score, Vec<u64>)>,
 }
 
 impl Search<'_, '_> {
+    /// The nest's score. Only the window's runs count (the others are fixed
+    /// while it is searched, so the number of runs is off by a constant), and
+    /// the peak is the unit's.
     fn score(&mut self, shared: &[u64]) -> Score {
-        let runs = runs_of(shared);
-        let buffers = self.p.buffers(&runs, true);
-        let peak = self.p.peak(&buffers);
+        let runs = runs_at(&shared[self.w.a..self.w.b], self.w.a);
+        let buffers = self.p.buffers_in(&runs, &self.w);
+        let peak = self.p.peak_in(&buffers, &self.w);
         let measure = match self.opts.mode {
             FuseMode::Max => peak,
             // Picoseconds: an order that ties only when the model cannot tell.
@@ -498,7 +643,7 @@ impl Search<'_, '_> {
     fn offer(&mut self, shared: &[u64]) {
         let score = self.score(shared);
         if self.best.as_ref().map(|(b, _)| score < *b).unwrap_or(true) {
-            self.best = Some((score, shared.to_vec()));
+            self.best = Some((score, shared[self.w.a..self.w.b].to_vec()));
         }
     }
 
@@ -519,7 +664,7 @@ impl Search<'_, '_> {
         let mut sub = if ascending { 0 } else { c };
         loop {
             shared[pos] = sub;
-            if self.p.legal(shared) {
+            if self.p.legal_in(shared, &self.w) {
                 self.dfs(shared, pos + 1, end);
             }
             if ascending {
@@ -542,8 +687,10 @@ impl Search<'_, '_> {
     /// of one `S_i` at a time and keeps any legal change that scores better, until
     /// none does or the budget is spent. Reaches good nests that a budget-cut
     /// enumeration of a long unit misses (e.g. the fastest within a tight limit).
-    fn climb(&mut self, start: usize, end: usize) {
-        let Some((_, mut shared)) = self.best.clone() else { return };
+    fn climb(&mut self, shared: &mut [u64]) {
+        let Some((_, best)) = self.best.clone() else { return };
+        let (start, end) = (self.w.a, self.w.b);
+        shared[start..end].copy_from_slice(&best);
         let mut improved = true;
         // Each try scores the whole segment: charge its length against the budget.
         let cost = 1 + (end - start) / 16;
@@ -558,8 +705,8 @@ impl Search<'_, '_> {
                     self.visits += cost;
                     shared[pos] ^= 1 << bit;
                     let before = self.best.as_ref().map(|b| b.0);
-                    if self.p.legal(&shared) {
-                        self.offer(&shared);
+                    if self.p.legal_in(shared, &self.w) {
+                        self.offer(shared);
                     }
                     if self.best.as_ref().map(|b| b.0) != before {
                         improved = true;
@@ -584,6 +731,29 @@ pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
         return unfused(hir, unit, &opts.rates);
     };
     let mut shared = vec![0u64; n.saturating_sub(1)];
+    // Bytes of temporaries (unfused; at least 1 each) live across `S_k`, from
+    // statement k to k + 1.
+    let mut crossing = vec![0i128; n];
+    for (&t, users) in &p.users {
+        if hir.tensors[t].role == Role::Temporary {
+            let bytes =
+                hir.num_elements(t).unwrap_or(usize::MAX).saturating_mul(hir.tensors[t].elem.size_bytes()).max(1)
+                    as i128;
+            crossing[users[0]] += bytes;
+            crossing[*users.last().unwrap_or(&users[0])] -= bytes;
+        }
+    }
+    for k in 1..n {
+        crossing[k] += crossing[k - 1];
+    }
+    // The windows searched: (first statement, last statement, budget, alone).
+    // A window of a long segment is scored alone: its own peak (the bytes live at
+    // its statements), not the unit's — the rest of the unit, still unfused,
+    // would hide every saving below its peak. The bytes live at a window's
+    // statements depend on its own loops only, so the least peak of each window
+    // makes the least peak of the unit. A whole segment is scored with the unit's
+    // peak, as always.
+    let mut windows = Vec::new();
     let mut i = 0;
     while opts.mode != FuseMode::None && i < shared.len() {
         if p.candidates(i) == 0 {
@@ -594,18 +764,59 @@ pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
         while i < shared.len() && p.candidates(i) != 0 {
             i += 1;
         }
+        if i - start <= WINDOW {
+            windows.push((start, i, opts.budget, false));
+        } else {
+            // A long segment is searched in windows of at most WINDOW loop sets
+            // with no loop across their borders, on a share of the budget (never
+            // below 1/MIN_SHARE of it): a budget-cut search of the whole segment
+            // spent its budget on the last few statements anyway, and each
+            // candidate costs the window's length instead of the segment's.
+            // Borders go first where no temporary is live across (cutting every
+            // loop there changes no statement's loops and no buffer, so no
+            // nest's time or memory), then where the fewest bytes are.
+            let budget = (opts.budget.saturating_mul(WINDOW) / (i - start)).max(opts.budget / MIN_SHARE);
+            let mut c = start;
+            while c < i {
+                let free = (c..i.min(c + WINDOW + 1)).find(|&k| crossing[k] == 0).unwrap_or(i);
+                let end = if free <= c + WINDOW {
+                    free
+                } else {
+                    (c + WINDOW / 2..=c + WINDOW).rev().min_by_key(|&k| crossing[k]).unwrap_or(c + WINDOW)
+                };
+                if end > c {
+                    windows.push((c, end, budget, true));
+                }
+                c = end + 1;
+            }
+        }
+    }
+    // Bytes live at each statement under the nest so far (windows not searched
+    // yet are unfused), and the peak of the statements from each one on while unfused.
+    let mut live = p.live(&p.buffers(&[], true));
+    let mut after = vec![0i128; n + 1];
+    for k in (0..n).rev() {
+        after[k] = after[k + 1].max(live[k]);
+    }
+    let (mut done, mut done_max) = (0usize, 0i128);
+    for (a, b, budget, alone) in windows {
+        done_max = live[done..a].iter().copied().fold(done_max, i128::max);
+        done = a;
+        let w = p.window(a, b, &live, if alone { 0 } else { done_max.max(after[b + 1]) });
+        let opts = FusionOptions { budget, ..opts };
         let mut s = Search {
             p: &p,
             visits: 0,
             opts,
             ascending: opts.mode != FuseMode::Max,
-            stmts: start..i + 1,
+            stmts: a..b + 1,
+            w,
             memo: Some(Default::default()),
             best: None,
         };
         // The segment unfused (its entries are still zero) is always a candidate.
         s.offer(&shared);
-        s.dfs(&mut shared, start, i);
+        s.dfs(&mut shared, a, b);
         // A search that ended within its budget saw every legal nest; one whose
         // best fits the limit is kept. Otherwise (a long unit under a tight limit)
         // look further for a nest that fits.
@@ -615,12 +826,17 @@ pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
             // from the best of both, each on a budget of its own.
             s.visits = 0;
             s.ascending = false;
-            s.dfs(&mut shared, start, i);
+            s.dfs(&mut shared, a, b);
             s.visits = 0;
-            s.climb(start, i);
+            s.climb(&mut shared);
         }
-        if let Some((_, best)) = s.best {
-            shared = best;
+        if let Some((_, best)) = &s.best {
+            shared[a..b].copy_from_slice(best);
+        }
+        let runs = runs_at(&shared[a..b], a);
+        let own = p.live_in(&p.buffers_in(&runs, &s.w), &s.w);
+        for (k, o) in own.iter().enumerate() {
+            live[a + k] = s.w.base[k] + o;
         }
     }
     let runs = runs_of(&shared);
@@ -693,9 +909,10 @@ pub fn unfused(hir: &Hir, unit: UnitId, rates: &CpuRates) -> LoopNest {
 fn build_tree(p: &Problem, runs: &[Run]) -> Vec<Node> {
     let n = p.stmts.len();
     // Loops around each statement, outermost first.
-    let loops: Vec<Vec<Run>> = (0..n)
-        .map(|i| {
-            let mut ls: Vec<Run> = runs.iter().copied().filter(|r| r.contains(i)).collect();
+    let loops: Vec<Vec<Run>> = around(runs, n)
+        .into_iter()
+        .map(|ks| {
+            let mut ls: Vec<Run> = ks.into_iter().map(|k| runs[k]).collect();
             ls.sort_by_key(|r| (std::cmp::Reverse(r.len()), r.l, r.bit));
             ls
         })

@@ -203,3 +203,37 @@ fn auto_keeps_gemm_shaped_steps_whole_unless_a_limit_forces_fusion() {
         }
     }
 }
+
+/// A unit far longer than one search window (issue 23: 10,000 statements): 60
+/// copies of the four-index transform, one segment of 240 statements searched in
+/// windows whose borders fall between copies, so every copy is fused as when alone.
+#[test]
+fn a_long_unit_is_searched_in_windows_that_keep_each_chain_whole() {
+    let copies = 60;
+    let mut src = String::from(
+        "range N = 5;\nindex p, q, r, s, a, b, c, d : N;\n\
+         input tensor A[p,q,r,s] : f64 symmetric(p q)(r s);\ninput tensor C[a,p] : f64;\n",
+    );
+    for k in 0..copies {
+        src += &format!(
+            "output tensor B{k}[a,b,c,d];\ntensor T1_{k}[a,q,r,s];\ntensor T2_{k}[a,b,r,s];\ntensor T3_{k}[a,b,c,s];\n"
+        );
+    }
+    for k in 0..copies {
+        src += &format!(
+            "T1_{k}[a,q,r,s] = C[a,p] * A[p,q,r,s];\nT2_{k}[a,b,r,s] = C[b,q] * T1_{k}[a,q,r,s];\n\
+             T3_{k}[a,b,c,s] = C[c,r] * T2_{k}[a,b,r,s];\nB{k}[a,b,c,d] = {} * C[d,s] * T3_{k}[a,b,c,s];\n",
+            k + 1
+        );
+    }
+    let hir = compile(&src);
+    let nest = lower_unit(&hir, UnitId::new(0), most_fused());
+    let n = 5usize;
+    for b in nest.buffers.values() {
+        if hir.tensors[b.tensor].role == crate::sema::hir::Role::Temporary {
+            assert!(b.elements <= n.pow(3), "{}", hir.tensors[b.tensor].name);
+        }
+    }
+    assert!(nest.peak_bytes <= 8 * (n.pow(3) + n.pow(2)) as u64);
+    assert_same(&hir, &nest);
+}
