@@ -150,3 +150,47 @@ fn many_short_products_into_one_output_match_the_interpreter() {
         }
     }
 }
+
+/// A unit of more than 64 terms is compiled one top-level statement (or fused
+/// loop) per LLVM function (issue 23: one function of 3000 terms took LLVM 30 s):
+/// temporaries, fused loops and GETT calls across those functions give the
+/// interpreter's values in every fusion mode.
+#[test]
+fn a_large_unit_in_one_function_per_statement_matches_the_interpreter() {
+    let mut src = String::from(
+        "range N = 4; range M = 3; index i, j : N; index k, m : M;
+         input tensor B[j,k] : f64; input tensor G[k,m] : f64; input tensor v[k] : f64;
+         output tensor C[i,k] : f64; output tensor D[i,m] : f64; tensor T[i,k];\n",
+    );
+    for t in 0..5 {
+        src += &format!("input tensor A{t}[i,j] : f64;\n");
+    }
+    let terms: Vec<String> =
+        (0..80).map(|t| if t % 3 == 2 { "v[k]".to_string() } else { format!("A{}[i,j] * B[j,k]", t % 5) }).collect();
+    src += &format!("C[i,k] = {};\n", terms.join(" + "));
+    src += "T[i,k] = A1[i,j] * B[j,k];\nD[i,m] = T[i,k] * G[k,m] + 2 * A2[i,j] * B[j,k] * G[k,m];\nD[i,m] += C[i,k] * G[k,m];\n";
+    let (hir, diags) = tcc::compile(&src, "main");
+    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+    let u = hir.units.ids().next().unwrap();
+    let inputs = random_inputs(&hir, u, 3).unwrap();
+    let want = run_unit(&hir, u, &inputs).unwrap();
+    for (fuse, gemm_min, mem_limit) in [
+        (FuseMode::Auto, None, None),
+        (FuseMode::None, Some(1.0), None),
+        (FuseMode::Max, None, None),
+        (FuseMode::Auto, Some(1.0), Some(64)),
+    ] {
+        let opts = Options { fuse, gemm_min, mem_limit, ..Options::default() };
+        let got = jit_run(&hir, u, &inputs, &opts, 2).unwrap().outputs;
+        for (t, w) in &want {
+            let d = tcc::run::compare::rel_diff(&got[t].data, &w.data);
+            assert!(
+                d.rel <= 1e-12,
+                "{fuse:?} {gemm_min:?} {mem_limit:?}: {} differs: {} vs {}",
+                hir.tensors[*t].name,
+                got[t].data[d.at],
+                w.data[d.at]
+            );
+        }
+    }
+}

@@ -590,6 +590,10 @@ fn runtime_symbols() -> Vec<(&'static str, usize)> {
 // ---------------------------------------------------------------------------------
 
 /// A micro-kernel: its function and register tile.
+/// Units with more terms than this are compiled one top-level statement per
+/// LLVM function ([`Gen::top_nodes`]).
+const OUTLINE_MIN_TERMS: usize = 64;
+
 #[derive(Clone, Copy)]
 struct Uk<'ctx> {
     f: FunctionValue<'ctx>,
@@ -922,7 +926,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 }
             }
         }
-        self.nodes(&nest.body, code.unit)?;
+        self.top_nodes(&nest.body, code.unit)?;
         for &p in &temps {
             self.b.build_call(free, &[p.into()], "")?;
         }
@@ -964,6 +968,71 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         }
         self.func = None;
         Ok(())
+    }
+
+    /// The unit's top-level nodes. A large unit (more than [`OUTLINE_MIN_TERMS`]
+    /// terms) puts each top-level statement or loop, with the `Zero`s before
+    /// it, in a function of its own: LLVM's passes grow faster than linearly
+    /// with the size of one function (one function of 3000 terms took 30 s,
+    /// issue 23), and each of these functions is small.
+    fn top_nodes(&mut self, nodes: &[Node], unit: UnitId) -> Result<(), CodegenError> {
+        let terms: usize = self.hir.units[unit].stmts.iter().map(|s| s.rhs.terms.len()).sum();
+        if terms <= OUTLINE_MIN_TERMS {
+            return self.nodes(nodes, unit);
+        }
+        let mut start = 0;
+        for (k, n) in nodes.iter().enumerate() {
+            if !matches!(n, Node::Zero { .. }) || k + 1 == nodes.len() {
+                self.outlined(&nodes[start..=k], unit)?;
+                start = k + 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// `nodes` in an internal, never inlined function of the current one's
+    /// buffers and runtime sizes, called here.
+    fn outlined(&mut self, nodes: &[Node], unit: UnitId) -> Result<(), CodegenError> {
+        let mut bufs: Vec<(TensorId, PointerValue<'ctx>)> = self.bufs.iter().map(|(&t, &p)| (t, p)).collect();
+        bufs.sort_by_key(|x| x.0);
+        let mut sizes: Vec<(RangeId, IntValue<'ctx>)> = self.size_vals.iter().map(|(&r, &v)| (r, v)).collect();
+        sizes.sort_by_key(|x| x.0);
+        let i64t = self.ctx.i64_type();
+        let mut params: Vec<BasicMetadataTypeEnum> = bufs.iter().map(|(_, p)| p.get_type().into()).collect();
+        params.extend(std::iter::repeat_n(BasicMetadataTypeEnum::from(i64t), sizes.len()));
+        let caller = self.current_fn();
+        let name = self.name(&format!("{}.part", caller.get_name().to_string_lossy()));
+        let f = self.module.add_function(&name, self.ctx.void_type().fn_type(&params, false), Some(Linkage::Internal));
+        self.set_target_attrs(f);
+        let noalias = inkwell::attributes::Attribute::get_named_enum_kind_id("noalias");
+        for k in 0..bufs.len() {
+            f.add_attribute(AttributeLoc::Param(k as u32), self.ctx.create_enum_attribute(noalias, 0));
+        }
+        let noinline = inkwell::attributes::Attribute::get_named_enum_kind_id("noinline");
+        f.add_attribute(AttributeLoc::Function, self.ctx.create_enum_attribute(noinline, 0));
+        let args: Vec<BasicMetadataValueEnum> =
+            bufs.iter().map(|(_, p)| (*p).into()).chain(sizes.iter().map(|(_, v)| (*v).into())).collect();
+        self.b.build_call(f, &args, "")?;
+        let saved_block = self.b.get_insert_block().expect("positioned");
+        let saved = (self.func, std::mem::take(&mut self.bufs), std::mem::take(&mut self.size_vals));
+        self.func = Some(f);
+        let entry = self.ctx.append_basic_block(f, "entry");
+        self.b.position_at_end(entry);
+        for (k, (t, _)) in bufs.iter().enumerate() {
+            self.bufs.insert(*t, f.get_nth_param(k as u32).expect("buf").into_pointer_value());
+        }
+        for (k, (r, _)) in sizes.iter().enumerate() {
+            self.size_vals.insert(*r, f.get_nth_param((bufs.len() + k) as u32).expect("size").into_int_value());
+        }
+        let r = self.nodes(nodes, unit);
+        if r.is_ok() {
+            self.b.build_return(None)?;
+        }
+        self.func = saved.0;
+        self.bufs = saved.1;
+        self.size_vals = saved.2;
+        self.b.position_at_end(saved_block);
+        r
     }
 
     fn nodes(&mut self, nodes: &[Node], unit: UnitId) -> Result<(), CodegenError> {
