@@ -69,6 +69,12 @@ pub struct Calibration {
     /// Seconds the executor spends per kernel call around the kernel.
     #[serde(default)]
     pub call_overhead: f64,
+    /// Rates of the tile kernel as the executor calls it (strided tile views of
+    /// a calibration program, one thread alone), by the mean shape of each
+    /// class of calls: thin products through symmetric views run slower than
+    /// the same shapes on contiguous tiles.
+    #[serde(default, rename = "kernel_exec", skip_serializing_if = "Vec::is_empty")]
+    pub kernels_exec: Vec<KernelRate>,
     /// One-sided reads ([`measure_gets`]): seconds per get, whatever its size,
     /// and seconds per byte read, with every rank reading at once (0: not measured).
     #[serde(default)]
@@ -508,6 +514,7 @@ mod tests {
             ],
             kernels_alone: vec![KernelRate { m: 8, n: 8, k: 8, flops_per_s: 5e9 }],
             call_overhead: 1e-6,
+            kernels_exec: vec![KernelRate { m: 12, n: 90, k: 4, flops_per_s: 3e9 }],
             get_alpha: 2e-7,
             get_beta: 1e-10,
         });

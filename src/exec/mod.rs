@@ -270,13 +270,17 @@ fn calibration(
         }
     }
     // Only where the rates alone were measured (rank 0 under MPI: the others wait).
-    let call_overhead = if kernels_alone.is_empty() {
-        0.0
+    let (call_overhead, kernels_exec) = if kernels_alone.is_empty() {
+        (0.0, Vec::new())
     } else {
-        crate::tiled::model::measure_call_overhead(&kernels_alone).unwrap_or(0.0)
+        crate::tiled::model::measure_executor(&kernels_alone).unwrap_or((0.0, Vec::new()))
     };
     if progress {
-        eprintln!("tune: tiled executor: {:.2e} s per kernel call around the kernel", call_overhead);
+        eprintln!(
+            "tune: tiled executor: {:.2e} s per kernel call around the kernel; {} shapes of calls timed through it",
+            call_overhead,
+            kernels_exec.len()
+        );
     }
     let (get_alpha, get_beta) = gets.unwrap_or((0.0, 0.0));
     if progress && gets.is_some() {
@@ -290,6 +294,7 @@ fn calibration(
         kernels,
         kernels_alone,
         call_overhead,
+        kernels_exec,
         get_alpha,
         get_beta,
     })

@@ -16,7 +16,7 @@
 
 use super::layout::{Coord, Layout, TileView};
 use super::model::TimeModel;
-use super::profile::{KernelProfile, ShapeClass};
+use super::profile::KernelProfile;
 use super::space::TiledRange;
 use super::tensor::TiledTensor;
 use super::SyncPtr;
@@ -715,7 +715,7 @@ fn timed(
     let wall = t0.elapsed().as_secs_f64();
     let [m, n, k, b] = mnkb;
     let modelled = (model.kernel_seconds(flops, m, n, k, b) - model.call_overhead).max(0.0);
-    profile.record(ShapeClass::of(product, mnkb), flops, modelled, wall);
+    profile.record(product, mnkb, flops, modelled, wall);
 }
 
 /// What a piece of a task is named by: its largest operand tile (tensor, slot; the

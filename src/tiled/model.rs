@@ -224,8 +224,22 @@ impl TimeModel {
         if kernels.is_empty() {
             kernels = TimeModel::builtin().kernels;
         }
+        let mut alone = clean(&c.kernels_alone);
+        // Shapes timed through the executor (alone) join both lists; with every
+        // rank computing they are slowed as the nearest contiguous shape is.
+        let exec = clean(&c.kernels_exec);
+        if !exec.is_empty() && !alone.is_empty() {
+            for e in &exec {
+                let near = |list: &[KernelRate]| nearest(list, e).map(|r| r.flops_per_s);
+                let slowdown = match (near(&kernels), near(&alone)) {
+                    (Some(b), Some(a)) if a > 0.0 => (b / a).min(1.0),
+                    _ => 1.0,
+                };
+                kernels.push(KernelRate { flops_per_s: e.flops_per_s * slowdown, ..*e });
+            }
+            alone.extend(exec);
+        }
         let call = CallModel::new(&kernels);
-        let alone = clean(&c.kernels_alone);
         TimeModel {
             alpha: c.alpha.max(0.0),
             beta: c.beta.max(0.0),
@@ -271,10 +285,23 @@ impl TimeModel {
     }
 }
 
-/// The shapes `tcc tune` measures (m, n, k): square tiles of edge 4 to 96, and
+/// The rate of `list` measured nearest to `r`'s shape (in log m, log n, log k).
+fn nearest<'a>(list: &'a [KernelRate], r: &KernelRate) -> Option<&'a KernelRate> {
+    let ln = |x: &KernelRate| [x.m, x.n, x.k].map(|v| (v.max(1) as f64).ln());
+    let at = ln(r);
+    list.iter().min_by(|a, b| {
+        let d = |x: &KernelRate| ln(x).iter().zip(&at).map(|(p, q)| (p - q) * (p - q)).sum::<f64>();
+        d(a).total_cmp(&d(b))
+    })
+}
+
+/// The shapes `tcc tune` measures (m, n, k): square tiles of edge 4 to 96;
 /// thin products with a short summed extent (as the four-index transform's AO
-/// tiles of 4 make), whose cost is their C tile more than their flops.
-pub const SHAPES: [(usize, usize, usize); 15] = [
+/// tiles of 4 make), whose cost is their C tile more than their flops; and the
+/// large products that several tile indices make in one call (m, n or k a pair
+/// or triple of tile extents: up to thousands), whose operands stream from
+/// memory — a fit to small tiles alone predicted them up to 1.35× too fast.
+pub const SHAPES: [(usize, usize, usize); 21] = [
     (4, 4, 4),
     (8, 8, 8),
     (12, 12, 12),
@@ -290,6 +317,12 @@ pub const SHAPES: [(usize, usize, usize); 15] = [
     (16, 16, 4),
     (64, 64, 8),
     (256, 16, 2),
+    (192, 192, 192),
+    (384, 384, 384),
+    (1024, 64, 1024),
+    (64, 1024, 64),
+    (32, 32, 2048),
+    (8, 8, 8192),
 ];
 
 /// The tile kernel's rate per thread on `C[m,n] += A[m,k]·B[k,n]` for each of
@@ -301,7 +334,7 @@ pub fn measure_kernel_rates(concurrent: usize) -> Result<Vec<KernelRate>, String
     let mut out = Vec::new();
     for (m, n, k) in SHAPES {
         let flops = 2.0 * (m * n * k) as f64;
-        let calls = ((1e8 / flops) as usize).max(1);
+        let calls = ((1e8 / flops) as usize).max(3);
         // Operand tiles stream from memory as in a run (a task's tiles are read
         // once): each thread cycles through about 16 MiB of A and of B tiles.
         let count = ((2usize << 20) / (m * k).max(k * n)).max(1);
@@ -355,11 +388,15 @@ pub fn measure_kernel_rates(concurrent: usize) -> Result<Vec<KernelRate>, String
     Ok(out)
 }
 
-/// The executor's time per kernel call beyond the kernel: a four-index
-/// transform with atomic-orbital tiles of 4 (some 80,000 small calls through
-/// symmetric tile views) runs on one thread, and what the kernel model alone
-/// predicts for it is subtracted (best of two runs).
-pub fn measure_call_overhead(kernels_alone: &[KernelRate]) -> Result<f64, String> {
+/// The executor measured on a calibration program: a four-index transform with
+/// atomic-orbital tiles of 4 (some 80,000 small calls through symmetric tile
+/// views) runs on one thread with every kernel call timed
+/// ([`super::profile`]). Returns the time per call spent around the kernel
+/// (the run less its kernel time), and the kernel's rate per class of calls
+/// (at least [`EXEC_MIN_CALLS`] products, no batch) at the class's mean shape:
+/// the thin products of strided tile views run several times slower than
+/// the same shapes on contiguous tiles ([`measure_kernel_rates`]). Best of two runs.
+pub fn measure_executor(kernels_alone: &[KernelRate]) -> Result<(f64, Vec<KernelRate>), String> {
     use super::exec::{Program, TiledOptions};
     use super::tensor::TiledTensor;
     const SOURCE: &str = "range P = 40 tile 4;\nrange M = 40 tile 8;\nindex p, q, r, s : P;\nindex a, b, c, d : M;\n\
@@ -378,10 +415,9 @@ pub fn measure_call_overhead(kernels_alone: &[KernelRate]) -> Result<f64, String
         concurrency: 1,
         ..TimeModel::builtin()
     };
-    let opts = TiledOptions { threads: 1, model: kernel_only.clone(), ..Default::default() };
+    let opts = TiledOptions { threads: 1, model: kernel_only.clone(), profile: true, ..Default::default() };
     let program = Program::plan(&prepared, unit, &opts).map_err(|e| e.message)?;
-    let predicted = program.predicted_seconds(&kernel_only, 1);
-    let mut best = f64::MAX;
+    let mut best: Option<(f64, super::profile::KernelProfile)> = None;
     for _ in 0..2 {
         let mut inputs = std::collections::HashMap::new();
         for t in prepared.unit_inputs(unit) {
@@ -391,10 +427,27 @@ pub fn measure_call_overhead(kernels_alone: &[KernelRate]) -> Result<f64, String
             inputs.insert(t, v);
         }
         let (_, stats) = program.run(inputs, &opts).map_err(|e| e.message)?;
-        best = best.min((stats.run_s - predicted).max(0.0) / stats.gett_calls.max(1) as f64);
+        if best.as_ref().is_none_or(|b| stats.run_s < b.0) {
+            best = Some((stats.run_s, stats.profile));
+        }
     }
-    Ok(best)
+    let (run_s, profile) = best.ok_or("calibration program: no run")?;
+    let total = profile.total();
+    let overhead = (run_s - total.wall_s).max(0.0) / total.calls.max(1) as f64;
+    let rates = profile
+        .classes
+        .iter()
+        .filter(|(class, c)| class.product && class.log2[3] == 0 && c.calls >= EXEC_MIN_CALLS && c.wall_s > 0.0)
+        .map(|(_, c)| {
+            let [m, n, k] = c.mean_shape().map(|x| x.round().max(1.0) as usize);
+            KernelRate { m, n, k, flops_per_s: c.flops / c.wall_s }
+        })
+        .collect();
+    Ok((overhead, rates))
 }
+
+/// Calls a class needs in the calibration run for its rate to be kept.
+pub const EXEC_MIN_CALLS: u64 = 100;
 
 #[cfg(test)]
 mod tests {
@@ -423,6 +476,34 @@ mod tests {
     }
 
     #[test]
+    fn rates_timed_through_the_executor_are_what_the_model_predicts_there() {
+        let rate = |m, n, k, g: f64| KernelRate { m, n, k, flops_per_s: g * 1e9 };
+        let c = Calibration {
+            backend: tcc_runtime::comm::Backend::Shm,
+            ranks: 4,
+            alpha: 1e-5,
+            beta: 1e-10,
+            kernels: vec![rate(16, 16, 16, 5.0), rate(64, 64, 64, 20.0), rate(64, 12, 4, 4.0)],
+            kernels_alone: vec![rate(16, 16, 16, 10.0), rate(64, 64, 64, 40.0), rate(64, 12, 4, 8.0)],
+            call_overhead: 0.0,
+            kernels_exec: vec![rate(8, 64, 4, 2.0)],
+            get_alpha: 0.0,
+            get_beta: 0.0,
+        };
+        let m = TimeModel::from_calibration(&c, "test");
+        let flops = 2.0 * 8.0 * 64.0 * 4.0;
+        // Alone: the executor's rate at its shape; all 4 computing: halved, as
+        // the nearest contiguous shape (64x12x4) is.
+        let alone = m.at_concurrency(1).kernel_seconds(flops, 8.0, 64.0, 4.0, 1.0);
+        assert!((alone * 2.0e9 / flops - 1.0).abs() < 1e-9, "{alone}");
+        let busy = m.at_concurrency(4).kernel_seconds(flops, 8.0, 64.0, 4.0, 1.0);
+        assert!((busy * 1.0e9 / flops - 1.0).abs() < 1e-9, "{busy}");
+        // Far from it, the contiguous measurements still hold.
+        let square = m.at_concurrency(1).kernel_seconds(2.0 * 64.0 * 64.0 * 64.0, 64.0, 64.0, 64.0, 1.0);
+        assert!((square * 40e9 / (2.0 * 64.0 * 64.0 * 64.0) - 1.0).abs() < 1e-9, "{square}");
+    }
+
+    #[test]
     fn measured_rates_are_positive_and_grow_from_tiny_tiles() {
         let r = measure_kernel_rates(1).unwrap();
         assert_eq!(r.len(), SHAPES.len());
@@ -436,7 +517,9 @@ mod tests {
             let t = m.seconds(2.0 * a * b * c, a, b, c, 1.0);
             assert!((t * x.flops_per_s / (2.0 * a * b * c) - 1.0).abs() < 1e-9, "{x:?}");
         }
-        let overhead = measure_call_overhead(&r).unwrap();
+        let (overhead, exec) = measure_executor(&r).unwrap();
         assert!((0.0..1e-3).contains(&overhead), "{overhead}");
+        // The calibration program's thin products are timed through the executor.
+        assert!(!exec.is_empty() && exec.iter().all(|e| e.flops_per_s > 0.0 && e.k <= 8), "{exec:?}");
     }
 }

@@ -36,6 +36,25 @@ pub struct ClassTimes {
     pub flops: f64,
     pub model_s: f64,
     pub wall_s: f64,
+    /// Sums of ln m, ln n, ln k over the calls (their geometric mean shape).
+    pub ln_mnk: [f64; 3],
+}
+
+impl ClassTimes {
+    fn add(&mut self, o: &ClassTimes) {
+        self.calls += o.calls;
+        self.flops += o.flops;
+        self.model_s += o.model_s;
+        self.wall_s += o.wall_s;
+        for (a, b) in self.ln_mnk.iter_mut().zip(o.ln_mnk) {
+            *a += b;
+        }
+    }
+
+    /// The geometric mean m, n, k of the calls.
+    pub fn mean_shape(&self) -> [f64; 3] {
+        self.ln_mnk.map(|x| (x / self.calls.max(1) as f64).exp())
+    }
 }
 
 /// Calls of a run (or one worker's part of it) by shape class.
@@ -45,21 +64,16 @@ pub struct KernelProfile {
 }
 
 impl KernelProfile {
-    pub fn record(&mut self, class: ShapeClass, flops: f64, model_s: f64, wall_s: f64) {
-        let c = self.classes.entry(class).or_default();
-        c.calls += 1;
-        c.flops += flops;
-        c.model_s += model_s;
-        c.wall_s += wall_s;
+    /// One call: a product or an add on tiles of `mnkb` (m, n, k, batch).
+    pub fn record(&mut self, product: bool, mnkb: [f64; 4], flops: f64, model_s: f64, wall_s: f64) {
+        let [m, n, k, _] = mnkb.map(|x| x.max(1.0).ln());
+        let one = ClassTimes { calls: 1, flops, model_s, wall_s, ln_mnk: [m, n, k] };
+        self.classes.entry(ShapeClass::of(product, mnkb)).or_default().add(&one);
     }
 
     pub fn merge(&mut self, other: &KernelProfile) {
         for (k, v) in &other.classes {
-            let c = self.classes.entry(*k).or_default();
-            c.calls += v.calls;
-            c.flops += v.flops;
-            c.model_s += v.model_s;
-            c.wall_s += v.wall_s;
+            self.classes.entry(*k).or_default().add(v);
         }
     }
 
@@ -67,10 +81,7 @@ impl KernelProfile {
     pub fn total(&self) -> ClassTimes {
         let mut t = ClassTimes::default();
         for v in self.classes.values() {
-            t.calls += v.calls;
-            t.flops += v.flops;
-            t.model_s += v.model_s;
-            t.wall_s += v.wall_s;
+            t.add(v);
         }
         t
     }
@@ -126,12 +137,15 @@ mod tests {
         assert_eq!(a, ShapeClass::of(true, [127.0, 64.0, 64.0, 1.5]));
         assert_ne!(a, ShapeClass::of(false, [64.0, 100.0, 127.0, 1.0]));
         let mut p = KernelProfile::default();
-        p.record(a, 10.0, 1.0, 2.0);
-        p.record(a, 10.0, 1.0, 2.0);
+        p.record(true, [64.0, 100.0, 64.0, 1.0], 10.0, 1.0, 2.0);
+        p.record(true, [64.0, 64.0, 100.0, 1.0], 10.0, 1.0, 2.0);
+        let mean = p.classes[&a].mean_shape();
+        assert!((mean[0] - 64.0).abs() < 1e-9 && (mean[1] - 80.0).abs() < 1e-9, "{mean:?}");
         let mut q = KernelProfile::default();
-        q.record(ShapeClass::of(false, [8.0, 1.0, 1.0, 1.0]), 8.0, 0.5, 0.25);
+        q.record(false, [8.0, 1.0, 1.0, 1.0], 8.0, 0.5, 0.25);
         p.merge(&q);
-        assert_eq!(p.total(), ClassTimes { calls: 3, flops: 28.0, model_s: 2.5, wall_s: 4.25 });
+        let t = p.total();
+        assert_eq!((t.calls, t.flops, t.model_s, t.wall_s), (3, 28.0, 2.5, 4.25));
         let r = p.report(5);
         assert!(r[0].contains("3 calls") && r[0].contains("= 1.70"), "{r:?}");
         assert!(r[1].contains("GETT m 64+ n 64+ k 64+: 2 calls") && r[1].contains("wall / model = 2.00"), "{r:?}");
