@@ -34,6 +34,11 @@ pub struct TimeModel {
     /// The same for rates measured with one thread alone (a core to itself
     /// runs faster: turbo, the whole memory bandwidth).
     pub call_alone: CallModel,
+    /// Calls as the executor makes them (strided views of a calibration
+    /// program, [`measure_executor`]): per measured shape (ln m, ln n, ln k), its
+    /// measured time over what `call_alone` gives it. A call within
+    /// [`EXEC_RADIUS`] of one is scaled by the nearest one's factor.
+    pub exec: Vec<([f64; 3], f64)>,
     /// Seconds per kernel call the executor spends around it (enumerating a
     /// task's contributions, tile views, strides), measured by [`measure_call_overhead`].
     pub call_overhead: f64,
@@ -200,6 +205,7 @@ impl TimeModel {
             get_alpha: GET_ALPHA,
             get_beta: GET_BETA,
             call_alone: call.clone(),
+            exec: Vec::new(),
             call,
             call_overhead: 9.6e-7,
             busy: 2,
@@ -224,29 +230,17 @@ impl TimeModel {
         if kernels.is_empty() {
             kernels = TimeModel::builtin().kernels;
         }
-        let mut alone = clean(&c.kernels_alone);
-        // Shapes timed through the executor (alone) join both lists; with every
-        // rank computing they are slowed as the nearest contiguous shape is.
-        let exec = clean(&c.kernels_exec);
-        if !exec.is_empty() && !alone.is_empty() {
-            for e in &exec {
-                let near = |list: &[KernelRate]| nearest(list, e).map(|r| r.flops_per_s);
-                let slowdown = match (near(&kernels), near(&alone)) {
-                    (Some(b), Some(a)) if a > 0.0 => (b / a).min(1.0),
-                    _ => 1.0,
-                };
-                kernels.push(KernelRate { flops_per_s: e.flops_per_s * slowdown, ..*e });
-            }
-            alone.extend(exec);
-        }
         let call = CallModel::new(&kernels);
+        let alone = clean(&c.kernels_alone);
+        let call_alone = if alone.is_empty() { call.clone() } else { CallModel::new(&alone) };
         TimeModel {
             alpha: c.alpha.max(0.0),
             beta: c.beta.max(0.0),
             // Tables from before gets were measured: the built-in values.
             get_alpha: if c.get_beta > 0.0 { c.get_alpha.max(0.0) } else { GET_ALPHA },
             get_beta: if c.get_beta > 0.0 { c.get_beta } else { GET_BETA },
-            call_alone: if alone.is_empty() { call.clone() } else { CallModel::new(&alone) },
+            exec: exec_corrections(&clean(&c.kernels_exec), &call_alone),
+            call_alone,
             call,
             call_overhead: c.call_overhead.max(0.0),
             busy: c.ranks.max(1),
@@ -261,11 +255,23 @@ impl TimeModel {
     pub fn kernel_seconds(&self, flops: f64, m: f64, n: f64, k: f64, batch: f64) -> f64 {
         let alone = self.call_alone.seconds(flops, m, n, k, batch);
         let busy = self.call.seconds(flops, m, n, k, batch);
+        let exec = self.exec_factor(m, n, k);
         if self.busy <= 1 {
-            return busy + self.call_overhead;
+            return exec * busy + self.call_overhead;
         }
         let f = ((self.concurrency.max(1) - 1) as f64 / (self.busy - 1) as f64).min(1.0);
-        alone + f * (busy - alone) + self.call_overhead
+        exec * (alone + f * (busy - alone)) + self.call_overhead
+    }
+
+    /// The factor of the nearest executor-timed shape within [`EXEC_RADIUS`], else 1.
+    fn exec_factor(&self, m: f64, n: f64, k: f64) -> f64 {
+        let x = [m.max(1.0).ln(), n.max(1.0).ln(), k.max(1.0).ln()];
+        self.exec
+            .iter()
+            .map(|(p, c)| (p.iter().zip(&x).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt(), *c))
+            .filter(|(d, _)| *d <= EXEC_RADIUS)
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map_or(1.0, |b| b.1)
     }
 
     /// This model for a run of `threads` threads computing at once (all ranks'
@@ -285,14 +291,21 @@ impl TimeModel {
     }
 }
 
-/// The rate of `list` measured nearest to `r`'s shape (in log m, log n, log k).
-fn nearest<'a>(list: &'a [KernelRate], r: &KernelRate) -> Option<&'a KernelRate> {
-    let ln = |x: &KernelRate| [x.m, x.n, x.k].map(|v| (v.max(1) as f64).ln());
-    let at = ln(r);
-    list.iter().min_by(|a, b| {
-        let d = |x: &KernelRate| ln(x).iter().zip(&at).map(|(p, q)| (p - q) * (p - q)).sum::<f64>();
-        d(a).total_cmp(&d(b))
-    })
+/// How far (Euclidean, in ln m, ln n, ln k) an executor-timed shape's factor
+/// reaches: a factor of 4 in one dimension.
+pub const EXEC_RADIUS: f64 = 1.3863;
+
+/// Per executor-timed rate: its shape and its time over what `alone` (the
+/// contiguous measurements) gives that shape.
+fn exec_corrections(exec: &[KernelRate], alone: &CallModel) -> Vec<([f64; 3], f64)> {
+    exec.iter()
+        .map(|r| {
+            let (m, n, k) = (r.m as f64, r.n as f64, r.k as f64);
+            let flops = 2.0 * m * n * k;
+            let factor = flops / r.flops_per_s / alone.seconds(flops, m, n, k, 1.0).max(1e-300);
+            ([m.ln(), n.ln(), k.ln()], factor)
+        })
+        .collect()
 }
 
 /// The shapes `tcc tune` measures (m, n, k): square tiles of edge 4 to 96;
