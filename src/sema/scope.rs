@@ -56,7 +56,11 @@ impl Names {
 
     /// Every name of a namespace, sorted (so suggestions are deterministic).
     pub fn names(&self, ns: Ns) -> impl Iterator<Item = (&str, &Entry)> {
-        self.table.iter().filter(move |((n, _), _)| *n == ns).map(|((_, s), e)| (s.as_str(), e))
+        // The table is ordered by namespace first: only `ns`'s part is read.
+        self.table
+            .range((ns, String::new())..)
+            .take_while(move |((n, _), _)| *n == ns)
+            .map(|((_, s), e)| (s.as_str(), e))
     }
 
     pub fn unknown(&self, ns: Ns, name: &str) -> Option<Sym> {

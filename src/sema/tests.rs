@@ -452,3 +452,22 @@ fn tiled_storage_book_examples_check() {
         ok(b);
     }
 }
+
+/// "Did you mean" searches stop after comparing MAX_SUGGESTION_NAMES names in a
+/// file (issue 23: 1000 searches among 16,000 names took 6 s); the errors are all
+/// still reported.
+#[test]
+fn did_you_mean_stops_after_its_name_budget() {
+    let declared = 4000;
+    let mut src = String::from("range N = 2; index i : N;\n");
+    for k in 0..declared {
+        src += &format!("output tensor Tk{k}[i];\n");
+    }
+    for k in 0..1000 {
+        src += &format!("Tk{k}[i] = Uk{k}[i];\n");
+    }
+    let (_, diags) = analyze(&src);
+    assert_eq!(diags.iter().filter(|d| d.code == "E0106").count(), 1000);
+    let hinted = diags.iter().filter(|d| d.hint.as_deref().is_some_and(|h| h.starts_with("did you mean"))).count();
+    assert_eq!(hinted, super::MAX_SUGGESTION_NAMES / declared);
+}
