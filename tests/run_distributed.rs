@@ -111,17 +111,21 @@ fn stats_count_words_and_messages_per_rank() {
 
 #[test]
 fn a_failing_rank_fails_the_run() {
-    let out = run_limited(
-        Command::new(tcc_bin())
-            .args(["run", "--ranks", "3"])
-            .arg(example("four_index.tc"))
-            .env("TCC_INJECT_FAILURE", "1:panic"),
-        Duration::from_secs(60),
-    )
-    .expect("exits instead of hanging");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("rank 1 failed"), "{err}");
+    // Replicate-and-tile runs and plan runs (`--plan` ignored the injection).
+    for extra in [&[][..], &["--plan"][..]] {
+        let out = run_limited(
+            Command::new(tcc_bin())
+                .args(["run", "--ranks", "3"])
+                .args(extra)
+                .arg(example("four_index.tc"))
+                .env("TCC_INJECT_FAILURE", "1:panic"),
+            Duration::from_secs(60),
+        )
+        .expect("exits instead of hanging");
+        assert_eq!(out.status.code(), Some(1), "{extra:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("rank 1 failed") && !err.contains("internal compiler error"), "{extra:?}: {err}");
+    }
 }
 
 #[test]

@@ -514,6 +514,8 @@ pub fn execute_plan(
         return Err(fail("E0724", format!("the plan is for {} ranks, this run has {p}", plan.procs), None));
     }
     let mut cur = initial_blocks(opt, plan, inputs, me)?;
+    // `TCC_INJECT_FAILURE` applies to plan runs too (it was ignored here).
+    crate::exec::distributed::maybe_inject_failure(me);
     let mut ex = Exec { comm, names: &plan.names, tag: 0, ops: Vec::new() };
     for (si, step) in plan.steps.iter().enumerate() {
         let stmt = &opt.units[u].stmts[step.stmt];
