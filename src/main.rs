@@ -480,6 +480,10 @@ enum Command {
         /// Print the plans as JSON.
         #[arg(long)]
         json: bool,
+        /// Write the best plan as a DeepSpeed config (deepspeed), Megatron-LM
+        /// arguments (megatron) or a PyTorch DeviceMesh/FSDP2 sketch (torch).
+        #[arg(long, value_name = "FORMAT", conflicts_with_all = ["json", "execute"])]
+        emit: Option<String>,
         /// Only this model.
         #[arg(long, value_name = "NAME")]
         model: Option<String>,
@@ -1149,6 +1153,7 @@ fn cmd_plan_model(ctx: &Ctx, command: Command) -> Outcome {
         micro_batches,
         recompute,
         json,
+        emit,
         model,
         execute,
         ranks,
@@ -1177,6 +1182,7 @@ fn cmd_plan_model(ctx: &Ctx, command: Command) -> Outcome {
         micro_batches,
         recompute,
         json,
+        emit,
         execute,
         ranks,
         mpi,

@@ -12,6 +12,7 @@
 //! `gpus_per_node`; its collectives then run at the intra-node bandwidth.
 
 pub mod analysis;
+pub mod export;
 pub mod formulas;
 pub mod pipeline;
 pub mod recompute;
@@ -851,6 +852,26 @@ pub fn plan_model_command(
     o: &ModelOptions,
     json: bool,
 ) -> Result<String, CommandError> {
+    plan_model_output(hir, model, dims, o, if json { Output::Json } else { Output::Text })
+}
+
+/// What `tcc plan-model` prints: the ranked plans as text or JSON, or the best
+/// plan exported (`--emit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Text,
+    Json,
+    Export(export::Emit),
+}
+
+pub fn plan_model_output(
+    hir: &crate::sema::hir::Hir,
+    model: Option<&str>,
+    dims: &[(String, usize)],
+    o: &ModelOptions,
+    output: Output,
+) -> Result<String, CommandError> {
+    let json = output == Output::Json;
     let err = |code, message: String, hint: Option<String>| CommandError { code, message, hint };
     if hir.models.is_empty() {
         return Err(err(
@@ -876,6 +897,14 @@ pub fn plan_model_command(
             }
         },
     };
+    if matches!(output, Output::Export(_)) && ids.len() > 1 {
+        let names: Vec<&str> = hir.models.iter().map(|m| m.name.as_str()).collect();
+        return Err(err(
+            "E0817",
+            "--emit writes one model's plan: this file has several".into(),
+            Some(format!("name it with --model ({})", names.join(", "))),
+        ));
+    }
     let mut texts = Vec::new();
     let mut jsons = Vec::new();
     for id in ids {
@@ -896,6 +925,9 @@ pub fn plan_model_command(
                 format!("no valid parallel plan of model `{}` on {} devices: {why}", info.name, o.devices),
                 Some("change --devices, the `parallel` hints, or the dims (--dim NAME=SIZE)".into()),
             ));
+        }
+        if let Output::Export(format) = output {
+            return export::emit(&info, o, &plans, format);
         }
         if json {
             jsons.push(report::plans_json(&info, o, &plans));
@@ -928,6 +960,8 @@ pub struct CliArgs {
     /// Force the recomputation: none, selective or full.
     pub recompute: Option<String>,
     pub json: bool,
+    /// `deepspeed`, `megatron` or `torch`: write the best plan in that form.
+    pub emit: Option<String>,
     /// `ulysses` or `expert`: run the model's layer sharded instead of planning.
     pub execute: Option<String>,
     pub ranks: Option<usize>,
@@ -1007,5 +1041,10 @@ pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, CommandEr
         None => None,
     };
     let dims = parse_dims(&a.dims)?;
-    plan_model_command(hir, a.model.as_deref(), &dims, &o, a.json)
+    let output = match &a.emit {
+        Some(f) => Output::Export(export::Emit::parse(f).map_err(|m| err("E0811", m, None))?),
+        None if a.json => Output::Json,
+        None => Output::Text,
+    };
+    plan_model_output(hir, a.model.as_deref(), &dims, &o, output)
 }

@@ -185,6 +185,17 @@ pub fn plans_json(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> se
         "mem_per_device": o.mem_per_device,
         "network": o.network,
         "valid_plans": plans.len(),
+        "units": {
+            "memory": "bytes", "mem_per_device": "bytes", "bytes_per_step": "bytes", "cross_node_bytes": "bytes",
+            "time": "seconds", "flops_per_rank": "floating-point operations per step",
+            "bubble": "fraction of the step",
+        },
         "plans": plans.iter().take(o.top.max(1)).collect::<Vec<_>>(),
+        "best_plan_ranks": plans.first().map(|p| serde_json::json!({
+            "order": super::export::mesh(p).map(|(n, _)| n),
+            "sizes": super::export::mesh(p).map(|(_, s)| s),
+            "note": "rank r has coordinates ranks[r] = [pp, dp, sp, tp]; r = ((pp*DP + dp)*SP + sp)*TP + tp",
+            "ranks": super::export::rank_map(p),
+        })),
     })
 }
