@@ -197,7 +197,8 @@ impl TimeModel {
         // Measured with `tcc tune --ranks 2` (both cores busy, a quiet machine) on
         // the first 15 of SHAPES, before the large products were added; without
         // a table those are extrapolated from 96³.
-        let gflops: [f64; 15] = [0.39, 2.25, 4.86, 13.1, 10.8, 18.6, 24.1, 26.2, 34.3, 6.84, 7.92, 17.9, 6.5, 19.0, 9.09];
+        let gflops: [f64; 15] =
+            [0.39, 2.25, 4.86, 13.1, 10.8, 18.6, 24.1, 26.2, 34.3, 6.84, 7.92, 17.9, 6.5, 19.0, 9.09];
         let kernels: Vec<KernelRate> =
             SHAPES.iter().zip(gflops).map(|(&(m, n, k), g)| KernelRate { m, n, k, flops_per_s: g * 1e9 }).collect();
         let call = CallModel::new(&kernels);
