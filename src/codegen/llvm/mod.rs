@@ -590,6 +590,35 @@ fn runtime_symbols() -> Vec<(&'static str, usize)> {
 // ---------------------------------------------------------------------------------
 
 /// A micro-kernel: its function and register tile.
+/// Every tensor the nodes read or write.
+fn node_tensors(hir: &Hir, unit: UnitId, nodes: &[Node], out: &mut std::collections::BTreeSet<TensorId>) {
+    fn expr(e: &crate::sema::hir::Expr, out: &mut std::collections::BTreeSet<TensorId>) {
+        for f in e.terms.iter().flat_map(|t| &t.factors) {
+            match f {
+                crate::sema::hir::Factor::Tensor(r) => {
+                    out.insert(r.tensor);
+                }
+                crate::sema::hir::Factor::Call { arg, .. } | crate::sema::hir::Factor::Sum { arg, .. } => {
+                    expr(arg, out)
+                }
+            }
+        }
+    }
+    for n in nodes {
+        match n {
+            Node::Loop { body, .. } => node_tensors(hir, unit, body, out),
+            Node::Zero { tensor, .. } => {
+                out.insert(*tensor);
+            }
+            Node::Compute { stmt } => {
+                let st = &hir.units[unit].stmts[*stmt];
+                out.insert(st.lhs.tensor);
+                expr(&st.rhs, out);
+            }
+        }
+    }
+}
+
 /// Units with more terms than this are compiled one top-level statement per
 /// LLVM function ([`Gen::top_nodes`]).
 const OUTLINE_MIN_TERMS: usize = 64;
@@ -993,7 +1022,13 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     /// `nodes` in an internal, never inlined function of the current one's
     /// buffers and runtime sizes, called here.
     fn outlined(&mut self, nodes: &[Node], unit: UnitId) -> Result<(), CodegenError> {
-        let mut bufs: Vec<(TensorId, PointerValue<'ctx>)> = self.bufs.iter().map(|(&t, &p)| (t, p)).collect();
+        // Only the buffers these nodes use: passing every buffer to every part
+        // made a unit of N statements N functions of N parameters (LLVM's
+        // interprocedural passes took minutes for 1000 statements).
+        let mut used = std::collections::BTreeSet::new();
+        node_tensors(self.hir, unit, nodes, &mut used);
+        let mut bufs: Vec<(TensorId, PointerValue<'ctx>)> =
+            self.bufs.iter().filter(|(t, _)| used.contains(*t)).map(|(&t, &p)| (t, p)).collect();
         bufs.sort_by_key(|x| x.0);
         let mut sizes: Vec<(RangeId, IntValue<'ctx>)> = self.size_vals.iter().map(|(&r, &v)| (r, v)).collect();
         sizes.sort_by_key(|x| x.0);
