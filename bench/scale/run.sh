@@ -17,9 +17,12 @@ time_of() { # label, command...
     printf "%-40s  timeout (%s s) or failure\n" "$label" "$LIMIT"
   fi
 }
-for n in 1000 5000 10000; do
+for n in 1000 2000 5000 10000; do
   python3 bench/scale/gen.py stmts $n $dir/s$n.tc
   time_of "tcc opt, $n statements" "$TCC" opt $dir/s$n.tc
+done
+for n in 1000 2000; do
+  time_of "tcc run, $n statements" "$TCC" run $dir/s$n.tc
 done
 for n in 20000 70000; do
   python3 bench/scale/gen.py errors $n $dir/e$n.tc
