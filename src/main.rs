@@ -252,6 +252,14 @@ fn parse_pass(s: &str) -> Result<tcc::pipeline::Pass, String> {
     })
 }
 
+/// A size that must name its unit (`80GB`, not `80`, which would be 80 bytes).
+fn parse_size_with_unit(s: &str) -> Result<u64, String> {
+    if s.trim().chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(format!("`{s}` has no unit: write it as {s}GB or {s}GiB (a bare number would be bytes)"));
+    }
+    parse_size(s)
+}
+
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
@@ -446,16 +454,17 @@ enum Command {
         /// Number of devices (GPUs).
         #[arg(long, value_name = "N")]
         devices: Option<usize>,
-        /// Memory per device (e.g. 80GB); plans that need more are ranked last.
-        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        /// Memory per device, with its unit (e.g. 80GB); plans that need more are ranked last.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size_with_unit)]
         mem_per_device: Option<u64>,
-        /// The cross-node network: fat-tree:bw=..,lat=..,flops=.., torus:.., or a .toml file.
+        /// The cross-node network and each device's compute rate: fat-tree:bw=..,lat=..,flops=..,
+        /// torus:.., or a .toml file (flops= or gamma is required).
         #[arg(long, default_value = "fat-tree:bw=25GB/s,lat=5us,flops=150TF/s")]
         network: String,
         /// Devices per node (collectives within a node use --intra-bw).
         #[arg(long, default_value_t = 8)]
         gpus_per_node: usize,
-        /// Intra-node bandwidth per device.
+        /// Intra-node bandwidth per device, with its unit.
         #[arg(long, default_value = "300GB/s")]
         intra_bw: String,
         /// How many times the model block repeats (transformer layers).

@@ -99,3 +99,18 @@ fn what_a_target_cannot_run_is_refused() {
     let o = tcc().arg("plan-model").args(GPT).args(["--emit", "torch", "--json"]).output().unwrap();
     assert!(!o.status.success());
 }
+
+#[test]
+fn sizes_bandwidths_and_compute_rates_need_their_units() {
+    let run = |extra: &[&str]| tcc().arg("plan-model").args(GPT).args(extra).output().unwrap();
+    for (extra, code) in [
+        (&["--mem-per-device", "80"][..], "E0700"),
+        (&["--intra-bw", "300"][..], "E0801"),
+        (&["--network", "fat-tree:bw=400Gbps"][..], "E0801"),
+    ] {
+        let o = run(extra);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && (err.contains(code) || err.contains("no unit")), "{extra:?}: {err}");
+    }
+    assert!(run(&["--mem-per-device", "80GB", "--network", "fat-tree:bw=400Gbps,flops=300TF/s"]).status.success());
+}

@@ -1021,6 +1021,27 @@ pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, CommandEr
     let err = |code, message: String, hint: Option<&str>| CommandError { code, message, hint: hint.map(String::from) };
     let network = Network::parse(&a.network)
         .map_err(|m| err("E0801", m, Some("for example --network fat-tree:bw=25GB/s,lat=5us,flops=150TF/s")))?;
+    // Step times are flops at this rate: a network without one would silently be
+    // priced at the program planner's CPU-like default.
+    let spec = if a.network.ends_with(".toml") {
+        std::fs::read_to_string(&a.network).unwrap_or_default()
+    } else {
+        a.network.clone()
+    };
+    if !spec.contains("flops") && !spec.contains("gamma") {
+        return Err(err(
+            "E0801",
+            format!("--network `{}` gives no compute rate per device", a.network),
+            Some("add flops=… (for example flops=150TF/s for an 80 GB-class GPU at a realistic MFU)"),
+        ));
+    }
+    if a.intra_bw.trim().chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(err(
+            "E0801",
+            format!("--intra-bw `{}` has no unit", a.intra_bw),
+            Some("for example --intra-bw 300GB/s"),
+        ));
+    }
     let Some(devices) = a.devices else {
         return Err(err("E0802", "--devices N is required to plan".into(), Some("for example --devices 64")));
     };
