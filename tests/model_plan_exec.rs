@@ -125,3 +125,31 @@ fn mpi_ranks_execute_ulysses_and_experts() {
         }
     }
 }
+
+#[test]
+fn a_router_weight_is_dense_and_expert_execution_keeps_it_whole() {
+    let path = format!("{}/tests/models/moe_router.tc", env!("CARGO_MANIFEST_DIR"));
+    let hir = tcc::compile(&std::fs::read_to_string(path).unwrap(), "x").0.unwrap();
+    let m = analysis::analyze(&hir, ModelId::new(0));
+    // Wr[hidden=8, experts=4] is dense; W1, W2 [experts=4, 8, 16] are the experts'.
+    assert_eq!(m.psi_dense(), 32.0);
+    assert_eq!(m.psi_expert(), 2.0 * 4.0 * 8.0 * 16.0);
+    let wr = m.params.iter().find(|p| p.name == "Wr").unwrap();
+    assert!(!wr.expert && m.params.iter().filter(|p| p.name != "Wr").all(|p| p.expert));
+    // The sharded run (router outside the expert statements) equals the interpreter.
+    let steps = exec::schedule(&hir, ModelId::new(0), Style::Expert).unwrap();
+    let unit = hir.models[ModelId::new(0)].unit;
+    let inputs = tcc::interp::random_inputs(&hir, unit, 7).unwrap();
+    let want = tcc::interp::run_unit(&hir, unit, &inputs).unwrap();
+    for p in [2, 4] {
+        let runs = threads::run(p, |rank| {
+            let c = rank.comm(Backend::Threads);
+            exec::run_sharded(&hir, ModelId::new(0), &steps, &inputs, c.as_ref()).unwrap()
+        })
+        .unwrap();
+        for (r, run) in runs.iter().enumerate() {
+            assert!(exec::max_rel_diff(&run.outputs, &want) <= 1e-12, "rank {r} of {p}");
+            assert_eq!(run.words_sent, exec::predicted_words(&hir, &steps, p, r), "rank {r} of {p}");
+        }
+    }
+}

@@ -22,6 +22,9 @@ pub struct TensorInfo {
     pub name: String,
     pub dims: Vec<String>,
     pub elements: f64,
+    /// Parameters: split over the expert ranks ([`is_expert_param`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub expert: bool,
 }
 
 impl TensorInfo {
@@ -84,11 +87,11 @@ impl ModelInfo {
     }
     /// Dense parameters (no experts dimension), per block.
     pub fn psi_dense(&self) -> f64 {
-        self.params.iter().filter(|p| !p.has_any(&EXPERT_NAMES)).map(|p| p.elements).sum()
+        self.params.iter().filter(|p| !p.expert).map(|p| p.elements).sum()
     }
     /// Expert parameters, per block.
     pub fn psi_expert(&self) -> f64 {
-        self.params.iter().filter(|p| p.has_any(&EXPERT_NAMES)).map(|p| p.elements).sum()
+        self.params.iter().filter(|p| p.expert).map(|p| p.elements).sum()
     }
     pub fn flops(&self) -> f64 {
         self.layers.iter().map(|l| l.flops).sum()
@@ -122,7 +125,12 @@ fn tinfo(hir: &Hir, t: TensorId) -> TensorInfo {
         name: tt.name.clone(),
         dims: tt.dims.iter().map(|&r| hir.ranges[r].name.clone()).collect(),
         elements: tt.dims.iter().map(|&r| hir.ranges[r].size as f64).product(),
+        expert: false,
     }
+}
+
+fn has_experts_dim(hir: &Hir, t: TensorId) -> bool {
+    hir.tensors[t].dims.iter().any(|&r| EXPERT_NAMES.contains(&hir.ranges[r].name.as_str()))
 }
 
 fn range_of(hir: &Hir, i: IndexId) -> RangeId {
@@ -174,16 +182,27 @@ pub fn is_attention(hir: &Hir, s: &Stmt) -> bool {
     (0..seq.len()).any(|a| (a + 1..seq.len()).any(|b| seq[a] == seq[b]))
 }
 
-/// A statement reading a parameter with an experts dimension.
+/// An expert statement: it multiplies a parameter with an experts dimension by an
+/// activation that has one too (tokens dispatched to experts meet their weights).
+/// A router (gating) weight `[hidden, experts]` meets only token activations: its
+/// statement and the weight are dense — replicated, not split over expert ranks.
 pub fn is_expert(hir: &Hir, s: &Stmt) -> bool {
-    let mut found = false;
+    let (mut param, mut activation) = (false, false);
     crate::sema::hir::collect_reads(&s.rhs, &mut |t| {
-        let tt = &hir.tensors[t];
-        if tt.role == Role::Param && tt.dims.iter().any(|&r| EXPERT_NAMES.contains(&hir.ranges[r].name.as_str())) {
-            found = true;
+        if has_experts_dim(hir, t) {
+            if hir.tensors[t].role == Role::Param {
+                param = true;
+            } else {
+                activation = true;
+            }
         }
     });
-    found
+    param && activation
+}
+
+/// A parameter split over the expert ranks: one an expert statement reads.
+pub fn is_expert_param(hir: &Hir, stmts: &[Stmt], t: TensorId) -> bool {
+    has_experts_dim(hir, t) && stmts.iter().any(|s| is_expert(hir, s) && reads(s).contains(&t))
 }
 
 fn reads(s: &Stmt) -> Vec<TensorId> {
@@ -253,6 +272,11 @@ pub fn analyze(hir: &Hir, model: ModelId) -> ModelInfo {
             seen.push(t);
             params.push(tinfo(hir, t));
         }
+    }
+    for (p, &t) in params.iter_mut().zip(&seen) {
+        // Unread: by its dims alone.
+        let read = unit.stmts.iter().any(|s| reads(s).contains(&t));
+        p.expert = if read { is_expert_param(hir, &unit.stmts, t) } else { has_experts_dim(hir, t) };
     }
     let all: &[Stmt] = &unit.stmts;
     let att: Vec<bool> = all.iter().map(|s| is_attention(hir, s)).collect();

@@ -297,7 +297,7 @@ fn param_local(p: &TensorInfo, c: &Config) -> f64 {
     if c.tensor_dims.iter().any(|d| p.has(d)) {
         x /= c.tensor as f64;
     }
-    if p.has_any(&EXPERT_NAMES) {
+    if p.expert {
         x /= c.expert as f64;
     }
     x
@@ -428,10 +428,8 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
         });
     };
     // Parameters per rank (before ZeRO), dense and expert, whole model.
-    let psi_d: f64 =
-        info.params.iter().filter(|p| !p.has_any(&EXPERT_NAMES)).map(|p| param_local(p, c)).sum::<f64>() * layers;
-    let psi_e: f64 =
-        info.params.iter().filter(|p| p.has_any(&EXPERT_NAMES)).map(|p| param_local(p, c)).sum::<f64>() * layers;
+    let psi_d: f64 = info.params.iter().filter(|p| !p.expert).map(|p| param_local(p, c)).sum::<f64>() * layers;
+    let psi_e: f64 = info.params.iter().filter(|p| p.expert).map(|p| param_local(p, c)).sum::<f64>() * layers;
     // Data parallelism / ZeRO over the data × sequence group (stride T: span N).
     let zq = c.zeropp;
     let node_members = (gpn / t).clamp(1, zgroup);
