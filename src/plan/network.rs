@@ -265,9 +265,13 @@ fn prefix_scale(p: &str) -> Option<f64> {
     })
 }
 
-/// `25GB/s`, `100Gb/s` (bits), `12.5 GB/s`.
+/// `25GB/s`, `100Gb/s` (bits), `12.5 GB/s`. A bare number is an error: it would
+/// be bytes per second, never what was meant.
 pub fn parse_bandwidth(v: &str) -> Result<f64, String> {
     let (x, u) = split_num(v)?;
+    if u.is_empty() {
+        return Err(format!("bandwidth `{v}` has no unit (use B/s, MB/s, GB/s, Gb/s)"));
+    }
     let u = u.trim_end_matches("/s").trim_end_matches("ps");
     let (p, bits) = if let Some(p) = u.strip_suffix("bit") {
         (p, true)

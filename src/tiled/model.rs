@@ -71,7 +71,7 @@ impl CallModel {
                 let (m, n, k) = (r.m as f64, r.n as f64, r.k as f64);
                 let flops = 2.0 * m * n * k;
                 let measured = flops / r.flops_per_s;
-                ([m.ln(), n.ln(), k.ln()], measured / fit.seconds(flops, call_bytes(m, n, k, 1.0)).max(1e-300))
+                (log_shape(m, n, k), measured / fit.seconds(flops, call_bytes(m, n, k, 1.0)).max(1e-300))
             })
             .collect();
         CallModel { fit, points }
@@ -79,15 +79,21 @@ impl CallModel {
 
     /// Seconds of a call of `flops` on tiles of `m, n, k` (`batch` times).
     pub fn seconds(&self, flops: f64, m: f64, n: f64, k: f64, batch: f64) -> f64 {
-        let x = [m.max(1.0).ln(), n.max(1.0).ln(), k.max(1.0).ln()];
-        let near = self
-            .points
-            .iter()
-            .map(|(p, c)| (p.iter().zip(&x).map(|(a, b)| (a - b) * (a - b)).sum::<f64>(), *c))
-            .min_by(|a, b| a.0.total_cmp(&b.0))
-            .map_or(1.0, |b| b.1);
+        let x = log_shape(m, n, k);
+        let near =
+            self.points.iter().map(|(p, c)| (dist2(p, &x), *c)).min_by(|a, b| a.0.total_cmp(&b.0)).map_or(1.0, |b| b.1);
         near * self.fit.seconds(flops, call_bytes(m, n, k, batch))
     }
+}
+
+/// (ln m, ln n, ln k), extents below 1 taken as 1: where shapes are compared.
+fn log_shape(m: f64, n: f64, k: f64) -> [f64; 3] {
+    [m.max(1.0).ln(), n.max(1.0).ln(), k.max(1.0).ln()]
+}
+
+/// Squared distance of two log shapes.
+fn dist2(a: &[f64; 3], b: &[f64; 3]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
 }
 
 /// Bytes of the three tiles of a call.
@@ -268,10 +274,10 @@ impl TimeModel {
 
     /// The factor of the nearest executor-timed shape within [`EXEC_RADIUS`], else 1.
     fn exec_factor(&self, m: f64, n: f64, k: f64) -> f64 {
-        let x = [m.max(1.0).ln(), n.max(1.0).ln(), k.max(1.0).ln()];
+        let x = log_shape(m, n, k);
         self.exec
             .iter()
-            .map(|(p, c)| (p.iter().zip(&x).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt(), *c))
+            .map(|(p, c)| (dist2(p, &x).sqrt(), *c))
             .filter(|(d, _)| *d <= EXEC_RADIUS)
             .min_by(|a, b| a.0.total_cmp(&b.0))
             .map_or(1.0, |b| b.1)
@@ -306,7 +312,7 @@ fn exec_corrections(exec: &[KernelRate], alone: &CallModel) -> Vec<([f64; 3], f6
             let (m, n, k) = (r.m as f64, r.n as f64, r.k as f64);
             let flops = 2.0 * m * n * k;
             let factor = flops / r.flops_per_s / alone.seconds(flops, m, n, k, 1.0).max(1e-300);
-            ([m.ln(), n.ln(), k.ln()], factor)
+            (log_shape(m, n, k), factor)
         })
         .collect()
 }

@@ -1033,13 +1033,6 @@ pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, CommandEr
             Some("add flops=… (for example flops=150TF/s for an 80 GB-class GPU at a realistic MFU)"),
         ));
     }
-    if a.intra_bw.trim().chars().all(|c| c.is_ascii_digit() || c == '.') {
-        return Err(err(
-            "E0801",
-            format!("--intra-bw `{}` has no unit", a.intra_bw),
-            Some("for example --intra-bw 300GB/s"),
-        ));
-    }
     let Some(devices) = a.devices else {
         return Err(err("E0802", "--devices N is required to plan".into(), Some("for example --devices 64")));
     };
