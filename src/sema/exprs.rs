@@ -1,6 +1,7 @@
 //! Expressions: signs and numbers folded into coefficients, the `free` indices of
 //! function arguments and parenthesised sums, and the summation rules of a term
-//! (every result index present, no summed index three times).
+//! (every result index present; a summed index may appear in any number of factors,
+//! a hyperedge summed once over their product).
 //!
 //! Recursion follows the parse tree only (whose nesting the parser bounds).
 
@@ -154,9 +155,10 @@ impl Ctx {
 
     /// A result index a term lacks is broadcast when the term sums nothing (its value
     /// is the same for every value of it: `D[a,i] = eo[i] - ev[a]`, `A[i,j] + 1`) and
-    /// an error when it sums (a typo, nearly always). A summed index appears at most
-    /// twice (three is an error, once in a product is probably a typo, once inside a
-    /// function's argument probably a surprise).
+    /// an error when it sums (a typo, nearly always). A summed index may appear any
+    /// number of times (three or more: a hyperedge, as `numpy.einsum` sums it); once in
+    /// a product is probably a typo, once inside a function's argument probably a
+    /// surprise.
     fn summation_rules(&mut self, t: &ast::Term, result: &[Occ], occs: &[Occ], top: bool) {
         let missing: Vec<&Occ> =
             result.iter().filter(|r| self.index_ok(r.idx) && !occs.iter().any(|o| o.idx == r.idx)).collect();
@@ -212,28 +214,6 @@ impl Ctx {
             }
         }
         let keep = if top { "the left-hand side" } else { "the left-hand side (or outside this sub-expression)" };
-        let over: Vec<&(IndexId, Vec<&Occ>)> = summed.iter().filter(|(_, v)| v.len() >= 3).collect();
-        if let Some((i, all)) = over.first() {
-            // One diagnostic per term: the first such index labelled, the others named.
-            let name = self.hir.indices[*i].name.clone();
-            let mut message = format!("summed index `{name}` appears {} times in one term", all.len());
-            if over.len() > 1 {
-                let others = self.name_list(over[1..].iter().map(|(i, _)| *i));
-                message.push_str(&format!(" (and so {} {others})", if over.len() == 2 { "does" } else { "do" }));
-            }
-            let mut d = Diagnostic::error("E0305", message, all[0].span.clone(), "1st").with_hint(format!(
-                "an index not on {keep} may appear at most twice in a term; rename one pair, or compute part of the product into a temporary first"
-            ));
-            for (n, x) in all.iter().enumerate().skip(1) {
-                let ord = match n + 1 {
-                    2 => "2nd".to_string(),
-                    3 => "3rd".to_string(),
-                    k => format!("{k}th"),
-                };
-                d = d.with_label(x.span.clone(), ord);
-            }
-            self.error(d);
-        }
         // A lone summed index in a product of several factors is usually a typo; in a
         // single-factor term (`N[i] = A[i,j]`) it is a deliberate reduction.
         let products = t.factors.iter().filter(|(_, f)| !matches!(f, ast::Factor::Number(_))).count();

@@ -865,6 +865,85 @@ mod tests {
         assert_eq!(path.flops, 19.0 * 2.0 * 27.0);
     }
 
+    /// A random network with summed hyperedges: `nf` factors on a ring of bonds,
+    /// plus diagonal gates (vectors) and three-leg hyperedges shared by random
+    /// triples of factors.
+    fn hyper_network(seed: u64, nf: usize) -> Problem {
+        let mut rng = Rng(seed.wrapping_mul(0x9E3779B97F4A7C15) | 1);
+        let mut r = |k: usize| (rng.next_f64() * k as f64) as usize;
+        let mut inputs: Vec<Vec<usize>> = (0..nf).map(|k| vec![k, (k + 1) % nf]).collect();
+        let mut m = nf;
+        for _ in 0..nf / 3 {
+            // a diagonal gate on a bond: the bond index is held three times
+            inputs.push(vec![r(nf)]);
+        }
+        for _ in 0..nf / 4 {
+            let (a, b, c) = (r(nf), r(nf), r(nf));
+            for f in [a, b, c] {
+                inputs[f].push(m);
+            }
+            m += 1;
+        }
+        let sizes = (0..m).map(|_| 2 + r(3)).collect();
+        let output = if r(2) == 0 { vec![] } else { vec![0] };
+        Problem { inputs, output, sizes, sym: Vec::new() }
+    }
+
+    /// Every step keeps a summed index while some operand still to be contracted
+    /// holds it, and sums it at the step that consumes its last holders: checked
+    /// along the path for the exact DP, greedy and the hyper-optimizer, with flops
+    /// recomputed from the steps' own index sets.
+    #[test]
+    fn hyperedges_are_summed_at_their_last_holder() {
+        for seed in 0..24u64 {
+            let nf = [4, 10, 14, 20, 28, 40][seed as usize % 6];
+            let p = hyper_network(seed, nf);
+            let holders = |i: usize| p.inputs.iter().filter(|ix| ix.contains(&i)).count();
+            assert!((0..p.sizes.len()).any(|i| holders(i) >= 3), "seed {seed}: no hyperedge");
+            let hyper = Options { max_trials: Some(32), ..Options::default() };
+            let greedy = Options { search_time: 0.0, ..Options::default() };
+            for opts in [hyper, greedy] {
+                let path = optimize_path(&p, &opts).unwrap();
+                let n = p.inputs.len();
+                let mut sets: Vec<Vec<usize>> = p.inputs.clone();
+                let mut live: Vec<bool> = vec![true; n];
+                let mut flops = 0.0;
+                for (k, s) in path.steps.iter().enumerate() {
+                    assert!(live[s.a] && live[s.b], "seed {seed}: operand used twice");
+                    live[s.a] = false;
+                    live[s.b] = false;
+                    let union: Vec<usize> = {
+                        let mut u: Vec<usize> = sets[s.a].iter().chain(&sets[s.b]).copied().collect();
+                        u.sort_unstable();
+                        u.dedup();
+                        u
+                    };
+                    let elsewhere = |i: usize| (0..sets.len()).any(|o| live[o] && sets[o].contains(&i));
+                    for &i in &union {
+                        let keep = p.output.contains(&i) || elsewhere(i);
+                        assert_eq!(s.indices.contains(&i), keep, "seed {seed} step {k}: index {i} kept {keep}");
+                        assert_eq!(s.summed.contains(&i), !keep, "seed {seed} step {k}: index {i}");
+                    }
+                    let points: f64 = union.iter().map(|&i| p.sizes[i] as f64).product();
+                    flops += if s.summed.is_empty() { points } else { 2.0 * points };
+                    sets.push(s.indices.clone());
+                    live.push(true);
+                }
+                assert_eq!(path.steps.len(), n - 1);
+                assert!((flops - path.flops).abs() <= 1e-9 * flops, "seed {seed}: {flops} vs {}", path.flops);
+                if n <= 16 {
+                    assert_eq!(path.method, Method::Exact);
+                }
+            }
+            // The exact DP is still exact with hyperedges.
+            if p.inputs.len() <= 6 {
+                let path = optimize_path(&p, &Options::default()).unwrap();
+                let bf = brute_force(&p);
+                assert!((path.flops - bf).abs() <= 1e-9 * bf, "seed {seed}: dp {} brute {bf}", path.flops);
+            }
+        }
+    }
+
     /// A chain of 300 matrices has 301 indices (index sets of five words): ordered
     /// by the hyper-optimizer like a short one, at the exact cost of a chain.
     #[test]

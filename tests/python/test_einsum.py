@@ -21,6 +21,9 @@ CASES = [
     ("ij->", [(3, 4)]),  # sum
     ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),  # attention scores
     ("Ab,bC->AC", [(3, 4), (4, 2)]),  # upper-case subscripts
+    ("ij,jk,j->ik", [(3, 4), (4, 5), (4,)]),  # summed hyperedge: a diagonal gate on a bond
+    ("ij,jk,j", [(3, 4), (4, 5), (4,)]),  # the same, implicit output
+    ("pi,pj,pk,ijk->", [(4, 3), (4, 5), (4, 2), (3, 5, 2)]),  # p summed over four operands
 ]
 
 
