@@ -118,7 +118,7 @@ struct FuseArgs {
 struct OrderArgs {
     /// Seconds the order search may spend on each product beyond the exact DP (more
     /// than 16 tensors): randomized greedy, graph bisection, subtree
-    /// reconfiguration (default 1; 0: greedy only). E0728 if not a number >= 0.
+    /// reconfiguration (default 1; 0: greedy only). E0728 unless a number from 0 to 86400.
     #[arg(long, value_name = "SECONDS", allow_hyphen_values = true)]
     search_time: Option<String>,
     /// What the order search minimizes: `flops`, `size` (the largest intermediate)
