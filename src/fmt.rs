@@ -321,6 +321,21 @@ fn factor(f: &Factor, s: &mut String) {
             s.push_str(&expr(e));
             s.push(')');
         }
+        Factor::Apply { func, args, .. } => {
+            s.push_str(&func.name);
+            s.push('(');
+            for (k, a) in args.iter().enumerate() {
+                if k > 0 {
+                    s.push_str(", ");
+                }
+                s.push_str(&expr(&a.expr));
+                if let Some((op, rhs)) = &a.cmp {
+                    s.push_str(&format!(" {} ", op.symbol()));
+                    s.push_str(&expr(rhs));
+                }
+            }
+            s.push(')');
+        }
     }
 }
 

@@ -17,7 +17,8 @@
 //! [`InterpError`] instead of exhausting memory or running for days.
 
 use crate::sema::hir::{
-    ElemType, Expr, Factor, Hir, IndexId, PairGroup, Role, Stmt, SymGroup, SymKind, Tensor, TensorId, Term, UnitId,
+    expr_indices, CmpOp, ElemType, Expr, Extremum, Factor, Hir, IndexId, PairGroup, Role, Stmt, SymGroup, SymKind,
+    Tensor, TensorId, Term, UnitId,
 };
 use crate::symmetry::{block_allowed, PermGroup};
 use crate::tensor::{
@@ -358,6 +359,57 @@ impl Evaluator<'_> {
         Ok(out)
     }
 
+    /// `max(arg)` / `min(arg)` over `free`: `arg` over all its indices (nothing
+    /// summed), then each element combined into its `free` coordinates.
+    fn eval_reduce(&self, op: Extremum, arg: &Expr, free: &[IndexId]) -> Result<Dense, InterpError> {
+        let mut all = free.to_vec();
+        all.extend(expr_indices(arg, free).into_iter().filter(|i| !free.contains(i)));
+        let v = self.eval_expr(arg, &all)?;
+        let shape: Vec<usize> = free.iter().map(|&i| self.hir.index_size(i)).collect();
+        let mut out = Dense::zeros(&format!("a reduction of {}", self.stmt), shape.clone())?;
+        out.data.iter_mut().for_each(|x| *x = op.identity());
+        // `all` starts with `free`, in order: an element's target is its prefix.
+        let st = strides(&shape);
+        let mut k = 0;
+        for_each_index(&v.shape, |idx| {
+            let o: usize = idx[..free.len()].iter().zip(&st).map(|(i, s)| i * s).sum();
+            out.data[o] = op.combine(out.data[o], v.data[k]);
+            k += 1;
+        });
+        Ok(out)
+    }
+
+    /// `where(a cmp b, x, y)` over `free`, each argument broadcast over the
+    /// indices of `free` it lacks.
+    fn eval_select(&self, cmp: CmpOp, args: &[Factor], free: &[IndexId]) -> Result<Dense, InterpError> {
+        let mut vals = Vec::with_capacity(args.len());
+        for a in args {
+            let mut own: Vec<IndexId> = Vec::new();
+            for &i in a.indices() {
+                if !own.contains(&i) {
+                    own.push(i);
+                }
+            }
+            let d = self.eval_expr(&a.as_expr(), &own)?;
+            let st = strides(&d.shape);
+            // Per position of `free`, how far this argument's offset moves.
+            let fs: Vec<usize> = free.iter().map(|f| own.iter().position(|i| i == f).map_or(0, |p| st[p])).collect();
+            vals.push((d, fs));
+        }
+        let shape: Vec<usize> = free.iter().map(|&i| self.hir.index_size(i)).collect();
+        let mut out = Dense::zeros(&format!("a `where` of {}", self.stmt), shape.clone())?;
+        let mut k = 0;
+        for_each_index(&shape, |idx| {
+            let at = |n: usize| -> f64 {
+                let (d, fs) = &vals[n];
+                d.data[idx.iter().zip(fs).map(|(i, s)| i * s).sum::<usize>()]
+            };
+            out.data[k] = if cmp.holds(at(0), at(1)) { at(2) } else { at(3) };
+            k += 1;
+        });
+        Ok(out)
+    }
+
     /// `out[result] += coef * Σ_{summed} Π factors`.
     fn add_term(&self, term: &Term, result: &[IndexId], out: &mut Dense) -> Result<(), InterpError> {
         // Sub-expressions first, into dense temporaries over their free indices.
@@ -373,6 +425,8 @@ impl Evaluator<'_> {
                     }
                     Some(v)
                 }
+                Factor::Reduce { op, arg, free, .. } => Some(self.eval_reduce(*op, arg, free)?),
+                Factor::Select { cmp, args, free, .. } => Some(self.eval_select(*cmp, args, free)?),
             });
         }
         let operands: Vec<(&Dense, &[IndexId])> = term

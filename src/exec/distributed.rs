@@ -94,9 +94,15 @@ fn rename_expr(e: &mut Expr, from: IndexId, to: IndexId) {
         for f in &mut t.factors {
             match f {
                 Factor::Tensor(r) => r.indices.iter_mut().filter(|i| **i == from).for_each(|i| *i = to),
-                Factor::Call { arg, free, .. } | Factor::Sum { arg, free, .. } => {
+                Factor::Call { arg, free, .. } | Factor::Sum { arg, free, .. } | Factor::Reduce { arg, free, .. } => {
                     free.iter_mut().filter(|i| **i == from).for_each(|i| *i = to);
                     rename_expr(arg, from, to);
+                }
+                Factor::Select { args, free, .. } => {
+                    free.iter_mut().filter(|i| **i == from).for_each(|i| *i = to);
+                    for a in args {
+                        a.with_expr_mut(|e| rename_expr(e, from, to));
+                    }
                 }
             }
         }
@@ -110,7 +116,10 @@ fn refs_with(e: &Expr, x: IndexId, out: &mut Vec<TensorRef>) {
             match f {
                 Factor::Tensor(r) if r.indices.contains(&x) => out.push(r.clone()),
                 Factor::Tensor(_) => {}
-                Factor::Call { arg, .. } | Factor::Sum { arg, .. } => refs_with(arg, x, out),
+                Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => {
+                    refs_with(arg, x, out)
+                }
+                Factor::Select { args, .. } => args.iter().for_each(|a| refs_with(&a.as_expr(), x, out)),
             }
         }
     }
@@ -209,7 +218,14 @@ fn retarget(e: &mut Expr, x: IndexId, map: &HashMap<(TensorId, Vec<usize>), Tens
                         r.tensor = id;
                     }
                 }
-                Factor::Call { arg, .. } | Factor::Sum { arg, .. } => retarget(arg, x, map),
+                Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => {
+                    retarget(arg, x, map)
+                }
+                Factor::Select { args, .. } => {
+                    for a in args {
+                        a.with_expr_mut(|e| retarget(e, x, map));
+                    }
+                }
             }
         }
     }

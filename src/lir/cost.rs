@@ -236,7 +236,14 @@ pub fn stmt_time(
             match f {
                 Factor::Tensor(r) => memory += traffic(r.tensor, &r.indices),
                 // A call reads its argument's tensors over the call's free indices.
-                Factor::Call { arg, .. } | Factor::Sum { arg, .. } => {
+                Factor::Select { args, .. } => {
+                    for a in args {
+                        if let Factor::Tensor(r) = a {
+                            memory += traffic(r.tensor, &r.indices);
+                        }
+                    }
+                }
+                Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => {
                     for t in &arg.terms {
                         for g in &t.factors {
                             if let Factor::Tensor(r) = g {

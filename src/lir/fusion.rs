@@ -134,9 +134,15 @@ fn collect_refs(e: &crate::sema::hir::Expr, out: &mut Vec<(TensorId, Vec<IndexId
         for f in &t.factors {
             match f {
                 Factor::Tensor(r) => out.push((r.tensor, r.indices.clone())),
-                Factor::Call { arg, .. } | Factor::Sum { arg, .. } => {
+                Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => {
                     *opaque = true;
                     collect_refs(arg, out, opaque);
+                }
+                // Never fused: a `where`'s arguments are read where the loops of the
+                // statement are, and `max`/`min` above reduce over their own loops.
+                Factor::Select { args, .. } => {
+                    *opaque = true;
+                    args.iter().for_each(|a| collect_refs(&a.as_expr(), out, opaque));
                 }
             }
         }

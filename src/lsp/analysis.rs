@@ -122,7 +122,10 @@ impl Analysis {
                 (_, Some(s)) => self.symbol_text(&self.index.symbols[s]),
                 (OccKind::Func, None) => match Func::from_name(&o.name) {
                     Some(f) => format!("```tcc\n{}(x)\n```\nelement-wise function: {}", f.name(), func_doc(f)),
-                    None => format!("unknown function `{}`", o.name),
+                    None => match crate::sema::hir::SPECIAL_FUNCS.iter().find(|(n, _, _)| *n == o.name) {
+                        Some((_, call, doc)) => format!("```tcc\n{call}\n```\n{doc}"),
+                        None => format!("unknown function `{}`", o.name),
+                    },
                 },
                 (OccKind::Key, None) => format!("`{}`: a parallelism setting", o.name),
                 (OccKind::Name(ns), None) => format!("unknown {} `{}`", ns_word(ns), o.name),
@@ -456,6 +459,9 @@ impl Analysis {
         if want == Want::Anything {
             for f in Func::ALL {
                 push(f.name(), lt::CompletionItemKind::FUNCTION, format!("element-wise: {}", func_doc(f)));
+            }
+            for (name, _, doc) in crate::sema::hir::SPECIAL_FUNCS {
+                push(name, lt::CompletionItemKind::FUNCTION, doc.to_string());
             }
             for k in KEYWORDS {
                 push(k, lt::CompletionItemKind::KEYWORD, "keyword".to_string());

@@ -346,6 +346,15 @@ impl Index {
                         self.expr(arg, model);
                     }
                     ast::Factor::Paren { expr, .. } => self.expr(expr, model),
+                    ast::Factor::Apply { func, args, .. } => {
+                        self.other(OccKind::Func, func);
+                        for a in args {
+                            self.expr(&a.expr, model);
+                            if let Some((_, rhs)) = &a.cmp {
+                                self.expr(rhs, model);
+                            }
+                        }
+                    }
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! Prints HIR statements and declarations back in source syntax (for IR dumps and
 //! reports).
 
-use super::hir::{BlockRule, Expr, Factor, Hir, RangeId, Role, Stmt, SubspaceKind, SymKind, TensorId, TensorRef};
+use super::hir::{BlockRule, Expr, Factor, Hir, RangeId, Role, Stmt, SubspaceKind, SymKind, TensorId, TensorRef, Term};
 
 pub fn tensor_ref(hir: &Hir, r: &TensorRef) -> String {
     let name = &hir.tensors[r.tensor].name;
@@ -36,11 +36,33 @@ pub fn expr(hir: &Hir, e: &Expr) -> String {
                 Factor::Tensor(r) => tensor_ref(hir, r),
                 Factor::Call { func, arg, .. } => format!("{}({})", func.name(), expr(hir, arg)),
                 Factor::Sum { arg, .. } => format!("({})", expr(hir, arg)),
+                Factor::Reduce { op, arg, .. } => format!("{}({})", op.name(), expr(hir, arg)),
+                Factor::Select { .. } => factor(hir, f),
             });
         }
         s.push_str(&parts.join(" * "));
     }
     s
+}
+
+/// One factor as source text.
+fn factor(hir: &Hir, f: &Factor) -> String {
+    let one = |f: &Factor| {
+        expr(hir, &Expr { terms: vec![Term { coef: 1.0, factors: vec![f.clone()], span: 0..0 }], span: 0..0 })
+    };
+    match f {
+        Factor::Select { cmp, args, .. } => {
+            let a: Vec<String> = args
+                .iter()
+                .map(|a| match a {
+                    Factor::Sum { arg, .. } => expr(hir, arg),
+                    _ => one(a),
+                })
+                .collect();
+            format!("where({} {} {}, {}, {})", a[0], cmp.symbol(), a[1], a[2], a[3])
+        }
+        _ => one(f),
+    }
 }
 
 pub fn stmt(hir: &Hir, st: &Stmt) -> String {

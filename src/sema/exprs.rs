@@ -28,12 +28,33 @@ enum Part<'a> {
         span: Span,
         all: Vec<Occ>,
     },
+    /// `max(e)`, `min(e)`, `where(a > b, x, y)`, `max(a, b)`, `softmax(e, v)`:
+    /// `args` as [`Special`] says.
+    Special {
+        kind: Special,
+        args: Vec<&'a ast::Expr>,
+        span: Span,
+        all: Vec<Occ>,
+    },
+}
+
+/// What a [`Part::Special`] computes.
+#[derive(Clone, Copy)]
+enum Special {
+    /// `max(e)` / `min(e)`: one argument, its unshared indices reduced.
+    Reduce(hir::Extremum),
+    /// `where(a cmp b, x, y)`: arguments `[a, b, x, y]`.
+    Select(hir::CmpOp),
+    /// `softmax(e, v)`: one argument, normalized over `v`.
+    Softmax(IndexId),
 }
 
 impl Part<'_> {
     fn mentions(&self, i: IndexId) -> bool {
         match self {
-            Part::Tensor(_, o) | Part::Sub { all: o, .. } => o.iter().any(|o| o.idx == i),
+            Part::Tensor(_, o) | Part::Sub { all: o, .. } | Part::Special { all: o, .. } => {
+                o.iter().any(|o| o.idx == i)
+            }
         }
     }
 }
@@ -91,10 +112,32 @@ impl Ctx {
                     let (r, occs) = self.read(r);
                     parts.push(Part::Tensor(r, occs));
                 }
+                ast::Factor::Call { func, arg, span } if matches!(func.name.as_str(), "max" | "min") => {
+                    let op = if func.name == "max" { hir::Extremum::Max } else { hir::Extremum::Min };
+                    let all = self.collect(arg);
+                    parts.push(Part::Special { kind: Special::Reduce(op), args: vec![arg], span: span.clone(), all });
+                }
+                ast::Factor::Call { func, arg, span } if matches!(func.name.as_str(), "where" | "softmax") => {
+                    self.arity_error(func, 1, span);
+                    self.check_only(arg);
+                }
                 ast::Factor::Call { func, arg, span } => {
                     let func = Some(self.func(func));
                     let all = self.collect(arg);
                     parts.push(Part::Sub { func, arg, span: span.clone(), all });
+                }
+                ast::Factor::Apply { func, args, span } => {
+                    if let Some((kind, args)) = self.special(func, args, span) {
+                        let mut all: Vec<Occ> = Vec::new();
+                        for a in &args {
+                            for o in self.collect(a) {
+                                if !all.iter().any(|x| x.idx == o.idx) {
+                                    all.push(o);
+                                }
+                            }
+                        }
+                        parts.push(Part::Special { kind, args, span: span.clone(), all });
+                    }
                 }
                 ast::Factor::Paren { expr, span } => {
                     let all = self.collect(expr);
@@ -143,6 +186,18 @@ impl Ctx {
                         Some(Some(f)) => hir::Factor::Call { func: *f, arg: inner, free: ids, span: span.clone() },
                         _ => hir::Factor::Sum { arg: inner, free: ids, span: span.clone() },
                     });
+                    occs.extend(free);
+                }
+                Part::Special { kind, args, span, all } => {
+                    let mut free: Vec<Occ> = Vec::new();
+                    for o in all {
+                        let shared = result.iter().any(|r| r.idx == o.idx)
+                            || parts.iter().enumerate().any(|(j, p)| j != k && p.mentions(o.idx));
+                        if shared && !free.iter().any(|f| f.idx == o.idx) {
+                            free.push(o.clone());
+                        }
+                    }
+                    factors.extend(self.special_factors(*kind, args, span, all, &free));
                     occs.extend(free);
                 }
             }
@@ -272,6 +327,18 @@ impl Ctx {
                         .collect(),
                     ast::Factor::Call { arg, .. } => self.collect(arg),
                     ast::Factor::Paren { expr, .. } => self.collect(expr),
+                    ast::Factor::Apply { func, args, .. } => {
+                        let mut v = Vec::new();
+                        // `softmax`'s second argument names an index, not a tensor.
+                        let n = if func.name == "softmax" { 1 } else { args.len() };
+                        for a in args.iter().take(n) {
+                            v.extend(self.collect(&a.expr));
+                            if let Some((_, rhs)) = &a.cmp {
+                                v.extend(self.collect(rhs));
+                            }
+                        }
+                        v
+                    }
                 };
                 for o in found {
                     if !out.iter().any(|x| x.idx == o.idx) {
@@ -283,12 +350,211 @@ impl Ctx {
         out
     }
 
+    /// E0309: `func` called with the wrong number of arguments.
+    fn arity_error(&mut self, func: &ast::Ident, given: usize, span: &Span) {
+        let (want, example) = match func.name.as_str() {
+            "where" => ("3 arguments", "`where(X[i] > 0, X[i], 0)`"),
+            "softmax" => ("2 arguments, an expression and the index it normalizes over", "`softmax(L[b,v], v)`"),
+            "max" | "min" => (
+                "1 argument (a reduction) or 2 (element-wise)",
+                "`max(L[b,v])` reduces over `v` when `v` is not on the left-hand side; `max(A[i], 0)`",
+            ),
+            _ => ("1 argument", "`exp(A[i,j])`"),
+        };
+        self.error(
+            Diagnostic::error(
+                "E0309",
+                format!("`{}` takes {want}, not {given}", func.name),
+                span.clone(),
+                format!("{given} argument{}", if given == 1 { "" } else { "s" }),
+            )
+            .with_hint(format!("for example {example}")),
+        );
+    }
+
+    /// E0310: a comparison where a value belongs.
+    fn comparison_error(&mut self, arg: &ast::Arg) {
+        self.error(
+            Diagnostic::error("E0310", "a comparison is not a value", arg.span.clone(), "a comparison")
+                .with_hint("comparisons are the first argument of `where`: `where(X[i] > 0, 1, 0)` is 1 where `X[i] > 0` and 0 elsewhere"),
+        );
+    }
+
+    /// Checks the names in `e` (a misused call's argument), reporting no summation
+    /// rules: its unknown tensors and indices are still errors, its reads count.
+    fn check_only(&mut self, e: &ast::Expr) {
+        let all = self.collect(e);
+        let quiet = std::mem::replace(&mut self.quiet_sums, true);
+        self.expr(e, &all, false);
+        self.quiet_sums = quiet;
+    }
+
+    /// The meaning of a call of several arguments or of a comparison (`None`
+    /// after reporting an error): its kind and argument expressions.
+    fn special<'a>(
+        &mut self,
+        func: &ast::Ident,
+        args: &'a [ast::Arg],
+        span: &Span,
+    ) -> Option<(Special, Vec<&'a ast::Expr>)> {
+        let found = self.special_kind(func, args, span);
+        if found.is_none() {
+            for a in args {
+                if !(func.name == "softmax" && std::ptr::eq(a, &args[args.len() - 1]) && args.len() == 2) {
+                    self.check_only(&a.expr);
+                }
+                if let Some((_, rhs)) = &a.cmp {
+                    self.check_only(rhs);
+                }
+            }
+        }
+        found
+    }
+
+    fn special_kind<'a>(
+        &mut self,
+        func: &ast::Ident,
+        args: &'a [ast::Arg],
+        span: &Span,
+    ) -> Option<(Special, Vec<&'a ast::Expr>)> {
+        let name = func.name.as_str();
+        let first_cmp = name == "where";
+        let mut ok = true;
+        for (k, a) in args.iter().enumerate() {
+            if a.cmp.is_some() && !(first_cmp && k == 0) {
+                self.comparison_error(a);
+                ok = false;
+            }
+        }
+        match name {
+            "where" if args.len() == 3 => {
+                let Some((cmp, rhs)) = &args[0].cmp else {
+                    self.error(
+                        Diagnostic::error(
+                            "E0310",
+                            "the first argument of `where` must be a comparison",
+                            args[0].span.clone(),
+                            "not a comparison",
+                        )
+                        .with_hint(
+                            "compare two values with `<`, `<=`, `>`, `>=`, `==` or `!=`: `where(X[i] > 0, X[i], 0)`",
+                        ),
+                    );
+                    return None;
+                };
+                ok.then(|| (Special::Select(*cmp), vec![&args[0].expr, rhs, &args[1].expr, &args[2].expr]))
+            }
+            "max" | "min" if args.len() == 2 => {
+                // max(a, b) is where(a >= b, a, b).
+                let cmp = if name == "max" { hir::CmpOp::Ge } else { hir::CmpOp::Le };
+                let (a, b) = (&args[0].expr, &args[1].expr);
+                ok.then(|| (Special::Select(cmp), vec![a, b, a, b]))
+            }
+            "softmax" if args.len() == 2 => {
+                let v = &args[1].expr;
+                let index = match &v.terms[..] {
+                    [t] if t.sign == ast::Sign::Plus && t.factors.len() == 1 => match &t.factors[0] {
+                        (ast::MulOp::Mul, ast::Factor::Tensor(r)) if r.indices.is_none() => Some(&r.name),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                let Some(id) = index else {
+                    self.error(
+                        Diagnostic::error(
+                            "E0311",
+                            "the second argument of `softmax` must be an index",
+                            v.span.clone(),
+                            "not an index name",
+                        )
+                        .with_hint("name the index the softmax normalizes over: `P[b,v] = softmax(L[b,v], v)`"),
+                    );
+                    return None;
+                };
+                let i = self.resolve_index(id);
+                ok.then(|| (Special::Softmax(i), vec![&args[0].expr]))
+            }
+            "where" | "max" | "min" | "softmax" => {
+                self.arity_error(func, args.len(), span);
+                None
+            }
+            _ => {
+                if self.func(func).is_some() && ok {
+                    self.arity_error(func, args.len(), span);
+                }
+                None
+            }
+        }
+    }
+
+    /// The factors of a [`Part::Special`] over `free` (of `all`, its indices).
+    fn special_factors(
+        &mut self,
+        kind: Special,
+        args: &[&ast::Expr],
+        span: &Span,
+        all: &[Occ],
+        free: &[Occ],
+    ) -> Vec<hir::Factor> {
+        let ids: Vec<IndexId> = free.iter().map(|o| o.idx).collect();
+        let saved = self.inside_call.take();
+        let out = match kind {
+            Special::Reduce(op) => {
+                // Nothing is summed inside: every index of the argument is kept, and
+                // those not shared are reduced.
+                let arg = Box::new(self.expr(args[0], all, false));
+                vec![hir::Factor::Reduce { op, arg, free: ids, span: span.clone() }]
+            }
+            Special::Select(cmp) => {
+                let args = args
+                    .iter()
+                    .map(|a| {
+                        let mine = self.collect(a);
+                        let sub: Vec<Occ> =
+                            free.iter().filter(|o| mine.iter().any(|m| m.idx == o.idx)).cloned().collect();
+                        let inner = Box::new(self.expr(a, &sub, false));
+                        hir::Factor::Sum { arg: inner, free: sub.iter().map(|o| o.idx).collect(), span: a.span.clone() }
+                    })
+                    .collect();
+                vec![hir::Factor::Select { cmp, args, free: ids, span: span.clone() }]
+            }
+            Special::Softmax(v) => {
+                if !ids.contains(&v) {
+                    if self.index_ok(v) {
+                        let name = self.hir.indices[v].name.clone();
+                        self.error(
+                            Diagnostic::error(
+                                "E0312",
+                                format!("`softmax` normalizes over `{name}`, which its result does not keep"),
+                                span.clone(),
+                                format!("`{name}` is not on the left-hand side or elsewhere in the term"),
+                            )
+                            .with_hint(format!(
+                                "the softmax is a tensor over `{name}` too: write `{name}` on the left-hand side, as in `P[b,{name}] = softmax(L[b,{name}], {name})`"
+                            )),
+                        );
+                    }
+                    return {
+                        self.inside_call = saved;
+                        Vec::new()
+                    };
+                }
+                self.inside_call = Some(("softmax".to_string(), span.clone()));
+                let e = self.expr(args[0], free, false);
+                softmax_factors(e, &ids, v, span)
+            }
+        };
+        self.inside_call = saved;
+        out
+    }
+
     /// The function a name denotes (`None` after reporting an unknown name).
     fn func(&mut self, id: &ast::Ident) -> Option<hir::Func> {
         if let Some(f) = hir::Func::from_name(&id.name) {
             return Some(f);
         }
-        let names: Vec<&str> = hir::Func::ALL.iter().map(|f| f.name()).collect();
+        let names: Vec<&str> =
+            hir::Func::ALL.iter().map(|f| f.name()).chain(hir::SPECIAL_FUNCS.iter().map(|s| s.0)).collect();
         // Common names of compositions the language writes out.
         let composed = match id.name.as_str() {
             "rsqrt" => Some("recip(sqrt(…))"),
@@ -311,4 +577,36 @@ impl Ctx {
         );
         None
     }
+}
+
+/// `softmax(e, v)` over `free` as the numerically stable form
+/// `exp(e - max_v(e)) * recip(Σ_v exp(e - max_v(e)))`: the maximum over `v`
+/// subtracted first, so that no `exp` overflows (the value is unchanged).
+fn softmax_factors(e: hir::Expr, free: &[IndexId], v: IndexId, span: &Span) -> Vec<hir::Factor> {
+    let rest: Vec<IndexId> = free.iter().copied().filter(|&i| i != v).collect();
+    let one = |f: hir::Factor| hir::Term { coef: 1.0, factors: vec![f], span: span.clone() };
+    // The maximum of `e`'s value over `free` (a sum inside `e` stays a sum).
+    let value = hir::Factor::Sum { arg: Box::new(e.clone()), free: free.to_vec(), span: span.clone() };
+    let max = hir::Factor::Reduce {
+        op: hir::Extremum::Max,
+        arg: Box::new(hir::Expr { terms: vec![one(value)], span: span.clone() }),
+        free: rest.clone(),
+        span: span.clone(),
+    };
+    let mut shifted = e;
+    shifted.terms.push(hir::Term { coef: -1.0, factors: vec![max], span: span.clone() });
+    let num =
+        hir::Factor::Call { func: hir::Func::Exp, arg: Box::new(shifted), free: free.to_vec(), span: span.clone() };
+    let den = hir::Factor::Sum {
+        arg: Box::new(hir::Expr { terms: vec![one(num.clone())], span: span.clone() }),
+        free: rest.clone(),
+        span: span.clone(),
+    };
+    let recip = hir::Factor::Call {
+        func: hir::Func::Recip,
+        arg: Box::new(hir::Expr { terms: vec![one(den)], span: span.clone() }),
+        free: rest,
+        span: span.clone(),
+    };
+    vec![num, recip]
 }

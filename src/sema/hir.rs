@@ -9,6 +9,7 @@
 //! `free` indices; indices used only inside it are summed inside it.
 
 pub use crate::ids::{GridId, IdVec, IndexId, ModelId, RangeId, TensorId, UnitId};
+pub use crate::syntax::ast::CmpOp;
 use crate::syntax::Span;
 
 /// A range of index values. `size` is the size every pass uses; for a range whose
@@ -259,6 +260,45 @@ impl Func {
     }
 }
 
+/// The functions that are not [`Func`]s (reductions, selections, softmax): name,
+/// how it is called, what it computes (for hints and the language server).
+pub const SPECIAL_FUNCS: [(&str, &str, &str); 4] = [
+    ("max", "max(x) / max(x, y)", "maximum over the indices the statement does not keep, or of two values"),
+    ("min", "min(x) / min(x, y)", "minimum over the indices the statement does not keep, or of two values"),
+    ("where", "where(a > b, x, y)", "x where the comparison holds, else y (element-wise)"),
+    ("softmax", "softmax(x, v)", "exp(x - max_v x) / sum_v exp(x - max_v x), normalized over index v"),
+];
+
+/// The reduction of `max(…)` / `min(…)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Extremum {
+    Max,
+    Min,
+}
+
+impl Extremum {
+    pub fn name(self) -> &'static str {
+        match self {
+            Extremum::Max => "max",
+            Extremum::Min => "min",
+        }
+    }
+    /// The value of an empty reduction, where every reduction starts.
+    pub fn identity(self) -> f64 {
+        match self {
+            Extremum::Max => f64::NEG_INFINITY,
+            Extremum::Min => f64::INFINITY,
+        }
+    }
+    /// `a` combined with `b`; a NaN loses (`f64::max`, LLVM's `maxnum`).
+    pub fn combine(self, a: f64, b: f64) -> f64 {
+        match self {
+            Extremum::Max => a.max(b),
+            Extremum::Min => a.min(b),
+        }
+    }
+}
+
 /// A sum of terms.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Expr {
@@ -291,6 +331,23 @@ pub enum Factor {
         free: Vec<IndexId>,
         span: Span,
     },
+    /// `max(arg)` / `min(arg)`, a tensor over `free`: `arg` is evaluated for every
+    /// combination of its indices (nothing is summed inside), and the indices not in
+    /// `free` are reduced by maximum or minimum ([`expr_indices`] lists them all).
+    Reduce {
+        op: Extremum,
+        arg: Box<Expr>,
+        free: Vec<IndexId>,
+        span: Span,
+    },
+    /// `where(a cmp b, x, y)`, element by element over `free`: `args` is
+    /// `[a, b, x, y]`, each a tensor over some of `free` (broadcast over the rest).
+    Select {
+        cmp: CmpOp,
+        args: Vec<Factor>,
+        free: Vec<IndexId>,
+        span: Span,
+    },
 }
 
 impl Factor {
@@ -298,15 +355,58 @@ impl Factor {
     pub fn indices(&self) -> &[IndexId] {
         match self {
             Factor::Tensor(r) => &r.indices,
-            Factor::Call { free, .. } | Factor::Sum { free, .. } => free,
+            Factor::Call { free, .. }
+            | Factor::Sum { free, .. }
+            | Factor::Reduce { free, .. }
+            | Factor::Select { free, .. } => free,
         }
     }
     pub fn span(&self) -> &Span {
         match self {
             Factor::Tensor(r) => &r.span,
-            Factor::Call { span, .. } | Factor::Sum { span, .. } => span,
+            Factor::Call { span, .. }
+            | Factor::Sum { span, .. }
+            | Factor::Reduce { span, .. }
+            | Factor::Select { span, .. } => span,
         }
     }
+}
+
+impl Factor {
+    /// This factor as a one-factor expression (how walkers over expressions reach
+    /// the arguments of `where`, which are factors).
+    pub fn as_expr(&self) -> Expr {
+        Expr { terms: vec![Term { coef: 1.0, factors: vec![self.clone()], span: self.span().clone() }], span: 0..0 }
+    }
+
+    /// Runs `f` on this factor as a one-factor expression, then takes it back.
+    pub fn with_expr_mut(&mut self, f: impl FnOnce(&mut Expr)) {
+        let empty = Factor::Sum { arg: Box::new(Expr { terms: Vec::new(), span: 0..0 }), free: Vec::new(), span: 0..0 };
+        let factor = std::mem::replace(self, empty);
+        let mut e = Expr { terms: vec![Term { coef: 1.0, factors: vec![factor], span: 0..0 }], span: 0..0 };
+        f(&mut e);
+        if let Some(back) = e.terms.pop().and_then(|mut t| t.factors.pop()) {
+            *self = back;
+        }
+    }
+}
+
+/// Every index of `e`'s factors, each once: `first` (those of it that occur),
+/// then the others in order of appearance.
+pub fn expr_indices(e: &Expr, first: &[IndexId]) -> Vec<IndexId> {
+    let mut seen: Vec<IndexId> = Vec::new();
+    for t in &e.terms {
+        for f in &t.factors {
+            for &i in f.indices() {
+                if !seen.contains(&i) {
+                    seen.push(i);
+                }
+            }
+        }
+    }
+    let mut out: Vec<IndexId> = first.iter().copied().filter(|i| seen.contains(i)).collect();
+    out.extend(seen.into_iter().filter(|i| !first.contains(i)));
+    out
 }
 
 /// `lhs = rhs;` or `lhs += rhs;` — the left-hand side's indices are distinct.
@@ -488,7 +588,14 @@ pub fn collect_reads(e: &Expr, f: &mut impl FnMut(TensorId)) {
         for factor in &term.factors {
             match factor {
                 Factor::Tensor(r) => f(r.tensor),
-                Factor::Call { arg, .. } | Factor::Sum { arg, .. } => collect_reads(arg, f),
+                Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => {
+                    collect_reads(arg, f)
+                }
+                Factor::Select { args, .. } => {
+                    for a in args {
+                        collect_reads(&a.as_expr(), f);
+                    }
+                }
             }
         }
     }

@@ -263,6 +263,56 @@ pub enum Factor {
         expr: Box<Expr>,
         span: Span,
     },
+    /// A call of several arguments, or of a comparison: `where(X[i] > 0, X[i], 0)`,
+    /// `softmax(L[b,v], v)`, `max(A[i], B[i])`.
+    Apply {
+        func: Ident,
+        args: Vec<Arg>,
+        span: Span,
+    },
+}
+
+/// One argument of [`Factor::Apply`]: an expression, or a comparison of two.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arg {
+    pub expr: Expr,
+    pub cmp: Option<(CmpOp, Expr)>,
+    pub span: Span,
+}
+
+/// `<`, `<=`, `>`, `>=`, `==`, `!=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+}
+
+impl CmpOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CmpOp::Lt => "<",
+            CmpOp::Le => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::Ge => ">=",
+            CmpOp::Eq => "==",
+            CmpOp::Ne => "!=",
+        }
+    }
+    /// The comparison of two values (false when either is NaN, except `!=`).
+    pub fn holds(self, a: f64, b: f64) -> bool {
+        match self {
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+            CmpOp::Eq => a == b,
+            CmpOp::Ne => a != b,
+        }
+    }
 }
 
 impl Factor {
@@ -270,7 +320,7 @@ impl Factor {
         match self {
             Factor::Number(n) => n.span.clone(),
             Factor::Tensor(t) => t.span.clone(),
-            Factor::Call { span, .. } | Factor::Paren { span, .. } => span.clone(),
+            Factor::Call { span, .. } | Factor::Paren { span, .. } | Factor::Apply { span, .. } => span.clone(),
         }
     }
 }

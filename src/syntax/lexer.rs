@@ -99,6 +99,18 @@ pub enum Tok {
     Slash,
     #[token("|")]
     Pipe,
+    #[token("<")]
+    Lt,
+    #[token("<=")]
+    Le,
+    #[token(">")]
+    Gt,
+    #[token(">=")]
+    Ge,
+    #[token("==")]
+    EqEq,
+    #[token("!=")]
+    Ne,
 }
 
 impl fmt::Display for Tok {
@@ -145,6 +157,12 @@ impl fmt::Display for Tok {
             Tok::Star => "`*`",
             Tok::Slash => "`/`",
             Tok::Pipe => "`|`",
+            Tok::Lt => "`<`",
+            Tok::Le => "`<=`",
+            Tok::Gt => "`>`",
+            Tok::Ge => "`>=`",
+            Tok::EqEq => "`==`",
+            Tok::Ne => "`!=`",
         };
         f.write_str(s)
     }

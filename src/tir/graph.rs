@@ -106,6 +106,8 @@ pub(crate) fn factor_label(hir: &Hir, f: &Factor) -> String {
         Factor::Tensor(r) => ref_text(hir, &hir.tensors[r.tensor].name, &r.indices),
         Factor::Call { func, free, .. } => ref_text(hir, &format!("{}(..)", func.name()), free),
         Factor::Sum { free, .. } => ref_text(hir, "(..)", free),
+        Factor::Reduce { op, free, .. } => ref_text(hir, &format!("{}(..)", op.name()), free),
+        Factor::Select { free, .. } => ref_text(hir, "where(..)", free),
     }
 }
 

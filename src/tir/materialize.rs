@@ -19,7 +19,8 @@
 //! then this again (the optimizer may leave calls in terms it did not reorder).
 
 use crate::sema::hir::{
-    ElemType, Expr, Factor, Hir, IndexId, ModelId, Role, Stmt, Tensor, TensorId, TensorRef, Term, UnitKind,
+    expr_indices, CmpOp, ElemType, Expr, Extremum, Factor, Hir, IndexId, ModelId, Role, Stmt, Tensor, TensorId,
+    TensorRef, Term, UnitKind,
 };
 
 /// Whether `arg` (the argument of a call over `free`) is one tensor element:
@@ -38,6 +39,60 @@ pub fn simple_call_arg<'e>(arg: &'e Expr, free: &[IndexId]) -> Option<&'e Tensor
             f.sort_unstable();
             (distinct && a == f).then_some(r)
         }
+        _ => None,
+    }
+}
+
+/// A statement the back ends compute as a whole: `T[free] = max(A[…])` /
+/// `min(…)` with `A` one tensor over distinct indices including `free`, or
+/// `T[free] = where(a cmp b, x, y)` with each argument one tensor over distinct
+/// indices among `free` ([`materialize`] leaves every `max`, `min` and `where`
+/// so).
+pub enum Special<'s> {
+    Reduce { op: Extremum, arg: &'s TensorRef },
+    Select { cmp: CmpOp, args: Vec<&'s TensorRef> },
+}
+
+/// `st` as a [`Special`] statement, if it is one.
+pub fn special_stmt(st: &Stmt) -> Option<Special<'_>> {
+    let [t] = &st.rhs.terms[..] else { return None };
+    let [f] = &t.factors[..] else { return None };
+    if t.coef != 1.0 || f.indices() != st.lhs.indices.as_slice() {
+        return None;
+    }
+    match f {
+        Factor::Reduce { op, arg, free, .. } => {
+            simple_reduce_arg(arg, free).map(|arg| Special::Reduce { op: *op, arg })
+        }
+        Factor::Select { cmp, args, .. } => {
+            let args: Vec<&TensorRef> = args.iter().filter_map(|a| simple_select_arg(a)).collect();
+            (args.len() == 4).then_some(Special::Select { cmp: *cmp, args })
+        }
+        _ => None,
+    }
+}
+
+fn distinct(idx: &[IndexId]) -> bool {
+    idx.iter().enumerate().all(|(p, i)| !idx[..p].contains(i))
+}
+
+/// The argument of `max`/`min` over `free` if it is one tensor over distinct
+/// indices including `free`.
+fn simple_reduce_arg<'e>(arg: &'e Expr, free: &[IndexId]) -> Option<&'e TensorRef> {
+    let [t] = &arg.terms[..] else { return None };
+    match &t.factors[..] {
+        [Factor::Tensor(r)] if t.coef == 1.0 && distinct(&r.indices) && free.iter().all(|i| r.indices.contains(i)) => {
+            Some(r)
+        }
+        _ => None,
+    }
+}
+
+/// An argument of `where` if it is one tensor over distinct indices.
+fn simple_select_arg(a: &Factor) -> Option<&TensorRef> {
+    match a {
+        Factor::Tensor(r) if distinct(&r.indices) => Some(r),
+        Factor::Sum { arg, free, .. } => simple_call_arg(arg, free),
         _ => None,
     }
 }
@@ -89,6 +144,19 @@ pub fn materialize(hir: &Hir) -> Hir {
         let mut out = Vec::new();
         for s in stmts {
             let elem = m.hir.tensors[s.lhs.tensor].elem;
+            // A `max`, `min` or `where` already alone in its statement stays there.
+            if let Some(f) = m.special_alone(&s) {
+                let mut f = m.special_args(f, elem, model, &mut out);
+                if let Factor::Reduce { free, .. } | Factor::Select { free, .. } = &mut f {
+                    free.clone_from(&s.lhs.indices);
+                }
+                let rhs = Expr {
+                    terms: vec![Term { coef: 1.0, factors: vec![f], span: s.span.clone() }],
+                    span: s.span.clone(),
+                };
+                out.push(Stmt { lhs: s.lhs.clone(), accumulate: s.accumulate, rhs, span: s.span.clone() });
+                continue;
+            }
             let rhs = m.expr(&s.rhs, elem, model, &mut out);
             let mut self_read = false;
             crate::sema::hir::collect_reads(&rhs, &mut |t| self_read |= t == s.lhs.tensor);
@@ -149,6 +217,66 @@ impl Mat {
         r
     }
 
+    /// The `max`/`min`/`where` factor that is `s`'s whole right-hand side over its
+    /// target's indices (in any order), if `s` does not read its target.
+    fn special_alone<'s>(&self, s: &'s Stmt) -> Option<&'s Factor> {
+        let [t] = &s.rhs.terms[..] else { return None };
+        let [f] = &t.factors[..] else { return None };
+        let mut self_read = false;
+        crate::sema::hir::collect_reads(&s.rhs, &mut |x| self_read |= x == s.lhs.tensor);
+        let (mut a, mut b) = (f.indices().to_vec(), s.lhs.indices.clone());
+        a.sort_unstable();
+        b.sort_unstable();
+        let special = matches!(f, Factor::Reduce { .. } | Factor::Select { .. });
+        (special && !self_read && t.coef == 1.0 && a == b && distinct(&a)).then_some(f)
+    }
+
+    /// A `max`/`min`/`where` factor with every argument a single tensor (computed
+    /// into temporaries first where it is not).
+    fn special_args(&mut self, f: &Factor, elem: ElemType, model: Option<ModelId>, out: &mut Vec<Stmt>) -> Factor {
+        match f {
+            Factor::Reduce { op, arg, free, span } => {
+                let arg = match simple_reduce_arg(arg, free) {
+                    Some(_) => (**arg).clone(),
+                    None => {
+                        let all = expr_indices(arg, free);
+                        let mut all_free: Vec<IndexId> = free.clone();
+                        all_free.extend(all.into_iter().filter(|i| !free.contains(i)));
+                        let r = self.compute_into(arg, &all_free, elem, model, out);
+                        Expr {
+                            terms: vec![Term { coef: 1.0, factors: vec![Factor::Tensor(r)], span: span.clone() }],
+                            span: span.clone(),
+                        }
+                    }
+                };
+                Factor::Reduce { op: *op, arg: Box::new(arg), free: free.clone(), span: span.clone() }
+            }
+            Factor::Select { cmp, args, free, span } => {
+                let args = args
+                    .iter()
+                    .map(|a| match simple_select_arg(a) {
+                        Some(r) => Factor::Tensor(r.clone()),
+                        None if matches!(a, Factor::Sum { .. }) => {
+                            let Factor::Sum { arg, free, .. } = a else { unreachable!() };
+                            Factor::Tensor(self.compute_into(arg, free, elem, model, out))
+                        }
+                        None => {
+                            let mut own: Vec<IndexId> = Vec::new();
+                            for &i in a.indices() {
+                                if !own.contains(&i) {
+                                    own.push(i);
+                                }
+                            }
+                            Factor::Tensor(self.compute_into(&a.as_expr(), &own, elem, model, out))
+                        }
+                    })
+                    .collect();
+                Factor::Select { cmp: *cmp, args, free: free.clone(), span: span.clone() }
+            }
+            _ => f.clone(),
+        }
+    }
+
     fn expr(&mut self, e: &Expr, elem: ElemType, model: Option<ModelId>, out: &mut Vec<Stmt>) -> Expr {
         let mut terms = Vec::new();
         for t in &e.terms {
@@ -168,6 +296,18 @@ impl Mat {
                             }
                         };
                         Factor::Call { func: *func, arg: Box::new(arg), free: free.clone(), span: span.clone() }
+                    }
+                    // Into a statement of its own (see [`special_stmt`]).
+                    Factor::Reduce { free, span, .. } | Factor::Select { free, span, .. } => {
+                        let f = self.special_args(f, elem, model, out);
+                        let t = self.temp(free, elem, model);
+                        let r = TensorRef { tensor: t, indices: free.clone(), span: span.clone() };
+                        let rhs = Expr {
+                            terms: vec![Term { coef: 1.0, factors: vec![f], span: span.clone() }],
+                            span: span.clone(),
+                        };
+                        out.push(Stmt { lhs: r.clone(), accumulate: false, rhs, span: span.clone() });
+                        Factor::Tensor(r)
                     }
                 });
             }

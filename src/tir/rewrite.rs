@@ -27,7 +27,8 @@
 use std::collections::HashMap;
 
 use crate::sema::hir::{
-    Expr, Factor, Hir, IndexId, ModelId, Role, Stmt, SymGroup, Tensor, TensorId, TensorRef, Term, UnitKind,
+    expr_indices, Expr, Factor, Hir, IndexId, ModelId, Role, Stmt, SymGroup, Tensor, TensorId, TensorRef, Term,
+    UnitKind,
 };
 use crate::syntax::Span;
 
@@ -278,6 +279,8 @@ fn naive_term(hir: &Hir, t: &Term, out: &[IndexId]) -> f64 {
         .iter()
         .map(|f| match f {
             Factor::Call { arg, free, .. } | Factor::Sum { arg, free, .. } => naive_expr(hir, arg, free),
+            Factor::Reduce { arg, free, .. } => naive_expr(hir, arg, &expr_indices(arg, free)),
+            Factor::Select { args, free, .. } => args.iter().map(|a| naive_expr(hir, &a.as_expr(), free)).sum(),
             Factor::Tensor(_) => 0.0,
         })
         .sum();
@@ -298,6 +301,11 @@ fn term_cost(hir: &Hir, t: &Term, out: &[IndexId]) -> f64 {
             Factor::Call { arg, free, .. } | Factor::Sum { arg, free, .. } => {
                 arg.terms.iter().map(|t| term_cost(hir, t, free)).sum()
             }
+            Factor::Reduce { arg, free, .. } => {
+                let all = expr_indices(arg, free);
+                arg.terms.iter().map(|t| term_cost(hir, t, &all)).sum()
+            }
+            Factor::Select { args, free, .. } => args.iter().map(|a| naive_expr(hir, &a.as_expr(), free)).sum(),
             Factor::Tensor(_) => 0.0,
         })
         .sum();
@@ -389,6 +397,11 @@ impl Rw {
                         let call =
                             Factor::Call { func: *func, arg: Box::new(arg), free: free.clone(), span: span.clone() };
                         factors.push(if reorder { self.hoist(call, free, ctx, emit) } else { call });
+                    }
+                    // `max`, `min` and `where` are opaque: materialized before the
+                    // optimizer runs, their arguments are single tensors.
+                    Factor::Reduce { free, .. } | Factor::Select { free, .. } => {
+                        factors.push(if reorder { self.hoist(f.clone(), free, ctx, emit) } else { f.clone() });
                     }
                     Factor::Sum { arg, free, span } => {
                         if reorder {

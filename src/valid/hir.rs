@@ -163,6 +163,20 @@ fn expr(hir: &Hir, e: &Expr, written: &HashSet<TensorId>) -> Result<(), String> 
                     }
                     expr(hir, arg, written)?;
                 }
+                Factor::Reduce { arg, free, .. } => {
+                    if !distinct(free) || free.iter().any(|&i| hir.indices.get(i).is_none()) {
+                        return Err(format!("a reduction's free indices {free:?} repeat or are out of range"));
+                    }
+                    expr(hir, arg, written)?;
+                }
+                Factor::Select { args, free, .. } => {
+                    if args.len() != 4 || args.iter().any(|a| a.indices().iter().any(|i| !free.contains(i))) {
+                        return Err(format!("a `where` over {free:?} has arguments not over its free indices"));
+                    }
+                    for a in args {
+                        expr(hir, &a.as_expr(), written)?;
+                    }
+                }
             }
         }
     }

@@ -2,6 +2,8 @@
 //! (disjoint slices or a parallel sum) and the element-wise functions.
 
 use super::*;
+use crate::sema::hir::{CmpOp, Extremum, TensorRef};
+use crate::tir::materialize::Special;
 
 /// The largest sum per target element (product of summed extents) of a term that
 /// joins a shared loop nest ([`Gen::shared_nest_run`]): longer sums keep their own
@@ -477,6 +479,96 @@ impl<'ctx> Gen<'_, 'ctx> {
             self.extents.remove(&n.0);
         }
         result
+    }
+
+    /// A `max`/`min` or `where` statement ([`Special`]): one loop nest over the
+    /// target's unbound indices (threads on the outermost when there is enough
+    /// work); a reduction keeps its running value in a register over an inner nest
+    /// of the reduced indices, as [`Extremum::combine`] (`maxnum`/`minnum`).
+    pub(super) fn special(&mut self, st: &Stmt, sp: Special<'_>) -> Result<(), CodegenError> {
+        let hir = self.hir;
+        let c = st.lhs.tensor;
+        let order: Vec<IndexId> = st.lhs.indices.iter().copied().filter(|i| !self.bound.contains_key(i)).collect();
+        let inner: Vec<IndexId> = match &sp {
+            Special::Reduce { arg, .. } => arg
+                .indices
+                .iter()
+                .copied()
+                .filter(|i| !st.lhs.indices.contains(i) && !self.bound.contains_key(i))
+                .collect(),
+            Special::Select { .. } => Vec::new(),
+        };
+        if order.iter().chain(&inner).any(|&v| hir.index_size(v) == 0) {
+            return Ok(());
+        }
+        let work: f64 = order.iter().chain(&inner).map(|&v| hir.index_size(v) as f64).product();
+        let par = work >= self.parallel_min && order.first().is_some_and(|&v| hir.index_size(v) >= 2);
+        let lt = self.ft(hir.tensors[c].elem);
+        let lhs_idx = st.lhs.indices.clone();
+        let accumulate = st.accumulate;
+        self.nest_parallel(&order, par, inner.is_empty(), None, &mut |g| {
+            let v = match &sp {
+                Special::Reduce { op, arg } => {
+                    let acc = g.entry_alloca(lt)?;
+                    g.b.build_store(acc, lt.const_float(op.identity()))?;
+                    let combine = g.intrinsic(if *op == Extremum::Max { "llvm.maxnum" } else { "llvm.minnum" }, lt)?;
+                    g.nest(&inner, &mut |g| {
+                        let x = g.load_as(arg, lt)?;
+                        let old = g.b.build_load(acc, "r")?.into_float_value();
+                        let new = g.call1(combine, &[old, x])?;
+                        g.b.build_store(acc, new)?;
+                        Ok(())
+                    })?;
+                    g.b.build_load(acc, "r.v")?.into_float_value()
+                }
+                Special::Select { cmp, args } => {
+                    let vals: Vec<FloatValue> = args.iter().map(|r| g.load_as(r, lt)).collect::<Result<_, _>>()?;
+                    let pred = match cmp {
+                        CmpOp::Lt => FloatPredicate::OLT,
+                        CmpOp::Le => FloatPredicate::OLE,
+                        CmpOp::Gt => FloatPredicate::OGT,
+                        CmpOp::Ge => FloatPredicate::OGE,
+                        CmpOp::Eq => FloatPredicate::OEQ,
+                        CmpOp::Ne => FloatPredicate::UNE,
+                    };
+                    let cond = g.b.build_float_compare(pred, vals[0], vals[1], "cmp")?;
+                    g.b.build_select(cond, vals[2], vals[3], "sel")?.into_float_value()
+                }
+            };
+            let off = g.offset(c, &lhs_idx)?;
+            let p = g.elem_ptr(c, off)?;
+            let v = if accumulate {
+                let old = g.b.build_load(p, "c")?.into_float_value();
+                g.b.build_float_add(old, v, "c.new")?
+            } else {
+                v
+            };
+            g.b.build_store(p, v)?;
+            Ok(())
+        })
+    }
+
+    /// The element of `r` at the current loop indices, converted to `t`.
+    fn load_as(&mut self, r: &TensorRef, t: FloatType<'ctx>) -> Result<FloatValue<'ctx>, CodegenError> {
+        let off = self.offset(r.tensor, &r.indices)?;
+        let p = self.elem_ptr(r.tensor, off)?;
+        let v = self.b.build_load(p, "x")?.into_float_value();
+        if self.ft(self.hir.tensors[r.tensor].elem) != t {
+            return Ok(self.b.build_float_cast(v, t, "cvt")?);
+        }
+        Ok(v)
+    }
+
+    /// A stack slot in the current function's entry block (not in a loop, where
+    /// every iteration would grow the stack).
+    fn entry_alloca(&self, t: FloatType<'ctx>) -> Result<PointerValue<'ctx>, CodegenError> {
+        let entry = self.current_fn().get_first_basic_block().expect("entry");
+        let eb = self.ctx.create_builder();
+        match entry.get_first_instruction() {
+            Some(i) => eb.position_before(&i),
+            None => eb.position_at_end(entry),
+        }
+        Ok(eb.build_alloca(t, "acc")?)
     }
 
     pub(super) fn intrinsic(&self, name: &str, t: FloatType<'ctx>) -> Result<FunctionValue<'ctx>, CodegenError> {

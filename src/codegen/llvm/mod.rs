@@ -598,9 +598,10 @@ fn node_tensors(hir: &Hir, unit: UnitId, nodes: &[Node], out: &mut std::collecti
                 crate::sema::hir::Factor::Tensor(r) => {
                     out.insert(r.tensor);
                 }
-                crate::sema::hir::Factor::Call { arg, .. } | crate::sema::hir::Factor::Sum { arg, .. } => {
-                    expr(arg, out)
-                }
+                crate::sema::hir::Factor::Call { arg, .. }
+                | crate::sema::hir::Factor::Sum { arg, .. }
+                | crate::sema::hir::Factor::Reduce { arg, .. } => expr(arg, out),
+                crate::sema::hir::Factor::Select { args, .. } => args.iter().for_each(|a| expr(&a.as_expr(), out)),
             }
         }
     }
@@ -1105,6 +1106,10 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                         self.zero_all(st.lhs.tensor)?;
                     }
                     let overwrite = skip_zero.take() == Some(*stmt);
+                    if let Some(sp) = crate::tir::materialize::special_stmt(&st) {
+                        self.special(&st, sp)?;
+                        continue;
+                    }
                     let mut term = 0;
                     while term < st.rhs.terms.len() {
                         // Terms that can share one nest over the target: one pass.

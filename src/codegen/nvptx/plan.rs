@@ -115,6 +115,12 @@ impl Planner<'_> {
                 }
                 Node::Compute { stmt } => {
                     let st = self.hir.units[unit].stmts[*stmt].clone();
+                    if crate::tir::materialize::special_stmt(&st).is_some() {
+                        return Err(err(format!(
+                            "statement `{}` has `max`, `min` or `where`, which the GPU back end does not compile yet; run it on the CPU (without --target cuda)",
+                            crate::sema::display::stmt(self.hir, &st)
+                        )));
+                    }
                     if !fusible(&st) && !st.accumulate {
                         out.push(Step::Memset { buf: self.buf(st.lhs.tensor) });
                     }

@@ -150,7 +150,8 @@ fn expr_flops(hir: &Hir, e: &Expr, result: &[IndexId]) -> f64 {
                     idx.push(i);
                 }
             }
-            if let Factor::Call { arg, free, .. } | Factor::Sum { arg, free, .. } = f {
+            if let Factor::Call { arg, free, .. } | Factor::Sum { arg, free, .. } | Factor::Reduce { arg, free, .. } = f
+            {
                 total += expr_flops(hir, arg, free);
             }
         }
@@ -165,7 +166,10 @@ fn all_indices(e: &Expr, out: &mut Vec<IndexId>) {
         for f in &term.factors {
             match f {
                 Factor::Tensor(r) => out.extend(&r.indices),
-                Factor::Call { arg, .. } | Factor::Sum { arg, .. } => all_indices(arg, out),
+                Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => {
+                    all_indices(arg, out)
+                }
+                Factor::Select { args, .. } => args.iter().for_each(|a| all_indices(&a.as_expr(), out)),
             }
         }
     }
