@@ -347,6 +347,12 @@ enum Command {
         /// NAME=SIZE, comma-separated or repeated (default 32 each; reported).
         #[arg(long = "assume", value_name = "NAME=SIZE")]
         assume: Vec<String>,
+        /// Largest intermediate wanted (e.g. 64MiB): for each reordered term with
+        /// a larger one, the report gives the indices to slice (fix one value at a
+        /// time) so that every intermediate fits, the slice count and the flops
+        /// overhead. Reported only: programs still run the unsliced order.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        max_intermediate: Option<u64>,
     },
     /// Compile to a shared library with a C header and a Fortran module.
     ///
@@ -955,7 +961,19 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
 
 /// `tcc opt`: the optimizer's report, or LLVM IR / PTX.
 fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
-    let Command::Opt { file, emit, json, fusion, program, target_cpu, gpu_gemm, emit_after, size, assume } = command
+    let Command::Opt {
+        file,
+        emit,
+        json,
+        fusion,
+        program,
+        target_cpu,
+        gpu_gemm,
+        emit_after,
+        size,
+        assume,
+        max_intermediate,
+    } = command
     else {
         unreachable!("cmd_opt is called for `Opt`")
     };
@@ -981,11 +999,12 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
             }
         },
     };
-    let popts = match fusion.check(ctx, &hir, &units) {
+    let mut popts = match fusion.check(ctx, &hir, &units) {
         Ok(p) => p,
         Err(o) => return o,
     };
     let mem_limit = fusion.mem_limit;
+    popts.order.slice_bytes = max_intermediate;
     if let Some(pass) = emit_after {
         let opts = popts.clone();
         print!("{}", tcc::pipeline::ir_after(&hir, &units, pass, &opts));

@@ -89,3 +89,29 @@ fn bad_values_are_coded_errors() {
         assert!(err.contains("error[E0729]") && err.contains("flops, size"), "{o}: {err}");
     }
 }
+
+/// `tcc opt --max-intermediate` smaller than the order's largest intermediate: the
+/// report gives the slicing that fits (indices, slice count, flops overhead), in
+/// text and JSON; without it, or with room to spare, there is none.
+#[test]
+fn opt_reports_a_slicing_under_a_small_max_intermediate() {
+    let d = tmp("slice");
+    let f = ring_with_chords(&d);
+    let plain = tcc().args(["opt", "--search-time", "0"]).arg(&f).assert().success();
+    assert!(!stdout(&plain).contains("slicing"), "{}", stdout(&plain));
+    let roomy = tcc().args(["opt", "--search-time", "0", "--max-intermediate", "1MiB"]).arg(&f).assert().success();
+    assert!(!stdout(&roomy).contains("  slicing"), "{}", stdout(&roomy));
+    let a = tcc().args(["opt", "--search-time", "0", "--max-intermediate", "32B"]).arg(&f).assert().success();
+    let text = stdout(&a);
+    let line = text.lines().find(|l| l.trim_start().starts_with("slicing ")).unwrap_or_else(|| panic!("{text}"));
+    // 32 bytes: 4 f64 elements; indices of size 2, so 2^k slices.
+    assert!(line.contains("slices keep every intermediate within 32 bytes"), "{line}");
+    let slices: f64 = line.split(": ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(slices >= 2.0 && slices.log2().fract() == 0.0, "{line}");
+    let largest = line.split(" -> ").nth(1).unwrap().split(' ').next().unwrap();
+    assert!(largest.parse::<f64>().unwrap() <= 4.0, "{line}");
+    let a = tcc().args(["opt", "--search-time", "0", "--max-intermediate", "32B", "--json"]).arg(&f).assert().success();
+    let json: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    let s = json["statements"][0]["slicing"].as_array().unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(s.len(), 1, "{json}");
+}

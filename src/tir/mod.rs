@@ -10,6 +10,7 @@ pub mod materialize;
 pub mod opmin;
 pub mod order;
 pub mod rewrite;
+pub mod slice;
 
 #[cfg(test)]
 pub(crate) mod testutil;

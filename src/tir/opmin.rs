@@ -142,6 +142,10 @@ pub struct Options {
     pub max_trials: Option<usize>,
     /// Draw a progress line on stderr when it is a terminal (the command line).
     pub progress: bool,
+    /// Bytes an intermediate may take (`tcc opt --max-intermediate`): a reordered term
+    /// whose largest intermediate is larger gets a slicing in the report
+    /// ([`super::slice`]); `None`: none is searched.
+    pub slice_bytes: Option<u64>,
 }
 
 /// Default `--search-time`: one second, spent only on products beyond the exact DP.
@@ -157,6 +161,7 @@ impl Default for Options {
             search_time: DEFAULT_SEARCH_TIME,
             max_trials: None,
             progress: false,
+            slice_bytes: None,
         }
     }
 }
@@ -165,7 +170,7 @@ impl Options {
     /// The same options without the hyper-optimizer: greedy beyond the exact limit
     /// (cost estimates that only rank alternatives).
     pub fn quick(&self) -> Options {
-        Options { search_time: 0.0, progress: false, ..self.clone() }
+        Options { search_time: 0.0, progress: false, slice_bytes: None, ..self.clone() }
     }
 }
 

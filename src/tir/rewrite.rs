@@ -59,6 +59,9 @@ pub struct StmtReport {
     pub reused: Vec<String>,
     /// Factorizations applied, e.g. `A[i,k]*(2 terms)`.
     pub factorized: Vec<String>,
+    /// Per term whose intermediates exceed `--max-intermediate`: the slicing that would
+    /// make them fit (reported only; the program runs the unsliced order).
+    pub slicing: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -98,6 +101,7 @@ pub fn optimize_with(hir: &Hir, opts: &Options) -> (Hir, OptReport) {
                 method: Vec::new(),
                 reused: Vec::new(),
                 factorized: Vec::new(),
+                slicing: Vec::new(),
             };
             let rhs = rw.expr(&s.rhs, &s.lhs.indices, &mut ctx, &mut out, true);
             out.push(Stmt { lhs: s.lhs.clone(), accumulate: s.accumulate, rhs, span: s.span.clone() });
@@ -153,6 +157,7 @@ pub fn optimize_with(hir: &Hir, opts: &Options) -> (Hir, OptReport) {
                 temporaries: temps.clone().map(|t| rw.hir.tensors[TensorId::new(t)].name.clone()).collect(),
                 reused: ctx.reused.clone(),
                 factorized: ctx.factorized.clone(),
+                slicing: ctx.slicing.clone(),
             });
         }
         if let Some(m) = model {
@@ -206,6 +211,9 @@ pub fn report_text(r: &OptReport) -> String {
         for x in &st.factorized {
             let _ = writeln!(s, "  factorized {x}");
         }
+        for x in &st.slicing {
+            let _ = writeln!(s, "  slicing {x}");
+        }
     }
     let ratio = if r.flops_after > 0.0 { r.flops_before / r.flops_after } else { 1.0 };
     let _ = writeln!(s, "total flops {} -> {} ({})", num(r.flops_before), num(r.flops_after), times(ratio));
@@ -230,6 +238,7 @@ struct StmtCtx {
     method: Vec<Method>,
     reused: Vec<String>,
     factorized: Vec<String>,
+    slicing: Vec<String>,
 }
 
 /// A product up to index renaming: (tensor, index labels) per factor, kept labels.
@@ -593,11 +602,49 @@ impl Rw {
             return t;
         }
         note(ctx, opmin::path_text(&path, &|k| labels[k].clone()), path.method);
+        if let Some(bytes) = self.opts.slice_bytes.filter(|_| top) {
+            let elem = self.hir.tensors[ctx.elem_of].elem.size_bytes() as f64;
+            if let Some(text) = self.slicing_note(&p, &path, &local, bytes, elem) {
+                ctx.slicing.push(text);
+            }
+        }
         let root = path.steps.len() - 1 + path.n_inputs;
         let (a, b) = (path.steps[root - path.n_inputs].a, path.steps[root - path.n_inputs].b);
         let fa = self.emit_node(a, &path, &t, &local, ctx, emit);
         let fb = self.emit_node(b, &path, &t, &local, ctx, emit);
         Term { coef: t.coef, factors: vec![fa, fb], span: t.span }
+    }
+
+    /// The report's line for slicing `path` of problem `p` so that every
+    /// intermediate fits `bytes` (`elem` bytes an element); `None` when it fits.
+    fn slicing_note(
+        &self,
+        p: &opmin::Problem,
+        path: &Path,
+        local: &[IndexId],
+        bytes: u64,
+        elem: f64,
+    ) -> Option<String> {
+        let target = (bytes as f64 / elem).floor();
+        if super::slice::largest_intermediate(path) <= target {
+            return None;
+        }
+        let s = match super::slice::slice_path(p, path.clone(), target, &self.opts) {
+            Ok(s) => s,
+            Err(e) => return Some(format!("not searched: {e}")),
+        };
+        let names: Vec<&str> = s.indices.iter().map(|&i| self.hir.indices[local[i]].name.as_str()).collect();
+        Some(format!(
+            "{}: {} slices keep every intermediate within {} bytes (largest {} -> {} elements), flops {} -> {} ({}); reported only, the program runs the unsliced order",
+            names.join(","),
+            num(s.slices),
+            bytes,
+            num(s.unsliced_largest),
+            num(s.largest),
+            num(s.unsliced_flops),
+            num(s.flops),
+            times(s.overhead())
+        ))
     }
 
     /// The factor for SSA node `id` of `path`: an input, a reused intermediate or a

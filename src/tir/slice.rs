@@ -1,0 +1,282 @@
+//! Slicing: which indices to fix, one value at a time, so that every intermediate
+//! of a contraction fits a size — the network is then contracted once per slice
+//! (independent contractions, summed or written side by side), trading flops for
+//! memory.
+//!
+//! Greedy, as cotengra's `SliceFinder`: while the largest intermediate of the
+//! sliced network's best order exceeds the target, try slicing each index of the
+//! intermediates that are too large, and keep the one whose total flops (flops of
+//! one slice × number of slices) are least; ties go to the smaller largest
+//! intermediate. Each candidate is ordered afresh (the quick greedy search), since
+//! a sliced network has other good orders than the unsliced one; the final set is
+//! ordered with the caller's full options, kept only if it still fits.
+
+use super::opmin::{optimize_path, Options, Path, PathError, Problem};
+
+/// A slicing of one product.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slicing {
+    /// Index ids fixed per slice (ascending); empty when the product already fits.
+    pub indices: Vec<usize>,
+    /// Number of slices: the product of the sliced indices' sizes.
+    pub slices: f64,
+    /// Flops of all slices together (one slice's × `slices`).
+    pub flops: f64,
+    /// Flops of the unsliced product's order.
+    pub unsliced_flops: f64,
+    /// Largest intermediate of one slice, in elements.
+    pub largest: f64,
+    /// Largest intermediate without slicing.
+    pub unsliced_largest: f64,
+    /// The order of one slice (sliced indices have size 1 in it).
+    pub path: Path,
+}
+
+impl Slicing {
+    /// Total flops over the unsliced order's: ≥ 1 (slices recompute what does not
+    /// depend on the sliced indices).
+    pub fn overhead(&self) -> f64 {
+        if self.unsliced_flops > 0.0 {
+            self.flops / self.unsliced_flops
+        } else {
+            1.0
+        }
+    }
+}
+
+/// Largest intermediate of a path, in elements (the final result does not count).
+pub fn largest_intermediate(path: &Path) -> f64 {
+    let k = path.steps.len().saturating_sub(1);
+    path.steps[..k].iter().map(|s| s.size).fold(0.0, f64::max)
+}
+
+/// The problem with `sliced` indices of size 1.
+fn sliced_problem(p: &Problem, sliced: &[usize]) -> Problem {
+    let mut q = p.clone();
+    for &i in sliced {
+        if i < q.sizes.len() {
+            q.sizes[i] = 1;
+        }
+    }
+    q
+}
+
+/// Slices `p` until no intermediate exceeds `target` elements (at least 1), under
+/// `opts` (whose order search is also used for the unsliced product).
+pub fn slice_to_fit(p: &Problem, target: f64, opts: &Options) -> Result<Slicing, PathError> {
+    slice_path(p, optimize_path(p, opts)?, target, opts)
+}
+
+/// [`slice_to_fit`] from `full`, the order already found for the unsliced `p`.
+pub fn slice_path(p: &Problem, full: Path, target: f64, opts: &Options) -> Result<Slicing, PathError> {
+    let target = target.max(1.0);
+    let unsliced_largest = largest_intermediate(&full);
+    let mut out = Slicing {
+        indices: Vec::new(),
+        slices: 1.0,
+        flops: full.flops,
+        unsliced_flops: full.flops,
+        largest: unsliced_largest,
+        unsliced_largest,
+        path: full,
+    };
+    let quick = opts.quick();
+    while out.largest > target {
+        // Candidates: the indices of the intermediates over the target.
+        let k = out.path.steps.len().saturating_sub(1);
+        let mut cands: Vec<usize> = out.path.steps[..k]
+            .iter()
+            .filter(|s| s.size > target)
+            .flat_map(|s| s.indices.iter().copied())
+            .filter(|i| !out.indices.contains(i) && p.sizes.get(*i).is_some_and(|&n| n > 1))
+            .collect();
+        cands.sort_unstable();
+        cands.dedup();
+        let mut best: Option<(f64, f64, usize, Path)> = None;
+        for i in cands {
+            let mut s = out.indices.clone();
+            s.push(i);
+            let path = optimize_path(&sliced_problem(p, &s), &quick)?;
+            let total = path.flops * out.slices * p.sizes[i] as f64;
+            let largest = largest_intermediate(&path);
+            if best.as_ref().is_none_or(|b| total < b.0 || (total == b.0 && largest < b.1)) {
+                best = Some((total, largest, i, path));
+            }
+        }
+        // Every index of the oversized intermediates is sliced already: they hold
+        // only size-1 indices, so they are not over a target of at least 1.
+        let Some((total, largest, i, path)) = best else { break };
+        out.indices.push(i);
+        out.slices *= p.sizes[i] as f64;
+        out.flops = total;
+        out.largest = largest;
+        out.path = path;
+    }
+    if !out.indices.is_empty() {
+        out.indices.sort_unstable();
+        // The full search on the final slicing, kept if it is cheaper and fits.
+        let path = optimize_path(&sliced_problem(p, &out.indices), opts)?;
+        if path.flops < out.path.flops && largest_intermediate(&path) <= target {
+            out.flops = path.flops * out.slices;
+            out.largest = largest_intermediate(&path);
+            out.path = path;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(inputs: Vec<Vec<usize>>, output: Vec<usize>, sizes: Vec<usize>) -> Problem {
+        Problem { inputs, output, sizes, sym: Vec::new() }
+    }
+
+    /// A closed ring of `n` matrices with bond `d` and a chord between opposite
+    /// tensors: every order holds a matrix-sized intermediate or larger.
+    fn ring(n: usize, d: usize) -> Problem {
+        let mut inputs: Vec<Vec<usize>> = (0..n).map(|k| vec![k, (k + 1) % n]).collect();
+        inputs[0].push(n);
+        inputs[n / 2].push(n);
+        problem(inputs, vec![], vec![d; n + 1])
+    }
+
+    /// Contracts `p` by brute force over every assignment of all its indices (tiny
+    /// problems), with the inputs' values given by `val`.
+    fn value(p: &Problem, fixed: &[(usize, usize)], val: &dyn Fn(usize, &[usize]) -> f64) -> f64 {
+        let m = p.sizes.len();
+        let mut at = vec![0usize; m];
+        let mut total = 0.0;
+        loop {
+            if fixed.iter().all(|&(i, v)| at[i] == v) {
+                let mut prod = 1.0;
+                for (k, ix) in p.inputs.iter().enumerate() {
+                    let vals: Vec<usize> = ix.iter().map(|&i| at[i]).collect();
+                    prod *= val(k, &vals);
+                }
+                total += prod;
+            }
+            let mut d = 0;
+            while d < m {
+                at[d] += 1;
+                if at[d] < p.sizes[d] {
+                    break;
+                }
+                at[d] = 0;
+                d += 1;
+            }
+            if d == m {
+                return total;
+            }
+        }
+    }
+
+    #[test]
+    fn fits_without_slicing_when_already_small() {
+        let p = ring(10, 3);
+        let s = slice_to_fit(&p, 1e9, &Options::default()).unwrap();
+        assert!(s.indices.is_empty());
+        assert_eq!(s.slices, 1.0);
+        assert_eq!(s.overhead(), 1.0);
+        assert_eq!(s.largest, s.unsliced_largest);
+    }
+
+    #[test]
+    fn every_intermediate_fits_the_target_and_slices_multiply() {
+        for (n, d) in [(12usize, 4usize), (20, 3), (30, 2)] {
+            let p = ring(n, d);
+            let opts = Options { max_trials: Some(16), ..Options::default() };
+            let free = slice_to_fit(&p, 1e12, &opts).unwrap();
+            for target in [free.unsliced_largest / d as f64, free.unsliced_largest / (d * d) as f64, 1.0] {
+                let s = slice_to_fit(&p, target, &opts).unwrap();
+                assert!(s.largest <= target, "{n} {d}: {} > {target}", s.largest);
+                let k = s.path.steps.len() - 1;
+                assert!(s.path.steps[..k].iter().all(|st| st.size <= target));
+                let slices: f64 = s.indices.iter().map(|&i| p.sizes[i] as f64).product();
+                assert_eq!(s.slices, slices);
+                assert!((s.flops - s.path.flops * slices).abs() <= 1e-9 * s.flops);
+                assert!(!s.indices.is_empty() && s.indices.windows(2).all(|w| w[0] < w[1]));
+                // Against the exact order (≤ 16 tensors) slicing never saves flops:
+                // the sliced tree, unsliced, is a tree too.
+                if p.inputs.len() <= 16 {
+                    assert!(s.overhead() >= 1.0 - 1e-12, "{n} {d}: overhead {}", s.overhead());
+                }
+            }
+        }
+    }
+
+    /// The sum over slices of the sliced network equals the whole contraction
+    /// (a hyperedge among the sliced candidates): slicing is exact.
+    #[test]
+    fn slices_sum_to_the_whole_contraction() {
+        // A[i,j] B[j,k] C[k,i] D[j] E[j,l] F[l]: j is a hyperedge of four factors.
+        let p =
+            problem(vec![vec![0, 1], vec![1, 2], vec![2, 0], vec![1], vec![1, 3], vec![3]], vec![], vec![3, 4, 3, 2]);
+        let val = |k: usize, ix: &[usize]| 0.3 + (k as f64) * 0.17 + ix.iter().map(|&v| v as f64 * 0.11).sum::<f64>();
+        let whole = value(&p, &[], &val);
+        let s = slice_to_fit(&p, 2.0, &Options::default()).unwrap();
+        assert!(!s.indices.is_empty());
+        // Enumerate the slices: every assignment of the sliced indices.
+        let mut sum = 0.0;
+        let mut count = 0;
+        let mut at = vec![0usize; s.indices.len()];
+        loop {
+            let fixed: Vec<(usize, usize)> = s.indices.iter().copied().zip(at.iter().copied()).collect();
+            sum += value(&p, &fixed, &val);
+            count += 1;
+            let mut d = 0;
+            while d < at.len() {
+                at[d] += 1;
+                if at[d] < p.sizes[s.indices[d]] {
+                    break;
+                }
+                at[d] = 0;
+                d += 1;
+            }
+            if d == at.len() {
+                break;
+            }
+        }
+        assert_eq!(count as f64, s.slices);
+        assert!((sum - whole).abs() <= 1e-12 * whole.abs(), "{sum} vs {whole}");
+    }
+
+    #[test]
+    fn an_index_of_every_step_is_sliced_without_overhead() {
+        // A[i,k] B[k,l] C[l,j] -> [i,j] with i, j of 16 and k, l of 2: the largest
+        // intermediate is [i,l] or [k,j] (32). i, j and the bond the intermediate
+        // keeps are in both steps: slicing one of them recomputes nothing (a
+        // sliced summed index still costs its multiply-add per point, the sum
+        // across slices). Of those, i or j leave the smaller intermediate (2).
+        let p = problem(vec![vec![0, 1], vec![1, 2], vec![2, 3]], vec![0, 3], vec![16, 2, 2, 16]);
+        let s = slice_to_fit(&p, 16.0, &Options::default()).unwrap();
+        assert_eq!(s.unsliced_largest, 32.0);
+        assert_eq!(s.unsliced_flops, 1152.0);
+        assert!(s.indices == vec![0] || s.indices == vec![3], "{:?}", s.indices);
+        assert_eq!(s.slices, 16.0);
+        assert_eq!(s.flops, 1152.0);
+        assert_eq!(s.overhead(), 1.0);
+        assert_eq!(s.largest, 2.0);
+    }
+
+    #[test]
+    fn an_index_outside_some_steps_costs_their_recomputation() {
+        // Two closed rings of four matrices (bond 4) joined by one bond (index 8):
+        // each ring needs a matrix intermediate. To fit a vector, one bond of each
+        // ring is sliced (16 slices), and every slice recomputes the other ring.
+        let mut inputs: Vec<Vec<usize>> = Vec::new();
+        for r in [0, 4] {
+            inputs.extend((0..4).map(|k| vec![r + k, r + (k + 1) % 4]));
+            inputs.last_mut().unwrap().push(8);
+        }
+        let p = problem(inputs, vec![], vec![4; 9]);
+        let s = slice_to_fit(&p, 4.0, &Options::default()).unwrap();
+        assert!(s.unsliced_largest >= 16.0, "{s:?}");
+        assert!(s.largest <= 4.0);
+        assert_eq!(s.indices.len(), 2, "{s:?}");
+        assert!(s.indices[0] < 4 && (4..8).contains(&s.indices[1]), "{s:?}");
+        assert_eq!(s.slices, 16.0);
+        assert!(s.overhead() > 1.0, "{s:?}");
+    }
+}
