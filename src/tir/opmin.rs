@@ -323,6 +323,8 @@ pub fn optimize_path(p: &Problem, opts: &Options) -> Result<Path, PathError> {
 }
 
 fn search<const W: usize>(p: &Problem, opts: &Options) -> Result<Path, PathError> {
+    // `--search-time` counts from here: the greedy starts are part of the search.
+    let started = std::time::Instant::now();
     let ctx = Ctx::<W>::new(p)?;
     let n = ctx.n;
     if n < 2 {
@@ -365,7 +367,7 @@ fn search<const W: usize>(p: &Problem, opts: &Options) -> Result<Path, PathError
     }
     if opts.search_time > 0.0 && opts.max_trials != Some(0) {
         starts.insert(0, best);
-        let pairs = super::order::hyper(&ctx, &starts, opts);
+        let pairs = super::order::hyper(&ctx, &starts, opts, started);
         return Ok(finalize(&ctx, p, &pairs, Method::Hyper));
     }
     Ok(finalize(&ctx, p, &best, Method::Greedy))

@@ -156,15 +156,16 @@ impl Budget {
 }
 
 /// The hyper-optimizer: the best tree found from `starts` (greedy trees, the first
-/// the cheapest in flops) within `opts`' budget. Never worse than the best of
-/// `starts` under `opts.objective`.
+/// the cheapest in flops) within `opts`' budget, counted from `start` (when the
+/// search of this product began, the greedy starts included). Never worse than the
+/// best of `starts` under `opts.objective`.
 pub(super) fn hyper<const W: usize>(
     ctx: &Ctx<W>,
     starts: &[Vec<(usize, usize)>],
     opts: &Options,
+    start: Instant,
 ) -> Vec<(usize, usize)> {
     let obj = opts.objective;
-    let start = Instant::now();
     let budget = Budget {
         deadline: start + Duration::from_secs_f64(opts.search_time.clamp(0.0, 1e7)),
         max_trials: opts.max_trials.unwrap_or(usize::MAX),
