@@ -189,6 +189,9 @@ fn names(v: &[Ident], sep: &str) -> String {
 
 fn range_decl(d: &RangeDecl) -> String {
     let mut s = format!("range {}", d.name.name);
+    if !d.parts.is_empty() {
+        s.push_str(&format!(" = {}", names(&d.parts, " + ")));
+    }
     if let Some(size) = &d.size {
         s.push_str(&format!(" = {}", int(size)));
     }

@@ -329,6 +329,18 @@ pub fn exec_stmt(hir: &Hir, stmt: &Stmt, values: &mut HashMap<TensorId, Dense>, 
     let ev = Evaluator { hir, values, stmt: format!("{what} (assigning `{tname}`)") };
     let rhs = ev.eval_expr(&stmt.rhs, &stmt.lhs.indices)?;
     let dst = values.get_mut(&target).expect("target initialised above");
+    if hir.is_slice(&stmt.lhs) {
+        // A slice (`F[o,v]` of `F[p,q]`, `P = O + V`): only its elements change.
+        let st = strides(&dst.shape);
+        let base: usize = hir.ref_offsets(&stmt.lhs).iter().zip(&st).map(|(o, s)| o * s).sum();
+        let mut k = 0;
+        for_each_index(&rhs.shape, |idx| {
+            let d = base + idx.iter().zip(&st).map(|(i, s)| i * s).sum::<usize>();
+            dst.data[d] = if stmt.accumulate { dst.data[d] + rhs.data[k] } else { rhs.data[k] };
+            k += 1;
+        });
+        return Ok(());
+    }
     debug_assert_eq!(dst.shape, rhs.shape);
     if stmt.accumulate {
         for (d, r) in dst.data.iter_mut().zip(&rhs.data) {
@@ -475,11 +487,21 @@ impl Evaluator<'_> {
             vars.iter().map(|v| idx.iter().zip(&st).filter(|(i, _)| *i == v).map(|(_, s)| s).sum()).collect()
         };
         let op_strides: Vec<Vec<usize>> = operands.iter().map(|(d, idx)| var_strides(&d.shape, idx)).collect();
+        // Where each operand starts: past the parts before a sub-range's values.
+        let bases: Vec<usize> = term
+            .factors
+            .iter()
+            .zip(&operands)
+            .map(|(f, (d, _))| match f {
+                Factor::Tensor(r) => self.hir.ref_offsets(r).iter().zip(strides(&d.shape)).map(|(o, s)| o * s).sum(),
+                _ => 0,
+            })
+            .collect();
         let out_strides = var_strides(&out.shape, result);
 
         let n = vars.len();
         let mut counter = vec![0usize; n];
-        let mut offs = vec![0usize; operands.len()];
+        let mut offs = bases;
         let mut out_off = 0usize;
         loop {
             let mut p = term.coef;
@@ -533,6 +555,7 @@ pub(crate) mod test_hir {
                 model: None,
                 size_kind: SizeKind::Fixed,
                 tiling: Default::default(),
+                parts: Vec::new(),
             })
         }
         /// Declares indices named by the characters of `names` over range `r`.

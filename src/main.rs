@@ -889,6 +889,9 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         return ctx.fail("E0727", FUSION_APPLIES, None);
     }
     if mpi {
+        if hir.has_slices() {
+            return ctx.fail("E0764", SLICES_UNSUPPORTED, Some("build it without --mpi"));
+        }
         if target == TargetKind::Cuda || target_cpu.is_some() {
             return ctx.fail(
                 "E0717",
@@ -1044,6 +1047,9 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
 }
 
 /// `tcc plan`: distributed plans for every P of a sweep.
+/// E0764: what the distributed and tiled executors and planners do not handle yet.
+const SLICES_UNSUPPORTED: &str = "this program reads or writes slices of a union of ranges (`range P = O + V;`), which tiled and distributed runs and plans do not support yet";
+
 fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
     let Command::Plan {
         file,
@@ -1072,6 +1078,9 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(o) => return o,
     };
+    if hir.has_slices() {
+        return ctx.fail("E0764", SLICES_UNSUPPORTED, Some("`tcc run` and `tcc build` (CPU) compute it"));
+    }
     if tiled {
         let t = TiledPlanArgs { tile, threads_per_rank, tuning, exchange };
         return plan_tiled(ctx, &hir, program.as_deref(), &procs, mem_per_rank, json, t);
@@ -1315,6 +1324,9 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(e) => return ctx.error(&e),
     };
+    if (tiled || distributed) && hir.has_slices() {
+        return ctx.fail("E0764", SLICES_UNSUPPORTED, Some("run it without --tiled, --ranks, --backend and --plan"));
+    }
     let opts = tcc::run::RunOptions { seed, inputs: parsed_inputs, output_dir, save_inputs, program };
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();

@@ -310,6 +310,7 @@ mod tests {
             model: None,
             size_kind: SizeKind::Fixed,
             tiling: Tiling { tile, subspaces: sub.map(|(kind, sizes)| Subspaces { kind, sizes }) },
+            parts: Vec::new(),
         }
     }
 

@@ -85,6 +85,9 @@ fn bytes(e: Elem) -> usize {
 
 fn arg_ptr(up: &UnitPlan, a: &Arg) -> String {
     let mut off: Vec<String> = a.base.iter().map(|(i, s)| format!("v{} * {s}ULL", i.index())).collect();
+    if a.offset > 0 {
+        off.push(format!("{}ULL", a.offset));
+    }
     if off.is_empty() {
         off.push("0".into());
     }

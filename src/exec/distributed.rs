@@ -165,6 +165,7 @@ pub fn eval_tile(
             model: None,
             size_kind: crate::sema::hir::SizeKind::Fixed,
             tiling: Default::default(),
+            parts: Vec::new(),
         });
         let xt = h.indices.push(Index { name: format!("{}@tile", hir.indices[x].name), range: xr, span, model: None });
         // Each tensor read with x becomes a sliced copy under a new id.

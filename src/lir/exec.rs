@@ -106,7 +106,7 @@ impl Machine<'_> {
 
     fn compute(&mut self, k: usize) -> Result<(), InterpError> {
         let st = &self.stmts[k];
-        if !fusible(st) {
+        if !fusible(self.hir, st) {
             // Never fused: full buffers, no enclosing loop, no `Zero` before it.
             return exec_stmt(self.hir, st, &mut self.buffers, &format!("statement {}", k + 1));
         }

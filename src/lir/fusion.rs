@@ -121,12 +121,13 @@ struct Problem<'a> {
 }
 
 /// Whether a statement may share loops: tensor factors only, and no read of its own
-/// target (which must see the old value, so it runs whole, as the interpreter does).
-pub(crate) fn fusible(st: &Stmt) -> bool {
+/// target (which must see the old value, so it runs whole, as the interpreter does),
+/// and no slice of a union's tensor (whose buffers fusion would cut by range).
+pub(crate) fn fusible(hir: &Hir, st: &Stmt) -> bool {
     let mut refs = Vec::new();
     let mut opaque = false;
     collect_refs(&st.rhs, &mut refs, &mut opaque);
-    !opaque && !refs.iter().any(|(t, _)| *t == st.lhs.tensor)
+    !opaque && !refs.iter().any(|(t, _)| *t == st.lhs.tensor) && !hir.stmt_has_slice(st)
 }
 
 fn collect_refs(e: &crate::sema::hir::Expr, out: &mut Vec<(TensorId, Vec<IndexId>)>, opaque: &mut bool) {
@@ -175,7 +176,7 @@ impl<'a> Problem<'a> {
                 lhs: 0,
                 lhs_tensor: st.lhs.tensor,
                 refs: Vec::new(),
-                fusible: fusible(st),
+                fusible: fusible(hir, st),
                 assign: !st.accumulate || first_temp_write,
             };
             let lhs_locals: Vec<usize> = st.lhs.indices.iter().map(|&i| local(i, &mut locals)).collect();
@@ -871,7 +872,7 @@ pub fn unfused(hir: &Hir, unit: UnitId, rates: &CpuRates) -> LoopNest {
     let mut buffers = BTreeMap::new();
     let mut temp_total = 0u64;
     for (i, st) in stmts.iter().enumerate() {
-        if !st.accumulate && fusible(st) {
+        if !st.accumulate && fusible(hir, st) {
             body.push(Node::Zero { tensor: st.lhs.tensor, stmt: i });
         }
         body.push(Node::Compute { stmt: i });

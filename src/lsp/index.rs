@@ -410,6 +410,7 @@ impl Index {
         for it in &file.items {
             match it {
                 ast::Item::Index(d) => self.refer(Ns::Space, &d.range, None),
+                ast::Item::Range(d) => d.parts.iter().for_each(|p| self.refer(Ns::Space, p, None)),
                 ast::Item::Tensor(d) => self.tensor_decl_refs(d, None),
                 ast::Item::Stmt(s) => {
                     self.stmt(s, None, stem, top_pos);

@@ -54,9 +54,93 @@ impl Ctx {
             model: self.model,
             size_kind,
             tiling: hir::Tiling::default(),
+            parts: Vec::new(),
         });
         self.declare(Ns::Space, name, Sym::Range(r), what);
         r
+    }
+
+    /// `range P = O + V;` declared with size 1 until [`Self::union_decl`].
+    pub(crate) fn union_placeholder(&mut self, name: &ast::Ident) -> RangeId {
+        let one = ast::IntLit { negative: false, text: "1".into(), span: name.span.clone() };
+        let r = self.range_decl(name, Some(&one));
+        self.union_names.push(r);
+        r
+    }
+
+    /// The parts and size of a union of ranges: each part a known fixed-size
+    /// range (a union written before it, or a plain range), no range twice.
+    pub(crate) fn union_decl(&mut self, r: RangeId, d: &ast::RangeDecl) {
+        let mut parts: Vec<RangeId> = Vec::new();
+        let mut ok = true;
+        for p in &d.parts {
+            let q = self.resolve_range(p);
+            if !self.range_ok(q) {
+                ok = false;
+                continue;
+            }
+            let bad = if q == r {
+                Some(("a range cannot be a part of itself".to_string(), "this is the union itself"))
+            } else if self.hir.ranges[q].is_runtime() {
+                Some((
+                    format!("`{}` has a size given at run time; a union's parts need fixed sizes", p.name),
+                    "a run-time range",
+                ))
+            } else if self.pending_union(q) {
+                Some((format!("the union `{}` is declared after this one", p.name), "declared later"))
+            } else {
+                None
+            };
+            if let Some((message, label)) = bad {
+                self.error(
+                    Diagnostic::error("E0112", message, p.span.clone(), label)
+                        .with_hint("a union is made of plain ranges of fixed size (`range O = 4;`) or of unions declared before it: `range P = O + V;`"),
+                );
+                ok = false;
+                continue;
+            }
+            // No value may belong to two parts: a range (or a part of it) twice.
+            if let Some(&dup) =
+                parts.iter().find(|&&x| self.hir.offset_in(q, x).is_some() || self.hir.offset_in(x, q).is_some())
+            {
+                self.error(
+                    Diagnostic::error(
+                        "E0113",
+                        format!("`{}` overlaps `{}` in the union `{}`", p.name, self.range_name(dup), d.name.name),
+                        p.span.clone(),
+                        "overlaps an earlier part",
+                    )
+                    .with_hint("the parts of a union are disjoint: each range (or a part of one) at most once"),
+                );
+                ok = false;
+                continue;
+            }
+            parts.push(q);
+        }
+        if !ok {
+            return;
+        }
+        let size = parts.iter().try_fold(0usize, |acc, &q| acc.checked_add(self.hir.ranges[q].size));
+        match size {
+            Some(n) => {
+                self.hir.ranges[r].size = n;
+                self.hir.ranges[r].parts = parts;
+            }
+            None => self.error(
+                Diagnostic::error(
+                    "E0103",
+                    format!("the size of range `{}` is too large", d.name.name),
+                    d.span.clone(),
+                    "does not fit in 64 bits",
+                )
+                .with_hint(format!("the largest size tcc can represent is {}", usize::MAX)),
+            ),
+        }
+    }
+
+    /// A union whose parts are not filled in yet (declared later in the file).
+    fn pending_union(&self, q: RangeId) -> bool {
+        self.hir.ranges[q].parts.is_empty() && self.union_names.contains(&q)
     }
 
     /// The value of a range's (or dim's) size literal; 1 after reporting an error.

@@ -73,6 +73,10 @@ pub fn stmt(hir: &Hir, st: &Stmt) -> String {
 pub fn range_decl(hir: &Hir, r: RangeId) -> String {
     let range = &hir.ranges[r];
     let mut s = format!("range {}", range.name);
+    if !range.parts.is_empty() {
+        let parts: Vec<&str> = range.parts.iter().map(|&p| hir.ranges[p].name.as_str()).collect();
+        return format!("{s} = {};", parts.join(" + "));
+    }
     if !range.is_runtime() {
         s.push_str(&format!(" = {}", range.size));
     }

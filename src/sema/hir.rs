@@ -27,6 +27,10 @@ pub struct Range {
     pub size_kind: SizeKind,
     /// How tiled storage cuts the range (`tile 40`, `spin(100, 100)`, `irreps(…)`).
     pub tiling: Tiling,
+    /// `range P = O + V;`: the ranges `P` is the union of, in order (`O`'s values
+    /// first, then `V`'s); empty for a plain range. An index over a part may index
+    /// a dimension over the union: it then names a slice ([`Hir::offset_in`]).
+    pub parts: Vec<RangeId>,
 }
 
 /// How a range is cut into tiles for tiled storage and execution: `range V = 200
@@ -526,6 +530,49 @@ impl Hir {
         self.ranges.ids().filter(|&r| self.ranges[r].is_runtime()).collect()
     }
 
+    /// Where the values of range `sub` start among those of `sup`: 0 when they
+    /// are one range, the sizes of the parts before it when `sub` is a part
+    /// (at any depth) of the union `sup`, `None` when it is not.
+    pub fn offset_in(&self, sub: RangeId, sup: RangeId) -> Option<usize> {
+        if sub == sup {
+            return Some(0);
+        }
+        let mut off = 0;
+        for &p in &self.ranges[sup].parts {
+            if let Some(o) = self.offset_in(sub, p) {
+                return Some(off + o);
+            }
+            off += self.ranges[p].size;
+        }
+        None
+    }
+
+    /// Per dimension of `r`, where its index's values start in the dimension's
+    /// range (0 unless the index is over a sub-range of it).
+    pub fn ref_offsets(&self, r: &TensorRef) -> Vec<usize> {
+        let dims = &self.tensors[r.tensor].dims;
+        r.indices.iter().zip(dims).map(|(&i, &d)| self.offset_in(self.indices[i].range, d).unwrap_or(0)).collect()
+    }
+
+    /// Whether some index of `r` is over a sub-range of its dimension's range.
+    pub fn is_slice(&self, r: &TensorRef) -> bool {
+        let dims = &self.tensors[r.tensor].dims;
+        r.indices.iter().zip(dims).any(|(&i, &d)| self.indices[i].range != d)
+    }
+
+    /// Whether a statement reads or writes a slice of a tensor (`F[o,v]` with `F`
+    /// over `P = O + V`).
+    pub fn stmt_has_slice(&self, s: &Stmt) -> bool {
+        let mut found = self.is_slice(&s.lhs);
+        visit_refs(&s.rhs, &mut |r| found |= self.is_slice(r));
+        found
+    }
+
+    /// Whether any statement of the program reads or writes a slice.
+    pub fn has_slices(&self) -> bool {
+        self.units.iter().any(|u| u.stmts.iter().any(|s| self.stmt_has_slice(s)))
+    }
+
     pub fn index_size(&self, i: IndexId) -> usize {
         self.ranges[self.indices[i].range].size
     }
@@ -579,6 +626,19 @@ impl Hir {
             }
         }
         out
+    }
+}
+
+/// Calls `f` on every tensor reference in an expression.
+pub fn visit_refs(e: &Expr, f: &mut impl FnMut(&TensorRef)) {
+    for term in &e.terms {
+        for factor in &term.factors {
+            match factor {
+                Factor::Tensor(r) => f(r),
+                Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => visit_refs(arg, f),
+                Factor::Select { args, .. } => args.iter().for_each(|a| visit_refs(&a.as_expr(), f)),
+            }
+        }
     }
 }
 

@@ -124,6 +124,8 @@ pub(crate) struct Ctx {
     /// While checking a function's argument (not wrapped in parentheses): the
     /// function's name and the call's span, for W0303.
     pub inside_call: Option<(String, Span)>,
+    /// Ranges declared as unions (`range P = O + V;`).
+    pub union_names: Vec<RangeId>,
 }
 
 impl Ctx {
@@ -237,6 +239,7 @@ impl Ctx {
             model: None,
             size_kind: hir::SizeKind::Fixed,
             tiling: Default::default(),
+            parts: Vec::new(),
         });
         self.poison = Some(r);
         r
@@ -274,11 +277,20 @@ impl Ctx {
     /// before declaration is fine), then units, then models.
     fn file(&mut self, file: &ast::File, stem: &str) {
         let items = &file.items;
+        let mut unions = Vec::new();
         for it in items {
             if let ast::Item::Range(d) = it {
-                let r = self.range_decl(&d.name, d.size.as_ref());
-                self.range_tiling(r, d);
+                if d.parts.is_empty() {
+                    let r = self.range_decl(&d.name, d.size.as_ref());
+                    self.range_tiling(r, d);
+                } else {
+                    unions.push((self.union_placeholder(&d.name), d));
+                }
             }
+        }
+        // Unions once every name is known, in the order written.
+        for (r, d) in unions {
+            self.union_decl(r, d);
         }
         for it in items {
             if let ast::Item::Index(d) = it {

@@ -74,7 +74,8 @@ impl Ctx {
         let accumulate = s.op == ast::AssignOp::AddAssign;
         if self.tensor_ok(t) {
             if let Some(prev) = self.unit.unread_write(t).clone() {
-                if !accumulate && clean {
+                // `=` into a slice (`F[o,v]` of `F[p,q]`) keeps the rest of the tensor.
+                if !accumulate && clean && !self.hir.is_slice(&lhs) {
                     let name = self.hir.tensors[t].name.clone();
                     self.diags.push(
                         Diagnostic::warning(
@@ -224,7 +225,9 @@ impl Ctx {
             } else {
                 for (k, o) in occs.iter().enumerate() {
                     let (want, have) = (self.hir.tensors[t].dims[k], self.hir.indices[o.idx].range);
-                    if want != have && self.range_ok(want) && self.range_ok(have) {
+                    // An index over a part of a union names a slice of it.
+                    let slice = self.hir.offset_in(have, want).is_some();
+                    if !slice && self.range_ok(want) && self.range_ok(have) {
                         self.range_error(t, k, o);
                     }
                 }

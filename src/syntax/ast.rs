@@ -74,6 +74,9 @@ pub struct RangeDecl {
     /// `tile 40`, `spin(100, 100)`, `irreps(60, 40, 50, 50)`, in the order written.
     /// The attribute names are not keywords: `sema` checks them.
     pub attrs: Vec<RangeAttr>,
+    /// `range P = O + V;`: the ranges whose union (in this order) `P` is; empty
+    /// for a plain range.
+    pub parts: Vec<Ident>,
     pub span: Span,
 }
 

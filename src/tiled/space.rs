@@ -100,6 +100,7 @@ mod tests {
             model: None,
             size_kind: SizeKind::Fixed,
             tiling: Tiling { tile, subspaces: sub.map(|sizes| Subspaces { kind: SubspaceKind::Spin, sizes }) },
+            parts: Vec::new(),
         }
     }
 

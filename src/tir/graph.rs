@@ -94,7 +94,9 @@ pub(crate) fn factor_sym(hir: &Hir, f: &Factor) -> Vec<(SymKind, Vec<IndexId>)> 
         ids.dedup();
         // A group index that also sits at a position outside the group breaks it.
         let outside = r.indices.iter().enumerate().any(|(p, i)| !g.positions.contains(&p) && ids.contains(i));
-        if ids.len() == n && n >= 2 && n == g.positions.len() && !outside {
+        // Slices of a union over different parts (`F[o,v]`) are not exchanged.
+        let one_range = ids.windows(2).all(|w| hir.indices[w[0]].range == hir.indices[w[1]].range);
+        if ids.len() == n && n >= 2 && n == g.positions.len() && !outside && one_range {
             out.push((g.kind, ids));
         }
     }

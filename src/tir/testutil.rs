@@ -29,6 +29,7 @@ impl Builder {
                     model: None,
                     size_kind: SizeKind::Fixed,
                     tiling: Default::default(),
+                    parts: Vec::new(),
                 }),
             };
             letters.insert(c, hir.indices.push(Index { name: c.to_string(), range: r, span: 0..0, model: None }));

@@ -134,7 +134,7 @@ fn tensor_ref(hir: &Hir, r: &TensorRef) -> Result<(), String> {
     }
     for (p, (&i, &range)) in r.indices.iter().zip(&t.dims).enumerate() {
         let x = hir.indices.get(i).ok_or_else(|| format!("index id {i:?} out of range"))?;
-        if x.range != range {
+        if hir.offset_in(x.range, range).is_none() {
             let (want, got) = (&hir.ranges[range].name, &hir.ranges[x.range].name);
             return Err(format!(
                 "dimension {p} of `{}` is over `{want}`, indexed by `{}` over `{got}`",

@@ -29,7 +29,7 @@ def test_masked_softmax_example_matches_numpy():
     Q, K, V = (r.standard_normal((2, 6, 4)) for _ in range(3))
     Mask = r.standard_normal((6, 6))
     Mask[:, 0] = 1.0  # every query sees at least one key
-    got = lib.masked_softmax(Q=Q, K=K, V=V, Mask=Mask)
+    got = lib.main(Q=Q, K=K, V=V, Mask=Mask)
     for name, g, w in zip("OMNRC", got, numpy_reference(Q, K, V, Mask)):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12, err_msg=name)
 
@@ -45,3 +45,20 @@ def test_softmax_of_large_logits_is_finite():
     E = np.exp(L - L.max(axis=1, keepdims=True))
     np.testing.assert_allclose(P, E / E.sum(axis=1, keepdims=True), rtol=1e-12, atol=1e-300)
     assert np.isfinite(P).all()
+
+
+def test_fock_blocks_example_matches_numpy():
+    """Sub-ranges: blocks of a tensor over P = O + V (issue 21, deliverable 3)."""
+    lib = tcc.compile(os.path.join(ROOT, "examples", "fock_blocks.tc"))
+    r = np.random.default_rng(3)
+    o, v = 3, 4
+    H, T = r.standard_normal((o + v, o + v)), r.standard_normal((v, o))
+    F = H.copy()
+    F[:o, :o] += H[:o, :o] @ H[:o, :o]
+    F[o:, :o] = 2 * T
+    R = F[o:, o:] @ T - T @ F[:o, :o] + F[o:, :o] * np.diag(F[:o, :o])[None, :]
+    D = np.concatenate([np.diag(F[:o, :o]), np.diag(F[o:, o:]) - 1])
+    W = np.einsum("pq,qp->", F, F)
+    got = lib.main(H=H, T=T)
+    for name, g, w in zip("FRDW", got, (F, R, D, W)):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12, err_msg=name)

@@ -818,10 +818,25 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         Ok(unsafe { self.b.build_in_bounds_gep(self.bufs[&t], &[offset], "p")? })
     }
 
+    /// Where the values of `t[indices]` start: past the parts of a union before
+    /// an index's sub-range (`F[o,v]` of `F[p,q]`, `P = O + V`); 0 otherwise.
+    fn slice_base(&self, t: TensorId, indices: &[IndexId]) -> Result<IntValue<'ctx>, CodegenError> {
+        let st = &self.strides[&t];
+        let dims = &self.hir.tensors[t].dims;
+        let mut off = Poly::zero();
+        for (p, &i) in indices.iter().enumerate() {
+            let o = self.hir.offset_in(self.hir.indices[i].range, dims[p]).unwrap_or(0);
+            if o > 0 && !st[p].is_zero() {
+                off = off.add(&st[p].mul(&Poly::constant(o as u64)));
+            }
+        }
+        self.poly_value(&off)
+    }
+
     /// Offset of `t[indices]` with every index bound.
     fn offset(&self, t: TensorId, indices: &[IndexId]) -> Result<IntValue<'ctx>, CodegenError> {
         let st = &self.strides[&t];
-        let mut off = self.i64c(0);
+        let mut off = self.slice_base(t, indices)?;
         for (p, &i) in indices.iter().enumerate() {
             if st[p].is_zero() {
                 continue;
@@ -837,7 +852,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     /// Offset of `t[indices]` counting only the indices bound now.
     fn partial_offset(&self, t: TensorId, indices: &[IndexId]) -> Result<IntValue<'ctx>, CodegenError> {
         let st = &self.strides[&t];
-        let mut off = self.i64c(0);
+        let mut off = self.slice_base(t, indices)?;
         for (p, &i) in indices.iter().enumerate() {
             if st[p].is_zero() {
                 continue;
@@ -1102,8 +1117,12 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 }
                 Node::Compute { stmt } => {
                     let st = self.hir.units[unit].stmts[*stmt].clone();
-                    if !fusible(&st) && !st.accumulate {
-                        self.zero_all(st.lhs.tensor)?;
+                    if !fusible(self.hir, &st) && !st.accumulate {
+                        if self.hir.is_slice(&st.lhs) {
+                            self.zero_region(st.lhs.tensor, &st.lhs.indices)?;
+                        } else {
+                            self.zero_all(st.lhs.tensor)?;
+                        }
                     }
                     let overwrite = skip_zero.take() == Some(*stmt);
                     if let Some(sp) = crate::tir::materialize::special_stmt(&st) {

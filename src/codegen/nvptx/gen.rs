@@ -11,7 +11,7 @@ use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple};
 use inkwell::types::{BasicMetadataTypeEnum, FloatType};
 use inkwell::values::{BasicMetadataValueEnum, FloatValue, FunctionValue, IntValue, PointerValue};
-use inkwell::{AddressSpace, IntPredicate, OptimizationLevel};
+use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
 
 #[derive(Clone, Copy, PartialEq)]
 pub(super) enum Mode {
@@ -170,7 +170,12 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 *off = self.add_scaled(*off, v, o.par_strides[j])?;
             }
         }
-        self.b.build_store(acc, lt.const_zero())?;
+        let init = match k.combine {
+            Combine::Max => lt.const_float(f64::NEG_INFINITY),
+            Combine::Min => lt.const_float(f64::INFINITY),
+            Combine::Sum | Combine::Select(_) => lt.const_zero(),
+        };
+        self.b.build_store(acc, init)?;
         let ptrs: Vec<PointerValue> = (0..k.ops.len()).map(|j| ptr(j + 1)).collect();
         if k.split_vars > 0 {
             let l: u64 = k.red[..k.split_vars].iter().product();
@@ -249,6 +254,50 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         })
     }
 
+    /// The innermost step of a `max`/`min` (`acc = maxnum(acc, x)`, as
+    /// [`crate::sema::hir::Extremum::combine`]) or `where` (`acc = a cmp b ? x : y`).
+    fn combine(
+        &mut self,
+        k: &Kernel,
+        offs: &[IntValue<'ctx>],
+        ptrs: &[PointerValue<'ctx>],
+        acc: PointerValue<'ctx>,
+    ) -> Result<(), CodegenError> {
+        let lt = self.ft(k.elem);
+        let mut vals = Vec::with_capacity(k.ops.len());
+        for (j, o) in k.ops.iter().enumerate() {
+            let p = unsafe { self.b.build_in_bounds_gep(ptrs[j], &[offs[j]], "p")? };
+            let mut v = self.b.build_load(p, "x")?.into_float_value();
+            if self.ft(o.elem) != lt {
+                v = self.b.build_float_cast(v, lt, "cvt")?;
+            }
+            vals.push(v);
+        }
+        let new = match k.combine {
+            Combine::Max | Combine::Min => {
+                let name = if k.combine == Combine::Max { "llvm.maxnum" } else { "llvm.minnum" };
+                let old = self.b.build_load(acc, "a")?.into_float_value();
+                let f = self.intrinsic(name, &[lt.into()])?;
+                self.call(f, &[old.into(), vals[0].into()])?.into_float_value()
+            }
+            Combine::Select(cmp) => {
+                let pred = match cmp {
+                    SelectCmp::Lt => FloatPredicate::OLT,
+                    SelectCmp::Le => FloatPredicate::OLE,
+                    SelectCmp::Gt => FloatPredicate::OGT,
+                    SelectCmp::Ge => FloatPredicate::OGE,
+                    SelectCmp::Eq => FloatPredicate::OEQ,
+                    SelectCmp::Ne => FloatPredicate::UNE,
+                };
+                let c = self.b.build_float_compare(pred, vals[0], vals[1], "cmp")?;
+                self.b.build_select(c, vals[2], vals[3], "sel")?.into_float_value()
+            }
+            Combine::Sum => unreachable!("sums are the products' loop"),
+        };
+        self.b.build_store(acc, new)?;
+        Ok(())
+    }
+
     /// Nested loops over reduction variables `from..`, then `acc += Π operands`.
     fn reduce(
         &mut self,
@@ -258,6 +307,9 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         ptrs: &[PointerValue<'ctx>],
         acc: PointerValue<'ctx>,
     ) -> Result<(), CodegenError> {
+        if from == k.red.len() && k.combine != Combine::Sum {
+            return self.combine(k, &offs, ptrs, acc);
+        }
         if from == k.red.len() {
             let lt = self.ft(k.elem);
             let mut prod: Option<FloatValue> = None;

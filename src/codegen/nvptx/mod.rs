@@ -107,6 +107,54 @@ pub struct Kernel {
     /// (types and functions only), `par`/`red` are empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tiled: Option<Tiled>,
+    /// How the operands combine: summed products, or `max`/`min`/`where`.
+    #[serde(default, skip_serializing_if = "Combine::is_sum")]
+    pub combine: Combine,
+}
+
+/// What a one-thread-per-output kernel computes per element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Combine {
+    /// `Σ Π operands` over the reduction (every kernel but the two below).
+    #[default]
+    Sum,
+    /// `max` / `min` of the one operand over the reduction (never split).
+    Max,
+    Min,
+    /// `where(a cmp b, x, y)` of four operands, no reduction: the comparison is
+    /// `<`, `<=`, `>`, `>=`, `==` or `!=`.
+    Select(SelectCmp),
+}
+
+/// [`crate::sema::hir::CmpOp`] in a plan file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SelectCmp {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+}
+
+impl Combine {
+    fn is_sum(&self) -> bool {
+        *self == Combine::Sum
+    }
+}
+
+impl SelectCmp {
+    pub fn of(c: crate::sema::hir::CmpOp) -> SelectCmp {
+        use crate::sema::hir::CmpOp;
+        match c {
+            CmpOp::Lt => SelectCmp::Lt,
+            CmpOp::Le => SelectCmp::Le,
+            CmpOp::Gt => SelectCmp::Gt,
+            CmpOp::Ge => SelectCmp::Ge,
+            CmpOp::Eq => SelectCmp::Eq,
+            CmpOp::Ne => SelectCmp::Ne,
+        }
+    }
 }
 
 impl Kernel {
@@ -129,6 +177,13 @@ impl Kernel {
 pub struct Arg {
     pub buf: usize,
     pub base: Vec<(IndexId, u64)>,
+    /// Elements before a slice of a union (`F[o,v]` of `F[p,q]`, `P = O + V`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub offset: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 /// `C = alpha · op(A) · op(B) + C` in cuBLAS's column-major terms, strided batched.
@@ -381,7 +436,7 @@ pub const DEFAULT_GPU_MEM_LIMIT: u64 = 16 << 30;
 
 /// The base offset (elements) of an argument under the host loop values.
 pub fn arg_offset(a: &Arg, bound: &HashMap<IndexId, u64>) -> u64 {
-    a.base.iter().map(|(i, s)| bound.get(i).copied().unwrap_or(0) * s).sum()
+    a.offset + a.base.iter().map(|(i, s)| bound.get(i).copied().unwrap_or(0) * s).sum::<u64>()
 }
 
 pub fn write_elems(dst: &mut [u8], e: Elem, src: &[f64]) {

@@ -5,7 +5,7 @@ use super::*;
 use crate::lir::fusion::fusible;
 use crate::lir::{Buffer, Node};
 use crate::pipeline::PipelineOptions;
-use crate::sema::hir::{Hir, Role, Stmt};
+use crate::sema::hir::{Hir, Role, Stmt, TensorRef};
 
 fn position_strides(hir: &Hir, b: &Buffer) -> Vec<u64> {
     b.position_strides(hir).into_iter().map(|s| s as u64).collect()
@@ -85,7 +85,14 @@ impl Planner<'_> {
             .filter(|(p, i)| st[*p] > 0 && self.bound.contains(i))
             .map(|(p, &i)| (i, st[p]))
             .collect();
-        Arg { buf: self.buf(t), base }
+        // A slice of a union starts past the parts before its sub-range.
+        let dims = &self.hir.tensors[t].dims;
+        let offset = idx
+            .iter()
+            .enumerate()
+            .map(|(p, &i)| self.hir.offset_in(self.hir.indices[i].range, dims[p]).unwrap_or(0) as u64 * st[p])
+            .sum();
+        Arg { buf: self.buf(t), base, offset }
     }
 
     fn buf(&self, t: TensorId) -> usize {
@@ -115,14 +122,18 @@ impl Planner<'_> {
                 }
                 Node::Compute { stmt } => {
                     let st = self.hir.units[unit].stmts[*stmt].clone();
-                    if crate::tir::materialize::special_stmt(&st).is_some() {
-                        return Err(err(format!(
-                            "statement `{}` has `max`, `min` or `where`, which the GPU back end does not compile yet; run it on the CPU (without --target cuda)",
-                            crate::sema::display::stmt(self.hir, &st)
-                        )));
+                    if !fusible(self.hir, &st) && !st.accumulate {
+                        if self.hir.is_slice(&st.lhs) {
+                            // `=` into a slice clears that slice only.
+                            let idx = st.lhs.indices.clone();
+                            self.zero_kernel(st.lhs.tensor, &idx, &mut out);
+                        } else {
+                            out.push(Step::Memset { buf: self.buf(st.lhs.tensor) });
+                        }
                     }
-                    if !fusible(&st) && !st.accumulate {
-                        out.push(Step::Memset { buf: self.buf(st.lhs.tensor) });
+                    if let Some(sp) = crate::tir::materialize::special_stmt(&st) {
+                        self.special(&st, sp, &mut out);
+                        continue;
                     }
                     for k in 0..st.rhs.terms.len() {
                         self.term(&st, k, &mut out)?;
@@ -137,25 +148,27 @@ impl Planner<'_> {
     /// [`crate::lir::exec`] does: stored positions whose index is bound are
     /// pinned, the others cleared in full.
     fn zero(&mut self, t: TensorId, idx: &[IndexId], out: &mut Vec<Step>) {
-        let st = self.strides[&t].clone();
-        let shape = self.hir.shape(t);
-        let mut par = Vec::new();
-        let mut strides = Vec::new();
-        let mut any_bound = false;
-        for (p, &s) in st.iter().enumerate() {
-            if s == 0 {
-                continue;
-            }
-            if idx.get(p).is_some_and(|i| self.bound.contains(i)) {
-                any_bound = true;
-            } else {
-                par.push(shape[p] as u64);
-                strides.push(s);
-            }
-        }
-        if !any_bound {
+        let st = &self.strides[&t];
+        let any_bound = (0..st.len()).any(|p| st[p] != 0 && idx.get(p).is_some_and(|i| self.bound.contains(i)));
+        if !any_bound && !self.hir.is_slice(&TensorRef { tensor: t, indices: idx.to_vec(), span: 0..0 }) {
             out.push(Step::Memset { buf: self.buf(t) });
             return;
+        }
+        self.zero_kernel(t, idx, out);
+    }
+
+    /// A kernel storing zeros over the elements of `t[idx]` the bound loops leave
+    /// free (each index over its own range: a slice of a union stays a slice).
+    fn zero_kernel(&mut self, t: TensorId, idx: &[IndexId], out: &mut Vec<Step>) {
+        let st = self.strides[&t].clone();
+        let mut par = Vec::new();
+        let mut strides = Vec::new();
+        for (p, &s) in st.iter().enumerate() {
+            if s == 0 || idx.get(p).is_some_and(|i| self.bound.contains(i)) {
+                continue;
+            }
+            par.push(self.hir.index_size(idx[p]) as u64);
+            strides.push(s);
         }
         if par.contains(&0) {
             return;
@@ -173,8 +186,63 @@ impl Planner<'_> {
             coef: 0.0,
             store: true,
             tiled: None,
+            combine: Combine::Sum,
         });
         out.push(Step::Launch { kernel: k, args: vec![self.arg(t, idx)] });
+    }
+
+    /// A `max`/`min` or `where` statement: one thread per element of the target
+    /// (added to it: a `Memset` came first), a `max`/`min` reducing in the thread.
+    fn special(&mut self, st: &Stmt, sp: crate::tir::materialize::Special<'_>, out: &mut Vec<Step>) {
+        use crate::tir::materialize::Special;
+        let hir = self.hir;
+        let c = st.lhs.tensor;
+        let (combine, refs) = match sp {
+            Special::Reduce { op, arg } => {
+                (if op == crate::sema::hir::Extremum::Max { Combine::Max } else { Combine::Min }, vec![arg])
+            }
+            Special::Select { cmp, args } => (Combine::Select(SelectCmp::of(cmp)), args),
+        };
+        let par: Vec<IndexId> = st.lhs.indices.iter().copied().filter(|i| !self.bound.contains(i)).collect();
+        let mut red: Vec<IndexId> = Vec::new();
+        for r in &refs {
+            for &i in &r.indices {
+                if !st.lhs.indices.contains(&i) && !self.bound.contains(&i) && !red.contains(&i) {
+                    red.push(i);
+                }
+            }
+        }
+        if par.iter().chain(&red).any(|&v| hir.index_size(v) == 0) {
+            return;
+        }
+        let size = |v: IndexId| hir.index_size(v) as u64;
+        let ops = refs
+            .iter()
+            .map(|r| KOperand {
+                elem: Elem::of(hir.tensors[r.tensor].elem),
+                func: None,
+                par_strides: par.iter().map(|&v| self.stride_in(r.tensor, &r.indices, v)).collect(),
+                red_strides: red.iter().map(|&v| self.stride_in(r.tensor, &r.indices, v)).collect(),
+            })
+            .collect();
+        let kid = self.kernel(Kernel {
+            name: String::new(),
+            elem: Elem::of(hir.tensors[c].elem),
+            par: par.iter().map(|&v| size(v)).collect(),
+            out_strides: par.iter().map(|&v| self.stride_in(c, &st.lhs.indices, v)).collect(),
+            red: red.iter().map(|&v| size(v)).collect(),
+            split_vars: 0,
+            split: 1,
+            chunk: 1,
+            ops,
+            coef: 1.0,
+            store: false,
+            tiled: None,
+            combine,
+        });
+        let mut args = vec![self.arg(c, &st.lhs.indices)];
+        args.extend(refs.iter().map(|r| self.arg(r.tensor, &r.indices)));
+        out.push(Step::Launch { kernel: kid, args });
     }
 
     fn term(&mut self, st: &Stmt, k: usize, out: &mut Vec<Step>) -> Result<(), CodegenError> {
@@ -365,6 +433,7 @@ impl Planner<'_> {
             coef,
             store: false,
             tiled: None,
+            combine: Combine::Sum,
         });
         let mut args = vec![self.arg(c, &st.lhs.indices)];
         args.extend(ops.iter().map(|o| self.arg(o.tensor, &o.indices)));
@@ -455,14 +524,15 @@ impl Planner<'_> {
                 coef: 1.0,
                 store: true,
                 tiled: None,
+                combine: Combine::Sum,
             });
             steps.push(Step::Launch {
                 kernel: kid,
-                args: vec![Arg { buf, base: vec![] }, pl.arg(o.tensor, &o.indices)],
+                args: vec![Arg { buf, base: vec![], offset: 0 }, pl.arg(o.tensor, &o.indices)],
             });
             let t = [tot(&groups[g[0]]), tot(&groups[g[1]]), tot(&groups[g[2]])];
             (
-                Arg { buf, base: vec![] },
+                Arg { buf, base: vec![], offset: 0 },
                 [
                     Grp { size: t[0], stride: Some(t[1] * t[2]) },
                     Grp { size: t[1], stride: Some(t[2]) },
@@ -493,7 +563,7 @@ impl Planner<'_> {
             None => {
                 let buf = self.scratch("out", elem, nb * m * n);
                 c_scratch = Some((buf, arg_c.clone()));
-                arg_c = Arg { buf, base: vec![] };
+                arg_c = Arg { buf, base: vec![], offset: 0 };
                 gc = [
                     Grp { size: nb, stride: Some(m * n) },
                     Grp { size: m, stride: Some(n) },
@@ -593,8 +663,9 @@ impl Planner<'_> {
                 coef: 1.0,
                 store: false,
                 tiled: None,
+                combine: Combine::Sum,
             });
-            steps.push(Step::Launch { kernel: kid, args: vec![real_c, Arg { buf, base: vec![] }] });
+            steps.push(Step::Launch { kernel: kid, args: vec![real_c, Arg { buf, base: vec![], offset: 0 }] });
         }
         out.extend(steps);
         true

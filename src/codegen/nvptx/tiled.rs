@@ -216,6 +216,7 @@ impl Planner<'_> {
             coef,
             store: false,
             tiled: Some(t),
+            combine: Combine::Sum,
         });
         out.push(Step::Launch {
             kernel: kid,
