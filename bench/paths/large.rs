@@ -2,12 +2,15 @@
 //! `{"id":..,"inputs":[[0,1],[1,2]],"output":[0,2],"sizes":[4,5,6],"search_time":1.0}`
 //! (integer index ids), and prints per case tcc's greedy path (`--search-time 0`)
 //! and hyper-optimized path (the given budget) as SSA pairs, with tcc's flops,
-//! largest intermediate and search time. Run by `bench/paths/large.py`.
+//! largest intermediate and search time; with `"max_intermediate": ELEMENTS`, also
+//! the slicing of that order which fits (sliced index ids, slice count, one slice's
+//! path). Run by `bench/paths/large.py`.
 
 use std::io::{BufRead, Write};
 use std::time::Instant;
 
 use tcc::tir::opmin::{optimize_path, Objective, Options, Path, Problem};
+use tcc::tir::slice::slice_to_fit;
 
 #[derive(serde::Deserialize)]
 struct Case {
@@ -18,6 +21,10 @@ struct Case {
     search_time: f64,
     #[serde(default)]
     objective: Option<String>,
+    /// Largest intermediate wanted, in elements: also slice the hyper-optimized
+    /// order to fit it (`tir::slice`).
+    #[serde(default)]
+    max_intermediate: Option<f64>,
 }
 
 fn summary(p: &Path, t: f64) -> serde_json::Value {
@@ -46,7 +53,16 @@ fn main() {
         };
         let greedy = run(0.0);
         let hyper = run(case.search_time);
-        let v = serde_json::json!({ "id": case.id, "greedy": greedy, "hyper": hyper });
+        let mut v = serde_json::json!({ "id": case.id, "greedy": greedy, "hyper": hyper });
+        if let Some(target) = case.max_intermediate {
+            let opts = Options { search_time: case.search_time, objective, ..Options::default() };
+            let t0 = Instant::now();
+            let s = slice_to_fit(&p, target, &opts).expect("slicing");
+            let mut one = summary(&s.path, t0.elapsed().as_secs_f64());
+            one["sliced"] = serde_json::json!(s.indices);
+            one["slices"] = serde_json::json!(s.slices);
+            v["sliced"] = one;
+        }
         writeln!(out, "{v}").unwrap();
         out.flush().unwrap();
     }

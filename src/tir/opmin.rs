@@ -373,6 +373,24 @@ fn search<const W: usize>(p: &Problem, opts: &Options) -> Result<Path, PathError
     Ok(finalize(&ctx, p, &best, Method::Greedy))
 }
 
+/// The [`Path`] of a given contraction tree of `p` (SSA pairs, as in
+/// [`Step::a`]/[`Step::b`]): its steps, flops and sizes under `p`'s sizes — how a
+/// tree found for one network is costed on another with the same structure (a
+/// sliced one, [`super::slice`]).
+pub fn path_of(p: &Problem, pairs: &[(usize, usize)], method: Method) -> Result<Path, PathError> {
+    fn at<const W: usize>(p: &Problem, pairs: &[(usize, usize)], method: Method) -> Result<Path, PathError> {
+        let ctx = Ctx::<W>::new(p)?;
+        Ok(finalize(&ctx, p, pairs, method))
+    }
+    match index_count(p).div_ceil(64) {
+        0..=2 => at::<2>(p, pairs, method),
+        3..=4 => at::<4>(p, pairs, method),
+        5..=16 => at::<16>(p, pairs, method),
+        17..=64 => at::<64>(p, pairs, method),
+        _ => at::<256>(p, pairs, method),
+    }
+}
+
 /// Cost of a path over the inputs, without symmetry — for comparisons with tools
 /// that ignore it (the benchmark): equal to [`Path::flops`] when no input has a
 /// symmetry group.

@@ -3,15 +3,15 @@
 //! (independent contractions, summed or written side by side), trading flops for
 //! memory.
 //!
-//! Greedy, as cotengra's `SliceFinder`: while the largest intermediate of the
-//! sliced network's best order exceeds the target, try slicing each index of the
-//! intermediates that are too large, and keep the one whose total flops (flops of
-//! one slice × number of slices) are least; ties go to the smaller largest
-//! intermediate. Each candidate is ordered afresh (the quick greedy search), since
-//! a sliced network has other good orders than the unsliced one; the final set is
-//! ordered with the caller's full options, kept only if it still fits.
+//! Greedy, as cotengra's `SliceFinder`: on the tree of the unsliced order, while
+//! its largest intermediate exceeds the target, try slicing each index of the
+//! largest intermediates, and keep the one with the least growth of the total
+//! flops (one slice's × the number of slices) per unit of oversize removed. After
+//! each choice the quick search re-orders the sliced network, and at the end the
+//! caller's full search (a sliced network has other good orders, as cotengra
+//! reconfigures after slicing); a new order is kept if it is cheaper and fits.
 
-use super::opmin::{optimize_path, Options, Path, PathError, Problem};
+use super::opmin::{optimize_path, path_of, Options, Path, PathError, Problem};
 
 /// A slicing of one product.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +50,13 @@ pub fn largest_intermediate(path: &Path) -> f64 {
     path.steps[..k].iter().map(|s| s.size).fold(0.0, f64::max)
 }
 
+/// How far a path's intermediates are above `target`: Σ ln(size / target) over
+/// those above it.
+fn excess(path: &Path, target: f64) -> f64 {
+    let k = path.steps.len().saturating_sub(1);
+    path.steps[..k].iter().filter(|s| s.size > target).map(|s| (s.size / target).ln()).sum()
+}
+
 /// The problem with `sliced` indices of size 1.
 fn sliced_problem(p: &Problem, sliced: &[usize]) -> Problem {
     let mut q = p.clone();
@@ -80,37 +87,61 @@ pub fn slice_path(p: &Problem, full: Path, target: f64, opts: &Options) -> Resul
         unsliced_largest,
         path: full,
     };
+    // Candidates are costed on the current tree (at first the unsliced order's),
+    // as cotengra slices a fixed tree: cheap, and the tree is a good one.
+    let mut pairs: Vec<(usize, usize)> = out.path.steps.iter().map(|s| (s.a, s.b)).collect();
+    let method = out.path.method;
     let quick = opts.quick();
     while out.largest > target {
-        // Candidates: the indices of the intermediates over the target.
+        // Candidates: the indices of the largest intermediates.
         let k = out.path.steps.len().saturating_sub(1);
         let mut cands: Vec<usize> = out.path.steps[..k]
             .iter()
-            .filter(|s| s.size > target)
+            .filter(|s| s.size >= out.largest)
             .flat_map(|s| s.indices.iter().copied())
             .filter(|i| !out.indices.contains(i) && p.sizes.get(*i).is_some_and(|&n| n > 1))
             .collect();
         cands.sort_unstable();
         cands.dedup();
+        // Each candidate's score: the growth of log(total flops) per unit of
+        // excess removed, the excess being Σ ln(size / target) over the
+        // intermediates above the target (bang for the buck: an index that shrinks
+        // many oversized intermediates beats one that shrinks the largest alone).
+        let before = excess(&out.path, target);
         let mut best: Option<(f64, f64, usize, Path)> = None;
         for i in cands {
             let mut s = out.indices.clone();
             s.push(i);
-            let path = optimize_path(&sliced_problem(p, &s), &quick)?;
+            let path = path_of(&sliced_problem(p, &s), &pairs, method)?;
             let total = path.flops * out.slices * p.sizes[i] as f64;
-            let largest = largest_intermediate(&path);
-            if best.as_ref().is_none_or(|b| total < b.0 || (total == b.0 && largest < b.1)) {
-                best = Some((total, largest, i, path));
+            let gain = before - excess(&path, target);
+            if gain <= 0.0 {
+                continue;
+            }
+            let score = (total.max(1.0).ln() - out.flops.max(1.0).ln()) / gain;
+            if best.as_ref().is_none_or(|b| score < b.0 || (score == b.0 && gain > b.1)) {
+                best = Some((score, gain, i, path));
             }
         }
         // Every index of the oversized intermediates is sliced already: they hold
         // only size-1 indices, so they are not over a target of at least 1.
-        let Some((total, largest, i, path)) = best else { break };
+        let Some((_, _, i, path)) = best else { break };
+        let total = path.flops * out.slices * p.sizes[i] as f64;
+        let largest = largest_intermediate(&path);
         out.indices.push(i);
         out.slices *= p.sizes[i] as f64;
         out.flops = total;
         out.largest = largest;
         out.path = path;
+        // The sliced network re-ordered by the quick search: its tree replaces
+        // the current one when it is cheaper without a larger intermediate.
+        let q = optimize_path(&sliced_problem(p, &out.indices), &quick)?;
+        if q.flops < out.path.flops && largest_intermediate(&q) <= out.largest {
+            pairs = q.steps.iter().map(|s| (s.a, s.b)).collect();
+            out.flops = q.flops * out.slices;
+            out.largest = largest_intermediate(&q);
+            out.path = q;
+        }
     }
     if !out.indices.is_empty() {
         out.indices.sort_unstable();
