@@ -169,6 +169,14 @@ fn example_runs_checked_and_builds_for_the_gpu() {
     let out = Command::new(tcc).args(["run", EXAMPLE, "--check"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && text.contains("matches the interpreter"), "{text}");
+    // Ranks computing tiles of the outputs with the interpreter's evaluator report
+    // the interpreter's numbers.
+    let report = |args: &[&str]| -> String {
+        let out = Command::new(tcc).args(["run", EXAMPLE]).args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.contains("time =")).collect::<Vec<_>>().join("\n")
+    };
+    assert_eq!(report(&["--interp"]), report(&["--ranks", "2"]));
     let dir = std::env::temp_dir().join(format!("tcc-maxwhere-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = Command::new(tcc).args(["build", EXAMPLE, "--target", "cuda", "-o"]).arg(dir.join("k")).output().unwrap();

@@ -64,12 +64,19 @@ fn examples_with_runtime_sizes_match_the_interpreter_at_other_sizes() {
         for u in hir.units.ids() {
             // Every range a runtime size, at 1, a prime, and the assumed size + 2.
             for pick in [|_: usize| 1, |r: usize| [7, 5, 3, 2][r % 4], |_: usize| 0] {
-                let sizes: Vec<(RangeId, usize)> = hir
+                let mut sizes: Vec<(RangeId, usize)> = hir
                     .ranges
                     .ids()
                     .filter(|&r| hir.ranges[r].model.is_none())
                     .map(|r| (r, if pick(r.index()) == 0 { hir.ranges[r].size + 2 } else { pick(r.index()) }))
                     .collect();
+                // A union is as large as its parts (declared before it).
+                for k in 0..sizes.len() {
+                    let parts = &hir.ranges[sizes[k].0].parts;
+                    if !parts.is_empty() {
+                        sizes[k].1 = parts.iter().map(|p| sizes.iter().find(|s| s.0 == *p).map_or(0, |s| s.1)).sum();
+                    }
+                }
                 let opts = Options { gemm_min: Some(1.0), parallel_min: Some(1.0), ..Options::default() };
                 check_unit_sized(&hir, u, &sizes, 5, &opts)
                     .unwrap_or_else(|e| panic!("{} unit {u:?} sizes {sizes:?}: {e}", path.display()));

@@ -153,7 +153,15 @@ impl Analysis {
             None => String::new(),
         };
         let body = match &s.kind {
-            SymKind::Range { size, dim } => {
+            SymKind::Range { parts, .. } if !parts.is_empty() => {
+                format!(
+                    "```tcc\nrange {} = {};\n```\nunion of the index spaces {}",
+                    s.name,
+                    parts.join(" + "),
+                    parts.join(", ")
+                )
+            }
+            SymKind::Range { size, dim, .. } => {
                 let idx: Vec<&str> = self
                     .index
                     .symbols
@@ -180,7 +188,7 @@ impl Analysis {
                 let r = self.space(&range.name, s.model);
                 let size = r.and_then(|r| self.range_size(r));
                 let runtime =
-                    r.is_some_and(|r| matches!(self.index.symbols[r].kind, SymKind::Range { size: None, .. }));
+                    r.is_some_and(|r| matches!(&self.index.symbols[r].kind, SymKind::Range { size: None, parts, .. } if parts.is_empty()));
                 format!(
                     "```tcc\nindex {} : {};\n```\nindex over `{}` ({})",
                     s.name,
@@ -479,6 +487,7 @@ impl Analysis {
     pub fn symbol_detail(&self, s: &Symbol) -> String {
         match &s.kind {
             SymKind::Range { size: Some(size), .. } => format!("{} = {}", s.kind_word(), int_text(size)),
+            SymKind::Range { parts, .. } if !parts.is_empty() => format!("{} = {}", s.kind_word(), parts.join(" + ")),
             SymKind::Range { size: None, .. } => format!("{}: size given at run time", s.kind_word()),
             SymKind::Index { range } => format!("index : {}", range.name),
             SymKind::Tensor(t) => {

@@ -36,6 +36,8 @@ pub enum SymKind {
     Range {
         size: Option<ast::IntLit>,
         dim: bool,
+        /// `range P = O + V;`: the parts' names (a union has no size literal).
+        parts: Vec<String>,
     },
     /// `index p : N;` — the range name as written.
     Index {
@@ -377,7 +379,16 @@ impl Index {
         for it in &file.items {
             match it {
                 ast::Item::Range(d) => {
-                    self.declare(&d.name, SymKind::Range { size: d.size.clone(), dim: false }, d.span.clone(), None);
+                    self.declare(
+                        &d.name,
+                        SymKind::Range {
+                            size: d.size.clone(),
+                            dim: false,
+                            parts: d.parts.iter().map(|p| p.name.clone()).collect(),
+                        },
+                        d.span.clone(),
+                        None,
+                    );
                 }
                 ast::Item::Index(d) => {
                     for n in &d.names {
@@ -457,7 +468,12 @@ impl Index {
             match it {
                 ast::ModelItem::Dims(d) => {
                     for (id, size) in &d.dims {
-                        self.declare(id, SymKind::Range { size: Some(size.clone()), dim: true }, d.span.clone(), model);
+                        self.declare(
+                            id,
+                            SymKind::Range { size: Some(size.clone()), dim: true, parts: Vec::new() },
+                            d.span.clone(),
+                            model,
+                        );
                     }
                 }
                 ast::ModelItem::Index(d) => {

@@ -585,26 +585,25 @@ impl Ctx {
 fn softmax_factors(e: hir::Expr, free: &[IndexId], v: IndexId, span: &Span) -> Vec<hir::Factor> {
     let rest: Vec<IndexId> = free.iter().copied().filter(|&i| i != v).collect();
     let one = |f: hir::Factor| hir::Term { coef: 1.0, factors: vec![f], span: span.clone() };
-    // The maximum of `e`'s value over `free` (a sum inside `e` stays a sum).
-    let value = hir::Factor::Sum { arg: Box::new(e.clone()), free: free.to_vec(), span: span.clone() };
-    let max = hir::Factor::Reduce {
-        op: hir::Extremum::Max,
-        arg: Box::new(hir::Expr { terms: vec![one(value)], span: span.clone() }),
-        free: rest.clone(),
-        span: span.clone(),
+    // The maximum of `e`'s value over `free`: a sum inside `e` stays a sum (in
+    // parentheses) unless `e` sums nothing.
+    let sums = hir::expr_indices(&e, free).iter().any(|i| !free.contains(i));
+    let value = if sums {
+        let sum = hir::Factor::Sum { arg: Box::new(e.clone()), free: free.to_vec(), span: span.clone() };
+        hir::Expr { terms: vec![one(sum)], span: span.clone() }
+    } else {
+        e.clone()
     };
+    let max =
+        hir::Factor::Reduce { op: hir::Extremum::Max, arg: Box::new(value), free: rest.clone(), span: span.clone() };
     let mut shifted = e;
     shifted.terms.push(hir::Term { coef: -1.0, factors: vec![max], span: span.clone() });
     let num =
         hir::Factor::Call { func: hir::Func::Exp, arg: Box::new(shifted), free: free.to_vec(), span: span.clone() };
-    let den = hir::Factor::Sum {
-        arg: Box::new(hir::Expr { terms: vec![one(num.clone())], span: span.clone() }),
-        free: rest.clone(),
-        span: span.clone(),
-    };
+    // recip of the sum over `v` inside it.
     let recip = hir::Factor::Call {
         func: hir::Func::Recip,
-        arg: Box::new(hir::Expr { terms: vec![one(den)], span: span.clone() }),
+        arg: Box::new(hir::Expr { terms: vec![one(num.clone())], span: span.clone() }),
         free: rest,
         span: span.clone(),
     };

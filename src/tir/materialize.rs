@@ -134,7 +134,7 @@ pub fn split_wide_sums(hir: &Hir) -> Hir {
 }
 
 pub fn materialize(hir: &Hir) -> Hir {
-    let mut m = Mat { hir: hir.clone(), counter: 0 };
+    let mut m = Mat { hir: hir.clone(), counter: 0, memo: Vec::new() };
     for u in hir.units.ids() {
         let model = match hir.units[u].kind {
             UnitKind::Model(id) => Some(id),
@@ -143,6 +143,7 @@ pub fn materialize(hir: &Hir) -> Hir {
         let stmts = std::mem::take(&mut m.hir.units[u].stmts);
         let mut out = Vec::new();
         for s in stmts {
+            m.memo.clear();
             let elem = m.hir.tensors[s.lhs.tensor].elem;
             // A `max`, `min` or `where` already alone in its statement stays there.
             if let Some(f) = m.special_alone(&s) {
@@ -181,6 +182,10 @@ pub fn materialize(hir: &Hir) -> Hir {
 struct Mat {
     hir: Hir,
     counter: usize,
+    /// The sub-expressions of the current statement already computed into
+    /// temporaries, by value (the copies `softmax` makes of its argument are
+    /// computed once; within one right-hand side nothing they read changes).
+    memo: Vec<(Factor, TensorRef)>,
 }
 
 impl Mat {
@@ -210,10 +215,15 @@ impl Mat {
         model: Option<ModelId>,
         out: &mut Vec<Stmt>,
     ) -> TensorRef {
+        let key = Factor::Sum { arg: Box::new(e.clone()), free: free.to_vec(), span: 0..0 };
+        if let Some((_, r)) = self.memo.iter().find(|(k, _)| *k == key) {
+            return r.clone();
+        }
         let inner = self.expr(e, elem, model, out);
         let t = self.temp(free, elem, model);
         let r = TensorRef { tensor: t, indices: free.to_vec(), span: e.span.clone() };
         out.push(Stmt { lhs: r.clone(), accumulate: false, rhs: inner, span: e.span.clone() });
+        self.memo.push((key, r.clone()));
         r
     }
 
@@ -299,6 +309,11 @@ impl Mat {
                     }
                     // Into a statement of its own (see [`special_stmt`]).
                     Factor::Reduce { free, span, .. } | Factor::Select { free, span, .. } => {
+                        if let Some((_, r)) = self.memo.iter().find(|(k, _)| k == f) {
+                            factors.push(Factor::Tensor(r.clone()));
+                            continue;
+                        }
+                        let key = f.clone();
                         let f = self.special_args(f, elem, model, out);
                         let t = self.temp(free, elem, model);
                         let r = TensorRef { tensor: t, indices: free.clone(), span: span.clone() };
@@ -307,6 +322,7 @@ impl Mat {
                             span: span.clone(),
                         };
                         out.push(Stmt { lhs: r.clone(), accumulate: false, rhs, span: span.clone() });
+                        self.memo.push((key, r.clone()));
                         Factor::Tensor(r)
                     }
                 });

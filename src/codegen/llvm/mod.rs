@@ -825,12 +825,29 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let dims = &self.hir.tensors[t].dims;
         let mut off = Poly::zero();
         for (p, &i) in indices.iter().enumerate() {
-            let o = self.hir.offset_in(self.hir.indices[i].range, dims[p]).unwrap_or(0);
-            if o > 0 && !st[p].is_zero() {
-                off = off.add(&st[p].mul(&Poly::constant(o as u64)));
+            let r = self.hir.indices[i].range;
+            if r != dims[p] && !st[p].is_zero() {
+                let o = self.range_offset(r, dims[p]).unwrap_or_else(Poly::zero);
+                off = off.add(&st[p].mul(&o));
             }
         }
         self.poly_value(&off)
+    }
+
+    /// [`Hir::offset_in`] as a polynomial in the run-time sizes: the sizes of the
+    /// parts before `sub` in `sup`.
+    fn range_offset(&self, sub: RangeId, sup: RangeId) -> Option<Poly> {
+        if sub == sup {
+            return Some(Poly::zero());
+        }
+        let mut off = Poly::zero();
+        for &p in &self.hir.ranges[sup].parts {
+            if let Some(o) = self.range_offset(sub, p) {
+                return Some(off.add(&o));
+            }
+            off = off.add(&Poly::range(self.hir, &self.runtime, p));
+        }
+        None
     }
 
     /// Offset of `t[indices]` with every index bound.
