@@ -5,7 +5,7 @@
 use super::llvm::Options;
 use crate::interp::{random_inputs, run_unit};
 use crate::run::compare::compare_outputs;
-use crate::sema::hir::{ElemType, Expr, Factor, Func, Hir, IndexId, RangeId, Role, TensorId, UnitId};
+use crate::sema::hir::{CmpOp, ElemType, Expr, Extremum, Factor, Func, Hir, IndexId, RangeId, Role, TensorId, UnitId};
 use crate::tir::testutil::Builder;
 use proptest::prelude::*;
 
@@ -269,7 +269,25 @@ fn random_program(seed: u64) -> Hir {
                     iterms.push(b.term(0.75, vec![f2]));
                 }
                 let arg = Box::new(Expr { terms: iterms, span: 0..0 });
-                let f = if rnd(2) == 0 {
+                let kind = rnd(6);
+                let f = if kind == 0 {
+                    // `max`/`min`: the argument's unshared indices reduced.
+                    let op = if rnd(2) == 0 { Extremum::Max } else { Extremum::Min };
+                    Factor::Reduce { op, arg, free, span: 0..0 }
+                } else if kind == 1 {
+                    // `where` of inputs over the shared indices (compared as given:
+                    // no rounding of a computed value decides a branch).
+                    let cmps = [CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge, CmpOp::Eq, CmpOp::Ne];
+                    let cmp = cmps[rnd(cmps.len())];
+                    let args = (0..4)
+                        .map(|_| {
+                            next_sum += 1;
+                            let t = b.tensor(&format!("S{next_sum}"), Role::Input, &free_s, &[]);
+                            b.r(t, &free_s)
+                        })
+                        .collect();
+                    Factor::Select { cmp, args, free, span: 0..0 }
+                } else if rnd(2) == 0 {
                     Factor::Sum { arg, free, span: 0..0 }
                 } else {
                     let funcs = [Func::Tanh, Func::Relu, Func::Exp, Func::Abs, Func::Sigmoid, Func::Gelu, Func::Silu];
@@ -364,6 +382,22 @@ proptest! {
             panic!("seed {seed} {opts:?}: {e}\n{}", stmts.join("\n"));
         }
     }
+}
+
+/// The random programs above do hold `max`/`min` and `where`.
+#[test]
+fn random_programs_have_max_and_where() {
+    let (mut reduce, mut select) = (0, 0);
+    for seed in 0..200u64 {
+        let hir = random_program(seed);
+        for s in &hir.units[UnitId::new(0)].stmts {
+            for f in s.rhs.terms.iter().flat_map(|t| &t.factors) {
+                reduce += usize::from(matches!(f, Factor::Reduce { .. }));
+                select += usize::from(matches!(f, Factor::Select { .. }));
+            }
+        }
+    }
+    assert!(reduce >= 5 && select >= 5, "{reduce} reductions, {select} selections in 200 programs");
 }
 
 /// The random programs above do reach tiled kernels (planning only).
