@@ -264,13 +264,12 @@ impl Mat {
             Factor::Select { cmp, args, free, span } => {
                 let args = args
                     .iter()
-                    .map(|a| match simple_select_arg(a) {
-                        Some(r) => Factor::Tensor(r.clone()),
-                        None if matches!(a, Factor::Sum { .. }) => {
-                            let Factor::Sum { arg, free, .. } = a else { unreachable!() };
+                    .map(|a| match (simple_select_arg(a), a) {
+                        (Some(r), _) => Factor::Tensor(r.clone()),
+                        (None, Factor::Sum { arg, free, .. }) => {
                             Factor::Tensor(self.compute_into(arg, free, elem, model, out))
                         }
-                        None => {
+                        (None, _) => {
                             let mut own: Vec<IndexId> = Vec::new();
                             for &i in a.indices() {
                                 if !own.contains(&i) {

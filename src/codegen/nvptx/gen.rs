@@ -292,7 +292,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 let c = self.b.build_float_compare(pred, vals[0], vals[1], "cmp")?;
                 self.b.build_select(c, vals[2], vals[3], "sel")?.into_float_value()
             }
-            Combine::Sum => unreachable!("sums are the products' loop"),
+            Combine::Sum => return Err(err("internal: a sum kernel has no combine step")),
         };
         self.b.build_store(acc, new)?;
         Ok(())
