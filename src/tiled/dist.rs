@@ -160,6 +160,15 @@ pub struct RankStats {
     pub model_exchange_s: f64,
     /// Flops of this rank's work that ran while the fetch exchange was in flight.
     pub overlapped_flops: f64,
+    /// Where the rank's wall time went besides its kernels (one-sided sets):
+    /// its compute threads waiting for fetched tiles (mean over threads), waiting
+    /// for the other ranks at the windows' collective opening and closing (the
+    /// set's imbalance), and reading and adding partial tiles.
+    pub tiles_wait_s: f64,
+    pub ranks_wait_s: f64,
+    pub reduce_s: f64,
+    /// The modelled seconds of the work placed on this rank, on one thread.
+    pub work_model_s: f64,
     /// This rank's kernel calls by shape against the model (with
     /// [`TiledOptions::profile`]).
     pub profile: super::profile::KernelProfile,
@@ -715,6 +724,7 @@ impl<'p> RankTiles<'p> {
         let Planned { own, plans, last_use, owner_offset, plan_s, model_s, model_exchange_s } =
             Planned::new(program, ranks, opts);
         let planned_words = plans.iter().map(|p| p.words(me) as f64).sum();
+        let work_model_s = plans.iter().map(|p| p.placed.seconds[me]).sum();
         let mut r = RankTiles {
             program,
             opts: opts.clone(),
@@ -725,7 +735,7 @@ impl<'p> RankTiles<'p> {
             plans,
             last_use,
             owner_offset,
-            stats: RankStats { plan_s, model_s, model_exchange_s, planned_words, ..RankStats::default() },
+            stats: RankStats { plan_s, model_s, model_exchange_s, planned_words, work_model_s, ..RankStats::default() },
         };
         let hir = &program.hir;
         for t in hir.unit_inputs(program.unit).into_iter().chain(hir.unit_outputs(program.unit)) {
@@ -897,6 +907,8 @@ impl<'p> RankTiles<'p> {
             let partial_ptr = SyncPtr(partials.as_mut_ptr());
             let fetched_ptr = SyncPtr(fetched.as_mut_ptr());
             let flops = std::sync::atomic::AtomicU64::new(0);
+            // Nanoseconds the compute threads waited for fetched tiles.
+            let waited_ns = std::sync::atomic::AtomicU64::new(0);
             // Items of `items` run on the rank's threads; with `wait`, item i first
             // waits until `ready[i]` fetched tiles have arrived.
             let run_items = |items: &[usize], fetched_ptr: Option<SyncPtr>, wait: Option<(&Progress, &[usize])>| {
@@ -916,7 +928,9 @@ impl<'p> RankTiles<'p> {
                 };
                 pool.parallel_for(items.len(), self.opts.schedule, |i, worker| {
                     if let Some((progress, ready)) = wait {
+                        let w0 = std::time::Instant::now();
                         progress.wait_for(ready[i]);
+                        waited_ns.fetch_add(w0.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
                     }
                     let w = &work[items[i]];
                     let (s, c, _) = &tasks[w.task];
@@ -960,7 +974,10 @@ impl<'p> RankTiles<'p> {
                         std::panic::resume_unwind(panic);
                     }
                 });
+                // Collective: returns when the slowest rank has computed.
+                let c0 = std::time::Instant::now();
                 window.close();
+                self.stats.ranks_wait_s += c0.elapsed().as_secs_f64();
                 self.stats.one_sided_sets += 1;
                 self.stats.overlapped_flops += work.iter().map(|w| w.flops).sum::<f64>();
             } else {
@@ -986,6 +1003,8 @@ impl<'p> RankTiles<'p> {
                 run_items(&late, Some(fetched_ptr), None);
             }
             self.stats.exchange_s += exchange_s;
+            self.stats.tiles_wait_s +=
+                waited_ns.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9 / pool.threads() as f64;
             self.stats.sets += 1;
             self.stats.flops += flops.load(std::sync::atomic::Ordering::Relaxed) as f64;
             let local = &mut self.local;
@@ -993,6 +1012,9 @@ impl<'p> RankTiles<'p> {
             // Partial tiles to their owners, added there in a fixed order.
             let x1 = std::time::Instant::now();
             if let Some(window) = if one_sided { comm.expose(&[&partials[..]]) } else { None } {
+                // Opening is collective too: what it took is the other ranks'.
+                let opened = x1.elapsed().as_secs_f64();
+                self.stats.ranks_wait_s += opened;
                 // Each owner reads its partial tiles from the ranks that computed
                 // them, in rank order, and adds them.
                 let mut scratch = Vec::new();
@@ -1014,7 +1036,10 @@ impl<'p> RankTiles<'p> {
                         at += len;
                     }
                 }
+                self.stats.reduce_s += x1.elapsed().as_secs_f64() - opened;
+                let c0 = std::time::Instant::now();
                 window.close();
+                self.stats.ranks_wait_s += c0.elapsed().as_secs_f64();
             } else {
                 let incoming = reduce.received(me);
                 let mut sums = alloc(incoming.iter().map(|s| s.len).sum(), "received partial tiles")?;

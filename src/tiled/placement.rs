@@ -78,6 +78,16 @@ pub struct SetPlacement {
     pub early_seconds: Vec<f64>,
 }
 
+/// What placement balances: modelled seconds (as flops at the set's mean
+/// modelled rate, so that `TCC_FLOPS_PER_WORD` keeps its unit), or flops.
+/// Flops alone left the 16-rank CCD's ranks 0.14–0.30 s in kernels for flops
+/// within 8% of each other: the pieces' shapes run at different rates.
+/// `TCC_BALANCE=flops` restores flops (experiments), read once.
+fn balance_by_time() -> bool {
+    static TIME: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TIME.get_or_init(|| std::env::var("TCC_BALANCE").map_or(true, |v| v != "flops"))
+}
+
 /// A piece of a task of the set.
 pub(crate) struct Piece {
     pub task: usize,
@@ -127,6 +137,13 @@ pub fn place(
     let SetWork { tasks, written, pieces } = work;
     let (written, pieces) = (&written[..], &pieces[..]);
     let homes: Vec<usize> = written.iter().map(|&(t, slot)| owner(t, slot)).collect();
+    // Each piece's weight: its flops, or its modelled seconds at the set's mean rate.
+    let (all_flops, all_seconds) = pieces.iter().fold((0.0, 0.0), |(f, t), x| (f + x.flops, t + x.seconds));
+    let weight: Vec<f64> = if balance_by_time() && all_seconds > 0.0 && all_flops > 0.0 {
+        pieces.iter().map(|x| x.seconds * all_flops / all_seconds).collect()
+    } else {
+        pieces.iter().map(|x| x.flops).collect()
+    };
     let mut state = State {
         load: vec![0.0; p],
         flops: vec![0.0; p],
@@ -134,7 +151,7 @@ pub fn place(
         partial: vec![HashMap::new(); p],
         at: vec![0; pieces.len()],
     };
-    let ctx = Ctx { pieces, written, homes: &homes, owner, tile_len, flops_per_word };
+    let ctx = Ctx { pieces, weight: &weight, written, homes: &homes, owner, tile_len, flops_per_word };
     // Locality first: each piece where it moves the fewest words (its written
     // tile's owner on a tie).
     for (k, piece) in pieces.iter().enumerate() {
@@ -169,7 +186,7 @@ pub fn place(
             let (wt, wslot) = written[piece.task];
             let words: usize =
                 piece.reads.iter().map(|&(t, slot)| tile_len(t, slot)).sum::<usize>() + tile_len(wt, wslot);
-            words as f64 / piece.flops.max(1.0)
+            words as f64 / weight[k].max(1.0)
         };
         mine.sort_by(|&a, &b| penalty(a).total_cmp(&penalty(b)).then(a.cmp(&b)));
         for k in mine {
@@ -183,7 +200,7 @@ pub fn place(
                 if d == hi {
                     continue;
                 }
-                let there = state.load[d] + pieces[k].flops + flops_per_word * state.words_to_add(&ctx, k, d) as f64;
+                let there = state.load[d] + weight[k] + flops_per_word * state.words_to_add(&ctx, k, d) as f64;
                 if left.max(there) < state.load[hi] * (1.0 - 1e-9) && best.is_none_or(|b| there < b.0) {
                     best = Some((there, d));
                 }
@@ -239,6 +256,8 @@ pub fn place(
 /// What placement reads: the pieces, the written tile of each task and its owner.
 struct Ctx<'a> {
     pieces: &'a [Piece],
+    /// What each piece adds to a rank's load besides words ([`balance_by_time`]).
+    weight: &'a [f64],
     written: &'a [(TensorId, usize)],
     homes: &'a [usize],
     owner: &'a dyn Fn(TensorId, usize) -> usize,
@@ -255,7 +274,7 @@ impl Ctx<'_> {
     }
 }
 
-/// Placement so far: per rank its load (flops plus words weighted), flops, the
+/// Placement so far: per rank its load (weights plus words weighted), flops, the
 /// remote tiles it reads and the partial tiles it makes (with the number of its
 /// pieces that need each), and where each piece is.
 struct State {
@@ -297,12 +316,12 @@ impl State {
             .sum();
         let (wt, wslot) = ctx.written[piece.task];
         let back = if self.partial[r].get(&piece.task) == Some(&1) { (ctx.tile_len)(wt, wslot) } else { 0 };
-        piece.flops + ctx.flops_per_word * (fetch + back) as f64
+        ctx.weight[k] + ctx.flops_per_word * (fetch + back) as f64
     }
 
     fn add(&mut self, ctx: &Ctx, k: usize, r: usize) {
         let piece = &ctx.pieces[k];
-        self.load[r] += piece.flops + ctx.flops_per_word * self.words_to_add(ctx, k, r) as f64;
+        self.load[r] += ctx.weight[k] + ctx.flops_per_word * self.words_to_add(ctx, k, r) as f64;
         self.flops[r] += piece.flops;
         for &(t, slot) in &piece.reads {
             if (ctx.owner)(t, slot) != r {
