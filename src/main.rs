@@ -491,7 +491,7 @@ enum Command {
         json: bool,
         /// Write the best plan as a DeepSpeed config (deepspeed), Megatron-LM
         /// arguments (megatron) or a PyTorch DeviceMesh/FSDP2 sketch (torch).
-        #[arg(long, value_name = "FORMAT", conflicts_with_all = ["json", "execute"])]
+        #[arg(long, value_name = "FORMAT", conflicts_with_all = ["json", "execute", "top"])]
         emit: Option<String>,
         /// Only this model.
         #[arg(long, value_name = "NAME")]
