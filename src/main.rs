@@ -698,6 +698,13 @@ fn tiled_run(
             ))
         }
     }
+    match tcc::tiled::steal::Steal::from_env() {
+        Ok(Some(x)) => t.steal = x,
+        Ok(None) => {}
+        Err(v) => {
+            return Err(ctx.fail("E0760", &format!("TCC_STEAL={v} is none of on, off, eager"), None));
+        }
+    }
     // The time model `--stats` prints: the calibration `tcc tune` measured, if any.
     if let Some(path) = tcc::exec::tuning_path(tuning) {
         match tcc::exec::read_tuning(Some(&path)) {

@@ -58,6 +58,9 @@ pub struct Work {
     pub remote: bool,
     /// The tiles other ranks own that it reads (tensor, stored slot), sorted.
     pub remote_reads: Vec<(TensorId, usize)>,
+    /// Every tile it reads, sorted: what a rank that takes it over must get
+    /// ([`super::steal`]).
+    pub reads: Vec<(TensorId, usize)>,
 }
 
 /// The placement of one task set over `ranks` ranks.
@@ -215,7 +218,7 @@ pub fn place(
     // Per rank, task and whether the pieces read a remote tile: anchors, flops,
     // seconds. A task's local pieces run while the exchange is in flight, its
     // remote ones after (the two parts of one task never run at once).
-    type Share = (Vec<Anchor>, f64, f64, BTreeSet<(TensorId, usize)>);
+    type Share = (Vec<Anchor>, f64, f64, BTreeSet<(TensorId, usize)>, BTreeSet<(TensorId, usize)>);
     let mut assigned: Vec<BTreeMap<(usize, bool), Share>> = vec![BTreeMap::new(); p];
     for (k, &r) in at.iter().enumerate() {
         let remote = pieces[k].reads.iter().any(|&(t, slot)| owner(t, slot) != r);
@@ -224,6 +227,7 @@ pub fn place(
         entry.1 += pieces[k].flops;
         entry.2 += pieces[k].seconds;
         entry.3.extend(pieces[k].reads.iter().filter(|&&(t, slot)| owner(t, slot) != r));
+        entry.4.extend(pieces[k].reads.iter().copied());
     }
     let seconds: Vec<f64> = assigned.iter().map(|m| m.values().map(|x| x.2).sum()).collect();
     let early_seconds: Vec<f64> =
@@ -237,11 +241,11 @@ pub fn place(
         .map(|tasks_here| {
             let mut list: Vec<Work> = tasks_here
                 .into_iter()
-                .map(|((task, remote), (mut anchors, f, _, reads))| {
+                .map(|((task, remote), (mut anchors, f, _, remote_reads, reads))| {
                     anchors.sort();
                     let whole = anchors.len() == pieces_of[task];
-                    let remote_reads = reads.into_iter().collect();
-                    Work { task, anchors: (!whole).then_some(anchors), flops: f, remote, remote_reads }
+                    let (remote_reads, reads) = (remote_reads.into_iter().collect(), reads.into_iter().collect());
+                    Work { task, anchors: (!whole).then_some(anchors), flops: f, remote, remote_reads, reads }
                 })
                 .collect();
             list.sort_by(|a, b| b.flops.total_cmp(&a.flops).then(a.task.cmp(&b.task)).then(a.remote.cmp(&b.remote)));

@@ -173,8 +173,8 @@ pub fn run_tiled_distributed(
     // sets moved one-sided and all, the process's peak RSS before any tile, sets
     // planned one-sided that had no windows, seconds in kernels, waiting for
     // tiles, waiting for other ranks, adding partial tiles, modelled seconds of
-    // the rank's work.
-    const W: usize = 21;
+    // the rank's work, items of other ranks taken over and their words.
+    const W: usize = 23;
     let report = crate::exec::launch::launch(
         ranks,
         mpi,
@@ -212,6 +212,8 @@ pub fn run_tiled_distributed(
                     stats.ranks_wait_s,
                     stats.reduce_s,
                     stats.work_model_s,
+                    stats.taken_items as f64,
+                    stats.taken_words,
                 ];
                 let mut all = vec![0.0; row.len() * comm.size()];
                 comm.allgather(&row, &mut all);
@@ -303,13 +305,15 @@ pub fn run_tiled_distributed(
                             // One-sided sets with the kernel profile: the rest of the wall time.
                             let busy = all[W * q + 16] + all[W * q + 17] + all[W * q + 18] + all[W * q + 19];
                             extra.push(format!(
-                                "    rank {q}: {:.3} s in kernels (modelled work {:.3} s), {:.3} s waiting for fetched tiles, {:.3} s for other ranks at window syncs, {:.3} s adding partial tiles, {:.3} s else",
+                                "    rank {q}: {:.3} s in kernels (modelled work {:.3} s), {:.3} s waiting for fetched tiles, {:.3} s for other ranks at window syncs, {:.3} s adding partial tiles, {:.3} s else; took over {} items of other ranks ({} words)",
                                 all[W * q + 16],
                                 all[W * q + 20],
                                 all[W * q + 17],
                                 all[W * q + 18],
                                 all[W * q + 19],
-                                (all[W * q + 3] - busy).max(0.0)
+                                (all[W * q + 3] - busy).max(0.0),
+                                all[W * q + 21] as u64,
+                                all[W * q + 22] as u64
                             ));
                         }
                     }
