@@ -1162,7 +1162,8 @@ impl<'p> RankTiles<'p> {
                 window.close();
                 self.stats.ranks_wait_s += c0.elapsed().as_secs_f64();
                 self.stats.one_sided_sets += 1;
-                self.stats.overlapped_flops += work.iter().map(|w| w.flops).sum::<f64>();
+                // What this rank ran (its own items less those taken, plus those it took).
+                self.stats.overlapped_flops += flops.load(std::sync::atomic::Ordering::Relaxed) as f64;
                 None
             } else {
                 None
