@@ -497,7 +497,7 @@ enum Command {
         json: bool,
         /// Write the best plan as a DeepSpeed config (deepspeed), Megatron-LM
         /// arguments (megatron) or a PyTorch DeviceMesh/FSDP2 sketch (torch).
-        #[arg(long, value_name = "FORMAT", conflicts_with_all = ["json", "execute"])]
+        #[arg(long, value_name = "FORMAT", conflicts_with_all = ["json", "execute", "top"])]
         emit: Option<String>,
         /// Only this model.
         #[arg(long, value_name = "NAME")]
@@ -702,6 +702,13 @@ fn tiled_run(
                 &format!("TCC_FLOPS_PER_WORD={v} is not a number ≥ 0"),
                 Some("set it to the flops a rank does in the time it moves one word, such as 64"),
             ))
+        }
+    }
+    match tcc::tiled::steal::Steal::from_env() {
+        Ok(Some(x)) => t.steal = x,
+        Ok(None) => {}
+        Err(v) => {
+            return Err(ctx.fail("E0760", &format!("TCC_STEAL={v} is none of on, off, eager"), None));
         }
     }
     // The time model `--stats` prints: the calibration `tcc tune` measured, if any.

@@ -98,6 +98,10 @@ fn what_a_target_cannot_run_is_refused() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("E0811"));
     let o = tcc().arg("plan-model").args(GPT).args(["--emit", "torch", "--json"]).output().unwrap();
     assert!(!o.status.success());
+    // --emit writes one plan: --top would be accepted and ignored, so it is refused.
+    let o = tcc().arg("plan-model").args(GPT).args(["--emit", "torch", "--top", "3"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--top"), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]

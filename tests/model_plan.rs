@@ -410,3 +410,36 @@ fn cli_text_and_json_show_the_pipeline() {
     assert_eq!(pipe["recompute"], "full");
     assert_eq!(pipe["micro_batches"], 768);
 }
+
+#[test]
+fn hpz_is_not_offered_where_tensor_parallelism_fills_the_node() {
+    // With TP 8 on 8-GPU nodes a node has one data rank: hpZ's secondary
+    // partition would be a whole copy of the weights (it was, silently).
+    let (h, m) = at_scale(&gpt_free(), &GPT3);
+    let mut o = opts(64);
+    o.layers = 96;
+    let plans = tcc::plan::model::search(&m, &Default::default(), &o);
+    let zero3 = |p: &&ModelPlan| p.config.zero == 3;
+    assert!(plans.iter().filter(zero3).any(|p| p.config.tensor < 8 && p.config.zeropp.hpz));
+    assert!(plans.iter().filter(zero3).any(|p| p.config.tensor == 8 && p.config.zeropp.qwz));
+    for p in plans.iter().filter(|p| p.config.tensor == 8) {
+        assert!(!p.config.zeropp.hpz, "{}", tcc::plan::model::report::plan_detail(p));
+    }
+    // Asked for explicitly with TP 8: an error that says why.
+    let src = {
+        let s = gpt_free();
+        let k = s.rfind('}').unwrap();
+        format!("{}  parallel {{ tensor = 8; zero = 3; }}\n}}\n", &s[..k])
+    };
+    let (h8, m8) = at_scale(&src, &GPT3);
+    o.zeropp = Some(ZeroPP::parse("hpz").unwrap());
+    assert!(tcc::plan::model::search(&m8, &h8.models[ModelId::new(0)].parallel, &o).is_empty());
+    let e = tcc::plan::model::plan_model_command(&h8, None, &[], &o, false).unwrap_err();
+    assert_eq!(e.code, "E0812");
+    assert!(e.message.contains("hpZ: tensor parallelism 8 on 8 GPUs per node"), "{}", e.message);
+    // With 16-GPU nodes the same plan keeps hpZ.
+    o.gpus_per_node = 16;
+    let plans = tcc::plan::model::search(&m8, &h8.models[ModelId::new(0)].parallel, &o);
+    assert!(!plans.is_empty() && plans.iter().all(|p| p.config.zeropp.hpz));
+    drop(h);
+}

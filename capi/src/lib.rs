@@ -91,6 +91,11 @@ pub unsafe extern "C" fn tcc_dist_open(source: *const c_char, program: *const c_
         if let Some(mode) = tcc::tiled::ExchangeMode::from_env()? {
             opts.exchange = mode;
         }
+        match tcc::tiled::steal::Steal::from_env() {
+            Ok(Some(x)) => opts.steal = x,
+            Ok(None) => {}
+            Err(v) => return Err(format!("TCC_STEAL={v} is none of on, off, eager")),
+        }
         let session = Session::open(source, program, comm, opts)?;
         let n = (0..).take_while(|&t| session.describe(t).is_some()).count();
         let tiles = (0..n).map(|t| session.tiles(t).unwrap_or_default()).collect();

@@ -13,6 +13,7 @@ use super::buffer::AlignedBuf;
 use super::exec::{ExchangeMode, Program, TiledOptions};
 use super::layout::Coord;
 use super::placement::{self, SetWork};
+use super::steal::{self, Job, JobQueue, Steal, Taken};
 use super::tensor::{fill_tile, TiledTensor};
 use super::SyncPtr;
 use crate::error::CommandError;
@@ -24,7 +25,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use tcc_runtime::comm::Communicator;
-use tcc_runtime::task::ThreadPool;
+use tcc_runtime::task::{Schedule, ThreadPool};
 
 /// Which rank owns each tile: tiles are grouped by their first two coordinates
 /// (the key), so that tiles of different tensors with the same leading indices
@@ -160,6 +161,20 @@ pub struct RankStats {
     pub model_exchange_s: f64,
     /// Flops of this rank's work that ran while the fetch exchange was in flight.
     pub overlapped_flops: f64,
+    /// Where the rank's wall time went besides its kernels (one-sided sets):
+    /// its compute threads waiting for fetched tiles (mean over threads), waiting
+    /// for the other ranks at the windows' collective opening and closing (the
+    /// set's imbalance), and reading and adding partial tiles.
+    pub tiles_wait_s: f64,
+    pub ranks_wait_s: f64,
+    pub reduce_s: f64,
+    /// The modelled seconds of the work placed on this rank, on one thread.
+    pub work_model_s: f64,
+    /// Work items of other ranks this rank took over ([`super::steal`]), and the
+    /// words their operand and partial tiles moved (not in `words_sent`, which
+    /// counts what the plan moves).
+    pub taken_items: usize,
+    pub taken_words: f64,
     /// This rank's kernel calls by shape against the model (with
     /// [`TiledOptions::profile`]).
     pub profile: super::profile::KernelProfile,
@@ -368,6 +383,14 @@ fn fetch_order(work: &[placement::Work], late: &[usize]) -> (Vec<(TensorId, usiz
         })
         .collect();
     (order, ready)
+}
+
+/// The order a rank runs (and claims) its work items in: those reading only its
+/// own tiles first, then the rest (each part in list order). Other ranks taking
+/// over its items count its claims in the same order.
+fn claim_order(work: &[placement::Work]) -> Vec<usize> {
+    let (early, late): (Vec<usize>, Vec<usize>) = (0..work.len()).partition(|&i| !work[i].remote);
+    early.into_iter().chain(late).collect()
 }
 
 /// How many fetched tiles have arrived, shared between the thread that gets
@@ -715,6 +738,7 @@ impl<'p> RankTiles<'p> {
         let Planned { own, plans, last_use, owner_offset, plan_s, model_s, model_exchange_s } =
             Planned::new(program, ranks, opts);
         let planned_words = plans.iter().map(|p| p.words(me) as f64).sum();
+        let work_model_s = plans.iter().map(|p| p.placed.seconds[me]).sum();
         let mut r = RankTiles {
             program,
             opts: opts.clone(),
@@ -725,7 +749,7 @@ impl<'p> RankTiles<'p> {
             plans,
             last_use,
             owner_offset,
-            stats: RankStats { plan_s, model_s, model_exchange_s, planned_words, ..RankStats::default() },
+            stats: RankStats { plan_s, model_s, model_exchange_s, planned_words, work_model_s, ..RankStats::default() },
         };
         let hir = &program.hir;
         for t in hir.unit_inputs(program.unit).into_iter().chain(hir.unit_outputs(program.unit)) {
@@ -866,8 +890,22 @@ impl<'p> RankTiles<'p> {
                 local.iter().map(|(&t, v)| (t, &v.offsets)).collect();
             // One-sided where planned and the back end has windows (the same on
             // every rank).
-            let segments: Vec<&[f64]> =
-                if *one_sided { windowed.iter().map(|t| &local[t].data[..]).collect() } else { Vec::new() };
+            // Taking over other ranks' items may read any tensor the set reads.
+            let stealing = *one_sided && self.opts.steal != Steal::Off && p > 1;
+            let seg_tensors: Vec<TensorId> = if stealing {
+                let mut all: Vec<TensorId> =
+                    placed.work.iter().flatten().flat_map(|w| w.reads.iter().map(|&(t, _)| t)).collect();
+                all.sort();
+                all.dedup();
+                all
+            } else {
+                windowed.clone()
+            };
+            let segments: Vec<&[f64]> = if *one_sided {
+                seg_tensors.iter().map(|t| local.get(t).map_or(&[][..], |v| &v.data[..])).collect()
+            } else {
+                Vec::new()
+            };
             let window = if *one_sided { comm.expose(&segments) } else { None };
             if *one_sided && window.is_none() {
                 // No windows on this back end: the set's collective exchange moves
@@ -876,6 +914,9 @@ impl<'p> RankTiles<'p> {
                 self.stats.planned_words += (fetch.sent_by(me) + reduce.sent_by(me)) as f64 - plan.words(me) as f64;
             }
             let one_sided = window.is_some();
+            // One counter per rank over its work items (collective, made alike everywhere).
+            let claims: Vec<Box<dyn tcc_runtime::comm::SharedCounter>> =
+                if one_sided && stealing { (0..p).map(|_| comm.counter()).collect() } else { Vec::new() };
             // One-sided: the remote tiles in the order the late work first reads
             // them, and how many of them each late item waits for.
             let (order, ready) = if one_sided { fetch_order(work, &late) } else { (Vec::new(), Vec::new()) };
@@ -897,10 +938,25 @@ impl<'p> RankTiles<'p> {
             let partial_ptr = SyncPtr(partials.as_mut_ptr());
             let fetched_ptr = SyncPtr(fetched.as_mut_ptr());
             let flops = std::sync::atomic::AtomicU64::new(0);
-            // Items of `items` run on the rank's threads; with `wait`, item i first
-            // waits until `ready[i]` fetched tiles have arrived.
-            let run_items = |items: &[usize], fetched_ptr: Option<SyncPtr>, wait: Option<(&Progress, &[usize])>| {
-                let tile_ptr = |t: TensorId, k: usize| -> *mut f64 {
+            // Nanoseconds the compute threads waited for fetched tiles.
+            let waited_ns = std::sync::atomic::AtomicU64::new(0);
+            // Runs work item `w` on worker `worker` with its tiles at `tile_ptr`.
+            let run_one = |w: &placement::Work,
+                           tile_ptr: &(dyn Fn(TensorId, usize) -> *mut f64 + Sync),
+                           worker: usize| {
+                let (s, c, _) = &tasks[w.task];
+                let mut profile = self.opts.profile.then(|| profiles[worker].lock().unwrap_or_else(|e| e.into_inner()));
+                let prof = profile.as_deref_mut().map(|p| (&model, p));
+                // SAFETY: (callers) one item per written tile and rank runs at a
+                // time; the set reads no tensor it writes; received tiles are read
+                // once they have arrived.
+                let (f, _) = unsafe { program.run_task(*s, c, tile_ptr, &kernel, w.anchors.as_deref(), prof) };
+                flops.fetch_add(f as u64, std::sync::atomic::Ordering::Relaxed);
+            };
+            // The tiles of this rank's own items: owned, received, or partial.
+            let own_tile = |fetched_ptr: Option<SyncPtr>| {
+                let (offsets, base, fetched_at, partial_at) = (&offsets, &base, &fetched_at, &partial_at);
+                move |t: TensorId, k: usize| -> *mut f64 {
                     // SAFETY: offsets index this rank's buffers: owned tiles, received
                     // operand tiles (only once they have arrived), or partial tiles (a
                     // set never reads what it writes).
@@ -913,26 +969,211 @@ impl<'p> RankTiles<'p> {
                             partial_ptr.get().add(partial_at[&(t, k)])
                         }
                     }
-                };
+                }
+            };
+            let wait_timed = |progress: &Progress, n: usize| {
+                let w0 = std::time::Instant::now();
+                progress.wait_for(n);
+                waited_ns.fetch_add(w0.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+            };
+            // Items of `items` run on the rank's threads; with `wait`, item i first
+            // waits until `ready[i]` fetched tiles have arrived.
+            let run_items = |items: &[usize], fetched_ptr: Option<SyncPtr>, wait: Option<(&Progress, &[usize])>| {
+                let tile_ptr = own_tile(fetched_ptr);
+                // In each phase one work item per written tile and rank; early items
+                // read no received tile.
                 pool.parallel_for(items.len(), self.opts.schedule, |i, worker| {
                     if let Some((progress, ready)) = wait {
-                        progress.wait_for(ready[i]);
+                        wait_timed(progress, ready[i]);
                     }
-                    let w = &work[items[i]];
-                    let (s, c, _) = &tasks[w.task];
-                    let mut profile =
-                        self.opts.profile.then(|| profiles[worker].lock().unwrap_or_else(|e| e.into_inner()));
-                    let prof = profile.as_deref_mut().map(|p| (&model, p));
-                    // SAFETY: in each phase one work item per written tile and rank; the set reads no
-                    // tensor it writes; early items read no received tile.
-                    let (f, _) = unsafe { program.run_task(*s, c, &tile_ptr, &kernel, w.anchors.as_deref(), prof) };
-                    flops.fetch_add(f as u64, std::sync::atomic::Ordering::Relaxed);
+                    run_one(&work[items[i]], &tile_ptr, worker);
                 });
             };
+            // Work items taken over from other ranks (pointers from `Box::into_raw`),
+            // and the words their tiles moved.
+            let mut taken: Vec<*mut Taken> = Vec::new();
+            let mut taken_words = 0usize;
             let x0 = std::time::Instant::now();
             let mut exchange_s = 0.0;
             // `{ window }` moves it: the borrow of the tiles ends with this statement.
-            if let Some(window) = { window } {
+            let window = if claims.is_empty() {
+                window
+            } else if let Some(window) = { window } {
+                // Dynamic: every item is claimed through the counters; the main
+                // thread claims, gets and hands out, the compute threads run.
+                let progress = Progress::default();
+                let own_items = claim_order(work);
+                debug_assert!(own_items.iter().eq(early.iter().chain(&late)));
+                let own_ready: Vec<usize> = std::iter::repeat_n(0, early.len()).chain(ready.iter().copied()).collect();
+                let queue = JobQueue::new(pool.threads() + 1);
+                // Two shares of one task must not write its tile at once.
+                let task_lock: Vec<std::sync::Mutex<()>> = (0..tasks.len()).map(|_| Default::default()).collect();
+                let seg = |t: TensorId| seg_tensors.binary_search(&t).expect("every tensor read is windowed");
+                let own_ptr = own_tile(Some(fetched_ptr));
+                std::thread::scope(|sc| -> Result<(), CommandError> {
+                    let computing = sc.spawn(|| {
+                        pool.parallel_for(pool.threads(), Schedule::Dynamic, |_, worker| {
+                            while let Some(job) = queue.pop() {
+                                match job {
+                                    Job::Own(k) => {
+                                        wait_timed(&progress, own_ready[k]);
+                                        let w = &work[own_items[k]];
+                                        let _only = task_lock[w.task].lock().unwrap_or_else(|e| e.into_inner());
+                                        run_one(w, &own_ptr, worker);
+                                    }
+                                    Job::Taken(ptr) => {
+                                        // SAFETY: handed to this thread alone (see `Job`).
+                                        let tk = unsafe { &mut *ptr };
+                                        let w = &placed.work[tk.victim][tk.item];
+                                        let t_w = program.written(tasks[w.task].0);
+                                        let k_w = layouts[&t_w].slot(&tasks[w.task].1).expect("stored tile");
+                                        let part = SyncPtr(tk.partial.as_mut_ptr());
+                                        let ops: HashMap<(TensorId, usize), SyncPtr> = tk
+                                            .operands
+                                            .iter_mut()
+                                            .map(|(&key, b)| (key, SyncPtr(b.as_mut_ptr())))
+                                            .collect();
+                                        let tile_ptr = |t: TensorId, k: usize| -> *mut f64 {
+                                            if (t, k) == (t_w, k_w) {
+                                                part.get()
+                                            } else if let Some(p) = ops.get(&(t, k)) {
+                                                p.get()
+                                            } else {
+                                                // SAFETY: a tile this rank owns (the others were got).
+                                                unsafe { base[&t].0.add(offsets[&t][&k]) }
+                                            }
+                                        };
+                                        run_one(w, &tile_ptr, worker);
+                                    }
+                                }
+                            }
+                        });
+                    });
+                    let mut guard = progress.getter();
+                    let eager = self.opts.steal == Steal::Eager;
+                    if eager && me == 0 {
+                        // Tests: the others find rank 0's items unstarted.
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    let mut victims: Vec<usize> = (1..p).map(|d| (me + d) % p).collect();
+                    let (mut own_done, mut got, mut at) = (false, 0, 0);
+                    let result = loop {
+                        if computing.is_finished() {
+                            break Ok(()); // a compute thread failed: reported at the join
+                        }
+                        let room = queue.has_room();
+                        if room && !own_done && !(eager && me != 0 && !victims.is_empty()) {
+                            let k = claims[me].fetch_add(1) as usize;
+                            if k < own_items.len() {
+                                queue.push(Job::Own(k));
+                            } else {
+                                own_done = true;
+                            }
+                            continue;
+                        }
+                        if got < order.len() {
+                            let (t, k) = order[got];
+                            let owner = self.own.owner(&layouts[&t].tiles()[k]);
+                            let len = tile_len(t, k);
+                            // SAFETY: only this thread writes `fetched`, each tile once (in
+                            // `order`, back to back), before announcing it.
+                            let dst = unsafe { std::slice::from_raw_parts_mut(fetched_ptr.get().add(at), len) };
+                            window.get(owner, seg(t), self.owner_offset[t.index()][k], dst);
+                            at += len;
+                            got += 1;
+                            guard.announce(got);
+                            continue;
+                        }
+                        if room && !victims.is_empty() {
+                            let v = victims[0];
+                            let order_v = claim_order(&placed.work[v]);
+                            // Worth taking only if computing it here costs less than the
+                            // words it brings (placement's trade; tests take anything).
+                            let next = claims[v].fetch_add(0) as usize;
+                            let worth = |i: usize| {
+                                let w = &placed.work[v][i];
+                                let t_w = program.written(tasks[w.task].0);
+                                let k_w = layouts[&t_w].slot(&tasks[w.task].1).expect("stored tile");
+                                let words: usize = w
+                                    .reads
+                                    .iter()
+                                    .filter(|&&(t, k)| self.own.owner(&layouts[&t].tiles()[k]) != me)
+                                    .map(|&(t, k)| tile_len(t, k))
+                                    .sum::<usize>()
+                                    + tile_len(t_w, k_w);
+                                eager || self.opts.flops_per_word * words as f64 <= w.flops
+                            };
+                            if order_v.get(next).is_none_or(|&i| !worth(i)) {
+                                victims.remove(0);
+                                continue;
+                            }
+                            let i = claims[v].fetch_add(1) as usize;
+                            // The victim claims its items in its own order (local work first).
+                            let Some(i) = order_v.get(i).copied() else {
+                                victims.remove(0);
+                                continue;
+                            };
+                            let w = &placed.work[v][i];
+                            let mut operands = HashMap::new();
+                            let mut failed = None;
+                            for &(t, k) in &w.reads {
+                                let owner = self.own.owner(&layouts[&t].tiles()[k]);
+                                if owner != me {
+                                    let mut b = match alloc(tile_len(t, k), "tiles of taken-over work") {
+                                        Ok(b) => b,
+                                        Err(e) => {
+                                            failed = Some(e);
+                                            break;
+                                        }
+                                    };
+                                    window.get(owner, seg(t), self.owner_offset[t.index()][k], &mut b);
+                                    taken_words += b.len();
+                                    operands.insert((t, k), b);
+                                }
+                            }
+                            if let Some(e) = failed {
+                                break Err(e);
+                            }
+                            let t_w = program.written(tasks[w.task].0);
+                            let k_w = layouts[&t_w].slot(&tasks[w.task].1).expect("stored tile");
+                            let partial = match alloc(tile_len(t_w, k_w), "partial tiles of taken-over work") {
+                                Ok(b) => b,
+                                Err(e) => break Err(e),
+                            };
+                            let ptr = Box::into_raw(Box::new(Taken { victim: v, item: i, operands, partial }));
+                            taken.push(ptr);
+                            queue.push(Job::Taken(ptr));
+                            continue;
+                        }
+                        if own_done && victims.is_empty() {
+                            break Ok(());
+                        }
+                        queue.wait_for_room();
+                    };
+                    guard.finish();
+                    queue.close();
+                    exchange_s = x0.elapsed().as_secs_f64();
+                    if let Err(panic) = computing.join() {
+                        std::panic::resume_unwind(panic);
+                    }
+                    result
+                })?;
+                let c0 = std::time::Instant::now();
+                window.close();
+                self.stats.ranks_wait_s += c0.elapsed().as_secs_f64();
+                self.stats.one_sided_sets += 1;
+                // What this rank ran (its own items less those taken, plus those it took).
+                self.stats.overlapped_flops += flops.load(std::sync::atomic::Ordering::Relaxed) as f64;
+                None
+            } else {
+                None
+            };
+            // SAFETY: every compute thread has stopped; each pointer is used once.
+            let taken: Vec<Taken> = taken.into_iter().map(|p| *unsafe { Box::from_raw(p) }).collect();
+            if !claims.is_empty() {
+                // Ran above (the window is closed); the borrow of the tiles ends here.
+                drop(window);
+            } else if let Some(window) = { window } {
                 // The late work runs as its tiles arrive, the early work first.
                 let progress = Progress::default();
                 std::thread::scope(|sc| {
@@ -960,7 +1201,10 @@ impl<'p> RankTiles<'p> {
                         std::panic::resume_unwind(panic);
                     }
                 });
+                // Collective: returns when the slowest rank has computed.
+                let c0 = std::time::Instant::now();
                 window.close();
+                self.stats.ranks_wait_s += c0.elapsed().as_secs_f64();
                 self.stats.one_sided_sets += 1;
                 self.stats.overlapped_flops += work.iter().map(|w| w.flops).sum::<f64>();
             } else {
@@ -986,13 +1230,44 @@ impl<'p> RankTiles<'p> {
                 run_items(&late, Some(fetched_ptr), None);
             }
             self.stats.exchange_s += exchange_s;
+            self.stats.tiles_wait_s +=
+                waited_ns.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9 / pool.threads() as f64;
             self.stats.sets += 1;
             self.stats.flops += flops.load(std::sync::atomic::Ordering::Relaxed) as f64;
             let local = &mut self.local;
             drop(fetched);
             // Partial tiles to their owners, added there in a fixed order.
             let x1 = std::time::Instant::now();
-            if let Some(window) = if one_sided { comm.expose(&[&partials[..]]) } else { None } {
+            // Who took over what: every rank's list, and this rank's partial tiles
+            // of them back to back in list order.
+            let (lists, taken_partials) = if claims.is_empty() {
+                (Vec::new(), AlignedBuf::default())
+            } else {
+                let before = moved();
+                let mine: Vec<(usize, usize)> = taken.iter().map(|t| (t.victim, t.item)).collect();
+                let mut counts = vec![0.0; p];
+                comm.allgather(&[2.0 * mine.len() as f64], &mut counts);
+                let counts: Vec<usize> = counts.iter().map(|&c| c as usize).collect();
+                let mut all = vec![0.0; counts.iter().sum()];
+                comm.allgatherv(&steal::encode(&mine), &counts, &mut all);
+                // Bookkeeping, not planned words.
+                taken_words += moved().saturating_sub(before) as usize;
+                let mut buf = alloc(taken.iter().map(|t| t.partial.len()).sum(), "partial tiles of taken-over work")?;
+                let mut at = 0;
+                for t in &taken {
+                    buf[at..at + t.partial.len()].copy_from_slice(&t.partial);
+                    at += t.partial.len();
+                }
+                self.stats.taken_items += taken.len();
+                (steal::decode(&all, &counts), buf)
+            };
+            drop(taken);
+            let segments: Vec<&[f64]> =
+                if claims.is_empty() { vec![&partials[..]] } else { vec![&partials[..], &taken_partials[..]] };
+            if let Some(window) = if one_sided { comm.expose(&segments) } else { None } {
+                // Opening is collective too: what it took is the other ranks'.
+                let opened = x1.elapsed().as_secs_f64();
+                self.stats.ranks_wait_s += opened;
                 // Each owner reads its partial tiles from the ranks that computed
                 // them, in rank order, and adds them.
                 let mut scratch = Vec::new();
@@ -1014,7 +1289,36 @@ impl<'p> RankTiles<'p> {
                         at += len;
                     }
                 }
+                // Then the partial tiles of taken-over items, by rank and list order.
+                for (q, list) in lists.iter().enumerate() {
+                    let mut at = 0;
+                    for &(v, i) in list {
+                        let task = placed.work[v][i].task;
+                        let t = program.written(tasks[task].0);
+                        let k = layouts[&t].slot(&tasks[task].1).expect("tasks run over stored tiles");
+                        let len = tile_len(t, k);
+                        if self.own.owner(&layouts[&t].tiles()[k]) == me {
+                            let part: &[f64] = if q == me {
+                                &taken_partials[at..at + len]
+                            } else {
+                                scratch.resize(len, 0.0);
+                                window.get(q, 1, at, &mut scratch);
+                                taken_words += len;
+                                &scratch
+                            };
+                            let loc = local.get_mut(&t).expect("written tensors are held");
+                            let off = loc.offsets[&k];
+                            for (x, y) in loc.data[off..off + len].iter_mut().zip(part) {
+                                *x += y;
+                            }
+                        }
+                        at += len;
+                    }
+                }
+                self.stats.reduce_s += x1.elapsed().as_secs_f64() - opened;
+                let c0 = std::time::Instant::now();
                 window.close();
+                self.stats.ranks_wait_s += c0.elapsed().as_secs_f64();
             } else {
                 let incoming = reduce.received(me);
                 let mut sums = alloc(incoming.iter().map(|s| s.len).sum(), "received partial tiles")?;
@@ -1037,13 +1341,15 @@ impl<'p> RankTiles<'p> {
                 }
             }
             drop(partials);
+            self.stats.taken_words += taken_words as f64;
             self.stats.exchange_s += x1.elapsed().as_secs_f64();
             let last_use = &self.last_use;
             local.retain(|t, _| hir.tensors[*t].role != Role::Temporary || last_use.get(t).is_some_and(|&u| u > l));
         }
         self.stats.run_s = t0.elapsed().as_secs_f64();
         self.stats.profile = super::exec::merged(profiles);
-        self.stats.words_sent = moved().saturating_sub(sent_before) as f64;
+        // What the plan moved: the words of taken-over items are counted apart.
+        self.stats.words_sent = moved().saturating_sub(sent_before) as f64 - self.stats.taken_words;
         self.stats.peak_rss = peak_rss_bytes();
         Ok(())
     }

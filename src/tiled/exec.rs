@@ -50,6 +50,9 @@ pub struct TiledOptions {
     /// Time every kernel call against the model ([`KernelProfile`]; `--stats`):
     /// two clock reads per call.
     pub profile: bool,
+    /// Distributed one-sided sets: whether ranks take over each other's
+    /// unstarted work ([`super::steal`]; `TCC_STEAL`).
+    pub steal: super::steal::Steal,
 }
 
 /// How a distributed tiled run moves operand and partial tiles between ranks
@@ -96,6 +99,7 @@ impl Default for TiledOptions {
             model: super::model::TimeModel::builtin(),
             exchange: ExchangeMode::Auto,
             profile: false,
+            steal: super::steal::Steal::Off,
         }
     }
 }

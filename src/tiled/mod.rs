@@ -18,6 +18,7 @@ pub mod profile;
 pub mod run;
 pub mod session;
 pub mod space;
+pub mod steal;
 pub mod tensor;
 #[cfg(test)]
 mod tests;

@@ -58,6 +58,9 @@ pub struct Work {
     pub remote: bool,
     /// The tiles other ranks own that it reads (tensor, stored slot), sorted.
     pub remote_reads: Vec<(TensorId, usize)>,
+    /// Every tile it reads, sorted: what a rank that takes it over must get
+    /// ([`super::steal`]).
+    pub reads: Vec<(TensorId, usize)>,
 }
 
 /// The placement of one task set over `ranks` ranks.
@@ -76,6 +79,16 @@ pub struct SetPlacement {
     pub seconds: Vec<f64>,
     /// The part of `seconds` that reads only the rank's own tiles.
     pub early_seconds: Vec<f64>,
+}
+
+/// What placement balances: modelled seconds (as flops at the set's mean
+/// modelled rate, so that `TCC_FLOPS_PER_WORD` keeps its unit), or flops.
+/// Flops alone left the 16-rank CCD's ranks 0.14–0.30 s in kernels for flops
+/// within 8% of each other: the pieces' shapes run at different rates.
+/// `TCC_BALANCE=flops` restores flops (experiments), read once.
+fn balance_by_time() -> bool {
+    static TIME: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TIME.get_or_init(|| std::env::var("TCC_BALANCE").map_or(true, |v| v != "flops"))
 }
 
 /// A piece of a task of the set.
@@ -127,6 +140,13 @@ pub fn place(
     let SetWork { tasks, written, pieces } = work;
     let (written, pieces) = (&written[..], &pieces[..]);
     let homes: Vec<usize> = written.iter().map(|&(t, slot)| owner(t, slot)).collect();
+    // Each piece's weight: its flops, or its modelled seconds at the set's mean rate.
+    let (all_flops, all_seconds) = pieces.iter().fold((0.0, 0.0), |(f, t), x| (f + x.flops, t + x.seconds));
+    let weight: Vec<f64> = if balance_by_time() && all_seconds > 0.0 && all_flops > 0.0 {
+        pieces.iter().map(|x| x.seconds * all_flops / all_seconds).collect()
+    } else {
+        pieces.iter().map(|x| x.flops).collect()
+    };
     let mut state = State {
         load: vec![0.0; p],
         flops: vec![0.0; p],
@@ -134,7 +154,7 @@ pub fn place(
         partial: vec![HashMap::new(); p],
         at: vec![0; pieces.len()],
     };
-    let ctx = Ctx { pieces, written, homes: &homes, owner, tile_len, flops_per_word };
+    let ctx = Ctx { pieces, weight: &weight, written, homes: &homes, owner, tile_len, flops_per_word };
     // Locality first: each piece where it moves the fewest words (its written
     // tile's owner on a tie).
     for (k, piece) in pieces.iter().enumerate() {
@@ -169,7 +189,7 @@ pub fn place(
             let (wt, wslot) = written[piece.task];
             let words: usize =
                 piece.reads.iter().map(|&(t, slot)| tile_len(t, slot)).sum::<usize>() + tile_len(wt, wslot);
-            words as f64 / piece.flops.max(1.0)
+            words as f64 / weight[k].max(1.0)
         };
         mine.sort_by(|&a, &b| penalty(a).total_cmp(&penalty(b)).then(a.cmp(&b)));
         for k in mine {
@@ -183,7 +203,7 @@ pub fn place(
                 if d == hi {
                     continue;
                 }
-                let there = state.load[d] + pieces[k].flops + flops_per_word * state.words_to_add(&ctx, k, d) as f64;
+                let there = state.load[d] + weight[k] + flops_per_word * state.words_to_add(&ctx, k, d) as f64;
                 if left.max(there) < state.load[hi] * (1.0 - 1e-9) && best.is_none_or(|b| there < b.0) {
                     best = Some((there, d));
                 }
@@ -198,7 +218,7 @@ pub fn place(
     // Per rank, task and whether the pieces read a remote tile: anchors, flops,
     // seconds. A task's local pieces run while the exchange is in flight, its
     // remote ones after (the two parts of one task never run at once).
-    type Share = (Vec<Anchor>, f64, f64, BTreeSet<(TensorId, usize)>);
+    type Share = (Vec<Anchor>, f64, f64, BTreeSet<(TensorId, usize)>, BTreeSet<(TensorId, usize)>);
     let mut assigned: Vec<BTreeMap<(usize, bool), Share>> = vec![BTreeMap::new(); p];
     for (k, &r) in at.iter().enumerate() {
         let remote = pieces[k].reads.iter().any(|&(t, slot)| owner(t, slot) != r);
@@ -207,6 +227,7 @@ pub fn place(
         entry.1 += pieces[k].flops;
         entry.2 += pieces[k].seconds;
         entry.3.extend(pieces[k].reads.iter().filter(|&&(t, slot)| owner(t, slot) != r));
+        entry.4.extend(pieces[k].reads.iter().copied());
     }
     let seconds: Vec<f64> = assigned.iter().map(|m| m.values().map(|x| x.2).sum()).collect();
     let early_seconds: Vec<f64> =
@@ -220,11 +241,11 @@ pub fn place(
         .map(|tasks_here| {
             let mut list: Vec<Work> = tasks_here
                 .into_iter()
-                .map(|((task, remote), (mut anchors, f, _, reads))| {
+                .map(|((task, remote), (mut anchors, f, _, remote_reads, reads))| {
                     anchors.sort();
                     let whole = anchors.len() == pieces_of[task];
-                    let remote_reads = reads.into_iter().collect();
-                    Work { task, anchors: (!whole).then_some(anchors), flops: f, remote, remote_reads }
+                    let (remote_reads, reads) = (remote_reads.into_iter().collect(), reads.into_iter().collect());
+                    Work { task, anchors: (!whole).then_some(anchors), flops: f, remote, remote_reads, reads }
                 })
                 .collect();
             list.sort_by(|a, b| b.flops.total_cmp(&a.flops).then(a.task.cmp(&b.task)).then(a.remote.cmp(&b.remote)));
@@ -239,6 +260,8 @@ pub fn place(
 /// What placement reads: the pieces, the written tile of each task and its owner.
 struct Ctx<'a> {
     pieces: &'a [Piece],
+    /// What each piece adds to a rank's load besides words ([`balance_by_time`]).
+    weight: &'a [f64],
     written: &'a [(TensorId, usize)],
     homes: &'a [usize],
     owner: &'a dyn Fn(TensorId, usize) -> usize,
@@ -255,7 +278,7 @@ impl Ctx<'_> {
     }
 }
 
-/// Placement so far: per rank its load (flops plus words weighted), flops, the
+/// Placement so far: per rank its load (weights plus words weighted), flops, the
 /// remote tiles it reads and the partial tiles it makes (with the number of its
 /// pieces that need each), and where each piece is.
 struct State {
@@ -297,12 +320,12 @@ impl State {
             .sum();
         let (wt, wslot) = ctx.written[piece.task];
         let back = if self.partial[r].get(&piece.task) == Some(&1) { (ctx.tile_len)(wt, wslot) } else { 0 };
-        piece.flops + ctx.flops_per_word * (fetch + back) as f64
+        ctx.weight[k] + ctx.flops_per_word * (fetch + back) as f64
     }
 
     fn add(&mut self, ctx: &Ctx, k: usize, r: usize) {
         let piece = &ctx.pieces[k];
-        self.load[r] += piece.flops + ctx.flops_per_word * self.words_to_add(ctx, k, r) as f64;
+        self.load[r] += ctx.weight[k] + ctx.flops_per_word * self.words_to_add(ctx, k, r) as f64;
         self.flops[r] += piece.flops;
         for &(t, slot) in &piece.reads {
             if (ctx.owner)(t, slot) != r {

@@ -171,8 +171,10 @@ pub fn run_tiled_distributed(
     // exchanging, seconds planning, words sent as planned and as counted, the
     // predicted time and its exchange part, flops overlapped with the fetch, task
     // sets moved one-sided and all, the process's peak RSS before any tile, sets
-    // planned one-sided that had no windows.
-    const W: usize = 16;
+    // planned one-sided that had no windows, seconds in kernels, waiting for
+    // tiles, waiting for other ranks, adding partial tiles, modelled seconds of
+    // the rank's work, items of other ranks taken over and their words.
+    const W: usize = 23;
     let report = crate::exec::launch::launch(
         ranks,
         mpi,
@@ -205,6 +207,13 @@ pub fn run_tiled_distributed(
                     stats.sets as f64,
                     stats.base_rss,
                     stats.no_window_sets as f64,
+                    stats.profile.total().wall_s,
+                    stats.tiles_wait_s,
+                    stats.ranks_wait_s,
+                    stats.reduce_s,
+                    stats.work_model_s,
+                    stats.taken_items as f64,
+                    stats.taken_words,
                 ];
                 let mut all = vec![0.0; row.len() * comm.size()];
                 comm.allgather(&row, &mut all);
@@ -292,6 +301,21 @@ pub fn run_tiled_distributed(
                                 String::new()
                             }
                         ));
+                        if all[W * q + 12] > 0.0 && all[W * q + 16] > 0.0 {
+                            // One-sided sets with the kernel profile: the rest of the wall time.
+                            let busy = all[W * q + 16] + all[W * q + 17] + all[W * q + 18] + all[W * q + 19];
+                            extra.push(format!(
+                                "    rank {q}: {:.3} s in kernels (modelled work {:.3} s), {:.3} s waiting for fetched tiles, {:.3} s for other ranks at window syncs, {:.3} s adding partial tiles, {:.3} s else; took over {} items of other ranks ({} words)",
+                                all[W * q + 16],
+                                all[W * q + 20],
+                                all[W * q + 17],
+                                all[W * q + 18],
+                                all[W * q + 19],
+                                (all[W * q + 3] - busy).max(0.0),
+                                all[W * q + 21] as u64,
+                                all[W * q + 22] as u64
+                            ));
+                        }
                     }
                     extra.extend(
                         profile

@@ -311,6 +311,40 @@ fn ccd_terms_on_ranks_match_the_interpreter() {
     }
 }
 
+/// Ranks that run out of work take over other ranks' unstarted items (eager:
+/// ranks other than 0 try first, rank 0 starts late): items are taken on every
+/// run, the outputs equal the interpreter's, and the words the plan moves are
+/// still what it planned (taken items' words are counted apart).
+#[test]
+fn ranks_take_over_unstarted_work_and_keep_the_numbers() {
+    use super::steal::Steal;
+    let hir = ccd_terms(4, 7);
+    for ranks in 2..=4 {
+        for threads in [1, 2] {
+            let opts = TiledOptions {
+                tile: 2,
+                threads,
+                exchange: ExchangeMode::OneSided,
+                steal: Steal::Eager,
+                ..Default::default()
+            };
+            check_distributed(&hir, 2, ranks, &opts).unwrap_or_else(|e| panic!("{ranks} ranks × {threads}: {e}"));
+            let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
+            let program = Program::plan(&prepared, UnitId::new(0), &opts).unwrap();
+            let stats: Vec<_> = tcc_runtime::comm::threads::run(ranks, |rank| {
+                let comm = rank.comm(tcc_runtime::comm::Backend::Shm);
+                super::dist::run_rank(&program, comm.as_ref(), 3, &opts).map(|(_, s)| s).unwrap()
+            })
+            .unwrap();
+            let taken: usize = stats.iter().map(|s| s.taken_items).sum();
+            assert!(taken > 0, "{ranks} ranks × {threads}: nothing taken over");
+            assert!(stats.iter().all(|s| s.words_sent == s.planned_words));
+            let flops: f64 = stats.iter().map(|s| s.flops).sum();
+            assert!((flops - program.planned_flops()).abs() <= 1e-9 * flops, "{flops} vs {}", program.planned_flops());
+        }
+    }
+}
+
 /// Placement: with moving words free, pieces of tasks run away from the written
 /// tile's owner (partial tiles summed there) and flops are spread at least as
 /// evenly as under owner-computes (words dear); every piece is placed exactly once;
@@ -362,12 +396,15 @@ proptest! {
         // owners), dear (owner computes), or the default.
         let flops_per_word = [0.0, 1e12, crate::tiled::placement::FLOPS_PER_WORD][(seed >> 4) as usize % 3];
         let exchange = [ExchangeMode::Auto, ExchangeMode::Collective, ExchangeMode::OneSided][(seed >> 12) as usize % 3];
+        use super::steal::Steal;
+        let steal = [Steal::On, Steal::Off, Steal::Eager][(seed >> 20) as usize % 3];
         let opts = TiledOptions {
             tile: 1 + (seed % 3) as usize,
             threads: 1 + (seed >> 16) as usize % 2,
             schedule: Schedule::Dynamic,
             flops_per_word,
             exchange,
+            steal,
             ..Default::default()
         };
         let ranks = 1 + (seed >> 8) as usize % 4;
@@ -542,7 +579,9 @@ fn the_forecast_equals_what_ranks_measure() {
     let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
     let modes = [ExchangeMode::Collective, ExchangeMode::OneSided];
     for (flops_per_word, exchange) in [0.0, crate::tiled::placement::FLOPS_PER_WORD].into_iter().zip(modes) {
-        let opts = TiledOptions { tile: 2, threads: 1, flops_per_word, exchange, ..Default::default() };
+        // The plan, not taking over at run time (which moves flops between ranks).
+        let steal = super::steal::Steal::Off;
+        let opts = TiledOptions { tile: 2, threads: 1, flops_per_word, exchange, steal, ..Default::default() };
         let program = Program::plan(&prepared, UnitId::new(0), &opts).unwrap();
         for ranks in 1..=4 {
             let fc = super::dist::forecast(&program, ranks, &opts);

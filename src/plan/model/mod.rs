@@ -365,6 +365,20 @@ pub fn invalid(info: &ModelInfo, c: &Config) -> Option<String> {
     None
 }
 
+/// Why hpZ cannot help configuration `c`, if it cannot: its secondary weight
+/// partition spans the data ranks inside a node, and with tensor parallelism
+/// filling the node there is one, so the "partition" would be a whole copy of
+/// the rank's weights (ZeRO++ §3.2 pairs hpZ with data ranks on one node).
+pub fn hpz_useless(c: &Config, o: &ModelOptions) -> Option<String> {
+    let gpn = o.gpus_per_node.max(1);
+    (c.zeropp.hpz && gpn / c.tensor.max(1) < 2).then(|| {
+        format!(
+            "hpZ: tensor parallelism {} on {gpn} GPUs per node leaves one data rank per node, so its secondary partition would be a full copy of the weights",
+            c.tensor
+        )
+    })
+}
+
 /// Predicts memory, communication and time of one configuration.
 pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
     let gpn = o.gpus_per_node.max(1);
@@ -768,9 +782,12 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
                     }
                     for &style in if s > 1 { &styles[..] } else { &styles[..1] } {
                         for &z in &zeros {
+                            // hpZ only where a node has several data ranks.
+                            let hpz = o.gpus_per_node.max(1) / t >= 2;
                             let zpps: Vec<ZeroPP> = match (z, o.zeropp) {
+                                (3, Some(p)) if p.hpz && !hpz => vec![],
                                 (3, Some(p)) => vec![p],
-                                (3, None) => vec![ZeroPP::default(), ZeroPP::all()],
+                                (3, None) => vec![ZeroPP::default(), ZeroPP { hpz, ..ZeroPP::all() }],
                                 _ => vec![ZeroPP::default()],
                             };
                             for zpp in zpps {
@@ -916,6 +933,7 @@ pub fn plan_model_output(
             let why = (!o.devices.is_multiple_of(stages))
                 .then(|| format!("pipeline: {stages} stages do not divide {} devices", o.devices))
                 .or_else(|| invalid(&info, &c))
+                .or_else(|| hpz_useless(&c, o))
                 .or_else(|| pipeline::invalid(&info, &c, o.layers))
                 .unwrap_or_else(|| format!("the hints need {} devices", c.devices()));
             return Err(err(
