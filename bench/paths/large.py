@@ -333,8 +333,9 @@ def write(rows, args):
         lines.append("")
         lines.append(
             "Each tool slices its own order until no intermediate exceeds the target (a power of two at most 1/32 "
-            "of the smaller unsliced largest intermediate): tcc with `tir::slice` (greedy on its order's tree, "
-            "re-ordered as it goes; what `tcc opt --max-intermediate` reports), cotengra with "
+            "of the smaller unsliced largest intermediate): tcc with `tir::slice` (greedy on its flops order's "
+            "tree and on its smallest-intermediate order's, re-ordered as it goes, the cheaper kept; what "
+            "`tcc opt --max-intermediate` reports), cotengra with "
             "`ContractionTree.slice_and_reconfigure(target_size=...)`. Total flops are one slice's cost (opt_einsum's "
             "count, sliced indices of size 1) times the slices. Networks whose target would be under 64 elements "
             "(MPS norms, the 3x3 circuit) are left out."
