@@ -443,3 +443,21 @@ fn hpz_is_not_offered_where_tensor_parallelism_fills_the_node() {
     assert!(!plans.is_empty() && plans.iter().all(|p| p.config.zeropp.hpz));
     drop(h);
 }
+
+#[test]
+fn the_step_reports_its_model_flops_utilization() {
+    // MFU counts the model's flops (not recomputed forwards) over the whole step,
+    // against the peak the network names.
+    let (_, m) = at_scale(&gpt_free(), &GPT3);
+    let mut o = ModelOptions::new(1024, Network::parse("fat-tree:bw=25GB/s,lat=5us,peak=989TF/s,mfu=0.5").unwrap());
+    o.layers = 96;
+    o.mem_per_device = Some(80_000_000_000);
+    let plans = tcc::plan::model::search(&m, &Default::default(), &o);
+    let best = &plans[0];
+    assert_eq!(best.peak, Some(989e12));
+    let mfu = best.model_flops_per_rank / best.time / 989e12;
+    assert!(mfu > 0.0 && mfu <= 0.5 + 1e-9, "{mfu}");
+    assert!(best.model_flops_per_rank <= best.flops_per_rank);
+    let text = tcc::plan::model::report::plan_detail(best);
+    assert!(text.contains(&format!("MFU {:.1}% of peak", 100.0 * mfu)), "{text}");
+}

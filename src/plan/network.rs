@@ -31,7 +31,16 @@ pub struct Network {
     pub beta: f64,
     /// Seconds per flop on a rank.
     pub gamma: f64,
+    /// With `peak=`: the device's peak flop rate and the fraction of it the
+    /// model's flops run at (`mfu=`, else [`DEFAULT_MFU`], said so), whose
+    /// product sets γ; `None` when γ came from `flops=` or `gamma`.
+    pub peak: Option<f64>,
+    pub mfu: Option<(f64, bool)>,
 }
+
+/// The model-flops utilization `peak=` assumes without `mfu=`: large-model
+/// training reaches 0.35–0.55 of bf16 peak (Megatron-LM, PaLM and Llama reports).
+pub const DEFAULT_MFU: f64 = 0.4;
 
 pub const FAT_TREE_BW: f64 = 25e9;
 pub const FAT_TREE_LAT: f64 = 2e-6;
@@ -48,6 +57,8 @@ impl Network {
             alpha: FAT_TREE_LAT,
             beta: 1.0 / FAT_TREE_BW,
             gamma: 1.0 / FLOPS,
+            peak: None,
+            mfu: None,
         }
     }
 
@@ -92,24 +103,43 @@ impl Network {
         let mut bw = if torus { TORUS_BW } else { FAT_TREE_BW };
         let mut lat = if torus { TORUS_LAT } else { FAT_TREE_LAT };
         let mut hop = if torus { TORUS_HOP } else { 0.0 };
-        let mut flops = FLOPS;
+        let mut flops = None;
         let (mut alpha, mut beta, mut gamma) = (None, None, None);
+        let (mut peak, mut mfu) = (None, None);
         for (k, v) in kv {
             match k.as_str() {
                 "bw" | "bandwidth" => bw = parse_bandwidth(v)?,
                 "lat" | "latency" => lat = parse_time(v)?,
                 "hop" => hop = parse_time(v)?,
-                "flops" => flops = parse_flops(v)?,
+                "flops" => flops = Some(parse_flops(v)?),
+                "peak" => peak = Some(parse_flops(v)?),
+                "mfu" => {
+                    let x = parse_number(k, v)?;
+                    if !(x > 0.0 && x <= 1.0) {
+                        return Err(format!("mfu={v}: a fraction of peak in (0, 1], such as 0.4"));
+                    }
+                    mfu = Some(x);
+                }
                 "alpha" => alpha = Some(parse_number(k, v)?),
                 "beta" => beta = Some(parse_number(k, v)?),
                 "gamma" => gamma = Some(parse_number(k, v)?),
-                other => {
-                    return Err(format!(
-                        "unknown network parameter `{other}` (known: bw, lat, hop, flops, alpha, beta, gamma)"
-                    ))
-                }
+                other => return Err(format!(
+                    "unknown network parameter `{other}` (known: bw, lat, hop, flops, peak, mfu, alpha, beta, gamma)"
+                )),
             }
         }
+        // One compute rate: achieved (`flops=`, `gamma`), or peak × MFU.
+        if peak.is_some() && (flops.is_some() || gamma.is_some()) {
+            return Err("give the compute rate once: flops= (achieved) or peak= with mfu=, not both".into());
+        }
+        if mfu.is_some() && peak.is_none() {
+            return Err("mfu= is a fraction of peak=: give peak= too (or the achieved rate as flops=)".into());
+        }
+        let mfu = peak.map(|_| mfu.map_or((DEFAULT_MFU, true), |x| (x, false)));
+        let flops = match (peak, mfu) {
+            (Some(p), Some((m, _))) => p * m,
+            _ => flops.unwrap_or(FLOPS),
+        };
         let diameter_half = match &topology {
             Topology::Torus { dims } => dims.iter().map(|&k| k / 2).sum::<usize>() as f64 / 2.0,
             Topology::FatTree => 0.0,
@@ -120,6 +150,8 @@ impl Network {
             beta: beta.unwrap_or(1.0 / bw),
             gamma: gamma.unwrap_or(1.0 / flops),
             topology,
+            peak,
+            mfu,
         };
         for (name, v) in [("alpha", net.alpha), ("beta", net.beta), ("gamma", net.gamma)] {
             if !v.is_finite() || v < 0.0 {
@@ -198,11 +230,20 @@ impl Network {
             }
         };
         format!(
-            "{topo}: α = {} per message, β = {} per byte ({}/s), γ = {} per flop",
+            "{topo}: α = {} per message, β = {} per byte ({}/s), γ = {} per flop ({}/s per device{})",
             fmt_time(self.alpha),
             fmt_time(self.beta),
             fmt_rate(1.0 / self.beta, "B"),
-            fmt_time(self.gamma)
+            fmt_time(self.gamma),
+            fmt_rate(1.0 / self.gamma, "FLOP"),
+            match (self.peak, self.mfu) {
+                (Some(p), Some((m, default))) => format!(
+                    " = peak {}/s × MFU {m:.2}{}",
+                    fmt_rate(p, "FLOP"),
+                    if default { " (default; set mfu=)" } else { "" }
+                ),
+                _ => String::new(),
+            }
         )
     }
 }
@@ -346,6 +387,26 @@ fn fmt_rate(r: f64, unit: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peak_and_mfu_set_the_compute_rate_and_are_checked() {
+        let n = Network::parse("fat-tree:peak=1000TF/s,mfu=0.5").unwrap();
+        assert!((1.0 / n.gamma - 500e12).abs() < 1.0, "{}", 1.0 / n.gamma);
+        assert_eq!((n.peak, n.mfu), (Some(1000e12), Some((0.5, false))));
+        // Without mfu=: the default, said so.
+        let n = Network::parse("fat-tree:peak=1000TF/s").unwrap();
+        assert!((1.0 / n.gamma - DEFAULT_MFU * 1000e12).abs() < 1.0);
+        assert!(n.describe().contains("MFU 0.40 (default"), "{}", n.describe());
+        assert!(Network::parse("fat-tree:flops=1TF/s").unwrap().peak.is_none());
+        for bad in [
+            "fat-tree:flops=1TF/s,peak=2TF/s",
+            "fat-tree:mfu=0.5",
+            "fat-tree:peak=1TF/s,mfu=0",
+            "fat-tree:peak=1TF/s,mfu=2",
+        ] {
+            assert!(Network::parse(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn parses_the_three_forms() {

@@ -251,6 +251,13 @@ pub struct ModelPlan {
     pub bytes_per_step: f64,
     pub cross_node_bytes: f64,
     pub flops_per_rank: f64,
+    /// The model's flops per rank and step without recomputation (what MFU
+    /// counts; `flops_per_rank` includes recomputed forwards).
+    pub model_flops_per_rank: f64,
+    /// The compute rate per device the step was priced at, and the peak it is a
+    /// fraction of when the network gave one (`peak=`).
+    pub rate: f64,
+    pub peak: Option<f64>,
     pub time_compute: f64,
     pub time_comm: f64,
     pub time: f64,
@@ -696,6 +703,9 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
         bytes_per_step,
         cross_node_bytes,
         flops_per_rank,
+        model_flops_per_rank: 3.0 * info.flops() * layers / n_stage as f64,
+        rate: 1.0 / o.network.gamma,
+        peak: o.network.peak,
         time_compute,
         time_comm,
         time: time_compute + time_comm + time_bubble,
@@ -1044,11 +1054,11 @@ pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, CommandEr
     } else {
         a.network.clone()
     };
-    if !spec.contains("flops") && !spec.contains("gamma") {
+    if !spec.contains("flops") && !spec.contains("gamma") && !spec.contains("peak") {
         return Err(err(
             "E0801",
             format!("--network `{}` gives no compute rate per device", a.network),
-            Some("add flops=… (for example flops=150TF/s for an 80 GB-class GPU at a realistic MFU)"),
+            Some("add the achieved rate, flops=… (e.g. flops=150TF/s), or the peak and the utilization, peak=…,mfu=… (e.g. peak=989TF/s,mfu=0.4 for an H100/H200 in bf16)"),
         ));
     }
     let Some(devices) = a.devices else {

@@ -155,6 +155,22 @@ pub fn plan_detail(p: &ModelPlan) -> String {
         if p.time_bubble > 0.0 { format!(" + bubble {}", fmt_time(p.time_bubble)) } else { String::new() },
         fmt_time(p.time)
     ));
+    // Utilization: the model's flops (recomputation not counted) over the step.
+    let achieved = if p.time > 0.0 { p.model_flops_per_rank / p.time } else { 0.0 };
+    s.push_str(&match p.peak {
+        Some(peak) => format!(
+            "  model flops per device {} flop/s over the step = MFU {:.1}% of peak {} flop/s\n",
+            fmt_count(achieved),
+            100.0 * achieved / peak,
+            fmt_count(peak)
+        ),
+        None => format!(
+            "  model flops per device {} flop/s over the step ({:.1}% of the {} flop/s given; give peak=…,mfu=… for MFU)\n",
+            fmt_count(achieved),
+            100.0 * achieved / p.rate,
+            fmt_count(p.rate)
+        ),
+    });
     if p.comm.is_empty() {
         s.push_str("  no communication\n");
     }
