@@ -38,6 +38,9 @@ pub struct Network {
     pub mfu: Option<(f64, bool)>,
 }
 
+/// The parameters a network description takes.
+const KNOWN_KEYS: &str = "bw, lat, hop, flops, peak, mfu, alpha, beta, gamma";
+
 /// The model-flops utilization `peak=` assumes without `mfu=`: large-model
 /// training reaches 0.35–0.55 of bf16 peak (Megatron-LM, PaLM and Llama reports).
 pub const DEFAULT_MFU: f64 = 0.4;
@@ -123,9 +126,7 @@ impl Network {
                 "alpha" => alpha = Some(parse_number(k, v)?),
                 "beta" => beta = Some(parse_number(k, v)?),
                 "gamma" => gamma = Some(parse_number(k, v)?),
-                other => return Err(format!(
-                    "unknown network parameter `{other}` (known: bw, lat, hop, flops, peak, mfu, alpha, beta, gamma)"
-                )),
+                other => return Err(format!("unknown network parameter `{other}` (known: {KNOWN_KEYS})")),
             }
         }
         // One compute rate: achieved (`flops=`, `gamma`), or peak × MFU.
