@@ -85,11 +85,13 @@ fn torch_mesh_and_json_rank_map_cover_every_device_once() {
 
 #[test]
 fn what_a_target_cannot_run_is_refused() {
-    // No DeepSpeed-runnable plan of GPT-3 175B fits 80 GB on 64 devices in this search.
+    // No DeepSpeed-runnable plan of GPT-3 175B fits 60 GB on 64 devices in this search
+    // (at 80 GB one does since NCCL buffers count: the interleaved plan that was its
+    // layout's best no longer fits, and 1F1B, which DeepSpeed runs, takes its place).
     let o = tcc()
         .args(["plan-model", "examples/gpt_block.tc", "--devices", "64", "--dim", "batch=512", "--dim", "seq=2048"])
         .args(["--dim", "hidden=12288", "--dim", "heads=96", "--dim", "hdim=128", "--dim", "ffn=49152"])
-        .args(["--layers", "96", "--mem-per-device", "80GB", "--emit", "deepspeed"])
+        .args(["--layers", "96", "--mem-per-device", "60GB", "--emit", "deepspeed"])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));

@@ -461,3 +461,28 @@ fn the_step_reports_its_model_flops_utilization() {
     let text = tcc::plan::model::report::plan_detail(best);
     assert!(text.contains(&format!("MFU {:.1}% of peak", 100.0 * mfu)), "{text}");
 }
+
+#[test]
+fn zero3_gather_buffers_and_nccl_buffers_are_in_the_memory_fit() {
+    // ZeRO-3 gathers a layer's weights whole before use and prefetches the next:
+    // two layers of this rank's tensor share in fp16 (at most 1e9 parameters), and
+    // every communicator the plan uses holds NCCL's buffers.
+    let (_, m) = at_scale(&gpt_free(), &GPT3);
+    let mut o = opts(64);
+    o.layers = 96;
+    let mut c = cfg(8, 3);
+    c.tensor = 8;
+    c.tensor_dims = tcc::plan::model::tp_dims(&m);
+    let p = evaluate(&m, &c, &o);
+    let per_layer = m.psi_dense() / 8.0;
+    assert!((p.memory.gather - 2.0 * (2.0 * per_layer).min(1e9)).abs() < 1e-6 * p.memory.gather, "{}", p.memory.gather);
+    assert_eq!(p.memory.workspace, 2.0 * tcc::plan::model::NCCL_BYTES_PER_COMM);
+    let m_ = &p.memory;
+    let sum = m_.params + m_.grads + m_.optimizer + m_.secondary + m_.activations + m_.gather + m_.workspace;
+    assert!((m_.total - sum).abs() < 1e-6 * sum);
+    // Stage 1 gathers nothing.
+    let mut c1 = c.clone();
+    c1.zero = 1;
+    assert_eq!(evaluate(&m, &c1, &o).memory.gather, 0.0);
+    assert!(tcc::plan::model::report::plan_detail(&p).contains("ZeRO-3 gathered weights"));
+}

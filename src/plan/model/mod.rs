@@ -236,8 +236,21 @@ pub struct Memory {
     /// hpZ's secondary weight partition.
     pub secondary: f64,
     pub activations: f64,
+    /// ZeRO-3's gathered weights: the layer in use and the one prefetched, whole
+    /// (fp16, this rank's tensor/expert share), at most DeepSpeed's
+    /// `stage3_max_live_parameters` ([`ZERO3_MAX_LIVE`]).
+    pub gather: f64,
+    /// NCCL's buffers: [`NCCL_BYTES_PER_COMM`] per communicator the plan uses.
+    pub workspace: f64,
     pub total: f64,
 }
+
+/// DeepSpeed's default `stage3_max_live_parameters`: gathered parameters a rank
+/// keeps at most.
+pub const ZERO3_MAX_LIVE: f64 = 1e9;
+/// NCCL's buffers per communicator: `NCCL_BUFFSIZE` (4 MiB) for each of two ring
+/// peers on each of 16 channels.
+pub const NCCL_BYTES_PER_COMM: f64 = 4.0 * 1048576.0 * 2.0 * 16.0;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelPlan {
@@ -675,10 +688,15 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
     // Activations on the fullest (first) stage: its layers × the micro-batches in
     // flight × what one micro-batch keeps per layer, plus the one layer full
     // recomputation rebuilds at a time.
+    if c.zero == 3 {
+        mem.gather = FP16 * (2.0 * (psi_d + psi_e) / layers.max(1.0)).min(ZERO3_MAX_LIVE);
+    }
+    let comms = [zgroup, c.tensor, c.sequence, c.expert, pp].iter().filter(|&&q| q > 1).count();
+    mem.workspace = NCCL_BYTES_PER_COMM * comms as f64;
     let (kept, working) = recompute::kept_elements(info, c, c.pipe.recompute);
     let flight = pipeline::in_flight(c.pipe.schedule, pp, m as usize, v);
     mem.activations = FP16 * (layers * flight * kept + working) / m;
-    mem.total = mem.params + mem.grads + mem.optimizer + mem.secondary + mem.activations;
+    mem.total = mem.params + mem.grads + mem.optimizer + mem.secondary + mem.activations + mem.gather + mem.workspace;
     // Time: forward + backward (2× forward) + recomputed forward flops of the stage's
     // layers, spread over its ranks. The per-micro-batch work (compute, per-layer
     // collectives, stage sends) is stretched by the bubble; the optimizer step's
