@@ -871,12 +871,16 @@ impl<'p> RankTiles<'p> {
             self.stats.owned_peak = self.stats.owned_peak.max(self.owned_now());
             let plan = &self.plans[l];
             let SetPlan { tasks, placed, fetch, reduce, windowed, one_sided } = plan;
+            // The tile (tensor, stored slot) task `i` of the set writes.
+            let written_tile = |i: usize| {
+                let t = program.written(tasks[i].0);
+                (t, layouts[&t].slot(&tasks[i].1).expect("tasks run over stored tiles"))
+            };
             // Partial tiles of written tiles other ranks own, zeroed.
             let mut partial_at = HashMap::with_capacity(placed.partials[me].len());
             let mut partial_len = 0;
             for &i in &placed.partials[me] {
-                let t = program.written(tasks[i].0);
-                let k = layouts[&t].slot(&tasks[i].1).expect("tasks run over stored tiles");
+                let (t, k) = written_tile(i);
                 partial_at.insert((t, k), partial_len);
                 partial_len += tile_len(t, k);
             }
@@ -1002,7 +1006,9 @@ impl<'p> RankTiles<'p> {
                 // Dynamic: every item is claimed through the counters; the main
                 // thread claims, gets and hands out, the compute threads run.
                 let progress = Progress::default();
-                let own_items = claim_order(work);
+                // Every rank's items in the order it claims them.
+                let orders: Vec<Vec<usize>> = placed.work.iter().map(|w| claim_order(w)).collect();
+                let own_items = &orders[me];
                 debug_assert!(own_items.iter().eq(early.iter().chain(&late)));
                 let own_ready: Vec<usize> = std::iter::repeat_n(0, early.len()).chain(ready.iter().copied()).collect();
                 let queue = JobQueue::new(pool.threads() + 1);
@@ -1025,8 +1031,7 @@ impl<'p> RankTiles<'p> {
                                         // SAFETY: handed to this thread alone (see `Job`).
                                         let tk = unsafe { &mut *ptr };
                                         let w = &placed.work[tk.victim][tk.item];
-                                        let t_w = program.written(tasks[w.task].0);
-                                        let k_w = layouts[&t_w].slot(&tasks[w.task].1).expect("stored tile");
+                                        let (t_w, k_w) = written_tile(w.task);
                                         let part = SyncPtr(tk.partial.as_mut_ptr());
                                         let ops: HashMap<(TensorId, usize), SyncPtr> = tk
                                             .operands
@@ -1086,14 +1091,13 @@ impl<'p> RankTiles<'p> {
                         }
                         if room && !victims.is_empty() {
                             let v = victims[0];
-                            let order_v = claim_order(&placed.work[v]);
+                            let order_v = &orders[v];
                             // Worth taking only if computing it here costs less than the
                             // words it brings (placement's trade; tests take anything).
                             let next = claims[v].fetch_add(0) as usize;
                             let worth = |i: usize| {
                                 let w = &placed.work[v][i];
-                                let t_w = program.written(tasks[w.task].0);
-                                let k_w = layouts[&t_w].slot(&tasks[w.task].1).expect("stored tile");
+                                let (t_w, k_w) = written_tile(w.task);
                                 let words: usize = w
                                     .reads
                                     .iter()
@@ -1134,8 +1138,7 @@ impl<'p> RankTiles<'p> {
                             if let Some(e) = failed {
                                 break Err(e);
                             }
-                            let t_w = program.written(tasks[w.task].0);
-                            let k_w = layouts[&t_w].slot(&tasks[w.task].1).expect("stored tile");
+                            let (t_w, k_w) = written_tile(w.task);
                             let partial = match alloc(tile_len(t_w, k_w), "partial tiles of taken-over work") {
                                 Ok(b) => b,
                                 Err(e) => break Err(e),
@@ -1274,8 +1277,7 @@ impl<'p> RankTiles<'p> {
                 for q in (0..p).filter(|&q| q != me) {
                     let mut at = 0;
                     for &i in &placed.partials[q] {
-                        let t = program.written(tasks[i].0);
-                        let k = layouts[&t].slot(&tasks[i].1).expect("tasks run over stored tiles");
+                        let (t, k) = written_tile(i);
                         let len = tile_len(t, k);
                         if self.own.owner(&layouts[&t].tiles()[k]) == me {
                             scratch.resize(len, 0.0);
@@ -1293,9 +1295,7 @@ impl<'p> RankTiles<'p> {
                 for (q, list) in lists.iter().enumerate() {
                     let mut at = 0;
                     for &(v, i) in list {
-                        let task = placed.work[v][i].task;
-                        let t = program.written(tasks[task].0);
-                        let k = layouts[&t].slot(&tasks[task].1).expect("tasks run over stored tiles");
+                        let (t, k) = written_tile(placed.work[v][i].task);
                         let len = tile_len(t, k);
                         if self.own.owner(&layouts[&t].tiles()[k]) == me {
                             let part: &[f64] = if q == me {
