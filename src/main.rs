@@ -704,6 +704,9 @@ fn tiled_run(
             ))
         }
     }
+    if let Err(v) = tcc::tiled::placement::balance_from_env() {
+        return Err(ctx.fail("E0760", &format!("TCC_BALANCE={v} is neither time nor flops"), None));
+    }
     match tcc::tiled::steal::Steal::from_env() {
         Ok(Some(x)) => t.steal = x,
         Ok(None) => {}

@@ -212,6 +212,11 @@ fn in_process_ranks_give_the_single_process_numbers() {
     }
     // Inputs are generated where they live: --input and --check are refused.
     tcc().args(["run"]).arg(&file).args(["--tiled", "--ranks", "2", "--check"]).assert().code(1);
+    // Switches read from the environment are checked, not ignored when misspelt.
+    for (var, value) in [("TCC_BALANCE", "flop"), ("TCC_STEAL", "yes")] {
+        let out = tcc().args(["run"]).arg(&file).args(["--tiled", "--ranks", "2"]).env(var, value).assert().code(1);
+        assert!(String::from_utf8_lossy(&out.get_output().stderr).contains(var));
+    }
 }
 
 #[cfg(feature = "mpi")]

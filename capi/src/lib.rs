@@ -91,6 +91,9 @@ pub unsafe extern "C" fn tcc_dist_open(source: *const c_char, program: *const c_
         if let Some(mode) = tcc::tiled::ExchangeMode::from_env()? {
             opts.exchange = mode;
         }
+        if let Err(v) = tcc::tiled::placement::balance_from_env() {
+            return Err(format!("TCC_BALANCE={v} is neither time nor flops"));
+        }
         match tcc::tiled::steal::Steal::from_env() {
             Ok(Some(x)) => opts.steal = x,
             Ok(None) => {}

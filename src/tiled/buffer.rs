@@ -27,17 +27,8 @@ pub struct AlignedBuf {
     mapped: bool,
 }
 
-/// Buffers of at least this many bytes are mapped ([`AlignedBuf`]);
-/// `TCC_TILE_MAP_BYTES=N` changes it (0: none), read once (experiments:
-/// bench/distributed/diagnose.sh compares both).
-fn map_bytes() -> usize {
-    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *BYTES.get_or_init(|| match std::env::var("TCC_TILE_MAP_BYTES").ok().and_then(|v| v.parse::<usize>().ok()) {
-        Some(0) => usize::MAX,
-        Some(n) => n,
-        None => 4 << 20,
-    })
-}
+/// Buffers of at least this many bytes are mapped ([`AlignedBuf`]).
+const MAP_BYTES: usize = 4 << 20;
 
 // SAFETY: the buffer owns its memory, like a `Vec<f64>`.
 unsafe impl Send for AlignedBuf {}
@@ -54,7 +45,7 @@ impl AlignedBuf {
             return Some(AlignedBuf::default());
         }
         let layout = Self::layout(len)?;
-        if layout.size() >= map_bytes() {
+        if layout.size() >= MAP_BYTES {
             return Self::mapped(layout.size()).map(|ptr| AlignedBuf { ptr, len, mapped: true });
         }
         // SAFETY: the layout has a nonzero size.

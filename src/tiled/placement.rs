@@ -85,10 +85,22 @@ pub struct SetPlacement {
 /// modelled rate, so that `TCC_FLOPS_PER_WORD` keeps its unit), or flops.
 /// Flops alone left the 16-rank CCD's ranks 0.14–0.30 s in kernels for flops
 /// within 8% of each other: the pieces' shapes run at different rates.
-/// `TCC_BALANCE=flops` restores flops (experiments), read once.
+/// `TCC_BALANCE=flops` restores flops (experiments), read once; `tcc run` and
+/// libraries refuse any other value than `time` or `flops` ([`balance_from_env`]).
 fn balance_by_time() -> bool {
     static TIME: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *TIME.get_or_init(|| std::env::var("TCC_BALANCE").map_or(true, |v| v != "flops"))
+    *TIME.get_or_init(|| balance_from_env() != Ok(Some(false)))
+}
+
+/// `TCC_BALANCE` when set: `Some(true)` for `time`, `Some(false)` for `flops`,
+/// `Err` with any other value.
+pub fn balance_from_env() -> Result<Option<bool>, String> {
+    match std::env::var("TCC_BALANCE") {
+        Err(_) => Ok(None),
+        Ok(v) if v == "time" => Ok(Some(true)),
+        Ok(v) if v == "flops" => Ok(Some(false)),
+        Ok(v) => Err(v),
+    }
 }
 
 /// A piece of a task of the set.
