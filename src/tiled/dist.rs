@@ -24,7 +24,7 @@ use crate::symmetry::PermGroup;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use tcc_runtime::comm::Communicator;
+use tcc_runtime::comm::{Communicator, Window};
 use tcc_runtime::task::{Schedule, ThreadPool};
 
 /// Which rank owns each tile: tiles are grouped by their first two coordinates
@@ -460,6 +460,21 @@ impl Drop for Getter<'_> {
         self.0.stopped.store(true, SeqCst);
         let _guard = self.0.lock.lock().unwrap_or_else(|e| e.into_inner());
         self.0.wake.notify_all();
+    }
+}
+
+/// How often a rank whose fetches are done lets its MPI library serve the other
+/// ranks' reads while its compute threads work: often enough that a get waits
+/// little, seldom enough that the polling costs them almost nothing.
+const SERVE_INTERVAL: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// Waits for `computing` inside the window's progress, not blocked outside MPI:
+/// other ranks may still be reading this rank's tiles (or its claim counter),
+/// and some MPI libraries answer only while the owner is inside MPI.
+fn serve_while<T>(window: &dyn Window, computing: &std::thread::ScopedJoinHandle<'_, T>) {
+    while !computing.is_finished() {
+        window.progress();
+        std::thread::sleep(SERVE_INTERVAL);
     }
 }
 
@@ -1151,11 +1166,13 @@ impl<'p> RankTiles<'p> {
                         if own_done && victims.is_empty() {
                             break Ok(());
                         }
+                        window.progress();
                         queue.wait_for_room();
                     };
                     guard.finish();
                     queue.close();
                     exchange_s = x0.elapsed().as_secs_f64();
+                    serve_while(&*window, &computing);
                     if let Err(panic) = computing.join() {
                         std::panic::resume_unwind(panic);
                     }
@@ -1200,6 +1217,7 @@ impl<'p> RankTiles<'p> {
                     }
                     guard.finish();
                     exchange_s = x0.elapsed().as_secs_f64();
+                    serve_while(&*window, &computing);
                     if let Err(panic) = computing.join() {
                         std::panic::resume_unwind(panic);
                     }

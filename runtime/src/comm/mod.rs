@@ -241,6 +241,12 @@ pub trait Window {
     /// `target` into `dst`; complete when it returns. Panics (a rank failure) on
     /// a range outside the segment.
     fn get(&self, target: usize, segment: usize, offset: usize, dst: &mut [f64]);
+    /// Lets the library serve the other ranks' reads of this rank's segments
+    /// where it needs the owner's help: Open MPI's `pt2pt` one-sided component
+    /// (windows made of messages, where memory cannot be read directly) answers
+    /// a get only while the owner is inside MPI. A rank with nothing to read
+    /// calls this now and then instead of blocking outside MPI.
+    fn progress(&self) {}
     /// Ends the exposure (collective): returns once every rank has closed, so no
     /// rank reads a segment after its owner goes on to change it.
     fn close(self: Box<Self>);

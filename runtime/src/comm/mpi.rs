@@ -498,6 +498,19 @@ impl Window for MpiWindow<'_> {
             self.comm.stats.set(s);
         }
     }
+    fn progress(&self) {
+        let mut flag: c_int = 0;
+        // SAFETY: a probe with no status; it only drives the library's progress.
+        unsafe {
+            ffi::MPI_Iprobe(
+                ffi::RSMPI_ANY_SOURCE,
+                ffi::RSMPI_ANY_TAG,
+                self.comm.comm,
+                &mut flag,
+                ffi::RSMPI_STATUS_IGNORE,
+            )
+        };
+    }
     fn close(self: Box<Self>) {
         // SAFETY: every get of this rank completed (flushed); after the barrier no
         // rank accesses any of the windows, so freeing them (collective) is safe.
