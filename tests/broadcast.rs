@@ -5,6 +5,8 @@
 //! here, for the reference interpreter, the JIT in every fusion mode (GETT forced
 //! on) and the tiled executor.
 
+mod common;
+
 use std::collections::HashMap;
 use std::process::Command;
 use tcc::codegen::llvm::{jit_run, Options};
@@ -74,10 +76,7 @@ fn expected(hir: &Hir, x: &HashMap<TensorId, Dense>) -> HashMap<&'static str, Ve
 }
 
 fn assert_close(what: &str, got: &[f64], want: &[f64]) {
-    let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
-    for (e, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= 1e-12 * scale, "{what}: element {e}: {g} vs {w}");
-    }
+    common::assert_close(what, got, want, 1e-12);
 }
 
 #[test]

@@ -6,6 +6,8 @@
 //! mode (GETT forced on), the GPU plan emulated on the host and the tiled executor;
 //! and a network beyond the exact search through `tcc run --check`.
 
+mod common;
+
 use std::collections::HashMap;
 use std::process::Command;
 use tcc::codegen::llvm::{jit_run, Options};
@@ -111,11 +113,7 @@ fn expected(hir: &Hir, x: &HashMap<TensorId, Dense>) -> HashMap<&'static str, Ve
 }
 
 fn assert_close(what: &str, got: &[f64], want: &[f64]) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
-    for (k, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= 1e-12 * scale.max(1.0), "{what}: element {k}: {g} vs {w}");
-    }
+    common::assert_close_scaled(what, got, want, 1e-12, 1.0);
 }
 
 fn compile(src: &str) -> Hir {

@@ -3,6 +3,10 @@
 //! loops written here, for the reference interpreter and the JIT in every fusion
 //! mode and the GPU plan emulated on the host; the example runs under `tcc run --check`.
 
+mod common;
+
+use common::assert_close;
+
 use std::collections::HashMap;
 use std::process::Command;
 use tcc::codegen::llvm::{jit_run, Options};
@@ -57,19 +61,8 @@ fn expected(hir: &Hir, x: &HashMap<TensorId, Dense>) -> HashMap<&'static str, Ve
     out
 }
 
-fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
-    assert_eq!(got.len(), want.len(), "{what}");
-    let scale = want.iter().fold(1e-300f64, |m, w| m.max(w.abs()));
-    for (e, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= tol * scale, "{what}: element {e}: {g} vs {w}");
-    }
-}
-
 fn compiled(src: &str) -> Hir {
-    let (hir, diags) = tcc::compile(src, "masked_softmax");
-    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
-    assert!(diags.iter().all(|d| !d.is_error()), "{diags:?}");
-    hir
+    common::compiled(src, "masked_softmax")
 }
 
 #[test]

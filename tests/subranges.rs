@@ -5,6 +5,10 @@
 //! f32, and the GPU plan emulated on the host; the example runs under `tcc run
 //! --check`; tiled and distributed runs and plans refuse clearly.
 
+mod common;
+
+use common::assert_close;
+
 use std::collections::HashMap;
 use std::process::Command;
 use tcc::codegen::llvm::{jit_run, Options};
@@ -56,19 +60,8 @@ fn expected(hir: &Hir, x: &HashMap<TensorId, Dense>) -> HashMap<&'static str, Ve
     HashMap::from([("F", f), ("R", r), ("D", d), ("W", vec![w])])
 }
 
-fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
-    assert_eq!(got.len(), want.len(), "{what}");
-    let scale = want.iter().fold(1e-300f64, |m, w| m.max(w.abs()));
-    for (e, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= tol * scale, "{what}: element {e}: {g} vs {w}");
-    }
-}
-
 fn compiled(src: &str) -> Hir {
-    let (hir, diags) = tcc::compile(src, "fock_blocks");
-    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
-    assert!(diags.iter().all(|d| !d.is_error()), "{diags:?}");
-    hir
+    common::compiled(src, "fock_blocks")
 }
 
 #[test]
