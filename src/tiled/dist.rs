@@ -24,7 +24,7 @@ use crate::symmetry::PermGroup;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use tcc_runtime::comm::{Communicator, Window};
+use tcc_runtime::comm::{Communicator, Read, Window};
 use tcc_runtime::task::{Schedule, ThreadPool};
 
 /// Which rank owns each tile: tiles are grouped by their first two coordinates
@@ -462,6 +462,9 @@ impl Drop for Getter<'_> {
         self.0.wake.notify_all();
     }
 }
+
+/// The most tiles one batch of one-sided reads asks for before waiting.
+const MAX_GET_BATCH: usize = 32;
 
 /// How often a rank whose fetches are done lets its MPI library serve the other
 /// ranks' reads while its compute threads work: often enough that a get waits
@@ -1202,18 +1205,32 @@ impl<'p> RankTiles<'p> {
                         run_items(&late, Some(fetched_ptr), Some((&progress, &ready)));
                     });
                     let mut guard = progress.getter();
-                    let mut at = 0;
-                    for (n, &(t, k)) in order.iter().enumerate() {
-                        let owner = self.own.owner(&layouts[&t].tiles()[k]);
-                        let seg = windowed.binary_search(&t).expect("remote reads are windowed");
-                        let len = tile_len(t, k);
-                        // SAFETY: only this thread writes `fetched`, each tile once (in
-                        // `order`, back to back), before announcing it; readers read
-                        // announced tiles only.
-                        let dst = unsafe { std::slice::from_raw_parts_mut(fetched_ptr.get().add(at), len) };
-                        window.get(owner, seg, self.owner_offset[t.index()][k], dst);
-                        at += len;
-                        guard.announce(n + 1);
+                    let (mut at, mut done) = (0, 0);
+                    // Batches of growing size: the first tiles arrive after one
+                    // round trip, later ones share theirs (a get may need the
+                    // owner's attention: Window::progress).
+                    let mut batch = 1;
+                    while done < order.len() {
+                        let end = (done + batch).min(order.len());
+                        let mut reads = Vec::with_capacity(end - done);
+                        for &(t, k) in &order[done..end] {
+                            let len = tile_len(t, k);
+                            // SAFETY: only this thread writes `fetched`, each tile once (in
+                            // `order`, back to back), before announcing it; readers read
+                            // announced tiles only.
+                            let dst = unsafe { std::slice::from_raw_parts_mut(fetched_ptr.get().add(at), len) };
+                            reads.push(Read {
+                                target: self.own.owner(&layouts[&t].tiles()[k]),
+                                segment: windowed.binary_search(&t).expect("remote reads are windowed"),
+                                offset: self.owner_offset[t.index()][k],
+                                dst,
+                            });
+                            at += len;
+                        }
+                        window.get_many(&mut reads);
+                        done = end;
+                        guard.announce(done);
+                        batch = (batch * 2).min(MAX_GET_BATCH);
                     }
                     guard.finish();
                     exchange_s = x0.elapsed().as_secs_f64();

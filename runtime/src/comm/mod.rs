@@ -241,6 +241,14 @@ pub trait Window {
     /// `target` into `dst`; complete when it returns. Panics (a rank failure) on
     /// a range outside the segment.
     fn get(&self, target: usize, segment: usize, offset: usize, dst: &mut [f64]);
+    /// Every read of `reads`, complete when it returns. MPI issues them all
+    /// before waiting once per window, so a batch costs about one round trip,
+    /// not one per read.
+    fn get_many(&self, reads: &mut [Read<'_>]) {
+        for r in reads {
+            self.get(r.target, r.segment, r.offset, r.dst);
+        }
+    }
     /// Lets the library serve the other ranks' reads of this rank's segments
     /// where it needs the owner's help: Open MPI's `pt2pt` one-sided component
     /// (windows made of messages, where memory cannot be read directly) answers
@@ -250,6 +258,15 @@ pub trait Window {
     /// Ends the exposure (collective): returns once every rank has closed, so no
     /// rank reads a segment after its owner goes on to change it.
     fn close(self: Box<Self>);
+}
+
+/// One read of [`Window::get_many`]: words `offset..offset + dst.len()` of
+/// segment `segment` of rank `target`.
+pub struct Read<'a> {
+    pub target: usize,
+    pub segment: usize,
+    pub offset: usize,
+    pub dst: &'a mut [f64],
 }
 
 /// A tag reserved for a communicator's own collectives; user tags must be below it.

@@ -10,7 +10,7 @@
 //! with `MPI_Abort`, and a rank that exits without `MPI_Finalize` makes `mpirun` kill
 //! the others. Either way every rank exits non-zero instead of hanging.
 
-use super::{algo, Backend, CommStats, Communicator, ReduceOp, SharedCounter, Window};
+use super::{algo, Backend, CommStats, Communicator, Read, ReduceOp, SharedCounter, Window};
 use mpi::ffi;
 use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
@@ -471,32 +471,46 @@ struct MpiWindow<'a> {
 
 impl Window for MpiWindow<'_> {
     fn get(&self, target: usize, segment: usize, offset: usize, dst: &mut [f64]) {
-        assert!(target < self.comm.size && segment < self.wins.len(), "get: no segment {segment} on rank {target}");
-        if dst.is_empty() {
-            return;
-        }
-        assert!(dst.len() <= c_int::MAX as usize, "get: {} words in one MPI_Get", dst.len());
-        let win = self.wins[segment];
-        // SAFETY: `dst` is ours until the flush completes the get; MPI checks the
-        // range against the target's window (an error aborts the job).
-        unsafe {
-            ffi::MPI_Get(
-                dst.as_mut_ptr() as *mut c_void,
-                dst.len() as c_int,
-                MpiComm::dbl(),
-                target as c_int,
-                offset as ffi::MPI_Aint,
-                dst.len() as c_int,
-                MpiComm::dbl(),
-                win,
+        self.get_many(&mut [Read { target, segment, offset, dst }]);
+    }
+    fn get_many(&self, reads: &mut [Read<'_>]) {
+        let mut used = vec![false; self.wins.len()];
+        let mut stats = self.comm.stats.get();
+        for r in reads.iter_mut() {
+            assert!(
+                r.target < self.comm.size && r.segment < self.wins.len(),
+                "get: no segment {} on rank {}",
+                r.segment,
+                r.target
             );
-            ffi::MPI_Win_flush_local(target as c_int, win);
+            if r.dst.is_empty() {
+                continue;
+            }
+            assert!(r.dst.len() <= c_int::MAX as usize, "get: {} words in one MPI_Get", r.dst.len());
+            // SAFETY: `dst` is ours until the flush below completes the get; MPI
+            // checks the range against the target's window (an error aborts the job).
+            unsafe {
+                ffi::MPI_Get(
+                    r.dst.as_mut_ptr() as *mut c_void,
+                    r.dst.len() as c_int,
+                    MpiComm::dbl(),
+                    r.target as c_int,
+                    r.offset as ffi::MPI_Aint,
+                    r.dst.len() as c_int,
+                    MpiComm::dbl(),
+                    self.wins[r.segment],
+                );
+            }
+            used[r.segment] = true;
+            if r.target != self.comm.rank {
+                stats.got(r.dst.len());
+            }
         }
-        if target != self.comm.rank {
-            let mut s = self.comm.stats.get();
-            s.got(dst.len());
-            self.comm.stats.set(s);
+        for (&win, _) in self.wins.iter().zip(&used).filter(|(_, &u)| u) {
+            // SAFETY: completes this rank's gets on `win` locally (the buffers are filled).
+            unsafe { ffi::MPI_Win_flush_local_all(win) };
         }
+        self.comm.stats.set(stats);
     }
     fn progress(&self) {
         let mut flag: c_int = 0;
