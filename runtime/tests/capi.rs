@@ -6,6 +6,23 @@ use std::process::Command;
 
 #[test]
 fn c_program_uses_the_runtime() {
+    c_program_runs()
+}
+
+/// With the `mpi` feature the static library holds the MPI back end, whose
+/// objects the linker may pull in with the C API's: link MPI too.
+fn mpi_link_flags() -> Vec<String> {
+    if !cfg!(feature = "mpi") {
+        return Vec::new();
+    }
+    let shown = Command::new("mpicc").arg("--showme:link").output().ok().filter(|o| o.status.success());
+    match shown {
+        Some(o) => String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect(),
+        None => vec!["-lmpi".to_string()],
+    }
+}
+
+fn c_program_runs() {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     // target/<profile>/deps/capi-… → target/<profile>
     let exe = std::env::current_exe().unwrap();
@@ -29,6 +46,7 @@ fn c_program_uses_the_runtime() {
         .arg("-I")
         .arg(manifest.join("include"))
         .arg(&lib)
+        .args(mpi_link_flags())
         .args(["-lpthread", "-ldl", "-lm"])
         .output()
         .expect("a C compiler (cc) is installed");

@@ -59,6 +59,8 @@ fn collectives_counters_and_mixing() {
         if !made && c.rank() == 0 {
             eprintln!("MPI_Win_create failed here: one-sided gets not checked");
         }
+        // Window memory (`MPI_Win_allocate`) works with every one-sided component.
+        assert!(check::window_memory(c.as_ref(), made), "no window memory on {b}");
     }
     let m = Mixed::new(vec![world.comm(Backend::Mpi), world.comm(Backend::MpiP2p)], check::zigzag(World::Mpi));
     check::mixing(&m);

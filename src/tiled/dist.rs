@@ -24,7 +24,7 @@ use crate::symmetry::PermGroup;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use tcc_runtime::comm::{Communicator, Read, Window};
+use tcc_runtime::comm::{Communicator, Read, Window, WindowMemory};
 use tcc_runtime::task::{Schedule, ThreadPool};
 
 /// Which rank owns each tile: tiles are grouped by their first two coordinates
@@ -121,7 +121,48 @@ fn key(c: &[u32]) -> Key {
 #[derive(Debug, Default)]
 struct Local {
     offsets: HashMap<usize, usize>,
-    data: AlignedBuf,
+    data: Storage,
+}
+
+/// Where a tensor's local tiles live: memory of this process, or window memory
+/// from the communicator (MPI: `MPI_Win_allocate`), which one-sided reads reach
+/// without the owner's help where the library can and which sets expose without
+/// making windows.
+enum Storage {
+    Own(AlignedBuf),
+    Window(Box<dyn WindowMemory>),
+}
+
+impl Default for Storage {
+    fn default() -> Storage {
+        Storage::Own(AlignedBuf::default())
+    }
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = if matches!(self, Storage::Own(_)) { "own" } else { "window" };
+        write!(f, "{} words ({kind} memory)", self.len())
+    }
+}
+
+impl std::ops::Deref for Storage {
+    type Target = [f64];
+    fn deref(&self) -> &[f64] {
+        match self {
+            Storage::Own(b) => b,
+            Storage::Window(w) => w.as_slice(),
+        }
+    }
+}
+
+impl std::ops::DerefMut for Storage {
+    fn deref_mut(&mut self) -> &mut [f64] {
+        match self {
+            Storage::Own(b) => b,
+            Storage::Window(w) => w.as_mut_slice(),
+        }
+    }
 }
 
 /// What one rank held and moved.
@@ -481,6 +522,16 @@ fn serve_while<T>(window: &dyn Window, computing: &std::thread::ScopedJoinHandle
     }
 }
 
+/// Drops the tensors of `local` that `keep` rejects, in the order of their ids:
+/// window memory is freed collectively, so every rank frees in the same order.
+fn drop_tensors(local: &mut HashMap<TensorId, Local>, keep: impl Fn(TensorId) -> bool) {
+    let mut gone: Vec<TensorId> = local.keys().copied().filter(|&t| !keep(t)).collect();
+    gone.sort();
+    for t in gone {
+        local.remove(&t);
+    }
+}
+
 /// Where each shipment of `received` starts in the receive buffer, and the total.
 fn offsets_of(received: &[Shipment]) -> (HashMap<(TensorId, usize), usize>, usize) {
     let mut at = 0;
@@ -507,12 +558,12 @@ pub fn run_rank(
     opts: &TiledOptions,
 ) -> Result<(Option<HashMap<TensorId, TiledTensor>>, RankStats), CommandError> {
     let base_rss = peak_rss_bytes();
-    let mut rank = RankTiles::new(program, comm.rank(), comm.size(), opts)?;
+    let mut rank = RankTiles::new(program, comm.rank(), comm.size(), opts, Some(comm))?;
     rank.stats.base_rss = base_rss;
     rank.fill_random(seed);
     rank.run(comm)?;
     let outputs = rank.gather(comm)?;
-    Ok((outputs, rank.stats))
+    Ok((outputs, std::mem::take(&mut rank.stats)))
 }
 
 /// Everything every rank plans alike before a distributed run: ownership, each
@@ -714,7 +765,16 @@ pub struct RankTiles<'p> {
     last_use: HashMap<TensorId, usize>,
     /// Where each tile lies in its owner's buffer ([`Planned::owner_offset`]).
     owner_offset: Vec<Vec<usize>>,
+    /// Tensors live in the communicator's window memory (see [`RankTiles::new`]).
+    window_storage: bool,
     pub stats: RankStats,
+}
+
+impl Drop for RankTiles<'_> {
+    fn drop(&mut self) {
+        // Window memory is freed collectively: in the same order on every rank.
+        drop_tensors(&mut self.local, |_| false);
+    }
 }
 
 /// What every rank knows of one task set before it runs (the inspector): its
@@ -747,11 +807,17 @@ impl SetPlan {
 impl<'p> RankTiles<'p> {
     /// Rank `me` of `ranks`, holding zeroed tiles of the unit's inputs and outputs,
     /// with every task set planned.
+    ///
+    /// With `windows`, tensors live in the communicator's window memory when some
+    /// set reads tiles one-sided (every rank of it must then create and drop its
+    /// `RankTiles` at the same points: window memory is allocated and freed
+    /// collectively).
     pub fn new(
         program: &'p Program,
         me: usize,
         ranks: usize,
         opts: &TiledOptions,
+        windows: Option<&dyn Communicator>,
     ) -> Result<RankTiles<'p>, CommandError> {
         let Planned { own, plans, last_use, owner_offset, plan_s, model_s, model_exchange_s } =
             Planned::new(program, ranks, opts);
@@ -767,12 +833,15 @@ impl<'p> RankTiles<'p> {
             plans,
             last_use,
             owner_offset,
+            window_storage: false,
             stats: RankStats { plan_s, model_s, model_exchange_s, planned_words, work_model_s, ..RankStats::default() },
         };
         let hir = &program.hir;
+        let windows = windows.filter(|_| ranks > 1 && r.plans.iter().any(|p| p.one_sided));
+        r.window_storage = windows.is_some();
         for t in hir.unit_inputs(program.unit).into_iter().chain(hir.unit_outputs(program.unit)) {
             if !r.local.contains_key(&t) {
-                let loc = r.make_local(t)?;
+                let loc = r.make_local(t, windows)?;
                 r.local.insert(t, loc);
             }
         }
@@ -802,7 +871,9 @@ impl<'p> RankTiles<'p> {
         self.local.get_mut(&t).map(|l| &mut l.data[..])
     }
 
-    fn make_local(&self, t: TensorId) -> Result<Local, CommandError> {
+    /// Zeroed storage for this rank's tiles of `t`: window memory of `windows`
+    /// (collective) where it has some, else this process's.
+    fn make_local(&self, t: TensorId, windows: Option<&dyn Communicator>) -> Result<Local, CommandError> {
         let l = &self.program.layouts[&t];
         let mut offsets = HashMap::new();
         let mut n = 0;
@@ -810,7 +881,11 @@ impl<'p> RankTiles<'p> {
             offsets.insert(k, n);
             n += l.tile_len(&l.tiles()[k]);
         }
-        Ok(Local { offsets, data: alloc(n, &format!("`{}`", l.name))? })
+        let data = match windows.and_then(|c| c.alloc_window_memory(n)) {
+            Some(w) => Storage::Window(w),
+            None => Storage::Own(alloc(n, &format!("`{}`", l.name))?),
+        };
+        Ok(Local { offsets, data })
     }
 
     fn owned_now(&self) -> f64 {
@@ -879,7 +954,7 @@ impl<'p> RankTiles<'p> {
                 let t = program.written(s);
                 if !self.local.contains_key(&t) {
                     // Zero as allocated (and its pages untouched until computed into).
-                    let loc = self.make_local(t)?;
+                    let loc = self.make_local(t, self.window_storage.then_some(comm))?;
                     self.local.insert(t, loc);
                 } else if !program.accumulates(s) {
                     // `=` overwrites: every stored tile of the tensor is this statement's.
@@ -1379,7 +1454,7 @@ impl<'p> RankTiles<'p> {
             self.stats.taken_words += taken_words as f64;
             self.stats.exchange_s += x1.elapsed().as_secs_f64();
             let last_use = &self.last_use;
-            local.retain(|t, _| hir.tensors[*t].role != Role::Temporary || last_use.get(t).is_some_and(|&u| u > l));
+            drop_tensors(local, |t| hir.tensors[t].role != Role::Temporary || last_use.get(&t).is_some_and(|&u| u > l));
         }
         self.stats.run_s = t0.elapsed().as_secs_f64();
         self.stats.profile = super::exec::merged(profiles);

@@ -86,7 +86,7 @@ impl<'c> Session<'c> {
             .chain(program.hir.unit_outputs(unit))
             .map(|t| (program.hir.tensors[t].name.clone(), t, program.hir.tensors[t].role))
             .collect();
-        let rank = match RankTiles::new(program, comm.get().rank(), comm.get().size(), &opts) {
+        let rank = match RankTiles::new(program, comm.get().rank(), comm.get().size(), &opts, None) {
             Ok(r) => r,
             Err(e) => {
                 // SAFETY: leaked just above; nothing borrows it.

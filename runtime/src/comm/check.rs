@@ -5,7 +5,7 @@
 //! panics on a wrong result, except [`sized`], which returns one verdict per
 //! operation (the device check of the `nccl` back end prints them).
 
-use super::{displs, Backend, Collective, CommStats, Communicator, ReduceOp, World};
+use super::{displs, Backend, Collective, CommStats, Communicator, Read, ReduceOp, World};
 use crate::task::{run_tasks, Schedule};
 use crate::tune::{Entry, TuningTable};
 use std::collections::BTreeMap;
@@ -423,5 +423,56 @@ pub fn window(c: &dyn Communicator) -> bool {
     w.close();
     let after = c.stats();
     assert_eq!(after.words_got - before.words_got, words as u64, "words read counted on rank {r}");
+    true
+}
+
+/// Window memory ([`Communicator::alloc_window_memory`]) exposed next to an
+/// ordinary segment (`with_plain`: where the back end makes windows over memory
+/// it did not allocate), twice (the owner rewrites its memory between the two
+/// exposures, which must then be seen), read in one batch of gets. `false`
+/// where the back end has no window memory (nothing checked).
+pub fn window_memory(c: &dyn Communicator, with_plain: bool) -> bool {
+    let (p, r) = (c.size(), c.rank());
+    // Rank 0 gets an empty buffer: it must still have a window of its own.
+    let len = |q: usize| if q == 0 { 0 } else { 4 + q };
+    let Some(mut mem) = c.alloc_window_memory(len(r)) else { return false };
+    let Some(mut empty) = c.alloc_window_memory(0) else { panic!("rank {r}: a second window memory was refused") };
+    assert!(mem.as_slice().iter().all(|&x| x == 0.0), "rank {r}: window memory is not zeroed");
+    assert!(empty.as_mut_slice().is_empty());
+    let plain = data(100 + r, 3);
+    for round in 0..2 {
+        mem.as_mut_slice().copy_from_slice(&data(10 * round + r, len(r)));
+        let mut segs = vec![mem.as_slice(), empty.as_slice()];
+        if with_plain {
+            segs.insert(0, plain.as_slice());
+        }
+        let w = c.expose(&segs).expect("windows over window memory");
+        // Segment numbers of the plain one, the memory and the empty memory.
+        let at = |k: usize| k - usize::from(!with_plain);
+        let mut bufs: Vec<(usize, usize, Vec<f64>)> = Vec::new();
+        for q in 0..p {
+            if with_plain {
+                bufs.push((q, 0, vec![0.0; 3]));
+            }
+            bufs.push((q, at(1), vec![0.0; len(q)]));
+            bufs.push((q, at(2), Vec::new()));
+        }
+        let mut reads: Vec<Read<'_>> =
+            bufs.iter_mut().map(|(q, seg, b)| Read { target: *q, segment: *seg, offset: 0, dst: b }).collect();
+        w.get_many(&mut reads);
+        drop(reads);
+        for (q, seg, got) in &bufs {
+            let want = match seg + usize::from(!with_plain) {
+                0 => data(100 + q, 3),
+                1 => data(10 * round + q, len(*q)),
+                _ => Vec::new(),
+            };
+            assert_eq!(got, &want, "round {round}: rank {r} read segment {seg} of rank {q}");
+        }
+        w.close();
+    }
+    // Dropped in the same order on every rank (collective).
+    drop(empty);
+    drop(mem);
     true
 }

@@ -13,7 +13,7 @@
 //! receiver cannot know the size of what it will receive). Each back end has its own
 //! message space, so one back end never consumes another's messages.
 
-use super::{Backend, Collective, CommStats, Communicator, ReduceOp, SharedCounter, Window};
+use super::{Backend, Collective, CommStats, Communicator, ReduceOp, SharedCounter, Window, WindowMemory};
 use crate::tune::TuningTable;
 
 pub struct Mixed {
@@ -105,6 +105,9 @@ impl Communicator for Mixed {
     /// same back ends in the same order, so all pick the same).
     fn expose<'a>(&'a self, segments: &[&'a [f64]]) -> Option<Box<dyn Window + 'a>> {
         self.comms.iter().find_map(|c| c.expose(segments))
+    }
+    fn alloc_window_memory(&self, n: usize) -> Option<Box<dyn WindowMemory>> {
+        self.comms.iter().find_map(|c| c.alloc_window_memory(n))
     }
     fn counter(&self) -> Box<dyn SharedCounter> {
         self.comms[0].counter()

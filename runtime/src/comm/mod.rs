@@ -260,6 +260,13 @@ pub trait Window {
     fn close(self: Box<Self>);
 }
 
+/// Memory from [`Communicator::alloc_window_memory`]; dropping it frees it
+/// (collective).
+pub trait WindowMemory: Send + Sync {
+    fn as_slice(&self) -> &[f64];
+    fn as_mut_slice(&mut self) -> &mut [f64];
+}
+
 /// One read of [`Window::get_many`]: words `offset..offset + dst.len()` of
 /// segment `segment` of rank `target`.
 pub struct Read<'a> {
@@ -318,6 +325,17 @@ pub trait Communicator {
     /// Until [`Window::close`], no rank may write an exposed segment.
     fn expose<'a>(&'a self, segments: &[&'a [f64]]) -> Option<Box<dyn Window + 'a>> {
         let _ = segments;
+        None
+    }
+    /// `n` zeroed words that later [`Communicator::expose`] calls expose without
+    /// making a window each time, and that one-sided reads reach without the
+    /// owner's help where the library can (MPI: `MPI_Win_allocate`, in a
+    /// passive-target epoch while it lives; Open MPI's `osc sm` then reads it
+    /// with loads on one node). Collective: every rank asks, in the same order,
+    /// and drops what it got in the same order too. `None` where the back end
+    /// has no such memory, or could not allocate it on every rank.
+    fn alloc_window_memory(&self, n: usize) -> Option<Box<dyn WindowMemory>> {
+        let _ = n;
         None
     }
 

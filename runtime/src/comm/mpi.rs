@@ -10,7 +10,7 @@
 //! with `MPI_Abort`, and a rank that exits without `MPI_Finalize` makes `mpirun` kill
 //! the others. Either way every rank exits non-zero instead of hanging.
 
-use super::{algo, Backend, CommStats, Communicator, Read, ReduceOp, SharedCounter, Window};
+use super::{algo, Backend, CommStats, Communicator, Read, ReduceOp, SharedCounter, Window, WindowMemory};
 use mpi::ffi;
 use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
@@ -55,6 +55,7 @@ impl MpiWorld {
             native,
             stats: Cell::new(CommStats::default()),
             free: false,
+            allocated: Default::default(),
         })
     }
 }
@@ -92,6 +93,7 @@ impl MpiComm {
                 native: true,
                 stats: Cell::new(CommStats::default()),
                 free: true,
+                allocated: Default::default(),
             })
         }
     }
@@ -139,6 +141,59 @@ pub struct MpiComm {
     stats: Cell<CommStats>,
     /// Whether the communicator is this value's own duplicate, freed on drop.
     free: bool,
+    /// The live window memory this communicator allocated: address, words and
+    /// window of each (`expose` reuses their windows).
+    allocated: Registry,
+}
+
+/// Live [`MpiWindowMemory`] of one communicator: (address, words, window).
+type Registry = std::sync::Arc<std::sync::Mutex<Vec<(usize, usize, WinHandle)>>>;
+
+/// An `MPI_Win` that may cross threads (the handle is a pointer in Open MPI).
+#[derive(Clone, Copy, PartialEq)]
+struct WinHandle(ffi::MPI_Win);
+// SAFETY: a handle; every MPI call on it stays on the thread that owns the rank's
+// MPI calls (the rank's main thread).
+unsafe impl Send for WinHandle {}
+unsafe impl Sync for WinHandle {}
+
+/// Memory from `MPI_Win_allocate`, in a passive-target epoch on every rank
+/// (`MPI_Win_lock_all`) until dropped.
+struct MpiWindowMemory {
+    ptr: *mut f64,
+    len: usize,
+    win: WinHandle,
+    registry: Registry,
+}
+
+// SAFETY: owns its memory like a `Vec<f64>`; the window is touched only on drop.
+unsafe impl Send for MpiWindowMemory {}
+unsafe impl Sync for MpiWindowMemory {}
+
+impl WindowMemory for MpiWindowMemory {
+    fn as_slice(&self) -> &[f64] {
+        // SAFETY: `len` words (at least one allocated) that this value owns.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+    fn as_mut_slice(&mut self) -> &mut [f64] {
+        // SAFETY: as above, borrowed mutably.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for MpiWindowMemory {
+    fn drop(&mut self) {
+        let mut list = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|&(_, _, w)| w != self.win);
+        drop(list);
+        let mut win = self.win.0;
+        // SAFETY: collective (every rank drops its window memory in the same
+        // order); no window of an `expose` uses it any more.
+        unsafe {
+            ffi::MPI_Win_unlock_all(win);
+            ffi::MPI_Win_free(&mut win);
+        }
+    }
 }
 
 impl MpiComm {
@@ -408,14 +463,70 @@ impl Communicator for MpiComm {
             Box::new(MpiCounter { win: Cell::new(win), ops: Cell::new(0) })
         }
     }
+    fn alloc_window_memory(&self, n: usize) -> Option<Box<dyn WindowMemory>> {
+        let mut base: *mut f64 = std::ptr::null_mut();
+        let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
+        unsafe { ffi::MPI_Comm_set_errhandler(self.comm, ffi::RSMPI_ERRORS_RETURN) };
+        // At least one word, so that every buffer has an address of its own
+        // (`expose` finds a buffer's window by its address).
+        // SAFETY: MPI writes the address of the memory it allocated into `base`.
+        let rc = unsafe {
+            ffi::MPI_Win_allocate(
+                (n.max(1) * 8) as ffi::MPI_Aint,
+                8,
+                ffi::RSMPI_INFO_NULL,
+                self.comm,
+                &mut base as *mut *mut f64 as *mut c_void,
+                &mut win,
+            )
+        };
+        unsafe { ffi::MPI_Comm_set_errhandler(self.comm, ffi::RSMPI_ERRORS_ARE_FATAL) };
+        let ok = (rc == 0 && !base.is_null()) as c_int;
+        let mut all = 0 as c_int;
+        unsafe {
+            let this = &ok as *const c_int as *const c_void;
+            let int = ffi::RSMPI_INT32_T;
+            ffi::MPI_Allreduce(this, &mut all as *mut c_int as *mut c_void, 1, int, ffi::RSMPI_MIN, self.comm);
+        }
+        if all == 0 {
+            if rc == 0 {
+                // SAFETY: made on this rank (collective free: every rank that made one frees it).
+                unsafe { ffi::MPI_Win_free(&mut win) };
+            }
+            return None;
+        }
+        // SAFETY: `n` words MPI allocated for this window; zeroed before any use.
+        unsafe {
+            std::ptr::write_bytes(base, 0, n);
+            ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win);
+        }
+        let win = WinHandle(win);
+        self.allocated.lock().unwrap_or_else(|e| e.into_inner()).push((base as usize, n, win));
+        Some(Box::new(MpiWindowMemory { ptr: base, len: n, win, registry: self.allocated.clone() }))
+    }
     fn expose<'a>(&'a self, segments: &[&'a [f64]]) -> Option<Box<dyn Window + 'a>> {
-        // An MPI library may have no one-sided component for memory it did not
-        // allocate (Open MPI with `btl_vader_single_copy_mechanism=none`): then
-        // `MPI_Win_create` fails, and the caller falls back to collectives
-        // instead of the job aborting.
+        // A segment that is window memory of this communicator (the same address
+        // and length on this rank, so the same tensor's on every rank) reuses its
+        // window. For the rest, an MPI library may have no one-sided component
+        // for memory it did not allocate (Open MPI with
+        // `btl_vader_single_copy_mechanism=none`): then `MPI_Win_create` fails,
+        // and the caller falls back to collectives instead of the job aborting.
+        let registered: Vec<Option<WinHandle>> = {
+            let list = self.allocated.lock().unwrap_or_else(|e| e.into_inner());
+            segments
+                .iter()
+                .map(|seg| {
+                    list.iter().find(|&&(p, n, _)| p == seg.as_ptr() as usize && n == seg.len()).map(|&(_, _, w)| w)
+                })
+                .collect()
+        };
         let mut wins = Vec::with_capacity(segments.len());
         unsafe { ffi::MPI_Comm_set_errhandler(self.comm, ffi::RSMPI_ERRORS_RETURN) };
-        for seg in segments {
+        for (seg, reg) in segments.iter().zip(&registered) {
+            if let Some(w) = reg {
+                wins.push((w.0, false));
+                continue;
+            }
             let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
             // SAFETY: the segment outlives the window (`'a`), and nobody writes it
             // until the window is closed; MPI only reads it.
@@ -432,10 +543,10 @@ impl Communicator for MpiComm {
             if rc != 0 {
                 break;
             }
-            wins.push(win);
+            wins.push((win, true));
         }
         unsafe { ffi::MPI_Comm_set_errhandler(self.comm, ffi::RSMPI_ERRORS_ARE_FATAL) };
-        // Every rank created the same number of windows, or the job cannot go on.
+        // Every rank made the same windows, or the job cannot go on.
         let made = wins.len() as c_int;
         let (mut least, mut most) = (0 as c_int, 0 as c_int);
         unsafe {
@@ -446,18 +557,34 @@ impl Communicator for MpiComm {
         }
         assert_eq!(least, most, "MPI_Win_create failed on some ranks only ({least} to {most} windows made)");
         if wins.len() < segments.len() {
-            for mut win in wins {
-                // SAFETY: every rank made this window and nobody accessed it.
-                unsafe { ffi::MPI_Win_free(&mut win) };
+            for (mut win, own) in wins {
+                if own {
+                    // SAFETY: every rank made this window and nobody accessed it.
+                    unsafe { ffi::MPI_Win_free(&mut win) };
+                }
             }
             return None;
         }
-        for &win in &wins {
-            // SAFETY: a valid window; a shared passive-target epoch on every rank.
-            unsafe { ffi::MPI_Win_lock_all(0, win) };
+        for &(win, own) in &wins {
+            // SAFETY: valid windows. Made ones start a shared passive-target epoch on
+            // every rank; window memory is in one already, and its owner's stores
+            // become visible to the others' reads through the sync and barrier.
+            unsafe {
+                if own {
+                    ffi::MPI_Win_lock_all(0, win);
+                } else {
+                    ffi::MPI_Win_sync(win);
+                }
+            }
         }
         // Every rank's segments are final before anyone reads.
         unsafe { ffi::MPI_Barrier(self.comm) };
+        for &(win, own) in &wins {
+            if !own {
+                // SAFETY: a valid window in a passive-target epoch.
+                unsafe { ffi::MPI_Win_sync(win) };
+            }
+        }
         Some(Box::new(MpiWindow { comm: self, wins }))
     }
 }
@@ -466,7 +593,8 @@ impl Communicator for MpiComm {
 /// passive-target epoch on every rank (`MPI_Win_lock_all`).
 struct MpiWindow<'a> {
     comm: &'a MpiComm,
-    wins: Vec<ffi::MPI_Win>,
+    /// One per segment, and whether `expose` made it (else it is window memory's).
+    wins: Vec<(ffi::MPI_Win, bool)>,
 }
 
 impl Window for MpiWindow<'_> {
@@ -498,7 +626,7 @@ impl Window for MpiWindow<'_> {
                     r.offset as ffi::MPI_Aint,
                     r.dst.len() as c_int,
                     MpiComm::dbl(),
-                    self.wins[r.segment],
+                    self.wins[r.segment].0,
                 );
             }
             used[r.segment] = true;
@@ -506,7 +634,7 @@ impl Window for MpiWindow<'_> {
                 stats.got(r.dst.len());
             }
         }
-        for (&win, _) in self.wins.iter().zip(&used).filter(|(_, &u)| u) {
+        for (&(win, _), _) in self.wins.iter().zip(&used).filter(|(_, &u)| u) {
             // SAFETY: completes this rank's gets on `win` locally (the buffers are filled).
             unsafe { ffi::MPI_Win_flush_local_all(win) };
         }
@@ -527,14 +655,19 @@ impl Window for MpiWindow<'_> {
     }
     fn close(self: Box<Self>) {
         // SAFETY: every get of this rank completed (flushed); after the barrier no
-        // rank accesses any of the windows, so freeing them (collective) is safe.
+        // rank accesses any of the windows, so freeing the ones `expose` made
+        // (collective) is safe; window memory stays in its epoch.
         unsafe {
-            for &win in &self.wins {
-                ffi::MPI_Win_unlock_all(win);
+            for &(win, own) in &self.wins {
+                if own {
+                    ffi::MPI_Win_unlock_all(win);
+                }
             }
             ffi::MPI_Barrier(self.comm.comm);
-            for mut win in self.wins {
-                ffi::MPI_Win_free(&mut win);
+            for (mut win, own) in self.wins {
+                if own {
+                    ffi::MPI_Win_free(&mut win);
+                }
             }
         }
     }

@@ -266,6 +266,8 @@ fn self_checks_pass_on_both_back_ends() {
         check::counter(c);
         // Only the shm back end reads other ranks' memory directly.
         assert_eq!(check::window(c), c.backend() == Backend::Shm);
+        // Only MPI has window memory.
+        assert!(!check::window_memory(c, true));
     });
 }
 
