@@ -23,6 +23,7 @@ fn cfg(data: usize, zero: u8) -> Config {
         expert: 1,
         zero,
         zeropp: ZeroPP::default(),
+        megatron_sp: false,
         pipe: Default::default(),
     }
 }
@@ -485,4 +486,56 @@ fn zero3_gather_buffers_and_nccl_buffers_are_in_the_memory_fit() {
     c1.zero = 1;
     assert_eq!(evaluate(&m, &c1, &o).memory.gather, 0.0);
     assert!(tcc::plan::model::report::plan_detail(&p).contains("ZeRO-3 gathered weights"));
+}
+
+// ---- Megatron sequence parallelism (issue 20) ----
+
+/// With tensor parallelism t, Megatron SP splits the activations no
+/// tensor-parallel dim splits (norms, residuals: the sbh·10 of Korthikanti et
+/// al.'s sbh(10 + 24/t + 5as/ht)) along the sequence over the tensor group,
+/// leaving the tensor-parallel ones as they were; the search takes it whenever
+/// tensor parallelism is used, and Megatron's arguments say so.
+#[test]
+fn megatron_sp_splits_the_activations_outside_tensor_parallel_regions() {
+    use tcc::plan::model::{activation_elements, invalid, recompute, tp_dims};
+    let (_, m) = at_scale(&gpt_free(), &GPT3);
+    let t = 8;
+    let mut c = cfg(1, 1);
+    c.tensor = t;
+    c.tensor_dims = tp_dims(&m);
+    let mut sp = c.clone();
+    sp.megatron_sp = true;
+    assert_eq!(invalid(&m, &sp), None);
+    let acts: Vec<_> = m.layers.iter().flat_map(|l| &l.activations).collect();
+    let (mut outside, mut inside) = (0.0, 0.0);
+    for a in &acts {
+        let (off, on) = (activation_elements(a, &c), activation_elements(a, &sp));
+        if c.tensor_dims.iter().any(|d| a.dims.contains(d)) {
+            assert_eq!(off, on, "a tensor-parallel activation keeps its size");
+            inside += on;
+        } else if a.dims.iter().any(|d| d == "seq") {
+            assert!((off / on - t as f64).abs() < 1e-12, "split t ways along the sequence");
+            outside += off;
+        }
+    }
+    assert!(outside > 0.0 && inside > 0.0, "gpt_block has activations of both kinds");
+    let (kept_off, _) = recompute::kept_elements(&m, &c, Recompute::None);
+    let (kept_on, _) = recompute::kept_elements(&m, &sp, Recompute::None);
+    assert!((kept_off - kept_on - outside * (1.0 - 1.0 / t as f64)).abs() < 1e-9 * kept_off);
+    // Not without tensor parallelism, nor when the sequence does not split.
+    let mut lone = cfg(1, 1);
+    lone.megatron_sp = true;
+    assert!(invalid(&m, &lone).unwrap().contains("needs tensor parallelism"));
+    let (_, odd) =
+        at_scale(&gpt_free(), &[("batch", 8), ("seq", 12), ("hidden", 64), ("heads", 8), ("hdim", 8), ("ffn", 256)]);
+    let mut sp_odd = sp.clone();
+    sp_odd.tensor_dims = tp_dims(&odd);
+    assert!(invalid(&odd, &sp_odd).unwrap().contains("megatron-sp"));
+    // The search takes it with tensor parallelism (it never costs more), and says so.
+    let o = opts(64);
+    let plans = tcc::plan::model::search(&m, &Default::default(), &o);
+    let tp: Vec<&ModelPlan> = plans.iter().filter(|p| p.config.tensor > 1).collect();
+    assert!(!tp.is_empty() && tp.iter().all(|p| p.config.megatron_sp), "every tensor-parallel plan uses SP");
+    assert!(plans.iter().filter(|p| p.config.tensor == 1).all(|p| !p.config.megatron_sp));
+    assert!(tp[0].config.describe().contains("megatron-sp"));
 }

@@ -58,6 +58,7 @@ fn ulysses_attention_equals_the_interpreter_and_the_plan() {
             expert: 1,
             zero: 0,
             zeropp: ZeroPP::default(),
+            megatron_sp: false,
             pipe: Default::default(),
         };
         assert_eq!(measured as f64, plan_words("long_seq.tc", &c), "P = {p}");
@@ -78,6 +79,7 @@ fn expert_parallel_moe_equals_the_interpreter_and_the_plan() {
             expert: p,
             zero: 0,
             zeropp: ZeroPP::default(),
+            megatron_sp: false,
             pipe: Default::default(),
         };
         assert_eq!(measured as f64, plan_words("moe_block.tc", &c), "P = {p}");

@@ -225,6 +225,9 @@ fn megatron(info: &ModelInfo, o: &ModelOptions, p: &ModelPlan) -> Result<String,
     if pipe.schedule == Schedule::Interleaved && pipe.virtual_stages > 1 {
         a.push(format!("--num-layers-per-virtual-pipeline-stage {}", o.layers / (pipe.stages * pipe.virtual_stages)));
     }
+    if c.megatron_sp {
+        a.push("--sequence-parallel".into());
+    }
     if c.sequence > 1 {
         a.push(format!("--context-parallel-size {}", c.sequence));
     }

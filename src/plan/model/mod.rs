@@ -92,6 +92,12 @@ pub struct Config {
     pub expert: usize,
     pub zero: u8,
     pub zeropp: ZeroPP,
+    /// Megatron sequence parallelism (Korthikanti et al. 2022): with tensor
+    /// parallelism, the activations outside the tensor-parallel regions (norms,
+    /// residuals, dropout: those no tensor-parallel dim splits) are split along
+    /// the sequence over the tensor group too; its all-reduces become a
+    /// reduce-scatter and an all-gather of the same volume.
+    pub megatron_sp: bool,
     /// Pipeline stages and schedule, micro-batches, recomputation.
     pub pipe: Pipe,
 }
@@ -104,6 +110,9 @@ impl Config {
         let mut v = vec![format!("data {}", self.data)];
         if self.tensor > 1 {
             v.push(format!("tensor {} on {}", self.tensor, self.tensor_dims.join("+")));
+        }
+        if self.megatron_sp {
+            v.push("megatron-sp".into());
         }
         if self.sequence > 1 {
             v.push(format!(
@@ -298,6 +307,18 @@ pub fn tp_dims(info: &ModelInfo) -> Vec<String> {
 }
 
 /// Elements of a tensor one rank holds under `c`.
+/// Elements of activation `t` one rank keeps: [`local_elements`], and with
+/// Megatron sequence parallelism a tensor no tensor-parallel dim splits is split
+/// along its sequence dim over the tensor group.
+pub fn activation_elements(t: &TensorInfo, c: &Config) -> f64 {
+    let e = local_elements(t, c);
+    if c.megatron_sp && t.has_any(&SEQ_NAMES) && !c.tensor_dims.iter().any(|d| t.has(d)) {
+        e / c.tensor as f64
+    } else {
+        e
+    }
+}
+
 pub fn local_elements(t: &TensorInfo, c: &Config) -> f64 {
     let mut div = 1.0;
     if t.has_any(&BATCH_NAMES) {
@@ -381,6 +402,17 @@ pub fn invalid(info: &ModelInfo, c: &Config) -> Option<String> {
     }
     if c.zeropp.any() && c.zero != 3 {
         return Some("ZeRO++ options apply to ZeRO stage 3".into());
+    }
+    if c.megatron_sp {
+        if c.tensor < 2 {
+            return Some("Megatron sequence parallelism needs tensor parallelism".into());
+        }
+        let split = c.tensor * c.sequence;
+        if let Err(e) =
+            split_dim(info, &SEQ_NAMES, split, "megatron-sp", "Megatron sequence parallelism needs a `seq` dim")
+        {
+            return Some(e);
+        }
     }
     None
 }
@@ -804,6 +836,8 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
                     continue;
                 }
                 let pipes = pipe_choices(info, stages, d, o);
+                // Megatron SP only with tensor parallelism; it never costs more.
+                let sps: &[bool] = if t > 1 { &[false, true] } else { &[false] };
                 for e in divisors(d * s) {
                     if hints.expert.is_some_and(|x| x != e) {
                         continue;
@@ -823,7 +857,7 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
                                 // recomputation is kept: the table stays a ranking of
                                 // layouts, and memory stays bounded.
                                 let mut best: Option<ModelPlan> = None;
-                                for &pipe in &pipes {
+                                for (&pipe, sp) in pipes.iter().flat_map(|p| sps.iter().map(move |&sp| (p, sp))) {
                                     let c = Config {
                                         data: d,
                                         tensor: t,
@@ -833,6 +867,7 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
                                         expert: e,
                                         zero: z,
                                         zeropp: zpp,
+                                        megatron_sp: sp,
                                         pipe,
                                     };
                                     if invalid(info, &c).is_none() && pipeline::invalid(info, &c, o.layers).is_none() {
@@ -878,6 +913,7 @@ pub fn from_hints(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: 
         expert: hints.expert.unwrap_or(1),
         zero: hints.zero.unwrap_or(0),
         zeropp: if hints.zero == Some(3) { o.zeropp.unwrap_or_default() } else { ZeroPP::default() },
+        megatron_sp: false,
         pipe: Pipe {
             stages: hints.pipeline.unwrap_or(1),
             micro_batches: o.micro_batches.unwrap_or(1),

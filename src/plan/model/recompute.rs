@@ -9,7 +9,7 @@
 
 use super::analysis::{LayerInfo, ModelInfo, TensorInfo, SEQ_NAMES};
 use super::pipeline::Recompute;
-use super::{local_elements, Config};
+use super::{activation_elements, Config};
 
 /// A tensor quadratic in the sequence: two of its dims are one sequence dim.
 pub fn is_core(t: &TensorInfo) -> bool {
@@ -21,11 +21,11 @@ pub fn is_core(t: &TensorInfo) -> bool {
 /// materialises at once (one repetition's activations, under full recomputation).
 pub fn kept_elements(info: &ModelInfo, c: &Config, r: Recompute) -> (f64, f64) {
     let acts = || info.layers.iter().flat_map(|l: &LayerInfo| &l.activations);
-    let all: f64 = acts().map(|a| local_elements(a, c)).sum();
+    let all: f64 = acts().map(|a| activation_elements(a, c)).sum();
     match r {
         Recompute::None => (all, 0.0),
-        Recompute::Selective => (acts().filter(|a| !is_core(a)).map(|a| local_elements(a, c)).sum(), 0.0),
-        Recompute::Full => (info.outputs.iter().map(|a| local_elements(a, c)).sum(), all),
+        Recompute::Selective => (acts().filter(|a| !is_core(a)).map(|a| activation_elements(a, c)).sum(), 0.0),
+        Recompute::Full => (info.outputs.iter().map(|a| activation_elements(a, c)).sum(), all),
     }
 }
 
