@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Strong scaling with real MPI processes on the GPU machine's 16-core host (it
-# has no MPI: carry target/mpipack.tar.xz from bench/distributed/pack_mpipack.sh,
-# an MPI build of tcc with this machine's Open MPI). The CCD residual o=20 v=200
+# Strong scaling with real MPI processes on the GPU machine's 16-core host. Carry
+# target/mpipack.tar.xz (bench/distributed/pack_mpipack.sh: an MPI build of tcc,
+# its libraries and this machine's Open MPI, used there only if the host has no
+# Open MPI of its own; it had 4.1.6 in run H1). The CCD residual o=20 v=200
 # on 1, 2, 4, 8 and 16 ranks (a larger one, o=24 v=240, on 1 and 16) of one thread each,
 # one-sided exchange; the in-process ranks and one process of 16 threads in the
-# same call for comparison. Every run prints its norm2.
+# same call for comparison; then the four-index transform's weak scaling on
+# 1, 2, 4, 8 and 16 processes. Every run prints its norm2.
 #   bash bench/distributed/mpi_run.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,4 +35,14 @@ for size in "20 200 1 2 4 8 16 16" "24 240 1 16 16"; do
   TCC_NUM_THREADS=16 $T run "$f" --tiled --ranks 16 --exchange one-sided --stats --tuning "$TUNE" | grep -E "norm2|tiled on|took|model:"
   echo "=== CCD o=$o v=$v: one process, 16 threads"
   TCC_NUM_THREADS=16 $T run "$f" --tiled --stats | grep -E "norm2|tiled:|took"
+done
+# Weak scaling of the four-index transform (8-fold symmetric input, flops ~ N^5):
+# N grows with ranks^(1/5), as bench/distributed/run.sh does with in-process ranks.
+n=1
+for size in 48 56 64 72 84; do
+  sed -e "s/range P = 100 tile 4/range P = $size tile 4/" -e "s/range M = 100 tile 25/range M = $size tile 12/" \
+    examples/tiled/four_index_sym.tc > "/tmp/four_$size.tc"
+  echo "=== four-index N=$size: mpirun -np $n, one-sided"
+  mpirun -np $n $T run "/tmp/four_$size.tc" --tiled --backend mpi --exchange one-sided --stats --tuning "$TUNE" | grep -E "tiled on|flops:|model:"
+  n=$((n * 2))
 done
