@@ -24,6 +24,7 @@ fn cfg(data: usize, zero: u8) -> Config {
         zero,
         zeropp: ZeroPP::default(),
         megatron_sp: false,
+        offload: false,
         pipe: Default::default(),
     }
 }
@@ -538,4 +539,56 @@ fn megatron_sp_splits_the_activations_outside_tensor_parallel_regions() {
     assert!(!tp.is_empty() && tp.iter().all(|p| p.config.megatron_sp), "every tensor-parallel plan uses SP");
     assert!(plans.iter().filter(|p| p.config.tensor == 1).all(|p| !p.config.megatron_sp));
     assert!(tp[0].config.describe().contains("megatron-sp"));
+}
+
+// ---- ZeRO-Offload (issue 20) ----
+
+/// A 70B-parameter model on 8 devices of 80 GB fits only with the optimizer
+/// states on the host: its plan moves them there (host memory reported, not in
+/// the device total), pays the host link and host Adam per step, and the
+/// exports say so; without ZeRO it is refused, and a plan that fits without
+/// offload keeps its optimizer on the device.
+#[test]
+fn optimizer_offload_makes_a_70b_model_fit_8_devices_and_costs_its_transfers() {
+    use tcc::plan::model::invalid;
+    let dims = [("batch", 8), ("seq", 2048), ("hidden", 8192), ("heads", 64), ("hdim", 128), ("ffn", 28672)];
+    let (_, m) = at_scale(&gpt_free(), &dims);
+    let mut o = opts(8);
+    o.layers = 80;
+    o.mem_per_device = Some(80_000_000_000);
+    let plans = tcc::plan::model::search(&m, &Default::default(), &o);
+    assert!(plans[0].fits, "{}", plans[0].config.describe());
+    let fitting: Vec<&ModelPlan> = plans.iter().filter(|p| p.fits).collect();
+    assert!(fitting.iter().all(|p| p.config.offload), "every plan that fits offloads (70B × 16 B > 8 × 80 GB)");
+    let best = &plans[0];
+    let mut on_device = best.config.clone();
+    on_device.offload = false;
+    let kept = evaluate(&m, &on_device, &o);
+    assert!(!kept.fits);
+    // The optimizer bytes move to the host, exactly; the device total drops by them.
+    assert_eq!(best.memory.optimizer, 0.0);
+    assert!((best.memory.host - kept.memory.optimizer).abs() < 1e-6 * kept.memory.optimizer);
+    assert!((kept.memory.total - best.memory.total - kept.memory.optimizer).abs() < 1e-6 * kept.memory.total);
+    // Per step: fp16 gradients down and weights up over PCIe, Adam on the host.
+    let part = kept.memory.optimizer / tcc::plan::model::formulas::K_ADAM;
+    let want = 4.0 * part / o.network.pcie + part / o.network.cpu_adam;
+    assert!((best.time_offload - want).abs() < 1e-9 * want, "{} vs {want}", best.time_offload);
+    assert!((best.time - kept.time - want).abs() < 1e-9 * best.time);
+    let ds = tcc::plan::model::export::emit(&m, &o, &plans, tcc::plan::model::export::Emit::DeepSpeed).unwrap();
+    assert!(ds.contains("\"offload_optimizer\""), "{ds}");
+    // Offload needs a partitioned optimizer (ZeRO ≥ 1).
+    let mut z0 = best.config.clone();
+    z0.zero = 0;
+    z0.zeropp = ZeroPP::default();
+    assert!(invalid(&m, &z0).unwrap().contains("ZeRO stage 1"));
+    // Where the layout fits on the device, offloading only adds time: the search
+    // keeps the optimizer there (GPT-3 at data 2, tensor 4, ZeRO 1 on 64 × 80 GB).
+    let (_, g) = at_scale(&gpt_free(), &GPT3);
+    let mut o64 = opts(64);
+    o64.layers = 96;
+    o64.mem_per_device = Some(80_000_000_000);
+    let hints =
+        tcc::sema::hir::ParallelHints { data: Some(2), tensor: Some((4, None)), zero: Some(1), ..Default::default() };
+    let best64 = &tcc::plan::model::search(&g, &hints, &o64)[0];
+    assert!(best64.fits && !best64.config.offload, "{}", best64.config.describe());
 }

@@ -36,10 +36,22 @@ pub struct Network {
     /// product sets γ; `None` when γ came from `flops=` or `gamma`.
     pub peak: Option<f64>,
     pub mfu: Option<(f64, bool)>,
+    /// Bytes/s between a device and its host (ZeRO-Offload moves gradients down
+    /// and updated weights up): `pcie=`, else [`PCIE_BW`].
+    pub pcie: f64,
+    /// Adam updates per second the host runs for one device's partition
+    /// (ZeRO-Offload's CPU-Adam): `cpu-adam=`, else [`CPU_ADAM`].
+    pub cpu_adam: f64,
 }
 
 /// The parameters a network description takes.
-const KNOWN_KEYS: &str = "bw, lat, hop, flops, peak, mfu, alpha, beta, gamma";
+const KNOWN_KEYS: &str = "bw, lat, hop, flops, peak, mfu, alpha, beta, gamma, pcie, cpu-adam";
+
+/// A PCIe 4.0 ×16 link's achieved bandwidth per direction.
+pub const PCIE_BW: f64 = 25e9;
+/// CPU-Adam updates per second for one device's share of a host (DeepSpeed's
+/// CPU-Adam: about 1e9 parameters/s on one socket's cores, Ren et al. 2021).
+pub const CPU_ADAM: f64 = 1e9;
 
 /// The model-flops utilization `peak=` assumes without `mfu=`: large-model
 /// training reaches 0.35–0.55 of bf16 peak (Megatron-LM, PaLM and Llama reports).
@@ -62,6 +74,8 @@ impl Network {
             gamma: 1.0 / FLOPS,
             peak: None,
             mfu: None,
+            pcie: PCIE_BW,
+            cpu_adam: CPU_ADAM,
         }
     }
 
@@ -109,6 +123,7 @@ impl Network {
         let mut flops = None;
         let (mut alpha, mut beta, mut gamma) = (None, None, None);
         let (mut peak, mut mfu) = (None, None);
+        let (mut pcie, mut cpu_adam) = (PCIE_BW, CPU_ADAM);
         for (k, v) in kv {
             match k.as_str() {
                 "bw" | "bandwidth" => bw = parse_bandwidth(v)?,
@@ -126,6 +141,13 @@ impl Network {
                 "alpha" => alpha = Some(parse_number(k, v)?),
                 "beta" => beta = Some(parse_number(k, v)?),
                 "gamma" => gamma = Some(parse_number(k, v)?),
+                "pcie" => pcie = parse_bandwidth(v)?,
+                "cpu-adam" | "cpu_adam" => {
+                    cpu_adam = parse_number(k, v)?;
+                    if !(cpu_adam > 0.0 && cpu_adam.is_finite()) {
+                        return Err(format!("cpu-adam={v}: parameters updated per second, such as 1e9"));
+                    }
+                }
                 other => return Err(format!("unknown network parameter `{other}` (known: {KNOWN_KEYS})")),
             }
         }
@@ -153,6 +175,8 @@ impl Network {
             topology,
             peak,
             mfu,
+            pcie,
+            cpu_adam,
         };
         for (name, v) in [("alpha", net.alpha), ("beta", net.beta), ("gamma", net.gamma)] {
             if !v.is_finite() || v < 0.0 {

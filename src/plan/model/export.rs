@@ -112,6 +112,13 @@ impl Emit {
             Emit::Megatron | Emit::Torch if c.zeropp.any() => {
                 Some(format!("ZeRO++ ({}) is DeepSpeed's", c.zeropp.name()))
             }
+            Emit::Megatron if c.offload && c.zero >= 3 => {
+                Some("its --optimizer-cpu-offload goes with the distributed optimizer (ZeRO 1-2), not FSDP".into())
+            }
+            Emit::Torch if c.offload => Some(
+                "FSDP2's CPU offload moves weights and gradients too, not the optimizer states alone (ZeRO-Offload)"
+                    .into(),
+            ),
             _ => None,
         }
     }
@@ -177,6 +184,9 @@ fn deepspeed(info: &ModelInfo, o: &ModelOptions, p: &ModelPlan, skipped: &str) -
     if c.zeropp.qgz {
         zero["zero_quantized_gradients"] = true.into();
     }
+    if c.offload {
+        zero["offload_optimizer"] = serde_json::json!({ "device": "cpu", "pin_memory": true });
+    }
     let mut cfg = serde_json::json!({
         "train_batch_size": global_batch(p),
         "train_micro_batch_size_per_gpu": p.micro_batch_size,
@@ -227,6 +237,9 @@ fn megatron(info: &ModelInfo, o: &ModelOptions, p: &ModelPlan) -> Result<String,
     }
     if c.megatron_sp {
         a.push("--sequence-parallel".into());
+    }
+    if c.offload {
+        a.push("--optimizer-cpu-offload".into());
     }
     if c.sequence > 1 {
         a.push(format!("--context-parallel-size {}", c.sequence));

@@ -98,6 +98,11 @@ pub struct Config {
     /// the sequence over the tensor group too; its all-reduces become a
     /// reduce-scatter and an all-gather of the same volume.
     pub megatron_sp: bool,
+    /// ZeRO-Offload (Ren et al. 2021): the optimizer states (fp32 master weights,
+    /// momentum, variance) of this rank's partition live in host memory and the
+    /// host runs the Adam step; every step the gradients go down and the updated
+    /// fp16 weights come back over the device's host link.
+    pub offload: bool,
     /// Pipeline stages and schedule, micro-batches, recomputation.
     pub pipe: Pipe,
 }
@@ -127,6 +132,9 @@ impl Config {
         v.push(format!("zero {}", self.zero));
         if self.zeropp.any() {
             v.push(format!("zero++ {}", self.zeropp.name()));
+        }
+        if self.offload {
+            v.push("optimizer offload".into());
         }
         let p = &self.pipe;
         if p.stages > 1 {
@@ -251,7 +259,10 @@ pub struct Memory {
     pub gather: f64,
     /// NCCL's buffers: [`NCCL_BYTES_PER_COMM`] per communicator the plan uses.
     pub workspace: f64,
+    /// Device memory: everything above.
     pub total: f64,
+    /// Host memory per device (ZeRO-Offload's optimizer states; not in `total`).
+    pub host: f64,
 }
 
 /// DeepSpeed's default `stage3_max_live_parameters`: gathered parameters a rank
@@ -292,6 +303,10 @@ pub struct ModelPlan {
     /// The pipeline bubble's share of the step, and its seconds.
     pub bubble: f64,
     pub time_bubble: f64,
+    /// ZeRO-Offload's part of the step: gradients down, weights up, host Adam.
+    pub time_offload: f64,
+    /// The host link's bytes/s and the host's Adam updates/s it assumed.
+    pub offload_rates: (f64, f64),
 }
 
 fn ring_factor(q: usize) -> f64 {
@@ -402,6 +417,9 @@ pub fn invalid(info: &ModelInfo, c: &Config) -> Option<String> {
     }
     if c.zeropp.any() && c.zero != 3 {
         return Some("ZeRO++ options apply to ZeRO stage 3".into());
+    }
+    if c.offload && c.zero == 0 {
+        return Some("optimizer offload partitions the optimizer states: it needs ZeRO stage 1 or more".into());
     }
     if c.megatron_sp {
         if c.tensor < 2 {
@@ -728,6 +746,16 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
     let (kept, working) = recompute::kept_elements(info, c, c.pipe.recompute);
     let flight = pipeline::in_flight(c.pipe.schedule, pp, m as usize, v);
     mem.activations = FP16 * (layers * flight * kept + working) / m;
+    // ZeRO-Offload: this rank's optimizer partition moves to the host; each step
+    // its fp16 gradients go down and its updated fp16 weights come back, and the
+    // host runs Adam over it (not overlapped with the device's work: a bound).
+    let mut time_offload = 0.0;
+    if c.offload {
+        mem.host = mem.optimizer;
+        mem.optimizer = 0.0;
+        let part = psi_d / zgroup.max(1) as f64 + psi_e / egroup_dp.max(1) as f64;
+        time_offload = 2.0 * FP16 * part / o.network.pcie + part / o.network.cpu_adam;
+    }
     mem.total = mem.params + mem.grads + mem.optimizer + mem.secondary + mem.activations + mem.gather + mem.workspace;
     // Time: forward + backward (2× forward) + recomputed forward flops of the stage's
     // layers, spread over its ranks. The per-micro-batch work (compute, per-layer
@@ -758,12 +786,14 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
         peak: o.network.peak,
         time_compute,
         time_comm,
-        time: time_compute + time_comm + time_bubble,
+        time: time_compute + time_comm + time_bubble + time_offload,
         fits,
         stage_layers: (ls_max, ls_min, if ls_max == ls_min { pp } else { o.layers.max(1) % pp }),
         micro_batch_size: pipeline::local_batch(info, c.data) / c.pipe.micro_batches.max(1),
         bubble: pipeline::bubble_fraction(pp, m as usize, v),
         time_bubble,
+        time_offload,
+        offload_rates: (o.network.pcie, o.network.cpu_adam),
     }
 }
 
@@ -857,7 +887,12 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
                                 // recomputation is kept: the table stays a ranking of
                                 // layouts, and memory stays bounded.
                                 let mut best: Option<ModelPlan> = None;
-                                for (&pipe, sp) in pipes.iter().flat_map(|p| sps.iter().map(move |&sp| (p, sp))) {
+                                let offloads: &[bool] = if z >= 1 { &[false, true] } else { &[false] };
+                                let choices = pipes
+                                    .iter()
+                                    .flat_map(|p| sps.iter().map(move |&sp| (p, sp)))
+                                    .flat_map(|(p, sp)| offloads.iter().map(move |&off| (p, sp, off)));
+                                for (&pipe, sp, offload) in choices {
                                     let c = Config {
                                         data: d,
                                         tensor: t,
@@ -868,6 +903,7 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
                                         zero: z,
                                         zeropp: zpp,
                                         megatron_sp: sp,
+                                        offload,
                                         pipe,
                                     };
                                     if invalid(info, &c).is_none() && pipeline::invalid(info, &c, o.layers).is_none() {
@@ -914,6 +950,7 @@ pub fn from_hints(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: 
         zero: hints.zero.unwrap_or(0),
         zeropp: if hints.zero == Some(3) { o.zeropp.unwrap_or_default() } else { ZeroPP::default() },
         megatron_sp: false,
+        offload: false,
         pipe: Pipe {
             stages: hints.pipeline.unwrap_or(1),
             micro_batches: o.micro_batches.unwrap_or(1),

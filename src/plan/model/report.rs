@@ -6,6 +6,7 @@ use crate::plan::network::fmt_time;
 
 /// `1.23 GB`-style (decimal units, as the papers use).
 pub fn fmt_bytes(b: f64) -> String {
+    let b = b + 0.0; // no "-0 B" (an empty sum is -0.0)
     for (s, u) in [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")] {
         if b >= s {
             return format!("{:.2} {u}", b / s);
@@ -54,7 +55,7 @@ pub fn plans_text(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> St
     let fit = plans.iter().filter(|p| p.fits).count();
     s.push_str(&format!("  {} valid plans, {} fit in memory; top {}:\n", plans.len(), fit, o.top.min(plans.len())));
     s.push_str(&format!(
-        "  {:>3}  {:>4} {:>6} {:>9} {:>6} {:>4} {:>7} {:>4} {:>9} {:>5} {:>9} {:>6}  {:>10}  {:>10}  {:>10}  {:>10}\n",
+        "  {:>3}  {:>4} {:>6} {:>9} {:>6} {:>5} {:>7} {:>4} {:>9} {:>5} {:>9} {:>6}  {:>10}  {:>10}  {:>10}  {:>10}\n",
         "#",
         "data",
         "tensor",
@@ -86,13 +87,14 @@ pub fn plans_text(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> St
             (_, x) => x.name().to_string(),
         };
         s.push_str(&format!(
-            "  {:>3}  {:>4} {:>6} {:>9} {:>6} {:>4} {:>7} {:>4} {:>9} {:>5} {:>9} {:>5.1}%  {:>10}  {:>10}  {:>10}  {:>10}{}\n",
+            "  {:>3}  {:>4} {:>6} {:>9} {:>6} {:>5} {:>7} {:>4} {:>9} {:>5} {:>9} {:>5.1}%  {:>10}  {:>10}  {:>10}  {:>10}{}\n",
             k + 1,
             c.data,
             c.tensor,
             seq,
             c.expert,
-            c.zero,
+            // `+off`: the optimizer states offloaded to the host (ZeRO-Offload).
+            format!("{}{}", c.zero, if c.offload { "+off" } else { "" }),
             c.zeropp.name(),
             pp.stages,
             sched,
@@ -125,6 +127,15 @@ pub fn plan_detail(p: &ModelPlan) -> String {
         if m.gather > 0.0 { format!(" + ZeRO-3 gathered weights {}", fmt_bytes(m.gather)) } else { String::new() },
         if m.workspace > 0.0 { format!(" + NCCL buffers {}", fmt_bytes(m.workspace)) } else { String::new() }
     ));
+    if m.host > 0.0 {
+        s.push_str(&format!(
+            "  host memory per device {} (the optimizer states of its partition, offloaded); host link {}/s, \
+             host Adam {} parameters/s (pcie=, cpu-adam= in --network)\n",
+            fmt_bytes(m.host),
+            fmt_bytes(p.offload_rates.0),
+            fmt_count(p.offload_rates.1)
+        ));
+    }
     let pp = &p.config.pipe;
     if pp.stages > 1 || pp.micro_batches > 1 || pp.recompute != super::Recompute::None {
         let (hi, lo, _) = p.stage_layers;
@@ -150,11 +161,16 @@ pub fn plan_detail(p: &ModelPlan) -> String {
         ));
     }
     s.push_str(&format!(
-        "  step: compute {} ({} flop per device) + communication {}{} = {}\n",
+        "  step: compute {} ({} flop per device) + communication {}{}{} = {}\n",
         fmt_time(p.time_compute),
         fmt_count(p.flops_per_rank),
         fmt_time(p.time_comm),
         if p.time_bubble > 0.0 { format!(" + bubble {}", fmt_time(p.time_bubble)) } else { String::new() },
+        if p.time_offload > 0.0 {
+            format!(" + offload {} (host link and host Adam, not overlapped)", fmt_time(p.time_offload))
+        } else {
+            String::new()
+        },
         fmt_time(p.time)
     ));
     // Utilization: the model's flops (recomputation not counted) over the step.
