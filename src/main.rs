@@ -464,7 +464,8 @@ enum Command {
         #[arg(long, value_name = "SIZE", value_parser = parse_size_with_unit)]
         mem_per_device: Option<u64>,
         /// The cross-node network and each device's compute rate: fat-tree:bw=..,lat=..,flops=..,
-        /// torus:.., or a .toml file (flops= or gamma is required).
+        /// torus:.., or a .toml file (flops= or gamma, or peak=..[,mfu=..], is required); for
+        /// optimizer offload also pcie=.. (host link) and cpu-adam=.. (host Adam updates/s).
         #[arg(long, default_value = "fat-tree:bw=25GB/s,lat=5us,flops=150TF/s")]
         network: String,
         /// Devices per node (collectives within a node use --intra-bw).

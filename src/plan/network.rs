@@ -7,6 +7,9 @@
 //!   collective along a grid dimension runs on a ring with no contention; an
 //!   all-to-all is bisection-limited: its words cost `β · max(1, k_max/8)` (half of
 //!   all data crosses a bisection of `2P/k_max` bidirectional links).
+//! * any of them may add `pcie=` (a device's host link) and `cpu-adam=` (host
+//!   Adam updates per second for one device's partition), which only plans that
+//!   offload the optimizer use.
 //! * a TOML file (`*.toml`) with `topology = "torus"|"fat-tree"`, `dims = [..]`,
 //!   and either `alpha` (s), `beta` (s/byte), `gamma` (s/flop) or `bw`, `lat`,
 //!   `hop`, `flops` as strings with units.
