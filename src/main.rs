@@ -465,7 +465,8 @@ enum Command {
         mem_per_device: Option<u64>,
         /// The cross-node network and each device's compute rate: fat-tree:bw=..,lat=..,flops=..,
         /// torus:.., or a .toml file (flops= or gamma, or peak=..[,mfu=..], is required); for
-        /// optimizer offload also pcie=.. (host link) and cpu-adam=.. (host Adam updates/s).
+        /// optimizer offload also pcie=.. (host link) and cpu-adam=.. (host Adam updates/s), for
+        /// ZeRO++'s quantization hbm=.. (device memory bandwidth).
         #[arg(long, default_value = "fat-tree:bw=25GB/s,lat=5us,flops=150TF/s")]
         network: String,
         /// Devices per node (collectives within a node use --intra-bw).

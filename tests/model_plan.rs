@@ -592,3 +592,37 @@ fn optimizer_offload_makes_a_70b_model_fit_8_devices_and_costs_its_transfers() {
     let best64 = &tcc::plan::model::search(&g, &hints, &o64)[0];
     assert!(best64.fits && !best64.config.offload, "{}", best64.config.describe());
 }
+
+// ---- ZeRO++ quantization is not free (issue 20) ----
+
+/// qwZ and qgZ cost their kernels' memory traffic at `hbm=`: per micro-batch,
+/// each int8 weight gather quantizes the shard and dequantizes the whole
+/// (3 B + 3 B per element), each int4 gradient reduction quantizes and
+/// dequantizes in two stages (5 B per element, the second stage on 1/node of
+/// the data); the step grows by exactly that, and a faster memory makes it cheaper.
+#[test]
+fn zeropp_quantization_costs_memory_traffic() {
+    let (_, m) = at_scale(&gpt_free(), &GPT3);
+    let mut o = opts(64);
+    o.layers = 96;
+    let mut c = cfg(16, 3);
+    c.tensor = 4;
+    c.tensor_dims = tcc::plan::model::tp_dims(&m);
+    c.pipe.micro_batches = 4;
+    let plain = evaluate(&m, &c, &o);
+    assert_eq!(plain.time_quant, 0.0);
+    c.zeropp = ZeroPP { qwz: true, hpz: false, qgz: true };
+    let q = evaluate(&m, &c, &o);
+    let psi: f64 = plain.memory.params / 2.0 * 16.0; // fp16 weights of the partition × ZeRO group
+    let node = 8 / 4; // data ranks per node (8 GPUs, tensor 4)
+    let mb = 4.0;
+    let want_bytes = 2.0 * mb * (3.0 * psi / 16.0 + 3.0 * psi) + mb * 5.0 * (psi + psi / node as f64);
+    let want = want_bytes / o.network.hbm;
+    assert!((q.time_quant - want).abs() < 1e-9 * want, "{} vs {want}", q.time_quant);
+    let comm_only = q.time - q.time_quant;
+    assert!(comm_only < plain.time, "compression still saves communication");
+    let mut fast = o.clone();
+    fast.network = tcc::plan::Network::parse("fat-tree:bw=25GB/s,lat=5us,flops=150TF/s,hbm=5TB/s").unwrap();
+    let qf = evaluate(&m, &c, &fast);
+    assert!((qf.time_quant * 5e12 - want_bytes).abs() < 1e-6 * want_bytes);
+}

@@ -9,7 +9,8 @@
 //!   all data crosses a bisection of `2P/k_max` bidirectional links).
 //! * any of them may add `pcie=` (a device's host link) and `cpu-adam=` (host
 //!   Adam updates per second for one device's partition), which only plans that
-//!   offload the optimizer use.
+//!   offload the optimizer use, and `hbm=` (device memory bandwidth), which
+//!   ZeRO++'s quantization kernels use.
 //! * a TOML file (`*.toml`) with `topology = "torus"|"fat-tree"`, `dims = [..]`,
 //!   and either `alpha` (s), `beta` (s/byte), `gamma` (s/flop) or `bw`, `lat`,
 //!   `hop`, `flops` as strings with units.
@@ -45,10 +46,18 @@ pub struct Network {
     /// Adam updates per second the host runs for one device's partition
     /// (ZeRO-Offload's CPU-Adam): `cpu-adam=`, else [`CPU_ADAM`].
     pub cpu_adam: f64,
+    /// Bytes/s a device's kernels move through its memory (ZeRO++'s quantization
+    /// kernels read and write every weight and gradient they compress): `hbm=`,
+    /// else [`HBM_BW`].
+    pub hbm: f64,
 }
 
 /// The parameters a network description takes.
-const KNOWN_KEYS: &str = "bw, lat, hop, flops, peak, mfu, alpha, beta, gamma, pcie, cpu-adam";
+const KNOWN_KEYS: &str = "bw, lat, hop, flops, peak, mfu, alpha, beta, gamma, pcie, cpu-adam, hbm";
+
+/// Memory bandwidth a device's element-wise kernels reach: about 75% of an
+/// H100 SXM's 3.35 TB/s.
+pub const HBM_BW: f64 = 2.5e12;
 
 /// A PCIe 4.0 ×16 link's achieved bandwidth per direction.
 pub const PCIE_BW: f64 = 25e9;
@@ -79,6 +88,7 @@ impl Network {
             mfu: None,
             pcie: PCIE_BW,
             cpu_adam: CPU_ADAM,
+            hbm: HBM_BW,
         }
     }
 
@@ -126,7 +136,7 @@ impl Network {
         let mut flops = None;
         let (mut alpha, mut beta, mut gamma) = (None, None, None);
         let (mut peak, mut mfu) = (None, None);
-        let (mut pcie, mut cpu_adam) = (PCIE_BW, CPU_ADAM);
+        let (mut pcie, mut cpu_adam, mut hbm) = (PCIE_BW, CPU_ADAM, HBM_BW);
         for (k, v) in kv {
             match k.as_str() {
                 "bw" | "bandwidth" => bw = parse_bandwidth(v)?,
@@ -145,6 +155,7 @@ impl Network {
                 "beta" => beta = Some(parse_number(k, v)?),
                 "gamma" => gamma = Some(parse_number(k, v)?),
                 "pcie" => pcie = parse_bandwidth(v)?,
+                "hbm" => hbm = parse_bandwidth(v)?,
                 "cpu-adam" | "cpu_adam" => {
                     cpu_adam = parse_number(k, v)?;
                     if !(cpu_adam > 0.0 && cpu_adam.is_finite()) {
@@ -180,6 +191,7 @@ impl Network {
             mfu,
             pcie,
             cpu_adam,
+            hbm,
         };
         for (name, v) in [("alpha", net.alpha), ("beta", net.beta), ("gamma", net.gamma)] {
             if !v.is_finite() || v < 0.0 {

@@ -307,6 +307,10 @@ pub struct ModelPlan {
     pub time_offload: f64,
     /// The host link's bytes/s and the host's Adam updates/s it assumed.
     pub offload_rates: (f64, f64),
+    /// ZeRO++'s quantization kernels (qwZ, qgZ): device memory traffic at `hbm=`.
+    pub time_quant: f64,
+    /// The device memory bandwidth `time_quant` assumed.
+    pub hbm: f64,
 }
 
 fn ring_factor(q: usize) -> f64 {
@@ -586,6 +590,28 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
             }
         }
     }
+    // ZeRO++'s compression is not free: its kernels read and write what they
+    // compress. qwZ, per int8 all-gather of weights: quantize this rank's shard
+    // (2 B read, 1 B written per element), dequantize the gathered weights (1 B
+    // read, 2 B written); qgZ, per int4 gradient reduction, in its two stages
+    // (within the node, then across, on 1/node of the data): quantize (2 + 0.5 B)
+    // and dequantize-and-reduce (0.5 + 2 B) per element.
+    let mut quant_bytes = 0.0;
+    if c.zero == 3 {
+        for (psi, q) in [(psi_d, zgroup), (psi_e, egroup_dp)] {
+            if psi <= 0.0 || q <= 1 {
+                continue;
+            }
+            if zq.qwz {
+                let gathers = if zq.hpz { 1.0 } else { 2.0 };
+                quant_bytes += gathers * m * (3.0 * psi / q as f64 + 3.0 * psi);
+            }
+            if zq.qgz {
+                quant_bytes += m * 5.0 * (psi + psi / node_members as f64);
+            }
+        }
+    }
+    let time_quant = quant_bytes / o.network.hbm;
     // Per layer and micro-batch: tensor, sequence and expert collectives (forward and
     // backward), on the fullest stage.
     for l in &info.layers {
@@ -786,7 +812,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
         peak: o.network.peak,
         time_compute,
         time_comm,
-        time: time_compute + time_comm + time_bubble + time_offload,
+        time: time_compute + time_comm + time_bubble + time_offload + time_quant,
         fits,
         stage_layers: (ls_max, ls_min, if ls_max == ls_min { pp } else { o.layers.max(1) % pp }),
         micro_batch_size: pipeline::local_batch(info, c.data) / c.pipe.micro_batches.max(1),
@@ -794,6 +820,8 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
         time_bubble,
         time_offload,
         offload_rates: (o.network.pcie, o.network.cpu_adam),
+        time_quant,
+        hbm: o.network.hbm,
     }
 }
 

@@ -161,11 +161,16 @@ pub fn plan_detail(p: &ModelPlan) -> String {
         ));
     }
     s.push_str(&format!(
-        "  step: compute {} ({} flop per device) + communication {}{}{} = {}\n",
+        "  step: compute {} ({} flop per device) + communication {}{}{}{} = {}\n",
         fmt_time(p.time_compute),
         fmt_count(p.flops_per_rank),
         fmt_time(p.time_comm),
         if p.time_bubble > 0.0 { format!(" + bubble {}", fmt_time(p.time_bubble)) } else { String::new() },
+        if p.time_quant > 0.0 {
+            format!(" + ZeRO++ quantization {} (at hbm={}/s)", fmt_time(p.time_quant), fmt_bytes(p.hbm))
+        } else {
+            String::new()
+        },
         if p.time_offload > 0.0 {
             format!(" + offload {} (host link and host Adam, not overlapped)", fmt_time(p.time_offload))
         } else {
