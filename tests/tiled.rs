@@ -279,20 +279,24 @@ fn a_failing_rank_stops_the_others() {
 #[cfg(feature = "mpi")]
 #[test]
 fn a_failing_mpi_rank_fails_the_job() {
-    for mode in ["panic", "exit"] {
-        let t0 = std::time::Instant::now();
-        let out = std::process::Command::new("timeout")
-            .args(["90", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3"])
-            .arg(assert_cmd::cargo::cargo_bin("tcc"))
-            .arg("run")
-            .arg(path("tests/tiled/ccd_small.tc"))
-            .args(["--tiled", "--backend", "mpi"])
-            .env("TCC_INJECT_FAILURE", format!("1:{mode}"))
-            .output()
-            .unwrap();
-        assert!(!out.status.success(), "{mode}: the job succeeded");
-        assert_ne!(out.status.code(), Some(124), "{mode}: the job hung");
-        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "{mode}: {:?}", t0.elapsed());
+    // One-sided sets keep the tensors in window memory, freed collectively: a rank
+    // failing alone must not wait there for the others.
+    for exchange in ["collective", "one-sided"] {
+        for mode in ["panic", "exit"] {
+            let t0 = std::time::Instant::now();
+            let out = std::process::Command::new("timeout")
+                .args(["90", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3"])
+                .arg(assert_cmd::cargo::cargo_bin("tcc"))
+                .arg("run")
+                .arg(path("tests/tiled/ccd_small.tc"))
+                .args(["--tiled", "--backend", "mpi", "--exchange", exchange])
+                .env("TCC_INJECT_FAILURE", format!("1:{mode}"))
+                .output()
+                .unwrap();
+            assert!(!out.status.success(), "{exchange}, {mode}: the job succeeded");
+            assert_ne!(out.status.code(), Some(124), "{exchange}, {mode}: the job hung");
+            assert!(t0.elapsed() < std::time::Duration::from_secs(60), "{exchange}, {mode}: {:?}", t0.elapsed());
+        }
     }
 }
 

@@ -561,9 +561,14 @@ pub fn run_rank(
     let mut rank = RankTiles::new(program, comm.rank(), comm.size(), opts, Some(comm))?;
     rank.stats.base_rss = base_rss;
     rank.fill_random(seed);
-    rank.run(comm)?;
-    let outputs = rank.gather(comm)?;
-    Ok((outputs, std::mem::take(&mut rank.stats)))
+    match rank.run(comm).and_then(|()| rank.gather(comm)) {
+        Ok(outputs) => Ok((outputs, std::mem::take(&mut rank.stats))),
+        Err(e) => {
+            // This rank fails alone (the launcher aborts the job): no collective frees.
+            rank.abandon_window_memory();
+            Err(e)
+        }
+    }
 }
 
 /// Everything every rank plans alike before a distributed run: ownership, each
@@ -772,8 +777,27 @@ pub struct RankTiles<'p> {
 
 impl Drop for RankTiles<'_> {
     fn drop(&mut self) {
-        // Window memory is freed collectively: in the same order on every rank.
-        drop_tensors(&mut self.local, |_| false);
+        if std::thread::panicking() {
+            // The other ranks are not freeing alongside: freeing collectively
+            // would wait for them forever (the launcher aborts the job instead).
+            self.abandon_window_memory();
+        } else {
+            // Window memory is freed collectively: in the same order on every rank.
+            drop_tensors(&mut self.local, |_| false);
+        }
+    }
+}
+
+impl RankTiles<'_> {
+    /// Leaves this rank's window memory unfreed: for a rank that failed alone
+    /// (an error or a panic), whose job is about to be aborted, where freeing it
+    /// (collective) would wait for ranks that never free.
+    fn abandon_window_memory(&mut self) {
+        for (_, l) in self.local.drain() {
+            if let Storage::Window(w) = l.data {
+                std::mem::forget(w);
+            }
+        }
     }
 }
 
@@ -841,8 +865,13 @@ impl<'p> RankTiles<'p> {
         r.window_storage = windows.is_some();
         for t in hir.unit_inputs(program.unit).into_iter().chain(hir.unit_outputs(program.unit)) {
             if !r.local.contains_key(&t) {
-                let loc = r.make_local(t, windows)?;
-                r.local.insert(t, loc);
+                match r.make_local(t, windows) {
+                    Ok(loc) => r.local.insert(t, loc),
+                    Err(e) => {
+                        r.abandon_window_memory();
+                        return Err(e);
+                    }
+                };
             }
         }
         r.stats.owned_peak = r.owned_now();
