@@ -268,7 +268,7 @@ mod imp {
                         unsafe {
                             match g.elem {
                                 Elem::F64 => {
-                                    let (al, be) = (g.alpha, 1.0f64);
+                                    let (al, be) = (g.alpha, g.beta);
                                     blas::dgemm_strided_batched(
                                         h,
                                         op(g.transa),
@@ -291,7 +291,7 @@ mod imp {
                                     )
                                 }
                                 Elem::F32 => {
-                                    let (al, be) = (g.alpha as f32, 1.0f32);
+                                    let (al, be) = (g.alpha as f32, g.beta as f32);
                                     blas::sgemm_strided_batched(
                                         h,
                                         op(g.transa),

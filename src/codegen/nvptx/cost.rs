@@ -114,15 +114,20 @@ pub fn tiled_time(e: Elem, cfg: &TileCfg, [nb, m, n, k]: [u64; 4]) -> f64 {
 
 /// Predicted seconds of one cuBLAS call.
 pub fn gemm_time(g: &GemmCall) -> f64 {
-    let (m, n, k, nb) = (g.m, g.n, g.k, g.batch);
-    let bytes = (nb * (m * k + k * n + 2 * m * n)) as f64 * g.elem.bytes() as f64;
+    gemm_shape_time(g.elem, g.m, g.n, g.k, g.batch, g.beta)
+}
+
+/// Predicted seconds of a cuBLAS call of these sizes; with `beta` 0 it reads no C.
+pub fn gemm_shape_time(elem: Elem, m: u64, n: u64, k: u64, nb: u64, beta: f64) -> f64 {
+    let c_passes = if beta == 0.0 { 1 } else { 2 };
+    let bytes = (nb * (m * k + k * n + c_passes * m * n)) as f64 * elem.bytes() as f64;
     if m == 1 && n == 1 {
         return CUBLAS_CALL_S + LAUNCH_S + bytes / (CUBLAS_MEM_EFF * HBM_BPS);
     }
     if m == 1 || n == 1 {
         return CUBLAS_CALL_S + LAUNCH_S + bytes / (GEMV_MEM_EFF * HBM_BPS);
     }
-    let peak = match g.elem {
+    let peak = match elem {
         Elem::F64 => CUBLAS_F64,
         Elem::F32 => CUBLAS_F32,
     };

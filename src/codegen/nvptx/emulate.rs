@@ -123,7 +123,9 @@ fn emulate_steps(
                                 };
                                 s += av * bv;
                             }
-                            c[(oc + bt * g.stride_c + i + j * g.ldc) as usize] += g.alpha * s;
+                            let at = (oc + bt * g.stride_c + i + j * g.ldc) as usize;
+                            // beta 0 ignores what C held (cuBLAS reads no C then).
+                            c[at] = if g.beta == 0.0 { g.alpha * s } else { g.beta * c[at] + g.alpha * s };
                         }
                     }
                 }
