@@ -431,11 +431,14 @@ fn c_shim_compiles() {
         let h = std::fs::read_to_string(dir.path().join(format!("s{k}.h"))).unwrap();
         assert!(h.contains("int tcc_cuda_") && h.contains("TCC_ERR_CUDA"), "{h}");
         let src = std::fs::read_to_string(&c).unwrap();
-        assert_eq!(
-            src.contains("cublasDgemmStridedBatched") || src.contains("cublasSgemmStridedBatched"),
-            *kind == "cublas",
-            "{kind}"
-        );
+        // Forced kinds only (the cost model may pick cuBLAS for an example).
+        if *kind != "auto" {
+            assert_eq!(
+                src.contains("cublasDgemmStridedBatched") || src.contains("cublasSgemmStridedBatched"),
+                *kind == "cublas",
+                "{kind}"
+            );
+        }
         let cc = std::process::Command::new("cc")
             .args([
                 "-std=c99",

@@ -109,7 +109,8 @@ impl Planner<'_> {
 
     fn nodes(&mut self, nodes: &[Node], unit: UnitId) -> Result<Vec<Step>, CodegenError> {
         let mut out = Vec::new();
-        for n in nodes {
+        let mut cleared_by_compute = None;
+        for (at, n) in nodes.iter().enumerate() {
             match n {
                 Node::Loop { index, extent, body } => {
                     if *extent == 0 {
@@ -121,18 +122,23 @@ impl Planner<'_> {
                     out.push(Step::Loop { index: *index, extent: *extent as u64, body });
                 }
                 Node::Zero { tensor, stmt } => {
-                    let idx = self.hir.units[unit].stmts[*stmt].lhs.indices.clone();
+                    let st = &self.hir.units[unit].stmts[*stmt];
+                    // Cleared right before its one statement computes it: that
+                    // statement writes every element itself.
+                    if *tensor == st.lhs.tensor
+                        && self.writes_whole(st)
+                        && matches!(nodes.get(at + 1), Some(Node::Compute { stmt: s }) if s == stmt)
+                    {
+                        cleared_by_compute = Some(*stmt);
+                        continue;
+                    }
+                    let idx = st.lhs.indices.clone();
                     self.zero(*tensor, &idx, &mut out);
                 }
                 Node::Compute { stmt } => {
                     let st = self.hir.units[unit].stmts[*stmt].clone();
-                    // One binary contraction with no host loops around it writes the
-                    // whole target itself (no clearing first).
-                    let whole = self.bound.is_empty()
-                        && st.rhs.terms.len() == 1
-                        && crate::tir::materialize::special_stmt(&st).is_none()
-                        && !self.hir.is_slice(&st.lhs);
-                    if !fusible(self.hir, &st) && !st.accumulate && whole {
+                    let by_zero = cleared_by_compute.take() == Some(*stmt);
+                    if by_zero || (!fusible(self.hir, &st) && !st.accumulate && self.writes_whole(&st)) {
                         self.fresh = true;
                         let r = self.term(&st, 0, &mut out);
                         self.fresh = false;
@@ -159,6 +165,19 @@ impl Planner<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// Whether `st` is one term with no host loops around it, into a whole tensor
+    /// (no slice), with distinct indices: its implementation can write every
+    /// element of the target instead of adding to a cleared one.
+    fn writes_whole(&self, st: &Stmt) -> bool {
+        let idx = &st.lhs.indices;
+        self.bound.is_empty()
+            && st.rhs.terms.len() == 1
+            && crate::tir::materialize::special_stmt(st).is_none()
+            && !self.hir.is_slice(&st.lhs)
+            && (0..idx.len()).all(|i| !idx[..i].contains(&idx[i]))
+            && self.strides[&st.lhs.tensor].iter().all(|&s| s != 0)
     }
 
     /// Clears the region of `t` that `t[idx]` covers under the bound loops, as
