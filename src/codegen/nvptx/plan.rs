@@ -343,16 +343,10 @@ impl Planner<'_> {
                 ops.iter().all(|o| o.func.is_none() && hir.tensors[o.tensor].elem == celem)
                     && self.gemm(st, coef, ops, vars, groups.clone(), &mut steps)
             }
-            GemmKind::Tiled => {
-                if self.fresh {
-                    steps.push(Step::Memset { buf: self.buf(st.lhs.tensor) });
-                }
-                self.tiled(st, coef, ops, groups, &mut steps)
-            }
+            // With a target that was not cleared the tiled kernel stores (each
+            // element of C belongs to one block).
+            GemmKind::Tiled => self.tiled(st, coef, ops, groups, &mut steps),
             GemmKind::Naive => {
-                if self.fresh {
-                    steps.push(Step::Memset { buf: self.buf(st.lhs.tensor) });
-                }
                 self.naive(st, coef, ops, vars, &mut steps)?;
                 true
             }
@@ -464,6 +458,12 @@ impl Planner<'_> {
                 }
             }
         }
+        // A target that was not cleared: stored by the one thread of each element,
+        // or cleared first when split reductions add to it.
+        let store = self.fresh && split == 1;
+        if self.fresh && !store {
+            out.push(Step::Memset { buf: self.buf(c) });
+        }
         let kops: Vec<KOperand> = ops
             .iter()
             .map(|o| KOperand {
@@ -484,7 +484,7 @@ impl Planner<'_> {
             chunk,
             ops: kops,
             coef,
-            store: false,
+            store,
             tiled: None,
             combine: Combine::Sum,
         });
