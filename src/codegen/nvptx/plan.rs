@@ -628,17 +628,23 @@ impl Planner<'_> {
         let (mut arg_b, sb) = operand(self, b, rb, cb);
         let (ta, lda) = view(grp(ra, &sa), grp(ca, &sa))?;
         let (tb, ldb) = view(grp(rb, &sb), grp(cb, &sb))?;
-        // cuBLAS's batch: the longest run of innermost batch variables that is one
-        // stride in all three tensors.
-        let mut cut = batch.len();
-        while cut > 0 {
-            let run = &batch[cut - 1..];
-            if grp(run, &cs).stride.is_none() || grp(run, &sa).stride.is_none() || grp(run, &sb).stride.is_none() {
-                break;
+        // cuBLAS's batch: the run of consecutive batch variables (by stride in C)
+        // that is one stride in all three tensors and has the most elements; the
+        // other batch variables become host loops.
+        let one_stride = |run: &[IndexId]| {
+            grp(run, &cs).stride.is_some() && grp(run, &sa).stride.is_some() && grp(run, &sb).stride.is_some()
+        };
+        let (mut lo, mut hi) = (0, 0);
+        for i in 0..batch.len() {
+            for j in i + 1..=batch.len() {
+                if one_stride(&batch[i..j]) && tot(&batch[i..j]) > tot(&batch[lo..hi]) {
+                    (lo, hi) = (i, j);
+                }
             }
-            cut -= 1;
         }
-        let (loops, run) = batch.split_at(cut);
+        let run = &batch[lo..hi];
+        let loops: Vec<IndexId> = batch[..lo].iter().chain(&batch[hi..]).copied().collect();
+        let loops = &loops[..];
         let nb = tot(run);
         let iterations: u64 = tot(loops);
         if nb > lim || iterations > 4096 || [lda, ldb, ldc].iter().any(|&x| x > lim) {
