@@ -392,7 +392,7 @@ mod imp {
                 result::event::record(start, result::stream::null()).map_err(e("cuEventRecord"))?;
                 let mut r = Ok(());
                 for (j, b) in up.buffers.iter().enumerate() {
-                    if !b.input && used[j] {
+                    if !b.input && used[j] && !up.no_clear.contains(&j) {
                         if let Err(err) = result::memset_d8_async(
                             mem.0[j],
                             0,

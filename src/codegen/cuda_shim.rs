@@ -309,6 +309,8 @@ static inline int overlap_(const void* a, size_t n, const void* b, size_t m) {{
                         bytes(buf.elem)
                     );
                 }
+                // Written whole by their first use.
+                None if up.no_clear.contains(&j) => {}
                 None => {
                     let _ = writeln!(
                         s,

@@ -332,6 +332,22 @@ pub struct UnitPlan {
     pub buffers: Vec<Buf>,
     pub steps: Vec<Step>,
     pub flops: f64,
+    /// Buffers whose first use writes every element (scratch buffers, targets
+    /// of statements written whole: cuBLAS with beta 0, storing kernels): a
+    /// runner need not clear them before a run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub no_clear: Vec<usize>,
+}
+
+/// Whether any step (any alternative) reads or writes buffer `buf`.
+pub fn touches(steps: &[Step], buf: usize) -> bool {
+    steps.iter().any(|s| match s {
+        Step::Loop { body, .. } => touches(body, buf),
+        Step::Memset { buf: b } => *b == buf,
+        Step::Launch { args, .. } => args.iter().any(|a| a.buf == buf),
+        Step::Gemm(g) => [g.a.buf, g.b.buf, g.c.buf].contains(&buf),
+        Step::Choice(c) => c.alts.iter().any(|a| touches(&a.steps, buf)),
+    })
 }
 
 impl UnitPlan {

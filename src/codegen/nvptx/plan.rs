@@ -22,6 +22,8 @@ pub(super) struct Planner<'a> {
     /// implementation writes every element (cuBLAS with beta 0, a storing
     /// copy) or clears it first.
     pub(super) fresh: bool,
+    /// Tensor buffers written whole by their first use ([`UnitPlan::no_clear`]).
+    pub(super) whole_first: Vec<usize>,
 }
 
 /// One factor of a term.
@@ -139,10 +141,15 @@ impl Planner<'_> {
                     let st = self.hir.units[unit].stmts[*stmt].clone();
                     let by_zero = cleared_by_compute.take() == Some(*stmt);
                     if by_zero || (!fusible(self.hir, &st) && !st.accumulate && self.writes_whole(&st)) {
+                        let buf = self.buf(st.lhs.tensor);
+                        let first = !touches(&out, buf) && !self.whole_first.contains(&buf);
                         self.fresh = true;
                         let r = self.term(&st, 0, &mut out);
                         self.fresh = false;
                         r?;
+                        if first {
+                            self.whole_first.push(buf);
+                        }
                         continue;
                     }
                     if !fusible(self.hir, &st) && !st.accumulate {
@@ -997,9 +1004,21 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
             });
             strides.insert(t, position_strides(&prepared, b));
         }
-        let mut p =
-            Planner { hir: &prepared, opts, kernels: &mut kernels, buffers, strides, bound: Vec::new(), fresh: false };
+        let mut p = Planner {
+            hir: &prepared,
+            opts,
+            kernels: &mut kernels,
+            buffers,
+            strides,
+            bound: Vec::new(),
+            fresh: false,
+            whole_first: Vec::new(),
+        };
         let steps = p.nodes(&nest.body, u)?;
+        // Scratch buffers (no tensor) are written whole before they are read.
+        let mut no_clear = p.whole_first;
+        no_clear.extend((0..p.buffers.len()).filter(|&j| p.buffers[j].tensor.is_none()));
+        no_clear.sort_unstable();
         let buffers = p.buffers;
         plans.push(UnitPlan {
             unit: u,
@@ -1009,6 +1028,7 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
             buffers,
             steps,
             flops: unit_flops(&prepared, u),
+            no_clear,
         });
     }
     Ok(GpuPlan { target: format!("{TRIPLE} {SM} {}", PTX_FEATURES.trim_start_matches('+')), kernels, units: plans })
