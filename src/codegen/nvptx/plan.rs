@@ -185,6 +185,7 @@ impl Planner<'_> {
             && !self.hir.is_slice(&st.lhs)
             && (0..idx.len()).all(|i| !idx[..i].contains(&idx[i]))
             && self.strides[&st.lhs.tensor].iter().all(|&s| s != 0)
+            && !reads(&st.rhs, st.lhs.tensor)
     }
 
     /// Clears the region of `t` that `t[idx]` covers under the bound loops, as
@@ -975,6 +976,20 @@ impl Planner<'_> {
         out.extend(steps);
         true
     }
+}
+
+/// Whether `e` reads tensor `t` (its target then has to keep its old values
+/// until the statement has read them).
+fn reads(e: &crate::sema::hir::Expr, t: TensorId) -> bool {
+    use crate::sema::hir::Factor;
+    fn factor(f: &Factor, t: TensorId) -> bool {
+        match f {
+            Factor::Tensor(r) => r.tensor == t,
+            Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => reads(arg, t),
+            Factor::Select { args, .. } => args.iter().any(|a| factor(a, t)),
+        }
+    }
+    e.terms.iter().flat_map(|term| &term.factors).any(|f| factor(f, t))
 }
 
 /// Plans `units` of `hir` for the GPU (no LLVM involved).
