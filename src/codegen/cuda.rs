@@ -268,7 +268,7 @@ mod imp {
                         unsafe {
                             match g.elem {
                                 Elem::F64 => {
-                                    let (al, be) = (g.alpha, 1.0f64);
+                                    let (al, be) = (g.alpha, g.beta);
                                     blas::dgemm_strided_batched(
                                         h,
                                         op(g.transa),
@@ -291,7 +291,7 @@ mod imp {
                                     )
                                 }
                                 Elem::F32 => {
-                                    let (al, be) = (g.alpha as f32, 1.0f32);
+                                    let (al, be) = (g.alpha as f32, g.beta as f32);
                                     blas::sgemm_strided_batched(
                                         h,
                                         op(g.transa),
@@ -392,7 +392,7 @@ mod imp {
                 result::event::record(start, result::stream::null()).map_err(e("cuEventRecord"))?;
                 let mut r = Ok(());
                 for (j, b) in up.buffers.iter().enumerate() {
-                    if !b.input && used[j] {
+                    if !b.input && used[j] && !up.no_clear.contains(&j) {
                         if let Err(err) = result::memset_d8_async(
                             mem.0[j],
                             0,

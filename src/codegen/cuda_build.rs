@@ -47,7 +47,15 @@ pub fn build_ptx(
         }
         Err(_) => opts.tile,
     };
-    let opts = GpuOptions { keep_alternatives: true, tile, ..opts.clone() };
+    // TCC_GPU_IN_PLACE=1|0 (benchmarks): cuBLAS writes permuted outputs in place
+    // always / never (default: the cost model decides).
+    let in_place = match std::env::var("TCC_GPU_IN_PLACE").as_deref() {
+        Ok("1") => Some(true),
+        Ok("0") => Some(false),
+        Ok(v) => return Err(fail("E0732", format!("TCC_GPU_IN_PLACE=`{v}` is not 1 or 0"), None)),
+        Err(_) => opts.in_place,
+    };
+    let opts = GpuOptions { keep_alternatives: true, tile, in_place, ..opts.clone() };
     let (plan, ptx) = nvptx::ptx_for(hir, &units, &opts).map_err(|e| fail("E0712", e.0, None))?;
     let write = |p: &Path, s: &str| {
         std::fs::write(p, s).map_err(|e| fail("E0714", format!("cannot write `{}`: {e}", p.display()), None))

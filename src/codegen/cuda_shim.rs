@@ -128,7 +128,7 @@ fn steps(s: &mut String, plan: &GpuPlan, up: &UnitPlan, st: &[Step], ind: usize)
                 };
                 let op = |x: bool| if x { "CUBLAS_OP_T" } else { "CUBLAS_OP_N" };
                 let _ = writeln!(s, "{pad}{{");
-                let _ = writeln!(s, "{pad}    const {t} alpha = {:?}, beta = 1.0;", g.alpha);
+                let _ = writeln!(s, "{pad}    const {t} alpha = {:?}, beta = {:?};", g.alpha, g.beta);
                 let _ = writeln!(
                     s,
                     "{pad}    CKB({f}(blas, {}, {}, {}, {}, {}, &alpha, (const {t}*){}, {}, {}LL, (const {t}*){}, {}, {}LL, &beta, ({t}*){}, {}, {}LL, {}));",
@@ -309,6 +309,8 @@ static inline int overlap_(const void* a, size_t n, const void* b, size_t m) {{
                         bytes(buf.elem)
                     );
                 }
+                // Written whole by their first use.
+                None if up.no_clear.contains(&j) => {}
                 None => {
                     let _ = writeln!(
                         s,

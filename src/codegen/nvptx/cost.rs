@@ -101,28 +101,38 @@ pub fn blocks_per_sm(e: Elem, cfg: &TileCfg) -> u64 {
 /// Predicted seconds of a tiled kernel for sizes `[batch, m, n, k]`: rounds of
 /// resident blocks, each block's reduction steps plus its overhead at the rate
 /// its multiprocessor shares among the resident blocks.
-pub fn tiled_time(e: Elem, cfg: &TileCfg, [nb, m, n, k]: [u64; 4]) -> f64 {
+pub fn tiled_time(e: Elem, cfg: &TileCfg, sizes: [u64; 4]) -> f64 {
+    tiled_time_c(e, cfg, sizes, 2)
+}
+
+/// [`tiled_time`] with C read and written (`c_passes` 2) or only stored (1).
+pub fn tiled_time_c(e: Elem, cfg: &TileCfg, [nb, m, n, k]: [u64; 4], c_passes: u64) -> f64 {
     let blocks = m.div_ceil(cfg.bm) * n.div_ceil(cfg.bn) * nb;
     let per_sm = blocks_per_sm(e, cfg);
     let step_flops = 2.0 * (cfg.bm * cfg.bn * cfg.bk) as f64;
     let step_s = per_sm as f64 * step_flops / (tiled_rate(e, cfg) / SMS as f64);
     let rounds = blocks.div_ceil(SMS * per_sm) as f64;
     let compute = rounds * (k.div_ceil(cfg.bk) as f64 + TILE_OVERHEAD_STEPS) * step_s;
-    let bytes = (nb * (m * k + k * n + 2 * m * n)) as f64 * e.bytes() as f64;
+    let bytes = (nb * (m * k + k * n + c_passes * m * n)) as f64 * e.bytes() as f64;
     LAUNCH_S + compute.max(bytes / HBM_BPS)
 }
 
 /// Predicted seconds of one cuBLAS call.
 pub fn gemm_time(g: &GemmCall) -> f64 {
-    let (m, n, k, nb) = (g.m, g.n, g.k, g.batch);
-    let bytes = (nb * (m * k + k * n + 2 * m * n)) as f64 * g.elem.bytes() as f64;
+    gemm_shape_time(g.elem, g.m, g.n, g.k, g.batch, g.beta)
+}
+
+/// Predicted seconds of a cuBLAS call of these sizes; with `beta` 0 it reads no C.
+pub fn gemm_shape_time(elem: Elem, m: u64, n: u64, k: u64, nb: u64, beta: f64) -> f64 {
+    let c_passes = if beta == 0.0 { 1 } else { 2 };
+    let bytes = (nb * (m * k + k * n + c_passes * m * n)) as f64 * elem.bytes() as f64;
     if m == 1 && n == 1 {
         return CUBLAS_CALL_S + LAUNCH_S + bytes / (CUBLAS_MEM_EFF * HBM_BPS);
     }
     if m == 1 || n == 1 {
         return CUBLAS_CALL_S + LAUNCH_S + bytes / (GEMV_MEM_EFF * HBM_BPS);
     }
-    let peak = match g.elem {
+    let peak = match elem {
         Elem::F64 => CUBLAS_F64,
         Elem::F32 => CUBLAS_F32,
     };
@@ -170,7 +180,7 @@ fn naive_time(k: &Kernel) -> f64 {
 /// Predicted seconds of a kernel launch.
 pub fn kernel_time(k: &Kernel) -> f64 {
     match &k.tiled {
-        Some(t) => tiled_time(k.elem, &t.cfg, t.sizes()),
+        Some(t) => tiled_time_c(k.elem, &t.cfg, t.sizes(), if k.store { 1 } else { 2 }),
         None => naive_time(k),
     }
 }

@@ -34,6 +34,12 @@ pub fn emulate(
     let ee = module.create_jit_execution_engine(OptimizationLevel::Default).map_err(|e| err(e.to_string()))?;
     // Buffers as f64 or f32 vectors.
     let mut bufs: Vec<Vec<u8>> = up.buffers.iter().map(|b| vec![0u8; b.elements as usize * b.elem.bytes()]).collect();
+    // Buffers the plan says need no clearing start as NaN: a plan that reads one
+    // before writing it whole shows in the outputs.
+    for &j in &up.no_clear {
+        let b = &up.buffers[j];
+        write_elems(&mut bufs[j], b.elem, &vec![f64::NAN; b.elements as usize]);
+    }
     for (j, b) in up.buffers.iter().enumerate() {
         if let Some(t) = b.tensor {
             if b.input {
@@ -123,7 +129,9 @@ fn emulate_steps(
                                 };
                                 s += av * bv;
                             }
-                            c[(oc + bt * g.stride_c + i + j * g.ldc) as usize] += g.alpha * s;
+                            let at = (oc + bt * g.stride_c + i + j * g.ldc) as usize;
+                            // beta 0 ignores what C held (cuBLAS reads no C then).
+                            c[at] = if g.beta == 0.0 { g.alpha * s } else { g.beta * c[at] + g.alpha * s };
                         }
                     }
                 }

@@ -186,7 +186,17 @@ fn is_zero(x: &u64) -> bool {
     *x == 0
 }
 
-/// `C = alpha · op(A) · op(B) + C` in cuBLAS's column-major terms, strided batched.
+fn one() -> f64 {
+    1.0
+}
+
+fn is_one(x: &f64) -> bool {
+    *x == 1.0
+}
+
+/// `C = alpha · op(A) · op(B) + beta · C` in cuBLAS's column-major terms, strided
+/// batched; `beta` is 1 (accumulate) or 0 (the call writes every element of C
+/// it covers, so no `Memset` needs to come first).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GemmCall {
     pub elem: Elem,
@@ -197,6 +207,8 @@ pub struct GemmCall {
     pub k: u64,
     pub batch: u64,
     pub alpha: f64,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub beta: f64,
     pub a: Arg,
     pub lda: u64,
     pub stride_a: u64,
@@ -320,6 +332,22 @@ pub struct UnitPlan {
     pub buffers: Vec<Buf>,
     pub steps: Vec<Step>,
     pub flops: f64,
+    /// Buffers whose first use writes every element (scratch buffers, targets
+    /// of statements written whole: cuBLAS with beta 0, storing kernels): a
+    /// runner need not clear them before a run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub no_clear: Vec<usize>,
+}
+
+/// Whether any step (any alternative) reads or writes buffer `buf`.
+pub fn touches(steps: &[Step], buf: usize) -> bool {
+    steps.iter().any(|s| match s {
+        Step::Loop { body, .. } => touches(body, buf),
+        Step::Memset { buf: b } => *b == buf,
+        Step::Launch { args, .. } => args.iter().any(|a| a.buf == buf),
+        Step::Gemm(g) => [g.a.buf, g.b.buf, g.c.buf].contains(&buf),
+        Step::Choice(c) => c.alts.iter().any(|a| touches(&a.steps, buf)),
+    })
 }
 
 impl UnitPlan {
@@ -430,6 +458,11 @@ pub struct GpuOptions {
     pub tile: Option<TileCfg>,
     /// Threads a kernel should have before the reduction is split (default 2^18).
     pub target_threads: Option<u64>,
+    /// cuBLAS calls for a C that is no matrix over its m and n groups: `Some(true)`
+    /// writes C in place (m and n variables moved to the batch and host loops)
+    /// wherever that applies, `Some(false)` never (a scratch matrix copied into
+    /// C), `None` whichever the cost model predicts faster.
+    pub in_place: Option<bool>,
 }
 
 pub const DEFAULT_GPU_MEM_LIMIT: u64 = 16 << 30;

@@ -18,6 +18,12 @@ pub(super) struct Planner<'a> {
     pub(super) buffers: Vec<Buf>,
     pub(super) strides: HashMap<TensorId, Vec<u64>>,
     pub(super) bound: Vec<IndexId>,
+    /// The target of the term being planned was not cleared: its
+    /// implementation writes every element (cuBLAS with beta 0, a storing
+    /// copy) or clears it first.
+    pub(super) fresh: bool,
+    /// Tensor buffers written whole by their first use ([`UnitPlan::no_clear`]).
+    pub(super) whole_first: Vec<usize>,
 }
 
 /// One factor of a term.
@@ -105,7 +111,8 @@ impl Planner<'_> {
 
     fn nodes(&mut self, nodes: &[Node], unit: UnitId) -> Result<Vec<Step>, CodegenError> {
         let mut out = Vec::new();
-        for n in nodes {
+        let mut cleared_by_compute = None;
+        for (at, n) in nodes.iter().enumerate() {
             match n {
                 Node::Loop { index, extent, body } => {
                     if *extent == 0 {
@@ -117,11 +124,34 @@ impl Planner<'_> {
                     out.push(Step::Loop { index: *index, extent: *extent as u64, body });
                 }
                 Node::Zero { tensor, stmt } => {
-                    let idx = self.hir.units[unit].stmts[*stmt].lhs.indices.clone();
+                    let st = &self.hir.units[unit].stmts[*stmt];
+                    // Cleared right before its one statement computes it: that
+                    // statement writes every element itself.
+                    if *tensor == st.lhs.tensor
+                        && self.writes_whole(st)
+                        && matches!(nodes.get(at + 1), Some(Node::Compute { stmt: s }) if s == stmt)
+                    {
+                        cleared_by_compute = Some(*stmt);
+                        continue;
+                    }
+                    let idx = st.lhs.indices.clone();
                     self.zero(*tensor, &idx, &mut out);
                 }
                 Node::Compute { stmt } => {
                     let st = self.hir.units[unit].stmts[*stmt].clone();
+                    let by_zero = cleared_by_compute.take() == Some(*stmt);
+                    if by_zero || (!fusible(self.hir, &st) && !st.accumulate && self.writes_whole(&st)) {
+                        let buf = self.buf(st.lhs.tensor);
+                        let first = !touches(&out, buf) && !self.whole_first.contains(&buf);
+                        self.fresh = true;
+                        let r = self.term(&st, 0, &mut out);
+                        self.fresh = false;
+                        r?;
+                        if first {
+                            self.whole_first.push(buf);
+                        }
+                        continue;
+                    }
                     if !fusible(self.hir, &st) && !st.accumulate {
                         if self.hir.is_slice(&st.lhs) {
                             // `=` into a slice clears that slice only.
@@ -142,6 +172,20 @@ impl Planner<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// Whether `st` is one term with no host loops around it, into a whole tensor
+    /// (no slice), with distinct indices: its implementation can write every
+    /// element of the target instead of adding to a cleared one.
+    fn writes_whole(&self, st: &Stmt) -> bool {
+        let idx = &st.lhs.indices;
+        self.bound.is_empty()
+            && st.rhs.terms.len() == 1
+            && crate::tir::materialize::special_stmt(st).is_none()
+            && !self.hir.is_slice(&st.lhs)
+            && (0..idx.len()).all(|i| !idx[..i].contains(&idx[i]))
+            && self.strides[&st.lhs.tensor].iter().all(|&s| s != 0)
+            && !reads(&st.rhs, st.lhs.tensor)
     }
 
     /// Clears the region of `t` that `t[idx]` covers under the bound loops, as
@@ -251,9 +295,18 @@ impl Planner<'_> {
         let ops = crate::codegen::lower::term_operands(term).map_err(err)?;
         let vars = crate::codegen::lower::term_vars(&st.lhs.indices, &ops, |i| self.bound.contains(&i));
         if vars.iter().any(|&v| hir.index_size(v) == 0) {
+            if self.fresh {
+                // An empty sum: the target is zero.
+                out.push(Step::Memset { buf: self.buf(st.lhs.tensor) });
+            }
             return Ok(());
         }
-        match self.groups(st, &ops, &vars) {
+        let groups = self.groups(st, &ops, &vars);
+        if self.fresh && groups.is_none() {
+            out.push(Step::Memset { buf: self.buf(st.lhs.tensor) });
+            self.fresh = false;
+        }
+        match groups {
             Some(groups) => self.choose(st, term.coef, &ops, &vars, &groups, out),
             None => self.naive(st, term.coef, &ops, &vars, out),
         }
@@ -298,6 +351,8 @@ impl Planner<'_> {
                 ops.iter().all(|o| o.func.is_none() && hir.tensors[o.tensor].elem == celem)
                     && self.gemm(st, coef, ops, vars, groups.clone(), &mut steps)
             }
+            // With a target that was not cleared the tiled kernel stores (each
+            // element of C belongs to one block).
             GemmKind::Tiled => self.tiled(st, coef, ops, groups, &mut steps),
             GemmKind::Naive => {
                 self.naive(st, coef, ops, vars, &mut steps)?;
@@ -411,6 +466,12 @@ impl Planner<'_> {
                 }
             }
         }
+        // A target that was not cleared: stored by the one thread of each element,
+        // or cleared first when split reductions add to it.
+        let store = self.fresh && split == 1;
+        if self.fresh && !store {
+            out.push(Step::Memset { buf: self.buf(c) });
+        }
         let kops: Vec<KOperand> = ops
             .iter()
             .map(|o| KOperand {
@@ -431,7 +492,7 @@ impl Planner<'_> {
             chunk,
             ops: kops,
             coef,
-            store: false,
+            store,
             tiled: None,
             combine: Combine::Sum,
         });
@@ -451,6 +512,212 @@ impl Planner<'_> {
             shape: vec![],
         });
         self.buffers.len() - 1
+    }
+
+    /// The cheapest way to move variables of the m and n groups to the batch
+    /// ([`Planner::promoted`]): `(predicted seconds, mask over those variables)`;
+    /// `None` when no choice makes C a strided matrix. Kernels and buffers that
+    /// costing appended stay for the caller to drop.
+    fn promotion(&mut self, st: &Stmt, coef: f64, ops: &[Operand], groups: &[Vec<IndexId>; 4]) -> Option<(f64, u64)> {
+        let hir = self.hir;
+        let n_mn = groups[1].iter().chain(&groups[2]).filter(|&&v| hir.index_size(v) > 1).count();
+        if n_mn > 10 {
+            return None;
+        }
+        let mut best: Option<(f64, u64)> = None;
+        for mask in 1..(1u64 << n_mn) {
+            let (nk, nb) = (self.kernels.len(), self.buffers.len());
+            if let Some(steps) = self.promoted(st, coef, ops, groups, mask) {
+                let t = cost::steps_time(&steps, self.kernels, &self.buffers);
+                if best.is_none_or(|b| t < b.0) {
+                    best = Some((t, mask));
+                }
+            }
+            self.kernels.truncate(nk);
+            self.buffers.truncate(nb);
+        }
+        best
+    }
+
+    /// A binary contraction whose C is no matrix over its m and n groups, as
+    /// cuBLAS calls writing C in place (TTGT with the output permutation folded
+    /// into the call): the m and n variables of `mask` (bit i: the i-th of m then
+    /// n, size-1 variables left out) join the batch; the longest run of batch
+    /// variables that is one stride in C, A and B becomes cuBLAS's batch, the
+    /// others host loops; an operand that is no matrix over the remaining groups
+    /// is first copied to a contiguous layout. `None` when C over the remaining
+    /// groups is no matrix either, or the sizes exceed cuBLAS's arguments.
+    fn promoted(
+        &mut self,
+        st: &Stmt,
+        coef: f64,
+        ops: &[Operand],
+        groups: &[Vec<IndexId>; 4],
+        mask: u64,
+    ) -> Option<Vec<Step>> {
+        let hir = self.hir;
+        let c = st.lhs.tensor;
+        let size = |v: IndexId| hir.index_size(v) as u64;
+        let mn: Vec<IndexId> = groups[1].iter().chain(&groups[2]).copied().filter(|&v| size(v) > 1).collect();
+        let moved = |v: &IndexId| mn.iter().position(|x| x == v).is_some_and(|p| mask >> p & 1 == 1);
+        let cs: HashMap<IndexId, u64> =
+            groups.iter().flatten().map(|&v| (v, self.stride_in(c, &st.lhs.indices, v))).collect();
+        let m2: Vec<IndexId> = groups[1].iter().copied().filter(|v| !moved(v)).collect();
+        let n2: Vec<IndexId> = groups[2].iter().copied().filter(|v| !moved(v)).collect();
+        let k2 = groups[3].clone();
+        let mut batch: Vec<IndexId> =
+            groups[0].iter().chain(mn.iter().filter(|v| moved(v))).copied().filter(|&v| size(v) > 1).collect();
+        batch.sort_by_key(|v| std::cmp::Reverse(cs[v]));
+        let tot = |g: &[IndexId]| g.iter().map(|&v| size(v)).product::<u64>();
+        let (m, n, k) = (tot(&m2), tot(&n2), tot(&k2));
+        let lim = i32::MAX as u64;
+        if m * n * k == 0 || [m, n, k].iter().any(|&x| x > lim) {
+            return None;
+        }
+        let elem = Elem::of(hir.tensors[c].elem);
+        let grp = |vs: &[IndexId], s: &HashMap<IndexId, u64>| merged(vs, &size, &|v| s[&v]);
+        let (gm, gn) = (grp(&m2, &cs), grp(&n2, &cs));
+        // C (n inner: cuBLAS computes C^T = B^T A^T) or m inner.
+        let (n_inner, ldc) = if let Some((false, ld)) = view(gn, gm) {
+            (true, ld)
+        } else if let Some((false, ld)) = view(gm, gn) {
+            (false, ld)
+        } else {
+            return None;
+        };
+        let mut steps = Vec::new();
+        // Each operand: its argument and the stride of every variable (0: absent).
+        let mut operand = |pl: &mut Planner, o: &Operand, rows: &[IndexId], cols: &[IndexId]| {
+            let s: HashMap<IndexId, u64> =
+                groups.iter().flatten().map(|&v| (v, pl.stride_in(o.tensor, &o.indices, v))).collect();
+            if view(grp(rows, &s), grp(cols, &s)).is_some() {
+                return (pl.arg(o.tensor, &o.indices), s);
+            }
+            // Copied as [its batch variables][rows][cols], contiguous.
+            let order: Vec<IndexId> = batch.iter().filter(|v| s[v] != 0).chain(rows).chain(cols).copied().collect();
+            let total: u64 = order.iter().map(|&v| size(v)).product();
+            let buf = pl.scratch("perm", elem, total);
+            let mut cs2: HashMap<IndexId, u64> = groups.iter().flatten().map(|&v| (v, 0)).collect();
+            let mut acc = 1;
+            for &v in order.iter().rev() {
+                cs2.insert(v, acc);
+                acc *= size(v);
+            }
+            let kid = pl.kernel(Kernel {
+                name: String::new(),
+                elem,
+                par: order.iter().map(|&v| size(v)).collect(),
+                out_strides: order.iter().map(|v| cs2[v]).collect(),
+                red: vec![],
+                split_vars: 0,
+                split: 1,
+                chunk: 1,
+                ops: vec![KOperand {
+                    elem,
+                    func: None,
+                    par_strides: order.iter().map(|v| s[v]).collect(),
+                    red_strides: vec![],
+                }],
+                coef: 1.0,
+                store: true,
+                tiled: None,
+                combine: Combine::Sum,
+            });
+            steps.push(Step::Launch {
+                kernel: kid,
+                args: vec![Arg { buf, base: vec![], offset: 0 }, pl.arg(o.tensor, &o.indices)],
+            });
+            (Arg { buf, base: vec![], offset: 0 }, cs2)
+        };
+        let (a, b) = (&ops[0], &ops[1]);
+        // Rows and columns as cuBLAS sees each operand (column-major).
+        let (ra, ca, rb, cb) = if n_inner { (&k2, &m2, &n2, &k2) } else { (&m2, &k2, &k2, &n2) };
+        let (mut arg_a, sa) = operand(self, a, ra, ca);
+        let (mut arg_b, sb) = operand(self, b, rb, cb);
+        let (ta, lda) = view(grp(ra, &sa), grp(ca, &sa))?;
+        let (tb, ldb) = view(grp(rb, &sb), grp(cb, &sb))?;
+        // cuBLAS's batch: the run of consecutive batch variables (by stride in C)
+        // that is one stride in all three tensors and has the most elements; the
+        // other batch variables become host loops.
+        let one_stride = |run: &[IndexId]| {
+            grp(run, &cs).stride.is_some() && grp(run, &sa).stride.is_some() && grp(run, &sb).stride.is_some()
+        };
+        let (mut lo, mut hi) = (0, 0);
+        for i in 0..batch.len() {
+            for j in i + 1..=batch.len() {
+                if one_stride(&batch[i..j]) && tot(&batch[i..j]) > tot(&batch[lo..hi]) {
+                    (lo, hi) = (i, j);
+                }
+            }
+        }
+        let run = &batch[lo..hi];
+        let loops: Vec<IndexId> = batch[..lo].iter().chain(&batch[hi..]).copied().collect();
+        let loops = &loops[..];
+        let nb = tot(run);
+        let iterations: u64 = tot(loops);
+        if nb > lim || iterations > 4096 || [lda, ldb, ldc].iter().any(|&x| x > lim) {
+            return None;
+        }
+        let bs = |s: &HashMap<IndexId, u64>| if run.is_empty() { 0 } else { grp(run, s).stride.unwrap_or(0) };
+        let mut arg_c = self.arg(c, &st.lhs.indices);
+        for &v in loops {
+            for (arg, s) in [(&mut arg_a, &sa), (&mut arg_b, &sb), (&mut arg_c, &cs)] {
+                if s[&v] != 0 {
+                    arg.base.push((v, s[&v]));
+                }
+            }
+        }
+        let beta = if self.fresh { 0.0 } else { 1.0 };
+        let call = if n_inner {
+            // C^T (n × m) = op(B^T) (n × k) · op(A^T) (k × m)
+            GemmCall {
+                elem,
+                transa: tb,
+                transb: ta,
+                m: n,
+                n: m,
+                k,
+                batch: nb,
+                alpha: coef,
+                beta,
+                a: arg_b,
+                lda: ldb,
+                stride_a: bs(&sb),
+                b: arg_a,
+                ldb: lda,
+                stride_b: bs(&sa),
+                c: arg_c,
+                ldc,
+                stride_c: bs(&cs),
+            }
+        } else {
+            GemmCall {
+                elem,
+                transa: ta,
+                transb: tb,
+                m,
+                n,
+                k,
+                batch: nb,
+                alpha: coef,
+                beta,
+                a: arg_a,
+                lda,
+                stride_a: bs(&sa),
+                b: arg_b,
+                ldb,
+                stride_b: bs(&sb),
+                c: arg_c,
+                ldc,
+                stride_c: bs(&cs),
+            }
+        };
+        let mut body = vec![Step::Gemm(call)];
+        for &v in loops.iter().rev() {
+            body = vec![Step::Loop { index: v, extent: size(v), body }];
+        }
+        steps.extend(body);
+        Some(steps)
     }
 
     /// A binary contraction as a cuBLAS call; false when sizes or leading
@@ -558,19 +825,54 @@ impl Planner<'_> {
             None
         };
         let mut c_scratch = None;
+        let mut beta = if self.fresh { 0.0 } else { 1.0 };
         let (n_inner, ldc) = match c_ok(&gc) {
             Some(x) => x,
             None => {
+                // C is no matrix over its m and n groups. Either cuBLAS writes it in
+                // place with some of m and n moved to the batch (host loops over what
+                // cuBLAS's one batch stride cannot cover), or into a scratch matrix
+                // that a copy then adds to C; whichever the cost model predicts faster.
+                let eb = elem.bytes() as f64;
+                let moved = (nb * m * n) as f64 * eb * if self.fresh { 2.0 } else { 3.0 };
+                let scratch_s = cost::gemm_shape_time(elem, n, m, k, nb, 0.0) + cost::LAUNCH_S + moved / cost::HBM_BPS;
+                let (nk, nbuf) = (self.kernels.len(), self.buffers.len());
+                let promotion =
+                    if self.opts.in_place == Some(false) { None } else { self.promotion(st, coef, ops, &groups) };
+                if let Some((t, mask)) = promotion {
+                    if t < scratch_s || self.opts.in_place == Some(true) {
+                        self.kernels.truncate(nk);
+                        self.buffers.truncate(nbuf);
+                        if let Some(p) = self.promoted(st, coef, ops, &groups, mask) {
+                            out.extend(p);
+                            return true;
+                        }
+                    }
+                }
+                self.kernels.truncate(nk);
+                self.buffers.truncate(nbuf);
+                // The scratch matrix has C's stride-1 variable innermost, so the copy
+                // reads and writes consecutive elements across threads.
+                let inner_m = groups[1].last().is_some_and(|&v| sc(v) == 1);
                 let buf = self.scratch("out", elem, nb * m * n);
-                c_scratch = Some((buf, arg_c.clone()));
+                c_scratch = Some((buf, arg_c.clone(), inner_m));
                 arg_c = Arg { buf, base: vec![], offset: 0 };
-                gc = [
-                    Grp { size: nb, stride: Some(m * n) },
-                    Grp { size: m, stride: Some(n) },
-                    Grp { size: n, stride: Some(1) },
-                ];
-                steps.push(Step::Memset { buf });
-                (true, n.max(1))
+                beta = 0.0;
+                if inner_m {
+                    gc = [
+                        Grp { size: nb, stride: Some(m * n) },
+                        Grp { size: m, stride: Some(1) },
+                        Grp { size: n, stride: Some(m) },
+                    ];
+                    (false, m.max(1))
+                } else {
+                    gc = [
+                        Grp { size: nb, stride: Some(m * n) },
+                        Grp { size: m, stride: Some(n) },
+                        Grp { size: n, stride: Some(1) },
+                    ];
+                    (true, n.max(1))
+                }
             }
         };
         // (Y, Z) = (B, A) over (n×k, k×m) when n is inner, else (A, B) over (m×k, k×n).
@@ -604,6 +906,7 @@ impl Planner<'_> {
                 k,
                 batch: nb,
                 alpha: coef,
+                beta,
                 a: arg_b,
                 lda: ldb,
                 stride_a: bs(&gb[0]),
@@ -626,6 +929,7 @@ impl Planner<'_> {
                 k,
                 batch: nb,
                 alpha: coef,
+                beta,
                 a: arg_a,
                 lda,
                 stride_a: bs(&ga[0]),
@@ -641,9 +945,11 @@ impl Planner<'_> {
             return false;
         }
         steps.push(Step::Gemm(call));
-        if let Some((buf, real_c)) = c_scratch {
-            // C += scratch, scratch laid out [batch][m][n].
-            let order: Vec<IndexId> = [0, 1, 2].iter().flat_map(|&g| groups[g].iter().copied()).collect();
+        if let Some((buf, real_c, inner_m)) = c_scratch {
+            // C += scratch (C = scratch when C was not cleared), scratch laid out
+            // [batch][m][n], or [batch][n][m] when m holds C's stride-1 variable.
+            let gs = if inner_m { [0, 2, 1] } else { [0, 1, 2] };
+            let order: Vec<IndexId> = gs.iter().flat_map(|&g| groups[g].iter().copied()).collect();
             let mut strides = vec![0u64; order.len()];
             let mut s = 1;
             for j in (0..order.len()).rev() {
@@ -661,7 +967,7 @@ impl Planner<'_> {
                 chunk: 1,
                 ops: vec![KOperand { elem, func: None, par_strides: strides, red_strides: vec![] }],
                 coef: 1.0,
-                store: false,
+                store: self.fresh,
                 tiled: None,
                 combine: Combine::Sum,
             });
@@ -670,6 +976,20 @@ impl Planner<'_> {
         out.extend(steps);
         true
     }
+}
+
+/// Whether `e` reads tensor `t` (its target then has to keep its old values
+/// until the statement has read them).
+fn reads(e: &crate::sema::hir::Expr, t: TensorId) -> bool {
+    use crate::sema::hir::Factor;
+    fn factor(f: &Factor, t: TensorId) -> bool {
+        match f {
+            Factor::Tensor(r) => r.tensor == t,
+            Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => reads(arg, t),
+            Factor::Select { args, .. } => args.iter().any(|a| factor(a, t)),
+        }
+    }
+    e.terms.iter().flat_map(|term| &term.factors).any(|f| factor(f, t))
 }
 
 /// Plans `units` of `hir` for the GPU (no LLVM involved).
@@ -699,8 +1019,21 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
             });
             strides.insert(t, position_strides(&prepared, b));
         }
-        let mut p = Planner { hir: &prepared, opts, kernels: &mut kernels, buffers, strides, bound: Vec::new() };
+        let mut p = Planner {
+            hir: &prepared,
+            opts,
+            kernels: &mut kernels,
+            buffers,
+            strides,
+            bound: Vec::new(),
+            fresh: false,
+            whole_first: Vec::new(),
+        };
         let steps = p.nodes(&nest.body, u)?;
+        // Scratch buffers (no tensor) are written whole before they are read.
+        let mut no_clear = p.whole_first;
+        no_clear.extend((0..p.buffers.len()).filter(|&j| p.buffers[j].tensor.is_none()));
+        no_clear.sort_unstable();
         let buffers = p.buffers;
         plans.push(UnitPlan {
             unit: u,
@@ -710,6 +1043,7 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
             buffers,
             steps,
             flops: unit_flops(&prepared, u),
+            no_clear,
         });
     }
     Ok(GpuPlan { target: format!("{TRIPLE} {SM} {}", PTX_FEATURES.trim_start_matches('+')), kernels, units: plans })

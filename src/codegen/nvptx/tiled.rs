@@ -214,7 +214,7 @@ impl Planner<'_> {
             chunk: 1,
             ops: vec![kop(a), kop(b)],
             coef,
-            store: false,
+            store: self.fresh,
             tiled: Some(t),
             combine: Combine::Sum,
         });
@@ -513,8 +513,13 @@ impl<'ctx> Gen<'_, 'ctx> {
                     let v = if k.coef == 1.0 { v } else { g.b.build_float_mul(v, ct.const_float(k.coef), "v")? };
                     // SAFETY: row and column inside the sizes.
                     let p = unsafe { g.b.build_in_bounds_gep(pc, &[g.b.build_int_add(ro, co, "o")?], "pc")? };
-                    let old = g.b.build_load(p, "old")?.into_float_value();
-                    g.b.build_store(p, g.b.build_float_add(old, v, "new")?)?;
+                    if k.store {
+                        // The target was not cleared: every element is written once.
+                        g.b.build_store(p, v)?;
+                    } else {
+                        let old = g.b.build_load(p, "old")?.into_float_value();
+                        g.b.build_store(p, g.b.build_float_add(old, v, "new")?)?;
+                    }
                     g.b.build_unconditional_branch(after)?;
                     g.b.position_at_end(after);
                 }
