@@ -59,6 +59,7 @@ fn ulysses_attention_equals_the_interpreter_and_the_plan() {
             zero: 0,
             zeropp: ZeroPP::default(),
             megatron_sp: false,
+            offload: false,
             pipe: Default::default(),
         };
         assert_eq!(measured as f64, plan_words("long_seq.tc", &c), "P = {p}");
@@ -80,6 +81,7 @@ fn expert_parallel_moe_equals_the_interpreter_and_the_plan() {
             zero: 0,
             zeropp: ZeroPP::default(),
             megatron_sp: false,
+            offload: false,
             pipe: Default::default(),
         };
         assert_eq!(measured as f64, plan_words("moe_block.tc", &c), "P = {p}");
