@@ -161,14 +161,7 @@ impl Ctx {
                     occs.extend(o.iter().cloned());
                 }
                 Part::Sub { func, arg, span, all } => {
-                    let mut free: Vec<Occ> = Vec::new();
-                    for o in all {
-                        let shared = result.iter().any(|r| r.idx == o.idx)
-                            || parts.iter().enumerate().any(|(j, p)| j != k && p.mentions(o.idx));
-                        if shared && !free.iter().any(|f| f.idx == o.idx) {
-                            free.push(o.clone());
-                        }
-                    }
+                    let free = kept_indices(all, result, &parts, k);
                     // A lone reduction directly in a call's argument is warned about
                     // (W0303); one in parentheses (`exp((…))`) is deliberate.
                     let saved = self.inside_call.take();
@@ -189,14 +182,7 @@ impl Ctx {
                     occs.extend(free);
                 }
                 Part::Special { kind, args, span, all } => {
-                    let mut free: Vec<Occ> = Vec::new();
-                    for o in all {
-                        let shared = result.iter().any(|r| r.idx == o.idx)
-                            || parts.iter().enumerate().any(|(j, p)| j != k && p.mentions(o.idx));
-                        if shared && !free.iter().any(|f| f.idx == o.idx) {
-                            free.push(o.clone());
-                        }
-                    }
+                    let free = kept_indices(all, result, &parts, k);
                     factors.extend(self.special_factors(*kind, args, span, all, &free));
                     occs.extend(free);
                 }
@@ -608,4 +594,19 @@ fn softmax_factors(e: hir::Expr, free: &[IndexId], v: IndexId, span: &Span) -> V
         span: span.clone(),
     };
     vec![num, recip]
+}
+
+/// The indices of part `k`'s occurrences `all` that it keeps (each once, in order
+/// of first occurrence): those the result or another part of the term mentions.
+/// The rest are summed inside the part.
+fn kept_indices(all: &[Occ], result: &[Occ], parts: &[Part], k: usize) -> Vec<Occ> {
+    let mut free: Vec<Occ> = Vec::new();
+    for o in all {
+        let shared =
+            result.iter().any(|r| r.idx == o.idx) || parts.iter().enumerate().any(|(j, p)| j != k && p.mentions(o.idx));
+        if shared && !free.iter().any(|f| f.idx == o.idx) {
+            free.push(o.clone());
+        }
+    }
+    free
 }
