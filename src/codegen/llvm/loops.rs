@@ -623,9 +623,11 @@ impl<'ctx> Gen<'_, 'ctx> {
         for n in 1..14 {
             fact[n] = fact[n - 1] * n as f64;
         }
+        // `llvm.fmuladd`: one fused multiply-add where the target has it.
+        let fma = self.intrinsic("llvm.fmuladd", f64t)?;
         let mut p = c(1.0 / fact[13]);
         for n in (0..13).rev() {
-            p = b.build_float_add(b.build_float_mul(p, r, "pr")?, c(1.0 / fact[n]), "p")?;
+            p = self.call1(fma, &[p, r, c(1.0 / fact[n])])?;
         }
         // 2^k = 2^k1 · 2^k2 with k1 = floor(k/2), k2 = k − k1, each a normal power.
         let k1 = self.call1(self.intrinsic("llvm.floor", f64t)?, &[b.build_float_mul(k, c(0.5), "kh")?])?;
