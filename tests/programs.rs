@@ -194,3 +194,38 @@ fn a_large_unit_in_one_function_per_statement_matches_the_interpreter() {
         }
     }
 }
+
+/// Temporaries of 4 MiB and more come from the runtime's huge-page allocator
+/// (`tcc_rt_alloc_zeroed`), smaller ones from `calloc`: both zeroed, both freed,
+/// the same values as the interpreter when a large temporary is accumulated into
+/// (`+=` reads its zeros) and when a GETT overwrites it, repeated calls included.
+#[test]
+fn large_temporaries_from_the_huge_page_allocator_match_the_interpreter() {
+    let src = "range I = 1024; range K = 640; range J = 8;
+        index i : I; index k : K; index j : J;
+        input tensor A[i,j] : f64; input tensor B[j,k] : f64; input tensor v[k] : f64;
+        output tensor C[i] : f64;
+        tensor T[i,k] : f64; tensor U[i,k] : f64;
+        T[i,k] = A[i,j] * B[j,k];
+        U[i,k] += exp(0.1 * T[i,k]);
+        U[i,k] += T[i,k];
+        C[i] = U[i,k] * v[k];";
+    let (hir, diags) = tcc::compile(src, "main");
+    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+    let u = hir.units.ids().next().unwrap();
+    let inputs = random_inputs(&hir, u, 11).unwrap();
+    let want = run_unit(&hir, u, &inputs).unwrap();
+    for fuse in [FuseMode::Auto, FuseMode::None, FuseMode::Max] {
+        let got = jit_run(&hir, u, &inputs, &Options { fuse, ..Options::default() }, 3).unwrap().outputs;
+        for (t, w) in &want {
+            let d = tcc::run::compare::rel_diff(&got[t].data, &w.data);
+            assert!(
+                d.rel <= 1e-12,
+                "{fuse:?}: {} differs: {} vs {}",
+                hir.tensors[*t].name,
+                got[t].data[d.at],
+                w.data[d.at]
+            );
+        }
+    }
+}

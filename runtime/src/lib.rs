@@ -9,10 +9,12 @@
 //! * [`dist`]: block-distributed and replicated tensors over a processor grid, tile
 //!   get/accumulate and redistribution;
 //! * [`tune`]: the tuner and its TOML table;
+//! * [`alloc`]: zeroed temporaries of generated code (huge pages for large ones);
 //! * [`capi`]: the `extern "C"` surface declared in `include/tcc_runtime.h`.
 //!
 //! The runtime does not depend on the compiler; the compiler depends on it.
 
+pub mod alloc;
 pub mod capi;
 pub mod comm;
 pub mod dist;

@@ -448,12 +448,32 @@ fn finalize<const W: usize>(ctx: &Ctx<W>, p: &Problem, pairs: &[(usize, usize)],
         let order: Vec<usize> = if last {
             p.output.clone()
         } else {
-            let mut o = Vec::new();
-            for &i in ops[a].order.iter().chain(&ops[b].order) {
-                if kept.contains(i) && !o.contains(&i) {
-                    o.push(i);
+            // The larger operand's layout, each index it sums replaced by the next
+            // new index of the other (in that one's order), the rest of those
+            // appended: the layout a user writes for a quarter transform
+            // (`T2[a,b,r,s] = C[b,q] T1[a,q,r,s]`), which keeps the result's
+            // strides in the big operand's order for the GETT. (Appending every new
+            // index instead made the four-index transform as one statement 70 ms
+            // slower than its four hand-written steps at 2 threads.)
+            let (big, small) = if ctx.prod(ops[b].set) > ctx.prod(ops[a].set) { (b, a) } else { (a, b) };
+            let mut fresh: Vec<usize> = Vec::new();
+            for &i in &ops[small].order {
+                if kept.contains(i) && !ops[big].order.contains(&i) && !fresh.contains(&i) {
+                    fresh.push(i);
                 }
             }
+            let mut fresh = fresh.into_iter();
+            let mut o = Vec::new();
+            for &i in &ops[big].order {
+                if kept.contains(i) {
+                    if !o.contains(&i) {
+                        o.push(i);
+                    }
+                } else if let Some(f) = fresh.next() {
+                    o.push(f);
+                }
+            }
+            o.extend(fresh);
             o
         };
         let mut summed = Vec::new();

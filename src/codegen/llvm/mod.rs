@@ -576,8 +576,11 @@ pub(crate) fn jit_engine<'ctx>(c: &Compiled<'ctx>) -> Result<ExecutionEngine<'ct
 
 /// Runtime functions the generated code calls, with their addresses in this process.
 fn runtime_symbols() -> Vec<(&'static str, usize)> {
+    use tcc_runtime::alloc::{tcc_rt_alloc_zeroed, tcc_rt_free};
     use tcc_runtime::kernels::{tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_parallel_range, tcc_rt_parallel_sum};
     vec![
+        ("tcc_rt_alloc_zeroed", tcc_rt_alloc_zeroed as *const () as usize),
+        ("tcc_rt_free", tcc_rt_free as *const () as usize),
         ("tcc_rt_parallel_range", tcc_rt_parallel_range as *const () as usize),
         ("tcc_rt_parallel_sum", tcc_rt_parallel_sum as *const () as usize),
         ("tcc_rt_gett_f64", tcc_rt_gett_f64 as *const () as usize),
@@ -939,11 +942,11 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             }
             self.strides.insert(t, position_strides(hir, &self.runtime, buf));
         }
-        // Temporaries: calloc'd (zero, as the interpreter's), freed at the end.
+        // Temporaries: zeroed (as the interpreter's), from the runtime's allocator
+        // (huge pages for large ones), freed at the end.
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
-        let calloc =
-            self.declare("calloc", Some(i8p.into()), &[self.ctx.i64_type().into(), self.ctx.i64_type().into()]);
-        let free = self.declare("free", None, &[i8p.into()]);
+        let alloc = self.declare("tcc_rt_alloc_zeroed", Some(i8p.into()), &[i64t.into()]);
+        let free = self.declare("tcc_rt_free", None, &[i8p.into(), i64t.into()]);
         let mut temps = Vec::new();
         for (&t, buf) in &nest.buffers {
             if hir.tensors[t].role != Role::Temporary || self.bufs.contains_key(&t) {
@@ -951,21 +954,25 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             }
             let elem = hir.tensors[t].elem;
             let n = self.poly_value(&buffer_elements(hir, &self.runtime, buf))?;
-            let sz = self.i64c(elem.size_bytes() as u64);
+            // Bytes, or u64::MAX (an allocation that fails) if they overflow.
+            let size = elem.size_bytes() as u64;
+            let over = self.b.build_int_compare(IntPredicate::UGT, n, self.i64c(u64::MAX / size), "ovf")?;
+            let prod = self.b.build_int_mul(n, self.i64c(size), "bytes")?;
+            let bytes = self.b.build_select(over, self.i64c(u64::MAX), prod, "bytes")?.into_int_value();
             let raw = self
                 .b
-                .build_call(calloc, &[n.into(), sz.into()], "tmp")?
+                .build_call(alloc, &[bytes.into()], "tmp")?
                 .try_as_basic_value()
                 .left()
                 .expect("ptr")
                 .into_pointer_value();
-            temps.push(raw);
+            temps.push((raw, bytes));
             let p = self.b.build_pointer_cast(raw, self.ft(elem).ptr_type(AddressSpace::default()), "tmpT")?;
             self.bufs.insert(t, p);
         }
         if !temps.is_empty() {
             let mut any_null = self.ctx.bool_type().const_zero();
-            for &p in &temps {
+            for &(p, _) in &temps {
                 let isn = self.b.build_is_null(p, "isnull")?;
                 any_null = self.b.build_or(any_null, isn, "anynull")?;
             }
@@ -973,8 +980,8 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             let ok = self.ctx.append_basic_block(body, "run");
             self.b.build_conditional_branch(any_null, fail, ok)?;
             self.b.position_at_end(fail);
-            for &p in &temps {
-                self.b.build_call(free, &[p.into()], "")?;
+            for &(p, bytes) in &temps {
+                self.b.build_call(free, &[p.into(), bytes.into()], "")?;
             }
             self.b.build_return(Some(&i32t.const_int(1, false)))?;
             self.b.position_at_end(ok);
@@ -989,8 +996,8 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             }
         }
         self.top_nodes(&nest.body, code.unit)?;
-        for &p in &temps {
-            self.b.build_call(free, &[p.into()], "")?;
+        for &(p, bytes) in &temps {
+            self.b.build_call(free, &[p.into(), bytes.into()], "")?;
         }
         self.b.build_return(Some(&i32t.const_int(0, false)))?;
 
