@@ -197,6 +197,17 @@ impl Drop for MpiWindowMemory {
 }
 
 impl MpiComm {
+    /// `x` reduced by `op` over every rank (collective): how ranks agree on
+    /// whether a collective allocation succeeded everywhere.
+    fn int_allreduce(&self, x: c_int, op: ffi::MPI_Op) -> c_int {
+        let mut out: c_int = 0;
+        // SAFETY: one `c_int` in and out, on this communicator.
+        unsafe {
+            let this = &x as *const c_int as *const c_void;
+            ffi::MPI_Allreduce(this, &mut out as *mut c_int as *mut c_void, 1, ffi::RSMPI_INT32_T, op, self.comm);
+        }
+        out
+    }
     fn count(&self, words: usize, messages: usize) {
         let mut s = self.stats.get();
         s.words_sent += (words * messages) as u64;
@@ -482,13 +493,7 @@ impl Communicator for MpiComm {
         };
         unsafe { ffi::MPI_Comm_set_errhandler(self.comm, ffi::RSMPI_ERRORS_ARE_FATAL) };
         let ok = (rc == 0 && !base.is_null()) as c_int;
-        let mut all = 0 as c_int;
-        unsafe {
-            let this = &ok as *const c_int as *const c_void;
-            let int = ffi::RSMPI_INT32_T;
-            ffi::MPI_Allreduce(this, &mut all as *mut c_int as *mut c_void, 1, int, ffi::RSMPI_MIN, self.comm);
-        }
-        if all == 0 {
+        if self.int_allreduce(ok, unsafe { ffi::RSMPI_MIN }) == 0 {
             if rc == 0 {
                 // SAFETY: made on this rank (collective free: every rank that made one frees it).
                 unsafe { ffi::MPI_Win_free(&mut win) };
@@ -548,13 +553,8 @@ impl Communicator for MpiComm {
         unsafe { ffi::MPI_Comm_set_errhandler(self.comm, ffi::RSMPI_ERRORS_ARE_FATAL) };
         // Every rank made the same windows, or the job cannot go on.
         let made = wins.len() as c_int;
-        let (mut least, mut most) = (0 as c_int, 0 as c_int);
-        unsafe {
-            let int = ffi::RSMPI_INT32_T;
-            let this = &made as *const c_int as *const c_void;
-            ffi::MPI_Allreduce(this, &mut least as *mut c_int as *mut c_void, 1, int, ffi::RSMPI_MIN, self.comm);
-            ffi::MPI_Allreduce(this, &mut most as *mut c_int as *mut c_void, 1, int, ffi::RSMPI_MAX, self.comm);
-        }
+        let least = self.int_allreduce(made, unsafe { ffi::RSMPI_MIN });
+        let most = self.int_allreduce(made, unsafe { ffi::RSMPI_MAX });
         assert_eq!(least, most, "MPI_Win_create failed on some ranks only ({least} to {most} windows made)");
         if wins.len() < segments.len() {
             for (mut win, own) in wins {
