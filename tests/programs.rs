@@ -7,6 +7,32 @@ use tcc::codegen::llvm::{jit_run, Options};
 use tcc::interp::{random_inputs, run_unit};
 use tcc::lir::fusion::FuseMode;
 
+/// `src` JIT-compiled with each of `variants` (on `threads` threads) computes what
+/// the interpreter computes on random inputs (`seed`), to 1e-12 relative.
+fn assert_jit_matches_interpreter(src: &str, seed: u64, threads: usize, variants: impl IntoIterator<Item = Options>) {
+    let (hir, diags) = tcc::compile(src, "main");
+    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+    let u = hir.units.ids().next().unwrap();
+    let inputs = random_inputs(&hir, u, seed).unwrap();
+    let want = run_unit(&hir, u, &inputs).unwrap();
+    for opts in variants {
+        let got = jit_run(&hir, u, &inputs, &opts, threads).unwrap().outputs;
+        for (t, w) in &want {
+            let d = tcc::run::compare::rel_diff(&got[t].data, &w.data);
+            assert!(
+                d.rel <= 1e-12,
+                "{:?} {:?} {:?}: {} differs: {} vs {}",
+                opts.fuse,
+                opts.gemm_min,
+                opts.mem_limit,
+                hir.tensors[*t].name,
+                got[t].data[d.at],
+                w.data[d.at]
+            );
+        }
+    }
+}
+
 /// `range X = N;` becomes `range X = min(N, k)` with k = 3, 4, 5, … per range, so
 /// that distinct ranges keep distinct sizes.
 fn shrink(src: &str) -> String {
@@ -87,24 +113,12 @@ fn permutation_sums_in_one_pass_match_the_interpreter() {
         W[a,b,i,j] = exp(Y[a,b,j,i]) + 2 * X[b,a,i,j];
         W[a,b,i,j] += Y[b,a,j,i] - X[a,b,i,j];
         Z[a,b,i,j] += Z[b,a,i,j] + Y[a,b,i,j];";
-    let (hir, diags) = tcc::compile(src, "main");
-    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
-    let u = hir.units.ids().next().unwrap();
-    let inputs = random_inputs(&hir, u, 7).unwrap();
-    let want = run_unit(&hir, u, &inputs).unwrap();
-    for fuse in [FuseMode::Auto, FuseMode::None] {
-        let got = jit_run(&hir, u, &inputs, &Options { fuse, ..Options::default() }, 2).unwrap().outputs;
-        for (t, w) in &want {
-            let d = tcc::run::compare::rel_diff(&got[t].data, &w.data);
-            assert!(
-                d.rel <= 1e-12,
-                "{fuse:?}: {} differs: {} vs {}",
-                hir.tensors[*t].name,
-                got[t].data[d.at],
-                w.data[d.at]
-            );
-        }
-    }
+    assert_jit_matches_interpreter(
+        src,
+        7,
+        2,
+        [FuseMode::Auto, FuseMode::None].map(|fuse| Options { fuse, ..Options::default() }),
+    );
 }
 
 /// Many short products into one output (`C[i,k] = A0[i,j]*B[j,k] + A1[i,j]*B[j,k] +
@@ -130,25 +144,16 @@ fn many_short_products_into_one_output_match_the_interpreter() {
         })
         .collect();
     src += &format!("C[i,k] = {};\n", terms.join(" - "));
-    let (hir, diags) = tcc::compile(&src, "main");
-    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
-    let u = hir.units.ids().next().unwrap();
-    let inputs = random_inputs(&hir, u, 3).unwrap();
-    let want = run_unit(&hir, u, &inputs).unwrap();
-    for (fuse, gemm_min) in [(FuseMode::Auto, None), (FuseMode::None, Some(1.0)), (FuseMode::Max, None)] {
-        let opts = Options { fuse, gemm_min, ..Options::default() };
-        let got = jit_run(&hir, u, &inputs, &opts, 1).unwrap().outputs;
-        for (t, w) in &want {
-            let d = tcc::run::compare::rel_diff(&got[t].data, &w.data);
-            assert!(
-                d.rel <= 1e-12,
-                "{fuse:?} {gemm_min:?}: {} differs: {} vs {}",
-                hir.tensors[*t].name,
-                got[t].data[d.at],
-                w.data[d.at]
-            );
-        }
-    }
+    assert_jit_matches_interpreter(
+        &src,
+        3,
+        1,
+        [(FuseMode::Auto, None), (FuseMode::None, Some(1.0)), (FuseMode::Max, None)].map(|(fuse, gemm_min)| Options {
+            fuse,
+            gemm_min,
+            ..Options::default()
+        }),
+    );
 }
 
 /// A unit of more than 64 terms is compiled one top-level statement (or fused
@@ -169,30 +174,18 @@ fn a_large_unit_in_one_function_per_statement_matches_the_interpreter() {
         (0..80).map(|t| if t % 3 == 2 { "v[k]".to_string() } else { format!("A{}[i,j] * B[j,k]", t % 5) }).collect();
     src += &format!("C[i,k] = {};\n", terms.join(" + "));
     src += "T[i,k] = A1[i,j] * B[j,k];\nD[i,m] = T[i,k] * G[k,m] + 2 * A2[i,j] * B[j,k] * G[k,m];\nD[i,m] += C[i,k] * G[k,m];\n";
-    let (hir, diags) = tcc::compile(&src, "main");
-    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
-    let u = hir.units.ids().next().unwrap();
-    let inputs = random_inputs(&hir, u, 3).unwrap();
-    let want = run_unit(&hir, u, &inputs).unwrap();
-    for (fuse, gemm_min, mem_limit) in [
-        (FuseMode::Auto, None, None),
-        (FuseMode::None, Some(1.0), None),
-        (FuseMode::Max, None, None),
-        (FuseMode::Auto, Some(1.0), Some(64)),
-    ] {
-        let opts = Options { fuse, gemm_min, mem_limit, ..Options::default() };
-        let got = jit_run(&hir, u, &inputs, &opts, 2).unwrap().outputs;
-        for (t, w) in &want {
-            let d = tcc::run::compare::rel_diff(&got[t].data, &w.data);
-            assert!(
-                d.rel <= 1e-12,
-                "{fuse:?} {gemm_min:?} {mem_limit:?}: {} differs: {} vs {}",
-                hir.tensors[*t].name,
-                got[t].data[d.at],
-                w.data[d.at]
-            );
-        }
-    }
+    assert_jit_matches_interpreter(
+        &src,
+        3,
+        2,
+        [
+            (FuseMode::Auto, None, None),
+            (FuseMode::None, Some(1.0), None),
+            (FuseMode::Max, None, None),
+            (FuseMode::Auto, Some(1.0), Some(64)),
+        ]
+        .map(|(fuse, gemm_min, mem_limit)| Options { fuse, gemm_min, mem_limit, ..Options::default() }),
+    );
 }
 
 /// Temporaries of 4 MiB and more come from the runtime's huge-page allocator
@@ -210,22 +203,10 @@ fn large_temporaries_from_the_huge_page_allocator_match_the_interpreter() {
         U[i,k] += exp(0.1 * T[i,k]);
         U[i,k] += T[i,k];
         C[i] = U[i,k] * v[k];";
-    let (hir, diags) = tcc::compile(src, "main");
-    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
-    let u = hir.units.ids().next().unwrap();
-    let inputs = random_inputs(&hir, u, 11).unwrap();
-    let want = run_unit(&hir, u, &inputs).unwrap();
-    for fuse in [FuseMode::Auto, FuseMode::None, FuseMode::Max] {
-        let got = jit_run(&hir, u, &inputs, &Options { fuse, ..Options::default() }, 3).unwrap().outputs;
-        for (t, w) in &want {
-            let d = tcc::run::compare::rel_diff(&got[t].data, &w.data);
-            assert!(
-                d.rel <= 1e-12,
-                "{fuse:?}: {} differs: {} vs {}",
-                hir.tensors[*t].name,
-                got[t].data[d.at],
-                w.data[d.at]
-            );
-        }
-    }
+    assert_jit_matches_interpreter(
+        src,
+        11,
+        3,
+        [FuseMode::Auto, FuseMode::None, FuseMode::Max].map(|fuse| Options { fuse, ..Options::default() }),
+    );
 }
