@@ -668,50 +668,15 @@ impl Planner<'_> {
             }
         }
         let beta = if self.fresh { 0.0 } else { 1.0 };
-        let call = if n_inner {
-            // C^T (n × m) = op(B^T) (n × k) · op(A^T) (k × m)
-            GemmCall {
-                elem,
-                transa: tb,
-                transb: ta,
-                m: n,
-                n: m,
-                k,
-                batch: nb,
-                alpha: coef,
-                beta,
-                a: arg_b,
-                lda: ldb,
-                stride_a: bs(&sb),
-                b: arg_a,
-                ldb: lda,
-                stride_b: bs(&sa),
-                c: arg_c,
-                ldc,
-                stride_c: bs(&cs),
-            }
-        } else {
-            GemmCall {
-                elem,
-                transa: ta,
-                transb: tb,
-                m,
-                n,
-                k,
-                batch: nb,
-                alpha: coef,
-                beta,
-                a: arg_a,
-                lda,
-                stride_a: bs(&sa),
-                b: arg_b,
-                ldb,
-                stride_b: bs(&sb),
-                c: arg_c,
-                ldc,
-                stride_c: bs(&cs),
-            }
-        };
+        let call = gemm_call(
+            elem,
+            n_inner,
+            [m, n, k, nb],
+            [coef, beta],
+            GemmSide { arg: arg_a, trans: ta, ld: lda, stride: bs(&sa) },
+            GemmSide { arg: arg_b, trans: tb, ld: ldb, stride: bs(&sb) },
+            (arg_c, ldc, bs(&cs)),
+        );
         let mut body = vec![Step::Gemm(call)];
         for &v in loops.iter().rev() {
             body = vec![Step::Loop { index: v, extent: size(v), body }];
@@ -893,54 +858,18 @@ impl Planner<'_> {
             gb = g;
         }
         let bs = |g: &Grp| if nb == 1 { 0 } else { g.stride.unwrap_or(0) };
-        let call = if n_inner {
-            // C^T (n × m) = op(B^T) (n × k) · op(A^T) (k × m)
-            let (tb, ldb) = view(gb[2], gb[1]).expect("checked");
-            let (ta, lda) = view(ga[2], ga[1]).expect("checked");
-            GemmCall {
-                elem,
-                transa: tb,
-                transb: ta,
-                m: n,
-                n: m,
-                k,
-                batch: nb,
-                alpha: coef,
-                beta,
-                a: arg_b,
-                lda: ldb,
-                stride_a: bs(&gb[0]),
-                b: arg_a,
-                ldb: lda,
-                stride_b: bs(&ga[0]),
-                c: arg_c,
-                ldc,
-                stride_c: bs(&gc[0]),
-            }
-        } else {
-            let (ta, lda) = view(ga[1], ga[2]).expect("checked");
-            let (tb, ldb) = view(gb[1], gb[2]).expect("checked");
-            GemmCall {
-                elem,
-                transa: ta,
-                transb: tb,
-                m,
-                n,
-                k,
-                batch: nb,
-                alpha: coef,
-                beta,
-                a: arg_a,
-                lda,
-                stride_a: bs(&ga[0]),
-                b: arg_b,
-                ldb,
-                stride_b: bs(&gb[0]),
-                c: arg_c,
-                ldc,
-                stride_c: bs(&gc[0]),
-            }
-        };
+        // With n inner, cuBLAS reads each operand as its transpose.
+        let (ta, lda) = if n_inner { view(ga[2], ga[1]) } else { view(ga[1], ga[2]) }.expect("checked");
+        let (tb, ldb) = if n_inner { view(gb[2], gb[1]) } else { view(gb[1], gb[2]) }.expect("checked");
+        let call = gemm_call(
+            elem,
+            n_inner,
+            [m, n, k, nb],
+            [coef, beta],
+            GemmSide { arg: arg_a, trans: ta, ld: lda, stride: bs(&ga[0]) },
+            GemmSide { arg: arg_b, trans: tb, ld: ldb, stride: bs(&gb[0]) },
+            (arg_c, ldc, bs(&gc[0])),
+        );
         if [call.lda, call.ldb, call.ldc].iter().any(|&x| x > lim) {
             return false;
         }
@@ -1047,4 +976,49 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
         });
     }
     Ok(GpuPlan { target: format!("{TRIPLE} {SM} {}", PTX_FEATURES.trim_start_matches('+')), kernels, units: plans })
+}
+
+/// One operand of a cuBLAS GEMM: its argument, whether cuBLAS reads it
+/// transposed, its leading dimension and its batch stride.
+struct GemmSide {
+    arg: Arg,
+    trans: bool,
+    ld: u64,
+    stride: u64,
+}
+
+/// The cuBLAS call for C (m × n) = A (m × k) · B (k × n), `batch` times, scaled by
+/// `[alpha, beta]`; C is `(argument, ldc, batch stride)`. cuBLAS is column-major:
+/// when C's stride-1 variable is in n (`n_inner`) it computes
+/// Cᵀ (n × m) = op(Bᵀ) (n × k) · op(Aᵀ) (k × m), the operands swapped.
+fn gemm_call(
+    elem: Elem,
+    n_inner: bool,
+    [m, n, k, batch]: [u64; 4],
+    [alpha, beta]: [f64; 2],
+    a: GemmSide,
+    b: GemmSide,
+    (c, ldc, stride_c): (Arg, u64, u64),
+) -> GemmCall {
+    let (first, second, m, n) = if n_inner { (b, a, n, m) } else { (a, b, m, n) };
+    GemmCall {
+        elem,
+        transa: first.trans,
+        transb: second.trans,
+        m,
+        n,
+        k,
+        batch,
+        alpha,
+        beta,
+        a: first.arg,
+        lda: first.ld,
+        stride_a: first.stride,
+        b: second.arg,
+        ldb: second.ld,
+        stride_b: second.stride,
+        c,
+        ldc,
+        stride_c,
+    }
 }
