@@ -137,6 +137,9 @@ fn bad_networks_and_procs_are_user_errors() {
         (vec!["--procs", "128", "--network", "torus:4x4x4"], "do not fit on network"),
         (vec!["--procs", "0"], "--procs must be"),
         (vec!["--procs", "4", "--network", "/nonexistent/net.toml"], "cannot read network file"),
+        // Keys only model-parallel plans use are refused, not ignored.
+        (vec!["--procs", "4", "--network", "fat-tree:bw=25GB/s,hbm=3TB/s"], "`hbm=` describes"),
+        (vec!["--procs", "4", "--network", "fat-tree:cpu-adam=1e9"], "does not use it"),
     ] {
         tcc().arg("plan").arg(&f).args(&args).assert().code(1).stderr(predicate::str::contains(msg));
     }

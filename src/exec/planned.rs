@@ -106,6 +106,7 @@ fn fail(code: &'static str, message: String, hint: Option<&str>) -> CommandError
 /// Plans unit `u` of the optimized program on `p` ranks.
 pub fn plan_for(opt: &Hir, u: UnitId, p: usize, popts: &PlanRunOptions) -> Result<Plan, CommandError> {
     let net = Network::parse(&popts.network)
+        .and_then(Network::for_programs)
         .map_err(|m| fail("E0801", m, Some("examples: --network torus:2x2x2, --network fat-tree")))?;
     let mut o = PlanOptions::new(p, net);
     o.mem_per_rank = popts.mem_per_rank;

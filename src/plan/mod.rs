@@ -553,7 +553,7 @@ pub fn plan_command(
     strategy: Strategy,
     format: Format,
 ) -> Result<String, CommandError> {
-    let net = Network::parse(network).map_err(|m| CommandError {
+    let net = Network::parse(network).and_then(Network::for_programs).map_err(|m| CommandError {
         code: "E0801",
         message: m,
         hint: Some("examples: --network torus:8x8x16, --network fat-tree:bw=25GB/s,lat=2us, --network net.toml".into()),

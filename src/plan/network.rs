@@ -50,6 +50,10 @@ pub struct Network {
     /// kernels read and write every weight and gradient they compress): `hbm=`,
     /// else [`HBM_BW`].
     pub hbm: f64,
+    /// The keys given that only model-parallel plans use (`pcie`, `cpu-adam`,
+    /// `hbm`): the program planner refuses them ([`Network::for_programs`]).
+    #[serde(skip)]
+    pub model_keys: Vec<String>,
 }
 
 /// The parameters a network description takes.
@@ -89,6 +93,7 @@ impl Network {
             pcie: PCIE_BW,
             cpu_adam: CPU_ADAM,
             hbm: HBM_BW,
+            model_keys: Vec::new(),
         }
     }
 
@@ -137,7 +142,11 @@ impl Network {
         let (mut alpha, mut beta, mut gamma) = (None, None, None);
         let (mut peak, mut mfu) = (None, None);
         let (mut pcie, mut cpu_adam, mut hbm) = (PCIE_BW, CPU_ADAM, HBM_BW);
+        let mut model_keys = Vec::new();
         for (k, v) in kv {
+            if matches!(k.as_str(), "pcie" | "cpu-adam" | "cpu_adam" | "hbm") {
+                model_keys.push(k.clone());
+            }
             match k.as_str() {
                 "bw" | "bandwidth" => bw = parse_bandwidth(v)?,
                 "lat" | "latency" => lat = parse_time(v)?,
@@ -192,6 +201,7 @@ impl Network {
             pcie,
             cpu_adam,
             hbm,
+            model_keys,
         };
         for (name, v) in [("alpha", net.alpha), ("beta", net.beta), ("gamma", net.gamma)] {
             if !v.is_finite() || v < 0.0 {
@@ -199,6 +209,19 @@ impl Network {
             }
         }
         Ok(net)
+    }
+
+    /// This network for the program planner (`tcc plan`, `tcc run --plan`), which
+    /// has no use for the keys of model-parallel plans: an error naming them
+    /// rather than accepting and ignoring them.
+    pub fn for_programs(self) -> Result<Network, String> {
+        match self.model_keys.first() {
+            None => Ok(self),
+            Some(k) => Err(format!(
+                "`{k}=` describes a device's host link, host or memory for `tcc plan-model` (optimizer offload, \
+                 ZeRO++); the program planner does not use it"
+            )),
+        }
     }
 
     /// A flat TOML subset: `key = value` lines, `#` comments, `[section]` headers ignored.
