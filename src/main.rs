@@ -385,17 +385,20 @@ enum Command {
         #[arg(long, value_enum, default_value_t = GpuGemm::Auto)]
         gpu_gemm: GpuGemm,
         /// Sizes of run-time ranges (`range O;`): NAME=SIZE, comma-separated or
-        /// repeated. Libraries do not take sizes yet: every run-time range must be
-        /// given one here, and the library is built for it.
+        /// repeated. A range bound here is fixed in the library; the others become
+        /// size arguments of its functions (`size_t size_O`, first). GPU libraries
+        /// need every run-time range bound.
         #[arg(long = "size", value_name = "NAME=SIZE")]
         size: Vec<String>,
-        /// Sizes assumed for run-time ranges (`range O;`): NAME=SIZE (checked; a
-        /// library is only built for sizes given with --size).
+        /// Sizes assumed for run-time ranges (`range O;`): NAME=SIZE, the sizes the
+        /// compiler's choices are made for (the code is correct for every size).
+        /// Not with --mpi, which plans at open.
         #[arg(long = "assume", value_name = "NAME=SIZE")]
         assume: Vec<String>,
         /// A library for MPI programs: each program runs on tiles distributed over
-        /// the caller's communicator (`tcc_NAME_PROG_open(MPI_Comm)`, then the
-        /// `tcc_dist_*` functions of the tcc_dist.h written next to it). Needs
+        /// the caller's communicator (`tcc_NAME_PROG_open([size_t size_O, ...,]
+        /// MPI_Comm)`: run-time sizes first; then the `tcc_dist_*` functions of the
+        /// tcc_dist.h written next to it). Needs
         /// mpicc and libtcc_dist.so (`cargo build -p tcc-dist --features mpi`).
         #[arg(long)]
         mpi: bool,
@@ -911,13 +914,14 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
                 None,
             );
         }
-        // The library compiles the source text again when opened: sizes bound
-        // here would not reach it.
-        if !size.is_empty() || !assume.is_empty() {
+        // The tile plan is made when the library is opened, at the sizes given
+        // then (`--size` ones are written into the library): nothing here
+        // would use assumed sizes.
+        if !assume.is_empty() {
             return ctx.fail(
                 "E0717",
-                "--mpi libraries need every range's size in the source: --size and --assume do not apply",
-                Some("write the sizes into the ranges (`range O = 40;`)"),
+                "--mpi libraries plan their tiles when opened, at the sizes given to the open function: --assume does not apply",
+                Some("pass the sizes to the open function, or fix them with --size"),
             );
         }
         let source = match std::fs::read_to_string(&file) {

@@ -33,15 +33,17 @@ fn mpi_libraries_refuse_what_does_not_apply() {
         .assert()
         .code(1);
     assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("E0702"));
-    // Sizes given on the command line would not reach the library's own compile.
+    // Tiles are planned at open, at the sizes given there: assumed sizes would
+    // change nothing.
     let out = tcc()
-        .args(["build", "--mpi", "--size", "N=10"])
-        .arg(path("tests/tiled/mpi_mm.tc"))
+        .args(["build", "--mpi", "--assume", "N=10"])
+        .arg(path("tests/tiled/mpi_mm_sized.tc"))
         .arg("-o")
         .arg(&lib)
         .assert()
         .code(1);
-    assert!(String::from_utf8_lossy(&out.get_output().stderr).contains("E0717"));
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains("E0717") && err.contains("--assume"), "{err}");
 }
 
 fn tempfile_dir(tag: &str) -> PathBuf {
@@ -54,9 +56,15 @@ fn tempfile_dir(tag: &str) -> PathBuf {
 /// of libtcc_dist.so.
 #[cfg(feature = "mpi")]
 fn build_mm(tag: &str) -> (PathBuf, PathBuf) {
+    build_mm_from(tag, "tests/tiled/mpi_mm.tc", &[])
+}
+
+/// [`build_mm`] from `source` with more `tcc build` arguments.
+#[cfg(feature = "mpi")]
+fn build_mm_from(tag: &str, source: &str, more: &[&str]) -> (PathBuf, PathBuf) {
     let dir = tempfile_dir(tag);
     let lib = dir.join("libmm.so");
-    let out = tcc().args(["build", "--mpi"]).arg(path("tests/tiled/mpi_mm.tc")).arg("-o").arg(&lib).output().unwrap();
+    let out = tcc().args(["build", "--mpi"]).args(more).arg(path(source)).arg("-o").arg(&lib).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let dist_dir = assert_cmd::cargo::cargo_bin("tcc").parent().unwrap().to_path_buf();
     (dir, dist_dir)
@@ -129,11 +137,57 @@ fn a_c_mpi_program_runs_a_tcc_library_on_2_3_and_4_ranks() {
 fn a_fortran_mpi_program_runs_a_tcc_library_on_2_3_and_4_ranks() {
     let (dir, dist_dir) = build_mm("fortran");
     let exe = dir.join("mm_test_f");
-    let mut args: Vec<String> = ["tcc_dist.f90", "mm.f90"].iter().map(|s| s.to_string()).collect();
+    let mut args: Vec<String> = ["-cpp", "tcc_dist.f90", "mm.f90"].iter().map(|s| s.to_string()).collect();
     args.push(path("tests/tiled/mpi_mm_test.f90").display().to_string());
     args.extend(link_args(&dir, &dist_dir));
     args.extend(["-o".to_string(), exe.display().to_string()]);
     compile_and_run("mpif90", &args, &exe, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Libraries with run-time sizes (`range N tile 3;`): the open functions take
+/// the sizes first (C `size_t size_N`, Fortran `integer(c_size_t), value ::
+/// size_n`), the tiles are planned at those sizes, and sizes refused on one rank
+/// or differing between ranks fail the open on every rank instead of leaving
+/// ranks waiting (checked inside the C program). `--size M=7` at build fixes M.
+#[cfg(feature = "mpi")]
+#[test]
+fn libraries_with_run_time_sizes_take_them_at_open_from_c_and_fortran() {
+    let (dir, dist_dir) = build_mm_from("sized-c", "tests/tiled/mpi_mm_sized.tc", &[]);
+    let header = std::fs::read_to_string(dir.join("mm.h")).unwrap();
+    assert!(header.contains("tcc_dist *tcc_mm_main_open(size_t size_N, size_t size_M, MPI_Comm comm);"), "{header}");
+    assert!(header.contains("input A[N, M]") && header.contains("at the assumed sizes"), "{header}");
+    let exe = dir.join("mm_sized");
+    let mut args = vec![
+        "-DTCC_SIZED".to_string(),
+        path("tests/tiled/mpi_mm_test.c").display().to_string(),
+        format!("-I{}", dir.display()),
+    ];
+    args.extend(link_args(&dir, &dist_dir));
+    args.extend(["-lm".to_string(), "-o".into(), exe.display().to_string()]);
+    compile_and_run("mpicc", &args, &exe, &dir);
+
+    let exe_f = dir.join("mm_sized_f");
+    let mut args: Vec<String> =
+        ["-cpp", "-DTCC_SIZED", "tcc_dist.f90", "mm.f90"].iter().map(|s| s.to_string()).collect();
+    args.push(path("tests/tiled/mpi_mm_test.f90").display().to_string());
+    args.extend(link_args(&dir, &dist_dir));
+    args.extend(["-o".to_string(), exe_f.display().to_string()]);
+    compile_and_run("mpif90", &args, &exe_f, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let (dir, dist_dir) = build_mm_from("sized-n", "tests/tiled/mpi_mm_sized.tc", &["--size", "M=7"]);
+    let header = std::fs::read_to_string(dir.join("mm.h")).unwrap();
+    assert!(header.contains("tcc_dist *tcc_mm_main_open(size_t size_N, MPI_Comm comm);"), "{header}");
+    let exe = dir.join("mm_sized_n");
+    let mut args = vec![
+        "-DTCC_SIZED_N_ONLY".to_string(),
+        path("tests/tiled/mpi_mm_test.c").display().to_string(),
+        format!("-I{}", dir.display()),
+    ];
+    args.extend(link_args(&dir, &dist_dir));
+    args.extend(["-lm".to_string(), "-o".into(), exe.display().to_string()]);
+    compile_and_run("mpicc", &args, &exe, &dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

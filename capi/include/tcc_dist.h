@@ -29,6 +29,15 @@ typedef struct tcc_dist tcc_dist;
  * (MPI RMA gets); another value, or a TCC_FLOPS_PER_WORD that is not a number
  * >= 0, makes the open fail (NULL, tcc_dist_last_error says why). */
 tcc_dist *tcc_dist_open(const char *source, const char *program, int comm_f);
+/* tcc_dist_open for a program with run-time ranges (`range O;`): `nsizes`
+ * (range name, size) pairs, one for every run-time range the program's tensors
+ * use and no other, each size >= 1. Every rank must pass the same sizes: the
+ * ranks compare them, and when one rank's are refused or two ranks differ,
+ * the open fails on every rank (NULL) rather than leaving ranks waiting.
+ * The libraries' open functions (tcc_LIB_PROG_open(size_t size_O, ...,
+ * MPI_Comm)) call it. */
+tcc_dist *tcc_dist_open_sized(const char *source, const char *program, int comm_f, int64_t nsizes,
+                              const char *const *names, const int64_t *sizes);
 const char *tcc_dist_last_error(void);
 int64_t tcc_dist_rank(const tcc_dist *h);
 int64_t tcc_dist_size(const tcc_dist *h);

@@ -78,9 +78,29 @@ fn communicator(_comm_f: c_int) -> Result<SessionComm<'static>, String> {
 /// `source` (and `program` unless NULL) must be NUL-terminated strings.
 #[no_mangle]
 pub unsafe extern "C" fn tcc_dist_open(source: *const c_char, program: *const c_char, comm_f: c_int) -> *mut Handle {
+    tcc_dist_open_sized(source, program, comm_f, 0, std::ptr::null(), std::ptr::null())
+}
+
+/// See `tcc_dist.h`.
+///
+/// # Safety
+/// `source` (and `program` unless NULL) must be NUL-terminated strings;
+/// `names` and `sizes` arrays of `nsizes` entries (NULL when `nsizes` is 0),
+/// each name a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn tcc_dist_open_sized(
+    source: *const c_char,
+    program: *const c_char,
+    comm_f: c_int,
+    nsizes: i64,
+    names: *const *const c_char,
+    sizes: *const i64,
+) -> *mut Handle {
     guarded(std::ptr::null_mut(), || {
         let source = text(source, "the source")?;
         let program = if program.is_null() { None } else { Some(text(program, "the program name")?) };
+        // A bad size argument is refused inside the open, with the other ranks.
+        let given = read_sizes(nsizes, names, sizes);
         let comm = communicator(comm_f)?;
         let mut opts = TiledOptions::default();
         match tcc::tiled::placement::flops_per_word_from_env() {
@@ -99,12 +119,28 @@ pub unsafe extern "C" fn tcc_dist_open(source: *const c_char, program: *const c_
             Ok(None) => {}
             Err(v) => return Err(format!("TCC_STEAL={v} is none of on, off, eager")),
         }
-        let session = Session::open(source, program, comm, opts)?;
+        let session = Session::open(source, program, given.as_deref().map_err(Clone::clone), comm, opts)?;
         let n = (0..).take_while(|&t| session.describe(t).is_some()).count();
         let tiles = (0..n).map(|t| session.tiles(t).unwrap_or_default()).collect();
         let ndims = (0..n).map(|t| session.describe(t).map_or(0, |d| d.2.len())).collect();
         Ok(Box::into_raw(Box::new(Handle { session, tiles, ndims })))
     })
+}
+
+/// The (range name, size) pairs of `tcc_dist_open_sized`.
+///
+/// # Safety
+/// As for [`tcc_dist_open_sized`].
+unsafe fn read_sizes(
+    nsizes: i64,
+    names: *const *const c_char,
+    sizes: *const i64,
+) -> Result<Vec<(String, i64)>, String> {
+    let n = usize::try_from(nsizes).map_err(|_| format!("the number of sizes is negative ({nsizes})"))?;
+    if n > 0 && (names.is_null() || sizes.is_null()) {
+        return Err("the size names or values are NULL".into());
+    }
+    (0..n).map(|k| Ok((text(*names.add(k), "a size's range name")?.to_string(), *sizes.add(k)))).collect()
 }
 
 /// The last error of the calling thread (empty if none). Valid until the next call.

@@ -67,6 +67,58 @@ fn c_literal(s: &str) -> String {
     out
 }
 
+/// The run-time sizes an open function passes to `tcc_dist_open_sized`: the
+/// unit's ranges that are run-time in the source, each either an argument
+/// (`size_O`, still run-time in the build's program) or the size `--size`
+/// bound at build time.
+struct OpenSizes {
+    /// (range name, `None` for an argument or the bound size), in declaration order.
+    names: Vec<(String, Option<usize>)>,
+    /// The names that are arguments.
+    args: Vec<String>,
+}
+
+impl OpenSizes {
+    fn of(raw: &Hir, built: &Hir, u: UnitId) -> OpenSizes {
+        let names: Vec<(String, Option<usize>)> = raw
+            .unit_runtime_ranges(u)
+            .into_iter()
+            .map(|r| {
+                let b = &built.ranges[r];
+                (b.name.clone(), if b.is_runtime() { None } else { Some(b.size) })
+            })
+            .collect();
+        let args = names.iter().filter(|(_, s)| s.is_none()).map(|(n, _)| n.clone()).collect();
+        OpenSizes { names, args }
+    }
+
+    /// The C declarations of `names` and `sizes` in an open function's body.
+    fn c_arrays(&self) -> String {
+        if self.names.is_empty() {
+            return "    const char *const *names = 0;\n    const int64_t *sizes = 0;\n".into();
+        }
+        let names: Vec<String> = self.names.iter().map(|(n, _)| c_literal(n)).collect();
+        // A size_t above INT64_MAX becomes negative: refused as below 1.
+        let sizes: Vec<String> =
+            self.names.iter().map(|(n, s)| s.map_or_else(|| format!("(int64_t)size_{n}"), |v| v.to_string())).collect();
+        format!(
+            "    static const char *const names[] = {{{}}};\n    const int64_t sizes[] = {{{}}};\n",
+            names.join(", "),
+            sizes.join(", ")
+        )
+    }
+
+    /// "at the assumed sizes O = 32, …" for the header's flops.
+    fn assumed_note(&self, hir: &Hir) -> String {
+        let parts: Vec<String> = self
+            .args
+            .iter()
+            .filter_map(|a| hir.ranges.iter().find(|r| &r.name == a).map(|r| format!("{a} = {}", r.size)))
+            .collect();
+        format!("at the assumed sizes {}", parts.join(", "))
+    }
+}
+
 /// Writes the library, `LIB.h` and `tcc_dist.h` next to it; returns the report.
 pub fn build_mpi_library(
     hir: &Hir,
@@ -85,7 +137,11 @@ pub fn build_mpi_library(
     if units.is_empty() {
         return Err(fail("E0717", "the source has no programs: an MPI library would have no functions", None));
     }
-    crate::sema::sizes::require_fixed_for_build(hir)?;
+    // The library compiles `source` again when opened: ranges that are run-time
+    // there take a size argument of the open function, or the size `--size`
+    // bound here (`hir`), written into the library.
+    let (raw, _) = crate::compile(source, "main");
+    let raw = raw.ok_or_else(|| fail("E0717", "the source does not compile as it did", None))?;
     let lib = library_name(output, name)?;
     // Plan every program now, so that what tiled execution refuses is a build
     // error, not an error of the caller's first run.
@@ -108,7 +164,10 @@ pub fn build_mpi_library(
     let _ = writeln!(header, "/* {lib}.h: written by `tcc build --mpi`. Distributed tiled programs; see tcc_dist.h.");
     let _ = writeln!(header, " * Link: {link} */");
     let guard = format!("TCC_{}_H", lib.to_uppercase());
-    let _ = writeln!(header, "#ifndef {guard}\n#define {guard}\n#include <mpi.h>\n#include \"tcc_dist.h\"");
+    let _ = writeln!(
+        header,
+        "#ifndef {guard}\n#define {guard}\n#include <stddef.h>\n#include <mpi.h>\n#include \"tcc_dist.h\""
+    );
     let _ = writeln!(header, "#ifdef __cplusplus\nextern \"C\" {{\n#endif");
     let mut fortran = String::new();
     let _ = writeln!(fortran, "! {lib}.f90: written by `tcc build --mpi`; see tcc_dist.f90 for the rest of the API.");
@@ -124,38 +183,66 @@ pub fn build_mpi_library(
         let p = Program::plan(&prepared, u, &TiledOptions::default())?;
         let unit = &hir.units[u].name;
         let sym = symbol(&lib, unit);
+        let sizes = OpenSizes::of(&raw, hir, u);
         let _ = writeln!(
             header,
             "\n/* program `{unit}` (collective; NULL on error, see tcc_dist_last_error):\n \
-             *   executes {:.4e} flops on tiles (dense order: {:.4e}), summed over all ranks",
+             *   executes {:.4e} flops on tiles (dense order: {:.4e}), summed over all ranks{}",
             p.planned_flops(),
-            p.dense_flops
+            p.dense_flops,
+            if sizes.args.is_empty() { String::new() } else { format!(", {}", sizes.assumed_note(hir)) }
         );
         for t in prepared.unit_inputs(u).into_iter().chain(prepared.unit_outputs(u)) {
             let tensor = &prepared.tensors[t];
             let l = &p.layouts[&t];
-            let ext: Vec<String> = l.dims.iter().map(|d| d.start(d.count()).to_string()).collect();
             let role = if tensor.role == Role::Output { "output" } else { "input" };
+            if sizes.args.is_empty() {
+                let ext: Vec<String> = l.dims.iter().map(|d| d.start(d.count()).to_string()).collect();
+                let (tiles, len) = (l.tiles().len(), l.len());
+                let _ = writeln!(
+                    header,
+                    " *   {role} {}[{}]: {tiles} stored tiles of {len} elements in all",
+                    tensor.name,
+                    ext.join(", ")
+                );
+            } else {
+                let ext: Vec<String> = tensor
+                    .dims
+                    .iter()
+                    .map(|&r| {
+                        if hir.ranges[r].is_runtime() {
+                            hir.ranges[r].name.clone()
+                        } else {
+                            hir.ranges[r].size.to_string()
+                        }
+                    })
+                    .collect();
+                let _ = writeln!(header, " *   {role} {}[{}]", tensor.name, ext.join(", "));
+            }
+        }
+        if !sizes.args.is_empty() {
             let _ = writeln!(
                 header,
-                " *   {role} {}[{}]: {} stored tiles of {} elements in all",
-                tensor.name,
-                ext.join(", "),
-                l.tiles().len(),
-                l.len()
+                " *   The tiles and the tile plan follow the sizes given to open (every rank the same;\n \
+                 *   ranks that disagree all fail); ask tcc_dist_local_tiles and tcc_dist_tile for them."
             );
         }
-        let _ = writeln!(header, " */\ntcc_dist *{sym}_open(MPI_Comm comm);\ntcc_dist *{sym}_open_f(int comm_f);");
+        let c_sizes: String = sizes.args.iter().map(|a| format!("size_t size_{a}, ")).collect();
         let _ = writeln!(
-            csrc,
-            "tcc_dist *{sym}_open(MPI_Comm comm) {{ return tcc_dist_open(source, {}, (int)MPI_Comm_c2f(comm)); }}",
-            c_literal(unit)
+            header,
+            " */\ntcc_dist *{sym}_open({c_sizes}MPI_Comm comm);\ntcc_dist *{sym}_open_f({c_sizes}int comm_f);"
         );
-        let _ = writeln!(
-            csrc,
-            "tcc_dist *{sym}_open_f(int comm_f) {{ return tcc_dist_open(source, {}, comm_f); }}",
-            c_literal(unit)
-        );
+        for (suffix, comm_param, comm_f) in
+            [("", "MPI_Comm comm", "(int)MPI_Comm_c2f(comm)"), ("_f", "int comm_f", "comm_f")]
+        {
+            let _ = writeln!(
+                csrc,
+                "tcc_dist *{sym}_open{suffix}({c_sizes}{comm_param}) {{\n{}    return tcc_dist_open_sized(source, {}, {comm_f}, {}, names, sizes);\n}}",
+                sizes.c_arrays(),
+                c_literal(unit),
+                sizes.names.len()
+            );
+        }
         let fname = format!("{sym}_open_f");
         if fname.len() > FORTRAN_MAX_NAME {
             return Err(fail(
@@ -164,11 +251,19 @@ pub fn build_mpi_library(
                 Some("choose a shorter library name with --name".into()),
             ));
         }
+        let f_sizes: Vec<String> = sizes.args.iter().map(|a| format!("size_{}", a.to_lowercase())).collect();
+        let f_args: String = f_sizes.iter().map(|a| format!("{a}, ")).collect();
+        let f_decl = if f_sizes.is_empty() {
+            String::new()
+        } else {
+            format!("      integer(c_size_t), value :: {}\n", f_sizes.join(", "))
+        };
         let _ = writeln!(
             fortran,
-            "    ! program `{unit}`: open on a communicator (Fortran handle); c_null_ptr on error\n    \
-             function {fname}(comm) bind(C, name=\"{fname}\")\n      import :: c_ptr, c_int\n      \
-             integer(c_int), value :: comm\n      type(c_ptr) :: {fname}\n    end function"
+            "    ! program `{unit}`: open on a communicator (Fortran handle){}; c_null_ptr on error\n    \
+             function {fname}({f_args}comm) bind(C, name=\"{fname}\")\n      import :: c_ptr, c_int, c_size_t\n{f_decl}      \
+             integer(c_int), value :: comm\n      type(c_ptr) :: {fname}\n    end function",
+            if f_sizes.is_empty() { String::new() } else { " with the run-time sizes first".to_string() }
         );
         exported.push(format!("{sym}_open"));
         exported.push(fname);

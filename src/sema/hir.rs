@@ -530,6 +530,23 @@ impl Hir {
         self.ranges.ids().filter(|&r| self.ranges[r].is_runtime()).collect()
     }
 
+    /// The run-time ranges that unit `u`'s tensors have dimensions over, in
+    /// declaration order: the sizes a library function of `u` takes.
+    pub fn unit_runtime_ranges(&self, u: UnitId) -> Vec<RangeId> {
+        let used = self.unit_ranges(u);
+        self.runtime_ranges().into_iter().filter(|r| used.contains(r)).collect()
+    }
+
+    /// The ranges that unit `u`'s tensors (written or read) have dimensions over.
+    pub fn unit_ranges(&self, u: UnitId) -> std::collections::HashSet<RangeId> {
+        let mut used = std::collections::HashSet::new();
+        for s in &self.units[u].stmts {
+            used.extend(self.tensors[s.lhs.tensor].dims.iter().copied());
+            collect_reads(&s.rhs, &mut |t| used.extend(self.tensors[t].dims.iter().copied()));
+        }
+        used
+    }
+
     /// Where the values of range `sub` start among those of `sup`: 0 when they
     /// are one range, the sizes of the parts before it when `sub` is a part
     /// (at any depth) of the union `sup`, `None` when it is not.

@@ -8,10 +8,13 @@
 use super::dist::RankTiles;
 use super::exec::{Program, TiledOptions};
 use crate::ids::TensorId;
+use crate::ids::UnitId;
 use crate::pipeline::PipelineOptions;
+use crate::sema::hir::Hir;
 use crate::sema::hir::Role;
 use crate::tensor::DenseRef;
-use tcc_runtime::comm::Communicator;
+use std::collections::BTreeMap;
+use tcc_runtime::comm::{Communicator, ReduceOp};
 
 /// The communicator a session runs on: its own (a library's duplicate of the
 /// caller's), or one lent by the caller (tests on in-process ranks).
@@ -39,6 +42,77 @@ pub struct Session<'c> {
     tensors: Vec<(String, TensorId, Role)>,
 }
 
+/// This rank's run-time sizes for `unit`: the program with them bound, and the
+/// sizes in the order of [`Hir::unit_runtime_ranges`], or why they are refused.
+fn check_sizes(hir: &Hir, unit: UnitId, sizes: &[(String, i64)]) -> Result<(Hir, Vec<usize>), String> {
+    let wanted = hir.unit_runtime_ranges(unit);
+    let names: Vec<&str> = wanted.iter().map(|&r| hir.ranges[r].name.as_str()).collect();
+    let program = &hir.units[unit].name;
+    let mut given = BTreeMap::new();
+    for (name, size) in sizes {
+        if !names.contains(&name.as_str()) {
+            let why = match hir.ranges.iter().find(|r| &r.name == name) {
+                Some(r) if !r.is_runtime() => format!("range `{name}` has the fixed size {} in the source", r.size),
+                Some(_) => format!("program `{program}` has no tensor over the run-time range `{name}`"),
+                None => format!("the source has no range `{name}`"),
+            };
+            return Err(format!("a size was given for `{name}`: {why}"));
+        }
+        let n = usize::try_from(*size)
+            .ok()
+            .filter(|&n| n >= 1)
+            .ok_or_else(|| format!("the size of range `{name}` must be at least 1 (got {size})"))?;
+        if given.insert(name.clone(), n).is_some() {
+            return Err(format!("the size of range `{name}` was given twice"));
+        }
+    }
+    let missing: Vec<&str> = names.iter().copied().filter(|n| !given.contains_key(*n)).collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "program `{program}` needs the size of the run-time range{} {} (its run-time ranges: {})",
+            if missing.len() == 1 { "" } else { "s" },
+            missing.join(", "),
+            names.join(", ")
+        ));
+    }
+    let bound = crate::sema::sizes::bind_all_sizes(hir, &given).map_err(|e| e.to_string())?;
+    Ok((bound, names.iter().map(|n| given[*n]).collect()))
+}
+
+/// Every rank's [`check_sizes`] outcome made common (two all-reduces over the
+/// sizes of `ranges`): the program when every rank accepted the same sizes;
+/// else an error on every rank — its own refusal, that another rank refused,
+/// or which range's sizes differ between ranks. A rank that went on alone would
+/// plan other tiles than its peers and wait forever in their exchange.
+fn agree_on_sizes(
+    comm: &dyn Communicator,
+    ranges: &[String],
+    mine: Result<(Hir, Vec<usize>), String>,
+) -> Result<Hir, String> {
+    // [refused, sizes…]; the minimum travels as the maximum of the negation.
+    let mut hi = vec![0.0; ranges.len() + 1];
+    match &mine {
+        Ok((_, v)) => v.iter().enumerate().for_each(|(k, &n)| hi[k + 1] = n as f64),
+        Err(_) => hi[0] = 1.0,
+    }
+    let mut lo: Vec<f64> = hi.iter().map(|x| -x).collect();
+    comm.allreduce(&mut hi, ReduceOp::Max);
+    comm.allreduce(&mut lo, ReduceOp::Max);
+    let (hir, _) = mine?;
+    if hi[0] > 0.0 {
+        return Err("another rank's sizes were refused (see its error); every rank must pass the same sizes".into());
+    }
+    for (k, name) in ranges.iter().enumerate() {
+        let (max, min) = (hi[k + 1], -lo[k + 1]);
+        if max != min {
+            return Err(format!(
+                "the ranks passed different sizes for range `{name}` ({min} on some, {max} on others): every rank must pass the same sizes"
+            ));
+        }
+    }
+    Ok(hir)
+}
+
 /// One stored tile of this rank: where it starts in the rank's buffer of its
 /// tensor, and the index box it holds (row-major, last index fastest).
 #[derive(Debug, Clone, PartialEq)]
@@ -51,11 +125,17 @@ pub struct LocalTile {
 impl<'c> Session<'c> {
     /// Compiles `source` and plans `program` (the file's only program when
     /// `None`; statements outside a `program` block form one named `main`, as
-    /// for `tcc build`) for the ranks of `comm`. Every rank must call it alike.
-    /// Errors are the compiler's messages.
+    /// for `tcc build`) for the ranks of `comm`, with `sizes` for the run-time
+    /// ranges the program uses (by name; every one of them, and no other), or
+    /// why the caller's sizes could not be read (refused collectively too).
+    /// Every rank must call it alike: the ranks check that they agree on the
+    /// sizes (see [`agree_on_sizes`]) and all fail when one is refused, so no
+    /// rank is left waiting in a later collective. Errors are the compiler's
+    /// messages.
     pub fn open(
         source: &str,
         program: Option<&str>,
+        sizes: Result<&[(String, i64)], String>,
         comm: SessionComm<'c>,
         opts: TiledOptions,
     ) -> Result<Session<'c>, String> {
@@ -76,6 +156,8 @@ impl<'c> Session<'c> {
                 }
             }
         };
+        let ranges: Vec<String> = hir.unit_runtime_ranges(unit).iter().map(|&r| hir.ranges[r].name.clone()).collect();
+        let hir = agree_on_sizes(comm.get(), &ranges, sizes.and_then(|s| check_sizes(&hir, unit, s)))?;
         let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
         let planned = Program::plan(&prepared, unit, &opts).map_err(|e| e.to_string())?;
         let program: &'static Program = Box::leak(Box::new(planned));

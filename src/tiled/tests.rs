@@ -440,7 +440,7 @@ fn sessions_filled_by_the_caller_equal_the_interpreter_tile_by_tile() {
         on_thread_ranks(ranks, |comm| {
             let me = comm.rank();
             let comm = super::session::SessionComm::Lent(comm);
-            let mut s = super::session::Session::open(source, None, comm, opts.clone()).unwrap();
+            let mut s = super::session::Session::open(source, None, Ok(&[]), comm, opts.clone()).unwrap();
             assert_eq!(s.rank_and_size(), (me, ranks));
             assert!(s.tensor("nope").is_none());
             for (x, (name, d)) in dense.iter().enumerate() {
@@ -502,7 +502,7 @@ fn sessions_refuse_arrays_and_tiles_that_break_the_declared_structure() {
         let opts = TiledOptions { tile: 2, threads: 1, schedule: Schedule::Dynamic, ..Default::default() };
         on_thread_ranks(ranks, |comm| {
             let comm = super::session::SessionComm::Lent(comm);
-            let mut s = super::session::Session::open(source, None, comm, opts.clone()).unwrap();
+            let mut s = super::session::Session::open(source, None, Ok(&[]), comm, opts.clone()).unwrap();
             let (hir, _) = crate::compile(source, "ccd_small");
             let hir = hir.unwrap();
             let v = s.tensor("Vvvvv").unwrap();
@@ -608,5 +608,76 @@ fn the_forecast_equals_what_ranks_measure() {
             let total: f64 = fc.ranks.iter().map(|f| f.flops).sum();
             assert!((total - program.planned_flops()).abs() <= 1e-9 * total.max(1.0));
         }
+    }
+}
+
+/// A session of a program with run-time ranges (`range N tile 3;`) at several
+/// sizes on 1–3 in-process ranks equals the interpreter at the same sizes (the
+/// tiles are planned at the sizes given); sizes missing, unknown, below 1, or
+/// differing between ranks fail the open on every rank.
+#[test]
+fn sessions_with_run_time_sizes_equal_the_interpreter_and_refuse_bad_sizes_on_every_rank() {
+    let source = include_str!("../../tests/tiled/mpi_mm_sized.tc");
+    let (raw, _) = crate::compile(source, "sized");
+    let raw = raw.expect("compiles");
+    let opts = TiledOptions { threads: 1, schedule: Schedule::Dynamic, ..Default::default() };
+    for (n, m) in [(1usize, 1usize), (5, 3), (10, 7), (13, 9)] {
+        let sizes: HashMap<String, usize> = [("N".to_string(), n), ("M".to_string(), m)].into();
+        let hir = crate::sema::sizes::bind_all_sizes(&raw, &sizes.clone().into_iter().collect()).unwrap();
+        let u = UnitId::new(0);
+        let inputs: HashMap<TensorId, Dense> =
+            hir.unit_inputs(u).into_iter().map(|t| (t, interp::fill_random(&hir, t, 9).unwrap())).collect();
+        let want = interp::run_unit(&hir, u, &inputs).unwrap();
+        let given = vec![("N".to_string(), n as i64), ("M".to_string(), m as i64)];
+        for ranks in 1..=3 {
+            on_thread_ranks(ranks, |comm| {
+                let comm = super::session::SessionComm::Lent(comm);
+                let ctx = format!("N={n} M={m}, {ranks} ranks");
+                let mut s = super::session::Session::open(source, None, Ok(&given), comm, opts.clone())
+                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                for (t, d) in &inputs {
+                    let k = s.tensor(&hir.tensors[*t].name).unwrap();
+                    s.pack_dense(k, &d.data).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                }
+                s.run().unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                for (t, d) in &want {
+                    let k = s.tensor(&hir.tensors[*t].name).unwrap();
+                    assert_eq!(s.describe(k).unwrap().2, d.shape, "extents at N={n}, M={m}");
+                    let mut whole = vec![f64::NAN; d.data.len()];
+                    s.unpack_dense(k, &mut whole).unwrap();
+                    for (g, w) in whole.iter().zip(&d.data).filter(|(g, _)| !g.is_nan()) {
+                        assert!((g - w).abs() <= 1e-10 * (1.0 + w.abs()), "N={n} M={m}, {ranks} ranks: {g} vs {w}");
+                    }
+                }
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("N={n} M={m}, {ranks} ranks: {e}"));
+        }
+    }
+    // Refusals: every rank's open fails, with its own reason or its peers'.
+    type Case = fn(usize) -> Vec<(String, i64)>;
+    let cases: [(Case, &str); 5] = [
+        (|_| vec![("N".into(), 4)], "needs the size of the run-time range M"),
+        (|_| vec![("N".into(), 4), ("M".into(), 3), ("Q".into(), 2)], "no range `Q`"),
+        (|r| vec![("N".into(), if r == 1 { 0 } else { 4 }), ("M".into(), 3)], "at least 1"),
+        (|r| vec![("N".into(), 4 + r as i64), ("M".into(), 3)], "different sizes for range `N`"),
+        (|_| vec![("N".into(), 4), ("N".into(), 4), ("M".into(), 3)], "given twice"),
+    ];
+    for (make, want) in cases {
+        let errors = std::sync::Mutex::new(Vec::new());
+        on_thread_ranks(2, |comm| {
+            let me = comm.rank();
+            let given = make(me);
+            let lent = super::session::SessionComm::Lent(comm);
+            match super::session::Session::open(source, None, Ok(&given), lent, opts.clone()) {
+                Ok(_) => panic!("{want}: rank {me} opened"),
+                Err(e) => errors.lock().unwrap().push(e),
+            }
+            Ok(())
+        })
+        .unwrap();
+        let errors = errors.into_inner().unwrap();
+        assert_eq!(errors.len(), 2, "{want}: {errors:?}");
+        assert!(errors.iter().any(|e| e.contains(want)), "{want}: {errors:?}");
     }
 }

@@ -2,7 +2,12 @@
  * every rank fills the input tiles it owns from closed-form values, runs, and
  * checks the output tiles it owns against loops; rank 0 checks that every element
  * of C is owned by exactly one rank. Also bad calls answer with errors. Prints
- * "ok" on rank 0 and exits 0 when everything holds. */
+ * "ok" on rank 0 and exits 0 when everything holds.
+ *
+ * With -DTCC_SIZED the library is built from mpi_mm_sized.tc (run-time sizes):
+ * open takes size_N and size_M, and opens whose sizes are refused on one rank,
+ * or differ between ranks, must fail on every rank (no rank left waiting).
+ * With -DTCC_SIZED_N_ONLY it was built with `--size M=7`: open takes size_N. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -50,7 +55,24 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int bad = 0;
+#if defined(TCC_SIZED)
+  /* One rank's size refused; then the ranks disagreeing: NULL everywhere. */
+  tcc_dist *r = tcc_mm_main_open(rank == size - 1 ? 0 : N, M, MPI_COMM_WORLD);
+  if (r || !strstr(tcc_dist_last_error(), rank == size - 1 ? "at least 1" : "another rank")) {
+    printf("rank %d: a refused size opened or said: %s\n", rank, r ? "(opened)" : tcc_dist_last_error());
+    bad |= 1024;
+  }
+  r = tcc_mm_main_open(N, rank == 0 ? M + 1 : M, MPI_COMM_WORLD);
+  if (r || !strstr(tcc_dist_last_error(), "different sizes for range `M`")) {
+    printf("rank %d: disagreeing sizes opened or said: %s\n", rank, r ? "(opened)" : tcc_dist_last_error());
+    bad |= 1024;
+  }
+  tcc_dist *h = tcc_mm_main_open(N, M, MPI_COMM_WORLD);
+#elif defined(TCC_SIZED_N_ONLY)
+  tcc_dist *h = tcc_mm_main_open(N, MPI_COMM_WORLD);
+#else
   tcc_dist *h = tcc_mm_main_open(MPI_COMM_WORLD);
+#endif
   if (!h) { printf("open failed: %s\n", tcc_dist_last_error()); MPI_Abort(MPI_COMM_WORLD, 2); }
   if (tcc_dist_rank(h) != rank || tcc_dist_size(h) != size) bad |= 1;
   /* Bad calls are errors, not crashes. */

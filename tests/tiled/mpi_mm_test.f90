@@ -1,7 +1,9 @@
 ! The Fortran twin of mpi_mm_test.c: calls the library that
 ! `tcc build --mpi tests/tiled/mpi_mm.tc -o libmm.so` builds, filling the input
 ! tiles each rank owns and checking the output tiles it owns. Prints "ok" on
-! rank 0 and stops with code 0 when everything holds.
+! rank 0 and stops with code 0 when everything holds. Preprocessed (-cpp):
+! with -DTCC_SIZED the library has run-time sizes (mpi_mm_sized.tc), passed to
+! the open function by keyword.
 program mpi_mm_test
   use mpi
   use iso_c_binding
@@ -16,7 +18,11 @@ program mpi_mm_test
 
   call MPI_Init(ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
+#ifdef TCC_SIZED
+  h = tcc_mm_main_open_f(size_n=int(n, c_size_t), size_m=int(m, c_size_t), comm=int(MPI_COMM_WORLD, c_int))
+#else
   h = tcc_mm_main_open_f(int(MPI_COMM_WORLD, c_int))
+#endif
   if (.not. c_associated(h)) then
     print *, "open failed: ", tcc_dist_error()
     call MPI_Abort(MPI_COMM_WORLD, 2, ierr)

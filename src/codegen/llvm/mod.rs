@@ -138,11 +138,7 @@ pub struct UnitCode {
 /// The run-time ranges among the dimensions of the tensors unit `u` of the
 /// prepared program touches (temporaries included), in `runtime`'s order.
 fn unit_sizes(prepared: &Hir, u: UnitId, runtime: &[RangeId]) -> Vec<RangeId> {
-    let mut used = std::collections::HashSet::new();
-    for s in &prepared.units[u].stmts {
-        used.extend(prepared.tensors[s.lhs.tensor].dims.iter().copied());
-        crate::sema::hir::collect_reads(&s.rhs, &mut |t| used.extend(prepared.tensors[t].dims.iter().copied()));
-    }
+    let used = prepared.unit_ranges(u);
     runtime.iter().copied().filter(|r| used.contains(r)).collect()
 }
 
