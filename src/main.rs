@@ -439,7 +439,8 @@ enum Command {
         /// from the plan the ranks compute, and the predicted time.
         #[arg(long, conflicts_with_all = ["dot", "naive", "network"])]
         tiled: bool,
-        /// With --tiled: tile size of ranges that declare none.
+        /// With --tiled: tile size of ranges that declare none (default: chosen by
+        /// the time model for each rank count; the `tile` column).
         #[arg(long, value_name = "N", requires = "tiled")]
         tile: Option<usize>,
         /// With --tiled: worker threads of each rank.
@@ -606,6 +607,8 @@ enum Command {
         #[arg(long, conflicts_with_all = ["interp", "target_cpu", "plan", "no_opt"])]
         tiled: bool,
         /// Tiled runs: tile size of ranges that do not declare one (`range V = 200 tile 32;`).
+        /// Default: chosen by the time model for the run's ranks and threads (the
+        /// report says which and the predicted time of each candidate).
         #[arg(long, value_name = "N", requires = "tiled")]
         tile: Option<usize>,
         /// Distributed tiled runs: how tiles move between ranks. `one-sided`: each
@@ -695,8 +698,9 @@ fn tiled_run(
         return Err(ctx.fail("E0760", "--tile must be at least 1", None));
     }
     let mut t = tcc::tiled::TiledOptions { schedule: schedule.runtime(), ..Default::default() };
-    if let Some(n) = tile {
-        t.tile = n;
+    match tile {
+        Some(n) => t.tile = n,
+        None => t.auto_tile = true,
     }
     match tcc::tiled::placement::flops_per_word_from_env() {
         Ok(Some(x)) => t.flops_per_word = x,

@@ -369,6 +369,38 @@ fn plan_tiled_forecasts_what_the_ranks_then_measure() {
             assert!(line.contains(&format!("{flops:.3e} flops")), "{flops:.3e} in {line}");
         }
     }
+    // Without --tile the model chooses per rank count; the run makes the same
+    // choice and executes what the plan at that tile forecast.
+    let dir = std::env::temp_dir().join(format!("tcc-autotile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bigger = dir.join("ccd_o8_v40.tc");
+    let src = std::fs::read_to_string(&f)
+        .unwrap()
+        .replace("range O = 4 spin(2, 2);", "range O = 8 spin(4, 4);")
+        .replace("range V = 6 spin(3, 3);", "range V = 40 spin(20, 20);");
+    std::fs::write(&bigger, src).unwrap();
+    let out = tcc().args(["plan", "--tiled", "--json", "--procs", "2"]).arg(&bigger).assert().success();
+    let v: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let plan = &v["units"][0]["plans"][0];
+    assert_eq!(plan["tile_chosen_by_model"], true, "{plan}");
+    let tile = plan["tile"].as_u64().unwrap();
+    let words: u64 = plan["ranks"].as_array().unwrap().iter().map(|r| r["words_sent"].as_f64().unwrap() as u64).sum();
+    let run = tcc()
+        .env("TCC_NUM_THREADS", "2")
+        .args(["run", "--tiled", "--stats", "--ranks", "2"])
+        .arg(&bigger)
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&run.get_output().stdout).to_string();
+    assert!(text.contains(&format!("tile {tile} (auto: the time model")), "tile {tile}: {text}");
+    let moved: u64 =
+        text.lines().filter_map(|l| l.split("moved ").nth(1)?.split(' ').next()?.parse::<u64>().ok()).sum();
+    assert_eq!(moved, words, "{text}");
+    // A fixed tile: no choice reported.
+    let out = tcc().args(["plan", "--tiled", "--tile", "8", "--procs", "2"]).arg(&bigger).assert().success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(text.contains("(tile 8,") && !text.contains("auto"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
     // Text, and a limit nothing fits: E0803 with the table.
     tcc()
         .args(["plan", "--tiled", "--procs", "1,2"])

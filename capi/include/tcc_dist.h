@@ -27,7 +27,9 @@ typedef struct tcc_dist tcc_dist;
  * must be initialized. Threads per rank: TCC_NUM_THREADS, else every core. How
  * tiles move between ranks: TCC_EXCHANGE=auto (default), collective or one-sided
  * (MPI RMA gets); another value, or a TCC_FLOPS_PER_WORD that is not a number
- * >= 0, makes the open fail (NULL, tcc_dist_last_error says why). */
+ * >= 0, makes the open fail (NULL, tcc_dist_last_error says why). Ranges that
+ * declare no tile size get the one the time model predicts fastest on this
+ * many ranks (the same on every rank), or TCC_TILE=N (auto: the default). */
 tcc_dist *tcc_dist_open(const char *source, const char *program, int comm_f);
 /* tcc_dist_open for a program with run-time ranges (`range O;`): `nsizes`
  * (range name, size) pairs, one for every run-time range the program's tensors

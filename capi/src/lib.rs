@@ -103,6 +103,10 @@ pub unsafe extern "C" fn tcc_dist_open_sized(
         let given = read_sizes(nsizes, names, sizes);
         let comm = communicator(comm_f)?;
         let mut opts = TiledOptions::default();
+        match tcc::tiled::autotile::tile_from_env()? {
+            Some(n) => opts.tile = n,
+            None => opts.auto_tile = true,
+        }
         match tcc::tiled::placement::flops_per_word_from_env() {
             Ok(Some(x)) => opts.flops_per_word = x,
             Ok(None) => {}

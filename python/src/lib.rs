@@ -657,21 +657,22 @@ impl TiledSession {
 #[pymethods]
 impl TiledSession {
     #[new]
-    #[pyo3(signature = (source, program=None, tile=None, threads=None))]
+    #[pyo3(signature = (source, program=None, tile=None, threads=None, sizes=None))]
     fn new(
         py: Python<'_>,
         source: &str,
         program: Option<&str>,
         tile: Option<usize>,
         threads: Option<usize>,
+        sizes: Option<std::collections::BTreeMap<String, i64>>,
     ) -> PyResult<TiledSession> {
         use tcc::tiled::session::{Session, SessionComm};
         let mut opts = tcc::tiled::TiledOptions::default();
-        if let Some(t) = tile {
-            if t == 0 {
-                return Err(arg_error(py, "tile must be at least 1".into()));
-            }
-            opts.tile = t;
+        match tile {
+            Some(0) => return Err(arg_error(py, "tile must be at least 1".into())),
+            Some(t) => opts.tile = t,
+            // As `tcc run --tiled`: the time model chooses.
+            None => opts.auto_tile = true,
         }
         if let Some(n) = threads {
             if n == 0 {
@@ -682,7 +683,8 @@ impl TiledSession {
         let comm = SessionComm::Owned(tcc_runtime::comm::threads::solo(tcc_runtime::comm::Backend::Threads));
         let session = {
             let _guard = COMPILE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-            Session::open(source, program, comm, opts).map_err(|e| raise(py, "CompileError", e))?
+            let sizes: Vec<(String, i64)> = sizes.unwrap_or_default().into_iter().collect();
+            Session::open(source, program, Ok(&sizes), comm, opts).map_err(|e| raise(py, "CompileError", e))?
         };
         let inputs = (0..).map_while(|t| session.describe(t)).filter(|d| !d.1).count();
         Ok(TiledSession { session, filled: vec![false; inputs] })

@@ -254,13 +254,16 @@ def tiled(
     *,
     tile: Optional[int] = None,
     threads: Optional[int] = None,
+    sizes: Optional[Dict[str, int]] = None,
 ) -> TiledProgram:
     """Opens a program in tiled storage (``tcc run --tiled``'s data model).
 
     ``source_or_path``: the program's text or a ``.tc`` path (as for
-    :func:`compile`; sizes are the source's). ``program``: which program of the
-    file (needed when it has several). ``tile``: tile size of ranges that declare
-    none. ``threads``: worker threads (default ``TCC_NUM_THREADS`` or every core).
+    :func:`compile`). ``program``: which program of the file (needed when it has
+    several). ``tile``: tile size of ranges that declare none (default: the one
+    the time model predicts fastest, as ``tcc run --tiled``). ``threads``: worker
+    threads (default ``TCC_NUM_THREADS`` or every core). ``sizes``: the size of
+    every run-time range the program uses (``range O;``), e.g. ``{"O": 10}``.
     """
     if isinstance(source_or_path, os.PathLike) or (
         isinstance(source_or_path, str) and _looks_like_path(source_or_path)
@@ -271,7 +274,7 @@ def tiled(
         source = source_or_path
     else:
         raise TypeError(f"tcc.tiled: expected a source string or a path, got {type(source_or_path).__name__}")
-    return TiledProgram(_native.TiledSession(source, program, tile, threads))
+    return TiledProgram(_native.TiledSession(source, program, tile, threads, sizes))
 
 
 # ---------------------------------------------------------------------------------

@@ -38,6 +38,9 @@ const MAX_GRID_TILES: f64 = 2e7;
 pub struct TiledOptions {
     /// Tile size for ranges that do not declare one.
     pub tile: usize,
+    /// Choose `tile` by the time model instead ([`super::autotile`]; `tcc run
+    /// --tiled` and libraries without `--tile` / `TCC_TILE`).
+    pub auto_tile: bool,
     pub threads: usize,
     pub schedule: Schedule,
     /// Distributed runs: the flops one word moved between ranks is worth when
@@ -93,6 +96,7 @@ impl Default for TiledOptions {
     fn default() -> Self {
         TiledOptions {
             tile: super::space::DEFAULT_TILE,
+            auto_tile: false,
             threads: tcc_runtime::kernels::num_threads(),
             schedule: Schedule::Dynamic,
             flops_per_word: super::placement::FLOPS_PER_WORD,

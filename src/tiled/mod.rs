@@ -6,6 +6,7 @@
 //! as DLTC task sets of compiled tile kernels over threads ([`exec`]). The
 //! interpreter stays dense and is the oracle: `tcc run --tiled --check` compares.
 
+pub mod autotile;
 pub mod buffer;
 pub mod cost;
 pub mod dist;

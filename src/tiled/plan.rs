@@ -4,8 +4,10 @@
 //! same plan the ranks compute when they run ([`super::dist::forecast`]), so the
 //! numbers are those `--stats` then measures, not a dense estimate.
 
+use super::autotile::{self, Executor, TileChoice};
 use super::dist::{forecast, Forecast};
 use super::exec::{Program, TiledOptions};
+use super::profile::secs;
 use crate::error::CommandError;
 use crate::ids::UnitId;
 use crate::pipeline::PipelineOptions;
@@ -24,10 +26,13 @@ pub struct TiledPlan {
     pub json: bool,
 }
 
-/// One unit on one rank count.
+/// One unit on one rank count, planned at `tile` (chosen by the model when
+/// `choice` is given).
 struct Row {
     procs: usize,
     fc: Forecast,
+    tile: usize,
+    choice: Option<TileChoice>,
 }
 
 impl Row {
@@ -49,15 +54,19 @@ pub fn plan_tiled(hir: &Hir, units: &[UnitId], procs: &[usize], p: &TiledPlan) -
     let mut json_units = Vec::new();
     let mut any_fits = false;
     for &u in units {
-        let program = Program::plan(&prepared, u, &p.tiled)?;
-        let rows: Vec<Row> = procs
-            .iter()
-            .map(|&procs| {
-                let model = p.tiled.model.at_concurrency(p.threads_per_rank * procs);
-                let opts = TiledOptions { threads: p.threads_per_rank, model, ..p.tiled.clone() };
-                Row { procs, fc: forecast(&program, procs, &opts) }
-            })
-            .collect();
+        // Each rank count is planned as its run would be: with `--tile` absent,
+        // at the tile size the model chooses for that count.
+        let mut program = None;
+        let mut rows: Vec<Row> = Vec::new();
+        for &procs in procs {
+            let model = p.tiled.model.at_concurrency(p.threads_per_rank * procs);
+            let opts = TiledOptions { threads: p.threads_per_rank, model, ..p.tiled.clone() };
+            let (prog, choice) = autotile::plan(&prepared, u, &opts, Executor::Ranks(procs))?;
+            let tile = choice.as_ref().map_or(p.tiled.tile, |c| c.tile);
+            rows.push(Row { procs, fc: forecast(&prog, procs, &opts), tile, choice });
+            program.get_or_insert(prog);
+        }
+        let program = program.expect("--procs is not empty");
         any_fits |= rows.iter().any(|r| r.fits(p.mem_per_rank));
         let stored: f64 = program.storage().iter().map(|s| s.1).sum();
         let dense: f64 = program.storage().iter().map(|s| s.2).sum();
@@ -70,7 +79,7 @@ pub fn plan_tiled(hir: &Hir, units: &[UnitId], procs: &[usize], p: &TiledPlan) -
     if p.json {
         let v = serde_json::json!({
             "tiled": true,
-            "tile": p.tiled.tile,
+            "tile": (!p.tiled.auto_tile).then_some(p.tiled.tile),
             "threads_per_rank": p.threads_per_rank,
             "mem_per_rank_bytes": p.mem_per_rank,
             "model_source": p.tiled.model.source,
@@ -90,9 +99,12 @@ pub fn plan_tiled(hir: &Hir, units: &[UnitId], procs: &[usize], p: &TiledPlan) -
 
 fn unit_text(name: &str, program: &Program, stored: f64, dense: f64, rows: &[Row], p: &TiledPlan) -> String {
     let mut s = format!(
-        "tiled plan of `{name}` (tile {}, {} thread{} per rank; model: {}):\n  stored {:.3e} of {:.3e} \
-         elements ({:.1}%), {:.3e} flops on tiles (dense order {:.3e})\n",
-        p.tiled.tile,
+        "tiled plan of `{name}` ({}, {} thread{} per rank; model: {}):\n  stored {:.3e} of {:.3e} \
+         elements ({:.1}%), {:.3e} flops on tiles (dense order {:.3e}){}\n",
+        match rows.iter().any(|r| r.choice.is_some()) {
+            true => "tile chosen per rank count by the model".to_string(),
+            false => format!("tile {}", p.tiled.tile),
+        },
         p.threads_per_rank,
         if p.threads_per_rank == 1 { "" } else { "s" },
         p.tiled.model.source,
@@ -101,8 +113,14 @@ fn unit_text(name: &str, program: &Program, stored: f64, dense: f64, rows: &[Row
         100.0 * stored / dense.max(1.0),
         program.planned_flops(),
         program.dense_flops,
+        match rows.first() {
+            Some(r) if r.choice.is_some() => {
+                format!(" at tile {} ({} rank{})", r.tile, r.procs, if r.procs == 1 { "" } else { "s" })
+            }
+            _ => String::new(),
+        }
     );
-    s += "  ranks  tiles/rank (max)  received (max)  memory/rank (max)  flops/rank max/mean  moved/rank (max)  model (exchange)\n";
+    s += "  ranks  tiles/rank (max)  received (max)  memory/rank (max)  flops/rank max/mean  moved/rank (max)  model (exchange)  tile\n";
     for r in rows {
         let mark = match p.mem_per_rank {
             Some(l) if !r.fits(Some(l)) => format!("  exceeds {}", bytes(l as f64)),
@@ -110,7 +128,7 @@ fn unit_text(name: &str, program: &Program, stored: f64, dense: f64, rows: &[Row
         };
         let mean = r.mean(|x| x.flops);
         s += &format!(
-            "  {:>5}  {:>16.3e}  {:>14.3e}  {:>17}  {:>9.3e} {:>8.2}  {:>16.3e}  {} s ({} s){mark}\n",
+            "  {:>5}  {:>16.3e}  {:>14.3e}  {:>17}  {:>9.3e} {:>8.2}  {:>16.3e}  {} s ({} s)  {:>4}{mark}\n",
             r.procs,
             r.max(|x| x.owned_peak),
             r.max(|x| x.fetched_peak),
@@ -118,9 +136,15 @@ fn unit_text(name: &str, program: &Program, stored: f64, dense: f64, rows: &[Row
             r.max(|x| x.flops),
             if mean > 0.0 { r.max(|x| x.flops) / mean } else { 1.0 },
             r.max(|x| x.words_sent),
-            short(r.fc.model_s),
-            short(r.fc.model_exchange_s),
+            secs(r.fc.model_s),
+            secs(r.fc.model_exchange_s),
+            r.tile,
         );
+    }
+    for r in rows {
+        if let Some(c) = &r.choice {
+            s += &format!("  {} rank{}: {}\n", r.procs, if r.procs == 1 { "" } else { "s" }, c.describe());
+        }
     }
     s += "  (elements of f64; memory = owned tiles at their peak + one task set's received and partial tiles;\n   moved = words sent in all-to-all rounds or read by one-sided gets (--exchange);\n   the same numbers `tcc run --tiled --ranks P --stats` reports as measured)\n";
     s
@@ -135,6 +159,8 @@ fn unit_json(name: &str, program: &Program, stored: f64, dense: f64, rows: &[Row
         "dense_flops": program.dense_flops,
         "plans": rows.iter().map(|r| serde_json::json!({
             "procs": r.procs,
+            "tile": r.tile,
+            "tile_chosen_by_model": r.choice.is_some(),
             "fits": r.fits(p.mem_per_rank),
             "model_seconds": r.fc.model_s,
             "model_exchange_seconds": r.fc.model_exchange_s,
@@ -160,13 +186,4 @@ fn bytes(b: f64) -> String {
         k += 1;
     }
     format!("{x:.1} {}", UNITS[k])
-}
-
-/// Seconds in 3 significant digits.
-fn short(x: f64) -> String {
-    if x >= 1e-3 || x == 0.0 {
-        format!("{x:.3}")
-    } else {
-        format!("{x:.2e}")
-    }
 }

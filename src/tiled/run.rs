@@ -2,7 +2,7 @@
 //! packed from `--input` arrays, after checking they have the declared structure),
 //! run as task sets, and reported like every other executor.
 
-use super::exec::{ExchangeMode, Program, TiledOptions, TiledStats};
+use super::exec::{ExchangeMode, TiledOptions, TiledStats};
 use super::profile::secs;
 use super::tensor::TiledTensor;
 use crate::error::CommandError;
@@ -30,7 +30,7 @@ pub struct TiledRun {
 pub fn run_tiled(hir: &Hir, opts: &RunOptions, r: &TiledRun, out: &mut dyn Write) -> Result<(), CommandError> {
     let prepared = crate::pipeline::prepare(hir, &PipelineOptions::default());
     run_report_with(hir, opts, out, false, &mut |u, loaded| {
-        let program = Program::plan(&prepared, u, &r.tiled)?;
+        let (program, tile) = super::autotile::plan(&prepared, u, &r.tiled, super::autotile::Executor::OneProcess)?;
         let mut inputs = HashMap::new();
         for t in prepared.unit_inputs(u) {
             let tensor = &prepared.tensors[t];
@@ -52,6 +52,7 @@ pub fn run_tiled(hir: &Hir, opts: &RunOptions, r: &TiledRun, out: &mut dyn Write
         let (outputs, stats) = program.run(inputs, &TiledOptions { profile: r.stats, ..r.tiled.clone() })?;
         let dense: HashMap<_, Dense> = outputs.iter().map(|(&t, v)| (t, v.to_dense())).collect();
         let mut extra = report_lines(&stats, &r.tiled, r.stats);
+        extra.extend(tile.map(|c| c.describe()));
         if r.stats {
             let model = program.predicted_seconds(&r.tiled.model.at_concurrency(r.tiled.threads), r.tiled.threads);
             extra.push(format!(
@@ -75,6 +76,11 @@ pub fn run_tiled(hir: &Hir, opts: &RunOptions, r: &TiledRun, out: &mut dyn Write
         }
         Ok((dense, extra))
     })
+}
+
+/// The tile size a program was planned at: the auto choice, else the options'.
+fn program_tile(choice: &Option<super::autotile::TileChoice>, opts: &TiledOptions) -> usize {
+    choice.as_ref().map_or(opts.tile, |c| c.tile)
 }
 
 /// An `--input` array must have the symmetry and blocks its tensor declares:
@@ -188,7 +194,10 @@ pub fn run_tiled_distributed(
             let topts = TiledOptions { threads, model, profile: r.stats, ..r.tiled.clone() };
             let mut results = HashMap::new();
             for &u in &units {
-                let program = Program::plan(&prepared, u, &topts)?;
+                let planned =
+                    super::autotile::plan(&prepared, u, &topts, super::autotile::Executor::Ranks(comm.size()))?;
+                let (program, tile) = super::autotile::agree_on_tile(comm, &prepared, u, &topts, planned)?;
+                let topts = TiledOptions { tile: program_tile(&tile, &topts), ..topts.clone() };
                 let (outputs, stats) = super::dist::run_rank(&program, comm, opts.seed, &topts)?;
                 let row = [
                     stats.owned_peak,
@@ -218,7 +227,8 @@ pub fn run_tiled_distributed(
                 let mut all = vec![0.0; row.len() * comm.size()];
                 comm.allgather(&row, &mut all);
                 if let Some(outputs) = outputs {
-                    results.insert(u, (outputs, all, program.planned_flops(), program.dense_flops, stats.profile));
+                    results
+                        .insert(u, (outputs, all, program.planned_flops(), program.dense_flops, stats.profile, tile));
                 }
             }
             let words = comm.stats();
@@ -231,7 +241,7 @@ pub fn run_tiled_distributed(
             let mut buf = Vec::new();
             let p = comm.size();
             run_report_with(hir, opts, &mut buf, false, &mut |u, _| {
-                let (outputs, all, planned, dense_flops, profile) = &results[&u];
+                let (outputs, all, planned, dense_flops, profile, tile) = &results[&u];
                 let dense: HashMap<_, Dense> = outputs.iter().map(|(&t, v)| (t, v.to_dense())).collect();
                 let time = (0..p).map(|q| all[W * q + 3]).fold(0.0, f64::max);
                 let flops: f64 = (0..p).map(|q| all[W * q + 2]).sum();
@@ -242,6 +252,7 @@ pub fn run_tiled_distributed(
                     ),
                     format!("flops: executed {} (planned {}), dense {}", si(flops), si(*planned), si(*dense_flops)),
                 ];
+                extra.extend(tile.as_ref().map(|c| c.describe()));
                 if r.stats {
                     let (model, model_x) = (all[9], all[10]);
                     extra.push(format!(

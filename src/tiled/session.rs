@@ -159,7 +159,11 @@ impl<'c> Session<'c> {
         let ranges: Vec<String> = hir.unit_runtime_ranges(unit).iter().map(|&r| hir.ranges[r].name.clone()).collect();
         let hir = agree_on_sizes(comm.get(), &ranges, sizes.and_then(|s| check_sizes(&hir, unit, s)))?;
         let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
-        let planned = Program::plan(&prepared, unit, &opts).map_err(|e| e.to_string())?;
+        let ranks = super::autotile::Executor::Ranks(comm.get().size());
+        let planned = super::autotile::plan(&prepared, unit, &opts, ranks)
+            .and_then(|p| super::autotile::agree_on_tile(comm.get(), &prepared, unit, &opts, p))
+            .map(|(p, _)| p)
+            .map_err(|e| e.to_string())?;
         let program: &'static Program = Box::leak(Box::new(planned));
         let tensors = program
             .hir

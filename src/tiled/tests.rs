@@ -681,3 +681,74 @@ fn sessions_with_run_time_sizes_equal_the_interpreter_and_refuse_bad_sizes_on_ev
         assert!(errors.iter().any(|e| e.contains(want)), "{want}: {errors:?}");
     }
 }
+
+/// `--tile` absent: the tile size of undeclared ranges is the candidate with the
+/// least predicted time — never predicted slower than the default — made alike
+/// on every call, the program planned at it computes what the interpreter does,
+/// and a unit whose ranges all declare tiles gets no choice.
+#[test]
+fn the_model_chooses_the_tile_size_and_the_choice_computes_right() {
+    use super::autotile::{self, Executor};
+    let mut hir = ccd_terms(4, 26);
+    // Let the compiler tile the virtual range too.
+    let a = hir.indices.ids().find(|&i| hir.indices[i].name == "a").unwrap();
+    let va = hir.indices[a].range;
+    hir.ranges[va].tiling.tile = None;
+    let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
+    let u = UnitId::new(0);
+    let opts = TiledOptions { threads: 1, auto_tile: true, ..Default::default() };
+    for exec in [Executor::OneProcess, Executor::Ranks(3), Executor::Ranks(64)] {
+        let (_, choice) = autotile::plan(&prepared, u, &opts, exec).unwrap();
+        let c = choice.expect("undeclared ranges: a choice is made");
+        assert!(autotile::CANDIDATES.contains(&c.tile), "{exec:?}: {c:?}");
+        let best = c.tried.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
+        let default = c.tried.iter().find(|t| t.0 == super::space::DEFAULT_TILE).expect("the default is tried").1;
+        assert!(c.model_s <= default && c.model_s <= best * 1.03 + 1e-12, "{exec:?}: {c:?}");
+        assert!(c.describe().contains(&format!("tile {}", c.tile)));
+        let (_, again) = autotile::plan(&prepared, u, &opts, exec).unwrap();
+        assert_eq!(again.as_ref(), Some(&c), "{exec:?}: the choice depends on the plan alone");
+        // The chosen tiling computes the interpreter's numbers.
+        let at = TiledOptions { tile: c.tile, auto_tile: false, ..opts.clone() };
+        match exec {
+            Executor::Ranks(r) if r <= 4 => check_distributed(&hir, 3, r, &at).unwrap(),
+            _ => {
+                check_tiled(&hir, 3, &at).unwrap();
+            }
+        }
+    }
+    // Every range declares its tile: nothing to choose.
+    hir.ranges[va].tiling.tile = Some(4);
+    let i = hir.indices.ids().find(|&i| hir.indices[i].name == "i").unwrap();
+    let ro = hir.indices[i].range;
+    hir.ranges[ro].tiling.tile = Some(2);
+    let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
+    assert!(autotile::plan(&prepared, u, &opts, Executor::Ranks(4)).unwrap().1.is_none());
+}
+
+/// Ranks whose choices differ (another tuning table, another core count) all
+/// run at the smallest tile any chose, planned alike.
+#[test]
+fn ranks_agree_on_one_tile_size() {
+    use super::autotile::{self, TileChoice};
+    let mut hir = ccd_terms(4, 12);
+    let u = UnitId::new(0);
+    let a = hir.indices.ids().find(|&i| hir.indices[i].name == "a").unwrap();
+    let va = hir.indices[a].range;
+    hir.ranges[va].tiling.tile = None;
+    let prepared_free = crate::pipeline::prepare(&hir, &PipelineOptions::default());
+    let tiles = std::sync::Mutex::new(Vec::new());
+    on_thread_ranks(3, |comm| {
+        let mine = if comm.rank() == 1 { 2 } else { 5 };
+        let opts = TiledOptions { tile: mine, threads: 1, ..Default::default() };
+        let program = Program::plan(&prepared_free, u, &opts)?;
+        let choice = TileChoice { tile: mine, model_s: 1.0, tried: vec![(2, 1.5), (5, 1.0)] };
+        let (program, choice) = autotile::agree_on_tile(comm, &prepared_free, u, &opts, (program, Some(choice)))?;
+        let r = program.hir.tensors.ids().find(|&t| program.hir.tensors[t].name == "R").unwrap();
+        tiles.lock().unwrap().push((choice.unwrap().tile, program.layouts[&r].tiles().to_vec()));
+        Ok(())
+    })
+    .unwrap();
+    let tiles = tiles.into_inner().unwrap();
+    assert_eq!(tiles.len(), 3);
+    assert!(tiles.iter().all(|t| t == &tiles[0] && t.0 == 2), "{:?}", tiles.iter().map(|t| t.0).collect::<Vec<_>>());
+}

@@ -138,3 +138,17 @@ def test_the_shipped_ccd_example_runs_from_python():
     prog.run()
     out = prog.unpack("R")
     assert out.shape == r.shape and not out.any()
+
+
+def test_run_time_sizes_are_given_at_open_and_checked():
+    # The ladder with its sizes given at open: the same numbers as fixed sizes;
+    # sizes missing or below 1 are errors naming the range.
+    src = LADDER.replace("range O = 6 tile 3", "range O tile 3").replace("range V = 8 tile 2", "range V tile 2")
+    p = tcc.tiled(src, threads=1, sizes={"O": 6, "V": 8})
+    assert p.tensors["W"].shape == (8, 8, 8, 8)
+    W, T = structured("W", 3), structured("T", 4)
+    np.testing.assert_allclose(p(W=W, T=T), 0.5 * np.einsum("abcd,cdij->abij", W, T), rtol=1e-12, atol=1e-12)
+    with pytest.raises(tcc.CompileError, match="run-time range V"):
+        tcc.tiled(src, sizes={"O": 6})
+    with pytest.raises(tcc.CompileError, match="at least 1"):
+        tcc.tiled(src, sizes={"O": 0, "V": 8})
