@@ -26,9 +26,9 @@ echo "=== 16 ranks, alternating"
 for i in 1 2 3; do
   for x in ${EXCHANGES:-one-sided collective}; do
     echo "# $x, trial $i"
-    TCC_NUM_THREADS=16 $T run /tmp/ccd_20_200.tc --tiled --ranks 16 --stats --tuning "$OUT/tune16.toml" --exchange $x |
+    TCC_NUM_THREADS=16 $T run /tmp/ccd_20_200.tc --tiled --tile 40 --ranks 16 --stats --tuning "$OUT/tune16.toml" --exchange $x |
       grep -E "tiled on|model:|rank 0:"
   done
   echo "# one process, 16 threads, trial $i"
-  TCC_NUM_THREADS=16 $T run /tmp/ccd_20_200.tc --tiled | grep -E "tiled:"
+  TCC_NUM_THREADS=16 $T run /tmp/ccd_20_200.tc --tiled --tile 40 | grep -E "tiled:"
 done

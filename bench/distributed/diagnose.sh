@@ -32,12 +32,12 @@ print(f"  [rusage] wall {dt:.3f} s, user {r.ru_utime:.2f} s, sys {r.ru_stime:.2f
 PY
 }
 echo "=== one rank alone"
-TCC_NUM_THREADS=1 ru $T run /tmp/ccd.tc --tiled --stats --tuning "$TUNE"
+TCC_NUM_THREADS=1 ru $T run /tmp/ccd.tc --tiled --tile 40 --stats --tuning "$TUNE"
 for i in 1 2 3; do
   for st in on off; do
     echo "=== trial $i: 16 ranks, TCC_STEAL=$st"
-    TCC_STEAL=$st TCC_NUM_THREADS=16 ru $T run /tmp/ccd.tc --tiled --ranks 16 --stats --tuning "$TUNE" --exchange one-sided
+    TCC_STEAL=$st TCC_NUM_THREADS=16 ru $T run /tmp/ccd.tc --tiled --tile 40 --ranks 16 --stats --tuning "$TUNE" --exchange one-sided
   done
   echo "=== trial $i: one process, 16 threads"
-  TCC_NUM_THREADS=16 ru $T run /tmp/ccd.tc --tiled --stats
+  TCC_NUM_THREADS=16 ru $T run /tmp/ccd.tc --tiled --tile 40 --stats
 done

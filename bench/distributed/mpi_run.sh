@@ -6,7 +6,9 @@
 # on 1, 2, 4, 8 and 16 ranks (a larger one, o=24 v=240, on 1 and 16) of one thread each,
 # one-sided exchange; the in-process ranks and one process of 16 threads in the
 # same call for comparison; then the four-index transform's weak scaling on
-# 1, 2, 4, 8 and 16 processes. Every run prints its norm2.
+# 1, 2, 4, 8 and 16 processes. Every run prints its norm2. The scaling runs
+# fix --tile 40 (run H1's tiling); the model's own choice of tile size (no
+# --tile) is run beside them on 1 and 16 ranks.
 #   bash bench/distributed/mpi_run.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,19 +24,21 @@ for size in "20 200 1 2 4 8 16 16" "24 240 1 16 16"; do
   f=/tmp/ccd_${o}_$v.tc
   python3 -c "import sys; sys.path.insert(0, 'bench/tiled'); import ccd; open('$f', 'w').write(ccd.source($o, $v))"
   echo "=== CCD o=$o v=$v: one process, one thread (no MPI)"
-  $T run "$f" --tiled --stats | grep -E "norm2|tiled:|took"
+  $T run "$f" --tiled --tile 40 --stats | grep -E "norm2|tiled:|took"
+  echo "=== CCD o=$o v=$v: one process, one thread, tile chosen by the model"
+  $T run "$f" --tiled --stats | grep -E "norm2|tiled:|took|auto"
   for np in "$@"; do
     echo "=== CCD o=$o v=$v: mpirun -np $np, one-sided"
     t0=$(date +%s.%N)
-    mpirun -np $np $T run "$f" --tiled --backend mpi --exchange one-sided --stats --tuning "$TUNE" | grep -E "$KEEP"
+    mpirun -np $np $T run "$f" --tiled --tile 40 --backend mpi --exchange one-sided --stats --tuning "$TUNE" | grep -E "$KEEP"
     echo "  [mpirun wall $(python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')") s, JIT and start included]"
   done
-  echo "=== CCD o=$o v=$v: mpirun -np 16, one-sided, finer tiles (--tile 25)"
-  mpirun -np 16 $T run "$f" --tiled --tile 25 --backend mpi --exchange one-sided --stats --tuning "$TUNE" | grep -E "$KEEP"
+  echo "=== CCD o=$o v=$v: mpirun -np 16, one-sided, tile chosen by the model"
+  mpirun -np 16 $T run "$f" --tiled --backend mpi --exchange one-sided --stats --tuning "$TUNE" | grep -E "$KEEP|auto"
   echo "=== CCD o=$o v=$v: 16 in-process ranks, one-sided"
-  TCC_NUM_THREADS=16 $T run "$f" --tiled --ranks 16 --exchange one-sided --stats --tuning "$TUNE" | grep -E "norm2|tiled on|took|model:"
+  TCC_NUM_THREADS=16 $T run "$f" --tiled --tile 40 --ranks 16 --exchange one-sided --stats --tuning "$TUNE" | grep -E "norm2|tiled on|took|model:"
   echo "=== CCD o=$o v=$v: one process, 16 threads"
-  TCC_NUM_THREADS=16 $T run "$f" --tiled --stats | grep -E "norm2|tiled:|took"
+  TCC_NUM_THREADS=16 $T run "$f" --tiled --tile 40 --stats | grep -E "norm2|tiled:|took"
 done
 # Weak scaling of the four-index transform (8-fold symmetric input, flops ~ N^5):
 # N grows with ranks^(1/5), as bench/distributed/run.sh does with in-process ranks.

@@ -19,17 +19,17 @@ KEEP="norm2|tiled on|tiled:|^      rank|kernels of|exchange:"
 one() { # label, env..., then mpirun -np 16
   local label=$1; shift
   echo "=== $label"
-  (export "$@"; mpirun -np 16 $T run $f --tiled --backend mpi --exchange one-sided --stats --tuning $TUNE) | grep -E "$KEEP"
+  (export "$@"; mpirun -np 16 $T run $f --tiled --tile 40 --backend mpi --exchange one-sided --stats --tuning $TUNE) | grep -E "$KEEP"
 }
 echo "=== one rank: mpirun -np 1"
-mpirun -np 1 $T run $f --tiled --backend mpi --exchange one-sided --stats --tuning $TUNE | grep -E "tiled on|kernels of"
+mpirun -np 1 $T run $f --tiled --tile 40 --backend mpi --exchange one-sided --stats --tuning $TUNE | grep -E "tiled on|kernels of"
 for trial in 1 2; do
   one "trial $trial: bind core, osc sm" BIND=core
   one "trial $trial: bind none, osc sm" BIND=none
   one "trial $trial: bind core, osc pt2pt" BIND=core OMPI_MCA_osc=pt2pt
   one "trial $trial: bind core, osc pt2pt, yield when idle" BIND=core OMPI_MCA_osc=pt2pt OMPI_MCA_mpi_yield_when_idle=1
   echo "=== trial $trial: 16 in-process ranks"
-  TCC_NUM_THREADS=16 $T run $f --tiled --ranks 16 --exchange one-sided --stats --tuning $TUNE | grep -E "tiled on"
+  TCC_NUM_THREADS=16 $T run $f --tiled --tile 40 --ranks 16 --exchange one-sided --stats --tuning $TUNE | grep -E "tiled on"
   echo "=== trial $trial: one process, 16 threads"
-  TCC_NUM_THREADS=16 $T run $f --tiled --stats | grep -E "tiled:"
+  TCC_NUM_THREADS=16 $T run $f --tiled --tile 40 --stats | grep -E "tiled:"
 done

@@ -19,11 +19,11 @@ X_ARGS=(--exchange "${EXCHANGE:-auto}")
 echo "## machine: $(nproc) cores, $(date -u +%F)"
 python3 -c "import sys; sys.path.insert(0, 'bench/tiled'); import ccd; open('$OUT/ccd_20_200.tc', 'w').write(ccd.source(20, 200))"
 echo "## CCD residual o=20 v=200: one process, $MAX threads"
-TCC_NUM_THREADS=$MAX $TCC run "$OUT/ccd_20_200.tc" --tiled --stats "${TUNE_ARGS[@]}" | grep -E "norm2|tiled:|model:|kernels:|    (GETT|adds)"
+TCC_NUM_THREADS=$MAX $TCC run "$OUT/ccd_20_200.tc" --tiled --tile 40 --stats "${TUNE_ARGS[@]}" | grep -E "norm2|tiled:|model:|kernels:|    (GETT|adds)"
 echo "## CCD residual o=20 v=200: N in-process ranks, 1 thread each"
 n=1
 while [ "$n" -le "$MAX" ]; do
-  TCC_NUM_THREADS=$n $TCC run "$OUT/ccd_20_200.tc" --tiled --ranks "$n" --stats "${TUNE_ARGS[@]}" "${X_ARGS[@]}" | grep -E "norm2|tiled on|model:|exchange:|rank 0:|kernels of rank 0:|    (GETT|adds)" | grep -v "words sent .*, received .*, read one-sided"
+  TCC_NUM_THREADS=$n $TCC run "$OUT/ccd_20_200.tc" --tiled --tile 40 --ranks "$n" --stats "${TUNE_ARGS[@]}" "${X_ARGS[@]}" | grep -E "norm2|tiled on|model:|exchange:|rank 0:|kernels of rank 0:|    (GETT|adds)" | grep -v "words sent .*, received .*, read one-sided"
   n=$((n * 2))
 done
 echo "## four-index transform, 8-fold symmetric, weak scaling: N grows with ranks^(1/5) (flops ~ N^5)"
@@ -33,6 +33,6 @@ for size in 48 56 64 72 84; do
   sed -e "s/range P = 100 tile 4/range P = $size tile 4/" -e "s/range M = 100 tile 25/range M = $size tile 12/" \
     examples/tiled/four_index_sym.tc > "$OUT/four_$size.tc"
   echo "# N=$size on $n ranks"
-  TCC_NUM_THREADS=$n $TCC run "$OUT/four_$size.tc" --tiled --ranks "$n" --stats "${TUNE_ARGS[@]}" "${X_ARGS[@]}" | grep -E "tiled on|flops:|model:|exchange:|kernels of rank 0:|    (GETT|adds)"
+  TCC_NUM_THREADS=$n $TCC run "$OUT/four_$size.tc" --tiled --tile 40 --ranks "$n" --stats "${TUNE_ARGS[@]}" "${X_ARGS[@]}" | grep -E "tiled on|flops:|model:|exchange:|kernels of rank 0:|    (GETT|adds)"
   n=$((n * 2))
 done
