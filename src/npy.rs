@@ -95,6 +95,132 @@ pub fn read_shape(path: &Path) -> Result<Vec<usize>, NpyError> {
     shape.map_err(|e| err(format!("`{}`: {e}", path.display())))
 }
 
+/// A `.npy` file opened for reading boxes of its array without reading the
+/// rest: what each rank of a distributed run reads its own tiles with
+/// (`tcc run --tiled --backend mpi --input`), so no rank holds a whole tensor.
+#[derive(Debug)]
+pub struct BoxReader {
+    file: std::fs::File,
+    path: String,
+    data_offset: u64,
+    pub shape: Vec<usize>,
+    pub elem: ElemType,
+    big_endian: bool,
+    fortran: bool,
+}
+
+impl BoxReader {
+    /// Opens `path` and checks its header as [`read_file`] does; the data is
+    /// checked to be all there (the file's length), not read.
+    pub fn open(path: &Path) -> Result<BoxReader, NpyError> {
+        use std::io::Read;
+        let name = path.display().to_string();
+        let at = |e: NpyError| err(format!("`{name}`: {e}"));
+        let mut file = std::fs::File::open(path).map_err(|e| err(format!("cannot read `{name}`: {e}")))?;
+        let mut head = vec![0u8; 12];
+        let n = file.read(&mut head).map_err(|e| err(format!("cannot read `{name}`: {e}")))?;
+        head.truncate(n);
+        let len = match head.get(6) {
+            Some(1) if n >= 10 => 10 + u16::from_le_bytes([head[8], head[9]]) as usize,
+            Some(2 | 3) if n >= 12 => 12 + u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize,
+            _ => return Err(at(err("not a .npy file, or a truncated header"))),
+        };
+        if len > 1 << 20 {
+            return Err(at(err("the .npy header is longer than 1 MiB")));
+        }
+        let mut bytes = vec![0u8; len];
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0)).map_err(|e| at(err(e.to_string())))?;
+        file.read_exact(&mut bytes).map_err(|_| at(err("truncated .npy header")))?;
+        let (end, text) = split_header(&bytes).map_err(at)?;
+        let header = parse_header(text).map_err(at)?;
+        check_shape(&header.shape).map_err(at)?;
+        let (big_endian, elem) = match header.descr.as_str() {
+            "<f8" | "=f8" => (false, ElemType::F64),
+            ">f8" => (true, ElemType::F64),
+            "<f4" | "=f4" => (false, ElemType::F32),
+            ">f4" => (true, ElemType::F32),
+            d => {
+                return Err(at(err(format!(
+                    "unsupported dtype {d}: tcc reads float64 (`<f8`) and float32 (`<f4`) arrays"
+                ))))
+            }
+        };
+        let shape: Vec<usize> = header.shape.iter().map(|&d| d as usize).collect();
+        let needed = shape.iter().product::<usize>() as u64 * elem.size_bytes() as u64;
+        let size = file.metadata().map_err(|e| at(err(e.to_string())))?.len();
+        if size < end as u64 + needed {
+            return Err(at(err(format!(
+                "truncated: its shape {shape:?} needs {needed} bytes of data but only {} follow the header",
+                size.saturating_sub(end as u64)
+            ))));
+        }
+        Ok(BoxReader { file, path: name, data_offset: end as u64, shape, elem, big_endian, fortran: header.fortran })
+    }
+
+    /// Reads the box `start + [0, extent)` into `out` (row-major, last index
+    /// fastest; `out.len()` is the box's size), one read per run of elements
+    /// contiguous in the file.
+    pub fn read_box(&self, start: &[usize], extent: &[usize], out: &mut [f64]) -> Result<(), NpyError> {
+        use std::os::unix::fs::FileExt;
+        let n = self.shape.len();
+        let inside = start.len() == n && extent.len() == n && (0..n).all(|d| start[d] + extent[d] <= self.shape[d]);
+        if !inside || out.len() != extent.iter().product::<usize>() {
+            return Err(err(format!("internal: box {start:?}+{extent:?} of {:?}", self.shape)));
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        // File strides (elements) and the axis contiguous in the file.
+        let mut fstride = vec![1usize; n];
+        let contiguous = if self.fortran { 0 } else { n.saturating_sub(1) };
+        if self.fortran {
+            for d in 1..n {
+                fstride[d] = fstride[d - 1] * self.shape[d - 1];
+            }
+        } else {
+            for d in (0..n.saturating_sub(1)).rev() {
+                fstride[d] = fstride[d + 1] * self.shape[d + 1];
+            }
+        }
+        // Row-major strides of the box.
+        let mut bstride = vec![1usize; n];
+        for d in (0..n.saturating_sub(1)).rev() {
+            bstride[d] = bstride[d + 1] * extent[d + 1];
+        }
+        let size = self.elem.size_bytes();
+        let run = if n == 0 { 1 } else { extent[contiguous] };
+        let mut bytes = vec![0u8; run * size];
+        let mut outer: Vec<usize> = extent.to_vec();
+        if n > 0 {
+            outer[contiguous] = 1;
+        }
+        let mut result = Ok(());
+        crate::tensor::for_each_index(&outer, |l| {
+            if result.is_err() {
+                return;
+            }
+            let file_at: usize = (0..n).map(|d| (start[d] + l[d]) * fstride[d]).sum();
+            let box_at: usize = (0..n).map(|d| l[d] * bstride[d]).sum();
+            let offset = self.data_offset + (file_at * size) as u64;
+            if let Err(e) = self.file.read_exact_at(&mut bytes, offset) {
+                result = Err(err(format!("cannot read `{}`: {e}", self.path)));
+                return;
+            }
+            let step = if n == 0 { 0 } else { bstride[contiguous] };
+            for (k, b) in bytes.chunks_exact(size).enumerate() {
+                let v = match (self.elem, self.big_endian) {
+                    (ElemType::F64, false) => f64::from_le_bytes(b.try_into().expect("8 bytes")),
+                    (ElemType::F64, true) => f64::from_be_bytes(b.try_into().expect("8 bytes")),
+                    (ElemType::F32, false) => f64::from(f32::from_le_bytes(b.try_into().expect("4 bytes"))),
+                    (ElemType::F32, true) => f64::from(f32::from_be_bytes(b.try_into().expect("4 bytes"))),
+                };
+                out[box_at + k * step] = v;
+            }
+        });
+        result
+    }
+}
+
 /// Checks the magic string and header length; returns the offset where the data
 /// starts and the header text.
 fn split_header(bytes: &[u8]) -> Result<(usize, &str), NpyError> {
@@ -114,6 +240,8 @@ fn split_header(bytes: &[u8]) -> Result<(usize, &str), NpyError> {
 
 /// The keys of a `.npy` header, as numpy writes them.
 struct Header {
+    descr: String,
+    fortran: bool,
     shape: Vec<u64>,
 }
 
@@ -186,7 +314,9 @@ fn parse_header(text: &str) -> Result<Header, NpyError> {
         }
     }
     match (descr, fortran, shape) {
-        (Some(_), Some(_), Some(shape)) => Ok(Header { shape }),
+        (Some(descr), Some(fortran), Some(shape)) => {
+            Ok(Header { descr: descr.to_string(), fortran: fortran == "True", shape })
+        }
         _ => Err(unusual("descr, fortran_order or shape is missing")),
     }
 }
@@ -316,6 +446,62 @@ mod tests {
         let data: Vec<u8> = [1.0f64, 4.0, 2.0, 5.0, 3.0, 6.0].iter().flat_map(|v| v.to_le_bytes()).collect();
         let (y, _) = read_bytes(&npy("<f8", true, "(2, 3)", &data)).unwrap();
         assert_eq!(y, Dense::from_vec(vec![2, 3], vec![1., 2., 3., 4., 5., 6.]));
+    }
+
+    /// Boxes read from C-order, Fortran-order, big-endian and f32 files equal the
+    /// same boxes of the whole array; a truncated file is refused at open.
+    #[test]
+    fn boxes_are_read_without_the_rest_in_every_layout() {
+        let shape = [3usize, 4, 5];
+        let whole: Vec<f64> = (0..60).map(|x| x as f64 * 0.5 - 7.0).collect();
+        let at = |i: usize, j: usize, k: usize| whole[(i * 4 + j) * 5 + k];
+        let mut fortran = Vec::new();
+        for k in 0..5 {
+            for j in 0..4 {
+                for i in 0..3 {
+                    fortran.push(at(i, j, k));
+                }
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("tcc-npy-box-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files = [
+            ("c.npy", npy("<f8", false, "(3, 4, 5)", &whole.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>())),
+            ("f.npy", npy("<f8", true, "(3, 4, 5)", &fortran.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>())),
+            ("be.npy", npy(">f8", false, "(3, 4, 5)", &whole.iter().flat_map(|v| v.to_be_bytes()).collect::<Vec<_>>())),
+            (
+                "f32.npy",
+                npy(
+                    "<f4",
+                    false,
+                    "(3, 4, 5)",
+                    &whole.iter().flat_map(|v| (*v as f32).to_le_bytes()).collect::<Vec<_>>(),
+                ),
+            ),
+        ];
+        for (name, bytes) in &files {
+            let path = dir.join(name);
+            std::fs::write(&path, bytes).unwrap();
+            let r = BoxReader::open(&path).unwrap();
+            assert_eq!(r.shape, shape);
+            for (start, ext) in [([0, 0, 0], [3, 4, 5]), ([1, 2, 3], [2, 2, 2]), ([2, 0, 4], [1, 4, 1])] {
+                let mut out = vec![0.0; ext.iter().product()];
+                r.read_box(&start, &ext, &mut out).unwrap();
+                let mut want = Vec::new();
+                for i in 0..ext[0] {
+                    for j in 0..ext[1] {
+                        for k in 0..ext[2] {
+                            want.push(at(start[0] + i, start[1] + j, start[2] + k));
+                        }
+                    }
+                }
+                assert_eq!(out, want, "{name} {start:?}");
+            }
+            assert!(r.read_box(&[2, 0, 0], &[2, 1, 1], &mut [0.0; 2]).is_err(), "outside the array");
+            std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+            assert!(BoxReader::open(&path).unwrap_err().0.contains("truncated"), "{name}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -443,3 +443,88 @@ fn plan_tiled_forecasts_what_the_ranks_then_measure() {
         .code(1)
         .stderr(predicates::str::contains("E0760"));
 }
+
+/// Issue 17: distributed tiled runs read `--input` files tile by tile — each rank
+/// only the boxes of its own tiles — and compute what the interpreter computes
+/// from the same files (in-process ranks, and MPI processes when built with
+/// MPI); files without the declared structure, of the wrong shape or not `.npy`
+/// are errors with a non-zero exit, never tiles that silently keep part of them.
+#[test]
+fn distributed_runs_read_their_inputs_from_files_tile_by_tile() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = path("tests/tiled/ccd_small.tc");
+    let reference = dir.path().join("ref");
+    tcc()
+        .args(["run", "--interp", "--save-inputs", "--seed", "5", "--output-dir"])
+        .arg(&reference)
+        .arg(&f)
+        .assert()
+        .success();
+    let names = ["Vvvoo", "Fvv", "T2", "Foo", "Vvvvv", "Voooo", "Vovvo", "Voovv"];
+    let inputs: Vec<String> = names
+        .iter()
+        .flat_map(|n| ["--input".to_string(), format!("{n}={}", reference.join(format!("{n}.npy")).display())])
+        .collect();
+    let want = tcc::npy::read_file(&reference.join("R.npy")).unwrap().0;
+    let mut runs: Vec<Vec<String>> = vec![vec!["--ranks".into(), "3".into()]];
+    if cfg!(feature = "mpi") && which("mpirun") {
+        runs.push(vec!["--backend".into(), "mpi".into()]);
+    }
+    for (k, how) in runs.iter().enumerate() {
+        let out = dir.path().join(format!("out{k}"));
+        let mut cmd: Vec<String> = Vec::new();
+        if how[0] == "--backend" {
+            cmd.extend(
+                ["timeout", "120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"].map(String::from),
+            );
+        }
+        cmd.push(assert_cmd::cargo::cargo_bin("tcc").display().to_string());
+        cmd.extend(["run", "--tiled", "--tile", "2"].map(String::from));
+        cmd.extend(how.iter().cloned());
+        cmd.extend(inputs.iter().cloned());
+        cmd.extend(["--output-dir".to_string(), out.display().to_string(), f.display().to_string()]);
+        let run = std::process::Command::new(&cmd[0]).args(&cmd[1..]).output().unwrap();
+        assert!(run.status.success(), "{how:?}: {}", String::from_utf8_lossy(&run.stderr));
+        let got = tcc::npy::read_file(&out.join("R.npy")).unwrap().0;
+        let err = got.data.iter().zip(&want.data).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(err < 1e-12, "{how:?}: off by {err}");
+    }
+    // Broken files: an element whose antisymmetric image disagrees, a nonzero in
+    // a block declared zero, a wrong shape, not a .npy file.
+    let t2 = tcc::npy::read_file(&reference.join("T2.npy")).unwrap().0;
+    let mut bad = t2.clone();
+    let at = |i: [usize; 4]| ((i[0] * 6 + i[1]) * 4 + i[2]) * 4 + i[3]; // row-major in [6, 6, 4, 4]
+    bad.data[at([0, 1, 0, 1])] += 0.5;
+    let bad_sym = dir.path().join("bad_sym.npy");
+    tcc::npy::write_file(&bad_sym, &bad, tcc::sema::hir::ElemType::F64).unwrap();
+    let mut vovvo = tcc::npy::read_file(&reference.join("Vovvo.npy")).unwrap().0;
+    let zero = vovvo.data.iter().position(|x| *x == 0.0).unwrap();
+    vovvo.data[zero] = 1.0;
+    let bad_block = dir.path().join("bad_block.npy");
+    tcc::npy::write_file(&bad_block, &vovvo, tcc::sema::hir::ElemType::F64).unwrap();
+    let not_npy = dir.path().join("not.npy");
+    std::fs::write(&not_npy, "hello").unwrap();
+    let cases = [
+        (format!("T2={}", bad_sym.display()), "E0761", "as the declared symmetry requires"),
+        (format!("Vovvo={}", bad_block.display()), "E0761", "blocks declare it zero"),
+        (format!("T2={}", reference.join("Fvv.npy").display()), "E0707", "its shape is [6, 6]"),
+        (format!("T2={}", not_npy.display()), "E0706", "not a .npy file"),
+    ];
+    for (input, code, text) in cases {
+        let out = tcc()
+            .args(["run", "--tiled", "--tile", "2", "--ranks", "3", "--input", &input])
+            .arg(&f)
+            .timeout(std::time::Duration::from_secs(60))
+            .assert()
+            .code(1);
+        let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+        assert!(err.contains(code) && err.contains(text), "{input}: {err}");
+    }
+}
+
+fn which(program: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}

@@ -345,48 +345,9 @@ fn role_name(r: Role) -> &'static str {
 /// and that the array has the tensor's shape. Values are rounded to the tensor's
 /// element type.
 fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap<TensorId, Dense>, CommandError> {
-    let mut read: Vec<TensorId> = Vec::new();
-    for &u in units {
-        for t in hir.unit_inputs(u) {
-            if !read.contains(&t) {
-                read.push(t);
-            }
-        }
-    }
-    let read_names = || names(read.iter().map(|&t| hir.tensors[t].name.clone()));
     let mut loaded: HashMap<TensorId, Dense> = HashMap::new();
-    let mut seen: Vec<&str> = Vec::new();
-    for (name, path) in &opts.inputs {
-        if seen.contains(&name.as_str()) {
-            return Err(fail("E0710", format!("`--input {name}=...` is given more than once"), None));
-        }
-        seen.push(name);
-        let candidates: Vec<TensorId> = hir.tensors.ids().filter(|&t| hir.tensors[t].name == *name).collect();
-        if candidates.is_empty() {
-            return Err(fail(
-                "E0703",
-                format!("`--input {name}={}`: there is no tensor named `{name}`", path.display()),
-                Some(format!("the inputs read are: {}", read_names())),
-            ));
-        }
-        let targets: Vec<TensorId> = candidates.iter().copied().filter(|t| read.contains(t)).collect();
-        if targets.is_empty() {
-            let t = candidates[0];
-            let role = hir.tensors[t].role;
-            return Err(if candidates.iter().any(|&c| hir.tensors[c].role.is_read_only()) {
-                fail(
-                    "E0705",
-                    format!("`--input {name}={}`: no program run reads `{name}`", path.display()),
-                    Some(format!("the inputs read are: {}", read_names())),
-                )
-            } else {
-                fail(
-                    "E0704",
-                    format!("`--input {name}={}`: `{name}` is {}, not an input", path.display(), role_name(role)),
-                    Some(format!("only inputs and parameters can be supplied; the inputs read are: {}", read_names())),
-                )
-            });
-        }
+    for (name, path, targets) in resolve_inputs(hir, units, opts)? {
+        let path = path.as_path();
         let (value, _) = npy::read_file(path).map_err(|e| fail("E0706", e.0, None))?;
         for t in targets {
             let tensor = &hir.tensors[t];
@@ -430,6 +391,62 @@ fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap
         }
     }
     Ok(loaded)
+}
+
+/// The tensors every `--input NAME=FILE` supplies, without reading the files:
+/// (name, file, the inputs named so that some selected unit reads). E0703 no
+/// such tensor, E0704 not an input, E0705 read by no unit run, E0710 given twice.
+/// Distributed tiled runs read the files themselves, tile by tile.
+pub fn resolve_inputs(
+    hir: &Hir,
+    units: &[UnitId],
+    opts: &RunOptions,
+) -> Result<Vec<(String, PathBuf, Vec<TensorId>)>, CommandError> {
+    let mut read: Vec<TensorId> = Vec::new();
+    for &u in units {
+        for t in hir.unit_inputs(u) {
+            if !read.contains(&t) {
+                read.push(t);
+            }
+        }
+    }
+    let read_names = || names(read.iter().map(|&t| hir.tensors[t].name.clone()));
+    let mut out = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for (name, path) in &opts.inputs {
+        if seen.contains(&name.as_str()) {
+            return Err(fail("E0710", format!("`--input {name}=...` is given more than once"), None));
+        }
+        seen.push(name);
+        let candidates: Vec<TensorId> = hir.tensors.ids().filter(|&t| hir.tensors[t].name == *name).collect();
+        if candidates.is_empty() {
+            return Err(fail(
+                "E0703",
+                format!("`--input {name}={}`: there is no tensor named `{name}`", path.display()),
+                Some(format!("the inputs read are: {}", read_names())),
+            ));
+        }
+        let targets: Vec<TensorId> = candidates.iter().copied().filter(|t| read.contains(t)).collect();
+        if targets.is_empty() {
+            let t = candidates[0];
+            let role = hir.tensors[t].role;
+            return Err(if candidates.iter().any(|&c| hir.tensors[c].role.is_read_only()) {
+                fail(
+                    "E0705",
+                    format!("`--input {name}={}`: no program run reads `{name}`", path.display()),
+                    Some(format!("the inputs read are: {}", read_names())),
+                )
+            } else {
+                fail(
+                    "E0704",
+                    format!("`--input {name}={}`: `{name}` is {}, not an input", path.display(), role_name(role)),
+                    Some(format!("only inputs and parameters can be supplied; the inputs read are: {}", read_names())),
+                )
+            });
+        }
+        out.push((name.clone(), path.clone(), targets));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -554,14 +554,15 @@ fn alloc(n: usize, what: &str) -> Result<AlignedBuf, CommandError> {
 pub fn run_rank(
     program: &Program,
     comm: &dyn Communicator,
-    seed: u64,
+    inputs: &Inputs,
     opts: &TiledOptions,
 ) -> Result<(Option<HashMap<TensorId, TiledTensor>>, RankStats), CommandError> {
     let base_rss = peak_rss_bytes();
     let mut rank = RankTiles::new(program, comm.rank(), comm.size(), opts, Some(comm))?;
     rank.stats.base_rss = base_rss;
-    rank.fill_random(seed);
-    match rank.run(comm).and_then(|()| rank.gather(comm)) {
+    rank.fill_random(inputs.seed, &inputs.files);
+    let filled = rank.fill_from_files(&inputs.files);
+    match filled.and_then(|()| rank.run(comm)).and_then(|()| rank.gather(comm)) {
         Ok(outputs) => Ok((outputs, std::mem::take(&mut rank.stats))),
         Err(e) => {
             // This rank fails alone (the launcher aborts the job): no collective frees.
@@ -569,6 +570,14 @@ pub fn run_rank(
             Err(e)
         }
     }
+}
+
+/// Where a distributed run's inputs come from: `.npy` files read tile by tile
+/// by each rank, the rest filled at random from `seed` (as the interpreter fills).
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    pub seed: u64,
+    pub files: HashMap<TensorId, std::path::PathBuf>,
 }
 
 /// Everything every rank plans alike before a distributed run: ownership, each
@@ -709,6 +718,55 @@ impl RankForecast {
     pub fn peak_bytes(&self) -> f64 {
         8.0 * (self.owned_peak + self.fetched_peak)
     }
+}
+
+/// Whether the file's images of the box `start + [0, ext)` (values `tile`,
+/// row-major) under every element of `group` equal the box's values with the
+/// element's sign, to 1e-12 of the largest magnitude met.
+fn check_images(
+    reader: &crate::npy::BoxReader,
+    group: &PermGroup,
+    start: &[usize],
+    ext: &[usize],
+    tile: &[f64],
+) -> Result<(), String> {
+    let n = ext.len();
+    let mut strides = vec![1usize; n];
+    for d in (0..n.saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * ext[d + 1];
+    }
+    let mut image = vec![0.0; tile.len()];
+    for (perm, sign) in group.elements().iter().skip(1) {
+        let (s, e) = (PermGroup::apply(perm, start), PermGroup::apply(perm, ext));
+        reader.read_box(&s, &e, &mut image).map_err(|e| e.0)?;
+        let mut image_strides = vec![1usize; n];
+        for d in (0..n.saturating_sub(1)).rev() {
+            image_strides[d] = image_strides[d + 1] * e[d + 1];
+        }
+        let scale = tile.iter().chain(&image).fold(0.0f64, |m, v| m.max(v.abs()));
+        let mut bad = None;
+        super::tensor::for_each_local(ext, |l| {
+            if bad.is_some() {
+                return;
+            }
+            let at: usize = (0..n).map(|d| l[d] * strides[d]).sum();
+            // Element l of the box maps to l' with l'[k] = l[perm[k]].
+            let at_image: usize = (0..n).map(|k| l[perm[k]] * image_strides[k]).sum();
+            let (v, w) = (tile[at], image[at_image]);
+            if (w - f64::from(*sign) * v).abs() > 1e-12 * scale || w.is_nan() != v.is_nan() {
+                let idx: Vec<usize> = (0..n).map(|d| start[d] + l[d]).collect();
+                bad = Some(format!(
+                    "element {idx:?} = {v:e} but its image {:?} = {w:e}, not {}{v:e} as the declared symmetry requires",
+                    PermGroup::apply(perm, &idx),
+                    if *sign < 0 { "-" } else { "" }
+                ));
+            }
+        });
+        if let Some(b) = bad {
+            return Err(b);
+        }
+    }
+    Ok(())
 }
 
 /// Plans `program` on `ranks` ranks as a run would, without allocating a tile.
@@ -921,10 +979,11 @@ impl<'p> RankTiles<'p> {
         self.local.values().map(|l| l.data.len() as f64).sum::<f64>()
     }
 
-    /// Fills this rank's input tiles with the interpreter's random values.
-    pub fn fill_random(&mut self, seed: u64) {
+    /// Fills this rank's input tiles with the interpreter's random values, but
+    /// those of the inputs in `except` (read from files).
+    pub fn fill_random(&mut self, seed: u64, except: &HashMap<TensorId, std::path::PathBuf>) {
         let hir = &self.program.hir;
-        for t in hir.unit_inputs(self.program.unit) {
+        for t in hir.unit_inputs(self.program.unit).into_iter().filter(|t| !except.contains_key(t)) {
             let l = &self.program.layouts[&t];
             let loc = self.local.get_mut(&t).expect("inputs are held from the start");
             let shape: Vec<usize> = l.dims.iter().map(|d| d.start(d.count())).collect();
@@ -938,6 +997,64 @@ impl<'p> RankTiles<'p> {
                 fill_tile(&mut loc.data[off..off + len], &start, &ext, &shape, &group, key, &|x| round_to(elem, x));
             }
         }
+    }
+
+    /// Reads this rank's tiles of the inputs in `files` from their `.npy` files
+    /// (each tile's box only: no rank reads a whole tensor). A file must hold
+    /// the tensor's declared structure — every image of an element under its
+    /// symmetry equal to it with the sign, zero outside its blocks — else the
+    /// tiles would silently keep part of it: each rank checks the images of its
+    /// own tiles, and the zero tiles not stored are checked round-robin over the
+    /// ranks. Errors name the file and the first element at fault.
+    pub fn fill_from_files(&mut self, files: &HashMap<TensorId, std::path::PathBuf>) -> Result<(), CommandError> {
+        let hir = &self.program.hir;
+        let read = hir.unit_inputs(self.program.unit);
+        for (&t, path) in files.iter().filter(|(t, _)| read.contains(t)) {
+            let l = &self.program.layouts[&t];
+            let tensor = &hir.tensors[t];
+            // E0706 an unreadable file, E0707 a wrong shape, E0761 a wrong structure
+            // (as for whole arrays, `tcc run --input`).
+            let fail_as = |code: &'static str, why: String| {
+                CommandError::new(
+                    code,
+                    format!("input `{}` from `{}`: {why}", tensor.name, path.display()),
+                    Some("write the array with the tensor's declared shape, symmetry and blocks".into()),
+                )
+            };
+            let fail = |why: String| fail_as("E0761", why);
+            let reader = crate::npy::BoxReader::open(path)
+                .map_err(|e| CommandError::new("E0706", format!("input `{}`: {}", tensor.name, e.0), None))?;
+            let shape: Vec<usize> = l.dims.iter().map(|d| d.start(d.count())).collect();
+            if reader.shape != shape {
+                return Err(fail_as("E0707", format!("its shape is {:?}; the tensor's is {shape:?}", reader.shape)));
+            }
+            let group = PermGroup::of(tensor);
+            let loc = self.local.get_mut(&t).expect("inputs are held from the start");
+            for (&k, &off) in &loc.offsets {
+                let c = &l.tiles()[k];
+                let (start, ext) = l.tile_box(c);
+                let tile = &mut loc.data[off..off + l.tile_len(c)];
+                reader.read_box(&start, &ext, tile).map_err(|e| fail_as("E0706", e.0))?;
+                check_images(&reader, &group, &start, &ext, tile).map_err(fail)?;
+            }
+            // Tiles zero by the block rules: stored by no rank, checked by one.
+            let zero: Vec<Coord> =
+                l.canonical_tiles(f64::INFINITY).unwrap_or_default().into_iter().filter(|c| !l.allowed(c)).collect();
+            for c in zero.iter().skip(self.me).step_by(self.ranks.max(1)) {
+                let (start, ext) = l.tile_box(c);
+                let mut buf = vec![0.0; ext.iter().product()];
+                for (perm, _) in group.elements() {
+                    let (s, e) = (PermGroup::apply(perm, &start), PermGroup::apply(perm, &ext));
+                    reader.read_box(&s, &e, &mut buf).map_err(|e| fail_as("E0706", e.0))?;
+                    if let Some(v) = buf.iter().find(|v| **v != 0.0) {
+                        return Err(fail(format!(
+                            "the tile at {s:?} (extent {e:?}) holds {v:e}, but the tensor's blocks declare it zero"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Runs the unit's task sets as planned: per set, one exchange brings each

@@ -160,13 +160,21 @@ pub fn run_tiled_distributed(
     mpi: bool,
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
-    if !opts.inputs.is_empty() || r.check {
+    if r.check {
         return Err(fail(
             "E0760",
-            "distributed tiled runs generate their inputs on the ranks that own them: --input and --check are not available",
-            Some("compare with `tcc run --tiled` (one process) or `tcc run --interp` on the same --seed".into()),
+            "distributed tiled runs never make a tensor whole, so --check (the dense interpreter) is not available",
+            Some("compare with `tcc run --tiled` (one process) or `tcc run --interp` on the same --seed or --input files".into()),
         ));
     }
+    // `--input` files are read by each rank, its own tiles only: resolved here,
+    // never loaded whole (the report and the launcher's checks see no inputs).
+    let selected = hir.select_units(opts.program.as_deref())?;
+    let mut inputs = super::dist::Inputs { seed: opts.seed, files: HashMap::new() };
+    for (_, path, targets) in crate::run::resolve_inputs(hir, &selected, opts)? {
+        inputs.files.extend(targets.into_iter().map(|t| (t, path.clone())));
+    }
+    let opts = &RunOptions { inputs: Vec::new(), ..opts.clone() };
     let prepared = crate::pipeline::prepare(hir, &PipelineOptions::default());
     let units: Vec<_> = match &opts.program {
         Some(name) => hir.unit_by_name(name).into_iter().collect(),
@@ -198,7 +206,7 @@ pub fn run_tiled_distributed(
                     super::autotile::plan(&prepared, u, &topts, super::autotile::Executor::Ranks(comm.size()))?;
                 let (program, tile) = super::autotile::agree_on_tile(comm, &prepared, u, &topts, planned)?;
                 let topts = TiledOptions { tile: program_tile(&tile, &topts), ..topts.clone() };
-                let (outputs, stats) = super::dist::run_rank(&program, comm, opts.seed, &topts)?;
+                let (outputs, stats) = super::dist::run_rank(&program, comm, &inputs, &topts)?;
                 let row = [
                     stats.owned_peak,
                     stats.fetched_peak,

@@ -281,9 +281,11 @@ fn check_distributed(hir: &Hir, seed: u64, ranks: usize, opts: &TiledOptions) ->
         (ExchangeMode::Collective, _) | (_, 1) => tcc_runtime::comm::Backend::Threads,
         _ => tcc_runtime::comm::Backend::Shm,
     };
-    let (got, stats) = on_ranks(ranks, backend, |comm| super::dist::run_rank(&program, comm, seed, opts))
-        .map_err(|e| e.to_string())?
-        .ok_or("rank 0 returned nothing")?;
+    let (got, stats) = on_ranks(ranks, backend, |comm| {
+        super::dist::run_rank(&program, comm, &super::dist::Inputs { seed, ..Default::default() }, opts)
+    })
+    .map_err(|e| e.to_string())?
+    .ok_or("rank 0 returned nothing")?;
     let got = got.ok_or("rank 0 returned no outputs")?;
     if stats.words_sent != stats.planned_words {
         return Err(format!("rank 0 moved {} words, planned {}", stats.words_sent, stats.planned_words));
@@ -333,7 +335,14 @@ fn ranks_take_over_unstarted_work_and_keep_the_numbers() {
             let program = Program::plan(&prepared, UnitId::new(0), &opts).unwrap();
             let stats: Vec<_> = tcc_runtime::comm::threads::run(ranks, |rank| {
                 let comm = rank.comm(tcc_runtime::comm::Backend::Shm);
-                super::dist::run_rank(&program, comm.as_ref(), 3, &opts).map(|(_, s)| s).unwrap()
+                super::dist::run_rank(
+                    &program,
+                    comm.as_ref(),
+                    &super::dist::Inputs { seed: 3, ..Default::default() },
+                    &opts,
+                )
+                .map(|(_, s)| s)
+                .unwrap()
             })
             .unwrap();
             let taken: usize = stats.iter().map(|s| s.taken_items).sum();
@@ -588,7 +597,14 @@ fn the_forecast_equals_what_ranks_measure() {
             // Every rank's own statistics (the launcher returns rank 0's only).
             let stats: Vec<_> = tcc_runtime::comm::threads::run(ranks, |rank| {
                 let comm = rank.comm(tcc_runtime::comm::Backend::Shm);
-                super::dist::run_rank(&program, comm.as_ref(), 3, &opts).map(|(_, s)| s).unwrap()
+                super::dist::run_rank(
+                    &program,
+                    comm.as_ref(),
+                    &super::dist::Inputs { seed: 3, ..Default::default() },
+                    &opts,
+                )
+                .map(|(_, s)| s)
+                .unwrap()
             })
             .unwrap();
             assert_eq!(stats.len(), ranks);

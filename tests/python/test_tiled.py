@@ -141,13 +141,29 @@ def test_the_shipped_ccd_example_runs_from_python():
 
 
 def test_run_time_sizes_are_given_at_open_and_checked():
-    # The ladder with its sizes given at open: the same numbers as fixed sizes;
-    # sizes missing or below 1 are errors naming the range.
-    src = LADDER.replace("range O = 6 tile 3", "range O tile 3").replace("range V = 8 tile 2", "range V tile 2")
-    p = tcc.tiled(src, threads=1, sizes={"O": 6, "V": 8})
-    assert p.tensors["W"].shape == (8, 8, 8, 8)
-    W, T = structured("W", 3), structured("T", 4)
-    np.testing.assert_allclose(p(W=W, T=T), 0.5 * np.einsum("abcd,cdij->abij", W, T), rtol=1e-12, atol=1e-12)
+    # Sizes given at open (ranges without a size): the numbers of numpy at those
+    # sizes; sizes missing or below 1 are errors naming the range.
+    src = """
+range O tile 3;
+range V tile 2;
+index i, j : O;
+index a, b, c, d : V;
+input tensor W[a,b,c,d] : f64 antisymmetric(a b)(c d);
+input tensor T[c,d,i,j] : f64 antisymmetric(c d)(i j);
+output tensor R[a,b,i,j] : f64 antisymmetric(a b)(i j);
+R[a,b,i,j] = 0.5 * W[a,b,c,d] * T[c,d,i,j];
+"""
+    rng = np.random.default_rng(7)
+
+    def anti(x):
+        x = x - x.transpose(1, 0, 2, 3)
+        return x - x.transpose(0, 1, 3, 2)
+
+    for o, v in [(4, 5), (6, 7)]:
+        p = tcc.tiled(src, threads=1, sizes={"O": o, "V": v})
+        assert p.tensors["W"].shape == (v, v, v, v)
+        W, T = anti(rng.standard_normal((v, v, v, v))), anti(rng.standard_normal((v, v, o, o)))
+        np.testing.assert_allclose(p(W=W, T=T), 0.5 * np.einsum("abcd,cdij->abij", W, T), rtol=1e-12, atol=1e-12)
     with pytest.raises(tcc.CompileError, match="run-time range V"):
         tcc.tiled(src, sizes={"O": 6})
     with pytest.raises(tcc.CompileError, match="at least 1"):
