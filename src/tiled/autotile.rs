@@ -4,7 +4,7 @@
 //!
 //! Why: one fixed size cannot serve every rank count. Large tiles run the GETT
 //! kernel near its peak but leave too few tasks to balance many ranks (CCD with
-//! o = 40, v = 400 at tile 40 on 256 ranks: the busiest rank has 1.43× the mean
+//! o = 40, v = 400 at tile 40 on 256 ranks: the busiest rank has 1.42× the mean
 //! flops); small tiles balance but run slower kernels, move more words and cost
 //! more to plan. Each candidate is planned exactly as the run will plan it and
 //! priced by the same model `--stats` compares against ([`super::dist::forecast`]
