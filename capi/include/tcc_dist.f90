@@ -83,6 +83,13 @@ module tcc_dist
       real(c_double), dimension(*), intent(inout) :: dense
       integer(c_int) :: tcc_dist_unpack_dense
     end function
+    function tcc_dist_read_npy_c(h, t, path) bind(C, name="tcc_dist_read_npy")
+      import :: c_ptr, c_int64_t, c_int, c_char
+      type(c_ptr), value :: h
+      integer(c_int64_t), value :: t
+      character(kind=c_char), dimension(*), intent(in) :: path
+      integer(c_int) :: tcc_dist_read_npy_c
+    end function
     function tcc_dist_run(h) bind(C, name="tcc_dist_run")
       import :: c_ptr, c_int
       type(c_ptr), value :: h
@@ -104,6 +111,15 @@ contains
     character(len=*), intent(in) :: name
     integer(c_int64_t) :: t
     t = tcc_dist_tensor_c(h, trim(name) // c_null_char)
+  end function
+  ! Fills this rank's tiles of input t from a .npy file of the whole tensor
+  ! (collective; 0 on success, see tcc_dist_read_npy in tcc_dist.h).
+  function tcc_dist_read_npy(h, t, path) result(rc)
+    type(c_ptr), intent(in) :: h
+    integer(c_int64_t), intent(in) :: t
+    character(len=*), intent(in) :: path
+    integer(c_int) :: rc
+    rc = tcc_dist_read_npy_c(h, t, trim(path) // c_null_char)
   end function
   ! This rank's buffer of tensor t as a Fortran array (local_len elements).
   subroutine tcc_dist_data(h, t, data)

@@ -66,6 +66,12 @@ double *tcc_dist_local_data(tcc_dist *h, int64_t tensor);
  * blocks: the tiles would silently drop values. */
 int tcc_dist_pack_dense(tcc_dist *h, int64_t tensor, const double *dense, int64_t len);
 int tcc_dist_unpack_dense(tcc_dist *h, int64_t tensor, double *dense, int64_t len);
+/* Fills this rank's tiles of input `tensor` from the .npy file at `path`, which
+ * holds the whole tensor (every rank must be able to read it); only the boxes
+ * of the rank's own tiles are read. Collective. 0 on success; a file that is
+ * unreadable, of another shape, or without the tensor's declared symmetry or
+ * zero blocks fails on every rank (-1, tcc_dist_last_error says which element). */
+int tcc_dist_read_npy(tcc_dist *h, int64_t tensor, const char *path);
 /* Runs the program (collective). 0 on success. Refused on every rank (-1)
  * when some rank's input tile on the diagonal of a symmetry holds images of
  * one element that disagree (written by hand through tcc_dist_local_data). */

@@ -147,6 +147,29 @@ unsafe fn read_sizes(
     (0..n).map(|k| Ok((text(*names.add(k), "a size's range name")?.to_string(), *sizes.add(k)))).collect()
 }
 
+/// See `tcc_dist.h`.
+///
+/// # Safety
+/// `h` must be NULL or an open handle; `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn tcc_dist_read_npy(h: *mut Handle, tensor: i64, path: *const c_char) -> c_int {
+    guarded(-1, || {
+        let h = h.as_mut().ok_or_else(|| "the handle is NULL".to_string())?;
+        // Checked after the collective part, so a bad argument on one rank
+        // fails every rank instead of leaving them waiting.
+        let path = text(path, "the path").map(std::path::PathBuf::from);
+        let t = usize::try_from(tensor).unwrap_or(usize::MAX);
+        match path {
+            Ok(p) => h.session.read_npy(t, &p)?,
+            Err(e) => {
+                let _ = h.session.read_npy(usize::MAX, std::path::Path::new(""));
+                return Err(e);
+            }
+        }
+        Ok(0)
+    })
+}
+
 /// The last error of the calling thread (empty if none). Valid until the next call.
 #[no_mangle]
 pub extern "C" fn tcc_dist_last_error() -> *const c_char {

@@ -344,6 +344,30 @@ impl<'c> Session<'c> {
         Ok((shape, self.tiles(t).unwrap_or_default()))
     }
 
+    /// Fills this rank's tiles of input `t` from a `.npy` file holding the whole
+    /// tensor, reading only their boxes (collective: every rank calls it with
+    /// the file, which all can read). A file without the declared structure, of
+    /// another shape, or unreadable fails on every rank
+    /// ([`RankTiles::fill_from_files`]).
+    pub fn read_npy(&mut self, t: usize, path: &std::path::Path) -> Result<(), String> {
+        let mine = match self.tensors.get(t) {
+            None => Err(format!("tensor number {t} is out of range")),
+            Some((name, _, Role::Output)) => Err(format!("`{name}` is an output: only inputs are read from files")),
+            Some((_, id, _)) => {
+                let files = std::collections::HashMap::from([(*id, path.to_path_buf())]);
+                let rank = self.rank.as_mut().expect("open until dropped");
+                rank.fill_from_files(&files).map_err(|e| e.to_string())
+            }
+        };
+        let mut flag = [if mine.is_err() { 1.0 } else { 0.0 }];
+        self.comm.get().allreduce(&mut flag, tcc_runtime::comm::ReduceOp::Max);
+        mine?;
+        if flag[0] > 0.0 {
+            return Err("another rank could not read its tiles from the file (see its error)".to_string());
+        }
+        Ok(())
+    }
+
     /// Runs the program on the filled input tiles (collective). Inputs whose
     /// diagonal tiles break their symmetry are refused first (see
     /// [`Session::check_packed`]).

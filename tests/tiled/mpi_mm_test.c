@@ -87,7 +87,37 @@ int main(int argc, char **argv) {
   for (long i = 0; i < N; i++)
     for (long j = 0; j < N; j++) dense[i * N + j] = fs(i, j);
   if (tcc_dist_pack_dense(h, tcc_dist_tensor(h, "S"), dense, N * N - 1) == 0) bad |= 16;
+#if defined(TCC_SIZED)
+  /* S from a .npy file rank 0 writes: each rank reads its own tiles' boxes. A
+   * missing file fails on every rank. */
+  char npy_path[256];
+  snprintf(npy_path, sizeof npy_path, "mm_S_%d.npy", size);
+  if (rank == 0) {
+    FILE *f = fopen(npy_path, "wb");
+    char head[118];
+    memset(head, ' ', sizeof head);
+    int n = snprintf(head, sizeof head, "{'descr': '<f8', 'fortran_order': False, 'shape': (%d, %d), }", N, N);
+    head[n] = ' ';
+    head[sizeof head - 1] = '\n';
+    unsigned short len = sizeof head;
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fwrite(&len, 2, 1, f);
+    fwrite(head, 1, sizeof head, f);
+    fwrite(dense, sizeof(double), N * N, f);
+    fclose(f);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (tcc_dist_read_npy(h, tcc_dist_tensor(h, "S"), "no_such_file.npy") == 0 || !strstr(tcc_dist_last_error(), "read")) {
+    printf("rank %d: a missing file was read or said: %s\n", rank, tcc_dist_last_error());
+    bad |= 2048;
+  }
+  if (tcc_dist_read_npy(h, tcc_dist_tensor(h, "S"), npy_path) != 0) {
+    printf("rank %d: read_npy failed: %s\n", rank, tcc_dist_last_error());
+    bad |= 2048;
+  }
+#else
   if (tcc_dist_pack_dense(h, tcc_dist_tensor(h, "S"), dense, N * N) != 0) bad |= 16;
+#endif
   if (tcc_dist_run(h) != 0) { printf("run failed: %s\n", tcc_dist_last_error()); bad |= 32; }
   double errc = 0, erre = 0;
   long nc = each_tile(h, "C", want_c, 0, &errc), ne = each_tile(h, "E", want_e, 0, &erre);
