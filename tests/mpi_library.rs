@@ -157,15 +157,7 @@ fn libraries_with_run_time_sizes_take_them_at_open_from_c_and_fortran() {
     let header = std::fs::read_to_string(dir.join("mm.h")).unwrap();
     assert!(header.contains("tcc_dist *tcc_mm_main_open(size_t size_N, size_t size_M, MPI_Comm comm);"), "{header}");
     assert!(header.contains("input A[N, M]") && header.contains("at the assumed sizes"), "{header}");
-    let exe = dir.join("mm_sized");
-    let mut args = vec![
-        "-DTCC_SIZED".to_string(),
-        path("tests/tiled/mpi_mm_test.c").display().to_string(),
-        format!("-I{}", dir.display()),
-    ];
-    args.extend(link_args(&dir, &dist_dir));
-    args.extend(["-lm".to_string(), "-o".into(), exe.display().to_string()]);
-    compile_and_run("mpicc", &args, &exe, &dir);
+    run_c_test(&dir, &dist_dir, "-DTCC_SIZED", "mm_sized");
 
     let exe_f = dir.join("mm_sized_f");
     let mut args: Vec<String> =
@@ -179,16 +171,23 @@ fn libraries_with_run_time_sizes_take_them_at_open_from_c_and_fortran() {
     let (dir, dist_dir) = build_mm_from("sized-n", "tests/tiled/mpi_mm_sized.tc", &["--size", "M=7"]);
     let header = std::fs::read_to_string(dir.join("mm.h")).unwrap();
     assert!(header.contains("tcc_dist *tcc_mm_main_open(size_t size_N, MPI_Comm comm);"), "{header}");
-    let exe = dir.join("mm_sized_n");
+    run_c_test(&dir, &dist_dir, "-DTCC_SIZED_N_ONLY", "mm_sized_n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Compiles tests/tiled/mpi_mm_test.c with `define` against the library in
+/// `dir` and runs it as [`compile_and_run`] does.
+#[cfg(feature = "mpi")]
+fn run_c_test(dir: &Path, dist_dir: &Path, define: &str, exe: &str) {
+    let exe = dir.join(exe);
     let mut args = vec![
-        "-DTCC_SIZED_N_ONLY".to_string(),
+        define.to_string(),
         path("tests/tiled/mpi_mm_test.c").display().to_string(),
         format!("-I{}", dir.display()),
     ];
-    args.extend(link_args(&dir, &dist_dir));
+    args.extend(link_args(dir, dist_dir));
     args.extend(["-lm".to_string(), "-o".into(), exe.display().to_string()]);
-    compile_and_run("mpicc", &args, &exe, &dir);
-    let _ = std::fs::remove_dir_all(&dir);
+    compile_and_run("mpicc", &args, &exe, dir);
 }
 
 /// Issue 17: a rank that dies while the others are inside `tcc_dist_run` (waiting

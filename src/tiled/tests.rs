@@ -262,6 +262,17 @@ fn on_ranks<T: Send>(
     crate::exec::launch::launch(ranks, false, |make| make(backend), |_| Ok(()), crate::exec::launch::OnError::Return, f)
 }
 
+/// Every rank's statistics of `program` run on `ranks` in-process ranks with
+/// windows (the launcher returns rank 0's only), inputs from seed 3.
+fn every_rank_stats(program: &Program, ranks: usize, opts: &TiledOptions) -> Vec<super::dist::RankStats> {
+    tcc_runtime::comm::threads::run(ranks, |rank| {
+        let comm = rank.comm(tcc_runtime::comm::Backend::Shm);
+        let inputs = super::dist::Inputs { seed: 3, ..Default::default() };
+        super::dist::run_rank(program, comm.as_ref(), &inputs, opts).map(|(_, s)| s).unwrap()
+    })
+    .unwrap()
+}
+
 /// Unit 0 of `hir` on `ranks` in-process ranks against the interpreter.
 fn check_distributed(hir: &Hir, seed: u64, ranks: usize, opts: &TiledOptions) -> Result<(), String> {
     let u = UnitId::new(0);
@@ -333,18 +344,7 @@ fn ranks_take_over_unstarted_work_and_keep_the_numbers() {
             check_distributed(&hir, 2, ranks, &opts).unwrap_or_else(|e| panic!("{ranks} ranks × {threads}: {e}"));
             let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
             let program = Program::plan(&prepared, UnitId::new(0), &opts).unwrap();
-            let stats: Vec<_> = tcc_runtime::comm::threads::run(ranks, |rank| {
-                let comm = rank.comm(tcc_runtime::comm::Backend::Shm);
-                super::dist::run_rank(
-                    &program,
-                    comm.as_ref(),
-                    &super::dist::Inputs { seed: 3, ..Default::default() },
-                    &opts,
-                )
-                .map(|(_, s)| s)
-                .unwrap()
-            })
-            .unwrap();
+            let stats: Vec<_> = every_rank_stats(&program, ranks, &opts);
             let taken: usize = stats.iter().map(|s| s.taken_items).sum();
             assert!(taken > 0, "{ranks} ranks × {threads}: nothing taken over");
             assert!(stats.iter().all(|s| s.words_sent == s.planned_words));
@@ -595,18 +595,7 @@ fn the_forecast_equals_what_ranks_measure() {
         for ranks in 1..=4 {
             let fc = super::dist::forecast(&program, ranks, &opts);
             // Every rank's own statistics (the launcher returns rank 0's only).
-            let stats: Vec<_> = tcc_runtime::comm::threads::run(ranks, |rank| {
-                let comm = rank.comm(tcc_runtime::comm::Backend::Shm);
-                super::dist::run_rank(
-                    &program,
-                    comm.as_ref(),
-                    &super::dist::Inputs { seed: 3, ..Default::default() },
-                    &opts,
-                )
-                .map(|(_, s)| s)
-                .unwrap()
-            })
-            .unwrap();
+            let stats: Vec<_> = every_rank_stats(&program, ranks, &opts);
             assert_eq!(stats.len(), ranks);
             assert!(fc.model_s > 0.0);
             for (r, (f, s)) in fc.ranks.iter().zip(&stats).enumerate() {
