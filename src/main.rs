@@ -248,7 +248,7 @@ impl FuseArgs {
                 let hint = match (self.fuse, over.sliced_to) {
                     (FuseArg::None, _) => "fusion shrinks temporaries: try --fuse auto or --fuse max".to_string(),
                     (_, Some(t)) => format!(
-                        "the least memory found is {}, with every product sliced to intermediates of {}",
+                        "the least memory found is {}, with products sliced to intermediates of at most {}",
                         tcc::plan::report::bytes(over.peak_bytes),
                         tcc::plan::report::bytes(t)
                     ),

@@ -196,7 +196,7 @@ impl fmt::Display for OverLimit {
             crate::plan::report::bytes(self.limit)
         )?;
         match self.sliced_to {
-            Some(t) => write!(f, " (products sliced to intermediates of {})", crate::plan::report::bytes(t)),
+            Some(_) => write!(f, ", even sliced"),
             None => Ok(()),
         }
     }
@@ -219,9 +219,10 @@ pub fn check_mem_limit(hir: &Hir, units: &[UnitId], opts: &PipelineOptions) -> R
 
 /// [`check_mem_limit`], and when the program does not fit and no slicing was asked
 /// for (`opts.order.slice_bytes`), slicing that makes it fit: the largest
-/// intermediate allowed starts at half the limit and shrinks by the factor the
-/// peak is over (at least 4) until the peak fits, at most 8 tries; the options
-/// with the slicing that fits, or the smallest peak found over the limit.
+/// intermediate allowed starts at half the limit and halves until the peak fits
+/// (at most 16 tries, down to one 8-byte element) — the first that fits slices
+/// least, so it costs the fewest flops; the options with that slicing, or the
+/// smallest peak found over the limit.
 pub fn fit_mem_limit(hir: &Hir, units: &[UnitId], opts: &PipelineOptions) -> Result<PipelineOptions, OverLimit> {
     let mut best = match check_mem_limit(hir, units, opts) {
         Ok(()) => return Ok(opts.clone()),
@@ -231,20 +232,21 @@ pub fn fit_mem_limit(hir: &Hir, units: &[UnitId], opts: &PipelineOptions) -> Res
         return Err(best);
     }
     let mut target = best.limit / 2;
-    for _ in 0..8 {
-        if target == 0 {
-            break;
-        }
+    for _ in 0..16 {
+        let last = target <= 8;
+        target = target.max(8);
         let mut o = opts.clone();
         o.order.slice_bytes = Some(target);
         match check_mem_limit(hir, units, &o) {
             Ok(()) => return Ok(o),
             Err(e) => {
-                let shrink = (e.peak_bytes as f64 / e.limit as f64).max(4.0);
                 if e.peak_bytes < best.peak_bytes {
                     best = OverLimit { sliced_to: Some(target), ..e };
                 }
-                target = (target as f64 / shrink) as u64;
+                if last {
+                    break;
+                }
+                target /= 2;
             }
         }
     }

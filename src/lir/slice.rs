@@ -28,6 +28,8 @@ pub struct Group {
     /// The steps, then the last product (`stmts.end - 1`), which writes the target.
     pub stmts: std::ops::Range<usize>,
     pub indices: Vec<IndexId>,
+    /// Flops of all slices together (the optimizer's count).
+    pub flops: f64,
 }
 
 /// The sliced terms of `unit` whose statements are where the optimizer put them
@@ -41,7 +43,7 @@ pub fn groups(hir: &Hir, unit: UnitId) -> Vec<Group> {
         let consecutive = u.stmts.get(a..b).is_some_and(|ss| ss.iter().zip(&g.temps).all(|(s, t)| s.lhs.tensor == *t));
         let last = u.stmts.get(b).is_some_and(|s| s.lhs.tensor == g.target);
         if consecutive && last && !g.indices.is_empty() {
-            out.push(Group { stmts: a..b + 1, indices: g.indices.clone() });
+            out.push(Group { stmts: a..b + 1, indices: g.indices.clone(), flops: g.flops });
         }
     }
     out

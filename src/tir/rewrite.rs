@@ -120,16 +120,20 @@ pub fn optimize_with(hir: &Hir, opts: &Options) -> (Hir, OptReport) {
                 out.push(Stmt { lhs: s.lhs.clone(), accumulate, rhs, span: s.span.clone() });
                 accumulate = true;
             }
+            // A sliced term's flops are its slices' (what it recomputes included).
+            let mut extra = 0.0;
             for (steps, last, mut group) in std::mem::take(&mut ctx.sliced) {
                 group.target = s.lhs.tensor;
                 out.extend(steps);
                 let rhs = Expr { terms: vec![last], span: s.rhs.span.clone() };
                 out.push(Stmt { lhs: s.lhs.clone(), accumulate, rhs, span: s.span.clone() });
+                let k = out.len() - 1 - group.temps.len();
+                extra += group.flops - out[k..].iter().map(|st| stmt_cost(&rw.hir, st)).sum::<f64>();
                 accumulate = true;
                 sliced.push(group);
             }
             groups.push(start..out.len());
-            notes.push((ctx, first_temp..rw.hir.tensors.len()));
+            notes.push((ctx, first_temp..rw.hir.tensors.len(), extra));
         }
         // Liveness of this pass's temporaries over the new statement list.
         let mut def: HashMap<TensorId, usize> = HashMap::new();
@@ -144,18 +148,26 @@ pub fn optimize_with(hir: &Hir, opts: &Options) -> (Hir, OptReport) {
                 }
             });
         }
+        // A sliced term's temporaries hold one slice.
+        let mut one_slice: HashMap<TensorId, f64> = HashMap::new();
+        for g in &sliced {
+            for st in out.iter().filter(|st| g.temps.contains(&st.lhs.tensor)) {
+                let n = st.lhs.indices.iter().filter(|i| !g.indices.contains(i));
+                one_slice.insert(st.lhs.tensor, n.map(|&i| rw.hir.index_size(i) as f64).product());
+            }
+        }
         let live_at = |i: usize| -> f64 {
             def.iter()
                 .filter(|(t, &d)| d <= i && i <= *last.get(t).unwrap_or(&d))
-                .map(|(&t, _)| distinct_elems(&rw.hir, t))
+                .map(|(&t, _)| one_slice.get(&t).copied().unwrap_or_else(|| distinct_elems(&rw.hir, t)))
                 .sum()
         };
         for (k, s) in unit.stmts.iter().enumerate() {
             let g = groups[k].clone();
-            let (ctx, temps) = &notes[k];
+            let (ctx, temps, extra) = &notes[k];
             let elem = rw.hir.tensors[s.lhs.tensor].elem.size_bytes() as f64;
             let flops_before = naive_expr(&rw.hir, &s.rhs, &s.lhs.indices);
-            let flops_after: f64 = out[g.clone()].iter().map(|st| stmt_cost(&rw.hir, st)).sum();
+            let flops_after: f64 = out[g.clone()].iter().map(|st| stmt_cost(&rw.hir, st)).sum::<f64>() + extra;
             let peak_before = opaque_elems(&rw.hir, &s.rhs);
             let peak_after = g.clone().map(|i| live_at(i) + opaque_elems(&rw.hir, &out[i].rhs)).fold(0.0, f64::max);
             report.flops_before += flops_before;
