@@ -669,6 +669,7 @@ impl Rw {
                         slices: s.slices,
                         flops: s.flops,
                         largest: s.largest,
+                        overhead: s.overhead(),
                     };
                     ctx.sliced.push((steps, last, group));
                     return None;

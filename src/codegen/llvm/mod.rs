@@ -435,6 +435,8 @@ pub struct JitRun {
     /// Seconds of the fastest of the runs.
     pub run_s: f64,
     pub flops: f64,
+    /// The unit's sliced terms ([`crate::sema::hir::SliceGroup::describe`]).
+    pub slicing: Vec<String>,
 }
 
 enum Storage {
@@ -547,7 +549,8 @@ pub fn jit_run_sized(
         outputs.insert(t, Dense::from_vec(shape(t), storage[k].to_f64()));
     }
     drop(ee);
-    Ok(JitRun { outputs, compile_s, run_s: best, flops: code.flops })
+    let slicing = c.hir.units[unit].sliced.iter().map(|g| g.describe(&c.hir)).collect();
+    Ok(JitRun { outputs, compile_s, run_s: best, flops: code.flops, slicing })
 }
 
 /// Refuses a program whose run-time ranges (`range O;`) are neither fixed nor in
