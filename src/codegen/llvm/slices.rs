@@ -66,7 +66,7 @@ impl<'ctx> Gen<'_, 'ctx> {
             .iter()
             .map(|&t| {
                 let n: u64 = self.stored_elements(t).assumed(self.hir).max(1);
-                (n.saturating_mul(self.hir.tensors[t].elem.size_bytes() as u64) + ALIGN - 1) / ALIGN * ALIGN
+                n.saturating_mul(self.hir.tensors[t].elem.size_bytes() as u64).div_ceil(ALIGN) * ALIGN
             })
             .sum::<u64>()
             .max(1);
