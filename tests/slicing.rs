@@ -103,9 +103,10 @@ fn slicing_of(src: &str, bytes: u64) -> (usize, bool, bool) {
     (n, kept, summed)
 }
 
-/// Random networks sliced to 2–8 elements: JIT-compiled under every fusion mode,
-/// slices in place (too little work for threads) and as parallel tasks (any work,
-/// on this process's threads), equal to the interpreter.
+/// Random networks sliced to 2–8 elements: run by the LIR executor and
+/// JIT-compiled under every fusion mode, slices in place (too little work for
+/// threads) and as parallel tasks (any work, on this process's threads), equal to
+/// the interpreter.
 #[test]
 fn random_sliced_networks_match_the_interpreter() {
     let (mut sliced, mut kept, mut summed) = (0, false, false);
@@ -122,6 +123,18 @@ fn random_sliced_networks_match_the_interpreter() {
         let inputs = random_inputs(&hir, u, seed).unwrap();
         let want = run_unit(&hir, u, &inputs).unwrap();
         for fuse in [FuseMode::Auto, FuseMode::None, FuseMode::Max] {
+            // The LIR executor runs the sliced nest too.
+            let mut o = PipelineOptions::default();
+            o.fusion.mode = fuse;
+            o.order.slice_bytes = Some(bytes);
+            o.order.search_time = 0.0;
+            let prepared = tcc::pipeline::prepare(&hir, &o);
+            let nest = &tcc::pipeline::fuse(&prepared, &[u], &o)[0];
+            let got = tcc::lir::exec::execute(&prepared, nest, &inputs).unwrap();
+            for (t, w) in &want {
+                let d = tcc::run::compare::rel_diff(&got[t].data, &w.data);
+                assert!(d.rel <= 1e-12, "seed {seed} {fuse:?} LIR executor: rel {}\n{src}", d.rel);
+            }
             for parallel_min in [None, Some(1.0)] {
                 let mut opts = Options { fuse, parallel_min, ..Options::default() };
                 opts.order.slice_bytes = Some(bytes);
