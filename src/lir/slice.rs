@@ -71,8 +71,8 @@ pub fn apply(hir: &Hir, nest: &mut LoopNest) {
         }
         let last = g.stmts.end - 1;
         let mut body = Vec::new();
-        for k in g.stmts.start..last {
-            body.push(Node::Zero { tensor: stmts[k].lhs.tensor, stmt: k });
+        for (k, st) in stmts.iter().enumerate().take(last).skip(g.stmts.start) {
+            body.push(Node::Zero { tensor: st.lhs.tensor, stmt: k });
             body.push(Node::Compute { stmt: k });
         }
         body.push(Node::Compute { stmt: last });
@@ -83,9 +83,8 @@ pub fn apply(hir: &Hir, nest: &mut LoopNest) {
             body.insert(0, Node::Zero { tensor: stmts[last].lhs.tensor, stmt: last });
         }
         nest.body.splice(first..first + len, body);
-        for k in g.stmts.start..last {
-            let t = stmts[k].lhs.tensor;
-            nest.buffers.insert(t, sliced_buffer(hir, t, &stmts[k].lhs.indices, &g.indices));
+        for st in &stmts[g.stmts.start..last] {
+            nest.buffers.insert(st.lhs.tensor, sliced_buffer(hir, st.lhs.tensor, &st.lhs.indices, &g.indices));
         }
     }
     nest.peak_bytes = peak(hir, nest.unit, &nest.buffers);
