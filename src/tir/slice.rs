@@ -7,9 +7,11 @@
 //! its largest intermediate exceeds the target, try slicing each index of the
 //! largest intermediates, and keep the one with the least growth of the total
 //! flops (one slice's × the number of slices) per unit of oversize removed. After
-//! each choice the quick search re-orders the sliced network, and at the end the
-//! caller's full search (a sliced network has other good orders, as cotengra
-//! reconfigures after slicing); a new order is kept if it is cheaper and fits.
+//! each choice the quick search re-orders the sliced network and subtree
+//! reconfiguration re-fits the current tree to it (as cotengra's
+//! `slice_and_reconfigure`), and at the end the caller's full search runs on it; a
+//! new order is kept if it is cheaper and fits. Last, sliced indices that another
+//! order makes unnecessary are dropped ([`prune`]).
 
 use super::opmin::{optimize_path, path_of, reconfigure_path, Objective, Options, Path, PathError, Problem};
 
