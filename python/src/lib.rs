@@ -99,6 +99,7 @@ fn bind_sizes(py: Python<'_>, hir: Hir, sizes: &BTreeMap<String, usize>) -> PyRe
 
 #[pyfunction]
 #[pyo3(signature = (source, name, sizes=None, file_name=None, fuse="auto", mem_limit=None, max_intermediate=None))]
+#[allow(clippy::too_many_arguments)]
 fn compile(
     py: Python<'_>,
     source: &str,
