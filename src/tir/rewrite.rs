@@ -110,6 +110,7 @@ pub fn optimize_with(hir: &Hir, opts: &Options) -> (Hir, OptReport) {
                 factorized: Vec::new(),
                 slicing: Vec::new(),
                 sliced: Vec::new(),
+                lhs_is_slice: hir.is_slice(&s.lhs),
             };
             let rhs = rw.expr(&s.rhs, &s.lhs.indices, &mut ctx, &mut out, true);
             // Sliced terms leave the statement: the rest of it first, then each
@@ -277,6 +278,8 @@ struct StmtCtx {
     slicing: Vec<String>,
     /// Sliced terms taken out of the statement: their steps, last product and group.
     sliced: Vec<(Vec<Stmt>, Term, crate::sema::hir::SliceGroup)>,
+    /// The statement writes a part of a union range (`range P = O + V;`).
+    lhs_is_slice: bool,
 }
 
 /// A product up to index renaming: (tensor, index labels) per factor, kept labels.
@@ -652,7 +655,10 @@ impl Rw {
         }
         if let Some(bytes) = self.opts.slice_bytes.filter(|_| top) {
             let elem = self.hir.tensors[ctx.elem_of].elem.size_bytes() as f64;
-            match self.slicing(&p, &path, &local, bytes, elem) {
+            // Statements over parts of a union range run whole (never inside loops).
+            let part =
+                ctx.lhs_is_slice || t.factors.iter().any(|f| matches!(f, Factor::Tensor(r) if self.hir.is_slice(r)));
+            match self.slicing(&p, &path, &local, bytes, elem, part) {
                 Ok(None) => {}
                 Ok(Some((s, text))) => {
                     // The order of one slice is the one emitted.
@@ -692,7 +698,8 @@ impl Rw {
 
     /// The slicing of `path` of problem `p` that makes every intermediate fit
     /// `bytes` (`elem` bytes an element) and the report's line for it; `None` when
-    /// it fits already, the report's line when no slicing was found.
+    /// it fits already, the report's line when no slicing was found or the term
+    /// touches `part` of a union range.
     fn slicing(
         &self,
         p: &opmin::Problem,
@@ -700,10 +707,14 @@ impl Rw {
         local: &[IndexId],
         bytes: u64,
         elem: f64,
+        part: bool,
     ) -> Result<Option<(super::slice::Slicing, String)>, String> {
         let target = (bytes as f64 / elem).floor();
         if super::slice::largest_intermediate(path) <= target {
             return Ok(None);
+        }
+        if part {
+            return Err("not sliced: the term reads or writes part of a union range, which runs whole".to_string());
         }
         let s = match super::slice::slice_path(p, path.clone(), target, &self.opts) {
             Ok(s) if !s.indices.is_empty() => s,
