@@ -233,6 +233,25 @@ fn intermediates_and_peak_respect_the_limits() {
     tcc().args(["build", "--mem-limit", "1KiB", "-o"]).arg(d.join("libring.so")).arg(&f).assert().success();
 }
 
+/// A term over part of a union range is not sliced (its statements run whole): the
+/// report says so and the run is still right.
+#[test]
+fn union_parts_are_not_sliced() {
+    let d = tmp("union");
+    let f = d.join("union.tc");
+    std::fs::write(
+        &f,
+        "range O = 3;\nrange V = 4;\nrange P = O + V;\nindex i, j, k : O;\nindex a, b : V;\nindex p, q : P;\n\
+         input tensor H[p,q] : f64;\ninput tensor T[a,i] : f64;\ninput tensor U[i,j] : f64;\n\
+         output tensor R[a,j] : f64;\nR[a,j] = H[a,b] * T[b,i] * U[i,k] * H[k,j];\n",
+    )
+    .unwrap();
+    let a = tcc().args(["opt", "--max-intermediate", "8B"]).arg(&f).assert().success();
+    assert!(stdout(&a).contains("not sliced: the term reads or writes part of a union range"), "{}", stdout(&a));
+    let a = tcc().args(["run", "--check", "--max-intermediate", "8B"]).arg(&f).assert().success();
+    assert!(stdout(&a).contains("matches the interpreter") && !stdout(&a).contains("sliced:"), "{}", stdout(&a));
+}
+
 /// A limit nothing can meet is a coded error with exit code 1.
 #[test]
 fn impossible_limits_are_errors() {
