@@ -607,7 +607,7 @@ pub(crate) mod test_hir {
         }
         /// Starts a unit; later statements go into it.
         pub(crate) fn unit(&mut self, name: &str, kind: UnitKind) {
-            self.hir.units.push(Unit { name: name.into(), kind, stmts: vec![], span: 0..0 });
+            self.hir.units.push(Unit { name: name.into(), kind, stmts: vec![], span: 0..0, sliced: Vec::new() });
         }
     }
 

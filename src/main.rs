@@ -102,9 +102,17 @@ struct FuseArgs {
     #[arg(long, value_enum, default_value_t = FuseArg::Auto)]
     fuse: FuseArg,
     /// Bytes of temporaries allowed live at once (e.g. 2GiB, 512MB, 100000;
-    /// default 2GiB). Given explicitly, a program that cannot fit is an error (E0725).
+    /// default 2GiB). Given explicitly: when no fusion fits, products are sliced
+    /// until the temporaries fit, and a program that still cannot fit is an error
+    /// (E0725).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     mem_limit: Option<u64>,
+    /// Largest intermediate of a reordered product (e.g. 64MiB): a product with a
+    /// larger one is sliced — run once per value of the indices chosen, with
+    /// intermediates that lack them — and `tcc opt` reports the indices, the slice
+    /// count and the flops overhead. E0765 below one element (8 bytes).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_intermediate: Option<u64>,
     /// CPU kernel rates for --fuse auto (default: ~/.config/tcc/cpu.toml if it
     /// exists, written by `tcc tune --cpu`; else built-in rates).
     #[arg(long, value_name = "FILE")]
@@ -168,7 +176,10 @@ impl FuseArgs {
 
     /// Whether any of these options was given (they only apply to compiled code).
     fn given(&self) -> bool {
-        self.fuse != FuseArg::Auto || self.mem_limit.is_some() || self.cpu_rates.is_some()
+        self.fuse != FuseArg::Auto
+            || self.mem_limit.is_some()
+            || self.cpu_rates.is_some()
+            || self.max_intermediate.is_some()
     }
 
     /// The pipeline's fusion settings; E0726 for an unusable rates file.
@@ -181,6 +192,16 @@ impl FuseArgs {
         o.fusion.mode = self.mode();
         o.fusion.rates = rates;
         o.order = self.order.options(ctx)?;
+        if let Some(b) = self.max_intermediate {
+            if b < 8 {
+                return Err(ctx.fail(
+                    "E0765",
+                    &format!("--max-intermediate of {b} bytes is less than one element (8 bytes in f64)"),
+                    Some("slicing can shrink an intermediate to one element, no further"),
+                ));
+            }
+        }
+        o.order.slice_bytes = self.max_intermediate;
         Ok(o)
     }
 
@@ -209,7 +230,8 @@ impl FuseArgs {
     }
 
     /// E0725 when a limit given with --mem-limit cannot be met by the nests the
-    /// back ends compile (with --fuse none: unfused); the settings otherwise.
+    /// back ends compile (with --fuse none: unfused), even by slicing; the
+    /// settings otherwise (with the slicing that fits, if one was needed).
     fn check(
         &self,
         ctx: &Ctx,
@@ -220,20 +242,27 @@ impl FuseArgs {
         if self.mem_limit.is_none() {
             return Ok(p);
         }
-        if let Err(over) = tcc::pipeline::check_mem_limit(hir, units, &p) {
-            let hint = match self.fuse {
-                FuseArg::None => "fusion shrinks temporaries: try --fuse auto or --fuse max".to_string(),
-                _ => format!("the least memory any fusion needs is {}", tcc::plan::report::bytes(over.peak_bytes)),
-            };
-            return Err(ctx.fail("E0725", &format!("{over} (--fuse {})", self.mode().name()), Some(&hint)));
+        match tcc::pipeline::fit_mem_limit(hir, units, &p) {
+            Ok(p) => Ok(p),
+            Err(over) => {
+                let hint = match (self.fuse, over.sliced_to) {
+                    (FuseArg::None, _) => "fusion shrinks temporaries: try --fuse auto or --fuse max".to_string(),
+                    (_, Some(t)) => format!(
+                        "the least memory found is {}, with products sliced to intermediates of at most {}",
+                        tcc::plan::report::bytes(over.peak_bytes),
+                        tcc::plan::report::bytes(t)
+                    ),
+                    _ => format!("the least memory any fusion needs is {}", tcc::plan::report::bytes(over.peak_bytes)),
+                };
+                Err(ctx.fail("E0725", &format!("{over} (--fuse {})", self.mode().name()), Some(&hint)))
+            }
         }
-        Ok(p)
     }
 }
 
 /// E0727: the fusion options were given where no CPU code is compiled.
 const FUSION_APPLIES: &str =
-    "--fuse, --mem-limit and --cpu-rates apply to code compiled for the CPU (tcc run without --interp, --tiled, --ranks, --backend, --plan or --target cuda; tcc build without --mpi or --target cuda; tcc opt)";
+    "--fuse, --mem-limit, --max-intermediate and --cpu-rates apply to code compiled for the CPU (tcc run without --interp, --tiled, --ranks, --backend, --plan or --target cuda; tcc build without --mpi or --target cuda; tcc opt)";
 
 /// The units `--program NAME` selects (all without it; none for an unknown name,
 /// which the command reports itself).
@@ -347,12 +376,6 @@ enum Command {
         /// NAME=SIZE, comma-separated or repeated (default 32 each; reported).
         #[arg(long = "assume", value_name = "NAME=SIZE")]
         assume: Vec<String>,
-        /// Largest intermediate wanted (e.g. 64MiB): for each reordered term with
-        /// a larger one, the report gives the indices to slice (fix one value at a
-        /// time) so that every intermediate fits, the slice count and the flops
-        /// overhead. Reported only: programs still run the unsliced order.
-        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-        max_intermediate: Option<u64>,
     },
     /// Compile to a shared library with a C header and a Fortran module.
     ///
@@ -984,19 +1007,7 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
 
 /// `tcc opt`: the optimizer's report, or LLVM IR / PTX.
 fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
-    let Command::Opt {
-        file,
-        emit,
-        json,
-        fusion,
-        program,
-        target_cpu,
-        gpu_gemm,
-        emit_after,
-        size,
-        assume,
-        max_intermediate,
-    } = command
+    let Command::Opt { file, emit, json, fusion, program, target_cpu, gpu_gemm, emit_after, size, assume } = command
     else {
         unreachable!("cmd_opt is called for `Opt`")
     };
@@ -1022,12 +1033,14 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
             }
         },
     };
-    let mut popts = match fusion.check(ctx, &hir, &units) {
+    if emit == Emit::Ptx && fusion.max_intermediate.is_some() {
+        return ctx.fail("E0727", "--max-intermediate applies to code compiled for the CPU, not to --emit=ptx", None);
+    }
+    let popts = match fusion.check(ctx, &hir, &units) {
         Ok(p) => p,
         Err(o) => return o,
     };
     let mem_limit = fusion.mem_limit;
-    popts.order.slice_bytes = max_intermediate;
     if let Some(pass) = emit_after {
         let opts = popts.clone();
         print!("{}", tcc::pipeline::ir_after(&hir, &units, pass, &opts));

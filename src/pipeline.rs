@@ -182,6 +182,8 @@ pub struct OverLimit {
     /// The peak of the nest the back ends would compile.
     pub peak_bytes: u64,
     pub limit: u64,
+    /// The intermediate size slicing was tried down to ([`fit_mem_limit`]).
+    pub sliced_to: Option<u64>,
 }
 
 impl fmt::Display for OverLimit {
@@ -192,7 +194,11 @@ impl fmt::Display for OverLimit {
             self.unit,
             crate::plan::report::bytes(self.peak_bytes),
             crate::plan::report::bytes(self.limit)
-        )
+        )?;
+        match self.sliced_to {
+            Some(_) => write!(f, ", even sliced"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -204,10 +210,47 @@ pub fn check_mem_limit(hir: &Hir, units: &[UnitId], opts: &PipelineOptions) -> R
     let prepared = prepare(hir, &quiet);
     for n in fuse(&prepared, units, &quiet) {
         if n.peak_bytes > limit {
-            return Err(OverLimit { unit: prepared.units[n.unit].name.clone(), peak_bytes: n.peak_bytes, limit });
+            let unit = prepared.units[n.unit].name.clone();
+            return Err(OverLimit { unit, peak_bytes: n.peak_bytes, limit, sliced_to: opts.order.slice_bytes });
         }
     }
     Ok(())
+}
+
+/// [`check_mem_limit`], and when the program does not fit and no slicing was asked
+/// for (`opts.order.slice_bytes`), slicing that makes it fit: the largest
+/// intermediate allowed starts at half the limit and halves until the peak fits
+/// (at most 16 tries, down to one 8-byte element) — the first that fits slices
+/// least, so it costs the fewest flops; the options with that slicing, or the
+/// smallest peak found over the limit.
+pub fn fit_mem_limit(hir: &Hir, units: &[UnitId], opts: &PipelineOptions) -> Result<PipelineOptions, OverLimit> {
+    let mut best = match check_mem_limit(hir, units, opts) {
+        Ok(()) => return Ok(opts.clone()),
+        Err(e) => e,
+    };
+    if opts.order.slice_bytes.is_some() || !opts.optimize {
+        return Err(best);
+    }
+    let mut target = best.limit / 2;
+    for _ in 0..16 {
+        let last = target <= 8;
+        target = target.max(8);
+        let mut o = opts.clone();
+        o.order.slice_bytes = Some(target);
+        match check_mem_limit(hir, units, &o) {
+            Ok(()) => return Ok(o),
+            Err(e) => {
+                if e.peak_bytes < best.peak_bytes {
+                    best = OverLimit { sliced_to: Some(target), ..e };
+                }
+                if last {
+                    break;
+                }
+                target /= 2;
+            }
+        }
+    }
+    Err(best)
 }
 
 /// The IR of `units` after `pass` of the back ends' sequence (check → materialize →

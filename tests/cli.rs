@@ -186,11 +186,18 @@ fn opt_memory_limit_is_honoured_and_reported() {
     // A limit nothing fits is an error, not a report that exits 0.
     tcc().args(["opt", "--mem-limit", "8"]).arg(&ex).assert().code(1).stderr(predicate::str::contains("E0725"));
     tcc()
-        .args(["run", "--fuse", "none", "--mem-limit", "100"])
+        .args(["run", "--fuse", "none", "--mem-limit", "8"])
         .arg(&ex)
         .assert()
         .code(1)
         .stderr(predicate::str::contains("E0725").and(predicate::str::contains("--fuse none")));
+    // Unfused temporaries over the limit: the product is sliced until they fit.
+    tcc()
+        .args(["run", "--check", "--fuse", "none", "--mem-limit", "100"])
+        .arg(&ex)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("sliced: B over").and(predicate::str::contains("matches the interpreter")));
     // Within a limit that forces fusion, the compiled run still checks out.
     tcc()
         .args(["run", "--check", "--mem-limit", "3KB"])

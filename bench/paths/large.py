@@ -334,8 +334,9 @@ def write(rows, args):
         lines.append(
             "Each tool slices its own order until no intermediate exceeds the target (a power of two at most 1/32 "
             "of the smaller unsliced largest intermediate): tcc with `tir::slice` (greedy on its flops order's "
-            "tree and on its smallest-intermediate order's, re-ordered as it goes, the cheaper kept; what "
-            "`tcc opt --max-intermediate` reports), cotengra with "
+            "tree and on its smallest-intermediate order's, re-ordered and reconfigured as it goes, the cheaper "
+            "kept, then unnecessary sliced indices dropped; what `tcc run`/`tcc opt --max-intermediate` run and "
+            "report), cotengra with "
             "`ContractionTree.slice_and_reconfigure(target_size=...)`. Total flops are one slice's cost (opt_einsum's "
             "count, sliced indices of size 1) times the slices. Networks whose target would be under 64 elements "
             "(MPS norms, the 3x3 circuit) are left out."

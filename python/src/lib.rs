@@ -98,7 +98,8 @@ fn bind_sizes(py: Python<'_>, hir: Hir, sizes: &BTreeMap<String, usize>) -> PyRe
 }
 
 #[pyfunction]
-#[pyo3(signature = (source, name, sizes=None, file_name=None, fuse="auto", mem_limit=None))]
+#[pyo3(signature = (source, name, sizes=None, file_name=None, fuse="auto", mem_limit=None, max_intermediate=None))]
+#[allow(clippy::too_many_arguments)]
 fn compile(
     py: Python<'_>,
     source: &str,
@@ -107,6 +108,7 @@ fn compile(
     file_name: Option<&str>,
     fuse: &str,
     mem_limit: Option<u64>,
+    max_intermediate: Option<u64>,
 ) -> PyResult<NativeLibrary> {
     use tcc::lir::fusion::FuseMode;
     let fuse = match fuse {
@@ -132,13 +134,20 @@ fn compile(
     if hir.units.is_empty() {
         return Err(raise(py, "TccError", "the program has no statements: nothing to compile".into()));
     }
-    let opts = Options { fuse, rates, mem_limit, ..Options::default() };
+    if max_intermediate.is_some_and(|b| b < 8) {
+        return Err(PyValueError::new_err("max_intermediate must be at least one element (8 bytes)"));
+    }
+    let mut opts = Options { fuse, rates, mem_limit, ..Options::default() };
+    opts.order.slice_bytes = max_intermediate;
     if mem_limit.is_some() {
+        // As `tcc build --mem-limit`: slices when no fusion fits, else an error.
         let mut p = tcc::pipeline::PipelineOptions::with_mem_limit(mem_limit);
         p.fusion.mode = fuse;
         p.fusion.rates = rates;
+        p.order = opts.order.clone();
         let units: Vec<_> = hir.units.ids().collect();
-        tcc::pipeline::check_mem_limit(&hir, &units, &p).map_err(|e| raise(py, "TccError", e.to_string()))?;
+        let p = tcc::pipeline::fit_mem_limit(&hir, &units, &p).map_err(|e| raise(py, "TccError", e.to_string()))?;
+        opts.order = p.order;
     }
     let lib = py.allow_threads(|| {
         let _g = COMPILE_LOCK.lock().unwrap_or_else(|e| e.into_inner());

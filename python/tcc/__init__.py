@@ -121,6 +121,7 @@ def compile(
     name: Optional[str] = None,
     fuse: str = "auto",
     mem_limit: Optional[int] = None,
+    max_intermediate: Optional[int] = None,
 ) -> Library:
     """Checks and JIT-compiles a tcc program.
 
@@ -131,8 +132,10 @@ def compile(
     name of the unit formed by the top-level statements (default ``main``, as in
     libraries built by ``tcc build``). ``fuse`` (``"auto"``, ``"none"``, ``"max"``)
     and ``mem_limit`` (bytes of temporaries live at once; default 2 GiB) are
-    ``tcc build``'s ``--fuse`` and ``--mem-limit``: a limit given that the program
-    cannot fit raises :class:`TccError`.
+    ``tcc build``'s ``--fuse`` and ``--mem-limit``: a limit that no fusion fits
+    slices products until it fits, and one that cannot be met raises
+    :class:`TccError`. ``max_intermediate`` (bytes, at least 8) is
+    ``--max-intermediate``: products with a larger intermediate are sliced.
 
     Raises :class:`CompileError` (with ``.diagnostics``) when the program has
     errors, :class:`TccError` for other failures.
@@ -154,7 +157,11 @@ def compile(
         mem_limit = int(mem_limit)
         if mem_limit < 0:
             raise ValueError("tcc.compile: mem_limit must be a number of bytes >= 0")
-    native = _native.compile(source, name or "main", sizes, file_name, fuse, mem_limit)
+    if max_intermediate is not None:
+        max_intermediate = int(max_intermediate)
+        if max_intermediate < 8:
+            raise ValueError("tcc.compile: max_intermediate must be at least 8 bytes (one element)")
+    native = _native.compile(source, name or "main", sizes, file_name, fuse, mem_limit, max_intermediate)
     names = [native.program(k).name for k in range(len(native))]
     warnings = [Diagnostic(**d) for d in native.warnings]
     return Library(native, names, warnings)

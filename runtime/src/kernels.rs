@@ -265,6 +265,13 @@ pub unsafe extern "C" fn tcc_rt_parallel_range(n: i64, f: RangeFn, ctx: *const u
     });
 }
 
+/// [`num_threads`] for generated code: how many tasks a sliced contraction runs
+/// at once (each with private intermediates).
+#[no_mangle]
+pub extern "C" fn tcc_rt_num_threads() -> i64 {
+    num_threads() as i64
+}
+
 /// A chunk of a parallel sum: returns the sum over iterations `lo..hi`.
 pub type SumFn = unsafe extern "C" fn(ctx: *const u8, lo: i64, hi: i64) -> f64;
 

@@ -734,9 +734,15 @@ impl Search<'_, '_> {
 pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
     let stmts = &hir.units[unit].stmts;
     let n = stmts.len();
-    let Some(p) = Problem::new(hir, stmts) else {
+    let Some(mut p) = Problem::new(hir, stmts) else {
         return unfused(hir, unit, &opts.rates);
     };
+    // A sliced term's statements get their loops from the slicing, not here.
+    for g in super::slice::groups(hir, unit) {
+        for k in g.stmts {
+            p.stmts[k].indices = 0;
+        }
+    }
     let mut shared = vec![0u64; n.saturating_sub(1)];
     // Bytes of temporaries (unfused; at least 1 each) live across `S_k`, from
     // statement k to k + 1.
@@ -851,7 +857,7 @@ pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
     let peak = p.peak(&buffers);
     let unfused_buffers = p.buffers(&[], false);
     let body = build_tree(&p, &runs);
-    LoopNest {
+    let mut nest = LoopNest {
         unit,
         body,
         peak_bytes: peak,
@@ -861,7 +867,9 @@ pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
         kernels: p.kernels(&runs),
         unfused_kernels: p.kernels(&[]),
         buffers,
-    }
+    };
+    super::slice::apply(hir, &mut nest);
+    nest
 }
 
 /// The nest without any fusion (also used when a unit has more than 64 indices).
@@ -898,7 +906,7 @@ pub fn unfused(hir: &Hir, unit: UnitId, rates: &CpuRates) -> LoopNest {
         .iter()
         .map(|st| st.rhs.terms.iter().map(|t| term_kernel(hir, st, t, &|_| false, None)).collect())
         .collect();
-    LoopNest {
+    let mut nest = LoopNest {
         unit,
         body,
         buffers,
@@ -908,7 +916,9 @@ pub fn unfused(hir: &Hir, unit: UnitId, rates: &CpuRates) -> LoopNest {
         unfused_time_s: time,
         unfused_kernels: kernels.clone(),
         kernels,
-    }
+    };
+    super::slice::apply(hir, &mut nest);
+    nest
 }
 
 /// Builds the loop tree from laminar runs; `=` becomes a `Zero` placed outside every

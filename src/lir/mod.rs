@@ -12,6 +12,7 @@
 pub mod cost;
 pub mod exec;
 pub mod fusion;
+pub mod slice;
 #[cfg(test)]
 mod tests;
 

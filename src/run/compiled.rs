@@ -46,6 +46,7 @@ pub fn run_compiled(hir: &Hir, opts: &RunOptions, c: &CompiledRun, out: &mut dyn
             tcc_runtime::kernels::num_threads(),
             seconds(r.compile_s)
         )];
+        extra.extend(r.slicing.iter().map(|s| format!("sliced: {s}")));
         if c.check {
             extra.push(check_against_interpreter(hir, u, &r.outputs, inputs)?);
         }

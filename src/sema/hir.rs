@@ -437,6 +437,44 @@ pub struct Unit {
     pub kind: UnitKind,
     pub stmts: Vec<Stmt>,
     pub span: Span,
+    /// Terms the optimizer sliced (`--max-intermediate`): a note for the loop
+    /// nests, which every other consumer may ignore (the statements alone have
+    /// the unsliced values).
+    pub sliced: Vec<SliceGroup>,
+}
+
+/// One sliced term: the statements writing `temps` (consecutive, in order) and
+/// the statement right after them, which writes `target` from them, run once per
+/// value of `indices` — each slice with intermediates that lack the sliced
+/// dimensions, its result added into (a sliced summed index) or written beside
+/// (a kept one) the others'.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SliceGroup {
+    pub indices: Vec<IndexId>,
+    pub temps: Vec<TensorId>,
+    pub target: TensorId,
+    /// Slice count, flops of all slices, largest intermediate of a slice (elements),
+    /// flops over the unsliced order's.
+    pub slices: f64,
+    pub flops: f64,
+    pub largest: f64,
+    pub overhead: f64,
+}
+
+impl SliceGroup {
+    /// One line for reports: `Z over a,b: 32 slices, largest intermediate 64
+    /// elements, flops overhead 1.00x`.
+    pub fn describe(&self, hir: &Hir) -> String {
+        let names: Vec<&str> = self.indices.iter().map(|&i| hir.indices[i].name.as_str()).collect();
+        format!(
+            "{} over {}: {} slices, largest intermediate {} elements, flops overhead {:.2}x",
+            hir.tensors[self.target].name,
+            names.join(","),
+            self.slices,
+            self.largest,
+            self.overhead
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -69,6 +69,7 @@ impl Ctx {
             kind: hir::UnitKind::Model(id),
             stmts,
             span: m.span.clone(),
+            sliced: Vec::new(),
         });
 
         let mut parallel = hir::ParallelHints::default();

@@ -13,7 +13,7 @@ impl Ctx {
     pub(crate) fn unit(&mut self, name: &str, kind: hir::UnitKind, stmts: &[&ast::Stmt], span: Span) -> hir::UnitId {
         self.unit = UnitState::default();
         let stmts = stmts.iter().map(|s| self.stmt(s)).collect();
-        self.hir.units.push(hir::Unit { name: name.to_string(), kind, stmts, span })
+        self.hir.units.push(hir::Unit { name: name.to_string(), kind, stmts, span, sliced: Vec::new() })
     }
 
     /// One statement of the current unit.

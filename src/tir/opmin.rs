@@ -420,6 +420,34 @@ fn tree_cost<const W: usize>(ctx: &Ctx<W>, pairs: &[(usize, usize)]) -> f64 {
 }
 
 /// Builds the [`Path`] of an SSA pair list: index orders, flops, sizes, peak.
+/// The tree `pairs` of `p` improved by subtree reconfiguration (exact DP on
+/// windows, [`super::order`]) under `obj`, kept only if better by it: how a tree
+/// is re-fitted to a network whose sizes changed (a sliced one, [`super::slice`]).
+pub fn reconfigure_path(
+    p: &Problem,
+    pairs: &[(usize, usize)],
+    obj: Objective,
+    method: Method,
+) -> Result<Path, PathError> {
+    fn at<const W: usize>(
+        p: &Problem,
+        pairs: &[(usize, usize)],
+        obj: Objective,
+        method: Method,
+    ) -> Result<Path, PathError> {
+        let ctx = Ctx::<W>::new(p)?;
+        let pairs = super::order::refine(&ctx, pairs.to_vec(), obj);
+        Ok(finalize(&ctx, p, &pairs, method))
+    }
+    match index_count(p).div_ceil(64) {
+        0..=2 => at::<2>(p, pairs, obj, method),
+        3..=4 => at::<4>(p, pairs, obj, method),
+        5..=16 => at::<16>(p, pairs, obj, method),
+        17..=64 => at::<64>(p, pairs, obj, method),
+        _ => at::<256>(p, pairs, obj, method),
+    }
+}
+
 fn finalize<const W: usize>(ctx: &Ctx<W>, p: &Problem, pairs: &[(usize, usize)], method: Method) -> Path {
     let n = ctx.n;
     struct Op<const W: usize> {

@@ -59,8 +59,8 @@ pub struct StmtReport {
     pub reused: Vec<String>,
     /// Factorizations applied, e.g. `A[i,k]*(2 terms)`.
     pub factorized: Vec<String>,
-    /// Per term whose intermediates exceed `--max-intermediate`: the slicing that would
-    /// make them fit (reported only; the program runs the unsliced order).
+    /// Per term whose intermediates exceed `--max-intermediate`: the slicing that
+    /// makes them fit, which the loop nests run ([`crate::sema::hir::SliceGroup`]).
     pub slicing: Vec<String>,
 }
 
@@ -77,8 +77,14 @@ pub fn optimize(hir: &Hir) -> (Hir, OptReport) {
 }
 
 pub fn optimize_with(hir: &Hir, opts: &Options) -> (Hir, OptReport) {
-    let mut rw =
-        Rw { hir: hir.clone(), n_orig: hir.tensors.next_id(), opts: opts.clone(), counter: 0, cse: HashMap::new() };
+    let mut rw = Rw {
+        hir: hir.clone(),
+        n_orig: hir.tensors.next_id(),
+        opts: opts.clone(),
+        counter: 0,
+        cse: HashMap::new(),
+        no_cse: false,
+    };
     let mut report = OptReport::default();
     for u in hir.units.ids() {
         rw.cse.clear();
@@ -90,6 +96,7 @@ pub fn optimize_with(hir: &Hir, opts: &Options) -> (Hir, OptReport) {
         let mut out: Vec<Stmt> = Vec::new();
         let mut groups = Vec::new();
         let mut notes = Vec::new();
+        let mut sliced = Vec::new();
         for s in &unit.stmts {
             let start = out.len();
             let first_temp = rw.hir.tensors.len();
@@ -102,11 +109,32 @@ pub fn optimize_with(hir: &Hir, opts: &Options) -> (Hir, OptReport) {
                 reused: Vec::new(),
                 factorized: Vec::new(),
                 slicing: Vec::new(),
+                sliced: Vec::new(),
+                lhs_is_slice: hir.is_slice(&s.lhs),
             };
             let rhs = rw.expr(&s.rhs, &s.lhs.indices, &mut ctx, &mut out, true);
-            out.push(Stmt { lhs: s.lhs.clone(), accumulate: s.accumulate, rhs, span: s.span.clone() });
+            // Sliced terms leave the statement: the rest of it first, then each
+            // sliced term's steps and its last product added into the target (the
+            // right-hand side never reads the target, so the order is free).
+            let mut accumulate = s.accumulate;
+            if !rhs.terms.is_empty() || ctx.sliced.is_empty() {
+                out.push(Stmt { lhs: s.lhs.clone(), accumulate, rhs, span: s.span.clone() });
+                accumulate = true;
+            }
+            // A sliced term's flops are its slices' (what it recomputes included).
+            let mut extra = 0.0;
+            for (steps, last, mut group) in std::mem::take(&mut ctx.sliced) {
+                group.target = s.lhs.tensor;
+                out.extend(steps);
+                let rhs = Expr { terms: vec![last], span: s.rhs.span.clone() };
+                out.push(Stmt { lhs: s.lhs.clone(), accumulate, rhs, span: s.span.clone() });
+                let k = out.len() - 1 - group.temps.len();
+                extra += group.flops - out[k..].iter().map(|st| stmt_cost(&rw.hir, st)).sum::<f64>();
+                accumulate = true;
+                sliced.push(group);
+            }
             groups.push(start..out.len());
-            notes.push((ctx, first_temp..rw.hir.tensors.len()));
+            notes.push((ctx, first_temp..rw.hir.tensors.len(), extra));
         }
         // Liveness of this pass's temporaries over the new statement list.
         let mut def: HashMap<TensorId, usize> = HashMap::new();
@@ -121,18 +149,26 @@ pub fn optimize_with(hir: &Hir, opts: &Options) -> (Hir, OptReport) {
                 }
             });
         }
+        // A sliced term's temporaries hold one slice.
+        let mut one_slice: HashMap<TensorId, f64> = HashMap::new();
+        for g in &sliced {
+            for st in out.iter().filter(|st| g.temps.contains(&st.lhs.tensor)) {
+                let n = st.lhs.indices.iter().filter(|i| !g.indices.contains(i));
+                one_slice.insert(st.lhs.tensor, n.map(|&i| rw.hir.index_size(i) as f64).product());
+            }
+        }
         let live_at = |i: usize| -> f64 {
             def.iter()
                 .filter(|(t, &d)| d <= i && i <= *last.get(t).unwrap_or(&d))
-                .map(|(&t, _)| distinct_elems(&rw.hir, t))
+                .map(|(&t, _)| one_slice.get(&t).copied().unwrap_or_else(|| distinct_elems(&rw.hir, t)))
                 .sum()
         };
         for (k, s) in unit.stmts.iter().enumerate() {
             let g = groups[k].clone();
-            let (ctx, temps) = &notes[k];
+            let (ctx, temps, extra) = &notes[k];
             let elem = rw.hir.tensors[s.lhs.tensor].elem.size_bytes() as f64;
             let flops_before = naive_expr(&rw.hir, &s.rhs, &s.lhs.indices);
-            let flops_after: f64 = out[g.clone()].iter().map(|st| stmt_cost(&rw.hir, st)).sum();
+            let flops_after: f64 = out[g.clone()].iter().map(|st| stmt_cost(&rw.hir, st)).sum::<f64>() + extra;
             let peak_before = opaque_elems(&rw.hir, &s.rhs);
             let peak_after = g.clone().map(|i| live_at(i) + opaque_elems(&rw.hir, &out[i].rhs)).fold(0.0, f64::max);
             report.flops_before += flops_before;
@@ -169,6 +205,7 @@ pub fn optimize_with(hir: &Hir, opts: &Options) -> (Hir, OptReport) {
             }
         }
         rw.hir.units[u].stmts = out;
+        rw.hir.units[u].sliced = sliced;
     }
     (rw.hir, report)
 }
@@ -239,6 +276,10 @@ struct StmtCtx {
     reused: Vec<String>,
     factorized: Vec<String>,
     slicing: Vec<String>,
+    /// Sliced terms taken out of the statement: their steps, last product and group.
+    sliced: Vec<(Vec<Stmt>, Term, crate::sema::hir::SliceGroup)>,
+    /// The statement writes a part of a union range (`range P = O + V;`).
+    lhs_is_slice: bool,
 }
 
 /// A product up to index renaming: (tensor, index labels) per factor, kept labels.
@@ -251,6 +292,9 @@ struct Rw {
     counter: usize,
     /// Intermediates of the current unit: key → (temporary, labels of its indices).
     cse: HashMap<Key, (TensorId, Vec<usize>)>,
+    /// While a sliced term is emitted: its temporaries hold one slice at a time,
+    /// so they are neither reused nor offered for reuse.
+    no_cse: bool,
 }
 
 fn distinct(v: impl IntoIterator<Item = IndexId>) -> Vec<IndexId> {
@@ -438,7 +482,7 @@ impl Rw {
         }
         let mut result = Vec::new();
         for t in terms {
-            result.push(self.order_term(t, out, ctx, emit, top));
+            result.extend(self.order_term(t, out, ctx, emit, top));
         }
         Expr { terms: result, span: e.span.clone() }
     }
@@ -574,8 +618,16 @@ impl Rw {
     }
 
     /// Orders one term (all factors plain tensors when it has ≥ 3), emitting its
-    /// intermediates; returns the final binary term.
-    fn order_term(&mut self, t: Term, out: &[IndexId], ctx: &mut StmtCtx, emit: &mut Vec<Stmt>, top: bool) -> Term {
+    /// intermediates; returns the final binary term, or `None` when the term is
+    /// sliced (its steps and last product then go to `ctx.sliced`).
+    fn order_term(
+        &mut self,
+        t: Term,
+        out: &[IndexId],
+        ctx: &mut StmtCtx,
+        emit: &mut Vec<Stmt>,
+        top: bool,
+    ) -> Option<Term> {
         let labels: Vec<String> = t.factors.iter().map(|f| factor_label(&self.hir, f)).collect();
         let note = |ctx: &mut StmtCtx, text: String, m: Method| {
             if top {
@@ -587,55 +639,91 @@ impl Rw {
         if t.factors.len() < 3 {
             let text = if labels.len() == 2 { format!("({}*{})", labels[0], labels[1]) } else { labels.join("") };
             note(ctx, text, Method::Trivial);
-            return t;
+            return Some(t);
         }
         let (p, local) = term_graph(&self.hir, &t, out).problem();
         let path = match optimize_path(&p, &self.opts) {
             Ok(path) => path,
             Err(e) => {
                 note(ctx, format!("{} (not reordered: {e})", labels.join("*")), Method::Trivial);
-                return t;
+                return Some(t);
             }
         };
         if path.flops >= naive_term(&self.hir, &t, out) {
             note(ctx, format!("{} (single loop nest)", labels.join("*")), path.method);
-            return t;
+            return Some(t);
         }
-        note(ctx, opmin::path_text(&path, &|k| labels[k].clone()), path.method);
         if let Some(bytes) = self.opts.slice_bytes.filter(|_| top) {
             let elem = self.hir.tensors[ctx.elem_of].elem.size_bytes() as f64;
-            if let Some(text) = self.slicing_note(&p, &path, &local, bytes, elem) {
-                ctx.slicing.push(text);
+            // Statements over parts of a union range run whole (never inside loops).
+            let part =
+                ctx.lhs_is_slice || t.factors.iter().any(|f| matches!(f, Factor::Tensor(r) if self.hir.is_slice(r)));
+            match self.slicing(&p, &path, &local, bytes, elem, part) {
+                Ok(None) => {}
+                Ok(Some((s, text))) => {
+                    // The order of one slice is the one emitted.
+                    note(ctx, opmin::path_text(&s.path, &|k| labels[k].clone()), s.path.method);
+                    ctx.slicing.push(text);
+                    let mut steps = Vec::new();
+                    self.no_cse = true;
+                    let last = self.emit_root(&s.path, t, &local, ctx, &mut steps);
+                    self.no_cse = false;
+                    let group = crate::sema::hir::SliceGroup {
+                        indices: s.indices.iter().map(|&i| local[i]).collect(),
+                        temps: steps.iter().map(|st| st.lhs.tensor).collect(),
+                        target: ctx.elem_of,
+                        slices: s.slices,
+                        flops: s.flops,
+                        largest: s.largest,
+                        overhead: s.overhead(),
+                    };
+                    ctx.sliced.push((steps, last, group));
+                    return None;
+                }
+                Err(text) => ctx.slicing.push(text),
             }
         }
+        note(ctx, opmin::path_text(&path, &|k| labels[k].clone()), path.method);
+        Some(self.emit_root(&path, t, &local, ctx, emit))
+    }
+
+    /// Emits the steps of `path` but the last, whose product is returned.
+    fn emit_root(&mut self, path: &Path, t: Term, local: &[IndexId], ctx: &mut StmtCtx, emit: &mut Vec<Stmt>) -> Term {
         let root = path.steps.len() - 1 + path.n_inputs;
         let (a, b) = (path.steps[root - path.n_inputs].a, path.steps[root - path.n_inputs].b);
-        let fa = self.emit_node(a, &path, &t, &local, ctx, emit);
-        let fb = self.emit_node(b, &path, &t, &local, ctx, emit);
+        let fa = self.emit_node(a, path, &t, local, ctx, emit);
+        let fb = self.emit_node(b, path, &t, local, ctx, emit);
         Term { coef: t.coef, factors: vec![fa, fb], span: t.span }
     }
 
-    /// The report's line for slicing `path` of problem `p` so that every
-    /// intermediate fits `bytes` (`elem` bytes an element); `None` when it fits.
-    fn slicing_note(
+    /// The slicing of `path` of problem `p` that makes every intermediate fit
+    /// `bytes` (`elem` bytes an element) and the report's line for it; `None` when
+    /// it fits already, the report's line when no slicing was found or the term
+    /// touches `part` of a union range.
+    fn slicing(
         &self,
         p: &opmin::Problem,
         path: &Path,
         local: &[IndexId],
         bytes: u64,
         elem: f64,
-    ) -> Option<String> {
+        part: bool,
+    ) -> Result<Option<(super::slice::Slicing, String)>, String> {
         let target = (bytes as f64 / elem).floor();
         if super::slice::largest_intermediate(path) <= target {
-            return None;
+            return Ok(None);
+        }
+        if part {
+            return Err("not sliced: the term reads or writes part of a union range, which runs whole".to_string());
         }
         let s = match super::slice::slice_path(p, path.clone(), target, &self.opts) {
-            Ok(s) => s,
-            Err(e) => return Some(format!("not searched: {e}")),
+            Ok(s) if !s.indices.is_empty() => s,
+            Ok(_) => return Ok(None),
+            Err(e) => return Err(format!("not sliced: {e}")),
         };
         let names: Vec<&str> = s.indices.iter().map(|&i| self.hir.indices[local[i]].name.as_str()).collect();
-        Some(format!(
-            "{}: {} slices keep every intermediate within {} bytes (largest {} -> {} elements), flops {} -> {} ({}); reported only, the program runs the unsliced order",
+        let text = format!(
+            "{}: {} slices keep every intermediate within {} bytes (largest {} -> {} elements), flops {} -> {} ({})",
             names.join(","),
             num(s.slices),
             bytes,
@@ -644,7 +732,8 @@ impl Rw {
             num(s.unsliced_flops),
             num(s.flops),
             times(s.overhead())
-        ))
+        );
+        Ok(Some((s, text)))
     }
 
     /// The factor for SSA node `id` of `path`: an input, a reused intermediate or a
@@ -673,7 +762,7 @@ impl Rw {
                 _ => unreachable!("opaque factors are hoisted before ordering"),
             })
             .collect();
-        let cse_ok = refs.iter().all(|(tn, _)| self.stable(*tn));
+        let cse_ok = !self.no_cse && refs.iter().all(|(tn, _)| self.stable(*tn));
         let key = if cse_ok { Some(canonical(&refs, &indices)) } else { None };
         if let Some((key, lab)) = &key {
             if let Some((tmp, tlabels)) = self.cse.get(key) {

@@ -34,7 +34,13 @@ impl Builder {
             };
             letters.insert(c, hir.indices.push(Index { name: c.to_string(), range: r, span: 0..0, model: None }));
         }
-        hir.units.push(Unit { name: "main".into(), kind: UnitKind::Program, stmts: Vec::new(), span: 0..0 });
+        hir.units.push(Unit {
+            name: "main".into(),
+            kind: UnitKind::Program,
+            stmts: Vec::new(),
+            span: 0..0,
+            sliced: Vec::new(),
+        });
         Builder { hir, letters }
     }
 

@@ -6,7 +6,8 @@
 //! * every loop around a statement is an index of that statement (fusion never
 //!   recomputes), and every loop around a `Zero` is an index of the left-hand side
 //!   of the statement it clears (an `=`, or the first `+=` into a temporary), which
-//!   comes later on the same path;
+//!   comes later on the same path — except the loops of a sliced term
+//!   ([`crate::lir::slice`]) around its own statements, which recompute by design;
 //! * every tensor a statement references has a buffer; a buffer's stored and fixed
 //!   positions partition the tensor's dimensions, only temporaries are sliced, its
 //!   element count is the product of the stored extents, and each fixed position is
@@ -25,7 +26,14 @@ pub fn validate(hir: &Hir, nest: &LoopNest) -> Result<(), ValidationError> {
         message: format!("unit id {:?} out of range", nest.unit),
     })?;
     let place = || format!("lir unit `{}`", unit.name);
-    let mut walk = Walk { hir, stmts: &unit.stmts, computed: Vec::new(), zeroed: Vec::new(), loops_at: Vec::new() };
+    let mut slice_loops = vec![Vec::new(); unit.stmts.len()];
+    for g in crate::lir::slice::groups(hir, nest.unit) {
+        for k in g.stmts {
+            slice_loops[k] = g.indices.clone();
+        }
+    }
+    let mut walk =
+        Walk { hir, stmts: &unit.stmts, slice_loops, computed: Vec::new(), zeroed: Vec::new(), loops_at: Vec::new() };
     walk.nodes(&nest.body, &mut Vec::new()).map_err(|message| ValidationError { place: place(), message })?;
 
     let order: Vec<usize> = walk.computed.clone();
@@ -92,6 +100,8 @@ pub fn validate(hir: &Hir, nest: &LoopNest) -> Result<(), ValidationError> {
 struct Walk<'a> {
     hir: &'a Hir,
     stmts: &'a [Stmt],
+    /// Per statement, the sliced indices whose loops may enclose it regardless.
+    slice_loops: Vec<Vec<IndexId>>,
     /// Statements in the order the nest computes them, and the loops around each.
     computed: Vec<usize>,
     loops_at: Vec<Vec<IndexId>>,
@@ -133,7 +143,8 @@ impl Walk<'_> {
                             "zero of statement {stmt}, which is neither an `=` writing that tensor nor its first write"
                         ));
                     }
-                    if let Some(i) = loops.iter().find(|i| !s.lhs.indices.contains(i)) {
+                    let sliced = &self.slice_loops[*stmt];
+                    if let Some(i) = loops.iter().find(|i| !s.lhs.indices.contains(i) && !sliced.contains(i)) {
                         return Err(format!(
                             "the zeroing of statement {stmt} is inside a loop over `{}`, which it sums",
                             self.hir.indices[*i].name
@@ -147,7 +158,8 @@ impl Walk<'_> {
                 Node::Compute { stmt } => {
                     let s = self.stmts.get(*stmt).ok_or_else(|| format!("compute of statement {stmt} out of range"))?;
                     let own = stmt_indices(s);
-                    if let Some(i) = loops.iter().find(|i| !own.contains(i)) {
+                    let sliced = &self.slice_loops[*stmt];
+                    if let Some(i) = loops.iter().find(|i| !own.contains(i) && !sliced.contains(i)) {
                         return Err(format!(
                             "statement {stmt} is inside a loop over `{}`, which it does not use",
                             self.hir.indices[*i].name

@@ -362,6 +362,32 @@ def test_fusion_modes_and_memory_limit():
         tcc.compile(CHAIN, mem_limit=-1)
 
 
+
+PRODUCT = """
+range N = 40;
+index i, j, k, l : N;
+input tensor A[i,j] : f64;
+input tensor B[j,k] : f64;
+input tensor C[k,l] : f64;
+output tensor D[i,l] : f64;
+D[i,l] = A[i,j] * B[j,k] * C[k,l];
+"""
+
+
+def test_sliced_products():
+    # The product's intermediate (40 x 40, 12.8 kB) sliced to 40 elements, asked
+    # for or forced by a memory limit no unfused nest fits.
+    rng = np.random.default_rng(2)
+    A, B, C = (rng.standard_normal((40, 40)) for _ in range(3))
+    want = A @ B @ C
+    for lib in (tcc.compile(PRODUCT, max_intermediate=320), tcc.compile(PRODUCT, fuse="none", mem_limit=1000)):
+        np.testing.assert_allclose(lib.main(A=A, B=B, C=C), want, rtol=1e-12, atol=1e-10)
+    with pytest.raises(ValueError, match="max_intermediate"):
+        tcc.compile(PRODUCT, max_intermediate=4)
+    with pytest.raises(tcc.TccError, match="memory limit"):
+        tcc.compile(PRODUCT, mem_limit=4)
+
+
 DENOMINATOR = """
 range O = 3; range V = 5;
 index i, j : O; index a, b : V;

@@ -53,6 +53,7 @@ pub use tile_kernel::{tile_kernel, TileKernel};
 mod loops;
 pub mod rates;
 mod sizes;
+mod slices;
 
 use gett::GettPlan;
 use sizes::Poly;
@@ -365,6 +366,8 @@ fn compile_lib<'ctx>(
         parallel_min: opts.parallel_min.unwrap_or(PARALLEL_MIN_ITERATIONS),
         extents: HashMap::new(),
         acc_slot: None,
+        mem_limit: opts.mem_limit.unwrap_or(DEFAULT_MEM_LIMIT),
+        nest_peak: 0,
     };
     let mut codes = Vec::new();
     for (&u, nest) in units.iter().zip(&nests) {
@@ -428,6 +431,8 @@ pub struct JitRun {
     /// Seconds of the fastest of the runs.
     pub run_s: f64,
     pub flops: f64,
+    /// The unit's sliced terms ([`crate::sema::hir::SliceGroup::describe`]).
+    pub slicing: Vec<String>,
 }
 
 enum Storage {
@@ -540,7 +545,8 @@ pub fn jit_run_sized(
         outputs.insert(t, Dense::from_vec(shape(t), storage[k].to_f64()));
     }
     drop(ee);
-    Ok(JitRun { outputs, compile_s, run_s: best, flops: code.flops })
+    let slicing = c.hir.units[unit].sliced.iter().map(|g| g.describe(&c.hir)).collect();
+    Ok(JitRun { outputs, compile_s, run_s: best, flops: code.flops, slicing })
 }
 
 /// Refuses a program whose run-time ranges (`range O;`) are neither fixed nor in
@@ -573,12 +579,15 @@ pub(crate) fn jit_engine<'ctx>(c: &Compiled<'ctx>) -> Result<ExecutionEngine<'ct
 /// Runtime functions the generated code calls, with their addresses in this process.
 fn runtime_symbols() -> Vec<(&'static str, usize)> {
     use tcc_runtime::alloc::{tcc_rt_alloc_zeroed, tcc_rt_free};
-    use tcc_runtime::kernels::{tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_parallel_range, tcc_rt_parallel_sum};
+    use tcc_runtime::kernels::{
+        tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_num_threads, tcc_rt_parallel_range, tcc_rt_parallel_sum,
+    };
     vec![
         ("tcc_rt_alloc_zeroed", tcc_rt_alloc_zeroed as *const () as usize),
         ("tcc_rt_free", tcc_rt_free as *const () as usize),
         ("tcc_rt_parallel_range", tcc_rt_parallel_range as *const () as usize),
         ("tcc_rt_parallel_sum", tcc_rt_parallel_sum as *const () as usize),
+        ("tcc_rt_num_threads", tcc_rt_num_threads as *const () as usize),
         ("tcc_rt_gett_f64", tcc_rt_gett_f64 as *const () as usize),
         ("tcc_rt_gett_f32", tcc_rt_gett_f32 as *const () as usize),
     ]
@@ -658,6 +667,10 @@ struct Gen<'a, 'ctx> {
     /// Inside a parallel sum's chunk: the written tensor and the chunk's private
     /// accumulator that replaces its (single) element.
     acc_slot: Option<(TensorId, PointerValue<'ctx>)>,
+    /// Bytes temporaries may take (`--mem-limit`), and the current nest's peak:
+    /// what bounds the private copies of parallel slices ([`slices`]).
+    mem_limit: u64,
+    nest_peak: u64,
 }
 
 use super::lower::Operand;
@@ -916,6 +929,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             body.add_attribute(AttributeLoc::Param((n_sizes + k) as u32), self.ctx.create_enum_attribute(noalias, 0));
         }
         self.func = Some(body);
+        self.nest_peak = nest.peak_bytes;
         self.bufs.clear();
         self.strides.clear();
         self.bound.clear();
@@ -1122,14 +1136,10 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                     if *extent == 0 {
                         continue;
                     }
-                    let index = *index;
-                    let n = self.poly_value(&self.index_poly(index))?;
-                    self.build_loop(n, &mut |g, i| {
-                        g.bound.insert(index, i);
-                        g.nodes(body, unit)?;
-                        g.bound.remove(&index);
-                        Ok(())
-                    })?;
+                    match self.slice_group_at(unit, *index, body) {
+                        Some(g) => self.sliced_loops(&g, n, unit)?,
+                        None => self.loop_node(*index, body, unit)?,
+                    }
                 }
                 Node::Zero { tensor, stmt } => {
                     let idx = self.hir.units[unit].stmts[*stmt].lhs.indices.clone();
@@ -1162,6 +1172,29 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                         }
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// A loop node run in order.
+    fn loop_node(&mut self, index: IndexId, body: &[Node], unit: UnitId) -> Result<(), CodegenError> {
+        let n = self.poly_value(&self.index_poly(index))?;
+        self.build_loop(n, &mut |g, i| {
+            g.bound.insert(index, i);
+            g.nodes(body, unit)?;
+            g.bound.remove(&index);
+            Ok(())
+        })
+    }
+
+    /// `nodes`, their loops run in order (never as parallel slices).
+    fn nodes_in_order(&mut self, nodes: &[Node], unit: UnitId) -> Result<(), CodegenError> {
+        for n in nodes {
+            match n {
+                Node::Loop { index, extent, body } if *extent > 0 => self.loop_node(*index, body, unit)?,
+                Node::Loop { .. } => {}
+                _ => self.nodes(std::slice::from_ref(n), unit)?,
             }
         }
         Ok(())

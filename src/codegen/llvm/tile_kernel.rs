@@ -63,6 +63,8 @@ fn generate() -> Result<TileKernel, CodegenError> {
         parallel_min: PARALLEL_MIN_ITERATIONS,
         extents: HashMap::new(),
         acc_slot: None,
+        mem_limit: 0,
+        nest_peak: 0,
     };
     let uk = g.ukernel(ElemType::F64)?;
     let widths = (1..=uk.nr).map(|w| g.ukernel_strided(ElemType::F64, Some(w))).collect::<Result<Vec<_>, _>>()?;

@@ -1,0 +1,318 @@
+//! Sliced terms ([`crate::lir::slice`]) as parallel tasks: the slices are cut into
+//! as many chunks as the runtime has threads (fewer if their private memory would
+//! pass the memory limit), run by `tcc_rt_parallel_range`. Each chunk has its own
+//! copy of the term's temporaries and, when a sliced index is summed, of the
+//! target, which the caller adds into the target in chunk order once all are done
+//! (the result depends on the thread count only). A sliced index kept in the
+//! target needs no copy: slices write disjoint parts. With one chunk (one thread,
+//! or less work than a parallel loop needs), or when the private copies cannot be
+//! allocated, the loops run in place, in order.
+
+use super::*;
+use crate::lir::slice::Group;
+
+/// Private copies are 64-byte aligned within a chunk's block.
+const ALIGN: u64 = 64;
+
+impl<'ctx> Gen<'_, 'ctx> {
+    /// The group whose outermost slice loop is `index` around `body`, if any.
+    pub(super) fn slice_group_at(&self, unit: UnitId, index: IndexId, body: &[Node]) -> Option<Group> {
+        fn first_stmt(nodes: &[Node]) -> Option<usize> {
+            nodes.iter().find_map(|n| match n {
+                Node::Loop { body, .. } => first_stmt(body),
+                Node::Zero { stmt, .. } | Node::Compute { stmt } => Some(*stmt),
+            })
+        }
+        let s = first_stmt(body)?;
+        crate::lir::slice::groups(self.hir, unit).into_iter().find(|g| g.indices[0] == index && g.stmts.contains(&s))
+    }
+
+    /// Elements of `t`'s buffer (its stored dimensions), in runtime sizes.
+    fn stored_elements(&self, t: TensorId) -> Poly {
+        let dims = &self.hir.tensors[t].dims;
+        self.strides[&t]
+            .iter()
+            .zip(dims)
+            .filter(|(s, _)| !s.is_zero())
+            .fold(Poly::constant(1), |acc, (_, &r)| acc.mul(&Poly::range(self.hir, &self.runtime, r)))
+    }
+
+    /// Bytes of `t`'s buffer rounded up to [`ALIGN`], as a value.
+    fn aligned_bytes(&self, t: TensorId) -> Result<IntValue<'ctx>, CodegenError> {
+        let n = self.poly_value(&self.stored_elements(t))?;
+        let size = self.i64c(self.hir.tensors[t].elem.size_bytes() as u64);
+        let bytes = self.b.build_int_mul(n, size, "sl.bytes")?;
+        let up = self.b.build_int_add(bytes, self.i64c(ALIGN - 1), "sl.up")?;
+        Ok(self.b.build_and(up, self.i64c(!(ALIGN - 1)), "sl.al")?)
+    }
+
+    /// The tensors a chunk holds privately: the group's temporaries, and the
+    /// target when a sliced index is summed.
+    fn private_tensors(&self, g: &Group, unit: UnitId) -> (Vec<TensorId>, bool) {
+        let stmts = &self.hir.units[unit].stmts;
+        let last = &stmts[g.stmts.end - 1];
+        let mut ts: Vec<TensorId> = (g.stmts.start..g.stmts.end - 1).map(|k| stmts[k].lhs.tensor).collect();
+        let summed = g.indices.iter().any(|i| !last.lhs.indices.contains(i));
+        if summed {
+            ts.push(last.lhs.tensor);
+        }
+        (ts, summed)
+    }
+
+    /// The most chunks whose private copies fit the memory limit beside the
+    /// nest's peak (at the assumed sizes), at least 1.
+    fn max_chunks(&self, private: &[TensorId]) -> u64 {
+        let per: u64 = private
+            .iter()
+            .map(|&t| {
+                let n: u64 = self.stored_elements(t).assumed(self.hir).max(1);
+                n.saturating_mul(self.hir.tensors[t].elem.size_bytes() as u64).div_ceil(ALIGN) * ALIGN
+            })
+            .sum::<u64>()
+            .max(1);
+        (self.mem_limit.saturating_sub(self.nest_peak) / per).max(1)
+    }
+
+    /// The group's loop nest `outer` (its loops over the sliced indices, outermost
+    /// first): parallel chunks when there are two or more, else in place.
+    pub(super) fn sliced_loops(&mut self, g: &Group, outer: &Node, unit: UnitId) -> Result<(), CodegenError> {
+        let mut inner: &[Node] = std::slice::from_ref(outer);
+        for _ in &g.indices {
+            match inner {
+                [Node::Loop { body, .. }] => inner = body,
+                _ => return Err(err("internal: a sliced term's loops are not its sliced indices")),
+            }
+        }
+        let i64t = self.ctx.i64_type();
+        let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
+        let (private, summed) = self.private_tensors(g, unit);
+        // Slices, and chunks: min(slices, threads, what fits the limit).
+        let mut n = self.i64c(1);
+        for &i in &g.indices {
+            let e = self.poly_value(&self.index_poly(i))?;
+            n = self.b.build_int_mul(n, e, "sl.n")?;
+        }
+        let nt = self.declare("tcc_rt_num_threads", Some(i64t.into()), &[]);
+        let nt = self.b.build_call(nt, &[], "sl.nt")?.try_as_basic_value().left().expect("i64").into_int_value();
+        let umin = |g: &Self, a: IntValue<'ctx>, b: IntValue<'ctx>| -> Result<IntValue<'ctx>, CodegenError> {
+            let lt = g.b.build_int_compare(IntPredicate::ULT, a, b, "sl.lt")?;
+            Ok(g.b.build_select(lt, a, b, "sl.min")?.into_int_value())
+        };
+        let chunks = umin(self, n, nt)?;
+        let chunks = umin(self, chunks, self.i64c(self.max_chunks(&private)))?;
+        let mut per = self.i64c(0);
+        for &t in &private {
+            let b = self.aligned_bytes(t)?;
+            per = self.b.build_int_add(per, b, "sl.per")?;
+        }
+        let total = self.b.build_int_mul(per, chunks, "sl.total")?;
+        let f = self.current_fn();
+        let try_bb = self.ctx.append_basic_block(f, "slices.alloc");
+        let par_bb = self.ctx.append_basic_block(f, "slices.par");
+        let ser_bb = self.ctx.append_basic_block(f, "slices.serial");
+        let join_bb = self.ctx.append_basic_block(f, "slices.done");
+        // Too little work for threads (as for parallel loops): in place.
+        let chunks = if g.flops < self.parallel_min { self.i64c(1) } else { chunks };
+        let two = self.b.build_int_compare(IntPredicate::UGE, chunks, self.i64c(2), "sl.two")?;
+        self.b.build_conditional_branch(two, try_bb, ser_bb)?;
+        self.b.position_at_end(try_bb);
+        let alloc = self.declare("tcc_rt_alloc_zeroed", Some(i8p.into()), &[i64t.into()]);
+        let base = self
+            .b
+            .build_call(alloc, &[total.into()], "sl.base")?
+            .try_as_basic_value()
+            .left()
+            .expect("ptr")
+            .into_pointer_value();
+        let null = self.b.build_is_null(base, "sl.null")?;
+        self.b.build_conditional_branch(null, ser_bb, par_bb)?;
+
+        // In place, in order.
+        self.b.position_at_end(ser_bb);
+        self.nodes_in_order(std::slice::from_ref(outer), unit)?;
+        self.b.build_unconditional_branch(join_bb)?;
+
+        // Parallel chunks.
+        self.b.position_at_end(par_bb);
+        self.launch_chunks(g, inner, unit, &private, base, chunks, n)?;
+        if summed {
+            // target += Σ_c copy_c, in chunk order.
+            let target = *private.last().expect("the target");
+            let elems = self.poly_value(&self.stored_elements(target))?;
+            let ft = self.ft(self.hir.tensors[target].elem);
+            let mut off = self.i64c(0);
+            for &t in &private[..private.len() - 1] {
+                let b = self.aligned_bytes(t)?;
+                off = self.b.build_int_add(off, b, "sl.off")?;
+            }
+            self.build_loop(chunks, &mut |g, c| {
+                let at = g.b.build_int_mul(c, per, "sl.at")?;
+                let at = g.b.build_int_add(at, off, "sl.at")?;
+                let raw = unsafe { g.b.build_in_bounds_gep(base, &[at], "sl.copy")? };
+                let copy = g.b.build_pointer_cast(raw, ft.ptr_type(AddressSpace::default()), "sl.copyT")?;
+                g.build_loop(elems, &mut |g, e| {
+                    let dst = g.elem_ptr(target, e)?;
+                    let src = unsafe { g.b.build_in_bounds_gep(copy, &[e], "sl.src")? };
+                    let a = g.b.build_load(dst, "sl.a")?.into_float_value();
+                    let b = g.b.build_load(src, "sl.b")?.into_float_value();
+                    let s = g.b.build_float_add(a, b, "sl.s")?;
+                    g.b.build_store(dst, s)?;
+                    Ok(())
+                })
+            })?;
+        }
+        let free = self.declare("tcc_rt_free", None, &[i8p.into(), i64t.into()]);
+        self.b.build_call(free, &[base.into(), total.into()], "")?;
+        self.b.build_unconditional_branch(join_bb)?;
+        self.b.position_at_end(join_bb);
+        Ok(())
+    }
+
+    /// `tcc_rt_parallel_range` over the chunks, each running its slices on its own
+    /// copies (chunk `c` of `chunks` runs slices `n·c/chunks .. n·(c+1)/chunks`).
+    #[allow(clippy::too_many_arguments)]
+    fn launch_chunks(
+        &mut self,
+        g: &Group,
+        inner: &[Node],
+        unit: UnitId,
+        private: &[TensorId],
+        base: PointerValue<'ctx>,
+        chunks: IntValue<'ctx>,
+        n: IntValue<'ctx>,
+    ) -> Result<(), CodegenError> {
+        let i64t = self.ctx.i64_type();
+        let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
+        let mut bufs: Vec<(TensorId, PointerValue<'ctx>)> = self.bufs.iter().map(|(&t, &p)| (t, p)).collect();
+        bufs.sort_by_key(|x| x.0);
+        let mut bound: Vec<(IndexId, IntValue<'ctx>)> = self.bound.iter().map(|(&i, &v)| (i, v)).collect();
+        bound.sort_by_key(|x| x.0);
+        let mut sizes: Vec<(RangeId, IntValue<'ctx>)> = self.size_vals.iter().map(|(&r, &v)| (r, v)).collect();
+        sizes.sort_by_key(|x| x.0);
+        // Captures: buffers, bound indices, sizes, then base, chunks, slices.
+        let count = (bufs.len() + bound.len() + sizes.len() + 3) as u32;
+        let caller = self.current_fn();
+        let entry = caller.get_first_basic_block().expect("entry");
+        let eb = self.ctx.create_builder();
+        match entry.get_first_instruction() {
+            Some(i) => eb.position_before(&i),
+            None => eb.position_at_end(entry),
+        }
+        let arr = eb.build_alloca(i64t.array_type(count), "slctx")?;
+        let mut k = 0u64;
+        let mut put = |g: &Self, v: IntValue<'ctx>| -> Result<(), CodegenError> {
+            let slot = unsafe { g.b.build_in_bounds_gep(arr, &[g.i64c(0), g.i64c(k)], "slot")? };
+            g.b.build_store(slot, v)?;
+            k += 1;
+            Ok(())
+        };
+        for (_, p) in &bufs {
+            let v = self.b.build_ptr_to_int(*p, i64t, "pv")?;
+            put(self, v)?;
+        }
+        for v in bound.iter().map(|x| x.1).chain(sizes.iter().map(|x| x.1)) {
+            put(self, v)?;
+        }
+        let bv = self.b.build_ptr_to_int(base, i64t, "basev")?;
+        put(self, bv)?;
+        put(self, chunks)?;
+        put(self, n)?;
+        let name = self.name(&format!("{}.slices", caller.get_name().to_string_lossy()));
+        let fty = self.ctx.void_type().fn_type(&[i8p.into(), i64t.into(), i64t.into()], false);
+        let f = self.module.add_function(&name, fty, Some(Linkage::Internal));
+        self.set_target_attrs(f);
+        let fp = self.b.build_pointer_cast(f.as_global_value().as_pointer_value(), i8p, "fp")?;
+        let first = unsafe { self.b.build_in_bounds_gep(arr, &[self.i64c(0), self.i64c(0)], "slot")? };
+        let ctxp = self.b.build_pointer_cast(first, i8p, "ctxp")?;
+        let rt = self.declare("tcc_rt_parallel_range", None, &[i64t.into(), i8p.into(), i8p.into()]);
+        self.b.build_call(rt, &[chunks.into(), fp.into(), ctxp.into()], "")?;
+
+        // The task function: (ctx, lo, hi) over chunk numbers.
+        let saved_block = self.b.get_insert_block().expect("positioned");
+        let saved = (
+            self.func,
+            std::mem::take(&mut self.bufs),
+            std::mem::take(&mut self.bound),
+            std::mem::take(&mut self.size_vals),
+            self.acc_slot.take(),
+        );
+        self.func = Some(f);
+        let fe = self.ctx.append_basic_block(f, "entry");
+        self.b.position_at_end(fe);
+        let cp = self.b.build_pointer_cast(
+            f.get_nth_param(0).expect("ctx").into_pointer_value(),
+            i64t.ptr_type(AddressSpace::default()),
+            "c",
+        )?;
+        let load = |g: &Self, k: usize| -> Result<IntValue<'ctx>, CodegenError> {
+            let sp = unsafe { g.b.build_in_bounds_gep(cp, &[g.i64c(k as u64)], "s")? };
+            Ok(g.b.build_load(sp, "v")?.into_int_value())
+        };
+        let mut shared = Vec::new();
+        for (k, (t, p)) in bufs.iter().enumerate() {
+            let v = load(self, k)?;
+            shared.push((*t, self.b.build_int_to_ptr(v, p.get_type(), "buf")?));
+        }
+        for (k, (i, _)) in bound.iter().enumerate() {
+            let v = load(self, bufs.len() + k)?;
+            self.bound.insert(*i, v);
+        }
+        for (k, (r, _)) in sizes.iter().enumerate() {
+            let v = load(self, bufs.len() + bound.len() + k)?;
+            self.size_vals.insert(*r, v);
+        }
+        let at = bufs.len() + bound.len() + sizes.len();
+        let basev = load(self, at)?;
+        let base = self.b.build_int_to_ptr(basev, i8p, "base")?;
+        let chunks = load(self, at + 1)?;
+        let n = load(self, at + 2)?;
+        self.bufs.extend(shared.iter().copied());
+        let lo = f.get_nth_param(1).expect("lo").into_int_value();
+        let hi = f.get_nth_param(2).expect("hi").into_int_value();
+        let count = self.b.build_int_sub(hi, lo, "nchunks")?;
+        let mut per = self.i64c(0);
+        for &t in private {
+            let b = self.aligned_bytes(t)?;
+            per = self.b.build_int_add(per, b, "sl.per")?;
+        }
+        let extents: Vec<IntValue<'ctx>> =
+            g.indices.iter().map(|&i| self.poly_value(&self.index_poly(i))).collect::<Result<_, _>>()?;
+        // `hi > lo` and `chunks ≤ n`: every loop below runs at least once.
+        self.build_loop(count, &mut |gen, k| {
+            let c = gen.b.build_int_add(lo, k, "chunk")?;
+            let mut off = gen.b.build_int_mul(c, per, "sl.at")?;
+            for &t in private {
+                let raw = unsafe { gen.b.build_in_bounds_gep(base, &[off], "sl.priv")? };
+                let ft = gen.ft(gen.hir.tensors[t].elem);
+                let p = gen.b.build_pointer_cast(raw, ft.ptr_type(AddressSpace::default()), "sl.privT")?;
+                gen.bufs.insert(t, p);
+                let b = gen.aligned_bytes(t)?;
+                off = gen.b.build_int_add(off, b, "sl.next")?;
+            }
+            let s_lo = gen.b.build_int_mul(n, c, "s.lo")?;
+            let s_lo = gen.b.build_int_unsigned_div(s_lo, chunks, "s.lo")?;
+            let c1 = gen.b.build_int_add(c, gen.i64c(1), "c1")?;
+            let s_hi = gen.b.build_int_mul(n, c1, "s.hi")?;
+            let s_hi = gen.b.build_int_unsigned_div(s_hi, chunks, "s.hi")?;
+            let len = gen.b.build_int_sub(s_hi, s_lo, "s.len")?;
+            gen.build_loop(len, &mut |gen, j| {
+                // Slice number → the sliced indices' values (row-major).
+                let mut rest = gen.b.build_int_add(s_lo, j, "slice")?;
+                for (&i, &e) in g.indices.iter().zip(&extents).rev() {
+                    let v = gen.b.build_int_unsigned_rem(rest, e, "sv")?;
+                    rest = gen.b.build_int_unsigned_div(rest, e, "sr")?;
+                    gen.bound.insert(i, v);
+                }
+                gen.nodes(inner, unit)
+            })
+        })?;
+        self.b.build_return(None)?;
+        self.func = saved.0;
+        self.bufs = saved.1;
+        self.bound = saved.2;
+        self.size_vals = saved.3;
+        self.acc_slot = saved.4;
+        self.b.position_at_end(saved_block);
+        Ok(())
+    }
+}
