@@ -110,7 +110,7 @@ struct FuseArgs {
     /// Largest intermediate of a reordered product (e.g. 64MiB): a product with a
     /// larger one is sliced — run once per value of the indices chosen, with
     /// intermediates that lack them — and `tcc opt` reports the indices, the slice
-    /// count and the flops overhead. E0765 below one element (8 bytes).
+    /// count and the flops overhead. E0766 below one element (8 bytes).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_intermediate: Option<u64>,
     /// CPU kernel rates for --fuse auto (default: ~/.config/tcc/cpu.toml if it
@@ -195,7 +195,7 @@ impl FuseArgs {
         if let Some(b) = self.max_intermediate {
             if b < 8 {
                 return Err(ctx.fail(
-                    "E0765",
+                    "E0766",
                     &format!("--max-intermediate of {b} bytes is less than one element (8 bytes in f64)"),
                     Some("slicing can shrink an intermediate to one element, no further"),
                 ));

@@ -260,7 +260,7 @@ fn impossible_limits_are_errors() {
     let a = tcc().args(["run", "--mem-limit", "8B"]).arg(&f).assert().code(1);
     assert!(stderr(&a).contains("error[E0725]") && stderr(&a).contains("even sliced"), "{}", stderr(&a));
     let a = tcc().args(["opt", "--max-intermediate", "4B"]).arg(&f).assert().code(1);
-    assert!(stderr(&a).contains("error[E0765]"), "{}", stderr(&a));
+    assert!(stderr(&a).contains("error[E0766]"), "{}", stderr(&a));
     let a = tcc().args(["run", "--interp", "--max-intermediate", "1KiB"]).arg(&f).assert().code(1);
     assert!(stderr(&a).contains("error[E0727]"), "{}", stderr(&a));
 }
