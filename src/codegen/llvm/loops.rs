@@ -10,7 +10,53 @@ use crate::tir::materialize::Special;
 /// nest, whose loop order the term chooses.
 pub(super) const SHARED_NEST_MAX_SUM: f64 = 32.0;
 
+/// What an outlined parallel function takes from its caller: the buffers, the
+/// bound indices and the run-time sizes in scope (sorted, so the layout of the
+/// context array is deterministic).
+pub(super) struct Captures<'ctx> {
+    pub bufs: Vec<(TensorId, PointerValue<'ctx>)>,
+    pub bound: Vec<(IndexId, IntValue<'ctx>)>,
+    pub sizes: Vec<(RangeId, IntValue<'ctx>)>,
+}
+
 impl<'ctx> Gen<'_, 'ctx> {
+    /// The caller's [`Captures`] and an `i64` array holding them (buffers as
+    /// integers, then bound indices, then sizes, then `extra`), allocated in the
+    /// caller's entry block (not in a loop) and filled here: the context an
+    /// outlined function of `tcc_rt_parallel_*` reads.
+    pub(super) fn capture(
+        &mut self,
+        extra: &[IntValue<'ctx>],
+        name: &str,
+    ) -> Result<(Captures<'ctx>, PointerValue<'ctx>), CodegenError> {
+        let i64t = self.ctx.i64_type();
+        let mut bufs: Vec<(TensorId, PointerValue<'ctx>)> = self.bufs.iter().map(|(&t, &p)| (t, p)).collect();
+        bufs.sort_by_key(|x| x.0);
+        let mut bound: Vec<(IndexId, IntValue<'ctx>)> = self.bound.iter().map(|(&i, &v)| (i, v)).collect();
+        bound.sort_by_key(|x| x.0);
+        // Runtime sizes travel like bound indices (the task is another function).
+        let mut sizes: Vec<(RangeId, IntValue<'ctx>)> = self.size_vals.iter().map(|(&r, &v)| (r, v)).collect();
+        sizes.sort_by_key(|x| x.0);
+        let n = (bufs.len() + bound.len() + sizes.len() + extra.len()).max(1) as u32;
+        let entry = self.current_fn().get_first_basic_block().expect("entry");
+        let eb = self.ctx.create_builder();
+        match entry.get_first_instruction() {
+            Some(i) => eb.position_before(&i),
+            None => eb.position_at_end(entry),
+        }
+        let arr = eb.build_alloca(i64t.array_type(n), name)?;
+        let mut values = Vec::with_capacity(n as usize);
+        for (_, p) in &bufs {
+            values.push(self.b.build_ptr_to_int(*p, i64t, "pv")?);
+        }
+        values.extend(bound.iter().map(|x| x.1).chain(sizes.iter().map(|x| x.1)).chain(extra.iter().copied()));
+        for (k, v) in values.into_iter().enumerate() {
+            let slot = unsafe { self.b.build_in_bounds_gep(arr, &[self.i64c(0), self.i64c(k as u64)], "slot")? };
+            self.b.build_store(slot, v)?;
+        }
+        Ok((Captures { bufs, bound, sizes }, arr))
+    }
+
     /// Loops over `vars` (outermost first) binding each, then `inner`.
     pub(super) fn nest(
         &mut self,
@@ -44,36 +90,11 @@ impl<'ctx> Gen<'_, 'ctx> {
         let (pv, rest) = (vars[0], &vars[1..]);
         let i64t = self.ctx.i64_type();
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
-        let mut bufs: Vec<(TensorId, PointerValue<'ctx>)> = self.bufs.iter().map(|(&t, &p)| (t, p)).collect();
-        bufs.sort_by_key(|x| x.0);
-        let mut bound: Vec<(IndexId, IntValue<'ctx>)> = self.bound.iter().map(|(&i, &v)| (i, v)).collect();
-        bound.sort_by_key(|x| x.0);
-        // Runtime sizes travel like bound indices (the chunk is another function).
-        let mut sizes: Vec<(RangeId, IntValue<'ctx>)> = self.size_vals.iter().map(|(&r, &v)| (r, v)).collect();
-        sizes.sort_by_key(|x| x.0);
-        let n = (bufs.len() + bound.len() + sizes.len()).max(1) as u32;
-        // The context array lives in the caller's entry block (not in a loop).
         let caller = self.current_fn();
-        let entry = caller.get_first_basic_block().expect("entry");
-        let eb = self.ctx.create_builder();
-        match entry.get_first_instruction() {
-            Some(i) => eb.position_before(&i),
-            None => eb.position_at_end(entry),
-        }
-        let arr = eb.build_alloca(i64t.array_type(n), "ctx")?;
+        let (Captures { bufs, bound, sizes }, arr) = self.capture(&[], "ctx")?;
         let slot = |g: &Self, k: u64| -> Result<PointerValue<'ctx>, CodegenError> {
             Ok(unsafe { g.b.build_in_bounds_gep(arr, &[g.i64c(0), g.i64c(k)], "slot")? })
         };
-        let mut k = 0u64;
-        for (_, p) in &bufs {
-            let v = self.b.build_ptr_to_int(*p, i64t, "pv")?;
-            self.b.build_store(slot(self, k)?, v)?;
-            k += 1;
-        }
-        for v in bound.iter().map(|x| &x.1).chain(sizes.iter().map(|x| &x.1)) {
-            self.b.build_store(slot(self, k)?, *v)?;
-            k += 1;
-        }
         let name = self.name(&format!("{}.par", caller.get_name().to_string_lossy()));
         let f64t = self.ctx.f64_type();
         let fty = match sum {

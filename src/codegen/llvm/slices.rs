@@ -8,6 +8,7 @@
 //! or less work than a parallel loop needs), or when the private copies cannot be
 //! allocated, the loops run in place, in order.
 
+use super::loops::Captures;
 use super::*;
 use crate::lir::slice::Group;
 
@@ -183,40 +184,10 @@ impl<'ctx> Gen<'_, 'ctx> {
     ) -> Result<(), CodegenError> {
         let i64t = self.ctx.i64_type();
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
-        let mut bufs: Vec<(TensorId, PointerValue<'ctx>)> = self.bufs.iter().map(|(&t, &p)| (t, p)).collect();
-        bufs.sort_by_key(|x| x.0);
-        let mut bound: Vec<(IndexId, IntValue<'ctx>)> = self.bound.iter().map(|(&i, &v)| (i, v)).collect();
-        bound.sort_by_key(|x| x.0);
-        let mut sizes: Vec<(RangeId, IntValue<'ctx>)> = self.size_vals.iter().map(|(&r, &v)| (r, v)).collect();
-        sizes.sort_by_key(|x| x.0);
-        // Captures: buffers, bound indices, sizes, then base, chunks, slices.
-        let count = (bufs.len() + bound.len() + sizes.len() + 3) as u32;
+        // Captures, then base, chunks, slices.
         let caller = self.current_fn();
-        let entry = caller.get_first_basic_block().expect("entry");
-        let eb = self.ctx.create_builder();
-        match entry.get_first_instruction() {
-            Some(i) => eb.position_before(&i),
-            None => eb.position_at_end(entry),
-        }
-        let arr = eb.build_alloca(i64t.array_type(count), "slctx")?;
-        let mut k = 0u64;
-        let mut put = |g: &Self, v: IntValue<'ctx>| -> Result<(), CodegenError> {
-            let slot = unsafe { g.b.build_in_bounds_gep(arr, &[g.i64c(0), g.i64c(k)], "slot")? };
-            g.b.build_store(slot, v)?;
-            k += 1;
-            Ok(())
-        };
-        for (_, p) in &bufs {
-            let v = self.b.build_ptr_to_int(*p, i64t, "pv")?;
-            put(self, v)?;
-        }
-        for v in bound.iter().map(|x| x.1).chain(sizes.iter().map(|x| x.1)) {
-            put(self, v)?;
-        }
         let bv = self.b.build_ptr_to_int(base, i64t, "basev")?;
-        put(self, bv)?;
-        put(self, chunks)?;
-        put(self, n)?;
+        let (Captures { bufs, bound, sizes }, arr) = self.capture(&[bv, chunks, n], "slctx")?;
         let name = self.name(&format!("{}.slices", caller.get_name().to_string_lossy()));
         let fty = self.ctx.void_type().fn_type(&[i8p.into(), i64t.into(), i64t.into()], false);
         let f = self.module.add_function(&name, fty, Some(Linkage::Internal));
