@@ -279,6 +279,20 @@ fn tensor_ref(t: &TensorRef) -> String {
     }
 }
 
+/// A subscript as written, without spaces: `y+r`, `2*x+r`, `(t-1)*2`.
+fn sub_expr(e: &SubExpr) -> String {
+    match e {
+        SubExpr::Name(n) => n.name.clone(),
+        SubExpr::Int(i) => i.text.clone(),
+        SubExpr::Add { lhs, rhs, minus, .. } => {
+            format!("{}{}{}", sub_expr(lhs), if *minus { "-" } else { "+" }, sub_expr(rhs))
+        }
+        SubExpr::Neg { arg, .. } => format!("-{}", sub_expr(arg)),
+        SubExpr::Mul { lhs, rhs, .. } => format!("{}*{}", sub_expr(lhs), sub_expr(rhs)),
+        SubExpr::Paren { arg, .. } => format!("({})", sub_expr(arg)),
+    }
+}
+
 fn stmt(s: &Stmt) -> String {
     let op = match s.op {
         AssignOp::Assign => "=",
@@ -313,6 +327,10 @@ fn factor(f: &Factor, s: &mut String) {
     match f {
         Factor::Number(n) => s.push_str(&n.text),
         Factor::Tensor(t) => s.push_str(&tensor_ref(t)),
+        Factor::Affine(a) => {
+            let subs: Vec<String> = a.subs.iter().map(sub_expr).collect();
+            s.push_str(&format!("{}[{}]", a.name.name, subs.join(",")));
+        }
         Factor::Call { func, arg, .. } => {
             s.push_str(&func.name);
             s.push('(');

@@ -337,12 +337,31 @@ impl Index {
         }
     }
 
+    /// The index names in a subscript `y+r` (hover and go-to-definition on them).
+    fn sub_expr(&mut self, e: &ast::SubExpr, model: Option<usize>) {
+        match e {
+            ast::SubExpr::Name(n) => self.refer(Ns::Space, n, model),
+            ast::SubExpr::Int(_) => {}
+            ast::SubExpr::Add { lhs, rhs, .. } | ast::SubExpr::Mul { lhs, rhs, .. } => {
+                self.sub_expr(lhs, model);
+                self.sub_expr(rhs, model);
+            }
+            ast::SubExpr::Neg { arg, .. } | ast::SubExpr::Paren { arg, .. } => self.sub_expr(arg, model),
+        }
+    }
+
     fn expr(&mut self, e: &ast::Expr, model: Option<usize>) {
         for t in &e.terms {
             for (_, f) in &t.factors {
                 match f {
                     ast::Factor::Number(_) => {}
                     ast::Factor::Tensor(r) => self.tensor_ref(r, model),
+                    ast::Factor::Affine(a) => {
+                        self.refer(Ns::Tensor, &a.name, model);
+                        for s in &a.subs {
+                            self.sub_expr(s, model);
+                        }
+                    }
                     ast::Factor::Call { func, arg, .. } => {
                         self.other(OccKind::Func, func);
                         self.expr(arg, model);

@@ -273,6 +273,58 @@ pub enum Factor {
         args: Vec<Arg>,
         span: Span,
     },
+    /// A tensor with at least one subscript that is not a plain index name:
+    /// `I[n,c,y+r,x+s]`, `X[2*t+1]`. Whether it is affine is checked in `sema`.
+    Affine(AffineRef),
+}
+
+/// `I[n,c,y+r,x+s]`: a tensor read at integer expressions of indices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AffineRef {
+    pub name: Ident,
+    pub subs: Vec<SubExpr>,
+    pub span: Span,
+}
+
+/// One subscript as written: integer arithmetic on index names and literals.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SubExpr {
+    Name(Ident),
+    Int(IntLit),
+    /// `a + b` (`minus`: `a - b`).
+    Add {
+        lhs: Box<SubExpr>,
+        rhs: Box<SubExpr>,
+        minus: bool,
+        span: Span,
+    },
+    /// `-a`.
+    Neg {
+        arg: Box<SubExpr>,
+        span: Span,
+    },
+    Mul {
+        lhs: Box<SubExpr>,
+        rhs: Box<SubExpr>,
+        span: Span,
+    },
+    Paren {
+        arg: Box<SubExpr>,
+        span: Span,
+    },
+}
+
+impl SubExpr {
+    pub fn span(&self) -> Span {
+        match self {
+            SubExpr::Name(n) => n.span.clone(),
+            SubExpr::Int(i) => i.span.clone(),
+            SubExpr::Add { span, .. }
+            | SubExpr::Neg { span, .. }
+            | SubExpr::Mul { span, .. }
+            | SubExpr::Paren { span, .. } => span.clone(),
+        }
+    }
 }
 
 /// One argument of [`Factor::Apply`]: an expression, or a comparison of two.
@@ -323,6 +375,7 @@ impl Factor {
         match self {
             Factor::Number(n) => n.span.clone(),
             Factor::Tensor(t) => t.span.clone(),
+            Factor::Affine(a) => a.span.clone(),
             Factor::Call { span, .. } | Factor::Paren { span, .. } | Factor::Apply { span, .. } => span.clone(),
         }
     }

@@ -14,13 +14,18 @@
 //!   right-hand side into a temporary, then assigns or adds that (the interpreter
 //!   evaluates the right-hand side completely before writing).
 //!
+//! * a tensor read at affine subscripts (`I[n,c,y+r,x+s]`) is gathered into a
+//!   temporary over its free indices, `_mN[n,c,y,r,x,s] = I[n,c,y+r,x+s]` (im2col),
+//!   so every later pass sees plain tensors and a convolution is an ordinary
+//!   contraction (a GEMM);
+//!
 //! Temporaries take the element type of the statement that needs them.
 //! [`crate::pipeline::prepare`] runs this, then the optimizer ([`crate::tir::optimize`]),
 //! then this again (the optimizer may leave calls in terms it did not reorder).
 
 use crate::sema::hir::{
-    expr_indices, CmpOp, ElemType, Expr, Extremum, Factor, Hir, IndexId, ModelId, Role, Stmt, Tensor, TensorId,
-    TensorRef, Term, UnitKind,
+    expr_indices, AffineRef, CmpOp, ElemType, Expr, Extremum, Factor, Hir, IndexId, ModelId, Role, Stmt, Tensor,
+    TensorId, TensorRef, Term, UnitKind,
 };
 
 /// Whether `arg` (the argument of a call over `free`) is one tensor element:
@@ -49,8 +54,19 @@ pub fn simple_call_arg<'e>(arg: &'e Expr, free: &[IndexId]) -> Option<&'e Tensor
 /// indices among `free` ([`materialize`] leaves every `max`, `min` and `where`
 /// so).
 pub enum Special<'s> {
-    Reduce { op: Extremum, arg: &'s TensorRef },
-    Select { cmp: CmpOp, args: Vec<&'s TensorRef> },
+    Reduce {
+        op: Extremum,
+        arg: &'s TensorRef,
+    },
+    Select {
+        cmp: CmpOp,
+        args: Vec<&'s TensorRef>,
+    },
+    /// `T[free] = I[n,c,y+r,x+s]`: a gather at affine subscripts, over exactly the
+    /// target's indices in order.
+    Gather {
+        arg: &'s AffineRef,
+    },
 }
 
 /// `st` as a [`Special`] statement, if it is one.
@@ -68,6 +84,7 @@ pub fn special_stmt(st: &Stmt) -> Option<Special<'_>> {
             let args: Vec<&TensorRef> = args.iter().filter_map(|a| simple_select_arg(a)).collect();
             (args.len() == 4).then_some(Special::Select { cmp: *cmp, args })
         }
+        Factor::Affine(arg) => distinct(&arg.free).then_some(Special::Gather { arg }),
         _ => None,
     }
 }
@@ -237,7 +254,12 @@ impl Mat {
         let (mut a, mut b) = (f.indices().to_vec(), s.lhs.indices.clone());
         a.sort_unstable();
         b.sort_unstable();
-        let special = matches!(f, Factor::Reduce { .. } | Factor::Select { .. });
+        let special = match f {
+            Factor::Reduce { .. } | Factor::Select { .. } => true,
+            // A gather keeps its subscripts' index order: only over the target as is.
+            Factor::Affine(r) => r.free == s.lhs.indices,
+            _ => false,
+        };
         (special && !self_read && t.coef == 1.0 && a == b && distinct(&a)).then_some(f)
     }
 
@@ -307,7 +329,9 @@ impl Mat {
                         Factor::Call { func: *func, arg: Box::new(arg), free: free.clone(), span: span.clone() }
                     }
                     // Into a statement of its own (see [`special_stmt`]).
-                    Factor::Reduce { free, span, .. } | Factor::Select { free, span, .. } => {
+                    Factor::Reduce { free, span, .. }
+                    | Factor::Select { free, span, .. }
+                    | Factor::Affine(AffineRef { free, span, .. }) => {
                         if let Some((_, r)) = self.memo.iter().find(|(k, _)| k == f) {
                             factors.push(Factor::Tensor(r.clone()));
                             continue;

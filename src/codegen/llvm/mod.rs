@@ -601,6 +601,9 @@ fn node_tensors(hir: &Hir, unit: UnitId, nodes: &[Node], out: &mut std::collecti
                 crate::sema::hir::Factor::Tensor(r) => {
                     out.insert(r.tensor);
                 }
+                crate::sema::hir::Factor::Affine(a) => {
+                    out.insert(a.tensor);
+                }
                 crate::sema::hir::Factor::Call { arg, .. }
                 | crate::sema::hir::Factor::Sum { arg, .. }
                 | crate::sema::hir::Factor::Reduce { arg, .. } => expr(arg, out),
@@ -1239,6 +1242,49 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         Ok(self.b.build_or(over, big, "toolarge")?)
     }
 
+    /// For every affine subscript over a run-time range (`I[y+r]`, `range Y;`): the
+    /// condition that its largest value reaches past its dimension with the sizes
+    /// given, and the message (in i128: no overflow for any sizes).
+    fn affine_size_checks(&self, unit: UnitId, sym: &str) -> Result<Vec<(IntValue<'ctx>, String)>, CodegenError> {
+        let hir = self.hir;
+        let mut refs = Vec::new();
+        for s in &hir.units[unit].stmts {
+            crate::sema::hir::visit_affine(&s.rhs, &mut |a| refs.push(a.clone()));
+        }
+        let i128t = self.ctx.i128_type();
+        let size = |g: &Self, r: RangeId| -> Result<IntValue<'ctx>, CodegenError> {
+            let v = g.poly_value(&Poly::range(hir, &g.runtime, r))?;
+            Ok(g.b.build_int_z_extend(v, i128t, "s")?)
+        };
+        let mut out = Vec::new();
+        for a in &refs {
+            for (k, sub) in a.subs.iter().enumerate() {
+                let dim = hir.tensors[a.tensor].dims[k];
+                let ranges: Vec<RangeId> = sub.terms.iter().map(|&(_, i)| hir.indices[i].range).collect();
+                if !self.runtime.contains(&dim) && !ranges.iter().any(|r| self.runtime.contains(r)) {
+                    continue;
+                }
+                let mut hi = i128t.const_int(sub.constant as u64, true);
+                for (&(coef, _), &r) in sub.terms.iter().zip(&ranges) {
+                    let last = self.b.build_int_sub(size(self, r)?, i128t.const_int(1, false), "l")?;
+                    let t = self.b.build_int_mul(last, i128t.const_int(coef as u64, true), "l")?;
+                    hi = self.b.build_int_add(hi, t, "hi")?;
+                }
+                let extent = size(self, dim)?;
+                let cond = self.b.build_int_compare(IntPredicate::SGE, hi, extent, "oob")?;
+                let msg = format!(
+                    "{sym}: with these sizes subscript `{}` of `{}` reaches past dimension {} (range `{}`)",
+                    sub.display(hir),
+                    hir.tensors[a.tensor].name,
+                    k + 1,
+                    hir.ranges[dim].name
+                );
+                out.push((cond, msg));
+            }
+        }
+        Ok(out)
+    }
+
     fn c_abi(&mut self, codes: &[UnitCode], lib: &str) -> Result<(), CodegenError> {
         use super::cabi::{last_error_symbol, symbol, version_string, version_symbol};
         let hir = self.hir;
@@ -1309,6 +1355,9 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                     let over = self.elements_overflow(t)?;
                     let msg = format!("{sym}: the sizes make `{}` larger than the address space", hir.tensors[t].name);
                     fail(self, over, &msg, 5)?;
+                }
+                for (cond, msg) in self.affine_size_checks(code.unit, &sym)? {
+                    fail(self, cond, &msg, 5)?;
                 }
             }
             let mut ptrs = Vec::new();
