@@ -135,19 +135,32 @@ impl Ctx {
                     Diagnostic::error(
                         "E0313",
                         format!("`{name}` has a negative coefficient ({a}) in this subscript"),
-                        e.span(),
-                        "a reversed index",
+                        s.clone(),
+                        format!("coefficient {a}"),
                     )
                     .with_hint(format!(
                         "every index must have a positive coefficient (`y+r`, `2*x+r`, `x-1`); to read backwards, index with a reversed copy of the data or a flipped index (`{name}` runs forward over its range)"
                     ))
                 };
-                self.error(d.with_label(s.clone(), format!("`{name}` written here")));
+                let d = if *a == 0 {
+                    d.with_label(s.clone(), format!("`{name}` written here"))
+                } else {
+                    d.with_label(e.span(), "in this subscript")
+                };
+                self.error(d);
                 return (None, occs);
             }
+            // An index over a part of the dimension's range (`range H = B + X;`,
+            // `x : X`) counts from where its part starts, as in a slice: `I[x-1]`
+            // with `|B| = 1` reads `I[x]` of the whole.
+            let offset: i64 = lin
+                .terms
+                .iter()
+                .map(|(a, i, _)| a * self.hir.offset_in(self.hir.indices[*i].range, want).unwrap_or(0) as i64)
+                .sum();
             let sub = hir::Subscript {
                 terms: lin.terms.iter().map(|(a, i, _)| (*a, *i)).collect(),
-                constant: lin.constant,
+                constant: lin.constant + offset,
                 span: e.span(),
             };
             let runtime = self.hir.ranges[want].is_runtime()
@@ -184,7 +197,7 @@ impl Ctx {
         let (message, hint) = if lo < 0 {
             (
                 format!("subscript `{}` reaches {lo}, below the first element of dimension {} of `{}`", sub.display(&self.hir), k + 1, tensor.name),
-                "shift the subscript by a constant (`x+1` reads the element after `x`), or let the index start later by indexing a smaller range"
+                "subscripts must stay ≥ 0: shift the other way (read `x` and write at `x+1`), or declare the dimension over a union whose first part pads it (`range B = 1; range H = B + X;`: an index `x : X` then counts from 1 and `x-1` from 0)"
                     .to_string(),
             )
         } else {
@@ -250,13 +263,15 @@ impl Ctx {
     /// E0313 for a subscript that is not affine.
     fn not_affine(&mut self, e: &ast::SubExpr, why: NotAffine) {
         let d = match why {
-            NotAffine::Product(span) => Diagnostic::error(
-                "E0313",
-                "a subscript must be affine: a product of two indices is not",
-                span,
-                "a product of indices",
-            )
-            .with_label(e.span(), "in this subscript")
+            NotAffine::Product(span) => {
+                let d = Diagnostic::error(
+                    "E0313",
+                    "a subscript must be affine: a product of two indices is not",
+                    span.clone(),
+                    "a product of indices",
+                );
+                if span == e.span() { d } else { d.with_label(e.span(), "in this subscript") }
+            }
             .with_hint("subscripts are sums of indices times integer constants plus a constant, as in `y+r`, `2*x+r`, `x-1`; compute a product of indices into a tensor first"),
             NotAffine::TooLarge(span) => Diagnostic::error(
                 "E0313",

@@ -481,6 +481,25 @@ pub fn jit_run_sized(
         return Err(err(format!("size of range `{}` must be at least 1", hir.ranges[*r].name)));
     }
     require_bound(hir, &sizes.keys().copied().collect::<Vec<_>>())?;
+    // Affine subscripts over these ranges must stay within their dimensions at
+    // these sizes (the C ABI checks the same at its entry).
+    if hir.has_affine() {
+        let mut at = hir.clone();
+        for (&r, &n) in sizes {
+            at.ranges[r].size = n;
+            at.ranges[r].size_kind = crate::sema::hir::SizeKind::Fixed;
+        }
+        if let Some((a, k, _, hi)) = at.affine_out_of_bounds() {
+            let t = &hir.tensors[a.tensor];
+            return Err(err(format!(
+                "with these sizes subscript `{}` of `{}` reaches {hi}, past dimension {} of {} values",
+                a.subs[k].display(hir),
+                t.name,
+                k + 1,
+                at.ranges[t.dims[k]].size
+            )));
+        }
+    }
     let shape = |t: TensorId| -> Vec<usize> {
         hir.tensors[t].dims.iter().map(|r| sizes.get(r).copied().unwrap_or(hir.ranges[*r].size)).collect()
     };
