@@ -194,7 +194,16 @@ impl Ctx {
                 format!("`{}` : {} in 0..{}", idx.name, self.hir.ranges[idx.range].name, self.hir.index_size(i))
             })
             .collect();
-        let (message, hint) = if lo < 0 {
+        let first = sub.terms.first().map(|&(_, i)| self.hir.indices[i].clone());
+        let (message, hint) = if let (true, Some(idx)) = (lo < 0, &first) {
+            let (x, xr) = (&idx.name, &self.hir.ranges[idx.range].name);
+            (
+                format!("subscript `{}` reaches {lo}, below the first element of dimension {} of `{}`", sub.display(&self.hir), k + 1, tensor.name),
+                format!(
+                    "subscripts must stay ≥ 0: shift the other way (`{x}+1`, the result one element later), or declare the dimension over a union whose first part pads it (`range B = 1; range {dim_range} = B + {xr};`: `{x}` then counts from 1 there and `{x}-1` from 0)"
+                ),
+            )
+        } else if lo < 0 {
             (
                 format!("subscript `{}` reaches {lo}, below the first element of dimension {} of `{}`", sub.display(&self.hir), k + 1, tensor.name),
                 "subscripts must stay ≥ 0: shift the other way (read `x` and write at `x+1`), or declare the dimension over a union whose first part pads it (`range B = 1; range H = B + X;`: an index `x : X` then counts from 1 and `x-1` from 0)"

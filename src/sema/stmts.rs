@@ -297,14 +297,7 @@ impl Ctx {
             o.span.clone(),
             format!("`{}` : {have}", idx.name),
         )
-        .with_hint(if self.hir.ranges[idx.range].size <= self.hir.ranges[ten.dims[k]].size {
-            format!(
-                "use an index over `{want}` here, such as `{example}`; to read the first elements (a window), write the affine subscript `{}+0`",
-                idx.name
-            )
-        } else {
-            format!("use an index over `{want}` here, such as `{example}`")
-        });
+        .with_hint(format!("use an index over `{want}` here, such as `{example}`"));
         if let Some(s) = info.dim_spans.get(k) {
             d = d.with_label(s.clone(), format!("this dimension ranges over `{want}`"));
         }
