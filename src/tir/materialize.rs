@@ -62,8 +62,8 @@ pub enum Special<'s> {
         cmp: CmpOp,
         args: Vec<&'s TensorRef>,
     },
-    /// `T[free] = I[n,c,y+r,x+s]`: a gather at affine subscripts, over exactly the
-    /// target's indices in order.
+    /// `T[…] = I[n,c,y+r,x+s]`: a gather at affine subscripts, over the target's
+    /// indices (distinct, in any order).
     Gather {
         arg: &'s AffineRef,
     },
@@ -73,6 +73,13 @@ pub enum Special<'s> {
 pub fn special_stmt(st: &Stmt) -> Option<Special<'_>> {
     let [t] = &st.rhs.terms[..] else { return None };
     let [f] = &t.factors[..] else { return None };
+    if let Factor::Affine(arg) = f {
+        // A gather may store its indices in any order (see `Mat::gather_order`).
+        let (mut a, mut b) = (arg.free.clone(), st.lhs.indices.clone());
+        a.sort_unstable();
+        b.sort_unstable();
+        return (t.coef == 1.0 && a == b && distinct(&a)).then_some(Special::Gather { arg });
+    }
     if t.coef != 1.0 || f.indices() != st.lhs.indices.as_slice() {
         return None;
     }
@@ -84,7 +91,6 @@ pub fn special_stmt(st: &Stmt) -> Option<Special<'_>> {
             let args: Vec<&TensorRef> = args.iter().filter_map(|a| simple_select_arg(a)).collect();
             (args.len() == 4).then_some(Special::Select { cmp: *cmp, args })
         }
-        Factor::Affine(arg) => distinct(&arg.free).then_some(Special::Gather { arg }),
         _ => None,
     }
 }
@@ -256,8 +262,7 @@ impl Mat {
         b.sort_unstable();
         let special = match f {
             Factor::Reduce { .. } | Factor::Select { .. } => true,
-            // A gather keeps its subscripts' index order: only over the target as is.
-            Factor::Affine(r) => r.free == s.lhs.indices,
+            Factor::Affine(_) => true,
             _ => false,
         };
         (special && !self_read && t.coef == 1.0 && a == b && distinct(&a)).then_some(f)
@@ -328,10 +333,25 @@ impl Mat {
                         };
                         Factor::Call { func: *func, arg: Box::new(arg), free: free.clone(), span: span.clone() }
                     }
+                    // Gathered into a temporary laid out for the contraction.
+                    Factor::Affine(a) => {
+                        if let Some((_, r)) = self.memo.iter().find(|(k, _)| k == f) {
+                            factors.push(Factor::Tensor(r.clone()));
+                            continue;
+                        }
+                        let order = gather_order(a, &t.factors);
+                        let tmp = self.temp(&order, elem, model);
+                        let r = TensorRef { tensor: tmp, indices: order, span: a.span.clone() };
+                        let rhs = Expr {
+                            terms: vec![Term { coef: 1.0, factors: vec![f.clone()], span: a.span.clone() }],
+                            span: a.span.clone(),
+                        };
+                        out.push(Stmt { lhs: r.clone(), accumulate: false, rhs, span: a.span.clone() });
+                        self.memo.push((f.clone(), r.clone()));
+                        Factor::Tensor(r)
+                    }
                     // Into a statement of its own (see [`special_stmt`]).
-                    Factor::Reduce { free, span, .. }
-                    | Factor::Select { free, span, .. }
-                    | Factor::Affine(AffineRef { free, span, .. }) => {
+                    Factor::Reduce { free, span, .. } | Factor::Select { free, span, .. } => {
                         if let Some((_, r)) = self.memo.iter().find(|(k, _)| k == f) {
                             factors.push(Factor::Tensor(r.clone()));
                             continue;
@@ -354,6 +374,28 @@ impl Mat {
         }
         Expr { terms, span: e.span.clone() }
     }
+}
+
+/// The index order of the temporary an affine read `a` is gathered into: first
+/// the indices no other factor of the term has (the GEMM's rows: `n,y,x` of a
+/// convolution), then the shared ones in the order the other factors have them
+/// (`c,r,s` as in `F[k,c,r,s]`), so that the summed indices are contiguous and
+/// ordered alike in both operands — the GEMM reads plain row-major matrices.
+fn gather_order(a: &AffineRef, factors: &[Factor]) -> Vec<IndexId> {
+    let mut others: Vec<IndexId> = Vec::new();
+    for f in factors {
+        if matches!(f, Factor::Affine(b) if b == a) {
+            continue;
+        }
+        for &i in f.indices() {
+            if a.free.contains(&i) && !others.contains(&i) {
+                others.push(i);
+            }
+        }
+    }
+    let mut order: Vec<IndexId> = a.free.iter().copied().filter(|i| !others.contains(i)).collect();
+    order.extend(others);
+    order
 }
 
 #[cfg(test)]

@@ -1163,7 +1163,13 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 }
                 Node::Compute { stmt } => {
                     let st = self.hir.units[unit].stmts[*stmt].clone();
-                    if !fusible(self.hir, &st) && !st.accumulate {
+                    // A gather stores every element of its whole target itself.
+                    let gather = matches!(
+                        crate::tir::materialize::special_stmt(&st),
+                        Some(crate::tir::materialize::Special::Gather { .. })
+                    ) && !self.hir.is_slice(&st.lhs)
+                        && self.strides[&st.lhs.tensor].iter().all(|s| !s.is_zero());
+                    if !fusible(self.hir, &st) && !st.accumulate && !gather {
                         if self.hir.is_slice(&st.lhs) {
                             self.zero_region(st.lhs.tensor, &st.lhs.indices)?;
                         } else {
