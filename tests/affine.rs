@@ -34,7 +34,9 @@ impl Lcg {
 
 /// A strided convolution `O[n,k,y,x] = Σ I[n,c,st·y+r,st·x+s] F[k,c,r,s]` with the
 /// input exactly as large as the windows need.
-fn conv_src(n: usize, c: usize, k: usize, y: usize, x: usize, r: usize, s: usize, st: usize, elem: &str) -> String {
+/// `dims` is `[N, C, K, Y, X, R, S]`.
+fn conv_src(dims: [usize; 7], st: usize, elem: &str) -> String {
+    let [n, c, k, y, x, r, s] = dims;
     let (h, w) = (st * (y - 1) + r, st * (x - 1) + s);
     let sub = |i: &str, j: &str| if st == 1 { format!("{i}+{j}") } else { format!("{st}*{i}+{j}") };
     format!(
@@ -50,7 +52,6 @@ O[n,k,y,x] = I[n,c,{},{}] * F[k,c,r,s];
 }
 
 /// The convolution by loops.
-#[allow(clippy::too_many_arguments)]
 fn conv_loops(i: &Dense, f: &Dense, y: usize, x: usize, st: usize) -> Vec<f64> {
     let [n, c, h, w] = i.shape[..] else { panic!() };
     let [k, _, r, s] = f.shape[..] else { panic!() };
@@ -79,7 +80,7 @@ fn conv2d_strides_1_and_2_equal_loops_in_the_interpreter_and_the_jit_at_random_s
         let st = 1 + case % 2;
         let (n, c, k) = (rng.below(1, 3), rng.below(1, 4), rng.below(1, 5));
         let (y, x, r, s) = (rng.below(1, 6), rng.below(1, 6), rng.below(1, 4), rng.below(1, 4));
-        let hir = common::compiled(&conv_src(n, c, k, y, x, r, s, st, "f64"), "conv");
+        let hir = common::compiled(&conv_src([n, c, k, y, x, r, s], st, "f64"), "conv");
         let u = hir.units.ids().next().unwrap();
         let inputs = random_inputs(&hir, u, case as u64 + 1).unwrap();
         let want = conv_loops(&inputs[&tensor(&hir, "I")], &inputs[&tensor(&hir, "F")], y, x, st);
@@ -99,7 +100,7 @@ fn conv2d_strides_1_and_2_equal_loops_in_the_interpreter_and_the_jit_at_random_s
 /// In f32 the gather and the contraction run in f32: within f32 rounding.
 #[test]
 fn conv2d_in_f32() {
-    let hir = common::compiled(&conv_src(2, 3, 4, 5, 4, 3, 2, 2, "f32"), "conv");
+    let hir = common::compiled(&conv_src([2, 3, 4, 5, 4, 3, 2], 2, "f32"), "conv");
     let u = hir.units.ids().next().unwrap();
     let inputs = random_inputs(&hir, u, 5).unwrap();
     let want = conv_loops(&inputs[&tensor(&hir, "I")], &inputs[&tensor(&hir, "F")], 5, 4, 2);
@@ -158,7 +159,7 @@ fn sliding_windows_equal_loops_in_every_fusion_mode_and_the_gpu_plan() {
 #[test]
 fn conv2d_in_the_gpu_plan_emulated() {
     use tcc::codegen::nvptx::{emulate, plan, GemmKind, GpuOptions};
-    let hir = common::compiled(&conv_src(2, 3, 4, 4, 5, 3, 2, 2, "f64"), "conv");
+    let hir = common::compiled(&conv_src([2, 3, 4, 4, 5, 3, 2], 2, "f64"), "conv");
     let u = hir.units.ids().next().unwrap();
     let inputs = random_inputs(&hir, u, 6).unwrap();
     let want = conv_loops(&inputs[&tensor(&hir, "I")], &inputs[&tensor(&hir, "F")], 4, 5, 2);

@@ -260,11 +260,7 @@ impl Mat {
         let (mut a, mut b) = (f.indices().to_vec(), s.lhs.indices.clone());
         a.sort_unstable();
         b.sort_unstable();
-        let special = match f {
-            Factor::Reduce { .. } | Factor::Select { .. } => true,
-            Factor::Affine(_) => true,
-            _ => false,
-        };
+        let special = matches!(f, Factor::Reduce { .. } | Factor::Select { .. } | Factor::Affine(_));
         (special && !self_read && t.coef == 1.0 && a == b && distinct(&a)).then_some(f)
     }
 
