@@ -284,11 +284,19 @@ fn sub_expr(e: &SubExpr) -> String {
     match e {
         SubExpr::Name(n) => n.name.clone(),
         SubExpr::Int(i) => i.text.clone(),
-        SubExpr::Add { lhs, rhs, minus, .. } => {
-            format!("{}{}{}", sub_expr(lhs), if *minus { "-" } else { "+" }, sub_expr(rhs))
+        SubExpr::Sum { terms, .. } => {
+            let mut s = String::new();
+            for (k, (minus, t)) in terms.iter().enumerate() {
+                if *minus {
+                    s.push('-');
+                } else if k > 0 {
+                    s.push('+');
+                }
+                s.push_str(&sub_expr(t));
+            }
+            s
         }
-        SubExpr::Neg { arg, .. } => format!("-{}", sub_expr(arg)),
-        SubExpr::Mul { lhs, rhs, .. } => format!("{}*{}", sub_expr(lhs), sub_expr(rhs)),
+        SubExpr::Product { factors, .. } => factors.iter().map(sub_expr).collect::<Vec<_>>().join("*"),
         SubExpr::Paren { arg, .. } => format!("({})", sub_expr(arg)),
     }
 }

@@ -273,3 +273,17 @@ fn example_runs_checked_builds_for_the_gpu_and_unsupported_paths_refuse() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Sums and products in subscripts are flat, so a subscript of 100 000 terms is
+/// checked and formatted without deep recursion (a test thread's stack is 2 MiB).
+#[test]
+fn long_subscripts_neither_overflow_the_stack_nor_the_constants() {
+    let decl = "range X = 4; range H = 5; index x : X; index h : H; input tensor I[h]; output tensor O[x];\n";
+    let sum = format!("{decl}O[x] = I[x{}];\n", "+0".repeat(100_000));
+    assert!(errors(&sum).is_empty());
+    assert!(tcc::fmt::format_source(&sum).is_ok());
+    let product = format!("{decl}O[x] = I[{}x];\n", "2*".repeat(100_000));
+    assert_eq!(errors(&product).first().map(|e| e.0), Some("E0313"));
+    let nested = format!("{decl}O[x] = I[{}x{}];\n", "(".repeat(10_000), ")".repeat(10_000));
+    assert!(errors(&nested).iter().any(|e| e.0 == "E0004"), "{:?}", errors(&nested).first());
+}

@@ -342,11 +342,9 @@ impl Index {
         match e {
             ast::SubExpr::Name(n) => self.refer(Ns::Space, n, model),
             ast::SubExpr::Int(_) => {}
-            ast::SubExpr::Add { lhs, rhs, .. } | ast::SubExpr::Mul { lhs, rhs, .. } => {
-                self.sub_expr(lhs, model);
-                self.sub_expr(rhs, model);
-            }
-            ast::SubExpr::Neg { arg, .. } | ast::SubExpr::Paren { arg, .. } => self.sub_expr(arg, model),
+            ast::SubExpr::Sum { terms, .. } => terms.iter().for_each(|(_, t)| self.sub_expr(t, model)),
+            ast::SubExpr::Product { factors, .. } => factors.iter().for_each(|f| self.sub_expr(f, model)),
+            ast::SubExpr::Paren { arg, .. } => self.sub_expr(arg, model),
         }
     }
 

@@ -251,20 +251,27 @@ impl Ctx {
                 _ => Err(too_large()),
             },
             ast::SubExpr::Paren { arg, .. } => self.linear(arg),
-            ast::SubExpr::Neg { arg, .. } => self.linear(arg)?.scale(-1).ok_or_else(too_large),
-            ast::SubExpr::Add { lhs, rhs, minus, .. } => {
-                let (a, b) = (self.linear(lhs)?, self.linear(rhs)?);
-                let r = a.add(b, if *minus { -1 } else { 1 }).ok_or_else(too_large)?;
-                bounded(r).ok_or_else(too_large)
+            ast::SubExpr::Sum { terms, .. } => {
+                let mut acc = Lin::constant(0);
+                for (minus, t) in terms {
+                    let x = self.linear(t)?;
+                    let sum = acc.add(x, if *minus { -1 } else { 1 }).ok_or_else(too_large)?;
+                    acc = bounded(sum).ok_or_else(too_large)?;
+                }
+                Ok(acc)
             }
-            ast::SubExpr::Mul { lhs, rhs, .. } => {
-                let (a, b) = (self.linear(lhs)?, self.linear(rhs)?);
-                let r = match (a.terms.is_empty(), b.terms.is_empty()) {
-                    (true, _) => b.scale(a.constant),
-                    (_, true) => a.scale(b.constant),
-                    _ => return Err(NotAffine::Product(e.span())),
-                };
-                bounded(r.ok_or_else(too_large)?).ok_or_else(too_large)
+            ast::SubExpr::Product { factors, .. } => {
+                let mut acc = Lin::constant(1);
+                for f in factors {
+                    let b = self.linear(f)?;
+                    let r = match (acc.terms.is_empty(), b.terms.is_empty()) {
+                        (true, _) => b.scale(acc.constant),
+                        (_, true) => acc.scale(b.constant),
+                        _ => return Err(NotAffine::Product(e.span())),
+                    };
+                    acc = bounded(r.ok_or_else(too_large)?).ok_or_else(too_large)?;
+                }
+                Ok(acc)
             }
         }
     }

@@ -632,10 +632,8 @@ fn sub_names<'e>(e: &'e ast::SubExpr, out: &mut Vec<&'e ast::Ident>) {
     match e {
         ast::SubExpr::Name(n) => out.push(n),
         ast::SubExpr::Int(_) => {}
-        ast::SubExpr::Add { lhs, rhs, .. } | ast::SubExpr::Mul { lhs, rhs, .. } => {
-            sub_names(lhs, out);
-            sub_names(rhs, out);
-        }
-        ast::SubExpr::Neg { arg, .. } | ast::SubExpr::Paren { arg, .. } => sub_names(arg, out),
+        ast::SubExpr::Sum { terms, .. } => terms.iter().for_each(|(_, t)| sub_names(t, out)),
+        ast::SubExpr::Product { factors, .. } => factors.iter().for_each(|f| sub_names(f, out)),
+        ast::SubExpr::Paren { arg, .. } => sub_names(arg, out),
     }
 }

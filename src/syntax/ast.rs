@@ -287,25 +287,20 @@ pub struct AffineRef {
 }
 
 /// One subscript as written: integer arithmetic on index names and literals.
+/// Sums and products are flat lists, so only parentheses nest (bounded by the
+/// parser's `MAX_NESTING`): `x+0+0+…` does not make a deep tree.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SubExpr {
     Name(Ident),
     Int(IntLit),
-    /// `a + b` (`minus`: `a - b`).
-    Add {
-        lhs: Box<SubExpr>,
-        rhs: Box<SubExpr>,
-        minus: bool,
+    /// `a + b - c`, `-a`: the terms in order, each with whether it is subtracted.
+    Sum {
+        terms: Vec<(bool, SubExpr)>,
         span: Span,
     },
-    /// `-a`.
-    Neg {
-        arg: Box<SubExpr>,
-        span: Span,
-    },
-    Mul {
-        lhs: Box<SubExpr>,
-        rhs: Box<SubExpr>,
+    /// `2*x`: the factors in order.
+    Product {
+        factors: Vec<SubExpr>,
         span: Span,
     },
     Paren {
@@ -319,10 +314,7 @@ impl SubExpr {
         match self {
             SubExpr::Name(n) => n.span.clone(),
             SubExpr::Int(i) => i.span.clone(),
-            SubExpr::Add { span, .. }
-            | SubExpr::Neg { span, .. }
-            | SubExpr::Mul { span, .. }
-            | SubExpr::Paren { span, .. } => span.clone(),
+            SubExpr::Sum { span, .. } | SubExpr::Product { span, .. } | SubExpr::Paren { span, .. } => span.clone(),
         }
     }
 }
