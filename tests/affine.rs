@@ -287,3 +287,52 @@ fn long_subscripts_neither_overflow_the_stack_nor_the_constants() {
     let nested = format!("{decl}O[x] = I[{}x{}];\n", "(".repeat(10_000), ")".repeat(10_000));
     assert!(errors(&nested).iter().any(|e| e.0 == "E0004"), "{:?}", errors(&nested).first());
 }
+
+/// A library built with run-time sizes checks the affine bounds at its entry:
+/// `TCC_ERR_SIZE` (5) and a message naming the subscript, never a read past `I`.
+#[test]
+fn library_with_run_time_sizes_checks_the_bounds_at_its_entry() {
+    let dir = std::env::temp_dir().join(format!("tcc-affine-lib-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("win.tc");
+    std::fs::write(
+        &src,
+        "range X; range R = 3; range H; index x : X; index r : R; index h : H;\n\
+         input tensor I[h]; output tensor O[x];\nO[x] = I[x+r];\n",
+    )
+    .unwrap();
+    let so = dir.join("libwin.so");
+    let (ok, text) = tcc(&["build", src.to_str().unwrap(), "-o", so.to_str().unwrap()]);
+    assert!(ok, "{text}");
+    let driver = dir.join("main.c");
+    std::fs::write(
+        &driver,
+        r#"#include <stdio.h>
+#include "win.h"
+int main(void) {
+  double I[7] = {1, 2, 3, 4, 5, 6, 7}, O[5];
+  int ok = tcc_win_main(5, 7, I, 7, O, 5);
+  int bad = tcc_win_main(5, 6, I, 6, O, 5);
+  printf("%d %g %g %d %s\n", ok, O[0], O[4], bad, tcc_win_last_error());
+  return 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.join("main");
+    let out = Command::new("gcc")
+        .arg(&driver)
+        .arg("-I")
+        .arg(&dir)
+        .arg(&so)
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(&exe).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("0 6 18 5 ") && text.contains("x+r"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}
