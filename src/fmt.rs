@@ -279,6 +279,28 @@ fn tensor_ref(t: &TensorRef) -> String {
     }
 }
 
+/// A subscript as written, without spaces: `y+r`, `2*x+r`, `(t-1)*2`.
+fn sub_expr(e: &SubExpr) -> String {
+    match e {
+        SubExpr::Name(n) => n.name.clone(),
+        SubExpr::Int(i) => i.text.clone(),
+        SubExpr::Sum { terms, .. } => {
+            let mut s = String::new();
+            for (k, (minus, t)) in terms.iter().enumerate() {
+                if *minus {
+                    s.push('-');
+                } else if k > 0 {
+                    s.push('+');
+                }
+                s.push_str(&sub_expr(t));
+            }
+            s
+        }
+        SubExpr::Product { factors, .. } => factors.iter().map(sub_expr).collect::<Vec<_>>().join("*"),
+        SubExpr::Paren { arg, .. } => format!("({})", sub_expr(arg)),
+    }
+}
+
 fn stmt(s: &Stmt) -> String {
     let op = match s.op {
         AssignOp::Assign => "=",
@@ -313,6 +335,10 @@ fn factor(f: &Factor, s: &mut String) {
     match f {
         Factor::Number(n) => s.push_str(&n.text),
         Factor::Tensor(t) => s.push_str(&tensor_ref(t)),
+        Factor::Affine(a) => {
+            let subs: Vec<String> = a.subs.iter().map(sub_expr).collect();
+            s.push_str(&format!("{}[{}]", a.name.name, subs.join(",")));
+        }
         Factor::Call { func, arg, .. } => {
             s.push_str(&func.name);
             s.push('(');

@@ -17,8 +17,8 @@
 //! [`InterpError`] instead of exhausting memory or running for days.
 
 use crate::sema::hir::{
-    expr_indices, CmpOp, ElemType, Expr, Extremum, Factor, Hir, IndexId, PairGroup, Role, Stmt, SymGroup, SymKind,
-    Tensor, TensorId, Term, UnitId,
+    expr_indices, AffineRef, CmpOp, ElemType, Expr, Extremum, Factor, Hir, IndexId, PairGroup, Role, Stmt, SymGroup,
+    SymKind, Tensor, TensorId, Term, UnitId,
 };
 use crate::symmetry::{block_allowed, PermGroup};
 use crate::tensor::{
@@ -42,6 +42,10 @@ pub enum InterpError {
     MissingInput { name: String },
     #[error("input `{name}` has shape {found:?}, expected {expected:?}")]
     ShapeMismatch { name: String, expected: Vec<usize>, found: Vec<usize> },
+    /// Never for a checked program with bound sizes (`sema` and `bind_sizes`
+    /// prove the bounds); a guard instead of an out-of-bounds read.
+    #[error("subscript `{sub}` of `{tensor}` is {value}, outside 0..{extent}")]
+    SubscriptOutOfBounds { tensor: String, sub: String, value: i64, extent: usize },
 }
 
 impl From<TooLarge> for InterpError {
@@ -422,6 +426,40 @@ impl Evaluator<'_> {
         Ok(out)
     }
 
+    /// `I[n,c,y+r,x+s]` as a tensor over its free indices: every element read at
+    /// its subscripts' values.
+    fn eval_affine(&self, a: &AffineRef) -> Result<Dense, InterpError> {
+        let src = self.values.get(&a.tensor).expect("sema guarantees every tensor read has a value");
+        let st = strides(&src.shape);
+        let shape: Vec<usize> = a.free.iter().map(|&i| self.hir.index_size(i)).collect();
+        let mut out = Dense::zeros(&format!("an affine read of {}", self.stmt), shape.clone())?;
+        let mut k = 0;
+        let mut bad = None;
+        for_each_index(&shape, |idx| {
+            let value = |i: IndexId| idx[a.free.iter().position(|&f| f == i).unwrap_or(0)];
+            let mut off = 0usize;
+            for (p, sub) in a.subs.iter().enumerate() {
+                let v = sub.eval(value);
+                if v < 0 || v as usize >= src.shape[p] {
+                    bad.get_or_insert((p, v));
+                    return;
+                }
+                off += v as usize * st[p];
+            }
+            out.data[k] = src.data[off];
+            k += 1;
+        });
+        if let Some((p, value)) = bad {
+            return Err(InterpError::SubscriptOutOfBounds {
+                tensor: self.hir.tensors[a.tensor].name.clone(),
+                sub: a.subs[p].display(self.hir),
+                value,
+                extent: src.shape[p],
+            });
+        }
+        Ok(out)
+    }
+
     /// `out[result] += coef * Σ_{summed} Π factors`.
     fn add_term(&self, term: &Term, result: &[IndexId], out: &mut Dense) -> Result<(), InterpError> {
         // Sub-expressions first, into dense temporaries over their free indices.
@@ -429,6 +467,7 @@ impl Evaluator<'_> {
         for f in &term.factors {
             subs.push(match f {
                 Factor::Tensor(_) => None,
+                Factor::Affine(a) => Some(self.eval_affine(a)?),
                 Factor::Sum { arg, free, .. } => Some(self.eval_expr(arg, free)?),
                 Factor::Call { func, arg, free, .. } => {
                     let mut v = self.eval_expr(arg, free)?;

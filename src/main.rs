@@ -934,6 +934,9 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         if hir.has_slices() {
             return ctx.fail("E0764", SLICES_UNSUPPORTED, Some("build it without --mpi"));
         }
+        if hir.has_affine() {
+            return ctx.fail("E0765", AFFINE_UNSUPPORTED, Some("build it without --mpi"));
+        }
         if target == TargetKind::Cuda || target_cpu.is_some() {
             return ctx.fail(
                 "E0717",
@@ -1083,6 +1086,9 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
 /// E0764: what the distributed and tiled executors and planners do not handle yet.
 const SLICES_UNSUPPORTED: &str = "this program reads or writes slices of a union of ranges (`range P = O + V;`), which tiled and distributed runs and plans do not support yet";
 
+/// E0765: likewise for affine subscripts (`I[n,c,y+r,x+s]`).
+const AFFINE_UNSUPPORTED: &str = "this program reads tensors at affine subscripts (`I[y+r]`, `X[2*t+1]`), which tiled and distributed runs and plans do not support yet";
+
 fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
     let Command::Plan {
         file,
@@ -1113,6 +1119,9 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
     };
     if hir.has_slices() {
         return ctx.fail("E0764", SLICES_UNSUPPORTED, Some("`tcc run` and `tcc build` (CPU) compute it"));
+    }
+    if hir.has_affine() {
+        return ctx.fail("E0765", AFFINE_UNSUPPORTED, Some("`tcc run` and `tcc build` compute it"));
     }
     if tiled {
         let t = TiledPlanArgs { tile, threads_per_rank, tuning, exchange };
@@ -1359,6 +1368,9 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     };
     if (tiled || distributed) && hir.has_slices() {
         return ctx.fail("E0764", SLICES_UNSUPPORTED, Some("run it without --tiled, --ranks, --backend and --plan"));
+    }
+    if (tiled || distributed) && hir.has_affine() {
+        return ctx.fail("E0765", AFFINE_UNSUPPORTED, Some("run it without --tiled, --ranks, --backend and --plan"));
     }
     let opts = tcc::run::RunOptions { seed, inputs: parsed_inputs, output_dir, save_inputs, program };
     let stdout = std::io::stdout();

@@ -119,6 +119,13 @@ fn keeps_what_was_written() {
 }
 
 #[test]
+fn affine_subscripts_round_trip() {
+    let src = "O[n,k,y,x] = I[n,c,y+r,x+s] * F[k,c,r,s] + X[2*(t+1)+r,x-1,-0+3];\n";
+    assert_eq!(check(src).unwrap(), src);
+    assert_eq!(check("O[x] = I[ 2 * x + r - 1 ];").unwrap(), "O[x] = I[2*x+r-1];\n");
+}
+
+#[test]
 fn runtime_ranges_round_trip() {
     let src = "range O;\nrange V = 4; // fixed\nrange W; // given at run time\n";
     assert_eq!(check(src).unwrap(), src);

@@ -46,9 +46,10 @@ pub(crate) fn term_operands(term: &Term) -> Result<Vec<Operand>, String> {
                 Ok(Operand { tensor: r.tensor, indices: r.indices.clone(), func: Some(*func) })
             }
             Factor::Sum { .. } => Err("internal: a parenthesised sum was not prepared".to_string()),
-            Factor::Reduce { .. } | Factor::Select { .. } => {
-                Err("internal: a `max`, `min` or `where` was not prepared into a statement of its own".to_string())
-            }
+            Factor::Reduce { .. } | Factor::Select { .. } | Factor::Affine(_) => Err(
+                "internal: a `max`, `min`, `where` or affine subscript was not prepared into a statement of its own"
+                    .to_string(),
+            ),
         })
         .collect()
 }

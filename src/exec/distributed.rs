@@ -94,6 +94,12 @@ fn rename_expr(e: &mut Expr, from: IndexId, to: IndexId) {
         for f in &mut t.factors {
             match f {
                 Factor::Tensor(r) => r.indices.iter_mut().filter(|i| **i == from).for_each(|i| *i = to),
+                Factor::Affine(a) => {
+                    a.free.iter_mut().filter(|i| **i == from).for_each(|i| *i = to);
+                    for s in &mut a.subs {
+                        s.terms.iter_mut().filter(|t| t.1 == from).for_each(|t| t.1 = to);
+                    }
+                }
                 Factor::Call { arg, free, .. } | Factor::Sum { arg, free, .. } | Factor::Reduce { arg, free, .. } => {
                     free.iter_mut().filter(|i| **i == from).for_each(|i| *i = to);
                     rename_expr(arg, from, to);
@@ -115,7 +121,8 @@ fn refs_with(e: &Expr, x: IndexId, out: &mut Vec<TensorRef>) {
         for f in &t.factors {
             match f {
                 Factor::Tensor(r) if r.indices.contains(&x) => out.push(r.clone()),
-                Factor::Tensor(_) => {}
+                // Distributed runs refuse affine subscripts (E0765).
+                Factor::Tensor(_) | Factor::Affine(_) => {}
                 Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => {
                     refs_with(arg, x, out)
                 }
@@ -219,6 +226,7 @@ fn retarget(e: &mut Expr, x: IndexId, map: &HashMap<(TensorId, Vec<usize>), Tens
                         r.tensor = id;
                     }
                 }
+                Factor::Affine(_) => {}
                 Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => {
                     retarget(arg, x, map)
                 }

@@ -63,6 +63,8 @@ fn refs(e: &Expr, out: &mut Vec<(TensorId, Vec<IndexId>)>) {
         for f in &t.factors {
             match f {
                 Factor::Tensor(r) => out.push((r.tensor, r.indices.clone())),
+                // `sema` refuses affine subscripts inside models.
+                Factor::Affine(_) => {}
                 Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => refs(arg, out),
                 Factor::Select { args, .. } => args.iter().for_each(|a| refs(&a.as_expr(), out)),
             }

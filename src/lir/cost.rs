@@ -235,6 +235,7 @@ pub fn stmt_time(
         for f in &term.factors {
             match f {
                 Factor::Tensor(r) => memory += traffic(r.tensor, &r.indices),
+                Factor::Affine(a) => memory += traffic(a.tensor, &a.free),
                 // A call reads its argument's tensors over the call's free indices.
                 Factor::Select { args, .. } => {
                     for a in args {

@@ -135,6 +135,12 @@ fn collect_refs(e: &crate::sema::hir::Expr, out: &mut Vec<(TensorId, Vec<IndexId
         for f in &t.factors {
             match f {
                 Factor::Tensor(r) => out.push((r.tensor, r.indices.clone())),
+                // Never fused, and its tensor never cut: no loop index names a
+                // dimension of it (an empty index list fixes none).
+                Factor::Affine(a) => {
+                    *opaque = true;
+                    out.push((a.tensor, Vec::new()));
+                }
                 Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => {
                     *opaque = true;
                     collect_refs(arg, out, opaque);

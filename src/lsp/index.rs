@@ -337,12 +337,29 @@ impl Index {
         }
     }
 
+    /// The index names in a subscript `y+r` (hover and go-to-definition on them).
+    fn sub_expr(&mut self, e: &ast::SubExpr, model: Option<usize>) {
+        match e {
+            ast::SubExpr::Name(n) => self.refer(Ns::Space, n, model),
+            ast::SubExpr::Int(_) => {}
+            ast::SubExpr::Sum { terms, .. } => terms.iter().for_each(|(_, t)| self.sub_expr(t, model)),
+            ast::SubExpr::Product { factors, .. } => factors.iter().for_each(|f| self.sub_expr(f, model)),
+            ast::SubExpr::Paren { arg, .. } => self.sub_expr(arg, model),
+        }
+    }
+
     fn expr(&mut self, e: &ast::Expr, model: Option<usize>) {
         for t in &e.terms {
             for (_, f) in &t.factors {
                 match f {
                     ast::Factor::Number(_) => {}
                     ast::Factor::Tensor(r) => self.tensor_ref(r, model),
+                    ast::Factor::Affine(a) => {
+                        self.refer(Ns::Tensor, &a.name, model);
+                        for s in &a.subs {
+                            self.sub_expr(s, model);
+                        }
+                    }
                     ast::Factor::Call { func, arg, .. } => {
                         self.other(OccKind::Func, func);
                         self.expr(arg, model);

@@ -163,3 +163,22 @@ fn hover_on_a_runtime_range_says_its_size_is_given_at_run_time() {
     let i = hover(2, 6);
     assert!(i.contains("size given at run time"), "{i}");
 }
+
+#[test]
+fn hover_on_an_affine_subscript_names_its_index_and_tensor() {
+    let text = "range X = 4; range R = 2; range H = 5;\nindex x : X; index r : R; index h : H;\ninput tensor I[h];\noutput tensor O[x];\nO[x] = I[2*x+r-3];\n";
+    let a = Analysis::new(text.to_string(), "t");
+    let hover = |line: u32, character: u32| match a.hover(Position { line, character }).map(|h| h.contents) {
+        Some(lsp_types::HoverContents::Markup(m)) => m.value,
+        other => panic!("{other:?}"),
+    };
+    assert!(hover(4, 7).contains("tensor I"), "{}", hover(4, 7));
+    assert!(hover(4, 11).contains("index x"), "{}", hover(4, 11));
+    assert!(hover(4, 13).contains("index r"), "{}", hover(4, 13));
+    // The out-of-bounds subscript (2*3+1-3 = 4 < 5 holds; -3 at x = r = 0 does not)
+    // is a diagnostic, and every position of the line answers without panicking.
+    assert!(a.diagnostics.iter().any(|d| d.code == "E0314"));
+    for c in 0..20 {
+        let _ = a.hover(Position { line: 4, character: c });
+    }
+}

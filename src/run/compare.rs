@@ -171,7 +171,7 @@ pub fn check_outputs(
 fn expr_has_call(e: &crate::sema::hir::Expr) -> bool {
     use crate::sema::hir::Factor;
     e.terms.iter().flat_map(|t| &t.factors).any(|f| match f {
-        Factor::Tensor(_) => false,
+        Factor::Tensor(_) | Factor::Affine(_) => false,
         Factor::Call { .. } | Factor::Reduce { .. } | Factor::Select { .. } => true,
         Factor::Sum { arg, .. } => expr_has_call(arg),
     })

@@ -34,6 +34,10 @@ pub fn expr(hir: &Hir, e: &Expr) -> String {
         for f in &term.factors {
             parts.push(match f {
                 Factor::Tensor(r) => tensor_ref(hir, r),
+                Factor::Affine(a) => {
+                    let subs: Vec<String> = a.subs.iter().map(|s| s.display(hir)).collect();
+                    format!("{}[{}]", hir.tensors[a.tensor].name, subs.join(","))
+                }
                 Factor::Call { func, arg, .. } => format!("{}({})", func.name(), expr(hir, arg)),
                 Factor::Sum { arg, .. } => format!("({})", expr(hir, arg)),
                 Factor::Reduce { op, arg, .. } => format!("{}({})", op.name(), expr(hir, arg)),

@@ -21,6 +21,8 @@ pub(crate) struct Occ {
 /// A factor of a term before the `free` indices of sub-expressions are known.
 enum Part<'a> {
     Tensor(hir::TensorRef, Vec<Occ>),
+    /// `I[n,c,y+r,x+s]`.
+    Affine(hir::AffineRef, Vec<Occ>),
     /// A call (`Some(func)`, `None` for an unknown function name), or a parenthesis.
     Sub {
         func: Option<Option<hir::Func>>,
@@ -52,7 +54,7 @@ enum Special {
 impl Part<'_> {
     fn mentions(&self, i: IndexId) -> bool {
         match self {
-            Part::Tensor(_, o) | Part::Sub { all: o, .. } | Part::Special { all: o, .. } => {
+            Part::Tensor(_, o) | Part::Affine(_, o) | Part::Sub { all: o, .. } | Part::Special { all: o, .. } => {
                 o.iter().any(|o| o.idx == i)
             }
         }
@@ -112,6 +114,11 @@ impl Ctx {
                     let (r, occs) = self.read(r);
                     parts.push(Part::Tensor(r, occs));
                 }
+                ast::Factor::Affine(a) => {
+                    if let (Some(r), occs) = self.affine_read(a) {
+                        parts.push(Part::Affine(r, occs));
+                    }
+                }
                 ast::Factor::Call { func, arg, span } if matches!(func.name.as_str(), "max" | "min") => {
                     let op = if func.name == "max" { hir::Extremum::Max } else { hir::Extremum::Min };
                     let all = self.collect(arg);
@@ -158,6 +165,10 @@ impl Ctx {
             match part {
                 Part::Tensor(r, o) => {
                     factors.push(hir::Factor::Tensor(r.clone()));
+                    occs.extend(o.iter().cloned());
+                }
+                Part::Affine(r, o) => {
+                    factors.push(hir::Factor::Affine(r.clone()));
                     occs.extend(o.iter().cloned());
                 }
                 Part::Sub { func, arg, span, all } => {
@@ -311,6 +322,11 @@ impl Ctx {
                         .flatten()
                         .map(|id| Occ { idx: self.resolve_index(id), span: id.span.clone() })
                         .collect(),
+                    ast::Factor::Affine(a) => {
+                        let mut names = Vec::new();
+                        a.subs.iter().for_each(|s| sub_names(s, &mut names));
+                        names.into_iter().map(|id| Occ { idx: self.resolve_index(id), span: id.span.clone() }).collect()
+                    }
                     ast::Factor::Call { arg, .. } => self.collect(arg),
                     ast::Factor::Paren { expr, .. } => self.collect(expr),
                     ast::Factor::Apply { func, args, .. } => {
@@ -609,4 +625,15 @@ fn kept_indices(all: &[Occ], result: &[Occ], parts: &[Part], k: usize) -> Vec<Oc
         }
     }
     free
+}
+
+/// The index names written in a subscript, in order.
+fn sub_names<'e>(e: &'e ast::SubExpr, out: &mut Vec<&'e ast::Ident>) {
+    match e {
+        ast::SubExpr::Name(n) => out.push(n),
+        ast::SubExpr::Int(_) => {}
+        ast::SubExpr::Sum { terms, .. } => terms.iter().for_each(|(_, t)| sub_names(t, out)),
+        ast::SubExpr::Product { factors, .. } => factors.iter().for_each(|f| sub_names(f, out)),
+        ast::SubExpr::Paren { arg, .. } => sub_names(arg, out),
+    }
 }

@@ -200,6 +200,73 @@ pub struct TensorRef {
     pub span: Span,
 }
 
+/// A tensor read at affine subscripts: `I[n,c,y+r,x+s]`, `X[2*t+1]`, `X[t-1]`.
+/// Its value is a tensor over `free` (the distinct indices of `subs`, in order of
+/// appearance); `sema` has proven (or, for run-time sizes, `sizes::bind_sizes`
+/// checks) that every subscript stays within its dimension.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AffineRef {
+    pub tensor: TensorId,
+    pub subs: Vec<Subscript>,
+    pub free: Vec<IndexId>,
+    pub span: Span,
+}
+
+/// `Σ coef·index + constant`, one per dimension; a plain index is `1·i + 0`, an
+/// index over a part of a union `1·i + offset`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Subscript {
+    pub terms: Vec<(i64, IndexId)>,
+    pub constant: i64,
+    pub span: Span,
+}
+
+impl Subscript {
+    /// The subscript's value at the index values `value`.
+    pub fn eval(&self, value: impl Fn(IndexId) -> usize) -> i64 {
+        self.terms.iter().fold(self.constant, |acc, &(a, i)| acc + a * value(i) as i64)
+    }
+
+    /// Least and greatest value over the indices' ranges (`None` if a range is
+    /// empty, or on overflow).
+    pub fn bounds(&self, hir: &Hir) -> Option<(i64, i64)> {
+        let (mut lo, mut hi) = (self.constant, self.constant);
+        for &(a, i) in &self.terms {
+            let n = i64::try_from(hir.index_size(i)).ok()?.checked_sub(1).filter(|&n| n >= 0)?;
+            let v = a.checked_mul(n)?;
+            if v < 0 {
+                lo = lo.checked_add(v)?;
+            } else {
+                hi = hi.checked_add(v)?;
+            }
+        }
+        Some((lo, hi))
+    }
+
+    /// As written in source: `2*x+r-1`.
+    pub fn display(&self, hir: &Hir) -> String {
+        let mut s = String::new();
+        for &(a, i) in &self.terms {
+            let name = &hir.indices[i].name;
+            match (a, s.is_empty()) {
+                (1, true) => s.push_str(name),
+                (1, false) => s += &format!("+{name}"),
+                (-1, _) => s += &format!("-{name}"),
+                (a, true) => s += &format!("{a}*{name}"),
+                (a, false) if a < 0 => s += &format!("-{}*{name}", -a),
+                (a, false) => s += &format!("+{a}*{name}"),
+            }
+        }
+        match (self.constant, s.is_empty()) {
+            (c, true) => s += &c.to_string(),
+            (0, false) => {}
+            (c, false) if c < 0 => s += &c.to_string(),
+            (c, false) => s += &format!("+{c}"),
+        }
+        s
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Func {
     Exp,
@@ -322,6 +389,8 @@ pub struct Term {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Factor {
     Tensor(TensorRef),
+    /// `I[n,c,y+r,x+s]`: read at affine subscripts (a tensor over its `free`).
+    Affine(AffineRef),
     /// `func(arg)`, a tensor over `free` (in order of first appearance in `arg`).
     Call {
         func: Func,
@@ -359,6 +428,7 @@ impl Factor {
     pub fn indices(&self) -> &[IndexId] {
         match self {
             Factor::Tensor(r) => &r.indices,
+            Factor::Affine(a) => &a.free,
             Factor::Call { free, .. }
             | Factor::Sum { free, .. }
             | Factor::Reduce { free, .. }
@@ -368,6 +438,7 @@ impl Factor {
     pub fn span(&self) -> &Span {
         match self {
             Factor::Tensor(r) => &r.span,
+            Factor::Affine(a) => &a.span,
             Factor::Call { span, .. }
             | Factor::Sum { span, .. }
             | Factor::Reduce { span, .. }
@@ -628,6 +699,45 @@ impl Hir {
         self.units.iter().any(|u| u.stmts.iter().any(|s| self.stmt_has_slice(s)))
     }
 
+    /// Whether any statement reads a tensor at affine subscripts (`I[y+r]`).
+    pub fn has_affine(&self) -> bool {
+        let mut found = false;
+        for u in &self.units {
+            for s in &u.stmts {
+                visit_affine(&s.rhs, &mut |_| found = true);
+            }
+        }
+        found
+    }
+
+    /// The first affine subscript that leaves its dimension with the sizes now in
+    /// the program (subscripts over run-time ranges not yet bound are skipped): the
+    /// reference, the dimension and the subscript's least and greatest values.
+    pub fn affine_out_of_bounds(&self) -> Option<(AffineRef, usize, i64, i64)> {
+        let mut bad = None;
+        for u in &self.units {
+            for s in &u.stmts {
+                visit_affine(&s.rhs, &mut |a| {
+                    for (k, sub) in a.subs.iter().enumerate() {
+                        let dim = self.tensors[a.tensor].dims[k];
+                        let runtime = |r: RangeId| self.ranges[r].is_runtime();
+                        if runtime(dim) || sub.terms.iter().any(|&(_, i)| runtime(self.indices[i].range)) {
+                            continue;
+                        }
+                        let extent = self.ranges[self.tensors[a.tensor].dims[k]].size as i64;
+                        let bounds = sub.bounds(self);
+                        let ok = bounds.is_some_and(|(lo, hi)| lo >= 0 && hi < extent);
+                        if !ok && bad.is_none() {
+                            let (lo, hi) = bounds.unwrap_or((i64::MIN, i64::MAX));
+                            bad = Some((a.clone(), k, lo, hi));
+                        }
+                    }
+                });
+            }
+        }
+        bad
+    }
+
     pub fn index_size(&self, i: IndexId) -> usize {
         self.ranges[self.indices[i].range].size
     }
@@ -690,8 +800,24 @@ pub fn visit_refs(e: &Expr, f: &mut impl FnMut(&TensorRef)) {
         for factor in &term.factors {
             match factor {
                 Factor::Tensor(r) => f(r),
+                // Not a plain reference: see [`visit_affine`].
+                Factor::Affine(_) => {}
                 Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => visit_refs(arg, f),
                 Factor::Select { args, .. } => args.iter().for_each(|a| visit_refs(&a.as_expr(), f)),
+            }
+        }
+    }
+}
+
+/// Calls `f` on every affine reference (`I[y+r]`) in an expression.
+pub fn visit_affine(e: &Expr, f: &mut impl FnMut(&AffineRef)) {
+    for term in &e.terms {
+        for factor in &term.factors {
+            match factor {
+                Factor::Affine(a) => f(a),
+                Factor::Tensor(_) => {}
+                Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => visit_affine(arg, f),
+                Factor::Select { args, .. } => args.iter().for_each(|a| visit_affine(&a.as_expr(), f)),
             }
         }
     }
@@ -703,6 +829,7 @@ pub fn collect_reads(e: &Expr, f: &mut impl FnMut(TensorId)) {
         for factor in &term.factors {
             match factor {
                 Factor::Tensor(r) => f(r.tensor),
+                Factor::Affine(a) => f(a.tensor),
                 Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => {
                     collect_reads(arg, f)
                 }

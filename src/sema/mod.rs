@@ -18,6 +18,7 @@ pub mod display;
 pub mod hir;
 pub mod sizes;
 
+mod affine;
 mod decls;
 mod exprs;
 mod models;

@@ -121,7 +121,40 @@ pub fn bind_sizes(hir: &Hir, sizes: &BTreeMap<String, usize>) -> Result<Hir, Com
         }
     }
     check_tensor_sizes(&out, false)?;
+    check_affine_bounds(&out)?;
     Ok(out)
+}
+
+/// E0749: with the sizes now bound, an affine subscript (`I[y+r]`) can leave its
+/// dimension (`sema` proved the subscripts over fixed ranges; these waited for
+/// the sizes).
+fn check_affine_bounds(hir: &Hir) -> Result<(), CommandError> {
+    let Some((a, k, lo, hi)) = hir.affine_out_of_bounds() else { return Ok(()) };
+    let t = &hir.tensors[a.tensor];
+    let dim = &hir.ranges[t.dims[k]];
+    let sizes: Vec<String> = a.subs[k]
+        .terms
+        .iter()
+        .map(|&(_, i)| format!("{} = {}", hir.ranges[hir.indices[i].range].name, hir.index_size(i)))
+        .collect();
+    Err(fail(
+        "E0749",
+        format!(
+            "with these sizes subscript `{}` of `{}` ranges over {lo}..={hi}, outside dimension {} (`{}` = {}, 0..{})",
+            a.subs[k].display(hir),
+            t.name,
+            k + 1,
+            dim.name,
+            dim.size,
+            dim.size.saturating_sub(1)
+        ),
+        Some(format!(
+            "the subscript's largest value must be below the dimension's size ({}): give `{}` a size of at least {} or smaller sizes to its indices",
+            sizes.join(", "),
+            dim.name,
+            hi + 1
+        )),
+    ))
 }
 
 /// [`bind_sizes`], then E0745 if a run-time range is left without a size: what a

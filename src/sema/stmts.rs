@@ -185,6 +185,14 @@ impl Ctx {
     /// A tensor read on a right-hand side: checks the reference and that a
     /// temporary was written earlier in this unit.
     pub(crate) fn read(&mut self, r: &ast::TensorRef) -> (hir::TensorRef, Vec<Occ>) {
+        let t = self.read_tensor(&r.name, &r.span);
+        self.tensor_ref(r, t)
+    }
+
+    /// The tensor `name` read at `span`: looked up, marked read, and checked to be
+    /// written before when it is a temporary (E0302).
+    pub(crate) fn read_tensor(&mut self, name: &ast::Ident, span: &Span) -> TensorId {
+        let r = ast::TensorRef { name: name.clone(), indices: None, span: span.clone() };
         let t = self.lookup_read(&r.name);
         if self.tensor_ok(t) {
             self.tensors[t].read = true;
@@ -209,7 +217,7 @@ impl Ctx {
                 );
             }
         }
-        self.tensor_ref(r, t)
+        t
     }
 
     /// Resolves a reference's indices and checks them against the tensor's rank
@@ -238,7 +246,7 @@ impl Ctx {
     }
 
     /// E0202: a reference with the wrong number of indices.
-    fn rank_error(&mut self, r: &ast::TensorRef, t: TensorId) {
+    pub(crate) fn rank_error(&mut self, r: &ast::TensorRef, t: TensorId) {
         let (ten, info) = (&self.hir.tensors[t], &self.tensors[t]);
         let rank = ten.dims.len();
         let n = r.indices.as_ref().map_or(0, |v| v.len());
@@ -272,7 +280,7 @@ impl Ctx {
     }
 
     /// E0203: an index whose range differs from the dimension's.
-    fn range_error(&mut self, t: TensorId, k: usize, o: &Occ) {
+    pub(crate) fn range_error(&mut self, t: TensorId, k: usize, o: &Occ) {
         let (ten, info) = (&self.hir.tensors[t], &self.tensors[t]);
         let idx = &self.hir.indices[o.idx];
         let want = self.range_name(ten.dims[k]).to_string();

@@ -453,6 +453,15 @@ fn tiled_storage_book_examples_check() {
     }
 }
 
+/// The program of the book's paragraph on affine subscripts checks.
+#[test]
+fn affine_subscripts_book_example_checks() {
+    let book = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/book/src/language.md")).unwrap();
+    let section = book.split("**Affine subscripts").nth(1).unwrap();
+    let block = section.split("```").nth(1).unwrap();
+    ok(block);
+}
+
 /// "Did you mean" searches stop after comparing MAX_SUGGESTION_NAMES names in a
 /// file (issue 23: 1000 searches among 16,000 names took 6 s); the errors are all
 /// still reported.

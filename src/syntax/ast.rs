@@ -273,6 +273,50 @@ pub enum Factor {
         args: Vec<Arg>,
         span: Span,
     },
+    /// A tensor with at least one subscript that is not a plain index name:
+    /// `I[n,c,y+r,x+s]`, `X[2*t+1]`. Whether it is affine is checked in `sema`.
+    Affine(AffineRef),
+}
+
+/// `I[n,c,y+r,x+s]`: a tensor read at integer expressions of indices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AffineRef {
+    pub name: Ident,
+    pub subs: Vec<SubExpr>,
+    pub span: Span,
+}
+
+/// One subscript as written: integer arithmetic on index names and literals.
+/// Sums and products are flat lists, so only parentheses nest (bounded by the
+/// parser's `MAX_NESTING`): `x+0+0+…` does not make a deep tree.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SubExpr {
+    Name(Ident),
+    Int(IntLit),
+    /// `a + b - c`, `-a`: the terms in order, each with whether it is subtracted.
+    Sum {
+        terms: Vec<(bool, SubExpr)>,
+        span: Span,
+    },
+    /// `2*x`: the factors in order.
+    Product {
+        factors: Vec<SubExpr>,
+        span: Span,
+    },
+    Paren {
+        arg: Box<SubExpr>,
+        span: Span,
+    },
+}
+
+impl SubExpr {
+    pub fn span(&self) -> Span {
+        match self {
+            SubExpr::Name(n) => n.span.clone(),
+            SubExpr::Int(i) => i.span.clone(),
+            SubExpr::Sum { span, .. } | SubExpr::Product { span, .. } | SubExpr::Paren { span, .. } => span.clone(),
+        }
+    }
 }
 
 /// One argument of [`Factor::Apply`]: an expression, or a comparison of two.
@@ -323,6 +367,7 @@ impl Factor {
         match self {
             Factor::Number(n) => n.span.clone(),
             Factor::Tensor(t) => t.span.clone(),
+            Factor::Affine(a) => a.span.clone(),
             Factor::Call { span, .. } | Factor::Paren { span, .. } | Factor::Apply { span, .. } => span.clone(),
         }
     }

@@ -106,6 +106,7 @@ pub(crate) fn factor_sym(hir: &Hir, f: &Factor) -> Vec<(SymKind, Vec<IndexId>)> 
 pub(crate) fn factor_label(hir: &Hir, f: &Factor) -> String {
     match f {
         Factor::Tensor(r) => ref_text(hir, &hir.tensors[r.tensor].name, &r.indices),
+        Factor::Affine(a) => ref_text(hir, &format!("{}[..]", hir.tensors[a.tensor].name), &a.free),
         Factor::Call { func, free, .. } => ref_text(hir, &format!("{}(..)", func.name()), free),
         Factor::Sum { free, .. } => ref_text(hir, "(..)", free),
         Factor::Reduce { op, free, .. } => ref_text(hir, &format!("{}(..)", op.name()), free),

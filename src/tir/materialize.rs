@@ -14,13 +14,18 @@
 //!   right-hand side into a temporary, then assigns or adds that (the interpreter
 //!   evaluates the right-hand side completely before writing).
 //!
+//! * a tensor read at affine subscripts (`I[n,c,y+r,x+s]`) is gathered into a
+//!   temporary over its free indices, `_mN[n,c,y,r,x,s] = I[n,c,y+r,x+s]` (im2col),
+//!   so every later pass sees plain tensors and a convolution is an ordinary
+//!   contraction (a GEMM);
+//!
 //! Temporaries take the element type of the statement that needs them.
 //! [`crate::pipeline::prepare`] runs this, then the optimizer ([`crate::tir::optimize`]),
 //! then this again (the optimizer may leave calls in terms it did not reorder).
 
 use crate::sema::hir::{
-    expr_indices, CmpOp, ElemType, Expr, Extremum, Factor, Hir, IndexId, ModelId, Role, Stmt, Tensor, TensorId,
-    TensorRef, Term, UnitKind,
+    expr_indices, AffineRef, CmpOp, ElemType, Expr, Extremum, Factor, Hir, IndexId, ModelId, Role, Stmt, Tensor,
+    TensorId, TensorRef, Term, UnitKind,
 };
 
 /// Whether `arg` (the argument of a call over `free`) is one tensor element:
@@ -49,14 +54,32 @@ pub fn simple_call_arg<'e>(arg: &'e Expr, free: &[IndexId]) -> Option<&'e Tensor
 /// indices among `free` ([`materialize`] leaves every `max`, `min` and `where`
 /// so).
 pub enum Special<'s> {
-    Reduce { op: Extremum, arg: &'s TensorRef },
-    Select { cmp: CmpOp, args: Vec<&'s TensorRef> },
+    Reduce {
+        op: Extremum,
+        arg: &'s TensorRef,
+    },
+    Select {
+        cmp: CmpOp,
+        args: Vec<&'s TensorRef>,
+    },
+    /// `T[…] = I[n,c,y+r,x+s]`: a gather at affine subscripts, over the target's
+    /// indices (distinct, in any order).
+    Gather {
+        arg: &'s AffineRef,
+    },
 }
 
 /// `st` as a [`Special`] statement, if it is one.
 pub fn special_stmt(st: &Stmt) -> Option<Special<'_>> {
     let [t] = &st.rhs.terms[..] else { return None };
     let [f] = &t.factors[..] else { return None };
+    if let Factor::Affine(arg) = f {
+        // A gather may store its indices in any order (see `Mat::gather_order`).
+        let (mut a, mut b) = (arg.free.clone(), st.lhs.indices.clone());
+        a.sort_unstable();
+        b.sort_unstable();
+        return (t.coef == 1.0 && a == b && distinct(&a)).then_some(Special::Gather { arg });
+    }
     if t.coef != 1.0 || f.indices() != st.lhs.indices.as_slice() {
         return None;
     }
@@ -237,7 +260,7 @@ impl Mat {
         let (mut a, mut b) = (f.indices().to_vec(), s.lhs.indices.clone());
         a.sort_unstable();
         b.sort_unstable();
-        let special = matches!(f, Factor::Reduce { .. } | Factor::Select { .. });
+        let special = matches!(f, Factor::Reduce { .. } | Factor::Select { .. } | Factor::Affine(_));
         (special && !self_read && t.coef == 1.0 && a == b && distinct(&a)).then_some(f)
     }
 
@@ -306,6 +329,23 @@ impl Mat {
                         };
                         Factor::Call { func: *func, arg: Box::new(arg), free: free.clone(), span: span.clone() }
                     }
+                    // Gathered into a temporary laid out for the contraction.
+                    Factor::Affine(a) => {
+                        if let Some((_, r)) = self.memo.iter().find(|(k, _)| k == f) {
+                            factors.push(Factor::Tensor(r.clone()));
+                            continue;
+                        }
+                        let order = gather_order(a, &t.factors);
+                        let tmp = self.temp(&order, elem, model);
+                        let r = TensorRef { tensor: tmp, indices: order, span: a.span.clone() };
+                        let rhs = Expr {
+                            terms: vec![Term { coef: 1.0, factors: vec![f.clone()], span: a.span.clone() }],
+                            span: a.span.clone(),
+                        };
+                        out.push(Stmt { lhs: r.clone(), accumulate: false, rhs, span: a.span.clone() });
+                        self.memo.push((f.clone(), r.clone()));
+                        Factor::Tensor(r)
+                    }
                     // Into a statement of its own (see [`special_stmt`]).
                     Factor::Reduce { free, span, .. } | Factor::Select { free, span, .. } => {
                         if let Some((_, r)) = self.memo.iter().find(|(k, _)| k == f) {
@@ -330,6 +370,28 @@ impl Mat {
         }
         Expr { terms, span: e.span.clone() }
     }
+}
+
+/// The index order of the temporary an affine read `a` is gathered into: first
+/// the indices no other factor of the term has (the GEMM's rows: `n,y,x` of a
+/// convolution), then the shared ones in the order the other factors have them
+/// (`c,r,s` as in `F[k,c,r,s]`), so that the summed indices are contiguous and
+/// ordered alike in both operands — the GEMM reads plain row-major matrices.
+fn gather_order(a: &AffineRef, factors: &[Factor]) -> Vec<IndexId> {
+    let mut others: Vec<IndexId> = Vec::new();
+    for f in factors {
+        if matches!(f, Factor::Affine(b) if b == a) {
+            continue;
+        }
+        for &i in f.indices() {
+            if a.free.contains(&i) && !others.contains(&i) {
+                others.push(i);
+            }
+        }
+    }
+    let mut order: Vec<IndexId> = a.free.iter().copied().filter(|i| !others.contains(i)).collect();
+    order.extend(others);
+    order
 }
 
 #[cfg(test)]

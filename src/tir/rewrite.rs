@@ -334,7 +334,7 @@ fn naive_term(hir: &Hir, t: &Term, out: &[IndexId]) -> f64 {
             Factor::Call { arg, free, .. } | Factor::Sum { arg, free, .. } => naive_expr(hir, arg, free),
             Factor::Reduce { arg, free, .. } => naive_expr(hir, arg, &expr_indices(arg, free)),
             Factor::Select { args, free, .. } => args.iter().map(|a| naive_expr(hir, &a.as_expr(), free)).sum(),
-            Factor::Tensor(_) => 0.0,
+            Factor::Tensor(_) | Factor::Affine(_) => 0.0,
         })
         .sum();
     // k factors in one nest: k - 1 multiplications, and an addition if it sums an
@@ -359,7 +359,7 @@ fn term_cost(hir: &Hir, t: &Term, out: &[IndexId]) -> f64 {
                 arg.terms.iter().map(|t| term_cost(hir, t, &all)).sum()
             }
             Factor::Select { args, free, .. } => args.iter().map(|a| naive_expr(hir, &a.as_expr(), free)).sum(),
-            Factor::Tensor(_) => 0.0,
+            Factor::Tensor(_) | Factor::Affine(_) => 0.0,
         })
         .sum();
     let own = if t.factors.len() == 2 {
@@ -455,6 +455,10 @@ impl Rw {
                     // optimizer runs, their arguments are single tensors.
                     Factor::Reduce { free, .. } | Factor::Select { free, .. } => {
                         factors.push(if reorder { self.hoist(f.clone(), free, ctx, emit) } else { f.clone() });
+                    }
+                    // Likewise affine subscripts: gathered into a temporary first.
+                    Factor::Affine(a) => {
+                        factors.push(if reorder { self.hoist(f.clone(), &a.free, ctx, emit) } else { f.clone() });
                     }
                     Factor::Sum { arg, free, span } => {
                         if reorder {

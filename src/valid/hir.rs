@@ -157,6 +157,37 @@ fn expr(hir: &Hir, e: &Expr, written: &HashSet<TensorId>) -> Result<(), String> 
                         return Err(format!("temporary `{}` is read before it is written", t.name));
                     }
                 }
+                Factor::Affine(a) => {
+                    let t = hir.tensors.get(a.tensor).ok_or("an affine reference's tensor is out of range")?;
+                    if a.subs.len() != t.dims.len() {
+                        return Err(format!(
+                            "`{}` has {} dimensions, read at {} subscripts",
+                            t.name,
+                            t.dims.len(),
+                            a.subs.len()
+                        ));
+                    }
+                    let mut used: Vec<IndexId> = Vec::new();
+                    for s in &a.subs {
+                        for &(_, i) in &s.terms {
+                            if hir.indices.get(i).is_none() {
+                                return Err("an affine subscript's index is out of range".into());
+                            }
+                            if !used.contains(&i) {
+                                used.push(i);
+                            }
+                        }
+                    }
+                    if used != a.free {
+                        return Err(format!(
+                            "an affine read of `{}` has free indices {:?}, its subscripts {used:?}",
+                            t.name, a.free
+                        ));
+                    }
+                    if t.role == Role::Temporary && !written.contains(&a.tensor) {
+                        return Err(format!("temporary `{}` is read before it is written", t.name));
+                    }
+                }
                 Factor::Call { arg, free, .. } | Factor::Sum { arg, free, .. } => {
                     if !distinct(free) || free.iter().any(|&i| hir.indices.get(i).is_none()) {
                         return Err(format!("a sub-expression's free indices {free:?} repeat or are out of range"));

@@ -2,7 +2,7 @@
 //! (disjoint slices or a parallel sum) and the element-wise functions.
 
 use super::*;
-use crate::sema::hir::{CmpOp, Extremum, TensorRef};
+use crate::sema::hir::{AffineRef, CmpOp, Extremum, TensorRef};
 use crate::tir::materialize::Special;
 
 /// The largest sum per target element (product of summed extents) of a term that
@@ -517,7 +517,7 @@ impl<'ctx> Gen<'_, 'ctx> {
                 .copied()
                 .filter(|i| !st.lhs.indices.contains(i) && !self.bound.contains_key(i))
                 .collect(),
-            Special::Select { .. } => Vec::new(),
+            Special::Select { .. } | Special::Gather { .. } => Vec::new(),
         };
         if order.iter().chain(&inner).any(|&v| hir.index_size(v) == 0) {
             return Ok(());
@@ -555,6 +555,7 @@ impl<'ctx> Gen<'_, 'ctx> {
                     let cond = g.b.build_float_compare(pred, vals[0], vals[1], "cmp")?;
                     g.b.build_select(cond, vals[2], vals[3], "sel")?.into_float_value()
                 }
+                Special::Gather { arg } => g.affine_load(arg, lt)?,
             };
             let off = g.offset(c, &lhs_idx)?;
             let p = g.elem_ptr(c, off)?;
@@ -567,6 +568,33 @@ impl<'ctx> Gen<'_, 'ctx> {
             g.b.build_store(p, v)?;
             Ok(())
         })
+    }
+
+    /// The element of `a` (`I[n,c,y+r,x+s]`) at the current loop indices, converted
+    /// to `t`: Σ over dimensions of stride × (constant + Σ coefficient × index).
+    fn affine_load(&mut self, a: &AffineRef, t: FloatType<'ctx>) -> Result<FloatValue<'ctx>, CodegenError> {
+        let st = self.strides[&a.tensor].clone();
+        let mut off = self.i64c(0);
+        for (sub, s) in a.subs.iter().zip(&st) {
+            if s.is_zero() {
+                continue;
+            }
+            // `sema` proves every subscript within its dimension (≥ 0).
+            let mut v = self.ctx.i64_type().const_int(sub.constant as u64, true);
+            for &(coef, i) in &sub.terms {
+                let x = self.bound[&i];
+                let x = if coef == 1 { x } else { self.b.build_int_mul(x, self.i64c(coef as u64), "a")? };
+                v = self.b.build_int_add(v, x, "a")?;
+            }
+            let term = if s.as_const() == Some(1) { v } else { self.b.build_int_mul(v, self.poly_value(s)?, "a")? };
+            off = self.b.build_int_add(off, term, "a")?;
+        }
+        let p = self.elem_ptr(a.tensor, off)?;
+        let v = self.b.build_load(p, "x")?.into_float_value();
+        if self.ft(self.hir.tensors[a.tensor].elem) != t {
+            return Ok(self.b.build_float_cast(v, t, "cvt")?);
+        }
+        Ok(v)
     }
 
     /// The element of `r` at the current loop indices, converted to `t`.

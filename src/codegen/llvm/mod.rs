@@ -482,6 +482,25 @@ pub fn jit_run_sized(
         return Err(err(format!("size of range `{}` must be at least 1", hir.ranges[*r].name)));
     }
     require_bound(hir, &sizes.keys().copied().collect::<Vec<_>>())?;
+    // Affine subscripts over these ranges must stay within their dimensions at
+    // these sizes (the C ABI checks the same at its entry).
+    if hir.has_affine() {
+        let mut at = hir.clone();
+        for (&r, &n) in sizes {
+            at.ranges[r].size = n;
+            at.ranges[r].size_kind = crate::sema::hir::SizeKind::Fixed;
+        }
+        if let Some((a, k, _, hi)) = at.affine_out_of_bounds() {
+            let t = &hir.tensors[a.tensor];
+            return Err(err(format!(
+                "with these sizes subscript `{}` of `{}` reaches {hi}, past dimension {} of {} values",
+                a.subs[k].display(hir),
+                t.name,
+                k + 1,
+                at.ranges[t.dims[k]].size
+            )));
+        }
+    }
     let shape = |t: TensorId| -> Vec<usize> {
         hir.tensors[t].dims.iter().map(|r| sizes.get(r).copied().unwrap_or(hir.ranges[*r].size)).collect()
     };
@@ -605,6 +624,9 @@ fn node_tensors(hir: &Hir, unit: UnitId, nodes: &[Node], out: &mut std::collecti
             match f {
                 crate::sema::hir::Factor::Tensor(r) => {
                     out.insert(r.tensor);
+                }
+                crate::sema::hir::Factor::Affine(a) => {
+                    out.insert(a.tensor);
                 }
                 crate::sema::hir::Factor::Call { arg, .. }
                 | crate::sema::hir::Factor::Sum { arg, .. }
@@ -1147,7 +1169,13 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 }
                 Node::Compute { stmt } => {
                     let st = self.hir.units[unit].stmts[*stmt].clone();
-                    if !fusible(self.hir, &st) && !st.accumulate {
+                    // A gather stores every element of its whole target itself.
+                    let gather = matches!(
+                        crate::tir::materialize::special_stmt(&st),
+                        Some(crate::tir::materialize::Special::Gather { .. })
+                    ) && !self.hir.is_slice(&st.lhs)
+                        && self.strides[&st.lhs.tensor].iter().all(|s| !s.is_zero());
+                    if !fusible(self.hir, &st) && !st.accumulate && !gather {
                         if self.hir.is_slice(&st.lhs) {
                             self.zero_region(st.lhs.tensor, &st.lhs.indices)?;
                         } else {
@@ -1268,6 +1296,49 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         Ok(self.b.build_or(over, big, "toolarge")?)
     }
 
+    /// For every affine subscript over a run-time range (`I[y+r]`, `range Y;`): the
+    /// condition that its largest value reaches past its dimension with the sizes
+    /// given, and the message (in i128: no overflow for any sizes).
+    fn affine_size_checks(&self, unit: UnitId, sym: &str) -> Result<Vec<(IntValue<'ctx>, String)>, CodegenError> {
+        let hir = self.hir;
+        let mut refs = Vec::new();
+        for s in &hir.units[unit].stmts {
+            crate::sema::hir::visit_affine(&s.rhs, &mut |a| refs.push(a.clone()));
+        }
+        let i128t = self.ctx.i128_type();
+        let size = |g: &Self, r: RangeId| -> Result<IntValue<'ctx>, CodegenError> {
+            let v = g.poly_value(&Poly::range(hir, &g.runtime, r))?;
+            Ok(g.b.build_int_z_extend(v, i128t, "s")?)
+        };
+        let mut out = Vec::new();
+        for a in &refs {
+            for (k, sub) in a.subs.iter().enumerate() {
+                let dim = hir.tensors[a.tensor].dims[k];
+                let ranges: Vec<RangeId> = sub.terms.iter().map(|&(_, i)| hir.indices[i].range).collect();
+                if !self.runtime.contains(&dim) && !ranges.iter().any(|r| self.runtime.contains(r)) {
+                    continue;
+                }
+                let mut hi = i128t.const_int(sub.constant as u64, true);
+                for (&(coef, _), &r) in sub.terms.iter().zip(&ranges) {
+                    let last = self.b.build_int_sub(size(self, r)?, i128t.const_int(1, false), "l")?;
+                    let t = self.b.build_int_mul(last, i128t.const_int(coef as u64, true), "l")?;
+                    hi = self.b.build_int_add(hi, t, "hi")?;
+                }
+                let extent = size(self, dim)?;
+                let cond = self.b.build_int_compare(IntPredicate::SGE, hi, extent, "oob")?;
+                let msg = format!(
+                    "{sym}: with these sizes subscript `{}` of `{}` reaches past dimension {} (range `{}`)",
+                    sub.display(hir),
+                    hir.tensors[a.tensor].name,
+                    k + 1,
+                    hir.ranges[dim].name
+                );
+                out.push((cond, msg));
+            }
+        }
+        Ok(out)
+    }
+
     fn c_abi(&mut self, codes: &[UnitCode], lib: &str) -> Result<(), CodegenError> {
         use super::cabi::{last_error_symbol, symbol, version_string, version_symbol};
         let hir = self.hir;
@@ -1338,6 +1409,9 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                     let over = self.elements_overflow(t)?;
                     let msg = format!("{sym}: the sizes make `{}` larger than the address space", hir.tensors[t].name);
                     fail(self, over, &msg, 5)?;
+                }
+                for (cond, msg) in self.affine_size_checks(code.unit, &sym)? {
+                    fail(self, cond, &msg, 5)?;
                 }
             }
             let mut ptrs = Vec::new();

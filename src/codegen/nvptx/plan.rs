@@ -246,6 +246,7 @@ impl Planner<'_> {
                 (if op == crate::sema::hir::Extremum::Max { Combine::Max } else { Combine::Min }, vec![arg])
             }
             Special::Select { cmp, args } => (Combine::Select(SelectCmp::of(cmp)), args),
+            Special::Gather { arg } => return self.gather(st, arg, out),
         };
         let par: Vec<IndexId> = st.lhs.indices.iter().copied().filter(|i| !self.bound.contains(i)).collect();
         let mut red: Vec<IndexId> = Vec::new();
@@ -286,6 +287,53 @@ impl Planner<'_> {
         });
         let mut args = vec![self.arg(c, &st.lhs.indices)];
         args.extend(refs.iter().map(|r| self.arg(r.tensor, &r.indices)));
+        out.push(Step::Launch { kernel: kid, args });
+    }
+
+    /// `T[free] = I[n,c,y+r,x+s]`: one thread per element of the target, reading a
+    /// strided view of `I` (an index's stride is the sum of its coefficient times
+    /// the dimension's stride over the subscripts; the constants move the start).
+    fn gather(&mut self, st: &Stmt, arg: &crate::sema::hir::AffineRef, out: &mut Vec<Step>) {
+        let hir = self.hir;
+        let c = st.lhs.tensor;
+        let par: Vec<IndexId> = st.lhs.indices.iter().copied().filter(|i| !self.bound.contains(i)).collect();
+        if par.iter().any(|&v| hir.index_size(v) == 0) {
+            return;
+        }
+        let src = self.strides[&arg.tensor].clone();
+        let view = |v: IndexId| -> u64 {
+            arg.subs
+                .iter()
+                .zip(&src)
+                .map(|(s, &st)| s.terms.iter().filter(|t| t.1 == v).map(|t| t.0 as u64 * st).sum::<u64>())
+                .sum()
+        };
+        // `sema` refuses negative coefficients and proves every subscript ≥ 0, so
+        // the constants are ≥ 0.
+        let offset = arg.subs.iter().zip(&src).map(|(s, &st)| s.constant.max(0) as u64 * st).sum();
+        let base = arg.free.iter().filter(|i| self.bound.contains(i)).map(|&i| (i, view(i))).collect();
+        let op = KOperand {
+            elem: Elem::of(hir.tensors[arg.tensor].elem),
+            func: None,
+            par_strides: par.iter().map(|&v| view(v)).collect(),
+            red_strides: Vec::new(),
+        };
+        let kid = self.kernel(Kernel {
+            name: String::new(),
+            elem: Elem::of(hir.tensors[c].elem),
+            par: par.iter().map(|&v| hir.index_size(v) as u64).collect(),
+            out_strides: par.iter().map(|&v| self.stride_in(c, &st.lhs.indices, v)).collect(),
+            red: Vec::new(),
+            split_vars: 0,
+            split: 1,
+            chunk: 1,
+            ops: vec![op],
+            coef: 1.0,
+            store: false,
+            tiled: None,
+            combine: Combine::Sum,
+        });
+        let args = vec![self.arg(c, &st.lhs.indices), Arg { buf: self.buf(arg.tensor), base, offset }];
         out.push(Step::Launch { kernel: kid, args });
     }
 
@@ -914,6 +962,7 @@ fn reads(e: &crate::sema::hir::Expr, t: TensorId) -> bool {
     fn factor(f: &Factor, t: TensorId) -> bool {
         match f {
             Factor::Tensor(r) => r.tensor == t,
+            Factor::Affine(a) => a.tensor == t,
             Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => reads(arg, t),
             Factor::Select { args, .. } => args.iter().any(|a| factor(a, t)),
         }

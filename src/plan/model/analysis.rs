@@ -166,6 +166,7 @@ fn all_indices(e: &Expr, out: &mut Vec<IndexId>) {
         for f in &term.factors {
             match f {
                 Factor::Tensor(r) => out.extend(&r.indices),
+                Factor::Affine(a) => out.extend(&a.free),
                 Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => {
                     all_indices(arg, out)
                 }
