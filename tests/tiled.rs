@@ -396,6 +396,17 @@ fn plan_tiled_forecasts_what_the_ranks_then_measure() {
     let moved: u64 =
         text.lines().filter_map(|l| l.split("moved ").nth(1)?.split(' ').next()?.parse::<u64>().ok()).sum();
     assert_eq!(moved, words, "{text}");
+    // With --mem-per-rank the choice fits it: candidates over it are marked
+    // and chosen only when none fits.
+    let out = tcc()
+        .args(["plan", "--tiled", "--procs", "16", "--mem-per-rank", "100MiB"])
+        .arg(path("tests/tiled/ccd_o20_v200.tc"))
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    let row = text.lines().find(|l| l.trim_start().starts_with("16 ")).unwrap();
+    assert!(!row.contains("exceeds"), "{text}");
+    assert!(text.contains("40 → ") && text.contains("(over the memory per rank)"), "{text}");
     // A fixed tile: no choice reported.
     let out = tcc().args(["plan", "--tiled", "--tile", "8", "--procs", "2"]).arg(&bigger).assert().success();
     let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();

@@ -36,11 +36,14 @@ const MAX_TUPLES: f64 = 2e7;
 const KEEP_DEFAULT_WITHIN: f64 = 0.03;
 
 /// What the run will be: one process with threads, or ranks (each with the
-/// threads and kernel rates in the options).
+/// threads and kernel rates in the options), optionally with the bytes of tiles
+/// a rank may hold (`tcc plan --tiled --mem-per-rank`): a candidate over it is
+/// chosen only when none fits.
 #[derive(Debug, Clone, Copy)]
 pub enum Executor {
     OneProcess,
     Ranks(usize),
+    RanksWithin(usize, u64),
 }
 
 /// The tile size chosen, its predicted time, and every candidate's.
@@ -50,6 +53,8 @@ pub struct TileChoice {
     pub model_s: f64,
     /// (tile, predicted seconds) of each candidate planned, in size order.
     pub tried: Vec<(usize, f64)>,
+    /// Candidates whose tiles exceed the memory a rank may hold.
+    pub over_limit: Vec<usize>,
 }
 
 impl TileChoice {
@@ -60,7 +65,10 @@ impl TileChoice {
             .tried
             .iter()
             .filter(|(t, _)| *t != self.tile)
-            .map(|(t, s)| format!("{t} → {} s", three_digits(*s)))
+            .map(|(t, s)| {
+                let over = if self.over_limit.contains(t) { " (over the memory per rank)" } else { "" };
+                format!("{t} → {} s{over}", three_digits(*s))
+            })
             .collect();
         format!(
             "tile {} (auto: the time model predicts {} s; {}; --tile N fixes it)",
@@ -99,7 +107,9 @@ pub fn plan(
         return Ok((Program::plan(prepared, unit, opts)?, None));
     }
     let mut seen: Vec<Vec<TiledRange>> = Vec::new();
-    let mut best: Option<(Program, usize, f64)> = None;
+    // Best by (over the limit, predicted seconds): a fitting candidate first.
+    let mut best: Option<(Program, usize, f64, bool)> = None;
+    let mut over_limit = Vec::new();
     let mut tried = Vec::new();
     let mut first_error = None;
     // The default first: a candidate that cuts like it is reported as it.
@@ -122,25 +132,29 @@ pub fn plan(
                 continue;
             }
         };
-        let s = predicted(&program, &o, exec);
+        let (s, over) = predicted(&program, &o, exec);
         tried.push((tile, s));
-        if best.as_ref().is_none_or(|b| s < b.2) {
-            best = Some((program, tile, s));
+        if over {
+            over_limit.push(tile);
+        }
+        if best.as_ref().is_none_or(|b| (over, s) < (b.3, b.2)) {
+            best = Some((program, tile, s, over));
         }
     }
     tried.sort_by_key(|c| c.0);
-    let Some((mut program, mut tile, mut model_s)) = best else {
+    let Some((mut program, mut tile, mut model_s, over)) = best else {
         return Err(first_error.unwrap_or_else(|| {
             CommandError::new("E0760", "no tile size could be planned", Some("give one with --tile N".into()))
         }));
     };
     if let Some(&(_, s)) = tried.iter().find(|(t, _)| *t == DEFAULT_TILE) {
-        if tile != DEFAULT_TILE && s <= model_s * (1.0 + KEEP_DEFAULT_WITHIN) {
+        let default_fits = !over_limit.contains(&DEFAULT_TILE) || over;
+        if tile != DEFAULT_TILE && default_fits && s <= model_s * (1.0 + KEEP_DEFAULT_WITHIN) {
             program = Program::plan(prepared, unit, &TiledOptions { tile: DEFAULT_TILE, ..opts.clone() })?;
             (tile, model_s) = (DEFAULT_TILE, s);
         }
     }
-    Ok((program, Some(TileChoice { tile, model_s, tried })))
+    Ok((program, Some(TileChoice { tile, model_s, tried, over_limit })))
 }
 
 /// `TCC_TILE` (how `tcc build --mpi` libraries are told a tile size): unset or
@@ -207,10 +221,18 @@ fn tuples(hir: &Hir, unit: UnitId, tile: usize) -> f64 {
     total
 }
 
-/// The model's time of `program` run as `exec`.
-fn predicted(program: &Program, opts: &TiledOptions, exec: Executor) -> f64 {
+/// The model's time of `program` run as `exec`, and whether a rank's tiles
+/// exceed the memory `exec` allows.
+fn predicted(program: &Program, opts: &TiledOptions, exec: Executor) -> (f64, bool) {
     match exec {
-        Executor::OneProcess => program.predicted_seconds(&opts.model.at_concurrency(opts.threads), opts.threads),
-        Executor::Ranks(ranks) => forecast(program, ranks, opts).model_s,
+        Executor::OneProcess => {
+            (program.predicted_seconds(&opts.model.at_concurrency(opts.threads), opts.threads), false)
+        }
+        Executor::Ranks(ranks) => (forecast(program, ranks, opts).model_s, false),
+        Executor::RanksWithin(ranks, limit) => {
+            let f = forecast(program, ranks, opts);
+            let peak = f.ranks.iter().map(|r| r.peak_bytes()).fold(0.0, f64::max);
+            (f.model_s, peak > limit as f64)
+        }
     }
 }

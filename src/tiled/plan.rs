@@ -61,7 +61,11 @@ pub fn plan_tiled(hir: &Hir, units: &[UnitId], procs: &[usize], p: &TiledPlan) -
         for &procs in procs {
             let model = p.tiled.model.at_concurrency(p.threads_per_rank * procs);
             let opts = TiledOptions { threads: p.threads_per_rank, model, ..p.tiled.clone() };
-            let (prog, choice) = autotile::plan(&prepared, u, &opts, Executor::Ranks(procs))?;
+            let exec = match p.mem_per_rank {
+                Some(limit) => Executor::RanksWithin(procs, limit),
+                None => Executor::Ranks(procs),
+            };
+            let (prog, choice) = autotile::plan(&prepared, u, &opts, exec)?;
             let tile = choice.as_ref().map_or(p.tiled.tile, |c| c.tile);
             rows.push(Row { procs, fc: forecast(&prog, procs, &opts), tile, choice });
             program.get_or_insert(prog);

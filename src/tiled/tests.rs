@@ -746,7 +746,7 @@ fn ranks_agree_on_one_tile_size() {
         let mine = if comm.rank() == 1 { 2 } else { 5 };
         let opts = TiledOptions { tile: mine, threads: 1, ..Default::default() };
         let program = Program::plan(&prepared_free, u, &opts)?;
-        let choice = TileChoice { tile: mine, model_s: 1.0, tried: vec![(2, 1.5), (5, 1.0)] };
+        let choice = TileChoice { tile: mine, model_s: 1.0, tried: vec![(2, 1.5), (5, 1.0)], over_limit: Vec::new() };
         let (program, choice) = autotile::agree_on_tile(comm, &prepared_free, u, &opts, (program, Some(choice)))?;
         let r = program.hir.tensors.ids().find(|&t| program.hir.tensors[t].name == "R").unwrap();
         tiles.lock().unwrap().push((choice.unwrap().tile, program.layouts[&r].tiles().to_vec()));
