@@ -110,6 +110,7 @@ pub fn plan(
     // Best by (over the limit, predicted seconds): a fitting candidate first.
     let mut best: Option<(Program, usize, f64, bool)> = None;
     let mut over_limit = Vec::new();
+    let mut default_program = None;
     let mut tried = Vec::new();
     let mut first_error = None;
     // The default first: a candidate that cuts like it is reported as it.
@@ -138,6 +139,10 @@ pub fn plan(
             over_limit.push(tile);
         }
         if best.as_ref().is_none_or(|b| (over, s) < (b.3, b.2)) {
+            // The default is planned first: kept aside in case it is kept below.
+            if let Some(b) = best.take().filter(|b| b.1 == DEFAULT_TILE) {
+                default_program = Some(b.0);
+            }
             best = Some((program, tile, s, over));
         }
     }
@@ -150,7 +155,10 @@ pub fn plan(
     if let Some(&(_, s)) = tried.iter().find(|(t, _)| *t == DEFAULT_TILE) {
         let default_fits = !over_limit.contains(&DEFAULT_TILE) || over;
         if tile != DEFAULT_TILE && default_fits && s <= model_s * (1.0 + KEEP_DEFAULT_WITHIN) {
-            program = Program::plan(prepared, unit, &TiledOptions { tile: DEFAULT_TILE, ..opts.clone() })?;
+            program = match default_program {
+                Some(p) => p,
+                None => Program::plan(prepared, unit, &TiledOptions { tile: DEFAULT_TILE, ..opts.clone() })?,
+            };
             (tile, model_s) = (DEFAULT_TILE, s);
         }
     }
