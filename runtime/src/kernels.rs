@@ -265,6 +265,111 @@ pub unsafe extern "C" fn tcc_rt_parallel_range(n: i64, f: RangeFn, ctx: *const u
     });
 }
 
+/// Whether independent steps of a program may overlap (`TCC_TASK_SETS=0` or `off`
+/// runs them one after another, each on the whole pool: for measuring).
+pub fn task_sets_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !matches!(std::env::var("TCC_TASK_SETS").as_deref().map(str::trim), Ok("0") | Ok("off")))
+}
+
+/// Seconds of one thread's work below which another thread does not pay off (a
+/// step of `t` seconds on one thread keeps at most `t / TASK_GRAIN` threads busy).
+const TASK_GRAIN: f64 = 100e-6;
+/// Seconds a step alone on several threads loses to handing work out and joining.
+const TASK_HANDOFF: f64 = 10e-6;
+
+/// Which of `costs.len()` independent tasks overlap on `threads` threads: the
+/// tasks to run alone (each on the whole pool), then those to run one per thread,
+/// both largest first. `costs` are the compiler's estimates at the thread count
+/// its rates were measured at (two; one thread takes about twice as long). A task
+/// alone takes `t1 / p + handoff` on the `p ≤ t1 / grain` threads it can use;
+/// tasks side by side take as long as the busiest thread when each next task
+/// (largest first) goes to the least loaded one (three equal tasks on two threads:
+/// two tasks' time, worse than one after another on both). The largest task is
+/// taken out to run alone while that shortens the estimate, and what is left
+/// runs side by side if that beats running it alone too.
+pub fn task_set_plan(costs: &[f64], threads: usize) -> (Vec<usize>, Vec<usize>) {
+    let mut order: Vec<usize> = (0..costs.len()).collect();
+    // Largest first; ties in program order (NaN counts as largest).
+    let key = |t: usize| if costs[t].is_nan() { f64::INFINITY } else { costs[t] };
+    order.sort_by(|&a, &b| key(b).total_cmp(&key(a)).then(a.cmp(&b)));
+    if threads <= 1 {
+        return (order, Vec::new());
+    }
+    let p = threads as f64;
+    let t1 = |t: usize| if costs[t].is_nan() { f64::INFINITY } else { 2.0 * costs[t].max(0.0) };
+    let alone_time = |t: usize| {
+        let w = t1(t);
+        let used = (w / TASK_GRAIN).clamp(1.0, p);
+        w / used + if used > 1.0 { TASK_HANDOFF } else { 0.0 }
+    };
+    // Side by side: the pool hands the next task (largest first) to the first
+    // thread free, so the time is that schedule's longest thread.
+    let together_time = |ts: &[usize]| -> f64 {
+        match ts {
+            [] => 0.0,
+            [t] => alone_time(*t),
+            _ => {
+                let mut load = vec![0.0f64; threads.min(ts.len())];
+                for &t in ts {
+                    let least = load.iter_mut().min_by(|a, b| a.total_cmp(b)).expect("a thread");
+                    *least += t1(t);
+                }
+                load.into_iter().fold(0.0, f64::max)
+            }
+        }
+    };
+    let mut alone = Vec::new();
+    let mut rest: &[usize] = &order;
+    while rest.len() >= 2 {
+        let peeled = alone_time(rest[0]) + together_time(&rest[1..]);
+        if costs[rest[0]].is_nan() || peeled < together_time(rest) {
+            alone.push(rest[0]);
+            rest = &rest[1..];
+        } else {
+            break;
+        }
+    }
+    if rest.len() < 2 || together_time(rest) >= rest.iter().map(|&t| alone_time(t)).sum::<f64>() {
+        alone.extend_from_slice(rest);
+        rest = &[];
+    }
+    (alone, rest.to_vec())
+}
+
+/// Runs independent tasks `f(ctx, t, t + 1)`, `t` in `0..n`, of estimated cost
+/// `costs[t]`, as [`task_set_plan`] says: some alone on the whole pool, the others
+/// at the same time, one per thread (the pool hands out the next task to the
+/// first thread free; a task's own parallel loops then run on its thread). In
+/// order, one at a time, from a pool task, with one thread, or with
+/// `TCC_TASK_SETS=0`.
+///
+/// # Safety
+/// `f` must be safe to call concurrently for different tasks with `ctx`; `costs`
+/// must point to `n` values.
+#[no_mangle]
+pub unsafe extern "C" fn tcc_rt_task_set(n: i64, f: RangeFn, ctx: *const u8, costs: *const f64) {
+    if n <= 0 {
+        return;
+    }
+    let n = n as usize;
+    if n == 1 || num_threads() == 1 || IN_POOL.with(|c| c.get()) || !task_sets_enabled() || costs.is_null() {
+        f(ctx, 0, n as i64);
+        return;
+    }
+    let costs = std::slice::from_raw_parts(costs, n);
+    let (alone, together) = task_set_plan(costs, num_threads());
+    for &t in &alone {
+        f(ctx, t as i64, t as i64 + 1);
+    }
+    let ctx = SendPtr(ctx);
+    parallel_for(together.len(), |k| {
+        let p = &ctx;
+        let t = together[k] as i64;
+        f(p.0, t, t + 1);
+    });
+}
+
 /// [`num_threads`] for generated code: how many tasks a sliced contraction runs
 /// at once (each with private intermediates).
 #[no_mangle]
@@ -1451,6 +1556,44 @@ mod tests {
         assert_eq!(got, 500500.0);
         assert_eq!(unsafe { tcc_rt_parallel_sum(0, sum_range, xs.as_ptr() as *const u8) }, 0.0);
         assert_eq!(unsafe { tcc_rt_parallel_sum(1, sum_range, xs.as_ptr() as *const u8) }, 0.0);
+    }
+
+    #[test]
+    fn task_sets_run_the_dominant_task_alone_and_the_rest_together() {
+        // CCD's first set (model ms): Wabef and Wmbej run alone on the pool, the
+        // four small ones side by side; at 16 threads Wmnij (0.37 ms) is also worth
+        // the whole pool.
+        let ms = |v: &[f64]| v.iter().map(|x| x * 1e-3).collect::<Vec<f64>>();
+        let ccd = ms(&[0.14, 0.12, 0.37, 6.9, 1.5, 0.12]);
+        assert_eq!(task_set_plan(&ccd, 2), (vec![3, 4], vec![2, 0, 1, 5]));
+        assert_eq!(task_set_plan(&ccd, 16), (vec![3, 4, 2], vec![0, 1, 5]));
+        // Tasks that split evenly over the threads overlap, largest first; of three
+        // equal ones on two threads one runs alone (side by side, all three would
+        // take two tasks' time); one thread: all alone.
+        assert_eq!(task_set_plan(&ms(&[1.0, 2.0, 1.0]), 2), (vec![], vec![1, 0, 2]));
+        assert_eq!(task_set_plan(&ms(&[12.0, 12.0, 12.0]), 2), (vec![0], vec![1, 2]));
+        assert_eq!(task_set_plan(&ms(&[1.0, 2.0, 1.5]), 1), (vec![1, 2, 0], vec![]));
+        // One large and one tiny task: side by side the large one would run on one
+        // thread, twice as long.
+        assert_eq!(task_set_plan(&ms(&[0.01, 2.0]), 2), (vec![1, 0], vec![]));
+        // Tiny tasks: side by side beats handing each out to the pool.
+        assert_eq!(task_set_plan(&ms(&[0.01, 0.01, 0.01]), 2), (vec![], vec![0, 1, 2]));
+        // A NaN estimate (unknown) runs alone, and nothing is lost.
+        assert_eq!(task_set_plan(&[f64::NAN, 1e-3, 1e-3], 2), (vec![0], vec![1, 2]));
+    }
+
+    #[test]
+    fn task_set_runs_every_task_once() {
+        unsafe extern "C" fn task(ctx: *const u8, lo: i64, hi: i64) {
+            let hits = &*(ctx as *const Vec<AtomicUsize>);
+            for t in lo..hi {
+                hits[t as usize].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let hits: Vec<AtomicUsize> = (0..7).map(|_| AtomicUsize::new(0)).collect();
+        let costs = [5.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+        unsafe { tcc_rt_task_set(7, task, &hits as *const _ as *const u8, costs.as_ptr()) };
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
     }
 
     #[test]

@@ -175,13 +175,7 @@ fn emitted_ir_holds_the_vector_micro_kernel() {
 /// factors with diagonals, calls, parenthesised sums, self-reads, f32 or mixed
 /// element types.
 fn random_program(seed: u64) -> Hir {
-    let mut st = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xABCD_EF01;
-    let mut rnd = move |k: usize| -> usize {
-        st ^= st << 13;
-        st ^= st >> 7;
-        st ^= st << 17;
-        (st % k.max(1) as u64) as usize
-    };
+    let mut rnd = crate::tir::testutil::picker(seed, 0xABCD_EF01);
     let gemm = rnd(3) == 0;
     let nl = 3 + rnd(3);
     let letters: Vec<char> = "abcde".chars().take(nl).collect();
@@ -612,6 +606,128 @@ fn inline_exp_matches_libm() {
                 };
                 assert!(ok, "f32 exp({v32:e}) = {g32:e}, want {w:e}");
             }
+        }
+    }
+}
+
+/// A random program of several statements, some independent of each other (the
+/// intermediates of a residual), some reading earlier ones, with `+=` chains and
+/// permutation sums into the outputs: what task sets ([`crate::lir::tasks`]) run
+/// concurrently.
+fn independent_statements(seed: u64) -> String {
+    let mut rnd = crate::tir::testutil::picker(seed, 0x1234_5678);
+    let n = 2 + rnd(9);
+    let mut s = format!("range N = {n};\nindex i, j, k, l : N;\n");
+    for a in 0..4 {
+        s += &format!("input tensor A{a}[i,j] : f64;\n");
+    }
+    let temps = 2 + rnd(4);
+    for t in 0..temps {
+        s += &format!("tensor T{t}[i,j] : f64;\n");
+    }
+    s += "output tensor O[i,j] : f64;\noutput tensor P[i,j] : f64;\n";
+    let operand = |rnd: &mut dyn FnMut(usize) -> usize, t: usize, ij: &str| -> String {
+        // An input, or (sometimes) an earlier temporary: a dependence.
+        if t > 0 && rnd(3) == 0 {
+            format!("T{}[{ij}]", rnd(t))
+        } else {
+            format!("A{}[{ij}]", rnd(4))
+        }
+    };
+    for t in 0..temps {
+        let x = operand(&mut rnd, t, "i,k");
+        let yi = if rnd(2) == 0 { "k,j" } else { "j,k" };
+        let y = operand(&mut rnd, t, yi);
+        let zi = if rnd(2) == 0 { "i,j" } else { "j,i" };
+        let z = operand(&mut rnd, t, zi);
+        let c = rnd(4) as f64 * 0.5 + 0.25;
+        let op = if rnd(2) == 0 { "+" } else { "-" };
+        s += &format!("T{t}[i,j] = {z} {op} {c} * {x} * {y};\n");
+    }
+    s += &format!("O[i,j] = A{}[i,j];\n", rnd(4));
+    for t in 0..temps {
+        match rnd(3) {
+            0 => s += &format!("O[i,j] += T{t}[i,j] - T{t}[j,i];\n"),
+            1 => s += &format!("O[i,j] += 0.5 * T{t}[i,k] * A{}[k,j];\n", rnd(4)),
+            _ => s += &format!("P[i,j] += T{t}[j,i] - 2.0 * T{t}[i,j];\n"),
+        }
+    }
+    s += "P[i,j] += O[i,k] * A0[k,j];\n";
+    s
+}
+
+/// Programs with independent statements: their task sets run concurrently (two
+/// threads at least) and every output matches the interpreter, for every fusion
+/// mode and with small contractions on the GETT kernel.
+#[test]
+fn independent_statements_run_as_task_sets_and_match() {
+    let mut sets = 0;
+    for seed in 0..60u64 {
+        let src = independent_statements(seed);
+        let (hir, diags) = crate::compile(&src, "t");
+        let hir = hir.unwrap_or_else(|| panic!("{src}\n{diags:?}"));
+        let mut opts = Options { gemm_min: Some(1.0), ..Options::default() };
+        use crate::lir::fusion::FuseMode;
+        opts.fuse = [FuseMode::Auto, FuseMode::None, FuseMode::Max][(seed % 3) as usize];
+        if seed % 2 == 1 {
+            opts.parallel_min = Some(1.0);
+        }
+        let popts = crate::pipeline::PipelineOptions {
+            fusion: crate::lir::fusion::FusionOptions { mode: opts.fuse, ..Default::default() },
+            ..Default::default()
+        };
+        let prepared = crate::pipeline::prepare(&hir, &popts);
+        let nests = crate::pipeline::fuse(&prepared, &[UnitId::new(0)], &popts);
+        let ts = crate::lir::tasks::task_sets(&prepared, &nests[0], &Default::default());
+        sets += ts.iter().filter(|t| t.steps.len() >= 2).count();
+        // Every top-level node in exactly one step.
+        let mut covered: Vec<usize> = ts.iter().flat_map(|t| t.steps.iter().flat_map(|s| s.nodes.clone())).collect();
+        covered.sort();
+        assert_eq!(covered, (0..nests[0].body.len()).collect::<Vec<_>>(), "{src}");
+        if let Err(e) = check_unit(&hir, UnitId::new(0), seed, &opts) {
+            panic!("seed {seed}: {e}\n{src}");
+        }
+    }
+    assert!(sets >= 40, "only {sets} task sets of two or more steps in 60 programs");
+}
+
+/// `W = V + T·U`: the GETT term overwrites the fresh output (no zeroing pass) and
+/// `V` is added after it, whatever the order the terms were written in.
+#[test]
+fn a_gett_term_after_others_overwrites_the_output_first() {
+    for rhs in ["V[a,b] + 0.25 * T[a,k] * U[k,b]", "0.25 * T[a,k] * U[k,b] - V[a,b]"] {
+        let src = format!(
+            "range N = 48; index a, b, k : N;\ninput tensor V[a,b] : f64; input tensor T[a,k] : f64;\n\
+             input tensor U[k,b] : f64; output tensor W[a,b] : f64;\nW[a,b] = {rhs};\n"
+        );
+        let (hir, diags) = crate::compile(&src, "t");
+        let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+        let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &Options::default()).unwrap();
+        let call = ir.lines().find(|l| l.contains("call void @tcc_rt_gett_f64(")).unwrap_or_else(|| panic!("{ir}"));
+        assert!(
+            call.contains("i64 1) #") || call.trim_end().ends_with("i64 1)"),
+            "the GETT does not overwrite: {call}"
+        );
+        assert!(!ir.contains("llvm.memset"), "a zeroing pass is left: {ir}");
+        check_unit(&hir, UnitId::new(0), 7, &Options::default()).unwrap();
+    }
+}
+
+/// `R = V` and `R = X - Xᵀ` (no GETT): one nest that stores into the fresh target,
+/// no zeroing pass; inside fused loops (`--fuse max`) too.
+#[test]
+fn element_wise_statements_store_without_a_zeroing_pass() {
+    for rhs in ["V[a,b]", "V[a,b] - 0.5 * V[b,a] + W[a,b]"] {
+        let src = format!(
+            "range N = 48; index a, b, k : N;\ninput tensor V[a,b] : f64; input tensor W[a,b] : f64;\n\
+             output tensor R[a,b] : f64; output tensor S[a,b] : f64;\nR[a,b] = {rhs};\nS[a,b] = R[a,k] * W[k,b];\n"
+        );
+        let (hir, diags) = crate::compile(&src, "t");
+        let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+        let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &Options::default()).unwrap();
+        assert!(!ir.contains("llvm.memset"), "a zeroing pass is left: {ir}");
+        for fuse in [crate::lir::fusion::FuseMode::Auto, crate::lir::fusion::FuseMode::Max] {
+            check_unit(&hir, UnitId::new(0), 3, &Options { fuse, ..Options::default() }).unwrap();
         }
     }
 }

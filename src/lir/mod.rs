@@ -13,6 +13,7 @@ pub mod cost;
 pub mod exec;
 pub mod fusion;
 pub mod slice;
+pub mod tasks;
 #[cfg(test)]
 mod tests;
 
@@ -108,6 +109,7 @@ impl LoopNest {
             s.push('\n');
         }
         dump_nodes(self, hir, &self.body, 1, &mut s);
+        s.push_str(&tasks::dump(hir, self, &tasks::task_sets(hir, self, &cost::CpuRates::default())));
         let _ = writeln!(
             s,
             "  // peak temporary memory: {} bytes (unfused: {} bytes)",

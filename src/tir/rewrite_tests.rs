@@ -145,13 +145,7 @@ fn calls_and_sums_are_hoisted() {
 /// A random program: 1–2 statements of 1–3 terms of 2–7 factors; half the terms
 /// hold summed hyperedges (an index in three or more factors).
 fn random_program(seed: u64) -> Hir {
-    let mut st = seed.wrapping_mul(0x9E3779B97F4A7C15) ^ 0x1234567;
-    let mut rnd = move |k: usize| -> usize {
-        st ^= st << 13;
-        st ^= st >> 7;
-        st ^= st << 17;
-        (st % k.max(1) as u64) as usize
-    };
+    let mut rnd = crate::tir::testutil::picker(seed, 0x1234567);
     let nl = 2 + rnd(6);
     let letters: Vec<char> = "abcdefg".chars().take(nl).collect();
     let mut sizes: Vec<(char, usize)>;

@@ -8,6 +8,19 @@ use crate::interp::{block_violation, exec_stmt, fill_random, tensor_symmetry_vio
 use crate::sema::hir::*;
 use crate::tensor::Dense;
 
+/// Random choices for random-program tests: `rnd(k)` is in `0..k` (0 for
+/// `k = 0`), from an xorshift generator started at `seed · φ ⊕ salt` (the salt
+/// keeps generators of different tests apart on the same seeds).
+pub fn picker(seed: u64, salt: u64) -> impl FnMut(usize) -> usize {
+    let mut st = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt;
+    move |k: usize| -> usize {
+        st ^= st << 13;
+        st ^= st >> 7;
+        st ^= st << 17;
+        (st % k.max(1) as u64) as usize
+    }
+}
+
 /// Builds HIR by hand: a range per distinct size (`N<size>`), an index per letter.
 pub struct Builder {
     pub hir: Hir,

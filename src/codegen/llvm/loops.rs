@@ -19,6 +19,17 @@ pub(super) struct Captures<'ctx> {
     pub sizes: Vec<(RangeId, IntValue<'ctx>)>,
 }
 
+/// The function being generated, set aside while an outlined function is
+/// ([`Gen::enter_outlined`]): where the builder was and what was in scope.
+pub(super) struct SavedFn<'ctx> {
+    block: inkwell::basic_block::BasicBlock<'ctx>,
+    func: Option<FunctionValue<'ctx>>,
+    bufs: HashMap<TensorId, PointerValue<'ctx>>,
+    bound: HashMap<IndexId, IntValue<'ctx>>,
+    size_vals: HashMap<RangeId, IntValue<'ctx>>,
+    acc_slot: Option<(TensorId, PointerValue<'ctx>)>,
+}
+
 impl<'ctx> Gen<'_, 'ctx> {
     /// The caller's [`Captures`] and an `i64` array holding them (buffers as
     /// integers, then bound indices, then sizes, then `extra`), allocated in the
@@ -55,6 +66,58 @@ impl<'ctx> Gen<'_, 'ctx> {
             self.b.build_store(slot, v)?;
         }
         Ok((Captures { bufs, bound, sizes }, arr))
+    }
+
+    /// Starts generating `f`, an outlined `void (i8* ctx, i64 lo, i64 hi)` whose
+    /// context [`Gen::capture`] filled with `caps` and `extra` more values: the
+    /// caller's function is set aside, the captures are in scope again (loaded
+    /// from the context), and the `extra` values are returned.
+    pub(super) fn enter_outlined(
+        &mut self,
+        f: FunctionValue<'ctx>,
+        caps: &Captures<'ctx>,
+        extra: usize,
+    ) -> Result<(SavedFn<'ctx>, Vec<IntValue<'ctx>>), CodegenError> {
+        let saved = SavedFn {
+            block: self.b.get_insert_block().expect("positioned"),
+            func: self.func.replace(f),
+            bufs: std::mem::take(&mut self.bufs),
+            bound: std::mem::take(&mut self.bound),
+            size_vals: std::mem::take(&mut self.size_vals),
+            acc_slot: self.acc_slot.take(),
+        };
+        let fe = self.ctx.append_basic_block(f, "entry");
+        self.b.position_at_end(fe);
+        let i64t = self.ctx.i64_type();
+        let cp = self.b.build_pointer_cast(
+            f.get_nth_param(0).expect("ctx").into_pointer_value(),
+            i64t.ptr_type(AddressSpace::default()),
+            "c",
+        )?;
+        let n = caps.bufs.len() + caps.bound.len() + caps.sizes.len() + extra;
+        let mut values = Vec::with_capacity(n);
+        for k in 0..n {
+            let sp = unsafe { self.b.build_in_bounds_gep(cp, &[self.i64c(k as u64)], "s")? };
+            values.push(self.b.build_load(sp, "v")?.into_int_value());
+        }
+        let mut values = values.into_iter();
+        for ((t, p), v) in caps.bufs.iter().zip(values.by_ref()) {
+            let p = self.b.build_int_to_ptr(v, p.get_type(), "buf")?;
+            self.bufs.insert(*t, p);
+        }
+        self.bound.extend(caps.bound.iter().map(|x| x.0).zip(values.by_ref()));
+        self.size_vals.extend(caps.sizes.iter().map(|x| x.0).zip(values.by_ref()));
+        Ok((saved, values.collect()))
+    }
+
+    /// Back to the function [`Gen::enter_outlined`] set aside.
+    pub(super) fn leave_outlined(&mut self, saved: SavedFn<'ctx>) {
+        self.func = saved.func;
+        self.bufs = saved.bufs;
+        self.bound = saved.bound;
+        self.size_vals = saved.size_vals;
+        self.acc_slot = saved.acc_slot;
+        self.b.position_at_end(saved.block);
     }
 
     /// Loops over `vars` (outermost first) binding each, then `inner`.
@@ -280,13 +343,45 @@ impl<'ctx> Gen<'_, 'ctx> {
         Ok(self.gett_plan(st, &ops, &vars, &|t, idx, v| self.stride_in(t, idx, v)).map(|p| (ops, p)))
     }
 
-    /// Whether `st`'s first term is a GETT that may overwrite its output (nothing
-    /// it reads is the output, every index has a size).
-    pub(super) fn overwrite_gett(&self, st: &Stmt) -> bool {
-        let reads_self = crate::codegen::lower::term_operands(&st.rhs.terms[0])
-            .map(|ops| ops.iter().any(|o| o.tensor == st.lhs.tensor))
-            .unwrap_or(true);
-        !st.rhs.terms.is_empty() && !reads_self && matches!(self.term_gett(st, 0), Ok(Some(_)))
+    /// The term of `st` that may overwrite its freshly zeroed output, run first: the
+    /// first GETT term that reads nothing of the output (every index with a size).
+    /// The zeroing pass is then dropped and the other terms add to what it wrote
+    /// (`W = V + T·U` is one GETT pass and one pass adding `V`, not a zeroing pass,
+    /// an adding pass and a GETT reading and writing `W` again).
+    pub(super) fn overwrite_gett(&self, st: &Stmt) -> Option<usize> {
+        (0..st.rhs.terms.len()).find(|&k| {
+            let reads_self = crate::codegen::lower::term_operands(&st.rhs.terms[k])
+                .map(|ops| ops.iter().any(|o| o.tensor == st.lhs.tensor))
+                .unwrap_or(true);
+            !reads_self && matches!(self.term_gett(st, k), Ok(Some(_)))
+        })
+    }
+
+    /// Whether every term of `st` can share one nest over its freshly zeroed target
+    /// that stores instead of adding ([`Self::shared_nest_terms`] with `store`): no
+    /// special statement, no parallel sum's private accumulator in place.
+    pub(super) fn store_nest(&self, st: &Stmt) -> bool {
+        !st.rhs.terms.is_empty()
+            && self.acc_slot.is_none()
+            && crate::tir::materialize::special_stmt(st).is_none()
+            && self.shared_nest_run(st, 0) == st.rhs.terms.len()
+    }
+
+    /// Terms `ks` of `st`, in order, adding into the target: runs that can share
+    /// one nest ([`Self::shared_nest_run`]) in one pass, the others one by one.
+    pub(super) fn terms_in(&mut self, st: &Stmt, ks: std::ops::Range<usize>) -> Result<(), CodegenError> {
+        let mut term = ks.start;
+        while term < ks.end {
+            let run = self.shared_nest_run(st, term).min(ks.end - term);
+            if run >= 2 {
+                self.shared_nest_terms(st, term..term + run, false)?;
+                term += run;
+            } else {
+                self.term(st, term, false)?;
+                term += 1;
+            }
+        }
+        Ok(())
     }
 
     /// How many terms of `st` from term `k` on can share one loop nest over the
@@ -324,7 +419,16 @@ impl<'ctx> Gen<'_, 'ctx> {
     /// writes), the outermost on threads when there is enough work. Element-wise
     /// terms are added with one load and store of the target element; a term that
     /// sums runs its short sum inside, sequentially.
-    pub(super) fn shared_nest_terms(&mut self, st: &Stmt, ks: std::ops::Range<usize>) -> Result<(), CodegenError> {
+    ///
+    /// With `store` (the target's region was just zeroed, the zeroing dropped) the
+    /// element-wise terms' sum is stored, not added: a copy such as `R = V` is one
+    /// pass that writes `R`, not a zeroing pass and a pass reading and writing it.
+    pub(super) fn shared_nest_terms(
+        &mut self,
+        st: &Stmt,
+        ks: std::ops::Range<usize>,
+        store: bool,
+    ) -> Result<(), CodegenError> {
         let hir = self.hir;
         let c = st.lhs.tensor;
         let order: Vec<IndexId> = st.lhs.indices.iter().copied().filter(|i| !self.bound.contains_key(i)).collect();
@@ -360,7 +464,11 @@ impl<'ctx> Gen<'_, 'ctx> {
                     Some(t) => g.b.build_float_add(t, prod, "t")?,
                 });
             }
-            if let Some(total) = total {
+            if store {
+                let off = g.offset(c, &lhs_idx)?;
+                let p = g.elem_ptr(c, off)?;
+                g.b.build_store(p, total.unwrap_or(lt.const_zero()))?;
+            } else if let Some(total) = total {
                 let off = g.offset(c, &lhs_idx)?;
                 let p = g.elem_ptr(c, off)?;
                 let old = g.b.build_load(p, "c")?.into_float_value();

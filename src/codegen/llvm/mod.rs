@@ -54,6 +54,7 @@ mod loops;
 pub mod rates;
 mod sizes;
 mod slices;
+mod tasks;
 
 use gett::GettPlan;
 use sizes::Poly;
@@ -368,6 +369,7 @@ fn compile_lib<'ctx>(
         acc_slot: None,
         mem_limit: opts.mem_limit.unwrap_or(DEFAULT_MEM_LIMIT),
         nest_peak: 0,
+        rates: opts.rates,
     };
     let mut codes = Vec::new();
     for (&u, nest) in units.iter().zip(&nests) {
@@ -600,12 +602,14 @@ fn runtime_symbols() -> Vec<(&'static str, usize)> {
     use tcc_runtime::alloc::{tcc_rt_alloc_zeroed, tcc_rt_free};
     use tcc_runtime::kernels::{
         tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_num_threads, tcc_rt_parallel_range, tcc_rt_parallel_sum,
+        tcc_rt_task_set,
     };
     vec![
         ("tcc_rt_alloc_zeroed", tcc_rt_alloc_zeroed as *const () as usize),
         ("tcc_rt_free", tcc_rt_free as *const () as usize),
         ("tcc_rt_parallel_range", tcc_rt_parallel_range as *const () as usize),
         ("tcc_rt_parallel_sum", tcc_rt_parallel_sum as *const () as usize),
+        ("tcc_rt_task_set", tcc_rt_task_set as *const () as usize),
         ("tcc_rt_num_threads", tcc_rt_num_threads as *const () as usize),
         ("tcc_rt_gett_f64", tcc_rt_gett_f64 as *const () as usize),
         ("tcc_rt_gett_f32", tcc_rt_gett_f32 as *const () as usize),
@@ -693,6 +697,8 @@ struct Gen<'a, 'ctx> {
     /// what bounds the private copies of parallel slices ([`slices`]).
     mem_limit: u64,
     nest_peak: u64,
+    /// The time model's rates: the estimates task sets hand the runtime.
+    rates: crate::lir::cost::CpuRates,
 }
 
 use super::lower::Operand;
@@ -1027,7 +1033,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 }
             }
         }
-        self.top_nodes(&nest.body, code.unit)?;
+        self.top_nodes(nest, code.unit)?;
         for &(p, bytes) in &temps {
             self.b.build_call(free, &[p.into(), bytes.into()], "")?;
         }
@@ -1071,24 +1077,35 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         Ok(())
     }
 
-    /// The unit's top-level nodes. A large unit (more than [`OUTLINE_MIN_TERMS`]
-    /// terms) puts each top-level statement or loop, with the `Zero`s before
-    /// it, in a function of its own: LLVM's passes grow faster than linearly
-    /// with the size of one function (one function of 3000 terms took 30 s,
-    /// issue 23), and each of these functions is small.
-    fn top_nodes(&mut self, nodes: &[Node], unit: UnitId) -> Result<(), CodegenError> {
-        let terms: usize = self.hir.units[unit].stmts.iter().map(|s| s.rhs.terms.len()).sum();
-        if terms <= OUTLINE_MIN_TERMS {
-            return self.nodes(nodes, unit);
-        }
-        let mut start = 0;
-        for (k, n) in nodes.iter().enumerate() {
-            if !matches!(n, Node::Zero { .. }) || k + 1 == nodes.len() {
-                self.outlined(&nodes[start..=k], unit)?;
-                start = k + 1;
+    /// The unit's top-level nodes, as task sets ([`crate::lir::tasks`]): a set of
+    /// two or more independent steps is one `tcc_rt_task_set` call, the others run
+    /// in place. A large unit (more than [`OUTLINE_MIN_TERMS`] terms) puts each
+    /// step (a top-level statement or loop, with the `Zero`s before it) in a
+    /// function of its own: LLVM's passes grow faster than linearly with the size
+    /// of one function (one function of 3000 terms took 30 s, issue 23), and each
+    /// of these functions is small.
+    fn top_nodes(&mut self, nest: &LoopNest, unit: UnitId) -> Result<(), CodegenError> {
+        let sets = crate::lir::tasks::task_sets(self.hir, nest, &self.rates);
+        for set in &sets {
+            if set.steps.len() >= 2 {
+                self.task_set(nest, set, unit)?;
+            } else {
+                for step in &set.steps {
+                    self.step(&nest.body[step.nodes.clone()], unit)?;
+                }
             }
         }
         Ok(())
+    }
+
+    /// One step in place: outlined in a large unit.
+    fn step(&mut self, nodes: &[Node], unit: UnitId) -> Result<(), CodegenError> {
+        let terms: usize = self.hir.units[unit].stmts.iter().map(|s| s.rhs.terms.len()).sum();
+        if terms <= OUTLINE_MIN_TERMS {
+            self.nodes(nodes, unit)
+        } else {
+            self.outlined(nodes, unit)
+        }
     }
 
     /// `nodes` in an internal, never inlined function of the current one's
@@ -1143,13 +1160,19 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     }
 
     fn nodes(&mut self, nodes: &[Node], unit: UnitId) -> Result<(), CodegenError> {
-        let mut skip_zero = None;
+        let mut skip_zero: Option<(usize, usize)> = None;
         for (pos, n) in nodes.iter().enumerate() {
             // `Zero` right before its statement's `Compute`, whose first term is a
             // GETT: the GETT overwrites instead (no separate pass over the output).
             if let (Node::Zero { stmt, .. }, Some(Node::Compute { stmt: next })) = (n, nodes.get(pos + 1)) {
-                if stmt == next && self.overwrite_gett(&self.hir.units[unit].stmts[*stmt]) {
-                    skip_zero = Some(*stmt);
+                let st = &self.hir.units[unit].stmts[*stmt];
+                if let (true, Some(k)) = (stmt == next, self.overwrite_gett(st)) {
+                    skip_zero = Some((*stmt, k));
+                    continue;
+                }
+                // No GETT: terms sharing one nest store into the target instead.
+                if stmt == next && self.store_nest(st) {
+                    skip_zero = Some((*stmt, usize::MAX));
                     continue;
                 }
             }
@@ -1182,22 +1205,20 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                             self.zero_all(st.lhs.tensor)?;
                         }
                     }
-                    let overwrite = skip_zero.take() == Some(*stmt);
+                    let overwrite = skip_zero.take().filter(|z| z.0 == *stmt).map(|z| z.1);
                     if let Some(sp) = crate::tir::materialize::special_stmt(&st) {
                         self.special(&st, sp)?;
                         continue;
                     }
-                    let mut term = 0;
-                    while term < st.rhs.terms.len() {
-                        // Terms that can share one nest over the target: one pass.
-                        let run = if overwrite && term == 0 { 0 } else { self.shared_nest_run(&st, term) };
-                        if run >= 2 {
-                            self.shared_nest_terms(&st, term..term + run)?;
-                            term += run;
-                        } else {
-                            self.term(&st, term, overwrite && term == 0)?;
-                            term += 1;
+                    match overwrite {
+                        Some(usize::MAX) => self.shared_nest_terms(&st, 0..st.rhs.terms.len(), true)?,
+                        // The overwriting GETT first, then the other terms add.
+                        Some(k) => {
+                            self.term(&st, k, true)?;
+                            self.terms_in(&st, 0..k)?;
+                            self.terms_in(&st, k + 1..st.rhs.terms.len())?;
                         }
+                        None => self.terms_in(&st, 0..st.rhs.terms.len())?,
                     }
                 }
             }

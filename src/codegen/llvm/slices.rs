@@ -8,7 +8,6 @@
 //! or less work than a parallel loop needs), or when the private copies cannot be
 //! allocated, the loops run in place, in order.
 
-use super::loops::Captures;
 use super::*;
 use crate::lir::slice::Group;
 
@@ -187,7 +186,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         // Captures, then base, chunks, slices.
         let caller = self.current_fn();
         let bv = self.b.build_ptr_to_int(base, i64t, "basev")?;
-        let (Captures { bufs, bound, sizes }, arr) = self.capture(&[bv, chunks, n], "slctx")?;
+        let (caps, arr) = self.capture(&[bv, chunks, n], "slctx")?;
         let name = self.name(&format!("{}.slices", caller.get_name().to_string_lossy()));
         let fty = self.ctx.void_type().fn_type(&[i8p.into(), i64t.into(), i64t.into()], false);
         let f = self.module.add_function(&name, fty, Some(Linkage::Internal));
@@ -199,45 +198,9 @@ impl<'ctx> Gen<'_, 'ctx> {
         self.b.build_call(rt, &[chunks.into(), fp.into(), ctxp.into()], "")?;
 
         // The task function: (ctx, lo, hi) over chunk numbers.
-        let saved_block = self.b.get_insert_block().expect("positioned");
-        let saved = (
-            self.func,
-            std::mem::take(&mut self.bufs),
-            std::mem::take(&mut self.bound),
-            std::mem::take(&mut self.size_vals),
-            self.acc_slot.take(),
-        );
-        self.func = Some(f);
-        let fe = self.ctx.append_basic_block(f, "entry");
-        self.b.position_at_end(fe);
-        let cp = self.b.build_pointer_cast(
-            f.get_nth_param(0).expect("ctx").into_pointer_value(),
-            i64t.ptr_type(AddressSpace::default()),
-            "c",
-        )?;
-        let load = |g: &Self, k: usize| -> Result<IntValue<'ctx>, CodegenError> {
-            let sp = unsafe { g.b.build_in_bounds_gep(cp, &[g.i64c(k as u64)], "s")? };
-            Ok(g.b.build_load(sp, "v")?.into_int_value())
-        };
-        let mut shared = Vec::new();
-        for (k, (t, p)) in bufs.iter().enumerate() {
-            let v = load(self, k)?;
-            shared.push((*t, self.b.build_int_to_ptr(v, p.get_type(), "buf")?));
-        }
-        for (k, (i, _)) in bound.iter().enumerate() {
-            let v = load(self, bufs.len() + k)?;
-            self.bound.insert(*i, v);
-        }
-        for (k, (r, _)) in sizes.iter().enumerate() {
-            let v = load(self, bufs.len() + bound.len() + k)?;
-            self.size_vals.insert(*r, v);
-        }
-        let at = bufs.len() + bound.len() + sizes.len();
-        let basev = load(self, at)?;
-        let base = self.b.build_int_to_ptr(basev, i8p, "base")?;
-        let chunks = load(self, at + 1)?;
-        let n = load(self, at + 2)?;
-        self.bufs.extend(shared.iter().copied());
+        let (saved, extra) = self.enter_outlined(f, &caps, 3)?;
+        let base = self.b.build_int_to_ptr(extra[0], i8p, "base")?;
+        let (chunks, n) = (extra[1], extra[2]);
         let lo = f.get_nth_param(1).expect("lo").into_int_value();
         let hi = f.get_nth_param(2).expect("hi").into_int_value();
         let count = self.b.build_int_sub(hi, lo, "nchunks")?;
@@ -278,12 +241,7 @@ impl<'ctx> Gen<'_, 'ctx> {
             })
         })?;
         self.b.build_return(None)?;
-        self.func = saved.0;
-        self.bufs = saved.1;
-        self.bound = saved.2;
-        self.size_vals = saved.3;
-        self.acc_slot = saved.4;
-        self.b.position_at_end(saved_block);
+        self.leave_outlined(saved);
         Ok(())
     }
 }

@@ -65,6 +65,7 @@ fn generate() -> Result<TileKernel, CodegenError> {
         acc_slot: None,
         mem_limit: 0,
         nest_peak: 0,
+        rates: crate::lir::cost::CpuRates::default(),
     };
     let uk = g.ukernel(ElemType::F64)?;
     let widths = (1..=uk.nr).map(|w| g.ukernel_strided(ElemType::F64, Some(w))).collect::<Result<Vec<_>, _>>()?;
