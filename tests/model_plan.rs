@@ -3,7 +3,7 @@
 //! (Jacobs et al., 2023) and DeepSpeed-MoE (Rajbhandari et al., ICML'22). Each model
 //! is written as a `model` block and counted from its HIR.
 
-use tcc::plan::model::{analysis, evaluate, formulas, Config, ModelOptions, ModelPlan, SeqStyle, ZeroPP};
+use tcc::plan::model::{analysis, evaluate, formulas, Config, ModelOptions, ModelPlan, ZeroPP};
 use tcc::plan::Network;
 use tcc::sema::hir::ModelId;
 
@@ -14,19 +14,7 @@ fn info(src: &str) -> analysis::ModelInfo {
 }
 
 fn cfg(data: usize, zero: u8) -> Config {
-    Config {
-        data,
-        tensor: 1,
-        tensor_dims: vec![],
-        sequence: 1,
-        seq_style: SeqStyle::Ulysses,
-        expert: 1,
-        zero,
-        zeropp: ZeroPP::default(),
-        megatron_sp: false,
-        offload: false,
-        pipe: Default::default(),
-    }
+    Config { data, zero, ..Default::default() }
 }
 
 fn opts(devices: usize) -> ModelOptions {
@@ -480,12 +468,34 @@ fn zero3_gather_buffers_and_nccl_buffers_are_in_the_memory_fit() {
     assert!((p.memory.gather - 2.0 * (2.0 * per_layer).min(1e9)).abs() < 1e-6 * p.memory.gather, "{}", p.memory.gather);
     assert_eq!(p.memory.workspace, 2.0 * tcc::plan::model::NCCL_BYTES_PER_COMM);
     let m_ = &p.memory;
-    let sum = m_.params + m_.grads + m_.optimizer + m_.secondary + m_.activations + m_.gather + m_.workspace;
+    let sum = m_.params
+        + m_.grads
+        + m_.optimizer
+        + m_.secondary
+        + m_.activations
+        + m_.gather
+        + m_.workspace
+        + m_.buckets
+        + m_.logits
+        + m_.compression;
     assert!((m_.total - sum).abs() < 1e-6 * sum);
-    // Stage 1 gathers nothing.
+    // ZeRO-3 reduces gradients from one bucket of DeepSpeed's 5e8 fp16 elements
+    // (this rank's 21.8 B weights are more).
+    assert_eq!(m_.buckets, 2.0 * 5e8);
+    // Stage 1 gathers nothing, and has an all-gather bucket besides the reduce one.
     let mut c1 = c.clone();
     c1.zero = 1;
-    assert_eq!(evaluate(&m, &c1, &o).memory.gather, 0.0);
+    let p1 = evaluate(&m, &c1, &o);
+    assert_eq!(p1.memory.gather, 0.0);
+    assert_eq!(p1.memory.buckets, 2.0 * 2.0 * 5e8);
+    // Without ZeRO: PyTorch DDP's 25 MB bucket.
+    c1.zero = 0;
+    assert_eq!(evaluate(&m, &c1, &o).memory.buckets, 25e6);
+    // One data rank: nothing to reduce, no bucket.
+    let mut solo = cfg(1, 1);
+    solo.tensor = 8;
+    solo.tensor_dims = c.tensor_dims.clone();
+    assert_eq!(evaluate(&m, &solo, &opts(8)).memory.buckets, 0.0);
     assert!(tcc::plan::model::report::plan_detail(&p).contains("ZeRO-3 gathered weights"));
 }
 
@@ -559,8 +569,12 @@ fn optimizer_offload_makes_a_70b_model_fit_8_devices_and_costs_its_transfers() {
     let plans = tcc::plan::model::search(&m, &Default::default(), &o);
     assert!(plans[0].fits, "{}", plans[0].config.describe());
     let fitting: Vec<&ModelPlan> = plans.iter().filter(|p| p.fits).collect();
-    assert!(fitting.iter().all(|p| p.config.offload), "every plan that fits offloads (70B × 16 B > 8 × 80 GB)");
-    let best = &plans[0];
+    assert!(
+        fitting.iter().all(|p| p.config.offload || p.config.infinity.is_some()),
+        "every plan that fits offloads (70B × 16 B > 8 × 80 GB)"
+    );
+    // The best plan that offloads the optimizer alone (ZeRO-Offload).
+    let best = *fitting.iter().find(|p| p.config.offload).unwrap();
     let mut on_device = best.config.clone();
     on_device.offload = false;
     let kept = evaluate(&m, &on_device, &o);
@@ -625,4 +639,273 @@ fn zeropp_quantization_costs_memory_traffic() {
     fast.network = tcc::plan::Network::parse("fat-tree:bw=25GB/s,lat=5us,flops=150TF/s,hbm=5TB/s").unwrap();
     let qf = evaluate(&m, &c, &fast);
     assert!((qf.time_quant * 5e12 - want_bytes).abs() < 1e-6 * want_bytes);
+}
+
+// ---- 1-bit Adam / 1-bit LAMB / 0/1 Adam (issue 20) ----
+
+/// After the warm-up, DeepSpeed's compressed all-reduce sends the momentum's
+/// signs in two phases (all-to-all of chunks, all-gather of the re-compressed
+/// chunks): 2·(q−1)/q · n/8 bytes per rank, 1/16 of the fp16 all-reduce (1/32 of
+/// fp32; Tang et al. 2021, runtime/comm/nccl.py `compressed_allreduce`). With
+/// 15% of the steps at full volume the average is 0.15·2 + 0.85/8 = 0.406 B per
+/// element: 4.9× less than fp16 ("up to 5× less communication volume", the
+/// DeepSpeed 1-bit Adam tutorial). The error buffers (fp32: the worker's whole
+/// buffer, the server's chunk) are in the memory fit.
+#[test]
+fn one_bit_adam_sends_one_sixteenth_after_warm_up() {
+    use tcc::plan::model::compress::{self, Kind, OneBit};
+    let (_, m) = at_scale(&gpt_free(), &GPT3);
+    let mut o = opts(64);
+    o.layers = 96;
+    let mut c = cfg(16, 0);
+    c.tensor = 4;
+    c.tensor_dims = tcc::plan::model::tp_dims(&m);
+    let plain = evaluate(&m, &c, &o);
+    let grads = |p: &ModelPlan| -> f64 {
+        p.comm.iter().filter(|x| x.phase == "step").map(|x| x.bytes_per_rank * x.count).sum()
+    };
+    o.compress = Some(OneBit { kind: Kind::OneBitAdam, warmup: 0.15, sync_every: 1.0 });
+    let ob = evaluate(&m, &c, &o);
+    let psi = plain.memory.params / 2.0;
+    let onebit = ob.comm.iter().find(|x| x.what.contains("1-bit")).unwrap();
+    assert_eq!(onebit.bytes_per_rank, 2.0 * 15.0 / 16.0 * psi / 8.0);
+    assert_eq!(onebit.bytes_per_rank, compress::compressed_allreduce_bytes(psi, 16.0));
+    let full = plain.comm.iter().find(|x| x.phase == "step").unwrap().bytes_per_rank;
+    assert!((full / onebit.bytes_per_rank - 16.0).abs() < 1e-9, "1/16 of fp16");
+    assert!((full * 2.0 / onebit.bytes_per_rank - 32.0).abs() < 1e-9, "1/32 of fp32");
+    let cut = grads(&plain) / grads(&ob);
+    assert!((cut - 2.0 / (0.15 * 2.0 + 0.85 / 8.0)).abs() < 1e-9 && cut > 4.9, "{cut}");
+    assert_eq!(ob.memory.compression, 4.0 * psi + 4.0 * psi / 16.0);
+    assert!((ob.memory.total - plain.memory.total - ob.memory.compression).abs() < 1e-6 * ob.memory.total);
+    assert!(ob.time < plain.time && ob.time_compress > 0.0);
+    // No warm-up: the whole step compressed.
+    o.compress = Some(OneBit { kind: Kind::OneBitLamb, warmup: 0.0, sync_every: 1.0 });
+    let all = evaluate(&m, &c, &o);
+    assert!((grads(&plain) / grads(&all) - 16.0).abs() < 1e-9);
+    // 0/1 Adam synchronizing every 4 steps after the warm-up moves a quarter of
+    // 1-bit Adam's compressed volume.
+    let mut o01 = o.clone();
+    o01.compress = Some(OneBit { kind: Kind::ZeroOneAdam, warmup: 0.0, sync_every: 4.0 });
+    let zo = evaluate(&m, &c, &o01);
+    assert!((grads(&plain) / grads(&zo) - 64.0).abs() < 1e-9);
+    // ZeRO plans are not compressed (DeepSpeed runs 1-bit optimizers without
+    // ZeRO), so the search offers ZeRO 0 only.
+    let mut z1 = c.clone();
+    z1.zero = 1;
+    assert!(evaluate(&m, &z1, &o).compress.is_none());
+    let plans = tcc::plan::model::search(&m, &Default::default(), &o);
+    assert!(!plans.is_empty() && plans.iter().all(|p| p.config.zero == 0 && p.compress.is_some()));
+    let ds = tcc::plan::model::export::emit(&m, &o, &plans, tcc::plan::model::export::Emit::DeepSpeed).unwrap();
+    assert!(ds.contains("\"OneBitLamb\"") && ds.contains("freeze_step"), "{ds}");
+    let mg = tcc::plan::model::export::emit(&m, &o, &plans, tcc::plan::model::export::Emit::Megatron);
+    assert!(mg.unwrap_err().code == "E0817");
+}
+
+#[test]
+fn compress_cli_errors() {
+    let ex = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gpt_block.tc");
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcc"))
+            .args(["plan-model", ex, "--devices", "8"])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    // gpt_block's hints ask for ZeRO 1.
+    let (ok, e, _) = run(&["--compress", "1bit-adam"]);
+    assert!(!ok && e.contains("E0821"), "{e}");
+    let (ok, e, _) = run(&["--compress", "2bit-adam"]);
+    assert!(!ok && e.contains("E0811"), "{e}");
+    let (ok, e, _) = run(&["--compress", "1bit-adam", "--warmup", "1.5"]);
+    assert!(!ok && e.contains("E0811"), "{e}");
+    let (ok, e, _) = run(&["--compress", "1bit-adam", "--local-steps", "4"]);
+    assert!(!ok && e.contains("E0811") && e.contains("0/1 Adam"), "{e}");
+    let (ok, e, _) = run(&["--compress", "01-adam", "--local-steps", "0"]);
+    assert!(!ok && e.contains("E0815"), "{e}");
+    let (ok, e, _) = run(&["--warmup", "0.2"]);
+    assert!(!ok && e.contains("--compress"), "{e}");
+    let (ok, e, _) = run(&["--compress", "1bit-adam", "--zeropp", "all"]);
+    assert!(!ok && e.contains("cannot be used with"), "{e}");
+}
+
+/// Grouped-query attention (`examples/llama_block.tc`, heads written kvheads ×
+/// group): tensor parallelism splits the key/value heads, Ulysses exchanges the
+/// attention tensors by all-to-all like any heads, and both degrees together
+/// must divide the key/value heads (8 for Llama-3).
+#[test]
+fn gqa_models_split_and_exchange_the_kv_heads() {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/llama_block.tc")).unwrap();
+    let dims =
+        [("batch", 8), ("seq", 4096), ("hidden", 4096), ("kvheads", 8), ("group", 4), ("hdim", 128), ("ffn", 14336)];
+    let (_, m) = at_scale(&src, &dims);
+    assert_eq!(tcc::plan::model::tp_dims(&m), ["kvheads", "ffn"]);
+    let att = &m.layers[0];
+    let names: Vec<&str> = att.ulysses.iter().map(|t| t.name.as_str()).collect();
+    assert!(names.contains(&"Q") && names.contains(&"K") && names.contains(&"V"), "{names:?}");
+    let mut c = cfg(1, 0);
+    c.tensor_dims = tcc::plan::model::tp_dims(&m);
+    c.sequence = 8;
+    assert_eq!(tcc::plan::model::invalid(&m, &c), None);
+    let p = evaluate(&m, &c, &opts(8));
+    assert!(p.comm.iter().filter(|x| x.kind == tcc::plan::model::Coll::AllToAll).count() >= 8);
+    c.sequence = 4;
+    c.tensor = 4;
+    assert!(tcc::plan::model::invalid(&m, &c).unwrap().contains("kvheads = 8"));
+}
+
+// ---- ZeRO-Infinity (issue 20) ----
+
+/// ZeRO-Infinity's headline (Rajbhandari et al. 2021): a trillion-parameter model
+/// trains on one DGX-2 node (16 GPUs of 32 GB, 1.5 TB of host memory: 90 GB per
+/// GPU) only with NVMe: 16 B × 1.01 T / 16 = 1.01 TB per GPU fits neither the
+/// device nor the host. The device keeps the gathered layers and activations;
+/// the tier holds the rank's whole partition; each step moves it as the module
+/// doc says (fp16 weights per pass, gradients down, host Adam, NVMe read and
+/// write of the optimizer states).
+#[test]
+fn zero_infinity_trains_a_trillion_parameters_on_one_dgx2_node_from_nvme() {
+    use tcc::plan::model::infinity::{self, Tier};
+    let dims = [("batch", 16), ("seq", 1024), ("hidden", 25600), ("heads", 160), ("hdim", 160), ("ffn", 102400)];
+    let (_, m) = at_scale(&gpt_free(), &dims);
+    let net = "fat-tree:bw=12.5GB/s,lat=5us,flops=60TF/s,pcie=12GB/s,host-mem=90GB";
+    let mut o = ModelOptions::new(16, Network::parse(net).unwrap());
+    o.layers = 128;
+    o.mem_per_device = Some(32_000_000_000);
+    o.recompute = Some(Recompute::Full);
+    let psi = m.psi_dense() * 128.0;
+    assert!(psi > 1.0e12 && psi < 1.01e12, "{psi}");
+    // Without an NVMe tier nothing fits (the host tier needs 1.01 TB per GPU).
+    let plans = tcc::plan::model::search(&m, &Default::default(), &o);
+    assert!(plans.iter().all(|p| !p.fits), "{}", plans[0].config.describe());
+    // With it, the best plan fits and keeps its partition on NVMe.
+    o.network = Network::parse(&format!("{net},nvme=1.6GB/s")).unwrap();
+    let plans = tcc::plan::model::search(&m, &Default::default(), &o);
+    let best = &plans[0];
+    assert!(best.fits && best.config.infinity == Some(Tier::Nvme), "{}", best.config.describe());
+    let nd = (best.config.data * best.config.sequence) as f64;
+    let t = best.config.tensor as f64;
+    let part = psi / t / nd; // this rank's share (every weight is split by tensor parallelism here)
+    assert!(
+        (best.memory.nvme - 16.0 * part).abs() < 1e-3 * best.memory.nvme,
+        "{} vs {}",
+        best.memory.nvme,
+        16.0 * part
+    );
+    assert_eq!((best.memory.params, best.memory.grads, best.memory.optimizer, best.memory.host), (0.0, 0.0, 0.0, 0.0));
+    // The step's offload time, by hand.
+    let mb = best.config.pipe.micro_batches as f64;
+    let p_exact = best.memory.nvme / 16.0;
+    let want = 2.0 * mb * 2.0 * p_exact / 1.6e9 + mb * 2.0 * p_exact / 12e9 + p_exact / 1e9 + 26.0 * p_exact / 1.6e9;
+    assert!((best.time_offload - want).abs() < 1e-9 * want, "{} vs {want}", best.time_offload);
+    assert_eq!(best.time_offload, infinity::step_time(Tier::Nvme, p_exact, mb, &o.network));
+    // The host tier holds the same bytes, beyond the 90 GB of host memory per GPU.
+    let mut cpu = best.config.clone();
+    cpu.infinity = Some(Tier::Cpu);
+    let on_host = evaluate(&m, &cpu, &o);
+    assert!(!on_host.fits && on_host.memory.host == best.memory.nvme && on_host.memory.total == best.memory.total);
+    assert!(on_host.time_offload < best.time_offload, "the host link is faster than NVMe");
+    let ds = tcc::plan::model::export::emit(&m, &o, &plans, tcc::plan::model::export::Emit::DeepSpeed).unwrap();
+    assert!(ds.contains("\"offload_param\"") && ds.contains("\"nvme\""), "{ds}");
+    // ZeRO-Infinity needs ZeRO 3.
+    let mut z1 = best.config.clone();
+    z1.zero = 1;
+    z1.zeropp = ZeroPP::default();
+    assert!(tcc::plan::model::invalid(&m, &z1).unwrap().contains("ZeRO-Infinity"));
+}
+
+#[test]
+fn tier_keys_need_units_and_only_plan_model_takes_them() {
+    for bad in ["nvme=3", "host-mem=90", "host-mem=90XB"] {
+        let e = Network::parse(&format!("fat-tree:bw=25GB/s,flops=100TF/s,{bad}")).unwrap_err();
+        assert!(e.contains("unit") || e.contains("bandwidth"), "{bad}: {e}");
+    }
+    let n = Network::parse("fat-tree:bw=25GB/s,flops=100TF/s,nvme=3GB/s,host-mem=1.5TB").unwrap();
+    assert_eq!((n.nvme, n.host_mem), (Some(3e9), Some(1.5e12)));
+    assert!(n.for_programs().is_err());
+}
+
+// ---- Embedding, output layer and logits (issue 20) ----
+
+/// `--vocab V` adds the untied embedding and output layer (2·V·h parameters,
+/// vocab-parallel over the tensor group: Llama-3-8B's 128256 × 4096 tables are
+/// 1.05 B parameters), the output layer's 3 × 2·T·h·V/t flops, the embedding's
+/// all-reduce, and one micro-batch's logits in fp16 and fp32 (6 B each: 8192
+/// tokens × 128256 / t).
+#[test]
+fn vocabulary_tables_flops_and_logits_are_in_the_plan() {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/llama_block.tc")).unwrap();
+    let dims =
+        [("batch", 4), ("seq", 8192), ("hidden", 4096), ("kvheads", 8), ("group", 4), ("hdim", 128), ("ffn", 14336)];
+    let (_, m) = at_scale(&src, &dims);
+    let mut o = opts(8);
+    o.layers = 32;
+    let mut c = cfg(2, 0);
+    c.tensor = 4;
+    c.tensor_dims = tcc::plan::model::tp_dims(&m);
+    c.pipe.micro_batches = 2;
+    let without = evaluate(&m, &c, &o);
+    o.vocab = Some(128256);
+    let with = evaluate(&m, &c, &o);
+    let (v, h, t) = (128256.0, 4096.0, 4.0);
+    assert_eq!(with.psi_dense - without.psi_dense, 2.0 * v * h);
+    assert!((2.0 * v * h - 1.05e9).abs() < 0.01e9);
+    assert!((with.memory.params - without.memory.params - 2.0 * 2.0 * v * h / t).abs() < 1.0);
+    // Tokens per rank: 4 sequences over 2 data ranks × 8192; per micro-batch half.
+    let tok = 2.0 * 8192.0;
+    assert!((with.flops_per_rank - without.flops_per_rank - 6.0 * tok * h * v / t).abs() < 1e-6 * with.flops_per_rank);
+    assert_eq!(with.memory.logits, 6.0 * tok / 2.0 * v / t);
+    assert!(
+        (with.memory.total
+            - without.memory.total
+            - with.memory.logits
+            - (with.memory.params - without.memory.params) * 8.0)
+            .abs()
+            < 1e-6 * with.memory.total
+    );
+    let emb = with.comm.iter().find(|x| x.what.contains("embedding")).unwrap();
+    assert_eq!((emb.elements, emb.count), (tok / 2.0 * h, 2.0));
+    // With a pipeline the first stage holds the embedding alone.
+    c.pipe = pipe(2, Schedule::OneFOneB, 1, 2, Recompute::None);
+    c.data = 1;
+    let piped = evaluate(&m, &c, &o);
+    let mut o0 = o.clone();
+    o0.vocab = None;
+    let piped0 = evaluate(&m, &c, &o0);
+    assert!((piped.memory.params - piped0.memory.params - 2.0 * v * h / t).abs() < 1.0);
+}
+
+#[test]
+fn vocab_needs_a_hidden_dim_and_a_count() {
+    let dir = std::env::temp_dir().join(format!("tcc_vocab_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("mlp.tc");
+    std::fs::write(
+        &f,
+        "model mlp { dims batch = 2, width = 4, ffn = 8; index b : batch; index m : width; index f : ffn;\n\
+         input tensor X[b,m] : f32; param tensor W[m,f] : f32; output tensor Y[b,f] : f32;\n\
+         layer l { Y[b,f] = X[b,m] * W[m,f]; } }\n",
+    )
+    .unwrap();
+    let run = |file: &str, extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcc"))
+            .args(["plan-model", file, "--devices", "2"])
+            .args(extra)
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let (ok, e) = run(f.to_str().unwrap(), &["--vocab", "1000"]);
+    assert!(!ok && e.contains("E0822"), "{e}");
+    let ex = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/llama_block.tc");
+    let (ok, e) = run(ex, &["--vocab", "0"]);
+    assert!(!ok && e.contains("E0815"), "{e}");
+    let (ok, e) = run(ex, &["--vocab", "1000", "--inference"]);
+    assert!(ok, "{e}");
+    let (ok, e) = run(ex, &["--vocab", "1000"]);
+    assert!(ok, "{e}");
 }

@@ -3,7 +3,7 @@
 //! and the words each rank sends equal the schedule's prediction and the plan's.
 
 use tcc::exec::model::{self as exec, Style};
-use tcc::plan::model::{analysis, evaluate, Config, ModelOptions, SeqStyle, ZeroPP};
+use tcc::plan::model::{analysis, evaluate, Config, ModelOptions};
 use tcc::sema::hir::ModelId;
 use tcc_runtime::comm::{threads, Backend};
 
@@ -49,19 +49,7 @@ fn plan_words(name: &str, c: &Config) -> f64 {
 fn ulysses_attention_equals_the_interpreter_and_the_plan() {
     for p in [2, 4] {
         let measured = check("long_seq.tc", Style::Ulysses, p);
-        let c = Config {
-            data: 1,
-            tensor: 1,
-            tensor_dims: vec![],
-            sequence: p,
-            seq_style: SeqStyle::Ulysses,
-            expert: 1,
-            zero: 0,
-            zeropp: ZeroPP::default(),
-            megatron_sp: false,
-            offload: false,
-            pipe: Default::default(),
-        };
+        let c = Config { sequence: p, ..Default::default() };
         assert_eq!(measured as f64, plan_words("long_seq.tc", &c), "P = {p}");
     }
     check("gpt_block.tc", Style::Ulysses, 2);
@@ -71,19 +59,7 @@ fn ulysses_attention_equals_the_interpreter_and_the_plan() {
 fn expert_parallel_moe_equals_the_interpreter_and_the_plan() {
     for p in [2, 4] {
         let measured = check("moe_block.tc", Style::Expert, p);
-        let c = Config {
-            data: p,
-            tensor: 1,
-            tensor_dims: vec![],
-            sequence: 1,
-            seq_style: SeqStyle::Ulysses,
-            expert: p,
-            zero: 0,
-            zeropp: ZeroPP::default(),
-            megatron_sp: false,
-            offload: false,
-            pipe: Default::default(),
-        };
+        let c = Config { data: p, expert: p, ..Default::default() };
         assert_eq!(measured as f64, plan_words("moe_block.tc", &c), "P = {p}");
     }
 }

@@ -10,7 +10,7 @@
 
 use crate::error::CommandError;
 use crate::interp;
-use crate::plan::model::analysis::{is_attention, is_expert, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES};
+use crate::plan::model::analysis::{attention_region, expert_region, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES};
 use crate::plan::model::CliArgs;
 use crate::sema::hir::{Expr, Factor, Hir, IndexId, ModelId, RangeId, Role, TensorId, UnitId};
 use crate::tensor::Dense;
@@ -88,11 +88,13 @@ pub fn schedule(hir: &Hir, model: ModelId, style: Style) -> Result<Vec<ExecStep>
     let unit = &hir.units[hir.models[model].unit];
     let mut layout: HashMap<TensorId, usize> = HashMap::new();
     let mut steps = Vec::new();
+    // The same regions the planner predicts from.
+    let region = match style {
+        Style::Ulysses => attention_region(hir, &unit.stmts),
+        Style::Expert => expert_region(hir, &unit.stmts),
+    };
     for (k, s) in unit.stmts.iter().enumerate() {
-        let special = match style {
-            Style::Ulysses => is_attention(hir, s),
-            Style::Expert => is_expert(hir, s),
-        };
+        let special = region[k];
         let r = if special { inside } else { outside };
         let Some(lhs_pos) = s.lhs.indices.iter().position(|&i| hir.indices[i].range == r) else {
             return Err(format!(

@@ -50,6 +50,12 @@ pub struct Network {
     /// kernels read and write every weight and gradient they compress): `hbm=`,
     /// else [`HBM_BW`].
     pub hbm: f64,
+    /// ZeRO-Infinity's NVMe tier: bytes/s a device reads or writes its NVMe share
+    /// (`nvme=`); `None`: no NVMe tier, not searched.
+    pub nvme: Option<f64>,
+    /// Host memory per device (`host-mem=`): offloaded states beyond it do not fit;
+    /// `None`: not limited.
+    pub host_mem: Option<f64>,
     /// The keys given that only model-parallel plans use (`pcie`, `cpu-adam`,
     /// `hbm`): the program planner refuses them ([`Network::for_programs`]).
     #[serde(skip)]
@@ -57,7 +63,7 @@ pub struct Network {
 }
 
 /// The parameters a network description takes.
-const KNOWN_KEYS: &str = "bw, lat, hop, flops, peak, mfu, alpha, beta, gamma, pcie, cpu-adam, hbm";
+const KNOWN_KEYS: &str = "bw, lat, hop, flops, peak, mfu, alpha, beta, gamma, pcie, cpu-adam, hbm, nvme, host-mem";
 
 /// Memory bandwidth a device's element-wise kernels reach: about 75% of an
 /// H100 SXM's 3.35 TB/s.
@@ -93,6 +99,8 @@ impl Network {
             pcie: PCIE_BW,
             cpu_adam: CPU_ADAM,
             hbm: HBM_BW,
+            nvme: None,
+            host_mem: None,
             model_keys: Vec::new(),
         }
     }
@@ -143,8 +151,9 @@ impl Network {
         let (mut peak, mut mfu) = (None, None);
         let (mut pcie, mut cpu_adam, mut hbm) = (PCIE_BW, CPU_ADAM, HBM_BW);
         let mut model_keys = Vec::new();
+        let (mut nvme, mut host_mem) = (None, None);
         for (k, v) in kv {
-            if matches!(k.as_str(), "pcie" | "cpu-adam" | "cpu_adam" | "hbm") {
+            if matches!(k.as_str(), "pcie" | "cpu-adam" | "cpu_adam" | "hbm" | "nvme" | "host-mem" | "host_mem") {
                 model_keys.push(k.clone());
             }
             match k.as_str() {
@@ -165,6 +174,8 @@ impl Network {
                 "gamma" => gamma = Some(parse_number(k, v)?),
                 "pcie" => pcie = parse_bandwidth(v)?,
                 "hbm" => hbm = parse_bandwidth(v)?,
+                "nvme" => nvme = Some(parse_bandwidth(v)?),
+                "host-mem" | "host_mem" => host_mem = Some(parse_memory(v).map_err(|e| format!("host-mem={v}: {e}"))?),
                 "cpu-adam" | "cpu_adam" => {
                     cpu_adam = parse_number(k, v)?;
                     if !(cpu_adam > 0.0 && cpu_adam.is_finite()) {
@@ -201,6 +212,8 @@ impl Network {
             pcie,
             cpu_adam,
             hbm,
+            nvme,
+            host_mem,
             model_keys,
         };
         for (name, v) in [("alpha", net.alpha), ("beta", net.beta), ("gamma", net.gamma)] {
@@ -218,7 +231,7 @@ impl Network {
         match self.model_keys.first() {
             None => Ok(self),
             Some(k) => Err(format!(
-                "`{k}=` describes a device's host link, host or memory for `tcc plan-model` (optimizer offload, \
+                "`{k}=` describes a device's host link, host or memory for `tcc plan-model` (offload, ZeRO-Infinity, \
                  ZeRO++); the program planner does not use it"
             )),
         }
@@ -371,6 +384,27 @@ fn prefix_scale(p: &str) -> Option<f64> {
 
 /// `25GB/s`, `100Gb/s` (bits), `12.5 GB/s`. A bare number is an error: it would
 /// be bytes per second, never what was meant.
+/// A memory size with its unit (`512GB`, `1.5TiB`; a bare number is refused).
+pub fn parse_memory(v: &str) -> Result<f64, String> {
+    let t = v.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let x: f64 = num.parse().map_err(|_| format!("`{v}` is not a size"))?;
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1048576.0,
+        "gib" => 1073741824.0,
+        "tib" => 1099511627776.0,
+        "" => return Err(format!("`{v}` has no unit: write {v}GB (a bare number would be bytes)")),
+        u => return Err(format!("unknown size unit `{u}` (kB, MB, GB, TB, KiB, MiB, GiB, TiB)")),
+    };
+    Ok(x * scale)
+}
+
 pub fn parse_bandwidth(v: &str) -> Result<f64, String> {
     let (x, u) = split_num(v)?;
     if u.is_empty() {

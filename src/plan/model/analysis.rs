@@ -13,8 +13,12 @@ use serde::Serialize;
 
 pub const BATCH_NAMES: [&str; 4] = ["batch", "tokens", "groups", "samples"];
 pub const SEQ_NAMES: [&str; 3] = ["seq", "sequence", "seqlen"];
-pub const TP_DEFAULT: [&str; 2] = ["heads", "ffn"];
+/// Grouped-query attention writes the heads as `kvheads × group`: tensor
+/// parallelism splits the key/value heads (each rank keeps whole groups).
+pub const TP_DEFAULT: [&str; 4] = ["heads", "kvheads", "kv_heads", "ffn"];
 pub const EXPERT_NAMES: [&str; 2] = ["experts", "expert"];
+/// Attention heads: all heads, or the key/value heads of grouped-query attention.
+pub const HEAD_NAMES: [&str; 3] = ["heads", "kvheads", "kv_heads"];
 
 /// A tensor as the planner sees it: name, dimension names, elements.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -44,7 +48,15 @@ pub struct LayerInfo {
     /// Forward flops of the statements writing attention-core tensors (two indices
     /// over one sequence dim): what selective recomputation runs again.
     pub core_flops: f64,
-    /// Tensors the layer writes (activations kept for the backward pass).
+    /// Forward flops of the attention statements (two indices over one sequence
+    /// dim): quadratic in the sequence, so decoding one token costs them per
+    /// position of the context.
+    pub attention_flops: f64,
+    /// The KV cache: tensors the attention statements read with the key's
+    /// sequence index (K, V), not the query's (Q) nor both (a mask).
+    pub kv: Vec<TensorInfo>,
+    /// Tensors the layer writes and the values inside its statements the
+    /// backward pass needs ([`hidden_values`], named `OWNER~k`): its activations.
     pub activations: Vec<TensorInfo>,
     /// Statements with two indices over the sequence (attention scores).
     pub attention: bool,
@@ -53,8 +65,8 @@ pub struct LayerInfo {
     /// Ulysses: tensors with sequence and heads dimensions entering the attention
     /// statements (Q, K, V) and leaving them (O).
     pub ulysses: Vec<TensorInfo>,
-    /// Ring attention: tensors read by attention statements with a summed sequence
-    /// index (K, V).
+    /// Ring attention: the key/value blocks passed around the ring (the
+    /// [`LayerInfo::kv`] tensors; a constant mask is sliced locally).
     pub ring: Vec<TensorInfo>,
     /// Expert parallelism: tensors with an experts dimension entering the expert
     /// statements (dispatch) and leaving them (combine).
@@ -75,6 +87,9 @@ pub struct ModelInfo {
     /// The model's `output` tensors: the next repetition's input, so what a pipeline
     /// stage sends on and what full recomputation keeps per layer.
     pub outputs: Vec<TensorInfo>,
+    /// Forward flops per block of the statements that produce the KV cache from
+    /// the block's input (SwiftKV's prefill runs only these in the layers it skips).
+    pub kv_flops: f64,
 }
 
 impl ModelInfo {
@@ -152,11 +167,23 @@ fn expr_flops(hir: &Hir, e: &Expr, result: &[IndexId]) -> f64 {
             }
             if let Factor::Call { arg, free, .. } | Factor::Sum { arg, free, .. } | Factor::Reduce { arg, free, .. } = f
             {
-                total += expr_flops(hir, arg, free);
+                // A function of one plain tensor reads it: no flops before the call.
+                if !(matches!(f, Factor::Call { .. } | Factor::Reduce { .. }) && is_plain(arg)) {
+                    total += expr_flops(hir, arg, free);
+                }
+            }
+            // The function itself, once per element of its value.
+            if let Factor::Call { free, .. } | Factor::Reduce { free, .. } = f {
+                total += free.iter().map(|&i| hir.index_size(i) as f64).product::<f64>();
             }
         }
         let points: f64 = idx.iter().map(|&i| hir.index_size(i) as f64).product();
-        total += points * (2.0 * (term.factors.len().max(1) - 1) as f64).max(1.0);
+        // A term that is one function call (or parenthesised sum) costs what is
+        // counted above, as it does when it is a statement of its own.
+        let lone_call = matches!(&term.factors[..], [Factor::Call { .. } | Factor::Reduce { .. } | Factor::Sum { .. }]);
+        if !lone_call {
+            total += points * (2.0 * (term.factors.len().max(1) - 1) as f64).max(1.0);
+        }
     }
     total
 }
@@ -171,6 +198,48 @@ fn all_indices(e: &Expr, out: &mut Vec<IndexId>) {
                     all_indices(arg, out)
                 }
                 Factor::Select { args, .. } => args.iter().for_each(|a| all_indices(&a.as_expr(), out)),
+            }
+        }
+    }
+}
+
+/// One tensor, read as it is (the argument of `exp(S)`).
+fn is_plain(e: &Expr) -> bool {
+    matches!(&e.terms[..], [t] if matches!(&t.factors[..], [Factor::Tensor(_)]))
+}
+
+/// The values a statement computes on the way to its result that the backward
+/// pass needs: the input of a function of more than one plain tensor
+/// (`gelu(A·W1)`: A·W1) and the value of a function or parenthesised sum that is
+/// multiplied further (`gelu(…)·W2`). Written as statements of their own they
+/// would be tensors the layer writes; counting them here keeps the activations
+/// the same however a layer is split into statements.
+fn hidden_values(hir: &Hir, e: &Expr, owner: &str, out: &mut Vec<TensorInfo>) {
+    let value = |free: &[IndexId], out: &mut Vec<TensorInfo>| {
+        let dims = free.iter().map(|&i| hir.ranges[range_of(hir, i)].name.clone()).collect();
+        let elements = free.iter().map(|&i| hir.index_size(i) as f64).product();
+        let name = format!("{owner}~{}", out.len());
+        out.push(TensorInfo { name, dims, elements, expert: false });
+    };
+    for term in &e.terms {
+        for f in &term.factors {
+            match f {
+                Factor::Call { arg, free, .. } | Factor::Reduce { arg, free, .. } => {
+                    if !is_plain(arg) {
+                        value(free, out);
+                    }
+                    if term.factors.len() > 1 {
+                        value(free, out);
+                    }
+                    hidden_values(hir, arg, owner, out);
+                }
+                Factor::Sum { arg, free, .. } => {
+                    if term.factors.len() > 1 {
+                        value(free, out);
+                    }
+                    hidden_values(hir, arg, owner, out);
+                }
+                Factor::Tensor(_) | Factor::Affine(_) | Factor::Select { .. } => {}
             }
         }
     }
@@ -205,32 +274,60 @@ pub fn is_expert(hir: &Hir, s: &Stmt) -> bool {
     param && activation
 }
 
+/// A region of statements (`seed`) grown by the statements that continue it: one
+/// whose result keeps a dim of `keep` and whose every activation (not a
+/// parameter, not a constant) comes from the region, as `F = relu(F0)` after the
+/// expert statement `F0 = D·W1`, or `T = recip(Z)` after attention's `Z`. So
+/// splitting a statement of the region in two moves nothing new across its
+/// boundary; a statement that leaves the split dim (the combine, `O·Wo`) stays
+/// outside.
+fn grow_region(hir: &Hir, stmts: &[Stmt], mut inside: Vec<bool>, keep: &[&str]) -> Vec<bool> {
+    for k in 0..stmts.len() {
+        let lhs = &hir.tensors[stmts[k].lhs.tensor];
+        if inside[k] || !lhs.dims.iter().any(|&r| keep.contains(&hir.ranges[r].name.as_str())) {
+            continue;
+        }
+        let acts: Vec<TensorId> = reads(&stmts[k])
+            .into_iter()
+            .filter(|&t| hir.tensors[t].role != Role::Param && !is_constant(hir, t))
+            .collect();
+        let from_region = |t: TensorId| stmts[..k].iter().zip(&inside).any(|(s, &i)| i && s.lhs.tensor == t);
+        if !acts.is_empty() && acts.iter().all(|&t| from_region(t)) {
+            inside[k] = true;
+        }
+    }
+    inside
+}
+
+/// The statements on the expert side: the expert statements ([`is_expert`]) and
+/// those continuing them ([`grow_region`], keeping the experts dim).
+pub fn expert_region(hir: &Hir, stmts: &[Stmt]) -> Vec<bool> {
+    grow_region(hir, stmts, stmts.iter().map(|s| is_expert(hir, s)).collect(), &EXPERT_NAMES)
+}
+
+/// The statements of attention: those with two indices over one sequence
+/// ([`is_attention`]) and those continuing them ([`grow_region`], keeping a
+/// heads dim): what Ulysses runs head-split and ring attention runs per block.
+pub fn attention_region(hir: &Hir, stmts: &[Stmt]) -> Vec<bool> {
+    grow_region(hir, stmts, stmts.iter().map(|s| is_attention(hir, s)).collect(), &HEAD_NAMES)
+}
+
 /// A parameter split over the expert ranks: one an expert statement reads.
 pub fn is_expert_param(hir: &Hir, stmts: &[Stmt], t: TensorId) -> bool {
     has_experts_dim(hir, t) && stmts.iter().any(|s| is_expert(hir, s) && reads(s).contains(&t))
+}
+
+/// A constant: an input without a batch dim (a mask, a position table) is the
+/// same on every rank, so each slices it locally and never communicates it.
+pub fn is_constant(hir: &Hir, t: TensorId) -> bool {
+    hir.tensors[t].role == Role::Input
+        && !hir.tensors[t].dims.iter().any(|&r| BATCH_NAMES.contains(&hir.ranges[r].name.as_str()))
 }
 
 fn reads(s: &Stmt) -> Vec<TensorId> {
     let mut v = Vec::new();
     crate::sema::hir::collect_reads(&s.rhs, &mut |t| v.push(t));
     v
-}
-
-/// Tensors read at the top level of a term with an index that is summed there.
-fn read_with_summed(hir: &Hir, s: &Stmt, range_names: &[&str]) -> Vec<TensorId> {
-    let mut out = Vec::new();
-    for term in &s.rhs.terms {
-        for f in &term.factors {
-            if let Factor::Tensor(r) = f {
-                if r.indices.iter().any(|i| {
-                    !s.lhs.indices.contains(i) && range_names.contains(&hir.ranges[range_of(hir, *i)].name.as_str())
-                }) {
-                    out.push(r.tensor);
-                }
-            }
-        }
-    }
-    out
 }
 
 /// Boundary tensors: those written by a statement outside `inside` (or inputs) and
@@ -240,8 +337,7 @@ fn boundary(hir: &Hir, stmts: &[Stmt], inside: &[bool], keep: impl Fn(&TensorInf
     let written_in = |t: TensorId| stmts.iter().zip(inside).any(|(s, &i)| i && s.lhs.tensor == t);
     for (s, &ins) in stmts.iter().zip(inside) {
         for t in reads(s) {
-            let role = hir.tensors[t].role;
-            if role == Role::Param {
+            if hir.tensors[t].role == Role::Param || is_constant(hir, t) {
                 continue;
             }
             let crosses = if ins { !written_in(t) } else { written_in(t) };
@@ -254,6 +350,61 @@ fn boundary(hir: &Hir, stmts: &[Stmt], inside: &[bool], keep: impl Fn(&TensorInf
         }
     }
     out.into_iter().map(|t| tinfo(hir, t)).filter(|t| keep(t)).collect()
+}
+
+/// The KV cache of the attention statements `att`: the key's sequence indices are
+/// those of the attention statements that no tensor leaving them carries (the
+/// query's index survives into O; the key's is summed away); a tensor read there
+/// with a key index and no query index, not written by an attention statement
+/// and not a parameter, is cached for every past position (K, V; a mask over
+/// both indices is not).
+fn kv_tensors(hir: &Hir, stmts: &[Stmt], att: &[bool]) -> Vec<TensorId> {
+    let is_seq = |i: &IndexId| SEQ_NAMES.contains(&hir.ranges[range_of(hir, *i)].name.as_str());
+    let written_att = |t: TensorId| stmts.iter().zip(att).any(|(s, &a)| a && s.lhs.tensor == t);
+    let read_outside = |t: TensorId| {
+        hir.tensors[t].role == Role::Output || stmts.iter().zip(att).any(|(s, &a)| !a && reads(s).contains(&t))
+    };
+    let mut query: Vec<IndexId> = Vec::new();
+    let mut all: Vec<IndexId> = Vec::new();
+    for (s, _) in stmts.iter().zip(att).filter(|x| *x.1) {
+        all.extend(s.lhs.indices.iter().filter(|i| is_seq(i)));
+        all_indices(&s.rhs, &mut all);
+        if read_outside(s.lhs.tensor) {
+            query.extend(s.lhs.indices.iter().filter(|i| is_seq(i)));
+        }
+    }
+    all.retain(|i| is_seq(i) && !query.contains(i));
+    let mut out = Vec::new();
+    for (s, _) in stmts.iter().zip(att).filter(|x| *x.1) {
+        for term in &s.rhs.terms {
+            for f in &term.factors {
+                if let Factor::Tensor(r) = f {
+                    let t = r.tensor;
+                    let key = r.indices.iter().any(|i| all.contains(i));
+                    let q = r.indices.iter().any(|i| query.contains(i));
+                    let data = hir.tensors[t].role != Role::Param && !is_constant(hir, t);
+                    if key && !q && data && !written_att(t) && !out.contains(&t) {
+                        out.push(t);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The statements of `stmts` that the tensors `want` depend on, back to the
+/// inputs (a backward slice).
+fn slice_of(stmts: &[Stmt], want: &[TensorId]) -> Vec<usize> {
+    let mut need: Vec<TensorId> = want.to_vec();
+    let mut out = Vec::new();
+    for (k, s) in stmts.iter().enumerate().rev() {
+        if need.contains(&s.lhs.tensor) {
+            out.push(k);
+            need.extend(reads(s));
+        }
+    }
+    out
 }
 
 /// Reads a model (with its dims already overridden) for the planner.
@@ -284,16 +435,20 @@ pub fn analyze(hir: &Hir, model: ModelId) -> ModelInfo {
         p.expert = if read { is_expert_param(hir, &unit.stmts, t) } else { has_experts_dim(hir, t) };
     }
     let all: &[Stmt] = &unit.stmts;
-    let att: Vec<bool> = all.iter().map(|s| is_attention(hir, s)).collect();
-    let exp: Vec<bool> = all.iter().map(|s| is_expert(hir, s)).collect();
-    let ulysses_all = boundary(hir, all, &att, |t| t.has_any(&SEQ_NAMES) && t.has("heads"));
+    let att = attention_region(hir, all);
+    let strict: Vec<bool> = all.iter().map(|s| is_attention(hir, s)).collect();
+    let exp = expert_region(hir, all);
+    let ulysses_all = boundary(hir, all, &att, |t| t.has_any(&SEQ_NAMES) && t.has_any(&HEAD_NAMES));
     let moe_all = boundary(hir, all, &exp, |t| t.has_any(&EXPERT_NAMES));
+    let kv_all = kv_tensors(hir, all, &att);
     let mut layers = Vec::new();
     for l in &m.layers {
         let stmts = &all[l.stmts.clone()];
         let mut acts: Vec<TensorInfo> = Vec::new();
+        let mut hidden: Vec<TensorInfo> = Vec::new();
         for s in stmts {
             let ti = tinfo(hir, s.lhs.tensor);
+            hidden_values(hir, &s.rhs, &ti.name, &mut hidden);
             if !acts.contains(&ti) {
                 acts.push(ti);
             }
@@ -304,19 +459,6 @@ pub fn analyze(hir: &Hir, model: ModelId) -> ModelInfo {
         };
         let attention = att[l.stmts.clone()].iter().any(|&a| a);
         let moe = exp[l.stmts.clone()].iter().any(|&a| a);
-        let mut ring = Vec::new();
-        for (k, s) in stmts.iter().enumerate() {
-            if !att[l.stmts.start + k] {
-                continue;
-            }
-            for t in read_with_summed(hir, s, &SEQ_NAMES) {
-                let written_att = all.iter().zip(&att).any(|(s2, &a)| a && s2.lhs.tensor == t);
-                let ti = tinfo(hir, t);
-                if !written_att && !ring.contains(&ti) {
-                    ring.push(ti);
-                }
-            }
-        }
         let summed = stmts
             .iter()
             .map(|s| {
@@ -334,19 +476,28 @@ pub fn analyze(hir: &Hir, model: ModelId) -> ModelInfo {
                 (names, tinfo(hir, s.lhs.tensor))
             })
             .collect();
+        let flops_of = |s: &Stmt| expr_flops(hir, &s.rhs, &s.lhs.indices);
+        let kv: Vec<TensorId> = kv_all
+            .iter()
+            .copied()
+            .filter(|&t| stmts.iter().zip(&att[l.stmts.clone()]).any(|(s, &a)| a && reads(s).contains(&t)))
+            .collect();
         layers.push(LayerInfo {
             name: l.name.clone(),
-            flops: stmts.iter().map(|s| expr_flops(hir, &s.rhs, &s.lhs.indices)).sum(),
+            flops: stmts.iter().map(flops_of).sum(),
+            attention_flops: stmts.iter().zip(&strict[l.stmts.clone()]).filter(|x| *x.1).map(|x| flops_of(x.0)).sum(),
+            kv: kv.iter().map(|&t| tinfo(hir, t)).collect(),
             core_flops: stmts
                 .iter()
                 .filter(|s| super::recompute::is_core(&tinfo(hir, s.lhs.tensor)))
                 .map(|s| expr_flops(hir, &s.rhs, &s.lhs.indices))
                 .sum(),
-            activations: acts.clone(),
+            activations: acts.iter().chain(&hidden).cloned().collect(),
             attention,
             moe,
             ulysses: if attention { ulysses_all.iter().filter(|t| in_layer(t)).cloned().collect() } else { Vec::new() },
-            ring,
+            // Ring attention passes the key/value blocks: the KV cache's tensors.
+            ring: kv.iter().map(|&t| tinfo(hir, t)).collect(),
             moe_alltoall: if moe { moe_all.iter().filter(|t| in_layer(t)).cloned().collect() } else { Vec::new() },
             summed,
         });
@@ -359,5 +510,6 @@ pub fn analyze(hir: &Hir, model: ModelId) -> ModelInfo {
             outputs.push(tinfo(hir, t));
         }
     }
-    ModelInfo { name: m.name.clone(), dims, params, layers, tensor_on, outputs }
+    let kv_flops = slice_of(all, &kv_all).into_iter().map(|k| expr_flops(hir, &all[k].rhs, &all[k].lhs.indices)).sum();
+    ModelInfo { name: m.name.clone(), dims, params, layers, tensor_on, outputs, kv_flops }
 }

@@ -115,6 +115,12 @@ impl Emit {
             Emit::Megatron if c.offload && c.zero >= 3 => {
                 Some("its --optimizer-cpu-offload goes with the distributed optimizer (ZeRO 1-2), not FSDP".into())
             }
+            Emit::Megatron | Emit::Torch if c.infinity.is_some() => {
+                Some("ZeRO-Infinity (weights offloaded to host or NVMe) is DeepSpeed's".into())
+            }
+            Emit::Megatron | Emit::Torch if p.compress.is_some() => {
+                Some(format!("{} is DeepSpeed's", p.compress.map_or("", |x| x.kind.name())))
+            }
             Emit::Torch if c.offload => Some(
                 "FSDP2's CPU offload moves weights and gradients too, not the optimizer states alone (ZeRO-Offload)"
                     .into(),
@@ -174,6 +180,9 @@ fn deepspeed(info: &ModelInfo, o: &ModelOptions, p: &ModelPlan, skipped: &str) -
         "stage": c.zero,
         "overlap_comm": true,
         "contiguous_gradients": true,
+        // The buffers the memory fit counts (DeepSpeed's defaults, written out).
+        "reduce_bucket_size": super::ZERO_BUCKET,
+        "allgather_bucket_size": super::ZERO_BUCKET,
     });
     if c.zeropp.qwz {
         zero["zero_quantized_weights"] = true.into();
@@ -187,6 +196,14 @@ fn deepspeed(info: &ModelInfo, o: &ModelOptions, p: &ModelPlan, skipped: &str) -
     if c.offload {
         zero["offload_optimizer"] = serde_json::json!({ "device": "cpu", "pin_memory": true });
     }
+    if let Some(tier) = c.infinity {
+        let mut dev = serde_json::json!({ "device": tier.name(), "pin_memory": true });
+        if tier == super::infinity::Tier::Nvme {
+            dev["nvme_path"] = "/local_nvme".into();
+        }
+        zero["offload_param"] = dev.clone();
+        zero["offload_optimizer"] = dev;
+    }
     let mut cfg = serde_json::json!({
         "train_batch_size": global_batch(p),
         "train_micro_batch_size_per_gpu": p.micro_batch_size,
@@ -194,6 +211,14 @@ fn deepspeed(info: &ModelInfo, o: &ModelOptions, p: &ModelPlan, skipped: &str) -
         "bf16": { "enabled": true },
         "zero_optimization": zero,
     });
+    if let Some(ob) = p.compress {
+        // freeze_step counts steps, which the plan does not know: the share is
+        // under tcc_model_code.
+        cfg["optimizer"] = serde_json::json!({
+            "type": ob.kind.deepspeed_type(),
+            "params": { "comm_backend_name": "nccl" },
+        });
+    }
     if pipe.recompute != Recompute::None {
         cfg["activation_checkpointing"] = serde_json::json!({
             "partition_activations": c.tensor > 1,
@@ -213,6 +238,15 @@ fn deepspeed(info: &ModelInfo, o: &ModelOptions, p: &ModelPlan, skipped: &str) -
         "activation_checkpointing": recompute_name(pipe.recompute),
         "rank_order": mesh(p).map(|(n, _)| n),
     });
+    if let Some(ob) = p.compress {
+        let key = if ob.kind == super::compress::Kind::ZeroOneAdam { "var_freeze_step" } else { "freeze_step" };
+        cfg["tcc_model_code"]["compression_warmup_share"] = ob.warmup.into();
+        if ob.sync_every > 1.0 {
+            cfg["tcc_model_code"]["compression_mean_local_steps"] = ob.sync_every.into();
+        }
+        cfg["tcc_model_code"]["compression_note"] =
+            format!("set optimizer.params.{key} to {:.0}% of the training steps", 100.0 * ob.warmup).into();
+    }
     Ok(serde_json::to_string_pretty(&cfg).unwrap_or_default() + "\n")
 }
 

@@ -12,16 +12,20 @@
 //! `gpus_per_node`; its collectives then run at the intra-node bandwidth.
 
 pub mod analysis;
+pub mod compress;
 pub mod export;
 pub mod formulas;
+pub mod inference;
+pub mod infinity;
 pub mod pipeline;
 pub mod recompute;
 pub mod report;
+pub mod vocab;
 
 use crate::error::CommandError;
 use crate::plan::Network;
 use crate::sema::hir::ModelId;
-use analysis::{ModelInfo, TensorInfo, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES, TP_DEFAULT};
+use analysis::{ModelInfo, TensorInfo, BATCH_NAMES, EXPERT_NAMES, HEAD_NAMES, SEQ_NAMES, TP_DEFAULT};
 use pipeline::{Pipe, Recompute, Schedule};
 use serde::Serialize;
 
@@ -103,8 +107,32 @@ pub struct Config {
     /// host runs the Adam step; every step the gradients go down and the updated
     /// fp16 weights come back over the device's host link.
     pub offload: bool,
+    /// ZeRO-Infinity (stage 3): weights, gradients and optimizer states of this
+    /// rank's partition in host memory or on NVMe ([`infinity`]).
+    pub infinity: Option<infinity::Tier>,
     /// Pipeline stages and schedule, micro-batches, recomputation.
     pub pipe: Pipe,
+}
+
+/// One device, nothing split: what a configuration starts from before its
+/// degrees are set (`Config { tensor: 4, ..Default::default() }`).
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            data: 1,
+            tensor: 1,
+            tensor_dims: Vec::new(),
+            sequence: 1,
+            seq_style: SeqStyle::Ulysses,
+            expert: 1,
+            zero: 0,
+            zeropp: ZeroPP::default(),
+            megatron_sp: false,
+            offload: false,
+            infinity: None,
+            pipe: Pipe::default(),
+        }
+    }
 }
 
 impl Config {
@@ -135,6 +163,9 @@ impl Config {
         }
         if self.offload {
             v.push("optimizer offload".into());
+        }
+        if let Some(t) = self.infinity {
+            v.push(format!("zero-infinity {}", t.name()));
         }
         let p = &self.pipe;
         if p.stages > 1 {
@@ -177,6 +208,11 @@ pub struct ModelOptions {
     pub micro_batches: Option<usize>,
     /// Forced recomputation; `None`: none, selective and full are tried.
     pub recompute: Option<Recompute>,
+    /// Compressed gradient communication (1-bit Adam, 1-bit LAMB, 0/1 Adam): plans
+    /// run without ZeRO.
+    pub compress: Option<compress::OneBit>,
+    /// The vocabulary size (`--vocab`): embedding, output layer and logits ([`vocab`]).
+    pub vocab: Option<usize>,
 }
 
 impl ModelOptions {
@@ -192,6 +228,8 @@ impl ModelOptions {
             zeropp: None,
             micro_batches: None,
             recompute: None,
+            compress: None,
+            vocab: None,
         }
     }
 }
@@ -259,11 +297,29 @@ pub struct Memory {
     pub gather: f64,
     /// NCCL's buffers: [`NCCL_BYTES_PER_COMM`] per communicator the plan uses.
     pub workspace: f64,
+    /// 1-bit optimizers' error-compensation buffers ([`compress::error_buffer_bytes`]).
+    pub compression: f64,
+    /// The logits of the micro-batches in flight on the output layer ([`vocab`]).
+    pub logits: f64,
+    /// Gradient communication buffers: DDP's bucket without ZeRO; ZeRO's reduce
+    /// bucket (and with ZeRO 1–2 its all-gather bucket), fp16, at most
+    /// [`ZERO_BUCKET`] elements each and never more than the stage's weights.
+    pub buckets: f64,
     /// Device memory: everything above.
     pub total: f64,
-    /// Host memory per device (ZeRO-Offload's optimizer states; not in `total`).
+    /// Host memory per device (ZeRO-Offload's optimizer states, ZeRO-Infinity's
+    /// CPU tier; not in `total`).
     pub host: f64,
+    /// NVMe per device (ZeRO-Infinity's NVMe tier).
+    pub nvme: f64,
 }
+
+/// DeepSpeed's default `reduce_bucket_size` and `allgather_bucket_size`
+/// (elements): the gradient buffer ZeRO reduces from, and the buffer it
+/// all-gathers updated weights into (ZeRO 1–2).
+pub const ZERO_BUCKET: f64 = 5e8;
+/// PyTorch DDP's gradient bucket (`bucket_cap_mb` 25), bytes: without ZeRO.
+pub const DDP_BUCKET_BYTES: f64 = 25e6;
 
 /// DeepSpeed's default `stage3_max_live_parameters`: gathered parameters a rank
 /// keeps at most.
@@ -307,10 +363,17 @@ pub struct ModelPlan {
     pub time_offload: f64,
     /// The host link's bytes/s and the host's Adam updates/s it assumed.
     pub offload_rates: (f64, f64),
+    /// The NVMe bandwidth and host memory per device the network gave.
+    pub nvme: Option<f64>,
+    pub host_mem: Option<f64>,
     /// ZeRO++'s quantization kernels (qwZ, qgZ): device memory traffic at `hbm=`.
     pub time_quant: f64,
     /// The device memory bandwidth `time_quant` assumed.
     pub hbm: f64,
+    /// The compressed optimizer of this plan, and its kernels' time per step
+    /// (averaged over warm-up and compressed steps).
+    pub compress: Option<compress::OneBit>,
+    pub time_compress: f64,
 }
 
 fn ring_factor(q: usize) -> f64 {
@@ -343,7 +406,7 @@ pub fn local_elements(t: &TensorInfo, c: &Config) -> f64 {
     if t.has_any(&BATCH_NAMES) {
         div *= c.data as f64;
     }
-    if t.has_any(&SEQ_NAMES) || t.has("heads") {
+    if t.has_any(&SEQ_NAMES) || t.has_any(&HEAD_NAMES) {
         div *= c.sequence as f64;
     }
     if c.tensor_dims.iter().any(|d| t.has(d)) {
@@ -352,7 +415,8 @@ pub fn local_elements(t: &TensorInfo, c: &Config) -> f64 {
     t.elements / div
 }
 
-fn param_local(p: &TensorInfo, c: &Config) -> f64 {
+/// Elements of parameter `p` one rank holds before ZeRO (tensor and expert splits).
+pub fn param_local(p: &TensorInfo, c: &Config) -> f64 {
     let mut x = p.elements;
     if c.tensor_dims.iter().any(|d| p.has(d)) {
         x /= c.tensor as f64;
@@ -398,9 +462,10 @@ pub fn invalid(info: &ModelInfo, c: &Config) -> Option<String> {
             return Some(e);
         }
         if c.seq_style == SeqStyle::Ulysses {
-            if let Some(h) = info.dim("heads") {
-                if h % (c.sequence * if c.tensor_dims.iter().any(|d| d == "heads") { c.tensor } else { 1 }) != 0 {
-                    return Some(format!("ulysses: heads = {h} are not divisible among sequence × tensor ranks"));
+            // With grouped-query attention the key/value heads are what splits.
+            if let Some((name, h)) = info.dim_any(&HEAD_NAMES) {
+                if h % (c.sequence * if c.tensor_dims.contains(&name) { c.tensor } else { 1 }) != 0 {
+                    return Some(format!("ulysses: {name} = {h} are not divisible among sequence × tensor ranks"));
                 }
             }
         }
@@ -424,6 +489,9 @@ pub fn invalid(info: &ModelInfo, c: &Config) -> Option<String> {
     }
     if c.offload && c.zero == 0 {
         return Some("optimizer offload partitions the optimizer states: it needs ZeRO stage 1 or more".into());
+    }
+    if c.infinity.is_some() && (c.zero != 3 || c.offload) {
+        return Some("ZeRO-Infinity offloads the partitions of ZeRO stage 3 (weights included)".into());
     }
     if c.megatron_sp {
         if c.tensor < 2 {
@@ -516,17 +584,41 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
         });
     };
     // Parameters per rank (before ZeRO), dense and expert, whole model.
-    let psi_d: f64 = info.params.iter().filter(|p| !p.expert).map(|p| param_local(p, c)).sum::<f64>() * layers;
+    let voc = o.vocab.map(|v| vocab::costs(info, c, v)).unwrap_or_default();
+    let psi_d: f64 =
+        info.params.iter().filter(|p| !p.expert).map(|p| param_local(p, c)).sum::<f64>() * layers + voc.params;
     let psi_e: f64 = info.params.iter().filter(|p| p.expert).map(|p| param_local(p, c)).sum::<f64>() * layers;
     // Data parallelism / ZeRO over the data × sequence group (stride T: span N).
     let zq = c.zeropp;
+    let onebit = o.compress.filter(|_| c.zero == 0);
     let node_members = (gpn / t).clamp(1, zgroup);
     for (psi, q, gname, what) in [(psi_d, zgroup, "zero", "dense"), (psi_e, egroup_dp, "expert-data", "expert")] {
         if psi <= 0.0 {
             continue;
         }
         match c.zero {
-            0 => add(format!("{what} gradients"), gname, q, n_stage, Coll::AllReduce, "step", psi, FP16, 1.0),
+            0 => match onebit {
+                None => add(format!("{what} gradients"), gname, q, n_stage, Coll::AllReduce, "step", psi, FP16, 1.0),
+                // Per step on average: the warm-up's share at full volume, the rest
+                // as 1-bit momentum.
+                Some(ob) => {
+                    let w = ob.warmup;
+                    add(
+                        format!("{what} gradients (warm-up)"),
+                        gname,
+                        q,
+                        n_stage,
+                        Coll::AllReduce,
+                        "step",
+                        psi,
+                        FP16,
+                        w,
+                    );
+                    let bpe = compress::BYTES_PER_ELEMENT;
+                    let what = format!("{what} momentum (1-bit)");
+                    add(what, gname, q, n_stage, Coll::AllReduce, "step", psi, bpe, ob.compressed_share());
+                }
+            },
             1 => {
                 add(format!("{what} gradients"), gname, q, n_stage, Coll::ReduceScatter, "step", psi, FP16, 1.0);
                 add(format!("{what} updated weights"), gname, q, n_stage, Coll::AllGather, "step", psi, FP16, 1.0);
@@ -730,6 +822,10 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
             }
         }
     }
+    // A vocab-parallel embedding's output is a partial sum over the tensor group.
+    if voc.embedding_out > 0.0 {
+        add("embedding: partial output".into(), "tensor", t, t, Coll::AllReduce, "forward", voc.embedding_out, FP16, m);
+    }
     // Pipeline: each micro-batch's boundary activations go to the next stage, their
     // gradients come back (v times with v chunks per device). The slowest link sets
     // the pace: cross-node once the pipeline spans more than a node.
@@ -767,11 +863,30 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
     if c.zero == 3 {
         mem.gather = FP16 * (2.0 * (psi_d + psi_e) / layers.max(1.0)).min(ZERO3_MAX_LIVE);
     }
+    let mut time_compress = 0.0;
+    if let Some(ob) = onebit {
+        for (psi, q) in [(psi_d, zgroup), (psi_e, egroup_dp)] {
+            if psi > 0.0 && q > 1 {
+                mem.compression += compress::error_buffer_bytes(psi, q as f64);
+                time_compress += ob.compressed_share() * compress::kernel_bytes(psi, q as f64) / o.network.hbm;
+            }
+        }
+    }
+    if zgroup > 1 || egroup_dp > 1 {
+        let w = psi_d + psi_e;
+        mem.buckets = match c.zero {
+            0 => DDP_BUCKET_BYTES.min(FP16 * w),
+            3 => FP16 * w.min(ZERO_BUCKET),
+            _ => 2.0 * FP16 * w.min(ZERO_BUCKET),
+        };
+    }
     let comms = [zgroup, c.tensor, c.sequence, c.expert, pp].iter().filter(|&&q| q > 1).count();
     mem.workspace = NCCL_BYTES_PER_COMM * comms as f64;
     let (kept, working) = recompute::kept_elements(info, c, c.pipe.recompute);
     let flight = pipeline::in_flight(c.pipe.schedule, pp, m as usize, v);
     mem.activations = FP16 * (layers * flight * kept + working) / m;
+    // The output layer keeps one micro-batch's logits (GPipe: all in flight).
+    mem.logits = voc.logits * if c.pipe.schedule == Schedule::GPipe && pp > 1 { m } else { 1.0 };
     // ZeRO-Offload: this rank's optimizer partition moves to the host; each step
     // its fp16 gradients go down and its updated fp16 weights come back, and the
     // host runs Adam over it (not overlapped with the device's work: a bound).
@@ -782,13 +897,34 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
         let part = psi_d / zgroup.max(1) as f64 + psi_e / egroup_dp.max(1) as f64;
         time_offload = 2.0 * FP16 * part / o.network.pcie + part / o.network.cpu_adam;
     }
-    mem.total = mem.params + mem.grads + mem.optimizer + mem.secondary + mem.activations + mem.gather + mem.workspace;
+    // ZeRO-Infinity: the rank's partition of weights, gradients and optimizer
+    // states leaves the device for the tier.
+    if let Some(tier) = c.infinity {
+        let part = psi_d / zgroup.max(1) as f64 + psi_e / egroup_dp.max(1) as f64;
+        let held = mem.params + mem.grads + mem.optimizer;
+        (mem.params, mem.grads, mem.optimizer) = (0.0, 0.0, 0.0);
+        match tier {
+            infinity::Tier::Cpu => mem.host = held,
+            infinity::Tier::Nvme => mem.nvme = held,
+        }
+        time_offload = infinity::step_time(tier, part, m, &o.network);
+    }
+    mem.total = mem.params
+        + mem.grads
+        + mem.optimizer
+        + mem.secondary
+        + mem.activations
+        + mem.gather
+        + mem.workspace
+        + mem.compression
+        + mem.logits
+        + mem.buckets;
     // Time: forward + backward (2× forward) + recomputed forward flops of the stage's
     // layers, spread over its ranks. The per-micro-batch work (compute, per-layer
     // collectives, stage sends) is stretched by the bubble; the optimizer step's
     // collectives are not.
     let flops = 3.0 * info.flops() + recompute::extra_flops(info, c.pipe.recompute);
-    let flops_per_rank = flops * layers / n_stage as f64;
+    let flops_per_rank = flops * layers / n_stage as f64 + voc.flops;
     let time_compute = flops_per_rank * o.network.gamma;
     let in_pipe = |x: &&StepComm| matches!(x.group.as_str(), "tensor" | "sequence" | "expert" | "pipeline");
     let comm_pipe: f64 = comm.iter().filter(in_pipe).map(|x| x.time).sum();
@@ -797,22 +933,24 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
     let time_bubble = busy * (pipeline::stretch(pp, m as usize, v) - 1.0);
     let bytes_per_step: f64 = comm.iter().map(|x| x.bytes_per_rank * x.count).sum();
     let cross_node_bytes: f64 = comm.iter().filter(|x| x.cross_node).map(|x| x.bytes_per_rank * x.count).sum();
-    let fits = o.mem_per_device.is_none_or(|m| mem.total <= m as f64);
+    let fits =
+        o.mem_per_device.is_none_or(|m| mem.total <= m as f64) && o.network.host_mem.is_none_or(|h| mem.host <= h);
     ModelPlan {
         config: c.clone(),
-        psi_dense: info.psi_dense() * o.layers.max(1) as f64,
+        psi_dense: info.psi_dense() * o.layers.max(1) as f64
+            + o.vocab.map_or(0.0, |v| 2.0 * v as f64 * vocab::hidden(info).unwrap_or(0) as f64),
         psi_expert: info.psi_expert() * o.layers.max(1) as f64,
         memory: mem,
         comm,
         bytes_per_step,
         cross_node_bytes,
         flops_per_rank,
-        model_flops_per_rank: 3.0 * info.flops() * layers / n_stage as f64,
+        model_flops_per_rank: 3.0 * info.flops() * layers / n_stage as f64 + voc.flops,
         rate: 1.0 / o.network.gamma,
         peak: o.network.peak,
         time_compute,
         time_comm,
-        time: time_compute + time_comm + time_bubble + time_offload + time_quant,
+        time: time_compute + time_comm + time_bubble + time_offload + time_quant + time_compress,
         fits,
         stage_layers: (ls_max, ls_min, if ls_max == ls_min { pp } else { o.layers.max(1) % pp }),
         micro_batch_size: pipeline::local_batch(info, c.data) / c.pipe.micro_batches.max(1),
@@ -820,8 +958,12 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
         time_bubble,
         time_offload,
         offload_rates: (o.network.pcie, o.network.cpu_adam),
+        nvme: o.network.nvme,
+        host_mem: o.network.host_mem,
         time_quant,
         hbm: o.network.hbm,
+        compress: onebit,
+        time_compress,
     }
 }
 
@@ -874,6 +1016,8 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
     };
     let zeros: Vec<u8> = match hints.zero {
         Some(z) => vec![z],
+        // DeepSpeed runs the 1-bit optimizers without ZeRO.
+        None if o.compress.is_some() => vec![0],
         None => vec![0, 1, 2, 3],
     };
     for stages in divisors(n) {
@@ -915,12 +1059,24 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
                                 // recomputation is kept: the table stays a ranking of
                                 // layouts, and memory stays bounded.
                                 let mut best: Option<ModelPlan> = None;
-                                let offloads: &[bool] = if z >= 1 { &[false, true] } else { &[false] };
+                                // Host offload: none, the optimizer (ZeRO-Offload), or with
+                                // ZeRO 3 everything (ZeRO-Infinity: host, NVMe if nvme= is given).
+                                let mut offloads: Vec<(bool, Option<infinity::Tier>)> = vec![(false, None)];
+                                if z >= 1 {
+                                    offloads.push((true, None));
+                                }
+                                if z == 3 {
+                                    offloads.push((false, Some(infinity::Tier::Cpu)));
+                                    if o.network.nvme.is_some() {
+                                        offloads.push((false, Some(infinity::Tier::Nvme)));
+                                    }
+                                }
+                                let offloads = &offloads;
                                 let choices = pipes
                                     .iter()
                                     .flat_map(|p| sps.iter().map(move |&sp| (p, sp)))
                                     .flat_map(|(p, sp)| offloads.iter().map(move |&off| (p, sp, off)));
-                                for (&pipe, sp, offload) in choices {
+                                for (&pipe, sp, (offload, inf)) in choices {
                                     let c = Config {
                                         data: d,
                                         tensor: t,
@@ -932,6 +1088,7 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
                                         zeropp: zpp,
                                         megatron_sp: sp,
                                         offload,
+                                        infinity: inf,
                                         pipe,
                                     };
                                     if invalid(info, &c).is_none() && pipeline::invalid(info, &c, o.layers).is_none() {
@@ -979,6 +1136,7 @@ pub fn from_hints(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: 
         zeropp: if hints.zero == Some(3) { o.zeropp.unwrap_or_default() } else { ZeroPP::default() },
         megatron_sp: false,
         offload: false,
+        infinity: None,
         pipe: Pipe {
             stages: hints.pipeline.unwrap_or(1),
             micro_batches: o.micro_batches.unwrap_or(1),
@@ -1001,11 +1159,13 @@ pub fn plan_model_command(
 
 /// What `tcc plan-model` prints: the ranked plans as text or JSON, or the best
 /// plan exported (`--emit`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Output {
     Text,
     Json,
     Export(export::Emit),
+    /// Inference plans (`--inference`), as JSON when the flag is set.
+    Inference(inference::Serving, bool),
 }
 
 pub fn plan_model_output(
@@ -1015,7 +1175,7 @@ pub fn plan_model_output(
     o: &ModelOptions,
     output: Output,
 ) -> Result<String, CommandError> {
-    let json = output == Output::Json;
+    let json = matches!(output, Output::Json | Output::Inference(_, true));
     let err = |code, message: String, hint: Option<String>| CommandError { code, message, hint };
     if hir.models.is_empty() {
         return Err(err(
@@ -1055,6 +1215,31 @@ pub fn plan_model_output(
         let h = analysis::with_dims(hir, id, dims).map_err(|m| err("E0811", m, None))?;
         let info = analysis::analyze(&h, id);
         let hints = &h.models[id].parallel;
+        if o.vocab.is_some() && vocab::hidden(&info).is_none() {
+            return Err(err(
+                "E0822",
+                format!("--vocab needs the model's hidden size: model `{}` has no `hidden` dim", info.name),
+                Some("name the model dim of the embedding width `hidden`".into()),
+            ));
+        }
+        if let Output::Inference(serving, _) = output {
+            let plans = inference::plan(&info, hints, &serving, o)?;
+            if json {
+                jsons.push(inference::json(&info, &serving, o, &plans));
+            } else {
+                texts.push(inference::text(&info, &serving, o, &plans));
+            }
+            continue;
+        }
+        if let (Some(ob), Some(z)) = (o.compress, hints.zero.filter(|&z| z > 0)) {
+            return Err(err(
+                "E0821",
+                format!("model `{}` asks for ZeRO {z}, and {} runs without ZeRO", info.name, ob.kind.name()),
+                Some(
+                    "DeepSpeed: \"1bit-Adam is not compatible with ZeRO\"; remove the `zero` hint or --compress".into(),
+                ),
+            ));
+        }
         let plans = search(&info, hints, o);
         if plans.is_empty() {
             let c = from_hints(&info, hints, o);
@@ -1105,6 +1290,19 @@ pub struct CliArgs {
     /// Force the recomputation: none, selective or full.
     pub recompute: Option<String>,
     pub json: bool,
+    /// The vocabulary size (`--vocab`).
+    pub vocab: Option<usize>,
+    /// Compressed gradient communication (`--compress`) and its warm-up share.
+    pub compress: Option<String>,
+    pub warmup: Option<f64>,
+    /// 0/1 Adam's mean steps between synchronizations (`--local-steps`).
+    pub local_steps: Option<usize>,
+    /// Plan serving instead of training (`--inference`).
+    pub inference: bool,
+    /// Tokens generated per sequence (`--generate`, inference).
+    pub generate: Option<usize>,
+    /// SwiftKV's share of layers whose prefill computes only the KV cache.
+    pub swiftkv: Option<f64>,
     /// `deepspeed`, `megatron` or `torch`: write the best plan in that form.
     pub emit: Option<String>,
     /// `ulysses` or `expert`: run the model's layer sharded instead of planning.
@@ -1123,6 +1321,8 @@ pub fn check_counts(a: &CliArgs) -> Result<(), CommandError> {
         ("--devices", a.devices),
         ("--top", Some(a.top)),
         ("--micro-batches", a.micro_batches),
+        ("--generate", a.generate),
+        ("--vocab", a.vocab),
     ];
     for (name, v) in counts {
         if v == Some(0) {
@@ -1159,6 +1359,83 @@ pub fn parse_dims(specs: &[String]) -> Result<Vec<(String, usize)>, CommandError
     }
     Ok(dims)
 }
+
+/// `--compress KIND [--warmup F]`: E0811 for an unknown kind or a share outside [0, 1].
+fn onebit(a: &CliArgs) -> Result<Option<compress::OneBit>, CommandError> {
+    let Some(k) = &a.compress else { return Ok(None) };
+    let kind = compress::Kind::parse(k).map_err(|m| CommandError::new("E0811", m, None))?;
+    let warmup = a.warmup.unwrap_or(compress::DEFAULT_WARMUP);
+    if !(0.0..=1.0).contains(&warmup) {
+        return Err(CommandError::new(
+            "E0811",
+            format!("--warmup {warmup}: the share of steps at full volume must be between 0 and 1"),
+            Some("for example --warmup 0.15".into()),
+        ));
+    }
+    let sync_every = match (a.local_steps, kind) {
+        (None, _) => 1,
+        (Some(h), compress::Kind::ZeroOneAdam) if h >= 1 => h,
+        (Some(h), compress::Kind::ZeroOneAdam) => {
+            return Err(CommandError::new("E0815", format!("--local-steps {h}: must be at least 1"), None))
+        }
+        (Some(_), k) => {
+            return Err(CommandError::new(
+                "E0811",
+                format!("--local-steps: {} synchronizes every step; local steps are 0/1 Adam's", k.name()),
+                Some("--compress 01-adam --local-steps H".into()),
+            ))
+        }
+    };
+    Ok(Some(compress::OneBit { kind, warmup, sync_every: sync_every as f64 }))
+}
+
+/// What `--inference` serves: `--generate` (default [`DEFAULT_GENERATE`]) and
+/// `--swiftkv`; E0820 for the network keys only training plans use.
+fn serving(a: &CliArgs, o: &ModelOptions) -> Result<inference::Serving, CommandError> {
+    let training: Vec<&str> = o.network.model_keys.iter().map(String::as_str).filter(|k| *k != "hbm").collect();
+    if !training.is_empty() {
+        return Err(CommandError::new(
+            "E0820",
+            format!(
+                "--network {} {}: {} only training (optimizer offload); an inference plan has no use for {}",
+                if training.len() > 1 { "keys" } else { "key" },
+                training.join(", "),
+                if training.len() > 1 { "they price" } else { "it prices" },
+                if training.len() > 1 { "them" } else { "it" }
+            ),
+            Some("remove them with --inference".into()),
+        ));
+    }
+    let swiftkv = a.swiftkv.unwrap_or(0.0);
+    if !(0.0..1.0).contains(&swiftkv) {
+        return Err(CommandError::new(
+            "E0811",
+            format!("--swiftkv {swiftkv}: the share of layers must be at least 0 and less than 1"),
+            Some("for example --swiftkv 0.5 (SwiftKV's Llama-3.1 models skip half the layers in the prefill)".into()),
+        ));
+    }
+    if swiftkv > 0.0 && (swiftkv * o.layers as f64).floor() < 1.0 {
+        return Err(CommandError::new(
+            "E0811",
+            format!("--swiftkv {swiftkv} of {} layers skips no layer", o.layers),
+            Some("give --layers (the model's depth) or a larger share".into()),
+        ));
+    }
+    let generate = a.generate.unwrap_or(DEFAULT_GENERATE);
+    if generate > MAX_GENERATE {
+        return Err(CommandError::new(
+            "E0811",
+            format!("--generate {generate}: at most {MAX_GENERATE} tokens per sequence"),
+            None,
+        ));
+    }
+    Ok(inference::Serving { generate, swiftkv })
+}
+
+/// Tokens generated per sequence when `--generate` is not given.
+pub const DEFAULT_GENERATE: usize = 256;
+/// The most tokens `--generate` takes (each decode step is priced on its own).
+pub const MAX_GENERATE: usize = 1_000_000;
 
 /// `tcc plan-model` (without `--execute`: the executor, `exec::model::cli`, runs that),
 /// whole: the text to print, or an error.
@@ -1199,9 +1476,12 @@ pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, CommandEr
         Some(s) => Some(Recompute::parse(s).map_err(|m| err("E0811", m, Some("--recompute none|selective|full")))?),
         None => None,
     };
+    o.compress = onebit(a)?;
+    o.vocab = a.vocab;
     let dims = parse_dims(&a.dims)?;
     let output = match &a.emit {
         Some(f) => Output::Export(export::Emit::parse(f).map_err(|m| err("E0811", m, None))?),
+        None if a.inference => Output::Inference(serving(a, &o)?, a.json),
         None if a.json => Output::Json,
         None => Output::Text,
     };

@@ -94,7 +94,15 @@ pub fn plans_text(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> St
             seq,
             c.expert,
             // `+off`: the optimizer states offloaded to the host (ZeRO-Offload).
-            format!("{}{}", c.zero, if c.offload { "+off" } else { "" }),
+            // `+1b`: compressed (1-bit) gradient communication.
+            // `+cpu` / `+nvme`: ZeRO-Infinity's tier.
+            format!(
+                "{}{}{}{}",
+                c.zero,
+                if c.offload { "+off" } else { "" },
+                if p.compress.is_some() { "+1b" } else { "" },
+                c.infinity.map_or(String::new(), |t| format!("+{}", t.name()))
+            ),
             c.zeropp.name(),
             pp.stages,
             sched,
@@ -117,7 +125,7 @@ pub fn plan_detail(p: &ModelPlan) -> String {
     let m = &p.memory;
     let mut s = format!("best: {}\n", p.config.describe());
     s.push_str(&format!(
-        "  memory per device {} = weights {} + gradients {} + optimizer {}{} + activations {}{}{}\n",
+        "  memory per device {} = weights {} + gradients {} + optimizer {}{} + activations {}{}{}{}{}{}\n",
         fmt_bytes(m.total),
         fmt_bytes(m.params),
         fmt_bytes(m.grads),
@@ -125,9 +133,36 @@ pub fn plan_detail(p: &ModelPlan) -> String {
         if m.secondary > 0.0 { format!(" + hpZ secondary {}", fmt_bytes(m.secondary)) } else { String::new() },
         fmt_bytes(m.activations),
         if m.gather > 0.0 { format!(" + ZeRO-3 gathered weights {}", fmt_bytes(m.gather)) } else { String::new() },
-        if m.workspace > 0.0 { format!(" + NCCL buffers {}", fmt_bytes(m.workspace)) } else { String::new() }
+        if m.workspace > 0.0 { format!(" + NCCL buffers {}", fmt_bytes(m.workspace)) } else { String::new() },
+        if m.compression > 0.0 {
+            format!(" + 1-bit error buffers {}", fmt_bytes(m.compression))
+        } else {
+            String::new()
+        },
+        if m.logits > 0.0 { format!(" + logits {}", fmt_bytes(m.logits)) } else { String::new() },
+        if m.buckets > 0.0 { format!(" + gradient buckets {}", fmt_bytes(m.buckets)) } else { String::new() }
     ));
-    if m.host > 0.0 {
+    if let Some(ob) = p.compress {
+        s.push_str(&format!(
+            "  gradient compression: {}, {:.0}% of steps at full volume (warm-up), then the momentum's signs, \
+             1 bit per element (1/16 of fp16){}; the step's collectives are averaged over both\n",
+            ob.kind.name(),
+            100.0 * ob.warmup,
+            if ob.sync_every > 1.0 { format!(", every {} steps", ob.sync_every) } else { String::new() }
+        ));
+    }
+    if let Some(tier) = p.config.infinity {
+        s.push_str(&format!(
+            "  ZeRO-Infinity: this rank's partition (fp16 weights and gradients, optimizer states) in the {} tier: {}{}; \
+             host link {}/s, host Adam {} parameters/s{}\n",
+            if tier == super::infinity::Tier::Cpu { "host" } else { "NVMe" },
+            fmt_bytes(m.host + m.nvme),
+            p.host_mem.map_or(String::new(), |h| format!(" (host memory per device {})", fmt_bytes(h))),
+            fmt_bytes(p.offload_rates.0),
+            fmt_count(p.offload_rates.1),
+            p.nvme.map_or(String::new(), |b| format!(", NVMe {}/s", fmt_bytes(b)))
+        ));
+    } else if m.host > 0.0 {
         s.push_str(&format!(
             "  host memory per device {} (the optimizer states of its partition, offloaded); host link {}/s, \
              host Adam {} parameters/s (pcie=, cpu-adam= in --network)\n",
@@ -161,7 +196,7 @@ pub fn plan_detail(p: &ModelPlan) -> String {
         ));
     }
     s.push_str(&format!(
-        "  step: compute {} ({} flop per device) + communication {}{}{}{} = {}\n",
+        "  step: compute {} ({} flop per device) + communication {}{}{}{}{} = {}\n",
         fmt_time(p.time_compute),
         fmt_count(p.flops_per_rank),
         fmt_time(p.time_comm),
@@ -172,7 +207,20 @@ pub fn plan_detail(p: &ModelPlan) -> String {
             String::new()
         },
         if p.time_offload > 0.0 {
-            format!(" + offload {} (host link and host Adam, not overlapped)", fmt_time(p.time_offload))
+            format!(
+                " + offload {} ({}, not overlapped)",
+                fmt_time(p.time_offload),
+                if p.config.infinity.is_some() {
+                    "weights fetched per pass, gradients down, host Adam"
+                } else {
+                    "host link and host Adam"
+                }
+            )
+        } else {
+            String::new()
+        },
+        if p.time_compress > 0.0 {
+            format!(" + 1-bit compression {} (at hbm={}/s)", fmt_time(p.time_compress), fmt_bytes(p.hbm))
         } else {
             String::new()
         },
