@@ -458,19 +458,30 @@ fn plan_tiled_forecasts_what_the_ranks_then_measure() {
 /// Issue 17: distributed tiled runs read `--input` files tile by tile — each rank
 /// only the boxes of its own tiles — and compute what the interpreter computes
 /// from the same files (in-process ranks, and MPI processes when built with
-/// MPI); files without the declared structure, of the wrong shape or not `.npy`
+/// MPI), writing `--output-dir` files and the report's summaries together, no
+/// rank making the output whole; files without the declared structure, of the wrong shape or not `.npy`
 /// are errors with a non-zero exit, never tiles that silently keep part of them.
 #[test]
 fn distributed_runs_read_their_inputs_from_files_tile_by_tile() {
     let dir = tempfile::tempdir().unwrap();
     let f = path("tests/tiled/ccd_small.tc");
     let reference = dir.path().join("ref");
-    tcc()
+    let interp = tcc()
         .args(["run", "--interp", "--save-inputs", "--seed", "5", "--output-dir"])
         .arg(&reference)
         .arg(&f)
         .assert()
         .success();
+    // norm2 and checksum of R as printed: the ranks summarize R without making it whole.
+    let summary = |out: &[u8]| -> Vec<f64> {
+        let text = String::from_utf8_lossy(out);
+        let line = text.lines().find(|l| l.trim_start().starts_with("R ")).expect("a line for R").to_string();
+        ["norm2 = ", "checksum = "]
+            .iter()
+            .map(|k| line.split(k).nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap())
+            .collect()
+    };
+    let want_summary = summary(&interp.get_output().stdout);
     let names = ["Vvvoo", "Fvv", "T2", "Foo", "Vvvvv", "Voooo", "Vovvo", "Voovv"];
     let inputs: Vec<String> = names
         .iter()
@@ -499,6 +510,9 @@ fn distributed_runs_read_their_inputs_from_files_tile_by_tile() {
         let got = tcc::npy::read_file(&out.join("R.npy")).unwrap().0;
         let err = got.data.iter().zip(&want.data).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
         assert!(err < 1e-12, "{how:?}: off by {err}");
+        for (g, w) in summary(&run.stdout).iter().zip(&want_summary) {
+            assert!((g - w).abs() <= 1e-10 * w.abs(), "{how:?}: printed {g} against the interpreter's {w}");
+        }
     }
     // Broken files: an element whose antisymmetric image disagrees, a nonzero in
     // a block declared zero, a wrong shape, not a .npy file.

@@ -18,7 +18,10 @@ exec > >(tee "$OUT/mpi_run.txt") 2>&1
 source bench/distributed/mpi_env.sh
 TUNE=${TUNE:-bench/distributed/runs/G-tune16.toml}
 KEEP="norm2|tiled on|took|model:|rank [0-9]+:|exchange:"
-for size in "20 200 1 2 4 8 16 16" "24 240 1 16 16"; do
+# CCD="o v ranks…; o v ranks…" picks the sizes and rank counts; FOUR=0 skips
+# the four-index transform.
+IFS=';' read -ra CCD_RUNS <<< "${CCD:-20 200 1 2 4 8 16 16;24 240 1 16 16}"
+for size in "${CCD_RUNS[@]}"; do
   set -- $size
   o=$1 v=$2; shift 2
   f=/tmp/ccd_${o}_$v.tc
@@ -42,6 +45,7 @@ for size in "20 200 1 2 4 8 16 16" "24 240 1 16 16"; do
 done
 # Weak scaling of the four-index transform (8-fold symmetric input, flops ~ N^5):
 # N grows with ranks^(1/5), as bench/distributed/run.sh does with in-process ranks.
+[ "${FOUR:-1}" = 0 ] && exit 0
 n=1
 for size in 48 56 64 72 84; do
   sed -e "s/range P = 100 tile 4/range P = $size tile 4/" -e "s/range M = 100 tile 25/range M = $size tile 12/" \

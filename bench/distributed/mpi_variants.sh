@@ -23,7 +23,7 @@ one() { # label, env..., then mpirun -np 16
 }
 echo "=== one rank: mpirun -np 1"
 mpirun -np 1 $T run $f --tiled --tile 40 --backend mpi --exchange one-sided --stats --tuning $TUNE | grep -E "tiled on|kernels of"
-for trial in 1 2; do
+for trial in $(seq 1 ${TRIALS:-2}); do
   one "trial $trial: bind core, osc sm" BIND=core
   one "trial $trial: bind none, osc sm" BIND=none
   one "trial $trial: bind core, osc pt2pt" BIND=core OMPI_MCA_osc=pt2pt

@@ -557,12 +557,46 @@ pub fn run_rank(
     inputs: &Inputs,
     opts: &TiledOptions,
 ) -> Result<(Option<HashMap<TensorId, TiledTensor>>, RankStats), CommandError> {
+    run_rank_then(program, comm, inputs, opts, |rank| rank.gather(comm))
+}
+
+/// What `tcc run` reports of one output of a distributed run: its summary and
+/// any violation of its declared symmetry, made without making it whole
+/// ([`super::outputs`]).
+#[derive(Debug, Clone)]
+pub struct OutputReport {
+    pub tensor: TensorId,
+    pub summary: crate::run::Summary,
+    pub symmetry: Option<String>,
+}
+
+/// [`run_rank`], but the outputs stay distributed: every rank gets each
+/// output's [`OutputReport`], and with `output_dir` every rank writes its
+/// tiles into `DIR/NAME.npy` (collective; the files are dense).
+pub fn run_rank_reported(
+    program: &Program,
+    comm: &dyn Communicator,
+    inputs: &Inputs,
+    opts: &TiledOptions,
+    output_dir: Option<&std::path::Path>,
+) -> Result<(Vec<OutputReport>, RankStats), CommandError> {
+    run_rank_then(program, comm, inputs, opts, |rank| rank.report_outputs(comm, output_dir))
+}
+
+/// Makes this rank's tiles, fills the inputs, runs the task sets and then `finish`.
+fn run_rank_then<T>(
+    program: &Program,
+    comm: &dyn Communicator,
+    inputs: &Inputs,
+    opts: &TiledOptions,
+    finish: impl FnOnce(&RankTiles<'_>) -> Result<T, CommandError>,
+) -> Result<(T, RankStats), CommandError> {
     let base_rss = peak_rss_bytes();
     let mut rank = RankTiles::new(program, comm.rank(), comm.size(), opts, Some(comm))?;
     rank.stats.base_rss = base_rss;
     rank.fill_random(inputs.seed, &inputs.files);
     let filled = rank.fill_from_files(&inputs.files);
-    match filled.and_then(|()| rank.run(comm)).and_then(|()| rank.gather(comm)) {
+    match filled.and_then(|()| rank.run(comm)).and_then(|()| finish(&rank)) {
         Ok(outputs) => Ok((outputs, std::mem::take(&mut rank.stats))),
         Err(e) => {
             // This rank fails alone (the launcher aborts the job): no collective frees.
@@ -1331,20 +1365,19 @@ impl<'p> RankTiles<'p> {
                         if room && !victims.is_empty() {
                             let v = victims[0];
                             let order_v = &orders[v];
-                            // Worth taking only if computing it here costs less than the
-                            // words it brings (placement's trade; tests take anything).
+                            // Worth taking only if its gets take less time than computing
+                            // it here (by the time model; tests take anything).
                             let next = claims[v].fetch_add(0) as usize;
                             let worth = |i: usize| {
                                 let w = &placed.work[v][i];
                                 let (t_w, k_w) = written_tile(w.task);
-                                let words: usize = w
+                                let gets = w
                                     .reads
                                     .iter()
                                     .filter(|&&(t, k)| self.own.owner(&layouts[&t].tiles()[k]) != me)
                                     .map(|&(t, k)| tile_len(t, k))
-                                    .sum::<usize>()
-                                    + tile_len(t_w, k_w);
-                                eager || self.opts.flops_per_word * words as f64 <= w.flops
+                                    .chain([tile_len(t_w, k_w)]);
+                                eager || steal::worth_taking(&self.opts.model, gets, w.seconds)
                             };
                             if order_v.get(next).is_none_or(|&i| !worth(i)) {
                                 victims.remove(0);
@@ -1610,8 +1643,40 @@ impl<'p> RankTiles<'p> {
         Ok(())
     }
 
+    /// Every output's report, the same on every rank, and with `output_dir` its
+    /// `.npy` file written by every rank (collective).
+    fn report_outputs(
+        &self,
+        comm: &dyn Communicator,
+        output_dir: Option<&std::path::Path>,
+    ) -> Result<Vec<OutputReport>, CommandError> {
+        let hir = &self.program.hir;
+        let mut reports = Vec::new();
+        for t in hir.unit_outputs(self.program.unit) {
+            let l = &self.program.layouts[&t];
+            let local = &self.local[&t];
+            let tile = |slot: usize| -> Option<&[f64]> {
+                let &at = local.offsets.get(&slot)?;
+                Some(&local.data[at..at + l.tile_len(&l.tiles()[slot])])
+            };
+            let elem = hir.tensors[t].elem;
+            if let Some(dir) = output_dir {
+                let path = dir.join(format!("{}.npy", hir.tensors[t].name));
+                super::outputs::write_npy(&path, l, elem, &tile, comm)
+                    .map_err(|e| crate::run::fail("E0709", e, None))?;
+            }
+            reports.push(OutputReport {
+                tensor: t,
+                summary: super::outputs::summary(l, elem, &tile, comm),
+                symmetry: super::outputs::symmetry_violation(l, &tile, crate::run::SYMMETRY_RTOL, comm),
+            });
+        }
+        Ok(reports)
+    }
+
     /// The unit's outputs, whole, on rank 0 (`None` elsewhere): every rank sends
-    /// its tiles (collective).
+    /// its tiles (collective). Tests compare them with the interpreter; `tcc run`
+    /// reports outputs without making them whole ([`Self::report_outputs`]).
     pub fn gather(&self, comm: &dyn Communicator) -> Result<Option<HashMap<TensorId, TiledTensor>>, CommandError> {
         let (me, p) = (self.me, self.ranks);
         let owner = |c: &[u32]| self.own.owner(c);

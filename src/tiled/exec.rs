@@ -103,7 +103,7 @@ impl Default for TiledOptions {
             model: super::model::TimeModel::builtin(),
             exchange: ExchangeMode::Auto,
             profile: false,
-            steal: super::steal::Steal::Off,
+            steal: super::steal::Steal::On,
         }
     }
 }

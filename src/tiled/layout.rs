@@ -200,6 +200,11 @@ impl Layout {
         c.iter().enumerate().map(|(d, &k)| self.dims[d].extent(k as usize)).product()
     }
 
+    /// The tensor's symmetry group (signed permutations of its dimensions).
+    pub fn group(&self) -> &PermGroup {
+        &self.group
+    }
+
     /// The stored tiles, in storage order.
     pub fn tiles(&self) -> &[Coord] {
         &self.tiles

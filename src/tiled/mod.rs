@@ -13,6 +13,7 @@ pub mod dist;
 pub mod exec;
 pub mod layout;
 pub mod model;
+pub mod outputs;
 pub mod placement;
 pub mod plan;
 pub mod profile;

@@ -53,6 +53,9 @@ pub struct Work {
     pub task: usize,
     pub anchors: Option<Vec<Anchor>>,
     pub flops: f64,
+    /// Its modelled seconds on one thread ([`super::model`]): what a rank that
+    /// takes it over weighs the gets it needs against ([`super::steal`]).
+    pub seconds: f64,
     /// Whether it reads a tile another rank owns (else it can run while the
     /// exchange that brings those tiles is in flight).
     pub remote: bool,
@@ -253,11 +256,11 @@ pub fn place(
         .map(|tasks_here| {
             let mut list: Vec<Work> = tasks_here
                 .into_iter()
-                .map(|((task, remote), (mut anchors, f, _, remote_reads, reads))| {
+                .map(|((task, remote), (mut anchors, f, seconds, remote_reads, reads))| {
                     anchors.sort();
                     let whole = anchors.len() == pieces_of[task];
                     let (remote_reads, reads) = (remote_reads.into_iter().collect(), reads.into_iter().collect());
-                    Work { task, anchors: (!whole).then_some(anchors), flops: f, remote, remote_reads, reads }
+                    Work { task, anchors: (!whole).then_some(anchors), flops: f, seconds, remote, remote_reads, reads }
                 })
                 .collect();
             list.sort_by(|a, b| b.flops.total_cmp(&a.flops).then(a.task.cmp(&b.task)).then(a.remote.cmp(&b.remote)));

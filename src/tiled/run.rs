@@ -9,7 +9,7 @@ use crate::error::CommandError;
 use crate::interp;
 use crate::pipeline::PipelineOptions;
 use crate::run::compare::check_against_interpreter;
-use crate::run::{fail, interp_error, run_report_with, RunOptions};
+use crate::run::{fail, interp_error, run_report_summarized, run_report_with, OutputRow, RunOptions};
 use crate::sema::hir::Hir;
 use crate::symmetry::PermGroup;
 use crate::tensor::Dense;
@@ -151,7 +151,8 @@ pub fn report_lines(s: &TiledStats, o: &TiledOptions, per_tensor: bool) -> Vec<S
 
 /// `tcc run --tiled --ranks N` (in-process ranks) or `mpirun -np N tcc run --tiled
 /// --backend mpi`: every rank holds and computes only its tiles
-/// ([`super::dist`]); rank 0 gathers the outputs and writes the report.
+/// ([`super::dist`]), outputs included: the ranks summarize them and write
+/// `--output-dir` files together, and rank 0 writes the report.
 pub fn run_tiled_distributed(
     hir: &Hir,
     opts: &RunOptions,
@@ -166,6 +167,9 @@ pub fn run_tiled_distributed(
             "distributed tiled runs never make a tensor whole, so --check (the dense interpreter) is not available",
             Some("compare with `tcc run --tiled` (one process) or `tcc run --interp` on the same --seed or --input files".into()),
         ));
+    }
+    if opts.save_inputs {
+        return Err(fail("E0760", "--save-inputs does not apply to tiled runs (inputs are never made dense)", None));
     }
     // `--input` files are read by each rank, its own tiles only: resolved here,
     // never loaded whole (the report and the launcher's checks see no inputs).
@@ -206,7 +210,8 @@ pub fn run_tiled_distributed(
                     super::autotile::plan(&prepared, u, &topts, super::autotile::Executor::Ranks(comm.size()))?;
                 let (program, tile) = super::autotile::agree_on_tile(comm, &prepared, u, &topts, planned)?;
                 let topts = TiledOptions { tile: program_tile(&tile, &topts), ..topts.clone() };
-                let (outputs, stats) = super::dist::run_rank(&program, comm, &inputs, &topts)?;
+                let (outputs, stats) =
+                    super::dist::run_rank_reported(&program, comm, &inputs, &topts, opts.output_dir.as_deref())?;
                 let row = [
                     stats.owned_peak,
                     stats.fetched_peak,
@@ -234,7 +239,7 @@ pub fn run_tiled_distributed(
                 ];
                 let mut all = vec![0.0; row.len() * comm.size()];
                 comm.allgather(&row, &mut all);
-                if let Some(outputs) = outputs {
+                if comm.rank() == 0 {
                     results
                         .insert(u, (outputs, all, program.planned_flops(), program.dense_flops, stats.profile, tile));
                 }
@@ -248,9 +253,18 @@ pub fn run_tiled_distributed(
             }
             let mut buf = Vec::new();
             let p = comm.size();
-            run_report_with(hir, opts, &mut buf, false, &mut |u, _| {
+            run_report_summarized(hir, opts, &mut buf, &mut |u| {
                 let (outputs, all, planned, dense_flops, profile, tile) = &results[&u];
-                let dense: HashMap<_, Dense> = outputs.iter().map(|(&t, v)| (t, v.to_dense())).collect();
+                let rows: Vec<OutputRow> = outputs
+                    .iter()
+                    .map(|o| OutputRow {
+                        tensor: o.tensor,
+                        summary: o.summary,
+                        symmetry: o.symmetry.clone(),
+                        // Tiles outside the declared blocks are never stored.
+                        blocks: None,
+                    })
+                    .collect();
                 let time = (0..p).map(|q| all[W * q + 3]).fold(0.0, f64::max);
                 let flops: f64 = (0..p).map(|q| all[W * q + 2]).sum();
                 let mut extra = vec![
@@ -320,11 +334,12 @@ pub fn run_tiled_distributed(
                                 String::new()
                             }
                         ));
-                        if all[W * q + 12] > 0.0 && all[W * q + 16] > 0.0 {
-                            // One-sided sets with the kernel profile: the rest of the wall time.
+                        if all[W * q + 12] > 0.0 {
+                            // One-sided sets (the kernel profile is on with --stats): the rest
+                            // of the wall time; a rank whose items were all taken ran no kernel.
                             let busy = all[W * q + 16] + all[W * q + 17] + all[W * q + 18] + all[W * q + 19];
                             extra.push(format!(
-                                "    rank {q}: {:.3} s in kernels (modelled work {:.3} s), {:.3} s waiting for fetched tiles, {:.3} s for other ranks at window syncs, {:.3} s adding partial tiles, {:.3} s else; took over {} items of other ranks ({} words)",
+                                "    rank {q}: {:.3} s in kernels (modelled work {:.3} s), {:.3} s waiting for fetched tiles, {:.3} s for other ranks at window syncs, {:.3} s adding partial tiles, {:.3} s else; took over {} items of other ranks ({} words carried for taken-over work, its own items' included)",
                                 all[W * q + 16],
                                 all[W * q + 20],
                                 all[W * q + 17],
@@ -336,14 +351,15 @@ pub fn run_tiled_distributed(
                             ));
                         }
                     }
-                    extra.extend(
-                        profile
-                            .report(PROFILE_CLASSES)
-                            .into_iter()
-                            .map(|l| l.replacen("kernels:", "kernels of rank 0:", 1)),
-                    );
+                    let kernels = profile.report(PROFILE_CLASSES);
+                    if kernels.is_empty() {
+                        // Ranks take over unstarted items: rank 0 may have run none.
+                        extra
+                            .push("kernels of rank 0: no calls (it had no work, or other ranks took its items)".into());
+                    }
+                    extra.extend(kernels.into_iter().map(|l| l.replacen("kernels:", "kernels of rank 0:", 1)));
                 }
-                Ok((dense, extra))
+                Ok((rows, extra))
             })?;
             if r.stats {
                 for q in 0..p {

@@ -13,8 +13,8 @@
 //! the owner of each written tile adds those partial tiles as it adds the
 //! planned ones. Every MPI call stays on the rank's main thread, which hands
 //! items to its compute threads through a [`JobQueue`]. An item is taken only
-//! when the words it would bring cost less than computing it (placement's
-//! `TCC_FLOPS_PER_WORD`).
+//! when the gets it needs take less time than computing it, both by the time
+//! model ([`worth_taking`]: `tcc tune` measures the gets).
 
 use super::buffer::AlignedBuf;
 use crate::ids::TensorId;
@@ -22,18 +22,29 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Condvar, Mutex};
 
 /// Whether ranks take over each other's unstarted work in one-sided sets
-/// (`TCC_STEAL`: `off`, the default; `on`; `eager`, for tests: ranks other than
+/// (`TCC_STEAL`: `on`, the default; `off`; `eager`, for tests: ranks other than
 /// 0 try the other ranks' work before their own and take any item, and rank 0
-/// starts late, so that taking over happens on every run). Off by default: on
-/// the 16-core host it did not change the median 16-rank time (run G4: 0.497
-/// against 0.496 s; a rank slowed in the middle of a large item cannot be
-/// helped, and most items are not worth their words elsewhere).
+/// starts late, so that taking over happens on every run). On by default since
+/// runs H3 and H4 (16 MPI processes, CCD o=28 v=280, alternating with and
+/// without; bench/distributed/results.md): the ranks' kernel seconds spread
+/// 1.07–2.28 s for balanced modelled work; taking over cut the waits at the
+/// sets' ends from 0.60–0.96 s to 0.19–0.45 s and the wall time from 2.04–2.76 s
+/// to 1.82–2.47 s. (On in-process ranks with CCD o=20 v=200, run G4, it had not
+/// moved the median: 0.497 against 0.496 s.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Steal {
-    #[default]
     Off,
+    #[default]
     On,
     Eager,
+}
+
+/// Whether a rank should take over an item of `seconds` (modelled) whose
+/// operand tiles it lacks and whose partial tile it writes have `tiles` words
+/// each: when getting them (one get per tile, as the model prices gets) takes
+/// less than computing the item.
+pub fn worth_taking(model: &super::model::TimeModel, tiles: impl IntoIterator<Item = usize>, seconds: f64) -> bool {
+    tiles.into_iter().map(|w| model.get_seconds(w)).sum::<f64>() < seconds
 }
 
 impl Steal {
@@ -154,6 +165,19 @@ pub(crate) fn decode(all: &[f64], counts: &[usize]) -> Vec<Vec<(usize, usize)>> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_item_is_taken_only_when_its_gets_cost_less_than_computing_it() {
+        let mut m = crate::tiled::model::TimeModel::builtin();
+        m.get_alpha = 1e-5;
+        m.get_beta = 1e-9; // 8e-9 s per word
+                           // Two tiles of 1e5 words: 2 · (1e-5 + 8e-4) = 1.62e-3 s of gets.
+        assert!(worth_taking(&m, [100_000, 100_000], 2e-3));
+        assert!(!worth_taking(&m, [100_000, 100_000], 1.5e-3));
+        // Many small gets pay α each.
+        assert!(!worth_taking(&m, vec![10; 200], 1.9e-3));
+        assert!(worth_taking(&m, Vec::<usize>::new(), 1e-9));
+    }
 
     #[test]
     fn lists_survive_the_all_gather_encoding() {

@@ -307,7 +307,81 @@ fn check_distributed(hir: &Hir, seed: u64, ranks: usize, opts: &TiledOptions) ->
     }
     let got: HashMap<TensorId, Dense> = got.iter().map(|(&t, v)| (t, v.to_dense())).collect();
     check_outputs(hir, u, &got, &want, &dense)?;
-    Ok(())
+    check_reported(hir, &program, seed, ranks, backend, opts, &want, &dense)
+}
+
+/// The outputs as `tcc run` reports them from ranks, never made whole: the
+/// `.npy` files every rank wrote its tiles into equal the interpreter's
+/// outputs, and the summaries and symmetry checks agree with those of the
+/// files' values.
+#[allow(clippy::too_many_arguments)]
+fn check_reported(
+    hir: &Hir,
+    program: &Program,
+    seed: u64,
+    ranks: usize,
+    backend: tcc_runtime::comm::Backend,
+    opts: &TiledOptions,
+    want: &HashMap<TensorId, Dense>,
+    inputs: &HashMap<TensorId, Dense>,
+) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (reports, _) = on_ranks(ranks, backend, |comm| {
+        super::dist::run_rank_reported(
+            program,
+            comm,
+            &super::dist::Inputs { seed, ..Default::default() },
+            opts,
+            Some(dir.path()),
+        )
+    })
+    .map_err(|e| e.to_string())?
+    .ok_or("rank 0 returned nothing")?;
+    let mut files = HashMap::new();
+    for r in &reports {
+        let name = &hir.tensors[r.tensor].name;
+        let (file, _) = crate::npy::read_file(&dir.path().join(format!("{name}.npy"))).map_err(|e| e.0)?;
+        let exact = crate::run::Summary::of(&file.data);
+        let scale = 1.0 + 7.0 * file.data.iter().map(|x| x.abs()).sum::<f64>();
+        let (a, b) = (r.summary, exact);
+        for (what, x, y) in [("norm2", a.norm2, b.norm2), ("sum", a.sum, b.sum), ("checksum", a.checksum, b.checksum)] {
+            let agree = x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-12 * scale;
+            if !agree {
+                return Err(format!("reported {what} of `{name}` is {x:e}, its file's {y:e}"));
+            }
+        }
+        // The ranks' check (inside self-image tiles) finds what the dense check
+        // finds in the same values (every other image is a copy by construction).
+        let dense = interp::tensor_symmetry_violation(&file, &hir.tensors[r.tensor], crate::run::SYMMETRY_RTOL);
+        if r.symmetry.is_some() != dense.is_some() {
+            return Err(format!("`{name}`: ranks report {:?}, the dense check {dense:?}", r.symmetry));
+        }
+        files.insert(r.tensor, file);
+    }
+    check_outputs(hir, program.unit, &files, want, inputs).map(|_| ())
+}
+
+/// An output declared antisymmetric but computed from a product that is not:
+/// ranks report the violation (found inside diagonal tiles, the only tiles a
+/// tiled output can break it in) as the dense check does.
+#[test]
+fn ranks_report_outputs_that_break_their_declared_symmetry() {
+    let src = "range N = 6; index i, j, k : N; input tensor A[i,k] : f64; input tensor C[k,j] : f64;\n\
+               output tensor B[i,j] : f64 antisymmetric(i j); B[i,j] = A[i,k] * C[k,j];";
+    let (hir, _) = crate::compile(src, "asym");
+    let hir = hir.expect("compiles");
+    let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
+    for ranks in 1..=3 {
+        let opts = TiledOptions { tile: 3, threads: 1, ..Default::default() };
+        let program = Program::plan(&prepared, UnitId::new(0), &opts).unwrap();
+        let (reports, _) = on_ranks(ranks, tcc_runtime::comm::Backend::Shm, |comm| {
+            super::dist::run_rank_reported(&program, comm, &Default::default(), &opts, None)
+        })
+        .unwrap()
+        .unwrap();
+        let v = reports[0].symmetry.as_deref().unwrap_or_else(|| panic!("{ranks} ranks: no violation reported"));
+        assert!(v.contains("in a tile that is its own image"), "{v}");
+    }
 }
 
 #[test]
