@@ -480,7 +480,9 @@ enum Command {
     /// Plan a `model` block on N devices: data (ZeRO 0-3, ZeRO++), tensor, sequence
     /// (Ulysses / ring) and expert parallelism, ranked by predicted step time with
     /// memory and communication per device (see book/src/models.md). With
-    /// `--execute ulysses|expert`, run the layer sharded and check it instead.
+    /// `--inference`, plan serving instead (tensor degree, KV cache, prefill and
+    /// decode time). With `--execute ulysses|expert`, run the layer sharded and
+    /// check it instead.
     PlanModel {
         /// The `.tc` source file.
         file: PathBuf,
@@ -493,7 +495,8 @@ enum Command {
         /// The cross-node network and each device's compute rate: fat-tree:bw=..,lat=..,flops=..,
         /// torus:.., or a .toml file (flops= or gamma, or peak=..[,mfu=..], is required); for
         /// optimizer offload also pcie=.. (host link) and cpu-adam=.. (host Adam updates/s), for
-        /// ZeRO++'s quantization hbm=.. (device memory bandwidth).
+        /// ZeRO++'s quantization and decode hbm=.. (device memory bandwidth), for ZeRO-Infinity
+        /// nvme=.. (NVMe bandwidth per device) and host-mem=.. (host memory per device).
         #[arg(long, default_value = "fat-tree:bw=25GB/s,lat=5us,flops=150TF/s")]
         network: String,
         /// Devices per node (collectives within a node use --intra-bw).
@@ -524,6 +527,37 @@ enum Command {
         /// Print the plans as JSON.
         #[arg(long)]
         json: bool,
+        /// The vocabulary size: adds the token embedding and the output layer (untied, split
+        /// over the tensor group along the vocabulary), their gradients and optimizer states,
+        /// the output layer's flops and the logits (fp16 and fp32 for the loss) to the plan;
+        /// with --inference, the tables' weights and each sequence's last logits.
+        #[arg(long, value_name = "V")]
+        vocab: Option<usize>,
+        /// Compressed gradient communication: 1bit-adam, 1bit-lamb or 01-adam (DeepSpeed's
+        /// 1-bit optimizers: after a warm-up at full volume, 1 bit per element; plans run
+        /// without ZeRO).
+        #[arg(long, value_name = "KIND", conflicts_with = "zeropp")]
+        compress: Option<String>,
+        /// With --compress: the share of steps at full volume before compression [default: 0.15].
+        #[arg(long, value_name = "F", requires = "compress")]
+        warmup: Option<f64>,
+        /// With --compress 01-adam: mean steps between 1-bit synchronizations after the
+        /// warm-up (0/1 Adam's local steps) [default: 1].
+        #[arg(long, value_name = "H", requires = "compress")]
+        local_steps: Option<usize>,
+        /// Plan serving instead of training (DeepSpeed-Inference style): tensor degree and
+        /// replicas, KV-cache memory, prefill and per-token decode time, throughput and the
+        /// largest batch that fits. The batch dim is the concurrent sequences, the seq dim
+        /// the prompt length.
+        #[arg(long, conflicts_with_all = ["emit", "execute", "zeropp", "micro_batches", "recompute", "compress"])]
+        inference: bool,
+        /// With --inference: tokens generated per sequence [default: 256].
+        #[arg(long, value_name = "N", requires = "inference")]
+        generate: Option<usize>,
+        /// With --inference: SwiftKV's share of the layers (0 ≤ F < 1) whose prefill
+        /// computes only the KV cache (from one earlier layer's output).
+        #[arg(long, value_name = "F", requires = "inference")]
+        swiftkv: Option<f64>,
         /// Write the best plan as a DeepSpeed config (deepspeed), Megatron-LM
         /// arguments (megatron) or a PyTorch DeviceMesh/FSDP2 sketch (torch).
         #[arg(long, value_name = "FORMAT", conflicts_with_all = ["json", "execute", "top"])]
@@ -546,6 +580,10 @@ enum Command {
         seed: u64,
     },
     /// Run a program and print each output's shape, norm and checksum.
+    ///
+    /// Compiled runs use TCC_NUM_THREADS threads (default: every core) and run
+    /// statements with no data dependence between them side by side
+    /// (TCC_TASK_SETS=0 runs them one after another, each on every thread).
     Run {
         /// The `.tc` source file.
         file: PathBuf,
@@ -574,10 +612,11 @@ enum Command {
         /// repeated (`--size O=40,V=400`); sizes not given are read off --input arrays.
         #[arg(long = "size", value_name = "NAME=SIZE")]
         size: Vec<String>,
-        /// Write each output to DIR/NAME.npy.
+        /// Write each output to DIR/NAME.npy (distributed tiled runs: every rank
+        /// writes its own tiles into the file; no rank holds an output whole).
         #[arg(long, value_name = "DIR")]
         output_dir: Option<PathBuf>,
-        /// Also write the inputs used to DIR/NAME.npy (needs --output-dir).
+        /// Also write the inputs used to DIR/NAME.npy (needs --output-dir; not with --tiled).
         #[arg(long, requires = "output_dir")]
         save_inputs: bool,
         /// Run only this program or model (default: all of them).
@@ -1232,6 +1271,13 @@ fn cmd_plan_model(ctx: &Ctx, command: Command) -> Outcome {
         micro_batches,
         recompute,
         json,
+        vocab,
+        compress,
+        warmup,
+        local_steps,
+        inference,
+        generate,
+        swiftkv,
         emit,
         model,
         execute,
@@ -1261,6 +1307,13 @@ fn cmd_plan_model(ctx: &Ctx, command: Command) -> Outcome {
         micro_batches,
         recompute,
         json,
+        vocab,
+        compress,
+        warmup,
+        local_steps,
+        inference,
+        generate,
+        swiftkv,
         emit,
         execute,
         ranks,
@@ -1434,7 +1487,8 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
 /// Options of `tcc run` that would otherwise be ignored or meaningless: E0755
 /// `--repeat 0`; E0756 `--interp`, `--check`, `--repeat` or `--target-cpu` with a
 /// distributed run (ranks run their own executor); E0757 a `TCC_NUM_THREADS` that
-/// is not a positive integer (generated libraries ignore such a value instead).
+/// is not a positive integer (generated libraries ignore such a value instead);
+/// E0660 a `TCC_TASK_SETS` other than `0`, `1`, `off`, `on`.
 fn check_run_options(
     distributed: bool,
     interp: bool,
@@ -1470,6 +1524,15 @@ fn check_run_options(
                 "E0757",
                 format!("TCC_NUM_THREADS={} is not a positive number of threads", v.to_string_lossy()),
                 Some("set it to a number such as 4, or unset it to use every core".into()),
+            ));
+        }
+    }
+    if let Some(v) = std::env::var_os("TCC_TASK_SETS") {
+        if !matches!(v.to_str().map(str::trim), Some("0" | "1" | "off" | "on")) {
+            return Err(CommandError::new(
+                "E0660",
+                format!("TCC_TASK_SETS={} is neither on nor off", v.to_string_lossy()),
+                Some("set it to 0 or off to run independent statements one after another, 1 or on (the default) to overlap them".into()),
             ));
         }
     }

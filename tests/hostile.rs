@@ -115,6 +115,13 @@ fn meaningless_run_options_are_errors() {
         assert!(err.contains("TCC_NUM_THREADS"), "{err}");
     }
     tcc().arg("run").arg(&m).env("TCC_NUM_THREADS", "2").assert().success();
+    for bad in ["yes", "2", ""] {
+        let err = fails_with(tcc().arg("run").arg(&m).env("TCC_TASK_SETS", bad), "E0660");
+        assert!(err.contains("TCC_TASK_SETS"), "{err}");
+    }
+    for good in ["0", "off", "1", "on"] {
+        tcc().arg("run").arg(&m).env("TCC_TASK_SETS", good).assert().success();
+    }
 }
 
 #[test]

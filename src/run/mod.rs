@@ -81,15 +81,49 @@ pub struct Summary {
 
 impl Summary {
     pub fn of(data: &[f64]) -> Summary {
-        let mut sq = Neumaier::default();
-        let mut sum = Neumaier::default();
-        let mut check = Neumaier::default();
+        let mut parts = SummaryParts::default();
         for (k, &x) in data.iter().enumerate() {
-            sq.add(x * x);
-            sum.add(x);
-            check.add(x * (1 + k % 7) as f64);
+            parts.add(k, x);
         }
-        Summary { norm2: sq.value().sqrt(), sum: sum.value(), checksum: check.value() }
+        SummaryParts::combine(&[parts.to_array()])
+    }
+}
+
+/// A [`Summary`] of some of a tensor's elements, kept as compensated sums, so
+/// that ranks that each hold part of a tensor summarize it without making it
+/// whole: each adds its elements (with their row-major positions `k`), the
+/// parts travel as [`SummaryParts::to_array`] and [`SummaryParts::combine`]
+/// gives every rank the same summary, within an ulp or two of the exact one.
+#[derive(Default)]
+pub struct SummaryParts {
+    sq: Neumaier,
+    sum: Neumaier,
+    check: Neumaier,
+}
+
+impl SummaryParts {
+    pub fn add(&mut self, k: usize, x: f64) {
+        self.sq.add(x * x);
+        self.sum.add(x);
+        self.check.add(x * (1 + k % 7) as f64);
+    }
+
+    pub fn to_array(&self) -> [f64; 6] {
+        let (a, b, c) = (&self.sq, &self.sum, &self.check);
+        [a.sum, a.comp, b.sum, b.comp, c.sum, c.comp]
+    }
+
+    /// The summary of parts (in a fixed order, so that every rank gets the same).
+    pub fn combine(parts: &[[f64; 6]]) -> Summary {
+        let total = |i: usize| {
+            let mut acc = Neumaier::default();
+            for p in parts {
+                acc.add(p[i]);
+            }
+            let comp: f64 = parts.iter().map(|p| p[i + 1]).sum();
+            Neumaier { sum: acc.sum, comp: acc.comp + comp }.value()
+        };
+        Summary { norm2: total(0).sqrt(), sum: total(2), checksum: total(4) }
     }
 }
 
@@ -233,7 +267,6 @@ pub fn run_report_with(
         std::fs::create_dir_all(dir)
             .map_err(|e| fail("E0709", format!("cannot create the output directory `{}`: {e}", dir.display()), None))?;
     }
-    let report_err = |e: std::io::Error| fail("E0711", format!("cannot write the report: {e}"), None);
     // Which unit wrote each file, to warn when a later unit overwrites it.
     let mut files: HashMap<PathBuf, (TensorId, String)> = HashMap::new();
 
@@ -249,58 +282,18 @@ pub fn run_report_with(
             inputs.insert(t, v);
         }
         let (mut outputs, extra) = exec(u, &inputs)?;
-
-        let kind = match unit.kind {
-            UnitKind::Program => "program",
-            UnitKind::Model(_) => "model",
-        };
-        writeln!(out, "{kind} {} ({})", unit.name, plural(unit.stmts.len(), "statement")).map_err(report_err)?;
-        let order = hir.unit_outputs(u);
-        if order.is_empty() {
-            writeln!(out, "  (no outputs)").map_err(report_err)?;
-        }
-        let rows: Vec<(TensorId, String, String)> = order
-            .iter()
-            .map(|&t| {
-                let tensor = &hir.tensors[t];
-                let shape = hir.shape(t).iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
-                (t, tensor.name.clone(), format!("{}[{shape}]", tensor.elem.name()))
-            })
-            .collect();
-        let w_name = rows.iter().map(|r| r.1.chars().count()).max().unwrap_or(0);
-        let w_ty = rows.iter().map(|r| r.2.len()).max().unwrap_or(0);
-        for (t, name, ty) in &rows {
-            let tensor = &hir.tensors[*t];
-            let value = outputs.get_mut(t).expect("run_unit returns every output written");
+        let mut rows = Vec::new();
+        for t in hir.unit_outputs(u) {
+            let tensor = &hir.tensors[t];
+            let value = outputs.get_mut(&t).expect("run_unit returns every output written");
             for x in &mut value.data {
                 *x = interp::round_to(tensor.elem, *x);
             }
-            let s = Summary::of(&value.data);
-            writeln!(
-                out,
-                "  {name:<w_name$}  {ty:<w_ty$}  norm2 = {}  sum = {}  checksum = {}",
-                fmt_num(s.norm2),
-                fmt_num(s.sum),
-                fmt_num(s.checksum)
-            )
-            .map_err(report_err)?;
-            if let Some(v) = interp::tensor_symmetry_violation(&*value, tensor, SYMMETRY_RTOL) {
-                eprintln!(
-                    "warning[W0701]: output `{name}` of {kind} `{}` does not have its declared symmetry: {v}",
-                    unit.name
-                );
-            }
-            if let Some(v) = interp::block_violation(hir, *t, &*value) {
-                eprintln!(
-                    "warning[W0704]: output `{name}` of {kind} `{}` is nonzero outside its declared blocks: {v}",
-                    unit.name
-                );
-            }
+            let symmetry = interp::tensor_symmetry_violation(&*value, tensor, SYMMETRY_RTOL);
+            let blocks = interp::block_violation(hir, t, &*value);
+            rows.push(OutputRow { tensor: t, summary: Summary::of(&value.data), symmetry, blocks });
         }
-
-        for line in &extra {
-            writeln!(out, "  {line}").map_err(report_err)?;
-        }
+        write_unit_report(hir, u, &rows, &extra, out)?;
 
         if let Some(dir) = dir {
             let mut save = |t: TensorId, value: &Dense| -> Result<(), CommandError> {
@@ -325,8 +318,103 @@ pub fn run_report_with(
                     save(t, &inputs[&t])?;
                 }
             }
-            for &t in &order {
-                save(t, &outputs[&t])?;
+            for row in &rows {
+                save(row.tensor, &outputs[&row.tensor])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One output's line of the report and the warnings about it.
+pub struct OutputRow {
+    pub tensor: TensorId,
+    pub summary: Summary,
+    /// How the output breaks its declared symmetry (W0701), if it does.
+    pub symmetry: Option<String>,
+    /// Where it is nonzero outside its declared blocks (W0704), if it is.
+    pub blocks: Option<String>,
+}
+
+/// The report of one unit: its line, one line per output (warnings on stderr),
+/// then `extra`, indented.
+fn write_unit_report(
+    hir: &Hir,
+    u: UnitId,
+    rows: &[OutputRow],
+    extra: &[String],
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
+    let report_err = |e: std::io::Error| fail("E0711", format!("cannot write the report: {e}"), None);
+    let unit = &hir.units[u];
+    let kind = match unit.kind {
+        UnitKind::Program => "program",
+        UnitKind::Model(_) => "model",
+    };
+    writeln!(out, "{kind} {} ({})", unit.name, plural(unit.stmts.len(), "statement")).map_err(report_err)?;
+    if rows.is_empty() {
+        writeln!(out, "  (no outputs)").map_err(report_err)?;
+    }
+    let label = |t: TensorId| {
+        let tensor = &hir.tensors[t];
+        let shape = hir.shape(t).iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+        (tensor.name.clone(), format!("{}[{shape}]", tensor.elem.name()))
+    };
+    let labels: Vec<(String, String)> = rows.iter().map(|r| label(r.tensor)).collect();
+    let w_name = labels.iter().map(|l| l.0.chars().count()).max().unwrap_or(0);
+    let w_ty = labels.iter().map(|l| l.1.len()).max().unwrap_or(0);
+    for (row, (name, ty)) in rows.iter().zip(&labels) {
+        let s = row.summary;
+        writeln!(
+            out,
+            "  {name:<w_name$}  {ty:<w_ty$}  norm2 = {}  sum = {}  checksum = {}",
+            fmt_num(s.norm2),
+            fmt_num(s.sum),
+            fmt_num(s.checksum)
+        )
+        .map_err(report_err)?;
+        if let Some(v) = &row.symmetry {
+            eprintln!(
+                "warning[W0701]: output `{name}` of {kind} `{}` does not have its declared symmetry: {v}",
+                unit.name
+            );
+        }
+        if let Some(v) = &row.blocks {
+            eprintln!(
+                "warning[W0704]: output `{name}` of {kind} `{}` is nonzero outside its declared blocks: {v}",
+                unit.name
+            );
+        }
+    }
+    for line in extra {
+        writeln!(out, "  {line}").map_err(report_err)?;
+    }
+    Ok(())
+}
+
+/// The report of a run whose outputs no process holds whole (distributed tiled
+/// runs): the same lines as [`run_report`], from the rows `exec` returns per
+/// unit (summaries the ranks computed together). `--output-dir` files are
+/// written by the ranks, so this only warns when a later unit overwrites one.
+pub fn run_report_summarized(
+    hir: &Hir,
+    opts: &RunOptions,
+    out: &mut dyn Write,
+    exec: &mut dyn FnMut(UnitId) -> Result<(Vec<OutputRow>, Vec<String>), CommandError>,
+) -> Result<(), CommandError> {
+    let mut files: HashMap<String, String> = HashMap::new();
+    for u in hir.select_units(opts.program.as_deref())? {
+        let (rows, extra) = exec(u)?;
+        write_unit_report(hir, u, &rows, &extra, out)?;
+        if let Some(dir) = opts.output_dir.as_deref() {
+            let unit = &hir.units[u].name;
+            for row in &rows {
+                let file = dir.join(format!("{}.npy", hir.tensors[row.tensor].name)).display().to_string();
+                if let Some(prev) = files.insert(file.clone(), unit.clone()) {
+                    eprintln!(
+                        "warning[W0702]: `{file}` written by `{prev}` is overwritten by `{unit}` (use --program to run one unit)"
+                    );
+                }
             }
         }
     }
