@@ -55,6 +55,39 @@ fn ccd_example_matches_the_dense_build() {
     assert!(tiled_text.lines().any(|l| l.trim_start().starts_with("GETT m ")), "{tiled_text}");
 }
 
+/// A whole CCD iteration (residual, update through the orbital-energy
+/// denominator, energy) runs tiled on one process and on ranks: element-wise
+/// functions and broadcast sums included.
+#[test]
+fn a_ccd_iteration_with_its_denominator_runs_tiled_and_on_ranks() {
+    let file = path("tests/tiled/ccd_iteration_small.tc");
+    let text = stdout(&["--tiled", "--check", "--tile", "2"], &file);
+    assert!(text.contains("check: matches the interpreter"), "{text}");
+    let one = summary(&text);
+    for ranks in ["2", "3"] {
+        let got = summary(&stdout(&["--tiled", "--tile", "2", "--ranks", ranks], &file));
+        for k in [0, 2] {
+            assert!((one[k] - got[k]).abs() <= 1e-12 * one[k].abs(), "{ranks} ranks: {one:?} vs {got:?}");
+        }
+    }
+    // A product of three element-wise factors (split into binary ones).
+    let source = std::fs::read_to_string(&file).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let three = dir.path().join("three_factors.tc");
+    // abs, not an odd function: R · f(V) must stay antisymmetric like T2new.
+    std::fs::write(&three, source.replace("recip(eo[i]", "abs(Vvvoo[a,b,i,j]) * recip(eo[i]")).unwrap();
+    let text = stdout(&["--tiled", "--check", "--tile", "2"], &three);
+    assert!(text.contains("check: matches the interpreter"), "{text}");
+    // exp(0) = 1: a function that is not zero where a tensor stores no tile is
+    // refused, not computed as if those tiles were zero.
+    let source = source.replace("recip(eo[i]", "exp(Vvvoo[a,b,i,j]) * recip(eo[i]");
+    let bad = dir.path().join("exp_of_blocks.tc");
+    std::fs::write(&bad, source).unwrap();
+    let out = tcc().arg("run").arg(&bad).args(["--tiled", "--tile", "2"]).assert().code(1);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains("E0760") && err.contains("exp(Vvvoo)"), "{err}");
+}
+
 #[test]
 fn dynamic_and_static_schedules_agree() {
     let file = path("tests/tiled/ccd_small.tc");
@@ -113,15 +146,23 @@ fn ccd_at_o20_v200_runs_within_4_gib() {
 
 #[test]
 fn misuse_is_a_clear_error() {
-    // A function is not a product of tensors.
+    // `where` (here from `max(x, 0)`) is not a product of tensors; `exp` is an
+    // element-wise function of one, which runs.
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("f.tc");
-    std::fs::write(
-        &f,
-        "range N = 4;\nindex i : N;\ninput tensor X[i] : f64;\noutput tensor Y[i] : f64;\nY[i] = exp(X[i]);\n",
-    )
-    .unwrap();
+    let program = |rhs: &str| {
+        format!("range N = 4;\nindex i : N;\ninput tensor X[i] : f64;\noutput tensor Y[i] : f64;\nY[i] = {rhs};\n")
+    };
+    std::fs::write(&f, program("max(X[i], 0)")).unwrap();
     tcc().args(["run"]).arg(&f).arg("--tiled").assert().code(1).stderr(predicates::str::contains("E0760"));
+    std::fs::write(&f, program("exp(X[i])")).unwrap();
+    tcc()
+        .args(["run"])
+        .arg(&f)
+        .args(["--tiled", "--check"])
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("matches the interpreter"));
     // One process moves no tiles: --exchange is an error there, not ignored.
     tcc()
         .args(["run"])

@@ -131,8 +131,7 @@ pub fn check_outputs(
 ) -> Result<f64, String> {
     let plain = compare_outputs(hir, unit, got, want);
     let Err(msg) = plain else { return plain };
-    let has_calls = hir.units[unit].stmts.iter().any(|s| expr_has_call(&s.rhs));
-    if has_calls {
+    if hir.units[unit].stmts.iter().any(|s| expr_selects(&s.rhs)) {
         return Err(msg);
     }
     let mut abs = hir.clone();
@@ -168,22 +167,43 @@ pub fn check_outputs(
     Ok(worst)
 }
 
-fn expr_has_call(e: &crate::sema::hir::Expr) -> bool {
+/// Whether `e` selects or reduces by comparison (`max`, `min`, `where`), for which
+/// the program on magnitudes is no bound of the values' scale.
+fn expr_selects(e: &crate::sema::hir::Expr) -> bool {
     use crate::sema::hir::Factor;
     e.terms.iter().flat_map(|t| &t.factors).any(|f| match f {
         Factor::Tensor(_) | Factor::Affine(_) => false,
-        Factor::Call { .. } | Factor::Reduce { .. } | Factor::Select { .. } => true,
-        Factor::Sum { arg, .. } => expr_has_call(arg),
+        Factor::Reduce { .. } | Factor::Select { .. } => true,
+        Factor::Sum { arg, .. } | Factor::Call { arg, .. } => expr_selects(arg),
     })
 }
 
+/// `e` on magnitudes: coefficients made positive and every function's value
+/// taken as `abs(f(…))` (its argument on magnitudes too), so that the result
+/// bounds the scale of every term the sums cancel.
 fn abs_coefs(e: &mut crate::sema::hir::Expr) {
-    use crate::sema::hir::Factor;
+    use crate::sema::hir::{Expr, Factor, Func, Term};
     for t in &mut e.terms {
         t.coef = t.coef.abs();
         for f in &mut t.factors {
-            if let Factor::Sum { arg, .. } = f {
-                abs_coefs(arg);
+            match f {
+                Factor::Sum { arg, .. } => abs_coefs(arg),
+                Factor::Call { arg, free, span, .. } => {
+                    abs_coefs(arg);
+                    let (free, span) = (free.clone(), span.clone());
+                    let hole = Factor::Sum {
+                        arg: Box::new(Expr { terms: Vec::new(), span: 0..0 }),
+                        free: Vec::new(),
+                        span: 0..0,
+                    };
+                    let inner = std::mem::replace(f, hole);
+                    let arg = Expr {
+                        terms: vec![Term { coef: 1.0, factors: vec![inner], span: span.clone() }],
+                        span: span.clone(),
+                    };
+                    *f = Factor::Call { func: Func::Abs, arg: Box::new(arg), free, span };
+                }
+                _ => {}
             }
         }
     }

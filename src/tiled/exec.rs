@@ -22,7 +22,8 @@ use super::tensor::TiledTensor;
 use super::SyncPtr;
 use crate::error::CommandError;
 use crate::ids::{IndexId, RangeId, TensorId, UnitId};
-use crate::sema::hir::{Factor, Hir, Role, SymKind};
+use crate::sema::hir::{Factor, Func, Hir, Role, SymKind};
+use crate::tir::materialize::simple_call_arg;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -122,6 +123,10 @@ struct TermPlan {
     n_lhs: usize,
     /// Per factor: its tensor and the position in `indices` of each dimension.
     factors: Vec<(TensorId, Vec<usize>)>,
+    /// Per factor: the element-wise function applied to it (`recip(D[a,b,i,j])`),
+    /// if any. Such a factor is read through a copy of its tile with the function
+    /// applied ([`Program::run_task`]).
+    funcs: Vec<Option<Func>>,
     /// Groups of summed positions run over ordered tile tuples only.
     ordered: Vec<Vec<usize>>,
 }
@@ -175,7 +180,7 @@ pub struct Program {
 impl Program {
     /// Plans unit `unit` of `prepared` (the output of `pipeline::prepare`).
     pub fn plan(prepared: &Hir, unit: UnitId, opts: &TiledOptions) -> Result<Program, CommandError> {
-        let hir = prepared.clone();
+        let hir = super::binarize::binary_products(prepared, unit);
         let mut tilings = HashMap::new();
         for r in hir.ranges.ids() {
             tilings.insert(r, Arc::new(TiledRange::new(&hir.ranges[r], opts.tile)));
@@ -194,13 +199,18 @@ impl Program {
             for term in &st.rhs.terms {
                 let mut indices: Vec<IndexId> = st.lhs.indices.clone();
                 let mut factors = Vec::new();
+                let mut funcs = Vec::new();
                 for f in &term.factors {
-                    let Factor::Tensor(r) = f else {
-                        return Err(fail(
-                            "tiled execution computes products of tensors; this program has a function or a parenthesised sum",
-                            "run it without --tiled",
-                        ));
+                    let (r, func) = match f {
+                        Factor::Tensor(r) => (r, None),
+                        // After materialization a call's argument is one tensor element.
+                        Factor::Call { func, arg, free, .. } => match simple_call_arg(arg, free) {
+                            Some(r) => (r, Some(*func)),
+                            None => return Err(unsupported_factor()),
+                        },
+                        _ => return Err(unsupported_factor()),
                     };
+                    funcs.push(func);
                     let mut pos = Vec::new();
                     for &i in &r.indices {
                         if pos.iter().any(|&p| indices[p] == i) {
@@ -223,23 +233,49 @@ impl Program {
                     }
                     factors.push((r.tensor, pos));
                 }
-                if factors.len() > 2 {
-                    return Err(fail(
-                        "a term with more than two factors reached tiled execution (the optimizer binarizes products)",
-                        "this is a bug: please report it",
-                    ));
-                }
+                debug_assert!(factors.len() <= 2, "binary_products splits longer products");
                 let n_lhs = st.lhs.indices.len();
                 dense_flops += term_dense_flops(&hir, &indices, factors.len());
-                let ordered = ordered_groups(&hir, n_lhs, &factors);
-                terms.push(TermPlan { coef: term.coef, indices, n_lhs, factors, ordered });
+                let ordered = ordered_groups(&hir, n_lhs, &factors, &funcs);
+                terms.push(TermPlan { coef: term.coef, indices, n_lhs, factors, funcs, ordered });
             }
             stmts.push(StmtPlan { lhs: st.lhs.tensor, accumulate: st.accumulate, terms, tile_flops: Vec::new() });
         }
         let mut p = Program { hir, unit, tilings, layouts, stmts, levels: Vec::new(), dense_flops };
         p.place_outputs()?;
+        p.check_function_operands()?;
         p.levels = p.levels();
         Ok(p)
+    }
+
+    /// A function with `f(0) ≠ 0` (`exp`, `recip`, …) of a tensor that stores only
+    /// some of its tiles would be nonzero where nothing is stored, which the tasks
+    /// never visit: such programs are refused rather than computed wrong.
+    fn check_function_operands(&self) -> Result<(), CommandError> {
+        for st in &self.stmts {
+            for term in &st.terms {
+                for ((t, _), func) in term.factors.iter().zip(&term.funcs) {
+                    let Some(func) = func else { continue };
+                    if func.apply(0.0) == 0.0 {
+                        continue;
+                    }
+                    let layout = &self.layouts[t];
+                    let all = layout.canonical_tiles(MAX_GRID_TILES).ok_or_else(|| too_many_tiles(layout))?;
+                    if all.iter().any(|c| layout.slot(c).is_none()) {
+                        return Err(fail(
+                            format!(
+                                "`{}({})` is not zero where `{}` stores no tile (zero by its block rules, or never written), and tiled execution visits only stored tiles",
+                                func.name(),
+                                layout.name,
+                                layout.name
+                            ),
+                            "run it without --tiled, or apply the function only where the tensor has no zero blocks",
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Finds the stored tiles of every written tensor: the canonical tiles some
@@ -610,18 +646,61 @@ impl Program {
                     });
                 }
             };
+        // Tiles of function factors with the function applied (one per factor).
+        let mut mapped: Vec<Vec<f64>> = Vec::new();
         self.for_contributions(s, c, &mut |term, weight, views, ext| {
             if part.is_some_and(|p| p.binary_search(&anchor(term, views, ext)).is_err()) {
                 return;
             }
-            let alpha = term.coef * weight * views.iter().map(|v| v.sign).product::<f64>();
             let points: f64 = ext.iter().map(|&e| e as f64).product();
+            // A function factor's sign goes inside the function; its tile is read
+            // from a copy with the function applied, which the call below must not
+            // outlive: the pending GETT runs first, and this one at once.
+            let has_func = term.funcs.iter().any(Option::is_some);
+            if has_func {
+                run_pending(&mut pending, &pending_dims, &mut prof);
+                mapped.resize_with(term.factors.len(), Vec::new);
+            }
+            let mut ptrs: [*const f64; 2] = [std::ptr::null(); 2];
+            let mut alpha = term.coef * weight;
+            for (f, ((t, _), v)) in term.factors.iter().zip(views).enumerate() {
+                let stored = tile_ptr(*t, v.slot);
+                ptrs[f] = match term.funcs[f] {
+                    None => {
+                        alpha *= v.sign;
+                        stored
+                    }
+                    Some(func) => {
+                        let layout = &self.layouts[t];
+                        let len = layout.tile_len(&layout.tiles()[v.slot]);
+                        let src = std::slice::from_raw_parts(stored, len);
+                        mapped[f].clear();
+                        mapped[f].extend(src.iter().map(|&x| func.apply(v.sign * x)));
+                        mapped[f].as_ptr()
+                    }
+                };
+            }
             let stride = |f: usize, p: usize| -> isize {
                 let (_, pos) = &term.factors[f];
                 pos.iter().position(|&q| q == p).map_or(0, |d| views[f].strides[d])
             };
             let csd = |p: usize| if p < n_lhs { sc[p] } else { 0 };
             match term.factors.len() {
+                2 if term.n_lhs == ext.len()
+                    && (0..ext.len()).any(|p| term.factors.iter().all(|f| f.1.contains(&p))) =>
+                {
+                    // Element by element (`R[a,b,i,j] · recip(D[a,b,i,j])`): nothing is
+                    // summed and some index is in both factors, which the GETT would
+                    // take as a batch of 1×1 products.
+                    run_pending(&mut pending, &pending_dims, &mut prof);
+                    let sa: Vec<isize> = (0..ext.len()).map(|p| stride(0, p)).collect();
+                    let sb: Vec<isize> = (0..ext.len()).map(|p| stride(1, p)).collect();
+                    let scs: Vec<isize> = (0..ext.len()).map(csd).collect();
+                    timed(&mut prof, false, contribution_mnkb(term, ext), points, || {
+                        strided_mul_add(cptr, &scs, [ptrs[0], ptrs[1]], [&sa, &sb], ext, alpha)
+                    });
+                    flops += 2.0 * points;
+                }
                 2 => {
                     let (a, b) = (&term.factors[0], &term.factors[1]);
                     dims.clear();
@@ -641,7 +720,7 @@ impl Program {
                             sc: csd(p) as i64,
                         }
                     }));
-                    let (mut pa, mut pb) = (tile_ptr(a.0, views[0].slot), tile_ptr(b.0, views[1].slot));
+                    let (mut pa, mut pb) = (ptrs[0], ptrs[1]);
                     // The written tile's contiguous index should be a row (m) index.
                     if dims
                         .iter()
@@ -670,12 +749,15 @@ impl Program {
                     run_pending(&mut pending, &pending_dims, &mut prof);
                     std::mem::swap(&mut dims, &mut pending_dims);
                     pending = Some((pa, pb, alpha, contribution_mnkb(term, ext), 2.0 * points));
+                    if has_func {
+                        run_pending(&mut pending, &pending_dims, &mut prof);
+                    }
                     calls += 1;
                     flops += 2.0 * points;
                 }
                 1 => {
                     run_pending(&mut pending, &pending_dims, &mut prof);
-                    let a = tile_ptr(term.factors[0].0, views[0].slot);
+                    let a = ptrs[0];
                     let sa: Vec<isize> = (0..ext.len()).map(|p| stride(0, p)).collect();
                     let scs: Vec<isize> = (0..ext.len()).map(csd).collect();
                     timed(&mut prof, false, contribution_mnkb(term, ext), points, || {
@@ -688,7 +770,7 @@ impl Program {
                     let scs: Vec<isize> = (0..ext.len()).map(csd).collect();
                     let one = [1.0f64];
                     timed(&mut prof, false, contribution_mnkb(term, ext), points, || {
-                        strided_add(cptr, &scs, one.as_ptr() as *mut f64, &vec![0; ext.len()], ext, alpha)
+                        strided_add(cptr, &scs, one.as_ptr(), &vec![0; ext.len()], ext, alpha)
                     });
                     flops += points;
                 }
@@ -805,7 +887,7 @@ fn prefetch_l2(p: *const f64, len: usize) {
 ///
 /// # Safety
 /// Every offset the strides reach is in bounds.
-unsafe fn strided_add(c: *mut f64, sc: &[isize], a: *mut f64, sa: &[isize], ext: &[usize], alpha: f64) {
+unsafe fn strided_add(c: *mut f64, sc: &[isize], a: *const f64, sa: &[isize], ext: &[usize], alpha: f64) {
     if ext.contains(&0) {
         return;
     }
@@ -828,6 +910,47 @@ unsafe fn strided_add(c: *mut f64, sc: &[isize], a: *mut f64, sa: &[isize], ext:
             }
             oc -= sc[d] * ext[d] as isize;
             oa -= sa[d] * ext[d] as isize;
+            l[d] = 0;
+        }
+    }
+}
+
+/// `c[l·sc] += alpha · a[l·sa] · b[l·sb]` over the box `ext`.
+///
+/// # Safety
+/// Every offset the strides reach is in bounds.
+unsafe fn strided_mul_add(
+    c: *mut f64,
+    sc: &[isize],
+    [a, b]: [*const f64; 2],
+    [sa, sb]: [&[isize]; 2],
+    ext: &[usize],
+    alpha: f64,
+) {
+    if ext.contains(&0) {
+        return;
+    }
+    let n = ext.len();
+    let mut l = vec![0usize; n];
+    let (mut oc, mut oa, mut ob) = (0isize, 0isize, 0isize);
+    loop {
+        *c.offset(oc) += alpha * *a.offset(oa) * *b.offset(ob);
+        let mut d = n;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            l[d] += 1;
+            oc += sc[d];
+            oa += sa[d];
+            ob += sb[d];
+            if l[d] < ext[d] {
+                break;
+            }
+            oc -= sc[d] * ext[d] as isize;
+            oa -= sa[d] * ext[d] as isize;
+            ob -= sb[d] * ext[d] as isize;
             l[d] = 0;
         }
     }
@@ -857,6 +980,13 @@ pub(crate) fn ordered_weight(groups: &[Vec<usize>], coord: &[u32]) -> f64 {
     w
 }
 
+fn unsupported_factor() -> CommandError {
+    fail(
+        "tiled execution computes products of tensors and element-wise functions of one tensor; this program has a `max`, `min`, `where` or parenthesised sum it cannot run",
+        "run it without --tiled",
+    )
+}
+
 fn too_many_tiles(l: &Layout) -> CommandError {
     fail(
         format!(
@@ -880,12 +1010,21 @@ fn term_dense_flops(hir: &Hir, indices: &[IndexId], n: usize) -> f64 {
 
 /// Summed index groups over which both factors are symmetric alike: the term's
 /// value is the same for every ordering of their tiles.
-fn ordered_groups(hir: &Hir, n_lhs: usize, factors: &[(TensorId, Vec<usize>)]) -> Vec<Vec<usize>> {
+///
+/// A function keeps a symmetric group but not an antisymmetric one (`f(-x)` is
+/// not `-f(x)` in general).
+fn ordered_groups(
+    hir: &Hir,
+    n_lhs: usize,
+    factors: &[(TensorId, Vec<usize>)],
+    funcs: &[Option<Func>],
+) -> Vec<Vec<usize>> {
     let [(a, pa), (b, pb)] = factors else { return Vec::new() };
-    let groups_of = |t: TensorId, pos: &[usize]| -> Vec<(SymKind, Vec<usize>)> {
+    let groups_of = |t: TensorId, pos: &[usize], func: Option<Func>| -> Vec<(SymKind, Vec<usize>)> {
         hir.tensors[t]
             .symmetry
             .iter()
+            .filter(|g| func.is_none() || g.kind == SymKind::Symmetric)
             .map(|g| {
                 let mut ps: Vec<usize> = g.positions.iter().map(|&d| pos[d]).collect();
                 ps.sort_unstable();
@@ -893,8 +1032,8 @@ fn ordered_groups(hir: &Hir, n_lhs: usize, factors: &[(TensorId, Vec<usize>)]) -
             })
             .collect()
     };
-    let gb = groups_of(*b, pb);
-    groups_of(*a, pa)
+    let gb = groups_of(*b, pb, funcs[1]);
+    groups_of(*a, pa, funcs[0])
         .into_iter()
         .filter(|(kind, ps)| ps.iter().all(|&p| p >= n_lhs) && gb.iter().any(|(k, q)| k == kind && q == ps))
         .map(|(_, ps)| ps)

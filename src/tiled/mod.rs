@@ -7,6 +7,7 @@
 //! interpreter stays dense and is the oracle: `tcc run --tiled --check` compares.
 
 pub mod autotile;
+mod binarize;
 pub mod buffer;
 pub mod cost;
 pub mod dist;

@@ -83,6 +83,13 @@ impl Builder {
         Factor::Tensor(TensorRef { tensor: t, indices: self.idx(idx), span: 0..0 })
     }
 
+    /// `func(inner)`, over `inner`'s indices.
+    pub fn call(&self, func: crate::sema::hir::Func, inner: Factor) -> Factor {
+        let free = inner.indices().to_vec();
+        let arg = Expr { terms: vec![self.term(1.0, vec![inner])], span: 0..0 };
+        Factor::Call { func, arg: Box::new(arg), free, span: 0..0 }
+    }
+
     pub fn term(&self, coef: f64, factors: Vec<Factor>) -> Term {
         Term { coef, factors, span: 0..0 }
     }
