@@ -88,6 +88,30 @@ fn a_ccd_iteration_with_its_denominator_runs_tiled_and_on_ranks() {
     assert!(err.contains("E0760") && err.contains("exp(Vvvoo)"), "{err}");
 }
 
+/// Blocks of tensors over `P = O + V` (`F[i,a]` of `F[p,q]`) are read through the
+/// union's tiling — its parts' tiles one after the other — on one process and on
+/// ranks, and planned; writing by blocks is refused with its own message.
+#[test]
+fn slices_of_unions_are_read_by_tiled_runs() {
+    let file = path("tests/tiled/fock_slices.tc");
+    let mut first = None;
+    for tile in ["2", "3", "5"] {
+        let text = stdout(&["--tiled", "--check", "--tile", tile], &file);
+        assert!(text.contains("check: matches the interpreter"), "tile {tile}: {text}");
+        first.get_or_insert(summary(&text));
+    }
+    let one = first.unwrap();
+    for ranks in ["2", "3"] {
+        // R is antisymmetric: its sum and checksum are rounding; its norm counts.
+        let got = summary(&stdout(&["--tiled", "--tile", "2", "--ranks", ranks], &file));
+        assert!((one[0] - got[0]).abs() <= 1e-12 * one[0], "{ranks} ranks: {one:?} vs {got:?}");
+    }
+    tcc().args(["plan", "--tiled", "--procs", "2,4"]).arg(&file).assert().success();
+    let out = tcc().args(["run", "--tiled"]).arg(path("examples/fock_blocks.tc")).assert().code(1);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains("E0764") && err.contains("writes a tensor by blocks"), "{err}");
+}
+
 #[test]
 fn dynamic_and_static_schedules_agree() {
     let file = path("tests/tiled/ccd_small.tc");

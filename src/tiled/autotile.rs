@@ -117,7 +117,7 @@ pub fn plan(
     let order = std::iter::once(DEFAULT_TILE).chain(CANDIDATES.into_iter().filter(|&t| t != DEFAULT_TILE));
     for tile in order {
         // Candidates that cut every free range alike are one plan.
-        let tilings: Vec<TiledRange> = free.iter().map(|&r| TiledRange::new(&prepared.ranges[r], tile)).collect();
+        let tilings: Vec<TiledRange> = free.iter().map(|&r| TiledRange::of(prepared, r, tile)).collect();
         if seen.contains(&tilings) {
             continue;
         }
@@ -213,7 +213,7 @@ fn untiled_ranges(hir: &Hir, unit: UnitId) -> Vec<RangeId> {
 /// Tile tuples the plan of `unit` at `tile` visits, at most: per term, the
 /// product of the tile counts of its indices.
 fn tuples(hir: &Hir, unit: UnitId, tile: usize) -> f64 {
-    let count = |r: RangeId| TiledRange::new(&hir.ranges[r], tile).count() as f64;
+    let count = |r: RangeId| TiledRange::of(hir, r, tile).count() as f64;
     let mut total = 0.0;
     for st in &hir.units[unit].stmts {
         for term in &st.rhs.terms {

@@ -22,7 +22,7 @@ use super::tensor::TiledTensor;
 use super::SyncPtr;
 use crate::error::CommandError;
 use crate::ids::{IndexId, RangeId, TensorId, UnitId};
-use crate::sema::hir::{Factor, Func, Hir, Role, SymKind};
+use crate::sema::hir::{Factor, Func, Hir, Role, SymKind, TensorRef};
 use crate::tir::materialize::simple_call_arg;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -123,6 +123,9 @@ struct TermPlan {
     n_lhs: usize,
     /// Per factor: its tensor and the position in `indices` of each dimension.
     factors: Vec<(TensorId, Vec<usize>)>,
+    /// Per factor and dimension: the tile where the index's range starts in the
+    /// dimension's (nonzero for a slice `F[i,a]` of `F[p,q]`, `P = O + V`).
+    tile_offsets: Vec<Vec<u32>>,
     /// Per factor: the element-wise function applied to it (`recip(D[a,b,i,j])`),
     /// if any. Such a factor is read through a copy of its tile with the function
     /// applied ([`Program::run_task`]).
@@ -183,7 +186,7 @@ impl Program {
         let hir = super::binarize::binary_products(prepared, unit);
         let mut tilings = HashMap::new();
         for r in hir.ranges.ids() {
-            tilings.insert(r, Arc::new(TiledRange::new(&hir.ranges[r], opts.tile)));
+            tilings.insert(r, Arc::new(TiledRange::of(&hir, r, opts.tile)));
         }
         let mut layouts: HashMap<TensorId, Layout> = HashMap::new();
         for t in hir.unit_inputs(unit) {
@@ -195,11 +198,22 @@ impl Program {
         let mut stmts = Vec::new();
         let mut dense_flops = 0.0;
         for st in &hir.units[unit].stmts {
+            if hir.is_slice(&st.lhs) {
+                return Err(CommandError::new(
+                    "E0764",
+                    format!(
+                        "`{}` is written by blocks (a slice of a union of ranges), which tiled execution does not support yet; it reads slices",
+                        hir.tensors[st.lhs.tensor].name
+                    ),
+                    Some("write the block into its own tensor over the sub-ranges, or run it without --tiled".into()),
+                ));
+            }
             let mut terms = Vec::new();
             for term in &st.rhs.terms {
                 let mut indices: Vec<IndexId> = st.lhs.indices.clone();
                 let mut factors = Vec::new();
                 let mut funcs = Vec::new();
+                let mut tile_offsets = Vec::new();
                 for f in &term.factors {
                     let (r, func) = match f {
                         Factor::Tensor(r) => (r, None),
@@ -211,6 +225,7 @@ impl Program {
                         _ => return Err(unsupported_factor()),
                     };
                     funcs.push(func);
+                    tile_offsets.push(slice_tile_offsets(&hir, &tilings, r));
                     let mut pos = Vec::new();
                     for &i in &r.indices {
                         if pos.iter().any(|&p| indices[p] == i) {
@@ -236,8 +251,8 @@ impl Program {
                 debug_assert!(factors.len() <= 2, "binary_products splits longer products");
                 let n_lhs = st.lhs.indices.len();
                 dense_flops += term_dense_flops(&hir, &indices, factors.len());
-                let ordered = ordered_groups(&hir, n_lhs, &factors, &funcs);
-                terms.push(TermPlan { coef: term.coef, indices, n_lhs, factors, funcs, ordered });
+                let ordered = ordered_groups(&hir, &indices, n_lhs, &factors, &funcs);
+                terms.push(TermPlan { coef: term.coef, indices, n_lhs, factors, tile_offsets, funcs, ordered });
             }
             stmts.push(StmtPlan { lhs: st.lhs.tensor, accumulate: st.accumulate, terms, tile_flops: Vec::new() });
         }
@@ -369,9 +384,11 @@ impl Program {
                 let weight = ordered_weight(&term.ordered, &coord);
                 if weight > 0.0 {
                     let mut zero = false;
-                    for (((_, pos), layout), view) in term.factors.iter().zip(&layouts).zip(views.iter_mut()) {
+                    for ((((_, pos), offs), layout), view) in
+                        term.factors.iter().zip(&term.tile_offsets).zip(&layouts).zip(views.iter_mut())
+                    {
                         fc.clear();
-                        fc.extend(pos.iter().map(|&p| coord[p]));
+                        fc.extend(pos.iter().zip(offs).map(|(&p, &o)| coord[p] + o));
                         if !layout.is_some_and(|l| l.view_into(&fc, view)) {
                             zero = true;
                             break;
@@ -980,6 +997,23 @@ pub(crate) fn ordered_weight(groups: &[Vec<usize>], coord: &[u32]) -> f64 {
     w
 }
 
+/// Per dimension of `r`: the tile of the dimension's tiling where the index's
+/// range starts (0 unless `r` is a slice; the tilings of unions make it a tile
+/// boundary, [`TiledRange::of`]).
+fn slice_tile_offsets(hir: &Hir, tilings: &HashMap<RangeId, Arc<TiledRange>>, r: &TensorRef) -> Vec<u32> {
+    let dims = &hir.tensors[r.tensor].dims;
+    hir.ref_offsets(r)
+        .iter()
+        .zip(dims)
+        .map(|(&at, d)| {
+            let tiling = &tilings[d];
+            let k = tiling.tile_of(at.min(tiling.start(tiling.count()).saturating_sub(1)));
+            debug_assert!(at == 0 || tiling.start(k) == at, "a part of a union starts a tile");
+            k as u32
+        })
+        .collect()
+}
+
 fn unsupported_factor() -> CommandError {
     fail(
         "tiled execution computes products of tensors and element-wise functions of one tensor; this program has a `max`, `min`, `where` or parenthesised sum it cannot run",
@@ -1013,8 +1047,13 @@ fn term_dense_flops(hir: &Hir, indices: &[IndexId], n: usize) -> f64 {
 ///
 /// A function keeps a symmetric group but not an antisymmetric one (`f(-x)` is
 /// not `-f(x)` in general).
+///
+/// The positions of a group must be indices of one range: a symmetric `F[p,q]`
+/// read as the block `F[i,a]` pairs tiles of different ranges, which no ordering
+/// covers.
 fn ordered_groups(
     hir: &Hir,
+    indices: &[IndexId],
     n_lhs: usize,
     factors: &[(TensorId, Vec<usize>)],
     funcs: &[Option<Func>],
@@ -1035,7 +1074,10 @@ fn ordered_groups(
     let gb = groups_of(*b, pb, funcs[1]);
     groups_of(*a, pa, funcs[0])
         .into_iter()
-        .filter(|(kind, ps)| ps.iter().all(|&p| p >= n_lhs) && gb.iter().any(|(k, q)| k == kind && q == ps))
+        .filter(|(kind, ps)| {
+            let range = |p: &usize| hir.indices[indices[*p]].range;
+            ps.iter().all(|&p| p >= n_lhs && range(&p) == range(&ps[0])) && gb.iter().any(|(k, q)| k == kind && q == ps)
+        })
         .map(|(_, ps)| ps)
         .collect()
 }

@@ -2,7 +2,8 @@
 //! irrep) it belongs to. Tiles never straddle a sub-space boundary, nor a multiple
 //! of the user's tile size (so `tiles[...]` coordinates name whole tiles).
 
-use crate::sema::hir::{Range, SubspaceKind};
+use crate::ids::RangeId;
+use crate::sema::hir::{Hir, Range, SubspaceKind};
 
 /// The tile size the compiler aims at when the range does not give one: large
 /// enough for the GETT micro-kernel to run near peak (≥ 32 per dimension), small
@@ -53,6 +54,25 @@ impl TiledRange {
             }
         }
         TiledRange { starts, labels, coord_tile: user.unwrap_or(range.size.max(1)) }
+    }
+
+    /// The tiling of range `r` of `hir`: a union of ranges (`range P = O + V;`) is
+    /// its parts' tilings one after the other, so that a slice `F[i,a]` of a
+    /// tensor over `P` is a block of whole tiles of it, each cut like the tiles of
+    /// the part's own tensors.
+    pub fn of(hir: &Hir, r: RangeId, default_tile: usize) -> TiledRange {
+        let range = &hir.ranges[r];
+        if range.parts.is_empty() {
+            return TiledRange::new(range, default_tile);
+        }
+        let mut union = TiledRange { starts: vec![0], labels: Vec::new(), coord_tile: range.size.max(1) };
+        for &p in &range.parts {
+            let part = TiledRange::of(hir, p, default_tile);
+            let at = *union.starts.last().expect("starts begin with 0");
+            union.starts.extend(part.starts[1..].iter().map(|s| at + s));
+            union.labels.extend(&part.labels);
+        }
+        union
     }
 
     /// Number of tiles.
