@@ -48,8 +48,7 @@ G[i,l] = A[i,j] * D[j] * (B[j,l] * E[j,l] + F[j,l]);
 H[i] = A[i,j] * D[j] * exp((B[j,k] * E[j,k] * D[j]));
 ";
 
-/// The first four statements: products of plain tensors without diagonals (what
-/// the tiled executor takes).
+/// The first four statements: products of plain tensors without diagonals.
 fn products_only() -> String {
     let keep = |l: &&str| !["T", "G", "H"].iter().any(|t| l.contains(&format!("tensor {t}[")) || l.starts_with(t));
     SRC.lines().filter(keep).collect::<Vec<_>>().join("\n") + "\n"
@@ -220,11 +219,26 @@ fn hyperedges_run_tiled_and_on_ranks() {
             assert_eq!(sum(&a), sum(&b), "{args:?} {name}: {a} vs {b}");
         }
     }
-    // A diagonal is what the tiled executor refuses, with its own error.
+    // The whole program — a diagonal (`A[i,i]`), a parenthesised sum and `exp`
+    // of one — runs tiled too, on one process and on ranks.
     let file = d.join("diagonal.tc");
     std::fs::write(&file, SRC).unwrap();
-    let (ok, text) = tcc(&["run", "--tiled"], &file);
-    assert!(!ok && text.contains("E0760"), "{text}");
+    for args in [&["run", "--tiled", "--check"][..], &["run", "--tiled", "--tile", "2", "--check"]] {
+        let (ok, text) = tcc(args, &file);
+        assert!(ok && text.contains("matches the interpreter"), "{args:?}: {text}");
+    }
+    let (ok, one) = tcc(&["run", "--interp"], &file);
+    assert!(ok, "{one}");
+    let (ok, text) = tcc(&["run", "--tiled", "--tile", "2", "--ranks", "3"], &file);
+    assert!(ok, "{text}");
+    for name in ["T", "G", "H"] {
+        let line = |t: &str| t.lines().find(|l| l.trim_start().starts_with(&format!("{name} "))).map(String::from);
+        let norm = |l: &str| -> f64 {
+            l.split("norm2 = ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+        };
+        let (a, b) = (norm(&line(&one).unwrap()), norm(&line(&text).unwrap()));
+        assert!((a - b).abs() <= 1e-12 * a, "{name}: {a} vs {b}");
+    }
     std::fs::remove_dir_all(&d).ok();
 }
 

@@ -228,15 +228,6 @@ impl Program {
                     tile_offsets.push(slice_tile_offsets(&hir, &tilings, r));
                     let mut pos = Vec::new();
                     for &i in &r.indices {
-                        if pos.iter().any(|&p| indices[p] == i) {
-                            return Err(fail(
-                                format!(
-                                    "`{}` repeats an index (a diagonal); tiled execution does not take diagonals",
-                                    hir.tensors[r.tensor].name
-                                ),
-                                "run it without --tiled",
-                            ));
-                        }
                         let p = match indices.iter().position(|&x| x == i) {
                             Some(p) => p,
                             None => {
@@ -697,9 +688,11 @@ impl Program {
                     }
                 };
             }
+            // A diagonal (`F[i,i]`) reads position `p` along every dimension it
+            // indexes: the strides add.
             let stride = |f: usize, p: usize| -> isize {
                 let (_, pos) = &term.factors[f];
-                pos.iter().position(|&q| q == p).map_or(0, |d| views[f].strides[d])
+                pos.iter().zip(&views[f].strides).filter(|(&q, _)| q == p).map(|(_, &s)| s).sum()
             };
             let csd = |p: usize| if p < n_lhs { sc[p] } else { 0 };
             match term.factors.len() {
@@ -1076,7 +1069,9 @@ fn ordered_groups(
         .into_iter()
         .filter(|(kind, ps)| {
             let range = |p: &usize| hir.indices[indices[*p]].range;
-            ps.iter().all(|&p| p >= n_lhs && range(&p) == range(&ps[0])) && gb.iter().any(|(k, q)| k == kind && q == ps)
+            ps.windows(2).all(|w| w[0] != w[1])
+                && ps.iter().all(|&p| p >= n_lhs && range(&p) == range(&ps[0]))
+                && gb.iter().any(|(k, q)| k == kind && q == ps)
         })
         .map(|(_, ps)| ps)
         .collect()

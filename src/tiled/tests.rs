@@ -192,6 +192,11 @@ fn random_program(seed: u64) -> Hir {
                         d.push(c);
                     }
                 }
+                // Sometimes a diagonal: the first letter again (`A[i,a,i]`).
+                if d.len() <= 3 && rnd(5) == 0 {
+                    let first = d.chars().next().unwrap();
+                    d.push(first);
+                }
                 // Every written letter must appear in the term: add missing ones.
                 let t = b.tensor(&format!("A{next}"), Role::Input, &d, &[]);
                 next += 1;

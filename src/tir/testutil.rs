@@ -83,9 +83,14 @@ impl Builder {
         Factor::Tensor(TensorRef { tensor: t, indices: self.idx(idx), span: 0..0 })
     }
 
-    /// `func(inner)`, over `inner`'s indices.
+    /// `func(inner)`, over `inner`'s distinct indices (as the checker gives them).
     pub fn call(&self, func: crate::sema::hir::Func, inner: Factor) -> Factor {
-        let free = inner.indices().to_vec();
+        let mut free: Vec<IndexId> = Vec::new();
+        for &i in inner.indices() {
+            if !free.contains(&i) {
+                free.push(i);
+            }
+        }
         let arg = Expr { terms: vec![self.term(1.0, vec![inner])], span: 0..0 };
         Factor::Call { func, arg: Box::new(arg), free, span: 0..0 }
     }
