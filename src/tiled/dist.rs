@@ -1660,14 +1660,12 @@ impl<'p> RankTiles<'p> {
                 Some(&local.data[at..at + l.tile_len(&l.tiles()[slot])])
             };
             let elem = hir.tensors[t].elem;
-            if let Some(dir) = output_dir {
-                let path = dir.join(format!("{}.npy", hir.tensors[t].name));
-                super::outputs::write_npy(&path, l, elem, &tile, comm)
-                    .map_err(|e| crate::run::fail("E0709", e, None))?;
-            }
+            let path = output_dir.map(|dir| dir.join(format!("{}.npy", hir.tensors[t].name)));
+            let summary = super::outputs::summarize_and_write(path.as_deref(), l, elem, &tile, comm)
+                .map_err(|e| crate::run::fail("E0709", e, None))?;
             reports.push(OutputReport {
                 tensor: t,
-                summary: super::outputs::summary(l, elem, &tile, comm),
+                summary,
                 symmetry: super::outputs::symmetry_violation(l, &tile, crate::run::SYMMETRY_RTOL, comm),
             });
         }

@@ -50,10 +50,48 @@ fn for_each_owned_box(layout: &Layout, tile: &OwnedTile<'_>, mut f: impl FnMut(&
 }
 
 /// The summary `tcc run` prints of the tensor laid out by `layout` (values as
-/// `elem` stores them), from every rank's owned tiles: the same on every rank.
-pub(crate) fn summary(layout: &Layout, elem: ElemType, tile: &OwnedTile<'_>, comm: &dyn Communicator) -> Summary {
+/// `elem` stores them), from every rank's owned tiles, the same on every rank;
+/// with `path`, also the tensor written there as a dense `.npy` file of `elem`,
+/// every rank its owned tiles' images (one pass over them for both). `Err` on
+/// every rank when any rank could not write (the failing rank's message names the
+/// cause). Collective.
+pub(crate) fn summarize_and_write(
+    path: Option<&std::path::Path>,
+    layout: &Layout,
+    elem: ElemType,
+    tile: &OwnedTile<'_>,
+    comm: &dyn Communicator,
+) -> Result<Summary, String> {
     let shape: Vec<usize> = layout.dims.iter().map(|d| d.start(d.count())).collect();
     let stride = dense_strides(&shape);
+    let all_ok = |mine: Result<(), String>| -> Result<(), String> {
+        let mut failed = [if mine.is_err() { 1.0 } else { 0.0 }];
+        comm.allreduce(&mut failed, ReduceOp::Max);
+        match (mine, path) {
+            (Err(e), _) => Err(e),
+            (Ok(()), Some(path)) if failed[0] > 0.0 => {
+                Err(format!("another rank could not write `{}`", path.display()))
+            }
+            (Ok(()), _) => Ok(()),
+        }
+    };
+    // Rank 0 makes the file (header, full length) before anyone writes to it.
+    let writer = match path {
+        None => None,
+        Some(path) => {
+            let made = if comm.rank() == 0 {
+                BoxWriter::create(path, &shape, elem).map(drop).map_err(|e| e.0)
+            } else {
+                Ok(())
+            };
+            all_ok(made)?;
+            Some(BoxWriter::open(path, &shape, elem).map_err(|e| e.0))
+        }
+    };
+    let mut written = match &writer {
+        Some(Err(e)) => Err(e.clone()),
+        _ => Ok(()),
+    };
     let mut parts = SummaryParts::default();
     for_each_owned_box(layout, tile, |start, ext, values| {
         let base: usize = start.iter().zip(&stride).map(|(s, t)| s * t).sum();
@@ -63,59 +101,31 @@ pub(crate) fn summary(layout: &Layout, elem: ElemType, tile: &OwnedTile<'_>, com
             parts.add(k, round_to(elem, values[i]));
             i += 1;
         });
+        let Some(Ok(w)) = &writer else { return };
+        if written.is_err() {
+            return;
+        }
+        let Some(&run) = ext.last() else {
+            // A scalar: one element.
+            written = w.write_run(0, values).map_err(|e| e.0);
+            return;
+        };
+        let mut i = 0;
+        for_each_local(&ext[..ext.len() - 1], |r| {
+            let at = base + r.iter().zip(&stride).map(|(x, t)| x * t).sum::<usize>();
+            if written.is_ok() {
+                written = w.write_run(at, &values[i..i + run]).map_err(|e| e.0);
+            }
+            i += run;
+        });
     });
+    if path.is_some() {
+        all_ok(written)?;
+    }
     let mut all = vec![0.0; 6 * comm.size()];
     comm.allgather(&parts.to_array(), &mut all);
     let parts: Vec<[f64; 6]> = all.chunks(6).map(|c| c.try_into().expect("chunks of 6")).collect();
-    SummaryParts::combine(&parts)
-}
-
-/// Writes the tensor laid out by `layout` to `path` as a dense `.npy` file of
-/// `elem`, every rank its owned tiles' images. `Err` on every rank when any
-/// rank could not write (the failing rank's message names the cause).
-pub(crate) fn write_npy(
-    path: &std::path::Path,
-    layout: &Layout,
-    elem: ElemType,
-    tile: &OwnedTile<'_>,
-    comm: &dyn Communicator,
-) -> Result<(), String> {
-    let shape: Vec<usize> = layout.dims.iter().map(|d| d.start(d.count())).collect();
-    let stride = dense_strides(&shape);
-    let all_ok = |mine: Result<(), String>| -> Result<(), String> {
-        let mut failed = [if mine.is_err() { 1.0 } else { 0.0 }];
-        comm.allreduce(&mut failed, ReduceOp::Max);
-        match mine {
-            Err(e) => Err(e),
-            Ok(()) if failed[0] > 0.0 => Err(format!("another rank could not write `{}`", path.display())),
-            Ok(()) => Ok(()),
-        }
-    };
-    // Rank 0 makes the file (header, full length) before anyone writes to it.
-    let made = if comm.rank() == 0 { BoxWriter::create(path, &shape, elem).map(drop).map_err(|e| e.0) } else { Ok(()) };
-    all_ok(made)?;
-    let written = BoxWriter::open(path, &shape, elem).map_err(|e| e.0).and_then(|w| {
-        let mut result = Ok(());
-        for_each_owned_box(layout, tile, |start, ext, values| {
-            let Some(&run) = ext.last() else {
-                // A scalar: one element.
-                result = result.clone().and_then(|()| w.write_run(0, values).map_err(|e| e.0));
-                return;
-            };
-            let rows = ext[..ext.len() - 1].to_vec();
-            let mut i = 0;
-            for_each_local(&rows, |r| {
-                let at: usize = start.iter().zip(&stride).map(|(s, t)| s * t).sum::<usize>()
-                    + r.iter().zip(&stride).map(|(x, t)| x * t).sum::<usize>();
-                if result.is_ok() {
-                    result = w.write_run(at, &values[i..i + run]).map_err(|e| e.0);
-                }
-                i += run;
-            });
-        });
-        result
-    });
-    all_ok(written)
+    Ok(SummaryParts::combine(&parts))
 }
 
 /// The declared symmetry checked inside the stored tiles that the group maps
