@@ -19,13 +19,15 @@ source bench/distributed/mpi_env.sh
 TUNE=${TUNE:-bench/distributed/runs/G-tune16.toml}
 KEEP="norm2|tiled on|took|model:|rank [0-9]+:|exchange:"
 # CCD="o v ranks…; o v ranks…" picks the sizes and rank counts; FOUR=0 skips
-# the four-index transform.
+# the four-index transform; ITER=1 runs a whole CCD iteration (residual,
+# denominator update, energy: bench/tiled/ccd.py's iteration form) instead of
+# the residual alone.
 IFS=';' read -ra CCD_RUNS <<< "${CCD:-20 200 1 2 4 8 16 16;24 240 1 16 16}"
 for size in "${CCD_RUNS[@]}"; do
   set -- $size
   o=$1 v=$2; shift 2
   f=/tmp/ccd_${o}_$v.tc
-  python3 -c "import sys; sys.path.insert(0, 'bench/tiled'); import ccd; open('$f', 'w').write(ccd.source($o, $v))"
+  python3 -c "import sys; sys.path.insert(0, 'bench/tiled'); import ccd; open('$f', 'w').write(ccd.source($o, $v, ${ITER:-0} == 1))"
   echo "=== CCD o=$o v=$v: one process, one thread (no MPI)"
   $T run "$f" --tiled --tile 40 --stats | grep -E "norm2|tiled:|took"
   echo "=== CCD o=$o v=$v: one process, one thread, tile chosen by the model"

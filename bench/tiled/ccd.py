@@ -33,8 +33,16 @@ TERMS = """R[a,b,i,j] = Vvvoo[a,b,i,j]
 """
 
 
-def source(o, v):
-    """The CCD program at o occupied and v virtual spin orbitals (half α, half β)."""
+UPDATE = """T2new[a,b,i,j] = T2[a,b,i,j] + R[a,b,i,j] * recip(eo[i] + eo[j] - ev[a] - ev[b] - 8.0);
+Ecorr = 0.25 * Voovv[i,j,a,b] * T2new[a,b,i,j];
+"""
+
+
+def source(o, v, iteration=False):
+    """The CCD program at o occupied and v virtual spin orbitals (half α, half β);
+    with `iteration`, a whole iteration: the residual into a temporary, the Jacobi
+    update of the amplitudes through the orbital-energy denominator, and the
+    correlation energy (as examples/tiled/ccd_iteration.tc)."""
     ro = f"range O = {o} spin({o // 2}, {o - o // 2});"
     rv = f"range V = {v} spin({v // 2}, {v - v // 2});"
     s = lambda up, lo: f" spin({up} | {lo})"
@@ -51,9 +59,9 @@ input tensor Vvvvv[a,b,c,d] : f64 antisymmetric(a b)(c d) symmetric((a b)(c d)){
 input tensor Voooo[k,l,i,j] : f64 antisymmetric(k l)(i j) symmetric((k l)(i j)){s('k l', 'i j')};
 input tensor Vovvo[k,b,c,j] : f64{s('k b', 'c j')};
 input tensor Voovv[k,l,c,d] : f64 antisymmetric(k l)(c d){s('k l', 'c d')};
-output tensor R[a,b,i,j] : f64 antisymmetric(a b)(i j){s('a b', 'i j')};
-
-{TERMS}"""
+{"input tensor eo[i] : f64;" + chr(10) + "input tensor ev[a] : f64;" + chr(10) if iteration else ""}{"" if iteration else "output "}tensor R[a,b,i,j] : f64 antisymmetric(a b)(i j){s('a b', 'i j')};
+{"output tensor T2new[a,b,i,j] : f64 antisymmetric(a b)(i j)" + s('a b', 'i j') + ";" + chr(10) + "output tensor Ecorr : f64;" + chr(10) if iteration else ""}
+{TERMS}{UPDATE if iteration else ""}"""
 
 
 def numpy_residual(t2, fvv, foo, vvvoo, vvvvv, voooo, vovvo, voovv):
