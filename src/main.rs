@@ -970,8 +970,8 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         return ctx.fail("E0727", FUSION_APPLIES, None);
     }
     if mpi {
-        if hir.writes_slices() {
-            return ctx.fail("E0764", SLICE_WRITES_UNSUPPORTED, Some("build it without --mpi"));
+        if let Err(e) = tcc::tiled::exec::check_block_writes(&hir) {
+            return ctx.error(&e);
         }
         if hir.has_affine() {
             return ctx.fail("E0765", AFFINE_UNSUPPORTED, Some("build it without --mpi"));
@@ -1125,9 +1125,6 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
 /// E0764: what the planned distributed executor and planner do not handle yet.
 const SLICES_UNSUPPORTED: &str = "this program reads or writes slices of a union of ranges (`range P = O + V;`), which tiled and distributed runs and plans do not support yet";
 
-/// E0764 for tiled runs, plans and `--mpi` libraries, which read slices but do not write them.
-const SLICE_WRITES_UNSUPPORTED: &str = "this program writes a tensor by blocks of a union of ranges (`F[i,a] = …` with `F` over `P = O + V`), which tiled and distributed runs do not support yet (they read such slices)";
-
 /// E0765: likewise for affine subscripts (`I[n,c,y+r,x+s]`).
 const AFFINE_UNSUPPORTED: &str = "this program reads tensors at affine subscripts (`I[y+r]`, `X[2*t+1]`), which tiled and distributed runs and plans do not support yet";
 
@@ -1161,9 +1158,6 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
     };
     if hir.has_affine() {
         return ctx.fail("E0765", AFFINE_UNSUPPORTED, Some("`tcc run` and `tcc build` compute it"));
-    }
-    if tiled && hir.writes_slices() {
-        return ctx.fail("E0764", SLICE_WRITES_UNSUPPORTED, Some("`tcc run` and `tcc build` (CPU) compute it"));
     }
     if hir.has_slices() && !tiled {
         return ctx.fail("E0764", SLICES_UNSUPPORTED, Some("plan it with --tiled, which reads slices"));
@@ -1425,9 +1419,6 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(e) => return ctx.error(&e),
     };
-    if tiled && hir.writes_slices() {
-        return ctx.fail("E0764", SLICE_WRITES_UNSUPPORTED, Some("run it without --tiled, --ranks and --backend"));
-    }
     if !tiled && distributed && hir.has_slices() {
         return ctx.fail(
             "E0764",

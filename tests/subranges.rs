@@ -165,9 +165,25 @@ fn example_runs_checked_and_other_back_ends_refuse_clearly() {
     let out = Command::new(tcc).args(["run", EXAMPLE, "--check"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && text.contains("matches the interpreter"), "{text}");
-    for args in
-        [&["run", EXAMPLE, "--tiled"][..], &["run", EXAMPLE, "--ranks", "2"], &["plan", EXAMPLE, "--procs", "4"]]
-    {
+    // Tiled runs read and write blocks through the union's tiling: checked on one
+    // process, the same norms on ranks (each exchange).
+    let norms = |text: &str| -> Vec<String> {
+        text.lines().filter(|l| l.contains("norm2 = ")).map(|l| l.split("sum = ").next().unwrap().to_string()).collect()
+    };
+    let run = |args: &[&str]| {
+        let out = Command::new(tcc).args(args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {text}");
+        text
+    };
+    let one = run(&["run", EXAMPLE, "--tiled", "--tile", "2", "--check"]);
+    assert!(one.contains("matches the interpreter"), "{one}");
+    for exchange in ["collective", "one-sided"] {
+        let ranks = run(&["run", EXAMPLE, "--tiled", "--tile", "2", "--ranks", "3", "--exchange", exchange]);
+        assert_eq!(norms(&one), norms(&ranks), "{exchange}");
+    }
+    // The planned distributed run and plan do not take slices.
+    for args in [&["run", EXAMPLE, "--ranks", "2"][..], &["plan", EXAMPLE, "--procs", "4"]] {
         let out = Command::new(tcc).args(args).output().unwrap();
         let text = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && text.contains("E0764"), "{args:?}: {text}");
@@ -175,7 +191,23 @@ fn example_runs_checked_and_other_back_ends_refuse_clearly() {
     let dir = std::env::temp_dir().join(format!("tcc-subranges-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = Command::new(tcc).args(["build", EXAMPLE, "--mpi", "-o"]).arg(dir.join("k")).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && text.contains("E0764"), "{text}");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A symmetric tensor written by blocks: its canonical tiles need not be in
+    // the block, so tiled runs and --mpi libraries refuse it.
+    let sym = dir.join("sym.tc");
+    let source = std::fs::read_to_string(EXAMPLE)
+        .unwrap()
+        .replace("output tensor F[p,q] : f64;", "output tensor F[p,q] : f64 symmetric(p q);");
+    std::fs::write(&sym, source).unwrap();
+    for args in [&["run", "--tiled"][..], &["build", "--mpi", "-o"]] {
+        let mut cmd = Command::new(tcc);
+        cmd.args(&args[..1]).arg(&sym).args(&args[1..]);
+        if args[0] == "build" {
+            cmd.arg(dir.join("s"));
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && text.contains("E0764") && text.contains("symmetry"), "{args:?}: {text}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

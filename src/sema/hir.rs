@@ -699,12 +699,6 @@ impl Hir {
         self.units.iter().any(|u| u.stmts.iter().any(|s| self.stmt_has_slice(s)))
     }
 
-    /// Whether a statement writes a slice of a tensor (`F[i,a] = …` with `F` over
-    /// `P = O + V`); tiled execution reads slices but does not write them.
-    pub fn writes_slices(&self) -> bool {
-        self.units.iter().any(|u| u.stmts.iter().any(|s| self.is_slice(&s.lhs)))
-    }
-
     /// Whether any statement reads a tensor at affine subscripts (`I[y+r]`).
     pub fn has_affine(&self) -> bool {
         let mut found = false;

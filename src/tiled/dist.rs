@@ -1137,8 +1137,16 @@ impl<'p> RankTiles<'p> {
                     let loc = self.make_local(t, self.window_storage.then_some(comm))?;
                     self.local.insert(t, loc);
                 } else if !program.accumulates(s) {
-                    // `=` overwrites: every stored tile of the tensor is this statement's.
-                    self.local.get_mut(&t).expect("held").data.fill(0.0);
+                    // `=` overwrites the tiles it writes (all of them, or one block's
+                    // for a slice `F[i,a] = …`), of which this rank owns some.
+                    let l = &layouts[&t];
+                    let local = self.local.get_mut(&t).expect("held");
+                    for (&slot, &at) in &local.offsets {
+                        let c = &l.tiles()[slot];
+                        if program.writes_tile(s, c) {
+                            local.data[at..at + l.tile_len(c)].fill(0.0);
+                        }
+                    }
                 }
             }
             self.stats.owned_peak = self.stats.owned_peak.max(self.owned_now());

@@ -141,6 +141,17 @@ struct StmtPlan {
     terms: Vec<TermPlan>,
     /// The tiles of `lhs` some term reaches, with the flops of each.
     tile_flops: Vec<(Coord, f64)>,
+    /// The block of `lhs`'s tile grid the statement writes: per dimension, the
+    /// first tile and the number of tiles (the whole grid unless it writes a slice
+    /// `F[i,a] = …` of `F[p,q]`).
+    block: Vec<(u32, u32)>,
+}
+
+impl StmtPlan {
+    /// Whether tile `c` of the written tensor is in the block the statement writes.
+    fn writes(&self, c: &[u32]) -> bool {
+        c.iter().zip(&self.block).all(|(&k, &(first, count))| k >= first && k < first + count)
+    }
 }
 
 /// What a tiled run did and stored.
@@ -198,16 +209,12 @@ impl Program {
         let mut stmts = Vec::new();
         let mut dense_flops = 0.0;
         for st in &hir.units[unit].stmts {
-            if hir.is_slice(&st.lhs) {
-                return Err(CommandError::new(
-                    "E0764",
-                    format!(
-                        "`{}` is written by blocks (a slice of a union of ranges), which tiled execution does not support yet; it reads slices",
-                        hir.tensors[st.lhs.tensor].name
-                    ),
-                    Some("write the block into its own tensor over the sub-ranges, or run it without --tiled".into()),
-                ));
-            }
+            check_block_write(&hir, st)?;
+            let block = slice_tile_offsets(&hir, &tilings, &st.lhs)
+                .into_iter()
+                .zip(&st.lhs.indices)
+                .map(|(first, &i)| (first, tilings[&hir.indices[i].range].count() as u32))
+                .collect();
             let mut terms = Vec::new();
             for term in &st.rhs.terms {
                 let mut indices: Vec<IndexId> = st.lhs.indices.clone();
@@ -245,7 +252,13 @@ impl Program {
                 let ordered = ordered_groups(&hir, &indices, n_lhs, &factors, &funcs);
                 terms.push(TermPlan { coef: term.coef, indices, n_lhs, factors, tile_offsets, funcs, ordered });
             }
-            stmts.push(StmtPlan { lhs: st.lhs.tensor, accumulate: st.accumulate, terms, tile_flops: Vec::new() });
+            stmts.push(StmtPlan {
+                lhs: st.lhs.tensor,
+                accumulate: st.accumulate,
+                terms,
+                tile_flops: Vec::new(),
+                block,
+            });
         }
         let mut p = Program { hir, unit, tilings, layouts, stmts, levels: Vec::new(), dense_flops };
         p.place_outputs()?;
@@ -354,12 +367,19 @@ impl Program {
     /// statement `s`'s written tensor: the factors' tiles (all nonzero), the weight
     /// of an ordered summed tuple, and the tile extent of every index of the term.
     fn for_contributions(&self, s: usize, c: &[u32], f: &mut ContributionFn<'_>) {
-        for term in &self.stmts[s].terms {
+        let st = &self.stmts[s];
+        if !st.writes(c) {
+            return;
+        }
+        for term in &st.terms {
             let n = term.indices.len();
             let ranges: Vec<&TiledRange> =
                 term.indices.iter().map(|&i| &*self.tilings[&self.hir.indices[i].range]).collect();
             let mut coord: Vec<u32> = vec![0; n];
-            coord[..term.n_lhs].copy_from_slice(c);
+            // Tile coordinates of the written tensor, relative to the block written.
+            for ((x, &k), &(first, _)) in coord.iter_mut().zip(c).zip(&st.block) {
+                *x = k - first;
+            }
             if (term.n_lhs..n).any(|p| ranges[p].count() == 0) {
                 continue;
             }
@@ -423,8 +443,10 @@ impl Program {
                 tasks.extend(st.tile_flops.iter().map(|(c, f)| (s, c.clone(), *f)));
             } else {
                 let flops_of: HashMap<&Coord, f64> = st.tile_flops.iter().map(|(c, f)| (c, *f)).collect();
-                let all = self.layouts[&st.lhs].tiles();
-                tasks.extend(all.iter().map(|c| (s, c.clone(), flops_of.get(c).copied().unwrap_or(0.0))));
+                // `=` zeroes every stored tile of the block it writes (a slice
+                // `F[i,a] = …` leaves the rest of `F` as it was).
+                let all = self.layouts[&st.lhs].tiles().iter().filter(|c| st.writes(c));
+                tasks.extend(all.map(|c| (s, c.clone(), flops_of.get(c).copied().unwrap_or(0.0))));
             }
         }
         tasks
@@ -438,6 +460,12 @@ impl Program {
     /// Whether statement `s` adds to its tensor (`+=`) rather than overwriting it.
     pub(crate) fn accumulates(&self, s: usize) -> bool {
         self.stmts[s].accumulate
+    }
+
+    /// Whether statement `s` writes tile `c` of its tensor: every tile, unless it
+    /// writes a slice (`F[i,a] = …`), which leaves the others as they were.
+    pub(crate) fn writes_tile(&self, s: usize, c: &[u32]) -> bool {
+        self.stmts[s].writes(c)
     }
 
     /// The tensor statement `s` writes.
@@ -1005,6 +1033,30 @@ fn slice_tile_offsets(hir: &Hir, tilings: &HashMap<RangeId, Arc<TiledRange>>, r:
             k as u32
         })
         .collect()
+}
+
+/// [`check_block_write`] for every statement of `hir` (`tcc build --mpi`, before
+/// a library is made whose open would fail).
+pub fn check_block_writes(hir: &Hir) -> Result<(), CommandError> {
+    hir.units.iter().flat_map(|u| &u.stmts).try_for_each(|st| check_block_write(hir, st))
+}
+
+/// A statement writing a slice (`F[i,a] = …` of `F[p,q]`) writes whole tiles of
+/// the block; a tensor with a symmetry or block rules written so is refused
+/// (E0764): its canonical tiles need not lie in the block written.
+pub(crate) fn check_block_write(hir: &Hir, st: &crate::sema::hir::Stmt) -> Result<(), CommandError> {
+    let t = &hir.tensors[st.lhs.tensor];
+    if !hir.is_slice(&st.lhs) || (t.symmetry.is_empty() && t.pair_symmetry.is_empty() && t.blocks.is_empty()) {
+        return Ok(());
+    }
+    Err(CommandError::new(
+        "E0764",
+        format!(
+            "`{}` has a declared symmetry or block rules and is written by blocks of a union of ranges, which tiled execution does not support",
+            t.name
+        ),
+        Some("declare it without symmetry, write it whole, or run it without --tiled".into()),
+    ))
 }
 
 fn unsupported_factor() -> CommandError {
