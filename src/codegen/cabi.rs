@@ -210,6 +210,8 @@ fn c_type(e: ElemType) -> &'static str {
     match e {
         ElemType::F64 => "double",
         ElemType::F32 => "float",
+        ElemType::C128 => "double _Complex",
+        ElemType::C64 => "float _Complex",
     }
 }
 
@@ -217,6 +219,8 @@ fn f_kind(e: ElemType) -> &'static str {
     match e {
         ElemType::F64 => "c_double",
         ElemType::F32 => "c_float",
+        ElemType::C128 => "c_double_complex",
+        ElemType::C64 => "c_float_complex",
     }
 }
 

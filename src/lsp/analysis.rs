@@ -476,7 +476,7 @@ impl Analysis {
             }
         }
         if want == Want::ElemTypes {
-            for k in ["f32", "f64", "symmetric", "antisymmetric"] {
+            for k in ["f32", "f64", "c64", "c128", "symmetric", "antisymmetric"] {
                 push(k, lt::CompletionItemKind::KEYWORD, "keyword".to_string());
             }
         }
@@ -589,7 +589,7 @@ impl Analysis {
             use lexer::Tok::*;
             let ty = match t {
                 Comment(_) => TT_COMMENT,
-                F32 | F64 => TT_TYPE,
+                F32 | F64 | C64 | C128 => TT_TYPE,
                 Ident(_) => {
                     match self.index.occurrences.binary_search_by_key(&(*l, *r), |o| (o.span.start, o.span.end)) {
                         Ok(i) => {
@@ -685,7 +685,7 @@ fn tolerant_index(text: &str, stem: &str) -> (ast::File, Index) {
                 let tok = cur.get(sp.clone()).unwrap_or("");
                 tok == "}"
                     || (KEYWORDS.contains(&tok)
-                        && !matches!(tok, "f32" | "f64" | "symmetric" | "antisymmetric" | "over" | "as" | "on"))
+                        && !matches!(tok, "f32" | "f64" | "c64" | "c128" | "symmetric" | "antisymmetric" | "over" | "as" | "on"))
             });
         let (at, insert) = match unterminated {
             Some(sp) => (sp.start.min(cur.len()), ";".to_string()),
@@ -773,7 +773,7 @@ pub fn semantic_legend() -> lt::SemanticTokensLegend {
 }
 
 /// The language's keywords (what the lexer reserves).
-pub const KEYWORDS: [&str; 21] = [
+pub const KEYWORDS: [&str; 23] = [
     "range",
     "index",
     "input",
@@ -795,6 +795,8 @@ pub const KEYWORDS: [&str; 21] = [
     "on",
     "f32",
     "f64",
+    "c64",
+    "c128",
 ];
 
 fn keyword_doc(t: &lexer::Tok) -> Option<&'static str> {
@@ -820,6 +822,8 @@ fn keyword_doc(t: &lexer::Tok) -> Option<&'static str> {
         On => "`on dim`: the model dimension a parallel strategy splits",
         F32 => "32-bit floating point",
         F64 => "64-bit floating point (the default)",
+        C64 => "complex of two 32-bit floats (numpy complex64)",
+        C128 => "complex of two 64-bit floats (numpy complex128, C double _Complex)",
         _ => return None,
     })
 }
@@ -836,6 +840,7 @@ fn func_doc(f: Func) -> &'static str {
         Func::Sigmoid => "1/(1+e⁻ˣ)",
         Func::Gelu => "GELU (tanh approximation)",
         Func::Silu => "x·sigmoid(x)",
+        Func::Conj => "complex conjugate (the identity on real values)",
     }
 }
 
