@@ -22,6 +22,7 @@
 //! E0710 the same tensor given twice; E0711 cannot write the report.
 
 pub mod compare;
+pub mod complex;
 pub mod compiled;
 pub mod sizes;
 
