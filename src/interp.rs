@@ -302,6 +302,14 @@ pub fn run_unit(
     unit: UnitId,
     inputs: &HashMap<TensorId, Dense>,
 ) -> Result<HashMap<TensorId, Dense>, InterpError> {
+    if let Some(t) = hir.tensors.iter().find(|t| t.elem.is_complex()) {
+        // Never the real parts alone: complex programs go to `interp_complex`.
+        return Err(InterpError::Unsupported(format!(
+            "`{}` is {}: the real interpreter does not run complex programs (the complex one, `tcc run --interp`, does)",
+            t.name,
+            t.elem.name()
+        )));
+    }
     let u = &hir.units[unit];
     let mut values: HashMap<TensorId, Dense> = HashMap::new();
     for t in hir.unit_inputs(unit) {

@@ -1174,9 +1174,8 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(o) => return o,
     };
-    if let Err(o) = refuse_complex(ctx, &hir, "`tcc plan`", "`tcc run` (JIT or --interp) computes it") {
-        return o;
-    }
+    // Complex tensors are planned as the pairs of real tensors they are lowered to.
+    let hir = tcc::tir::complex::lower(&hir).0;
     if hir.has_slices() {
         return ctx.fail("E0764", SLICES_UNSUPPORTED, Some("`tcc run` and `tcc build` (CPU) compute it"));
     }

@@ -91,16 +91,32 @@ struct Lower<'a> {
     counter: usize,
 }
 
-/// The value of a factor or expression split in parts; `im` is `None` for a real one.
+/// The value of an expression split in parts; `im` is `None` for a real one.
 type Parts<T> = (T, Option<T>);
+
+/// A factor split in parts: the imaginary part is `sign · im` (so that `conj` of a
+/// tensor is a sign, not a copy).
+type FactorParts = (Factor, Option<(f64, Factor)>);
+
+/// `Sum { e }` over `free`, or `e`'s single factor itself when the sum is that
+/// factor alone over exactly its own (distinct) indices; with the coefficient of
+/// a single-factor term taken out as a sign where it is ±1.
+fn sum_or_factor(e: Expr, free: &[IndexId], span: &crate::span::Span) -> (f64, Factor) {
+    if let [t] = &e.terms[..] {
+        if let [f] = &t.factors[..] {
+            let idx = f.indices();
+            let distinct = idx.iter().enumerate().all(|(k, i)| !idx[..k].contains(i));
+            let same = idx.len() == free.len() && free.iter().all(|i| idx.contains(i));
+            if distinct && same && (t.coef == 1.0 || t.coef == -1.0) {
+                return (t.coef, f.clone());
+            }
+        }
+    }
+    (1.0, Factor::Sum { arg: Box::new(e), free: free.to_vec(), span: span.clone() })
+}
 
 fn expr_of(terms: Vec<Term>, span: &crate::span::Span) -> Expr {
     Expr { terms, span: span.clone() }
-}
-
-fn negated(mut e: Expr) -> Expr {
-    e.terms.iter_mut().for_each(|t| t.coef = -t.coef);
-    e
 }
 
 impl Lower<'_> {
@@ -178,31 +194,40 @@ impl Lower<'_> {
         (expr_of(re, &e.span), complex.then(|| expr_of(im, &e.span)))
     }
 
-    fn factor(&mut self, f: &Factor, pre: &mut Vec<Stmt>) -> Parts<Factor> {
-        let sum = |arg: Expr, free: &[IndexId], span: &crate::span::Span| Factor::Sum {
-            arg: Box::new(arg),
-            free: free.to_vec(),
-            span: span.clone(),
+    fn factor(&mut self, f: &Factor, pre: &mut Vec<Stmt>) -> FactorParts {
+        // A real part with a sign other than +1 keeps it inside a sum.
+        let plain = |(c, f): (f64, Factor), free: &[IndexId], span: &crate::span::Span| {
+            if c == 1.0 {
+                f
+            } else {
+                let t = Term { coef: c, factors: vec![f], span: span.clone() };
+                Factor::Sum { arg: Box::new(expr_of(vec![t], span)), free: free.to_vec(), span: span.clone() }
+            }
         };
         match f {
-            Factor::Tensor(r) => (f.clone(), self.map.parts(r.tensor).map(|(_, im)| {
-                Factor::Tensor(TensorRef { tensor: im, ..r.clone() })
-            })),
+            Factor::Tensor(r) => {
+                let im = self.map.parts(r.tensor).map(|(_, im)| (1.0, Factor::Tensor(TensorRef { tensor: im, ..r.clone() })));
+                (f.clone(), im)
+            }
             Factor::Affine(a) => {
                 let im = self.map.parts(a.tensor).map(|(_, im)| {
                     let mut b = a.clone();
                     b.tensor = im;
-                    Factor::Affine(b)
+                    (1.0, Factor::Affine(b))
                 });
                 (f.clone(), im)
             }
             Factor::Sum { arg, free, span } => {
                 let (re, im) = self.expr(arg, free, pre);
-                (sum(re, free, span), im.map(|im| sum(im, free, span)))
+                (plain(sum_or_factor(re, free, span), free, span), im.map(|im| sum_or_factor(im, free, span)))
             }
             Factor::Call { func: Func::Conj, arg, free, span } => {
                 let (re, im) = self.expr(arg, free, pre);
-                (sum(re, free, span), im.map(|im| sum(negated(im), free, span)))
+                let im = im.map(|im| {
+                    let (c, f) = sum_or_factor(im, free, span);
+                    (-c, f)
+                });
+                (plain(sum_or_factor(re, free, span), free, span), im)
             }
             // Real by `sema::complex`: only `conj`s inside may need lowering.
             Factor::Call { func, arg, free, span } => {
@@ -221,7 +246,7 @@ impl Lower<'_> {
     }
 
     fn term(&mut self, t: &Term, result: &[IndexId], pre: &mut Vec<Stmt>) -> Parts<Vec<Term>> {
-        let mut parts: Vec<Parts<Factor>> = t.factors.iter().map(|f| self.factor(f, pre)).collect();
+        let mut parts: Vec<FactorParts> = t.factors.iter().map(|f| self.factor(f, pre)).collect();
         // Three or more complex factors: multiply the first two into a temporary.
         let part_type = self.term_part_type(t);
         loop {
@@ -244,7 +269,7 @@ impl Lower<'_> {
             let r = |x: TensorId| TensorRef { tensor: x, indices: need.clone(), span: t.span.clone() };
             pre.push(Stmt { lhs: r(tr), accumulate: false, rhs: expr_of(re, &t.span), span: t.span.clone() });
             pre.push(Stmt { lhs: r(ti), accumulate: false, rhs: expr_of(im, &t.span), span: t.span.clone() });
-            parts[a] = (Factor::Tensor(r(tr)), Some(Factor::Tensor(r(ti))));
+            parts[a] = (Factor::Tensor(r(tr)), Some((1.0, Factor::Tensor(r(ti)))));
             parts.remove(b);
         }
         let cx: Vec<usize> = (0..parts.len()).filter(|&k| parts[k].1.is_some()).collect();
@@ -258,8 +283,8 @@ impl Lower<'_> {
         match cx[..] {
             [] => (vec![with(t.coef, &[])], None),
             [a] => {
-                let (re, im) = (&parts[a].0, parts[a].1.as_ref().expect("complex"));
-                (vec![with(t.coef, &[re])], Some(vec![with(t.coef, &[im])]))
+                let (re, (si, im)) = (&parts[a].0, parts[a].1.as_ref().expect("complex"));
+                (vec![with(t.coef, &[re])], Some(vec![with(si * t.coef, &[im])]))
             }
             [a, b] => {
                 let (re, im) = product(t.coef, &real, &parts[a], &parts[b], &t.span);
@@ -293,17 +318,17 @@ impl Lower<'_> {
 fn product(
     coef: f64,
     real: &[Factor],
-    a: &Parts<Factor>,
-    b: &Parts<Factor>,
+    a: &FactorParts,
+    b: &FactorParts,
     span: &crate::span::Span,
 ) -> (Vec<Term>, Vec<Term>) {
-    let (ar, ai) = (&a.0, a.1.as_ref().expect("complex"));
-    let (br, bi) = (&b.0, b.1.as_ref().expect("complex"));
+    let (ar, (sa, ai)) = (&a.0, a.1.as_ref().expect("complex"));
+    let (br, (sb, bi)) = (&b.0, b.1.as_ref().expect("complex"));
     let mk = |c: f64, x: &Factor, y: &Factor| {
         let mut factors = real.to_vec();
         factors.push(x.clone());
         factors.push(y.clone());
         Term { coef: c, factors, span: span.clone() }
     };
-    (vec![mk(coef, ar, br), mk(-coef, ai, bi)], vec![mk(coef, ar, bi), mk(coef, ai, br)])
+    (vec![mk(coef, ar, br), mk(-coef * sa * sb, ai, bi)], vec![mk(coef * sb, ar, bi), mk(coef * sa, ai, br)])
 }
