@@ -973,8 +973,10 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(o) => return o,
     };
-    if let Err(o) = refuse_complex(ctx, &hir, "`tcc build`", "`tcc run` (JIT or --interp) computes it") {
-        return o;
+    if target == TargetKind::Cuda || mpi {
+        if let Err(o) = refuse_complex(ctx, &hir, "`tcc build --target cuda` or `--mpi`", "build it for the CPU") {
+            return o;
+        }
     }
     // `--size` fixes ranges (a library for those sizes); the run-time ranges left
     // become size arguments of the library's functions, `--assume` their assumed sizes.

@@ -264,3 +264,102 @@ fn complex_interface_errors() {
     }
     let _ = root();
 }
+
+/// `tcc build` of a complex program: the C header takes `double _Complex*` /
+/// `float _Complex*`, the Fortran module `complex(c_double_complex)`; results from
+/// C and Fortran match the complex interpreter; a wrong length is an error code.
+#[test]
+fn library_from_c_and_fortran_with_complex_arguments() {
+    let gcc = Command::new("gcc").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !gcc {
+        assert!(std::env::var_os("CI").is_none(), "gcc is required under CI");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("g.tc"), GEMM).unwrap();
+    let out = tcc(&["build", "g.tc", "-o", "libcg.so"], d);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let h = std::fs::read_to_string(d.join("cg.h")).unwrap();
+    assert!(h.contains("const double _Complex* A") && h.contains("const float _Complex* B") && h.contains("double _Complex* C"), "{h}");
+    let f90 = std::fs::read_to_string(d.join("cg.f90")).unwrap();
+    assert!(f90.contains("complex(c_double_complex), intent(in) :: a(*)"), "{f90}");
+    assert!(f90.contains("complex(c_float_complex), intent(in) :: b(*)"), "{f90}");
+    // Inputs as the complex interpreter sees them.
+    let (hir, _) = tcc::compile(GEMM, "main");
+    let hir = hir.unwrap();
+    let u = UnitId::new(0);
+    let inputs = random_inputs(&hir, u, &mut Rng(5));
+    let want = &run_unit(&hir, u, &inputs).unwrap()[&hir.tensor_by_name("C").unwrap()];
+    let lit = |name: &str, complex: bool, float: bool| {
+        let v = &inputs[&hir.tensor_by_name(name).unwrap()];
+        let items: Vec<String> = v
+            .data
+            .iter()
+            .map(|z| match (complex, float) {
+                (true, true) => format!("{:e}f + {:e}f*I", z.re, z.im),
+                (true, false) => format!("{:e} + {:e}*I", z.re, z.im),
+                _ => format!("{:e}", z.re),
+            })
+            .collect();
+        items.join(", ")
+    };
+    let want_lit: Vec<String> = want.data.iter().map(|z| format!("{:e} + {:e}*I", z.re, z.im)).collect();
+    let c = format!(
+        "#include <complex.h>\n#include <stdio.h>\n#include \"cg.h\"\n\
+         int main(void) {{\n\
+           const double _Complex A[30] = {{{}}};\n const float _Complex B[30] = {{{}}};\n const double R[36] = {{{}}};\n\
+           const double _Complex W[36] = {{{}}};\n double _Complex C[36];\n\
+           if (tcc_cg_main(A, 30, B, 30, R, 36, C, 36) != TCC_OK) {{ puts(tcc_cg_last_error()); return 1; }}\n\
+           double err = 0, scale = 0;\n\
+           for (int k = 0; k < 36; k++) {{ double e = cabs(C[k] - W[k]); if (e > err) err = e; if (cabs(W[k]) > scale) scale = cabs(W[k]); }}\n\
+           if (err > 1e-6 * scale) {{ printf(\"error %g\\n\", err); return 2; }}\n\
+           if (tcc_cg_main(A, 29, B, 30, R, 36, C, 36) != TCC_ERR_LENGTH) return 3;\n\
+           if (tcc_cg_last_error() == NULL) return 4;\n\
+           puts(\"ok\");\n return 0;\n}}\n",
+        lit("A", true, false),
+        lit("B", true, true),
+        lit("R", false, false),
+        want_lit.join(", ")
+    );
+    std::fs::write(d.join("drv.c"), c).unwrap();
+    let cc = Command::new("gcc")
+        .current_dir(d)
+        .args(["-O1", "-Wall", "-Werror", "-o", "drv", "drv.c", "-I.", "-L.", "-lcg", "-lm"])
+        .arg(format!("-Wl,-rpath,{}", d.display()))
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let run = Command::new(d.join("drv")).current_dir(d).output().unwrap();
+    assert!(run.status.success(), "{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    // Fortran: the module compiles strictly and a call gives the same C.
+    let gf = Command::new("gfortran").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !gf {
+        return;
+    }
+    let fm = Command::new("gfortran").current_dir(d).args(["-Wall", "-Wextra", "-Werror", "-std=f2018", "-c", "cg.f90"]).output().unwrap();
+    assert!(fm.status.success(), "{}", String::from_utf8_lossy(&fm.stderr));
+    let module = f90.lines().find_map(|l| l.trim().strip_prefix("module ")).expect("module name").trim().to_string();
+    let fortran = format!(
+        "program drv\n  use iso_c_binding\n  use {module}\n  implicit none\n\
+         complex(c_double_complex) :: a(5, 6), c(6, 6)\n  complex(c_float_complex) :: b(6, 5)\n  real(c_double) :: r(6, 6)\n\
+         integer :: i, j\n\
+         do i = 1, 5\n do j = 1, 6\n a(i, j) = cmplx(i, j, c_double_complex)\n end do\n end do\n\
+         b = (1.0_c_float, -2.0_c_float)\n  r = 0.25_c_double\n\
+         if (tcc_cg_main(a, 30_c_size_t, b, 30_c_size_t, r, 36_c_size_t, c, 36_c_size_t) /= 0) stop 1\n\
+         ! C[i,j] = sum_k A[i,k] conj(B[k,j]) - R/2, with A[i,k] = (k+1) + (i+1) i in C order\n\
+         do i = 1, 6\n do j = 1, 6\n\
+           if (abs(c(j, i) - (sum(a(:, i)) * (1.0_c_double, 2.0_c_double) - 0.125_c_double)) > 1e-9_c_double) stop 2\n\
+         end do\n end do\n  print '(a)', 'ok'\nend program drv\n"
+    );
+    std::fs::write(d.join("drv.f90"), fortran).unwrap();
+    let fc = Command::new("gfortran")
+        .current_dir(d)
+        .args(["-o", "drvf", "drv.f90", "cg.o", "-L.", "-lcg"])
+        .arg(format!("-Wl,-rpath,{}", d.display()))
+        .output()
+        .unwrap();
+    assert!(fc.status.success(), "{}", String::from_utf8_lossy(&fc.stderr));
+    let run = Command::new(d.join("drvf")).current_dir(d).output().unwrap();
+    assert!(run.status.success(), "{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+}
