@@ -240,6 +240,15 @@ fn run_outputs_agree_with_numpy() {
     let again = tcc(&["run", "g.tc", "--input", "A=out/A.npy", "--input", "B=out/B.npy", "--input", "R=out/R.npy"], dir.path());
     let first = text.lines().nth(1).unwrap().to_string();
     assert_eq!(String::from_utf8_lossy(&again.stdout).lines().nth(1).unwrap(), first);
+    // numpy's other layouts of the same values: Fortran order, big-endian.
+    let script = "import numpy as np\n\
+                  A=np.load('out/A.npy'); B=np.load('out/B.npy')\n\
+                  np.save('A_f.npy', np.asfortranarray(A)); np.save('B_be.npy', B.astype('>c8'))\n";
+    let py = Command::new("python3").args(["-c", script]).current_dir(dir.path()).output().unwrap();
+    assert!(py.status.success(), "{}", String::from_utf8_lossy(&py.stderr));
+    let other = tcc(&["run", "g.tc", "--input", "A=A_f.npy", "--input", "B=B_be.npy", "--input", "R=out/R.npy"], dir.path());
+    assert!(other.status.success(), "{}", String::from_utf8_lossy(&other.stderr));
+    assert_eq!(String::from_utf8_lossy(&other.stdout).lines().nth(1).unwrap(), first);
 }
 
 #[test]

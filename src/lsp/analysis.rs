@@ -262,6 +262,8 @@ impl Analysis {
         // What `sema` decides: f64 unless written, and f32 for implicit model temporaries.
         let elem = match (t.elem, t.implicit) {
             (Some(ast::ElemKind::F32), _) | (None, true) => "f32",
+            (Some(ast::ElemKind::C64), _) => "c64",
+            (Some(ast::ElemKind::C128), _) => "c128",
             _ => "f64",
         };
         let dims: Vec<&ast::Ident> = t.dims.iter().flatten().collect();
@@ -299,7 +301,11 @@ impl Analysis {
             if sizes.iter().all(Option::is_some) {
                 let n = sizes.iter().flatten().try_fold(1u128, |a, &b| a.checked_mul(b));
                 if let Some(n) = n {
-                    let bytes = n.saturating_mul(if elem == "f32" { 4 } else { 8 });
+                    let bytes = n.saturating_mul(match elem {
+                        "f32" => 4,
+                        "c128" => 16,
+                        _ => 8,
+                    });
                     out.push_str(&format!("  \n{n} elements, {}", human_bytes(bytes as f64)));
                 }
             }
