@@ -265,8 +265,12 @@ impl BoxReader {
                 let v = match (self.elem, self.big_endian) {
                     (ElemType::F64 | ElemType::C128, false) => f64::from_le_bytes(b.try_into().expect("8 bytes")),
                     (ElemType::F64 | ElemType::C128, true) => f64::from_be_bytes(b.try_into().expect("8 bytes")),
-                    (ElemType::F32 | ElemType::C64, false) => f64::from(f32::from_le_bytes(b.try_into().expect("4 bytes"))),
-                    (ElemType::F32 | ElemType::C64, true) => f64::from(f32::from_be_bytes(b.try_into().expect("4 bytes"))),
+                    (ElemType::F32 | ElemType::C64, false) => {
+                        f64::from(f32::from_le_bytes(b.try_into().expect("4 bytes")))
+                    }
+                    (ElemType::F32 | ElemType::C64, true) => {
+                        f64::from(f32::from_be_bytes(b.try_into().expect("4 bytes")))
+                    }
                 };
                 out[box_at + k * step] = v;
             }
@@ -405,7 +409,10 @@ pub fn write_bytes(x: &Dense, elem: ElemType) -> Result<Vec<u8>, NpyError> {
         ElemType::C128 | ElemType::C64 => {
             // `x` holds (re, im) pairs in a last dimension of 2.
             let Some((&2, shape)) = x.shape.split_last() else {
-                return Err(err(format!("internal: a complex array of shape {:?} has no last dimension of 2", x.shape)));
+                return Err(err(format!(
+                    "internal: a complex array of shape {:?} has no last dimension of 2",
+                    x.shape
+                )));
             };
             buf = header_bytes(shape, elem);
             if elem == ElemType::C128 {
@@ -490,7 +497,9 @@ impl BoxWriter {
         let name = path.display().to_string();
         let io = |e: std::io::Error| err(format!("cannot write `{name}`: {e}"));
         if elem.is_complex() {
-            return Err(err(format!("`{name}`: complex arrays are not written box by box (tiled runs refuse complex)")));
+            return Err(err(format!(
+                "`{name}`: complex arrays are not written box by box (tiled runs refuse complex)"
+            )));
         }
         let head = header_bytes(shape, elem);
         let mut file = std::fs::File::create(path).map_err(io)?;

@@ -29,8 +29,12 @@ fn write_raw(path: &Path, d: &Dense, elem: ElemType) {
 fn read_raw(path: &Path, shape: Vec<usize>, elem: ElemType) -> Dense {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let data: Vec<f64> = match elem {
-        ElemType::F64 | ElemType::C128 => bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect(),
-        ElemType::F32 | ElemType::C64 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
+        ElemType::F64 | ElemType::C128 => {
+            bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
+        }
+        ElemType::F32 | ElemType::C64 => {
+            bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect()
+        }
     };
     Dense::from_vec(shape, data)
 }

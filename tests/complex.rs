@@ -125,7 +125,8 @@ fn jit(hir: &Hir, u: UnitId, inputs: &HashMap<TensorId, CDense>) -> HashMap<Tens
 /// max |got − want| / max |want| over both parts.
 fn rel(got: &CDense, want: &CDense) -> f64 {
     let scale = want.data.iter().map(|z| z.re.abs().max(z.im.abs())).fold(f64::MIN_POSITIVE, f64::max);
-    let diff = got.data.iter().zip(&want.data).map(|(a, b)| (a.re - b.re).abs().max((a.im - b.im).abs())).fold(0.0, f64::max);
+    let diff =
+        got.data.iter().zip(&want.data).map(|(a, b)| (a.re - b.re).abs().max((a.im - b.im).abs())).fold(0.0, f64::max);
     diff / scale
 }
 
@@ -237,7 +238,8 @@ fn run_outputs_agree_with_numpy() {
     let py = Command::new("python3").args(["-c", script]).current_dir(dir.path()).output().unwrap();
     assert!(py.status.success(), "{}{}", String::from_utf8_lossy(&py.stdout), String::from_utf8_lossy(&py.stderr));
     // The saved inputs read back through --input give the same report.
-    let again = tcc(&["run", "g.tc", "--input", "A=out/A.npy", "--input", "B=out/B.npy", "--input", "R=out/R.npy"], dir.path());
+    let again =
+        tcc(&["run", "g.tc", "--input", "A=out/A.npy", "--input", "B=out/B.npy", "--input", "R=out/R.npy"], dir.path());
     let first = text.lines().nth(1).unwrap().to_string();
     assert_eq!(String::from_utf8_lossy(&again.stdout).lines().nth(1).unwrap(), first);
     // numpy's other layouts of the same values: Fortran order, big-endian.
@@ -246,7 +248,8 @@ fn run_outputs_agree_with_numpy() {
                   np.save('A_f.npy', np.asfortranarray(A)); np.save('B_be.npy', B.astype('>c8'))\n";
     let py = Command::new("python3").args(["-c", script]).current_dir(dir.path()).output().unwrap();
     assert!(py.status.success(), "{}", String::from_utf8_lossy(&py.stderr));
-    let other = tcc(&["run", "g.tc", "--input", "A=A_f.npy", "--input", "B=B_be.npy", "--input", "R=out/R.npy"], dir.path());
+    let other =
+        tcc(&["run", "g.tc", "--input", "A=A_f.npy", "--input", "B=B_be.npy", "--input", "R=out/R.npy"], dir.path());
     assert!(other.status.success(), "{}", String::from_utf8_lossy(&other.stderr));
     assert_eq!(String::from_utf8_lossy(&other.stdout).lines().nth(1).unwrap(), first);
 }
@@ -265,7 +268,8 @@ fn complex_interface_errors() {
         assert!(err.contains(want), "{arg}: {err}");
     }
     // Modes that do not take complex programs refuse them.
-    for args in [&["run", "g.tc", "--tiled"][..], &["run", "g.tc", "--ranks", "2"], &["build", "g.tc", "-o", "libg.so"]] {
+    for args in [&["run", "g.tc", "--tiled"][..], &["run", "g.tc", "--ranks", "2"], &["build", "g.tc", "--target", "cuda", "-o", "g.ptx"]]
+    {
         let out = tcc(args, dir.path());
         let err = String::from_utf8_lossy(&out.stderr);
         assert_ne!(out.status.code(), Some(0), "{args:?}");
@@ -290,7 +294,12 @@ fn library_from_c_and_fortran_with_complex_arguments() {
     let out = tcc(&["build", "g.tc", "-o", "libcg.so"], d);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let h = std::fs::read_to_string(d.join("cg.h")).unwrap();
-    assert!(h.contains("const double _Complex* A") && h.contains("const float _Complex* B") && h.contains("double _Complex* C"), "{h}");
+    assert!(
+        h.contains("const double _Complex* A")
+            && h.contains("const float _Complex* B")
+            && h.contains("double _Complex* C"),
+        "{h}"
+    );
     let f90 = std::fs::read_to_string(d.join("cg.f90")).unwrap();
     assert!(f90.contains("complex(c_double_complex), intent(in) :: a(*)"), "{f90}");
     assert!(f90.contains("complex(c_float_complex), intent(in) :: b(*)"), "{f90}");
@@ -346,7 +355,11 @@ fn library_from_c_and_fortran_with_complex_arguments() {
     if !gf {
         return;
     }
-    let fm = Command::new("gfortran").current_dir(d).args(["-Wall", "-Wextra", "-Werror", "-std=f2018", "-c", "cg.f90"]).output().unwrap();
+    let fm = Command::new("gfortran")
+        .current_dir(d)
+        .args(["-Wall", "-Wextra", "-Werror", "-std=f2018", "-c", "cg.f90"])
+        .output()
+        .unwrap();
     assert!(fm.status.success(), "{}", String::from_utf8_lossy(&fm.stderr));
     let module = f90.lines().find_map(|l| l.trim().strip_prefix("module ")).expect("module name").trim().to_string();
     let fortran = format!(

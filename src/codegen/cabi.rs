@@ -353,7 +353,10 @@ pub fn fortran_dummies(hir: &Hir, args: &[TensorId], sizes: &[RangeId], fname: &
         })
         .collect();
     let mut reserved: Vec<String> =
-        [fname, "c_int", "c_size_t", "c_double", "c_float", "c_double_complex", "c_float_complex"].iter().map(|s| s.to_string()).collect();
+        [fname, "c_int", "c_size_t", "c_double", "c_float", "c_double_complex", "c_float_complex"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
     reserved.extend(sizes.iter().map(|&r| size_param(hir, r, true)));
     unique_pairs(bases, &reserved, |s| s.to_ascii_lowercase())
 }
@@ -624,7 +627,8 @@ pub fn fortran_module(hir: &Hir, lib: &str, codes: &[UnitCode], source: &str) ->
             let _ = writeln!(s, "      !   declare as {}", fortran_decl(hir, t, d));
             let intent = if input { "in" } else { "inout" };
             let rank = if tensor.dims.is_empty() { "" } else { "(*)" };
-            let _ = writeln!(s, "      {}({}), intent({intent}) :: {d}{rank}", f_word(tensor.elem), f_kind(tensor.elem));
+            let _ =
+                writeln!(s, "      {}({}), intent({intent}) :: {d}{rank}", f_word(tensor.elem), f_kind(tensor.elem));
             let _ = writeln!(s, "      integer(c_size_t), value :: {l}");
         }
         let _ = writeln!(s, "    end function {fname}");
@@ -726,23 +730,24 @@ pub fn build_library(
     let script = format!("{{ global: {}; local: *; }};\n", exported.join("; "));
     std::fs::write(&vs, script).map_err(|e| fail("E0714", e.to_string(), None))?;
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = std::process::Command::new(&cc)
-        .arg("-shared")
-        .arg("-o")
-        .arg(output)
-        .arg(&obj)
-        .args(if extra_objs.is_empty() { Vec::new() } else { vec!["-O2".into(), "-fPIC".into()] }.iter().chain(
-            extra_objs.iter().map(|p| p.as_os_str().to_os_string()).collect::<Vec<std::ffi::OsString>>().iter(),
-        ))
-        .arg(&rt)
-        .arg(format!("-Wl,--version-script={}", vs.display()))
-        .arg("-Wl,--gc-sections")
-        .arg("-s")
-        .args(["-lm", "-lpthread", "-ldl", "-lgcc_s", "-lc"])
-        .output()
-        .map_err(|e| {
-            fail("E0714", format!("cannot run the linker `{cc}`: {e}"), Some("install a C compiler (gcc)".into()))
-        })?;
+    let out =
+        std::process::Command::new(&cc)
+            .arg("-shared")
+            .arg("-o")
+            .arg(output)
+            .arg(&obj)
+            .args(if extra_objs.is_empty() { Vec::new() } else { vec!["-O2".into(), "-fPIC".into()] }.iter().chain(
+                extra_objs.iter().map(|p| p.as_os_str().to_os_string()).collect::<Vec<std::ffi::OsString>>().iter(),
+            ))
+            .arg(&rt)
+            .arg(format!("-Wl,--version-script={}", vs.display()))
+            .arg("-Wl,--gc-sections")
+            .arg("-s")
+            .args(["-lm", "-lpthread", "-ldl", "-lgcc_s", "-lc"])
+            .output()
+            .map_err(|e| {
+                fail("E0714", format!("cannot run the linker `{cc}`: {e}"), Some("install a C compiler (gcc)".into()))
+            })?;
     let _ = std::fs::remove_dir_all(&tmp);
     if !out.status.success() {
         return Err(fail(

@@ -691,7 +691,10 @@ fn tolerant_index(text: &str, stem: &str) -> (ast::File, Index) {
                 let tok = cur.get(sp.clone()).unwrap_or("");
                 tok == "}"
                     || (KEYWORDS.contains(&tok)
-                        && !matches!(tok, "f32" | "f64" | "c64" | "c128" | "symmetric" | "antisymmetric" | "over" | "as" | "on"))
+                        && !matches!(
+                            tok,
+                            "f32" | "f64" | "c64" | "c128" | "symmetric" | "antisymmetric" | "over" | "as" | "on"
+                        ))
             });
         let (at, insert) = match unterminated {
             Some(sp) => (sp.start.min(cur.len()), ";".to_string()),

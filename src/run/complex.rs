@@ -32,7 +32,12 @@ pub enum ComplexExec<'a> {
 }
 
 /// `tcc run` of a complex program (see the module documentation).
-pub fn run_complex(hir: &Hir, opts: &RunOptions, exec: ComplexExec<'_>, out: &mut dyn Write) -> Result<(), CommandError> {
+pub fn run_complex(
+    hir: &Hir,
+    opts: &RunOptions,
+    exec: ComplexExec<'_>,
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
     let units = hir.select_units(opts.program.as_deref())?;
     let (low, map) = lower(hir);
     let loaded = load_inputs(hir, &units, opts)?;
@@ -138,9 +143,11 @@ fn compiled(
     for t in hir.unit_outputs(u) {
         let re = r.outputs.get(&t).ok_or_else(|| fail("E0712", "internal: an output's real part is missing", None))?;
         let im = match map.parts(t) {
-            Some((_, im)) => {
-                Some(r.outputs.get(&im).ok_or_else(|| fail("E0712", "internal: an output's imaginary part is missing", None))?)
-            }
+            Some((_, im)) => Some(
+                r.outputs
+                    .get(&im)
+                    .ok_or_else(|| fail("E0712", "internal: an output's imaginary part is missing", None))?,
+            ),
             None => None,
         };
         outputs.insert(t, join(re, im));

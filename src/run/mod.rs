@@ -22,8 +22,8 @@
 //! E0710 the same tensor given twice; E0711 cannot write the report.
 
 pub mod compare;
-pub mod complex;
 pub mod compiled;
+pub mod complex;
 pub mod sizes;
 
 use crate::error::CommandError;

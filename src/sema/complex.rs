@@ -49,7 +49,9 @@ pub fn check(hir: &Hir) -> Vec<Diagnostic> {
                     t.span.clone(),
                     "declared complex with a symmetry or block rule here",
                 )
-                .with_hint("declare it without `symmetric`/`antisymmetric`/`spin`/`irrep`/`tiles`, or as two real tensors"),
+                .with_hint(
+                    "declare it without `symmetric`/`antisymmetric`/`spin`/`irrep`/`tiles`, or as two real tensors",
+                ),
             );
         }
         if t.model.is_some() {

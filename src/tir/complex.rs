@@ -21,7 +21,9 @@
 //! exact: the same sums of products, up to rounding order.
 
 use crate::sema::complex::{expr_is_complex, has_complex};
-use crate::sema::hir::{collect_reads, Expr, Factor, Func, Hir, IndexId, Role, Stmt, Tensor, TensorId, TensorRef, Term};
+use crate::sema::hir::{
+    collect_reads, Expr, Factor, Func, Hir, IndexId, Role, Stmt, Tensor, TensorId, TensorRef, Term,
+};
 use std::collections::{HashMap, HashSet};
 
 /// Where the parts of each complex tensor of the source program are in the
@@ -175,7 +177,12 @@ impl Lower<'_> {
             None if s.accumulate => {}
             None => {
                 let zero = Term { coef: 0.0, factors: Vec::new(), span: s.span.clone() };
-                out.push(Stmt { lhs: lhs_im, accumulate: false, rhs: expr_of(vec![zero], &s.span), span: s.span.clone() })
+                out.push(Stmt {
+                    lhs: lhs_im,
+                    accumulate: false,
+                    rhs: expr_of(vec![zero], &s.span),
+                    span: s.span.clone(),
+                })
             }
         }
     }
@@ -206,7 +213,10 @@ impl Lower<'_> {
         };
         match f {
             Factor::Tensor(r) => {
-                let im = self.map.parts(r.tensor).map(|(_, im)| (1.0, Factor::Tensor(TensorRef { tensor: im, ..r.clone() })));
+                let im = self
+                    .map
+                    .parts(r.tensor)
+                    .map(|(_, im)| (1.0, Factor::Tensor(TensorRef { tensor: im, ..r.clone() })));
                 (f.clone(), im)
             }
             Factor::Affine(a) => {
