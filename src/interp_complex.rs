@@ -103,8 +103,8 @@ pub fn run_unit(
 fn exec_stmt(hir: &Hir, stmt: &Stmt, values: &mut HashMap<TensorId, CDense>, what: &str) -> Result<(), InterpError> {
     let target = stmt.lhs.tensor;
     let tname = &hir.tensors[target].name;
-    if !values.contains_key(&target) {
-        values.insert(target, CDense::zeros(&format!("tensor `{tname}`"), hir.shape(target))?);
+    if let std::collections::hash_map::Entry::Vacant(e) = values.entry(target) {
+        e.insert(CDense::zeros(&format!("tensor `{tname}`"), hir.shape(target))?);
     }
     let ev = Eval { hir, values, stmt: format!("{what} (assigning `{tname}`)") };
     let rhs = ev.expr(&stmt.rhs, &stmt.lhs.indices)?;
@@ -227,7 +227,7 @@ impl Eval<'_> {
         }
         let sizes: Vec<usize> = vars.iter().map(|&i| self.hir.index_size(i)).collect();
         let iterations = sizes.iter().try_fold(1u128, |a, &n| a.checked_mul(n as u128));
-        if !iterations.is_some_and(|n| n <= MAX_TERM_ITERATIONS) {
+        if iterations.is_none_or(|n| n > MAX_TERM_ITERATIONS) {
             return Err(InterpError::LoopTooLarge {
                 what: format!("a term of {}", self.stmt),
                 iterations: iterations.map_or_else(|| "more than 2^128".to_string(), |n| n.to_string()),

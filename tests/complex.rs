@@ -51,7 +51,7 @@ fn random_program(rng: &mut Rng) -> String {
         "A[i,k] * W[k,l] * X[l,j] * V[j]",
         "(A[i,k] * B[k,j] + E[i,j])",
     ];
-    let mut rhs = |rng: &mut Rng| {
+    let rhs = |rng: &mut Rng| {
         let n = 1 + rng.below(3);
         let mut terms = Vec::new();
         for _ in 0..n {
@@ -268,8 +268,11 @@ fn complex_interface_errors() {
         assert!(err.contains(want), "{arg}: {err}");
     }
     // Modes that do not take complex programs refuse them.
-    for args in [&["run", "g.tc", "--tiled"][..], &["run", "g.tc", "--ranks", "2"], &["build", "g.tc", "--target", "cuda", "-o", "g.ptx"]]
-    {
+    for args in [
+        &["run", "g.tc", "--tiled"][..],
+        &["run", "g.tc", "--ranks", "2"],
+        &["build", "g.tc", "--target", "cuda", "-o", "g.ptx"],
+    ] {
         let out = tcc(args, dir.path());
         let err = String::from_utf8_lossy(&out.stderr);
         assert_ne!(out.status.code(), Some(0), "{args:?}");

@@ -730,24 +730,22 @@ pub fn build_library(
     let script = format!("{{ global: {}; local: *; }};\n", exported.join("; "));
     std::fs::write(&vs, script).map_err(|e| fail("E0714", e.to_string(), None))?;
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out =
-        std::process::Command::new(&cc)
-            .arg("-shared")
-            .arg("-o")
-            .arg(output)
-            .arg(&obj)
-            .args(if extra_objs.is_empty() { Vec::new() } else { vec!["-O2".into(), "-fPIC".into()] }.iter().chain(
-                extra_objs.iter().map(|p| p.as_os_str().to_os_string()).collect::<Vec<std::ffi::OsString>>().iter(),
-            ))
-            .arg(&rt)
-            .arg(format!("-Wl,--version-script={}", vs.display()))
-            .arg("-Wl,--gc-sections")
-            .arg("-s")
-            .args(["-lm", "-lpthread", "-ldl", "-lgcc_s", "-lc"])
-            .output()
-            .map_err(|e| {
-                fail("E0714", format!("cannot run the linker `{cc}`: {e}"), Some("install a C compiler (gcc)".into()))
-            })?;
+    let mut link = std::process::Command::new(&cc);
+    link.arg("-shared").arg("-o").arg(output).arg(&obj);
+    if !extra_objs.is_empty() {
+        // The C wrappers of complex arguments, compiled with the link.
+        link.args(["-O2", "-fPIC"]).args(&extra_objs);
+    }
+    let out = link
+        .arg(&rt)
+        .arg(format!("-Wl,--version-script={}", vs.display()))
+        .arg("-Wl,--gc-sections")
+        .arg("-s")
+        .args(["-lm", "-lpthread", "-ldl", "-lgcc_s", "-lc"])
+        .output()
+        .map_err(|e| {
+            fail("E0714", format!("cannot run the linker `{cc}`: {e}"), Some("install a C compiler (gcc)".into()))
+        })?;
     let _ = std::fs::remove_dir_all(&tmp);
     if !out.status.success() {
         return Err(fail(
