@@ -44,7 +44,7 @@ pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
         DType::Plain(ts) if ts.type_char() == TypeChar::Float && ts.size_field() == 4 => ElemType::F32,
         other => {
             return Err(err(format!(
-                "unsupported dtype {}: tcc reads float64 (`<f8`) and float32 (`<f4`) arrays",
+                "unsupported dtype {}: tcc reads float64 (`<f8`), float32 (`<f4`), complex128 (`<c16`) and complex64 (`<c8`) arrays",
                 other.descr()
             )))
         }
@@ -707,9 +707,33 @@ mod tests {
     fn wrong_dtype_is_an_error() {
         let data: Vec<u8> = [1i64, 2].iter().flat_map(|v| v.to_le_bytes()).collect();
         let e = read_bytes(&npy("<i8", false, "(2,)", &data)).unwrap_err();
-        assert_eq!(e.0, "unsupported dtype '<i8': tcc reads float64 (`<f8`) and float32 (`<f4`) arrays");
-        let e = read_bytes(&npy("<c16", false, "(1,)", &[0; 16])).unwrap_err();
+        assert_eq!(
+            e.0,
+            "unsupported dtype '<i8': tcc reads float64 (`<f8`), float32 (`<f4`), complex128 (`<c16`) and complex64 (`<c8`) arrays"
+        );
+        let e = read_bytes(&npy("<f2", false, "(1,)", &[0; 2])).unwrap_err();
         assert!(e.0.starts_with("unsupported dtype"), "{e}");
+    }
+
+    /// Complex arrays read as (re, im) pairs in a last dimension of 2, from either
+    /// byte order and C or Fortran order; written back as `<c16`/`<c8`.
+    #[test]
+    fn complex_arrays_are_read_interleaved() {
+        let vals = [1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]; // 2x2 of (re, im)
+        let le: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let (x, elem) = read_bytes(&npy("<c16", false, "(2, 2)", &le)).unwrap();
+        assert_eq!((x.shape.clone(), elem), (vec![2, 2, 2], ElemType::C128));
+        assert_eq!(x.data, vals.to_vec());
+        // Fortran order: element (0,1) is stored second.
+        let (f, _) = read_bytes(&npy("<c16", true, "(2, 2)", &le)).unwrap();
+        assert_eq!(f.data, vec![1.0, 2.0, 5.0, 6.0, 3.0, 4.0, 7.0, 8.0]);
+        let be: Vec<u8> = vals.iter().flat_map(|&v| (v as f32).to_be_bytes()).collect();
+        let (b, elem) = read_bytes(&npy(">c8", false, "(2, 2)", &be)).unwrap();
+        assert_eq!((b.data, elem), (vals.to_vec(), ElemType::C64));
+        let bytes = write_bytes(&x, ElemType::C128).unwrap();
+        assert_eq!(read_bytes(&bytes).unwrap(), (x.clone(), ElemType::C128));
+        let e = read_bytes(&npy("<c16", false, "(2, 2)", &le[..40])).unwrap_err();
+        assert!(e.0.starts_with("truncated"), "{e}");
     }
 
     #[test]
