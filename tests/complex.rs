@@ -278,7 +278,6 @@ fn complex_interface_errors() {
         assert_ne!(out.status.code(), Some(0), "{args:?}");
         assert!(err.contains("E0324"), "{args:?}: {err}");
     }
-    let _ = root();
 }
 
 /// `tcc build` of a complex program: the C header takes `double _Complex*` /
@@ -387,4 +386,37 @@ fn library_from_c_and_fortran_with_complex_arguments() {
     assert!(fc.status.success(), "{}", String::from_utf8_lossy(&fc.stderr));
     let run = Command::new(d.join("drvf")).current_dir(d).output().unwrap();
     assert!(run.status.success(), "{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+}
+
+/// `examples/complex_mps.tc` checked by `tcc run --check` and recomputed with
+/// numpy.einsum from the saved inputs: the state, its norm and an overlap.
+#[test]
+fn complex_mps_example_agrees_with_numpy() {
+    let ok = Command::new("python3").args(["-c", "import numpy"]).output().map(|o| o.status.success()).unwrap_or(false);
+    if !ok {
+        assert!(std::env::var_os("CI").is_none(), "python3 with numpy is required under CI");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ex = root().join("examples/complex_mps.tc");
+    let out = Command::new(env!("CARGO_BIN_EXE_tcc"))
+        .args(["run", "--check", "--seed", "4", "--save-inputs", "--output-dir"])
+        .arg(dir.path())
+        .arg(&ex)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("check: matches the complex interpreter"), "{text}");
+    let script = "import numpy as np\n\
+                  L=lambda n: np.load(n+'.npy')\n\
+                  A=[L('A%d'%k) for k in range(1,5)]; B=[L('B%d'%k) for k in range(1,5)]\n\
+                  psi=np.einsum('sa,atb,buc,cv->stuv', *A)\n\
+                  phi=np.einsum('sa,atb,buc,cv->stuv', *B)\n\
+                  def close(x, y): assert np.abs(x-y).max() <= 1e-12*max(1, np.abs(y).max()), (x, y)\n\
+                  close(L('Psi'), psi)\n\
+                  close(L('Norm'), np.vdot(psi, psi))\n\
+                  close(L('Overlap'), np.vdot(phi, psi))\n\
+                  print('ok')\n";
+    let py = Command::new("python3").args(["-c", script]).current_dir(dir.path()).output().unwrap();
+    assert!(py.status.success(), "{}{}", String::from_utf8_lossy(&py.stdout), String::from_utf8_lossy(&py.stderr));
 }
