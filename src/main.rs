@@ -1455,8 +1455,6 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
             "`tcc run --tiled`"
         } else if distributed {
             "a distributed `tcc run` (--ranks, --backend, --plan)"
-        } else if target == TargetKind::Cuda {
-            "`tcc run --target cuda`"
         } else {
             ""
         };
@@ -1467,6 +1465,9 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         }
         let result = if interp {
             tcc::run::complex::run_complex(&hir, &opts, tcc::run::complex::ComplexExec::Interp, &mut lock)
+        } else if target == TargetKind::Cuda {
+            let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: gpu_gemm.options() };
+            tcc::run::complex::run_complex(&hir, &opts, tcc::run::complex::ComplexExec::Cuda(&c), &mut lock)
         } else {
             let low = tcc::tir::complex::lower(&hir).0;
             let units = selected_units(&low, opts.program.as_deref());

@@ -420,3 +420,42 @@ fn complex_mps_example_agrees_with_numpy() {
     let py = Command::new("python3").args(["-c", script]).current_dir(dir.path()).output().unwrap();
     assert!(py.status.success(), "{}{}", String::from_utf8_lossy(&py.stdout), String::from_utf8_lossy(&py.stderr));
 }
+
+/// The GPU path of complex programs (`tcc run --target cuda` runs the lowered
+/// program's plan): every plan kind, emulated on the CPU, against the complex
+/// interpreter.
+#[test]
+fn gpu_plans_of_lowered_programs_match_the_complex_interpreter() {
+    use tcc::codegen::nvptx::{emulate, plan, GemmKind, GpuOptions};
+    let mut rng = Rng(33);
+    let kinds = [None, Some(GemmKind::Cublas), Some(GemmKind::Tiled), Some(GemmKind::Naive)];
+    for case in 0..8 {
+        let src = random_program(&mut rng);
+        let (hir, _) = tcc::compile(&src, "p");
+        let hir = hir.unwrap();
+        let u = UnitId::new(0);
+        let inputs = random_inputs(&hir, u, &mut rng);
+        let want = run_unit(&hir, u, &inputs).unwrap();
+        let (low, map) = tcc::tir::complex::lower(&hir);
+        let mut parts = HashMap::new();
+        for (&t, v) in &inputs {
+            parts.insert(t, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.re).collect() });
+            if let Some((_, im)) = map.parts(t) {
+                parts.insert(im, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.im).collect() });
+            }
+        }
+        let kind = kinds[case % kinds.len()];
+        let p = plan(&low, &[u], &GpuOptions { gemm: kind, ..Default::default() }).unwrap();
+        let out = emulate(&p, 0, &parts).unwrap();
+        let c = hir.tensor_by_name("C").unwrap();
+        let (re, im) = map.parts(c).unwrap();
+        let got = CDense {
+            shape: want[&c].shape.clone(),
+            data: out[&re].data.iter().zip(&out[&im].data).map(|(&a, &b)| C::new(a, b)).collect(),
+        };
+        let any_c64 = hir.tensors.iter().any(|t| t.elem == tcc::sema::hir::ElemType::C64);
+        let tol = if any_c64 { 1e-4 } else { 1e-10 };
+        let r = rel(&got, &want[&c]);
+        assert!(r <= tol, "case {case} ({kind:?}): {r:e}\n{src}");
+    }
+}

@@ -1,6 +1,6 @@
 //! `tcc run` of a program with complex tensors (`c64`, `c128`).
 //!
-//! The JIT runs the program lowered to real pairs ([`crate::tir::complex`]); the
+//! The JIT (or the GPU, `--target cuda`) runs the program lowered to real pairs ([`crate::tir::complex`]); the
 //! interpreter (`--interp`, and the oracle of `--check`) runs the unlowered program
 //! with complex arithmetic ([`crate::interp_complex`]). Complex data crosses every
 //! interface interleaved: `.npy` files are `complex128` (`<c16`) or `complex64`
@@ -29,6 +29,8 @@ pub enum ComplexExec<'a> {
     Interp,
     /// The lowered program, JIT-compiled.
     Compiled(&'a super::compiled::CompiledRun),
+    /// The lowered program on the GPU (`--target cuda`).
+    Cuda(&'a crate::codegen::cuda::CudaRun),
 }
 
 /// `tcc run` of a complex program (see the module documentation).
@@ -57,6 +59,7 @@ pub fn run_complex(
         let (outputs, extra) = match &exec {
             ComplexExec::Interp => (ci::run_unit(hir, u, &inputs).map_err(interp_error)?, Vec::new()),
             ComplexExec::Compiled(c) => compiled(hir, &low, &map, u, &inputs, c)?,
+            ComplexExec::Cuda(c) => cuda(hir, &low, &map, u, &inputs, c)?,
         };
         write_report(hir, u, &outputs, &extra, out)?;
         if let Some(dir) = opts.output_dir.as_deref() {
@@ -115,6 +118,10 @@ fn to_interface(v: &CDense, elem: ElemType) -> (Dense, ElemType) {
     }
 }
 
+/// What runs a lowered unit: its outputs (the parts' arrays) and report lines.
+type PartsExec<'a> =
+    dyn FnMut(&HashMap<TensorId, Dense>) -> Result<(HashMap<TensorId, Dense>, Vec<String>), CommandError> + 'a;
+
 /// Runs the lowered unit with the JIT: split the inputs, run, join the outputs;
 /// with `--check`, compare with the complex interpreter.
 fn compiled(
@@ -125,6 +132,62 @@ fn compiled(
     inputs: &HashMap<TensorId, CDense>,
     c: &super::compiled::CompiledRun,
 ) -> Result<(HashMap<TensorId, CDense>, Vec<String>), CommandError> {
+    lowered(hir, low, map, u, inputs, c.check, &mut |parts| {
+        let r = crate::codegen::llvm::jit_run(low, u, parts, &c.codegen, c.repeat.max(1)).map_err(|e| {
+            if e.is_out_of_memory() {
+                super::out_of_memory(e.0)
+            } else {
+                fail("E0712", e.0, None)
+            }
+        })?;
+        let gflops = if r.run_s > 0.0 { r.flops / r.run_s / 1e9 } else { 0.0 };
+        let line = format!(
+            "time = {:.6} s  ({gflops:.2} real GFLOP/s after lowering, {} threads; compile {:.3} s)",
+            r.run_s,
+            tcc_runtime::kernels::num_threads(),
+            r.compile_s
+        );
+        Ok((r.outputs, vec![line]))
+    })
+}
+
+/// Runs the lowered unit on the GPU (`--target cuda`): its plan and PTX from the
+/// lowered program, run like a real one; with `--check`, compared with the
+/// complex interpreter.
+fn cuda(
+    hir: &Hir,
+    low: &Hir,
+    map: &ComplexMap,
+    u: UnitId,
+    inputs: &HashMap<TensorId, CDense>,
+    c: &crate::codegen::cuda::CudaRun,
+) -> Result<(HashMap<TensorId, CDense>, Vec<String>), CommandError> {
+    lowered(hir, low, map, u, inputs, c.check, &mut |parts| {
+        let t0 = std::time::Instant::now();
+        let (plan, ptx) = crate::codegen::nvptx::ptx_for(low, &[u], &c.plan).map_err(|e| fail("E0712", e.0, None))?;
+        let compile_s = t0.elapsed().as_secs_f64();
+        let r = crate::codegen::cuda::run_plan(low, &plan, &ptx, 0, parts, c.repeat.max(1))?;
+        let tflops = if r.run_s > 0.0 { r.flops / r.run_s / 1e12 } else { 0.0 };
+        let line = format!(
+            "time = {:.3} ms  ({tflops:.3} real TFLOP/s after lowering on {}; compile {compile_s:.3} s)",
+            r.run_s * 1e3,
+            r.device
+        );
+        Ok((r.outputs, vec![line]))
+    })
+}
+
+/// Splits the inputs into their parts, runs `exec` on them, joins the outputs;
+/// with `check`, compares them with the complex interpreter.
+fn lowered(
+    hir: &Hir,
+    low: &Hir,
+    map: &ComplexMap,
+    u: UnitId,
+    inputs: &HashMap<TensorId, CDense>,
+    check: bool,
+    exec: &mut PartsExec<'_>,
+) -> Result<(HashMap<TensorId, CDense>, Vec<String>), CommandError> {
     let mut parts: HashMap<TensorId, Dense> = HashMap::new();
     for (&t, v) in inputs {
         parts.insert(t, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.re).collect() });
@@ -132,34 +195,19 @@ fn compiled(
             parts.insert(im, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.im).collect() });
         }
     }
-    let r = crate::codegen::llvm::jit_run(low, u, &parts, &c.codegen, c.repeat.max(1)).map_err(|e| {
-        if e.is_out_of_memory() {
-            super::out_of_memory(e.0)
-        } else {
-            fail("E0712", e.0, None)
-        }
-    })?;
+    let (got, mut extra) = exec(&parts)?;
     let mut outputs = HashMap::new();
     for t in hir.unit_outputs(u) {
-        let re = r.outputs.get(&t).ok_or_else(|| fail("E0712", "internal: an output's real part is missing", None))?;
+        let re = got.get(&t).ok_or_else(|| fail("E0712", "internal: an output's real part is missing", None))?;
         let im = match map.parts(t) {
             Some((_, im)) => Some(
-                r.outputs
-                    .get(&im)
-                    .ok_or_else(|| fail("E0712", "internal: an output's imaginary part is missing", None))?,
+                got.get(&im).ok_or_else(|| fail("E0712", "internal: an output's imaginary part is missing", None))?,
             ),
             None => None,
         };
         outputs.insert(t, join(re, im));
     }
-    let gflops = if r.run_s > 0.0 { r.flops / r.run_s / 1e9 } else { 0.0 };
-    let mut extra = vec![format!(
-        "time = {:.6} s  ({gflops:.2} real GFLOP/s after lowering, {} threads; compile {:.3} s)",
-        r.run_s,
-        tcc_runtime::kernels::num_threads(),
-        r.compile_s
-    )];
-    if c.check {
+    if check {
         let want = ci::run_unit(hir, u, inputs).map_err(interp_error)?;
         let flat = |m: &HashMap<TensorId, CDense>| -> HashMap<TensorId, Dense> {
             m.iter().map(|(&t, v)| (t, to_interface(v, hir.tensors[t].elem).0)).collect()
