@@ -459,3 +459,30 @@ fn gpu_plans_of_lowered_programs_match_the_complex_interpreter() {
         assert!(r <= tol, "case {case} ({kind:?}): {r:e}\n{src}");
     }
 }
+
+/// Affine subscripts and slices of unions (`range P = O + V;`) on complex
+/// tensors, through the JIT, against the complex interpreter.
+#[test]
+fn affine_reads_and_union_slices_of_complex_tensors() {
+    let src = "range O = 3; range V = 4; range P = O + V; range Y = 3; range R = 3; range H = 9;\n\
+               index o, o2 : O; index v : V; index p, q : P; index y : Y; index r : R; index h : H;\n\
+               input tensor F[p,q] : c128; input tensor I[h] : c64; input tensor K[r] : c128;\n\
+               output tensor G[p,q] : c128; output tensor S[y] : c128;\n\
+               G[o,v] = F[o,o2] * conj(F[o2,v]);\n\
+               G[v,o] = 2 * conj(F[o,v]);\n\
+               G[o,o2] += F[o,v] * F[v,o2] * F[o2,o2];\n\
+               S[y] = I[2*y+r] * conj(K[r]) + I[y+1];\n";
+    let (hir, diags) = tcc::compile(src, "p");
+    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+    let u = UnitId::new(0);
+    let inputs = random_inputs(&hir, u, &mut Rng(9));
+    let want = run_unit(&hir, u, &inputs).unwrap();
+    let got = jit(&hir, u, &inputs);
+    for name in ["G", "S"] {
+        let t = hir.tensor_by_name(name).unwrap();
+        let r = rel(&got[&t], &want[&t]);
+        // S reads a c64 input: within the f32 tolerance.
+        assert!(r <= 1e-6, "{name}: {r:e}");
+        assert!(want[&t].data.iter().any(|z| z.im != 0.0), "{name} is complex");
+    }
+}
