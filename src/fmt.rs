@@ -252,6 +252,8 @@ fn tensor_decl(d: &TensorDecl) -> String {
         s.push_str(match e.kind {
             ElemKind::F32 => " : f32",
             ElemKind::F64 => " : f64",
+            ElemKind::C64 => " : c64",
+            ElemKind::C128 => " : c128",
         });
     }
     for spec in &d.symmetry {

@@ -46,6 +46,9 @@ pub enum InterpError {
     /// prove the bounds); a guard instead of an out-of-bounds read.
     #[error("subscript `{sub}` of `{tensor}` is {value}, outside 0..{extent}")]
     SubscriptOutOfBounds { tensor: String, sub: String, value: i64, extent: usize },
+    /// What the complex interpreter ([`crate::interp_complex`]) does not evaluate.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 impl From<TooLarge> for InterpError {
@@ -165,8 +168,9 @@ pub fn fill_random(hir: &Hir, t: TensorId, seed: u64) -> Result<Dense, InterpErr
 /// A value as the element type stores it (`f32` rounds, `f64` is exact).
 pub fn round_to(elem: ElemType, x: f64) -> f64 {
     match elem {
-        ElemType::F32 => x as f32 as f64,
-        ElemType::F64 => x,
+        // A complex type rounds each part as its real part type does.
+        ElemType::F32 | ElemType::C64 => x as f32 as f64,
+        ElemType::F64 | ElemType::C128 => x,
     }
 }
 
@@ -298,6 +302,14 @@ pub fn run_unit(
     unit: UnitId,
     inputs: &HashMap<TensorId, Dense>,
 ) -> Result<HashMap<TensorId, Dense>, InterpError> {
+    if let Some(t) = hir.tensors.iter().find(|t| t.elem.is_complex()) {
+        // Never the real parts alone: complex programs go to `interp_complex`.
+        return Err(InterpError::Unsupported(format!(
+            "`{}` is {}: the real interpreter does not run complex programs (the complex one, `tcc run --interp`, does)",
+            t.name,
+            t.elem.name()
+        )));
+    }
     let u = &hir.units[unit];
     let mut values: HashMap<TensorId, Dense> = HashMap::new();
     for t in hir.unit_inputs(unit) {

@@ -19,6 +19,7 @@ pub mod exec;
 pub mod fmt;
 pub mod ids;
 pub mod interp;
+pub mod interp_complex;
 pub mod lir;
 pub mod lsp;
 pub mod npy;

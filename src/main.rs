@@ -864,6 +864,19 @@ fn file_stem(path: &Path) -> String {
     path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "main".to_string())
 }
 
+/// E0324: `what` (a command or run mode) does not take programs with complex
+/// tensors; they are refused rather than run on their real parts.
+fn refuse_complex(ctx: &Ctx, hir: &tcc::sema::hir::Hir, what: &str, hint: &str) -> Result<(), Outcome> {
+    match hir.tensors.iter().find(|t| t.elem.is_complex()) {
+        Some(t) => Err(ctx.fail(
+            "E0324",
+            &format!("{what} does not support complex tensors yet (`{}` is {})", t.name, t.elem.name()),
+            Some(hint),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Parses and checks `path`, reporting diagnostics; the HIR if there was no error.
 fn front_end(ctx: &Ctx, path: &Path) -> Result<tcc::sema::hir::Hir, Outcome> {
     front_end_as(ctx, path, &file_stem(path))
@@ -960,6 +973,11 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(o) => return o,
     };
+    if target == TargetKind::Cuda || mpi {
+        if let Err(o) = refuse_complex(ctx, &hir, "`tcc build --target cuda` or `--mpi`", "build it for the CPU") {
+            return o;
+        }
+    }
     // `--size` fixes ranges (a library for those sizes); the run-time ranges left
     // become size arguments of the library's functions, `--assume` their assumed sizes.
     let hir = match tcc::sema::sizes::bind_and_assume(&hir, &size, &assume) {
@@ -1061,6 +1079,8 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(o) => return o,
     };
+    // Complex tensors are optimized as the pairs of real tensors they are lowered to.
+    let hir = tcc::tir::complex::lower(&hir).0;
     let units: Vec<tcc::sema::hir::UnitId> = match &program {
         None => hir.units.ids().collect(),
         Some(name) => match hir.unit_by_name(name) {
@@ -1156,6 +1176,8 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(o) => return o,
     };
+    // Complex tensors are planned as the pairs of real tensors they are lowered to.
+    let hir = tcc::tir::complex::lower(&hir).0;
     if hir.has_affine() {
         return ctx.fail("E0765", AFFINE_UNSUPPORTED, Some("`tcc run` and `tcc build` compute it"));
     }
@@ -1432,6 +1454,39 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     let opts = tcc::run::RunOptions { seed, inputs: parsed_inputs, output_dir, save_inputs, program };
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
+    if tcc::sema::complex::has_complex(&hir) {
+        let what = if tiled {
+            "`tcc run --tiled`"
+        } else if distributed {
+            "a distributed `tcc run` (--ranks, --backend, --plan)"
+        } else {
+            ""
+        };
+        if !what.is_empty() {
+            if let Err(o) = refuse_complex(ctx, &hir, what, "run it on the CPU without those options") {
+                return o;
+            }
+        }
+        let result = if interp {
+            tcc::run::complex::run_complex(&hir, &opts, tcc::run::complex::ComplexExec::Interp, &mut lock)
+        } else if target == TargetKind::Cuda {
+            let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: gpu_gemm.options() };
+            tcc::run::complex::run_complex(&hir, &opts, tcc::run::complex::ComplexExec::Cuda(&c), &mut lock)
+        } else {
+            let low = tcc::tir::complex::lower(&hir).0;
+            let units = selected_units(&low, opts.program.as_deref());
+            let codegen = match fusion.codegen(ctx, &low, &units, target_cpu, false, Vec::new()) {
+                Ok(o) => o,
+                Err(o) => return o,
+            };
+            let c = tcc::run::compiled::CompiledRun { codegen, check, repeat };
+            tcc::run::complex::run_complex(&hir, &opts, tcc::run::complex::ComplexExec::Compiled(&c), &mut lock)
+        };
+        return match result {
+            Ok(()) => Outcome::Ok,
+            Err(e) => ctx.error(&e),
+        };
+    }
     let result = if tiled && distributed {
         let mut r = match tiled_run(ctx, tile, schedule, check, stats, tuning.as_deref()) {
             Ok(r) => r,

@@ -35,13 +35,16 @@ pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
     // the plain form numpy writes is handed to it, with a shape checked here first.
     let header = parse_header(header_text)?;
     check_shape(&header.shape)?;
+    if let Some(elem) = complex_descr(&header.descr) {
+        return read_complex(&bytes[header_end..], &header, elem);
+    }
     let npy = NpyFile::new(bytes).map_err(|e| err(format!("not a valid .npy file: {e}")))?;
     let elem = match npy.dtype() {
         DType::Plain(ts) if ts.type_char() == TypeChar::Float && ts.size_field() == 8 => ElemType::F64,
         DType::Plain(ts) if ts.type_char() == TypeChar::Float && ts.size_field() == 4 => ElemType::F32,
         other => {
             return Err(err(format!(
-                "unsupported dtype {}: tcc reads float64 (`<f8`) and float32 (`<f4`) arrays",
+                "unsupported dtype {}: tcc reads float64 (`<f8`), float32 (`<f4`), complex128 (`<c16`) and complex64 (`<c8`) arrays",
                 other.descr()
             )))
         }
@@ -60,8 +63,8 @@ pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
     }
     let order = npy.order();
     let stored: Vec<f64> = match elem {
-        ElemType::F64 => npy.into_vec::<f64>(),
-        ElemType::F32 => npy.into_vec::<f32>().map(|v| v.into_iter().map(f64::from).collect()),
+        ElemType::F64 | ElemType::C128 => npy.into_vec::<f64>(),
+        ElemType::F32 | ElemType::C64 => npy.into_vec::<f32>().map(|v| v.into_iter().map(f64::from).collect()),
     }
     .map_err(|e| err(format!("cannot read the data: {e}")))?;
     if stored.len() != n {
@@ -82,6 +85,57 @@ pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
             data
         }
     };
+    Ok((Dense { shape, data }, elem))
+}
+
+/// The complex type of a `<c16`/`<c8` (or big-endian `>`) descriptor.
+fn complex_descr(descr: &str) -> Option<ElemType> {
+    match descr {
+        "<c16" | ">c16" => Some(ElemType::C128),
+        "<c8" | ">c8" => Some(ElemType::C64),
+        _ => None,
+    }
+}
+
+/// A complex array (`complex128`/`complex64`) as a real one with a last dimension
+/// of 2, (re, im) interleaved: how every interface of tcc carries complex data.
+fn read_complex(data: &[u8], header: &Header, elem: ElemType) -> Result<(Dense, ElemType), NpyError> {
+    let shape: Vec<usize> = header.shape.iter().map(|&d| d as usize).collect();
+    let n: usize = shape.iter().product();
+    let part = elem.real_part().size_bytes();
+    let needed = n * 2 * part;
+    if data.len() < needed {
+        return Err(err(format!(
+            "truncated: its shape {shape:?} needs {needed} bytes of data but only {} follow the header",
+            data.len()
+        )));
+    }
+    let big = header.descr.starts_with('>');
+    let stored: Vec<f64> = data[..needed]
+        .chunks_exact(part)
+        .map(|b| match (part, big) {
+            (8, false) => f64::from_le_bytes(b.try_into().expect("8 bytes")),
+            (8, true) => f64::from_be_bytes(b.try_into().expect("8 bytes")),
+            (_, false) => f64::from(f32::from_le_bytes(b.try_into().expect("4 bytes"))),
+            (_, true) => f64::from(f32::from_be_bytes(b.try_into().expect("4 bytes"))),
+        })
+        .collect();
+    let data = if header.fortran {
+        let mut fstrides = vec![1usize; shape.len()];
+        for d in 1..shape.len() {
+            fstrides[d] = fstrides[d - 1] * shape[d - 1];
+        }
+        let mut out = Vec::with_capacity(2 * n);
+        for_each_index(&shape, |idx| {
+            let k = idx.iter().zip(&fstrides).map(|(i, s)| i * s).sum::<usize>();
+            out.extend_from_slice(&stored[2 * k..2 * k + 2]);
+        });
+        out
+    } else {
+        stored
+    };
+    let mut shape = shape;
+    shape.push(2);
     Ok((Dense { shape, data }, elem))
 }
 
@@ -209,10 +263,14 @@ impl BoxReader {
             let step = if n == 0 { 0 } else { bstride[contiguous] };
             for (k, b) in bytes.chunks_exact(size).enumerate() {
                 let v = match (self.elem, self.big_endian) {
-                    (ElemType::F64, false) => f64::from_le_bytes(b.try_into().expect("8 bytes")),
-                    (ElemType::F64, true) => f64::from_be_bytes(b.try_into().expect("8 bytes")),
-                    (ElemType::F32, false) => f64::from(f32::from_le_bytes(b.try_into().expect("4 bytes"))),
-                    (ElemType::F32, true) => f64::from(f32::from_be_bytes(b.try_into().expect("4 bytes"))),
+                    (ElemType::F64 | ElemType::C128, false) => f64::from_le_bytes(b.try_into().expect("8 bytes")),
+                    (ElemType::F64 | ElemType::C128, true) => f64::from_be_bytes(b.try_into().expect("8 bytes")),
+                    (ElemType::F32 | ElemType::C64, false) => {
+                        f64::from(f32::from_le_bytes(b.try_into().expect("4 bytes")))
+                    }
+                    (ElemType::F32 | ElemType::C64, true) => {
+                        f64::from(f32::from_be_bytes(b.try_into().expect("4 bytes")))
+                    }
                 };
                 out[box_at + k * step] = v;
             }
@@ -348,6 +406,21 @@ pub fn write_bytes(x: &Dense, elem: ElemType) -> Result<Vec<u8>, NpyError> {
     let mut buf = Vec::new();
     let io = |e: std::io::Error| err(format!("cannot encode the array: {e}"));
     match elem {
+        ElemType::C128 | ElemType::C64 => {
+            // `x` holds (re, im) pairs in a last dimension of 2.
+            let Some((&2, shape)) = x.shape.split_last() else {
+                return Err(err(format!(
+                    "internal: a complex array of shape {:?} has no last dimension of 2",
+                    x.shape
+                )));
+            };
+            buf = header_bytes(shape, elem);
+            if elem == ElemType::C128 {
+                buf.extend(x.data.iter().flat_map(|v| v.to_le_bytes()));
+            } else {
+                buf.extend(x.data.iter().flat_map(|&v| (v as f32).to_le_bytes()));
+            }
+        }
         ElemType::F64 => {
             let mut w = npyz::WriteOptions::<f64>::new()
                 .default_dtype()
@@ -403,6 +476,8 @@ pub fn header_bytes(shape: &[usize], elem: ElemType) -> Vec<u8> {
     let descr = match elem {
         ElemType::F64 => "<f8",
         ElemType::F32 => "<f4",
+        ElemType::C128 => "<c16",
+        ElemType::C64 => "<c8",
     };
     let mut dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
     let unpadded = 10 + dict.len() + 1;
@@ -421,6 +496,11 @@ impl BoxWriter {
         use std::io::Write;
         let name = path.display().to_string();
         let io = |e: std::io::Error| err(format!("cannot write `{name}`: {e}"));
+        if elem.is_complex() {
+            return Err(err(format!(
+                "`{name}`: complex arrays are not written box by box (tiled runs refuse complex)"
+            )));
+        }
         let head = header_bytes(shape, elem);
         let mut file = std::fs::File::create(path).map_err(io)?;
         file.write_all(&head).map_err(io)?;
@@ -442,8 +522,8 @@ impl BoxWriter {
 
     fn width(elem: ElemType) -> u64 {
         match elem {
-            ElemType::F64 => 8,
-            ElemType::F32 => 4,
+            ElemType::F64 | ElemType::C128 => 8,
+            ElemType::F32 | ElemType::C64 => 4,
         }
     }
 
@@ -455,8 +535,8 @@ impl BoxWriter {
             return Err(err(format!("internal: run {at}+{} beyond {:?}", values.len(), self.shape)));
         }
         let bytes: Vec<u8> = match self.elem {
-            ElemType::F64 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            ElemType::F32 => values.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect(),
+            ElemType::F64 | ElemType::C128 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            ElemType::F32 | ElemType::C64 => values.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect(),
         };
         self.file
             .write_all_at(&bytes, self.data_offset + at as u64 * Self::width(self.elem))
@@ -627,9 +707,33 @@ mod tests {
     fn wrong_dtype_is_an_error() {
         let data: Vec<u8> = [1i64, 2].iter().flat_map(|v| v.to_le_bytes()).collect();
         let e = read_bytes(&npy("<i8", false, "(2,)", &data)).unwrap_err();
-        assert_eq!(e.0, "unsupported dtype '<i8': tcc reads float64 (`<f8`) and float32 (`<f4`) arrays");
-        let e = read_bytes(&npy("<c16", false, "(1,)", &[0; 16])).unwrap_err();
+        assert_eq!(
+            e.0,
+            "unsupported dtype '<i8': tcc reads float64 (`<f8`), float32 (`<f4`), complex128 (`<c16`) and complex64 (`<c8`) arrays"
+        );
+        let e = read_bytes(&npy("<f2", false, "(1,)", &[0; 2])).unwrap_err();
         assert!(e.0.starts_with("unsupported dtype"), "{e}");
+    }
+
+    /// Complex arrays read as (re, im) pairs in a last dimension of 2, from either
+    /// byte order and C or Fortran order; written back as `<c16`/`<c8`.
+    #[test]
+    fn complex_arrays_are_read_interleaved() {
+        let vals = [1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]; // 2x2 of (re, im)
+        let le: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let (x, elem) = read_bytes(&npy("<c16", false, "(2, 2)", &le)).unwrap();
+        assert_eq!((x.shape.clone(), elem), (vec![2, 2, 2], ElemType::C128));
+        assert_eq!(x.data, vals.to_vec());
+        // Fortran order: element (0,1) is stored second.
+        let (f, _) = read_bytes(&npy("<c16", true, "(2, 2)", &le)).unwrap();
+        assert_eq!(f.data, vec![1.0, 2.0, 5.0, 6.0, 3.0, 4.0, 7.0, 8.0]);
+        let be: Vec<u8> = vals.iter().flat_map(|&v| (v as f32).to_be_bytes()).collect();
+        let (b, elem) = read_bytes(&npy(">c8", false, "(2, 2)", &be)).unwrap();
+        assert_eq!((b.data, elem), (vals.to_vec(), ElemType::C64));
+        let bytes = write_bytes(&x, ElemType::C128).unwrap();
+        assert_eq!(read_bytes(&bytes).unwrap(), (x.clone(), ElemType::C128));
+        let e = read_bytes(&npy("<c16", false, "(2, 2)", &le[..40])).unwrap_err();
+        assert!(e.0.starts_with("truncated"), "{e}");
     }
 
     #[test]

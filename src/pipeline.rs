@@ -144,8 +144,11 @@ pub fn check(src: &str, file_stem: &str, opts: &PipelineOptions) -> (Option<Hir>
 }
 
 /// `optimize` (or nothing when `opts.optimize` is false): the program the planners
-/// and executors run, and the optimizer's report.
+/// and executors run, and the optimizer's report; complex tensors lowered first.
 pub fn optimize(hir: &Hir, opts: &PipelineOptions) -> (Hir, OptReport) {
+    if crate::sema::complex::has_complex(hir) {
+        return optimize(&crate::tir::complex::lower(hir).0, opts);
+    }
     if !opts.optimize {
         return (hir.clone(), OptReport::default());
     }
@@ -156,7 +159,12 @@ pub fn optimize(hir: &Hir, opts: &PipelineOptions) -> (Hir, OptReport) {
 
 /// `materialize` → `optimize` → `rematerialize`: the program every back end
 /// compiles (calls and sums made simple, self-reads removed, products binarized).
+/// A program with complex tensors is first lowered to real pairs
+/// ([`crate::tir::complex::lower`]): its callers must supply the parts' inputs.
 pub fn prepare(hir: &Hir, opts: &PipelineOptions) -> Hir {
+    if crate::sema::complex::has_complex(hir) {
+        return prepare(&crate::tir::complex::lower(hir).0, opts);
+    }
     let first = crate::tir::materialize::materialize(hir);
     opts.after_hir(Pass::Materialize, &first);
     let (opt, _) = optimize(&first, opts);

@@ -35,6 +35,9 @@ fn optimized_and_fused_examples_match_the_interpreter() {
         let popts = PipelineOptions { validate: true, ..PipelineOptions::default() };
         let (hir, diags) = tcc::pipeline::check(&src, &stem, &popts);
         let hir = hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()));
+        // A complex example as its lowering to real pairs (checked against the
+        // complex interpreter in tests/complex.rs).
+        let hir = tcc::tir::complex::lower(&hir).0;
         let (opt, _) = tcc::pipeline::optimize(&hir, &popts);
         for u in hir.units.ids() {
             let inputs = random_inputs(&hir, u, 11).unwrap();

@@ -134,6 +134,18 @@ fn compile(
     if hir.units.is_empty() {
         return Err(raise(py, "TccError", "the program has no statements: nothing to compile".into()));
     }
+    // numpy complex arrays are not taken yet: refused, never run on their real parts.
+    if let Some(t) = hir.tensors.iter().find(|t| t.elem.is_complex()) {
+        return Err(raise(
+            py,
+            "TccError",
+            format!(
+                "E0324: the Python package does not support complex tensors yet (`{}` is {}); use `tcc run` or `tcc build`",
+                t.name,
+                t.elem.name()
+            ),
+        ));
+    }
     if max_intermediate.is_some_and(|b| b < 8) {
         return Err(PyValueError::new_err("max_intermediate must be at least one element (8 bytes)"));
     }
@@ -191,6 +203,9 @@ impl NativeLibrary {
             let dtype = np.getattr(match tensor.elem {
                 ElemType::F64 => "float64",
                 ElemType::F32 => "float32",
+                // Refused in `compile`.
+                ElemType::C128 => "complex128",
+                ElemType::C64 => "complex64",
             })?;
             args.push(ArgSpec {
                 name: tensor.name.clone(),
@@ -397,6 +412,8 @@ fn input_buffer<'py>(
                         match spec.elem {
                             ElemType::F64 => "float64",
                             ElemType::F32 => "float32",
+                            ElemType::C128 => "complex128",
+                            ElemType::C64 => "complex64",
                         },
                         spec.describe()
                     ),

@@ -206,10 +206,12 @@ pub fn find_runtime_lib() -> Option<PathBuf> {
     best.map(|(_, p)| p)
 }
 
-fn c_type(e: ElemType) -> &'static str {
+pub(crate) fn c_type(e: ElemType) -> &'static str {
     match e {
         ElemType::F64 => "double",
         ElemType::F32 => "float",
+        ElemType::C128 => "double _Complex",
+        ElemType::C64 => "float _Complex",
     }
 }
 
@@ -217,6 +219,8 @@ fn f_kind(e: ElemType) -> &'static str {
     match e {
         ElemType::F64 => "c_double",
         ElemType::F32 => "c_float",
+        ElemType::C128 => "c_double_complex",
+        ElemType::C64 => "c_float_complex",
     }
 }
 
@@ -349,7 +353,10 @@ pub fn fortran_dummies(hir: &Hir, args: &[TensorId], sizes: &[RangeId], fname: &
         })
         .collect();
     let mut reserved: Vec<String> =
-        [fname, "c_int", "c_size_t", "c_double", "c_float"].iter().map(|s| s.to_string()).collect();
+        [fname, "c_int", "c_size_t", "c_double", "c_float", "c_double_complex", "c_float_complex"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
     reserved.extend(sizes.iter().map(|&r| size_param(hir, r, true)));
     unique_pairs(bases, &reserved, |s| s.to_ascii_lowercase())
 }
@@ -388,7 +395,16 @@ fn fortran_decl(hir: &Hir, t: TensorId, name: &str) -> String {
     let mut shape: Vec<String> = tensor.dims.iter().map(|&r| extent_doc(hir, r, true)).collect();
     shape.reverse();
     let dims = if shape.is_empty() { String::new() } else { format!("({})", shape.join(", ")) };
-    format!("real({}) :: {name}{dims}", f_kind(tensor.elem))
+    format!("{}({}) :: {name}{dims}", f_word(tensor.elem), f_kind(tensor.elem))
+}
+
+/// `real` or `complex`: the Fortran type of an element type (its kind is [`f_kind`]).
+fn f_word(e: ElemType) -> &'static str {
+    if e.is_complex() {
+        "complex"
+    } else {
+        "real"
+    }
 }
 
 fn unit_kind(hir: &Hir, u: UnitId) -> &'static str {
@@ -546,7 +562,11 @@ pub fn fortran_module(hir: &Hir, lib: &str, codes: &[UnitCode], source: &str) ->
     let _ = writeln!(s, "! so they can be passed by keyword. Each function returns {p}ok on success.");
     let _ = writeln!(s, "module {module}");
     let _ = writeln!(s, "  use, intrinsic :: iso_c_binding, only: c_int, c_size_t, c_double, c_float, c_ptr, &");
-    let _ = writeln!(s, "      c_char, c_null_char, c_associated, c_f_pointer");
+    if crate::sema::complex::has_complex(hir) {
+        let _ = writeln!(s, "      c_char, c_null_char, c_associated, c_f_pointer, c_double_complex, c_float_complex");
+    } else {
+        let _ = writeln!(s, "      c_char, c_null_char, c_associated, c_f_pointer");
+    }
     let _ = writeln!(s, "  implicit none");
     let _ = writeln!(s, "  private");
     let mut public: Vec<String> = vec![format!("{p}abi_version")];
@@ -607,7 +627,8 @@ pub fn fortran_module(hir: &Hir, lib: &str, codes: &[UnitCode], source: &str) ->
             let _ = writeln!(s, "      !   declare as {}", fortran_decl(hir, t, d));
             let intent = if input { "in" } else { "inout" };
             let rank = if tensor.dims.is_empty() { "" } else { "(*)" };
-            let _ = writeln!(s, "      real({}), intent({intent}) :: {d}{rank}", f_kind(tensor.elem));
+            let _ =
+                writeln!(s, "      {}({}), intent({intent}) :: {d}{rank}", f_word(tensor.elem), f_kind(tensor.elem));
             let _ = writeln!(s, "      integer(c_size_t), value :: {l}");
         }
         let _ = writeln!(s, "    end function {fname}");
@@ -678,7 +699,23 @@ pub fn build_library(
     std::fs::create_dir_all(&tmp)
         .map_err(|e| fail("E0714", format!("cannot create `{}`: {e}", tmp.display()), None))?;
     let obj = tmp.join(format!("{lib}.o"));
-    let codes = llvm::write_object(hir, &units, opts, &lib, &obj).map_err(|e| fail("E0712", e.0, None))?;
+    // A complex program: the lowered program's object, and C wrappers taking
+    // interleaved complex arrays (`cabi_complex`).
+    let complex = crate::sema::complex::has_complex(hir);
+    let mut extra_objs: Vec<PathBuf> = Vec::new();
+    let codes = if complex {
+        let (low, map) = crate::tir::complex::lower(hir);
+        let plib = super::cabi_complex::parts_lib(&lib);
+        let inner = llvm::write_object(&low, &units, opts, &plib, &obj).map_err(|e| fail("E0712", e.0, None))?;
+        let outer = super::cabi_complex::outer_codes(hir, &inner);
+        let c = tmp.join("complex_wrappers.c");
+        std::fs::write(&c, super::cabi_complex::wrapper_source(hir, &low, &map, &lib, &inner, &outer))
+            .map_err(|e| fail("E0714", e.to_string(), None))?;
+        extra_objs.push(c);
+        outer
+    } else {
+        llvm::write_object(hir, &units, opts, &lib, &obj).map_err(|e| fail("E0712", e.0, None))?
+    };
     let rt = find_runtime_lib().ok_or_else(|| {
         fail(
             "E0715",
@@ -693,11 +730,13 @@ pub fn build_library(
     let script = format!("{{ global: {}; local: *; }};\n", exported.join("; "));
     std::fs::write(&vs, script).map_err(|e| fail("E0714", e.to_string(), None))?;
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = std::process::Command::new(&cc)
-        .arg("-shared")
-        .arg("-o")
-        .arg(output)
-        .arg(&obj)
+    let mut link = std::process::Command::new(&cc);
+    link.arg("-shared").arg("-o").arg(output).arg(&obj);
+    if !extra_objs.is_empty() {
+        // The C wrappers of complex arguments, compiled with the link.
+        link.args(["-O2", "-fPIC"]).args(&extra_objs);
+    }
+    let out = link
         .arg(&rt)
         .arg(format!("-Wl,--version-script={}", vs.display()))
         .arg("-Wl,--gc-sections")

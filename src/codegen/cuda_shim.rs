@@ -24,8 +24,8 @@ pub const TCC_ERR_CUDA: (&str, i32, &str) =
 
 fn c_type(e: ElemType) -> &'static str {
     match e {
-        ElemType::F64 => "double",
-        ElemType::F32 => "float",
+        ElemType::F64 | ElemType::C128 => "double",
+        ElemType::F32 | ElemType::C64 => "float",
     }
 }
 

@@ -3,6 +3,7 @@
 //! ([`cabi`]). Running compiled code is [`crate::run::compiled`].
 
 pub mod cabi;
+pub mod cabi_complex;
 pub mod cuda;
 pub mod cuda_build;
 pub mod cuda_shim;

@@ -39,7 +39,10 @@ fn examples() -> Vec<(std::path::PathBuf, Hir)> {
         }
         let src = std::fs::read_to_string(&path).unwrap();
         let (hir, diags) = crate::compile(&src, "ex");
-        out.push((path.clone(), hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()))));
+        let hir = hir.unwrap_or_else(|| panic!("{}: {diags:?}", path.display()));
+        // Complex examples as their lowering (the real interpreter is the oracle here;
+        // the lowering itself is checked against the complex one in tests/complex.rs).
+        out.push((path.clone(), crate::tir::complex::lower(&hir).0));
     }
     assert!(out.len() >= 7);
     out

@@ -262,6 +262,8 @@ impl Analysis {
         // What `sema` decides: f64 unless written, and f32 for implicit model temporaries.
         let elem = match (t.elem, t.implicit) {
             (Some(ast::ElemKind::F32), _) | (None, true) => "f32",
+            (Some(ast::ElemKind::C64), _) => "c64",
+            (Some(ast::ElemKind::C128), _) => "c128",
             _ => "f64",
         };
         let dims: Vec<&ast::Ident> = t.dims.iter().flatten().collect();
@@ -299,7 +301,11 @@ impl Analysis {
             if sizes.iter().all(Option::is_some) {
                 let n = sizes.iter().flatten().try_fold(1u128, |a, &b| a.checked_mul(b));
                 if let Some(n) = n {
-                    let bytes = n.saturating_mul(if elem == "f32" { 4 } else { 8 });
+                    let bytes = n.saturating_mul(match elem {
+                        "f32" => 4,
+                        "c128" => 16,
+                        _ => 8,
+                    });
                     out.push_str(&format!("  \n{n} elements, {}", human_bytes(bytes as f64)));
                 }
             }
@@ -476,7 +482,7 @@ impl Analysis {
             }
         }
         if want == Want::ElemTypes {
-            for k in ["f32", "f64", "symmetric", "antisymmetric"] {
+            for k in ["f32", "f64", "c64", "c128", "symmetric", "antisymmetric"] {
                 push(k, lt::CompletionItemKind::KEYWORD, "keyword".to_string());
             }
         }
@@ -589,7 +595,7 @@ impl Analysis {
             use lexer::Tok::*;
             let ty = match t {
                 Comment(_) => TT_COMMENT,
-                F32 | F64 => TT_TYPE,
+                F32 | F64 | C64 | C128 => TT_TYPE,
                 Ident(_) => {
                     match self.index.occurrences.binary_search_by_key(&(*l, *r), |o| (o.span.start, o.span.end)) {
                         Ok(i) => {
@@ -685,7 +691,10 @@ fn tolerant_index(text: &str, stem: &str) -> (ast::File, Index) {
                 let tok = cur.get(sp.clone()).unwrap_or("");
                 tok == "}"
                     || (KEYWORDS.contains(&tok)
-                        && !matches!(tok, "f32" | "f64" | "symmetric" | "antisymmetric" | "over" | "as" | "on"))
+                        && !matches!(
+                            tok,
+                            "f32" | "f64" | "c64" | "c128" | "symmetric" | "antisymmetric" | "over" | "as" | "on"
+                        ))
             });
         let (at, insert) = match unterminated {
             Some(sp) => (sp.start.min(cur.len()), ";".to_string()),
@@ -773,7 +782,7 @@ pub fn semantic_legend() -> lt::SemanticTokensLegend {
 }
 
 /// The language's keywords (what the lexer reserves).
-pub const KEYWORDS: [&str; 21] = [
+pub const KEYWORDS: [&str; 23] = [
     "range",
     "index",
     "input",
@@ -795,6 +804,8 @@ pub const KEYWORDS: [&str; 21] = [
     "on",
     "f32",
     "f64",
+    "c64",
+    "c128",
 ];
 
 fn keyword_doc(t: &lexer::Tok) -> Option<&'static str> {
@@ -820,6 +831,8 @@ fn keyword_doc(t: &lexer::Tok) -> Option<&'static str> {
         On => "`on dim`: the model dimension a parallel strategy splits",
         F32 => "32-bit floating point",
         F64 => "64-bit floating point (the default)",
+        C64 => "complex of two 32-bit floats (numpy complex64)",
+        C128 => "complex of two 64-bit floats (numpy complex128, C double _Complex)",
         _ => return None,
     })
 }
@@ -836,6 +849,7 @@ fn func_doc(f: Func) -> &'static str {
         Func::Sigmoid => "1/(1+e⁻ˣ)",
         Func::Gelu => "GELU (tanh approximation)",
         Func::Silu => "x·sigmoid(x)",
+        Func::Conj => "complex conjugate (the identity on real values)",
     }
 }
 

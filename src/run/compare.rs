@@ -106,10 +106,10 @@ pub fn compare_outputs(
     let rounded: HashMap<TensorId, Dense> = want
         .iter()
         .map(|(&t, w)| match hir.tensors[t].elem {
-            ElemType::F32 => {
+            ElemType::F32 | ElemType::C64 => {
                 (t, Dense { shape: w.shape.clone(), data: w.data.iter().map(|&x| x as f32 as f64).collect() })
             }
-            ElemType::F64 => (t, w.clone()),
+            ElemType::F64 | ElemType::C128 => (t, w.clone()),
         })
         .collect();
     compare(got, &rounded, tolerance(hir, unit), |t| hir.tensors[t].name.clone())

@@ -23,6 +23,7 @@
 
 pub mod compare;
 pub mod compiled;
+pub mod complex;
 pub mod sizes;
 
 use crate::error::CommandError;
@@ -203,6 +204,7 @@ pub fn interp_error(e: InterpError) -> CommandError {
         InterpError::OutOfMemory(_) => out_of_memory(e.to_string()),
         InterpError::MissingInput { .. } | InterpError::ShapeMismatch { .. } => fail("E0707", e.to_string(), None),
         InterpError::SubscriptOutOfBounds { .. } => fail("E0749", e.to_string(), None),
+        InterpError::Unsupported(_) => fail("E0324", e.to_string(), None),
     }
 }
 

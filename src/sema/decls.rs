@@ -255,6 +255,8 @@ impl Ctx {
         let elem = match d.elem.as_ref().map(|e| e.kind) {
             Some(ast::ElemKind::F32) => hir::ElemType::F32,
             None | Some(ast::ElemKind::F64) => hir::ElemType::F64,
+            Some(ast::ElemKind::C64) => hir::ElemType::C64,
+            Some(ast::ElemKind::C128) => hir::ElemType::C128,
         };
         let names: &[ast::Ident] = d.dims.as_deref().unwrap_or(&[]);
         let mut dims = Vec::with_capacity(names.len());

@@ -114,6 +114,11 @@ impl Role {
 pub enum ElemType {
     F32,
     F64,
+    /// Complex of two `f32` (numpy `complex64`); lowered to pairs of `f32` tensors
+    /// by [`crate::tir::complex`] before the optimizer.
+    C64,
+    /// Complex of two `f64` (numpy `complex128`, C `double _Complex`).
+    C128,
 }
 
 impl ElemType {
@@ -121,12 +126,26 @@ impl ElemType {
         match self {
             ElemType::F32 => "f32",
             ElemType::F64 => "f64",
+            ElemType::C64 => "c64",
+            ElemType::C128 => "c128",
         }
     }
     pub fn size_bytes(self) -> usize {
         match self {
             ElemType::F32 => 4,
             ElemType::F64 => 8,
+            ElemType::C64 => 8,
+            ElemType::C128 => 16,
+        }
+    }
+    pub fn is_complex(self) -> bool {
+        matches!(self, ElemType::C64 | ElemType::C128)
+    }
+    /// The type of each of a complex element's two parts (a real type itself).
+    pub fn real_part(self) -> ElemType {
+        match self {
+            ElemType::F32 | ElemType::C64 => ElemType::F32,
+            ElemType::F64 | ElemType::C128 => ElemType::F64,
         }
     }
 }
@@ -279,10 +298,12 @@ pub enum Func {
     Sigmoid,
     Gelu,
     Silu,
+    /// Complex conjugate; the identity on real values.
+    Conj,
 }
 
 impl Func {
-    pub const ALL: [Func; 10] = [
+    pub const ALL: [Func; 11] = [
         Func::Exp,
         Func::Log,
         Func::Sqrt,
@@ -293,6 +314,7 @@ impl Func {
         Func::Sigmoid,
         Func::Gelu,
         Func::Silu,
+        Func::Conj,
     ];
 
     pub fn name(self) -> &'static str {
@@ -307,6 +329,7 @@ impl Func {
             Func::Sigmoid => "sigmoid",
             Func::Gelu => "gelu",
             Func::Silu => "silu",
+            Func::Conj => "conj",
         }
     }
 
@@ -327,6 +350,7 @@ impl Func {
             Func::Sigmoid => 1.0 / (1.0 + (-x).exp()),
             Func::Gelu => 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh()),
             Func::Silu => x / (1.0 + (-x).exp()),
+            Func::Conj => x,
         }
     }
 }

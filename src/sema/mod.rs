@@ -19,6 +19,7 @@ pub mod hir;
 pub mod sizes;
 
 mod affine;
+pub mod complex;
 mod decls;
 mod exprs;
 mod models;
@@ -39,6 +40,8 @@ pub fn analyze(file: &ast::File, file_stem: &str) -> (hir::Hir, Vec<Diagnostic>)
     let mut cx = Ctx::default();
     cx.file(file, file_stem);
     cx.unused_warnings();
+    let complex = complex::check(&cx.hir);
+    cx.diags.extend(complex);
     (cx.hir, cx.diags)
 }
 

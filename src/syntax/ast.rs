@@ -123,6 +123,10 @@ pub struct Role {
 pub enum ElemKind {
     F32,
     F64,
+    /// Complex of two `f32`.
+    C64,
+    /// Complex of two `f64`.
+    C128,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -57,6 +57,10 @@ pub enum Tok {
     F32,
     #[token("f64")]
     F64,
+    #[token("c64")]
+    C64,
+    #[token("c128")]
+    C128,
 
     #[regex(r"[A-Za-z_][A-Za-z0-9_]*", |lex| lex.slice().to_string())]
     Ident(String),
@@ -138,6 +142,8 @@ impl fmt::Display for Tok {
             Tok::On => "`on`",
             Tok::F32 => "`f32`",
             Tok::F64 => "`f64`",
+            Tok::C64 => "`c64`",
+            Tok::C128 => "`c128`",
             Tok::Ident(s) => return write!(f, "identifier `{s}`"),
             Tok::Int(s) => return write!(f, "integer `{s}`"),
             Tok::Real(s) => return write!(f, "number `{s}`"),

@@ -5,6 +5,7 @@
 //! See `book/src/optimizer.md` for the cost model.
 
 pub(crate) mod bits;
+pub mod complex;
 pub mod graph;
 pub mod materialize;
 pub mod opmin;

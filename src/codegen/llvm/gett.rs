@@ -152,8 +152,8 @@ impl<'ctx> Gen<'_, 'ctx> {
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
         let i64p = i64t.ptr_type(AddressSpace::default());
         let fname = match elem {
-            ElemType::F64 => "tcc_rt_gett_f64",
-            ElemType::F32 => "tcc_rt_gett_f32",
+            ElemType::F64 | ElemType::C128 => "tcc_rt_gett_f64",
+            ElemType::F32 | ElemType::C64 => "tcc_rt_gett_f32",
         };
         let f = self.declare(
             fname,
@@ -555,7 +555,7 @@ pub(super) struct GettDim {
 /// measured best for f64 on a 2 MB-L2 core), kc·nc of B in L3.
 pub(super) fn cache_blocks(elem: ElemType) -> (i64, i64, i64) {
     match elem {
-        ElemType::F64 => (256, 192, 4096),
-        ElemType::F32 => (512, 384, 4096),
+        ElemType::F64 | ElemType::C128 => (256, 192, 4096),
+        ElemType::F32 | ElemType::C64 => (512, 384, 4096),
     }
 }

@@ -542,8 +542,8 @@ pub fn jit_run_sized(
             v
         };
         storage.push(match elem {
-            ElemType::F64 => Storage::F64(data),
-            ElemType::F32 => {
+            ElemType::F64 | ElemType::C128 => Storage::F64(data),
+            ElemType::F32 | ElemType::C64 => {
                 let mut v = try_vec(&hir.tensors[t].name, n)?;
                 v.extend(data.iter().map(|&x| x as f32));
                 Storage::F32(v)
@@ -730,8 +730,8 @@ fn tensor_elements(hir: &Hir, runtime: &[RangeId], t: TensorId) -> Poly {
 impl<'a, 'ctx> Gen<'a, 'ctx> {
     fn ft(&self, e: ElemType) -> FloatType<'ctx> {
         match e {
-            ElemType::F64 => self.ctx.f64_type(),
-            ElemType::F32 => self.ctx.f32_type(),
+            ElemType::F64 | ElemType::C128 => self.ctx.f64_type(),
+            ElemType::F32 | ElemType::C64 => self.ctx.f32_type(),
         }
     }
     fn i64c(&self, v: u64) -> IntValue<'ctx> {

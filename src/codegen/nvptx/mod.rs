@@ -62,8 +62,8 @@ pub enum Elem {
 impl Elem {
     pub fn of(e: ElemType) -> Elem {
         match e {
-            ElemType::F32 => Elem::F32,
-            ElemType::F64 => Elem::F64,
+            ElemType::F32 | ElemType::C64 => Elem::F32,
+            ElemType::F64 | ElemType::C128 => Elem::F64,
         }
     }
     pub fn bytes(self) -> usize {

@@ -1,0 +1,335 @@
+//! `tcc run` of a program with complex tensors (`c64`, `c128`).
+//!
+//! The JIT (or the GPU, `--target cuda`) runs the program lowered to real pairs ([`crate::tir::complex`]); the
+//! interpreter (`--interp`, and the oracle of `--check`) runs the unlowered program
+//! with complex arithmetic ([`crate::interp_complex`]). Complex data crosses every
+//! interface interleaved: `.npy` files are `complex128` (`<c16`) or `complex64`
+//! (`<c8`); the split into the parts' arrays (and back) costs one pass over the data.
+//!
+//! The report has one line per output like real runs, with the sum and checksum
+//! printed as `(re, im)`: `norm2 = sqrt(Σ |z|²)`, `sum = Σ z`, `checksum = Σ z·(1 +
+//! (k mod 7))`. Error codes: E0324 a run mode that does not take complex programs
+//! (from `main`); E0325 a real array given for a complex tensor or the reverse.
+
+use super::compare::{compare, tolerance};
+use super::{fail, fmt_num, interp_error, plural, resolve_inputs, RunOptions, Summary};
+use crate::error::CommandError;
+use crate::interp::{self, round_to};
+use crate::interp_complex::{self as ci, CDense, C};
+use crate::npy;
+use crate::sema::hir::{ElemType, Hir, TensorId, UnitId, UnitKind};
+use crate::tensor::Dense;
+use crate::tir::complex::{lower, ComplexMap};
+use std::collections::HashMap;
+use std::io::Write;
+
+/// How the units of a complex program run.
+pub enum ComplexExec<'a> {
+    /// `--interp`: the complex interpreter.
+    Interp,
+    /// The lowered program, JIT-compiled.
+    Compiled(&'a super::compiled::CompiledRun),
+    /// The lowered program on the GPU (`--target cuda`).
+    Cuda(&'a crate::codegen::cuda::CudaRun),
+}
+
+/// `tcc run` of a complex program (see the module documentation).
+pub fn run_complex(
+    hir: &Hir,
+    opts: &RunOptions,
+    exec: ComplexExec<'_>,
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
+    let units = hir.select_units(opts.program.as_deref())?;
+    let (low, map) = lower(hir);
+    let loaded = load_inputs(hir, &units, opts)?;
+    if let Some(dir) = opts.output_dir.as_deref() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| fail("E0709", format!("cannot create the output directory `{}`: {e}", dir.display()), None))?;
+    }
+    for u in units {
+        let mut inputs: HashMap<TensorId, CDense> = HashMap::new();
+        for t in hir.unit_inputs(u) {
+            let v = match loaded.get(&t) {
+                Some(v) => v.clone(),
+                None => random_input(&low, &map, t, opts.seed)?,
+            };
+            inputs.insert(t, v);
+        }
+        let (outputs, extra) = match &exec {
+            ComplexExec::Interp => (ci::run_unit(hir, u, &inputs).map_err(interp_error)?, Vec::new()),
+            ComplexExec::Compiled(c) => compiled(hir, &low, &map, u, &inputs, c)?,
+            ComplexExec::Cuda(c) => cuda(hir, &low, &map, u, &inputs, c)?,
+        };
+        write_report(hir, u, &outputs, &extra, out)?;
+        if let Some(dir) = opts.output_dir.as_deref() {
+            let save = |t: TensorId, v: &CDense| {
+                let tensor = &hir.tensors[t];
+                let path = dir.join(format!("{}.npy", tensor.name));
+                let (d, elem) = to_interface(v, tensor.elem);
+                npy::write_file(&path, &d, elem).map_err(|e| fail("E0709", e.0, None))
+            };
+            if opts.save_inputs {
+                for t in hir.unit_inputs(u) {
+                    save(t, &inputs[&t])?;
+                }
+            }
+            let mut ids: Vec<&TensorId> = outputs.keys().collect();
+            ids.sort();
+            for t in ids {
+                save(*t, &outputs[t])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The random input of `t`: for a complex tensor, its lowered parts' random fills
+/// (so the JIT, given the parts, and the interpreter see the same values).
+fn random_input(low: &Hir, map: &ComplexMap, t: TensorId, seed: u64) -> Result<CDense, CommandError> {
+    let re = interp::fill_random(low, t, seed).map_err(interp_error)?;
+    let im = match map.parts(t) {
+        Some((_, im)) => Some(interp::fill_random(low, im, seed).map_err(interp_error)?),
+        None => None,
+    };
+    Ok(join(&re, im.as_ref()))
+}
+
+/// Complex values from their parts (`im` absent: a real tensor).
+fn join(re: &Dense, im: Option<&Dense>) -> CDense {
+    let data = match im {
+        Some(im) => re.data.iter().zip(&im.data).map(|(&r, &i)| C::new(r, i)).collect(),
+        None => re.data.iter().map(|&r| C::new(r, 0.0)).collect(),
+    };
+    CDense { shape: re.shape.clone(), data }
+}
+
+/// A value as an interface carries it: a complex one as a real array with a last
+/// dimension of 2, (re, im) interleaved, each part rounded to the part type.
+fn to_interface(v: &CDense, elem: ElemType) -> (Dense, ElemType) {
+    let part = elem.real_part();
+    if elem.is_complex() {
+        let mut shape = v.shape.clone();
+        shape.push(2);
+        let data = v.data.iter().flat_map(|z| [round_to(part, z.re), round_to(part, z.im)]).collect();
+        (Dense { shape, data }, elem)
+    } else {
+        (Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| round_to(part, z.re)).collect() }, elem)
+    }
+}
+
+/// What runs a lowered unit: its outputs (the parts' arrays) and report lines.
+type PartsExec<'a> =
+    dyn FnMut(&HashMap<TensorId, Dense>) -> Result<(HashMap<TensorId, Dense>, Vec<String>), CommandError> + 'a;
+
+/// Runs the lowered unit with the JIT: split the inputs, run, join the outputs;
+/// with `--check`, compare with the complex interpreter.
+fn compiled(
+    hir: &Hir,
+    low: &Hir,
+    map: &ComplexMap,
+    u: UnitId,
+    inputs: &HashMap<TensorId, CDense>,
+    c: &super::compiled::CompiledRun,
+) -> Result<(HashMap<TensorId, CDense>, Vec<String>), CommandError> {
+    lowered(hir, low, map, u, inputs, c.check, &mut |parts| {
+        let r = crate::codegen::llvm::jit_run(low, u, parts, &c.codegen, c.repeat.max(1)).map_err(|e| {
+            if e.is_out_of_memory() {
+                super::out_of_memory(e.0)
+            } else {
+                fail("E0712", e.0, None)
+            }
+        })?;
+        let gflops = if r.run_s > 0.0 { r.flops / r.run_s / 1e9 } else { 0.0 };
+        let line = format!(
+            "time = {:.6} s  ({gflops:.2} real GFLOP/s after lowering, {} threads; compile {:.3} s)",
+            r.run_s,
+            tcc_runtime::kernels::num_threads(),
+            r.compile_s
+        );
+        Ok((r.outputs, vec![line]))
+    })
+}
+
+/// Runs the lowered unit on the GPU (`--target cuda`): its plan and PTX from the
+/// lowered program, run like a real one; with `--check`, compared with the
+/// complex interpreter.
+fn cuda(
+    hir: &Hir,
+    low: &Hir,
+    map: &ComplexMap,
+    u: UnitId,
+    inputs: &HashMap<TensorId, CDense>,
+    c: &crate::codegen::cuda::CudaRun,
+) -> Result<(HashMap<TensorId, CDense>, Vec<String>), CommandError> {
+    lowered(hir, low, map, u, inputs, c.check, &mut |parts| {
+        let t0 = std::time::Instant::now();
+        let (plan, ptx) = crate::codegen::nvptx::ptx_for(low, &[u], &c.plan).map_err(|e| fail("E0712", e.0, None))?;
+        let compile_s = t0.elapsed().as_secs_f64();
+        let r = crate::codegen::cuda::run_plan(low, &plan, &ptx, 0, parts, c.repeat.max(1))?;
+        let tflops = if r.run_s > 0.0 { r.flops / r.run_s / 1e12 } else { 0.0 };
+        let line = format!(
+            "time = {:.3} ms  ({tflops:.3} real TFLOP/s after lowering on {}; compile {compile_s:.3} s)",
+            r.run_s * 1e3,
+            r.device
+        );
+        Ok((r.outputs, vec![line]))
+    })
+}
+
+/// Splits the inputs into their parts, runs `exec` on them, joins the outputs;
+/// with `check`, compares them with the complex interpreter.
+fn lowered(
+    hir: &Hir,
+    low: &Hir,
+    map: &ComplexMap,
+    u: UnitId,
+    inputs: &HashMap<TensorId, CDense>,
+    check: bool,
+    exec: &mut PartsExec<'_>,
+) -> Result<(HashMap<TensorId, CDense>, Vec<String>), CommandError> {
+    let mut parts: HashMap<TensorId, Dense> = HashMap::new();
+    for (&t, v) in inputs {
+        parts.insert(t, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.re).collect() });
+        if let Some((_, im)) = map.parts(t) {
+            parts.insert(im, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.im).collect() });
+        }
+    }
+    let (got, mut extra) = exec(&parts)?;
+    let mut outputs = HashMap::new();
+    for t in hir.unit_outputs(u) {
+        let re = got.get(&t).ok_or_else(|| fail("E0712", "internal: an output's real part is missing", None))?;
+        let im = match map.parts(t) {
+            Some((_, im)) => Some(
+                got.get(&im).ok_or_else(|| fail("E0712", "internal: an output's imaginary part is missing", None))?,
+            ),
+            None => None,
+        };
+        outputs.insert(t, join(re, im));
+    }
+    if check {
+        let want = ci::run_unit(hir, u, inputs).map_err(interp_error)?;
+        let flat = |m: &HashMap<TensorId, CDense>| -> HashMap<TensorId, Dense> {
+            m.iter().map(|(&t, v)| (t, to_interface(v, hir.tensors[t].elem).0)).collect()
+        };
+        let tol = tolerance(low, u);
+        match compare(&flat(&outputs), &flat(&want), tol, |t| hir.tensors[t].name.clone()) {
+            Ok(rel) => extra.push(format!(
+                "check: matches the complex interpreter (max relative difference {rel:.2e}, tolerance {tol:.0e})"
+            )),
+            Err(msg) => return Err(fail("E0713", format!("check failed: {msg}"), None)),
+        }
+    }
+    Ok((outputs, extra))
+}
+
+/// `--input` files: complex tensors take complex arrays, real ones real arrays.
+fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap<TensorId, CDense>, CommandError> {
+    let mut loaded = HashMap::new();
+    for (name, path, targets) in resolve_inputs(hir, units, opts)? {
+        let (value, file_elem) = npy::read_file(&path).map_err(|e| fail("E0706", e.0, None))?;
+        for t in targets {
+            let tensor = &hir.tensors[t];
+            if tensor.elem.is_complex() != file_elem.is_complex() {
+                let (want, got) = if tensor.elem.is_complex() { ("complex", "real") } else { ("real", "complex") };
+                return Err(fail(
+                    "E0325",
+                    format!(
+                        "`--input {name}={}`: `{name}` is {want} ({}) but the file holds a {got} array ({})",
+                        path.display(),
+                        tensor.elem.name(),
+                        file_elem.name()
+                    ),
+                    Some(if tensor.elem.is_complex() {
+                        "save it with numpy as complex: `np.save(f, a.astype(np.complex128))`".to_string()
+                    } else {
+                        "pass the real part (`a.real`) if that is what is meant".to_string()
+                    }),
+                ));
+            }
+            let mut expected = hir.shape(t);
+            if tensor.elem.is_complex() {
+                expected.push(2);
+            }
+            if value.shape != expected {
+                let mut shape = value.shape.clone();
+                if tensor.elem.is_complex() {
+                    shape.pop();
+                    expected.pop();
+                }
+                return Err(fail(
+                    "E0707",
+                    format!(
+                        "`--input {name}={}`: `{name}` has shape {expected:?} but the file holds an array of shape {shape:?}",
+                        path.display()
+                    ),
+                    None,
+                ));
+            }
+            let part = tensor.elem.real_part();
+            let data = if tensor.elem.is_complex() {
+                value.data.chunks_exact(2).map(|p| C::new(round_to(part, p[0]), round_to(part, p[1]))).collect()
+            } else {
+                value.data.iter().map(|&x| C::new(round_to(part, x), 0.0)).collect()
+            };
+            loaded.insert(t, CDense { shape: hir.shape(t), data });
+        }
+    }
+    Ok(loaded)
+}
+
+/// Summaries of a complex value: `sum` and `checksum` as (re, im).
+fn summaries(v: &CDense, elem: ElemType) -> (f64, (f64, f64), (f64, f64)) {
+    let (d, _) = to_interface(v, elem);
+    let (re, im): (Vec<f64>, Vec<f64>) = if elem.is_complex() {
+        d.data.chunks_exact(2).map(|p| (p[0], p[1])).unzip()
+    } else {
+        (d.data.clone(), vec![0.0; d.data.len()])
+    };
+    let (a, b) = (Summary::of(&re), Summary::of(&im));
+    ((a.norm2 * a.norm2 + b.norm2 * b.norm2).sqrt(), (a.sum, b.sum), (a.checksum, b.checksum))
+}
+
+fn write_report(
+    hir: &Hir,
+    u: UnitId,
+    outputs: &HashMap<TensorId, CDense>,
+    extra: &[String],
+    out: &mut dyn Write,
+) -> Result<(), CommandError> {
+    let report_err = |e: std::io::Error| fail("E0711", format!("cannot write the report: {e}"), None);
+    let unit = &hir.units[u];
+    let kind = match unit.kind {
+        UnitKind::Program => "program",
+        UnitKind::Model(_) => "model",
+    };
+    writeln!(out, "{kind} {} ({})", unit.name, plural(unit.stmts.len(), "statement")).map_err(report_err)?;
+    let rows: Vec<TensorId> = hir.unit_outputs(u).into_iter().filter(|t| outputs.contains_key(t)).collect();
+    if rows.is_empty() {
+        writeln!(out, "  (no outputs)").map_err(report_err)?;
+    }
+    let label = |t: TensorId| {
+        let shape = hir.shape(t).iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+        (hir.tensors[t].name.clone(), format!("{}[{shape}]", hir.tensors[t].elem.name()))
+    };
+    let labels: Vec<(String, String)> = rows.iter().map(|&t| label(t)).collect();
+    let w_name = labels.iter().map(|l| l.0.chars().count()).max().unwrap_or(0);
+    let w_ty = labels.iter().map(|l| l.1.len()).max().unwrap_or(0);
+    for (&t, (name, ty)) in rows.iter().zip(&labels) {
+        let (norm2, sum, check) = summaries(&outputs[&t], hir.tensors[t].elem);
+        writeln!(
+            out,
+            "  {name:<w_name$}  {ty:<w_ty$}  norm2 = {}  sum = ({}, {})  checksum = ({}, {})",
+            fmt_num(norm2),
+            fmt_num(sum.0),
+            fmt_num(sum.1),
+            fmt_num(check.0),
+            fmt_num(check.1)
+        )
+        .map_err(report_err)?;
+    }
+    for line in extra {
+        writeln!(out, "  {line}").map_err(report_err)?;
+    }
+    Ok(())
+}
