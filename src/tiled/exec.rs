@@ -921,19 +921,17 @@ fn prefetch_l2(p: *const f64, len: usize) {
     let _ = (p, len);
 }
 
-/// `c[l·sc] += alpha · a[l·sa]` over the box `ext`.
-///
-/// # Safety
-/// Every offset the strides reach is in bounds.
-unsafe fn strided_add(c: *mut f64, sc: &[isize], a: *const f64, sa: &[isize], ext: &[usize], alpha: f64) {
+/// Calls `f` with the offsets, along each of `strides`, of every point of the box
+/// `ext` in row-major order (nothing for an empty box; once for a scalar).
+fn strided_walk<const N: usize>(ext: &[usize], strides: [&[isize]; N], mut f: impl FnMut([isize; N])) {
     if ext.contains(&0) {
         return;
     }
     let n = ext.len();
     let mut l = vec![0usize; n];
-    let (mut oc, mut oa) = (0isize, 0isize);
+    let mut at = [0isize; N];
     loop {
-        *c.offset(oc) += alpha * *a.offset(oa);
+        f(at);
         let mut d = n;
         loop {
             if d == 0 {
@@ -941,16 +939,26 @@ unsafe fn strided_add(c: *mut f64, sc: &[isize], a: *const f64, sa: &[isize], ex
             }
             d -= 1;
             l[d] += 1;
-            oc += sc[d];
-            oa += sa[d];
+            for (o, s) in at.iter_mut().zip(&strides) {
+                *o += s[d];
+            }
             if l[d] < ext[d] {
                 break;
             }
-            oc -= sc[d] * ext[d] as isize;
-            oa -= sa[d] * ext[d] as isize;
+            for (o, s) in at.iter_mut().zip(&strides) {
+                *o -= s[d] * ext[d] as isize;
+            }
             l[d] = 0;
         }
     }
+}
+
+/// `c[l·sc] += alpha · a[l·sa]` over the box `ext`.
+///
+/// # Safety
+/// Every offset the strides reach is in bounds.
+unsafe fn strided_add(c: *mut f64, sc: &[isize], a: *const f64, sa: &[isize], ext: &[usize], alpha: f64) {
+    strided_walk(ext, [sc, sa], |[oc, oa]| *c.offset(oc) += alpha * *a.offset(oa));
 }
 
 /// `c[l·sc] += alpha · a[l·sa] · b[l·sb]` over the box `ext`.
@@ -965,33 +973,7 @@ unsafe fn strided_mul_add(
     ext: &[usize],
     alpha: f64,
 ) {
-    if ext.contains(&0) {
-        return;
-    }
-    let n = ext.len();
-    let mut l = vec![0usize; n];
-    let (mut oc, mut oa, mut ob) = (0isize, 0isize, 0isize);
-    loop {
-        *c.offset(oc) += alpha * *a.offset(oa) * *b.offset(ob);
-        let mut d = n;
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            l[d] += 1;
-            oc += sc[d];
-            oa += sa[d];
-            ob += sb[d];
-            if l[d] < ext[d] {
-                break;
-            }
-            oc -= sc[d] * ext[d] as isize;
-            oa -= sa[d] * ext[d] as isize;
-            ob -= sb[d] * ext[d] as isize;
-            l[d] = 0;
-        }
-    }
+    strided_walk(ext, [sc, sa, sb], |[oc, oa, ob]| *c.offset(oc) += alpha * *a.offset(oa) * *b.offset(ob));
 }
 
 /// The number of distinct orderings of each ordered group's tile tuple, or 0 when
