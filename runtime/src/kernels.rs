@@ -1004,8 +1004,13 @@ impl<T: Elem> Tile<'_, T> {
             (Some(rs), Some(cs)) if (rows == mr && cols == nr) || rs == 1 => {
                 if self.clear {
                     for j in 0..cols as isize {
-                        for i in 0..rows as isize {
-                            *c0.offset(i * rs + j * cs) = T::zero();
+                        if rs == 1 {
+                            // A column at once (vector stores, not one per element).
+                            std::ptr::write_bytes(c0.offset(j * cs), 0, rows);
+                        } else {
+                            for i in 0..rows as isize {
+                                *c0.offset(i * rs + j * cs) = T::zero();
+                            }
                         }
                     }
                 }
@@ -1064,10 +1069,12 @@ unsafe fn pack_panel<T: Elem>(
                     4 => return copy_lines::<T, 4>(dst, base, sk, kb),
                     6 => return copy_lines::<T, 6>(dst, base, sk, kb),
                     8 => return copy_lines::<T, 8>(dst, base, sk, kb),
+                    10 => return copy_lines::<T, 10>(dst, base, sk, kb),
                     12 => return copy_lines::<T, 12>(dst, base, sk, kb),
                     16 => return copy_lines::<T, 16>(dst, base, sk, kb),
                     24 => return copy_lines::<T, 24>(dst, base, sk, kb),
                     32 => return copy_lines::<T, 32>(dst, base, sk, kb),
+                    48 => return copy_lines::<T, 48>(dst, base, sk, kb),
                     _ => {}
                 }
             }
@@ -1086,8 +1093,10 @@ unsafe fn pack_panel<T: Elem>(
                     4 => return transpose_lines::<T, 4>(dst, base, so, kb),
                     6 => return transpose_lines::<T, 6>(dst, base, so, kb),
                     8 => return transpose_lines::<T, 8>(dst, base, so, kb),
+                    10 => return transpose_lines::<T, 10>(dst, base, so, kb),
                     12 => return transpose_lines::<T, 12>(dst, base, so, kb),
                     16 => return transpose_lines::<T, 16>(dst, base, so, kb),
+                    24 => return transpose_lines::<T, 24>(dst, base, so, kb),
                     _ => {}
                 }
             }
