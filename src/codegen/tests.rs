@@ -151,7 +151,8 @@ fn sums_into_few_elements_and_collapsed_loops_match() {
 
 #[test]
 fn emitted_ir_holds_the_vector_micro_kernel() {
-    let hir = einsum("ik,kj->ij", &[('i', 64), ('j', 64), ('k', 64)], ElemType::F64);
+    // 96 rows and columns: whole 16 x 12 tiles (the default one).
+    let hir = einsum("ik,kj->ij", &[('i', 96), ('j', 96), ('k', 64)], ElemType::F64);
     let ir = super::llvm::emit_llvm(
         &hir,
         &[UnitId::new(0)],
