@@ -1055,6 +1055,26 @@ unsafe fn pack_panel<T: Elem>(
     (koffs, sk): (&[isize], Option<isize>),
     width: usize,
 ) {
+    // `k` steps that are no progression as a whole (a `k` group of several
+    // dimensions, e.g. `c, k` of `A[a,k,c,j]`) usually are one piecewise: pack
+    // each maximal run on the fast paths below instead of through the tables.
+    if let (Some(_), None) = (so, sk) {
+        let mut s = 0;
+        while s < koffs.len() {
+            let mut e = s + 1;
+            if e < koffs.len() {
+                let d = koffs[e] - koffs[s];
+                while e + 1 < koffs.len() && koffs[e + 1] - koffs[e] == d {
+                    e += 1;
+                }
+                e += 1;
+            }
+            let run = &koffs[s..e];
+            pack_panel(dst.add(s * width), src, (offs, so), (run, step_of(run)), width);
+            s = e;
+        }
+        return;
+    }
     // Fast paths without offset tables: the panel's rows (or columns) contiguous —
     // one copy per k step — or k contiguous and the rows evenly spaced (a
     // transposing copy, read along k).
@@ -1534,19 +1554,26 @@ mod tests {
         // Rows contiguous (fixed-size copies) and k contiguous (2 × 2 transposes,
         // odd k count), full and partial panels, against the table-driven copy.
         let src: Vec<f64> = (0..4096).map(|x| x as f64).collect();
-        for width in [4usize, 6, 8, 12, 16, 5] {
+        // `k` steps in runs of `run` (a two-dimensional `k` group: runs `300` apart,
+        // no progression as a whole, so packed run by run) or one progression.
+        for width in [4usize, 6, 8, 10, 12, 16, 24, 5] {
             for rows in [width, width - 1] {
                 for kb in [1usize, 6, 7] {
                     for (so, sk) in [(1isize, 40isize), (40, 1)] {
-                        let offs: Vec<isize> = (0..rows as isize).map(|j| 3 + j * so).collect();
-                        let koffs: Vec<isize> = (0..kb as isize).map(|p| p * sk).collect();
-                        let mut fast = vec![f64::NAN; width * kb];
-                        let mut slow = vec![f64::NAN; width * kb];
-                        unsafe {
-                            pack_panel(fast.as_mut_ptr(), src.as_ptr(), (&offs, Some(so)), (&koffs, Some(sk)), width);
-                            pack_panel(slow.as_mut_ptr(), src.as_ptr(), (&offs, None), (&koffs, None), width);
+                        for run in [3usize, 5, kb] {
+                            let offs: Vec<isize> = (0..rows as isize).map(|j| 3 + j * so).collect();
+                            let koffs: Vec<isize> =
+                                (0..kb).map(|p| (p / run) as isize * 300 + (p % run) as isize * sk).collect();
+                            let step = step_of(&koffs);
+                            assert_eq!(step.is_some(), run >= kb || kb <= 1, "{koffs:?}");
+                            let mut fast = vec![f64::NAN; width * kb];
+                            let mut slow = vec![f64::NAN; width * kb];
+                            unsafe {
+                                pack_panel(fast.as_mut_ptr(), src.as_ptr(), (&offs, Some(so)), (&koffs, step), width);
+                                pack_panel(slow.as_mut_ptr(), src.as_ptr(), (&offs, None), (&koffs, None), width);
+                            }
+                            assert_eq!(fast, slow, "width {width} rows {rows} kb {kb} so {so} sk {sk} run {run}");
                         }
-                        assert_eq!(fast, slow, "width {width} rows {rows} kb {kb} so {so} sk {sk}");
                     }
                 }
             }
