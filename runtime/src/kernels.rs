@@ -604,6 +604,28 @@ fn blocking_overrides() -> [Option<i64>; 3] {
     })
 }
 
+/// This CPU's level-1 data cache in bytes (Linux sysfs; 32 KiB where unknown).
+fn l1d_bytes() -> usize {
+    static L1D: OnceLock<usize> = OnceLock::new();
+    *L1D.get_or_init(|| {
+        let read = |i: usize, f: &str| {
+            std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu0/cache/index{i}/{f}")).ok()
+        };
+        (0..4)
+            .find_map(|i| {
+                let (level, kind) = (read(i, "level")?, read(i, "type")?);
+                if level.trim() != "1" || kind.trim() != "Data" {
+                    return None;
+                }
+                let size = read(i, "size")?;
+                let size = size.trim();
+                let kib = size.strip_suffix('K').unwrap_or(size).parse::<usize>().ok()?;
+                (kib >= 8).then_some(kib * 1024)
+            })
+            .unwrap_or(32 * 1024)
+    })
+}
+
 /// [`gett`] on the calling thread only: for tile tasks that are themselves run in
 /// parallel (one GETT per task), where the pool's threads would only contend.
 ///
@@ -709,8 +731,15 @@ unsafe fn gett_tables<T: Elem>(
     let (m, n, k, nbatch) = (t.ma.len(), t.nb.len(), t.ka.len(), t.ba.len());
     // Tuning overrides of the compiler's blocking (experiments only).
     let [kc, mc, nc] = blocking_overrides();
-    let params =
-        GettParams { kc: kc.unwrap_or(params.kc), mc: mc.unwrap_or(params.mc), nc: nc.unwrap_or(params.nc), ..params };
+    // The compiler's `kc` is an upper bound: a `kc × nr` sliver of B stays
+    // within most of this core's L1 (the compiler does not know its size).
+    let l1_kc = (l1d_bytes() * 4 / 5 / (params.nr.max(1) as usize * std::mem::size_of::<T>())).max(64) as i64 & !7;
+    let params = GettParams {
+        kc: kc.unwrap_or(params.kc.min(l1_kc)),
+        mc: mc.unwrap_or(params.mc),
+        nc: nc.unwrap_or(params.nc),
+        ..params
+    };
     let mr = params.mr.max(1) as usize;
     let nr = params.nr.max(1) as usize;
     assert!(mr * nr <= 512, "micro-tile {mr}x{nr} larger than the kernel's tile buffer");
@@ -1017,24 +1046,56 @@ impl<T: Elem> Tile<'_, T> {
                 uk(self.kb as i64, self.apanel, self.bpanel, c0, rs as i64, cs as i64, alpha, rows as i64, cols as i64)
             }
             _ => {
+                // The C tile is read after the kernel (not by it, as on the
+                // direct path, which prefetches it): fetch its lines meanwhile.
+                for &no in self.noffs {
+                    for (i, &mo) in self.moffs.iter().enumerate() {
+                        if i % 8 == 0 || i + 1 == rows {
+                            prefetch_write(self.c.offset(mo + no));
+                        }
+                    }
+                }
                 for x in 0..mr * nr {
                     *tbuf.add(x) = T::zero();
                 }
                 uk(self.kb as i64, self.apanel, self.bpanel, tbuf, 1, mr as i64, alpha, mr as i64, nr as i64);
-                for (j, &no) in self.noffs.iter().enumerate() {
-                    for (i, &mo) in self.moffs.iter().enumerate() {
-                        let dst = self.c.offset(mo + no);
-                        let v = *tbuf.add(j * mr + i);
+                // Rows in runs of consecutive elements of C (a tile straddling two
+                // dimensions of the row group has two or three): one slice per
+                // run and column, not an offset lookup per element.
+                let mut i0 = 0;
+                while i0 < rows {
+                    let mut i1 = i0 + 1;
+                    while i1 < rows && self.moffs[i1] == self.moffs[i1 - 1] + 1 {
+                        i1 += 1;
+                    }
+                    for (j, &no) in self.noffs.iter().enumerate() {
+                        let dst = std::slice::from_raw_parts_mut(self.c.offset(self.moffs[i0] + no), i1 - i0);
+                        let src = std::slice::from_raw_parts(tbuf.add(j * mr + i0), i1 - i0);
                         if self.clear {
-                            *dst = v;
+                            dst.copy_from_slice(src);
                         } else {
-                            *dst += v;
+                            for (d, &v) in dst.iter_mut().zip(src) {
+                                *d += v;
+                            }
                         }
                     }
+                    i0 = i1;
                 }
             }
         }
     }
+}
+
+/// A hint to fetch the cache line at `p` for writing (nothing off x86-64).
+#[inline(always)]
+fn prefetch_write<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 struct Params {

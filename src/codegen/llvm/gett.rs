@@ -54,11 +54,15 @@ impl<'ctx> Gen<'_, 'ctx> {
             return None;
         }
         // Within a group: larger strides first (the last index varies fastest).
+        // In the `k` group, an index of stride 1 in A or B goes last (smaller
+        // of its two strides first, then the larger): then that operand's panels
+        // are packed by the transposing copy along `k` even when its rows are
+        // not contiguous (W_mbej's `B[a,e,i,m]`, rows `a, i` and `k = e, m`).
         let mut rows: Vec<([i64; 5], [Poly; 4])> = dims.into_iter().zip(polys).collect();
         rows.sort_by_key(|(d, _)| {
             let s = match d[0] {
-                0..=2 => d[4],
-                _ => d[2].max(d[3]),
+                0..=2 => (d[4], 0),
+                _ => (d[2].min(d[3]), d[2].max(d[3])),
             };
             (d[0], std::cmp::Reverse(s))
         });
@@ -138,6 +142,10 @@ impl<'ctx> Gen<'_, 'ctx> {
             }
         };
         let (kc, mc, nc) = cache_blocks(elem);
+        // A deeper `k` block halves the passes over C (each reads and writes the
+        // C tile): measured 4-10 % faster on 2500³ and 6400×900×6400 f64 GETTs
+        // on a 48 KiB-L1 core. The runtime lowers it to what its L1 holds.
+        let kc = if elem == ElemType::F64 { 2 * kc } else { kc };
         let params = [uk.mr as i64, uk.nr as i64, mc, nc, kc];
         let name = self.name("gett.params");
         let g_par = self.module.add_global(arr_t, None, &name);
