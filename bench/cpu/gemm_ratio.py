@@ -42,25 +42,28 @@ CASES = [
     ("W_mbej mbej,aeim->abij", "mbej,aeim->abij", dict(a=V, b=V, e=V, i=O, j=O, m=O), "gemm"),
     ("TN aibj,bjck->acik", "aibj,bjck->acik", dict(a=50, b=50, c=50, i=50, j=50, k=50), "gemm"),
     ("CCSD ladder abcd,cdij->abij", "abcd,cdij->abij", dict(a=80, b=80, c=80, d=80, i=30, j=30), "gemm"),
-    ("sd_t_d1_1 (n=16)", "", None, "short"),
+    ("sd_t_d1_1 (n=16)", "", 0, "short"),
+    ("sd_t_d1_2 (n=16)", "", 1, "short"),
+    ("sd_t_d2_1 (n=16)", "", 9, "short"),
+    ("sd_t_d2_5 (n=16)", "", 13, "short"),
     ("Fock ki,abkj->abij (o=24)", "ki,abkj->abij", dict(a=V, b=V, i=O, j=O, k=O), "short"),
     ("ring o=24 stride-1 j kbcj,acik->abij", "kbcj,acik->abij", dict(a=V, b=V, c=V, i=O, j=O, k=O), "short"),
 ]
 
 
-def triples():
-    """sd_t_d1_1 of bench/gpu/cc_suite.py at n=16."""
+def triples(k):
+    """Case `k` of bench/gpu/cc_suite.py (a triples kernel) with every extent 16."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "gpu"))
     import cc_suite
-    name, _, spec, sizes = cc_suite.suite()[0]
-    return spec, sizes
+    name, _, spec, sizes = cc_suite.suite()[k]
+    return spec, {c: 16 for c in sizes}
 
 
 def cases():
     out = []
     for name, spec, sizes, kind in CASES:
-        if sizes is None:
-            spec, sizes = triples()
+        if isinstance(sizes, int):
+            spec, sizes = triples(sizes)
         out.append((name, spec, sizes, kind))
     return out
 
@@ -101,12 +104,15 @@ def run(args):
     rng = np.random.default_rng(7)
 
     def best(f, inner):
-        t = float("inf")
+        # Wall time, and the process's CPU time (all threads): the second does not
+        # count time other processes took the cores, so it shows the kernels'
+        # efficiency on a loaded machine (a thread waiting asleep is not counted).
+        t, c = float("inf"), float("inf")
         for _ in range(inner):
-            s = time.perf_counter()
+            s, sc = time.perf_counter(), time.process_time()
             f()
-            t = min(t, time.perf_counter() - s)
-        return t
+            t, c = min(t, time.perf_counter() - s), min(c, time.process_time() - sc)
+        return t, c
 
     rows = []
     with threadpool_limits(args.threads):
@@ -137,33 +143,38 @@ def run(args):
                 g()
             ref = np.einsum(spec, *ops, optimize=True)
             err = float(np.max(np.abs(res - ref)) / max(np.max(np.abs(ref)), 1e-300))
-            load = open("/proc/loadavg").read().split()[0]
+            load = " / ".join(open("/proc/loadavg").read().split()[:2])
             rounds = []
             for _ in range(args.rounds):
                 r = {}
                 for key, g in calls.items():
-                    time.sleep(0.05)
-                    r[key] = best(g, args.inner)
+                    # OpenBLAS's threads spin for a while after a call.
+                    time.sleep(0.2)
+                    r[key], r[key + "_cpu"] = best(g, args.inner)
                 rounds.append(r)
+            load += " → " + open("/proc/loadavg").read().split()[0]
             vs_dgemm = [r["dgemm"] / r["tcc"] for r in rounds]
             vs_einsum = [r["tcc"] / r["einsum"] for r in rounds]
             vs_best = [r["tcc"] / min(r["einsum"], r["oe"]) for r in rounds]
+            cpu_vs_dgemm = [r["dgemm_cpu"] / r["tcc_cpu"] for r in rounds]
             row = dict(name=c["name"], spec=spec, kind=c["kind"], mnk=(m, n, k, batch), load=load, err=err,
                        gf_tcc=flops / min(r["tcc"] for r in rounds) / 1e9,
                        gf_dgemm=flops / min(r["dgemm"] for r in rounds) / 1e9,
-                       vs_dgemm=vs_dgemm, vs_einsum=vs_einsum, vs_best=vs_best)
+                       vs_dgemm=vs_dgemm, vs_einsum=vs_einsum, vs_best=vs_best, cpu_vs_dgemm=cpu_vs_dgemm)
             rows.append(row)
             print(f"{c['name']:40s} load {load} tcc {row['gf_tcc']:6.1f} dgemm {row['gf_dgemm']:6.1f} GF/s | "
                   f"tcc/dgemm rate {' '.join(f'{x:.2f}' for x in vs_dgemm)} | t/einsum "
                   f"{' '.join(f'{x:.2f}' for x in vs_einsum)} | t/best {' '.join(f'{x:.2f}' for x in vs_best)} "
+                  f"| cpu-time rate/dgemm {' '.join(f'{x:.2f}' for x in cpu_vs_dgemm)} "
                   f"| err {err:.1e}", file=sys.stderr, flush=True)
     lines = [
         f"Threads {args.threads}; {args.rounds} rounds, best of {args.inner} calls each per round; "
         f"numpy {np.__version__}, opt_einsum {opt_einsum.__version__}.",
         "",
         "| case | spec | m×n×k (batch) | load | tcc GF/s | dgemm GF/s | tcc rate / dgemm, median (worst) | "
-        "tcc time / einsum, median (worst) | tcc time / best peer, median (worst) | rel. err |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "tcc time / einsum, median (worst) | tcc time / best peer, median (worst) | "
+        "CPU-time rate / dgemm, median (worst) | rel. err |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         m, n, k, b = r["mnk"]
@@ -171,7 +182,8 @@ def run(args):
             f"| {r['name']} | `{r['spec']}` | {m}×{n}×{k}" + (f" ({b})" if b > 1 else "") + f" | {r['load']} | "
             f"{r['gf_tcc']:.1f} | {r['gf_dgemm']:.1f} | {statistics.median(r['vs_dgemm']):.2f} ({min(r['vs_dgemm']):.2f}) | "
             f"{statistics.median(r['vs_einsum']):.2f} ({max(r['vs_einsum']):.2f}) | "
-            f"{statistics.median(r['vs_best']):.2f} ({max(r['vs_best']):.2f}) | {r['err']:.0e} |")
+            f"{statistics.median(r['vs_best']):.2f} ({max(r['vs_best']):.2f}) | "
+            f"{statistics.median(r['cpu_vs_dgemm']):.2f} ({min(r['cpu_vs_dgemm']):.2f}) | {r['err']:.0e} |")
     print("\n".join(lines))
     if any(r["err"] > 1e-9 for r in rows):
         sys.exit(1)

@@ -178,7 +178,8 @@ fn emitted_ir_holds_the_vector_micro_kernel() {
 /// cross the inner dimension), with and without the output overwritten.
 #[test]
 fn gett_tiles_shaped_to_the_extents_match_the_interpreter() {
-    let cases: &[(&str, &[(char, usize)], &str)] = &[
+    type Case<'a> = (&'a str, &'a [(char, usize)], &'a str);
+    let cases: &[Case] = &[
         // m = (a, j): j = 24 stride-1 in C and A.
         ("akcj,cbik->abij", &[('a', 3), ('b', 5), ('c', 7), ('i', 24), ('j', 24), ('k', 3)], "tcc_uk_f64_24x8"),
         // C[i, j], j = 100 contiguous is the row group; 30 columns: 10 wide.
@@ -192,13 +193,18 @@ fn gett_tiles_shaped_to_the_extents_match_the_interpreter() {
     for (spec, sizes, kernel) in cases {
         let hir = einsum(spec, sizes, ElemType::F64);
         let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &avx512).unwrap();
-        assert!(ir.contains(kernel), "{spec}: expected {kernel}:\n{}", ir.lines().filter(|l| l.contains("tcc_uk")).collect::<Vec<_>>().join("\n"));
+        assert!(
+            ir.contains(kernel),
+            "{spec}: expected {kernel}:\n{}",
+            ir.lines().filter(|l| l.contains("tcc_uk")).collect::<Vec<_>>().join("\n")
+        );
         for opts in [Options::default(), Options { gemm_min: Some(1.0), ..Options::default() }] {
             check_unit(&hir, UnitId::new(0), 3, &opts).unwrap_or_else(|e| panic!("{spec}: {e}"));
             // Other sizes than the tile was chosen for.
             let other: Vec<(RangeId, usize)> =
                 hir.ranges.ids().enumerate().map(|(x, r)| (r, [1usize, 7, 25, 13, 31, 9][x % 6])).collect();
-            check_unit_sized(&hir, UnitId::new(0), &other, 4, &opts).unwrap_or_else(|e| panic!("{spec} {other:?}: {e}"));
+            check_unit_sized(&hir, UnitId::new(0), &other, 4, &opts)
+                .unwrap_or_else(|e| panic!("{spec} {other:?}: {e}"));
         }
     }
 }

@@ -225,7 +225,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         let regs = if self.bits == 512 { 32 } else { 16 };
         let group = |kind: i64| -> (u64, u64) {
             let sizes: Vec<u64> =
-                dims.iter().filter(|d| d.kind == kind).map(|d| d.size.assumed(self.hir).max(1) as u64).collect();
+                dims.iter().filter(|d| d.kind == kind).map(|d| d.size.assumed(self.hir).max(1)).collect();
             // Rows are sorted by decreasing stride in C: the last is the innermost.
             (sizes.iter().product(), sizes.last().copied().unwrap_or(1))
         };
