@@ -1136,6 +1136,37 @@ unsafe fn pack_panel<T: Elem>(
         }
         return;
     }
+    // Rows that are no progression but runs of consecutive elements (a sliver
+    // straddling two dimensions of its group, e.g. extent 50 under 16-row
+    // slivers): one short copy per run and `k` step instead of a table lookup
+    // per element.
+    if let (None, Some(sk), Some(&k0)) = (so, sk, koffs.first()) {
+        let (rows, kb) = (offs.len(), koffs.len());
+        let runs = 1 + offs.windows(2).filter(|w| w[1] != w[0] + 1).count();
+        if rows > 1 && runs <= 4 {
+            let mut j0 = 0;
+            while j0 < rows {
+                let mut j1 = j0 + 1;
+                while j1 < rows && offs[j1] == offs[j1 - 1] + 1 {
+                    j1 += 1;
+                }
+                let base = src.offset(offs[j0] + k0);
+                for pp in 0..kb {
+                    let (from, to) = (base.offset(pp as isize * sk), dst.add(pp * width + j0));
+                    for x in 0..j1 - j0 {
+                        *to.add(x) = *from.add(x);
+                    }
+                }
+                j0 = j1;
+            }
+            for pp in 0..kb {
+                for j in rows..width {
+                    *dst.add(pp * width + j) = T::zero();
+                }
+            }
+            return;
+        }
+    }
     // Fast paths without offset tables: the panel's rows (or columns) contiguous —
     // one copy per k step — or k contiguous and the rows evenly spaced (a
     // transposing copy, read along k).
@@ -1614,7 +1645,7 @@ mod tests {
     fn pack_panel_fast_paths_match_the_offset_tables() {
         // Rows contiguous (fixed-size copies) and k contiguous (2 × 2 transposes,
         // odd k count), full and partial panels, against the table-driven copy.
-        let src: Vec<f64> = (0..4096).map(|x| x as f64).collect();
+        let src: Vec<f64> = (0..16384).map(|x| x as f64).collect();
         // `k` steps in runs of `run` (a two-dimensional `k` group: runs `300` apart,
         // no progression as a whole, so packed run by run) or one progression.
         for width in [4usize, 6, 8, 10, 12, 16, 24, 5] {
@@ -1634,6 +1665,19 @@ mod tests {
                                 pack_panel(slow.as_mut_ptr(), src.as_ptr(), (&offs, None), (&koffs, None), width);
                             }
                             assert_eq!(fast, slow, "width {width} rows {rows} kb {kb} so {so} sk {sk} run {run}");
+                            // Rows in runs of consecutive elements (`run` long,
+                            // 200 apart), `k` a progression.
+                            let offs: Vec<isize> =
+                                (0..rows).map(|j| 3 + (j / run) as isize * 200 + (j % run) as isize).collect();
+                            let koffs: Vec<isize> = (0..kb as isize).map(|p| p * sk * 7).collect();
+                            let mut fast = vec![f64::NAN; width * kb];
+                            let mut slow = vec![f64::NAN; width * kb];
+                            unsafe {
+                                let so = step_of(&offs);
+                                pack_panel(fast.as_mut_ptr(), src.as_ptr(), (&offs, so), (&koffs, Some(sk * 7)), width);
+                                pack_panel(slow.as_mut_ptr(), src.as_ptr(), (&offs, None), (&koffs, None), width);
+                            }
+                            assert_eq!(fast, slow, "row runs: width {width} rows {rows} kb {kb} sk {sk} run {run}");
                         }
                     }
                 }
