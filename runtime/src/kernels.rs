@@ -994,6 +994,28 @@ impl<T: Elem> PrivateA<T> {
             let mis = (base as usize) % 64;
             (if mis == 0 { base } else { base.add(64 - mis) }) as *mut T
         });
+        // Rows contiguous across the whole block and `k` a progression: read
+        // the block a `k` step at a time (one run of `mc` elements, which the
+        // hardware prefetcher follows), each run dealt out to the slivers —
+        // sliver by sliver, each `k` step would touch a line or two of a row
+        // far from the last (measured a fifth of a 1444×100×1444 GEMM's time).
+        let rows_all = slivers.end.min(m.div_ceil(mr)) * mr;
+        let block = slivers.start * mr..rows_all.min(m);
+        if let ((offs, Some(1)), (koffs, Some(sk))) =
+            (span(&t.ma, t.s_ma, block.clone()), span(&t.ka, t.s_ka, ks.clone()))
+        {
+            if offs.len() > 1 && !koffs.is_empty() && block.len() % mr == 0 {
+                let base = a.offset(offs[0] + koffs[0]);
+                let nsl = block.len() / mr;
+                for pp in 0..kb {
+                    let line = base.offset(pp as isize * sk);
+                    for x in 0..nsl {
+                        std::ptr::copy_nonoverlapping(line.add(x * mr), start.add(x * mr * kb + pp * mr), mr);
+                    }
+                }
+                return PrivateA { start };
+            }
+        }
         for (x, si) in slivers.enumerate() {
             let rows = mr.min(m - si * mr);
             pack_panel(
@@ -1586,6 +1608,8 @@ mod tests {
         // enough for the multi-threaded paths, planned for 2 threads: row blocks of
         // 8 (each task packs its own A), few rows and many columns (tasks pack their
         // own B slivers), few rows and few columns (A packed once, columns split).
+        // A's rows are contiguous: whole blocks of them are packed a `k` step at a
+        // time (`PrivateA::pack`), the partial last sliver by `pack_panel`.
         for (m, n, k, mc) in [(131usize, 71usize, 121usize, 8i64), (131, 71, 121, 400), (400, 20, 130, 500)] {
             let a: Vec<f64> = (0..k * m).map(|x| (x as f64 * 0.13).sin()).collect();
             let b: Vec<f64> = (0..n * k).map(|x| (x as f64 * 0.29).cos()).collect();
