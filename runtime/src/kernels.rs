@@ -604,6 +604,28 @@ fn blocking_overrides() -> [Option<i64>; 3] {
     })
 }
 
+/// This CPU's level-1 data cache in bytes (Linux sysfs; 32 KiB where unknown).
+fn l1d_bytes() -> usize {
+    static L1D: OnceLock<usize> = OnceLock::new();
+    *L1D.get_or_init(|| {
+        let read = |i: usize, f: &str| {
+            std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu0/cache/index{i}/{f}")).ok()
+        };
+        (0..4)
+            .find_map(|i| {
+                let (level, kind) = (read(i, "level")?, read(i, "type")?);
+                if level.trim() != "1" || kind.trim() != "Data" {
+                    return None;
+                }
+                let size = read(i, "size")?;
+                let size = size.trim();
+                let kib = size.strip_suffix('K').unwrap_or(size).parse::<usize>().ok()?;
+                (kib >= 8).then_some(kib * 1024)
+            })
+            .unwrap_or(32 * 1024)
+    })
+}
+
 /// [`gett`] on the calling thread only: for tile tasks that are themselves run in
 /// parallel (one GETT per task), where the pool's threads would only contend.
 ///
@@ -709,8 +731,15 @@ unsafe fn gett_tables<T: Elem>(
     let (m, n, k, nbatch) = (t.ma.len(), t.nb.len(), t.ka.len(), t.ba.len());
     // Tuning overrides of the compiler's blocking (experiments only).
     let [kc, mc, nc] = blocking_overrides();
-    let params =
-        GettParams { kc: kc.unwrap_or(params.kc), mc: mc.unwrap_or(params.mc), nc: nc.unwrap_or(params.nc), ..params };
+    // The compiler's `kc` is an upper bound: a `kc × nr` sliver of B stays
+    // within most of this core's L1 (the compiler does not know its size).
+    let l1_kc = (l1d_bytes() * 4 / 5 / (params.nr.max(1) as usize * std::mem::size_of::<T>())).max(64) as i64 & !7;
+    let params = GettParams {
+        kc: kc.unwrap_or(params.kc.min(l1_kc)),
+        mc: mc.unwrap_or(params.mc),
+        nc: nc.unwrap_or(params.nc),
+        ..params
+    };
     let mr = params.mr.max(1) as usize;
     let nr = params.nr.max(1) as usize;
     assert!(mr * nr <= 512, "micro-tile {mr}x{nr} larger than the kernel's tile buffer");
@@ -965,6 +994,28 @@ impl<T: Elem> PrivateA<T> {
             let mis = (base as usize) % 64;
             (if mis == 0 { base } else { base.add(64 - mis) }) as *mut T
         });
+        // Rows contiguous across the whole block and `k` a progression: read
+        // the block a `k` step at a time (one run of `mc` elements, which the
+        // hardware prefetcher follows), each run dealt out to the slivers —
+        // sliver by sliver, each `k` step would touch a line or two of a row
+        // far from the last (measured a fifth of a 1444×100×1444 GEMM's time).
+        let rows_all = slivers.end.min(m.div_ceil(mr)) * mr;
+        let block = slivers.start * mr..rows_all.min(m);
+        if let ((offs, Some(1)), (koffs, Some(sk))) =
+            (span(&t.ma, t.s_ma, block.clone()), span(&t.ka, t.s_ka, ks.clone()))
+        {
+            if offs.len() > 1 && !koffs.is_empty() && block.len() % mr == 0 {
+                let base = a.offset(offs[0] + koffs[0]);
+                let nsl = block.len() / mr;
+                for pp in 0..kb {
+                    let line = base.offset(pp as isize * sk);
+                    for x in 0..nsl {
+                        std::ptr::copy_nonoverlapping(line.add(x * mr), start.add(x * mr * kb + pp * mr), mr);
+                    }
+                }
+                return PrivateA { start };
+            }
+        }
         for (x, si) in slivers.enumerate() {
             let rows = mr.min(m - si * mr);
             pack_panel(
@@ -1004,32 +1055,69 @@ impl<T: Elem> Tile<'_, T> {
             (Some(rs), Some(cs)) if (rows == mr && cols == nr) || rs == 1 => {
                 if self.clear {
                     for j in 0..cols as isize {
-                        for i in 0..rows as isize {
-                            *c0.offset(i * rs + j * cs) = T::zero();
+                        if rs == 1 {
+                            // A column at once (vector stores, not one per element).
+                            std::ptr::write_bytes(c0.offset(j * cs), 0, rows);
+                        } else {
+                            for i in 0..rows as isize {
+                                *c0.offset(i * rs + j * cs) = T::zero();
+                            }
                         }
                     }
                 }
                 uk(self.kb as i64, self.apanel, self.bpanel, c0, rs as i64, cs as i64, alpha, rows as i64, cols as i64)
             }
             _ => {
+                // The C tile is read after the kernel (not by it, as on the
+                // direct path, which prefetches it): fetch its lines meanwhile.
+                for &no in self.noffs {
+                    for (i, &mo) in self.moffs.iter().enumerate() {
+                        if i % 8 == 0 || i + 1 == rows {
+                            prefetch_write(self.c.offset(mo + no));
+                        }
+                    }
+                }
                 for x in 0..mr * nr {
                     *tbuf.add(x) = T::zero();
                 }
                 uk(self.kb as i64, self.apanel, self.bpanel, tbuf, 1, mr as i64, alpha, mr as i64, nr as i64);
-                for (j, &no) in self.noffs.iter().enumerate() {
-                    for (i, &mo) in self.moffs.iter().enumerate() {
-                        let dst = self.c.offset(mo + no);
-                        let v = *tbuf.add(j * mr + i);
+                // Rows in runs of consecutive elements of C (a tile straddling two
+                // dimensions of the row group has two or three): one slice per
+                // run and column, not an offset lookup per element.
+                let mut i0 = 0;
+                while i0 < rows {
+                    let mut i1 = i0 + 1;
+                    while i1 < rows && self.moffs[i1] == self.moffs[i1 - 1] + 1 {
+                        i1 += 1;
+                    }
+                    for (j, &no) in self.noffs.iter().enumerate() {
+                        let dst = std::slice::from_raw_parts_mut(self.c.offset(self.moffs[i0] + no), i1 - i0);
+                        let src = std::slice::from_raw_parts(tbuf.add(j * mr + i0), i1 - i0);
                         if self.clear {
-                            *dst = v;
+                            dst.copy_from_slice(src);
                         } else {
-                            *dst += v;
+                            for (d, &v) in dst.iter_mut().zip(src) {
+                                *d += v;
+                            }
                         }
                     }
+                    i0 = i1;
                 }
             }
         }
     }
+}
+
+/// A hint to fetch the cache line at `p` for writing (nothing off x86-64).
+#[inline(always)]
+fn prefetch_write<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 struct Params {
@@ -1050,6 +1138,57 @@ unsafe fn pack_panel<T: Elem>(
     (koffs, sk): (&[isize], Option<isize>),
     width: usize,
 ) {
+    // `k` steps that are no progression as a whole (a `k` group of several
+    // dimensions, e.g. `c, k` of `A[a,k,c,j]`) usually are one piecewise: pack
+    // each maximal run on the fast paths below instead of through the tables.
+    if let (Some(_), None) = (so, sk) {
+        let mut s = 0;
+        while s < koffs.len() {
+            let mut e = s + 1;
+            if e < koffs.len() {
+                let d = koffs[e] - koffs[s];
+                while e + 1 < koffs.len() && koffs[e + 1] - koffs[e] == d {
+                    e += 1;
+                }
+                e += 1;
+            }
+            let run = &koffs[s..e];
+            pack_panel(dst.add(s * width), src, (offs, so), (run, step_of(run)), width);
+            s = e;
+        }
+        return;
+    }
+    // Rows that are no progression but runs of consecutive elements (a sliver
+    // straddling two dimensions of its group, e.g. extent 50 under 16-row
+    // slivers): one short copy per run and `k` step instead of a table lookup
+    // per element.
+    if let (None, Some(sk), Some(&k0)) = (so, sk, koffs.first()) {
+        let (rows, kb) = (offs.len(), koffs.len());
+        let runs = 1 + offs.windows(2).filter(|w| w[1] != w[0] + 1).count();
+        if rows > 1 && runs <= 4 {
+            let mut j0 = 0;
+            while j0 < rows {
+                let mut j1 = j0 + 1;
+                while j1 < rows && offs[j1] == offs[j1 - 1] + 1 {
+                    j1 += 1;
+                }
+                let base = src.offset(offs[j0] + k0);
+                for pp in 0..kb {
+                    let (from, to) = (base.offset(pp as isize * sk), dst.add(pp * width + j0));
+                    for x in 0..j1 - j0 {
+                        *to.add(x) = *from.add(x);
+                    }
+                }
+                j0 = j1;
+            }
+            for pp in 0..kb {
+                for j in rows..width {
+                    *dst.add(pp * width + j) = T::zero();
+                }
+            }
+            return;
+        }
+    }
     // Fast paths without offset tables: the panel's rows (or columns) contiguous —
     // one copy per k step — or k contiguous and the rows evenly spaced (a
     // transposing copy, read along k).
@@ -1064,10 +1203,12 @@ unsafe fn pack_panel<T: Elem>(
                     4 => return copy_lines::<T, 4>(dst, base, sk, kb),
                     6 => return copy_lines::<T, 6>(dst, base, sk, kb),
                     8 => return copy_lines::<T, 8>(dst, base, sk, kb),
+                    10 => return copy_lines::<T, 10>(dst, base, sk, kb),
                     12 => return copy_lines::<T, 12>(dst, base, sk, kb),
                     16 => return copy_lines::<T, 16>(dst, base, sk, kb),
                     24 => return copy_lines::<T, 24>(dst, base, sk, kb),
                     32 => return copy_lines::<T, 32>(dst, base, sk, kb),
+                    48 => return copy_lines::<T, 48>(dst, base, sk, kb),
                     _ => {}
                 }
             }
@@ -1086,8 +1227,10 @@ unsafe fn pack_panel<T: Elem>(
                     4 => return transpose_lines::<T, 4>(dst, base, so, kb),
                     6 => return transpose_lines::<T, 6>(dst, base, so, kb),
                     8 => return transpose_lines::<T, 8>(dst, base, so, kb),
+                    10 => return transpose_lines::<T, 10>(dst, base, so, kb),
                     12 => return transpose_lines::<T, 12>(dst, base, so, kb),
                     16 => return transpose_lines::<T, 16>(dst, base, so, kb),
+                    24 => return transpose_lines::<T, 24>(dst, base, so, kb),
                     _ => {}
                 }
             }
@@ -1465,6 +1608,8 @@ mod tests {
         // enough for the multi-threaded paths, planned for 2 threads: row blocks of
         // 8 (each task packs its own A), few rows and many columns (tasks pack their
         // own B slivers), few rows and few columns (A packed once, columns split).
+        // A's rows are contiguous: whole blocks of them are packed a `k` step at a
+        // time (`PrivateA::pack`), the partial last sliver by `pack_panel`.
         for (m, n, k, mc) in [(131usize, 71usize, 121usize, 8i64), (131, 71, 121, 400), (400, 20, 130, 500)] {
             let a: Vec<f64> = (0..k * m).map(|x| (x as f64 * 0.13).sin()).collect();
             let b: Vec<f64> = (0..n * k).map(|x| (x as f64 * 0.29).cos()).collect();
@@ -1524,20 +1669,40 @@ mod tests {
     fn pack_panel_fast_paths_match_the_offset_tables() {
         // Rows contiguous (fixed-size copies) and k contiguous (2 × 2 transposes,
         // odd k count), full and partial panels, against the table-driven copy.
-        let src: Vec<f64> = (0..4096).map(|x| x as f64).collect();
-        for width in [4usize, 6, 8, 12, 16, 5] {
+        let src: Vec<f64> = (0..16384).map(|x| x as f64).collect();
+        // `k` steps in runs of `run` (a two-dimensional `k` group: runs `300` apart,
+        // no progression as a whole, so packed run by run) or one progression.
+        for width in [4usize, 6, 8, 10, 12, 16, 24, 5] {
             for rows in [width, width - 1] {
                 for kb in [1usize, 6, 7] {
                     for (so, sk) in [(1isize, 40isize), (40, 1)] {
-                        let offs: Vec<isize> = (0..rows as isize).map(|j| 3 + j * so).collect();
-                        let koffs: Vec<isize> = (0..kb as isize).map(|p| p * sk).collect();
-                        let mut fast = vec![f64::NAN; width * kb];
-                        let mut slow = vec![f64::NAN; width * kb];
-                        unsafe {
-                            pack_panel(fast.as_mut_ptr(), src.as_ptr(), (&offs, Some(so)), (&koffs, Some(sk)), width);
-                            pack_panel(slow.as_mut_ptr(), src.as_ptr(), (&offs, None), (&koffs, None), width);
+                        for run in [3usize, 5, kb] {
+                            let offs: Vec<isize> = (0..rows as isize).map(|j| 3 + j * so).collect();
+                            let koffs: Vec<isize> =
+                                (0..kb).map(|p| (p / run) as isize * 300 + (p % run) as isize * sk).collect();
+                            let step = step_of(&koffs);
+                            assert_eq!(step.is_some(), run >= kb || kb <= 1, "{koffs:?}");
+                            let mut fast = vec![f64::NAN; width * kb];
+                            let mut slow = vec![f64::NAN; width * kb];
+                            unsafe {
+                                pack_panel(fast.as_mut_ptr(), src.as_ptr(), (&offs, Some(so)), (&koffs, step), width);
+                                pack_panel(slow.as_mut_ptr(), src.as_ptr(), (&offs, None), (&koffs, None), width);
+                            }
+                            assert_eq!(fast, slow, "width {width} rows {rows} kb {kb} so {so} sk {sk} run {run}");
+                            // Rows in runs of consecutive elements (`run` long,
+                            // 200 apart), `k` a progression.
+                            let offs: Vec<isize> =
+                                (0..rows).map(|j| 3 + (j / run) as isize * 200 + (j % run) as isize).collect();
+                            let koffs: Vec<isize> = (0..kb as isize).map(|p| p * sk * 7).collect();
+                            let mut fast = vec![f64::NAN; width * kb];
+                            let mut slow = vec![f64::NAN; width * kb];
+                            unsafe {
+                                let so = step_of(&offs);
+                                pack_panel(fast.as_mut_ptr(), src.as_ptr(), (&offs, so), (&koffs, Some(sk * 7)), width);
+                                pack_panel(slow.as_mut_ptr(), src.as_ptr(), (&offs, None), (&koffs, None), width);
+                            }
+                            assert_eq!(fast, slow, "row runs: width {width} rows {rows} kb {kb} sk {sk} run {run}");
                         }
-                        assert_eq!(fast, slow, "width {width} rows {rows} kb {kb} so {so} sk {sk}");
                     }
                 }
             }

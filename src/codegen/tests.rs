@@ -154,7 +154,8 @@ fn sums_into_few_elements_and_collapsed_loops_match() {
 
 #[test]
 fn emitted_ir_holds_the_vector_micro_kernel() {
-    let hir = einsum("ik,kj->ij", &[('i', 64), ('j', 64), ('k', 64)], ElemType::F64);
+    // 96 rows and columns: whole 16 x 12 tiles (the default one).
+    let hir = einsum("ik,kj->ij", &[('i', 96), ('j', 96), ('k', 64)], ElemType::F64);
     let ir = super::llvm::emit_llvm(
         &hir,
         &[UnitId::new(0)],
@@ -171,6 +172,44 @@ fn emitted_ir_holds_the_vector_micro_kernel() {
     )
     .unwrap();
     assert!(ir.contains("tcc_uk_f64_4x4"), "{ir}");
+}
+
+/// The register tile follows the contraction's extents (`gett::tile_shape`): a
+/// stride-1 extent of 24 gets `MR = 24`, 100 columns a 10-wide tile, a short
+/// inner column extent 8 an 8-wide one. Each shape is checked against the
+/// interpreter, at the assumed sizes and at others (edge tiles, slivers that
+/// cross the inner dimension), with and without the output overwritten.
+#[test]
+fn gett_tiles_shaped_to_the_extents_match_the_interpreter() {
+    type Case<'a> = (&'a str, &'a [(char, usize)], &'a str);
+    let cases: &[Case] = &[
+        // m = (a, j): j = 24 stride-1 in C and A.
+        ("akcj,cbik->abij", &[('a', 3), ('b', 5), ('c', 7), ('i', 24), ('j', 24), ('k', 3)], "tcc_uk_f64_24x8"),
+        // C[i, j], j = 100 contiguous is the row group; 30 columns: 10 wide.
+        ("ik,kj->ij", &[('i', 30), ('j', 100), ('k', 37)], "tcc_uk_f64_16x10"),
+        // Columns (b, i) with i = 8 innermost (a, stride-1 in C, is the row group).
+        ("ak,bik->bia", &[('a', 64), ('b', 12), ('i', 8), ('k', 40)], "tcc_uk_f64_16x8"),
+        // The default tile.
+        ("ik,kj->ij", &[('i', 48), ('j', 64), ('k', 20)], "tcc_uk_f64_16x12"),
+    ];
+    let avx512 = Options { target_cpu: Some("skylake-avx512".into()), gemm_min: Some(1.0), ..Options::default() };
+    for (spec, sizes, kernel) in cases {
+        let hir = einsum(spec, sizes, ElemType::F64);
+        let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &avx512).unwrap();
+        assert!(
+            ir.contains(kernel),
+            "{spec}: expected {kernel}:\n{}",
+            ir.lines().filter(|l| l.contains("tcc_uk")).collect::<Vec<_>>().join("\n")
+        );
+        for opts in [Options::default(), Options { gemm_min: Some(1.0), ..Options::default() }] {
+            check_unit(&hir, UnitId::new(0), 3, &opts).unwrap_or_else(|e| panic!("{spec}: {e}"));
+            // Other sizes than the tile was chosen for.
+            let other: Vec<(RangeId, usize)> =
+                hir.ranges.ids().enumerate().map(|(x, r)| (r, [1usize, 7, 25, 13, 31, 9][x % 6])).collect();
+            check_unit_sized(&hir, UnitId::new(0), &other, 4, &opts)
+                .unwrap_or_else(|e| panic!("{spec} {other:?}: {e}"));
+        }
+    }
 }
 
 /// A random program: 1–3 statements over 3–5 indices of sizes 1–6 (or 5–13 in

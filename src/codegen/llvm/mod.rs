@@ -673,7 +673,8 @@ struct Gen<'a, 'ctx> {
     cpu: String,
     features: String,
     bits: u32,
-    uk: HashMap<ElemType, Uk<'ctx>>,
+    /// Packed micro-kernels by element type and register tile `(MR, NR)`.
+    uk: HashMap<(ElemType, usize, usize), Uk<'ctx>>,
     /// Buffer pointer of each tensor in the current unit.
     bufs: HashMap<TensorId, PointerValue<'ctx>>,
     /// Stride of each position of each tensor's buffer (0 where fixed by a loop).
