@@ -442,32 +442,10 @@ impl Evaluator<'_> {
     /// its subscripts' values.
     fn eval_affine(&self, a: &AffineRef) -> Result<Dense, InterpError> {
         let src = self.values.get(&a.tensor).expect("sema guarantees every tensor read has a value");
-        let st = strides(&src.shape);
         let shape: Vec<usize> = a.free.iter().map(|&i| self.hir.index_size(i)).collect();
-        let mut out = Dense::zeros(&format!("an affine read of {}", self.stmt), shape.clone())?;
-        let mut k = 0;
-        let mut bad = None;
-        for_each_index(&shape, |idx| {
-            let value = |i: IndexId| idx[a.free.iter().position(|&f| f == i).unwrap_or(0)];
-            let mut off = 0usize;
-            for (p, sub) in a.subs.iter().enumerate() {
-                let v = sub.eval(value);
-                if v < 0 || v as usize >= src.shape[p] {
-                    bad.get_or_insert((p, v));
-                    return;
-                }
-                off += v as usize * st[p];
-            }
-            out.data[k] = src.data[off];
-            k += 1;
-        });
-        if let Some((p, value)) = bad {
-            return Err(InterpError::SubscriptOutOfBounds {
-                tensor: self.hir.tensors[a.tensor].name.clone(),
-                sub: a.subs[p].display(self.hir),
-                value,
-                extent: src.shape[p],
-            });
+        let mut out = Dense::zeros(&format!("an affine read of {}", self.stmt), shape)?;
+        for (o, at) in out.data.iter_mut().zip(affine_offsets(self.hir, a, &src.shape)?) {
+            *o = src.data[at];
         }
         Ok(out)
     }
@@ -587,6 +565,38 @@ impl Evaluator<'_> {
 }
 
 /// Hand-made HIR for the tests of this module and of [`crate::run`].
+/// Where each element of the affine read `a` (row-major over its free indices)
+/// is in its tensor, of shape `src_shape`; the first subscript outside its
+/// dimension is an error. Shared by the real and the complex interpreter.
+pub(crate) fn affine_offsets(hir: &Hir, a: &AffineRef, src_shape: &[usize]) -> Result<Vec<usize>, InterpError> {
+    let st = strides(src_shape);
+    let shape: Vec<usize> = a.free.iter().map(|&i| hir.index_size(i)).collect();
+    let mut offsets = Vec::with_capacity(shape.iter().product());
+    let mut bad = None;
+    for_each_index(&shape, |idx| {
+        let value = |i: IndexId| idx[a.free.iter().position(|&f| f == i).unwrap_or(0)];
+        let mut off = 0usize;
+        for (p, sub) in a.subs.iter().enumerate() {
+            let v = sub.eval(value);
+            if v < 0 || v as usize >= src_shape[p] {
+                bad.get_or_insert((p, v));
+                return;
+            }
+            off += v as usize * st[p];
+        }
+        offsets.push(off);
+    });
+    match bad {
+        Some((p, value)) => Err(InterpError::SubscriptOutOfBounds {
+            tensor: hir.tensors[a.tensor].name.clone(),
+            sub: a.subs[p].display(hir),
+            value,
+            extent: src_shape[p],
+        }),
+        None => Ok(offsets),
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod test_hir {
     use crate::sema::hir::*;

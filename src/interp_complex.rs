@@ -143,32 +143,10 @@ impl Eval<'_> {
             Factor::Tensor(r) => Ok(self.values.get(&r.tensor).expect("sema: read after write").clone()),
             Factor::Affine(a) => {
                 let src = self.values.get(&a.tensor).expect("sema: read after write");
-                let st = strides(&src.shape);
                 let shape: Vec<usize> = a.free.iter().map(|&i| self.hir.index_size(i)).collect();
-                let mut out = CDense::zeros(&format!("an affine read of {}", self.stmt), shape.clone())?;
-                let mut bad = None;
-                let mut k = 0;
-                for_each_index(&shape, |idx| {
-                    let value = |i: IndexId| idx[a.free.iter().position(|&f| f == i).unwrap_or(0)];
-                    let mut off = 0usize;
-                    for (p, sub) in a.subs.iter().enumerate() {
-                        let v = sub.eval(value);
-                        if v < 0 || v as usize >= src.shape[p] {
-                            bad.get_or_insert((p, v));
-                            return;
-                        }
-                        off += v as usize * st[p];
-                    }
-                    out.data[k] = src.data[off];
-                    k += 1;
-                });
-                if let Some((p, value)) = bad {
-                    return Err(InterpError::SubscriptOutOfBounds {
-                        tensor: self.hir.tensors[a.tensor].name.clone(),
-                        sub: a.subs[p].display(self.hir),
-                        value,
-                        extent: src.shape[p],
-                    });
+                let mut out = CDense::zeros(&format!("an affine read of {}", self.stmt), shape)?;
+                for (o, at) in out.data.iter_mut().zip(crate::interp::affine_offsets(self.hir, a, &src.shape)?) {
+                    *o = src.data[at];
                 }
                 Ok(out)
             }
