@@ -877,6 +877,19 @@ fn refuse_complex(ctx: &Ctx, hir: &tcc::sema::hir::Hir, what: &str, hint: &str) 
     }
 }
 
+/// E0327: `what` (a command or run mode) has no 16-bit path; `bf16`/`f16`
+/// programs are refused rather than run in another precision.
+fn refuse_half(ctx: &Ctx, hir: &tcc::sema::hir::Hir, what: &str, hint: &str) -> Result<(), Outcome> {
+    match hir.tensors.iter().find(|t| t.elem.is_half()) {
+        Some(t) => Err(ctx.fail(
+            "E0327",
+            &format!("{what} does not support 16-bit tensors yet (`{}` is {})", t.name, t.elem.name()),
+            Some(hint),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Parses and checks `path`, reporting diagnostics; the HIR if there was no error.
 fn front_end(ctx: &Ctx, path: &Path) -> Result<tcc::sema::hir::Hir, Outcome> {
     front_end_as(ctx, path, &file_stem(path))
@@ -977,6 +990,11 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         if let Err(o) = refuse_complex(ctx, &hir, "`tcc build --target cuda` or `--mpi`", "build it for the CPU") {
             return o;
         }
+    }
+    if let Err(o) =
+        refuse_half(ctx, &hir, "`tcc build`", "run it with `tcc run` (the JIT), or declare the tensors `f32`")
+    {
+        return o;
     }
     // `--size` fixes ranges (a library for those sizes); the run-time ranges left
     // become size arguments of the library's functions, `--assume` their assumed sizes.
@@ -1454,6 +1472,22 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     let opts = tcc::run::RunOptions { seed, inputs: parsed_inputs, output_dir, save_inputs, program };
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
+    if tcc::sema::half::has_half(&hir) {
+        let what = if tiled {
+            "`tcc run --tiled`"
+        } else if distributed {
+            "a distributed `tcc run` (--ranks, --backend, --plan)"
+        } else if target == TargetKind::Cuda {
+            "`tcc run --target cuda`"
+        } else {
+            ""
+        };
+        if !what.is_empty() {
+            if let Err(o) = refuse_half(ctx, &hir, what, "run it on the CPU (JIT or --interp) without those options") {
+                return o;
+            }
+        }
+    }
     if tcc::sema::complex::has_complex(&hir) {
         let what = if tiled {
             "`tcc run --tiled`"

@@ -212,6 +212,8 @@ pub(crate) fn c_type(e: ElemType) -> &'static str {
         ElemType::F32 => "float",
         ElemType::C128 => "double _Complex",
         ElemType::C64 => "float _Complex",
+        // Bit patterns (libraries of 16-bit programs are refused, E0327).
+        ElemType::BF16 | ElemType::F16 => "uint16_t",
     }
 }
 
@@ -221,6 +223,7 @@ fn f_kind(e: ElemType) -> &'static str {
         ElemType::F32 => "c_float",
         ElemType::C128 => "c_double_complex",
         ElemType::C64 => "c_float_complex",
+        ElemType::BF16 | ElemType::F16 => "c_int16_t",
     }
 }
 
