@@ -991,10 +991,11 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
             return o;
         }
     }
-    if let Err(o) =
-        refuse_half(ctx, &hir, "`tcc build`", "run it with `tcc run` (the JIT), or declare the tensors `f32`")
-    {
-        return o;
+    if target == TargetKind::Cuda || mpi {
+        let hint = "build it for the CPU without --mpi";
+        if let Err(o) = refuse_half(ctx, &hir, "`tcc build --target cuda` or `--mpi`", hint) {
+            return o;
+        }
     }
     // `--size` fixes ranges (a library for those sizes); the run-time ranges left
     // become size arguments of the library's functions, `--assume` their assumed sizes.

@@ -305,7 +305,7 @@ fn half_interface_errors() {
     for args in [
         &["run", "m.tc", "--tiled"][..],
         &["run", "m.tc", "--ranks", "2"],
-        &["build", "m.tc", "-o", "libm.so"],
+        &["build", "m.tc", "--mpi", "-o", "libm.so"],
         &["build", "m.tc", "--target", "cuda", "-o", "m.ptx"],
     ] {
         let out = tcc(args, dir.path());
@@ -322,4 +322,87 @@ fn bf16_mlp_example_checks() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("check: matches the interpreter") && text.contains("bf16["), "{text}");
+}
+
+/// `tcc build` of a bf16/f16 program: the C header takes `uint16_t*` bit
+/// patterns; a C caller's outputs are those of the interpreter within the
+/// tolerance (and the JIT's, bit for bit in nearly every element: the same
+/// widened code); a wrong length is `TCC_ERR_LENGTH`.
+#[test]
+fn library_from_c_with_16_bit_arguments() {
+    let gcc = Command::new("gcc").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !gcc {
+        assert!(std::env::var_os("CI").is_none(), "gcc is required under CI");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("m.tc"), MLP).unwrap();
+    let out = tcc(&["build", "m.tc", "-o", "libhm.so"], d);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let h = std::fs::read_to_string(d.join("hm.h")).unwrap();
+    assert!(h.contains("const uint16_t* X") && h.contains("uint16_t* Z") && h.contains("#include <stdint.h>"), "{h}");
+    let f90 = std::fs::read_to_string(d.join("hm.f90")).unwrap();
+    assert!(f90.contains("integer(c_int16_t)"), "{f90}");
+    let (hir, _) = tcc::compile(MLP, "main");
+    let hir = hir.unwrap();
+    let u = UnitId::new(0);
+    let mut rng = Rng(99);
+    let inputs = random_inputs(&hir, u, &mut rng);
+    let bits = |name: &str| -> String {
+        let t = hir.tensor_by_name(name).unwrap();
+        let e = hir.tensors[t].elem;
+        inputs[&t]
+            .data
+            .iter()
+            .map(|&x| {
+                let b = if e == ElemType::BF16 {
+                    tcc::half::f32_to_bf16(x as f32)
+                } else {
+                    tcc::half::f32_to_f16(x as f32)
+                };
+                b.to_string()
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let c = format!(
+        "#include <stdio.h>\n#include \"hm.h\"\n\
+         static const uint16_t X[384] = {{{}}};\nstatic const uint16_t W[1920] = {{{}}};\n\
+         static const uint16_t G[40] = {{{}}};\nstatic uint16_t Y[320], Z[320];\n\
+         int main(void) {{\n\
+           if (tcc_hm_main(X, 384, W, 1920, G, 40, Y, 320, Z, 320) != TCC_OK) {{ puts(tcc_hm_last_error()); return 1; }}\n\
+           for (int k = 0; k < 320; k++) printf(\"%u %u\\n\", Y[k], Z[k]);\n\
+           if (tcc_hm_main(X, 383, W, 1920, G, 40, Y, 320, Z, 320) != TCC_ERR_LENGTH) return 3;\n\
+           return 0;\n}}\n",
+        bits("X"),
+        bits("W"),
+        bits("G")
+    );
+    std::fs::write(d.join("drv.c"), c).unwrap();
+    let cc = Command::new("gcc")
+        .current_dir(d)
+        .args(["-O1", "-Wall", "-Werror", "-o", "drv", "drv.c", "-I.", "-L.", "-lhm", "-lm"])
+        .arg(format!("-Wl,-rpath,{}", d.display()))
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let run = Command::new(d.join("drv")).current_dir(d).output().unwrap();
+    assert!(run.status.success(), "{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    let (mut y, mut z) = (Vec::new(), Vec::new());
+    for line in String::from_utf8_lossy(&run.stdout).lines() {
+        let mut w = line.split(' ').map(|v| v.parse::<u16>().unwrap());
+        y.push(tcc::half::bf16_to_f32(w.next().unwrap()) as f64);
+        z.push(tcc::half::f16_to_f32(w.next().unwrap()) as f64);
+    }
+    let (ty, tz) = (hir.tensor_by_name("Y").unwrap(), hir.tensor_by_name("Z").unwrap());
+    let got: HashMap<TensorId, Dense> =
+        [(ty, Dense::from_vec(vec![8, 40], y)), (tz, Dense::from_vec(vec![8, 40], z))].into_iter().collect();
+    let want = run_unit(&hir, u, &inputs).unwrap();
+    check_outputs(&hir, u, &got, &want, &inputs).unwrap();
+    let jit = tcc::codegen::llvm::jit_run(&hir, u, &inputs, &Default::default(), 1).unwrap().outputs;
+    for t in [ty, tz] {
+        let same = got[&t].data.iter().zip(&jit[&t].data).filter(|(a, b)| a == b).count();
+        assert!(same * 20 >= 19 * 320, "{} of 320 elements equal the JIT's", same);
+    }
 }
