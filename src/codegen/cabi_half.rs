@@ -8,7 +8,8 @@
 //! arguments and lengths) and rounds each 16-bit output back once (to nearest,
 //! ties to even, as [`crate::half`] does): one extra pass over every 16-bit
 //! argument and twice its size in temporary memory. It writes nothing unless the
-//! widened function succeeded; its own allocation failure is `TCC_ERR_NOMEM`.
+//! widened function succeeded; its own allocation failure is `TCC_ERR_NOMEM`,
+//! and it checks overlaps involving 16-bit arguments itself (`TCC_ERR_OVERLAP`).
 //! The widened functions are built under the library name `LIB_f32` and are not
 //! exported.
 
@@ -100,6 +101,24 @@ pub fn wrapper_source(hir: &Hir, low: &Hir, lib: &str, codes: &[UnitCode]) -> St
         let _ = writeln!(s, "int {}({}) {{", symbol(lib, &c.name), params.join(", "));
         let _ = writeln!(s, "    int tcc_w_rc = 4; /* TCC_ERR_NOMEM */\n    wrap_error = NULL;");
         let half: Vec<usize> = (0..c.args.len()).filter(|&k| hir.tensors[c.args[k]].elem.is_half()).collect();
+        // The f32 function sees copies of 16-bit arguments, so an output that
+        // overlaps another argument where either is 16-bit is caught here, before
+        // anything is written (TCC_ERR_OVERLAP).
+        for o in c.n_inputs..c.args.len() {
+            for m in (0..c.args.len()).filter(|&m| m != o && (half.contains(&o) || half.contains(&m))) {
+                let ((po, lo), (pm, lm)) = (&onames[o], &onames[m]);
+                let (so, sm) = (hir.tensors[c.args[o]].elem.size_bytes(), hir.tensors[c.args[m]].elem.size_bytes());
+                let _ = writeln!(
+                    s,
+                    "    if ({po} && {pm} && {lo} > 0 && {lm} > 0 && (const char*){po} < (const char*){pm} + {lm} * {sm}                      && (const char*){pm} < (const char*){po} + {lo} * {so}) {{"
+                );
+                let _ = writeln!(
+                    s,
+                    "        wrap_error = \"{}: output `{po}` overlaps argument `{pm}`\";\n        return 3; /* TCC_ERR_OVERLAP */\n    }}",
+                    symbol(lib, &c.name)
+                );
+            }
+        }
         for &k in &half {
             let _ = writeln!(s, "    float *tcc_w_f{k} = NULL;");
         }
