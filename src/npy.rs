@@ -781,10 +781,30 @@ mod tests {
         let e = read_bytes(&npy("<i8", false, "(2,)", &data)).unwrap_err();
         assert_eq!(
             e.0,
-            "unsupported dtype '<i8': tcc reads float64 (`<f8`), float32 (`<f4`), complex128 (`<c16`) and complex64 (`<c8`) arrays"
+            "unsupported dtype '<i8': tcc reads float64 (`<f8`), float32 (`<f4`), float16 (`<f2`), bfloat16 as its bits (`<u2`), complex128 (`<c16`) and complex64 (`<c8`) arrays"
         );
-        let e = read_bytes(&npy("<f2", false, "(1,)", &[0; 2])).unwrap_err();
+        // numpy's ml_dtypes.bfloat16 arrays (`<V2`) are ambiguous: refused.
+        let e = read_bytes(&npy("<V2", false, "(1,)", &[0; 2])).unwrap_err();
         assert!(e.0.starts_with("unsupported dtype"), "{e}");
+    }
+
+    /// 16-bit arrays: `<f2` is f16, `<u2` holds bf16 bits; either byte order and
+    /// Fortran order; a truncated file is an error; writing gives the same bytes.
+    #[test]
+    fn half_arrays_read_and_write() {
+        let le: Vec<u8> = [0x3c00u16, 0xc000, 0x0001, 0x7c00].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let (y, elem) = read_bytes(&npy("<f2", false, "(4,)", &le)).unwrap();
+        assert_eq!(elem, ElemType::F16);
+        assert_eq!(y.data, vec![1.0, -2.0, 2f64.powi(-24), f64::INFINITY]);
+        let w = write_bytes(&y, ElemType::F16).unwrap();
+        assert_eq!(w[w.len() - 8..], le[..]);
+        assert_eq!(w.len() % 64, 8); // a padded header, then the data
+        let be: Vec<u8> = [0x3f80u16, 0x4049, 0xbf80, 0x0000].iter().flat_map(|v| v.to_be_bytes()).collect();
+        let (b, elem) = read_bytes(&npy(">u2", true, "(2, 2)", &be)).unwrap();
+        assert_eq!(elem, ElemType::BF16);
+        // Fortran order: element (i, j) at i + 2 j.
+        assert_eq!(b.data, vec![1.0, -1.0, 3.140625, 0.0]);
+        assert!(read_bytes(&npy("<u2", false, "(3,)", &le[..4])).unwrap_err().0.contains("truncated"));
     }
 
     /// Complex arrays read as (re, im) pairs in a last dimension of 2, from either
