@@ -605,7 +605,8 @@ enum Command {
         /// Seed for the random fill of inputs not given with --input.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Read an input tensor from a .npy file: NAME=path.npy (repeatable).
+        /// Read an input tensor from a .npy file: NAME=path.npy (repeatable). A bf16
+        /// tensor takes a `<u2` array of its bit patterns, an f16 one `<f2`.
         #[arg(long = "input", value_name = "NAME=FILE")]
         inputs: Vec<String>,
         /// Sizes of run-time ranges (`range O;`): NAME=SIZE, comma-separated or
