@@ -89,7 +89,8 @@ pub fn compare(
 
 /// The tolerance of compiled code against the interpreter for `unit`: [`TOL_F64`],
 /// or [`TOL_F32`] when the unit stores anything in `f32` (the interpreter keeps
-/// every value in `f64`).
+/// every value in `f64`), or [`TOL_BF16`]/[`TOL_F16`] when the program has a
+/// tensor of that 16-bit type.
 pub fn tolerance(hir: &Hir, unit: UnitId) -> f64 {
     let stored = |e: ElemType| hir.units[unit].stmts.iter().any(|s| hir.tensors[s.lhs.tensor].elem == e);
     let read = |e: ElemType| hir.tensors.iter().any(|t| t.elem == e);
