@@ -1129,6 +1129,10 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
         return Outcome::Ok;
     }
     if emit == Emit::Ptx {
+        // PTX would take f32 pointers for 16-bit tensors: refused, as the GPU runs are.
+        if let Err(o) = refuse_half(ctx, &hir, "`tcc opt --emit=ptx`", "inspect it with --emit=llvm (the CPU code)") {
+            return o;
+        }
         // --mem-limit bounds the GPU plan's fused temporaries too.
         let gpu = tcc::codegen::nvptx::GpuOptions { mem_limit, ..gpu_gemm.options() };
         return match tcc::codegen::nvptx::ptx_for(&hir, &units, &gpu) {

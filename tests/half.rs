@@ -306,6 +306,7 @@ fn half_interface_errors() {
         &["run", "m.tc", "--ranks", "2"],
         &["build", "m.tc", "--mpi", "-o", "libm.so"],
         &["build", "m.tc", "--target", "cuda", "-o", "m.ptx"],
+        &["opt", "m.tc", "--emit=ptx"],
     ] {
         let out = tcc(args, dir.path());
         let err = String::from_utf8_lossy(&out.stderr);
