@@ -254,6 +254,8 @@ fn tensor_decl(d: &TensorDecl) -> String {
             ElemKind::F64 => " : f64",
             ElemKind::C64 => " : c64",
             ElemKind::C128 => " : c128",
+            ElemKind::BF16 => " : bf16",
+            ElemKind::F16 => " : f16",
         });
     }
     for spec in &d.symmetry {

@@ -171,6 +171,9 @@ pub fn round_to(elem: ElemType, x: f64) -> f64 {
         // A complex type rounds each part as its real part type does.
         ElemType::F32 | ElemType::C64 => x as f32 as f64,
         ElemType::F64 | ElemType::C128 => x,
+        // Computed in f32, then rounded to 16 bits (both to nearest even).
+        ElemType::BF16 => crate::half::round_bf16(x),
+        ElemType::F16 => crate::half::round_f16(x),
     }
 }
 
@@ -345,6 +348,10 @@ pub fn exec_stmt(hir: &Hir, stmt: &Stmt, values: &mut HashMap<TensorId, Dense>, 
     let ev = Evaluator { hir, values, stmt: format!("{what} (assigning `{tname}`)") };
     let rhs = ev.eval_expr(&stmt.rhs, &stmt.lhs.indices)?;
     let dst = values.get_mut(&target).expect("target initialised above");
+    // A 16-bit target stores each statement's result rounded once (f32 and f64
+    // targets keep the f64 value; they are compared after rounding).
+    let elem = hir.tensors[target].elem;
+    let store = |e: ElemType, x: f64| if e.is_half() { round_to(e, x) } else { x };
     if hir.is_slice(&stmt.lhs) {
         // A slice (`F[o,v]` of `F[p,q]`, `P = O + V`): only its elements change.
         let st = strides(&dst.shape);
@@ -352,7 +359,8 @@ pub fn exec_stmt(hir: &Hir, stmt: &Stmt, values: &mut HashMap<TensorId, Dense>, 
         let mut k = 0;
         for_each_index(&rhs.shape, |idx| {
             let d = base + idx.iter().zip(&st).map(|(i, s)| i * s).sum::<usize>();
-            dst.data[d] = if stmt.accumulate { dst.data[d] + rhs.data[k] } else { rhs.data[k] };
+            let v = if stmt.accumulate { dst.data[d] + rhs.data[k] } else { rhs.data[k] };
+            dst.data[d] = store(elem, v);
             k += 1;
         });
         return Ok(());
@@ -360,10 +368,13 @@ pub fn exec_stmt(hir: &Hir, stmt: &Stmt, values: &mut HashMap<TensorId, Dense>, 
     debug_assert_eq!(dst.shape, rhs.shape);
     if stmt.accumulate {
         for (d, r) in dst.data.iter_mut().zip(&rhs.data) {
-            *d += r;
+            *d = store(elem, *d + r);
         }
     } else {
         *dst = rhs;
+        if elem.is_half() {
+            dst.data.iter_mut().for_each(|x| *x = round_to(elem, *x));
+        }
     }
     Ok(())
 }

@@ -17,6 +17,7 @@ pub mod diag;
 pub mod error;
 pub mod exec;
 pub mod fmt;
+pub mod half;
 pub mod ids;
 pub mod interp;
 pub mod interp_complex;

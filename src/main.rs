@@ -605,7 +605,8 @@ enum Command {
         /// Seed for the random fill of inputs not given with --input.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Read an input tensor from a .npy file: NAME=path.npy (repeatable).
+        /// Read an input tensor from a .npy file: NAME=path.npy (repeatable). A bf16
+        /// tensor takes a `<u2` array of its bit patterns, an f16 one `<f2`.
         #[arg(long = "input", value_name = "NAME=FILE")]
         inputs: Vec<String>,
         /// Sizes of run-time ranges (`range O;`): NAME=SIZE, comma-separated or
@@ -877,6 +878,19 @@ fn refuse_complex(ctx: &Ctx, hir: &tcc::sema::hir::Hir, what: &str, hint: &str) 
     }
 }
 
+/// E0327: `what` (a command or run mode) has no 16-bit path; `bf16`/`f16`
+/// programs are refused rather than run in another precision.
+fn refuse_half(ctx: &Ctx, hir: &tcc::sema::hir::Hir, what: &str, hint: &str) -> Result<(), Outcome> {
+    match hir.tensors.iter().find(|t| t.elem.is_half()) {
+        Some(t) => Err(ctx.fail(
+            "E0327",
+            &format!("{what} does not support 16-bit tensors yet (`{}` is {})", t.name, t.elem.name()),
+            Some(hint),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Parses and checks `path`, reporting diagnostics; the HIR if there was no error.
 fn front_end(ctx: &Ctx, path: &Path) -> Result<tcc::sema::hir::Hir, Outcome> {
     front_end_as(ctx, path, &file_stem(path))
@@ -975,6 +989,12 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
     };
     if target == TargetKind::Cuda || mpi {
         if let Err(o) = refuse_complex(ctx, &hir, "`tcc build --target cuda` or `--mpi`", "build it for the CPU") {
+            return o;
+        }
+    }
+    if target == TargetKind::Cuda || mpi {
+        let hint = "build it for the CPU without --mpi";
+        if let Err(o) = refuse_half(ctx, &hir, "`tcc build --target cuda` or `--mpi`", hint) {
             return o;
         }
     }
@@ -1109,6 +1129,10 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
         return Outcome::Ok;
     }
     if emit == Emit::Ptx {
+        // PTX would take f32 pointers for 16-bit tensors: refused, as the GPU runs are.
+        if let Err(o) = refuse_half(ctx, &hir, "`tcc opt --emit=ptx`", "inspect it with --emit=llvm (the CPU code)") {
+            return o;
+        }
         // --mem-limit bounds the GPU plan's fused temporaries too.
         let gpu = tcc::codegen::nvptx::GpuOptions { mem_limit, ..gpu_gemm.options() };
         return match tcc::codegen::nvptx::ptx_for(&hir, &units, &gpu) {
@@ -1454,6 +1478,22 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     let opts = tcc::run::RunOptions { seed, inputs: parsed_inputs, output_dir, save_inputs, program };
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
+    if tcc::sema::half::has_half(&hir) {
+        let what = if tiled {
+            "`tcc run --tiled`"
+        } else if distributed {
+            "a distributed `tcc run` (--ranks, --backend, --plan)"
+        } else if target == TargetKind::Cuda {
+            "`tcc run --target cuda`"
+        } else {
+            ""
+        };
+        if !what.is_empty() {
+            if let Err(o) = refuse_half(ctx, &hir, what, "run it on the CPU (JIT or --interp) without those options") {
+                return o;
+            }
+        }
+    }
     if tcc::sema::complex::has_complex(&hir) {
         let what = if tiled {
             "`tcc run --tiled`"

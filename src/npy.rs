@@ -38,13 +38,16 @@ pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
     if let Some(elem) = complex_descr(&header.descr) {
         return read_complex(&bytes[header_end..], &header, elem);
     }
+    if let Some(elem) = half_descr(&header.descr) {
+        return read_half(&bytes[header_end..], &header, elem);
+    }
     let npy = NpyFile::new(bytes).map_err(|e| err(format!("not a valid .npy file: {e}")))?;
     let elem = match npy.dtype() {
         DType::Plain(ts) if ts.type_char() == TypeChar::Float && ts.size_field() == 8 => ElemType::F64,
         DType::Plain(ts) if ts.type_char() == TypeChar::Float && ts.size_field() == 4 => ElemType::F32,
         other => {
             return Err(err(format!(
-                "unsupported dtype {}: tcc reads float64 (`<f8`), float32 (`<f4`), complex128 (`<c16`) and complex64 (`<c8`) arrays",
+                "unsupported dtype {}: tcc reads float64 (`<f8`), float32 (`<f4`), float16 (`<f2`), bfloat16 as its bits (`<u2`), complex128 (`<c16`) and complex64 (`<c8`) arrays",
                 other.descr()
             )))
         }
@@ -64,7 +67,9 @@ pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
     let order = npy.order();
     let stored: Vec<f64> = match elem {
         ElemType::F64 | ElemType::C128 => npy.into_vec::<f64>(),
-        ElemType::F32 | ElemType::C64 => npy.into_vec::<f32>().map(|v| v.into_iter().map(f64::from).collect()),
+        ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16 => {
+            npy.into_vec::<f32>().map(|v| v.into_iter().map(f64::from).collect())
+        }
     }
     .map_err(|e| err(format!("cannot read the data: {e}")))?;
     if stored.len() != n {
@@ -95,6 +100,54 @@ fn complex_descr(descr: &str) -> Option<ElemType> {
         "<c8" | ">c8" => Some(ElemType::C64),
         _ => None,
     }
+}
+
+/// The 16-bit type of a descriptor: `<f2` is IEEE half (numpy `float16`); `<u2`
+/// holds bfloat16 bit patterns, the convention tcc uses for bf16 since numpy has
+/// no bfloat16 dtype (`x.view(np.uint16)`, and back with `.view(ml_dtypes.bfloat16)`).
+fn half_descr(descr: &str) -> Option<ElemType> {
+    match descr {
+        "<f2" | ">f2" => Some(ElemType::F16),
+        "<u2" | ">u2" => Some(ElemType::BF16),
+        _ => None,
+    }
+}
+
+/// A 16-bit array (`<f2` or `<u2`, see [`half_descr`]) widened to exact values.
+fn read_half(data: &[u8], header: &Header, elem: ElemType) -> Result<(Dense, ElemType), NpyError> {
+    let shape: Vec<usize> = header.shape.iter().map(|&d| d as usize).collect();
+    let n: usize = shape.iter().product();
+    let needed = n * 2;
+    if data.len() < needed {
+        return Err(err(format!(
+            "truncated: its shape {shape:?} needs {needed} bytes of data but only {} follow the header",
+            data.len()
+        )));
+    }
+    let big = header.descr.starts_with('>');
+    let stored: Vec<f64> = data[..needed]
+        .chunks_exact(2)
+        .map(|b| {
+            let bits = if big { u16::from_be_bytes([b[0], b[1]]) } else { u16::from_le_bytes([b[0], b[1]]) };
+            f64::from(if elem == ElemType::BF16 {
+                crate::half::bf16_to_f32(bits)
+            } else {
+                crate::half::f16_to_f32(bits)
+            })
+        })
+        .collect();
+    let data = if header.fortran {
+        let mut fstrides = vec![1usize; shape.len()];
+        for d in 1..shape.len() {
+            fstrides[d] = fstrides[d - 1] * shape[d - 1];
+        }
+        let mut out = Vec::with_capacity(n);
+        for_each_index(&shape, |idx| out.push(stored[idx.iter().zip(&fstrides).map(|(i, s)| i * s).sum::<usize>()]));
+        out
+    } else {
+        stored
+    };
+    Ok((Dense { shape, data }, elem))
 }
 
 /// A complex array (`complex128`/`complex64`) as a real one with a last dimension
@@ -195,7 +248,7 @@ impl BoxReader {
             ">f4" => (true, ElemType::F32),
             d => {
                 return Err(at(err(format!(
-                    "unsupported dtype {d}: tcc reads float64 (`<f8`) and float32 (`<f4`) arrays"
+                    "unsupported dtype {d}: tcc reads float64 (`<f8`) and float32 (`<f4`) arrays box by box"
                 ))))
             }
         };
@@ -265,10 +318,10 @@ impl BoxReader {
                 let v = match (self.elem, self.big_endian) {
                     (ElemType::F64 | ElemType::C128, false) => f64::from_le_bytes(b.try_into().expect("8 bytes")),
                     (ElemType::F64 | ElemType::C128, true) => f64::from_be_bytes(b.try_into().expect("8 bytes")),
-                    (ElemType::F32 | ElemType::C64, false) => {
+                    (ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16, false) => {
                         f64::from(f32::from_le_bytes(b.try_into().expect("4 bytes")))
                     }
-                    (ElemType::F32 | ElemType::C64, true) => {
+                    (ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16, true) => {
                         f64::from(f32::from_be_bytes(b.try_into().expect("4 bytes")))
                     }
                 };
@@ -431,6 +484,10 @@ pub fn write_bytes(x: &Dense, elem: ElemType) -> Result<Vec<u8>, NpyError> {
             w.extend(x.data.iter().copied()).map_err(io)?;
             w.finish().map_err(io)?;
         }
+        ElemType::BF16 | ElemType::F16 => {
+            buf = header_bytes(&x.shape, elem);
+            buf.extend(x.data.iter().flat_map(|&v| half_bits(elem, v).to_le_bytes()));
+        }
         ElemType::F32 => {
             let mut w = npyz::WriteOptions::<f32>::new()
                 .default_dtype()
@@ -443,6 +500,15 @@ pub fn write_bytes(x: &Dense, elem: ElemType) -> Result<Vec<u8>, NpyError> {
         }
     }
     Ok(buf)
+}
+
+/// The 16-bit pattern of `v` (rounded to f32, then to `elem`).
+fn half_bits(elem: ElemType, v: f64) -> u16 {
+    if elem == ElemType::BF16 {
+        crate::half::f32_to_bf16(v as f32)
+    } else {
+        crate::half::f32_to_f16(v as f32)
+    }
 }
 
 /// Writes `x` to `path` as `elem` (`f32` values are rounded).
@@ -478,6 +544,8 @@ pub fn header_bytes(shape: &[usize], elem: ElemType) -> Vec<u8> {
         ElemType::F32 => "<f4",
         ElemType::C128 => "<c16",
         ElemType::C64 => "<c8",
+        ElemType::F16 => "<f2",
+        ElemType::BF16 => "<u2",
     };
     let mut dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
     let unpadded = 10 + dict.len() + 1;
@@ -524,6 +592,7 @@ impl BoxWriter {
         match elem {
             ElemType::F64 | ElemType::C128 => 8,
             ElemType::F32 | ElemType::C64 => 4,
+            ElemType::BF16 | ElemType::F16 => 2,
         }
     }
 
@@ -537,6 +606,9 @@ impl BoxWriter {
         let bytes: Vec<u8> = match self.elem {
             ElemType::F64 | ElemType::C128 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
             ElemType::F32 | ElemType::C64 => values.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect(),
+            ElemType::BF16 | ElemType::F16 => {
+                values.iter().flat_map(|&v| half_bits(self.elem, v).to_le_bytes()).collect()
+            }
         };
         self.file
             .write_all_at(&bytes, self.data_offset + at as u64 * Self::width(self.elem))
@@ -709,10 +781,30 @@ mod tests {
         let e = read_bytes(&npy("<i8", false, "(2,)", &data)).unwrap_err();
         assert_eq!(
             e.0,
-            "unsupported dtype '<i8': tcc reads float64 (`<f8`), float32 (`<f4`), complex128 (`<c16`) and complex64 (`<c8`) arrays"
+            "unsupported dtype '<i8': tcc reads float64 (`<f8`), float32 (`<f4`), float16 (`<f2`), bfloat16 as its bits (`<u2`), complex128 (`<c16`) and complex64 (`<c8`) arrays"
         );
-        let e = read_bytes(&npy("<f2", false, "(1,)", &[0; 2])).unwrap_err();
+        // numpy's ml_dtypes.bfloat16 arrays (`<V2`) are ambiguous: refused.
+        let e = read_bytes(&npy("<V2", false, "(1,)", &[0; 2])).unwrap_err();
         assert!(e.0.starts_with("unsupported dtype"), "{e}");
+    }
+
+    /// 16-bit arrays: `<f2` is f16, `<u2` holds bf16 bits; either byte order and
+    /// Fortran order; a truncated file is an error; writing gives the same bytes.
+    #[test]
+    fn half_arrays_read_and_write() {
+        let le: Vec<u8> = [0x3c00u16, 0xc000, 0x0001, 0x7c00].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let (y, elem) = read_bytes(&npy("<f2", false, "(4,)", &le)).unwrap();
+        assert_eq!(elem, ElemType::F16);
+        assert_eq!(y.data, vec![1.0, -2.0, 2f64.powi(-24), f64::INFINITY]);
+        let w = write_bytes(&y, ElemType::F16).unwrap();
+        assert_eq!(w[w.len() - 8..], le[..]);
+        assert_eq!(w.len() % 64, 8); // a padded header, then the data
+        let be: Vec<u8> = [0x3f80u16, 0x4049, 0xbf80, 0x0000].iter().flat_map(|v| v.to_be_bytes()).collect();
+        let (b, elem) = read_bytes(&npy(">u2", true, "(2, 2)", &be)).unwrap();
+        assert_eq!(elem, ElemType::BF16);
+        // Fortran order: element (i, j) at i + 2 j.
+        assert_eq!(b.data, vec![1.0, -1.0, 3.140625, 0.0]);
+        assert!(read_bytes(&npy("<u2", false, "(3,)", &le[..4])).unwrap_err().0.contains("truncated"));
     }
 
     /// Complex arrays read as (re, im) pairs in a last dimension of 2, from either

@@ -160,10 +160,15 @@ pub fn optimize(hir: &Hir, opts: &PipelineOptions) -> (Hir, OptReport) {
 /// `materialize` → `optimize` → `rematerialize`: the program every back end
 /// compiles (calls and sums made simple, self-reads removed, products binarized).
 /// A program with complex tensors is first lowered to real pairs
-/// ([`crate::tir::complex::lower`]): its callers must supply the parts' inputs.
+/// ([`crate::tir::complex::lower`]): its callers must supply the parts' inputs;
+/// one with 16-bit tensors is widened to f32 ([`crate::tir::half::widen`]).
 pub fn prepare(hir: &Hir, opts: &PipelineOptions) -> Hir {
     if crate::sema::complex::has_complex(hir) {
         return prepare(&crate::tir::complex::lower(hir).0, opts);
+    }
+    // 16-bit tensors compile as f32 ones: their callers widen and round.
+    if crate::sema::half::has_half(hir) {
+        return prepare(&crate::tir::half::widen(hir), opts);
     }
     let first = crate::tir::materialize::materialize(hir);
     opts.after_hir(Pass::Materialize, &first);

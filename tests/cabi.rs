@@ -21,6 +21,9 @@ fn write_raw(path: &Path, d: &Dense, elem: ElemType) {
         match elem {
             ElemType::F64 | ElemType::C128 => bytes.extend_from_slice(&x.to_le_bytes()),
             ElemType::F32 | ElemType::C64 => bytes.extend_from_slice(&(x as f32).to_le_bytes()),
+            // 16-bit tensors cross as bit patterns.
+            ElemType::BF16 => bytes.extend_from_slice(&tcc::half::f32_to_bf16(x as f32).to_le_bytes()),
+            ElemType::F16 => bytes.extend_from_slice(&tcc::half::f32_to_f16(x as f32).to_le_bytes()),
         }
     }
     std::fs::write(path, bytes).unwrap();
@@ -34,6 +37,12 @@ fn read_raw(path: &Path, shape: Vec<usize>, elem: ElemType) -> Dense {
         }
         ElemType::F32 | ElemType::C64 => {
             bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect()
+        }
+        ElemType::BF16 => {
+            bytes.chunks_exact(2).map(|c| tcc::half::bf16_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64).collect()
+        }
+        ElemType::F16 => {
+            bytes.chunks_exact(2).map(|c| tcc::half::f16_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64).collect()
         }
     };
     Dense::from_vec(shape, data)
@@ -60,6 +69,7 @@ fn ctype(e: ElemType) -> &'static str {
         ElemType::F32 => "float",
         ElemType::C128 => "double _Complex",
         ElemType::C64 => "float _Complex",
+        ElemType::BF16 | ElemType::F16 => "uint16_t",
     }
 }
 
@@ -157,6 +167,7 @@ fn fkind(e: ElemType) -> &'static str {
     match e {
         ElemType::F64 | ElemType::C128 => "c_double",
         ElemType::F32 | ElemType::C64 => "c_float",
+        ElemType::BF16 | ElemType::F16 => "c_int16_t",
     }
 }
 
@@ -168,7 +179,9 @@ fn fortran_driver(hir: &Hir, lib: &str, u: UnitId) -> String {
     let ins = &args[..n_in];
     let mut s = format!("program drv\n  use {module}\n  use, intrinsic :: iso_c_binding\n  implicit none\n  integer(c_int) :: rc\n  integer :: u\n");
     for (k, &t) in args.iter().enumerate() {
-        let _ = writeln!(s, "  real({}), allocatable :: v{k}(:)", fkind(hir.tensors[t].elem));
+        let e = hir.tensors[t].elem;
+        let word = if e.is_half() { "integer" } else { "real" };
+        let _ = writeln!(s, "  {word}({}), allocatable :: v{k}(:)", fkind(e));
     }
     for (k, &t) in args.iter().enumerate() {
         let n = hir.num_elements(t).unwrap();

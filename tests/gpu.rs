@@ -62,8 +62,9 @@ fn examples_plans_match_the_interpreter_when_emulated() {
             continue;
         }
         let hir = compile(&std::fs::read_to_string(&path).unwrap());
-        // The GPU runs refuse complex programs (E0324; tests/complex.rs).
-        if hir.tensors.iter().any(|t| t.elem.is_complex()) {
+        // The GPU runs refuse complex programs (E0324; tests/complex.rs) and
+        // 16-bit ones (E0327; tests/half.rs).
+        if hir.tensors.iter().any(|t| t.elem.is_complex() || t.elem.is_half()) {
             continue;
         }
         for u in hir.units.ids() {
@@ -415,8 +416,11 @@ fn c_shim_compiles() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "tc"))
-        // `tcc build --target cuda` refuses complex programs (E0324).
-        .filter(|p| !std::fs::read_to_string(p).unwrap().contains(": c128"))
+        // `tcc build --target cuda` refuses complex (E0324) and 16-bit (E0327) programs.
+        .filter(|p| {
+            let s = std::fs::read_to_string(p).unwrap();
+            !s.contains(": c128") && !s.contains(": bf16") && !s.contains(": f16")
+        })
         .map(|p| (p, "auto"))
         .collect();
     let gemm = dir.path().join("g.tc");

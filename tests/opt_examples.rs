@@ -38,6 +38,9 @@ fn optimized_and_fused_examples_match_the_interpreter() {
         // A complex example as its lowering to real pairs (checked against the
         // complex interpreter in tests/complex.rs).
         let hir = tcc::tir::complex::lower(&hir).0;
+        // A 16-bit example as the f32 program the back ends compile (checked
+        // against the rounding interpreter in tests/half.rs).
+        let hir = tcc::tir::half::widen(&hir);
         let (opt, _) = tcc::pipeline::optimize(&hir, &popts);
         for u in hir.units.ids() {
             let inputs = random_inputs(&hir, u, 11).unwrap();

@@ -146,6 +146,18 @@ fn compile(
             ),
         ));
     }
+    // 16-bit arrays (float16, ml_dtypes.bfloat16) are not taken yet either.
+    if let Some(t) = hir.tensors.iter().find(|t| t.elem.is_half()) {
+        return Err(raise(
+            py,
+            "TccError",
+            format!(
+                "E0327: the Python package does not support 16-bit tensors yet (`{}` is {}); use `tcc run`",
+                t.name,
+                t.elem.name()
+            ),
+        ));
+    }
     if max_intermediate.is_some_and(|b| b < 8) {
         return Err(PyValueError::new_err("max_intermediate must be at least one element (8 bytes)"));
     }

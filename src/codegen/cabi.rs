@@ -212,6 +212,8 @@ pub(crate) fn c_type(e: ElemType) -> &'static str {
         ElemType::F32 => "float",
         ElemType::C128 => "double _Complex",
         ElemType::C64 => "float _Complex",
+        // Bit patterns (`cabi_half`).
+        ElemType::BF16 | ElemType::F16 => "uint16_t",
     }
 }
 
@@ -221,6 +223,7 @@ fn f_kind(e: ElemType) -> &'static str {
         ElemType::F32 => "c_float",
         ElemType::C128 => "c_double_complex",
         ElemType::C64 => "c_float_complex",
+        ElemType::BF16 | ElemType::F16 => "c_int16_t",
     }
 }
 
@@ -398,10 +401,13 @@ fn fortran_decl(hir: &Hir, t: TensorId, name: &str) -> String {
     format!("{}({}) :: {name}{dims}", f_word(tensor.elem), f_kind(tensor.elem))
 }
 
-/// `real` or `complex`: the Fortran type of an element type (its kind is [`f_kind`]).
+/// `real`, `complex` or `integer` (16-bit bit patterns): the Fortran type of an
+/// element type (its kind is [`f_kind`]).
 fn f_word(e: ElemType) -> &'static str {
     if e.is_complex() {
         "complex"
+    } else if e.is_half() {
+        "integer"
     } else {
         "real"
     }
@@ -445,7 +451,7 @@ pub fn header(hir: &Hir, lib: &str, codes: &[UnitCode], source: &str) -> String 
     let _ = writeln!(s, " * are safe to call from several threads. */");
     let _ = writeln!(
         s,
-        "#ifndef {guard}\n#define {guard}\n\n#include <stddef.h>\n\n#ifdef __cplusplus\nextern \"C\" {{\n#endif\n"
+        "#ifndef {guard}\n#define {guard}\n\n#include <stddef.h>\n#include <stdint.h>\n\n#ifdef __cplusplus\nextern \"C\" {{\n#endif\n"
     );
     let _ = writeln!(s, "/* The ABI version of this header; tcc_{lib}_version() reports the library's. */");
     let _ = writeln!(s, "#define TCC_{up}_ABI_VERSION {ABI_VERSION}\n");
@@ -564,6 +570,8 @@ pub fn fortran_module(hir: &Hir, lib: &str, codes: &[UnitCode], source: &str) ->
     let _ = writeln!(s, "  use, intrinsic :: iso_c_binding, only: c_int, c_size_t, c_double, c_float, c_ptr, &");
     if crate::sema::complex::has_complex(hir) {
         let _ = writeln!(s, "      c_char, c_null_char, c_associated, c_f_pointer, c_double_complex, c_float_complex");
+    } else if crate::sema::half::has_half(hir) {
+        let _ = writeln!(s, "      c_char, c_null_char, c_associated, c_f_pointer, c_int16_t");
     } else {
         let _ = writeln!(s, "      c_char, c_null_char, c_associated, c_f_pointer");
     }
@@ -713,6 +721,17 @@ pub fn build_library(
             .map_err(|e| fail("E0714", e.to_string(), None))?;
         extra_objs.push(c);
         outer
+    } else if crate::sema::half::has_half(hir) {
+        // 16-bit arguments: the widened program's object, and C wrappers taking
+        // their bit patterns (`cabi_half`).
+        let low = crate::tir::half::widen(hir);
+        let flib = super::cabi_half::f32_lib(&lib);
+        let codes = llvm::write_object(&low, &units, opts, &flib, &obj).map_err(|e| fail("E0712", e.0, None))?;
+        let c = tmp.join("half_wrappers.c");
+        std::fs::write(&c, super::cabi_half::wrapper_source(hir, &low, &lib, &codes))
+            .map_err(|e| fail("E0714", e.to_string(), None))?;
+        extra_objs.push(c);
+        codes
     } else {
         llvm::write_object(hir, &units, opts, &lib, &obj).map_err(|e| fail("E0712", e.0, None))?
     };

@@ -25,7 +25,7 @@ pub const TCC_ERR_CUDA: (&str, i32, &str) =
 fn c_type(e: ElemType) -> &'static str {
     match e {
         ElemType::F64 | ElemType::C128 => "double",
-        ElemType::F32 | ElemType::C64 => "float",
+        ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16 => "float",
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod cabi;
 pub mod cabi_complex;
+pub mod cabi_half;
 pub mod cuda;
 pub mod cuda_build;
 pub mod cuda_shim;

@@ -264,6 +264,8 @@ impl Analysis {
             (Some(ast::ElemKind::F32), _) | (None, true) => "f32",
             (Some(ast::ElemKind::C64), _) => "c64",
             (Some(ast::ElemKind::C128), _) => "c128",
+            (Some(ast::ElemKind::BF16), _) => "bf16",
+            (Some(ast::ElemKind::F16), _) => "f16",
             _ => "f64",
         };
         let dims: Vec<&ast::Ident> = t.dims.iter().flatten().collect();
@@ -482,7 +484,7 @@ impl Analysis {
             }
         }
         if want == Want::ElemTypes {
-            for k in ["f32", "f64", "c64", "c128", "symmetric", "antisymmetric"] {
+            for k in ["f32", "f64", "c64", "c128", "bf16", "f16", "symmetric", "antisymmetric"] {
                 push(k, lt::CompletionItemKind::KEYWORD, "keyword".to_string());
             }
         }
@@ -595,7 +597,7 @@ impl Analysis {
             use lexer::Tok::*;
             let ty = match t {
                 Comment(_) => TT_COMMENT,
-                F32 | F64 | C64 | C128 => TT_TYPE,
+                F32 | F64 | C64 | C128 | BF16 | F16 => TT_TYPE,
                 Ident(_) => {
                     match self.index.occurrences.binary_search_by_key(&(*l, *r), |o| (o.span.start, o.span.end)) {
                         Ok(i) => {
@@ -693,7 +695,17 @@ fn tolerant_index(text: &str, stem: &str) -> (ast::File, Index) {
                     || (KEYWORDS.contains(&tok)
                         && !matches!(
                             tok,
-                            "f32" | "f64" | "c64" | "c128" | "symmetric" | "antisymmetric" | "over" | "as" | "on"
+                            "f32"
+                                | "f64"
+                                | "c64"
+                                | "c128"
+                                | "bf16"
+                                | "f16"
+                                | "symmetric"
+                                | "antisymmetric"
+                                | "over"
+                                | "as"
+                                | "on"
                         ))
             });
         let (at, insert) = match unterminated {
@@ -782,7 +794,7 @@ pub fn semantic_legend() -> lt::SemanticTokensLegend {
 }
 
 /// The language's keywords (what the lexer reserves).
-pub const KEYWORDS: [&str; 23] = [
+pub const KEYWORDS: [&str; 25] = [
     "range",
     "index",
     "input",
@@ -806,6 +818,8 @@ pub const KEYWORDS: [&str; 23] = [
     "f64",
     "c64",
     "c128",
+    "bf16",
+    "f16",
 ];
 
 fn keyword_doc(t: &lexer::Tok) -> Option<&'static str> {
@@ -833,6 +847,8 @@ fn keyword_doc(t: &lexer::Tok) -> Option<&'static str> {
         F64 => "64-bit floating point (the default)",
         C64 => "complex of two 32-bit floats (numpy complex64)",
         C128 => "complex of two 64-bit floats (numpy complex128, C double _Complex)",
+        BF16 => "bfloat16 storage (8-bit exponent, 7-bit fraction); arithmetic in f32, rounded once when stored",
+        F16 => "IEEE half storage (numpy float16); arithmetic in f32, rounded once when stored",
         _ => return None,
     })
 }

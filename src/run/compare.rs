@@ -9,6 +9,12 @@ use std::collections::HashMap;
 /// accepted between compiled code and the interpreter: `f64` outputs, `f32` outputs.
 pub const TOL_F64: f64 = 1e-10;
 pub const TOL_F32: f64 = 1e-4;
+/// A bf16 result may differ by about two of its ulps (2^-7 relative each) at the
+/// largest magnitude: compiled code keeps f32 between statements and accumulates
+/// in f32 in another order, so a value near a rounding boundary rounds either way.
+pub const TOL_BF16: f64 = 2e-2;
+/// The same for f16 (ulp 2^-10 relative).
+pub const TOL_F16: f64 = 3e-3;
 
 /// The difference of one tensor to its reference.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -83,10 +89,16 @@ pub fn compare(
 
 /// The tolerance of compiled code against the interpreter for `unit`: [`TOL_F64`],
 /// or [`TOL_F32`] when the unit stores anything in `f32` (the interpreter keeps
-/// every value in `f64`).
+/// every value in `f64`), or [`TOL_BF16`]/[`TOL_F16`] when the program has a
+/// tensor of that 16-bit type.
 pub fn tolerance(hir: &Hir, unit: UnitId) -> f64 {
-    let any_f32 = hir.units[unit].stmts.iter().any(|s| hir.tensors[s.lhs.tensor].elem == ElemType::F32);
-    if any_f32 {
+    let stored = |e: ElemType| hir.units[unit].stmts.iter().any(|s| hir.tensors[s.lhs.tensor].elem == e);
+    let read = |e: ElemType| hir.tensors.iter().any(|t| t.elem == e);
+    if stored(ElemType::BF16) || read(ElemType::BF16) {
+        TOL_BF16
+    } else if stored(ElemType::F16) || read(ElemType::F16) {
+        TOL_F16
+    } else if stored(ElemType::F32) {
         TOL_F32
     } else {
         TOL_F64
@@ -109,7 +121,7 @@ pub fn compare_outputs(
             ElemType::F32 | ElemType::C64 => {
                 (t, Dense { shape: w.shape.clone(), data: w.data.iter().map(|&x| x as f32 as f64).collect() })
             }
-            ElemType::F64 | ElemType::C128 => (t, w.clone()),
+            ElemType::F64 | ElemType::C128 | ElemType::BF16 | ElemType::F16 => (t, w.clone()),
         })
         .collect();
     compare(got, &rounded, tolerance(hir, unit), |t| hir.tensors[t].name.clone())

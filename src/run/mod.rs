@@ -423,6 +423,33 @@ pub fn run_report_summarized(
     Ok(())
 }
 
+/// E0328: a 16-bit tensor takes only arrays of its own dtype, and a 16-bit array
+/// goes only to a tensor of its type; values are never converted or reinterpreted
+/// silently across a 16-bit type.
+fn half_dtype_mismatch(
+    name: &str,
+    path: &std::path::Path,
+    want: crate::sema::hir::ElemType,
+    got: crate::sema::hir::ElemType,
+) -> CommandError {
+    let descr = |e: crate::sema::hir::ElemType| match e {
+        crate::sema::hir::ElemType::BF16 => "bf16 (`<u2` bit patterns)",
+        crate::sema::hir::ElemType::F16 => "f16 (`<f2`)",
+        e => e.name(),
+    };
+    fail(
+        "E0328",
+        format!("`--input {name}={}`: `{name}` is {} but the file holds {}", path.display(), descr(want), descr(got)),
+        Some(match want {
+            crate::sema::hir::ElemType::BF16 => {
+                "save bf16 arrays as their bits: `np.save(f, x.astype(ml_dtypes.bfloat16).view(np.uint16))`".to_string()
+            }
+            crate::sema::hir::ElemType::F16 => "save it as float16: `np.save(f, x.astype(np.float16))`".to_string(),
+            w => format!("convert it to {} before saving, or declare `{name}` with the file's type", w.name()),
+        }),
+    )
+}
+
 fn role_name(r: Role) -> &'static str {
     match r {
         Role::Input => "an input",
@@ -439,9 +466,12 @@ fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap
     let mut loaded: HashMap<TensorId, Dense> = HashMap::new();
     for (name, path, targets) in resolve_inputs(hir, units, opts)? {
         let path = path.as_path();
-        let (value, _) = npy::read_file(path).map_err(|e| fail("E0706", e.0, None))?;
+        let (value, file_elem) = npy::read_file(path).map_err(|e| fail("E0706", e.0, None))?;
         for t in targets {
             let tensor = &hir.tensors[t];
+            if (tensor.elem.is_half() || file_elem.is_half()) && tensor.elem != file_elem {
+                return Err(half_dtype_mismatch(&name, path, tensor.elem, file_elem));
+            }
             let expected = hir.shape(t);
             if value.shape != expected {
                 return Err(fail(

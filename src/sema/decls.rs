@@ -257,6 +257,8 @@ impl Ctx {
             None | Some(ast::ElemKind::F64) => hir::ElemType::F64,
             Some(ast::ElemKind::C64) => hir::ElemType::C64,
             Some(ast::ElemKind::C128) => hir::ElemType::C128,
+            Some(ast::ElemKind::BF16) => hir::ElemType::BF16,
+            Some(ast::ElemKind::F16) => hir::ElemType::F16,
         };
         let names: &[ast::Ident] = d.dims.as_deref().unwrap_or(&[]);
         let mut dims = Vec::with_capacity(names.len());

@@ -119,6 +119,11 @@ pub enum ElemType {
     C64,
     /// Complex of two `f64` (numpy `complex128`, C `double _Complex`).
     C128,
+    /// bfloat16 storage (see [`crate::half`]): read as `f32`, computed in `f32`,
+    /// rounded to nearest even when stored.
+    BF16,
+    /// IEEE half storage (numpy `float16`), computed in `f32` like [`ElemType::BF16`].
+    F16,
 }
 
 impl ElemType {
@@ -128,6 +133,8 @@ impl ElemType {
             ElemType::F64 => "f64",
             ElemType::C64 => "c64",
             ElemType::C128 => "c128",
+            ElemType::BF16 => "bf16",
+            ElemType::F16 => "f16",
         }
     }
     pub fn size_bytes(self) -> usize {
@@ -136,6 +143,19 @@ impl ElemType {
             ElemType::F64 => 8,
             ElemType::C64 => 8,
             ElemType::C128 => 16,
+            ElemType::BF16 | ElemType::F16 => 2,
+        }
+    }
+    /// Whether this is a 16-bit storage type (`bf16`, `f16`).
+    pub fn is_half(self) -> bool {
+        matches!(self, ElemType::BF16 | ElemType::F16)
+    }
+    /// The type a value of this type is computed in: `f32` for the 16-bit storage
+    /// types, the type itself (its real part for complex) otherwise.
+    pub fn compute(self) -> ElemType {
+        match self {
+            ElemType::BF16 | ElemType::F16 => ElemType::F32,
+            e => e.real_part(),
         }
     }
     pub fn is_complex(self) -> bool {
@@ -146,6 +166,8 @@ impl ElemType {
         match self {
             ElemType::F32 | ElemType::C64 => ElemType::F32,
             ElemType::F64 | ElemType::C128 => ElemType::F64,
+            // Not complex: a 16-bit type is its own (real) part.
+            ElemType::BF16 | ElemType::F16 => self,
         }
     }
 }

@@ -22,6 +22,7 @@ mod affine;
 pub mod complex;
 mod decls;
 mod exprs;
+pub mod half;
 mod models;
 mod parallel;
 mod scope;
@@ -42,6 +43,7 @@ pub fn analyze(file: &ast::File, file_stem: &str) -> (hir::Hir, Vec<Diagnostic>)
     cx.unused_warnings();
     let complex = complex::check(&cx.hir);
     cx.diags.extend(complex);
+    cx.diags.extend(half::check(&cx.hir));
     (cx.hir, cx.diags)
 }
 

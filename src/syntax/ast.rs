@@ -127,6 +127,10 @@ pub enum ElemKind {
     C64,
     /// Complex of two `f64`.
     C128,
+    /// bfloat16 storage, f32 arithmetic.
+    BF16,
+    /// IEEE half storage, f32 arithmetic.
+    F16,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -61,6 +61,10 @@ pub enum Tok {
     C64,
     #[token("c128")]
     C128,
+    #[token("bf16")]
+    BF16,
+    #[token("f16")]
+    F16,
 
     #[regex(r"[A-Za-z_][A-Za-z0-9_]*", |lex| lex.slice().to_string())]
     Ident(String),
@@ -144,6 +148,8 @@ impl fmt::Display for Tok {
             Tok::F64 => "`f64`",
             Tok::C64 => "`c64`",
             Tok::C128 => "`c128`",
+            Tok::BF16 => "`bf16`",
+            Tok::F16 => "`f16`",
             Tok::Ident(s) => return write!(f, "identifier `{s}`"),
             Tok::Int(s) => return write!(f, "integer `{s}`"),
             Tok::Real(s) => return write!(f, "number `{s}`"),

@@ -7,6 +7,7 @@
 pub(crate) mod bits;
 pub mod complex;
 pub mod graph;
+pub mod half;
 pub mod materialize;
 pub mod opmin;
 pub mod order;

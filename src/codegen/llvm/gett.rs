@@ -162,7 +162,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         let i64p = i64t.ptr_type(AddressSpace::default());
         let fname = match elem {
             ElemType::F64 | ElemType::C128 => "tcc_rt_gett_f64",
-            ElemType::F32 | ElemType::C64 => "tcc_rt_gett_f32",
+            ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16 => "tcc_rt_gett_f32",
         };
         let f = self.declare(
             fname,
@@ -635,7 +635,7 @@ pub(super) fn tile_shape(lanes: usize, regs: usize, nr_max: usize, m: (u64, u64)
 pub(super) fn cache_blocks(elem: ElemType) -> (i64, i64, i64) {
     match elem {
         ElemType::F64 | ElemType::C128 => (256, 192, 4096),
-        ElemType::F32 | ElemType::C64 => (512, 384, 4096),
+        ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16 => (512, 384, 4096),
     }
 }
 

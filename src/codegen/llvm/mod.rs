@@ -543,9 +543,10 @@ pub fn jit_run_sized(
         };
         storage.push(match elem {
             ElemType::F64 | ElemType::C128 => Storage::F64(data),
-            ElemType::F32 | ElemType::C64 => {
+            ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16 => {
+                // A 16-bit tensor runs in f32 storage: its values widened exactly.
                 let mut v = try_vec(&hir.tensors[t].name, n)?;
-                v.extend(data.iter().map(|&x| x as f32));
+                v.extend(data.iter().map(|&x| crate::interp::round_to(elem, x) as f32));
                 Storage::F32(v)
             }
         });
@@ -563,7 +564,13 @@ pub fn jit_run_sized(
     }
     let mut outputs = HashMap::new();
     for (k, &t) in code.args.iter().enumerate().skip(code.n_inputs) {
-        outputs.insert(t, Dense::from_vec(shape(t), storage[k].to_f64()));
+        // A 16-bit output is rounded once, as it leaves the program.
+        let elem = hir.tensors[t].elem;
+        let mut data = storage[k].to_f64();
+        if elem.is_half() {
+            data.iter_mut().for_each(|x| *x = crate::interp::round_to(elem, *x));
+        }
+        outputs.insert(t, Dense::from_vec(shape(t), data));
     }
     drop(ee);
     let slicing = c.hir.units[unit].sliced.iter().map(|g| g.describe(&c.hir)).collect();
@@ -732,7 +739,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     fn ft(&self, e: ElemType) -> FloatType<'ctx> {
         match e {
             ElemType::F64 | ElemType::C128 => self.ctx.f64_type(),
-            ElemType::F32 | ElemType::C64 => self.ctx.f32_type(),
+            ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16 => self.ctx.f32_type(),
         }
     }
     fn i64c(&self, v: u64) -> IntValue<'ctx> {

@@ -62,7 +62,7 @@ pub enum Elem {
 impl Elem {
     pub fn of(e: ElemType) -> Elem {
         match e {
-            ElemType::F32 | ElemType::C64 => Elem::F32,
+            ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16 => Elem::F32,
             ElemType::F64 | ElemType::C128 => Elem::F64,
         }
     }
