@@ -218,6 +218,8 @@ impl NativeLibrary {
                 // Refused in `compile`.
                 ElemType::C128 => "complex128",
                 ElemType::C64 => "complex64",
+                ElemType::F16 => "float16",
+                ElemType::BF16 => "uint16",
             })?;
             args.push(ArgSpec {
                 name: tensor.name.clone(),
@@ -426,6 +428,8 @@ fn input_buffer<'py>(
                             ElemType::F32 => "float32",
                             ElemType::C128 => "complex128",
                             ElemType::C64 => "complex64",
+                            ElemType::F16 => "float16",
+                            ElemType::BF16 => "uint16 (bf16 bit patterns)",
                         },
                         spec.describe()
                     ),
