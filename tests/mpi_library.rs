@@ -81,6 +81,7 @@ fn compile_and_run(compiler: &str, args: &[String], exe: &Path, dir: &Path) {
         let run = std::process::Command::new("timeout")
             .args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np])
             .arg(exe)
+            .current_dir(dir)
             .env("TCC_NUM_THREADS", "1")
             .env("TCC_EXCHANGE", exchange)
             .output()
@@ -96,6 +97,7 @@ fn compile_and_run(compiler: &str, args: &[String], exe: &Path, dir: &Path) {
     let run = std::process::Command::new("timeout")
         .args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"])
         .arg(exe)
+        .current_dir(dir)
         .env("TCC_EXCHANGE", "sometimes")
         .output()
         .unwrap();
