@@ -1479,8 +1479,10 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     if tcc::sema::half::has_half(&hir) {
+        // Tiled runs (one process and ranks) read, round and write 16-bit tensors
+        // as their type and compute in f32, as the JIT does.
         let what = if tiled {
-            "`tcc run --tiled`"
+            ""
         } else if distributed {
             "a distributed `tcc run` (--ranks, --backend, --plan)"
         } else if target == TargetKind::Cuda {
@@ -1494,20 +1496,31 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
             }
         }
     }
-    if tcc::sema::complex::has_complex(&hir) {
-        let what = if tiled {
-            "`tcc run --tiled`"
-        } else if distributed {
-            "a distributed `tcc run` (--ranks, --backend, --plan)"
-        } else {
-            ""
-        };
-        if !what.is_empty() {
-            if let Err(o) = refuse_complex(ctx, &hir, what, "run it on the CPU without those options") {
+    if tcc::sema::complex::has_complex(&hir) && !(tiled && distributed) {
+        // Tiled runs take the (re, im) parts; distributed tiled runs go on below.
+        if distributed && !tiled {
+            if let Err(o) = refuse_complex(
+                ctx,
+                &hir,
+                "a distributed `tcc run` without --tiled (--ranks, --backend, --plan)",
+                "add --tiled: distributed tiled runs take complex tensors",
+            ) {
                 return o;
             }
         }
-        let result = if interp {
+        let result = if tiled {
+            if target == TargetKind::Cuda || repeat != 1 {
+                return ctx.fail(
+                    "E0760",
+                    "--tiled runs on the CPU once: it does not take --target cuda or --repeat",
+                    None,
+                );
+            }
+            match tiled_run(ctx, tile, schedule, check, stats, tuning.as_deref()) {
+                Ok(r) => tcc::run::complex::run_complex(&hir, &opts, tcc::run::complex::ComplexExec::Tiled(&r), &mut lock),
+                Err(o) => return o,
+            }
+        } else if interp {
             tcc::run::complex::run_complex(&hir, &opts, tcc::run::complex::ComplexExec::Interp, &mut lock)
         } else if target == TargetKind::Cuda {
             let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: gpu_gemm.options() };

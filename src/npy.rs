@@ -214,6 +214,9 @@ pub struct BoxReader {
     pub elem: ElemType,
     big_endian: bool,
     fortran: bool,
+    /// The component read of each complex element: 0 its real part, 1 its
+    /// imaginary part (a complex tensor runs tiled as two real ones).
+    part: usize,
 }
 
 impl BoxReader {
@@ -241,16 +244,16 @@ impl BoxReader {
         let (end, text) = split_header(&bytes).map_err(at)?;
         let header = parse_header(text).map_err(at)?;
         check_shape(&header.shape).map_err(at)?;
-        let (big_endian, elem) = match header.descr.as_str() {
-            "<f8" | "=f8" => (false, ElemType::F64),
-            ">f8" => (true, ElemType::F64),
-            "<f4" | "=f4" => (false, ElemType::F32),
-            ">f4" => (true, ElemType::F32),
-            d => {
-                return Err(at(err(format!(
-                    "unsupported dtype {d}: tcc reads float64 (`<f8`) and float32 (`<f4`) arrays box by box"
-                ))))
-            }
+        let big_endian = header.descr.starts_with('>');
+        let elem = match header.descr.as_str() {
+            "<f8" | "=f8" | ">f8" => ElemType::F64,
+            "<f4" | "=f4" | ">f4" => ElemType::F32,
+            d => complex_descr(d).or_else(|| half_descr(d)).ok_or_else(|| {
+                at(err(format!(
+                    "unsupported dtype {d}: tcc reads float64, float32, complex128, complex64, float16 and bfloat16 \
+                     (`<u2` bits) arrays box by box"
+                )))
+            })?,
         };
         let shape: Vec<usize> = header.shape.iter().map(|&d| d as usize).collect();
         let needed = shape.iter().product::<usize>() as u64 * elem.size_bytes() as u64;
@@ -261,7 +264,23 @@ impl BoxReader {
                 size.saturating_sub(end as u64)
             ))));
         }
-        Ok(BoxReader { file, path: name, data_offset: end as u64, shape, elem, big_endian, fortran: header.fortran })
+        Ok(BoxReader {
+            file,
+            path: name,
+            data_offset: end as u64,
+            shape,
+            elem,
+            big_endian,
+            fortran: header.fortran,
+            part: 0,
+        })
+    }
+
+    /// Reads component `part` (0 real, 1 imaginary) of each element of a
+    /// complex file from now on.
+    pub fn select_part(&mut self, part: usize) {
+        debug_assert!(part < 2 && (part == 0 || self.elem.is_complex()));
+        self.part = part;
     }
 
     /// Reads the box `start + [0, extent)` into `out` (row-major, last index
@@ -314,15 +333,27 @@ impl BoxReader {
                 return;
             }
             let step = if n == 0 { 0 } else { bstride[contiguous] };
-            for (k, b) in bytes.chunks_exact(size).enumerate() {
+            // The bytes of the component read: all of a real element, one half of
+            // a complex one.
+            let width = if self.elem.is_complex() { size / 2 } else { size };
+            for (k, e) in bytes.chunks_exact(size).enumerate() {
+                let b = &e[self.part * width..(self.part + 1) * width];
                 let v = match (self.elem, self.big_endian) {
                     (ElemType::F64 | ElemType::C128, false) => f64::from_le_bytes(b.try_into().expect("8 bytes")),
                     (ElemType::F64 | ElemType::C128, true) => f64::from_be_bytes(b.try_into().expect("8 bytes")),
-                    (ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16, false) => {
+                    (ElemType::F32 | ElemType::C64, false) => {
                         f64::from(f32::from_le_bytes(b.try_into().expect("4 bytes")))
                     }
-                    (ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16, true) => {
+                    (ElemType::F32 | ElemType::C64, true) => {
                         f64::from(f32::from_be_bytes(b.try_into().expect("4 bytes")))
+                    }
+                    (ElemType::BF16 | ElemType::F16, big) => {
+                        let bits = if big { u16::from_be_bytes([b[0], b[1]]) } else { u16::from_le_bytes([b[0], b[1]]) };
+                        f64::from(if self.elem == ElemType::BF16 {
+                            crate::half::bf16_to_f32(bits)
+                        } else {
+                            crate::half::f16_to_f32(bits)
+                        })
                     }
                 };
                 out[box_at + k * step] = v;
@@ -529,6 +560,8 @@ pub struct BoxWriter {
     data_offset: u64,
     shape: Vec<usize>,
     elem: ElemType,
+    /// The component written of each complex element (0 real, 1 imaginary).
+    part: usize,
 }
 
 /// The `.npy` header (format 1.0, C order, little-endian) of an array of
@@ -564,55 +597,67 @@ impl BoxWriter {
         use std::io::Write;
         let name = path.display().to_string();
         let io = |e: std::io::Error| err(format!("cannot write `{name}`: {e}"));
-        if elem.is_complex() {
-            return Err(err(format!(
-                "`{name}`: complex arrays are not written box by box (tiled runs refuse complex)"
-            )));
-        }
         let head = header_bytes(shape, elem);
-        let mut file = std::fs::File::create(path).map_err(io)?;
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(io)?;
         file.write_all(&head).map_err(io)?;
-        let bytes = shape.iter().product::<usize>() as u64 * Self::width(elem);
+        let bytes = (shape.iter().product::<usize>() * elem.size_bytes()) as u64;
         file.set_len(head.len() as u64 + bytes).map_err(io)?;
-        Ok(BoxWriter { file, path: name, data_offset: head.len() as u64, shape: shape.to_vec(), elem })
+        Ok(BoxWriter { file, path: name, data_offset: head.len() as u64, shape: shape.to_vec(), elem, part: 0 })
     }
 
-    /// Opens a file [`BoxWriter::create`] made (on any rank) for writing boxes.
-    pub fn open(path: &Path, shape: &[usize], elem: ElemType) -> Result<BoxWriter, NpyError> {
+    /// Opens a file [`BoxWriter::create`] made (on any rank) for writing boxes;
+    /// of a complex file, component `part` (0 real, 1 imaginary) of each element.
+    pub fn open(path: &Path, shape: &[usize], elem: ElemType, part: usize) -> Result<BoxWriter, NpyError> {
         let name = path.display().to_string();
         let file = std::fs::OpenOptions::new()
+            .read(true)
             .write(true)
             .open(path)
             .map_err(|e| err(format!("cannot write `{name}`: {e}")))?;
         let data_offset = header_bytes(shape, elem).len() as u64;
-        Ok(BoxWriter { file, path: name, data_offset, shape: shape.to_vec(), elem })
-    }
-
-    fn width(elem: ElemType) -> u64 {
-        match elem {
-            ElemType::F64 | ElemType::C128 => 8,
-            ElemType::F32 | ElemType::C64 => 4,
-            ElemType::BF16 | ElemType::F16 => 2,
-        }
+        Ok(BoxWriter { file, path: name, data_offset, shape: shape.to_vec(), elem, part })
     }
 
     /// Writes `values` at row-major element `at` onwards (a run contiguous in
-    /// the file; `f32` files get the values rounded).
+    /// the file; `f32` and 16-bit files get the values rounded). Of a complex
+    /// file it writes the writer's component of each element and keeps the other
+    /// (read, patched, written back): the two parts must not be written at once.
     pub fn write_run(&self, at: usize, values: &[f64]) -> Result<(), NpyError> {
         use std::os::unix::fs::FileExt;
         if at + values.len() > self.shape.iter().product::<usize>() {
             return Err(err(format!("internal: run {at}+{} beyond {:?}", values.len(), self.shape)));
         }
+        let size = self.elem.size_bytes();
+        let offset = self.data_offset + (at * size) as u64;
+        let io = |e: std::io::Error| err(format!("cannot write `{}`: {e}", self.path));
         let bytes: Vec<u8> = match self.elem {
-            ElemType::F64 | ElemType::C128 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            ElemType::F32 | ElemType::C64 => values.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect(),
+            ElemType::F64 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            ElemType::F32 => values.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect(),
             ElemType::BF16 | ElemType::F16 => {
                 values.iter().flat_map(|&v| half_bits(self.elem, v).to_le_bytes()).collect()
             }
+            ElemType::C128 | ElemType::C64 => {
+                let mut bytes = vec![0u8; values.len() * size];
+                self.file.read_exact_at(&mut bytes, offset).map_err(io)?;
+                let width = size / 2;
+                for (e, &v) in bytes.chunks_exact_mut(size).zip(values) {
+                    let part = &mut e[self.part * width..(self.part + 1) * width];
+                    if width == 8 {
+                        part.copy_from_slice(&v.to_le_bytes());
+                    } else {
+                        part.copy_from_slice(&(v as f32).to_le_bytes());
+                    }
+                }
+                bytes
+            }
         };
-        self.file
-            .write_all_at(&bytes, self.data_offset + at as u64 * Self::width(self.elem))
-            .map_err(|e| err(format!("cannot write `{}`: {e}", self.path)))
+        self.file.write_all_at(&bytes, offset).map_err(io)
     }
 }
 
@@ -633,7 +678,7 @@ mod tests {
             let n: usize = shape.iter().product();
             let want: Vec<f64> = (0..n).map(|k| k as f64 * 0.5 - 3.0).collect();
             let first = BoxWriter::create(&path, &shape, elem).unwrap();
-            let second = BoxWriter::open(&path, &shape, elem).unwrap();
+            let second = BoxWriter::open(&path, &shape, elem, 0).unwrap();
             // Odd runs from one writer, even from the other, out of order.
             let run = shape.last().copied().unwrap_or(1);
             for (r, at) in (0..n).step_by(run).enumerate().rev() {

@@ -12,12 +12,12 @@
 //! (from `main`); E0325 a real array given for a complex tensor or the reverse.
 
 use super::compare::{compare, tolerance};
-use super::{fail, fmt_num, interp_error, plural, resolve_inputs, RunOptions, Summary};
+use super::{fail, interp_error, resolve_inputs, OutputRow, RunOptions, Summary};
 use crate::error::CommandError;
 use crate::interp::{self, round_to};
 use crate::interp_complex::{self as ci, CDense, C};
 use crate::npy;
-use crate::sema::hir::{ElemType, Hir, TensorId, UnitId, UnitKind};
+use crate::sema::hir::{ElemType, Hir, TensorId, UnitId};
 use crate::tensor::Dense;
 use crate::tir::complex::{lower, ComplexMap};
 use std::collections::HashMap;
@@ -31,6 +31,8 @@ pub enum ComplexExec<'a> {
     Compiled(&'a super::compiled::CompiledRun),
     /// The lowered program on the GPU (`--target cuda`).
     Cuda(&'a crate::codegen::cuda::CudaRun),
+    /// The lowered program on tiles, in this process (`--tiled`).
+    Tiled(&'a crate::tiled::run::TiledRun),
 }
 
 /// `tcc run` of a complex program (see the module documentation).
@@ -43,6 +45,8 @@ pub fn run_complex(
     let units = hir.select_units(opts.program.as_deref())?;
     let (low, map) = lower(hir);
     let loaded = load_inputs(hir, &units, opts)?;
+    let prepared = matches!(exec, ComplexExec::Tiled(_))
+        .then(|| crate::pipeline::prepare(hir, &crate::pipeline::PipelineOptions::default()));
     if let Some(dir) = opts.output_dir.as_deref() {
         std::fs::create_dir_all(dir)
             .map_err(|e| fail("E0709", format!("cannot create the output directory `{}`: {e}", dir.display()), None))?;
@@ -60,6 +64,12 @@ pub fn run_complex(
             ComplexExec::Interp => (ci::run_unit(hir, u, &inputs).map_err(interp_error)?, Vec::new()),
             ComplexExec::Compiled(c) => compiled(hir, &low, &map, u, &inputs, c)?,
             ComplexExec::Cuda(c) => cuda(hir, &low, &map, u, &inputs, c)?,
+            ComplexExec::Tiled(r) => {
+                let prepared = prepared.as_ref().expect("prepared for tiled runs");
+                lowered(hir, &low, &map, u, &inputs, r.check, &mut |parts| {
+                    crate::tiled::run::run_unit(hir, prepared, u, parts, opts.seed, r)
+                })?
+            }
         };
         write_report(hir, u, &outputs, &extra, out)?;
         if let Some(dir) = opts.output_dir.as_deref() {
@@ -278,16 +288,16 @@ fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap
     Ok(loaded)
 }
 
-/// Summaries of a complex value: `sum` and `checksum` as (re, im).
-fn summaries(v: &CDense, elem: ElemType) -> (f64, (f64, f64), (f64, f64)) {
+/// The report's summaries of a complex value: its real and imaginary parts' (a
+/// real value's imaginary part is zero).
+fn summaries(v: &CDense, elem: ElemType) -> (Summary, Summary) {
     let (d, _) = to_interface(v, elem);
     let (re, im): (Vec<f64>, Vec<f64>) = if elem.is_complex() {
         d.data.chunks_exact(2).map(|p| (p[0], p[1])).unzip()
     } else {
         (d.data.clone(), vec![0.0; d.data.len()])
     };
-    let (a, b) = (Summary::of(&re), Summary::of(&im));
-    ((a.norm2 * a.norm2 + b.norm2 * b.norm2).sqrt(), (a.sum, b.sum), (a.checksum, b.checksum))
+    (Summary::of(&re), Summary::of(&im))
 }
 
 fn write_report(
@@ -297,39 +307,13 @@ fn write_report(
     extra: &[String],
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
-    let report_err = |e: std::io::Error| fail("E0711", format!("cannot write the report: {e}"), None);
-    let unit = &hir.units[u];
-    let kind = match unit.kind {
-        UnitKind::Program => "program",
-        UnitKind::Model(_) => "model",
-    };
-    writeln!(out, "{kind} {} ({})", unit.name, plural(unit.stmts.len(), "statement")).map_err(report_err)?;
-    let rows: Vec<TensorId> = hir.unit_outputs(u).into_iter().filter(|t| outputs.contains_key(t)).collect();
-    if rows.is_empty() {
-        writeln!(out, "  (no outputs)").map_err(report_err)?;
-    }
-    let label = |t: TensorId| {
-        let shape = hir.shape(t).iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
-        (hir.tensors[t].name.clone(), format!("{}[{shape}]", hir.tensors[t].elem.name()))
-    };
-    let labels: Vec<(String, String)> = rows.iter().map(|&t| label(t)).collect();
-    let w_name = labels.iter().map(|l| l.0.chars().count()).max().unwrap_or(0);
-    let w_ty = labels.iter().map(|l| l.1.len()).max().unwrap_or(0);
-    for (&t, (name, ty)) in rows.iter().zip(&labels) {
-        let (norm2, sum, check) = summaries(&outputs[&t], hir.tensors[t].elem);
-        writeln!(
-            out,
-            "  {name:<w_name$}  {ty:<w_ty$}  norm2 = {}  sum = ({}, {})  checksum = ({}, {})",
-            fmt_num(norm2),
-            fmt_num(sum.0),
-            fmt_num(sum.1),
-            fmt_num(check.0),
-            fmt_num(check.1)
-        )
-        .map_err(report_err)?;
-    }
-    for line in extra {
-        writeln!(out, "  {line}").map_err(report_err)?;
-    }
-    Ok(())
+    let rows: Vec<OutputRow> = hir
+        .unit_outputs(u)
+        .into_iter()
+        .filter_map(|t| {
+            let (re, im) = summaries(outputs.get(&t)?, hir.tensors[t].elem);
+            Some(OutputRow { tensor: t, summary: re, summary_im: Some(im), symmetry: None, blocks: None })
+        })
+        .collect();
+    super::write_unit_report(hir, u, &rows, extra, out)
 }

@@ -293,7 +293,7 @@ pub fn run_report_with(
             }
             let symmetry = interp::tensor_symmetry_violation(&*value, tensor, SYMMETRY_RTOL);
             let blocks = interp::block_violation(hir, t, &*value);
-            rows.push(OutputRow { tensor: t, summary: Summary::of(&value.data), symmetry, blocks });
+            rows.push(OutputRow { tensor: t, summary: Summary::of(&value.data), summary_im: None, symmetry, blocks });
         }
         write_unit_report(hir, u, &rows, &extra, out)?;
 
@@ -332,6 +332,9 @@ pub fn run_report_with(
 pub struct OutputRow {
     pub tensor: TensorId,
     pub summary: Summary,
+    /// Of a program with complex tensors: the imaginary parts' summary (zero for
+    /// a real output), and the line prints `sum` and `checksum` as (re, im).
+    pub summary_im: Option<Summary>,
     /// How the output breaks its declared symmetry (W0701), if it does.
     pub symmetry: Option<String>,
     /// Where it is nonzero outside its declared blocks (W0704), if it is.
@@ -340,7 +343,7 @@ pub struct OutputRow {
 
 /// The report of one unit: its line, one line per output (warnings on stderr),
 /// then `extra`, indented.
-fn write_unit_report(
+pub(crate) fn write_unit_report(
     hir: &Hir,
     u: UnitId,
     rows: &[OutputRow],
@@ -367,13 +370,25 @@ fn write_unit_report(
     let w_ty = labels.iter().map(|l| l.1.len()).max().unwrap_or(0);
     for (row, (name, ty)) in rows.iter().zip(&labels) {
         let s = row.summary;
-        writeln!(
-            out,
-            "  {name:<w_name$}  {ty:<w_ty$}  norm2 = {}  sum = {}  checksum = {}",
-            fmt_num(s.norm2),
-            fmt_num(s.sum),
-            fmt_num(s.checksum)
-        )
+        match row.summary_im {
+            None => writeln!(
+                out,
+                "  {name:<w_name$}  {ty:<w_ty$}  norm2 = {}  sum = {}  checksum = {}",
+                fmt_num(s.norm2),
+                fmt_num(s.sum),
+                fmt_num(s.checksum)
+            ),
+            // norm2 = sqrt(Σ |z|²), sum = Σ z, checksum = Σ z·(1 + (k mod 7)).
+            Some(im) => writeln!(
+                out,
+                "  {name:<w_name$}  {ty:<w_ty$}  norm2 = {}  sum = ({}, {})  checksum = ({}, {})",
+                fmt_num((s.norm2 * s.norm2 + im.norm2 * im.norm2).sqrt()),
+                fmt_num(s.sum),
+                fmt_num(im.sum),
+                fmt_num(s.checksum),
+                fmt_num(im.checksum)
+            ),
+        }
         .map_err(report_err)?;
         if let Some(v) = &row.symmetry {
             eprintln!(

@@ -580,7 +580,7 @@ pub fn run_rank_reported(
     opts: &TiledOptions,
     output_dir: Option<&std::path::Path>,
 ) -> Result<(Vec<OutputReport>, RankStats), CommandError> {
-    run_rank_then(program, comm, inputs, opts, |rank| rank.report_outputs(comm, output_dir))
+    run_rank_then(program, comm, inputs, opts, |rank| rank.report_outputs(comm, output_dir, &inputs.source))
 }
 
 /// Makes this rank's tiles, fills the inputs, runs the task sets and then `finish`.
@@ -594,8 +594,8 @@ fn run_rank_then<T>(
     let base_rss = peak_rss_bytes();
     let mut rank = RankTiles::new(program, comm.rank(), comm.size(), opts, Some(comm))?;
     rank.stats.base_rss = base_rss;
-    rank.fill_random(inputs.seed, &inputs.files);
-    let filled = rank.fill_from_files(&inputs.files);
+    rank.fill_random(inputs.seed, &inputs.files, &inputs.source);
+    let filled = rank.fill_from_files(&inputs.files, &inputs.source);
     match filled.and_then(|()| rank.run(comm)).and_then(|()| finish(&rank)) {
         Ok(outputs) => Ok((outputs, std::mem::take(&mut rank.stats))),
         Err(e) => {
@@ -611,7 +611,10 @@ fn run_rank_then<T>(
 #[derive(Debug, Clone, Default)]
 pub struct Inputs {
     pub seed: u64,
+    /// Per executed tensor (both parts of a complex one), its file.
     pub files: HashMap<TensorId, std::path::PathBuf>,
+    /// What the executed tensors stand for: how values are rounded and files read.
+    pub source: super::source::SourceView,
 }
 
 /// Everything every rank plans alike before a distributed run: ownership, each
@@ -1015,7 +1018,12 @@ impl<'p> RankTiles<'p> {
 
     /// Fills this rank's input tiles with the interpreter's random values, but
     /// those of the inputs in `except` (read from files).
-    pub fn fill_random(&mut self, seed: u64, except: &HashMap<TensorId, std::path::PathBuf>) {
+    pub fn fill_random(
+        &mut self,
+        seed: u64,
+        except: &HashMap<TensorId, std::path::PathBuf>,
+        source: &super::source::SourceView,
+    ) {
         let hir = &self.program.hir;
         for t in hir.unit_inputs(self.program.unit).into_iter().filter(|t| !except.contains_key(t)) {
             let l = &self.program.layouts[&t];
@@ -1023,7 +1031,7 @@ impl<'p> RankTiles<'p> {
             let shape: Vec<usize> = l.dims.iter().map(|d| d.start(d.count())).collect();
             let group = PermGroup::of(&hir.tensors[t]);
             let key = random_key(seed, &l.name);
-            let elem = hir.tensors[t].elem;
+            let elem = source.round_as(t, hir.tensors[t].elem);
             for (&k, &off) in &loc.offsets {
                 let c = &l.tiles()[k];
                 let (start, ext) = l.tile_box(c);
@@ -1040,24 +1048,36 @@ impl<'p> RankTiles<'p> {
     /// tiles would silently keep part of it: each rank checks the images of its
     /// own tiles, and the zero tiles not stored are checked round-robin over the
     /// ranks. Errors name the file and the first element at fault.
-    pub fn fill_from_files(&mut self, files: &HashMap<TensorId, std::path::PathBuf>) -> Result<(), CommandError> {
+    pub fn fill_from_files(
+        &mut self,
+        files: &HashMap<TensorId, std::path::PathBuf>,
+        source: &super::source::SourceView,
+    ) -> Result<(), CommandError> {
         let hir = &self.program.hir;
         let read = hir.unit_inputs(self.program.unit);
         for (&t, path) in files.iter().filter(|(t, _)| read.contains(t)) {
             let l = &self.program.layouts[&t];
             let tensor = &hir.tensors[t];
+            let name = source.part(t).map_or(&tensor.name, |p| &p.name);
             // E0706 an unreadable file, E0707 a wrong shape, E0761 a wrong structure
             // (as for whole arrays, `tcc run --input`).
             let fail_as = |code: &'static str, why: String| {
                 CommandError::new(
                     code,
-                    format!("input `{}` from `{}`: {why}", tensor.name, path.display()),
+                    format!("input `{name}` from `{}`: {why}", path.display()),
                     Some("write the array with the tensor's declared shape, symmetry and blocks".into()),
                 )
             };
             let fail = |why: String| fail_as("E0761", why);
-            let reader = crate::npy::BoxReader::open(path)
-                .map_err(|e| CommandError::new("E0706", format!("input `{}`: {}", tensor.name, e.0), None))?;
+            let mut reader = crate::npy::BoxReader::open(path)
+                .map_err(|e| CommandError::new("E0706", format!("input `{name}`: {}", e.0), None))?;
+            source.check_file(t, tensor.elem, reader.elem).map_err(|(code, why)| {
+                CommandError::new(code, format!("input `{name}` from `{}`: {why}", path.display()), None)
+            })?;
+            if let Some(p) = source.part(t) {
+                reader.select_part(p.component);
+            }
+            let elem = source.round_as(t, tensor.elem);
             let shape: Vec<usize> = l.dims.iter().map(|d| d.start(d.count())).collect();
             if reader.shape != shape {
                 return Err(fail_as("E0707", format!("its shape is {:?}; the tensor's is {shape:?}", reader.shape)));
@@ -1070,6 +1090,10 @@ impl<'p> RankTiles<'p> {
                 let tile = &mut loc.data[off..off + l.tile_len(c)];
                 reader.read_box(&start, &ext, tile).map_err(|e| fail_as("E0706", e.0))?;
                 check_images(&reader, &group, &start, &ext, tile).map_err(fail)?;
+                // As `tcc run --input` rounds: to the tensor's type.
+                for v in tile.iter_mut() {
+                    *v = round_to(elem, *v);
+                }
             }
             // Tiles zero by the block rules: stored by no rank, checked by one.
             let zero: Vec<Coord> =
@@ -1657,19 +1681,28 @@ impl<'p> RankTiles<'p> {
         &self,
         comm: &dyn Communicator,
         output_dir: Option<&std::path::Path>,
+        source: &super::source::SourceView,
     ) -> Result<Vec<OutputReport>, CommandError> {
         let hir = &self.program.hir;
         let mut reports = Vec::new();
-        for t in hir.unit_outputs(self.program.unit) {
+        // A complex file is made by its real part's tensor, then completed by the
+        // imaginary part's.
+        let mut outputs = hir.unit_outputs(self.program.unit);
+        outputs.sort_by_key(|&t| source.part(t).map_or(0, |p| p.component));
+        for t in outputs {
             let l = &self.program.layouts[&t];
             let local = &self.local[&t];
             let tile = |slot: usize| -> Option<&[f64]> {
                 let &at = local.offsets.get(&slot)?;
                 Some(&local.data[at..at + l.tile_len(&l.tiles()[slot])])
             };
-            let elem = hir.tensors[t].elem;
-            let path = output_dir.map(|dir| dir.join(format!("{}.npy", hir.tensors[t].name)));
-            let summary = super::outputs::summarize_and_write(path.as_deref(), l, elem, &tile, comm)
+            // A part of a complex or 16-bit tensor is written and rounded as its source.
+            let (name, elem, component) = match source.part(t) {
+                Some(p) => (&p.name, p.elem, p.component),
+                None => (&hir.tensors[t].name, hir.tensors[t].elem, 0),
+            };
+            let path = output_dir.map(|dir| dir.join(format!("{name}.npy")));
+            let summary = super::outputs::summarize_and_write(path.as_deref(), l, elem, component, &tile, comm)
                 .map_err(|e| crate::run::fail("E0709", e, None))?;
             reports.push(OutputReport {
                 tensor: t,

@@ -20,6 +20,7 @@ pub mod plan;
 pub mod profile;
 pub mod run;
 pub mod session;
+pub mod source;
 pub mod space;
 pub mod steal;
 pub mod tensor;

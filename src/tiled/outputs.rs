@@ -55,10 +55,14 @@ fn for_each_owned_box(layout: &Layout, tile: &OwnedTile<'_>, mut f: impl FnMut(&
 /// every rank its owned tiles' images (one pass over them for both). `Err` on
 /// every rank when any rank could not write (the failing rank's message names the
 /// cause). Collective.
+///
+/// A complex `elem` is written by its two parts' tensors, `component` 0 (the real
+/// part: it makes the file) and then 1, each one component of every element.
 pub(crate) fn summarize_and_write(
     path: Option<&std::path::Path>,
     layout: &Layout,
     elem: ElemType,
+    component: usize,
     tile: &OwnedTile<'_>,
     comm: &dyn Communicator,
 ) -> Result<Summary, String> {
@@ -79,13 +83,13 @@ pub(crate) fn summarize_and_write(
     let writer = match path {
         None => None,
         Some(path) => {
-            let made = if comm.rank() == 0 {
+            let made = if comm.rank() == 0 && component == 0 {
                 BoxWriter::create(path, &shape, elem).map(drop).map_err(|e| e.0)
             } else {
                 Ok(())
             };
             all_ok(made)?;
-            Some(BoxWriter::open(path, &shape, elem).map_err(|e| e.0))
+            Some(BoxWriter::open(path, &shape, elem, component).map_err(|e| e.0))
         }
     };
     let mut written = match &writer {

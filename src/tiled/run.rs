@@ -9,7 +9,7 @@ use crate::error::CommandError;
 use crate::interp;
 use crate::pipeline::PipelineOptions;
 use crate::run::compare::check_against_interpreter;
-use crate::run::{fail, interp_error, run_report_summarized, run_report_with, OutputRow, RunOptions};
+use crate::run::{fail, interp_error, run_report_summarized, run_report_with, OutputRow, RunOptions, Summary};
 use crate::sema::hir::Hir;
 use crate::symmetry::PermGroup;
 use crate::tensor::Dense;
@@ -30,39 +30,7 @@ pub struct TiledRun {
 pub fn run_tiled(hir: &Hir, opts: &RunOptions, r: &TiledRun, out: &mut dyn Write) -> Result<(), CommandError> {
     let prepared = crate::pipeline::prepare(hir, &PipelineOptions::default());
     run_report_with(hir, opts, out, false, &mut |u, loaded| {
-        let (program, tile) = super::autotile::plan(&prepared, u, &r.tiled, super::autotile::Executor::OneProcess)?;
-        let mut inputs = HashMap::new();
-        for t in prepared.unit_inputs(u) {
-            let tensor = &prepared.tensors[t];
-            let layout = program.layouts[&t].clone();
-            let v = match loaded.get(&t) {
-                Some(dense) => {
-                    structure_check(hir, t, dense)?;
-                    TiledTensor::from_dense(layout, dense)
-                }
-                None => TiledTensor::fill_random(layout, &PermGroup::of(tensor), opts.seed, |x| {
-                    interp::round_to(tensor.elem, x)
-                }),
-            }
-            .map_err(|e| {
-                crate::run::out_of_memory(format!("cannot allocate {} elements for `{}`", e.elements, e.name))
-            })?;
-            inputs.insert(t, v);
-        }
-        let (outputs, stats) = program.run(inputs, &TiledOptions { profile: r.stats, ..r.tiled.clone() })?;
-        let dense: HashMap<_, Dense> = outputs.iter().map(|(&t, v)| (t, v.to_dense())).collect();
-        let mut extra = report_lines(&stats, &r.tiled, r.stats);
-        extra.extend(tile.map(|c| c.describe()));
-        if r.stats {
-            let model = program.predicted_seconds(&r.tiled.model.at_concurrency(r.tiled.threads), r.tiled.threads);
-            extra.push(format!(
-                "model: {} s, wall / model = {:.2}; {}",
-                secs(model),
-                if model > 0.0 { stats.run_s / model } else { 0.0 },
-                r.tiled.model.source
-            ));
-            extra.extend(stats.profile.report(PROFILE_CLASSES));
-        }
+        let (dense, mut extra) = run_unit(hir, &prepared, u, loaded, opts.seed, r)?;
         if r.check {
             let mut want_inputs = HashMap::new();
             for t in hir.unit_inputs(u) {
@@ -76,6 +44,56 @@ pub fn run_tiled(hir: &Hir, opts: &RunOptions, r: &TiledRun, out: &mut dyn Write
         }
         Ok((dense, extra))
     })
+}
+
+/// Runs unit `u` of `prepared` (what [`crate::pipeline::prepare`] made of `hir`)
+/// on tiles: inputs packed from `given` arrays (keyed by `prepared`'s tensors,
+/// after checking their structure) or filled at random from `seed` as `hir`'s
+/// tensors are, outputs made dense. Also the report lines. `tcc run --tiled`
+/// of a complex program runs its (re, im) parts so ([`crate::run::complex`]).
+pub fn run_unit(
+    hir: &Hir,
+    prepared: &Hir,
+    u: crate::sema::hir::UnitId,
+    given: &HashMap<crate::ids::TensorId, Dense>,
+    seed: u64,
+    r: &TiledRun,
+) -> Result<(HashMap<crate::ids::TensorId, Dense>, Vec<String>), CommandError> {
+    let (program, tile) = super::autotile::plan(prepared, u, &r.tiled, super::autotile::Executor::OneProcess)?;
+    let source = super::source::SourceView::of(hir);
+    let mut inputs = HashMap::new();
+    for t in prepared.unit_inputs(u) {
+        let tensor = &prepared.tensors[t];
+        let layout = program.layouts[&t].clone();
+        let v = match given.get(&t) {
+            Some(dense) => {
+                structure_check(prepared, t, dense)?;
+                TiledTensor::from_dense(layout, dense)
+            }
+            None => {
+                // A widened 16-bit input holds 16-bit values, as the interpreter's.
+                let elem = source.round_as(t, tensor.elem);
+                TiledTensor::fill_random(layout, &PermGroup::of(tensor), seed, |x| interp::round_to(elem, x))
+            }
+        }
+        .map_err(|e| crate::run::out_of_memory(format!("cannot allocate {} elements for `{}`", e.elements, e.name)))?;
+        inputs.insert(t, v);
+    }
+    let (outputs, stats) = program.run(inputs, &TiledOptions { profile: r.stats, ..r.tiled.clone() })?;
+    let dense: HashMap<_, Dense> = outputs.iter().map(|(&t, v)| (t, v.to_dense())).collect();
+    let mut extra = report_lines(&stats, &r.tiled, r.stats);
+    extra.extend(tile.map(|c| c.describe()));
+    if r.stats {
+        let model = program.predicted_seconds(&r.tiled.model.at_concurrency(r.tiled.threads), r.tiled.threads);
+        extra.push(format!(
+            "model: {} s, wall / model = {:.2}; {}",
+            secs(model),
+            if model > 0.0 { stats.run_s / model } else { 0.0 },
+            r.tiled.model.source
+        ));
+        extra.extend(stats.profile.report(PROFILE_CLASSES));
+    }
+    Ok((dense, extra))
 }
 
 /// The tile size a program was planned at: the auto choice, else the options'.
@@ -174,10 +192,16 @@ pub fn run_tiled_distributed(
     // `--input` files are read by each rank, its own tiles only: resolved here,
     // never loaded whole (the report and the launcher's checks see no inputs).
     let selected = hir.select_units(opts.program.as_deref())?;
-    let mut inputs = super::dist::Inputs { seed: opts.seed, files: HashMap::new() };
+    // Complex tensors run as (re, im) pairs and 16-bit ones widened
+    // ([`super::source`]): a file feeds every executed part of its tensor.
+    let source = super::source::SourceView::of(hir);
+    let mut inputs = super::dist::Inputs { seed: opts.seed, files: HashMap::new(), source: source.clone() };
     for (_, path, targets) in crate::run::resolve_inputs(hir, &selected, opts)? {
-        inputs.files.extend(targets.into_iter().map(|t| (t, path.clone())));
+        for t in targets {
+            inputs.files.extend(source.executed(t).into_iter().map(|e| (e, path.clone())));
+        }
     }
+    let complex = crate::sema::complex::has_complex(hir);
     let opts = &RunOptions { inputs: Vec::new(), ..opts.clone() };
     let prepared = crate::pipeline::prepare(hir, &PipelineOptions::default());
     let units: Vec<_> = match &opts.program {
@@ -255,11 +279,16 @@ pub fn run_tiled_distributed(
             let p = comm.size();
             run_report_summarized(hir, opts, &mut buf, &mut |u| {
                 let (outputs, all, planned, dense_flops, profile, tile) = &results[&u];
+                // One row per source output: a complex one's imaginary part joins
+                // its real part's row, whose id is the source tensor's.
+                let im = |t| outputs.iter().find(|o| source.part(o.tensor).is_some_and(|p| p.source == t && p.component == 1));
                 let rows: Vec<OutputRow> = outputs
                     .iter()
+                    .filter(|o| source.part(o.tensor).map_or(true, |p| p.component == 0))
                     .map(|o| OutputRow {
                         tensor: o.tensor,
                         summary: o.summary,
+                        summary_im: complex.then(|| im(o.tensor).map_or_else(|| Summary::of(&[]), |i| i.summary)),
                         symmetry: o.symmetry.clone(),
                         // Tiles outside the declared blocks are never stored.
                         blocks: None,

@@ -356,7 +356,7 @@ impl<'c> Session<'c> {
             Some((_, id, _)) => {
                 let files = std::collections::HashMap::from([(*id, path.to_path_buf())]);
                 let rank = self.rank.as_mut().expect("open until dropped");
-                rank.fill_from_files(&files).map_err(|e| e.to_string())
+                rank.fill_from_files(&files, &super::source::SourceView::default()).map_err(|e| e.to_string())
             }
         };
         let mut flag = [if mine.is_err() { 1.0 } else { 0.0 }];
