@@ -1517,7 +1517,9 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
                 );
             }
             match tiled_run(ctx, tile, schedule, check, stats, tuning.as_deref()) {
-                Ok(r) => tcc::run::complex::run_complex(&hir, &opts, tcc::run::complex::ComplexExec::Tiled(&r), &mut lock),
+                Ok(r) => {
+                    tcc::run::complex::run_complex(&hir, &opts, tcc::run::complex::ComplexExec::Tiled(&r), &mut lock)
+                }
                 Err(o) => return o,
             }
         } else if interp {

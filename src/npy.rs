@@ -348,7 +348,8 @@ impl BoxReader {
                         f64::from(f32::from_be_bytes(b.try_into().expect("4 bytes")))
                     }
                     (ElemType::BF16 | ElemType::F16, big) => {
-                        let bits = if big { u16::from_be_bytes([b[0], b[1]]) } else { u16::from_le_bytes([b[0], b[1]]) };
+                        let bits =
+                            if big { u16::from_be_bytes([b[0], b[1]]) } else { u16::from_le_bytes([b[0], b[1]]) };
                         f64::from(if self.elem == ElemType::BF16 {
                             crate::half::bf16_to_f32(bits)
                         } else {
@@ -598,13 +599,8 @@ impl BoxWriter {
         let name = path.display().to_string();
         let io = |e: std::io::Error| err(format!("cannot write `{name}`: {e}"));
         let head = header_bytes(shape, elem);
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .map_err(io)?;
+        let mut file =
+            std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path).map_err(io)?;
         file.write_all(&head).map_err(io)?;
         let bytes = (shape.iter().product::<usize>() * elem.size_bytes()) as u64;
         file.set_len(head.len() as u64 + bytes).map_err(io)?;

@@ -281,7 +281,9 @@ pub fn run_tiled_distributed(
                 let (outputs, all, planned, dense_flops, profile, tile) = &results[&u];
                 // One row per source output: a complex one's imaginary part joins
                 // its real part's row, whose id is the source tensor's.
-                let im = |t| outputs.iter().find(|o| source.part(o.tensor).is_some_and(|p| p.source == t && p.component == 1));
+                let im = |t| {
+                    outputs.iter().find(|o| source.part(o.tensor).is_some_and(|p| p.source == t && p.component == 1))
+                };
                 let rows: Vec<OutputRow> = outputs
                     .iter()
                     .filter(|o| source.part(o.tensor).map_or(true, |p| p.component == 0))

@@ -35,11 +35,8 @@ impl SourceView {
     /// The view of `hir` (the source program) as `prepare` executes it.
     pub fn of(hir: &Hir) -> SourceView {
         let mut parts = HashMap::new();
-        let im = if crate::sema::complex::has_complex(hir) {
-            crate::tir::complex::lower(hir).1.im
-        } else {
-            HashMap::new()
-        };
+        let im =
+            if crate::sema::complex::has_complex(hir) { crate::tir::complex::lower(hir).1.im } else { HashMap::new() };
         for t in hir.tensors.ids() {
             let tensor = &hir.tensors[t];
             if !tensor.elem.is_complex() && !tensor.elem.is_half() {
@@ -80,7 +77,10 @@ impl SourceView {
         let want = self.round_as(t, executed);
         if want.is_complex() != file.is_complex() {
             let (w, g) = if want.is_complex() { ("complex", "real") } else { ("real", "complex") };
-            return Err(("E0325", format!("the tensor is {w} ({}) but the file holds a {g} array ({})", want.name(), file.name())));
+            return Err((
+                "E0325",
+                format!("the tensor is {w} ({}) but the file holds a {g} array ({})", want.name(), file.name()),
+            ));
         }
         if (want.is_half() || file.is_half()) && want != file {
             return Err(("E0328", format!("the tensor is {} but the file holds {}", want.name(), file.name())));
