@@ -269,8 +269,7 @@ fn complex_interface_errors() {
     }
     // Modes that do not take complex programs refuse them.
     for args in [
-        &["run", "g.tc", "--tiled"][..],
-        &["run", "g.tc", "--ranks", "2"],
+        &["run", "g.tc", "--ranks", "2"][..],
         &["build", "g.tc", "--target", "cuda", "-o", "g.ptx"],
     ] {
         let out = tcc(args, dir.path());

@@ -302,8 +302,7 @@ fn half_interface_errors() {
         assert!(err.contains("E0328"), "{arg}: {err}");
     }
     for args in [
-        &["run", "m.tc", "--tiled"][..],
-        &["run", "m.tc", "--ranks", "2"],
+        &["run", "m.tc", "--ranks", "2"][..],
         &["build", "m.tc", "--mpi", "-o", "libm.so"],
         &["build", "m.tc", "--target", "cuda", "-o", "m.ptx"],
         &["opt", "m.tc", "--emit=ptx"],
