@@ -615,3 +615,65 @@ fn which(program: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success())
 }
+
+/// `max`/`min` reductions, `where` and the stable softmax run tiled and on ranks
+/// (issues 17 and 21): a reduction's task starts its tile at the identity and is
+/// never split across ranks, so partial tiles of taken-over work add up right;
+/// arguments with unstored (zero) tiles are refused, since these see zeros too.
+#[test]
+fn max_where_and_softmax_run_tiled_and_on_ranks() {
+    let file = path("examples/masked_softmax.tc");
+    let want = stdout(&["--interp"], &file);
+    let rows =
+        |text: &str| -> Vec<String> { text.lines().filter(|l| l.contains("norm2 = ")).map(String::from).collect() };
+    for tile in ["1", "4", "40"] {
+        let text = stdout(&["--tiled", "--tile", tile, "--check"], &file);
+        assert!(text.contains("check: matches the interpreter"), "tile {tile}: {text}");
+    }
+    for (ranks, tile, steal) in [("2", "2", "off"), ("3", "3", "eager"), ("4", "1", "on")] {
+        let out = tcc()
+            .arg("run")
+            .arg(&file)
+            .args(["--tiled", "--tile", tile, "--ranks", ranks])
+            .env("TCC_STEAL", steal)
+            .assert()
+            .success();
+        let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+        // Maxima, minima and selections are exact; O, a contraction, agrees to rounding.
+        for (w, g) in rows(&want).iter().zip(rows(&text)) {
+            if w.trim_start().starts_with('O') {
+                let (a, b) = (summary(w), summary(&g));
+                assert!((a[0] - b[0]).abs() <= 1e-12 * a[0].abs(), "{ranks} ranks: {w} vs {g}");
+            } else {
+                assert_eq!(w, &g, "{ranks} ranks, tile {tile}, steal {steal}");
+            }
+        }
+    }
+    // An antisymmetric argument: the images' signs.
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("anti.tc");
+    std::fs::write(
+        &src,
+        "range V = 5;\nindex a, b, c : V;\ninput tensor A[a,b,c] : f64 antisymmetric(a b);\n\
+         output tensor M[b] : f64;\noutput tensor W[a,b,c] : f64;\n\
+         M[b] = max(A[a,b,c]);\nW[a,b,c] = where(A[a,b,c] < 0, A[b,a,c], 0.5 * A[a,b,c]);\n",
+    )
+    .unwrap();
+    for tile in ["1", "2", "3"] {
+        let text = stdout(&["--tiled", "--tile", tile, "--check"], &src);
+        assert!(text.contains("check: matches the interpreter"), "tile {tile}: {text}");
+    }
+    // A spin-blocked argument stores only its allowed tiles: refused, with why.
+    let blocked = dir.path().join("blocked.tc");
+    std::fs::write(
+        &blocked,
+        "range O = 4 spin(2, 2);\nrange V = 6 spin(3, 3);\nindex i, j : O;\nindex a, b : V;\n\
+         input tensor T2[a,b,i,j] : f64 antisymmetric(a b)(i j) spin(a b | i j);\n\
+         output tensor M[a,i] : f64;\nM[a,i] = max(T2[a,b,i,j]);\n",
+    )
+    .unwrap();
+    let out = tcc().arg("run").arg(&blocked).args(["--tiled", "--tile", "1"]).assert().code(1);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains("E0760") && err.contains("stores only some of its tiles"), "{err}");
+    assert!(stdout(&[], &blocked).contains("M "), "the dense run computes it");
+}

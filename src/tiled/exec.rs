@@ -22,8 +22,8 @@ use super::tensor::TiledTensor;
 use super::SyncPtr;
 use crate::error::CommandError;
 use crate::ids::{IndexId, RangeId, TensorId, UnitId};
-use crate::sema::hir::{Factor, Func, Hir, Role, SymKind, TensorRef};
-use crate::tir::materialize::simple_call_arg;
+use crate::sema::hir::{CmpOp, Extremum, Factor, Func, Hir, Role, SymKind, TensorRef};
+use crate::tir::materialize::{simple_call_arg, special_stmt, Special};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -132,6 +132,21 @@ struct TermPlan {
     funcs: Vec<Option<Func>>,
     /// Groups of summed positions run over ordered tile tuples only.
     ordered: Vec<Vec<usize>>,
+    /// What the term computes of its factors.
+    op: TermOp,
+}
+
+/// What a term computes: a product summed over its summed indices, or one of the
+/// statements [`crate::tir::materialize`] leaves whole (`T = max(A)`, `T =
+/// where(a > b, x, y)`), which a task computes element by element over its tile.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TermOp {
+    Product,
+    /// `T[free] = max(A[…])` / `min`: the summed positions are reduced instead. The
+    /// tile starts at the reduction's identity, so the task is never split.
+    Extremum(Extremum),
+    /// `T[free] = where(a cmp b, x, y)` over four factors, assigned element by element.
+    Select(CmpOp),
 }
 
 #[derive(Debug, Clone)]
@@ -216,7 +231,13 @@ impl Program {
                 .map(|(first, &i)| (first, tilings[&hir.indices[i].range].count() as u32))
                 .collect();
             let mut terms = Vec::new();
-            for term in &st.rhs.terms {
+            if let Some(special) = special_stmt(st) {
+                let term = special_term(&hir, &tilings, st, special)?;
+                dense_flops += term_dense_flops(&hir, &term.indices, 1);
+                terms.push(term);
+            }
+            let products = if terms.is_empty() { &st.rhs.terms[..] } else { &[] };
+            for term in products {
                 let mut indices: Vec<IndexId> = st.lhs.indices.clone();
                 let mut factors = Vec::new();
                 let mut funcs = Vec::new();
@@ -250,7 +271,16 @@ impl Program {
                 let n_lhs = st.lhs.indices.len();
                 dense_flops += term_dense_flops(&hir, &indices, factors.len());
                 let ordered = ordered_groups(&hir, &indices, n_lhs, &factors, &funcs);
-                terms.push(TermPlan { coef: term.coef, indices, n_lhs, factors, tile_offsets, funcs, ordered });
+                terms.push(TermPlan {
+                    coef: term.coef,
+                    indices,
+                    n_lhs,
+                    factors,
+                    tile_offsets,
+                    funcs,
+                    ordered,
+                    op: TermOp::Product,
+                });
             }
             stmts.push(StmtPlan {
                 lhs: st.lhs.tensor,
@@ -273,6 +303,23 @@ impl Program {
     fn check_function_operands(&self) -> Result<(), CommandError> {
         for st in &self.stmts {
             for term in &st.terms {
+                if term.op != TermOp::Product {
+                    // `max`, `min` and `where` see the zeros of unstored tiles too.
+                    for (t, _) in &term.factors {
+                        let layout = &self.layouts[t];
+                        let all = layout.canonical_tiles(MAX_GRID_TILES).ok_or_else(|| too_many_tiles(layout))?;
+                        if all.iter().any(|c| layout.slot(c).is_none()) {
+                            return Err(fail(
+                                format!(
+                                    "`{}` reads `{}`, which stores only some of its tiles (zero by its block rules, or never written), and tiled execution visits only stored tiles",
+                                    self.hir.tensors[st.lhs].name, layout.name
+                                ),
+                                "run it without --tiled, or take the maximum, minimum or `where` of a tensor without zero blocks",
+                            ));
+                        }
+                    }
+                    continue;
+                }
                 for ((t, _), func) in term.factors.iter().zip(&term.funcs) {
                     let Some(func) = func else { continue };
                     if func.apply(0.0) == 0.0 {
@@ -643,7 +690,10 @@ impl Program {
         let slot = layout.slot(c).expect("tasks run over stored tiles");
         let cptr = tile_ptr(st.lhs, slot);
         let len = layout.tile_len(c);
-        if !st.accumulate && part.is_none() {
+        if let Some(TermOp::Extremum(op)) = st.terms.first().map(|t| t.op) {
+            // The whole task is one piece (see `anchor`), on the tile or a partial one.
+            std::slice::from_raw_parts_mut(cptr, len).fill(op.identity());
+        } else if !st.accumulate && part.is_none() {
             std::ptr::write_bytes(cptr, 0, len);
         }
         // Row-major strides of the written tile.
@@ -697,7 +747,8 @@ impl Program {
                 run_pending(&mut pending, &pending_dims, &mut prof);
                 mapped.resize_with(term.factors.len(), Vec::new);
             }
-            let mut ptrs: [*const f64; 2] = [std::ptr::null(); 2];
+            // Products have at most two factors, `where` four.
+            let mut ptrs: [*const f64; 4] = [std::ptr::null(); 4];
             let mut alpha = term.coef * weight;
             for (f, ((t, _), v)) in term.factors.iter().zip(views).enumerate() {
                 let stored = tile_ptr(*t, v.slot);
@@ -723,6 +774,31 @@ impl Program {
                 pos.iter().zip(&views[f].strides).filter(|(&q, _)| q == p).map(|(_, &s)| s).sum()
             };
             let csd = |p: usize| if p < n_lhs { sc[p] } else { 0 };
+            if term.op != TermOp::Product {
+                run_pending(&mut pending, &pending_dims, &mut prof);
+                let scs: Vec<isize> = (0..ext.len()).map(csd).collect();
+                let st: Vec<Vec<isize>> =
+                    (0..term.factors.len()).map(|f| (0..ext.len()).map(|p| stride(f, p)).collect()).collect();
+                let sign: Vec<f64> = views.iter().map(|v| v.sign).collect();
+                timed(&mut prof, false, contribution_mnkb(term, ext), points, || match term.op {
+                    TermOp::Extremum(op) => strided_walk(ext, [&scs, &st[0]], |[oc, oa]| {
+                        *cptr.offset(oc) = op.combine(*cptr.offset(oc), sign[0] * *ptrs[0].offset(oa))
+                    }),
+                    TermOp::Select(cmp) => {
+                        strided_walk(ext, [&scs, &st[0], &st[1], &st[2], &st[3]], |[oc, oa, ob, ox, oy]| {
+                            let (a, b) = (sign[0] * *ptrs[0].offset(oa), sign[1] * *ptrs[1].offset(ob));
+                            *cptr.offset(oc) = if cmp.holds(a, b) {
+                                sign[2] * *ptrs[2].offset(ox)
+                            } else {
+                                sign[3] * *ptrs[3].offset(oy)
+                            };
+                        })
+                    }
+                    TermOp::Product => unreachable!("products run below"),
+                });
+                flops += points;
+                return;
+            }
             match term.factors.len() {
                 2 if term.n_lhs == ext.len()
                     && (0..ext.len()).any(|p| term.factors.iter().all(|f| f.1.contains(&p))) =>
@@ -861,6 +937,10 @@ pub(crate) struct TaskPiece {
 }
 
 fn anchor(term: &TermPlan, views: &[TileView], ext: &[usize]) -> Anchor {
+    if term.op != TermOp::Product {
+        // One piece: a reduction's tile starts at its identity, not at zero.
+        return None;
+    }
     let len = |pos: &[usize]| pos.iter().map(|&p| ext[p]).product::<usize>();
     let mut best: Anchor = None;
     let mut best_len = 0;
@@ -898,7 +978,7 @@ fn contribution_mnkb(term: &TermPlan, ext: &[usize]) -> [f64; 4] {
 /// Flops of one contribution: 2 per multiply-add of a product, 1 per added element.
 fn contribution_flops(term: &TermPlan, ext: &[usize]) -> f64 {
     let points: f64 = ext.iter().map(|&e| e as f64).product();
-    if term.factors.len() >= 2 {
+    if term.factors.len() >= 2 && term.op == TermOp::Product {
         2.0 * points
     } else {
         points
@@ -1055,9 +1135,58 @@ pub(crate) fn check_block_write(hir: &Hir, st: &crate::sema::hir::Stmt) -> Resul
     ))
 }
 
+/// The one term of a statement the back ends compute whole (`T = max(A)`,
+/// `T = where(a cmp b, x, y)`): its factors are the arguments, read in place.
+fn special_term(
+    hir: &Hir,
+    tilings: &HashMap<RangeId, Arc<TiledRange>>,
+    st: &crate::sema::hir::Stmt,
+    special: Special<'_>,
+) -> Result<TermPlan, CommandError> {
+    if st.accumulate {
+        return Err(fail(
+            "tiled execution computes `max`, `min` and `where` into a tensor with `=`, not `+=`",
+            "compute it into a temporary with `=`, then add that",
+        ));
+    }
+    let (op, args) = match special {
+        Special::Reduce { op, arg } => (TermOp::Extremum(op), vec![arg]),
+        Special::Select { cmp, args } => (TermOp::Select(cmp), args),
+        Special::Gather { .. } => return Err(unsupported_factor()),
+    };
+    let mut indices: Vec<IndexId> = st.lhs.indices.clone();
+    let mut factors = Vec::new();
+    let mut tile_offsets = Vec::new();
+    for r in &args {
+        tile_offsets.push(slice_tile_offsets(hir, tilings, r));
+        let pos = r
+            .indices
+            .iter()
+            .map(|&i| match indices.iter().position(|&x| x == i) {
+                Some(p) => p,
+                None => {
+                    indices.push(i);
+                    indices.len() - 1
+                }
+            })
+            .collect();
+        factors.push((r.tensor, pos));
+    }
+    Ok(TermPlan {
+        coef: 1.0,
+        n_lhs: st.lhs.indices.len(),
+        indices,
+        funcs: vec![None; factors.len()],
+        factors,
+        tile_offsets,
+        ordered: Vec::new(),
+        op,
+    })
+}
+
 fn unsupported_factor() -> CommandError {
     fail(
-        "tiled execution computes products of tensors and element-wise functions of one tensor; this program has a `max`, `min`, `where` or parenthesised sum it cannot run",
+        "tiled execution computes products of tensors, element-wise functions of one tensor, `max`/`min` of one tensor and `where` of tensors; this program has a term it cannot run",
         "run it without --tiled",
     )
 }

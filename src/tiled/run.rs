@@ -286,7 +286,7 @@ pub fn run_tiled_distributed(
                 };
                 let rows: Vec<OutputRow> = outputs
                     .iter()
-                    .filter(|o| source.part(o.tensor).map_or(true, |p| p.component == 0))
+                    .filter(|o| source.part(o.tensor).is_none_or(|p| p.component == 0))
                     .map(|o| OutputRow {
                         tensor: o.tensor,
                         summary: o.summary,

@@ -241,6 +241,52 @@ fn random_program(seed: u64) -> Hir {
         b.stmt(target, &lhs, false, terms);
         written.push((target, lhs));
     }
+    // Sometimes `max`/`min` over some indices of a fresh input, and a `where` of
+    // fresh inputs: no block rules, since these see the zeros of unstored tiles;
+    // a symmetry sometimes (the images' signs).
+    let fresh = |b: &mut Builder, rnd: &mut dyn FnMut(usize) -> usize, next: &mut usize, at_least: usize| {
+        let mut d = String::new();
+        for _ in 0..at_least + rnd(4 - at_least) {
+            let c = letters[rnd(6)];
+            if !d.contains(c) {
+                d.push(c);
+            }
+        }
+        let t = b.tensor(&format!("A{next}"), Role::Input, &d, &[]);
+        *next += 1;
+        let ranges: Vec<RangeId> = b.hir.tensors[t].dims.clone();
+        if d.len() >= 2 && ranges[0] == ranges[1] && rnd(2) == 0 {
+            let kind = if rnd(2) == 0 { SymKind::Antisymmetric } else { SymKind::Symmetric };
+            b.hir.tensors[t].symmetry.push(SymGroup { kind, positions: vec![0, 1] });
+        }
+        (t, d)
+    };
+    if rnd(3) == 0 {
+        let (t, d) = fresh(&mut b, &mut rnd, &mut next, 1);
+        let keep: String = d.chars().filter(|_| rnd(2) == 0).collect();
+        let target = b.tensor("Rmax", Role::Output, &keep, &[]);
+        let arg = Expr { terms: vec![b.term(1.0, vec![b.r(t, &d)])], span: 0..0 };
+        let op = if rnd(2) == 0 { Extremum::Max } else { Extremum::Min };
+        let f = Factor::Reduce { op, arg: Box::new(arg), free: b.idx(&keep), span: 0..0 };
+        let term = b.term(1.0, vec![f]);
+        b.stmt(target, &keep, false, vec![term]);
+    }
+    if rnd(3) == 0 {
+        let (first, d) = fresh(&mut b, &mut rnd, &mut next, 1);
+        let target = b.tensor("Rwhere", Role::Output, &d, &[]);
+        let mut args = vec![b.r(first, &d)];
+        for _ in 0..3 {
+            // Each argument over some of the written letters, in their order.
+            let sub: String = d.chars().filter(|_| rnd(2) == 0).collect();
+            let t = b.tensor(&format!("A{next}"), Role::Input, &sub, &[]);
+            next += 1;
+            args.push(b.r(t, &sub));
+        }
+        let cmp = [CmpOp::Gt, CmpOp::Le, CmpOp::Ne][rnd(3)];
+        let f = Factor::Select { cmp, args, free: b.idx(&d), span: 0..0 };
+        let term = b.term(1.0, vec![f]);
+        b.stmt(target, &d, false, vec![term]);
+    }
     b.hir
 }
 
