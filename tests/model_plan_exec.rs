@@ -55,6 +55,22 @@ fn ulysses_attention_equals_the_interpreter_and_the_plan() {
     check("gpt_block.tc", Style::Ulysses, 2);
 }
 
+/// Grouped-query attention (heads written `kvheads × group`): Ulysses splits the
+/// key/value heads inside attention, each rank keeping whole query groups; the
+/// result equals the interpreter's and the words equal the plan's all-to-alls.
+#[test]
+fn ulysses_with_grouped_query_attention_equals_the_interpreter_and_the_plan() {
+    // kvheads = 2 in the shipped example: P = 2 splits them evenly.
+    let measured = check("llama_block.tc", Style::Ulysses, 2);
+    // Q (b·s·k·g·e = 2·8·2·2·2 = 128), K and V (2·8·2·2 = 64 each) and C (128)
+    // change split, each rank sending (P − 1)/P² of each: 384/4 = 96 words.
+    assert_eq!(measured, 96);
+    let c = Config { sequence: 2, ..Default::default() };
+    assert_eq!(measured as f64, plan_words("llama_block.tc", &c));
+    // More ranks than key/value heads: some ranks hold no head, still equal.
+    check("llama_block.tc", Style::Ulysses, 4);
+}
+
 #[test]
 fn expert_parallel_moe_equals_the_interpreter_and_the_plan() {
     for p in [2, 4] {

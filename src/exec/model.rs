@@ -10,7 +10,9 @@
 
 use crate::error::CommandError;
 use crate::interp;
-use crate::plan::model::analysis::{attention_region, expert_region, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES};
+use crate::plan::model::analysis::{
+    attention_region, expert_region, BATCH_NAMES, EXPERT_NAMES, HEAD_NAMES, SEQ_NAMES,
+};
 use crate::plan::model::CliArgs;
 use crate::sema::hir::{Expr, Factor, Hir, IndexId, ModelId, RangeId, Role, TensorId, UnitId};
 use crate::tensor::Dense;
@@ -77,7 +79,8 @@ pub fn schedule(hir: &Hir, model: ModelId, style: Style) -> Result<Vec<ExecStep>
     let (outside, inside) = match style {
         Style::Ulysses => (
             model_range(hir, model, &SEQ_NAMES).ok_or("ulysses needs a `seq` dim")?,
-            model_range(hir, model, &["heads"]).ok_or("ulysses needs a `heads` dim")?,
+            model_range(hir, model, &HEAD_NAMES)
+                .ok_or("ulysses needs a `heads` dim (or `kvheads` with grouped-query attention)")?,
         ),
         Style::Expert => (
             model_range(hir, model, &BATCH_NAMES)
