@@ -505,6 +505,13 @@ enum Command {
         /// Intra-node bandwidth per device, with its unit.
         #[arg(long, default_value = "300GB/s")]
         intra_bw: String,
+        /// Latency of one step of a collective inside a node, with its unit (NCCL's LL
+        /// protocol on NVLink, rounded); across nodes a step costs the network's lat=.
+        #[arg(long, default_value = "0.5us")]
+        intra_lat: String,
+        /// Launch latency of each collective, with its unit (NCCL's base latency, rounded).
+        #[arg(long, default_value = "4us")]
+        coll_lat: String,
         /// How many times the model block repeats (transformer layers).
         #[arg(long, default_value_t = 1)]
         layers: usize,
@@ -1310,6 +1317,8 @@ fn cmd_plan_model(ctx: &Ctx, command: Command) -> Outcome {
         network,
         gpus_per_node,
         intra_bw,
+        intra_lat,
+        coll_lat,
         layers,
         dims,
         top,
@@ -1346,6 +1355,8 @@ fn cmd_plan_model(ctx: &Ctx, command: Command) -> Outcome {
         network,
         gpus_per_node,
         intra_bw,
+        intra_lat,
+        coll_lat,
         layers,
         dims,
         top,

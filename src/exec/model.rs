@@ -10,9 +10,7 @@
 
 use crate::error::CommandError;
 use crate::interp;
-use crate::plan::model::analysis::{
-    attention_region, expert_region, BATCH_NAMES, EXPERT_NAMES, HEAD_NAMES, SEQ_NAMES,
-};
+use crate::plan::model::analysis::{attention_region, expert_region, BATCH_NAMES, EXPERT_NAMES, HEAD_NAMES, SEQ_NAMES};
 use crate::plan::model::CliArgs;
 use crate::sema::hir::{Expr, Factor, Hir, IndexId, ModelId, RangeId, Role, TensorId, UnitId};
 use crate::tensor::Dense;
