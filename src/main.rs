@@ -480,9 +480,10 @@ enum Command {
     /// Plan a `model` block on N devices: data (ZeRO 0-3, ZeRO++), tensor, sequence
     /// (Ulysses / ring) and expert parallelism, ranked by predicted step time with
     /// memory and communication per device (see book/src/models.md). With
-    /// `--inference`, plan serving instead (tensor degree, KV cache, prefill and
-    /// decode time). With `--execute ulysses|expert`, run the layer sharded and
-    /// check it instead.
+    /// `--inference`, plan serving instead (tensor, pipeline and expert degrees, KV
+    /// cache, prefill and decode time). Collectives cost NCCL-style latencies
+    /// (--coll-lat, --intra-lat, the network's lat=) and bytes. With `--execute
+    /// ulysses|expert`, run the layer sharded and check it instead.
     PlanModel {
         /// The `.tc` source file.
         file: PathBuf,

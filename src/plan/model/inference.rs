@@ -352,8 +352,8 @@ pub fn evaluate_shape(info: &ModelInfo, sh: &Shape, b: usize, s: &Serving, o: &M
     for j in 1..=steps {
         let ctx = pf + j as f64;
         let (mut sum, mut max, mut comm, mut a2a) = (0.0, 0.0f64, 0.0, 0.0);
-        for k in 0..pp {
-            let n = counts[k] as f64;
+        for (k, &layers_k) in counts.iter().enumerate() {
+            let n = layers_k as f64;
             let flops =
                 n * bm * (pt.linear_flops + ctx * pt.pair_flops) / tf + if k + 1 == pp { bm * head_flops } else { 0.0 };
             let bytes = stage_weights(k) + bm * ctx * kv_layer * n;
