@@ -149,3 +149,22 @@ fn a_router_weight_is_dense_and_expert_execution_keeps_it_whole() {
         }
     }
 }
+
+/// Layers `--execute` cannot run are refused with a reason and a hint about
+/// splitting, not one about a disagreeing run; a file without a model is E0810.
+#[test]
+fn execute_refusals_name_the_reason() {
+    let tcc = env!("CARGO_BIN_EXE_tcc");
+    let ex = |n: &str| format!("{}/examples/{n}", env!("CARGO_MANIFEST_DIR"));
+    let run = |file: &str| {
+        std::process::Command::new(tcc).args(["plan-model", &ex(file), "--execute", "ulysses"]).output().unwrap()
+    };
+    let out = run("moe_block.tc");
+    assert_eq!(out.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("E0814") && e.contains("needs a `seq` dim") && e.contains("cannot be split"), "{e}");
+    let out = run("matmul.tc");
+    assert_eq!(out.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("E0810") && e.contains("no `model` block"), "{e}");
+}

@@ -1,8 +1,12 @@
 //! Inference plans (`tcc plan-model --inference`), DeepSpeed-Inference style
-//! (Aminabadi et al. 2022): the devices are split into replicas of `t`
-//! tensor-parallel ranks each; a replica serves its share of the batch (the
-//! model's batch dim: concurrent sequences) with prompts of the seq dim's length
-//! and generates `--generate` tokens per sequence.
+//! (Aminabadi et al. 2022): the devices are split into replicas, each over
+//! `p` pipeline stages of `t` tensor-parallel ranks, and with a mixture of
+//! experts `e` replicas share one copy of the experts (DeepSpeed-MoE
+//! inference: an all-to-all per layer each way); a replica serves its share of
+//! the batch (the model's batch dim: concurrent sequences) with prompts of the
+//! seq dim's length and generates `--generate` tokens per sequence. Stages
+//! hold their layers' weights and KV cache and pass the hidden state on; the
+//! replica's sequences run as micro-batches in flight through them.
 //!
 //! Prefill runs the block's forward on the whole prompt (compute-bound); each
 //! decode step runs it on one new token per sequence, reading every weight and
