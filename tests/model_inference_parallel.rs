@@ -254,3 +254,41 @@ fn the_cli_reports_pipeline_and_expert_plans_and_refuses_impossible_hints() {
     let out = run(&["plan-model", &ex("llama_block.tc"), "--inference", "--devices", "2", "--intra-lat", "3"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("E0801"));
 }
+
+/// `--intra-lat` and `--coll-lat` price every collective: one decode step of
+/// Llama-3-70B at tensor 8 runs 160 all-reduces (two per layer), each a launch
+/// and 14 ring steps inside the node, so raising them by 6 µs and 1.5 µs adds
+/// 160 × (6 + 14 × 1.5) µs = 4.32 ms to the step, whatever the bytes.
+#[test]
+fn the_collective_latencies_are_options_that_price_decode() {
+    let m = llama70b(1);
+    let mut o = h100(8, 80);
+    let s = Serving { generate: 2, swiftkv: 0.0 };
+    let base = inference::evaluate(&m, 8, 1, 1, &s, &o);
+    o.intra_lat = 2e-6;
+    o.coll_lat = 10e-6;
+    let slow = inference::evaluate(&m, 8, 1, 1, &s, &o);
+    let extra = 160.0 * (6e-6 + 14.0 * 1.5e-6);
+    assert!(close(slow.decode_comm - base.decode_comm, extra), "{}", slow.decode_comm - base.decode_comm);
+    // At batch 1 the all-reduces carry 16 KiB: latency is 74% of each.
+    let one = 4e-6 + 14.0 * 0.5e-6 + 14.0 / 8.0 * 8192.0 * 2.0 / 300e9;
+    assert!(close(base.decode_comm, 160.0 * one));
+    assert!(11e-6 / one > 0.7);
+    // The CLI takes them with units and prints them.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcc"))
+        .args([
+            "plan-model",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/examples/llama_block.tc"),
+            "--inference",
+            "--devices",
+            "2",
+            "--intra-lat",
+            "2us",
+            "--coll-lat",
+            "10us",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("2.000 µs per collective step, 10.000 µs per collective launch"), "{text}");
+}
