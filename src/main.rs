@@ -480,9 +480,10 @@ enum Command {
     /// Plan a `model` block on N devices: data (ZeRO 0-3, ZeRO++), tensor, sequence
     /// (Ulysses / ring) and expert parallelism, ranked by predicted step time with
     /// memory and communication per device (see book/src/models.md). With
-    /// `--inference`, plan serving instead (tensor degree, KV cache, prefill and
-    /// decode time). With `--execute ulysses|expert`, run the layer sharded and
-    /// check it instead.
+    /// `--inference`, plan serving instead (tensor, pipeline and expert degrees, KV
+    /// cache, prefill and decode time). Collectives cost NCCL-style latencies
+    /// (--coll-lat, --intra-lat, the network's lat=) and bytes. With `--execute
+    /// ulysses|expert`, run the layer sharded and check it instead.
     PlanModel {
         /// The `.tc` source file.
         file: PathBuf,
@@ -505,6 +506,13 @@ enum Command {
         /// Intra-node bandwidth per device, with its unit.
         #[arg(long, default_value = "300GB/s")]
         intra_bw: String,
+        /// Latency of one step of a collective inside a node, with its unit (NCCL's LL
+        /// protocol on NVLink, rounded); across nodes a step costs the network's lat=.
+        #[arg(long, default_value = "0.5us")]
+        intra_lat: String,
+        /// Launch latency of each collective, with its unit (NCCL's base latency, rounded).
+        #[arg(long, default_value = "4us")]
+        coll_lat: String,
         /// How many times the model block repeats (transformer layers).
         #[arg(long, default_value_t = 1)]
         layers: usize,
@@ -1310,6 +1318,8 @@ fn cmd_plan_model(ctx: &Ctx, command: Command) -> Outcome {
         network,
         gpus_per_node,
         intra_bw,
+        intra_lat,
+        coll_lat,
         layers,
         dims,
         top,
@@ -1346,6 +1356,8 @@ fn cmd_plan_model(ctx: &Ctx, command: Command) -> Outcome {
         network,
         gpus_per_node,
         intra_bw,
+        intra_lat,
+        coll_lat,
         layers,
         dims,
         top,

@@ -55,6 +55,22 @@ fn ulysses_attention_equals_the_interpreter_and_the_plan() {
     check("gpt_block.tc", Style::Ulysses, 2);
 }
 
+/// Grouped-query attention (heads written `kvheads × group`): Ulysses splits the
+/// key/value heads inside attention, each rank keeping whole query groups; the
+/// result equals the interpreter's and the words equal the plan's all-to-alls.
+#[test]
+fn ulysses_with_grouped_query_attention_equals_the_interpreter_and_the_plan() {
+    // kvheads = 2 in the shipped example: P = 2 splits them evenly.
+    let measured = check("llama_block.tc", Style::Ulysses, 2);
+    // Q (b·s·k·g·e = 2·8·2·2·2 = 128), K and V (2·8·2·2 = 64 each) and C (128)
+    // change split, each rank sending (P − 1)/P² of each: 384/4 = 96 words.
+    assert_eq!(measured, 96);
+    let c = Config { sequence: 2, ..Default::default() };
+    assert_eq!(measured as f64, plan_words("llama_block.tc", &c));
+    // More ranks than key/value heads: some ranks hold no head, still equal.
+    check("llama_block.tc", Style::Ulysses, 4);
+}
+
 #[test]
 fn expert_parallel_moe_equals_the_interpreter_and_the_plan() {
     for p in [2, 4] {
@@ -132,4 +148,23 @@ fn a_router_weight_is_dense_and_expert_execution_keeps_it_whole() {
             assert_eq!(run.words_sent, exec::predicted_words(&hir, &steps, p, r), "rank {r} of {p}");
         }
     }
+}
+
+/// Layers `--execute` cannot run are refused with a reason and a hint about
+/// splitting, not one about a disagreeing run; a file without a model is E0810.
+#[test]
+fn execute_refusals_name_the_reason() {
+    let tcc = env!("CARGO_BIN_EXE_tcc");
+    let ex = |n: &str| format!("{}/examples/{n}", env!("CARGO_MANIFEST_DIR"));
+    let run = |file: &str| {
+        std::process::Command::new(tcc).args(["plan-model", &ex(file), "--execute", "ulysses"]).output().unwrap()
+    };
+    let out = run("moe_block.tc");
+    assert_eq!(out.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("E0814") && e.contains("needs a `seq` dim") && e.contains("cannot be split"), "{e}");
+    let out = run("matmul.tc");
+    assert_eq!(out.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("E0810") && e.contains("no `model` block"), "{e}");
 }

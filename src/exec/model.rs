@@ -10,7 +10,7 @@
 
 use crate::error::CommandError;
 use crate::interp;
-use crate::plan::model::analysis::{attention_region, expert_region, BATCH_NAMES, EXPERT_NAMES, SEQ_NAMES};
+use crate::plan::model::analysis::{attention_region, expert_region, BATCH_NAMES, EXPERT_NAMES, HEAD_NAMES, SEQ_NAMES};
 use crate::plan::model::CliArgs;
 use crate::sema::hir::{Expr, Factor, Hir, IndexId, ModelId, RangeId, Role, TensorId, UnitId};
 use crate::tensor::Dense;
@@ -77,7 +77,8 @@ pub fn schedule(hir: &Hir, model: ModelId, style: Style) -> Result<Vec<ExecStep>
     let (outside, inside) = match style {
         Style::Ulysses => (
             model_range(hir, model, &SEQ_NAMES).ok_or("ulysses needs a `seq` dim")?,
-            model_range(hir, model, &["heads"]).ok_or("ulysses needs a `heads` dim")?,
+            model_range(hir, model, &HEAD_NAMES)
+                .ok_or("ulysses needs a `heads` dim (or `kvheads` with grouped-query attention)")?,
         ),
         Style::Expert => (
             model_range(hir, model, &BATCH_NAMES)
@@ -408,6 +409,9 @@ pub fn cli(hir: &Hir, a: &CliArgs) -> Result<String, CommandError> {
     let style = Style::parse(style).map_err(|m| err("E0813", m, None))?;
     let id = match &a.model {
         None if hir.models.len() == 1 => ModelId::new(0),
+        None if hir.models.is_empty() => {
+            return Err(err("E0810", "the file has no `model` block to execute".into(), None));
+        }
         None => return Err(err("E0813", "--execute needs --model NAME when the file has several models".into(), None)),
         Some(n) => {
             hir.models.position(|m| &m.name == n).ok_or_else(|| err("E0702", format!("no model named `{n}`"), None))?
@@ -420,7 +424,15 @@ pub fn cli(hir: &Hir, a: &CliArgs) -> Result<String, CommandError> {
     };
     r.map_err(|mut e| {
         if e.code == "E0814" && e.hint.is_none() {
-            e.hint = Some("the sharded run disagrees with the interpreter or with the predicted words".into());
+            // E0814 is both a layer the style cannot split (the message says
+            // which dim or statement) and a run that disagrees.
+            let split = e.message.contains("needs") || e.message.contains("statement");
+            e.hint = Some(if split {
+                "the layer cannot be split this way: name its dims as the planner reads them (book/src/models.md)"
+                    .into()
+            } else {
+                "the sharded run disagrees with the interpreter or with the predicted words".into()
+            });
         }
         e
     })

@@ -12,6 +12,7 @@
 //! `gpus_per_node`; its collectives then run at the intra-node bandwidth.
 
 pub mod analysis;
+pub mod collective;
 pub mod compress;
 pub mod export;
 pub mod formulas;
@@ -199,6 +200,11 @@ pub struct ModelOptions {
     pub gpus_per_node: usize,
     /// Intra-node bandwidth, bytes/s.
     pub intra_bw: f64,
+    /// Latency of one step of a collective inside a node, s (`--intra-lat`);
+    /// across nodes the network's α.
+    pub intra_lat: f64,
+    /// Launch latency of one collective, s (`--coll-lat`).
+    pub coll_lat: f64,
     /// How many times the block repeats (transformer layers).
     pub layers: usize,
     pub top: usize,
@@ -216,6 +222,20 @@ pub struct ModelOptions {
 }
 
 impl ModelOptions {
+    /// The link of a group of `q` ranks spanning `span` consecutive ranks, at
+    /// `beta` seconds per byte.
+    pub fn link(&self, q: usize, span: usize, beta: f64) -> collective::Link {
+        let gpn = self.gpus_per_node.max(1);
+        collective::Link {
+            q,
+            nodes: span.div_ceil(gpn).clamp(1, q.max(1)),
+            beta,
+            base: self.coll_lat,
+            intra: self.intra_lat,
+            inter: self.network.alpha,
+        }
+    }
+
     pub fn new(devices: usize, network: Network) -> ModelOptions {
         ModelOptions {
             devices,
@@ -223,6 +243,8 @@ impl ModelOptions {
             network,
             gpus_per_node: 8,
             intra_bw: 300e9,
+            intra_lat: collective::INTRA_LAT,
+            coll_lat: collective::COLL_LAT,
             layers: 1,
             top: 5,
             zeropp: None,
@@ -279,6 +301,8 @@ pub struct StepComm {
     /// Bytes one rank sends per occurrence (exact ring / pairwise volumes).
     pub bytes_per_rank: f64,
     pub cross_node: bool,
+    /// Ring or tree (all-reduce: the cheaper), direct (all-to-all, sends).
+    pub algorithm: collective::Algo,
     /// Seconds for all `count` occurrences.
     pub time: f64,
 }
@@ -374,10 +398,6 @@ pub struct ModelPlan {
     /// (averaged over warm-up and compressed steps).
     pub compress: Option<compress::OneBit>,
     pub time_compress: f64,
-}
-
-fn ring_factor(q: usize) -> f64 {
-    (q as f64 - 1.0) / q as f64
 }
 
 /// The dims tensor parallelism splits: `on DIM`, else `heads` and `ffn` where present.
@@ -550,25 +570,14 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
         if q <= 1 || elements <= 0.0 || count <= 0.0 {
             return;
         }
-        let f = ring_factor(q);
-        let bytes_per_rank = match kind {
-            Coll::AllReduce => 2.0 * f * elements * bpe,
-            Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll => f * elements * bpe,
-            Coll::RingPass => (q - 1) as f64 * elements * bpe,
-            Coll::SendRecv => elements * bpe,
-        };
-        let msgs = match kind {
-            Coll::AllReduce => 2.0 * (q - 1) as f64,
-            Coll::SendRecv => 1.0,
-            _ => (q - 1) as f64,
-        };
         let cross = !intra(span);
         let beta = if cross {
             o.network.beta * if kind == Coll::AllToAll { o.network.alltoall_congestion() } else { 1.0 }
         } else {
             1.0 / o.intra_bw
         };
-        let time = count * (o.network.alpha * msgs + beta * bytes_per_rank);
+        let (one, bytes_per_rank, algorithm) = collective::cost(kind, &o.link(q, span, beta), elements * bpe);
+        let time = count * one;
         comm.push(StepComm {
             what,
             group: group.into(),
@@ -580,6 +589,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
             count,
             bytes_per_rank,
             cross_node: cross,
+            algorithm,
             time,
         });
     };
@@ -1272,6 +1282,20 @@ pub fn plan_model_output(
     })
 }
 
+/// A collective latency option: a time with its unit (`0.5us`), not a bare number.
+fn latency(option: &str, v: &str) -> Result<f64, CommandError> {
+    let has_unit =
+        v.trim().trim_end_matches(|c: char| c.is_alphabetic() || c == 'µ' || c == 'μ').len() < v.trim().len();
+    if !has_unit {
+        return Err(CommandError::new(
+            "E0801",
+            format!("{option} `{v}` has no unit"),
+            Some("give the unit: 0.5us, 500ns, 0.004ms".into()),
+        ));
+    }
+    crate::plan::network::parse_time(v).map_err(|m| CommandError::new("E0801", format!("{option}: {m}"), None))
+}
+
 /// Everything `tcc plan-model` takes on the command line.
 #[derive(Debug, Clone, Default)]
 pub struct CliArgs {
@@ -1281,6 +1305,9 @@ pub struct CliArgs {
     pub network: String,
     pub gpus_per_node: usize,
     pub intra_bw: String,
+    /// `--intra-lat` and `--coll-lat`: collective latencies, units required.
+    pub intra_lat: String,
+    pub coll_lat: String,
     pub layers: usize,
     pub dims: Vec<String>,
     pub top: usize,
@@ -1465,6 +1492,8 @@ pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, CommandEr
     o.mem_per_device = a.mem_per_device;
     o.gpus_per_node = a.gpus_per_node.max(1);
     o.intra_bw = crate::plan::network::parse_bandwidth(&a.intra_bw).map_err(|m| err("E0801", m, None))?;
+    o.intra_lat = latency("--intra-lat", &a.intra_lat)?;
+    o.coll_lat = latency("--coll-lat", &a.coll_lat)?;
     o.layers = a.layers.max(1);
     o.top = a.top.max(1);
     o.zeropp = match &a.zeropp {

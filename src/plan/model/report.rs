@@ -39,10 +39,11 @@ fn header(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> String {
         fmt_count(info.flops())
     ));
     s.push_str(&format!(
-        "  {} devices, {} per node (intra-node {}/s); memory per device {}\n  network {}\n",
+        "  {} devices, {} per node (intra-node {}/s, {}); memory per device {}\n  network {}\n",
         o.devices,
         o.gpus_per_node,
         fmt_bytes(o.intra_bw),
+        super::collective::describe(o),
         o.mem_per_device.map_or("unlimited".to_string(), |m| fmt_bytes(m as f64)),
         o.network.describe()
     ));
@@ -247,7 +248,7 @@ pub fn plan_detail(p: &ModelPlan) -> String {
     }
     for c in &p.comm {
         s.push_str(&format!(
-            "  {:<9} {:<14} {:<12} ×{:<4} {:<40} {:>10} elems × {} B  sends {:>10}/rank each{}\n",
+            "  {:<9} {:<14} {:<12} ×{:<4} {:<40} {:>10} elems × {} B  sends {:>10}/rank each{}{}\n",
             c.phase,
             c.kind.name(),
             format!("{}({})", c.group, c.group_size),
@@ -256,7 +257,8 @@ pub fn plan_detail(p: &ModelPlan) -> String {
             fmt_count(c.elements),
             c.bytes_per_elem,
             fmt_bytes(c.bytes_per_rank),
-            if c.cross_node { "  cross-node" } else { "" }
+            if c.cross_node { "  cross-node" } else { "" },
+            if c.algorithm == super::collective::Algo::Tree { "  (tree)" } else { "" }
         ));
     }
     s
