@@ -1178,7 +1178,7 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
 const SLICES_UNSUPPORTED: &str = "this program reads or writes slices of a union of ranges (`range P = O + V;`), which tiled and distributed runs and plans do not support yet";
 
 /// E0765: likewise for affine subscripts (`I[n,c,y+r,x+s]`).
-const AFFINE_UNSUPPORTED: &str = "this program reads tensors at affine subscripts (`I[y+r]`, `X[2*t+1]`), which tiled and distributed runs and plans do not support yet";
+const AFFINE_UNSUPPORTED: &str = "this program reads tensors at affine subscripts (`I[y+r]`, `X[2*t+1]`), which distributed runs and plans without --tiled, and `tcc build --mpi` libraries, do not support yet";
 
 fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
     let Command::Plan {
@@ -1210,8 +1210,8 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
     };
     // Complex tensors are planned as the pairs of real tensors they are lowered to.
     let hir = tcc::tir::complex::lower(&hir).0;
-    if hir.has_affine() {
-        return ctx.fail("E0765", AFFINE_UNSUPPORTED, Some("`tcc run` and `tcc build` compute it"));
+    if hir.has_affine() && !tiled {
+        return ctx.fail("E0765", AFFINE_UNSUPPORTED, Some("plan it with --tiled, which reads affine subscripts"));
     }
     if hir.has_slices() && !tiled {
         return ctx.fail("E0764", SLICES_UNSUPPORTED, Some("plan it with --tiled, which reads slices"));
@@ -1484,8 +1484,12 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
             Some("run it with --tiled, which reads slices, or without --ranks, --backend and --plan"),
         );
     }
-    if (tiled || distributed) && hir.has_affine() {
-        return ctx.fail("E0765", AFFINE_UNSUPPORTED, Some("run it without --tiled, --ranks, --backend and --plan"));
+    if !tiled && distributed && hir.has_affine() {
+        return ctx.fail(
+            "E0765",
+            AFFINE_UNSUPPORTED,
+            Some("run it with --tiled, which reads affine subscripts, or without --ranks, --backend and --plan"),
+        );
     }
     let opts = tcc::run::RunOptions { seed, inputs: parsed_inputs, output_dir, save_inputs, program };
     let stdout = std::io::stdout();

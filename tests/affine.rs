@@ -263,7 +263,6 @@ fn example_runs_checked_builds_for_the_gpu_and_unsupported_paths_refuse() {
     let (ok, text) = tcc(&["build", EXAMPLE, "--target", "cuda", "-o", k.to_str().unwrap()]);
     assert!(ok, "{text}");
     for args in [
-        vec!["run", EXAMPLE, "--tiled"],
         vec!["run", EXAMPLE, "--ranks", "2"],
         vec!["plan", EXAMPLE, "--procs", "4"],
         vec!["build", EXAMPLE, "--mpi", "-o", k.to_str().unwrap()],

@@ -677,3 +677,66 @@ fn max_where_and_softmax_run_tiled_and_on_ranks() {
     assert!(err.contains("E0760") && err.contains("stores only some of its tiles"), "{err}");
     assert!(stdout(&[], &blocked).contains("M "), "the dense run computes it");
 }
+
+/// Affine subscripts run tiled and on ranks (issues 17 and 21): the gather
+/// (`_m[…] = I[n,c,y+r,x+s]`) reads each element from the input tile its
+/// subscripts fall in, and a distributed task fetches exactly those tiles.
+/// Strided windows, offsets, `max` of a window, `x-1` over a padded union, a
+/// symmetric input and spin-blocked (partly unstored) input tiles.
+#[test]
+fn affine_subscripts_run_tiled_and_on_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let programs = [
+        ("conv", std::fs::read_to_string(path("examples/conv2d.tc")).unwrap()),
+        ("strided", std::fs::read_to_string(path("tests/ir/conv2d_strided.tc")).unwrap()),
+        (
+            "windows",
+            "range T = 7; range R = 3; range L = 20;\nindex t : T; index r : R; index l : L;\n\
+             input tensor I[l]; output tensor S1[t]; output tensor S2[t]; output tensor S3[t]; output tensor M[t];\n\
+             S1[t] = I[t+r];\nS2[t] = 2 * I[2*(t+1)+r] - I[t+r];\nS3[t] = exp(I[t+3]) * I[t+0];\nM[t] = max(I[t+r]);\n"
+                .to_string(),
+        ),
+        (
+            "shift",
+            "range B = 1; range X = 9; range H = B + X; index x : X; index h : H;\n\
+             input tensor I[h]; output tensor D[x];\nD[x] = I[x] - I[x-1];\n"
+                .to_string(),
+        ),
+        (
+            "symmetric",
+            "range V = 6; range R = 2; range Y = 5;\nindex a, b : V; index r : R; index y : Y;\n\
+             input tensor A[a,b] : f64 antisymmetric(a b);\noutput tensor G[y,b] : f64;\n\
+             G[y,b] = A[y+r,b];\n"
+                .to_string(),
+        ),
+        (
+            "blocked",
+            "range O = 4 spin(2, 2);\nrange Y = 3; range R = 2;\nindex i, j : O; index y : Y; index r : R;\n\
+             input tensor F[i,j] : f64 symmetric(i j) spin(i | j);\noutput tensor G[y,j] : f64;\n\
+             G[y,j] = F[y+r,j];\n"
+                .to_string(),
+        ),
+    ];
+    for (name, src) in &programs {
+        let file = dir.path().join(format!("{name}.tc"));
+        std::fs::write(&file, src).unwrap();
+        let want = stdout(&["--interp"], &file);
+        for tile in ["1", "2", "3", "40"] {
+            let text = stdout(&["--tiled", "--tile", tile, "--check"], &file);
+            assert!(text.contains("check: matches the interpreter"), "{name}, tile {tile}: {text}");
+        }
+        for (ranks, tile) in [("2", "2"), ("3", "3")] {
+            let got = stdout(&["--tiled", "--tile", tile, "--ranks", ranks], &file);
+            let rows =
+                |t: &str| -> Vec<[f64; 3]> { t.lines().filter(|l| l.contains("norm2 = ")).map(summary).collect() };
+            for (w, g) in rows(&want).iter().zip(rows(&got)) {
+                assert!((w[0] - g[0]).abs() <= 1e-12 * w[0].abs(), "{name}, {ranks} ranks: {want}\n{got}");
+            }
+        }
+    }
+    // Distributed runs without --tiled still refuse them, and say where they run.
+    let file = path("examples/conv2d.tc");
+    let out = tcc().arg("run").arg(&file).args(["--ranks", "2"]).assert().code(1);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains("E0765") && err.contains("--tiled"), "{err}");
+}

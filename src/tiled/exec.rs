@@ -134,6 +134,9 @@ struct TermPlan {
     ordered: Vec<Vec<usize>>,
     /// What the term computes of its factors.
     op: TermOp,
+    /// Of a gather (`T[…] = I[n,c,y+r,x+s]`): per dimension of its one factor, the
+    /// subscript as (coefficient, position in `indices`) terms and a constant.
+    affine: Vec<(Vec<(i64, usize)>, i64)>,
 }
 
 /// What a term computes: a product summed over its summed indices, or one of the
@@ -147,6 +150,9 @@ enum TermOp {
     Extremum(Extremum),
     /// `T[free] = where(a cmp b, x, y)` over four factors, assigned element by element.
     Select(CmpOp),
+    /// `T[…] = I[n,c,y+r,x+s]` (im2col): each element of the tile read from the
+    /// tile of `I` its subscripts fall in ([`TermPlan::affine`]).
+    Gather,
 }
 
 #[derive(Debug, Clone)]
@@ -280,6 +286,7 @@ impl Program {
                     funcs,
                     ordered,
                     op: TermOp::Product,
+                    affine: Vec::new(),
                 });
             }
             stmts.push(StmtPlan {
@@ -303,6 +310,10 @@ impl Program {
     fn check_function_operands(&self) -> Result<(), CommandError> {
         for st in &self.stmts {
             for term in &st.terms {
+                if term.op == TermOp::Gather {
+                    // A gather copies values: an unstored tile's are its zeros.
+                    continue;
+                }
                 if term.op != TermOp::Product {
                     // `max`, `min` and `where` see the zeros of unstored tiles too.
                     for (t, _) in &term.factors {
@@ -430,6 +441,12 @@ impl Program {
             if (term.n_lhs..n).any(|p| ranges[p].count() == 0) {
                 continue;
             }
+            if term.op == TermOp::Gather {
+                // One contribution, the whole tile: its reads are `gather_reads`.
+                let ext: Vec<usize> = (0..n).map(|p| ranges[p].extent(coord[p] as usize)).collect();
+                f(term, 1.0, &[], &ext);
+                continue;
+            }
             // Reused by every contribution: the factors' layouts, views and tile
             // coordinates, and the extents.
             let layouts: Vec<Option<&Layout>> = term.factors.iter().map(|(t, _)| self.layouts.get(t)).collect();
@@ -477,6 +494,85 @@ impl Program {
                 }
             }
         }
+    }
+
+    /// Per input dimension of a gather term writing tile `c`: the element range its
+    /// subscript covers (coefficients are positive: E0313 refuses the others).
+    fn gather_span(&self, term: &TermPlan, c: &[u32]) -> Vec<(usize, usize)> {
+        let range = |p: usize| &*self.tilings[&self.hir.indices[term.indices[p]].range];
+        term.affine
+            .iter()
+            .map(|(terms, constant)| {
+                let (mut lo, mut hi) = (*constant, *constant);
+                for &(a, p) in terms {
+                    let (k, r) = (c[p] as usize, range(p));
+                    lo += a * r.start(k) as i64;
+                    hi += a * (r.start(k) + r.extent(k)).saturating_sub(1) as i64;
+                }
+                (lo.max(0) as usize, hi.max(0) as usize)
+            })
+            .collect()
+    }
+
+    /// Calls `f` with the view of every stored tile of a gather's input that the
+    /// task writing tile `c` reads.
+    fn gather_tiles(&self, term: &TermPlan, c: &[u32], f: &mut dyn FnMut(&TileView)) {
+        let layout = &self.layouts[&term.factors[0].0];
+        let span = self.gather_span(term, c);
+        let first: Vec<usize> = span.iter().zip(&layout.dims).map(|(&(lo, _), d)| d.tile_of(lo)).collect();
+        let counts: Vec<usize> =
+            span.iter().zip(&layout.dims).zip(&first).map(|((&(_, hi), d), &k)| d.tile_of(hi) + 1 - k).collect();
+        super::tensor::for_each_local(&counts, |l| {
+            let coord: Coord = l.iter().zip(&first).map(|(&x, &k)| (x + k) as u32).collect();
+            if let Some(v) = layout.view(&coord) {
+                f(&v);
+            }
+        });
+    }
+
+    /// Tile `c` of a gather's target, element by element: each subscript's value
+    /// gives the input tile and the place in it (zero where no tile is stored).
+    ///
+    /// # Safety
+    /// As [`Program::run_task`]: `tile_ptr` reaches every tile [`Self::gather_tiles`] lists.
+    unsafe fn gather_task(
+        &self,
+        term: &TermPlan,
+        c: &[u32],
+        sc: &[isize],
+        cptr: *mut f64,
+        tile_ptr: &(dyn Fn(TensorId, usize) -> *mut f64 + Sync),
+    ) {
+        let input = term.factors[0].0;
+        let layout = &self.layouts[&input];
+        let ranges: Vec<&TiledRange> =
+            term.indices.iter().map(|&i| &*self.tilings[&self.hir.indices[i].range]).collect();
+        let start: Vec<usize> = (0..c.len()).map(|p| ranges[p].start(c[p] as usize)).collect();
+        let ext: Vec<usize> = (0..c.len()).map(|p| ranges[p].extent(c[p] as usize)).collect();
+        let mut coord: Coord = vec![0; term.affine.len()];
+        let mut local = vec![0usize; term.affine.len()];
+        // The input tile read last, reused while elements stay in it.
+        let mut cached: Option<(Coord, Option<TileView>)> = None;
+        super::tensor::for_each_local(&ext, |l| {
+            for (d, (terms, constant)) in term.affine.iter().enumerate() {
+                let s = terms.iter().fold(*constant, |acc, &(a, p)| acc + a * (start[p] + l[p]) as i64) as usize;
+                let k = layout.dims[d].tile_of(s);
+                coord[d] = k as u32;
+                local[d] = s - layout.dims[d].start(k);
+            }
+            if cached.as_ref().is_none_or(|(k, _)| *k != coord) {
+                cached = Some((coord.clone(), layout.view(&coord)));
+            }
+            let value = match &cached {
+                Some((_, Some(v))) => {
+                    let at: isize = local.iter().zip(&v.strides).map(|(&o, &st)| o as isize * st).sum();
+                    v.sign * *tile_ptr(input, v.slot).offset(at)
+                }
+                _ => 0.0,
+            };
+            let at: isize = l.iter().zip(sc).map(|(&x, &st)| x as isize * st).sum();
+            *cptr.offset(at) = value;
+        });
     }
 
     /// The tasks of task set `set`: (statement, tile of its written tensor, predicted
@@ -536,6 +632,11 @@ impl Program {
             piece.1 += model.kernel_seconds(flops, m, n, k, batch);
             for ((t, _), v) in term.factors.iter().zip(views) {
                 piece.2.insert((*t, v.slot));
+            }
+            if term.op == TermOp::Gather {
+                self.gather_tiles(term, c, &mut |v| {
+                    piece.2.insert((term.factors[0].0, v.slot));
+                });
             }
         });
         pieces
@@ -739,6 +840,13 @@ impl Program {
                 return;
             }
             let points: f64 = ext.iter().map(|&e| e as f64).product();
+            if term.op == TermOp::Gather {
+                timed(&mut prof, false, contribution_mnkb(term, ext), points, || {
+                    self.gather_task(term, c, &sc, cptr, tile_ptr)
+                });
+                flops += points;
+                return;
+            }
             // A function factor's sign goes inside the function; its tile is read
             // from a copy with the function applied, which the call below must not
             // outlive: the pending GETT runs first, and this one at once.
@@ -794,7 +902,7 @@ impl Program {
                             };
                         })
                     }
-                    TermOp::Product => unreachable!("products run below"),
+                    TermOp::Product | TermOp::Gather => unreachable!("run elsewhere in this task"),
                 });
                 flops += points;
                 return;
@@ -1152,7 +1260,26 @@ fn special_term(
     let (op, args) = match special {
         Special::Reduce { op, arg } => (TermOp::Extremum(op), vec![arg]),
         Special::Select { cmp, args } => (TermOp::Select(cmp), args),
-        Special::Gather { .. } => return Err(unsupported_factor()),
+        Special::Gather { arg } => {
+            // The written tensor's indices are the gather's (in any order).
+            let at = |i: IndexId| st.lhs.indices.iter().position(|&x| x == i).expect("a gather writes its indices");
+            let affine = arg
+                .subs
+                .iter()
+                .map(|sub| (sub.terms.iter().map(|&(a, i)| (a, at(i))).collect(), sub.constant))
+                .collect();
+            return Ok(TermPlan {
+                coef: 1.0,
+                n_lhs: st.lhs.indices.len(),
+                indices: st.lhs.indices.clone(),
+                funcs: vec![None],
+                factors: vec![(arg.tensor, Vec::new())],
+                tile_offsets: vec![Vec::new()],
+                ordered: Vec::new(),
+                op: TermOp::Gather,
+                affine,
+            });
+        }
     };
     let mut indices: Vec<IndexId> = st.lhs.indices.clone();
     let mut factors = Vec::new();
@@ -1181,6 +1308,7 @@ fn special_term(
         tile_offsets,
         ordered: Vec::new(),
         op,
+        affine: Vec::new(),
     })
 }
 
