@@ -272,6 +272,35 @@ fn random_program(seed: u64) -> Hir {
         b.stmt(target, &keep, false, vec![term]);
     }
     if rnd(3) == 0 {
+        // A window read at affine subscripts, `G[p,q] = W[s·p+q]` (s = 1 or 2):
+        // W's range is exactly as long as the subscript reaches, cut in random tiles.
+        let (p, q) = (letters[rnd(6)], letters[rnd(6)]);
+        if p != q {
+            let size = |c: char| b.hir.ranges[b.hir.indices[b.idx(&c.to_string())[0]].range].size;
+            let stride = 1 + rnd(2) as i64;
+            let len = stride as usize * (size(p) - 1) + size(q);
+            let range = b.hir.ranges.push(Range {
+                name: format!("L{next}"),
+                size: len,
+                span: 0..0,
+                model: None,
+                size_kind: SizeKind::Fixed,
+                tiling: Tiling { tile: [None, Some(1), Some(2), Some(3)][rnd(4)], subspaces: None },
+                parts: Vec::new(),
+            });
+            let w = b.tensor(&format!("A{next}"), Role::Input, "", &[]);
+            next += 1;
+            b.hir.tensors[w].dims = vec![range];
+            let lhs = format!("{p}{q}");
+            let target = b.tensor("Rwin", Role::Output, &lhs, &[]);
+            let [ip, iq] = [b.idx(&p.to_string())[0], b.idx(&q.to_string())[0]];
+            let sub = Subscript { terms: vec![(stride, ip), (1, iq)], constant: 0, span: 0..0 };
+            let f = Factor::Affine(AffineRef { tensor: w, subs: vec![sub], free: vec![ip, iq], span: 0..0 });
+            let term = b.term(1.0, vec![f]);
+            b.stmt(target, &lhs, false, vec![term]);
+        }
+    }
+    if rnd(3) == 0 {
         let (first, d) = fresh(&mut b, &mut rnd, &mut next, 1);
         let target = b.tensor("Rwhere", Role::Output, &d, &[]);
         let mut args = vec![b.r(first, &d)];
