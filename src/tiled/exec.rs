@@ -317,13 +317,11 @@ impl Program {
                 if term.op != TermOp::Product {
                     // `max`, `min` and `where` see the zeros of unstored tiles too.
                     for (t, _) in &term.factors {
-                        let layout = &self.layouts[t];
-                        let all = layout.canonical_tiles(MAX_GRID_TILES).ok_or_else(|| too_many_tiles(layout))?;
-                        if all.iter().any(|c| layout.slot(c).is_none()) {
+                        if !self.stores_every_tile(*t)? {
                             return Err(fail(
                                 format!(
                                     "`{}` reads `{}`, which stores only some of its tiles (zero by its block rules, or never written), and tiled execution visits only stored tiles",
-                                    self.hir.tensors[st.lhs].name, layout.name
+                                    self.hir.tensors[st.lhs].name, self.layouts[t].name
                                 ),
                                 "run it without --tiled, or take the maximum, minimum or `where` of a tensor without zero blocks",
                             ));
@@ -333,18 +331,12 @@ impl Program {
                 }
                 for ((t, _), func) in term.factors.iter().zip(&term.funcs) {
                     let Some(func) = func else { continue };
-                    if func.apply(0.0) == 0.0 {
-                        continue;
-                    }
-                    let layout = &self.layouts[t];
-                    let all = layout.canonical_tiles(MAX_GRID_TILES).ok_or_else(|| too_many_tiles(layout))?;
-                    if all.iter().any(|c| layout.slot(c).is_none()) {
+                    if func.apply(0.0) != 0.0 && !self.stores_every_tile(*t)? {
+                        let name = &self.layouts[t].name;
                         return Err(fail(
                             format!(
-                                "`{}({})` is not zero where `{}` stores no tile (zero by its block rules, or never written), and tiled execution visits only stored tiles",
+                                "`{}({name})` is not zero where `{name}` stores no tile (zero by its block rules, or never written), and tiled execution visits only stored tiles",
                                 func.name(),
-                                layout.name,
-                                layout.name
                             ),
                             "run it without --tiled, or apply the function only where the tensor has no zero blocks",
                         ));
@@ -353,6 +345,14 @@ impl Program {
             }
         }
         Ok(())
+    }
+
+    /// Whether tensor `t` stores every canonical tile (none is zero by its block
+    /// rules or left unwritten).
+    fn stores_every_tile(&self, t: TensorId) -> Result<bool, CommandError> {
+        let layout = &self.layouts[&t];
+        let all = layout.canonical_tiles(MAX_GRID_TILES).ok_or_else(|| too_many_tiles(layout))?;
+        Ok(all.iter().all(|c| layout.slot(c).is_some()))
     }
 
     /// Finds the stored tiles of every written tensor: the canonical tiles some
