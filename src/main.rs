@@ -262,7 +262,11 @@ impl FuseArgs {
 
 /// E0727: the fusion options were given where no CPU code is compiled.
 const FUSION_APPLIES: &str =
-    "--fuse, --mem-limit, --max-intermediate and --cpu-rates apply to code compiled for the CPU (tcc run without --interp, --tiled, --ranks, --backend, --plan or --target cuda; tcc build without --mpi or --target cuda; tcc opt)";
+    "--fuse, --mem-limit, --max-intermediate and --cpu-rates apply to code compiled for the CPU (tcc run without --interp or --target cuda, also on --ranks; tcc build without --mpi or --target cuda; tcc opt without --emit=ptx): the interpreter runs the statements as written, and the GPU back end does not slice";
+
+/// E0734: the fusion options with a distributed run that does not compile.
+const SLICED_RANKS: &str =
+    "--fuse, --mem-limit, --max-intermediate and --cpu-rates with ranks run compiled code whose sliced terms the ranks share; --tiled and --plan run their own tiles and grids (interpreted blocks, no slicing), and --no-opt leaves nothing to slice";
 
 /// The units `--program NAME` selects (all without it; none for an unknown name,
 /// which the command reports itself).
@@ -1409,8 +1413,11 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     if let Err(e) = check_run_options(distributed, interp, check, repeat, target_cpu.is_some()) {
         return ctx.error(&e);
     }
-    if fusion.given() && (distributed || interp || tiled || target == TargetKind::Cuda) {
+    if fusion.given() && (interp || target == TargetKind::Cuda) {
         return ctx.fail("E0727", FUSION_APPLIES, None);
+    }
+    if fusion.given() && (tiled || plan || no_opt) {
+        return ctx.fail("E0734", SLICED_RANKS, Some("run it with --ranks N (or --backend mpi) alone"));
     }
     if exchange.is_some() && !distributed {
         return ctx.fail(
@@ -1548,7 +1555,18 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
             Err(e) => return ctx.fail("E0722", &e, None),
         };
         let schedule = schedule.runtime();
-        let d = tcc::exec::DistOptions { ranks: ranks.unwrap_or(1), schedule, stats, tuning, optimize: !no_opt };
+        // With the fusion options, the ranks share the slices of compiled sliced terms.
+        let compiled = if fusion.given() {
+            let units = selected_units(&hir, opts.program.as_deref());
+            match fusion.codegen(ctx, &hir, &units, None, false, Vec::new()) {
+                Ok(o) => Some(o),
+                Err(o) => return o,
+            }
+        } else {
+            None
+        };
+        let d =
+            tcc::exec::DistOptions { ranks: ranks.unwrap_or(1), schedule, stats, tuning, optimize: !no_opt, compiled };
         if backend == Some(RunBackend::Mpi) {
             tcc::exec::run_mpi(&hir, &opts, &d, &mut lock)
         } else {
