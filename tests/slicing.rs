@@ -1,8 +1,9 @@
 //! Sliced contractions (`--max-intermediate`, and `--mem-limit` when no fusion
 //! fits) run and compute what the interpreter computes: random networks with
 //! hyperedges, sliced indices summed and kept, every `--fuse` mode, slices in
-//! place and as parallel tasks; the intermediates respect the limit; impossible
-//! limits are coded errors.
+//! place and as parallel tasks, and shared among ranks (`--ranks N`, and under
+//! mpirun with the `mpi` feature); the intermediates respect the limit;
+//! impossible limits and combinations that do not slice are coded errors.
 
 use assert_cmd::Command;
 use tcc::codegen::llvm::{jit_run, Options};
@@ -263,4 +264,135 @@ fn impossible_limits_are_errors() {
     assert!(stderr(&a).contains("error[E0766]"), "{}", stderr(&a));
     let a = tcc().args(["run", "--interp", "--max-intermediate", "1KiB"]).arg(&f).assert().code(1);
     assert!(stderr(&a).contains("error[E0727]"), "{}", stderr(&a));
+}
+
+/// Every output `.npy` in `dir`, by file name.
+fn outputs_in(dir: &std::path::Path) -> std::collections::BTreeMap<String, tcc::tensor::Dense> {
+    let mut out = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "npy") {
+            out.insert(p.file_name().unwrap().to_string_lossy().into_owned(), tcc::npy::read_file(&p).unwrap().0);
+        }
+    }
+    out
+}
+
+/// The outputs of `tcc ARGS FILE --output-dir DIR`, and its stdout.
+fn run_outputs(
+    args: &[&str],
+    file: &std::path::Path,
+    dir: &std::path::Path,
+) -> (std::collections::BTreeMap<String, tcc::tensor::Dense>, String) {
+    let _ = std::fs::remove_dir_all(dir);
+    let a =
+        tcc().args(args).arg(file).arg("--output-dir").arg(dir).timeout(std::time::Duration::from_secs(120)).assert();
+    let a = a.success();
+    (outputs_in(dir), stdout(&a))
+}
+
+/// The per-rank `tasks` (slices run) and the total words sent of a `--stats` block.
+fn rank_stats(text: &str) -> (Vec<u64>, u64) {
+    let field = |l: &str, name: &str| -> u64 {
+        l.split(&format!("{name} = ")).nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let tasks = text.lines().filter(|l| l.trim_start().starts_with("rank ")).map(|l| field(l, "tasks")).collect();
+    let total = text.lines().find(|l| l.trim_start().starts_with("total")).map(|l| field(l, "words_sent")).unwrap();
+    (tasks, total)
+}
+
+fn assert_same(
+    got: &std::collections::BTreeMap<String, tcc::tensor::Dense>,
+    want: &std::collections::BTreeMap<String, tcc::tensor::Dense>,
+    what: &str,
+) {
+    assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "{what}");
+    for (k, w) in want {
+        assert_eq!(got[k].shape, w.shape, "{what} {k}");
+        let d = tcc::run::compare::rel_diff(&got[k].data, &w.data);
+        assert!(d.rel <= 1e-12, "{what} {k}: rel {}", d.rel);
+    }
+}
+
+/// Sliced programs on 1, 2 and 3 in-process ranks equal the interpreter: the ring
+/// (a kept and summed sliced index in `Z`, summed ones in the scalar `Y`) and
+/// random networks (kept-only slicings included, `+=` targets). Each rank runs a
+/// block of the slices (none runs them all), words move only between ranks.
+#[test]
+fn sliced_programs_on_ranks_match_the_interpreter() {
+    let d = tmp("ranks");
+    let mut files = vec![(ring(&d), "256B".to_string())];
+    for seed in [2u64, 3, 5, 7, 11, 13] {
+        let f = d.join(format!("net{seed}.tc"));
+        std::fs::write(&f, network(seed)).unwrap();
+        files.push((f, format!("{}B", 16 << (seed % 3))));
+    }
+    let (mut kept_only, mut summed) = (false, false);
+    for (f, limit) in &files {
+        let src = std::fs::read_to_string(f).unwrap();
+        let (n, k, s) = slicing_of(&src, limit.trim_end_matches('B').parse().unwrap());
+        if n == 0 {
+            continue;
+        }
+        kept_only |= k && !s;
+        summed |= s;
+        let (want, _) = run_outputs(&["run", "--interp"], f, &d.join("interp"));
+        assert!(!want.is_empty());
+        for ranks in ["1", "2", "3"] {
+            let args = ["run", "--ranks", ranks, "--max-intermediate", limit, "--stats"];
+            let (got, text) = run_outputs(&args, f, &d.join(format!("r{ranks}")));
+            let what = format!("{} on {ranks} ranks\n{text}\n{src}", f.display());
+            assert_same(&got, &want, &what);
+            assert!(text.contains(&format!("slices split among {ranks} ranks")), "{what}");
+            let (tasks, words) = rank_stats(&text);
+            let p: usize = ranks.parse().unwrap();
+            assert_eq!(tasks.len(), p, "{what}");
+            let all: u64 = tasks.iter().sum();
+            // Blocks of the slices: no rank runs more than its share (+1 per term).
+            assert!(tasks.iter().all(|&t| t <= all / p as u64 + n as u64), "{what}");
+            assert_eq!(words == 0, p == 1, "{what}");
+        }
+    }
+    assert!(kept_only && summed, "kept-only {kept_only} summed {summed}");
+}
+
+/// Combinations that cannot slice on ranks are coded errors naming why.
+#[test]
+fn ranks_refuse_what_they_cannot_slice() {
+    let d = tmp("ranks-refused");
+    let f = ring(&d);
+    let a = tcc().args(["run", "--ranks", "2", "--max-intermediate", "1GiB"]).arg(&f).assert().code(1);
+    assert!(stderr(&a).contains("error[E0733]") && stderr(&a).contains("nothing is sliced"), "{}", stderr(&a));
+    for extra in [&["--tiled"][..], &["--plan"], &["--no-opt"]] {
+        let a = tcc().args(["run", "--ranks", "2", "--max-intermediate", "256B"]).args(extra).arg(&f).assert().code(1);
+        assert!(stderr(&a).contains("error[E0734]"), "{extra:?}: {}", stderr(&a));
+    }
+}
+
+/// Under mpirun (`--backend mpi`) on 2 and 3 processes: the interpreter's outputs.
+#[cfg(feature = "mpi")]
+#[test]
+fn sliced_programs_under_mpirun_match_the_interpreter() {
+    let d = tmp("mpi");
+    let f = ring(&d);
+    let (want, _) = run_outputs(&["run", "--interp"], &f, &d.join("interp"));
+    for np in ["2", "3"] {
+        let out_dir = d.join(format!("np{np}"));
+        let _ = std::fs::remove_dir_all(&out_dir);
+        let out = std::process::Command::new("timeout")
+            .args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np])
+            .arg(env!("CARGO_BIN_EXE_tcc"))
+            .args(["run", "--backend", "mpi", "--max-intermediate", "256B", "--stats"])
+            .arg(&f)
+            .arg("--output-dir")
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert_same(&outputs_in(&out_dir), &want, &format!("{np} MPI ranks\n{text}"));
+        let (tasks, words) = rank_stats(&text);
+        assert_eq!(tasks.len(), np.parse::<usize>().unwrap(), "{text}");
+        assert!(words > 0 && text.contains("back ends mpi+mpi-p2p"), "{text}");
+    }
 }
