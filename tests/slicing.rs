@@ -396,3 +396,46 @@ fn sliced_programs_under_mpirun_match_the_interpreter() {
         assert!(words > 0 && text.contains("back ends mpi+mpi-p2p"), "{text}");
     }
 }
+
+/// A chain of four 48 × 48 matrices: sliced to 512 bytes (over `i`, no
+/// recomputation) and to 64 bytes (over `i,k,l`, 32× the flops).
+const CHAIN: &str = "range N = 48;\nindex i, j, k, l, m : N;\ninput tensor A[i,j] : f64;\n\
+                     input tensor B[j,k] : f64;\ninput tensor C[k,l] : f64;\ninput tensor D[l,m] : f64;\n\
+                     output tensor Z[i,m] : f64;\nZ[i,m] = A[i,j] * B[j,k] * C[k,l] * D[l,m];\n";
+
+/// The model time of the chain's nest sliced to `bytes` (`None`: unsliced) and
+/// its slicing's flops overhead.
+fn chain_time(bytes: Option<u64>) -> (f64, f64) {
+    let (hir, diags) = tcc::compile(CHAIN, "main");
+    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+    let mut o = PipelineOptions::default();
+    o.order.slice_bytes = bytes;
+    o.order.search_time = 0.0;
+    let prepared = tcc::pipeline::prepare(&hir, &o);
+    let u = prepared.units.ids().next().unwrap();
+    let nest = &tcc::pipeline::fuse(&prepared, &[u], &o)[0];
+    let overhead = prepared.units[u].sliced.iter().map(|g| g.overhead).fold(1.0, f64::max);
+    assert_eq!(prepared.units[u].sliced.is_empty(), bytes.is_none());
+    (nest.time_s, overhead)
+}
+
+/// The CPU time model prices a sliced term as it runs: slices that recompute
+/// (flops overhead) cost more, and even slices without overhead pay per-slice
+/// calls and traffic; `tcc opt` reports that time.
+#[test]
+fn the_time_model_counts_the_slicing_overhead() {
+    let (whole, _) = chain_time(None);
+    let (t512, o512) = chain_time(Some(512));
+    let (t64, o64) = chain_time(Some(64));
+    assert!((o512 - 1.0).abs() < 1e-9 && o64 > 10.0, "overheads {o512} {o64}");
+    assert!(t512 > whole, "{t512} vs {whole}");
+    assert!(t64 > t512 && t64 >= o64 * whole, "{t64} vs {t512}, {o64}x of {whole}");
+    let d = tmp("model");
+    let f = d.join("chain.tc");
+    std::fs::write(&f, CHAIN).unwrap();
+    let time_of = |args: &[&str]| -> String {
+        let a = tcc().arg("opt").args(args).arg(&f).assert().success();
+        stdout(&a).lines().find(|l| l.contains("model time")).unwrap().to_string()
+    };
+    assert_ne!(time_of(&[]), time_of(&["--max-intermediate", "64B"]));
+}
