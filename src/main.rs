@@ -480,6 +480,12 @@ enum Command {
         /// With --tiled: how tiles move between ranks, as `tcc run --exchange`.
         #[arg(long, value_enum, requires = "tiled", default_value_t = Exchange::Auto)]
         exchange: Exchange,
+        /// Forecast sliced runs instead (`tcc run --ranks P --max-intermediate
+        /// SIZE`): each sliced term's slices split among the ranks, its target
+        /// all-reduced (a summed sliced index) or all-gathered; compute per rank,
+        /// words and messages per rank, predicted time against one rank.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size, conflicts_with_all = ["tiled", "dot", "naive", "mem_per_rank"])]
+        max_intermediate: Option<u64>,
     },
     /// Plan a `model` block on N devices: data (ZeRO 0-3, ZeRO++), tensor, sequence
     /// (Ulysses / ring) and expert parallelism, ranked by predicted step time with
@@ -1192,6 +1198,7 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
         threads_per_rank,
         tuning,
         exchange,
+        max_intermediate,
     } = command
     else {
         unreachable!("cmd_plan is called for `Plan`")
@@ -1211,6 +1218,19 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
     }
     if hir.has_slices() && !tiled {
         return ctx.fail("E0764", SLICES_UNSUPPORTED, Some("plan it with --tiled, which reads slices"));
+    }
+    if let Some(bytes) = max_intermediate {
+        if bytes < 8 {
+            return ctx.fail(
+                "E0766",
+                &format!("--max-intermediate of {bytes} bytes is less than one element (8 bytes in f64)"),
+                Some("slicing can shrink an intermediate to one element, no further"),
+            );
+        }
+        return print_result(
+            ctx,
+            tcc::plan::sliced::plan_command(&hir, program.as_deref(), &procs, &network, bytes, json),
+        );
     }
     if tiled {
         let t = TiledPlanArgs { tile, threads_per_rank, tuning, exchange };

@@ -439,3 +439,21 @@ fn the_time_model_counts_the_slicing_overhead() {
     };
     assert_ne!(time_of(&[]), time_of(&["--max-intermediate", "64B"]));
 }
+
+/// `tcc plan --max-intermediate`: the slices per rank, the reduction's words and a
+/// time that counts both; E0733 when nothing is sliced.
+#[test]
+fn the_planner_prices_sliced_runs_on_ranks() {
+    let d = tmp("plan");
+    let f = ring(&d);
+    let a = tcc().args(["plan", "--procs", "1,2,4", "--max-intermediate", "256B"]).arg(&f).assert().success();
+    let text = stdout(&a);
+    assert!(text.contains("program ring on 2 ranks:"), "{text}");
+    assert!(text.contains("per rank: 32 of 64 slices") && text.contains("per rank: 16 of 64 slices"), "{text}");
+    assert!(text.contains("all-reduce of 1024 elements: 1024 words, 2 messages"), "{text}");
+    let a = tcc().args(["plan", "--procs", "2", "--max-intermediate", "1GiB"]).arg(&f).assert().code(1);
+    assert!(stderr(&a).contains("error[E0733]"), "{}", stderr(&a));
+    let a = tcc().args(["plan", "--procs", "2", "--max-intermediate", "256B", "--json"]).arg(&f).assert().success();
+    let v: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(v[0]["terms"][0]["slices_per_rank"], 32);
+}
