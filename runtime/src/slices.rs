@@ -77,7 +77,7 @@ pub fn with_share<R>(share: &SliceShare<'_>, f: impl FnOnce() -> R) -> R {
     }
     // SAFETY (of the later dereferences): the pointer is removed by `Restore`
     // before `share` can go away.
-    let erased = share as *const SliceShare<'_> as *const SliceShare<'static>;
+    let erased = std::ptr::from_ref(share).cast::<SliceShare<'static>>();
     let _restore = Restore(SHARE.with(|s| s.replace(Some(erased))));
     f()
 }
