@@ -110,7 +110,9 @@ struct FuseArgs {
     /// Largest intermediate of a reordered product (e.g. 64MiB): a product with a
     /// larger one is sliced — run once per value of the indices chosen, with
     /// intermediates that lack them — and `tcc opt` reports the indices, the slice
-    /// count and the flops overhead. E0766 below one element (8 bytes).
+    /// count and the flops overhead. E0766 below one element (8 bytes). With
+    /// `tcc run --ranks N` (or --backend mpi) the ranks split each sliced term's
+    /// slices and all-reduce or all-gather its target.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_intermediate: Option<u64>,
     /// CPU kernel rates for --fuse auto (default: ~/.config/tcc/cpu.toml if it
@@ -633,7 +635,9 @@ enum Command {
         /// Run only this program or model (default: all of them).
         #[arg(long, value_name = "NAME")]
         program: Option<String>,
-        /// Run distributed over N in-process ranks (threads back end).
+        /// Run distributed over N in-process ranks (threads back end). With
+        /// --max-intermediate or --mem-limit: compiled code on every rank, the
+        /// slices of each sliced term split among the ranks.
         #[arg(long, value_name = "N")]
         ranks: Option<usize>,
         /// Distributed back end: `threads` (in-process, with --ranks) or `mpi`
