@@ -314,14 +314,24 @@ fn assert_same(
     }
 }
 
-/// Sliced programs on 1, 2 and 3 in-process ranks equal the interpreter: the ring
-/// (a kept and summed sliced index in `Z`, summed ones in the scalar `Y`) and
-/// random networks (kept-only slicings included, `+=` targets). Each rank runs a
-/// block of the slices (none runs them all), words move only between ranks.
+/// Sliced programs on 1, 2, 3 and 5 in-process ranks equal the interpreter: the
+/// ring (a kept and summed sliced index in `Z`, summed ones in the scalar `Y`), a
+/// term of two slices (ranks without a slice) and random networks (kept-only
+/// slicings included, `+=` targets). Each rank runs a block of the slices (none
+/// runs them all), words move only between ranks.
 #[test]
 fn sliced_programs_on_ranks_match_the_interpreter() {
     let d = tmp("ranks");
-    let mut files = vec![(ring(&d), "256B".to_string())];
+    // Two slices: on 3 and 5 ranks some ranks have none.
+    let two = d.join("two.tc");
+    std::fs::write(
+        &two,
+        "range N = 16;\nrange H = 2;\nindex i, j, k : N;\nindex h : H;\ninput tensor A[i,h] : f64;\n\
+         input tensor B[h,k] : f64;\ninput tensor C[k,j,h] : f64;\noutput tensor Z[i,j] : f64;\n\
+         Z[i,j] = A[i,h] * B[h,k] * C[k,j,h];\n",
+    )
+    .unwrap();
+    let mut files = vec![(ring(&d), "256B".to_string()), (two, "128B".to_string())];
     for seed in [2u64, 3, 5, 7, 11, 13] {
         let f = d.join(format!("net{seed}.tc"));
         std::fs::write(&f, network(seed)).unwrap();
@@ -338,7 +348,7 @@ fn sliced_programs_on_ranks_match_the_interpreter() {
         summed |= s;
         let (want, _) = run_outputs(&["run", "--interp"], f, &d.join("interp"));
         assert!(!want.is_empty());
-        for ranks in ["1", "2", "3"] {
+        for ranks in ["1", "2", "3", "5"] {
             let args = ["run", "--ranks", ranks, "--max-intermediate", limit, "--stats"];
             let (got, text) = run_outputs(&args, f, &d.join(format!("r{ranks}")));
             let what = format!("{} on {ranks} ranks\n{text}\n{src}", f.display());

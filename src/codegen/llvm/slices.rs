@@ -254,6 +254,13 @@ impl<'ctx> Gen<'_, 'ctx> {
         lo: IntValue<'ctx>,
         len: IntValue<'ctx>,
     ) -> Result<(), CodegenError> {
+        // A rank may have no slice (more ranks than slices); `build_loop` runs once.
+        let f = self.current_fn();
+        let run_bb = self.ctx.append_basic_block(f, "slices.some");
+        let done_bb = self.ctx.append_basic_block(f, "slices.none");
+        let some = self.b.build_int_compare(IntPredicate::NE, len, self.i64c(0), "sl.some")?;
+        self.b.build_conditional_branch(some, run_bb, done_bb)?;
+        self.b.position_at_end(run_bb);
         let r = self.build_loop(len, &mut |gen, j| {
             // Slice number → the sliced indices' values (row-major).
             let mut rest = gen.b.build_int_add(lo, j, "slice")?;
@@ -268,7 +275,10 @@ impl<'ctx> Gen<'_, 'ctx> {
         for i in &g.indices {
             self.bound.remove(i);
         }
-        r
+        r?;
+        self.b.build_unconditional_branch(done_bb)?;
+        self.b.position_at_end(done_bb);
+        Ok(())
     }
 
     /// `tcc_rt_parallel_range` over the chunks, each running its slices on its own
