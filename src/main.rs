@@ -1581,6 +1581,17 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         let schedule = schedule.runtime();
         // With the fusion options, the ranks share the slices of compiled sliced terms.
         let compiled = if fusion.given() {
+            // Every rank (process) must compile the same slicing: the order search
+            // is the deterministic one, also where --mem-limit picks the slicing.
+            if fusion.order.search_time.as_deref().is_some_and(|t| t.trim().parse::<f64>() != Ok(0.0)) {
+                return ctx.fail(
+                    "E0734",
+                    "--search-time with sliced runs on ranks: every rank must compile the same slicing, so the order search on ranks is the deterministic one (exact search and seeded greedy restarts)",
+                    Some("drop --search-time (or pass 0); `tcc opt` shows what a longer search would find"),
+                );
+            }
+            let mut fusion = fusion.clone();
+            fusion.order.search_time = Some("0".into());
             let units = selected_units(&hir, opts.program.as_deref());
             match fusion.codegen(ctx, &hir, &units, None, false, Vec::new()) {
                 Ok(o) => Some(o),

@@ -377,6 +377,13 @@ fn ranks_refuse_what_they_cannot_slice() {
         let a = tcc().args(["run", "--ranks", "2", "--max-intermediate", "256B"]).args(extra).arg(&f).assert().code(1);
         assert!(stderr(&a).contains("error[E0734]"), "{extra:?}: {}", stderr(&a));
     }
+    // A time-budgeted search could slice differently on different ranks.
+    let a = tcc()
+        .args(["run", "--ranks", "2", "--max-intermediate", "256B", "--search-time", "2"])
+        .arg(&f)
+        .assert()
+        .code(1);
+    assert!(stderr(&a).contains("error[E0734]") && stderr(&a).contains("deterministic"), "{}", stderr(&a));
 }
 
 /// Under mpirun (`--backend mpi`) on 2 and 3 processes: the interpreter's outputs.
