@@ -110,7 +110,9 @@ struct FuseArgs {
     /// Largest intermediate of a reordered product (e.g. 64MiB): a product with a
     /// larger one is sliced — run once per value of the indices chosen, with
     /// intermediates that lack them — and `tcc opt` reports the indices, the slice
-    /// count and the flops overhead. E0766 below one element (8 bytes).
+    /// count and the flops overhead. E0766 below one element (8 bytes). With
+    /// `tcc run --ranks N` (or --backend mpi) the ranks split each sliced term's
+    /// slices and all-reduce or all-gather its target.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_intermediate: Option<u64>,
     /// CPU kernel rates for --fuse auto (default: ~/.config/tcc/cpu.toml if it
@@ -262,7 +264,11 @@ impl FuseArgs {
 
 /// E0727: the fusion options were given where no CPU code is compiled.
 const FUSION_APPLIES: &str =
-    "--fuse, --mem-limit, --max-intermediate and --cpu-rates apply to code compiled for the CPU (tcc run without --interp, --tiled, --ranks, --backend, --plan or --target cuda; tcc build without --mpi or --target cuda; tcc opt)";
+    "--fuse, --mem-limit, --max-intermediate and --cpu-rates apply to code compiled for the CPU (tcc run without --interp or --target cuda, also on --ranks; tcc build without --mpi or --target cuda; tcc opt without --emit=ptx): the interpreter runs the statements as written, and the GPU back end does not slice";
+
+/// E0734: the fusion options with a distributed run that does not compile.
+const SLICED_RANKS: &str =
+    "--fuse, --mem-limit, --max-intermediate and --cpu-rates with ranks run compiled code whose sliced terms the ranks share; --tiled and --plan run their own tiles and grids (interpreted blocks, no slicing), and --no-opt leaves nothing to slice";
 
 /// The units `--program NAME` selects (all without it; none for an unknown name,
 /// which the command reports itself).
@@ -476,6 +482,12 @@ enum Command {
         /// With --tiled: how tiles move between ranks, as `tcc run --exchange`.
         #[arg(long, value_enum, requires = "tiled", default_value_t = Exchange::Auto)]
         exchange: Exchange,
+        /// Forecast sliced runs instead (`tcc run --ranks P --max-intermediate
+        /// SIZE`): each sliced term's slices split among the ranks, its target
+        /// all-reduced (a summed sliced index) or all-gathered; compute per rank,
+        /// words and messages per rank, predicted time against one rank.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size, conflicts_with_all = ["tiled", "dot", "naive", "mem_per_rank"])]
+        max_intermediate: Option<u64>,
     },
     /// Plan a `model` block on N devices: data (ZeRO 0-3, ZeRO++), tensor, sequence
     /// (Ulysses / ring) and expert parallelism, ranked by predicted step time with
@@ -631,7 +643,9 @@ enum Command {
         /// Run only this program or model (default: all of them).
         #[arg(long, value_name = "NAME")]
         program: Option<String>,
-        /// Run distributed over N in-process ranks (threads back end).
+        /// Run distributed over N in-process ranks (threads back end). With
+        /// --max-intermediate or --mem-limit: compiled code on every rank, the
+        /// slices of each sliced term split among the ranks.
         #[arg(long, value_name = "N")]
         ranks: Option<usize>,
         /// Distributed back end: `threads` (in-process, with --ranks) or `mpi`
@@ -1196,6 +1210,7 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
         threads_per_rank,
         tuning,
         exchange,
+        max_intermediate,
     } = command
     else {
         unreachable!("cmd_plan is called for `Plan`")
@@ -1215,6 +1230,19 @@ fn cmd_plan(ctx: &Ctx, command: Command) -> Outcome {
     }
     if hir.has_slices() && !tiled {
         return ctx.fail("E0764", SLICES_UNSUPPORTED, Some("plan it with --tiled, which reads slices"));
+    }
+    if let Some(bytes) = max_intermediate {
+        if bytes < 8 {
+            return ctx.fail(
+                "E0766",
+                &format!("--max-intermediate of {bytes} bytes is less than one element (8 bytes in f64)"),
+                Some("slicing can shrink an intermediate to one element, no further"),
+            );
+        }
+        return print_result(
+            ctx,
+            tcc::plan::sliced::plan_command(&hir, program.as_deref(), &procs, &network, bytes, json),
+        );
     }
     if tiled {
         let t = TiledPlanArgs { tile, threads_per_rank, tuning, exchange };
@@ -1421,8 +1449,11 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     if let Err(e) = check_run_options(distributed, interp, check, repeat, target_cpu.is_some()) {
         return ctx.error(&e);
     }
-    if fusion.given() && (distributed || interp || tiled || target == TargetKind::Cuda) {
+    if fusion.given() && (interp || target == TargetKind::Cuda) {
         return ctx.fail("E0727", FUSION_APPLIES, None);
+    }
+    if fusion.given() && (tiled || plan || no_opt) {
+        return ctx.fail("E0734", SLICED_RANKS, Some("run it with --ranks N (or --backend mpi) alone"));
     }
     if exchange.is_some() && !distributed {
         return ctx.fail(
@@ -1579,7 +1610,29 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
             Err(e) => return ctx.fail("E0722", &e, None),
         };
         let schedule = schedule.runtime();
-        let d = tcc::exec::DistOptions { ranks: ranks.unwrap_or(1), schedule, stats, tuning, optimize: !no_opt };
+        // With the fusion options, the ranks share the slices of compiled sliced terms.
+        let compiled = if fusion.given() {
+            // Every rank (process) must compile the same slicing: the order search
+            // is the deterministic one, also where --mem-limit picks the slicing.
+            if fusion.order.search_time.as_deref().is_some_and(|t| t.trim().parse::<f64>() != Ok(0.0)) {
+                return ctx.fail(
+                    "E0734",
+                    "--search-time with sliced runs on ranks: every rank must compile the same slicing, so the order search on ranks is the deterministic one (exact search and seeded greedy restarts)",
+                    Some("drop --search-time (or pass 0); `tcc opt` shows what a longer search would find"),
+                );
+            }
+            let mut fusion = fusion.clone();
+            fusion.order.search_time = Some("0".into());
+            let units = selected_units(&hir, opts.program.as_deref());
+            match fusion.codegen(ctx, &hir, &units, None, false, Vec::new()) {
+                Ok(o) => Some(o),
+                Err(o) => return o,
+            }
+        } else {
+            None
+        };
+        let d =
+            tcc::exec::DistOptions { ranks: ranks.unwrap_or(1), schedule, stats, tuning, optimize: !no_opt, compiled };
         if backend == Some(RunBackend::Mpi) {
             tcc::exec::run_mpi(&hir, &opts, &d, &mut lock)
         } else {

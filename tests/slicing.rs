@@ -1,8 +1,9 @@
 //! Sliced contractions (`--max-intermediate`, and `--mem-limit` when no fusion
 //! fits) run and compute what the interpreter computes: random networks with
 //! hyperedges, sliced indices summed and kept, every `--fuse` mode, slices in
-//! place and as parallel tasks; the intermediates respect the limit; impossible
-//! limits are coded errors.
+//! place and as parallel tasks, and shared among ranks (`--ranks N`, and under
+//! mpirun with the `mpi` feature); the intermediates respect the limit;
+//! impossible limits and combinations that do not slice are coded errors.
 
 use assert_cmd::Command;
 use tcc::codegen::llvm::{jit_run, Options};
@@ -263,4 +264,213 @@ fn impossible_limits_are_errors() {
     assert!(stderr(&a).contains("error[E0766]"), "{}", stderr(&a));
     let a = tcc().args(["run", "--interp", "--max-intermediate", "1KiB"]).arg(&f).assert().code(1);
     assert!(stderr(&a).contains("error[E0727]"), "{}", stderr(&a));
+}
+
+/// Every output `.npy` in `dir`, by file name.
+fn outputs_in(dir: &std::path::Path) -> std::collections::BTreeMap<String, tcc::tensor::Dense> {
+    let mut out = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "npy") {
+            out.insert(p.file_name().unwrap().to_string_lossy().into_owned(), tcc::npy::read_file(&p).unwrap().0);
+        }
+    }
+    out
+}
+
+/// The outputs of `tcc ARGS FILE --output-dir DIR`, and its stdout.
+fn run_outputs(
+    args: &[&str],
+    file: &std::path::Path,
+    dir: &std::path::Path,
+) -> (std::collections::BTreeMap<String, tcc::tensor::Dense>, String) {
+    let _ = std::fs::remove_dir_all(dir);
+    let a =
+        tcc().args(args).arg(file).arg("--output-dir").arg(dir).timeout(std::time::Duration::from_secs(120)).assert();
+    let a = a.success();
+    (outputs_in(dir), stdout(&a))
+}
+
+/// The per-rank `tasks` (slices run) and the total words sent of a `--stats` block.
+fn rank_stats(text: &str) -> (Vec<u64>, u64) {
+    let field = |l: &str, name: &str| -> u64 {
+        l.split(&format!("{name} = ")).nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let tasks = text.lines().filter(|l| l.trim_start().starts_with("rank ")).map(|l| field(l, "tasks")).collect();
+    let total = text.lines().find(|l| l.trim_start().starts_with("total")).map(|l| field(l, "words_sent")).unwrap();
+    (tasks, total)
+}
+
+fn assert_same(
+    got: &std::collections::BTreeMap<String, tcc::tensor::Dense>,
+    want: &std::collections::BTreeMap<String, tcc::tensor::Dense>,
+    what: &str,
+) {
+    assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "{what}");
+    for (k, w) in want {
+        assert_eq!(got[k].shape, w.shape, "{what} {k}");
+        let d = tcc::run::compare::rel_diff(&got[k].data, &w.data);
+        assert!(d.rel <= 1e-12, "{what} {k}: rel {}", d.rel);
+    }
+}
+
+/// Sliced programs on 1, 2, 3 and 5 in-process ranks equal the interpreter: the
+/// ring (a kept and summed sliced index in `Z`, summed ones in the scalar `Y`), a
+/// term of two slices (ranks without a slice) and random networks (kept-only
+/// slicings included, `+=` targets). Each rank runs a block of the slices (none
+/// runs them all), words move only between ranks.
+#[test]
+fn sliced_programs_on_ranks_match_the_interpreter() {
+    let d = tmp("ranks");
+    // Two slices: on 3 and 5 ranks some ranks have none.
+    let two = d.join("two.tc");
+    std::fs::write(
+        &two,
+        "range N = 16;\nrange H = 2;\nindex i, j, k : N;\nindex h : H;\ninput tensor A[i,h] : f64;\n\
+         input tensor B[h,k] : f64;\ninput tensor C[k,j,h] : f64;\noutput tensor Z[i,j] : f64;\n\
+         Z[i,j] = A[i,h] * B[h,k] * C[k,j,h];\n",
+    )
+    .unwrap();
+    let mut files = vec![(ring(&d), "256B".to_string()), (two, "128B".to_string())];
+    for seed in [2u64, 3, 5, 7, 11, 13] {
+        let f = d.join(format!("net{seed}.tc"));
+        std::fs::write(&f, network(seed)).unwrap();
+        files.push((f, format!("{}B", 16 << (seed % 3))));
+    }
+    let (mut kept_only, mut summed) = (false, false);
+    for (f, limit) in &files {
+        let src = std::fs::read_to_string(f).unwrap();
+        let (n, k, s) = slicing_of(&src, limit.trim_end_matches('B').parse().unwrap());
+        if n == 0 {
+            continue;
+        }
+        kept_only |= k && !s;
+        summed |= s;
+        let (want, _) = run_outputs(&["run", "--interp"], f, &d.join("interp"));
+        assert!(!want.is_empty());
+        for ranks in ["1", "2", "3", "5"] {
+            let args = ["run", "--ranks", ranks, "--max-intermediate", limit, "--stats"];
+            let (got, text) = run_outputs(&args, f, &d.join(format!("r{ranks}")));
+            let what = format!("{} on {ranks} ranks\n{text}\n{src}", f.display());
+            assert_same(&got, &want, &what);
+            assert!(text.contains(&format!("slices split among {ranks} ranks")), "{what}");
+            let (tasks, words) = rank_stats(&text);
+            let p: usize = ranks.parse().unwrap();
+            assert_eq!(tasks.len(), p, "{what}");
+            let all: u64 = tasks.iter().sum();
+            // Blocks of the slices: no rank runs more than its share (+1 per term).
+            assert!(tasks.iter().all(|&t| t <= all / p as u64 + n as u64), "{what}");
+            assert_eq!(words == 0, p == 1, "{what}");
+        }
+    }
+    assert!(kept_only && summed, "kept-only {kept_only} summed {summed}");
+}
+
+/// Combinations that cannot slice on ranks are coded errors naming why.
+#[test]
+fn ranks_refuse_what_they_cannot_slice() {
+    let d = tmp("ranks-refused");
+    let f = ring(&d);
+    let a = tcc().args(["run", "--ranks", "2", "--max-intermediate", "1GiB"]).arg(&f).assert().code(1);
+    assert!(stderr(&a).contains("error[E0733]") && stderr(&a).contains("nothing is sliced"), "{}", stderr(&a));
+    for extra in [&["--tiled"][..], &["--plan"], &["--no-opt"]] {
+        let a = tcc().args(["run", "--ranks", "2", "--max-intermediate", "256B"]).args(extra).arg(&f).assert().code(1);
+        assert!(stderr(&a).contains("error[E0734]"), "{extra:?}: {}", stderr(&a));
+    }
+    // A time-budgeted search could slice differently on different ranks.
+    let a = tcc()
+        .args(["run", "--ranks", "2", "--max-intermediate", "256B", "--search-time", "2"])
+        .arg(&f)
+        .assert()
+        .code(1);
+    assert!(stderr(&a).contains("error[E0734]") && stderr(&a).contains("deterministic"), "{}", stderr(&a));
+}
+
+/// Under mpirun (`--backend mpi`) on 2 and 3 processes: the interpreter's outputs.
+#[cfg(feature = "mpi")]
+#[test]
+fn sliced_programs_under_mpirun_match_the_interpreter() {
+    let d = tmp("mpi");
+    let f = ring(&d);
+    let (want, _) = run_outputs(&["run", "--interp"], &f, &d.join("interp"));
+    for np in ["2", "3"] {
+        let out_dir = d.join(format!("np{np}"));
+        let _ = std::fs::remove_dir_all(&out_dir);
+        let out = std::process::Command::new("timeout")
+            .args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np])
+            .arg(env!("CARGO_BIN_EXE_tcc"))
+            .args(["run", "--backend", "mpi", "--max-intermediate", "256B", "--stats"])
+            .arg(&f)
+            .arg("--output-dir")
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert_same(&outputs_in(&out_dir), &want, &format!("{np} MPI ranks\n{text}"));
+        let (tasks, words) = rank_stats(&text);
+        assert_eq!(tasks.len(), np.parse::<usize>().unwrap(), "{text}");
+        assert!(words > 0 && text.contains("back ends mpi+mpi-p2p"), "{text}");
+    }
+}
+
+/// A chain of four 48 × 48 matrices: sliced to 512 bytes (over `i`, no
+/// recomputation) and to 64 bytes (over `i,k,l`, 32× the flops).
+const CHAIN: &str = "range N = 48;\nindex i, j, k, l, m : N;\ninput tensor A[i,j] : f64;\n\
+                     input tensor B[j,k] : f64;\ninput tensor C[k,l] : f64;\ninput tensor D[l,m] : f64;\n\
+                     output tensor Z[i,m] : f64;\nZ[i,m] = A[i,j] * B[j,k] * C[k,l] * D[l,m];\n";
+
+/// The model time of the chain's nest sliced to `bytes` (`None`: unsliced) and
+/// its slicing's flops overhead.
+fn chain_time(bytes: Option<u64>) -> (f64, f64) {
+    let (hir, diags) = tcc::compile(CHAIN, "main");
+    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+    let mut o = PipelineOptions::default();
+    o.order.slice_bytes = bytes;
+    o.order.search_time = 0.0;
+    let prepared = tcc::pipeline::prepare(&hir, &o);
+    let u = prepared.units.ids().next().unwrap();
+    let nest = &tcc::pipeline::fuse(&prepared, &[u], &o)[0];
+    let overhead = prepared.units[u].sliced.iter().map(|g| g.overhead).fold(1.0, f64::max);
+    assert_eq!(prepared.units[u].sliced.is_empty(), bytes.is_none());
+    (nest.time_s, overhead)
+}
+
+/// The CPU time model prices a sliced term as it runs: slices that recompute
+/// (flops overhead) cost more, and even slices without overhead pay per-slice
+/// calls and traffic; `tcc opt` reports that time.
+#[test]
+fn the_time_model_counts_the_slicing_overhead() {
+    let (whole, _) = chain_time(None);
+    let (t512, o512) = chain_time(Some(512));
+    let (t64, o64) = chain_time(Some(64));
+    assert!((o512 - 1.0).abs() < 1e-9 && o64 > 10.0, "overheads {o512} {o64}");
+    assert!(t512 > whole, "{t512} vs {whole}");
+    assert!(t64 > t512 && t64 >= o64 * whole, "{t64} vs {t512}, {o64}x of {whole}");
+    let d = tmp("model");
+    let f = d.join("chain.tc");
+    std::fs::write(&f, CHAIN).unwrap();
+    let time_of = |args: &[&str]| -> String {
+        let a = tcc().arg("opt").args(args).arg(&f).assert().success();
+        stdout(&a).lines().find(|l| l.contains("model time")).unwrap().to_string()
+    };
+    assert_ne!(time_of(&[]), time_of(&["--max-intermediate", "64B"]));
+}
+
+/// `tcc plan --max-intermediate`: the slices per rank, the reduction's words and a
+/// time that counts both; E0733 when nothing is sliced.
+#[test]
+fn the_planner_prices_sliced_runs_on_ranks() {
+    let d = tmp("plan");
+    let f = ring(&d);
+    let a = tcc().args(["plan", "--procs", "1,2,4", "--max-intermediate", "256B"]).arg(&f).assert().success();
+    let text = stdout(&a);
+    assert!(text.contains("program ring on 2 ranks:"), "{text}");
+    assert!(text.contains("per rank: 32 of 64 slices") && text.contains("per rank: 16 of 64 slices"), "{text}");
+    assert!(text.contains("all-reduce of 1024 elements: 1024 words, 2 messages"), "{text}");
+    let a = tcc().args(["plan", "--procs", "2", "--max-intermediate", "1GiB"]).arg(&f).assert().code(1);
+    assert!(stderr(&a).contains("error[E0733]"), "{}", stderr(&a));
+    let a = tcc().args(["plan", "--procs", "2", "--max-intermediate", "256B", "--json"]).arg(&f).assert().success();
+    let v: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(v[0]["terms"][0]["slices_per_rank"], 32);
 }

@@ -264,9 +264,17 @@ def write(rows, args):
         lines.append(
             "cotengra runs `HyperOptimizer(max_time=T, minimize='flops', parallel=False, reconf_opts={})` (subtree "
             "reconfiguration on, like tcc's) with its defaults otherwise; "
-            + ("**kahypar is not installed here**, so cotengra uses its `greedy` and `labels` methods " if CTG_WARN else "")
-            + "and its own hyper-parameter search (no optuna) — weaker than the kahypar configuration the issue was "
-            "measured against. Within the budget cotengra completed only "
+            + (
+                "**kahypar is not installed here**, so cotengra uses its `greedy` and `labels` methods "
+                "and its own hyper-parameter search (no optuna) — weaker than the kahypar configuration the issue was "
+                "measured against. "
+                if CTG_WARN
+                else "kahypar is installed, so cotengra uses its `greedy` and `kahypar` methods (the configuration the "
+                "issue was measured against) with its own hyper-parameter search"
+                + ("" if __import__("importlib").util.find_spec("optuna") else " (no optuna)")
+                + ". "
+            )
+            + "Within the budget cotengra completed only "
             + f"{min(r.get('ctg_trials', 0) for r in rows)}–{max(r.get('ctg_trials', 0) for r in rows)} trials per "
             "network here (median "
             + f"{statistics.median(r.get('ctg_trials', 0) for r in rows):g}), so these ratios say little about "

@@ -10,6 +10,7 @@
 //!   get/accumulate and redistribution;
 //! * [`tune`]: the tuner and its TOML table;
 //! * [`alloc`]: zeroed temporaries of generated code (huge pages for large ones);
+//! * [`slices`]: sliced terms of generated code shared among ranks;
 //! * [`capi`]: the `extern "C"` surface declared in `include/tcc_runtime.h`.
 //!
 //! The runtime does not depend on the compiler; the compiler depends on it.
@@ -18,6 +19,7 @@ pub mod alloc;
 pub mod capi;
 pub mod comm;
 pub mod dist;
+pub mod slices;
 pub mod task;
 pub mod tune;
 

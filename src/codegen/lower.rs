@@ -8,20 +8,23 @@ use crate::tir::materialize::simple_call_arg;
 /// Floating-point operations of a prepared unit: per term, `2 ×` (or `1 ×` for a
 /// term of at most one factor) the product of the sizes of its distinct indices.
 pub fn unit_flops(hir: &Hir, unit: UnitId) -> f64 {
+    hir.units[unit].stmts.iter().map(|s| stmt_flops(hir, s)).sum()
+}
+
+/// [`unit_flops`] of one statement.
+pub fn stmt_flops(hir: &Hir, s: &crate::sema::hir::Stmt) -> f64 {
     let mut total = 0.0;
-    for s in &hir.units[unit].stmts {
-        for t in &s.rhs.terms {
-            let mut idx: Vec<IndexId> = s.lhs.indices.clone();
-            for f in &t.factors {
-                for &i in f.indices() {
-                    if !idx.contains(&i) {
-                        idx.push(i);
-                    }
+    for t in &s.rhs.terms {
+        let mut idx: Vec<IndexId> = s.lhs.indices.clone();
+        for f in &t.factors {
+            for &i in f.indices() {
+                if !idx.contains(&i) {
+                    idx.push(i);
                 }
             }
-            let n: f64 = idx.iter().map(|&i| hir.index_size(i) as f64).product();
-            total += if t.factors.len() >= 2 { 2.0 * n } else { n };
         }
+        let n: f64 = idx.iter().map(|&i| hir.index_size(i) as f64).product();
+        total += if t.factors.len() >= 2 { 2.0 * n } else { n };
     }
     total
 }

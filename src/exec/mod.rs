@@ -7,6 +7,7 @@ pub mod distributed;
 pub mod launch;
 pub mod model;
 pub mod planned;
+pub mod sliced;
 
 use crate::error::CommandError;
 use crate::run::{check_options, run_report, RunOptions};
@@ -34,11 +35,21 @@ pub struct DistOptions {
     /// Optimize (binary contractions) before distributing (default); without it the
     /// results are bitwise those of the interpreter.
     pub optimize: bool,
+    /// Compiled code with sliced terms whose slices the ranks share (`--max-intermediate`,
+    /// `--mem-limit`: [`sliced`]) instead of the interpreter's tiles.
+    pub compiled: Option<crate::codegen::llvm::Options>,
 }
 
 impl Default for DistOptions {
     fn default() -> Self {
-        DistOptions { ranks: 2, schedule: Schedule::Dynamic, stats: false, tuning: None, optimize: true }
+        DistOptions {
+            ranks: 2,
+            schedule: Schedule::Dynamic,
+            stats: false,
+            tuning: None,
+            optimize: true,
+            compiled: None,
+        }
     }
 }
 
@@ -64,11 +75,16 @@ fn rank_body(
     let eopts = ExecOptions { schedule: dopts.schedule, ..ExecOptions::default() };
     let mut tstats = TaskStats::default();
     let mut buf: Vec<u8> = Vec::new();
-    let r = {
-        let mut exec = |u: UnitId, inputs: &HashMap<TensorId, Dense>| {
-            distributed::run_unit(exec_hir, u, inputs, comm, &eopts, &mut tstats).map(|outs| (outs, Vec::new()))
-        };
-        run_report(hir, &ropts, &mut buf, &mut exec)
+    let r = match &dopts.compiled {
+        Some(codegen) => sliced::rank_run(hir, &ropts, codegen, comm, &mut buf).map(|s| {
+            tstats.tasks = s.slices;
+        }),
+        None => {
+            let mut exec = |u: UnitId, inputs: &HashMap<TensorId, Dense>| {
+                distributed::run_unit(exec_hir, u, inputs, comm, &eopts, &mut tstats).map(|outs| (outs, Vec::new()))
+            };
+            run_report(hir, &ropts, &mut buf, &mut exec)
+        }
     };
     if r.is_err() {
         return (buf, r);
@@ -82,15 +98,17 @@ fn rank_body(
         let mut all = vec![0.0; row.len() * p];
         comm.allgather(&row, &mut all);
         if me == 0 {
-            let _ = write!(buf, "{}", stats_text(&all, p, backends, dopts.schedule));
+            // Sliced terms deal their slices in blocks (`tasks`: slices run).
+            let schedule = if dopts.compiled.is_some() { "slices in blocks" } else { dopts.schedule.name() };
+            let _ = write!(buf, "{}", stats_text(&all, p, backends, schedule));
         }
     }
     (if me == 0 { buf } else { Vec::new() }, Ok(()))
 }
 
 /// The `--stats` block: one line per rank and a total.
-fn stats_text(all: &[f64], p: usize, backends: &str, schedule: Schedule) -> String {
-    let mut s = format!("stats: {p} ranks, back ends {backends}, schedule {}\n", schedule.name());
+fn stats_text(all: &[f64], p: usize, backends: &str, schedule: &str) -> String {
+    let mut s = format!("stats: {p} ranks, back ends {backends}, schedule {schedule}\n");
     let head = ["words_sent", "messages_sent", "words_received", "messages_received", "tasks", "task_claims"];
     let mut tot = [0u64; 6];
     for r in 0..p {
@@ -165,7 +183,16 @@ fn run_ranks(
     } else {
         ([Backend::Threads, Backend::Shm], "threads+shm")
     };
-    let eh = exec_hir(hir, dopts);
+    // A sliced run compiles (every rank the same code); others interpret tiles of
+    // the optimized program.
+    let dopts = &DistOptions { compiled: dopts.compiled.as_ref().map(sliced::deterministic), ..dopts.clone() };
+    let eh = match &dopts.compiled {
+        Some(c) => {
+            sliced::check_sliced(hir, ropts, c)?;
+            hir.clone()
+        }
+        None => exec_hir(hir, dopts),
+    };
     let report = launch::launch(
         dopts.ranks,
         mpi,

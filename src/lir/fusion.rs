@@ -874,7 +874,7 @@ pub fn lower_unit(hir: &Hir, unit: UnitId, opts: FusionOptions) -> LoopNest {
         unfused_kernels: p.kernels(&[]),
         buffers,
     };
-    super::slice::apply(hir, &mut nest);
+    super::slice::apply(hir, &mut nest, &opts.rates);
     nest
 }
 
@@ -923,7 +923,7 @@ pub fn unfused(hir: &Hir, unit: UnitId, rates: &CpuRates) -> LoopNest {
         unfused_kernels: kernels.clone(),
         kernels,
     };
-    super::slice::apply(hir, &mut nest);
+    super::slice::apply(hir, &mut nest, rates);
     nest
 }
 

@@ -17,7 +17,14 @@
 //! back ends, the LIR executor and the validator need nothing new: a loop is a
 //! loop. The group's statements take no part in fusion (their loop nest is this
 //! one).
+//!
+//! The time model ([`super::cost`]) priced the group's statements whole; here they
+//! are priced as they run, once per slice ([`group_times`]): a step without a
+//! sliced index is recomputed in every slice (the flops overhead), every step
+//! streams its operands once per slice, and small slices may leave the GETT kernel
+//! for loops. The nest's times take the difference.
 
+use super::cost::{stmt_time, CpuRates};
 use super::{Buffer, LoopNest, Node};
 use crate::sema::hir::{Hir, IndexId, Role, TensorId, UnitId};
 use std::collections::BTreeMap;
@@ -51,8 +58,8 @@ pub fn groups(hir: &Hir, unit: UnitId) -> Vec<Group> {
 
 /// Wraps each sliced term of the nest's unit in loops over its sliced indices (its
 /// statements must be top-level nodes: fusion left them alone), slices its
-/// temporaries' buffers and recomputes the nest's peak.
-pub fn apply(hir: &Hir, nest: &mut LoopNest) {
+/// temporaries' buffers and recomputes the nest's peak and model times.
+pub fn apply(hir: &Hir, nest: &mut LoopNest, rates: &CpuRates) {
     let groups = groups(hir, nest.unit);
     if groups.is_empty() {
         return;
@@ -86,8 +93,34 @@ pub fn apply(hir: &Hir, nest: &mut LoopNest) {
         for st in &stmts[g.stmts.start..last] {
             nest.buffers.insert(st.lhs.tensor, sliced_buffer(hir, st.lhs.tensor, &st.lhs.indices, &g.indices));
         }
+        let (whole, sliced) = group_times(hir, nest.unit, g, rates);
+        nest.time_s += sliced - whole;
+        nest.unfused_time_s += sliced - whole;
     }
     nest.peak_bytes = peak(hir, nest.unit, &nest.buffers);
+}
+
+/// The model's seconds for a sliced term's statements: run once, whole (as fusion
+/// priced them), and run once per slice with the temporaries holding a slice.
+pub fn group_times(hir: &Hir, unit: UnitId, g: &Group, rates: &CpuRates) -> (f64, f64) {
+    let stmts = &hir.units[unit].stmts;
+    let esz = |t: TensorId| hir.tensors[t].elem.size_bytes() as f64;
+    let whole_bytes = |t: TensorId| hir.num_elements(t).map_or(f64::INFINITY, |n| n as f64 * esz(t));
+    let temps: Vec<(TensorId, f64)> = stmts[g.stmts.start..g.stmts.end - 1]
+        .iter()
+        .map(|st| {
+            let b = sliced_buffer(hir, st.lhs.tensor, &st.lhs.indices, &g.indices);
+            (st.lhs.tensor, b.elements as f64 * esz(st.lhs.tensor))
+        })
+        .collect();
+    let slice_bytes = |t: TensorId| temps.iter().find(|x| x.0 == t).map_or_else(|| whole_bytes(t), |x| x.1);
+    let slices: f64 = g.indices.iter().map(|&i| hir.index_size(i) as f64).product();
+    let (mut whole, mut sliced) = (0.0, 0.0);
+    for st in &stmts[g.stmts.clone()] {
+        whole += stmt_time(hir, st, &|_| false, 1.0, &whole_bytes, rates);
+        sliced += stmt_time(hir, st, &|i| g.indices.contains(&i), slices, &slice_bytes, rates);
+    }
+    (whole, sliced)
 }
 
 /// `t`'s buffer with the positions indexed by a sliced index fixed by its loop.

@@ -26,6 +26,7 @@ pub mod model;
 pub mod network;
 pub mod report;
 mod search;
+pub mod sliced;
 #[cfg(test)]
 mod tests;
 

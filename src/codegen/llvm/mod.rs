@@ -620,6 +620,8 @@ fn runtime_symbols() -> Vec<(&'static str, usize)> {
         ("tcc_rt_num_threads", tcc_rt_num_threads as *const () as usize),
         ("tcc_rt_gett_f64", tcc_rt_gett_f64 as *const () as usize),
         ("tcc_rt_gett_f32", tcc_rt_gett_f32 as *const () as usize),
+        ("tcc_rt_slice_begin", tcc_runtime::slices::tcc_rt_slice_begin as *const () as usize),
+        ("tcc_rt_slice_end", tcc_runtime::slices::tcc_rt_slice_end as *const () as usize),
     ]
 }
 
@@ -1243,18 +1245,6 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             g.bound.remove(&index);
             Ok(())
         })
-    }
-
-    /// `nodes`, their loops run in order (never as parallel slices).
-    fn nodes_in_order(&mut self, nodes: &[Node], unit: UnitId) -> Result<(), CodegenError> {
-        for n in nodes {
-            match n {
-                Node::Loop { index, extent, body } if *extent > 0 => self.loop_node(*index, body, unit)?,
-                Node::Loop { .. } => {}
-                _ => self.nodes(std::slice::from_ref(n), unit)?,
-            }
-        }
-        Ok(())
     }
 
     fn zero_all(&mut self, t: TensorId) -> Result<(), CodegenError> {

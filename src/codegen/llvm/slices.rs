@@ -6,7 +6,11 @@
 //! (the result depends on the thread count only). A sliced index kept in the
 //! target needs no copy: slices write disjoint parts. With one chunk (one thread,
 //! or less work than a parallel loop needs), or when the private copies cannot be
-//! allocated, the loops run in place, in order.
+//! allocated, the slices run in place, in order.
+//!
+//! The slices run are the window `tcc_rt_slice_begin` gives (every slice, unless
+//! the process is one of several ranks sharing the term: `tcc_runtime::slices`),
+//! and `tcc_rt_slice_end` then combines the ranks' parts of the target.
 
 use super::*;
 use crate::lir::slice::Group;
@@ -86,12 +90,25 @@ impl<'ctx> Gen<'_, 'ctx> {
         let i64t = self.ctx.i64_type();
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
         let (private, summed) = self.private_tensors(g, unit);
-        // Slices, and chunks: min(slices, threads, what fits the limit).
-        let mut n = self.i64c(1);
+        let mut all = self.i64c(1);
         for &i in &g.indices {
             let e = self.poly_value(&self.index_poly(i))?;
-            n = self.b.build_int_mul(n, e, "sl.n")?;
+            all = self.b.build_int_mul(all, e, "sl.all")?;
         }
+        // This process's window of the slices: `lo .. lo + n`.
+        let target = self.hir.units[unit].stmts[g.stmts.end - 1].lhs.tensor;
+        let desc = self.slice_desc(g, unit, all, summed)?;
+        let tptr = self.b.build_pointer_cast(self.bufs[&target], i8p, "sl.tgt")?;
+        let window = self.i64_slots(2, "sl.window")?;
+        let w0 = unsafe { self.b.build_in_bounds_gep(window, &[self.i64c(0), self.i64c(0)], "sl.w0")? };
+        let w1 = unsafe { self.b.build_in_bounds_gep(window, &[self.i64c(0), self.i64c(1)], "sl.w1")? };
+        let i64p = i64t.ptr_type(AddressSpace::default());
+        let begin = self.declare("tcc_rt_slice_begin", None, &[i64p.into(), i8p.into(), i64p.into()]);
+        self.b.build_call(begin, &[desc.into(), tptr.into(), w0.into()], "")?;
+        let lo = self.b.build_load(w0, "sl.lo")?.into_int_value();
+        let hi = self.b.build_load(w1, "sl.hi")?.into_int_value();
+        let n = self.b.build_int_sub(hi, lo, "sl.n")?;
+        // Chunks: min(slices, threads, what fits the limit).
         let nt = self.declare("tcc_rt_num_threads", Some(i64t.into()), &[]);
         let nt = self.b.build_call(nt, &[], "sl.nt")?.try_as_basic_value().left().expect("i64").into_int_value();
         let umin = |g: &Self, a: IntValue<'ctx>, b: IntValue<'ctx>| -> Result<IntValue<'ctx>, CodegenError> {
@@ -129,12 +146,14 @@ impl<'ctx> Gen<'_, 'ctx> {
 
         // In place, in order.
         self.b.position_at_end(ser_bb);
-        self.nodes_in_order(std::slice::from_ref(outer), unit)?;
+        let extents: Vec<IntValue<'ctx>> =
+            g.indices.iter().map(|&i| self.poly_value(&self.index_poly(i))).collect::<Result<_, _>>()?;
+        self.slice_range(g, inner, unit, &extents, lo, n)?;
         self.b.build_unconditional_branch(join_bb)?;
 
         // Parallel chunks.
         self.b.position_at_end(par_bb);
-        self.launch_chunks(g, inner, unit, &private, base, chunks, n)?;
+        self.launch_chunks(g, inner, unit, &private, base, chunks, (lo, n))?;
         if summed {
             // target += Σ_c copy_c, in chunk order.
             let target = *private.last().expect("the target");
@@ -165,11 +184,106 @@ impl<'ctx> Gen<'_, 'ctx> {
         self.b.build_call(free, &[base.into(), total.into()], "")?;
         self.b.build_unconditional_branch(join_bb)?;
         self.b.position_at_end(join_bb);
+        let end = self.declare("tcc_rt_slice_end", None, &[i64p.into(), i8p.into()]);
+        self.b.build_call(end, &[desc.into(), tptr.into()], "")?;
+        Ok(())
+    }
+
+    /// An `[n x i64]` stack slot in the function's entry block (not in a loop).
+    fn i64_slots(&mut self, n: u32, name: &str) -> Result<PointerValue<'ctx>, CodegenError> {
+        let entry = self.current_fn().get_first_basic_block().expect("entry");
+        let eb = self.ctx.create_builder();
+        match entry.get_first_instruction() {
+            Some(i) => eb.position_before(&i),
+            None => eb.position_at_end(entry),
+        }
+        Ok(eb.build_alloca(self.ctx.i64_type().array_type(n), name)?)
+    }
+
+    /// The term's descriptor for `tcc_rt_slice_begin`/`_end` (its layout is
+    /// documented in `tcc_runtime::slices`), filled here; a pointer to its first
+    /// element.
+    fn slice_desc(
+        &mut self,
+        g: &Group,
+        unit: UnitId,
+        slices: IntValue<'ctx>,
+        summed: bool,
+    ) -> Result<PointerValue<'ctx>, CodegenError> {
+        let last = &self.hir.units[unit].stmts[g.stmts.end - 1];
+        let target = last.lhs.tensor;
+        let dims: Vec<(usize, RangeId)> = self.hir.tensors[target]
+            .dims
+            .iter()
+            .enumerate()
+            .filter(|(d, _)| !self.strides[&target][*d].is_zero())
+            .map(|(d, &r)| (d, r))
+            .collect();
+        let elem = self.hir.tensors[target].elem.size_bytes() as u64;
+        let mut vals = vec![
+            slices,
+            self.i64c(elem),
+            self.i64c(summed as u64),
+            self.i64c(g.indices.len() as u64),
+            self.i64c(dims.len() as u64),
+        ];
+        for &i in &g.indices {
+            vals.push(self.poly_value(&self.index_poly(i))?);
+        }
+        for (d, r) in dims {
+            vals.push(self.poly_value(&Poly::range(self.hir, &self.runtime, r))?);
+            vals.push(self.poly_value(&self.strides[&target][d].clone())?);
+            let pos = g.indices.iter().position(|&i| i == last.lhs.indices[d]).map_or(-1, |p| p as i64);
+            vals.push(self.ctx.i64_type().const_int(pos as u64, true));
+        }
+        let arr = self.i64_slots(vals.len() as u32, "sl.desc")?;
+        for (k, v) in vals.into_iter().enumerate() {
+            let slot = unsafe { self.b.build_in_bounds_gep(arr, &[self.i64c(0), self.i64c(k as u64)], "sl.d")? };
+            self.b.build_store(slot, v)?;
+        }
+        Ok(unsafe { self.b.build_in_bounds_gep(arr, &[self.i64c(0), self.i64c(0)], "sl.desc0")? })
+    }
+
+    /// Slices `lo .. lo + len` of the group, in order, on the buffers in scope.
+    fn slice_range(
+        &mut self,
+        g: &Group,
+        inner: &[Node],
+        unit: UnitId,
+        extents: &[IntValue<'ctx>],
+        lo: IntValue<'ctx>,
+        len: IntValue<'ctx>,
+    ) -> Result<(), CodegenError> {
+        // A rank may have no slice (more ranks than slices); `build_loop` runs once.
+        let f = self.current_fn();
+        let run_bb = self.ctx.append_basic_block(f, "slices.some");
+        let done_bb = self.ctx.append_basic_block(f, "slices.none");
+        let some = self.b.build_int_compare(IntPredicate::NE, len, self.i64c(0), "sl.some")?;
+        self.b.build_conditional_branch(some, run_bb, done_bb)?;
+        self.b.position_at_end(run_bb);
+        let r = self.build_loop(len, &mut |gen, j| {
+            // Slice number → the sliced indices' values (row-major).
+            let mut rest = gen.b.build_int_add(lo, j, "slice")?;
+            for (&i, &e) in g.indices.iter().zip(extents).rev() {
+                let v = gen.b.build_int_unsigned_rem(rest, e, "sv")?;
+                rest = gen.b.build_int_unsigned_div(rest, e, "sr")?;
+                gen.bound.insert(i, v);
+            }
+            gen.nodes(inner, unit)
+        });
+        // The values are defined in the loop: out of scope after it.
+        for i in &g.indices {
+            self.bound.remove(i);
+        }
+        r?;
+        self.b.build_unconditional_branch(done_bb)?;
+        self.b.position_at_end(done_bb);
         Ok(())
     }
 
     /// `tcc_rt_parallel_range` over the chunks, each running its slices on its own
-    /// copies (chunk `c` of `chunks` runs slices `n·c/chunks .. n·(c+1)/chunks`).
+    /// copies (chunk `c` of `chunks` runs slices `lo + n·c/chunks .. lo +
+    /// n·(c+1)/chunks` of the window `(lo, n)`).
     #[allow(clippy::too_many_arguments)]
     fn launch_chunks(
         &mut self,
@@ -179,14 +293,14 @@ impl<'ctx> Gen<'_, 'ctx> {
         private: &[TensorId],
         base: PointerValue<'ctx>,
         chunks: IntValue<'ctx>,
-        n: IntValue<'ctx>,
+        (lo, n): (IntValue<'ctx>, IntValue<'ctx>),
     ) -> Result<(), CodegenError> {
         let i64t = self.ctx.i64_type();
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
         // Captures, then base, chunks, slices.
         let caller = self.current_fn();
         let bv = self.b.build_ptr_to_int(base, i64t, "basev")?;
-        let (caps, arr) = self.capture(&[bv, chunks, n], "slctx")?;
+        let (caps, arr) = self.capture(&[bv, chunks, n, lo], "slctx")?;
         let name = self.name(&format!("{}.slices", caller.get_name().to_string_lossy()));
         let fty = self.ctx.void_type().fn_type(&[i8p.into(), i64t.into(), i64t.into()], false);
         let f = self.module.add_function(&name, fty, Some(Linkage::Internal));
@@ -198,9 +312,9 @@ impl<'ctx> Gen<'_, 'ctx> {
         self.b.build_call(rt, &[chunks.into(), fp.into(), ctxp.into()], "")?;
 
         // The task function: (ctx, lo, hi) over chunk numbers.
-        let (saved, extra) = self.enter_outlined(f, &caps, 3)?;
+        let (saved, extra) = self.enter_outlined(f, &caps, 4)?;
         let base = self.b.build_int_to_ptr(extra[0], i8p, "base")?;
-        let (chunks, n) = (extra[1], extra[2]);
+        let (chunks, n, first) = (extra[1], extra[2], extra[3]);
         let lo = f.get_nth_param(1).expect("lo").into_int_value();
         let hi = f.get_nth_param(2).expect("hi").into_int_value();
         let count = self.b.build_int_sub(hi, lo, "nchunks")?;
@@ -229,16 +343,8 @@ impl<'ctx> Gen<'_, 'ctx> {
             let s_hi = gen.b.build_int_mul(n, c1, "s.hi")?;
             let s_hi = gen.b.build_int_unsigned_div(s_hi, chunks, "s.hi")?;
             let len = gen.b.build_int_sub(s_hi, s_lo, "s.len")?;
-            gen.build_loop(len, &mut |gen, j| {
-                // Slice number → the sliced indices' values (row-major).
-                let mut rest = gen.b.build_int_add(s_lo, j, "slice")?;
-                for (&i, &e) in g.indices.iter().zip(&extents).rev() {
-                    let v = gen.b.build_int_unsigned_rem(rest, e, "sv")?;
-                    rest = gen.b.build_int_unsigned_div(rest, e, "sr")?;
-                    gen.bound.insert(i, v);
-                }
-                gen.nodes(inner, unit)
-            })
+            let s_lo = gen.b.build_int_add(first, s_lo, "s.first")?;
+            gen.slice_range(g, inner, unit, &extents, s_lo, len)
         })?;
         self.b.build_return(None)?;
         self.leave_outlined(saved);
