@@ -652,9 +652,10 @@ enum Command {
         /// (under mpirun; needs a build with `--features mpi`).
         #[arg(long, value_enum)]
         backend: Option<RunBackend>,
-        /// How ranks claim tile tasks.
-        #[arg(long, value_enum, default_value_t = Schedule::Dynamic)]
-        schedule: Schedule,
+        /// How ranks claim tile tasks (default dynamic; sliced runs on ranks deal
+        /// slices in blocks and refuse it).
+        #[arg(long, value_enum)]
+        schedule: Option<Schedule>,
         /// Print words and messages sent per rank after the report.
         #[arg(long)]
         stats: bool,
@@ -1563,7 +1564,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
                     None,
                 );
             }
-            match tiled_run(ctx, tile, schedule, check, stats, tuning.as_deref()) {
+            match tiled_run(ctx, tile, schedule.unwrap_or(Schedule::Dynamic), check, stats, tuning.as_deref()) {
                 Ok(r) => {
                     tcc::run::complex::run_complex(&hir, &opts, tcc::run::complex::ComplexExec::Tiled(&r), &mut lock)
                 }
@@ -1590,7 +1591,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         };
     }
     let result = if tiled && distributed {
-        let mut r = match tiled_run(ctx, tile, schedule, check, stats, tuning.as_deref()) {
+        let mut r = match tiled_run(ctx, tile, schedule.unwrap_or(Schedule::Dynamic), check, stats, tuning.as_deref()) {
             Ok(r) => r,
             Err(o) => return o,
         };
@@ -1609,9 +1610,15 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
             Ok(t) => t,
             Err(e) => return ctx.fail("E0722", &e, None),
         };
-        let schedule = schedule.runtime();
         // With the fusion options, the ranks share the slices of compiled sliced terms.
         let compiled = if fusion.given() {
+            if schedule.is_some() {
+                return ctx.fail(
+                    "E0734",
+                    "--schedule with sliced runs on ranks: each rank runs one block of every sliced term's slices",
+                    Some("drop --schedule"),
+                );
+            }
             // Every rank (process) must compile the same slicing: the order search
             // is the deterministic one, also where --mem-limit picks the slicing.
             if fusion.order.search_time.as_deref().is_some_and(|t| t.trim().parse::<f64>() != Ok(0.0)) {
@@ -1631,6 +1638,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         } else {
             None
         };
+        let schedule = schedule.unwrap_or(Schedule::Dynamic).runtime();
         let d =
             tcc::exec::DistOptions { ranks: ranks.unwrap_or(1), schedule, stats, tuning, optimize: !no_opt, compiled };
         if backend == Some(RunBackend::Mpi) {
@@ -1642,7 +1650,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         if target == TargetKind::Cuda || repeat != 1 {
             return ctx.fail("E0760", "--tiled runs on the CPU once: it does not take --target cuda or --repeat", None);
         }
-        let r = match tiled_run(ctx, tile, schedule, check, stats, tuning.as_deref()) {
+        let r = match tiled_run(ctx, tile, schedule.unwrap_or(Schedule::Dynamic), check, stats, tuning.as_deref()) {
             Ok(r) => r,
             Err(o) => return o,
         };

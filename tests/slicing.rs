@@ -373,7 +373,7 @@ fn ranks_refuse_what_they_cannot_slice() {
     let f = ring(&d);
     let a = tcc().args(["run", "--ranks", "2", "--max-intermediate", "1GiB"]).arg(&f).assert().code(1);
     assert!(stderr(&a).contains("error[E0733]") && stderr(&a).contains("nothing is sliced"), "{}", stderr(&a));
-    for extra in [&["--tiled"][..], &["--plan"], &["--no-opt"]] {
+    for extra in [&["--tiled"][..], &["--plan"], &["--no-opt"], &["--schedule", "static"]] {
         let a = tcc().args(["run", "--ranks", "2", "--max-intermediate", "256B"]).args(extra).arg(&f).assert().code(1);
         assert!(stderr(&a).contains("error[E0734]"), "{extra:?}: {}", stderr(&a));
     }
