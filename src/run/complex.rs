@@ -12,7 +12,11 @@
 //! (from `main`); E0325 a real array given for a complex tensor or the reverse.
 
 use super::compare::{compare, tolerance};
-use super::{fail, fmt_num, interp_error, plural, resolve_inputs, RunOptions, Summary};
+use super::compiled::{jit_error, per_second};
+use super::{
+    create_output_dir, fail, fmt_num, input_shape_error, interp_error, plural, read_input, resolve_inputs, RunOptions,
+    Summary,
+};
 use crate::error::CommandError;
 use crate::interp::{self, round_to};
 use crate::interp_complex::{self as ci, CDense, C};
@@ -43,10 +47,7 @@ pub fn run_complex(
     let units = hir.select_units(opts.program.as_deref())?;
     let (low, map) = lower(hir);
     let loaded = load_inputs(hir, &units, opts)?;
-    if let Some(dir) = opts.output_dir.as_deref() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| fail("E0709", format!("cannot create the output directory `{}`: {e}", dir.display()), None))?;
-    }
+    create_output_dir(opts)?;
     for u in units {
         let mut inputs: HashMap<TensorId, CDense> = HashMap::new();
         for t in hir.unit_inputs(u) {
@@ -133,14 +134,8 @@ fn compiled(
     c: &super::compiled::CompiledRun,
 ) -> Result<(HashMap<TensorId, CDense>, Vec<String>), CommandError> {
     lowered(hir, low, map, u, inputs, c.check, &mut |parts| {
-        let r = crate::codegen::llvm::jit_run(low, u, parts, &c.codegen, c.repeat.max(1)).map_err(|e| {
-            if e.is_out_of_memory() {
-                super::out_of_memory(e.0)
-            } else {
-                fail("E0712", e.0, None)
-            }
-        })?;
-        let gflops = if r.run_s > 0.0 { r.flops / r.run_s / 1e9 } else { 0.0 };
+        let r = crate::codegen::llvm::jit_run(low, u, parts, &c.codegen, c.repeat.max(1)).map_err(jit_error)?;
+        let gflops = per_second(r.flops, r.run_s) / 1e9;
         let line = format!(
             "time = {:.6} s  ({gflops:.2} real GFLOP/s after lowering, {} threads; compile {:.3} s)",
             r.run_s,
@@ -167,7 +162,7 @@ fn cuda(
         let (plan, ptx) = crate::codegen::nvptx::ptx_for(low, &[u], &c.plan).map_err(|e| fail("E0712", e.0, None))?;
         let compile_s = t0.elapsed().as_secs_f64();
         let r = crate::codegen::cuda::run_plan(low, &plan, &ptx, 0, parts, c.repeat.max(1))?;
-        let tflops = if r.run_s > 0.0 { r.flops / r.run_s / 1e12 } else { 0.0 };
+        let tflops = per_second(r.flops, r.run_s) / 1e12;
         let line = format!(
             "time = {:.3} ms  ({tflops:.3} real TFLOP/s after lowering on {}; compile {compile_s:.3} s)",
             r.run_s * 1e3,
@@ -227,7 +222,7 @@ fn lowered(
 fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap<TensorId, CDense>, CommandError> {
     let mut loaded = HashMap::new();
     for (name, path, targets) in resolve_inputs(hir, units, opts)? {
-        let (value, file_elem) = npy::read_file(&path).map_err(|e| fail("E0706", e.0, None))?;
+        let (value, file_elem) = read_input(&path)?;
         for t in targets {
             let tensor = &hir.tensors[t];
             if tensor.elem.is_complex() != file_elem.is_complex() {
@@ -257,14 +252,7 @@ fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap
                     shape.pop();
                     expected.pop();
                 }
-                return Err(fail(
-                    "E0707",
-                    format!(
-                        "`--input {name}={}`: `{name}` has shape {expected:?} but the file holds an array of shape {shape:?}",
-                        path.display()
-                    ),
-                    None,
-                ));
+                return Err(input_shape_error(&name, &path, &expected, &shape, None));
             }
             let part = tensor.elem.real_part();
             let data = if tensor.elem.is_complex() {
