@@ -6,7 +6,6 @@ mod common;
 
 use common::{python, python_with, root, tcc_in as tcc, Rng};
 use std::collections::HashMap;
-use std::path::Path;
 use std::process::Command;
 use tcc::interp_complex::{run_unit, CDense, C};
 use tcc::sema::hir::{Hir, TensorId, UnitId};

@@ -7,7 +7,6 @@ mod common;
 
 use common::{python, python_with, root, tcc_in as tcc, Rng};
 use std::collections::HashMap;
-use std::path::Path;
 use std::process::Command;
 use tcc::interp::{round_to, run_unit};
 use tcc::run::compare::{check_outputs, TOL_BF16};
