@@ -7,7 +7,12 @@
 //!   `array.array`, ...) or DLPack (`__dlpack__`, via `numpy.from_dlpack`), checks
 //!   element type, exact shape and C-contiguity (or converts with `copy=True`),
 //!   allocates the outputs with `numpy.empty`, and runs the generated code on the
-//!   raw pointers with the GIL released.
+//!   raw pointers with the GIL released. Complex arrays (complex128, complex64)
+//!   and 16-bit ones (float16; bf16 as uint16 bits, `ml_dtypes.bfloat16` arrays
+//!   taken as a uint16 view) go to the JIT library as they are: it splits/joins
+//!   and widens/rounds them around the generated code (`jit_lib`'s module docs).
+//!   bf16 outputs are allocated as uint16 and viewed as `ml_dtypes.bfloat16`
+//!   unless the call's first bf16 input was bits (`Program::bf16_as_bits`).
 //! * `optimize_path(inputs, output, sizes)` exposes tcc's contraction-order search
 //!   (`tcc::tir::opmin::optimize_path`) for `tcc.contract_path`.
 //!
