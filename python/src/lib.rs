@@ -151,7 +151,11 @@ fn compile(
         p.fusion.rates = rates;
         p.order = opts.order.clone();
         let units: Vec<_> = hir.units.ids().collect();
-        let p = tcc::pipeline::fit_mem_limit(&hir, &units, &p).map_err(|e| raise(py, "TccError", e.to_string()))?;
+        // A complex program is compiled lowered to real pairs: its limit is
+        // checked on that program (as `tcc run` and `tcc build` do).
+        let lowered = tcc::sema::complex::has_complex(&hir).then(|| tcc::tir::complex::lower(&hir).0);
+        let p = tcc::pipeline::fit_mem_limit(lowered.as_ref().unwrap_or(&hir), &units, &p)
+            .map_err(|e| raise(py, "TccError", e.to_string()))?;
         opts.order = p.order;
     }
     let lib = py.allow_threads(|| {
