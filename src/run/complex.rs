@@ -14,8 +14,8 @@
 use super::compare::{compare, tolerance};
 use super::compiled::{jit_error, per_second};
 use super::{
-    create_output_dir, fail, fmt_num, input_shape_error, interp_error, plural, read_input, resolve_inputs, RunOptions,
-    Summary,
+    create_output_dir, fail, fmt_num, input_shape_error, interp_error, plural, read_input, resolve_inputs, unit_inputs,
+    RunOptions, Summary,
 };
 use crate::error::CommandError;
 use crate::interp::{self, round_to};
@@ -49,14 +49,7 @@ pub fn run_complex(
     let loaded = load_inputs(hir, &units, opts)?;
     create_output_dir(opts)?;
     for u in units {
-        let mut inputs: HashMap<TensorId, CDense> = HashMap::new();
-        for t in hir.unit_inputs(u) {
-            let v = match loaded.get(&t) {
-                Some(v) => v.clone(),
-                None => random_input(&low, &map, t, opts.seed)?,
-            };
-            inputs.insert(t, v);
-        }
+        let inputs = unit_inputs(hir, u, &loaded, |t| random_input(&low, &map, t, opts.seed).map(Some))?;
         let (outputs, extra) = match &exec {
             ComplexExec::Interp => (ci::run_unit(hir, u, &inputs).map_err(interp_error)?, Vec::new()),
             ComplexExec::Compiled(c) => compiled(hir, &low, &map, u, &inputs, c)?,

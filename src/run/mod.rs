@@ -236,6 +236,28 @@ fn create_output_dir(opts: &RunOptions) -> Result<(), CommandError> {
     Ok(())
 }
 
+/// The inputs unit `u` reads: those read with `--input` (`loaded`), the others
+/// made by `fill` (left out where it makes none).
+fn unit_inputs<V: Clone>(
+    hir: &Hir,
+    u: UnitId,
+    loaded: &HashMap<TensorId, V>,
+    mut fill: impl FnMut(TensorId) -> Result<Option<V>, CommandError>,
+) -> Result<HashMap<TensorId, V>, CommandError> {
+    let mut inputs = HashMap::new();
+    for t in hir.unit_inputs(u) {
+        let v = match loaded.get(&t) {
+            Some(v) => v.clone(),
+            None => match fill(t)? {
+                Some(v) => v,
+                None => continue,
+            },
+        };
+        inputs.insert(t, v);
+    }
+    Ok(inputs)
+}
+
 /// Reads the `.npy` file of an `--input` (E0706 when it cannot be read).
 fn read_input(path: &std::path::Path) -> Result<(Dense, crate::sema::hir::ElemType), CommandError> {
     npy::read_file(path).map_err(|e| fail("E0706", e.0, None))
@@ -300,15 +322,13 @@ pub fn run_report_with(
 
     for u in units {
         let unit = &hir.units[u];
-        let mut inputs = HashMap::new();
-        for t in hir.unit_inputs(u) {
-            let v = match loaded.get(&t) {
-                Some(v) => v.clone(),
-                None if fill_inputs => interp::fill_random(hir, t, opts.seed).map_err(interp_error)?,
-                None => continue,
-            };
-            inputs.insert(t, v);
-        }
+        let inputs = unit_inputs(hir, u, &loaded, |t| {
+            if fill_inputs {
+                interp::fill_random(hir, t, opts.seed).map(Some).map_err(interp_error)
+            } else {
+                Ok(None)
+            }
+        })?;
         let (mut outputs, extra) = exec(u, &inputs)?;
         let mut rows = Vec::new();
         for t in hir.unit_outputs(u) {
