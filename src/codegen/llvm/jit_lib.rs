@@ -348,13 +348,29 @@ impl Temp {
     }
 }
 
-/// `n` zeros, or [`CallError::NoMem`] when they cannot be allocated.
-fn zeros<T: Copy + Default>(n: usize) -> Result<Vec<T>, CallError> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| CallError::NoMem)?;
-    v.resize(n, T::default());
-    Ok(v)
+/// `n` zeros (f32 or f64), or [`CallError::NoMem`] when they cannot be
+/// allocated. Zeroed by the allocator (`calloc`: fresh pages are not written
+/// twice), since every one is overwritten (inputs by the split, outputs by the
+/// code).
+fn zeros<T: Zeroable>(n: usize) -> Result<Vec<T>, CallError> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<T>(n).map_err(|_| CallError::NoMem)?;
+    // SAFETY: a layout of nonzero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut T;
+    if p.is_null() {
+        return Err(CallError::NoMem);
+    }
+    // SAFETY: allocated by the global allocator with `T`'s alignment for `n`
+    // elements, all initialized (all-zero bits are 0.0 for f32 and f64).
+    Ok(unsafe { Vec::from_raw_parts(p, n, n) })
 }
+
+/// Types whose all-zero bit pattern is a valid value (zero).
+trait Zeroable: Copy {}
+impl Zeroable for f32 {}
+impl Zeroable for f64 {}
 
 /// Interleaved (re, im) pairs into their parts.
 fn split<T: Copy>(z: &[T], re: &mut [T], im: &mut [T]) {
