@@ -198,7 +198,7 @@ impl NativeLibrary {
             let tensor = &hir.tensors[t];
             let shape = hir.shape(t);
             // The dtype outputs are allocated with (and inputs converted to): bf16
-            // as its bit patterns (see `bf16_convention`).
+            // as its bit patterns (see `Program::bf16_as_bits`).
             let dtype = np.getattr(numpy_name(tensor.elem))?;
             args.push(ArgSpec {
                 name: tensor.name.clone(),
