@@ -313,19 +313,48 @@ pub fn run_unit(
             t.elem.name()
         )));
     }
+    run_unit_with(hir, unit, inputs, exec_stmt)
+}
+
+/// A tensor value the interpreters hold (real [`Dense`], complex
+/// [`crate::interp_complex::CDense`]): what [`run_unit_with`] checks of inputs.
+pub(crate) trait UnitValue: Clone {
+    fn shape(&self) -> &[usize];
+    fn len(&self) -> usize;
+}
+
+impl UnitValue for Dense {
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn len(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// The frame both interpreters run a unit in: every input the unit reads must be
+/// in `inputs` with its declared shape (MissingInput, ShapeMismatch); each
+/// statement runs through `exec` (its description for errors); the outputs
+/// written are returned.
+pub(crate) fn run_unit_with<V: UnitValue>(
+    hir: &Hir,
+    unit: UnitId,
+    inputs: &HashMap<TensorId, V>,
+    mut exec: impl FnMut(&Hir, &Stmt, &mut HashMap<TensorId, V>, &str) -> Result<(), InterpError>,
+) -> Result<HashMap<TensorId, V>, InterpError> {
     let u = &hir.units[unit];
-    let mut values: HashMap<TensorId, Dense> = HashMap::new();
+    let mut values: HashMap<TensorId, V> = HashMap::new();
     for t in hir.unit_inputs(unit) {
         let name = &hir.tensors[t].name;
         let v = inputs.get(&t).ok_or_else(|| InterpError::MissingInput { name: name.clone() })?;
         let expected = hir.shape(t);
-        if v.shape != expected || v.data.len() != checked_len(&format!("input `{name}`"), &expected)? {
-            return Err(InterpError::ShapeMismatch { name: name.clone(), expected, found: v.shape.clone() });
+        if v.shape() != expected || v.len() != checked_len(&format!("input `{name}`"), &expected)? {
+            return Err(InterpError::ShapeMismatch { name: name.clone(), expected, found: v.shape().to_vec() });
         }
         values.insert(t, v.clone());
     }
     for (k, stmt) in u.stmts.iter().enumerate() {
-        exec_stmt(hir, stmt, &mut values, &format!("statement {} of `{}`", k + 1, u.name))?;
+        exec(hir, stmt, &mut values, &format!("statement {} of `{}`", k + 1, u.name))?;
     }
     Ok(hir
         .unit_outputs(unit)

@@ -8,7 +8,7 @@
 //! `conj`, and element-wise functions of real arguments.
 
 use crate::interp::{InterpError, MAX_TERM_ITERATIONS};
-use crate::sema::hir::{Expr, Factor, Func, Hir, IndexId, Role, Stmt, TensorId, Term, UnitId};
+use crate::sema::hir::{Expr, Factor, Func, Hir, IndexId, Stmt, TensorId, Term, UnitId};
 use crate::tensor::{checked_len, for_each_index, strides};
 use std::collections::HashMap;
 use std::ops::{Add, Mul, Neg, Sub};
@@ -78,26 +78,16 @@ pub fn run_unit(
     unit: UnitId,
     inputs: &HashMap<TensorId, CDense>,
 ) -> Result<HashMap<TensorId, CDense>, InterpError> {
-    let u = &hir.units[unit];
-    let mut values: HashMap<TensorId, CDense> = HashMap::new();
-    for t in hir.unit_inputs(unit) {
-        let name = &hir.tensors[t].name;
-        let v = inputs.get(&t).ok_or_else(|| InterpError::MissingInput { name: name.clone() })?;
-        let expected = hir.shape(t);
-        if v.shape != expected || v.data.len() != checked_len(&format!("input `{name}`"), &expected)? {
-            return Err(InterpError::ShapeMismatch { name: name.clone(), expected, found: v.shape.clone() });
-        }
-        values.insert(t, v.clone());
+    crate::interp::run_unit_with(hir, unit, inputs, exec_stmt)
+}
+
+impl crate::interp::UnitValue for CDense {
+    fn shape(&self) -> &[usize] {
+        &self.shape
     }
-    for (k, stmt) in u.stmts.iter().enumerate() {
-        exec_stmt(hir, stmt, &mut values, &format!("statement {} of `{}`", k + 1, u.name))?;
+    fn len(&self) -> usize {
+        self.data.len()
     }
-    Ok(hir
-        .unit_outputs(unit)
-        .into_iter()
-        .filter(|&t| hir.tensors[t].role == Role::Output)
-        .map(|t| (t, values.remove(&t).expect("an output of the unit was written")))
-        .collect())
 }
 
 fn exec_stmt(hir: &Hir, stmt: &Stmt, values: &mut HashMap<TensorId, CDense>, what: &str) -> Result<(), InterpError> {

@@ -888,26 +888,26 @@ fn file_stem(path: &Path) -> String {
     path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "main".to_string())
 }
 
-/// E0324: `what` (a command or run mode) does not take programs with complex
-/// tensors; they are refused rather than run on their real parts.
-fn refuse_complex(ctx: &Ctx, hir: &tcc::sema::hir::Hir, what: &str, hint: &str) -> Result<(), Outcome> {
-    match hir.tensors.iter().find(|t| t.elem.is_complex()) {
-        Some(t) => Err(ctx.fail(
-            "E0324",
-            &format!("{what} does not support complex tensors yet (`{}` is {})", t.name, t.elem.name()),
-            Some(hint),
-        )),
-        None => Ok(()),
-    }
+/// Element types that some commands and run modes have no path for yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unsupported {
+    /// `c64`, `c128` (E0324): refused rather than run on their real parts.
+    Complex,
+    /// `bf16`, `f16` (E0327): refused rather than run in another precision.
+    Half,
 }
 
-/// E0327: `what` (a command or run mode) has no 16-bit path; `bf16`/`f16`
-/// programs are refused rather than run in another precision.
-fn refuse_half(ctx: &Ctx, hir: &tcc::sema::hir::Hir, what: &str, hint: &str) -> Result<(), Outcome> {
-    match hir.tensors.iter().find(|t| t.elem.is_half()) {
+/// E0324 / E0327: `what` (a command or run mode) does not take programs with
+/// tensors of the `kind` of element type.
+fn refuse(ctx: &Ctx, hir: &tcc::sema::hir::Hir, kind: Unsupported, what: &str, hint: &str) -> Result<(), Outcome> {
+    let (code, noun, found): (_, _, fn(tcc::sema::hir::ElemType) -> bool) = match kind {
+        Unsupported::Complex => ("E0324", "complex", |e| e.is_complex()),
+        Unsupported::Half => ("E0327", "16-bit", |e| e.is_half()),
+    };
+    match hir.tensors.iter().find(|t| found(t.elem)) {
         Some(t) => Err(ctx.fail(
-            "E0327",
-            &format!("{what} does not support 16-bit tensors yet (`{}` is {})", t.name, t.elem.name()),
+            code,
+            &format!("{what} does not support {noun} tensors yet (`{}` is {})", t.name, t.elem.name()),
             Some(hint),
         )),
         None => Ok(()),
@@ -1011,13 +1011,15 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         Err(o) => return o,
     };
     if target == TargetKind::Cuda || mpi {
-        if let Err(o) = refuse_complex(ctx, &hir, "`tcc build --target cuda` or `--mpi`", "build it for the CPU") {
+        if let Err(o) =
+            refuse(ctx, &hir, Unsupported::Complex, "`tcc build --target cuda` or `--mpi`", "build it for the CPU")
+        {
             return o;
         }
     }
     if target == TargetKind::Cuda || mpi {
         let hint = "build it for the CPU without --mpi";
-        if let Err(o) = refuse_half(ctx, &hir, "`tcc build --target cuda` or `--mpi`", hint) {
+        if let Err(o) = refuse(ctx, &hir, Unsupported::Half, "`tcc build --target cuda` or `--mpi`", hint) {
             return o;
         }
     }
@@ -1153,7 +1155,9 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
     }
     if emit == Emit::Ptx {
         // PTX would take f32 pointers for 16-bit tensors: refused, as the GPU runs are.
-        if let Err(o) = refuse_half(ctx, &hir, "`tcc opt --emit=ptx`", "inspect it with --emit=llvm (the CPU code)") {
+        if let Err(o) =
+            refuse(ctx, &hir, Unsupported::Half, "`tcc opt --emit=ptx`", "inspect it with --emit=llvm (the CPU code)")
+        {
             return o;
         }
         // --mem-limit bounds the GPU plan's fused temporaries too.
@@ -1539,7 +1543,9 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
             ""
         };
         if !what.is_empty() {
-            if let Err(o) = refuse_half(ctx, &hir, what, "run it on the CPU (JIT or --interp) without those options") {
+            if let Err(o) =
+                refuse(ctx, &hir, Unsupported::Half, what, "run it on the CPU (JIT or --interp) without those options")
+            {
                 return o;
             }
         }
@@ -1547,9 +1553,10 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     if tcc::sema::complex::has_complex(&hir) && !(tiled && distributed) {
         // Tiled runs take the (re, im) parts; distributed tiled runs go on below.
         if distributed && !tiled {
-            if let Err(o) = refuse_complex(
+            if let Err(o) = refuse(
                 ctx,
                 &hir,
+                Unsupported::Complex,
                 "a distributed `tcc run` without --tiled (--ranks, --backend, --plan)",
                 "add --tiled: distributed tiled runs take complex tensors",
             ) {

@@ -2,27 +2,14 @@
 //! on the lowered program (`tir::complex`) against the complex interpreter on the
 //! unlowered one; `tcc run` outputs against numpy; the errors of complex misuse.
 
+mod common;
+
+use common::{python, python_with, root, tcc_in as tcc, Rng};
 use std::collections::HashMap;
-use std::path::Path;
 use std::process::Command;
 use tcc::interp_complex::{run_unit, CDense, C};
 use tcc::sema::hir::{Hir, TensorId, UnitId};
 use tcc::tensor::Dense;
-
-/// A tiny deterministic generator (splitmix64).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = tcc::interp::splitmix64(self.0);
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-    }
-}
 
 /// A random program over C[i,j]: sums of terms of 1 to 4 factors (binary and
 /// ternary contractions, complex times real, outer factors), `conj` of tensors and
@@ -201,14 +188,6 @@ fn long_products_are_binarized() {
     assert!(stmts.iter().all(|s| s.rhs.terms.len() == 2 && s.rhs.terms.iter().all(|t| t.factors.len() == 2)));
 }
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn tcc(args: &[&str], dir: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tcc")).args(args).current_dir(dir).output().expect("run tcc")
-}
-
 const GEMM: &str = "range N = 6; range K = 5; index i, j : N; index k : K;\n\
                     input tensor A[i,k] : c128; input tensor B[k,j] : c64; input tensor R[i,j] : f64;\n\
                     output tensor C[i,j] : c128;\n\
@@ -216,10 +195,7 @@ const GEMM: &str = "range N = 6; range K = 5; index i, j : N; index k : K;\n\
 
 #[test]
 fn run_outputs_agree_with_numpy() {
-    let ok = Command::new("python3").args(["-c", "import numpy"]).output().map(|o| o.status.success()).unwrap_or(false);
-    if !ok {
-        assert!(std::env::var_os("CI").is_none(), "python3 with numpy is required under CI");
-        eprintln!("skipping: python3 with numpy is not available");
+    if !python_with("numpy") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -235,8 +211,7 @@ fn run_outputs_agree_with_numpy() {
                   err=np.abs(C-W).max()/np.abs(W).max()\n\
                   assert err < 1e-12, err\n\
                   print('ok', err)\n";
-    let py = Command::new("python3").args(["-c", script]).current_dir(dir.path()).output().unwrap();
-    assert!(py.status.success(), "{}{}", String::from_utf8_lossy(&py.stdout), String::from_utf8_lossy(&py.stderr));
+    python(script, dir.path());
     // The saved inputs read back through --input give the same report.
     let again =
         tcc(&["run", "g.tc", "--input", "A=out/A.npy", "--input", "B=out/B.npy", "--input", "R=out/R.npy"], dir.path());
@@ -246,8 +221,7 @@ fn run_outputs_agree_with_numpy() {
     let script = "import numpy as np\n\
                   A=np.load('out/A.npy'); B=np.load('out/B.npy')\n\
                   np.save('A_f.npy', np.asfortranarray(A)); np.save('B_be.npy', B.astype('>c8'))\n";
-    let py = Command::new("python3").args(["-c", script]).current_dir(dir.path()).output().unwrap();
-    assert!(py.status.success(), "{}", String::from_utf8_lossy(&py.stderr));
+    python(script, dir.path());
     let other =
         tcc(&["run", "g.tc", "--input", "A=A_f.npy", "--input", "B=B_be.npy", "--input", "R=out/R.npy"], dir.path());
     assert!(other.status.success(), "{}", String::from_utf8_lossy(&other.stderr));
@@ -388,9 +362,7 @@ fn library_from_c_and_fortran_with_complex_arguments() {
 /// numpy.einsum from the saved inputs: the state, its norm and an overlap.
 #[test]
 fn complex_mps_example_agrees_with_numpy() {
-    let ok = Command::new("python3").args(["-c", "import numpy"]).output().map(|o| o.status.success()).unwrap_or(false);
-    if !ok {
-        assert!(std::env::var_os("CI").is_none(), "python3 with numpy is required under CI");
+    if !python_with("numpy") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -413,8 +385,7 @@ fn complex_mps_example_agrees_with_numpy() {
                   close(L('Norm'), np.vdot(psi, psi))\n\
                   close(L('Overlap'), np.vdot(phi, psi))\n\
                   print('ok')\n";
-    let py = Command::new("python3").args(["-c", script]).current_dir(dir.path()).output().unwrap();
-    assert!(py.status.success(), "{}{}", String::from_utf8_lossy(&py.stdout), String::from_utf8_lossy(&py.stderr));
+    python(script, dir.path());
 }
 
 /// The GPU path of complex programs (`tcc run --target cuda` runs the lowered

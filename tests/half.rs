@@ -3,28 +3,15 @@
 //! `tcc run --check`), the interpreter's rounding, conversions and `.npy` files
 //! against numpy (`np.float16`, `ml_dtypes.bfloat16`), and the interface errors.
 
+mod common;
+
+use common::{python, python_with, root, tcc_in as tcc, Rng};
 use std::collections::HashMap;
-use std::path::Path;
 use std::process::Command;
 use tcc::interp::{round_to, run_unit};
 use tcc::run::compare::{check_outputs, TOL_BF16};
 use tcc::sema::hir::{ElemType, Hir, TensorId, UnitId};
 use tcc::tensor::Dense;
-
-/// A tiny deterministic generator (splitmix64).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = tcc::interp::splitmix64(self.0);
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-    }
-}
 
 /// A random program: 16-bit, f32 and f64 tensors mixed; GEMM-shaped, chained
 /// (through a 16-bit intermediate), with `exp`, `+=` and an outer sum.
@@ -155,33 +142,6 @@ fn interpreter_rounds_each_stored_result_once() {
             assert!((a - b).abs() <= TOL_BF16 * b.abs().max(1.0), "{}: {a} vs {b}", hir.tensors[*t].name);
         }
     }
-}
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn tcc(args: &[&str], dir: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tcc")).args(args).current_dir(dir).output().expect("run tcc")
-}
-
-/// Whether python3 has numpy and ml_dtypes (a skip outside CI, a failure under it).
-fn python_with(modules: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", &format!("import {modules}")])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        assert!(std::env::var_os("CI").is_none(), "python3 with {modules} is required under CI");
-        eprintln!("skipping: python3 with {modules} is not available");
-    }
-    ok
-}
-
-fn python(script: &str, dir: &Path) {
-    let py = Command::new("python3").args(["-c", script]).current_dir(dir).output().unwrap();
-    assert!(py.status.success(), "{}{}", String::from_utf8_lossy(&py.stdout), String::from_utf8_lossy(&py.stderr));
 }
 
 /// `tcc::half`'s conversions against numpy's float16 and ml_dtypes' bfloat16 on

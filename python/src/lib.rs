@@ -7,7 +7,12 @@
 //!   `array.array`, ...) or DLPack (`__dlpack__`, via `numpy.from_dlpack`), checks
 //!   element type, exact shape and C-contiguity (or converts with `copy=True`),
 //!   allocates the outputs with `numpy.empty`, and runs the generated code on the
-//!   raw pointers with the GIL released.
+//!   raw pointers with the GIL released. Complex arrays (complex128, complex64)
+//!   and 16-bit ones (float16; bf16 as uint16 bits, `ml_dtypes.bfloat16` arrays
+//!   taken as a uint16 view) go to the JIT library as they are: it splits/joins
+//!   and widens/rounds them around the generated code (`jit_lib`'s module docs).
+//!   bf16 outputs are allocated as uint16 and viewed as `ml_dtypes.bfloat16`
+//!   unless the call's first bf16 input was bits (`Program::bf16_as_bits`).
 //! * `optimize_path(inputs, output, sizes)` exposes tcc's contraction-order search
 //!   (`tcc::tir::opmin::optimize_path`) for `tcc.contract_path`.
 //!
@@ -134,30 +139,6 @@ fn compile(
     if hir.units.is_empty() {
         return Err(raise(py, "TccError", "the program has no statements: nothing to compile".into()));
     }
-    // numpy complex arrays are not taken yet: refused, never run on their real parts.
-    if let Some(t) = hir.tensors.iter().find(|t| t.elem.is_complex()) {
-        return Err(raise(
-            py,
-            "TccError",
-            format!(
-                "E0324: the Python package does not support complex tensors yet (`{}` is {}); use `tcc run` or `tcc build`",
-                t.name,
-                t.elem.name()
-            ),
-        ));
-    }
-    // 16-bit arrays (float16, ml_dtypes.bfloat16) are not taken yet either.
-    if let Some(t) = hir.tensors.iter().find(|t| t.elem.is_half()) {
-        return Err(raise(
-            py,
-            "TccError",
-            format!(
-                "E0327: the Python package does not support 16-bit tensors yet (`{}` is {}); use `tcc run`",
-                t.name,
-                t.elem.name()
-            ),
-        ));
-    }
     if max_intermediate.is_some_and(|b| b < 8) {
         return Err(PyValueError::new_err("max_intermediate must be at least one element (8 bytes)"));
     }
@@ -170,7 +151,11 @@ fn compile(
         p.fusion.rates = rates;
         p.order = opts.order.clone();
         let units: Vec<_> = hir.units.ids().collect();
-        let p = tcc::pipeline::fit_mem_limit(&hir, &units, &p).map_err(|e| raise(py, "TccError", e.to_string()))?;
+        // A complex program is compiled lowered to real pairs: its limit is
+        // checked on that program (as `tcc run` and `tcc build` do).
+        let lowered = tcc::sema::complex::has_complex(&hir).then(|| tcc::tir::complex::lower(&hir).0);
+        let p = tcc::pipeline::fit_mem_limit(lowered.as_ref().unwrap_or(&hir), &units, &p)
+            .map_err(|e| raise(py, "TccError", e.to_string()))?;
         opts.order = p.order;
     }
     let lib = py.allow_threads(|| {
@@ -212,15 +197,9 @@ impl NativeLibrary {
         for (j, &t) in u.code.args.iter().enumerate() {
             let tensor = &hir.tensors[t];
             let shape = hir.shape(t);
-            let dtype = np.getattr(match tensor.elem {
-                ElemType::F64 => "float64",
-                ElemType::F32 => "float32",
-                // Refused in `compile`.
-                ElemType::C128 => "complex128",
-                ElemType::C64 => "complex64",
-                ElemType::F16 => "float16",
-                ElemType::BF16 => "uint16",
-            })?;
+            // The dtype outputs are allocated with (and inputs converted to): bf16
+            // as its bit patterns (see `Program::bf16_as_bits`).
+            let dtype = np.getattr(numpy_name(tensor.elem))?;
             args.push(ArgSpec {
                 name: tensor.name.clone(),
                 elem: tensor.elem,
@@ -266,6 +245,39 @@ impl ArgSpec {
         let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
         format!("{}[{}]", self.elem.name(), dims.join(", "))
     }
+}
+
+/// The numpy dtype name of an element type's arrays (bf16: its bit patterns).
+fn numpy_name(e: ElemType) -> &'static str {
+    match e {
+        ElemType::F64 => "float64",
+        ElemType::F32 => "float32",
+        ElemType::C128 => "complex128",
+        ElemType::C64 => "complex64",
+        ElemType::F16 => "float16",
+        ElemType::BF16 => "uint16",
+    }
+}
+
+/// `numpy.dtype(ml_dtypes.bfloat16)`, or `None` when ml_dtypes cannot be imported.
+fn bfloat16(py: Python<'_>) -> Option<&Bound<'_, PyAny>> {
+    static BF16: GILOnceCell<Option<PyObject>> = GILOnceCell::new();
+    BF16.get_or_init(py, || {
+        let bf = py.import("ml_dtypes").and_then(|m| m.getattr("bfloat16")).ok()?;
+        numpy(py).ok()?.getattr("dtype").and_then(|d| d.call1((bf,))).ok().map(|d| d.unbind())
+    })
+    .as_ref()
+    .map(|d| d.bind(py))
+}
+
+/// Whether `obj` is an array of `dtype` (numpy dtype equality).
+fn has_dtype(obj: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> bool {
+    obj.getattr("dtype").and_then(|d| d.eq(dtype)).unwrap_or(false)
+}
+
+/// Whether `obj` is an `ml_dtypes.bfloat16` array.
+fn is_bfloat16(py: Python<'_>, obj: &Bound<'_, PyAny>) -> bool {
+    bfloat16(py).is_some_and(|bf| has_dtype(obj, bf))
 }
 
 fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
@@ -322,7 +334,8 @@ impl Buf {
         (0..nd).map(|k| unsafe { *self.view.shape.add(k) } as usize).collect()
     }
 
-    /// `f64`, `f32`, or a description of another format.
+    /// The element type whose interface arrays have this format (`uint16`: bf16
+    /// bit patterns), or a description of another format.
     fn elem(&self) -> Result<ElemType, String> {
         let fmt = if self.view.format.is_null() {
             "B".to_string()
@@ -340,6 +353,10 @@ impl Buf {
         match (body, self.view.itemsize) {
             ("d", 8) => Ok(ElemType::F64),
             ("f", 4) => Ok(ElemType::F32),
+            ("Zd", 16) => Ok(ElemType::C128),
+            ("Zf", 8) => Ok(ElemType::C64),
+            ("e", 2) => Ok(ElemType::F16),
+            ("H", 2) => Ok(ElemType::BF16),
             _ => Err(format!("buffer format '{fmt}'")),
         }
     }
@@ -364,12 +381,48 @@ fn describe_dtype(obj: &Bound<'_, PyAny>, buf: &Buf, fallback: String) -> String
     fallback
 }
 
-/// Converts `obj` with `numpy.ascontiguousarray(obj, dtype)`.
+/// Converts `obj` with `numpy.ascontiguousarray(obj, dtype)` (copy=True). Never
+/// drops an imaginary part, and never takes numbers for bf16 bit patterns: a bf16
+/// tensor takes a uint16 array as it is (bits), other values rounded to bf16
+/// through ml_dtypes (refused without it).
 fn contiguous_copy<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>, spec: &ArgSpec) -> PyResult<Bound<'py, PyAny>> {
-    numpy(py)?
-        .getattr("ascontiguousarray")?
-        .call1((obj, spec.dtype.bind(py)))
-        .map_err(|e| arg_error(py, format!("argument `{}`: cannot convert it to {}: {e}", spec.name, spec.describe())))
+    let np = numpy(py)?;
+    let cannot =
+        |e: PyErr| arg_error(py, format!("argument `{}`: cannot convert it to {}: {e}", spec.name, spec.describe()));
+    let arr = np.getattr("asarray")?.call1((obj,)).map_err(cannot)?;
+    if !spec.elem.is_complex() && np.getattr("iscomplexobj")?.call1((&arr,))?.is_truthy()? {
+        return Err(arg_error(
+            py,
+            format!(
+                "argument `{}` has complex values ({}) but its tensor is real, {} (no silent real part: pass `.real` \
+                 explicitly)",
+                spec.name,
+                arr.getattr("dtype")?.str()?,
+                spec.describe()
+            ),
+        ));
+    }
+    let contiguous = np.getattr("ascontiguousarray")?;
+    if spec.elem == ElemType::BF16 {
+        let uint16 = np.getattr("dtype")?.call1(("uint16",))?;
+        if has_dtype(&arr, &uint16) {
+            return contiguous.call1((&arr,)).map_err(cannot);
+        }
+        let Some(bf) = bfloat16(py) else {
+            return Err(arg_error(
+                py,
+                format!(
+                    "argument `{}` ({}): converting {} values to bf16 needs ml_dtypes (pip install ml_dtypes); \
+                     or pass the bf16 bit patterns as a uint16 array",
+                    spec.name,
+                    spec.describe(),
+                    arr.getattr("dtype")?.str()?
+                ),
+            ));
+        };
+        return contiguous.call1((&arr, bf)).and_then(|a| a.call_method1("view", (uint16,))).map_err(cannot);
+    }
+    contiguous.call1((&arr, spec.dtype.bind(py))).map_err(cannot)
 }
 
 /// Validates (or with `copy`, converts) one input; returns the object that owns the
@@ -382,6 +435,25 @@ fn input_buffer<'py>(
     copy: bool,
 ) -> PyResult<(Bound<'py, PyAny>, Buf)> {
     let mut cur = obj.clone();
+    // ml_dtypes.bfloat16 arrays have no buffer protocol: a bf16 tensor takes their
+    // bits (a uint16 view, no copy); another tensor takes them only converted.
+    if is_bfloat16(py, &cur) {
+        if spec.elem == ElemType::BF16 {
+            cur = cur.call_method1("view", (numpy(py)?.getattr("uint16")?,))?;
+        } else if copy {
+            cur = contiguous_copy(py, &cur, spec)?;
+        } else {
+            return Err(arg_error(
+                py,
+                format!(
+                    "{prog}: argument `{}` must have dtype {} ({}), got bfloat16 (no silent conversion: pass copy=True to convert)",
+                    spec.name,
+                    numpy_name(spec.elem),
+                    spec.describe()
+                ),
+            ));
+        }
+    }
     let mut buf = Buf::get(&cur, false);
     if buf.is_none() {
         if cur.hasattr("__dlpack__")? {
@@ -415,7 +487,7 @@ fn input_buffer<'py>(
                     .ok_or_else(|| arg_error(py, "internal: no buffer after conversion".into()))?;
             } else {
                 let got = match other {
-                    Ok(e) => e.name().replace("f64", "float64").replace("f32", "float32"),
+                    Ok(e) => numpy_name(e).to_string(),
                     Err(f) => describe_dtype(&cur, &b, f),
                 };
                 return Err(arg_error(
@@ -424,12 +496,8 @@ fn input_buffer<'py>(
                         "{prog}: argument `{}` must have dtype {} ({}), got {got} (no silent conversion: pass copy=True to convert)",
                         spec.name,
                         match spec.elem {
-                            ElemType::F64 => "float64",
-                            ElemType::F32 => "float32",
-                            ElemType::C128 => "complex128",
-                            ElemType::C64 => "complex64",
-                            ElemType::F16 => "float16",
-                            ElemType::BF16 => "uint16 (bf16 bit patterns)",
+                            ElemType::BF16 => "ml_dtypes.bfloat16 or uint16 (bf16 bit patterns)",
+                            e => numpy_name(e),
                         },
                         spec.describe()
                     ),
@@ -508,6 +576,25 @@ impl Program {
         Ok(l.unbind())
     }
 
+    /// Whether this call's bf16 outputs are returned as uint16 bit patterns (the
+    /// convention of its first bf16 input, in declaration order, when that is a
+    /// uint16 array or buffer), rather than `ml_dtypes.bfloat16` arrays (its first
+    /// bf16 input is one, or was converted from other values with `copy=True`, or
+    /// there is none). Always bits without ml_dtypes.
+    fn bf16_as_bits(&self, py: Python<'_>, given: &[Option<Bound<'_, PyAny>>]) -> PyResult<bool> {
+        if bfloat16(py).is_none() {
+            return Ok(true);
+        }
+        let first = given.iter().zip(&self.args).find(|(_, a)| a.elem == ElemType::BF16).and_then(|(g, _)| g.as_ref());
+        let Some(obj) = first else { return Ok(false) };
+        if is_bfloat16(py, obj) {
+            return Ok(false);
+        }
+        let np = numpy(py)?;
+        let uint16 = np.getattr("dtype")?.call1(("uint16",))?;
+        Ok(np.getattr("asarray")?.call1((obj,)).is_ok_and(|a| has_dtype(&a, &uint16)))
+    }
+
     fn input_names(&self) -> String {
         self.args[..self.n_inputs].iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")
     }
@@ -580,6 +667,7 @@ impl Program {
                 ),
             ));
         }
+        let bf16_bits = self.bf16_as_bits(py, &given)?;
         // Inputs: validated (or converted) buffers; outputs: new arrays.
         let mut keep: Vec<(Bound<'_, PyAny>, Buf)> = Vec::with_capacity(self.args.len());
         for (j, g) in given.iter().enumerate() {
@@ -614,7 +702,13 @@ impl Program {
         }
         let mut outs: Vec<PyObject> = Vec::with_capacity(self.out_order.len());
         for &j in &self.out_order {
-            outs.push(keep[j].0.clone().unbind());
+            let arr = keep[j].0.clone();
+            outs.push(match bfloat16(py) {
+                Some(bf) if self.args[j].elem == ElemType::BF16 && !bf16_bits => {
+                    arr.call_method1("view", (bf,))?.unbind()
+                }
+                _ => arr.unbind(),
+            });
         }
         drop(keep);
         Ok(match outs.len() {

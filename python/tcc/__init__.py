@@ -15,12 +15,17 @@
   tensors), checks dtype, exact shape and C-contiguity (``copy=True`` converts
   instead of refusing), runs the JIT-compiled code without the GIL, and returns
   the outputs as new numpy arrays: the array for one output, a tuple in
-  declaration order for several.
+  declaration order for several. Element types and their arrays: ``f64``
+  float64, ``f32`` float32, ``c128`` complex128, ``c64`` complex64, ``f16``
+  float16, ``bf16`` ``ml_dtypes.bfloat16`` or uint16 bit patterns (bf16 outputs
+  come back as the call's first bf16 input came: uint16 bits for bits,
+  otherwise ``ml_dtypes.bfloat16``, which needs ml_dtypes; see
+  :class:`Library`).
 * :func:`tiled` opens a program in tiled storage (symmetry-packed, block-sparse:
   what ``tcc run --tiled`` runs): pack dense arrays into tiles, or write the
   tiles directly, run, and read outputs back dense or as tiles.
 * :func:`einsum` runs an einsum expression through tcc (compiled once per
-  expression, shapes and dtypes).
+  expression, shapes and dtypes; real, complex and 16-bit arrays).
 * :func:`contract_path` gives tcc's contraction order in opt_einsum's format.
 """
 
@@ -68,7 +73,23 @@ class Library:
     same for names that are not Python identifiers. The unit formed by the file's
     top-level statements is ``main`` (as in ``tcc build`` libraries).
     Each callable has ``inputs`` and ``outputs`` (lists of dicts with ``name``,
-    ``dtype``, ``shape``) and ``flops`` (per call).
+    ``dtype`` (tcc's element type: ``f64``, ``f32``, ``c128``, ``c64``, ``f16``,
+    ``bf16``), ``shape``) and ``flops`` (per call; real flops after lowering for
+    a complex program).
+
+    Arrays per element type: ``f64`` float64, ``f32`` float32, ``c128``
+    complex128, ``c64`` complex64 (interleaved, as numpy stores them), ``f16``
+    float16, ``bf16`` either ``ml_dtypes.bfloat16`` or uint16 holding the bit
+    patterns (the ``.npy`` convention of ``tcc run``). Anything else is an
+    :class:`ArgumentError` naming the argument, unless ``copy=True``, which
+    converts numbers by value (numpy's ``ascontiguousarray``; to bf16 through
+    ml_dtypes) but never drops an imaginary part nor reads numbers as bf16
+    bits. A bf16 output is returned as uint16 bits when the call's first bf16
+    input (in declaration order) was given as uint16 bits, and as an
+    ``ml_dtypes.bfloat16`` array otherwise (no bf16 input, a bfloat16 one, or
+    one converted with ``copy=True``); without ml_dtypes, always as uint16
+    bits. 16-bit tensors are computed in float32 and rounded once when stored
+    (the book's "16-bit storage types"); complex ones as real pairs.
     """
 
     def __init__(self, native, names: List[str], warnings: List[Diagnostic]):
@@ -377,10 +398,33 @@ def einsum_cache_clear() -> None:
         _cache.entries.clear()
 
 
-def _as_float_array(x, k: int):
+def _bfloat16():
+    """``ml_dtypes.bfloat16``, or None without ml_dtypes."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return _np.dtype(ml_dtypes.bfloat16)
+
+
+def _elem_of(dtype) -> Optional[str]:
+    """tcc's element type of a numpy dtype (None: tcc has none)."""
+    names = {"float64": "f64", "float32": "f32", "float16": "f16", "complex128": "c128", "complex64": "c64"}
+    if dtype.name in names and dtype.kind in "fc":
+        return names[dtype.name]
+    bf = _bfloat16()
+    if bf is not None and dtype == bf:
+        return "bf16"
+    return None
+
+
+def _as_array(x, k: int):
     a = x if isinstance(x, _np.ndarray) else (_np.from_dlpack(x) if hasattr(x, "__dlpack__") and not hasattr(x, "__array__") else _np.asarray(x))
-    if a.dtype not in (_np.float64, _np.float32):
-        raise ArgumentError(f"tcc.einsum: operand {k} has dtype {a.dtype}; tcc computes in float32 or float64")
+    if _elem_of(a.dtype) is None:
+        raise ArgumentError(
+            f"tcc.einsum: operand {k} has dtype {a.dtype}; tcc computes float16, ml_dtypes.bfloat16, float32, "
+            "float64, complex64 and complex128 arrays"
+        )
     return a
 
 
@@ -388,20 +432,27 @@ def einsum(expr: str, *operands):
     """``numpy.einsum(expr, *operands)`` computed by tcc.
 
     Explicit (``"ab,bc->ac"``) and implicit (``"ab,bc"``) output, repeated
-    subscripts (traces, diagonals), float32 and float64 (mixed operands compute in
-    float64, like numpy). The program is generated and compiled once per
-    (expression, shapes, dtypes) and cached; operands need not be contiguous.
-    Returns a new array (0-d for a scalar result).
+    subscripts (traces, diagonals); float16, ``ml_dtypes.bfloat16``, float32,
+    float64, complex64 and complex128 operands. The result has numpy's promoted
+    dtype (``numpy.result_type`` of the operands: float32 with complex64 gives
+    complex64, float32 with float64 gives float64), and every operand is
+    converted to it first, as numpy does; 16-bit results are computed in float32
+    and rounded once (the tolerances of the book's "16-bit storage types"). The
+    program is generated and compiled once per (expression, shapes, dtype) and
+    cached; operands need not be contiguous. Returns a new array (0-d for a
+    scalar result).
     """
-    arrays = [_as_float_array(x, k) for k, x in enumerate(operands)]
-    elem = "f32" if all(a.dtype == _np.float32 for a in arrays) else "f64"
+    arrays = [_as_array(x, k) for k, x in enumerate(operands)]
+    dtype = _np.result_type(*arrays) if arrays else _np.dtype(_np.float64)
+    elem = _elem_of(dtype)
+    if elem is None:
+        raise ArgumentError(f"tcc.einsum: the operands promote to {dtype}, which tcc does not compute")
     key = (expr, tuple(a.shape for a in arrays), elem)
     prog = _cache.entries.get(key)
     if prog is None:
         prog = _einsum_compile(expr, arrays, elem, key)
     else:
         _cache.hits += 1
-    dtype = _np.float32 if elem == "f32" else _np.float64
     kwargs = {}
     for k, a in enumerate(arrays):
         if a.dtype != dtype or not a.flags.c_contiguous:

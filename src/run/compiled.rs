@@ -27,18 +27,31 @@ fn seconds(s: f64) -> String {
     }
 }
 
+/// The `tcc run` error of a failed JIT compilation or run: E0754 out of memory,
+/// E0712 otherwise.
+pub(super) fn jit_error(e: crate::codegen::llvm::CodegenError) -> CommandError {
+    if e.is_out_of_memory() {
+        super::out_of_memory(e.0)
+    } else {
+        fail("E0712", e.0, None)
+    }
+}
+
+/// `flops / seconds`, 0 for a run too short to time.
+pub(super) fn per_second(flops: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        flops / seconds
+    } else {
+        0.0
+    }
+}
+
 /// `tcc run` without `--interp`: JIT-compiles each unit, runs it and reports like
 /// the interpreter, plus a timing line (and a check line with `--check`).
 pub fn run_compiled(hir: &Hir, opts: &RunOptions, c: &CompiledRun, out: &mut dyn Write) -> Result<(), CommandError> {
     run_report(hir, opts, out, &mut |u, inputs| {
-        let r = crate::codegen::llvm::jit_run(hir, u, inputs, &c.codegen, c.repeat.max(1)).map_err(|e| {
-            if e.is_out_of_memory() {
-                super::out_of_memory(e.0)
-            } else {
-                fail("E0712", e.0, None)
-            }
-        })?;
-        let gflops = if r.run_s > 0.0 { r.flops / r.run_s / 1e9 } else { 0.0 };
+        let r = crate::codegen::llvm::jit_run(hir, u, inputs, &c.codegen, c.repeat.max(1)).map_err(jit_error)?;
+        let gflops = per_second(r.flops, r.run_s) / 1e9;
         let mut extra = vec![format!(
             "time = {}  ({:.2} GFLOP/s, {} threads; compile {})",
             seconds(r.run_s),

@@ -12,7 +12,11 @@
 //! (from `main`); E0325 a real array given for a complex tensor or the reverse.
 
 use super::compare::{compare, tolerance};
-use super::{fail, interp_error, resolve_inputs, OutputRow, RunOptions, Summary};
+use super::compiled::{jit_error, per_second};
+use super::{
+    create_output_dir, fail, input_shape_error, interp_error, read_input, resolve_inputs, unit_inputs, OutputRow,
+    RunOptions, Summary,
+};
 use crate::error::CommandError;
 use crate::interp::{self, round_to};
 use crate::interp_complex::{self as ci, CDense, C};
@@ -47,19 +51,9 @@ pub fn run_complex(
     let loaded = load_inputs(hir, &units, opts)?;
     let prepared = matches!(exec, ComplexExec::Tiled(_))
         .then(|| crate::pipeline::prepare(hir, &crate::pipeline::PipelineOptions::default()));
-    if let Some(dir) = opts.output_dir.as_deref() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| fail("E0709", format!("cannot create the output directory `{}`: {e}", dir.display()), None))?;
-    }
+    create_output_dir(opts)?;
     for u in units {
-        let mut inputs: HashMap<TensorId, CDense> = HashMap::new();
-        for t in hir.unit_inputs(u) {
-            let v = match loaded.get(&t) {
-                Some(v) => v.clone(),
-                None => random_input(&low, &map, t, opts.seed)?,
-            };
-            inputs.insert(t, v);
-        }
+        let inputs = unit_inputs(hir, u, &loaded, |t| random_input(&low, &map, t, opts.seed).map(Some))?;
         let (outputs, extra) = match &exec {
             ComplexExec::Interp => (ci::run_unit(hir, u, &inputs).map_err(interp_error)?, Vec::new()),
             ComplexExec::Compiled(c) => compiled(hir, &low, &map, u, &inputs, c)?,
@@ -143,14 +137,8 @@ fn compiled(
     c: &super::compiled::CompiledRun,
 ) -> Result<(HashMap<TensorId, CDense>, Vec<String>), CommandError> {
     lowered(hir, low, map, u, inputs, c.check, &mut |parts| {
-        let r = crate::codegen::llvm::jit_run(low, u, parts, &c.codegen, c.repeat.max(1)).map_err(|e| {
-            if e.is_out_of_memory() {
-                super::out_of_memory(e.0)
-            } else {
-                fail("E0712", e.0, None)
-            }
-        })?;
-        let gflops = if r.run_s > 0.0 { r.flops / r.run_s / 1e9 } else { 0.0 };
+        let r = crate::codegen::llvm::jit_run(low, u, parts, &c.codegen, c.repeat.max(1)).map_err(jit_error)?;
+        let gflops = per_second(r.flops, r.run_s) / 1e9;
         let line = format!(
             "time = {:.6} s  ({gflops:.2} real GFLOP/s after lowering, {} threads; compile {:.3} s)",
             r.run_s,
@@ -177,7 +165,7 @@ fn cuda(
         let (plan, ptx) = crate::codegen::nvptx::ptx_for(low, &[u], &c.plan).map_err(|e| fail("E0712", e.0, None))?;
         let compile_s = t0.elapsed().as_secs_f64();
         let r = crate::codegen::cuda::run_plan(low, &plan, &ptx, 0, parts, c.repeat.max(1))?;
-        let tflops = if r.run_s > 0.0 { r.flops / r.run_s / 1e12 } else { 0.0 };
+        let tflops = per_second(r.flops, r.run_s) / 1e12;
         let line = format!(
             "time = {:.3} ms  ({tflops:.3} real TFLOP/s after lowering on {}; compile {compile_s:.3} s)",
             r.run_s * 1e3,
@@ -237,7 +225,7 @@ fn lowered(
 fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap<TensorId, CDense>, CommandError> {
     let mut loaded = HashMap::new();
     for (name, path, targets) in resolve_inputs(hir, units, opts)? {
-        let (value, file_elem) = npy::read_file(&path).map_err(|e| fail("E0706", e.0, None))?;
+        let (value, file_elem) = read_input(&path)?;
         for t in targets {
             let tensor = &hir.tensors[t];
             if tensor.elem.is_complex() != file_elem.is_complex() {
@@ -267,14 +255,7 @@ fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap
                     shape.pop();
                     expected.pop();
                 }
-                return Err(fail(
-                    "E0707",
-                    format!(
-                        "`--input {name}={}`: `{name}` has shape {expected:?} but the file holds an array of shape {shape:?}",
-                        path.display()
-                    ),
-                    None,
-                ));
+                return Err(input_shape_error(&name, &path, &expected, &shape, None));
             }
             let part = tensor.elem.real_part();
             let data = if tensor.elem.is_complex() {

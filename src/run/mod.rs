@@ -223,11 +223,62 @@ pub fn run_interp(hir: &Hir, opts: &RunOptions, out: &mut dyn Write) -> Result<(
 pub fn check_options(hir: &Hir, opts: &RunOptions) -> Result<(), CommandError> {
     let units = hir.select_units(opts.program.as_deref())?;
     load_inputs(hir, &units, opts)?;
+    create_output_dir(opts)?;
+    Ok(())
+}
+
+/// Creates `--output-dir` (E0709 when it cannot be).
+fn create_output_dir(opts: &RunOptions) -> Result<(), CommandError> {
     if let Some(dir) = opts.output_dir.as_deref() {
         std::fs::create_dir_all(dir)
             .map_err(|e| fail("E0709", format!("cannot create the output directory `{}`: {e}", dir.display()), None))?;
     }
     Ok(())
+}
+
+/// The inputs unit `u` reads: those read with `--input` (`loaded`), the others
+/// made by `fill` (left out where it makes none).
+fn unit_inputs<V: Clone>(
+    hir: &Hir,
+    u: UnitId,
+    loaded: &HashMap<TensorId, V>,
+    mut fill: impl FnMut(TensorId) -> Result<Option<V>, CommandError>,
+) -> Result<HashMap<TensorId, V>, CommandError> {
+    let mut inputs = HashMap::new();
+    for t in hir.unit_inputs(u) {
+        let v = match loaded.get(&t) {
+            Some(v) => v.clone(),
+            None => match fill(t)? {
+                Some(v) => v,
+                None => continue,
+            },
+        };
+        inputs.insert(t, v);
+    }
+    Ok(inputs)
+}
+
+/// Reads the `.npy` file of an `--input` (E0706 when it cannot be read).
+fn read_input(path: &std::path::Path) -> Result<(Dense, crate::sema::hir::ElemType), CommandError> {
+    npy::read_file(path).map_err(|e| fail("E0706", e.0, None))
+}
+
+/// E0707: the array of `--input NAME=FILE` does not have the tensor's shape.
+fn input_shape_error(
+    name: &str,
+    path: &std::path::Path,
+    expected: &[usize],
+    found: &[usize],
+    hint: Option<String>,
+) -> CommandError {
+    fail(
+        "E0707",
+        format!(
+            "`--input {name}={}`: `{name}` has shape {expected:?} but the file holds an array of shape {found:?}",
+            path.display()
+        ),
+        hint,
+    )
 }
 
 /// What an executor returns for one unit: every output written, and extra report
@@ -264,25 +315,20 @@ pub fn run_report_with(
     }
     let units = hir.select_units(opts.program.as_deref())?;
     let loaded = load_inputs(hir, &units, opts)?;
+    create_output_dir(opts)?;
     let dir = opts.output_dir.as_deref();
-    if let Some(dir) = dir {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| fail("E0709", format!("cannot create the output directory `{}`: {e}", dir.display()), None))?;
-    }
     // Which unit wrote each file, to warn when a later unit overwrites it.
     let mut files: HashMap<PathBuf, (TensorId, String)> = HashMap::new();
 
     for u in units {
         let unit = &hir.units[u];
-        let mut inputs = HashMap::new();
-        for t in hir.unit_inputs(u) {
-            let v = match loaded.get(&t) {
-                Some(v) => v.clone(),
-                None if fill_inputs => interp::fill_random(hir, t, opts.seed).map_err(interp_error)?,
-                None => continue,
-            };
-            inputs.insert(t, v);
-        }
+        let inputs = unit_inputs(hir, u, &loaded, |t| {
+            if fill_inputs {
+                interp::fill_random(hir, t, opts.seed).map(Some).map_err(interp_error)
+            } else {
+                Ok(None)
+            }
+        })?;
         let (mut outputs, extra) = exec(u, &inputs)?;
         let mut rows = Vec::new();
         for t in hir.unit_outputs(u) {
@@ -481,7 +527,7 @@ fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap
     let mut loaded: HashMap<TensorId, Dense> = HashMap::new();
     for (name, path, targets) in resolve_inputs(hir, units, opts)? {
         let path = path.as_path();
-        let (value, file_elem) = npy::read_file(path).map_err(|e| fail("E0706", e.0, None))?;
+        let (value, file_elem) = read_input(path)?;
         for t in targets {
             let tensor = &hir.tensors[t];
             if (tensor.elem.is_half() || file_elem.is_half()) && tensor.elem != file_elem {
@@ -489,23 +535,14 @@ fn load_inputs(hir: &Hir, units: &[UnitId], opts: &RunOptions) -> Result<HashMap
             }
             let expected = hir.shape(t);
             if value.shape != expected {
-                return Err(fail(
-                    "E0707",
-                    format!(
-                        "`--input {name}={}`: `{name}` has shape {expected:?} but the file holds an array of shape {:?}",
-                        path.display(),
-                        value.shape
-                    ),
-                    Some(format!(
-                        "the dimensions of `{name}` range over {}",
-                        tensor
-                            .dims
-                            .iter()
-                            .map(|&r| format!("{} ({})", hir.ranges[r].name, hir.ranges[r].size))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )),
-                ));
+                let dims = tensor
+                    .dims
+                    .iter()
+                    .map(|&r| format!("{} ({})", hir.ranges[r].name, hir.ranges[r].size))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let hint = format!("the dimensions of `{name}` range over {dims}");
+                return Err(input_shape_error(&name, path, &expected, &value.shape, Some(hint)));
             }
             let mut v = value.clone();
             for x in &mut v.data {

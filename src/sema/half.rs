@@ -6,8 +6,8 @@
 //!   program that also has complex tensors (complex values have 32- and 64-bit
 //!   parts only).
 //!
-//! Commands and run modes without a 16-bit path (GPU, tiled, distributed,
-//! libraries, the Python package) refuse such programs with E0327 themselves.
+//! Commands and run modes without a 16-bit path (GPU, tiled runs and sessions,
+//! distributed runs, MPI libraries) refuse such programs with E0327 themselves.
 
 use super::hir::Hir;
 use crate::diag::Diagnostic;

@@ -143,6 +143,16 @@ impl<'c> Session<'c> {
         let Some(hir) = hir else {
             return Err(crate::diag::render(&diags, "<source>", source, false));
         };
+        // Tiles hold f64 values: complex and 16-bit programs are refused (every
+        // rank alike, from the source), never run on a real part or in f64.
+        if let Some(t) = hir.tensors.iter().find(|t| t.elem.is_complex() || t.elem.is_half()) {
+            let (code, kind) = if t.elem.is_complex() { ("E0324", "complex") } else { ("E0327", "16-bit") };
+            return Err(format!(
+                "error[{code}]: tiled sessions do not support {kind} tensors yet (`{}` is {}); compile the program instead (tcc.compile, tcc build)",
+                t.name,
+                t.elem.name()
+            ));
+        }
         let unit = match program {
             Some(name) => hir.unit_by_name(name).ok_or_else(|| {
                 let names: Vec<&str> = hir.units.iter().map(|u| u.name.as_str()).collect();

@@ -921,3 +921,28 @@ fn ranks_agree_on_one_tile_size() {
     assert_eq!(tiles.len(), 3);
     assert!(tiles.iter().all(|t| t == &tiles[0] && t.0 == 2), "{:?}", tiles.iter().map(|t| t.0).collect::<Vec<_>>());
 }
+
+/// Tiles hold f64 values: a session refuses complex (E0324) and 16-bit (E0327)
+/// programs on every rank, rather than run a real part or another precision.
+#[test]
+fn sessions_refuse_complex_and_16_bit_programs() {
+    let opts = TiledOptions { threads: 1, ..Default::default() };
+    for (elem, code) in [("c128", "E0324"), ("c64", "E0324"), ("bf16", "E0327"), ("f16", "E0327")] {
+        let source = format!(
+            "range N = 4; index i, j : N; input tensor A[i,j] : {elem}; output tensor B[i] : {elem}; B[i] = A[i,j];"
+        );
+        let errors = std::sync::Mutex::new(Vec::new());
+        on_thread_ranks(2, |comm| {
+            let lent = super::session::SessionComm::Lent(comm);
+            match super::session::Session::open(&source, None, Ok(&[]), lent, opts.clone()) {
+                Ok(_) => panic!("{elem}: a session opened"),
+                Err(e) => errors.lock().unwrap().push(e),
+            }
+            Ok(())
+        })
+        .unwrap();
+        let errors = errors.into_inner().unwrap();
+        assert_eq!(errors.len(), 2, "{elem}: {errors:?}");
+        assert!(errors.iter().all(|e| e.contains(code) && e.contains("`A` is")), "{elem}: {errors:?}");
+    }
+}

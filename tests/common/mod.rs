@@ -27,3 +27,51 @@ pub fn compiled(src: &str, name: &str) -> Hir {
     assert!(diags.iter().all(|d| !d.is_error()), "{diags:?}");
     hir
 }
+
+/// A tiny deterministic generator (splitmix64).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = tcc::interp::splitmix64(self.0);
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Uniform in [-1, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    }
+}
+
+/// The repository root.
+pub fn root() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs the `tcc` binary with `args` in `dir`.
+pub fn tcc_in(args: &[&str], dir: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tcc")).args(args).current_dir(dir).output().expect("run tcc")
+}
+
+/// Whether python3 can import `modules` (e.g. `"numpy, ml_dtypes"`): a skip
+/// outside CI, a failure under it.
+pub fn python_with(modules: &str) -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        assert!(std::env::var_os("CI").is_none(), "python3 with {modules} is required under CI");
+        eprintln!("skipping: python3 with {modules} is not available");
+    }
+    ok
+}
+
+/// Runs a python3 script in `dir`; it must succeed.
+pub fn python(script: &str, dir: &std::path::Path) {
+    let py = std::process::Command::new("python3").args(["-c", script]).current_dir(dir).output().expect("run python3");
+    assert!(py.status.success(), "{}{}", String::from_utf8_lossy(&py.stdout), String::from_utf8_lossy(&py.stderr));
+}

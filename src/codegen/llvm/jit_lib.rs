@@ -5,10 +5,22 @@
 //! the command line uses.
 //!
 //! The caller owns the buffers and must pass, for every argument of
-//! [`JitUnit::args`], a pointer to the tensor's declared number of elements of its
-//! declared element type, dense and row-major. [`JitLibrary::call`] checks the
-//! element counts given with the pointers (and nulls) before running; outputs are
-//! overwritten (computed from zero).
+//! [`JitUnit::code`]`.args`, a pointer to the tensor's declared number of elements
+//! of its declared element type, dense and row-major. [`JitLibrary::call`] checks
+//! the element counts given with the pointers (and nulls) before running; outputs
+//! are overwritten (computed from zero).
+//!
+//! Complex and 16-bit arguments are taken as every interface of tcc takes them:
+//! complex ones interleaved (`c128`: (re, im) pairs of f64; `c64`: of f32), 16-bit
+//! ones as their bit patterns (`u16`: bf16 bits for `bf16`, IEEE half bits for
+//! `f16`). The generated code is that of the program lowered to real pairs
+//! ([`crate::tir::complex`]) or run in f32 ([`crate::tir::half`]), so a call of
+//! such a unit splits (widens) its inputs into temporaries, runs, and joins (rounds
+//! once, to nearest even, [`crate::half`]) its outputs back, as the C wrappers of
+//! `tcc build` libraries do ([`crate::codegen::cabi_complex`],
+//! [`crate::codegen::cabi_half`]): one extra pass over those arguments and twice
+//! their size in temporary memory, whose allocation failure is
+//! [`CallError::NoMem`]; outputs are written only when the code succeeded.
 //!
 //! The LLVM context is owned by the library (boxed, freed after the engine and the
 //! module), so a `JitLibrary` is a plain `'static` value; it is `Send + Sync`: after
@@ -25,20 +37,40 @@ use std::mem::ManuallyDrop;
 /// run-time sizes (none here: the program's sizes are all fixed before compiling).
 pub type Entry = unsafe extern "C" fn(*const *mut u8, *const i64) -> i32;
 
+/// Where an argument of the generated code comes from, in a unit whose caller's
+/// arguments are not the code's own (complex and 16-bit programs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Feed {
+    /// The caller's argument `k` itself.
+    Direct(usize),
+    /// Part `p` (0: real, 1: imaginary) of the caller's complex argument `k`.
+    Part(usize, usize),
+    /// The caller's 16-bit argument `k`, in f32.
+    Widened(usize),
+}
+
 /// One callable unit.
 #[derive(Debug, Clone)]
 pub struct JitUnit {
+    /// The unit as callers see it: its arguments are tensors of [`JitLibrary::hir`]
+    /// (for a complex program, one per complex tensor, not its parts).
     pub code: UnitCode,
-    /// Element count of each argument (in [`UnitCode::args`] order).
+    /// Element count of each argument (in [`UnitCode::args`] order; complex
+    /// elements for a complex argument).
     pub lens: Vec<usize>,
     /// Element type of each argument.
     pub elems: Vec<ElemType>,
+    /// The generated code's arguments, when they are not the caller's (empty: the
+    /// same).
+    feeds: Vec<Feed>,
     entry: Entry,
 }
 
 /// Units compiled into one JIT module that stays loaded.
 pub struct JitLibrary {
-    /// The prepared program (tensor ids of inputs and outputs are the original's).
+    /// The program callers see: the prepared program (tensor ids of inputs and
+    /// outputs are the original's); for a complex or 16-bit program, the source
+    /// program (the code runs its lowering to real pairs, or in f32).
     pub hir: Hir,
     pub units: Vec<JitUnit>,
     /// Seconds spent generating, optimizing and JIT-compiling.
@@ -81,33 +113,50 @@ pub fn jit_library(hir: &Hir, units: &[UnitId], opts: &Options) -> Result<JitLib
     // entry points never read their sizes argument.
     super::require_bound(hir, &[])?;
     let opts = Options { c_abi: false, runtime_ranges: Vec::new(), ..opts.clone() };
+    // Complex programs run lowered to real pairs; 16-bit tensors run in f32 (the
+    // code generator stores them so), both behind conversions in `call`.
+    let complex = crate::sema::complex::has_complex(hir);
+    let converted = complex || crate::sema::half::has_half(hir);
+    let (lowered, map) = if complex { crate::tir::complex::lower(hir) } else { Default::default() };
+    let target = if complex { &lowered } else { hir };
     let ctx: *mut Context = Box::into_raw(Box::new(Context::create()));
     // SAFETY: the context lives until `JitLibrary::drop` (or the error path below),
     // after everything created in it.
     let ctx_ref: &'static Context = unsafe { &*ctx };
     let built = (|| {
-        let c = compile(ctx_ref, hir, &all, &opts)?;
+        let c = compile(ctx_ref, target, &all, &opts)?;
         let engine = super::jit_engine(&c)?;
         let mut units = Vec::new();
-        for code in &c.units {
+        for inner in &c.units {
             let addr = engine
-                .get_function_address(&format!("tcc_{}__argv", code.name))
+                .get_function_address(&format!("tcc_{}__argv", inner.name))
                 .map_err(|e| err(format!("LLVM JIT: {e:?}")))?;
             // SAFETY: the generated function has this signature (see the module docs of `llvm`).
             let entry: Entry = unsafe { std::mem::transmute::<usize, Entry>(addr) };
+            let code = if complex {
+                let (args, n_inputs) = crate::codegen::cabi::abi_args(hir, inner.unit);
+                UnitCode { args, n_inputs, ..inner.clone() }
+            } else {
+                inner.clone()
+            };
+            // Callers see the source program's tensors (the prepared one has
+            // 16-bit tensors in f32, and complex ones in parts).
+            let shown = if converted { hir } else { &c.hir };
+            let feeds = feeds(shown, &map, &code, inner)?;
             let mut lens = Vec::new();
             let mut elems = Vec::new();
             for &t in &code.args {
-                lens.push(hir.num_elements(t).ok_or_else(|| err("tensor too large"))?);
-                elems.push(hir.tensors[t].elem);
+                lens.push(shown.num_elements(t).ok_or_else(|| err("tensor too large"))?);
+                elems.push(shown.tensors[t].elem);
             }
-            units.push(JitUnit { code: code.clone(), lens, elems, entry });
+            units.push(JitUnit { code, lens, elems, feeds, entry });
         }
-        Ok::<_, CodegenError>((c.module, engine, c.hir, units))
+        let shown = if converted { hir.clone() } else { c.hir };
+        Ok::<_, CodegenError>((c.module, engine, shown, units))
     })();
     match built {
-        Ok((module, engine, prepared, units)) => Ok(JitLibrary {
-            hir: prepared,
+        Ok((module, engine, shown, units)) => Ok(JitLibrary {
+            hir: shown,
             units,
             compile_s: t0.elapsed().as_secs_f64(),
             module: ManuallyDrop::new(module),
@@ -120,6 +169,45 @@ pub fn jit_library(hir: &Hir, units: &[UnitId], opts: &Options) -> Result<JitLib
             Err(e)
         }
     }
+}
+
+/// The generated code's arguments (`inner`) from the caller's (`code`, tensors
+/// of `shown`): empty when they are the same.
+fn feeds(
+    shown: &Hir,
+    map: &crate::tir::complex::ComplexMap,
+    code: &UnitCode,
+    inner: &UnitCode,
+) -> Result<Vec<Feed>, CodegenError> {
+    let converted = code.args.iter().any(|&t| {
+        let e = shown.tensors[t].elem;
+        e.is_complex() || e.is_half()
+    });
+    if !converted {
+        return Ok(Vec::new());
+    }
+    let position = |t| code.args.iter().position(|&a| a == t);
+    inner
+        .args
+        .iter()
+        .map(|&t| {
+            // The imaginary part of a complex argument, or an argument itself (the
+            // real part of a complex one keeps its id).
+            if let Some((&src, _)) = map.im.iter().find(|(_, &im)| im == t) {
+                return position(src).map(|k| Feed::Part(k, 1));
+            }
+            let k = position(t)?;
+            let e = shown.tensors[t].elem;
+            Some(if e.is_complex() {
+                Feed::Part(k, 0)
+            } else if e.is_half() {
+                Feed::Widened(k)
+            } else {
+                Feed::Direct(k)
+            })
+        })
+        .collect::<Option<Vec<Feed>>>()
+        .ok_or_else(|| err("internal: an argument of the generated code is no argument of the unit"))
 }
 
 /// Why a call was refused or failed.
@@ -141,7 +229,8 @@ impl JitLibrary {
     ///
     /// # Safety
     /// Each pointer must point to `count` valid elements of the argument's element
-    /// type ([`JitUnit::elems`]), writable for outputs; outputs must not overlap any
+    /// type ([`JitUnit::elems`]; complex ones interleaved, 16-bit ones as bit
+    /// patterns, see the module documentation), writable for outputs; outputs must not overlap any
     /// other argument; the memory must stay valid and unaliased by writers for the
     /// duration of the call.
     pub unsafe fn call(&self, k: usize, args: &[(*mut u8, usize)]) -> Result<(), CallError> {
@@ -158,13 +247,144 @@ impl JitLibrary {
                 return Err(CallError::Null { name: name() });
             }
         }
-        let ptrs: Vec<*mut u8> = args.iter().map(|a| a.0).collect();
-        // SAFETY: checked counts; the caller guarantees the rest.
+        if u.feeds.is_empty() {
+            let ptrs: Vec<*mut u8> = args.iter().map(|a| a.0).collect();
+            // SAFETY: checked counts; the caller guarantees the rest.
+            let rc = unsafe { (u.entry)(ptrs.as_ptr(), std::ptr::null()) };
+            return if rc == 0 { Ok(()) } else { Err(CallError::NoMem) };
+        }
+        // Complex and 16-bit arguments: the code's own buffers, filled from the
+        // inputs, and the outputs written back from them after a successful run.
+        let mut temps: Vec<Vec<Temp>> = Vec::with_capacity(args.len());
+        for (j, (&(p, n), &e)) in args.iter().zip(&u.elems).enumerate() {
+            let input = j < u.code.n_inputs && n > 0;
+            temps.push(match e {
+                ElemType::C128 => {
+                    let (mut re, mut im) = (zeros::<f64>(n)?, zeros::<f64>(n)?);
+                    if input {
+                        // SAFETY: `n` complex elements: 2n f64.
+                        let z = unsafe { std::slice::from_raw_parts(p as *const f64, 2 * n) };
+                        split(z, &mut re, &mut im);
+                    }
+                    vec![Temp::F64(re), Temp::F64(im)]
+                }
+                ElemType::C64 => {
+                    let (mut re, mut im) = (zeros::<f32>(n)?, zeros::<f32>(n)?);
+                    if input {
+                        // SAFETY: `n` complex elements: 2n f32.
+                        let z = unsafe { std::slice::from_raw_parts(p as *const f32, 2 * n) };
+                        split(z, &mut re, &mut im);
+                    }
+                    vec![Temp::F32(re), Temp::F32(im)]
+                }
+                ElemType::BF16 | ElemType::F16 => {
+                    let mut w = zeros::<f32>(n)?;
+                    if input {
+                        // SAFETY: `n` 16-bit elements.
+                        let h = unsafe { std::slice::from_raw_parts(p as *const u16, n) };
+                        let widen =
+                            if e == ElemType::BF16 { crate::half::bf16_to_f32 } else { crate::half::f16_to_f32 };
+                        w.iter_mut().zip(h).for_each(|(x, &b)| *x = widen(b));
+                    }
+                    vec![Temp::F32(w)]
+                }
+                ElemType::F64 | ElemType::F32 => Vec::new(),
+            });
+        }
+        let ptrs: Vec<*mut u8> = u
+            .feeds
+            .iter()
+            .map(|f| match *f {
+                Feed::Direct(k) => args[k].0,
+                Feed::Part(k, p) => temps[k][p].ptr(),
+                Feed::Widened(k) => temps[k][0].ptr(),
+            })
+            .collect();
+        // SAFETY: the caller's buffers as above; the temporaries have the counts of
+        // the arguments they stand for.
         let rc = unsafe { (u.entry)(ptrs.as_ptr(), std::ptr::null()) };
         if rc != 0 {
             return Err(CallError::NoMem);
         }
+        for (j, ((&(p, n), &e), t)) in args.iter().zip(&u.elems).zip(&temps).enumerate().skip(u.code.n_inputs) {
+            if n == 0 {
+                continue;
+            }
+            match (e, &t[..]) {
+                (ElemType::C128, [Temp::F64(re), Temp::F64(im)]) => {
+                    // SAFETY: a writable output of `n` complex elements.
+                    join(unsafe { std::slice::from_raw_parts_mut(p as *mut f64, 2 * n) }, re, im)
+                }
+                (ElemType::C64, [Temp::F32(re), Temp::F32(im)]) => {
+                    // SAFETY: as above.
+                    join(unsafe { std::slice::from_raw_parts_mut(p as *mut f32, 2 * n) }, re, im)
+                }
+                (ElemType::BF16 | ElemType::F16, [Temp::F32(w)]) => {
+                    // SAFETY: a writable output of `n` 16-bit elements.
+                    let h = unsafe { std::slice::from_raw_parts_mut(p as *mut u16, n) };
+                    let round = if e == ElemType::BF16 { crate::half::f32_to_bf16 } else { crate::half::f32_to_f16 };
+                    h.iter_mut().zip(w).for_each(|(b, &x)| *b = round(x));
+                }
+                (ElemType::F64 | ElemType::F32, []) => {}
+                _ => unreachable!("argument {j}: temporaries made above for its type"),
+            }
+        }
         Ok(())
+    }
+}
+
+/// The code's own buffer for a complex or 16-bit argument.
+enum Temp {
+    F64(Vec<f64>),
+    F32(Vec<f32>),
+}
+
+impl Temp {
+    fn ptr(&mut self) -> *mut u8 {
+        match self {
+            Temp::F64(v) => v.as_mut_ptr() as *mut u8,
+            Temp::F32(v) => v.as_mut_ptr() as *mut u8,
+        }
+    }
+}
+
+/// `n` zeros (f32 or f64), or [`CallError::NoMem`] when they cannot be
+/// allocated. Zeroed by the allocator (`calloc`: fresh pages are not written
+/// twice), since every one is overwritten (inputs by the split, outputs by the
+/// code).
+fn zeros<T: Zeroable>(n: usize) -> Result<Vec<T>, CallError> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<T>(n).map_err(|_| CallError::NoMem)?;
+    // SAFETY: a layout of nonzero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut T;
+    if p.is_null() {
+        return Err(CallError::NoMem);
+    }
+    // SAFETY: allocated by the global allocator with `T`'s alignment for `n`
+    // elements, all initialized (all-zero bits are 0.0 for f32 and f64).
+    Ok(unsafe { Vec::from_raw_parts(p, n, n) })
+}
+
+/// Types whose all-zero bit pattern is a valid value (zero).
+trait Zeroable: Copy {}
+impl Zeroable for f32 {}
+impl Zeroable for f64 {}
+
+/// Interleaved (re, im) pairs into their parts.
+fn split<T: Copy>(z: &[T], re: &mut [T], im: &mut [T]) {
+    for ((pair, r), i) in z.chunks_exact(2).zip(re).zip(im) {
+        *r = pair[0];
+        *i = pair[1];
+    }
+}
+
+/// Parts into interleaved (re, im) pairs.
+fn join<T: Copy>(z: &mut [T], re: &[T], im: &[T]) {
+    for ((pair, &r), &i) in z.chunks_exact_mut(2).zip(re).zip(im) {
+        pair[0] = r;
+        pair[1] = i;
     }
 }
 
@@ -196,5 +416,98 @@ mod tests {
         let args = [(a.as_mut_ptr() as *mut u8, 12), (b.as_mut_ptr() as *mut u8, 4), (c.as_mut_ptr() as *mut u8, 2)];
         let e = unsafe { lib.call(0, &args) }.unwrap_err();
         assert_eq!(e, CallError::Length { name: "C".into(), expected: 3, got: 2 });
+    }
+
+    fn compiled(src: &str) -> Hir {
+        let (hir, diags) = crate::compile(src, "t");
+        hir.unwrap_or_else(|| panic!("{diags:?}"))
+    }
+
+    /// A complex unit takes interleaved arrays and gives the complex interpreter's
+    /// values; real arguments go through as they are.
+    #[test]
+    fn complex_arguments_are_interleaved() {
+        use crate::interp_complex::{run_unit, CDense, C};
+        let hir = compiled(
+            "range N = 3; range K = 4; index i, j : N; index k : K;
+             input tensor A[i,k] : c128; input tensor B[k,j] : c64; input tensor R[i,j];
+             output tensor C[i,j] : c128; output tensor D[i] : c64;
+             C[i,j] = A[i,k] * conj(B[k,j]) + R[i,j];
+             D[i] = 2 * conj(A[i,k]) * B[k,i];",
+        );
+        let lib = jit_library(&hir, &[], &Options::default()).unwrap();
+        let u = &lib.units[0];
+        let names: Vec<&str> = u.code.args.iter().map(|&t| lib.hir.tensors[t].name.as_str()).collect();
+        assert_eq!(names, ["A", "B", "R", "C", "D"]);
+        assert_eq!(u.lens, [12, 12, 9, 9, 3]);
+        let val = |k: usize| C::new((k as f64 * 0.37).sin(), (k as f64 * 0.91).cos());
+        let mut a: Vec<f64> = (0..12).flat_map(|k| [val(k).re, val(k).im]).collect();
+        // c64 values exactly representable in f32.
+        let b32: Vec<C> = (0..12).map(|k| C::new(val(k + 20).re as f32 as f64, val(k + 20).im as f32 as f64)).collect();
+        let mut b: Vec<f32> = b32.iter().flat_map(|z| [z.re as f32, z.im as f32]).collect();
+        let mut r: Vec<f64> = (0..9).map(|k| k as f64 - 4.0).collect();
+        let mut c = vec![f64::NAN; 18];
+        let mut d = vec![f32::NAN; 6];
+        let args = [
+            (a.as_mut_ptr() as *mut u8, 12),
+            (b.as_mut_ptr() as *mut u8, 12),
+            (r.as_mut_ptr() as *mut u8, 9),
+            (c.as_mut_ptr() as *mut u8, 9),
+            (d.as_mut_ptr() as *mut u8, 3),
+        ];
+        unsafe { lib.call(0, &args) }.unwrap();
+        let t = |n: &str| hir.tensors.ids().find(|&t| hir.tensors[t].name == n).unwrap();
+        let mut inputs = std::collections::HashMap::new();
+        inputs.insert(t("A"), CDense { shape: vec![3, 4], data: (0..12).map(val).collect() });
+        inputs.insert(t("B"), CDense { shape: vec![4, 3], data: b32 });
+        inputs.insert(t("R"), CDense { shape: vec![3, 3], data: r.iter().map(|&x| C::new(x, 0.0)).collect() });
+        let want = run_unit(&hir, crate::ids::UnitId::new(0), &inputs).unwrap();
+        for (k, z) in want[&t("C")].data.iter().enumerate() {
+            assert!((c[2 * k] - z.re).abs() < 1e-12 && (c[2 * k + 1] - z.im).abs() < 1e-12, "C[{k}]");
+        }
+        for (k, z) in want[&t("D")].data.iter().enumerate() {
+            assert!((d[2 * k] as f64 - z.re).abs() < 1e-5 && (d[2 * k + 1] as f64 - z.im).abs() < 1e-5, "D[{k}]");
+        }
+        // Counts are complex elements: the parts' count is refused.
+        let mut args = args;
+        args[0].1 = 24;
+        let e = unsafe { lib.call(0, &args) }.unwrap_err();
+        assert_eq!(e, CallError::Length { name: "A".into(), expected: 12, got: 24 });
+    }
+
+    /// A 16-bit unit takes and gives bit patterns: inputs widened exactly, outputs
+    /// rounded once from the f32 result.
+    #[test]
+    fn half_arguments_are_bit_patterns() {
+        use crate::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+        let hir = compiled(
+            "range N = 3; range K = 5; index i : N; index k : K;
+             input tensor X[i,k] : f16; input tensor W[k] : bf16; input tensor S[i] : f32;
+             output tensor Y[i] : bf16; output tensor Z[i] : f16;
+             Y[i] = X[i,k] * W[k]; Z[i] = S[i] - X[i,k];",
+        );
+        let lib = jit_library(&hir, &[], &Options::default()).unwrap();
+        assert_eq!(lib.units[0].elems, [ElemType::F16, ElemType::BF16, ElemType::F32, ElemType::BF16, ElemType::F16]);
+        let mut x: Vec<u16> = (0..15).map(|k| f32_to_f16(k as f32 * 0.3 - 2.0)).collect();
+        let mut w: Vec<u16> = (0..5).map(|k| f32_to_bf16(1.0 / (k as f32 + 1.5))).collect();
+        let mut s: Vec<f32> = vec![100.0, -3.0, 0.25];
+        let (mut y, mut z) = (vec![0u16; 3], vec![0u16; 3]);
+        let args = [
+            (x.as_mut_ptr() as *mut u8, 15),
+            (w.as_mut_ptr() as *mut u8, 5),
+            (s.as_mut_ptr() as *mut u8, 3),
+            (y.as_mut_ptr() as *mut u8, 3),
+            (z.as_mut_ptr() as *mut u8, 3),
+        ];
+        unsafe { lib.call(0, &args) }.unwrap();
+        for i in 0..3 {
+            let xs: Vec<f32> = (0..5).map(|k| f16_to_f32(x[i * 5 + k])).collect();
+            let dot: f32 = xs.iter().zip(&w).map(|(&a, &b)| a * bf16_to_f32(b)).sum();
+            let got = bf16_to_f32(y[i]);
+            assert!((got - dot).abs() <= dot.abs() * 2f32.powi(-8) * 1.01, "Y[{i}]: {got} vs {dot}");
+            let sub: f32 = s[i] - xs.iter().sum::<f32>();
+            let got = f16_to_f32(z[i]);
+            assert!((got - sub).abs() <= sub.abs() * 2f32.powi(-11) * 1.01, "Z[{i}]: {got} vs {sub}");
+        }
     }
 }
