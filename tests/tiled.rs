@@ -2,7 +2,10 @@
 //! interpreter and the dense build, what is stored, peak memory at a size whose
 //! dense form does not fit, and errors.
 
+mod common;
+
 use assert_cmd::Command;
+use common::which;
 use std::path::{Path, PathBuf};
 
 fn path(rel: &str) -> PathBuf {
@@ -174,22 +177,16 @@ fn misuse_is_a_clear_error() {
     let program = |rhs: &str| {
         format!("range N = 4;\nindex i : N;\ninput tensor X[i] : f64;\noutput tensor Y[i] : f64;\nY[i] = {rhs};\n")
     };
-    std::fs::write(&f, program("max(X[i], 0)")).unwrap();
-    tcc()
-        .args(["run"])
-        .arg(&f)
-        .args(["--tiled", "--check"])
-        .assert()
-        .success()
-        .stdout(predicates::str::contains("matches"));
-    std::fs::write(&f, program("exp(X[i])")).unwrap();
-    tcc()
-        .args(["run"])
-        .arg(&f)
-        .args(["--tiled", "--check"])
-        .assert()
-        .success()
-        .stdout(predicates::str::contains("matches the interpreter"));
+    for rhs in ["max(X[i], 0)", "exp(X[i])"] {
+        std::fs::write(&f, program(rhs)).unwrap();
+        tcc()
+            .args(["run"])
+            .arg(&f)
+            .args(["--tiled", "--check"])
+            .assert()
+            .success()
+            .stdout(predicates::str::contains("matches the interpreter"));
+    }
     // One process moves no tiles: --exchange is an error there, not ignored.
     tcc()
         .args(["run"])
@@ -613,13 +610,6 @@ fn distributed_runs_read_their_inputs_from_files_tile_by_tile() {
         let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
         assert!(err.contains(code) && err.contains(text), "{input}: {err}");
     }
-}
-
-fn which(program: &str) -> bool {
-    std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 /// `max`/`min` reductions, `where` and the stable softmax run tiled and on ranks

@@ -3,7 +3,10 @@
 //! the complex interpreter, `.npy` inputs read per rank one component at a time,
 //! outputs written back box by box in the source type, and the interface errors.
 
+mod common;
+
 use assert_cmd::Command;
+use common::{which, Rng};
 use std::path::{Path, PathBuf};
 
 fn path(rel: &str) -> PathBuf {
@@ -44,16 +47,9 @@ fn assert_rows_close(want: &str, got: &str, tol: f64, what: &str) {
     }
 }
 
-/// A tiny deterministic generator (splitmix64).
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = tcc::interp::splitmix64(self.0);
-        self.0 % n
-    }
-    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
-        from[self.below(from.len() as u64) as usize]
-    }
+/// A random choice among `from`.
+fn pick<'a>(rng: &mut Rng, from: &[&'a str]) -> &'a str {
+    from[rng.below(from.len() as u64) as usize]
 }
 
 /// A random program of the shapes tiled runs take: contractions of complex and
@@ -76,18 +72,18 @@ fn random_program(rng: &mut Rng) -> String {
         "F[a,b] * conj(B[b,c,i,j])",
         "2 * W[a,b] * B[b,c,i,j] - F[a,b] * B[b,c,i,j]",
     ];
-    s += &format!("X[a,c,i,j] = {};\n", rng.pick(&first));
+    s += &format!("X[a,c,i,j] = {};\n", pick(rng, &first));
     let second = [
         "X[a,c,i,j] + A[a,i] * conj(A[c,j])",
         "X[a,c,i,j] * exp(F[a,c])",
         "0.5 * X[a,c,i,j] * (e[i] + e[j])",
         "conj(X[a,c,i,j]) - W[a,c] * A[c,i] * A[a,j]",
     ];
-    s += &format!("Z[a,c,i,j] = {};\n", rng.pick(&second));
+    s += &format!("Z[a,c,i,j] = {};\n", pick(rng, &second));
     if rng.below(2) == 0 {
-        s += &format!("Z[a,c,i,j] += {};\n", rng.pick(&["W[a,b] * X[b,c,i,j]", "conj(A[a,i]) * A[c,j]"]));
+        s += &format!("Z[a,c,i,j] += {};\n", pick(rng, &["W[a,b] * X[b,c,i,j]", "conj(A[a,i]) * A[c,j]"]));
     }
-    s += &format!("S = {};\n", rng.pick(&["conj(Z[a,c,i,j]) * X[a,c,i,j]", "Z[a,c,i,j] * B[a,c,i,j]"]));
+    s += &format!("S = {};\n", pick(rng, &["conj(Z[a,c,i,j]) * X[a,c,i,j]", "Z[a,c,i,j] * B[a,c,i,j]"]));
     s
 }
 
@@ -242,11 +238,4 @@ fn complex_misuse_in_distributed_runs_is_a_clear_error() {
         let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
         assert!(err.contains(code) && err.contains(text), "{args:?}: {err}");
     }
-}
-
-fn which(program: &str) -> bool {
-    std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
 }

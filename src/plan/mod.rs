@@ -543,17 +543,10 @@ pub enum Format {
 /// Largest number of ranks planned (counts are checked rank by rank).
 pub const MAX_PROCS: usize = 1 << 20;
 
-/// `tcc plan`: optimizes `hir`, plans the selected units for every P in `procs`,
-/// and renders the result.
-pub fn plan_command(
-    hir: &crate::sema::hir::Hir,
-    program: Option<&str>,
-    procs: &[usize],
-    network: &str,
-    mem_per_rank: Option<u64>,
-    strategy: Strategy,
-    format: Format,
-) -> Result<String, CommandError> {
+/// The network of `--network` and a check of `--procs`, for `tcc plan` and
+/// its forecast of sliced runs: E0801 a network that does not parse, E0802
+/// rank counts out of range.
+pub(crate) fn network_and_procs(network: &str, procs: &[usize]) -> Result<Network, CommandError> {
     let net = Network::parse(network).and_then(Network::for_programs).map_err(|m| CommandError {
         code: "E0801",
         message: m,
@@ -566,6 +559,21 @@ pub fn plan_command(
             hint: Some("for example --procs 64 or --procs 4,64,1024".into()),
         });
     }
+    Ok(net)
+}
+
+/// `tcc plan`: optimizes `hir`, plans the selected units for every P in `procs`,
+/// and renders the result.
+pub fn plan_command(
+    hir: &crate::sema::hir::Hir,
+    program: Option<&str>,
+    procs: &[usize],
+    network: &str,
+    mem_per_rank: Option<u64>,
+    strategy: Strategy,
+    format: Format,
+) -> Result<String, CommandError> {
+    let net = network_and_procs(network, procs)?;
     let units = hir.select_units(program)?;
     let (opt, _) = crate::pipeline::optimize(hir, &Default::default());
     let mut plans = Vec::new();

@@ -172,19 +172,7 @@ pub fn plan_command(
     bytes: u64,
     json: bool,
 ) -> Result<String, CommandError> {
-    let net = Network::parse(network).and_then(Network::for_programs).map_err(|m| CommandError {
-        code: "E0801",
-        message: m,
-        hint: Some("examples: --network torus:8x8x16, --network fat-tree:bw=25GB/s,lat=2us, --network net.toml".into()),
-    })?;
-    let max = super::MAX_PROCS;
-    if procs.is_empty() || procs.iter().any(|&p| p == 0 || p > max) {
-        return Err(CommandError::new(
-            "E0802",
-            format!("--procs must be between 1 and {max}"),
-            Some("for example --procs 1,2,4".into()),
-        ));
-    }
+    let net = super::network_and_procs(network, procs)?;
     let units = hir.select_units(program)?;
     // The slicing a run on ranks compiles (its order search is the deterministic one).
     let mut popts = crate::pipeline::PipelineOptions::default();

@@ -75,3 +75,11 @@ pub fn python(script: &str, dir: &std::path::Path) {
     let py = std::process::Command::new("python3").args(["-c", script]).current_dir(dir).output().expect("run python3");
     assert!(py.status.success(), "{}{}", String::from_utf8_lossy(&py.stdout), String::from_utf8_lossy(&py.stderr));
 }
+
+/// Whether `program` is on the PATH (`mpirun`, `gfortran`, …).
+pub fn which(program: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
