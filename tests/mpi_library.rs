@@ -177,6 +177,28 @@ fn libraries_with_run_time_sizes_take_them_at_open_from_c_and_fortran() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A strided window read at affine subscripts (`I[2*t+r]`) in an `--mpi`
+/// library: the C program under mpirun 2/3/4 gets the loops' values on every
+/// rank's own tiles. With run-time sizes (bounds not provable when built) it is
+/// refused.
+#[cfg(feature = "mpi")]
+#[test]
+fn an_mpi_library_reads_affine_subscripts() {
+    let (dir, dist_dir) = build_mm_from("window", "tests/tiled/mpi_window.tc", &[]);
+    let exe = dir.join("window_test");
+    let mut args = vec![path("tests/tiled/mpi_window_test.c").display().to_string(), format!("-I{}", dir.display())];
+    args.extend(link_args(&dir, &dist_dir));
+    args.extend(["-lm".to_string(), "-o".into(), exe.display().to_string()]);
+    compile_and_run("mpicc", &args, &exe, &dir);
+    let sized = dir.join("sized.tc");
+    let src = std::fs::read_to_string(path("tests/tiled/mpi_window.tc")).unwrap().replace("range T = 9;", "range T;");
+    std::fs::write(&sized, src.replace("range L = 19; // 2·(T − 1) + R", "range L;")).unwrap();
+    let out = tcc().args(["build", "--mpi"]).arg(&sized).arg("-o").arg(dir.join("libsized.so")).assert().code(1);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains("E0765") && err.contains("--size"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Compiles tests/tiled/mpi_mm_test.c with `define` against the library in
 /// `dir` and runs it as [`compile_and_run`] does.
 #[cfg(feature = "mpi")]
