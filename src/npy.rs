@@ -57,13 +57,7 @@ pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
     }
     let shape: Vec<usize> = npy.shape().iter().map(|&d| d as usize).collect();
     let n: usize = shape.iter().product();
-    let available = bytes.len() - header_end;
-    let needed = n * elem.size_bytes();
-    if available < needed {
-        return Err(err(format!(
-            "truncated: its shape {shape:?} needs {needed} bytes of data but only {available} follow the header"
-        )));
-    }
+    check_length(&shape, n * elem.size_bytes(), bytes.len() - header_end)?;
     let order = npy.order();
     let stored: Vec<f64> = match elem {
         ElemType::F64 | ElemType::C128 => npy.into_vec::<f64>(),
@@ -75,21 +69,7 @@ pub fn read_bytes(bytes: &[u8]) -> Result<(Dense, ElemType), NpyError> {
     if stored.len() != n {
         return Err(err(format!("expected {n} elements, read {}", stored.len())));
     }
-    let data = match order {
-        Order::C => stored,
-        Order::Fortran => {
-            // Element (i0, i1, ...) is stored at i0 + s0*(i1 + s1*(...)).
-            let mut fstrides = vec![1usize; shape.len()];
-            for d in 1..shape.len() {
-                fstrides[d] = fstrides[d - 1] * shape[d - 1];
-            }
-            let mut data = Vec::with_capacity(n);
-            for_each_index(&shape, |idx| {
-                data.push(stored[idx.iter().zip(&fstrides).map(|(i, s)| i * s).sum::<usize>()]);
-            });
-            data
-        }
-    };
+    let data = c_order(stored, &shape, matches!(order, Order::Fortran), 1);
     Ok((Dense { shape, data }, elem))
 }
 
@@ -118,12 +98,7 @@ fn read_half(data: &[u8], header: &Header, elem: ElemType) -> Result<(Dense, Ele
     let shape: Vec<usize> = header.shape.iter().map(|&d| d as usize).collect();
     let n: usize = shape.iter().product();
     let needed = n * 2;
-    if data.len() < needed {
-        return Err(err(format!(
-            "truncated: its shape {shape:?} needs {needed} bytes of data but only {} follow the header",
-            data.len()
-        )));
-    }
+    check_length(&shape, needed, data.len())?;
     let big = header.descr.starts_with('>');
     let stored: Vec<f64> = data[..needed]
         .chunks_exact(2)
@@ -136,17 +111,7 @@ fn read_half(data: &[u8], header: &Header, elem: ElemType) -> Result<(Dense, Ele
             })
         })
         .collect();
-    let data = if header.fortran {
-        let mut fstrides = vec![1usize; shape.len()];
-        for d in 1..shape.len() {
-            fstrides[d] = fstrides[d - 1] * shape[d - 1];
-        }
-        let mut out = Vec::with_capacity(n);
-        for_each_index(&shape, |idx| out.push(stored[idx.iter().zip(&fstrides).map(|(i, s)| i * s).sum::<usize>()]));
-        out
-    } else {
-        stored
-    };
+    let data = c_order(stored, &shape, header.fortran, 1);
     Ok((Dense { shape, data }, elem))
 }
 
@@ -157,12 +122,7 @@ fn read_complex(data: &[u8], header: &Header, elem: ElemType) -> Result<(Dense, 
     let n: usize = shape.iter().product();
     let part = elem.real_part().size_bytes();
     let needed = n * 2 * part;
-    if data.len() < needed {
-        return Err(err(format!(
-            "truncated: its shape {shape:?} needs {needed} bytes of data but only {} follow the header",
-            data.len()
-        )));
-    }
+    check_length(&shape, needed, data.len())?;
     let big = header.descr.starts_with('>');
     let stored: Vec<f64> = data[..needed]
         .chunks_exact(part)
@@ -173,23 +133,39 @@ fn read_complex(data: &[u8], header: &Header, elem: ElemType) -> Result<(Dense, 
             (_, true) => f64::from(f32::from_be_bytes(b.try_into().expect("4 bytes"))),
         })
         .collect();
-    let data = if header.fortran {
-        let mut fstrides = vec![1usize; shape.len()];
-        for d in 1..shape.len() {
-            fstrides[d] = fstrides[d - 1] * shape[d - 1];
-        }
-        let mut out = Vec::with_capacity(2 * n);
-        for_each_index(&shape, |idx| {
-            let k = idx.iter().zip(&fstrides).map(|(i, s)| i * s).sum::<usize>();
-            out.extend_from_slice(&stored[2 * k..2 * k + 2]);
-        });
-        out
-    } else {
-        stored
-    };
+    let data = c_order(stored, &shape, header.fortran, 2);
     let mut shape = shape;
     shape.push(2);
     Ok((Dense { shape, data }, elem))
+}
+
+/// E0706's "truncated" when fewer than `needed` data bytes follow the header.
+fn check_length(shape: &[usize], needed: usize, available: usize) -> Result<(), NpyError> {
+    if available < needed {
+        return Err(err(format!(
+            "truncated: its shape {shape:?} needs {needed} bytes of data but only {available} follow the header"
+        )));
+    }
+    Ok(())
+}
+
+/// The values of an array of `shape` in row-major order, from `stored` in file
+/// order (`fortran`: element (i0, i1, …) at i0 + s0·(i1 + s1·(…))); each element
+/// is `group` consecutive values (2 for the (re, im) of a complex one).
+fn c_order(stored: Vec<f64>, shape: &[usize], fortran: bool, group: usize) -> Vec<f64> {
+    if !fortran {
+        return stored;
+    }
+    let mut fstrides = vec![1usize; shape.len()];
+    for d in 1..shape.len() {
+        fstrides[d] = fstrides[d - 1] * shape[d - 1];
+    }
+    let mut out = Vec::with_capacity(stored.len());
+    for_each_index(shape, |idx| {
+        let k = idx.iter().zip(&fstrides).map(|(i, s)| i * s).sum::<usize>();
+        out.extend_from_slice(&stored[group * k..group * (k + 1)]);
+    });
+    out
 }
 
 /// The shape of the array in a `.npy` file, from its header (the data is not read).

@@ -4,12 +4,11 @@
 
 mod common;
 
-use common::{python, python_with, root, tcc_in as tcc, Rng};
+use common::{gcc_available, python, python_with, root, run_c_driver, tcc_in as tcc, Rng};
 use std::collections::HashMap;
 use std::process::Command;
 use tcc::interp_complex::{run_unit, CDense, C};
 use tcc::sema::hir::{Hir, TensorId, UnitId};
-use tcc::tensor::Dense;
 
 /// A random program over C[i,j]: sums of terms of 1 to 4 factors (binary and
 /// ternary contractions, complex times real, outer factors), `conj` of tensors and
@@ -89,24 +88,8 @@ fn jit(hir: &Hir, u: UnitId, inputs: &HashMap<TensorId, CDense>) -> HashMap<Tens
     let (low, map) = tcc::tir::complex::lower(hir);
     assert!(low.tensors.iter().all(|t| !t.elem.is_complex()), "the lowered program is real");
     tcc::valid::hir::validate(&low).expect("the lowered HIR is valid");
-    let mut parts = HashMap::new();
-    for (&t, v) in inputs {
-        parts.insert(t, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.re).collect() });
-        if let Some((_, im)) = map.parts(t) {
-            parts.insert(im, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.im).collect() });
-        }
-    }
-    let r = tcc::codegen::llvm::jit_run(&low, u, &parts, &Default::default(), 1).expect("jit");
-    let mut out = HashMap::new();
-    for t in hir.unit_outputs(u) {
-        let re = &r.outputs[&t];
-        let data = match map.parts(t) {
-            Some((_, im)) => re.data.iter().zip(&r.outputs[&im].data).map(|(&a, &b)| C::new(a, b)).collect(),
-            None => re.data.iter().map(|&a| C::new(a, 0.0)).collect(),
-        };
-        out.insert(t, CDense { shape: re.shape.clone(), data });
-    }
-    out
+    let r = tcc::codegen::llvm::jit_run(&low, u, &map.split(inputs), &Default::default(), 1).expect("jit");
+    hir.unit_outputs(u).into_iter().map(|t| (t, map.join(t, &r.outputs).expect("both parts"))).collect()
 }
 
 /// max |got − want| / max |want| over both parts.
@@ -153,20 +136,10 @@ fn lowering_is_exact_under_the_real_interpreter() {
         let inputs = random_inputs(&hir, u, &mut rng);
         let want = run_unit(&hir, u, &inputs).unwrap();
         let (low, map) = tcc::tir::complex::lower(&hir);
-        let mut parts = HashMap::new();
-        for (&t, v) in &inputs {
-            parts.insert(t, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.re).collect() });
-            if let Some((_, im)) = map.parts(t) {
-                parts.insert(im, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.im).collect() });
-            }
-        }
+        let parts = map.split(&inputs);
         let out = tcc::interp::run_unit(&low, u, &parts).unwrap();
         let c = hir.tensor_by_name("C").unwrap();
-        let (re, im) = map.parts(c).unwrap();
-        let got = CDense {
-            shape: want[&c].shape.clone(),
-            data: out[&re].data.iter().zip(&out[&im].data).map(|(&a, &b)| C::new(a, b)).collect(),
-        };
+        let got = map.join(c, &out).expect("both parts");
         let r = rel(&got, &want[&c]);
         assert!(r <= 1e-12, "case {case}: {r:e}\n{src}");
     }
@@ -255,9 +228,7 @@ fn complex_interface_errors() {
 /// C and Fortran match the complex interpreter; a wrong length is an error code.
 #[test]
 fn library_from_c_and_fortran_with_complex_arguments() {
-    let gcc = Command::new("gcc").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !gcc {
-        assert!(std::env::var_os("CI").is_none(), "gcc is required under CI");
+    if !gcc_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -312,16 +283,7 @@ fn library_from_c_and_fortran_with_complex_arguments() {
         lit("R", false, false),
         want_lit.join(", ")
     );
-    std::fs::write(d.join("drv.c"), c).unwrap();
-    let cc = Command::new("gcc")
-        .current_dir(d)
-        .args(["-O1", "-Wall", "-Werror", "-o", "drv", "drv.c", "-I.", "-L.", "-lcg", "-lm"])
-        .arg(format!("-Wl,-rpath,{}", d.display()))
-        .output()
-        .unwrap();
-    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
-    let run = Command::new(d.join("drv")).current_dir(d).output().unwrap();
-    assert!(run.status.success(), "{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    run_c_driver(d, "cg", &c);
     // Fortran: the module compiles strictly and a call gives the same C.
     let gf = Command::new("gfortran").arg("--version").output().is_ok_and(|o| o.status.success());
     if !gf {
@@ -404,22 +366,12 @@ fn gpu_plans_of_lowered_programs_match_the_complex_interpreter() {
         let inputs = random_inputs(&hir, u, &mut rng);
         let want = run_unit(&hir, u, &inputs).unwrap();
         let (low, map) = tcc::tir::complex::lower(&hir);
-        let mut parts = HashMap::new();
-        for (&t, v) in &inputs {
-            parts.insert(t, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.re).collect() });
-            if let Some((_, im)) = map.parts(t) {
-                parts.insert(im, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.im).collect() });
-            }
-        }
+        let parts = map.split(&inputs);
         let kind = kinds[case % kinds.len()];
         let p = plan(&low, &[u], &GpuOptions { gemm: kind, ..Default::default() }).unwrap();
         let out = emulate(&p, 0, &parts).unwrap();
         let c = hir.tensor_by_name("C").unwrap();
-        let (re, im) = map.parts(c).unwrap();
-        let got = CDense {
-            shape: want[&c].shape.clone(),
-            data: out[&re].data.iter().zip(&out[&im].data).map(|(&a, &b)| C::new(a, b)).collect(),
-        };
+        let got = map.join(c, &out).expect("both parts");
         let any_c64 = hir.tensors.iter().any(|t| t.elem == tcc::sema::hir::ElemType::C64);
         let tol = if any_c64 { 1e-4 } else { 1e-10 };
         let r = rel(&got, &want[&c]);

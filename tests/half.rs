@@ -5,9 +5,8 @@
 
 mod common;
 
-use common::{python, python_with, root, tcc_in as tcc, Rng};
+use common::{gcc_available, python, python_with, root, run_c_driver, tcc_in as tcc, Rng};
 use std::collections::HashMap;
-use std::process::Command;
 use tcc::interp::{round_to, run_unit};
 use tcc::run::compare::{check_outputs, TOL_BF16};
 use tcc::sema::hir::{ElemType, Hir, TensorId, UnitId};
@@ -289,9 +288,7 @@ fn bf16_mlp_example_checks() {
 /// widened code); a wrong length is `TCC_ERR_LENGTH`.
 #[test]
 fn library_from_c_with_16_bit_arguments() {
-    let gcc = Command::new("gcc").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !gcc {
-        assert!(std::env::var_os("CI").is_none(), "gcc is required under CI");
+    if !gcc_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -338,16 +335,7 @@ fn library_from_c_with_16_bit_arguments() {
         bits("W"),
         bits("G")
     );
-    std::fs::write(d.join("drv.c"), c).unwrap();
-    let cc = Command::new("gcc")
-        .current_dir(d)
-        .args(["-O1", "-Wall", "-Werror", "-o", "drv", "drv.c", "-I.", "-L.", "-lhm", "-lm"])
-        .arg(format!("-Wl,-rpath,{}", d.display()))
-        .output()
-        .unwrap();
-    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
-    let run = Command::new(d.join("drv")).current_dir(d).output().unwrap();
-    assert!(run.status.success(), "{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    let run = run_c_driver(d, "hm", &c);
     let (mut y, mut z) = (Vec::new(), Vec::new());
     for line in String::from_utf8_lossy(&run.stdout).lines() {
         let mut w = line.split(' ').map(|v| v.parse::<u16>().unwrap());

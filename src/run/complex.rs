@@ -23,7 +23,7 @@ use crate::interp_complex::{self as ci, CDense, C};
 use crate::npy;
 use crate::sema::hir::{ElemType, Hir, TensorId, UnitId};
 use crate::tensor::Dense;
-use crate::tir::complex::{lower, ComplexMap};
+use crate::tir::complex::{join_parts, lower, ComplexMap};
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -96,16 +96,7 @@ fn random_input(low: &Hir, map: &ComplexMap, t: TensorId, seed: u64) -> Result<C
         Some((_, im)) => Some(interp::fill_random(low, im, seed).map_err(interp_error)?),
         None => None,
     };
-    Ok(join(&re, im.as_ref()))
-}
-
-/// Complex values from their parts (`im` absent: a real tensor).
-fn join(re: &Dense, im: Option<&Dense>) -> CDense {
-    let data = match im {
-        Some(im) => re.data.iter().zip(&im.data).map(|(&r, &i)| C::new(r, i)).collect(),
-        None => re.data.iter().map(|&r| C::new(r, 0.0)).collect(),
-    };
-    CDense { shape: re.shape.clone(), data }
+    Ok(join_parts(&re, im.as_ref()))
 }
 
 /// A value as an interface carries it: a complex one as a real array with a last
@@ -186,24 +177,12 @@ fn lowered(
     check: bool,
     exec: &mut PartsExec<'_>,
 ) -> Result<(HashMap<TensorId, CDense>, Vec<String>), CommandError> {
-    let mut parts: HashMap<TensorId, Dense> = HashMap::new();
-    for (&t, v) in inputs {
-        parts.insert(t, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.re).collect() });
-        if let Some((_, im)) = map.parts(t) {
-            parts.insert(im, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.im).collect() });
-        }
-    }
+    let parts = map.split(inputs);
     let (got, mut extra) = exec(&parts)?;
     let mut outputs = HashMap::new();
     for t in hir.unit_outputs(u) {
-        let re = got.get(&t).ok_or_else(|| fail("E0712", "internal: an output's real part is missing", None))?;
-        let im = match map.parts(t) {
-            Some((_, im)) => Some(
-                got.get(&im).ok_or_else(|| fail("E0712", "internal: an output's imaginary part is missing", None))?,
-            ),
-            None => None,
-        };
-        outputs.insert(t, join(re, im));
+        let value = map.join(t, &got).ok_or_else(|| fail("E0712", "internal: a part of an output is missing", None))?;
+        outputs.insert(t, value);
     }
     if check {
         let want = ci::run_unit(hir, u, inputs).map_err(interp_error)?;

@@ -38,6 +38,48 @@ impl ComplexMap {
     pub fn parts(&self, t: TensorId) -> Option<(TensorId, TensorId)> {
         self.im.get(&t).map(|&im| (t, im))
     }
+
+    /// Complex values as the lowered program takes them: each real part under the
+    /// source tensor's id, each imaginary part (of a complex tensor) under its own.
+    pub fn split(
+        &self,
+        values: &HashMap<TensorId, crate::interp_complex::CDense>,
+    ) -> HashMap<TensorId, crate::tensor::Dense> {
+        use crate::tensor::Dense;
+        let mut parts = HashMap::new();
+        for (&t, v) in values {
+            parts.insert(t, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.re).collect() });
+            if let Some((_, im)) = self.parts(t) {
+                parts.insert(im, Dense { shape: v.shape.clone(), data: v.data.iter().map(|z| z.im).collect() });
+            }
+        }
+        parts
+    }
+
+    /// Source tensor `t`'s complex value from the lowered program's `parts`;
+    /// `None` when one of them is missing.
+    pub fn join(
+        &self,
+        t: TensorId,
+        parts: &HashMap<TensorId, crate::tensor::Dense>,
+    ) -> Option<crate::interp_complex::CDense> {
+        let re = parts.get(&t)?;
+        let im = match self.parts(t) {
+            Some((_, im)) => Some(parts.get(&im)?),
+            None => None,
+        };
+        Some(join_parts(re, im))
+    }
+}
+
+/// Complex values from their parts (`im` absent: a real tensor, imaginary part 0).
+pub fn join_parts(re: &crate::tensor::Dense, im: Option<&crate::tensor::Dense>) -> crate::interp_complex::CDense {
+    use crate::interp_complex::{CDense, C};
+    let data = match im {
+        Some(im) => re.data.iter().zip(&im.data).map(|(&r, &i)| C::new(r, i)).collect(),
+        None => re.data.iter().map(|&r| C::new(r, 0.0)).collect(),
+    };
+    CDense { shape: re.shape.clone(), data }
 }
 
 /// The real program equivalent to `hir` (a clone when it has no complex tensor).

@@ -83,3 +83,26 @@ pub fn which(program: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success())
 }
+
+/// Whether gcc is here; under CI it must be (a test that would skip fails instead).
+pub fn gcc_available() -> bool {
+    let gcc = std::process::Command::new("gcc").arg("--version").output().is_ok_and(|o| o.status.success());
+    assert!(gcc || std::env::var_os("CI").is_none(), "gcc is required under CI");
+    gcc
+}
+
+/// Compiles `source` as `dir/drv.c` against the library `lib{lib}.so` in `dir`
+/// (strict warnings), runs it there and asserts it exits 0; its output.
+pub fn run_c_driver(dir: &std::path::Path, lib: &str, source: &str) -> std::process::Output {
+    std::fs::write(dir.join("drv.c"), source).unwrap();
+    let cc = std::process::Command::new("gcc")
+        .current_dir(dir)
+        .args(["-O1", "-Wall", "-Werror", "-o", "drv", "drv.c", "-I.", "-L.", &format!("-l{lib}"), "-lm"])
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let run = std::process::Command::new(dir.join("drv")).current_dir(dir).output().unwrap();
+    assert!(run.status.success(), "{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    run
+}
