@@ -19,19 +19,19 @@ import argparse
 import ctypes
 import os
 import subprocess
+import sys
 import tempfile
-import time
 
 import numpy as np
 
 
+sys.path.insert(0, os.path.dirname(__file__))
+from bench import best_time  # noqa: E402
+
+
 def best(f, repeat):
-    t = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f()
-        t = min(t, time.perf_counter() - t0)
-    return t
+    """The best wall time of `repeat` calls (bench.py's timing loop)."""
+    return best_time(f, repeat)[0]
 
 
 def main():
