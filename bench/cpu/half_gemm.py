@@ -58,6 +58,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--sizes", default="256,1024,2048")
     args = ap.parse_args()
+    # The libraries are built from a temporary directory: the path must not be relative.
+    args.tcc = os.path.abspath(args.tcc)
     os.environ["TCC_NUM_THREADS"] = str(args.threads)
     from threadpoolctl import threadpool_limits
 
