@@ -652,8 +652,8 @@ enum Command {
         /// (under mpirun; needs a build with `--features mpi`).
         #[arg(long, value_enum)]
         backend: Option<RunBackend>,
-        /// How ranks claim tile tasks (default dynamic; sliced runs on ranks deal
-        /// slices in blocks and refuse it).
+        /// How ranks or a tiled run's threads claim tasks (default dynamic; elsewhere
+        /// it is an error, and sliced runs on ranks deal slices in blocks and refuse it).
         #[arg(long, value_enum)]
         schedule: Option<Schedule>,
         /// Print words and messages sent per rank after the report.
@@ -1456,7 +1456,10 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         unreachable!("cmd_run is called for `Run`")
     };
     let distributed = ranks.is_some() || backend.is_some() || plan;
-    if let Err(e) = check_run_options(distributed, interp, check, repeat, target_cpu.is_some()) {
+    let claims_tasks = tiled || (distributed && !plan);
+    if let Err(e) =
+        check_run_options(distributed, interp, check, repeat, target_cpu.is_some(), schedule.is_some() && !claims_tasks)
+    {
         return ctx.error(&e);
     }
     if fusion.given() && (interp || target == TargetKind::Cuda) {
@@ -1691,14 +1694,24 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
 /// `--repeat 0`; E0756 `--interp`, `--check`, `--repeat` or `--target-cpu` with a
 /// distributed run (ranks run their own executor); E0757 a `TCC_NUM_THREADS` that
 /// is not a positive integer (generated libraries ignore such a value instead);
-/// E0660 a `TCC_TASK_SETS` other than `0`, `1`, `off`, `on`.
+/// E0660 a `TCC_TASK_SETS` other than `0`, `1`, `off`, `on`. Also E0756 for
+/// `--schedule` where no tasks are claimed (`unclaimed_schedule`: neither
+/// `--tiled` nor ranks without `--plan`).
 fn check_run_options(
     distributed: bool,
     interp: bool,
     check: bool,
     repeat: usize,
     target_cpu: bool,
+    unclaimed_schedule: bool,
 ) -> Result<(), CommandError> {
+    if unclaimed_schedule {
+        return Err(CommandError::new(
+            "E0756",
+            "--schedule does not apply here: it says how ranks or tiled runs claim tasks",
+            Some("use it with --tiled or --ranks N (without --plan), or drop it".into()),
+        ));
+    }
     if repeat == 0 {
         return Err(CommandError::new(
             "E0755",

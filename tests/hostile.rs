@@ -110,6 +110,18 @@ fn meaningless_run_options_are_errors() {
         assert!(err.contains(extra[0]), "{err}");
     }
     fails_with(tcc().arg("run").arg(&m).args(["--plan", "--check"]), "E0756");
+    // --schedule says how ranks or tiled runs claim tasks: elsewhere it did nothing.
+    for extra in [
+        &["--schedule", "static"][..],
+        &["--schedule", "dynamic", "--plan", "--ranks", "2"],
+        &["--schedule", "static", "--interp"],
+    ] {
+        let err = fails_with(tcc().arg("run").arg(&m).args(extra), "E0756");
+        assert!(err.contains("--schedule"), "{err}");
+    }
+    for extra in [&["--schedule", "static", "--tiled"][..], &["--schedule", "static", "--ranks", "2"]] {
+        tcc().arg("run").arg(&m).args(extra).assert().success();
+    }
     for bad in ["garbage", "0", "-1", ""] {
         let err = fails_with(tcc().arg("run").arg(&m).env("TCC_NUM_THREADS", bad), "E0757");
         assert!(err.contains("TCC_NUM_THREADS"), "{err}");
