@@ -30,7 +30,9 @@ const CUBLAS: Option<GemmKind> = Some(GemmKind::Cublas);
 const TILED: Option<GemmKind> = Some(GemmKind::Tiled);
 /// A tile far smaller than the real ones: small test sizes then span several
 /// blocks, partial tiles and many reduction steps.
-const TINY: TileCfg = TileCfg { bm: 16, bn: 8, bk: 4, tm: 2, tn: 2 };
+const TINY: TileCfg = TileCfg { bm: 16, bn: 8, bk: 4, tm: 2, tn: 2, mma: false };
+/// The smallest f64 tensor-core tile: 2 × 2 warps of one 8 × 8 piece each.
+const TINY_MMA: TileCfg = TileCfg { bm: 16, bn: 16, bk: 8, tm: 8, tn: 8, mma: true };
 
 fn all_options() -> Vec<GpuOptions> {
     vec![
@@ -274,13 +276,20 @@ fn tiled_kernels_match_the_interpreter() {
         ("ik,k->i", &[('i', 19), ('k', 23)]),
         ("i,j->ij", &[('i', 19), ('j', 23)]),
     ];
-    let tiles = [TINY, TileCfg::CANDIDATES[0], TileCfg::CANDIDATES[1], TileCfg::CANDIDATES[2]];
+    let mut tiles = vec![TINY, TINY_MMA];
+    tiles.extend(TileCfg::CANDIDATES);
     for (spec, sizes) in cases {
         for elem in ["f64", "f32"] {
             let hir = compile(&einsum_src(spec, sizes, elem));
-            for tile in tiles {
+            for tile in tiles.iter().copied() {
                 let o = GpuOptions { gemm: TILED, tile: Some(tile), ..Default::default() };
-                assert_eq!(chosen_kinds(&plan(&hir, &[UnitId::new(0)], &o).unwrap()), vec![GemmKind::Tiled], "{spec}");
+                let kinds = chosen_kinds(&plan(&hir, &[UnitId::new(0)], &o).unwrap());
+                if tile.mma && elem == "f32" {
+                    // Tensor-core tiles are f64 only: another kind runs.
+                    assert_ne!(kinds, vec![GemmKind::Tiled], "{spec} f32 {tile:?}");
+                    continue;
+                }
+                assert_eq!(kinds, vec![GemmKind::Tiled], "{spec}");
                 check(&hir, UnitId::new(0), &o).unwrap_or_else(|e| panic!("{spec} {elem} {tile:?}: {e}"));
             }
         }
@@ -290,7 +299,7 @@ fn tiled_kernels_match_the_interpreter() {
         input tensor A[i,k] : f32; input tensor B[j,k] : f64; output tensor C[i,j] : f64;\n\
         C[i,j] = 0.5 * tanh(A[i,k]) * B[j,k];\nC[i,j] += -2.0 * A[i,k] * exp(B[j,k]);\n";
     let hir = compile(src);
-    for tile in tiles {
+    for tile in tiles.iter().copied() {
         let o = GpuOptions { gemm: TILED, tile: Some(tile), ..Default::default() };
         assert_eq!(chosen_kinds(&plan(&hir, &[UnitId::new(0)], &o).unwrap()), vec![GemmKind::Tiled; 2]);
         check(&hir, UnitId::new(0), &o).unwrap_or_else(|e| panic!("{tile:?}: {e}"));
@@ -343,19 +352,29 @@ fn kept_alternatives_can_be_forced() {
 #[test]
 fn tiled_ptx_uses_shared_memory_and_barriers() {
     let hir = compile(&einsum_src("bik,bkj->bij", &[('b', 3), ('i', 300), ('j', 200), ('k', 100)], "f64"));
-    let p = plan(&hir, &[UnitId::new(0)], &GpuOptions { gemm: TILED, ..Default::default() }).unwrap();
-    let ptx = emit_ptx(&p).unwrap();
-    let k = p.kernels.iter().find(|k| k.tiled.is_some()).unwrap();
-    let at = ptx.find(&format!(".visible .entry {}(", k.name)).unwrap();
-    let body = &ptx[at..];
-    let t = k.tiled.as_ref().unwrap();
-    assert!(body.contains(&format!(".maxntid {}, 1, 1", t.cfg.threads())), "{body}");
-    assert!(ptx.contains(".shared .align 16 .b8"), "{ptx}");
-    assert!(body.contains("bar.sync"), "{body}");
-    assert!(body.contains("ld.shared.f64") || body.contains("ld.shared.v2.f64"), "{body}");
-    assert!(body.contains("fma.rn.f64"), "{body}");
-    assert!(body.contains("%ctaid.z"), "{body}");
-    assert!(!body.contains("local"), "accumulators spilled to local memory:\n{body}");
+    // Plain FMAs, and f64 tensor cores (mma.sync m8n8k4, two accumulators of each 8 × 8 piece).
+    for mma in [false, true] {
+        let p = plan(&hir, &[UnitId::new(0)], &GpuOptions { gemm: TILED, mma: Some(mma), ..Default::default() }).unwrap();
+        let ptx = emit_ptx(&p).unwrap();
+        let k = p.kernels.iter().find(|k| k.tiled.is_some()).unwrap();
+        let at = ptx.find(&format!(".visible .entry {}(", k.name)).unwrap();
+        let body = &ptx[at..];
+        let t = k.tiled.as_ref().unwrap();
+        assert_eq!(t.cfg.mma, mma);
+        assert!(body.contains(&format!(".maxntid {}, 1, 1", t.cfg.threads())), "{body}");
+        assert!(ptx.contains(".shared .align 16 .b8"), "{ptx}");
+        assert!(body.contains("bar.sync"), "{body}");
+        assert!(body.contains("ld.shared.f64") || body.contains("ld.shared.v2.f64"), "{body}");
+        if mma {
+            let n = body.matches("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64").count() as u64;
+            let per_step = (t.cfg.tm / 8) * (t.cfg.tn / 8) * (t.cfg.bk / 4);
+            assert!(n >= per_step, "{n} mma.sync for {per_step} per step:\n{body}");
+        } else {
+            assert!(body.contains("fma.rn.f64"), "{body}");
+        }
+        assert!(body.contains("%ctaid.z"), "{body}");
+        assert!(!body.contains("local"), "accumulators spilled to local memory:\n{body}");
+    }
 }
 
 /// The cost model against the fastest implementation measured on the H200 for

@@ -1,10 +1,17 @@
 #!/bin/bash
-# Device run of issue 19: the held-out CC suite (bench/gpu/cc_suite.py) against
-# torch.einsum and cupy.einsum in one run, every output checked against torch's,
-# tcc-gpu also timing cuBLAS and tiled kernels forced; then cuBLAS writing the
-# permuted outputs in place against cuBLAS through a scratch matrix. Run from the
-# folder bench/gpu/cc_prepare.sh filled (`OUT=... bash cc_device_run.sh`);
-# writes $OUT/device_log.txt, $OUT/cc_results.md, $OUT/cc.json.
+# Device run of issue 19, from the folder bench/gpu/cc_prepare.sh filled
+# (`OUT=... bash cc_device_run.sh`):
+#   1. the examples and 120 random programs checked against the interpreter
+#      with the cost model's plans and with f64 tensor-core tiles forced;
+#      registers and spills of the tensor-core kernels (ptxas -v, sm_90);
+#   2. the held-out CC suite (cc_suite.py) against torch.einsum and
+#      cupy.einsum in one run, every output checked against torch's, tcc-gpu
+#      also timing cuBLAS and tiled kernels forced;
+#   3. per case: tiled without tensor cores (cc_fma) and each tensor-core tile
+#      shape (cc_mmaN), tiled forced, best of 5;
+#   4. cuBLAS writing permuted outputs in place against via scratch.
+# Writes $OUT/device_log.txt, $OUT/cc_results.md, $OUT/cc.json.
+# STAGES (default "1 2 3 4") picks stages.
 set -u
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/g19out}; mkdir -p $OUT
@@ -21,17 +28,54 @@ PY
 export LD_LIBRARY_PATH=${LIBS}:${LD_LIBRARY_PATH:-}
 chmod +x tcc-gpu
 nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.max.sm --format=csv,noheader
+STAGES=${STAGES:-1 2 3 4}
 t0=$SECONDS
-echo "== cc suite (auto plan; variants cublas, tiled forced)"
-PYTHONUNBUFFERED=1 timeout ${SUITE_TIMEOUT:-330} python3 cc_suite.py run --dir cc --tcc-gpu ./tcc-gpu --repeat ${REPEAT:-10} \
-  --variants cublas,tiled --tmp ${TMPDIR:-/tmp} --out $OUT/cc_results.md --json $OUT/cc.json ${ONLY:+--only $ONLY}
-echo "== suite took $((SECONDS - t0)) s"
-echo "== cuBLAS in place vs scratch (best of 5, device time; plans built with TCC_GPU_IN_PLACE=1 / 0)"
-for k in $(seq 0 ${LAST:-30}); do
-  [ $((SECONDS - t0)) -gt ${CMP_DEADLINE:-480} ] && { echo "stopped: time"; break; }
-  n=$(python3 -c "import json;print(json.load(open('cc/manifest.json'))['cases'][$k]['name'])")
-  a=$(timeout 30 ./tcc-gpu cc_inplace/cc$k.tc --repeat 5 --gpu-gemm cublas 2>&1 | grep -oE "time = [0-9.]+ ms" | head -1)
-  b=$(timeout 30 ./tcc-gpu cc_scratch/cc$k.tc --repeat 5 --gpu-gemm cublas 2>&1 | grep -oE "time = [0-9.]+ ms" | head -1)
-  echo "$n | in place: $a | scratch: $b"
-done
+stage() { [[ " $STAGES " == *" $1 "* ]]; }
+if stage 1; then
+  echo "== 1. checks against the interpreter"
+  for d in auto mma_tiny mma_big; do
+    g=$([ $d = auto ] && echo auto || echo tiled)
+    for s in examples random; do
+      timeout 120 ./tcc-gpu src/$s/*.tc --ptx-dir checks/$d --gpu-gemm $g --check --keep-going 2>&1 |
+        grep -E "^(FAIL|tcc-gpu)" | sed "s/^/[$s $d] /"
+    done
+  done
+  PTXAS=$(command -v ptxas || ls /usr/local/cuda*/bin/ptxas 2>/dev/null | head -1)
+  for d in cc_mma0 cc_mma1 cc_mma2 cc_fma; do
+    echo "-- ptxas -v, $d/cc0.ptx"
+    $PTXAS -arch=sm_90 -v $d/cc0.ptx -o /dev/null 2>&1 | grep -E "registers|spill" | head -4
+  done
+  echo "== checks took $((SECONDS - t0)) s"
+fi
+if stage 2; then
+  echo "== 2. cc suite (auto plan; variants cublas, tiled forced)"
+  PYTHONUNBUFFERED=1 timeout ${SUITE_TIMEOUT:-330} python3 cc_suite.py run --dir cc --tcc-gpu ./tcc-gpu --repeat ${REPEAT:-10} \
+    --variants cublas,tiled --tmp ${TMPDIR:-/tmp} --out $OUT/cc_results.md --json $OUT/cc.json ${ONLY:+--only $ONLY}
+  echo "== suite done at $((SECONDS - t0)) s"
+fi
+if stage 3; then
+  echo "== 3. tiled forced: without tensor cores, and each tensor-core shape (best of 5, device time)"
+  for k in $(seq 0 ${LAST:-30}); do
+    [ $((SECONDS - t0)) -gt ${TILE_DEADLINE:-520} ] && { echo "stopped: time"; break; }
+    [ -f cc/cc$k.tc ] || break
+    n=$(python3 -c "import json;print(json.load(open('cc/manifest.json'))['cases'][$k]['name'])")
+    line="$n"
+    for d in cc_fma cc_mma0 cc_mma1 cc_mma2; do
+      t=$(timeout 30 ./tcc-gpu $d/cc$k.tc --repeat 5 --gpu-gemm tiled 2>&1 | grep -oE "time = [0-9.]+ ms" | head -1)
+      line="$line | $d: $t"
+    done
+    echo "$line"
+  done
+fi
+if stage 4; then
+  echo "== 4. cuBLAS in place vs scratch (best of 5, device time)"
+  for k in $(seq 0 ${LAST:-30}); do
+    [ $((SECONDS - t0)) -gt ${CMP_DEADLINE:-560} ] && { echo "stopped: time"; break; }
+    [ -f cc/cc$k.tc ] || break
+    n=$(python3 -c "import json;print(json.load(open('cc/manifest.json'))['cases'][$k]['name'])")
+    a=$(timeout 30 ./tcc-gpu cc_inplace/cc$k.tc --repeat 5 --gpu-gemm cublas 2>&1 | grep -oE "time = [0-9.]+ ms" | head -1)
+    b=$(timeout 30 ./tcc-gpu cc_scratch/cc$k.tc --repeat 5 --gpu-gemm cublas 2>&1 | grep -oE "time = [0-9.]+ ms" | head -1)
+    echo "$n | in place: $a | scratch: $b"
+  done
+fi
 echo "== total $((SECONDS - t0)) s"

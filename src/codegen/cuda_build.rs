@@ -36,13 +36,19 @@ pub fn build_ptx(
             None => return Err(fail("E0702", format!("no program or model named `{name}`"), None)),
         },
     };
-    // TCC_GPU_TILE=bm,bn,bk,tm,tn (benchmarks): one tile shape for every tiled kernel.
+    // TCC_GPU_TILE=bm,bn,bk,tm,tn[,mma] (benchmarks): one tile shape for every
+    // tiled kernel; `mma` for f64 tensor cores (tm × tn is then a warp's tile).
     let tile = match std::env::var("TCC_GPU_TILE") {
         Ok(v) => {
-            let x: Vec<u64> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+            let mut parts: Vec<&str> = v.split(',').map(str::trim).collect();
+            let mma = parts.last() == Some(&"mma");
+            if mma {
+                parts.pop();
+            }
+            let x: Vec<Option<u64>> = parts.iter().map(|x| x.parse().ok()).collect();
             match x[..] {
-                [bm, bn, bk, tm, tn] => Some(TileCfg { bm, bn, bk, tm, tn }),
-                _ => return Err(fail("E0732", format!("TCC_GPU_TILE=`{v}` is not bm,bn,bk,tm,tn"), None)),
+                [Some(bm), Some(bn), Some(bk), Some(tm), Some(tn)] => Some(TileCfg { bm, bn, bk, tm, tn, mma }),
+                _ => return Err(fail("E0732", format!("TCC_GPU_TILE=`{v}` is not bm,bn,bk,tm,tn[,mma]"), None)),
             }
         }
         Err(_) => opts.tile,
@@ -55,7 +61,15 @@ pub fn build_ptx(
         Ok(v) => return Err(fail("E0732", format!("TCC_GPU_IN_PLACE=`{v}` is not 1 or 0"), None)),
         Err(_) => opts.in_place,
     };
-    let opts = GpuOptions { keep_alternatives: true, tile, in_place, ..opts.clone() };
+    // TCC_GPU_MMA=1|0 (benchmarks): f64 tiled kernels on tensor cores always /
+    // never (default: the cost model decides among the tile shapes).
+    let mma = match std::env::var("TCC_GPU_MMA").as_deref() {
+        Ok("1") => Some(true),
+        Ok("0") => Some(false),
+        Ok(v) => return Err(fail("E0732", format!("TCC_GPU_MMA=`{v}` is not 1 or 0"), None)),
+        Err(_) => opts.mma,
+    };
+    let opts = GpuOptions { keep_alternatives: true, tile, in_place, mma, ..opts.clone() };
     let (plan, ptx) = nvptx::ptx_for(hir, &units, &opts).map_err(|e| fail("E0712", e.0, None))?;
     let write = |p: &Path, s: &str| {
         std::fs::write(p, s).map_err(|e| fail("E0714", format!("cannot write `{}`: {e}", p.display()), None))

@@ -407,7 +407,7 @@ fn check_gpu(hir: &Hir, seed: u64, opts: &super::nvptx::GpuOptions) -> Result<()
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 100, failure_persistence: None, ..ProptestConfig::default() })]
     /// Every binary contraction of a random program through a tiled kernel
     /// (tiny tiles: several blocks, partial tiles, many reduction steps), or
     /// the cost model's choice.
@@ -415,10 +415,17 @@ proptest! {
     fn random_programs_gpu_tiled_equal_the_interpreter(seed in any::<u64>()) {
         use super::nvptx::{GemmKind, GpuOptions, TileCfg};
         let hir = random_program(seed);
-        let tiny = TileCfg { bm: 8, bn: 16, bk: 2, tm: 2, tn: 4 };
-        let opts = match seed % 3 {
+        let tiny = TileCfg { bm: 8, bn: 16, bk: 2, tm: 2, tn: 4, mma: false };
+        // Tensor cores (f64): 2 × 2 warps of 8 × 16, and 2 × 1 warps of 8 × 16
+        // (block-relative warp origins, fragments, partial tiles).
+        let mma = [
+            TileCfg { bm: 16, bn: 32, bk: 8, tm: 8, tn: 16, mma: true },
+            TileCfg { bm: 16, bn: 16, bk: 4, tm: 8, tn: 16, mma: true },
+        ];
+        let opts = match seed % 5 {
             0 => GpuOptions { gemm: Some(GemmKind::Tiled), tile: Some(tiny), ..GpuOptions::default() },
             1 => GpuOptions { gemm: Some(GemmKind::Tiled), mem_limit: Some(0), ..GpuOptions::default() },
+            2 | 3 => GpuOptions { gemm: Some(GemmKind::Tiled), tile: Some(mma[(seed % 5 - 2) as usize]), ..GpuOptions::default() },
             _ => GpuOptions::default(),
         };
         if let Err(e) = check_gpu(&hir, seed, &opts) {
@@ -460,6 +467,26 @@ fn random_programs_have_tiled_contractions() {
         })
         .sum();
     assert!(tiled >= 30, "{tiled} tiled kernels in 100 random programs");
+}
+
+/// ... and f64 tensor-core tiles when one is forced (the property test above
+/// forces two), which f32 contractions refuse.
+#[test]
+fn random_programs_have_tensor_core_contractions() {
+    use super::nvptx::{GemmKind, GpuOptions, TileCfg};
+    let tile = TileCfg { bm: 16, bn: 32, bk: 8, tm: 8, tn: 16, mma: true };
+    let opts = GpuOptions { gemm: Some(GemmKind::Tiled), tile: Some(tile), ..GpuOptions::default() };
+    let mma: usize = (0..100u64)
+        .map(|seed| {
+            let hir = random_program(seed);
+            let p = super::nvptx::plan(&hir, &[UnitId::new(0)], &opts).unwrap();
+            for k in p.kernels.iter().filter(|k| k.tiled.is_some()) {
+                assert_eq!(k.elem, super::nvptx::Elem::F64, "seed {seed}: a tensor-core tile for {:?}", k.elem);
+            }
+            p.kernels.iter().filter(|k| k.tiled.as_ref().is_some_and(|t| t.cfg.mma)).count()
+        })
+        .sum();
+    assert!(mma >= 30, "{mma} tensor-core kernels in 100 random programs");
 }
 
 /// The most fused nests (`--fuse max`): temporaries sliced by shared

@@ -54,13 +54,16 @@ const STRIDED_COPY: f64 = 0.5;
 /// blocks as fit), measured on the H200 (bench/gpu/results.md). The plain FP64
 /// peak is 33.5 TFLOP/s, FP32 67.
 const MEASURED: [(TileCfg, Elem, u64, f64); 6] = [
-    (TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 }, Elem::F64, 246, 16.7e12),
-    (TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 }, Elem::F32, 153, 20.2e12),
-    (TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4 }, Elem::F64, 128, 10.5e12),
-    (TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4 }, Elem::F32, 113, 24.1e12),
-    (TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 }, Elem::F64, 126, 16.6e12),
-    (TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 }, Elem::F32, 80, 28.0e12),
+    (TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8, mma: false }, Elem::F64, 246, 16.7e12),
+    (TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8, mma: false }, Elem::F32, 153, 20.2e12),
+    (TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4, mma: false }, Elem::F64, 128, 10.5e12),
+    (TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4, mma: false }, Elem::F32, 113, 24.1e12),
+    (TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4, mma: false }, Elem::F64, 126, 16.6e12),
+    (TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4, mma: false }, Elem::F32, 80, 28.0e12),
 ];
+/// What generated f64 tensor-core kernels can reach with large warp tiles
+/// (about 70 % of the H200's DMMA peak of 67 TFLOP/s; a guess until measured).
+const MMA_F64: f64 = 47e12;
 /// Each block's prologue (first tiles) and epilogue (stores of C) cost about
 /// as much as this many reduction steps (fitted to k = 40 … 2000).
 const TILE_OVERHEAD_STEPS: f64 = 4.0;
@@ -75,6 +78,13 @@ fn measured(e: Elem, cfg: &TileCfg) -> Option<(u64, f64)> {
 pub fn tiled_rate(e: Elem, cfg: &TileCfg) -> f64 {
     if let Some((_, r)) = measured(e, cfg) {
         return r;
+    }
+    if cfg.mma {
+        // f64 tensor cores (DMMA peak 67 TFLOP/s): shared-memory fragment loads
+        // per mma.sync fall with the warp tile (one A and one B fragment per
+        // 8-row and 8-column piece). A guess until measured.
+        let (pm, pn) = ((cfg.tm / super::tiled::MMA_M) as f64, (cfg.tn / super::tiled::MMA_N) as f64);
+        return MMA_F64 * (pm * pn) / (pm * pn + pm + pn);
     }
     let per_thread = (cfg.tm * cfg.tn) as f64;
     let eff = per_thread / (per_thread + 2.0 * (cfg.tm + cfg.tn) as f64);
@@ -91,8 +101,8 @@ pub fn blocks_per_sm(e: Elem, cfg: &TileCfg) -> u64 {
     let w = (e.bytes() / 4) as u64;
     let nt = cfg.threads();
     let staged = (cfg.bm + cfg.bn) * cfg.bk / nt;
-    let regs =
-        measured(e, cfg).map(|m| m.0).unwrap_or(((cfg.tm * cfg.tn + cfg.tm + cfg.tn + staged) * w + 40).min(255));
+    let fragments = if cfg.mma { cfg.tm / super::tiled::MMA_M + cfg.tn / super::tiled::MMA_N } else { cfg.tm + cfg.tn };
+    let regs = measured(e, cfg).map(|m| m.0).unwrap_or(((cfg.per_thread() + fragments + staged) * w + 40).min(255));
     let by_regs = 65536 / (regs * nt);
     let by_shared = (228 << 10) / cfg.shared_bytes(e).max(1);
     by_regs.min(by_shared).min(2048 / nt).clamp(1, 32)

@@ -463,6 +463,10 @@ pub struct GpuOptions {
     /// wherever that applies, `Some(false)` never (a scratch matrix copied into
     /// C), `None` whichever the cost model predicts faster.
     pub in_place: Option<bool>,
+    /// f64 tiled kernels on tensor cores: `Some(true)` always (where a
+    /// tensor-core tile shape applies), `Some(false)` never, `None` whichever
+    /// tile shape the cost model predicts faster.
+    pub mma: Option<bool>,
 }
 
 pub const DEFAULT_GPU_MEM_LIMIT: u64 = 16 << 30;

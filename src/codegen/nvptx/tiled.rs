@@ -40,8 +40,10 @@ pub struct Dim {
     pub b: u64,
 }
 
-/// Block tile `bm × bn`, reduction step `bk`, thread tile `tm × tn`; the block
-/// has `(bm/tm)·(bn/tn)` threads.
+/// Block tile `bm × bn`, reduction step `bk`, and either a thread tile `tm × tn`
+/// (FMA: the block has `(bm/tm)·(bn/tn)` threads) or, with `mma`, a warp tile
+/// `tm × tn` computed by f64 tensor-core instructions (`mma.sync` m8n8k4: the
+/// block has `(bm/tm)·(bn/tn)` warps of 32 threads).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TileCfg {
     pub bm: u64,
@@ -49,21 +51,49 @@ pub struct TileCfg {
     pub bk: u64,
     pub tm: u64,
     pub tn: u64,
+    /// f64 tensor cores (DMMA); `tm × tn` is then a warp's tile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mma: bool,
 }
 
+/// Shape of one `mma.sync.m8n8k4` f64 instruction: `M × N` outputs, `K` summed.
+pub const MMA_M: u64 = 8;
+pub const MMA_N: u64 = 8;
+pub const MMA_K: u64 = 4;
+const WARP: u64 = 32;
+
 impl TileCfg {
-    /// The shapes the planner chooses from (by predicted time, [`cost`]).
-    pub const CANDIDATES: [TileCfg; 3] = [
-        TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 },
-        TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4 },
-        TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 },
+    /// The shapes the planner chooses from (by predicted time, [`cost`]); the
+    /// tensor-core shapes are valid for f64 only.
+    pub const CANDIDATES: [TileCfg; 6] = [
+        TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8, mma: false },
+        TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4, mma: false },
+        TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4, mma: false },
+        TileCfg { bm: 128, bn: 128, bk: 8, tm: 64, tn: 32, mma: true },
+        TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true },
+        TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true },
     ];
     pub fn threads(&self) -> u64 {
-        (self.bm / self.tm) * (self.bn / self.tn)
+        let tiles = (self.bm / self.tm) * (self.bn / self.tn);
+        if self.mma {
+            tiles * WARP
+        } else {
+            tiles
+        }
     }
-    /// Whether the generator supports it: whole thread tiles, every thread loads
-    /// the same number of elements of each tile, at most 1024 threads, 48 KiB of
-    /// shared memory.
+    /// Accumulators per thread: the thread tile, or with `mma` two outputs of
+    /// each 8 × 8 piece of the warp tile.
+    pub fn per_thread(&self) -> u64 {
+        if self.mma {
+            2 * (self.tm / MMA_M) * (self.tn / MMA_N)
+        } else {
+            self.tm * self.tn
+        }
+    }
+    /// Whether the generator supports it: whole thread (warp) tiles, every
+    /// thread loads the same number of elements of each tile, at most 1024
+    /// threads, 48 KiB of shared memory; tensor cores only for f64, with warp
+    /// tiles of whole 8 × 8 pieces and steps of whole k = 4 slices.
     pub fn valid(&self, e: Elem) -> bool {
         let nt = self.threads();
         [self.bm, self.bn, self.bk, self.tm, self.tn].iter().all(|&x| x > 0)
@@ -72,16 +102,26 @@ impl TileCfg {
             && nt <= 1024
             && (self.bm * self.bk).is_multiple_of(nt)
             && (self.bn * self.bk).is_multiple_of(nt)
-            && self.tm * self.tn <= 256
+            && self.per_thread() <= 256
             && self.shared_bytes(e) <= 48 << 10
+            && (!self.mma
+                || (e == Elem::F64
+                    && self.tm.is_multiple_of(MMA_M)
+                    && self.tn.is_multiple_of(MMA_N)
+                    && self.bk.is_multiple_of(MMA_K)))
     }
-    /// Row padding of the shared tiles (16 bytes: fewer bank conflicts when
-    /// threads store along k, rows stay 16-byte aligned).
-    fn pad(e: Elem) -> u64 {
-        16 / e.bytes() as u64
+    /// Row padding of the shared tiles: 16 bytes (fewer bank conflicts when
+    /// threads store along k, rows stay 16-byte aligned); 4 f64 for tensor
+    /// cores, so that the four k rows of a fragment load fall in distinct banks.
+    fn pad(&self, e: Elem) -> u64 {
+        if self.mma {
+            4
+        } else {
+            16 / e.bytes() as u64
+        }
     }
     pub fn shared_bytes(&self, e: Elem) -> u64 {
-        2 * self.bk * (self.bm + self.bn + 2 * Self::pad(e)) * e.bytes() as u64
+        2 * self.bk * (self.bm + self.bn + 2 * self.pad(e)) * e.bytes() as u64
     }
 }
 
@@ -186,7 +226,7 @@ impl Planner<'_> {
                 let sizes = t.sizes();
                 let best = TileCfg::CANDIDATES
                     .into_iter()
-                    .filter(|x| x.valid(elem))
+                    .filter(|x| x.valid(elem) && self.opts.mma.is_none_or(|m| m == x.mma))
                     .min_by(|x, y| cost::tiled_time(elem, x, sizes).total_cmp(&cost::tiled_time(elem, y, sizes)));
                 match best {
                     Some(x) => x,
@@ -295,6 +335,164 @@ impl<'ctx> Gen<'_, 'ctx> {
         Ok(())
     }
 
+    /// The block-relative rows and columns of C this thread accumulates;
+    /// accumulator `i · cols.len() + j` holds row `i`, column `j`. FMA: rows
+    /// `ty·tm + i`, columns `tx + j·(bn/tn)`. Tensor cores: the m8n8k4 output
+    /// fragment of each 8 × 8 piece of the warp's tile (row `lane / 4`, columns
+    /// `2·(lane % 4) + {0, 1}`, PTX ISA "matrix fragments for mma.m8n8k4").
+    fn thread_outputs(
+        &self,
+        cfg: &TileCfg,
+        tid: IntValue<'ctx>,
+    ) -> Result<(Vec<IntValue<'ctx>>, Vec<IntValue<'ctx>>), CodegenError> {
+        let (mut rows, mut cols) = (Vec::new(), Vec::new());
+        if cfg.mma {
+            let (wm0, wn0, g, q) = self.warp_coords(cfg, tid)?;
+            let row0 = self.b.build_int_add(wm0, g, "r0")?;
+            for i in 0..cfg.tm / MMA_M {
+                rows.push(self.b.build_int_add(row0, self.i64c(i * MMA_M), "r")?);
+            }
+            let col0 = self.b.build_int_add(wn0, self.b.build_int_mul(q, self.i64c(2), "q2")?, "c0")?;
+            for j in 0..cfg.tn / MMA_N {
+                for r in 0..2 {
+                    cols.push(self.b.build_int_add(col0, self.i64c(j * MMA_N + r), "c")?);
+                }
+            }
+        } else {
+            let tx_n = cfg.bn / cfg.tn;
+            let tx = self.b.build_int_unsigned_rem(tid, self.i64c(tx_n), "tx")?;
+            let ty = self.b.build_int_unsigned_div(tid, self.i64c(tx_n), "ty")?;
+            let row0 = self.b.build_int_mul(ty, self.i64c(cfg.tm), "r0")?;
+            for i in 0..cfg.tm {
+                rows.push(self.b.build_int_add(row0, self.i64c(i), "r")?);
+            }
+            for j in 0..cfg.tn {
+                cols.push(self.b.build_int_add(tx, self.i64c(j * tx_n), "c")?);
+            }
+        }
+        Ok((rows, cols))
+    }
+
+    /// A tensor-core thread's warp tile origin (`wm0`, `wn0`, block-relative)
+    /// and its fragment coordinates: group `lane / 4` and `lane % 4`.
+    #[allow(clippy::type_complexity)]
+    fn warp_coords(
+        &self,
+        cfg: &TileCfg,
+        tid: IntValue<'ctx>,
+    ) -> Result<(IntValue<'ctx>, IntValue<'ctx>, IntValue<'ctx>, IntValue<'ctx>), CodegenError> {
+        let warp = self.b.build_int_unsigned_div(tid, self.i64c(WARP), "warp")?;
+        let lane = self.b.build_int_unsigned_rem(tid, self.i64c(WARP), "lane")?;
+        let wx_n = cfg.bn / cfg.tn;
+        let wx = self.b.build_int_unsigned_rem(warp, self.i64c(wx_n), "wx")?;
+        let wy = self.b.build_int_unsigned_div(warp, self.i64c(wx_n), "wy")?;
+        Ok((
+            self.b.build_int_mul(wy, self.i64c(cfg.tm), "wm0")?,
+            self.b.build_int_mul(wx, self.i64c(cfg.tn), "wn0")?,
+            self.b.build_int_unsigned_div(lane, self.i64c(4), "grp")?,
+            self.b.build_int_unsigned_rem(lane, self.i64c(4), "qid")?,
+        ))
+    }
+
+    /// One reduction step of a tensor-core tile: for each k = 4 slice of the
+    /// step, each thread loads one element of A's fragment per 8-row piece
+    /// (row `lane / 4`, k `lane % 4`) and one of B's per 8-column piece (k
+    /// `lane % 4`, column `lane / 4`) from the shared tiles (`[k][m]`, `[k][n]`,
+    /// offsets `base` of the current buffer, row lengths `ld`), and the warp
+    /// multiplies every pair with `mma.sync.m8n8k4.f64`. On the host each thread
+    /// computes its own two outputs of every piece from the shared tiles: the
+    /// same sums, so the emulation checks the tiling and the output layout.
+    #[allow(clippy::too_many_arguments)]
+    fn mma_step(
+        &mut self,
+        cfg: &TileCfg,
+        tid: IntValue<'ctx>,
+        sh: [PointerValue<'ctx>; 2],
+        base: [IntValue<'ctx>; 2],
+        ld: [u64; 2],
+        fmuladd: inkwell::values::FunctionValue<'ctx>,
+        accs: &mut [FloatValue<'ctx>],
+    ) -> Result<(), CodegenError> {
+        let (wm0, wn0, g, q) = self.warp_coords(cfg, tid)?;
+        let (pm, pn) = (cfg.tm / MMA_M, cfg.tn / MMA_N);
+        let f64t = self.ctx.f64_type();
+        let a0 = self.b.build_int_add(base[0], self.b.build_int_add(wm0, g, "a0")?, "a0")?;
+        let b0 = self.b.build_int_add(base[1], self.b.build_int_add(wn0, g, "b0")?, "b0")?;
+        let load =
+            |s: &Self, arr: PointerValue<'ctx>, i: IntValue<'ctx>, c: u64| -> Result<FloatValue<'ctx>, CodegenError> {
+                let ix = s.b.build_int_add(i, s.i64c(c), "ix")?;
+                Ok(s.b.build_load(s.at(arr, ix)?, "f")?.into_float_value())
+            };
+        for k4 in (0..cfg.bk).step_by(MMA_K as usize) {
+            match self.mode {
+                Mode::Device => {
+                    // This thread's k row of the slice: k4 + lane % 4.
+                    let (qa, qb) = (
+                        self.b.build_int_add(a0, self.b.build_int_mul(q, self.i64c(ld[0]), "qa")?, "qa")?,
+                        self.b.build_int_add(b0, self.b.build_int_mul(q, self.i64c(ld[1]), "qb")?, "qb")?,
+                    );
+                    let mut af = Vec::new();
+                    for i in 0..pm {
+                        af.push(load(self, sh[0], qa, k4 * ld[0] + i * MMA_M)?);
+                    }
+                    let mut bf = Vec::new();
+                    for j in 0..pn {
+                        bf.push(load(self, sh[1], qb, k4 * ld[1] + j * MMA_N)?);
+                    }
+                    let ret = self.ctx.struct_type(&[f64t.into(), f64t.into()], false);
+                    let fty = ret.fn_type(&[f64t.into(); 4], false);
+                    let asm = self.ctx.create_inline_asm(
+                        fty,
+                        "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {$0, $1}, {$2}, {$3}, {$4, $5};".into(),
+                        "=d,=d,d,d,d,d".into(),
+                        true,
+                        false,
+                        None,
+                        false,
+                    );
+                    for (i, a) in af.iter().enumerate() {
+                        for (j, b) in bf.iter().enumerate() {
+                            let e = i * 2 * pn as usize + 2 * j;
+                            let callee = inkwell::values::CallableValue::try_from(asm)
+                                .map_err(|_| err("internal: inline asm is not callable".to_string()))?;
+                            let r = self
+                                .b
+                                .build_call(
+                                    callee,
+                                    &[(*a).into(), (*b).into(), accs[e].into(), accs[e + 1].into()],
+                                    "mma",
+                                )?
+                                .try_as_basic_value()
+                                .left()
+                                .ok_or_else(|| err("internal: mma returned nothing".to_string()))?
+                                .into_struct_value();
+                            accs[e] = self.b.build_extract_value(r, 0, "d0")?.into_float_value();
+                            accs[e + 1] = self.b.build_extract_value(r, 1, "d1")?.into_float_value();
+                        }
+                    }
+                }
+                Mode::Host => {
+                    let q2 = self.b.build_int_mul(q, self.i64c(2), "q2")?;
+                    let b1 = self.b.build_int_add(base[1], self.b.build_int_add(wn0, q2, "b1")?, "b1")?;
+                    for kk in k4..k4 + MMA_K {
+                        for i in 0..pm {
+                            let a = load(self, sh[0], a0, kk * ld[0] + i * MMA_M)?;
+                            for j in 0..pn {
+                                for r in 0..2 {
+                                    let b = load(self, sh[1], b1, kk * ld[1] + j * MMA_N + r)?;
+                                    let e = (i * 2 * pn + 2 * j + r) as usize;
+                                    accs[e] =
+                                        self.call(fmuladd, &[a.into(), b.into(), accs[e].into()])?.into_float_value();
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn tiled_kernel(&mut self, k: &Kernel, t: &Tiled) -> Result<(), CodegenError> {
         let cfg = t.cfg;
         if !cfg.valid(k.elem) || k.ops.len() != 2 {
@@ -339,12 +537,12 @@ impl<'ctx> Gen<'_, 'ctx> {
             ),
         };
         let [_, m_tot, n_tot, k_tot] = t.sizes();
-        let pad = TileCfg::pad(k.elem);
+        let pad = cfg.pad(k.elem);
         let (lda, ldb) = (cfg.bm + pad, cfg.bn + pad);
         let (a_len, b_len) = (cfg.bk * lda, cfg.bk * ldb);
         let sh_a = self.block_array(&format!("{}_a", k.name), ct, 2 * a_len);
         let sh_b = self.block_array(&format!("{}_b", k.name), ct, 2 * b_len);
-        let per = cfg.tm * cfg.tn;
+        let per = cfg.per_thread();
         let acc = match self.mode {
             Mode::Device => self.b.build_alloca(ct.array_type(per as u32), "acc")?,
             Mode::Host => self.block_array(&format!("{}_acc", k.name), ct, nt * per),
@@ -448,32 +646,35 @@ impl<'ctx> Gen<'_, 'ctx> {
             let k1 = g.b.build_int_mul(g.b.build_int_add(kt, g.i64c(1), "kt1")?, g.i64c(cfg.bk), "k1")?;
             g.per_thread(tid, nt, &mut |g, tid| {
                 let vals = load(g, tid, k1)?;
-                let (tx, ty) = txy(g, tid)?;
                 let mut accs = Vec::with_capacity(per as usize);
                 for e in 0..per {
                     accs.push(g.b.build_load(acc_at(g, tid, e)?, "acc")?.into_float_value());
                 }
-                let abase = g.b.build_int_add(
-                    g.b.build_int_mul(cur, g.i64c(a_len), "ab")?,
-                    g.b.build_int_mul(ty, g.i64c(cfg.tm), "ar")?,
-                    "ab",
-                )?;
-                let bbase = g.b.build_int_add(g.b.build_int_mul(cur, g.i64c(b_len), "bb")?, tx, "bb")?;
-                for kk in 0..cfg.bk {
-                    let mut av = Vec::new();
-                    for i in 0..cfg.tm {
-                        let ix = g.b.build_int_add(abase, g.i64c(kk * lda + i), "ai")?;
-                        av.push(g.b.build_load(g.at(sh_a, ix)?, "a")?.into_float_value());
-                    }
-                    let mut bv = Vec::new();
-                    for j in 0..cfg.tn {
-                        let ix = g.b.build_int_add(bbase, g.i64c(kk * ldb + j * tx_n), "bi")?;
-                        bv.push(g.b.build_load(g.at(sh_b, ix)?, "b")?.into_float_value());
-                    }
-                    for (i, a) in av.iter().enumerate() {
-                        for (j, b) in bv.iter().enumerate() {
-                            let e = i * bv.len() + j;
-                            accs[e] = g.call(fmuladd, &[(*a).into(), (*b).into(), accs[e].into()])?.into_float_value();
+                let (ab, bb) =
+                    (g.b.build_int_mul(cur, g.i64c(a_len), "ab")?, g.b.build_int_mul(cur, g.i64c(b_len), "bb")?);
+                if cfg.mma {
+                    g.mma_step(&cfg, tid, [sh_a, sh_b], [ab, bb], [lda, ldb], fmuladd, &mut accs)?;
+                } else {
+                    let (tx, ty) = txy(g, tid)?;
+                    let abase = g.b.build_int_add(ab, g.b.build_int_mul(ty, g.i64c(cfg.tm), "ar")?, "ab")?;
+                    let bbase = g.b.build_int_add(bb, tx, "bb")?;
+                    for kk in 0..cfg.bk {
+                        let mut av = Vec::new();
+                        for i in 0..cfg.tm {
+                            let ix = g.b.build_int_add(abase, g.i64c(kk * lda + i), "ai")?;
+                            av.push(g.b.build_load(g.at(sh_a, ix)?, "a")?.into_float_value());
+                        }
+                        let mut bv = Vec::new();
+                        for j in 0..cfg.tn {
+                            let ix = g.b.build_int_add(bbase, g.i64c(kk * ldb + j * tx_n), "bi")?;
+                            bv.push(g.b.build_load(g.at(sh_b, ix)?, "b")?.into_float_value());
+                        }
+                        for (i, a) in av.iter().enumerate() {
+                            for (j, b) in bv.iter().enumerate() {
+                                let e = i * bv.len() + j;
+                                accs[e] =
+                                    g.call(fmuladd, &[(*a).into(), (*b).into(), accs[e].into()])?.into_float_value();
+                            }
                         }
                     }
                 }
@@ -488,19 +689,17 @@ impl<'ctx> Gen<'_, 'ctx> {
         // C += coef · acc inside the sizes.
         let done = self.ctx.append_basic_block(f, "done");
         self.per_thread(tid, nt, &mut |g, tid| {
-            let (tx, ty) = txy(g, tid)?;
+            let (rows, cols_in) = g.thread_outputs(&cfg, tid)?;
             let mut cols = Vec::new();
-            for j in 0..cfg.tn {
-                let col = g.b.build_int_add(n0, g.b.build_int_add(tx, g.i64c(j * tx_n), "c")?, "col")?;
+            for c in cols_in {
+                let col = g.b.build_int_add(n0, c, "col")?;
                 let ok = g.b.build_int_compare(IntPredicate::ULT, col, g.i64c(n_tot), "okc")?;
                 cols.push((ok, g.group_offsets(&t.n, col)?[0]));
             }
-            for i in 0..cfg.tm {
-                let row = g.b.build_int_add(
-                    m0,
-                    g.b.build_int_add(g.b.build_int_mul(ty, g.i64c(cfg.tm), "r")?, g.i64c(i), "r")?,
-                    "row",
-                )?;
+            let ncols = cols.len() as u64;
+            for (i, r) in rows.into_iter().enumerate() {
+                let i = i as u64;
+                let row = g.b.build_int_add(m0, r, "row")?;
                 let ok_r = g.b.build_int_compare(IntPredicate::ULT, row, g.i64c(m_tot), "okr")?;
                 let ro = g.b.build_int_add(off_c, g.group_offsets(&t.m, row)?[0], "ro")?;
                 for (j, &(ok_c, co)) in cols.iter().enumerate() {
@@ -509,7 +708,7 @@ impl<'ctx> Gen<'_, 'ctx> {
                     let after = g.ctx.append_basic_block(fun, "st.after");
                     g.b.build_conditional_branch(g.b.build_and(ok_r, ok_c, "ok")?, yes, after)?;
                     g.b.position_at_end(yes);
-                    let v = g.b.build_load(acc_at(g, tid, i * cfg.tn + j as u64)?, "acc")?.into_float_value();
+                    let v = g.b.build_load(acc_at(g, tid, i * ncols + j as u64)?, "acc")?.into_float_value();
                     let v = if k.coef == 1.0 { v } else { g.b.build_float_mul(v, ct.const_float(k.coef), "v")? };
                     // SAFETY: row and column inside the sizes.
                     let p = unsafe { g.b.build_in_bounds_gep(pc, &[g.b.build_int_add(ro, co, "o")?], "pc")? };
