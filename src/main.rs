@@ -69,16 +69,42 @@ enum GpuGemm {
     Naive,
 }
 
-impl GpuGemm {
+/// How GPU plans are made (`--emit=ptx`, `--target cuda`).
+#[derive(clap::Args, Clone, Copy)]
+struct GpuArgs {
+    /// GPU plans (`--emit=ptx`, `--target cuda`): how binary contractions are
+    /// computed; `auto` picks the cheapest by predicted time.
+    #[arg(long, value_enum, default_value_t = GpuGemm::Auto)]
+    gpu_gemm: GpuGemm,
+    /// GPU plans: f32 cuBLAS calls on TF32 tensor cores (inputs rounded to 10
+    /// mantissa bits, f32 accumulation; `--check` then allows 5e-3 relative to
+    /// the largest value). Generated f32 kernels stay exact f32.
+    #[arg(long)]
+    tf32: bool,
+}
+
+impl GpuArgs {
     fn options(self) -> tcc::codegen::nvptx::GpuOptions {
         use tcc::codegen::nvptx::GemmKind;
-        let gemm = match self {
+        let gemm = match self.gpu_gemm {
             GpuGemm::Auto => None,
             GpuGemm::Cublas => Some(GemmKind::Cublas),
             GpuGemm::Tiled => Some(GemmKind::Tiled),
             GpuGemm::Naive => Some(GemmKind::Naive),
         };
-        tcc::codegen::nvptx::GpuOptions { gemm, ..Default::default() }
+        tcc::codegen::nvptx::GpuOptions { gemm, tf32: self.tf32, ..Default::default() }
+    }
+
+    /// `--tf32` where no GPU plan is made: an error, not ignored.
+    fn refuse_tf32(self, ctx: &Ctx, gpu_plan: bool, what: &str) -> Result<(), Outcome> {
+        if self.tf32 && !gpu_plan {
+            return Err(ctx.fail(
+                "E0773",
+                &format!("--tf32 applies to GPU plans only; {what} makes none"),
+                Some("add --target cuda (tcc opt: --emit=ptx), or drop --tf32"),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -365,10 +391,8 @@ enum Command {
         /// LLVM CPU to generate code for (--emit=llvm); default: this machine's.
         #[arg(long, value_name = "CPU")]
         target_cpu: Option<String>,
-        /// GPU plans (`--emit=ptx`, `--target cuda`): how binary contractions are
-        /// computed; `auto` picks the cheapest by predicted time.
-        #[arg(long, value_enum, default_value_t = GpuGemm::Auto)]
-        gpu_gemm: GpuGemm,
+        #[command(flatten)]
+        gpu: GpuArgs,
         /// Print the IR after one pass of the back ends' sequence instead of the
         /// report: check, materialize, optimize, rematerialize or fuse (LIR).
         /// `TCC_LOG=passes` prints every pass to stderr from any command.
@@ -409,10 +433,8 @@ enum Command {
         /// the host side that `tcc-gpu` and `tcc run --target cuda` execute.
         #[arg(long, value_enum, default_value_t = TargetKind::Cpu)]
         target: TargetKind,
-        /// GPU plans (`--emit=ptx`, `--target cuda`): how binary contractions are
-        /// computed; `auto` picks the cheapest by predicted time.
-        #[arg(long, value_enum, default_value_t = GpuGemm::Auto)]
-        gpu_gemm: GpuGemm,
+        #[command(flatten)]
+        gpu: GpuArgs,
         /// Sizes of run-time ranges (`range O;`): NAME=SIZE, comma-separated or
         /// repeated. A range bound here is fixed in the library; the others become
         /// size arguments of its functions (`size_t size_O`, first). GPU libraries
@@ -683,10 +705,8 @@ enum Command {
         /// when there is none).
         #[arg(long, value_enum, default_value_t = TargetKind::Cpu, conflicts_with = "interp")]
         target: TargetKind,
-        /// GPU plans (`--emit=ptx`, `--target cuda`): how binary contractions are
-        /// computed; `auto` picks the cheapest by predicted time.
-        #[arg(long, value_enum, default_value_t = GpuGemm::Auto)]
-        gpu_gemm: GpuGemm,
+        #[command(flatten)]
+        gpu: GpuArgs,
         /// Store tensors as tiles (only the unique, nonzero tiles of symmetric and
         /// block-sparse tensors) and run each statement as a task set of compiled
         /// tile kernels on this machine's threads (TCC_NUM_THREADS).
@@ -1001,11 +1021,13 @@ fn cmd_fmt(ctx: &Ctx, command: Command) -> Outcome {
 
 /// `tcc build`: a shared library with its C header and Fortran module, or PTX.
 fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
-    let Command::Build { file, output, target_cpu, fusion, program, name, target, gpu_gemm, size, assume, mpi } =
-        command
+    let Command::Build { file, output, target_cpu, fusion, program, name, target, gpu, size, assume, mpi } = command
     else {
         unreachable!("cmd_build is called for `Build`")
     };
+    if let Err(o) = gpu.refuse_tf32(ctx, target == TargetKind::Cuda, "a CPU library") {
+        return o;
+    }
     let hir = match front_end_as(ctx, &file, "main") {
         Ok(h) => h,
         Err(o) => return o,
@@ -1090,7 +1112,7 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
             &hir,
             program.as_deref(),
             &output,
-            &gpu_gemm.options(),
+            &gpu.options(),
             &file.display().to_string(),
         ) {
             Ok(report) => {
@@ -1117,10 +1139,12 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
 
 /// `tcc opt`: the optimizer's report, or LLVM IR / PTX.
 fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
-    let Command::Opt { file, emit, json, fusion, program, target_cpu, gpu_gemm, emit_after, size, assume } = command
-    else {
+    let Command::Opt { file, emit, json, fusion, program, target_cpu, gpu, emit_after, size, assume } = command else {
         unreachable!("cmd_opt is called for `Opt`")
     };
+    if let Err(o) = gpu.refuse_tf32(ctx, emit == Emit::Ptx, "`tcc opt` without --emit=ptx") {
+        return o;
+    }
     let hir = match front_end(ctx, &file) {
         Ok(h) => h,
         Err(o) => return o,
@@ -1166,7 +1190,7 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
             return o;
         }
         // --mem-limit bounds the GPU plan's fused temporaries too.
-        let gpu = tcc::codegen::nvptx::GpuOptions { mem_limit, ..gpu_gemm.options() };
+        let gpu = tcc::codegen::nvptx::GpuOptions { mem_limit, ..gpu.options() };
         return match tcc::codegen::nvptx::ptx_for(&hir, &units, &gpu) {
             Ok((plan, ptx)) => {
                 // The plan, and each contraction's predicted times, as PTX comments.
@@ -1447,7 +1471,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         network,
         mem_per_rank,
         target,
-        gpu_gemm,
+        gpu,
         tiled,
         tile,
         exchange,
@@ -1464,6 +1488,9 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     }
     if fusion.given() && (interp || target == TargetKind::Cuda) {
         return ctx.fail("E0727", FUSION_APPLIES, None);
+    }
+    if let Err(o) = gpu.refuse_tf32(ctx, target == TargetKind::Cuda && !interp, "a run without --target cuda") {
+        return o;
     }
     if fusion.given() && (tiled || plan || no_opt) {
         return ctx.fail("E0734", SLICED_RANKS, Some("run it with --ranks N (or --backend mpi) alone"));
@@ -1588,7 +1615,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         } else if interp {
             tcc::run::complex::run_complex(&hir, &opts, tcc::run::complex::ComplexExec::Interp, &mut lock)
         } else if target == TargetKind::Cuda {
-            let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: gpu_gemm.options() };
+            let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: gpu.options() };
             tcc::run::complex::run_complex(&hir, &opts, tcc::run::complex::ComplexExec::Cuda(&c), &mut lock)
         } else {
             let low = tcc::tir::complex::lower(&hir).0;
@@ -1673,7 +1700,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     } else if interp {
         tcc::run::run_interp(&hir, &opts, &mut lock)
     } else if target == TargetKind::Cuda {
-        let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: gpu_gemm.options() };
+        let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: gpu.options() };
         tcc::codegen::cuda::run_cuda(&hir, &opts, &c, &mut lock)
     } else {
         let units = selected_units(&hir, opts.program.as_deref());

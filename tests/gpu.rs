@@ -354,7 +354,8 @@ fn tiled_ptx_uses_shared_memory_and_barriers() {
     let hir = compile(&einsum_src("bik,bkj->bij", &[('b', 3), ('i', 300), ('j', 200), ('k', 100)], "f64"));
     // Plain FMAs, and f64 tensor cores (mma.sync m8n8k4, two accumulators of each 8 × 8 piece).
     for mma in [false, true] {
-        let p = plan(&hir, &[UnitId::new(0)], &GpuOptions { gemm: TILED, mma: Some(mma), ..Default::default() }).unwrap();
+        let p =
+            plan(&hir, &[UnitId::new(0)], &GpuOptions { gemm: TILED, mma: Some(mma), ..Default::default() }).unwrap();
         let ptx = emit_ptx(&p).unwrap();
         let k = p.kernels.iter().find(|k| k.tiled.is_some()).unwrap();
         let at = ptx.find(&format!(".visible .entry {}(", k.name)).unwrap();
@@ -419,6 +420,8 @@ CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsi
 CUresult cuCtxSynchronize(void);\n";
 const STUB_CUBLAS_H: &str = "typedef struct cublasContext* cublasHandle_t;\ntypedef enum { CUBLAS_STATUS_SUCCESS = 0 } cublasStatus_t;\n\
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;\ncublasStatus_t cublasCreate(cublasHandle_t*);\n\
+typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TENSOR_OP_MATH = 1, CUBLAS_PEDANTIC_MATH = 2, CUBLAS_TF32_TENSOR_OP_MATH = 3 } cublasMath_t;\n\
+cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t);\n\
 cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const double*, const double*, int, long long, const double*, int, long long, const double*, double*, int, long long, int);\n\
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float*, const float*, int, long long, const float*, int, long long, const float*, float*, int, long long, int);\n";
 
@@ -444,13 +447,15 @@ fn c_shim_compiles() {
         .collect();
     let gemm = dir.path().join("g.tc");
     std::fs::write(&gemm, einsum_src("bki,bjk->bji", &[('b', 3), ('i', 40), ('j', 29), ('k', 50)], "f32")).unwrap();
-    for kind in ["cublas", "tiled", "naive"] {
+    for kind in ["cublas", "tiled", "naive", "cublas --tf32"] {
         files.push((gemm.clone(), kind));
     }
     for (k, (f, kind)) in files.iter().enumerate() {
         let ptx = dir.path().join(format!("s{k}.ptx"));
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcc"))
-            .args(["build", "--target", "cuda", "--gpu-gemm", kind, "-o"])
+            .args(["build", "--target", "cuda", "--gpu-gemm"])
+            .args(kind.split(' '))
+            .arg("-o")
             .arg(&ptx)
             .arg(f)
             .output()
@@ -464,9 +469,10 @@ fn c_shim_compiles() {
         if *kind != "auto" {
             assert_eq!(
                 src.contains("cublasDgemmStridedBatched") || src.contains("cublasSgemmStridedBatched"),
-                *kind == "cublas",
+                kind.starts_with("cublas"),
                 "{kind}"
             );
+            assert_eq!(src.contains("CUBLAS_TF32_TENSOR_OP_MATH"), kind.ends_with("--tf32"), "{kind}");
         }
         let cc = std::process::Command::new("cc")
             .args([
@@ -484,6 +490,60 @@ fn c_shim_compiles() {
             .output()
             .unwrap();
         assert!(cc.status.success(), "{} ({kind}): {}", f.display(), String::from_utf8_lossy(&cc.stderr));
+    }
+}
+
+/// `--tf32`: f32 cuBLAS calls (only those) marked for TF32 tensor cores,
+/// predicted faster, checked within TOL_TF32; refused where no GPU plan is made.
+#[test]
+fn tf32_marks_f32_cublas_calls_only() {
+    use tcc::codegen::nvptx::cost::steps_time;
+    fn gemms(steps: &[Step], out: &mut Vec<(bool, tcc::codegen::nvptx::Elem)>) {
+        for s in steps {
+            match s {
+                Step::Loop { body, .. } => gemms(body, out),
+                Step::Gemm(g) => out.push((g.tf32, g.elem)),
+                Step::Choice(c) => gemms(c.steps(), out),
+                _ => {}
+            }
+        }
+    }
+    let sizes = [('i', 500), ('j', 400), ('k', 300)];
+    for elem in ["f32", "f64"] {
+        let hir = compile(&einsum_src("ik,kj->ij", &sizes, elem));
+        let plain = GpuOptions { gemm: CUBLAS, ..Default::default() };
+        let tf32 = GpuOptions { tf32: true, ..plain.clone() };
+        let (p0, p1) = (plan(&hir, &[UnitId::new(0)], &plain).unwrap(), plan(&hir, &[UnitId::new(0)], &tf32).unwrap());
+        let (mut g0, mut g1) = (Vec::new(), Vec::new());
+        gemms(&p0.units[0].steps, &mut g0);
+        gemms(&p1.units[0].steps, &mut g1);
+        assert_eq!(g0.len(), 1);
+        assert!(!g0[0].0 && !p0.uses_tf32());
+        assert_eq!(g1[0].0, elem == "f32", "{elem}");
+        assert_eq!(p1.uses_tf32(), elem == "f32");
+        let t = |p: &tcc::codegen::nvptx::GpuPlan| steps_time(&p.units[0].steps, &p.kernels, &p.units[0].buffers);
+        if elem == "f32" {
+            assert!(t(&p1) < 0.5 * t(&p0), "{} vs {}", t(&p1), t(&p0));
+        } else {
+            assert_eq!(t(&p1), t(&p0));
+        }
+        // The emulation computes exactly; the check's tolerance for TF32 is wider.
+        check(&hir, UnitId::new(0), &tf32).unwrap();
+    }
+    assert!(tcc::run::compare::TOL_TF32 > tcc::run::compare::TOL_F32);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("m.tc");
+    std::fs::write(&f, einsum_src("ik,kj->ij", &sizes, "f32")).unwrap();
+    for args in [vec!["build", "--tf32", "-o", "x.so"], vec!["run", "--tf32"], vec!["opt", "--tf32"]] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tcc"))
+            .args(&args)
+            .arg(&f)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("E0773") && err.contains("--tf32"), "{args:?}: {err}");
     }
 }
 

@@ -2,7 +2,8 @@
 # Device run of issue 19, from the folder bench/gpu/cc_prepare.sh filled
 # (`OUT=... bash cc_device_run.sh`):
 #   1. the examples and 120 random programs checked against the interpreter
-#      with the cost model's plans and with f64 tensor-core tiles forced;
+#      with the cost model's plans and with f64 tensor-core tiles forced; an
+#      f32 GEMM with --tf32 checked and timed against plain f32;
 #      registers and spills of the tensor-core kernels (ptxas -v, sm_90);
 #   2. the held-out CC suite (cc_suite.py) against torch.einsum and
 #      cupy.einsum in one run, every output checked against torch's, tcc-gpu
@@ -39,6 +40,11 @@ if stage 1; then
       timeout 120 ./tcc-gpu src/$s/*.tc --ptx-dir checks/$d --gpu-gemm $g --check --keep-going 2>&1 |
         grep -E "^(FAIL|tcc-gpu)" | sed "s/^/[$s $d] /"
     done
+  done
+  echo "-- f32 GEMM, --tf32 against plain f32 (1024: checked; 8192: best of 5)"
+  for d in tf32 f32; do
+    ./tcc-gpu src/tf32/mm1024.tc --ptx-dir checks/$d --check 2>&1 | grep -E "check|FAIL|error" | sed "s/^/[$d 1024] /"
+    ./tcc-gpu src/tf32/mm8192.tc --ptx-dir checks/$d --repeat 5 2>&1 | grep -oE "time = .*TFLOP/s" | sed "s/^/[$d 8192] /"
   done
   PTXAS=$(command -v ptxas || ls /usr/local/cuda*/bin/ptxas 2>/dev/null | head -1)
   for d in cc_mma0 cc_mma1 cc_mma2 cc_fma; do

@@ -10,7 +10,8 @@
 #   cc_scratch/  TCC_GPU_IN_PLACE=0: cuBLAS through a scratch matrix and a copy
 # and, for the checks against the interpreter on the device, the examples and
 # the random programs of bench/gpu/random planned by the cost model (checks/auto)
-# and with tensor-core tiles forced (checks/mma_tiny, checks/mma_big).
+# and with tensor-core tiles forced (checks/mma_tiny, checks/mma_big); an f32
+# GEMM with and without --tf32 (checks/tf32, checks/f32).
 # TCC: a tcc binary with LLVM (default target/release/tcc; a debug build will do).
 set -e
 TCC=${TCC:-target/release/tcc}
@@ -34,6 +35,13 @@ for f in examples/*.tc bench/gpu/random/*.tc; do
   $TCC build --target cuda $f -o "$DEST/checks/auto/$n.ptx" 2>/dev/null || true
   TCC_GPU_TILE=16,32,8,8,16,mma $TCC build --target cuda --gpu-gemm tiled $f -o "$DEST/checks/mma_tiny/$n.ptx" 2>/dev/null || true
   TCC_GPU_TILE=128,128,8,64,32,mma $TCC build --target cuda --gpu-gemm tiled $f -o "$DEST/checks/mma_big/$n.ptx" 2>/dev/null || true
+done
+# TF32: an f32 GEMM with and without --tf32 (checked at 1024, timed at 8192).
+mkdir -p "$DEST/src/tf32" "$DEST/checks/tf32" "$DEST/checks/f32"
+for n in 1024 8192; do
+  printf 'range N = %s;\nindex i, j, k : N;\ninput tensor A[i,k] : f32;\ninput tensor B[k,j] : f32;\noutput tensor C[i,j] : f32;\nC[i,j] = A[i,k] * B[k,j];\n' $n > "$DEST/src/tf32/mm$n.tc"
+  $TCC build --target cuda --tf32 "$DEST/src/tf32/mm$n.tc" -o "$DEST/checks/tf32/mm$n.ptx" 2>/dev/null
+  $TCC build --target cuda "$DEST/src/tf32/mm$n.tc" -o "$DEST/checks/f32/mm$n.ptx" 2>/dev/null
 done
 cp target/release/tcc-gpu bench/gpu/cc_suite.py bench/gpu/cc_device_run.sh "$DEST/"
 du -sh "$DEST"

@@ -95,7 +95,8 @@ fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> 
             let rv = cuda::run_plan(&hir, &v, &ptx, 0, inputs, repeat)?;
             let (l, g) = v.units[0].launches();
             let tflops = if rv.run_s > 0.0 { rv.flops / rv.run_s / 1e12 } else { 0.0 };
-            let rel = tcc::run::compare::compare_outputs(&hir, u, &rv.outputs, &r.outputs)
+            let min_tol = if v.uses_tf32() || one.uses_tf32() { tcc::run::compare::TOL_TF32 } else { 0.0 };
+            let rel = tcc::run::compare::compare_outputs_within(&hir, u, &rv.outputs, &r.outputs, min_tol)
                 .map_err(|e| fail("E0713", format!("variant {}: {e}", kind.name()), None))?;
             extra.push(format!(
                 "variant {}: time = {:.3} ms  ({tflops:.3} TFLOP/s; {l} kernel launches, {g} cuBLAS calls; max relative difference to the plan's outputs {rel:.2e})",

@@ -97,7 +97,8 @@ pub fn report_lines(
         compile_s
     )];
     if check {
-        extra.push(crate::run::compare::check_against_interpreter(hir, u, &r.outputs, inputs)?);
+        let min_tol = if plan.uses_tf32() { crate::run::compare::TOL_TF32 } else { 0.0 };
+        extra.push(crate::run::compare::check_against_interpreter_within(hir, u, &r.outputs, inputs, min_tol)?);
     }
     Ok(extra)
 }
@@ -260,6 +261,17 @@ mod imp {
                                 blas_sys::cublasOperation_t::CUBLAS_OP_N
                             }
                         };
+                        // TF32 tensor cores for this call (`--tf32`), the default math otherwise.
+                        let math = if g.tf32 {
+                            blas_sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+                        } else {
+                            blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH
+                        };
+                        // SAFETY: a live handle of this context.
+                        let status = unsafe { blas_sys::cublasSetMathMode(h, math) };
+                        if status != blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                            return Err(format!("cublasSetMathMode: {status:?}"));
+                        }
                         let (pa, pb, pc) = (self.ptr(&g.a, bound), self.ptr(&g.b, bound), self.ptr(&g.c, bound));
                         let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
                         let (lda, ldb, ldc) = (g.lda as i32, g.ldb as i32, g.ldc as i32);

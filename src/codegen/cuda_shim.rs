@@ -129,6 +129,9 @@ fn steps(s: &mut String, plan: &GpuPlan, up: &UnitPlan, st: &[Step], ind: usize)
                 let op = |x: bool| if x { "CUBLAS_OP_T" } else { "CUBLAS_OP_N" };
                 let _ = writeln!(s, "{pad}{{");
                 let _ = writeln!(s, "{pad}    const {t} alpha = {:?}, beta = {:?};", g.alpha, g.beta);
+                // TF32 tensor cores for this call only (`--tf32`).
+                let math = if g.tf32 { "CUBLAS_TF32_TENSOR_OP_MATH" } else { "CUBLAS_DEFAULT_MATH" };
+                let _ = writeln!(s, "{pad}    CKB(cublasSetMathMode(blas, {math}));");
                 let _ = writeln!(
                     s,
                     "{pad}    CKB({f}(blas, {}, {}, {}, {}, {}, &alpha, (const {t}*){}, {}, {}LL, (const {t}*){}, {}, {}LL, &beta, ({t}*){}, {}, {}LL, {}));",

@@ -15,6 +15,9 @@ pub const TOL_F32: f64 = 1e-4;
 pub const TOL_BF16: f64 = 2e-2;
 /// The same for f16 (ulp 2^-10 relative).
 pub const TOL_F16: f64 = 3e-3;
+/// f32 products on TF32 tensor cores (`--tf32`): inputs rounded to 10 mantissa
+/// bits (2^-11 relative each), products accumulated in f32.
+pub const TOL_TF32: f64 = 5e-3;
 
 /// The difference of one tensor to its reference.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -113,6 +116,17 @@ pub fn compare_outputs(
     got: &HashMap<TensorId, Dense>,
     want: &HashMap<TensorId, Dense>,
 ) -> Result<f64, String> {
+    compare_outputs_within(hir, unit, got, want, 0.0)
+}
+
+/// [`compare_outputs`] allowing at least `min_tol` (TF32 products: [`TOL_TF32`]).
+pub fn compare_outputs_within(
+    hir: &Hir,
+    unit: UnitId,
+    got: &HashMap<TensorId, Dense>,
+    want: &HashMap<TensorId, Dense>,
+    min_tol: f64,
+) -> Result<f64, String> {
     // The interpreter computes in f64; an `f32` output is what it stores, rounded to
     // f32 (a value beyond f32's range is an infinity there, as in compiled code).
     let rounded: HashMap<TensorId, Dense> = want
@@ -124,7 +138,7 @@ pub fn compare_outputs(
             ElemType::F64 | ElemType::C128 | ElemType::BF16 | ElemType::F16 => (t, w.clone()),
         })
         .collect();
-    compare(got, &rounded, tolerance(hir, unit), |t| hir.tensors[t].name.clone())
+    compare(got, &rounded, tolerance(hir, unit).max(min_tol), |t| hir.tensors[t].name.clone())
 }
 
 /// [`compare_outputs`], forgiving cancellation: an output that fails the relative
@@ -141,7 +155,19 @@ pub fn check_outputs(
     want: &HashMap<TensorId, Dense>,
     inputs: &HashMap<TensorId, Dense>,
 ) -> Result<f64, String> {
-    let plain = compare_outputs(hir, unit, got, want);
+    check_outputs_within(hir, unit, got, want, inputs, 0.0)
+}
+
+/// [`check_outputs`] allowing at least `min_tol`.
+fn check_outputs_within(
+    hir: &Hir,
+    unit: UnitId,
+    got: &HashMap<TensorId, Dense>,
+    want: &HashMap<TensorId, Dense>,
+    inputs: &HashMap<TensorId, Dense>,
+    min_tol: f64,
+) -> Result<f64, String> {
+    let plain = compare_outputs_within(hir, unit, got, want, min_tol);
     let Err(msg) = plain else { return plain };
     let mut abs = hir.clone();
     for st in abs.units[unit].stmts.iter_mut() {
@@ -152,7 +178,7 @@ pub fn check_outputs(
         .map(|(&t, d)| (t, Dense { shape: d.shape.clone(), data: d.data.iter().map(|x| x.abs()).collect() }))
         .collect();
     let Ok(mag) = crate::interp::run_unit(&abs, unit, &abs_inputs) else { return Err(msg) };
-    let tol = tolerance(hir, unit);
+    let tol = tolerance(hir, unit).max(min_tol);
     let mut worst = 0.0f64;
     for (t, w) in want {
         let (Some(g), Some(m)) = (got.get(t), mag.get(t)) else { return Err(msg) };
@@ -235,6 +261,17 @@ pub fn check_against_interpreter(
     got: &HashMap<TensorId, Dense>,
     inputs: &HashMap<TensorId, Dense>,
 ) -> Result<String, crate::error::CommandError> {
+    check_against_interpreter_within(hir, unit, got, inputs, 0.0)
+}
+
+/// [`check_against_interpreter`] allowing at least `min_tol` (TF32 products).
+pub fn check_against_interpreter_within(
+    hir: &Hir,
+    unit: UnitId,
+    got: &HashMap<TensorId, Dense>,
+    inputs: &HashMap<TensorId, Dense>,
+    min_tol: f64,
+) -> Result<String, crate::error::CommandError> {
     use crate::interp::{run_unit, InterpError};
     let (reference, want, how) = match run_unit(hir, unit, inputs) {
         Ok(want) => (None, want, ""),
@@ -245,7 +282,7 @@ pub fn check_against_interpreter(
         }
         Err(e) => return Err(super::interp_error(e)),
     };
-    match check_outputs(reference.as_ref().unwrap_or(hir), unit, got, &want, inputs) {
+    match check_outputs_within(reference.as_ref().unwrap_or(hir), unit, got, &want, inputs, min_tol) {
         Ok(rel) => Ok(format!("check: matches the interpreter{how} (max relative difference {rel:.2e})")),
         Err(msg) => Err(super::fail("E0713", format!("check failed: {msg}"), None)),
     }

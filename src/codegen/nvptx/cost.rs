@@ -23,6 +23,9 @@ pub const CUBLAS_CALL_S: f64 = 4e-6;
 pub const CUBLAS_F64: f64 = 56e12;
 /// cuBLAS SGEMM (plain FP32, no TF32): 50.1 to 50.7 TFLOP/s measured.
 pub const CUBLAS_F32: f64 = 50e12;
+/// cuBLAS SGEMM on TF32 tensor cores (`--tf32`): about 60 % of the H200's
+/// dense TF32 peak of 495 TFLOP/s (a guess until measured).
+pub const CUBLAS_TF32: f64 = 300e12;
 /// cuBLAS's output tile, for tile and wave quantization.
 const CUBLAS_TILE: u64 = 128;
 /// Reduction length at which a GEMM reaches half its peak rate (prologue and
@@ -129,11 +132,16 @@ pub fn tiled_time_c(e: Elem, cfg: &TileCfg, [nb, m, n, k]: [u64; 4], c_passes: u
 
 /// Predicted seconds of one cuBLAS call.
 pub fn gemm_time(g: &GemmCall) -> f64 {
-    gemm_shape_time(g.elem, g.m, g.n, g.k, g.batch, g.beta)
+    gemm_rate_time(g.elem, g.tf32, [g.m, g.n, g.k, g.batch], g.beta)
 }
 
 /// Predicted seconds of a cuBLAS call of these sizes; with `beta` 0 it reads no C.
 pub fn gemm_shape_time(elem: Elem, m: u64, n: u64, k: u64, nb: u64, beta: f64) -> f64 {
+    gemm_rate_time(elem, false, [m, n, k, nb], beta)
+}
+
+/// [`gemm_shape_time`], f32 on TF32 tensor cores with `tf32`.
+fn gemm_rate_time(elem: Elem, tf32: bool, [m, n, k, nb]: [u64; 4], beta: f64) -> f64 {
     let c_passes = if beta == 0.0 { 1 } else { 2 };
     let bytes = (nb * (m * k + k * n + c_passes * m * n)) as f64 * elem.bytes() as f64;
     if m == 1 && n == 1 {
@@ -144,6 +152,7 @@ pub fn gemm_shape_time(elem: Elem, m: u64, n: u64, k: u64, nb: u64, beta: f64) -
     }
     let peak = match elem {
         Elem::F64 => CUBLAS_F64,
+        Elem::F32 if tf32 => CUBLAS_TF32,
         Elem::F32 => CUBLAS_F32,
     };
     let t = CUBLAS_TILE;

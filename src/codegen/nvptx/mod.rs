@@ -200,6 +200,10 @@ fn is_one(x: &f64) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GemmCall {
     pub elem: Elem,
+    /// An f32 call on TF32 tensor cores (`--tf32`: cuBLAS math mode
+    /// CUBLAS_TF32_TENSOR_OP_MATH for this call).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tf32: bool,
     pub transa: bool,
     pub transb: bool,
     pub m: u64,
@@ -400,6 +404,20 @@ pub struct GpuPlan {
 }
 
 impl GpuPlan {
+    /// Whether some cuBLAS call runs on TF32 tensor cores: outputs are then
+    /// checked within [`crate::run::compare::TOL_TF32`].
+    pub fn uses_tf32(&self) -> bool {
+        fn walk(steps: &[Step]) -> bool {
+            steps.iter().any(|s| match s {
+                Step::Loop { body, .. } => walk(body),
+                Step::Gemm(g) => g.tf32,
+                Step::Choice(c) => c.alts.iter().any(|a| walk(&a.steps)),
+                _ => false,
+            })
+        }
+        self.units.iter().any(|u| walk(&u.steps))
+    }
+
     /// Runs `kind` wherever a choice kept it; returns how many choices had it
     /// and how many did not (those keep their choice).
     pub fn force(&mut self, kind: GemmKind) -> (usize, usize) {
@@ -467,6 +485,8 @@ pub struct GpuOptions {
     /// tensor-core tile shape applies), `Some(false)` never, `None` whichever
     /// tile shape the cost model predicts faster.
     pub mma: Option<bool>,
+    /// f32 cuBLAS calls on TF32 tensor cores (`--tf32`).
+    pub tf32: bool,
 }
 
 pub const DEFAULT_GPU_MEM_LIMIT: u64 = 16 << 30;

@@ -717,7 +717,7 @@ impl Planner<'_> {
         }
         let beta = if self.fresh { 0.0 } else { 1.0 };
         let call = gemm_call(
-            elem,
+            (elem, self.opts.tf32),
             n_inner,
             [m, n, k, nb],
             [coef, beta],
@@ -910,7 +910,7 @@ impl Planner<'_> {
         let (ta, lda) = if n_inner { view(ga[2], ga[1]) } else { view(ga[1], ga[2]) }.expect("checked");
         let (tb, ldb) = if n_inner { view(gb[2], gb[1]) } else { view(gb[1], gb[2]) }.expect("checked");
         let call = gemm_call(
-            elem,
+            (elem, self.opts.tf32),
             n_inner,
             [m, n, k, nb],
             [coef, beta],
@@ -1041,7 +1041,7 @@ struct GemmSide {
 /// when C's stride-1 variable is in n (`n_inner`) it computes
 /// Cᵀ (n × m) = op(Bᵀ) (n × k) · op(Aᵀ) (k × m), the operands swapped.
 fn gemm_call(
-    elem: Elem,
+    (elem, tf32): (Elem, bool),
     n_inner: bool,
     [m, n, k, batch]: [u64; 4],
     [alpha, beta]: [f64; 2],
@@ -1052,6 +1052,7 @@ fn gemm_call(
     let (first, second, m, n) = if n_inner { (b, a, n, m) } else { (a, b, m, n) };
     GemmCall {
         elem,
+        tf32: tf32 && elem == Elem::F32,
         transa: first.trans,
         transb: second.trans,
         m,
