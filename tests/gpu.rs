@@ -530,7 +530,7 @@ fn tf32_marks_f32_cublas_calls_only() {
         // The emulation computes exactly; the check's tolerance for TF32 is wider.
         check(&hir, UnitId::new(0), &tf32).unwrap();
     }
-    assert!(tcc::run::compare::TOL_TF32 > tcc::run::compare::TOL_F32);
+    const { assert!(tcc::run::compare::TOL_TF32 > tcc::run::compare::TOL_F32) };
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("m.tc");
     std::fs::write(&f, einsum_src("ik,kj->ij", &sizes, "f32")).unwrap();

@@ -3,13 +3,15 @@
 # target/g19carry; pack it with `tar cf - -C target g19carry | xz -T2 >
 # target/g19carry.tar.xz` and carry that file): the release runner tcc-gpu
 # (feature cuda), bench/gpu/cc_suite.py and the suite's PTX + plans:
-#   cc/          the cost model's plans (every alternative kept: tcc-gpu --variants)
+#   cc/          the cost model's plans with TCC_GPU_MMA=1 (f64 tiled kernels on
+#                tensor cores; every alternative kept: tcc-gpu --variants)
 #   cc_fma/      TCC_GPU_MMA=0: tiled kernels without f64 tensor cores
 #   cc_mmaN/     every tiled kernel with tensor-core tile shape N (the sweep)
 #   cc_inplace/  TCC_GPU_IN_PLACE=1: cuBLAS writes permuted outputs in place
 #   cc_scratch/  TCC_GPU_IN_PLACE=0: cuBLAS through a scratch matrix and a copy
 # and, for the checks against the interpreter on the device, the examples and
-# the random programs of bench/gpu/random planned by the cost model (checks/auto)
+# the random programs of bench/gpu/random planned by the cost model with
+# TCC_GPU_MMA=1 (checks/auto)
 # and with tensor-core tiles forced (checks/mma_tiny, checks/mma_big); an f32
 # GEMM with and without --tf32 (checks/tf32, checks/f32).
 # TCC: a tcc binary with LLVM (default target/release/tcc; a debug build will do).
@@ -19,7 +21,7 @@ DEST=${1:-target/g19carry}
 [ -x "$TCC" ] || cargo build --release --bin tcc
 cargo build --release --features cuda --bin tcc-gpu
 rm -rf "$DEST" && mkdir -p "$DEST"
-python3 bench/gpu/cc_suite.py build --dir "$DEST/cc" --tcc "$TCC" 2>/dev/null
+TCC_GPU_MMA=1 python3 bench/gpu/cc_suite.py build --dir "$DEST/cc" --tcc "$TCC" 2>/dev/null
 TCC_GPU_MMA=0 python3 bench/gpu/cc_suite.py build --dir "$DEST/cc_fma" --tcc "$TCC" 2>/dev/null
 # The tensor-core shapes of TileCfg::CANDIDATES (src/codegen/nvptx/tiled.rs).
 for s in 0:128,128,8,64,32,mma 1:64,64,8,32,32,mma 2:64,64,4,32,32,mma; do
@@ -32,7 +34,7 @@ cp examples/*.tc "$DEST/src/examples/"
 cp bench/gpu/random/*.tc "$DEST/src/random/"
 for f in examples/*.tc bench/gpu/random/*.tc; do
   n=$(basename $f .tc)
-  $TCC build --target cuda $f -o "$DEST/checks/auto/$n.ptx" 2>/dev/null || true
+  TCC_GPU_MMA=1 $TCC build --target cuda $f -o "$DEST/checks/auto/$n.ptx" 2>/dev/null || true
   TCC_GPU_TILE=16,32,8,8,16,mma $TCC build --target cuda --gpu-gemm tiled $f -o "$DEST/checks/mma_tiny/$n.ptx" 2>/dev/null || true
   TCC_GPU_TILE=128,128,8,64,32,mma $TCC build --target cuda --gpu-gemm tiled $f -o "$DEST/checks/mma_big/$n.ptx" 2>/dev/null || true
 done

@@ -61,6 +61,11 @@ pub const MMA_M: u64 = 8;
 pub const MMA_N: u64 = 8;
 pub const MMA_K: u64 = 4;
 const WARP: u64 = 32;
+/// Whether the cost model may choose tensor-core tiles without `TCC_GPU_MMA=1`:
+/// not until their fragment layout has been checked on a device against the
+/// interpreter (bench/gpu/cc_device_run.sh, stage 1). The host emulation checks
+/// the tiling and the output layout, not the fragments the hardware hands out.
+pub const MMA_BY_DEFAULT: bool = false;
 
 impl TileCfg {
     /// The shapes the planner chooses from (by predicted time, [`cost`]); the
@@ -226,7 +231,14 @@ impl Planner<'_> {
                 let sizes = t.sizes();
                 let best = TileCfg::CANDIDATES
                     .into_iter()
-                    .filter(|x| x.valid(elem) && self.opts.mma.is_none_or(|m| m == x.mma))
+                    .filter(|x| {
+                        x.valid(elem)
+                            && match self.opts.mma {
+                                Some(true) => x.mma || elem != Elem::F64,
+                                Some(false) => !x.mma,
+                                None => !x.mma || MMA_BY_DEFAULT,
+                            }
+                    })
                     .min_by(|x, y| cost::tiled_time(elem, x, sizes).total_cmp(&cost::tiled_time(elem, y, sizes)));
                 match best {
                     Some(x) => x,
