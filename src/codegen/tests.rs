@@ -17,6 +17,8 @@ fn check_unit(hir: &Hir, u: UnitId, seed: u64, opts: &Options) -> Result<(), Str
 /// `hir` are the assumptions) and run at `sizes`, against the interpreter on the
 /// program with those sizes.
 fn check_unit_sized(hir: &Hir, u: UnitId, sizes: &[(RangeId, usize)], seed: u64, opts: &Options) -> Result<(), String> {
+    // Temporaries the code need not zero come filled with NaN (see tcc_rt_alloc_temp).
+    tcc_runtime::alloc::set_poison(true);
     let mut actual = hir.clone();
     for &(r, n) in sizes {
         actual.ranges[r].size = n;
