@@ -775,3 +775,25 @@ fn element_wise_statements_store_without_a_zeroing_pass() {
         }
     }
 }
+
+/// An element-wise `=` with a call (`P = exp(S)`, never fused) stores its target
+/// in one pass too, and its temporary target need not start zeroed: with
+/// poisoned temporaries (`set_poison`, in `check_unit`) the values still match.
+#[test]
+fn element_wise_calls_store_without_a_zeroing_pass() {
+    for (rhs, temp) in [("exp(0.1 * S[a,b])", true), ("recip(S[a,b]) + 2 * sqrt(V[b,a] * V[b,a])", false)] {
+        let decl = if temp { "tensor P[a,b] : f64;" } else { "output tensor P[a,b] : f64;" };
+        let src = format!(
+            "range N = 48; index a, b, k : N;\ninput tensor V[a,b] : f64; input tensor W[a,b] : f64;\n\
+             tensor S[a,b] : f64; {decl} output tensor R[a,b] : f64;\n\
+             S[a,b] = V[a,k] * W[k,b] + 3;\nP[a,b] = {rhs};\nR[a,b] = P[a,k] * W[k,b];\n"
+        );
+        let (hir, diags) = crate::compile(&src, "t");
+        let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+        let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &Options::default()).unwrap();
+        assert!(!ir.contains("llvm.memset"), "a zeroing pass is left: {ir}");
+        for fuse in [crate::lir::fusion::FuseMode::Auto, crate::lir::fusion::FuseMode::Max] {
+            check_unit(&hir, UnitId::new(0), 3, &Options { fuse, ..Options::default() }).unwrap();
+        }
+    }
+}

@@ -684,11 +684,22 @@ fn first_touch_clears(hir: &Hir, unit: UnitId, nodes: &[Node], t: TensorId) -> b
                         return Some(st.lhs.tensor == t && !hir.is_slice(&st.lhs));
                     }
                 }
-                Node::Compute { .. } => {
+                Node::Compute { stmt } => {
                     let mut seen = std::collections::BTreeSet::new();
                     node_tensors(hir, unit, std::slice::from_ref(n), &mut seen);
                     if seen.contains(&t) {
-                        return Some(false);
+                        // An `=` that fusion leaves alone clears or stores its
+                        // whole target itself (see `Gen::nodes`).
+                        let st = &hir.units[unit].stmts[*stmt];
+                        let clears = st.lhs.tensor == t
+                            && !st.accumulate
+                            && !fusible(hir, st)
+                            && !hir.is_slice(&st.lhs)
+                            && !matches!(
+                                crate::tir::materialize::special_stmt(st),
+                                Some(crate::tir::materialize::Special::Gather { .. })
+                            );
+                        return Some(clears);
                     }
                 }
             }
@@ -696,6 +707,16 @@ fn first_touch_clears(hir: &Hir, unit: UnitId, nodes: &[Node], t: TensorId) -> b
         None
     }
     first(hir, unit, nodes, t).unwrap_or(false)
+}
+
+/// Whether an `=` statement may store its value instead of clearing its target
+/// and adding: its target and operands whole (no slices), not a special
+/// statement, and its target not read on the right.
+fn stores_whole(hir: &Hir, st: &Stmt) -> bool {
+    !st.accumulate
+        && !hir.stmt_has_slice(st)
+        && crate::tir::materialize::special_stmt(st).is_none()
+        && crate::codegen::lower::term_operands_ok(st)
 }
 
 /// Units with more terms than this are compiled one top-level statement per
@@ -1246,6 +1267,13 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                     ) && !self.hir.is_slice(&st.lhs)
                         && self.strides[&st.lhs.tensor].iter().all(|s| !s.is_zero());
                     if !fusible(self.hir, &st) && !st.accumulate && !gather {
+                        // `P = exp(S)` and other element-wise `=` statements
+                        // that fusion leaves alone: one pass storing the target
+                        // (not a zeroing pass, then one reading and writing it).
+                        if stores_whole(self.hir, &st) && self.store_nest(&st) {
+                            self.shared_nest_terms(&st, 0..st.rhs.terms.len(), true)?;
+                            continue;
+                        }
                         if self.hir.is_slice(&st.lhs) {
                             self.zero_region(st.lhs.tensor, &st.lhs.indices)?;
                         } else {
