@@ -334,8 +334,7 @@ fn compile_lib<'ctx>(
     popts.fusion.mode = opts.fuse;
     popts.fusion.rates = opts.rates;
     popts.order = opts.order.clone();
-    let prepared = crate::pipeline::prepare(hir, &popts);
-    let nests = crate::pipeline::fuse(&prepared, units, &popts);
+    let (prepared, nests) = crate::pipeline::prepare_fused(hir, units, &popts);
     let (tm, cpu, features) = machine(opts)?;
     // LLVM's remarks and warnings (e.g. a loop it was asked to vectorize but did
     // not) are not the user's business: drop them.
