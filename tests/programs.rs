@@ -239,14 +239,17 @@ fn the_time_model_picks_the_order_that_writes_less() {
     assert!(mpo(&lt), "M1·M2 first:\n{lt}");
     assert!(!mpo(&lf), "the flop-optimal order:\n{lf}");
     // Both orders compile to what the interpreter computes (small ranges).
-    let src = shrink(&std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/programs/mps_step.tc"),
-    )
-    .unwrap());
+    let src = shrink(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/programs/mps_step.tc"),
+        )
+        .unwrap(),
+    );
     for by_time in [true, false] {
         let mut o = Options { gemm_min: Some(1.0), ..Options::default() };
         o.order.by_time = by_time;
-        o.order.objective = if by_time { tcc::tir::opmin::Objective::Flops } else { tcc::tir::opmin::Objective::Combined };
+        o.order.objective =
+            if by_time { tcc::tir::opmin::Objective::Flops } else { tcc::tir::opmin::Objective::Combined };
         assert_jit_matches_interpreter(&src, 7, 1, [o]);
     }
 }

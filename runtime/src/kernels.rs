@@ -1712,7 +1712,9 @@ mod tests {
             ];
             let mut c = vec![f64::NAN; m * n];
             let params = GettParams { mr: MR as i64, nr: 3, mc: 2 * MR as i64, nc: 36, kc: 50 };
-            unsafe { gett_on(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk_any::<MR, 3>, true, threads) };
+            unsafe {
+                gett_on(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk_any::<MR, 3>, true, threads)
+            };
             for (x, &got) in c.iter().enumerate() {
                 let (i, j) = (x / n, x % n);
                 let w: f64 = (0..k).map(|p| a[p * m + i] * b[j * k + p]).sum();
