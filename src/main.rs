@@ -181,6 +181,7 @@ impl OrderArgs {
             };
         }
         if let Some(name) = &self.objective {
+            o.by_time = false;
             o.objective = tcc::tir::opmin::Objective::from_name(name.trim()).ok_or_else(|| {
                 ctx.fail(
                     "E0729",
@@ -1845,8 +1846,7 @@ fn opt_command(
 ) -> String {
     let (opt, report) = tcc::pipeline::optimize(hir, popts);
     // The nests the back ends compile: of the prepared program.
-    let prepared = tcc::pipeline::prepare(hir, popts);
-    let nests = tcc::pipeline::fuse(&prepared, units, popts);
+    let (prepared, nests) = tcc::pipeline::prepare_fused(hir, units, popts);
     let mem_limit = popts.fusion.mem_limit;
     let selected = |name: &str| units.iter().any(|&u| hir.units[u].name == name);
     match emit {

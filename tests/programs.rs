@@ -10,6 +10,9 @@ use tcc::lir::fusion::FuseMode;
 /// `src` JIT-compiled with each of `variants` (on `threads` threads) computes what
 /// the interpreter computes on random inputs (`seed`), to 1e-12 relative.
 fn assert_jit_matches_interpreter(src: &str, seed: u64, threads: usize, variants: impl IntoIterator<Item = Options>) {
+    // Temporaries the code need not zero come filled with NaN: any read of one
+    // before it is written shows as a difference.
+    tcc_runtime::alloc::set_poison(true);
     let (hir, diags) = tcc::compile(src, "main");
     let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
     let u = hir.units.ids().next().unwrap();
@@ -55,6 +58,7 @@ fn shrink(src: &str) -> String {
 
 #[test]
 fn whole_programs_match_the_interpreter_in_every_fusion_mode() {
+    tcc_runtime::alloc::set_poison(true);
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/programs");
     let mut n = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -73,7 +77,8 @@ fn whole_programs_match_the_interpreter_in_every_fusion_mode() {
                 [(FuseMode::Auto, None), (FuseMode::None, None), (FuseMode::Max, None), (FuseMode::Auto, Some(256))]
             {
                 let opts = Options { fuse, mem_limit, gemm_min: Some(1.0), ..Options::default() };
-                let got = jit_run(&hir, u, &inputs, &opts, 1).unwrap().outputs;
+                // Two calls: the second gets the temporaries the first gave back.
+                let got = jit_run(&hir, u, &inputs, &opts, 2).unwrap().outputs;
                 assert_eq!(got.len(), want.len());
                 for (t, w) in &want {
                     let d = tcc::run::compare::rel_diff(&got[t].data, &w.data);
@@ -189,9 +194,10 @@ fn a_large_unit_in_one_function_per_statement_matches_the_interpreter() {
 }
 
 /// Temporaries of 4 MiB and more come from the runtime's huge-page allocator
-/// (`tcc_rt_alloc_zeroed`), smaller ones from `calloc`: both zeroed, both freed,
+/// (`tcc_rt_alloc_temp`, kept between calls), smaller ones from `calloc`/`malloc`:
 /// the same values as the interpreter when a large temporary is accumulated into
-/// (`+=` reads its zeros) and when a GETT overwrites it, repeated calls included.
+/// (`+=` reads its zeros, also from a block an earlier call left dirty) and when a
+/// GETT overwrites it (a block given NaN bytes), repeated calls included.
 #[test]
 fn large_temporaries_from_the_huge_page_allocator_match_the_interpreter() {
     let src = "range I = 1024; range K = 640; range J = 8;
@@ -209,4 +215,41 @@ fn large_temporaries_from_the_huge_page_allocator_match_the_interpreter() {
         3,
         [FuseMode::Auto, FuseMode::None, FuseMode::Max].map(|fuse| Options { fuse, ..Options::default() }),
     );
+}
+
+/// With no objective given, the CPU pipeline keeps the order for `combined` where
+/// the time model prices it at least 5 % faster: in the MPS step, `M1·M2` first
+/// and one pass over the 10 MB intermediate instead of two (the flop-optimal
+/// order applies `M1` and `M2` one at a time). An explicit objective is kept.
+#[test]
+fn the_time_model_picks_the_order_that_writes_less() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/programs/mps_step.tc");
+    let (hir, diags) = tcc::compile(&std::fs::read_to_string(path).unwrap(), "main");
+    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+    let units: Vec<_> = hir.units.ids().collect();
+    let opts = tcc::pipeline::PipelineOptions::with_mem_limit(Some(2 << 30));
+    let (p, by_time) = tcc::pipeline::prepare_fused(&hir, &units, &opts);
+    let mut flops = opts.clone();
+    flops.order.by_time = false;
+    let (q, by_flops) = tcc::pipeline::prepare_fused(&hir, &units, &flops);
+    let (t, f) = (by_time[0].time_s, by_flops[0].time_s);
+    assert!(t < 0.95 * f, "model {t} s against {f} s");
+    let (lt, lf) = (by_time[0].dump(&p), by_flops[0].dump(&q));
+    let mpo = |l: &str| l.lines().any(|x| x.contains("M1[") && x.contains("M2[") && x.contains("+="));
+    assert!(mpo(&lt), "M1·M2 first:\n{lt}");
+    assert!(!mpo(&lf), "the flop-optimal order:\n{lf}");
+    // Both orders compile to what the interpreter computes (small ranges).
+    let src = shrink(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/programs/mps_step.tc"),
+        )
+        .unwrap(),
+    );
+    for by_time in [true, false] {
+        let mut o = Options { gemm_min: Some(1.0), ..Options::default() };
+        o.order.by_time = by_time;
+        o.order.objective =
+            if by_time { tcc::tir::opmin::Objective::Flops } else { tcc::tir::opmin::Objective::Combined };
+        assert_jit_matches_interpreter(&src, 7, 1, [o]);
+    }
 }

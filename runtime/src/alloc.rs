@@ -16,6 +16,7 @@ const HUGE: usize = 2 << 20;
 
 extern "C" {
     fn calloc(n: usize, size: usize) -> *mut u8;
+    fn malloc(n: usize) -> *mut u8;
     fn free(p: *mut u8);
 }
 
@@ -106,6 +107,148 @@ pub unsafe extern "C" fn tcc_rt_free(p: *mut u8, bytes: u64) {
     free(p)
 }
 
+// ---------------------------------------------------------------------------------
+// Temporaries kept between calls
+// ---------------------------------------------------------------------------------
+
+/// Huge blocks given back by [`tcc_rt_free_temp`], kept mapped for the next call of
+/// the program (`(address, mapped length)`, most recent last), and their total.
+struct Cache {
+    blocks: Vec<(usize, usize)>,
+    bytes: usize,
+}
+
+static CACHE: std::sync::Mutex<Cache> = std::sync::Mutex::new(Cache { blocks: Vec::new(), bytes: 0 });
+
+/// Whether [`tcc_rt_alloc_temp`] fills blocks it need not zero with NaN bytes
+/// (tests: code that read such a block before writing it would show).
+static POISON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turns poisoning of the temporaries that generated code overwrites on or off
+/// (also `TCC_TEMP_POISON=1`). For tests: every such block is then filled with
+/// `0xff` bytes (NaN in every float type) before the code gets it.
+pub fn set_poison(on: bool) {
+    POISON.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn poison() -> bool {
+    static ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    POISON.load(std::sync::atomic::Ordering::Relaxed)
+        || *ENV.get_or_init(|| std::env::var("TCC_TEMP_POISON").is_ok_and(|v| v == "1"))
+}
+
+/// Bytes of huge temporaries kept mapped between calls: `TCC_TEMP_CACHE` (bytes;
+/// 0 turns the cache off), else 1 GiB. Read once.
+pub fn cache_limit() -> usize {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| std::env::var("TCC_TEMP_CACHE").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1 << 30))
+}
+
+/// Unmaps every cached block (the memory goes back to the system).
+pub fn release_cache() {
+    let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    for (p, len) in c.blocks.drain(..) {
+        #[cfg(target_os = "linux")]
+        unsafe {
+            sys::munmap(p as *mut u8, len)
+        };
+        #[cfg(not(target_os = "linux"))]
+        let _ = (p, len);
+    }
+    c.bytes = 0;
+}
+
+/// Bytes of huge blocks the cache holds now.
+pub fn cached_bytes() -> usize {
+    CACHE.lock().unwrap_or_else(|e| e.into_inner()).bytes
+}
+
+/// A temporary of `bytes` for generated code: as [`tcc_rt_alloc_zeroed`], except
+/// that a huge block (at least [`HUGE_MIN_BYTES`]) is taken, where one of the
+/// same mapped length is cached, from the blocks earlier calls gave back with
+/// [`tcc_rt_free_temp`] — no page faults and no clearing by the kernel, which cost a
+/// tenth of a whole program's time when each call mapped its temporaries afresh.
+/// With `zeroed == 0` the caller writes every element before reading it, and the
+/// block keeps whatever it held (NaN bytes under [`set_poison`]); else it is zero.
+///
+/// # Safety
+/// Always safe to call; free the block with [`tcc_rt_free_temp`] and the same `bytes`.
+#[no_mangle]
+pub unsafe extern "C" fn tcc_rt_alloc_temp(bytes: u64, zeroed: i64) -> *mut u8 {
+    let fill = |p: *mut u8, fresh: bool| {
+        if !p.is_null() {
+            if zeroed != 0 {
+                if !fresh {
+                    std::ptr::write_bytes(p, 0, bytes as usize);
+                }
+            } else if poison() {
+                std::ptr::write_bytes(p, 0xff, bytes as usize);
+            }
+        }
+        p
+    };
+    #[cfg(target_os = "linux")]
+    if is_huge(bytes) {
+        let Some(len) = usize::try_from(bytes).ok().and_then(huge_len) else { return std::ptr::null_mut() };
+        let hit = {
+            let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+            match c.blocks.iter().rposition(|&(_, l)| l == len) {
+                Some(i) => {
+                    let (p, _) = c.blocks.remove(i);
+                    c.bytes -= len;
+                    Some(p as *mut u8)
+                }
+                None => {
+                    // Room for this block when it comes back: the oldest go.
+                    while !c.blocks.is_empty() && c.bytes + len > cache_limit() {
+                        let (p, l) = c.blocks.remove(0);
+                        c.bytes -= l;
+                        sys::munmap(p as *mut u8, l);
+                    }
+                    None
+                }
+            }
+        };
+        return match hit {
+            Some(p) => fill(p, false),
+            None => fill(map_huge(len), true),
+        };
+    }
+    if zeroed != 0 {
+        return tcc_rt_alloc_zeroed(bytes);
+    }
+    let Ok(b) = usize::try_from(bytes.max(1)) else { return std::ptr::null_mut() };
+    fill(malloc(b), false)
+}
+
+/// Gives back a block of [`tcc_rt_alloc_temp`]: a huge one is kept for the next
+/// call while the cache holds less than [`cache_limit`], else unmapped; null is
+/// ignored.
+///
+/// # Safety
+/// `p` is null or came from [`tcc_rt_alloc_temp`]`(bytes, _)` and is not used again.
+#[no_mangle]
+pub unsafe extern "C" fn tcc_rt_free_temp(p: *mut u8, bytes: u64) {
+    if p.is_null() {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    if is_huge(bytes) {
+        let len = huge_len(bytes as usize).unwrap_or(0);
+        let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+        if c.bytes + len <= cache_limit() {
+            c.blocks.push((p as usize, len));
+            c.bytes += len;
+        } else {
+            drop(c);
+            sys::munmap(p, len);
+        }
+        return;
+    }
+    let _ = bytes;
+    free(p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +268,46 @@ mod tests {
                 s.iter_mut().for_each(|b| *b = 7);
                 tcc_rt_free(p, bytes);
             }
+        }
+    }
+
+    #[test]
+    fn huge_temporaries_come_back_from_the_cache_zeroed_or_as_left() {
+        let bytes = 3 * HUGE_MIN_BYTES + 5;
+        unsafe {
+            let p = tcc_rt_alloc_temp(bytes, 1);
+            assert!(!p.is_null());
+            let s = std::slice::from_raw_parts_mut(p, bytes as usize);
+            assert!(s.iter().all(|&b| b == 0), "a fresh block is zero");
+            s.iter_mut().for_each(|b| *b = 7);
+            tcc_rt_free_temp(p, bytes);
+            // The same mapped length again: the block just given back, as left.
+            let q = tcc_rt_alloc_temp(bytes, 0);
+            assert_eq!(q, p, "the cached block is reused");
+            let s = std::slice::from_raw_parts_mut(q, bytes as usize);
+            assert!(s.iter().all(|&b| b == 7), "a block the code overwrites is not cleared");
+            tcc_rt_free_temp(q, bytes);
+            // Asked zeroed, the reused block is cleared.
+            let r = tcc_rt_alloc_temp(bytes, 1);
+            assert_eq!(r, p);
+            let s = std::slice::from_raw_parts_mut(r, bytes as usize);
+            assert!(s.iter().all(|&b| b == 0), "a reused block asked zeroed is zero");
+            s.iter_mut().for_each(|b| *b = 9);
+            tcc_rt_free_temp(r, bytes);
+            set_poison(true);
+            let t = tcc_rt_alloc_temp(bytes, 0);
+            set_poison(false);
+            let s = std::slice::from_raw_parts_mut(t, bytes as usize);
+            assert!(s.iter().all(|&b| b == 0xff), "poisoned");
+            tcc_rt_free_temp(t, bytes);
+            // Small blocks: from malloc/calloc, zeroed when asked.
+            let u = tcc_rt_alloc_temp(4096, 1);
+            assert!(std::slice::from_raw_parts(u, 4096).iter().all(|&b| b == 0));
+            tcc_rt_free_temp(u, 4096);
+            assert!(tcc_rt_alloc_temp(u64::MAX, 0).is_null());
+            assert!(cached_bytes() > 0);
+            release_cache();
+            assert_eq!(cached_bytes(), 0);
         }
     }
 

@@ -748,7 +748,7 @@ unsafe fn gett_tables<T: Elem>(
         nr,
         mc: round_up((params.mc.max(1) as usize).min(round_up(m, mr)), mr),
         nc: round_up((params.nc.max(1) as usize).min(round_up(n, nr)), nr),
-        kc: (params.kc.max(1) as usize).min(k.max(1)),
+        kc: balanced_kc(params.kc, k),
     };
     let ptrs = Ptrs { a, b, c };
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
@@ -1007,10 +1007,21 @@ impl<T: Elem> PrivateA<T> {
             if offs.len() > 1 && !koffs.is_empty() && block.len() % mr == 0 {
                 let base = a.offset(offs[0] + koffs[0]);
                 let nsl = block.len() / mr;
-                for pp in 0..kb {
-                    let line = base.offset(pp as isize * sk);
-                    for x in 0..nsl {
-                        std::ptr::copy_nonoverlapping(line.add(x * mr), start.add(x * mr * kb + pp * mr), mr);
+                // Runs of a usual width copied inline: a `memcpy` call per run of
+                // 16 elements was a tenth of a 1444×100×1444 GEMM's time.
+                match mr {
+                    8 => deal_runs::<T, 8>(start, base, sk, kb, nsl),
+                    16 => deal_runs::<T, 16>(start, base, sk, kb, nsl),
+                    24 => deal_runs::<T, 24>(start, base, sk, kb, nsl),
+                    32 => deal_runs::<T, 32>(start, base, sk, kb, nsl),
+                    48 => deal_runs::<T, 48>(start, base, sk, kb, nsl),
+                    _ => {
+                        for pp in 0..kb {
+                            let line = base.offset(pp as isize * sk);
+                            for x in 0..nsl {
+                                std::ptr::copy_nonoverlapping(line.add(x * mr), start.add(x * mr * kb + pp * mr), mr);
+                            }
+                        }
                     }
                 }
                 return PrivateA { start };
@@ -1027,6 +1038,20 @@ impl<T: Elem> PrivateA<T> {
             );
         }
         PrivateA { start }
+    }
+}
+
+/// [`PrivateA::pack`]'s fast path for slivers `W` rows tall: `kb` lines of
+/// `nsl · W` contiguous elements, `sk` apart from `base`, each dealt out to the
+/// `nsl` slivers (`kb × W` each) at `dst`.
+#[inline(always)]
+unsafe fn deal_runs<T: Elem, const W: usize>(dst: *mut T, base: *const T, sk: isize, kb: usize, nsl: usize) {
+    for pp in 0..kb {
+        let line = base.offset(pp as isize * sk);
+        for x in 0..nsl {
+            let run = std::ptr::read_unaligned(line.add(x * W) as *const [T; W]);
+            std::ptr::write_unaligned(dst.add(x * W * kb + pp * W) as *mut [T; W], run);
+        }
     }
 }
 
@@ -1290,6 +1315,14 @@ unsafe fn copy_lines<T: Elem, const W: usize>(dst: *mut T, src: *const T, sk: is
         let line = std::ptr::read_unaligned(src.offset(pp as isize * sk) as *const [T; W]);
         std::ptr::write_unaligned(dst.add(pp * W) as *mut [T; W], line);
     }
+}
+
+/// The `k` block for a sum of `k` under the largest block `kc`: as many blocks as
+/// `kc` needs, of equal depth (1280 = 4 × 320, not 3 × 408 + 56, whose last
+/// block would pass over C for little work).
+fn balanced_kc(kc: i64, k: usize) -> usize {
+    let kc = (kc.max(1) as usize).min(k.max(1));
+    k.max(1).div_ceil(k.max(1).div_ceil(kc))
 }
 
 fn round_up(x: usize, m: usize) -> usize {
@@ -1637,6 +1670,76 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// A portable `MR × NR` micro-kernel (any tile the runtime may be given).
+    unsafe extern "C" fn uk_any<const MR: usize, const NR: usize>(
+        kc: i64,
+        a: *const f64,
+        b: *const f64,
+        c: *mut f64,
+        rs: i64,
+        cs: i64,
+        alpha: f64,
+        mrows: i64,
+        ncols: i64,
+    ) {
+        for i in 0..mrows as usize {
+            for j in 0..ncols as usize {
+                let mut s = 0.0;
+                for p in 0..kc as usize {
+                    s += *a.add(p * MR + i) * *b.add(p * NR + j);
+                }
+                *c.offset(i as isize * rs as isize + j as isize * cs as isize) += alpha * s;
+            }
+        }
+    }
+
+    #[test]
+    fn private_a_blocks_of_every_usual_sliver_height_match_loops() {
+        // Slivers of 8, 16, 24 and 32 rows take the inline copies of
+        // `PrivateA::pack` (rows contiguous, `k` a progression); `k` blocks of
+        // at most 50 are balanced (241: five of 49 or fewer); one thread (`block`, through
+        // `pack_panel`) and two (`gemm_parallel`: more than 2 MFLOP, a block per task).
+        fn run<const MR: usize>(m: usize, n: usize, k: usize, threads: usize) {
+            let a: Vec<f64> = (0..k * m).map(|x| (x as f64 * 0.13).sin()).collect();
+            let b: Vec<f64> = (0..n * k).map(|x| (x as f64 * 0.29).cos()).collect();
+            let dims = [
+                GettDim { kind: 1, size: m as i64, sa: 1, sb: 0, sc: n as i64 },
+                GettDim { kind: 2, size: n as i64, sa: 0, sb: k as i64, sc: 1 },
+                GettDim { kind: 3, size: k as i64, sa: m as i64, sb: 1, sc: 0 },
+            ];
+            let mut c = vec![f64::NAN; m * n];
+            let params = GettParams { mr: MR as i64, nr: 3, mc: 2 * MR as i64, nc: 36, kc: 50 };
+            unsafe {
+                gett_on(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk_any::<MR, 3>, true, threads)
+            };
+            for (x, &got) in c.iter().enumerate() {
+                let (i, j) = (x / n, x % n);
+                let w: f64 = (0..k).map(|p| a[p * m + i] * b[j * k + p]).sum();
+                assert!((got - w).abs() < 1e-12, "mr={MR} {m}x{n}x{k} on {threads}: at {x}: {got} vs {w}");
+            }
+        }
+        for threads in [1, 2] {
+            run::<8>(203, 40, 241, threads);
+            run::<16>(203, 40, 241, threads);
+            run::<24>(203, 40, 241, threads);
+            run::<32>(203, 40, 241, threads);
+        }
+    }
+
+    #[test]
+    fn k_blocks_are_balanced() {
+        assert_eq!(balanced_kc(408, 1280), 320);
+        assert_eq!(balanced_kc(408, 1444), 361);
+        assert_eq!(balanced_kc(408, 408), 408);
+        assert_eq!(balanced_kc(408, 409), 205);
+        assert_eq!(balanced_kc(408, 100), 100);
+        assert_eq!(balanced_kc(0, 0), 1);
+        for k in 1..2000 {
+            let kc = balanced_kc(256, k);
+            assert!(kc <= 256 && k.div_ceil(kc) == k.div_ceil(256), "{k}: {kc}");
         }
     }
 

@@ -57,6 +57,12 @@ pub(crate) fn term_operands(term: &Term) -> Result<Vec<Operand>, String> {
         .collect()
 }
 
+/// Whether every term of `st` has plain operands ([`term_operands`]) none of
+/// which is the target.
+pub(crate) fn term_operands_ok(st: &crate::sema::hir::Stmt) -> bool {
+    st.rhs.terms.iter().all(|t| term_operands(t).is_ok_and(|ops| ops.iter().all(|o| o.tensor != st.lhs.tensor)))
+}
+
 /// The loop variables of a term: the target's indices, then the operands', each
 /// once, leaving out those bound by enclosing loops.
 pub(crate) fn term_vars(lhs: &[IndexId], ops: &[Operand], bound: impl Fn(IndexId) -> bool) -> Vec<IndexId> {

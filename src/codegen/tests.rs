@@ -17,6 +17,8 @@ fn check_unit(hir: &Hir, u: UnitId, seed: u64, opts: &Options) -> Result<(), Str
 /// `hir` are the assumptions) and run at `sizes`, against the interpreter on the
 /// program with those sizes.
 fn check_unit_sized(hir: &Hir, u: UnitId, sizes: &[(RangeId, usize)], seed: u64, opts: &Options) -> Result<(), String> {
+    // Temporaries the code need not zero come filled with NaN (see tcc_rt_alloc_temp).
+    tcc_runtime::alloc::set_poison(true);
     let mut actual = hir.clone();
     for &(r, n) in sizes {
         actual.ranges[r].size = n;
@@ -790,6 +792,28 @@ fn element_wise_statements_store_without_a_zeroing_pass() {
         let src = format!(
             "range N = 48; index a, b, k : N;\ninput tensor V[a,b] : f64; input tensor W[a,b] : f64;\n\
              output tensor R[a,b] : f64; output tensor S[a,b] : f64;\nR[a,b] = {rhs};\nS[a,b] = R[a,k] * W[k,b];\n"
+        );
+        let (hir, diags) = crate::compile(&src, "t");
+        let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+        let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &Options::default()).unwrap();
+        assert!(!ir.contains("llvm.memset"), "a zeroing pass is left: {ir}");
+        for fuse in [crate::lir::fusion::FuseMode::Auto, crate::lir::fusion::FuseMode::Max] {
+            check_unit(&hir, UnitId::new(0), 3, &Options { fuse, ..Options::default() }).unwrap();
+        }
+    }
+}
+
+/// An element-wise `=` with a call (`P = exp(S)`, never fused) stores its target
+/// in one pass too, and its temporary target need not start zeroed: with
+/// poisoned temporaries (`set_poison`, in `check_unit`) the values still match.
+#[test]
+fn element_wise_calls_store_without_a_zeroing_pass() {
+    for (rhs, temp) in [("exp(0.1 * S[a,b])", true), ("recip(S[a,b]) + 2 * sqrt(V[b,a] * V[b,a])", false)] {
+        let decl = if temp { "tensor P[a,b] : f64;" } else { "output tensor P[a,b] : f64;" };
+        let src = format!(
+            "range N = 48; index a, b, k : N;\ninput tensor V[a,b] : f64; input tensor W[a,b] : f64;\n\
+             tensor S[a,b] : f64; {decl} output tensor R[a,b] : f64;\n\
+             S[a,b] = V[a,k] * W[k,b] + 3;\nP[a,b] = {rhs};\nR[a,b] = P[a,k] * W[k,b];\n"
         );
         let (hir, diags) = crate::compile(&src, "t");
         let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));

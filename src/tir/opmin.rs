@@ -134,6 +134,10 @@ pub struct Options {
     pub seed: u64,
     /// What a better tree means (`--objective`).
     pub objective: Objective,
+    /// The objective was not given: the CPU back end also orders products for
+    /// `combined` and keeps that order where the CPU time model prices the fused
+    /// nests faster ([`crate::pipeline::prepare_fused`]).
+    pub by_time: bool,
     /// Seconds the hyper-optimizer may spend on one product beyond the exact limit
     /// (`--search-time`); 0 keeps the greedy result.
     pub search_time: f64,
@@ -158,6 +162,7 @@ impl Default for Options {
             restarts: 16,
             seed: 0x7cc,
             objective: Objective::Flops,
+            by_time: true,
             search_time: DEFAULT_SEARCH_TIME,
             max_trials: None,
             progress: false,

@@ -334,8 +334,7 @@ fn compile_lib<'ctx>(
     popts.fusion.mode = opts.fuse;
     popts.fusion.rates = opts.rates;
     popts.order = opts.order.clone();
-    let prepared = crate::pipeline::prepare(hir, &popts);
-    let nests = crate::pipeline::fuse(&prepared, units, &popts);
+    let (prepared, nests) = crate::pipeline::prepare_fused(hir, units, &popts);
     let (tm, cpu, features) = machine(opts)?;
     // LLVM's remarks and warnings (e.g. a loop it was asked to vectorize but did
     // not) are not the user's business: drop them.
@@ -606,7 +605,7 @@ pub(crate) fn jit_engine<'ctx>(c: &Compiled<'ctx>) -> Result<ExecutionEngine<'ct
 
 /// Runtime functions the generated code calls, with their addresses in this process.
 fn runtime_symbols() -> Vec<(&'static str, usize)> {
-    use tcc_runtime::alloc::{tcc_rt_alloc_zeroed, tcc_rt_free};
+    use tcc_runtime::alloc::{tcc_rt_alloc_temp, tcc_rt_alloc_zeroed, tcc_rt_free, tcc_rt_free_temp};
     use tcc_runtime::kernels::{
         tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_num_threads, tcc_rt_parallel_range, tcc_rt_parallel_sum,
         tcc_rt_task_set,
@@ -614,6 +613,8 @@ fn runtime_symbols() -> Vec<(&'static str, usize)> {
     vec![
         ("tcc_rt_alloc_zeroed", tcc_rt_alloc_zeroed as *const () as usize),
         ("tcc_rt_free", tcc_rt_free as *const () as usize),
+        ("tcc_rt_alloc_temp", tcc_rt_alloc_temp as *const () as usize),
+        ("tcc_rt_free_temp", tcc_rt_free_temp as *const () as usize),
         ("tcc_rt_parallel_range", tcc_rt_parallel_range as *const () as usize),
         ("tcc_rt_parallel_sum", tcc_rt_parallel_sum as *const () as usize),
         ("tcc_rt_task_set", tcc_rt_task_set as *const () as usize),
@@ -661,6 +662,60 @@ fn node_tensors(hir: &Hir, unit: UnitId, nodes: &[Node], out: &mut std::collecti
             }
         }
     }
+}
+
+/// Whether the first step of `nodes` (in execution order) to touch temporary `t`
+/// is a `Zero` of everything its statement writes (not a slice of `t`): then
+/// every element is written before it is read, and `t` need not start zeroed.
+/// A temporary first touched by `+=`, or written in part, must.
+fn first_touch_clears(hir: &Hir, unit: UnitId, nodes: &[Node], t: TensorId) -> bool {
+    fn first(hir: &Hir, unit: UnitId, nodes: &[Node], t: TensorId) -> Option<bool> {
+        for n in nodes {
+            match n {
+                Node::Loop { body, .. } => {
+                    if let Some(r) = first(hir, unit, body, t) {
+                        return Some(r);
+                    }
+                }
+                Node::Zero { tensor, stmt } => {
+                    if *tensor == t {
+                        let st = &hir.units[unit].stmts[*stmt];
+                        return Some(st.lhs.tensor == t && !hir.is_slice(&st.lhs));
+                    }
+                }
+                Node::Compute { stmt } => {
+                    let mut seen = std::collections::BTreeSet::new();
+                    node_tensors(hir, unit, std::slice::from_ref(n), &mut seen);
+                    if seen.contains(&t) {
+                        // An `=` that fusion leaves alone clears or stores its
+                        // whole target itself (see `Gen::nodes`).
+                        let st = &hir.units[unit].stmts[*stmt];
+                        let clears = st.lhs.tensor == t
+                            && !st.accumulate
+                            && !fusible(hir, st)
+                            && !hir.is_slice(&st.lhs)
+                            && !matches!(
+                                crate::tir::materialize::special_stmt(st),
+                                Some(crate::tir::materialize::Special::Gather { .. })
+                            );
+                        return Some(clears);
+                    }
+                }
+            }
+        }
+        None
+    }
+    first(hir, unit, nodes, t).unwrap_or(false)
+}
+
+/// Whether an `=` statement may store its value instead of clearing its target
+/// and adding: its target and operands whole (no slices), not a special
+/// statement, and its target not read on the right.
+fn stores_whole(hir: &Hir, st: &Stmt) -> bool {
+    !st.accumulate
+        && !hir.stmt_has_slice(st)
+        && crate::tir::materialize::special_stmt(st).is_none()
+        && crate::codegen::lower::term_operands_ok(st)
 }
 
 /// Units with more terms than this are compiled one top-level statement per
@@ -990,11 +1045,12 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             }
             self.strides.insert(t, position_strides(hir, &self.runtime, buf));
         }
-        // Temporaries: zeroed (as the interpreter's), from the runtime's allocator
-        // (huge pages for large ones), freed at the end.
+        // Temporaries: from the runtime's allocator (huge pages for large ones,
+        // kept between calls), freed at the end; zeroed (as the interpreter's)
+        // unless the first step to touch one clears all it writes.
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
-        let alloc = self.declare("tcc_rt_alloc_zeroed", Some(i8p.into()), &[i64t.into()]);
-        let free = self.declare("tcc_rt_free", None, &[i8p.into(), i64t.into()]);
+        let alloc = self.declare("tcc_rt_alloc_temp", Some(i8p.into()), &[i64t.into(), i64t.into()]);
+        let free = self.declare("tcc_rt_free_temp", None, &[i8p.into(), i64t.into()]);
         let mut temps = Vec::new();
         for (&t, buf) in &nest.buffers {
             if hir.tensors[t].role != Role::Temporary || self.bufs.contains_key(&t) {
@@ -1007,9 +1063,10 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             let over = self.b.build_int_compare(IntPredicate::UGT, n, self.i64c(u64::MAX / size), "ovf")?;
             let prod = self.b.build_int_mul(n, self.i64c(size), "bytes")?;
             let bytes = self.b.build_select(over, self.i64c(u64::MAX), prod, "bytes")?.into_int_value();
+            let zeroed = self.i64c(u64::from(!first_touch_clears(hir, code.unit, &nest.body, t)));
             let raw = self
                 .b
-                .build_call(alloc, &[bytes.into()], "tmp")?
+                .build_call(alloc, &[bytes.into(), zeroed.into()], "tmp")?
                 .try_as_basic_value()
                 .left()
                 .expect("ptr")
@@ -1209,6 +1266,13 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                     ) && !self.hir.is_slice(&st.lhs)
                         && self.strides[&st.lhs.tensor].iter().all(|s| !s.is_zero());
                     if !fusible(self.hir, &st) && !st.accumulate && !gather {
+                        // `P = exp(S)` and other element-wise `=` statements
+                        // that fusion leaves alone: one pass storing the target
+                        // (not a zeroing pass, then one reading and writing it).
+                        if stores_whole(self.hir, &st) && self.store_nest(&st) {
+                            self.shared_nest_terms(&st, 0..st.rhs.terms.len(), true)?;
+                            continue;
+                        }
                         if self.hir.is_slice(&st.lhs) {
                             self.zero_region(st.lhs.tensor, &st.lhs.indices)?;
                         } else {
