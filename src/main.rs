@@ -809,6 +809,17 @@ fn tiled_run(
             return Err(ctx.fail("E0760", &format!("TCC_STEAL={v} is none of on, off, eager"), None));
         }
     }
+    match tcc::tiled::placement::Split::from_env() {
+        Ok(Some(x)) => t.split = x,
+        Ok(None) => {}
+        Err(v) => {
+            return Err(ctx.fail(
+                "E0760",
+                &format!("TCC_SPLIT={v} is none of on, off, eager or a fraction in (0, 1]"),
+                None,
+            ));
+        }
+    }
     // The time model `--stats` prints: the calibration `tcc tune` measured, if any.
     if let Some(path) = tcc::exec::tuning_path(tuning) {
         match tcc::exec::read_tuning(Some(&path)) {

@@ -426,14 +426,6 @@ fn fetch_order(work: &[placement::Work], late: &[usize]) -> (Vec<(TensorId, usiz
     (order, ready)
 }
 
-/// The order a rank runs (and claims) its work items in: those reading only its
-/// own tiles first, then the rest (each part in list order). Other ranks taking
-/// over its items count its claims in the same order.
-fn claim_order(work: &[placement::Work]) -> Vec<usize> {
-    let (early, late): (Vec<usize>, Vec<usize>) = (0..work.len()).partition(|&i| !work[i].remote);
-    early.into_iter().chain(late).collect()
-}
-
 /// How many fetched tiles have arrived, shared between the thread that gets
 /// them and the threads that compute with them. Waiting is an atomic load
 /// while the tiles are there; only a thread that must sleep takes the lock, and
@@ -671,7 +663,12 @@ impl Planned {
                     last_use.insert(*t, l);
                 }
             }
-            let placed = placement::place(&work, &owner, &tile_len, ranks, opts.flops_per_word);
+            let mut placed = placement::place(&work, &owner, &tile_len, ranks, opts.flops_per_word);
+            // Finer items near each list's end: what balancing across ranks moves
+            // last is small.
+            for list in &mut placed.work {
+                *list = placement::split_tails(std::mem::take(list), opts.split);
+            }
             let fetch = Exchange::fetch(&placed.needs, &owner, &tile_len);
             let written = |i: &usize| work.written[*i];
             let partials: Vec<Vec<(TensorId, usize)>> =
@@ -1257,9 +1254,10 @@ impl<'p> RankTiles<'p> {
                 let mut profile = self.opts.profile.then(|| profiles[worker].lock().unwrap_or_else(|e| e.into_inner()));
                 let prof = profile.as_deref_mut().map(|p| (&model, p));
                 // SAFETY: (callers) one item per written tile and rank runs at a
-                // time; the set reads no tensor it writes; received tiles are read
-                // once they have arrived.
-                let (f, _) = unsafe { program.run_task(*s, c, tile_ptr, &kernel, w.anchors.as_deref(), prof) };
+                // time, or parts of one split item, which write disjoint rows of it;
+                // the set reads no tensor it writes; received tiles are read once
+                // they have arrived.
+                let (f, _) = unsafe { program.run_task(*s, c, tile_ptr, &kernel, w.anchors.as_deref(), w.split, prof) };
                 flops.fetch_add(f as u64, std::sync::atomic::Ordering::Relaxed);
             };
             // The tiles of this rank's own items: owned, received, or partial.
@@ -1289,8 +1287,8 @@ impl<'p> RankTiles<'p> {
             // waits until `ready[i]` fetched tiles have arrived.
             let run_items = |items: &[usize], fetched_ptr: Option<SyncPtr>, wait: Option<(&Progress, &[usize])>| {
                 let tile_ptr = own_tile(fetched_ptr);
-                // In each phase one work item per written tile and rank; early items
-                // read no received tile.
+                // In each phase one work item per written tile and rank (or the
+                // parts of one, on disjoint rows); early items read no received tile.
                 pool.parallel_for(items.len(), self.opts.schedule, |i, worker| {
                     if let Some((progress, ready)) = wait {
                         wait_timed(progress, ready[i]);
@@ -1312,7 +1310,7 @@ impl<'p> RankTiles<'p> {
                 // thread claims, gets and hands out, the compute threads run.
                 let progress = Progress::default();
                 // Every rank's items in the order it claims them.
-                let orders: Vec<Vec<usize>> = placed.work.iter().map(|w| claim_order(w)).collect();
+                let orders: Vec<Vec<usize>> = placed.work.iter().map(|w| placement::claim_order(w)).collect();
                 let own_items = &orders[me];
                 debug_assert!(own_items.iter().eq(early.iter().chain(&late)));
                 let own_ready: Vec<usize> = std::iter::repeat_n(0, early.len()).chain(ready.iter().copied()).collect();
