@@ -208,6 +208,16 @@ pub struct RankStats {
     /// set's imbalance), and reading and adding partial tiles.
     pub tiles_wait_s: f64,
     pub ranks_wait_s: f64,
+    /// Two parts of the rest (one-sided sets): from each set's start until its
+    /// work is handed out (making written tensors, the window, the claim
+    /// counters: collective, so also the wait for the slowest rank to get there),
+    /// and the compute threads' wait for their rank's main thread to hand them an
+    /// item (mean over threads; sets whose ranks take over work).
+    pub setup_s: f64,
+    pub idle_s: f64,
+    /// Seconds the compute threads spent running items (mean over threads): the
+    /// kernel calls, and what the items do around them.
+    pub items_s: f64,
     pub reduce_s: f64,
     /// The modelled seconds of the work placed on this rank, on one thread.
     pub work_model_s: f64,
@@ -1151,6 +1161,7 @@ impl<'p> RankTiles<'p> {
         let t0 = std::time::Instant::now();
         crate::exec::distributed::maybe_inject_failure(me);
         for (l, set) in program.task_sets().iter().enumerate() {
+            let set_t0 = std::time::Instant::now();
             for &s in set {
                 let t = program.written(s);
                 if !self.local.contains_key(&t) {
@@ -1222,7 +1233,7 @@ impl<'p> RankTiles<'p> {
             let one_sided = window.is_some();
             // One counter per rank over its work items (collective, made alike everywhere).
             let claims: Vec<Box<dyn tcc_runtime::comm::SharedCounter>> =
-                if one_sided && stealing { (0..p).map(|_| comm.counter()).collect() } else { Vec::new() };
+                if one_sided && stealing { comm.counters(p) } else { Vec::new() };
             // One-sided: the remote tiles in the order the late work first reads
             // them, and how many of them each late item waits for.
             let (order, ready) = if one_sided { fetch_order(work, &late) } else { (Vec::new(), Vec::new()) };
@@ -1246,11 +1257,13 @@ impl<'p> RankTiles<'p> {
             let flops = std::sync::atomic::AtomicU64::new(0);
             // Nanoseconds the compute threads waited for fetched tiles.
             let waited_ns = std::sync::atomic::AtomicU64::new(0);
+            let items_ns = std::sync::atomic::AtomicU64::new(0);
             // Runs work item `w` on worker `worker` with its tiles at `tile_ptr`.
             let run_one = |w: &placement::Work,
                            tile_ptr: &(dyn Fn(TensorId, usize) -> *mut f64 + Sync),
                            worker: usize| {
                 let (s, c, _) = &tasks[w.task];
+                let i0 = std::time::Instant::now();
                 let mut profile = self.opts.profile.then(|| profiles[worker].lock().unwrap_or_else(|e| e.into_inner()));
                 let prof = profile.as_deref_mut().map(|p| (&model, p));
                 // SAFETY: (callers) one item per written tile and rank runs at a
@@ -1259,6 +1272,7 @@ impl<'p> RankTiles<'p> {
                 // they have arrived.
                 let (f, _) = unsafe { program.run_task(*s, c, tile_ptr, &kernel, w.anchors.as_deref(), w.split, prof) };
                 flops.fetch_add(f as u64, std::sync::atomic::Ordering::Relaxed);
+                items_ns.fetch_add(i0.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
             };
             // The tiles of this rank's own items: owned, received, or partial.
             let own_tile = |fetched_ptr: Option<SyncPtr>| {
@@ -1301,6 +1315,9 @@ impl<'p> RankTiles<'p> {
             let mut taken: Vec<*mut Taken> = Vec::new();
             let mut taken_words = 0usize;
             let x0 = std::time::Instant::now();
+            if one_sided {
+                self.stats.setup_s += set_t0.elapsed().as_secs_f64();
+            }
             let mut exchange_s = 0.0;
             // `{ window }` moves it: the borrow of the tiles ends with this statement.
             let window = if claims.is_empty() {
@@ -1465,6 +1482,7 @@ impl<'p> RankTiles<'p> {
                     }
                     result
                 })?;
+                self.stats.idle_s += queue.idle_s() / pool.threads() as f64;
                 let c0 = std::time::Instant::now();
                 window.close();
                 self.stats.ranks_wait_s += c0.elapsed().as_secs_f64();
@@ -1554,6 +1572,8 @@ impl<'p> RankTiles<'p> {
             self.stats.exchange_s += exchange_s;
             self.stats.tiles_wait_s +=
                 waited_ns.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9 / pool.threads() as f64;
+            self.stats.items_s +=
+                items_ns.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9 / pool.threads() as f64;
             self.stats.sets += 1;
             self.stats.flops += flops.load(std::sync::atomic::Ordering::Relaxed) as f64;
             let local = &mut self.local;

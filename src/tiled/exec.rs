@@ -1008,7 +1008,7 @@ impl Program {
                     });
                     for (f, v) in term.factors.iter().zip(views) {
                         let len: usize = f.1.iter().map(|&p| ext[p]).product();
-                        prefetch_l2(tile_ptr(f.0, v.slot), len);
+                        prefetch_l2(tile_ptr(f.0, v.slot), len.min(PREFETCH_WORDS));
                     }
                     run_pending(&mut pending, &pending_dims, &mut prof);
                     std::mem::swap(&mut dims, &mut pending_dims);
@@ -1153,6 +1153,14 @@ fn contribution_flops(term: &TermPlan, ext: &[usize]) -> f64 {
         points
     }
 }
+
+/// The most elements of one operand tile prefetched before a GETT call (128 KiB:
+/// both operands fit in any L2 next to the running call's). A whole large tile
+/// never fits, and prefetching it streamed it from memory for nothing: with tile
+/// 40, CCD o=20 v=200 on one thread spent 0.37 s outside its kernel calls with
+/// whole tiles prefetched and 0.16–0.22 s with at most 4096–32768 elements
+/// (2.3–2.4 s in kernels either way; bench/distributed/results.md, run H5).
+const PREFETCH_WORDS: usize = 16384;
 
 /// Asks for the `len` elements from `p` to be brought into L2 (a hint only).
 #[inline]
