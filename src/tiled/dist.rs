@@ -1353,19 +1353,25 @@ impl<'p> RankTiles<'p> {
                                         let w = &placed.work[tk.victim][tk.item];
                                         let (t_w, k_w) = written_tile(w.task);
                                         let part = SyncPtr(tk.partial.as_mut_ptr());
+                                        // Operand tiles are only read (kernels take them as
+                                        // `*const`): shared with later taken parts.
                                         let ops: HashMap<(TensorId, usize), SyncPtr> = tk
                                             .operands
-                                            .iter_mut()
-                                            .map(|(&key, b)| (key, SyncPtr(b.as_mut_ptr())))
+                                            .iter()
+                                            .map(|(&key, b)| (key, SyncPtr(b.as_ptr() as *mut f64)))
                                             .collect();
                                         let tile_ptr = |t: TensorId, k: usize| -> *mut f64 {
                                             if (t, k) == (t_w, k_w) {
                                                 part.get()
                                             } else if let Some(p) = ops.get(&(t, k)) {
                                                 p.get()
+                                            } else if let Some(&off) = offsets.get(&t).and_then(|o| o.get(&k)) {
+                                                // SAFETY: a tile this rank owns.
+                                                unsafe { base[&t].0.add(off) }
                                             } else {
-                                                // SAFETY: a tile this rank owns (the others were got).
-                                                unsafe { base[&t].0.add(offsets[&t][&k]) }
+                                                // SAFETY: a tile fetched for this rank's own items,
+                                                // all of which arrived before any item was taken.
+                                                unsafe { fetched_ptr.get().add(fetched_at[&(t, k)]) }
                                             }
                                         };
                                         run_one(w, &tile_ptr, worker);
@@ -1381,6 +1387,8 @@ impl<'p> RankTiles<'p> {
                         std::thread::sleep(std::time::Duration::from_millis(20));
                     }
                     let mut victims: Vec<usize> = (1..p).map(|d| (me + d) % p).collect();
+                    // The operand tiles of the item taken last, shared with the next.
+                    let mut last_operands: HashMap<(TensorId, usize), std::sync::Arc<AlignedBuf>> = HashMap::new();
                     let (mut own_done, mut got, mut at) = (false, 0, 0);
                     let result = loop {
                         if computing.is_finished() {
@@ -1415,13 +1423,22 @@ impl<'p> RankTiles<'p> {
                             // Worth taking only if its gets take less time than computing
                             // it here (by the time model; tests take anything).
                             let next = claims[v].fetch_add(0) as usize;
+                            // Tiles it reads that this rank holds already: its own, those
+                            // fetched for its own items (all arrived by now: the fetches
+                            // come first), and the last taken item's (the parts of a
+                            // split item read the same tiles).
+                            let held = |t: TensorId, k: usize| {
+                                self.own.owner(&layouts[&t].tiles()[k]) == me
+                                    || fetched_at.contains_key(&(t, k))
+                                    || last_operands.contains_key(&(t, k))
+                            };
                             let worth = |i: usize| {
                                 let w = &placed.work[v][i];
                                 let (t_w, k_w) = written_tile(w.task);
                                 let gets = w
                                     .reads
                                     .iter()
-                                    .filter(|&&(t, k)| self.own.owner(&layouts[&t].tiles()[k]) != me)
+                                    .filter(|&&(t, k)| !held(t, k))
                                     .map(|&(t, k)| tile_len(t, k))
                                     .chain([tile_len(t_w, k_w)]);
                                 eager || steal::worth_taking(&self.opts.model, gets, w.seconds)
@@ -1437,26 +1454,33 @@ impl<'p> RankTiles<'p> {
                                 continue;
                             };
                             let w = &placed.work[v][i];
+                            debug_assert_eq!(got, order.len(), "own fetches first");
                             let mut operands = HashMap::new();
                             let mut failed = None;
                             for &(t, k) in &w.reads {
                                 let owner = self.own.owner(&layouts[&t].tiles()[k]);
-                                if owner != me {
-                                    let mut b = match alloc(tile_len(t, k), "tiles of taken-over work") {
-                                        Ok(b) => b,
-                                        Err(e) => {
-                                            failed = Some(e);
-                                            break;
-                                        }
-                                    };
-                                    window.get(owner, seg(t), self.owner_offset[t.index()][k], &mut b);
-                                    taken_words += b.len();
-                                    operands.insert((t, k), b);
+                                if owner == me || fetched_at.contains_key(&(t, k)) {
+                                    continue;
                                 }
+                                if let Some(b) = last_operands.get(&(t, k)) {
+                                    operands.insert((t, k), std::sync::Arc::clone(b));
+                                    continue;
+                                }
+                                let mut b = match alloc(tile_len(t, k), "tiles of taken-over work") {
+                                    Ok(b) => b,
+                                    Err(e) => {
+                                        failed = Some(e);
+                                        break;
+                                    }
+                                };
+                                window.get(owner, seg(t), self.owner_offset[t.index()][k], &mut b);
+                                taken_words += b.len();
+                                operands.insert((t, k), std::sync::Arc::new(b));
                             }
                             if let Some(e) = failed {
                                 break Err(e);
                             }
+                            last_operands = operands.clone();
                             let (t_w, k_w) = written_tile(w.task);
                             let partial = match alloc(tile_len(t_w, k_w), "partial tiles of taken-over work") {
                                 Ok(b) => b,

@@ -1008,7 +1008,7 @@ impl Program {
                     });
                     for (f, v) in term.factors.iter().zip(views) {
                         let len: usize = f.1.iter().map(|&p| ext[p]).product();
-                        prefetch_l2(tile_ptr(f.0, v.slot), len.min(PREFETCH_WORDS));
+                        prefetch_l2(tile_ptr(f.0, v.slot), len.min(prefetch_words()));
                     }
                     run_pending(&mut pending, &pending_dims, &mut prof);
                     std::mem::swap(&mut dims, &mut pending_dims);
@@ -1160,7 +1160,18 @@ fn contribution_flops(term: &TermPlan, ext: &[usize]) -> f64 {
 /// 40, CCD o=20 v=200 on one thread spent 0.37 s outside its kernel calls with
 /// whole tiles prefetched and 0.16–0.22 s with at most 4096–32768 elements
 /// (2.3–2.4 s in kernels either way; bench/distributed/results.md, run H5).
+/// `TCC_PREFETCH_WORDS` (a count, or `all` for whole tiles as before) sets it for
+/// experiments (`bench/distributed/mpi_split.sh`); read once.
 const PREFETCH_WORDS: usize = 16384;
+
+fn prefetch_words() -> usize {
+    static WORDS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *WORDS.get_or_init(|| match std::env::var("TCC_PREFETCH_WORDS").as_deref() {
+        Ok("all") => usize::MAX,
+        Ok(v) => v.trim().parse().unwrap_or(PREFETCH_WORDS),
+        Err(_) => PREFETCH_WORDS,
+    })
+}
 
 /// Asks for the `len` elements from `p` to be brought into L2 (a hint only).
 #[inline]

@@ -62,14 +62,15 @@ impl Steal {
     }
 }
 
-/// A work item of another rank, taken over: the operand tiles this rank does
-/// not own (got from their owners) and the partial tile it computes, which the
-/// written tile's owner adds after the set.
+/// A work item of another rank, taken over: the operand tiles this rank neither
+/// owns nor fetched for its own items (got from their owners, or shared with the
+/// item taken before it: parts of a split item read the same tiles) and the
+/// partial tile it computes, which the written tile's owner adds after the set.
 pub(crate) struct Taken {
     pub victim: usize,
     /// Index into the victim's work list.
     pub item: usize,
-    pub operands: HashMap<(TensorId, usize), AlignedBuf>,
+    pub operands: HashMap<(TensorId, usize), std::sync::Arc<AlignedBuf>>,
     pub partial: AlignedBuf,
 }
 
