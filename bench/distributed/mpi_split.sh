@@ -7,12 +7,13 @@
 # `tcc tune --ranks 16` table, then TRIALS times (3; a trial starts only if one
 # as long as the last would end within LIMIT seconds, 420 by default, so that
 # the call stays under 8 minutes): one
-# rank alone, then three 16-process variants in an order that rotates from trial
-# to trial, then one process of 16 threads:
+# rank alone, then the 16-process VARIANTS (default "split nosplit H4") in an
+# order that rotates from trial to trial, then one process of 16 threads:
 #   split:    the default (TCC_SPLIT=on, prefetch capped);
+#   split10:  TCC_SPLIT=0.1 (finer tails);
 #   nosplit:  TCC_SPLIT=off (prefetch capped);
 #   H4:       TCC_SPLIT=off TCC_PREFETCH_WORDS=all (what run H4 ran, but for the
-#             claim counters in one window and taken parts sharing tiles).
+#             claim counters in one window and taken items sharing tiles).
 # Every 16-process run prints its wall time, efficiency against the one rank of
 # the same trial, and each rank's breakdown from `--stats` (one line a rank:
 # kernels, waits, partial tiles, the rest split into set-up, compute threads
@@ -71,8 +72,10 @@ EOF
 variant() { # name → its environment
   case $1 in
     split) echo "TCC_SPLIT=on" ;;
+    split10) echo "TCC_SPLIT=0.1" ;;
     nosplit) echo "TCC_SPLIT=off" ;;
     H4) echo "TCC_SPLIT=off TCC_PREFETCH_WORDS=all" ;;
+    *) echo "unknown variant $1" >&2; exit 1 ;;
   esac
 }
 one() { # trial, variant
@@ -83,7 +86,8 @@ one() { # trial, variant
   { echo "=== trial $1: 16 processes, $2 ($env)"; cat /tmp/one.txt; } >> "$OUT/mpi_split_full.txt"
   summary /tmp/one.txt
 }
-order=(split nosplit H4)
+read -r -a order <<< "${VARIANTS:-split nosplit H4}"
+n=${#order[@]}
 last=0
 for trial in $(seq 1 "${TRIALS:-3}"); do
   # A trial starts only if one as long as the last still ends by LIMIT seconds.
@@ -101,8 +105,8 @@ for trial in $(seq 1 "${TRIALS:-3}"); do
     echo "=== trial 1: one rank alone, TCC_PREFETCH_WORDS=all (as H4)"
     TCC_PREFETCH_WORDS=all $T run $f --tiled --tile 40 --stats 2>&1 | grep -E "tiled:|kernels:"
   fi
-  for k in 0 1 2; do
-    one "$trial" "${order[$(((k + trial - 1) % 3))]}"
+  for k in $(seq 0 $((n - 1))); do
+    one "$trial" "${order[$(((k + trial - 1) % n))]}"
   done
   echo "=== trial $trial: one process, 16 threads"
   TCC_NUM_THREADS=16 $T run $f --tiled --tile 40 --stats | grep -E "tiled:"
