@@ -630,7 +630,8 @@ impl Program {
         type Sums = (f64, f64, BTreeSet<(TensorId, usize)>, usize);
         let mut pieces: BTreeMap<Anchor, Sums> = BTreeMap::new();
         self.for_contributions(s, c, &mut |term, _, views, ext| {
-            let piece = pieces.entry(anchor(term, views, ext)).or_insert_with(|| (0.0, 0.0, BTreeSet::new(), usize::MAX));
+            let piece =
+                pieces.entry(anchor(term, views, ext)).or_insert_with(|| (0.0, 0.0, BTreeSet::new(), usize::MAX));
             let flops = contribution_flops(term, ext);
             let [m, n, k, batch] = contribution_mnkb(term, ext);
             piece.0 += flops;
@@ -788,6 +789,7 @@ impl Program {
     /// # Safety
     /// `tile_ptr(t, slot)` is the start of stored tile `slot` of tensor `t` for every
     /// tile the task reads or writes; no other thread touches this task's tile.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn run_task(
         &self,
         s: usize,
@@ -983,7 +985,8 @@ impl Program {
                     if let Some((p, lo)) = slab {
                         // The slab starts `lo` rows along `p` into every tile with `p`.
                         let lo = lo as isize;
-                        (pa, pb, pc) = (pa.offset(lo * stride(0, p)), pb.offset(lo * stride(1, p)), pc.offset(lo * sc[p]));
+                        (pa, pb, pc) =
+                            (pa.offset(lo * stride(0, p)), pb.offset(lo * stride(1, p)), pc.offset(lo * sc[p]));
                     }
                     // The written tile's contiguous index should be a row (m) index.
                     if dims

@@ -242,9 +242,9 @@ pub fn place(
     let mut assigned: Vec<BTreeMap<(usize, bool), Share>> = vec![BTreeMap::new(); p];
     for (k, &r) in at.iter().enumerate() {
         let remote = pieces[k].reads.iter().any(|&(t, slot)| owner(t, slot) != r);
-        let entry = assigned[r].entry((pieces[k].task, remote)).or_insert_with(|| {
-            (Vec::new(), 0.0, 0.0, BTreeSet::new(), BTreeSet::new(), usize::MAX)
-        });
+        let entry = assigned[r]
+            .entry((pieces[k].task, remote))
+            .or_insert_with(|| (Vec::new(), 0.0, 0.0, BTreeSet::new(), BTreeSet::new(), usize::MAX));
         entry.0.push(pieces[k].anchor);
         entry.1 += pieces[k].flops;
         entry.2 += pieces[k].seconds;

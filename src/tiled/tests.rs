@@ -567,7 +567,7 @@ fn pieces_placed_for_balance_add_up_on_owners() {
 /// plan does split items, each part carrying its share of the flops.
 #[test]
 fn split_items_add_up_to_the_unsplit_result_on_ranks() {
-    use super::placement::{split_tails, Split, SetWork};
+    use super::placement::{split_tails, SetWork, Split};
     use super::steal::Steal;
     let hir = ccd_terms(4, 7);
     let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());

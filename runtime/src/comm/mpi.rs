@@ -728,4 +728,3 @@ impl SharedCounter for MpiCounter {
         self.ops.get()
     }
 }
-
