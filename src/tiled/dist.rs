@@ -1184,6 +1184,11 @@ impl<'p> RankTiles<'p> {
             self.stats.owned_peak = self.stats.owned_peak.max(self.owned_now());
             let plan = &self.plans[l];
             let SetPlan { tasks, placed, fetch, reduce, windowed, one_sided } = plan;
+            // The elements of its written tile that item `i` of rank `v` writes.
+            let taken_span = |v: usize, i: usize| {
+                let w = &placed.work[v][i];
+                program.split_span(tasks[w.task].0, &tasks[w.task].1, w.split)
+            };
             // The tile (tensor, stored slot) task `i` of the set writes.
             let written_tile = |i: usize| {
                 let t = program.written(tasks[i].0);
@@ -1618,11 +1623,13 @@ impl<'p> RankTiles<'p> {
                 comm.allgatherv(&steal::encode(&mine), &counts, &mut all);
                 // Bookkeeping, not planned words.
                 taken_words += moved().saturating_sub(before) as usize;
-                let mut buf = alloc(taken.iter().map(|t| t.partial.len()).sum(), "partial tiles of taken-over work")?;
+                // Of a part of a split item, only the rows it wrote.
+                let spans: Vec<std::ops::Range<usize>> = taken.iter().map(|t| taken_span(t.victim, t.item)).collect();
+                let mut buf = alloc(spans.iter().map(|r| r.len()).sum(), "partial tiles of taken-over work")?;
                 let mut at = 0;
-                for t in &taken {
-                    buf[at..at + t.partial.len()].copy_from_slice(&t.partial);
-                    at += t.partial.len();
+                for (t, r) in taken.iter().zip(&spans) {
+                    buf[at..at + r.len()].copy_from_slice(&t.partial[r.clone()]);
+                    at += r.len();
                 }
                 self.stats.taken_items += taken.len();
                 (steal::decode(&all, &counts), buf)
@@ -1659,7 +1666,8 @@ impl<'p> RankTiles<'p> {
                     let mut at = 0;
                     for &(v, i) in list {
                         let (t, k) = written_tile(placed.work[v][i].task);
-                        let len = tile_len(t, k);
+                        let span = taken_span(v, i);
+                        let len = span.len();
                         if self.own.owner(&layouts[&t].tiles()[k]) == me {
                             let part: &[f64] = if q == me {
                                 &taken_partials[at..at + len]
@@ -1670,7 +1678,7 @@ impl<'p> RankTiles<'p> {
                                 &scratch
                             };
                             let loc = local.get_mut(&t).expect("written tensors are held");
-                            let off = loc.offsets[&k];
+                            let off = loc.offsets[&k] + span.start;
                             for (x, y) in loc.data[off..off + len].iter_mut().zip(part) {
                                 *x += y;
                             }

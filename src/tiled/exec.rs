@@ -615,6 +615,22 @@ impl Program {
         self.stmts[s].writes(c)
     }
 
+    /// The elements of tile `c` of statement `s`'s written tensor (row-major) that
+    /// part `split` of a task writes: the part's rows when the tile's first
+    /// dimension is the one split ([`split_dim`]), else the whole tile. Only items
+    /// whose every contribution is a GETT call are split.
+    pub(crate) fn split_span(&self, s: usize, c: &[u32], split: Option<(usize, usize)>) -> std::ops::Range<usize> {
+        let layout = &self.layouts[&self.stmts[s].lhs];
+        let len = layout.tile_len(c);
+        let Some((j, n)) = split.filter(|&(_, n)| n > 1) else { return 0..len };
+        let ext: Vec<usize> = (0..c.len()).map(|d| layout.dims[d].extent(c[d] as usize)).collect();
+        if ext.is_empty() || split_dim(ext.len(), &ext) != 0 || ext[0] == 0 || len % ext[0] != 0 {
+            return 0..len;
+        }
+        let row = len / ext[0];
+        ext[0] * j / n * row..ext[0] * (j + 1) / n * row
+    }
+
     /// The tensor statement `s` writes.
     pub(crate) fn written(&self, s: usize) -> TensorId {
         self.stmts[s].lhs

@@ -598,6 +598,17 @@ fn split_items_add_up_to_the_unsplit_result_on_ranks() {
                             assert_eq!(after[k + j].split, Some((j, n)));
                             assert_eq!(after[k + j].task, after[k].task);
                         }
+                        // The rows each part writes: the whole tile, or a partition of it.
+                        let (s, c, _) = &work.tasks[after[k].task];
+                        let len = program.split_span(*s, c, None).len();
+                        let spans: Vec<_> = (0..n).map(|j| program.split_span(*s, c, Some((j, n)))).collect();
+                        if spans[0].len() < len {
+                            assert_eq!(spans[0].start, 0);
+                            assert!(spans.windows(2).all(|w| w[0].end == w[1].start), "{spans:?}");
+                            assert_eq!(spans[n - 1].end, len);
+                        } else {
+                            assert!(spans.iter().all(|r| *r == (0..len)), "{spans:?}");
+                        }
                         k += n;
                     } else {
                         assert!(after[k].split.is_none(), "a part out of order");
