@@ -624,7 +624,7 @@ impl Program {
         let len = layout.tile_len(c);
         let Some((j, n)) = split.filter(|&(_, n)| n > 1) else { return 0..len };
         let ext: Vec<usize> = (0..c.len()).map(|d| layout.dims[d].extent(c[d] as usize)).collect();
-        if ext.is_empty() || split_dim(ext.len(), &ext) != 0 || ext[0] == 0 || len % ext[0] != 0 {
+        if ext.is_empty() || split_dim(ext.len(), &ext) != 0 || ext[0] == 0 || !len.is_multiple_of(ext[0]) {
             return 0..len;
         }
         let row = len / ext[0];
