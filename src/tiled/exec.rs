@@ -1175,12 +1175,15 @@ fn contribution_flops(term: &TermPlan, ext: &[usize]) -> f64 {
 
 /// The most elements of one operand tile prefetched before a GETT call (128 KiB:
 /// both operands fit in any L2 next to the running call's). A whole large tile
-/// never fits, and prefetching it streamed it from memory for nothing: with tile
-/// 40, CCD o=20 v=200 on one thread spent 0.37 s outside its kernel calls with
-/// whole tiles prefetched and 0.16–0.22 s with at most 4096–32768 elements
-/// (2.3–2.4 s in kernels either way; bench/distributed/results.md, run H5).
-/// `TCC_PREFETCH_WORDS` (a count, or `all` for whole tiles as before) sets it for
-/// experiments (`bench/distributed/mpi_split.sh`); read once.
+/// never fits L2, and prefetching it streamed it from memory first: with tile 40,
+/// CCD o=20 v=200 on one thread of a 2-core machine spent 0.37 s outside its
+/// kernel calls with whole tiles prefetched and 0.16–0.22 s with at most
+/// 4096–32768 elements (2.3–2.4 s in kernels either way); under MPI on 2 ranks
+/// the kernels took about that much longer instead (that machine's large L3
+/// keeps what the prefetch brought), so whether it pays on a 16-core host is
+/// measured there (bench/distributed/results.md, run H5). `TCC_PREFETCH_WORDS` (a
+/// count, or `all` for whole tiles as before) sets it for experiments
+/// (`bench/distributed/mpi_split.sh`); read once.
 const PREFETCH_WORDS: usize = 16384;
 
 fn prefetch_words() -> usize {
