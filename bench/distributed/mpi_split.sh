@@ -9,7 +9,8 @@
 # the call stays under 8 minutes): one
 # rank alone, then the 16-process VARIANTS (default "split nosplit H4") in an
 # order that rotates from trial to trial, then one process of 16 threads:
-#   split:    the default (TCC_SPLIT=on, prefetch capped);
+#   split:    the default (TCC_SPLIT=on, prefetch capped; one claimed item
+#             waiting per compute thread instead of two);
 #   split10:  TCC_SPLIT=0.1 (finer tails);
 #   nosplit:  TCC_SPLIT=off (prefetch capped);
 #   H4:       TCC_SPLIT=off TCC_PREFETCH_WORDS=all (what run H4 ran, but for the

@@ -1336,7 +1336,11 @@ impl<'p> RankTiles<'p> {
                 let own_items = &orders[me];
                 debug_assert!(own_items.iter().eq(early.iter().chain(&late)));
                 let own_ready: Vec<usize> = std::iter::repeat_n(0, early.len()).chain(ready.iter().copied()).collect();
-                let queue = JobQueue::new(pool.threads() + 1);
+                // Items claimed but not started are out of the other ranks' reach:
+                // with the ends of the lists split (small items there) one waiting
+                // item per compute thread is enough to keep them busy, else one more.
+                let depth = if self.opts.split == placement::Split::Off { pool.threads() + 1 } else { pool.threads() };
+                let queue = JobQueue::new(depth);
                 // Two shares of one task must not write its tile at once.
                 let task_lock: Vec<std::sync::Mutex<()>> = (0..tasks.len()).map(|_| Default::default()).collect();
                 let seg = |t: TensorId| seg_tensors.binary_search(&t).expect("every tensor read is windowed");
