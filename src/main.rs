@@ -679,7 +679,9 @@ enum Command {
         /// it is an error, and sliced runs on ranks deal slices in blocks and refuse it).
         #[arg(long, value_enum)]
         schedule: Option<Schedule>,
-        /// Print words and messages sent per rank after the report.
+        /// Print words and messages sent per rank after the report (tiled runs:
+        /// also the time model, the kernels by shape, and on ranks where each
+        /// rank's seconds went).
         #[arg(long)]
         stats: bool,
         /// Tuning table written by `tcc tune` (default: ~/.config/tcc/tuning.toml if
@@ -722,7 +724,11 @@ enum Command {
         /// rank reads the remote tiles its work needs from the owners' windows
         /// (MPI RMA), and runs each piece as its tiles arrive; `collective`:
         /// all-to-all rounds per task set; `auto` (default): per task set, the one
-        /// the time model predicts faster.
+        /// the time model predicts faster. In one-sided sets a rank out of work
+        /// takes over other ranks' unstarted items (TCC_STEAL=off: never), and the
+        /// items near the end of each rank's list are split into slabs of their
+        /// tile's rows, none more than a fraction of the work left (TCC_SPLIT: a
+        /// fraction in (0, 1], 0.25 by default, or `off`).
         #[arg(long, value_enum, requires = "tiled")]
         exchange: Option<Exchange>,
     },
@@ -828,6 +834,17 @@ fn tiled_run(
         Ok(None) => {}
         Err(v) => {
             return Err(ctx.fail("E0760", &format!("TCC_STEAL={v} is none of on, off, eager"), None));
+        }
+    }
+    match tcc::tiled::placement::Split::from_env() {
+        Ok(Some(x)) => t.split = x,
+        Ok(None) => {}
+        Err(v) => {
+            return Err(ctx.fail(
+                "E0760",
+                &format!("TCC_SPLIT={v} is none of on, off, eager or a fraction in (0, 1]"),
+                None,
+            ));
         }
     }
     // The time model `--stats` prints: the calibration `tcc tune` measured, if any.

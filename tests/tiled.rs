@@ -323,6 +323,58 @@ fn mpi_ranks_give_the_single_process_numbers() {
     }
 }
 
+/// Work items split into slabs of rows (`TCC_SPLIT=eager`: every item that can
+/// be, into up to 3 parts) give the single process's numbers on 1–5 in-process
+/// ranks and under `mpirun -np 2/3`, with and without taking over; a misspelt
+/// value is refused.
+#[test]
+fn split_items_give_the_single_process_numbers() {
+    let file = path("tests/tiled/ccd_small.tc");
+    let one = summary(&stdout(&["--tiled", "--tile", "3"], &file));
+    let check = |text: &str, what: &str| {
+        let got = summary(text);
+        for k in [0, 2] {
+            assert!((one[k] - got[k]).abs() <= 1e-12 * one[k].abs(), "{what}: {one:?} vs {got:?}\n{text}");
+        }
+    };
+    for ranks in ["1", "2", "3", "4", "5"] {
+        for (exchange, steal) in [("one-sided", "eager"), ("one-sided", "on"), ("collective", "off")] {
+            let out = tcc()
+                .arg("run")
+                .arg(&file)
+                .args(["--tiled", "--tile", "3", "--ranks", ranks, "--exchange", exchange])
+                .env("TCC_SPLIT", "eager")
+                .env("TCC_STEAL", steal)
+                .assert()
+                .success();
+            check(&String::from_utf8_lossy(&out.get_output().stdout), &format!("{ranks} ranks, {exchange}, {steal}"));
+        }
+    }
+    if cfg!(feature = "mpi") && which("mpirun") {
+        for (np, steal) in [("2", "eager"), ("3", "on"), ("3", "off")] {
+            let out = std::process::Command::new("timeout")
+                .args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np])
+                .arg(assert_cmd::cargo::cargo_bin("tcc"))
+                .arg("run")
+                .arg(&file)
+                .args(["--tiled", "--tile", "3", "--backend", "mpi", "--exchange", "one-sided"])
+                .env("TCC_SPLIT", "eager")
+                .env("TCC_STEAL", steal)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            assert!(out.status.success(), "-np {np}: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+            check(&text, &format!("mpirun -np {np}, {steal}"));
+        }
+    }
+    for bad in ["yes", "1.5", "-0.1"] {
+        let out =
+            tcc().args(["run"]).arg(&file).args(["--tiled", "--ranks", "2"]).env("TCC_SPLIT", bad).assert().code(1);
+        let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+        assert!(err.contains("TCC_SPLIT") && err.contains("E0760"), "{bad}: {err}");
+    }
+}
+
 #[test]
 fn a_failing_rank_stops_the_others() {
     // One of three in-process ranks panics before its first task set: the run fails

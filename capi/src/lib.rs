@@ -123,6 +123,11 @@ pub unsafe extern "C" fn tcc_dist_open_sized(
             Ok(None) => {}
             Err(v) => return Err(format!("TCC_STEAL={v} is none of on, off, eager")),
         }
+        match tcc::tiled::placement::Split::from_env() {
+            Ok(Some(x)) => opts.split = x,
+            Ok(None) => {}
+            Err(v) => return Err(format!("TCC_SPLIT={v} is none of on, off, eager or a fraction in (0, 1]")),
+        }
         let session = Session::open(source, program, given.as_deref().map_err(Clone::clone), comm, opts)?;
         let n = (0..).take_while(|&t| session.describe(t).is_some()).count();
         let tiles = (0..n).map(|t| session.tiles(t).unwrap_or_default()).collect();

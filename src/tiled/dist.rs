@@ -208,6 +208,16 @@ pub struct RankStats {
     /// set's imbalance), and reading and adding partial tiles.
     pub tiles_wait_s: f64,
     pub ranks_wait_s: f64,
+    /// Two parts of the rest (one-sided sets): from each set's start until its
+    /// work is handed out (making written tensors, the window, the claim
+    /// counters: collective, so also the wait for the slowest rank to get there),
+    /// and the compute threads' wait for their rank's main thread to hand them an
+    /// item (mean over threads; sets whose ranks take over work).
+    pub setup_s: f64,
+    pub idle_s: f64,
+    /// Seconds the compute threads spent running items (mean over threads): the
+    /// kernel calls, and what the items do around them.
+    pub items_s: f64,
     pub reduce_s: f64,
     /// The modelled seconds of the work placed on this rank, on one thread.
     pub work_model_s: f64,
@@ -424,14 +434,6 @@ fn fetch_order(work: &[placement::Work], late: &[usize]) -> (Vec<(TensorId, usiz
         })
         .collect();
     (order, ready)
-}
-
-/// The order a rank runs (and claims) its work items in: those reading only its
-/// own tiles first, then the rest (each part in list order). Other ranks taking
-/// over its items count its claims in the same order.
-fn claim_order(work: &[placement::Work]) -> Vec<usize> {
-    let (early, late): (Vec<usize>, Vec<usize>) = (0..work.len()).partition(|&i| !work[i].remote);
-    early.into_iter().chain(late).collect()
 }
 
 /// How many fetched tiles have arrived, shared between the thread that gets
@@ -671,7 +673,12 @@ impl Planned {
                     last_use.insert(*t, l);
                 }
             }
-            let placed = placement::place(&work, &owner, &tile_len, ranks, opts.flops_per_word);
+            let mut placed = placement::place(&work, &owner, &tile_len, ranks, opts.flops_per_word);
+            // Finer items near each list's end: what balancing across ranks moves
+            // last is small.
+            for list in &mut placed.work {
+                *list = placement::split_tails(std::mem::take(list), opts.split);
+            }
             let fetch = Exchange::fetch(&placed.needs, &owner, &tile_len);
             let written = |i: &usize| work.written[*i];
             let partials: Vec<Vec<(TensorId, usize)>> =
@@ -1154,6 +1161,7 @@ impl<'p> RankTiles<'p> {
         let t0 = std::time::Instant::now();
         crate::exec::distributed::maybe_inject_failure(me);
         for (l, set) in program.task_sets().iter().enumerate() {
+            let set_t0 = std::time::Instant::now();
             for &s in set {
                 let t = program.written(s);
                 if !self.local.contains_key(&t) {
@@ -1176,6 +1184,11 @@ impl<'p> RankTiles<'p> {
             self.stats.owned_peak = self.stats.owned_peak.max(self.owned_now());
             let plan = &self.plans[l];
             let SetPlan { tasks, placed, fetch, reduce, windowed, one_sided } = plan;
+            // The elements of its written tile that item `i` of rank `v` writes.
+            let taken_span = |v: usize, i: usize| {
+                let w = &placed.work[v][i];
+                program.split_span(tasks[w.task].0, &tasks[w.task].1, w.split)
+            };
             // The tile (tensor, stored slot) task `i` of the set writes.
             let written_tile = |i: usize| {
                 let t = program.written(tasks[i].0);
@@ -1225,7 +1238,7 @@ impl<'p> RankTiles<'p> {
             let one_sided = window.is_some();
             // One counter per rank over its work items (collective, made alike everywhere).
             let claims: Vec<Box<dyn tcc_runtime::comm::SharedCounter>> =
-                if one_sided && stealing { (0..p).map(|_| comm.counter()).collect() } else { Vec::new() };
+                if one_sided && stealing { comm.counters(p) } else { Vec::new() };
             // One-sided: the remote tiles in the order the late work first reads
             // them, and how many of them each late item waits for.
             let (order, ready) = if one_sided { fetch_order(work, &late) } else { (Vec::new(), Vec::new()) };
@@ -1249,18 +1262,22 @@ impl<'p> RankTiles<'p> {
             let flops = std::sync::atomic::AtomicU64::new(0);
             // Nanoseconds the compute threads waited for fetched tiles.
             let waited_ns = std::sync::atomic::AtomicU64::new(0);
+            let items_ns = std::sync::atomic::AtomicU64::new(0);
             // Runs work item `w` on worker `worker` with its tiles at `tile_ptr`.
             let run_one = |w: &placement::Work,
                            tile_ptr: &(dyn Fn(TensorId, usize) -> *mut f64 + Sync),
                            worker: usize| {
                 let (s, c, _) = &tasks[w.task];
+                let i0 = std::time::Instant::now();
                 let mut profile = self.opts.profile.then(|| profiles[worker].lock().unwrap_or_else(|e| e.into_inner()));
                 let prof = profile.as_deref_mut().map(|p| (&model, p));
                 // SAFETY: (callers) one item per written tile and rank runs at a
-                // time; the set reads no tensor it writes; received tiles are read
-                // once they have arrived.
-                let (f, _) = unsafe { program.run_task(*s, c, tile_ptr, &kernel, w.anchors.as_deref(), prof) };
+                // time, or parts of one split item, which write disjoint rows of it;
+                // the set reads no tensor it writes; received tiles are read once
+                // they have arrived.
+                let (f, _) = unsafe { program.run_task(*s, c, tile_ptr, &kernel, w.anchors.as_deref(), w.split, prof) };
                 flops.fetch_add(f as u64, std::sync::atomic::Ordering::Relaxed);
+                items_ns.fetch_add(i0.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
             };
             // The tiles of this rank's own items: owned, received, or partial.
             let own_tile = |fetched_ptr: Option<SyncPtr>| {
@@ -1289,8 +1306,8 @@ impl<'p> RankTiles<'p> {
             // waits until `ready[i]` fetched tiles have arrived.
             let run_items = |items: &[usize], fetched_ptr: Option<SyncPtr>, wait: Option<(&Progress, &[usize])>| {
                 let tile_ptr = own_tile(fetched_ptr);
-                // In each phase one work item per written tile and rank; early items
-                // read no received tile.
+                // In each phase one work item per written tile and rank (or the
+                // parts of one, on disjoint rows); early items read no received tile.
                 pool.parallel_for(items.len(), self.opts.schedule, |i, worker| {
                     if let Some((progress, ready)) = wait {
                         wait_timed(progress, ready[i]);
@@ -1303,6 +1320,9 @@ impl<'p> RankTiles<'p> {
             let mut taken: Vec<*mut Taken> = Vec::new();
             let mut taken_words = 0usize;
             let x0 = std::time::Instant::now();
+            if one_sided {
+                self.stats.setup_s += set_t0.elapsed().as_secs_f64();
+            }
             let mut exchange_s = 0.0;
             // `{ window }` moves it: the borrow of the tiles ends with this statement.
             let window = if claims.is_empty() {
@@ -1312,11 +1332,15 @@ impl<'p> RankTiles<'p> {
                 // thread claims, gets and hands out, the compute threads run.
                 let progress = Progress::default();
                 // Every rank's items in the order it claims them.
-                let orders: Vec<Vec<usize>> = placed.work.iter().map(|w| claim_order(w)).collect();
+                let orders: Vec<Vec<usize>> = placed.work.iter().map(|w| placement::claim_order(w)).collect();
                 let own_items = &orders[me];
                 debug_assert!(own_items.iter().eq(early.iter().chain(&late)));
                 let own_ready: Vec<usize> = std::iter::repeat_n(0, early.len()).chain(ready.iter().copied()).collect();
-                let queue = JobQueue::new(pool.threads() + 1);
+                // Items claimed but not started are out of the other ranks' reach:
+                // with the ends of the lists split (small items there) one waiting
+                // item per compute thread is enough to keep them busy, else one more.
+                let depth = if self.opts.split == placement::Split::Off { pool.threads() + 1 } else { pool.threads() };
+                let queue = JobQueue::new(depth);
                 // Two shares of one task must not write its tile at once.
                 let task_lock: Vec<std::sync::Mutex<()>> = (0..tasks.len()).map(|_| Default::default()).collect();
                 let seg = |t: TensorId| seg_tensors.binary_search(&t).expect("every tensor read is windowed");
@@ -1338,19 +1362,25 @@ impl<'p> RankTiles<'p> {
                                         let w = &placed.work[tk.victim][tk.item];
                                         let (t_w, k_w) = written_tile(w.task);
                                         let part = SyncPtr(tk.partial.as_mut_ptr());
+                                        // Operand tiles are only read (kernels take them as
+                                        // `*const`): shared with later taken parts.
                                         let ops: HashMap<(TensorId, usize), SyncPtr> = tk
                                             .operands
-                                            .iter_mut()
-                                            .map(|(&key, b)| (key, SyncPtr(b.as_mut_ptr())))
+                                            .iter()
+                                            .map(|(&key, b)| (key, SyncPtr(b.as_ptr() as *mut f64)))
                                             .collect();
                                         let tile_ptr = |t: TensorId, k: usize| -> *mut f64 {
                                             if (t, k) == (t_w, k_w) {
                                                 part.get()
                                             } else if let Some(p) = ops.get(&(t, k)) {
                                                 p.get()
+                                            } else if let Some(&off) = offsets.get(&t).and_then(|o| o.get(&k)) {
+                                                // SAFETY: a tile this rank owns.
+                                                unsafe { base[&t].0.add(off) }
                                             } else {
-                                                // SAFETY: a tile this rank owns (the others were got).
-                                                unsafe { base[&t].0.add(offsets[&t][&k]) }
+                                                // SAFETY: a tile fetched for this rank's own items,
+                                                // all of which arrived before any item was taken.
+                                                unsafe { fetched_ptr.get().add(fetched_at[&(t, k)]) }
                                             }
                                         };
                                         run_one(w, &tile_ptr, worker);
@@ -1366,6 +1396,8 @@ impl<'p> RankTiles<'p> {
                         std::thread::sleep(std::time::Duration::from_millis(20));
                     }
                     let mut victims: Vec<usize> = (1..p).map(|d| (me + d) % p).collect();
+                    // The operand tiles of the item taken last, shared with the next.
+                    let mut last_operands: HashMap<(TensorId, usize), std::sync::Arc<AlignedBuf>> = HashMap::new();
                     let (mut own_done, mut got, mut at) = (false, 0, 0);
                     let result = loop {
                         if computing.is_finished() {
@@ -1400,13 +1432,22 @@ impl<'p> RankTiles<'p> {
                             // Worth taking only if its gets take less time than computing
                             // it here (by the time model; tests take anything).
                             let next = claims[v].fetch_add(0) as usize;
+                            // Tiles it reads that this rank holds already: its own, those
+                            // fetched for its own items (all arrived by now: the fetches
+                            // come first), and the last taken item's (the parts of a
+                            // split item read the same tiles).
+                            let held = |t: TensorId, k: usize| {
+                                self.own.owner(&layouts[&t].tiles()[k]) == me
+                                    || fetched_at.contains_key(&(t, k))
+                                    || last_operands.contains_key(&(t, k))
+                            };
                             let worth = |i: usize| {
                                 let w = &placed.work[v][i];
                                 let (t_w, k_w) = written_tile(w.task);
                                 let gets = w
                                     .reads
                                     .iter()
-                                    .filter(|&&(t, k)| self.own.owner(&layouts[&t].tiles()[k]) != me)
+                                    .filter(|&&(t, k)| !held(t, k))
                                     .map(|&(t, k)| tile_len(t, k))
                                     .chain([tile_len(t_w, k_w)]);
                                 eager || steal::worth_taking(&self.opts.model, gets, w.seconds)
@@ -1422,26 +1463,33 @@ impl<'p> RankTiles<'p> {
                                 continue;
                             };
                             let w = &placed.work[v][i];
+                            debug_assert_eq!(got, order.len(), "own fetches first");
                             let mut operands = HashMap::new();
                             let mut failed = None;
                             for &(t, k) in &w.reads {
                                 let owner = self.own.owner(&layouts[&t].tiles()[k]);
-                                if owner != me {
-                                    let mut b = match alloc(tile_len(t, k), "tiles of taken-over work") {
-                                        Ok(b) => b,
-                                        Err(e) => {
-                                            failed = Some(e);
-                                            break;
-                                        }
-                                    };
-                                    window.get(owner, seg(t), self.owner_offset[t.index()][k], &mut b);
-                                    taken_words += b.len();
-                                    operands.insert((t, k), b);
+                                if owner == me || fetched_at.contains_key(&(t, k)) {
+                                    continue;
                                 }
+                                if let Some(b) = last_operands.get(&(t, k)) {
+                                    operands.insert((t, k), std::sync::Arc::clone(b));
+                                    continue;
+                                }
+                                let mut b = match alloc(tile_len(t, k), "tiles of taken-over work") {
+                                    Ok(b) => b,
+                                    Err(e) => {
+                                        failed = Some(e);
+                                        break;
+                                    }
+                                };
+                                window.get(owner, seg(t), self.owner_offset[t.index()][k], &mut b);
+                                taken_words += b.len();
+                                operands.insert((t, k), std::sync::Arc::new(b));
                             }
                             if let Some(e) = failed {
                                 break Err(e);
                             }
+                            last_operands = operands.clone();
                             let (t_w, k_w) = written_tile(w.task);
                             let partial = match alloc(tile_len(t_w, k_w), "partial tiles of taken-over work") {
                                 Ok(b) => b,
@@ -1467,6 +1515,7 @@ impl<'p> RankTiles<'p> {
                     }
                     result
                 })?;
+                self.stats.idle_s += queue.idle_s() / pool.threads() as f64;
                 let c0 = std::time::Instant::now();
                 window.close();
                 self.stats.ranks_wait_s += c0.elapsed().as_secs_f64();
@@ -1556,6 +1605,8 @@ impl<'p> RankTiles<'p> {
             self.stats.exchange_s += exchange_s;
             self.stats.tiles_wait_s +=
                 waited_ns.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9 / pool.threads() as f64;
+            self.stats.items_s +=
+                items_ns.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9 / pool.threads() as f64;
             self.stats.sets += 1;
             self.stats.flops += flops.load(std::sync::atomic::Ordering::Relaxed) as f64;
             let local = &mut self.local;
@@ -1576,11 +1627,13 @@ impl<'p> RankTiles<'p> {
                 comm.allgatherv(&steal::encode(&mine), &counts, &mut all);
                 // Bookkeeping, not planned words.
                 taken_words += moved().saturating_sub(before) as usize;
-                let mut buf = alloc(taken.iter().map(|t| t.partial.len()).sum(), "partial tiles of taken-over work")?;
+                // Of a part of a split item, only the rows it wrote.
+                let spans: Vec<std::ops::Range<usize>> = taken.iter().map(|t| taken_span(t.victim, t.item)).collect();
+                let mut buf = alloc(spans.iter().map(|r| r.len()).sum(), "partial tiles of taken-over work")?;
                 let mut at = 0;
-                for t in &taken {
-                    buf[at..at + t.partial.len()].copy_from_slice(&t.partial);
-                    at += t.partial.len();
+                for (t, r) in taken.iter().zip(&spans) {
+                    buf[at..at + r.len()].copy_from_slice(&t.partial[r.clone()]);
+                    at += r.len();
                 }
                 self.stats.taken_items += taken.len();
                 (steal::decode(&all, &counts), buf)
@@ -1617,7 +1670,8 @@ impl<'p> RankTiles<'p> {
                     let mut at = 0;
                     for &(v, i) in list {
                         let (t, k) = written_tile(placed.work[v][i].task);
-                        let len = tile_len(t, k);
+                        let span = taken_span(v, i);
+                        let len = span.len();
                         if self.own.owner(&layouts[&t].tiles()[k]) == me {
                             let part: &[f64] = if q == me {
                                 &taken_partials[at..at + len]
@@ -1628,7 +1682,7 @@ impl<'p> RankTiles<'p> {
                                 &scratch
                             };
                             let loc = local.get_mut(&t).expect("written tensors are held");
-                            let off = loc.offsets[&k];
+                            let off = loc.offsets[&k] + span.start;
                             for (x, y) in loc.data[off..off + len].iter_mut().zip(part) {
                                 *x += y;
                             }

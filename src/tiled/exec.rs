@@ -57,6 +57,9 @@ pub struct TiledOptions {
     /// Distributed one-sided sets: whether ranks take over each other's
     /// unstarted work ([`super::steal`]; `TCC_STEAL`).
     pub steal: super::steal::Steal,
+    /// Distributed runs: whether the work items near the end of each rank's list
+    /// are split into parts ([`super::placement::split_tails`]; `TCC_SPLIT`).
+    pub split: super::placement::Split,
 }
 
 /// How a distributed tiled run moves operand and partial tiles between ranks
@@ -105,6 +108,7 @@ impl Default for TiledOptions {
             exchange: ExchangeMode::Auto,
             profile: false,
             steal: super::steal::Steal::On,
+            split: super::placement::Split::default(),
         }
     }
 }
@@ -611,6 +615,22 @@ impl Program {
         self.stmts[s].writes(c)
     }
 
+    /// The elements of tile `c` of statement `s`'s written tensor (row-major) that
+    /// part `split` of a task writes: the part's rows when the tile's first
+    /// dimension is the one split ([`split_dim`]), else the whole tile. Only items
+    /// whose every contribution is a GETT call are split.
+    pub(crate) fn split_span(&self, s: usize, c: &[u32], split: Option<(usize, usize)>) -> std::ops::Range<usize> {
+        let layout = &self.layouts[&self.stmts[s].lhs];
+        let len = layout.tile_len(c);
+        let Some((j, n)) = split.filter(|&(_, n)| n > 1) else { return 0..len };
+        let ext: Vec<usize> = (0..c.len()).map(|d| layout.dims[d].extent(c[d] as usize)).collect();
+        if ext.is_empty() || split_dim(ext.len(), &ext) != 0 || ext[0] == 0 || !len.is_multiple_of(ext[0]) {
+            return 0..len;
+        }
+        let row = len / ext[0];
+        ext[0] * j / n * row..ext[0] * (j + 1) / n * row
+    }
+
     /// The tensor statement `s` writes.
     pub(crate) fn written(&self, s: usize) -> TensorId {
         self.stmts[s].lhs
@@ -621,15 +641,18 @@ impl Program {
     /// the operand tiles it reads. A distributed run places pieces apart, so that
     /// a large operand tile need not travel to the rank owning the written tile.
     pub(crate) fn task_pieces(&self, s: usize, c: &[u32], model: &TimeModel) -> Vec<TaskPiece> {
-        // Per anchor: flops, predicted seconds, tiles read.
-        type Sums = (f64, f64, BTreeSet<(TensorId, usize)>);
+        // Per anchor: flops, predicted seconds, tiles read, and the parts it may be
+        // split into (see `TaskPiece::splits`; `usize::MAX` until a contribution).
+        type Sums = (f64, f64, BTreeSet<(TensorId, usize)>, usize);
         let mut pieces: BTreeMap<Anchor, Sums> = BTreeMap::new();
         self.for_contributions(s, c, &mut |term, _, views, ext| {
-            let piece = pieces.entry(anchor(term, views, ext)).or_default();
+            let piece =
+                pieces.entry(anchor(term, views, ext)).or_insert_with(|| (0.0, 0.0, BTreeSet::new(), usize::MAX));
             let flops = contribution_flops(term, ext);
             let [m, n, k, batch] = contribution_mnkb(term, ext);
             piece.0 += flops;
             piece.1 += model.kernel_seconds(flops, m, n, k, batch);
+            piece.3 = piece.3.min(if is_gett(term, ext) { ext[split_dim(term.n_lhs, ext)] } else { 1 });
             for ((t, _), v) in term.factors.iter().zip(views) {
                 piece.2.insert((*t, v.slot));
             }
@@ -641,11 +664,12 @@ impl Program {
         });
         pieces
             .into_iter()
-            .map(|(anchor, (flops, seconds, reads))| TaskPiece {
+            .map(|(anchor, (flops, seconds, reads, splits))| TaskPiece {
                 anchor,
                 flops,
                 seconds,
                 reads: reads.into_iter().collect(),
+                splits: splits.clamp(1, u32::MAX as usize),
             })
             .collect()
     }
@@ -742,7 +766,7 @@ impl Program {
                 // a task set never reads a tensor one of its tasks writes (levels).
                 let mut profile = opts.profile.then(|| profiles[w].lock().unwrap_or_else(|e| e.into_inner()));
                 let prof = profile.as_deref_mut().map(|p| (&model, p));
-                let (f, n) = unsafe { self.run_task(*s, c, &tile_ptr, &kernel, None, prof) };
+                let (f, n) = unsafe { self.run_task(*s, c, &tile_ptr, &kernel, None, None, prof) };
                 flops.fetch_add(f as u64, Ordering::Relaxed);
                 calls.fetch_add(n, Ordering::Relaxed);
                 busy[w].fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -773,10 +797,15 @@ impl Program {
     /// One task: tile `c` of statement `s`'s written tensor. Returns the flops done
     /// and the GETT calls made. `part` runs a distributed piece of it instead: the
     /// contributions whose anchor is listed (sorted), added to the tile as it is.
+    /// `split = Some((j, n))` runs part `j` of `n` of that: every GETT contribution
+    /// cut along the tile's longest dimension ([`split_dim`]) into `n` slabs of
+    /// rows, slab `j` computed (parts write disjoint rows, and add to the tile as it
+    /// is: it is never zeroed); any other contribution runs whole in part 0.
     ///
     /// # Safety
     /// `tile_ptr(t, slot)` is the start of stored tile `slot` of tensor `t` for every
     /// tile the task reads or writes; no other thread touches this task's tile.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn run_task(
         &self,
         s: usize,
@@ -784,6 +813,7 @@ impl Program {
         tile_ptr: &(dyn Fn(TensorId, usize) -> *mut f64 + Sync),
         kernel: &crate::codegen::llvm::TileKernel,
         part: Option<&[Anchor]>,
+        split: Option<(usize, usize)>,
         mut prof: Option<(&TimeModel, &mut KernelProfile)>,
     ) -> (f64, u64) {
         let st = &self.stmts[s];
@@ -794,7 +824,7 @@ impl Program {
         if let Some(TermOp::Extremum(op)) = st.terms.first().map(|t| t.op) {
             // The whole task is one piece (see `anchor`), on the tile or a partial one.
             std::slice::from_raw_parts_mut(cptr, len).fill(op.identity());
-        } else if !st.accumulate && part.is_none() {
+        } else if !st.accumulate && part.is_none() && split.is_none() {
             std::ptr::write_bytes(cptr, 0, len);
         }
         // Row-major strides of the written tile.
@@ -812,17 +842,17 @@ impl Program {
         // small tiles otherwise waits on memory.
         let mut dims: Vec<GettDim> = Vec::new();
         let mut pending_dims: Vec<GettDim> = Vec::new();
-        // A call waiting to run: operands, alpha, its m, n, k, batch and flops.
-        type Pending = (*const f64, *const f64, f64, [f64; 4], f64);
+        // A call waiting to run: operands, result, alpha, its m, n, k, batch and flops.
+        type Pending = (*const f64, *const f64, *mut f64, f64, [f64; 4], f64);
         let mut pending: Option<Pending> = None;
         let run_pending =
             |pending: &mut Option<Pending>, dims: &[GettDim], prof: &mut Option<(&TimeModel, &mut KernelProfile)>| {
-                if let Some((pa, pb, alpha, mnkb, flops)) = pending.take() {
+                if let Some((pa, pb, pc, alpha, mnkb, flops)) = pending.take() {
                     timed(prof, true, mnkb, flops, || {
                         tcc_runtime::kernels::gett_tile(
                             pa,
                             pb,
-                            cptr,
+                            pc,
                             alpha,
                             dims,
                             kernel.params,
@@ -839,6 +869,31 @@ impl Program {
             if part.is_some_and(|p| p.binary_search(&anchor(term, views, ext)).is_err()) {
                 return;
             }
+            // Of a split task: this part's slab (dimension, first and end row) of a
+            // GETT contribution, whose extents are the slab's from here on.
+            let mut slab = None;
+            let mut sliced = Vec::new();
+            let ext = match split {
+                Some((j, n)) if n > 1 => {
+                    if !is_gett(term, ext) {
+                        if j != 0 {
+                            return;
+                        }
+                        ext
+                    } else {
+                        let p = split_dim(term.n_lhs, ext);
+                        let (lo, hi) = (ext[p] * j / n, ext[p] * (j + 1) / n);
+                        if lo == hi {
+                            return;
+                        }
+                        slab = Some((p, lo));
+                        sliced.extend_from_slice(ext);
+                        sliced[p] = hi - lo;
+                        &sliced[..]
+                    }
+                }
+                _ => ext,
+            };
             let points: f64 = ext.iter().map(|&e| e as f64).product();
             if term.op == TermOp::Gather {
                 timed(&mut prof, false, contribution_mnkb(term, ext), points, || {
@@ -942,7 +997,13 @@ impl Program {
                             sc: csd(p) as i64,
                         }
                     }));
-                    let (mut pa, mut pb) = (ptrs[0], ptrs[1]);
+                    let (mut pa, mut pb, mut pc) = (ptrs[0], ptrs[1], cptr);
+                    if let Some((p, lo)) = slab {
+                        // The slab starts `lo` rows along `p` into every tile with `p`.
+                        let lo = lo as isize;
+                        (pa, pb, pc) =
+                            (pa.offset(lo * stride(0, p)), pb.offset(lo * stride(1, p)), pc.offset(lo * sc[p]));
+                    }
                     // The written tile's contiguous index should be a row (m) index.
                     if dims
                         .iter()
@@ -966,11 +1027,11 @@ impl Program {
                     });
                     for (f, v) in term.factors.iter().zip(views) {
                         let len: usize = f.1.iter().map(|&p| ext[p]).product();
-                        prefetch_l2(tile_ptr(f.0, v.slot), len);
+                        prefetch_l2(tile_ptr(f.0, v.slot), len.min(prefetch_words()));
                     }
                     run_pending(&mut pending, &pending_dims, &mut prof);
                     std::mem::swap(&mut dims, &mut pending_dims);
-                    pending = Some((pa, pb, alpha, contribution_mnkb(term, ext), 2.0 * points));
+                    pending = Some((pa, pb, pc, alpha, contribution_mnkb(term, ext), 2.0 * points));
                     if has_func {
                         run_pending(&mut pending, &pending_dims, &mut prof);
                     }
@@ -1042,6 +1103,25 @@ pub(crate) struct TaskPiece {
     /// Predicted seconds on one thread ([`TimeModel`]).
     pub seconds: f64,
     pub reads: Vec<(TensorId, usize)>,
+    /// Into how many parts the piece may be split ([`Program::run_task`]'s
+    /// `split`): the extent of the written tile's longest dimension when every
+    /// contribution is a GETT call, else 1.
+    pub splits: usize,
+}
+
+/// Whether a contribution runs as one GETT call in [`Program::run_task`]: a
+/// product of two factors that is not element by element.
+fn is_gett(term: &TermPlan, ext: &[usize]) -> bool {
+    term.op == TermOp::Product
+        && term.factors.len() == 2
+        && term.n_lhs > 0
+        && !(term.n_lhs == ext.len() && (0..ext.len()).any(|p| term.factors.iter().all(|f| f.1.contains(&p))))
+}
+
+/// The dimension of the written tile a split task is cut along: its longest
+/// (the first of the longest), the same for every contribution of a task.
+fn split_dim(n_lhs: usize, ext: &[usize]) -> usize {
+    (0..n_lhs).rev().max_by_key(|&p| ext[p]).unwrap_or(0)
 }
 
 fn anchor(term: &TermPlan, views: &[TileView], ext: &[usize]) -> Anchor {
@@ -1091,6 +1171,28 @@ fn contribution_flops(term: &TermPlan, ext: &[usize]) -> f64 {
     } else {
         points
     }
+}
+
+/// The most elements of one operand tile prefetched before a GETT call (128 KiB:
+/// both operands fit in any L2 next to the running call's). A whole large tile
+/// never fits L2, and prefetching it streamed it from memory first: with tile 40,
+/// CCD o=20 v=200 on one thread of a 2-core machine spent 0.37 s outside its
+/// kernel calls with whole tiles prefetched and 0.16–0.22 s with at most
+/// 4096–32768 elements (2.3–2.4 s in kernels either way); under MPI on 2 ranks
+/// the kernels took about that much longer instead (that machine's large L3
+/// keeps what the prefetch brought), so whether it pays on a 16-core host is
+/// measured there (bench/distributed/results.md, run H5). `TCC_PREFETCH_WORDS` (a
+/// count, or `all` for whole tiles as before) sets it for experiments
+/// (`bench/distributed/mpi_split.sh`); read once.
+const PREFETCH_WORDS: usize = 16384;
+
+fn prefetch_words() -> usize {
+    static WORDS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *WORDS.get_or_init(|| match std::env::var("TCC_PREFETCH_WORDS").as_deref() {
+        Ok("all") => usize::MAX,
+        Ok(v) => v.trim().parse().unwrap_or(PREFETCH_WORDS),
+        Err(_) => PREFETCH_WORDS,
+    })
 }
 
 /// Asks for the `len` elements from `p` to be brought into L2 (a hint only).

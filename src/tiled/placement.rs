@@ -64,6 +64,10 @@ pub struct Work {
     /// Every tile it reads, sorted: what a rank that takes it over must get
     /// ([`super::steal`]).
     pub reads: Vec<(TensorId, usize)>,
+    /// Into how many parts it may be split ([`split_tails`]; 1: not at all).
+    pub splits: usize,
+    /// Part `j` of `n` of the share ([`super::exec::Program::run_task`]), once split.
+    pub split: Option<(usize, usize)>,
 }
 
 /// The placement of one task set over `ranks` ranks.
@@ -113,6 +117,7 @@ pub(crate) struct Piece {
     pub flops: f64,
     pub seconds: f64,
     pub reads: Vec<(TensorId, usize)>,
+    pub splits: usize,
 }
 
 /// The work of one task set, enumerated once for ownership, placement and
@@ -134,8 +139,8 @@ impl SetWork {
             let t = program.written(*s);
             let slot = program.layouts[&t].slot(c).expect("tasks run over stored tiles");
             written.push((t, slot));
-            for TaskPiece { anchor, flops, seconds, reads } in program.task_pieces(*s, c, model) {
-                pieces.push(Piece { task: i, anchor, flops, seconds, reads });
+            for TaskPiece { anchor, flops, seconds, reads, splits } in program.task_pieces(*s, c, model) {
+                pieces.push(Piece { task: i, anchor, flops, seconds, reads, splits });
             }
         }
         SetWork { tasks, written, pieces }
@@ -233,16 +238,19 @@ pub fn place(
     // Per rank, task and whether the pieces read a remote tile: anchors, flops,
     // seconds. A task's local pieces run while the exchange is in flight, its
     // remote ones after (the two parts of one task never run at once).
-    type Share = (Vec<Anchor>, f64, f64, BTreeSet<(TensorId, usize)>, BTreeSet<(TensorId, usize)>);
+    type Share = (Vec<Anchor>, f64, f64, BTreeSet<(TensorId, usize)>, BTreeSet<(TensorId, usize)>, usize);
     let mut assigned: Vec<BTreeMap<(usize, bool), Share>> = vec![BTreeMap::new(); p];
     for (k, &r) in at.iter().enumerate() {
         let remote = pieces[k].reads.iter().any(|&(t, slot)| owner(t, slot) != r);
-        let entry = assigned[r].entry((pieces[k].task, remote)).or_default();
+        let entry = assigned[r]
+            .entry((pieces[k].task, remote))
+            .or_insert_with(|| (Vec::new(), 0.0, 0.0, BTreeSet::new(), BTreeSet::new(), usize::MAX));
         entry.0.push(pieces[k].anchor);
         entry.1 += pieces[k].flops;
         entry.2 += pieces[k].seconds;
         entry.3.extend(pieces[k].reads.iter().filter(|&&(t, slot)| owner(t, slot) != r));
         entry.4.extend(pieces[k].reads.iter().copied());
+        entry.5 = entry.5.min(pieces[k].splits);
     }
     let seconds: Vec<f64> = assigned.iter().map(|m| m.values().map(|x| x.2).sum()).collect();
     let early_seconds: Vec<f64> =
@@ -256,11 +264,21 @@ pub fn place(
         .map(|tasks_here| {
             let mut list: Vec<Work> = tasks_here
                 .into_iter()
-                .map(|((task, remote), (mut anchors, f, seconds, remote_reads, reads))| {
+                .map(|((task, remote), (mut anchors, f, seconds, remote_reads, reads, splits))| {
                     anchors.sort();
                     let whole = anchors.len() == pieces_of[task];
                     let (remote_reads, reads) = (remote_reads.into_iter().collect(), reads.into_iter().collect());
-                    Work { task, anchors: (!whole).then_some(anchors), flops: f, seconds, remote, remote_reads, reads }
+                    Work {
+                        task,
+                        anchors: (!whole).then_some(anchors),
+                        flops: f,
+                        seconds,
+                        remote,
+                        remote_reads,
+                        reads,
+                        splits,
+                        split: None,
+                    }
                 })
                 .collect();
             list.sort_by(|a, b| b.flops.total_cmp(&a.flops).then(a.task.cmp(&b.task)).then(a.remote.cmp(&b.remote)));
@@ -370,6 +388,109 @@ impl State {
             if *n == 0 {
                 self.partial[r].remove(&piece.task);
             }
+        }
+    }
+}
+
+/// The order a rank runs (and claims) its work items in: those reading only its
+/// own tiles first, then the rest (each part in list order). Other ranks taking
+/// over its items count its claims in the same order.
+pub fn claim_order(work: &[Work]) -> Vec<usize> {
+    let (early, late): (Vec<usize>, Vec<usize>) = (0..work.len()).partition(|&i| !work[i].remote);
+    early.into_iter().chain(late).collect()
+}
+
+/// The most parts one item is split into.
+pub const MAX_PARTS: usize = 16;
+
+/// The fewest modelled seconds a part of a split item has ([`split_tails`]):
+/// below this, handing out an item and getting its tiles cost more than the
+/// finer end saves.
+pub const MIN_PART_SECONDS: f64 = 2e-3;
+
+/// One rank's work list with the items near its end split ([`Split`]): in claim
+/// order, an item of `s` modelled seconds with `R` seconds of work left from it on
+/// (itself included) is cut into `⌈s / (f·R)⌉` parts (at most [`MAX_PARTS`], its
+/// `splits`, and parts of at least [`MIN_PART_SECONDS`]), so that no item left
+/// near the set's end is more than a fraction `f` of what is left: the last item
+/// becomes `⌈1/f⌉` parts, and the ranks' last items, which every other rank waits
+/// for at the set's closing sync, are small. Parts follow each other where the
+/// item was; each has `1/n` of its flops and seconds. Every rank splits every
+/// rank's list alike (the lists are planned identically everywhere).
+pub fn split_tails(work: Vec<Work>, split: Split) -> Vec<Work> {
+    let mut parts = vec![1usize; work.len()];
+    let mut left = 0.0;
+    for &i in claim_order(&work).iter().rev() {
+        let w = &work[i];
+        left += w.seconds;
+        let most = w.splits.min(MAX_PARTS);
+        parts[i] = match split {
+            Split::Off => 1,
+            Split::Eager => most.min(3),
+            Split::Tail(f) => {
+                let wanted = if left > 0.0 { (w.seconds / (f * left)).ceil() } else { 1.0 };
+                let by_size = (w.seconds / MIN_PART_SECONDS).floor();
+                (wanted.min(by_size).max(1.0) as usize).min(most).max(1)
+            }
+        };
+    }
+    let mut out = Vec::with_capacity(parts.iter().sum());
+    for (w, n) in work.into_iter().zip(parts) {
+        if n <= 1 {
+            out.push(w);
+            continue;
+        }
+        for j in 0..n {
+            out.push(Work {
+                flops: w.flops / n as f64,
+                seconds: w.seconds / n as f64,
+                split: Some((j, n)),
+                ..w.clone()
+            });
+        }
+    }
+    out
+}
+
+/// Whether and how work items near the end of a rank's list are split into parts
+/// (`TCC_SPLIT`: `off`; `on`, the default, with the fraction [`SPLIT_FRACTION`]; a
+/// fraction in (0, 1]; or `eager`, for tests: every item that can be split, into
+/// up to 3 parts, whatever its size). A part computes a slab of rows of the
+/// written tile ([`super::exec::Program::run_task`]): parts of one item write
+/// disjoint rows, and a part taken over by another rank ([`super::steal`]) is
+/// added by the tile's owner like any partial tile.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Split {
+    Off,
+    Tail(f64),
+    Eager,
+}
+
+/// The fraction of a rank's remaining work that no item near the end exceeds
+/// by default ([`split_tails`]).
+pub const SPLIT_FRACTION: f64 = 0.25;
+
+impl Default for Split {
+    fn default() -> Split {
+        Split::Tail(SPLIT_FRACTION)
+    }
+}
+
+impl Split {
+    /// `TCC_SPLIT` when set: `Err` with a value that is none of `on`, `off`,
+    /// `eager` or a number in (0, 1].
+    pub fn from_env() -> Result<Option<Split>, String> {
+        match std::env::var("TCC_SPLIT") {
+            Err(_) => Ok(None),
+            Ok(v) => match v.as_str() {
+                "on" => Ok(Some(Split::default())),
+                "off" | "0" => Ok(Some(Split::Off)),
+                "eager" => Ok(Some(Split::Eager)),
+                x => match x.trim().parse::<f64>() {
+                    Ok(f) if f > 0.0 && f <= 1.0 => Ok(Some(Split::Tail(f))),
+                    _ => Err(v),
+                },
+            },
         }
     }
 }

@@ -62,14 +62,15 @@ impl Steal {
     }
 }
 
-/// A work item of another rank, taken over: the operand tiles this rank does
-/// not own (got from their owners) and the partial tile it computes, which the
-/// written tile's owner adds after the set.
+/// A work item of another rank, taken over: the operand tiles this rank neither
+/// owns nor fetched for its own items (got from their owners, or shared with the
+/// item taken before it: parts of a split item read the same tiles) and the
+/// partial tile it computes, which the written tile's owner adds after the set.
 pub(crate) struct Taken {
     pub victim: usize,
     /// Index into the victim's work list.
     pub item: usize,
-    pub operands: HashMap<(TensorId, usize), AlignedBuf>,
+    pub operands: HashMap<(TensorId, usize), std::sync::Arc<AlignedBuf>>,
     pub partial: AlignedBuf,
 }
 
@@ -92,11 +93,18 @@ pub(crate) struct JobQueue {
     state: Mutex<(VecDeque<Job>, bool)>,
     cv: Condvar,
     depth: usize,
+    /// Nanoseconds the compute threads waited in [`JobQueue::pop`], all together.
+    idle_ns: std::sync::atomic::AtomicU64,
 }
 
 impl JobQueue {
     pub fn new(depth: usize) -> JobQueue {
-        JobQueue { state: Mutex::new((VecDeque::new(), false)), cv: Condvar::new(), depth: depth.max(1) }
+        JobQueue {
+            state: Mutex::new((VecDeque::new(), false)),
+            cv: Condvar::new(),
+            depth: depth.max(1),
+            idle_ns: Default::default(),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, (VecDeque<Job>, bool)> {
@@ -124,17 +132,28 @@ impl JobQueue {
     /// The next job; `None` once the queue is closed and empty.
     pub fn pop(&self) -> Option<Job> {
         let mut g = self.lock();
-        loop {
+        let mut since: Option<std::time::Instant> = None;
+        let job = loop {
             if let Some(j) = g.0.pop_front() {
                 drop(g);
                 self.cv.notify_all();
-                return Some(j);
+                break Some(j);
             }
             if g.1 {
-                return None;
+                break None;
             }
+            since.get_or_insert_with(std::time::Instant::now);
             g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        };
+        if let Some(t) = since {
+            self.idle_ns.fetch_add(t.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
         }
+        job
+    }
+
+    /// Seconds the compute threads waited for jobs, all together.
+    pub fn idle_s(&self) -> f64 {
+        self.idle_ns.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9
     }
 
     /// No more jobs: compute threads stop when the queue is empty.

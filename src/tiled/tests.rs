@@ -560,6 +560,118 @@ fn pieces_placed_for_balance_add_up_on_owners() {
     spread(crate::tiled::placement::FLOPS_PER_WORD);
 }
 
+/// Items split into parts (slabs of rows of their written tile; `Split::Eager`
+/// splits every item that can be, into up to 3 parts) add up to the unsplit
+/// result on 1–5 ranks, with and without taking over, one-sided and collective,
+/// on 1 and 2 threads per rank (parts of one item then run at once); and the
+/// plan does split items, each part carrying its share of the flops.
+#[test]
+fn split_items_add_up_to_the_unsplit_result_on_ranks() {
+    use super::placement::{split_tails, SetWork, Split};
+    use super::steal::Steal;
+    let hir = ccd_terms(4, 7);
+    let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
+    let opts = TiledOptions { tile: 3, threads: 1, ..Default::default() };
+    let program = Program::plan(&prepared, UnitId::new(0), &opts).unwrap();
+    let (mut split_items, mut parts) = (0, 0);
+    for ranks in 1..=5 {
+        let own = super::dist::Ownership::new(&program, ranks);
+        let layouts = &program.layouts;
+        let owner = |t: TensorId, k: usize| own.owner(&layouts[&t].tiles()[k]);
+        let tile_len = |t: TensorId, k: usize| layouts[&t].tile_len(&layouts[&t].tiles()[k]);
+        for set in program.task_sets() {
+            let work = SetWork::new(&program, set, &Default::default());
+            let placed = super::placement::place(&work, &owner, &tile_len, ranks, 512.0);
+            for list in &placed.work {
+                let before: f64 = list.iter().map(|w| w.flops).sum();
+                let after = split_tails(list.clone(), Split::Eager);
+                let sum: f64 = after.iter().map(|w| w.flops).sum();
+                assert!((sum - before).abs() <= 1e-9 * before.max(1.0), "{sum} flops after splitting, {before} before");
+                assert_eq!(split_tails(list.clone(), Split::Off).len(), list.len());
+                split_items += list.iter().filter(|w| w.splits > 1).count();
+                parts += after.iter().filter(|w| w.split.is_some()).count();
+                // Parts follow each other, numbered 0..n.
+                let mut k = 0;
+                while k < after.len() {
+                    if let Some((0, n)) = after[k].split {
+                        for j in 0..n {
+                            assert_eq!(after[k + j].split, Some((j, n)));
+                            assert_eq!(after[k + j].task, after[k].task);
+                        }
+                        // The rows each part writes: the whole tile, or a partition of it.
+                        let (s, c, _) = &work.tasks[after[k].task];
+                        let len = program.split_span(*s, c, None).len();
+                        let spans: Vec<_> = (0..n).map(|j| program.split_span(*s, c, Some((j, n)))).collect();
+                        if spans[0].len() < len {
+                            assert_eq!(spans[0].start, 0);
+                            assert!(spans.windows(2).all(|w| w[0].end == w[1].start), "{spans:?}");
+                            assert_eq!(spans[n - 1].end, len);
+                        } else {
+                            assert!(spans.iter().all(|r| *r == (0..len)), "{spans:?}");
+                        }
+                        k += n;
+                    } else {
+                        assert!(after[k].split.is_none(), "a part out of order");
+                        k += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(split_items > 0 && parts > split_items, "{split_items} items could split, into {parts} parts");
+    for ranks in 1..=5 {
+        for (exchange, steal, threads) in [
+            (ExchangeMode::OneSided, Steal::Eager, 1),
+            (ExchangeMode::OneSided, Steal::On, 2),
+            (ExchangeMode::OneSided, Steal::Off, 2),
+            (ExchangeMode::Collective, Steal::Off, 1),
+        ] {
+            let opts = TiledOptions { tile: 3, threads, exchange, steal, split: Split::Eager, ..Default::default() };
+            check_distributed(&hir, 3, ranks, &opts)
+                .unwrap_or_else(|e| panic!("{ranks} ranks × {threads}, {exchange:?}, {steal:?}: {e}"));
+        }
+    }
+}
+
+/// Near the end of a list items are cut finer: with every item of 0.1 s and a
+/// fraction of 1/4, the last becomes 4 parts, those before it 2, and the front
+/// of the list stays whole; never more parts than the item allows or parts
+/// under the smallest size.
+#[test]
+fn the_tail_of_a_list_is_split_by_the_work_left() {
+    use super::placement::{split_tails, Split, Work};
+    let item = |task: usize, remote: bool, splits: usize, seconds: f64| Work {
+        task,
+        anchors: None,
+        flops: 1e9,
+        seconds,
+        remote,
+        remote_reads: Vec::new(),
+        reads: Vec::new(),
+        splits,
+        split: None,
+    };
+    let list: Vec<Work> = (0..10).map(|t| item(t, t >= 6, 40, 0.1)).collect();
+    let parts = |l: &[Work], task: usize| l.iter().filter(|w| w.task == task).count();
+    let after = split_tails(list.clone(), Split::Tail(0.25));
+    // Claim order: tasks 0–5 (local), then 6–9; 9 is last.
+    assert_eq!(parts(&after, 9), 4);
+    assert_eq!(parts(&after, 8), 2);
+    assert_eq!(parts(&after, 7), 2);
+    assert_eq!(parts(&after, 6), 1);
+    assert_eq!(parts(&after, 0), 1);
+    // Local items come first in claim order: the last local one is not the tail.
+    assert_eq!(parts(&after, 5), 1);
+    let total: f64 = after.iter().map(|w| w.seconds).sum();
+    assert!((total - 1.0).abs() < 1e-12);
+    // Bounded by the item's own limit and by the smallest part.
+    let small: Vec<Work> = vec![item(0, false, 2, 0.1), item(1, false, 40, 0.003)];
+    let after = split_tails(small, Split::Tail(0.01));
+    assert_eq!(parts(&after, 0), 2);
+    assert_eq!(parts(&after, 1), 1);
+    assert_eq!(split_tails(vec![item(0, false, 1, 5.0)], Split::Tail(0.01)).len(), 1);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 60, failure_persistence: None, ..ProptestConfig::default() })]
     #[test]
@@ -571,6 +683,8 @@ proptest! {
         let exchange = [ExchangeMode::Auto, ExchangeMode::Collective, ExchangeMode::OneSided][(seed >> 12) as usize % 3];
         use super::steal::Steal;
         let steal = [Steal::On, Steal::Off, Steal::Eager][(seed >> 20) as usize % 3];
+        use super::placement::Split;
+        let split = [Split::Eager, Split::Off, Split::default()][(seed >> 24) as usize % 3];
         let opts = TiledOptions {
             tile: 1 + (seed % 3) as usize,
             threads: 1 + (seed >> 16) as usize % 2,
@@ -578,12 +692,13 @@ proptest! {
             flops_per_word,
             exchange,
             steal,
+            split,
             ..Default::default()
         };
         let ranks = 1 + (seed >> 8) as usize % 4;
         if let Err(e) = check_distributed(&hir, seed, ranks, &opts) {
             let stmts: Vec<String> = hir.units[UnitId::new(0)].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();
-            panic!("seed {seed}, {ranks} ranks, {exchange:?}: {e}\n{}", stmts.join("\n"));
+            panic!("seed {seed}, {ranks} ranks, {exchange:?}, {steal:?}, {split:?}: {e}\n{}", stmts.join("\n"));
         }
     }
 }

@@ -108,6 +108,26 @@ pub fn counter(c: &dyn Communicator) {
     let mut ids: Vec<usize> = all.iter().map(|&x| x as usize).collect();
     ids.sort_unstable();
     assert_eq!(ids, (0..50).collect::<Vec<_>>(), "each task claimed once");
+    // Counters made together (one window under MPI) count apart: every rank adds
+    // 1 to counter k k+1 times, interleaved; counter k hands out 0..p(k+1) once each.
+    let ctrs = c.counters(3);
+    let mut got: Vec<f64> = Vec::new();
+    for round in 0..3 {
+        for (k, ctr) in ctrs.iter().enumerate() {
+            if round <= k {
+                got.push((k * 1000) as f64 + ctr.fetch_add(1) as f64);
+            }
+        }
+    }
+    drop(ctrs);
+    let mut all = vec![0.0; got.len() * p];
+    c.allgather(&got, &mut all);
+    for k in 0..3 {
+        let mut vals: Vec<usize> =
+            all.iter().map(|&x| x as usize).filter(|&x| x / 1000 == k).map(|x| x % 1000).collect();
+        vals.sort_unstable();
+        assert_eq!(vals, (0..p * (k + 1)).collect::<Vec<_>>(), "counter {k} of 3");
+    }
 }
 
 /// A table alternating the two back ends of `world` at 0, 64, 256, 1024 bytes.

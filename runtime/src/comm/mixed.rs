@@ -112,4 +112,7 @@ impl Communicator for Mixed {
     fn counter(&self) -> Box<dyn SharedCounter> {
         self.comms[0].counter()
     }
+    fn counters(&self, n: usize) -> Vec<Box<dyn SharedCounter>> {
+        self.comms[0].counters(n)
+    }
 }

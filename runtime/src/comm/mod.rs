@@ -316,6 +316,11 @@ pub trait Communicator {
     fn alltoallv(&self, send: &[f64], send_counts: &[usize], recv: &mut [f64], recv_counts: &[usize]);
     /// A new shared counter starting at 0 (collective).
     fn counter(&self) -> Box<dyn SharedCounter>;
+    /// `n` new shared counters starting at 0 (collective): as [`Communicator::counter`]
+    /// `n` times, which a back end may do with one collective (MPI: one window).
+    fn counters(&self, n: usize) -> Vec<Box<dyn SharedCounter>> {
+        (0..n).map(|_| self.counter()).collect()
+    }
     /// Exposes this rank's `segments` to one-sided reads by every rank of the
     /// group (collective: every rank passes the same number of segments, in the
     /// same order; lengths may differ). Returns once every rank has exposed its

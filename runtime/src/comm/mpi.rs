@@ -453,10 +453,18 @@ impl Communicator for MpiComm {
         };
     }
     fn counter(&self) -> Box<dyn SharedCounter> {
-        unsafe {
+        self.counters(1).pop().expect("one counter")
+    }
+    fn counters(&self, n: usize) -> Vec<Box<dyn SharedCounter>> {
+        if n == 0 {
+            return Vec::new();
+        }
+        // One window on rank 0 holding all `n` (one collective to make and one to
+        // free, however many: a task set of the tiled executor makes one per rank).
+        let win = unsafe {
             let mut base: *mut u64 = std::ptr::null_mut();
             let mut win: ffi::MPI_Win = ffi::RSMPI_WIN_NULL;
-            let bytes: ffi::MPI_Aint = if self.rank == 0 { 8 } else { 0 };
+            let bytes: ffi::MPI_Aint = if self.rank == 0 { 8 * n as ffi::MPI_Aint } else { 0 };
             ffi::MPI_Win_allocate(
                 bytes,
                 8,
@@ -467,12 +475,15 @@ impl Communicator for MpiComm {
             );
             if self.rank == 0 {
                 ffi::MPI_Win_lock(ffi::MPI_LOCK_EXCLUSIVE as c_int, 0, 0, win);
-                *base = 0;
+                std::ptr::write_bytes(base, 0, n);
                 ffi::MPI_Win_unlock(0, win);
             }
             ffi::MPI_Barrier(self.comm);
-            Box::new(MpiCounter { win: Cell::new(win), ops: Cell::new(0) })
-        }
+            std::rc::Rc::new(CounterWindow(win))
+        };
+        (0..n)
+            .map(|at| Box::new(MpiCounter { win: win.clone(), at, ops: Cell::new(0) }) as Box<dyn SharedCounter>)
+            .collect()
     }
     fn alloc_window_memory(&self, n: usize) -> Option<Box<dyn WindowMemory>> {
         let mut base: *mut f64 = std::ptr::null_mut();
@@ -673,25 +684,38 @@ impl Window for MpiWindow<'_> {
     }
 }
 
-/// NXTVAL: a `u64` on rank 0, incremented with `MPI_Fetch_and_op`. Dropping it frees
-/// the window (collective: every rank drops its counter at the same point).
+/// NXTVAL: a `u64` on rank 0 (the `at`-th of its window's), incremented with
+/// `MPI_Fetch_and_op`. Dropping the last counter of a window frees it
+/// (collective: every rank drops its counters at the same point).
 struct MpiCounter {
-    win: Cell<ffi::MPI_Win>,
+    win: std::rc::Rc<CounterWindow>,
+    at: usize,
     ops: Cell<u64>,
+}
+
+/// The window of one or more [`MpiCounter`]s.
+struct CounterWindow(ffi::MPI_Win);
+
+impl Drop for CounterWindow {
+    fn drop(&mut self) {
+        let mut w = self.0;
+        // SAFETY: collective, at the same point on every rank (the last counter dropped).
+        unsafe { ffi::MPI_Win_free(&mut w) };
+    }
 }
 
 impl SharedCounter for MpiCounter {
     fn fetch_add(&self, n: u64) -> u64 {
         let mut old: u64 = 0;
         unsafe {
-            let win = self.win.get();
+            let win = self.win.0;
             ffi::MPI_Win_lock(ffi::MPI_LOCK_SHARED as c_int, 0, 0, win);
             ffi::MPI_Fetch_and_op(
                 &n as *const u64 as *const c_void,
                 &mut old as *mut u64 as *mut c_void,
                 ffi::RSMPI_UINT64_T,
                 0,
-                0,
+                self.at as ffi::MPI_Aint,
                 ffi::RSMPI_SUM,
                 win,
             );
@@ -702,12 +726,5 @@ impl SharedCounter for MpiCounter {
     }
     fn ops(&self) -> u64 {
         self.ops.get()
-    }
-}
-
-impl Drop for MpiCounter {
-    fn drop(&mut self) {
-        let mut w = self.win.get();
-        unsafe { ffi::MPI_Win_free(&mut w) };
     }
 }
