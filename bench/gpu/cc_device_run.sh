@@ -12,7 +12,8 @@
 #      shape (cc_mmaN), tiled forced, best of 5;
 #   4. cuBLAS writing permuted outputs in place against via scratch.
 # Writes $OUT/device_log.txt, $OUT/cc_results.md, $OUT/cc.json.
-# STAGES (default "1 2 3 4") picks stages.
+# STAGES (default "1 2 3 4") picks stages, CHECK_SETS the plan sets of stage 1
+# (auto mma_tiny mma_big), CASES the suite's case numbers of stage 3 (all).
 set -u
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/g19out}; mkdir -p $OUT
@@ -34,7 +35,7 @@ t0=$SECONDS
 stage() { [[ " $STAGES " == *" $1 "* ]]; }
 if stage 1; then
   echo "== 1. checks against the interpreter"
-  for d in auto mma_tiny mma_big; do
+  for d in ${CHECK_SETS:-auto mma_tiny mma_big}; do
     g=$([ $d = auto ] && echo auto || echo tiled)
     for s in examples random; do
       timeout 120 ./tcc-gpu src/$s/*.tc --ptx-dir checks/$d --gpu-gemm $g --check --keep-going 2>&1 |
@@ -61,7 +62,7 @@ if stage 2; then
 fi
 if stage 3; then
   echo "== 3. tiled forced: without tensor cores, and each tensor-core shape (best of 5, device time)"
-  for k in $(seq 0 ${LAST:-30}); do
+  for k in ${CASES:-$(seq 0 ${LAST:-30})}; do
     [ $((SECONDS - t0)) -gt ${TILE_DEADLINE:-520} ] && { echo "stopped: time"; break; }
     [ -f cc/cc$k.tc ] || break
     n=$(python3 -c "import json;print(json.load(open('cc/manifest.json'))['cases'][$k]['name'])")
