@@ -1471,30 +1471,7 @@ pub unsafe extern "C" fn tcc_rt_gett_f32(
 mod tests {
     use super::*;
 
-    /// A portable 4×3 micro-kernel for the tests.
-    unsafe extern "C" fn uk43(
-        kc: i64,
-        a: *const f64,
-        b: *const f64,
-        c: *mut f64,
-        rs: i64,
-        cs: i64,
-        alpha: f64,
-        mrows: i64,
-        ncols: i64,
-    ) {
-        for i in 0..mrows as usize {
-            for j in 0..ncols as usize {
-                let mut s = 0.0;
-                for p in 0..kc as usize {
-                    s += *a.add(p * 4 + i) * *b.add(p * 3 + j);
-                }
-                *c.offset(i as isize * rs as isize + j as isize * cs as isize) += alpha * s;
-            }
-        }
-    }
-
-    /// The strided form of [`uk43`]: reads rows `0..4` of A (as the generated
+    /// The strided form of [`uk_any`]`::<4, 3>`: reads rows `0..4` of A (as the generated
     /// kernel does) but only the first `ncols` columns of B.
     unsafe extern "C" fn uks43(
         kc: i64,
@@ -1570,7 +1547,7 @@ mod tests {
                     1.5,
                     &dims,
                     params,
-                    uk43,
+                    uk_any::<4, 3>,
                     &[uks43 as UkernelStrided<f64>; 3],
                     overwrite,
                 )
@@ -1620,18 +1597,18 @@ mod tests {
                 }
             }
         };
-        unsafe { gett(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 2.0, &dims, params, uk43, false) };
+        unsafe { gett(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 2.0, &dims, params, uk_any::<4, 3>, false) };
         expect(&c, 1.0);
         // `overwrite` ignores C's old contents (NaN here), across several k blocks
         // (kc = 4 < k = 9), on the tile path (rows/cols strided) and in place.
         let mut c = vec![f64::NAN; nb * m * n];
-        unsafe { gett(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 2.0, &dims, params, uk43, true) };
+        unsafe { gett(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 2.0, &dims, params, uk_any::<4, 3>, true) };
         expect(&c, 0.0);
         // An empty sum with `overwrite` leaves zeros.
         let mut dims0 = dims;
         dims0[3].size = 0;
         let mut c = vec![f64::NAN; nb * m * n];
-        unsafe { gett(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 2.0, &dims0, params, uk43, true) };
+        unsafe { gett(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 2.0, &dims0, params, uk_any::<4, 3>, true) };
         assert!(c.iter().all(|&x| x == 0.0));
     }
 
@@ -1660,7 +1637,9 @@ mod tests {
             for overwrite in [false, true] {
                 let mut c = vec![if overwrite { f64::NAN } else { 0.5 }; m * n];
                 let params = GettParams { mr: 4, nr: 3, mc, nc: 36, kc: 50 };
-                unsafe { gett_on(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk43, overwrite, 2) };
+                unsafe {
+                    gett_on(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk_any::<4, 3>, overwrite, 2)
+                };
                 let base = if overwrite { 0.0 } else { 0.5 };
                 for (x, (&got, &w)) in c.iter().zip(&want).enumerate() {
                     assert!(
@@ -1751,16 +1730,16 @@ mod tests {
             let params = GettParams { mr: 4, nr: 3, mc: 8, nc: 6, kc: 4 };
             let (a, b) = ([3.0f64; 20], [2.0f64; 20]);
             let mut c = [1.0f64; 25];
-            unsafe { gett_serial(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &[], params, uk43, false) };
+            unsafe { gett_serial(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &[], params, uk_any::<4, 3>, false) };
             assert_eq!(c[0], 7.0);
             let dims = [
                 GettDim { kind: 1, size: 5, sa: 4, sb: 0, sc: 5 },
                 GettDim { kind: 2, size: 5, sa: 0, sb: 1, sc: 1 },
                 GettDim { kind: 3, size: 4, sa: 1, sb: 5, sc: 0 },
             ];
-            unsafe { gett_serial(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk43, true) };
+            unsafe { gett_serial(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk_any::<4, 3>, true) };
             assert!(c.iter().all(|&x| x == 24.0));
-            unsafe { gett_serial(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &[], params, uk43, false) };
+            unsafe { gett_serial(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &[], params, uk_any::<4, 3>, false) };
             assert_eq!(c[0], 30.0);
             assert_eq!(c[1], 24.0);
         })
