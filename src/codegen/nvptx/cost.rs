@@ -64,15 +64,28 @@ const MEASURED: [(TileCfg, Elem, u64, f64); 6] = [
     (TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4, mma: false }, Elem::F64, 126, 16.6e12),
     (TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4, mma: false }, Elem::F32, 80, 28.0e12),
 ];
-/// What generated f64 tensor-core kernels can reach with large warp tiles
-/// (about 70 % of the H200's DMMA peak of 67 TFLOP/s; a guess until measured).
-const MMA_F64: f64 = 47e12;
+/// f64 tensor-core tiles (`mma.sync` m8n8k4): (tile shape, registers from
+/// `ptxas -v` for sm_90, FLOP/s). Measured on an H100 (2026-12-05,
+/// bench/gpu/runs/mma-I1-tiles.txt) on CCSD(T) triples at n = 20 and 24 against
+/// the FMA tile in the same run: 128×128×8/64×32 0.68 of its speed, 64×64×8/32×32
+/// 0.92, 64×64×4/32×32 0.87, expressed as rates relative to the FMA tile's
+/// 16.6 TFLOP/s. Slower than the FMA tiles: the loads, address arithmetic and
+/// stores around the mma.sync bound these kernels, not the multiplications.
+const MEASURED_MMA: [(TileCfg, u64, f64); 3] = [
+    (TileCfg { bm: 128, bn: 128, bk: 8, tm: 64, tn: 32, mma: true }, 222, 11.3e12),
+    (TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true }, 128, 15.3e12),
+    (TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true }, 128, 14.4e12),
+];
 /// Each block's prologue (first tiles) and epilogue (stores of C) cost about
 /// as much as this many reduction steps (fitted to k = 40 … 2000).
 const TILE_OVERHEAD_STEPS: f64 = 4.0;
 
 fn measured(e: Elem, cfg: &TileCfg) -> Option<(u64, f64)> {
-    MEASURED.iter().find(|m| m.0 == *cfg && m.1 == e).map(|m| (m.2, m.3))
+    MEASURED
+        .iter()
+        .find(|m| m.0 == *cfg && m.1 == e)
+        .map(|m| (m.2, m.3))
+        .or_else(|| MEASURED_MMA.iter().find(|m| m.0 == *cfg && e == Elem::F64).map(|m| (m.1, m.2)))
 }
 
 /// Tiled kernels on a multiprocessor that holds as many blocks as fit: FLOP/s
@@ -83,11 +96,8 @@ pub fn tiled_rate(e: Elem, cfg: &TileCfg) -> f64 {
         return r;
     }
     if cfg.mma {
-        // f64 tensor cores (DMMA peak 67 TFLOP/s): shared-memory fragment loads
-        // per mma.sync fall with the warp tile (one A and one B fragment per
-        // 8-row and 8-column piece). A guess until measured.
-        let (pm, pn) = ((cfg.tm / super::tiled::MMA_M) as f64, (cfg.tn / super::tiled::MMA_N) as f64);
-        return MMA_F64 * (pm * pn) / (pm * pn + pm + pn);
+        // Unmeasured tensor-core shapes: the slowest measured one's rate.
+        return MEASURED_MMA.iter().map(|m| m.2).fold(f64::INFINITY, f64::min);
     }
     let per_thread = (cfg.tm * cfg.tn) as f64;
     let eff = per_thread / (per_thread + 2.0 * (cfg.tm + cfg.tn) as f64);

@@ -61,10 +61,11 @@ pub const MMA_M: u64 = 8;
 pub const MMA_N: u64 = 8;
 pub const MMA_K: u64 = 4;
 const WARP: u64 = 32;
-/// Whether the cost model may choose tensor-core tiles without `TCC_GPU_MMA=1`:
-/// not until their fragment layout has been checked on a device against the
-/// interpreter (bench/gpu/cc_device_run.sh, stage 1). The host emulation checks
-/// the tiling and the output layout, not the fragments the hardware hands out.
+/// Whether the cost model may choose tensor-core tiles without `TCC_GPU_MMA=1`.
+/// Their fragments were checked on a device (H100, 2026-12-05: 120 random
+/// programs and the examples against the interpreter, bench/gpu/runs/
+/// mma-I1-checks.txt), but they ran at 0.68–0.92 of the FMA tiles' speed on the
+/// CCSD(T) triples, so they stay off until the kernel around them is faster.
 pub const MMA_BY_DEFAULT: bool = false;
 
 impl TileCfg {
