@@ -836,6 +836,11 @@ fn tiled_run(
             return Err(ctx.fail("E0760", &format!("TCC_STEAL={v} is none of on, off, eager"), None));
         }
     }
+    if let Ok(v) = std::env::var("TCC_PREFETCH_WORDS") {
+        if v != "all" && v.trim().parse::<usize>().is_err() {
+            return Err(ctx.fail("E0760", &format!("TCC_PREFETCH_WORDS={v} is neither a count nor `all`"), None));
+        }
+    }
     match tcc::tiled::placement::Split::from_env() {
         Ok(Some(x)) => t.split = x,
         Ok(None) => {}

@@ -373,6 +373,15 @@ fn split_items_give_the_single_process_numbers() {
         let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
         assert!(err.contains("TCC_SPLIT") && err.contains("E0760"), "{bad}: {err}");
     }
+    let out = tcc()
+        .args(["run"])
+        .arg(&file)
+        .args(["--tiled", "--ranks", "2"])
+        .env("TCC_PREFETCH_WORDS", "lots")
+        .assert()
+        .code(1);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains("TCC_PREFETCH_WORDS") && err.contains("E0760"), "{err}");
 }
 
 #[test]

@@ -1180,8 +1180,9 @@ fn contribution_flops(term: &TermPlan, ext: &[usize]) -> f64 {
 /// kernel calls with whole tiles prefetched and 0.16–0.22 s with at most
 /// 4096–32768 elements (2.3–2.4 s in kernels either way); under MPI on 2 ranks
 /// the kernels took about that much longer instead (that machine's large L3
-/// keeps what the prefetch brought), so whether it pays on a 16-core host is
-/// measured there (bench/distributed/results.md, run H5). `TCC_PREFETCH_WORDS` (a
+/// keeps what the prefetch brought). On a 16-core host (run H5 in
+/// bench/distributed/results.md) the cap made one rank alone 1.34× faster but 16
+/// processes' kernels 1.07× slower. `TCC_PREFETCH_WORDS` (a
 /// count, or `all` for whole tiles as before) sets it for experiments
 /// (`bench/distributed/mpi_split.sh`); read once.
 const PREFETCH_WORDS: usize = 16384;
