@@ -970,9 +970,26 @@ fn optimize_path(
     Ok((steps, path.flops, path.peak, method.to_string()))
 }
 
+/// Bytes of large temporaries compiled code keeps mapped between calls, and
+/// the most it may keep (`TCC_TEMP_CACHE`).
+#[pyfunction]
+fn temp_cache_info() -> (usize, usize) {
+    (tcc_runtime::alloc::cached_bytes(), tcc_runtime::alloc::cache_limit())
+}
+
+/// Unmaps every kept temporary; returns the bytes given back to the system.
+#[pyfunction]
+fn release_temp_cache() -> usize {
+    let bytes = tcc_runtime::alloc::cached_bytes();
+    tcc_runtime::alloc::release_cache();
+    bytes
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_function(wrap_pyfunction!(temp_cache_info, m)?)?;
+    m.add_function(wrap_pyfunction!(release_temp_cache, m)?)?;
     m.add_function(wrap_pyfunction!(optimize_path, m)?)?;
     m.add_class::<NativeLibrary>()?;
     m.add_class::<Program>()?;

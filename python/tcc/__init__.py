@@ -52,6 +52,8 @@ __all__ = [
     "PathInfo",
     "einsum_cache_info",
     "einsum_cache_clear",
+    "memory_cache_info",
+    "release_memory",
     "TccError",
     "CompileError",
     "ArgumentError",
@@ -396,6 +398,22 @@ def einsum_cache_clear() -> None:
     """Empties :func:`einsum`'s cache (the counters stay)."""
     with _cache.lock:
         _cache.entries.clear()
+
+
+def memory_cache_info() -> Dict[str, int]:
+    """Large temporaries (4 MiB and more) that compiled programs keep mapped
+    between calls, so that the next call neither maps nor clears them again:
+    ``{"bytes": held now, "limit": the most kept}`` (limit: the environment
+    variable ``TCC_TEMP_CACHE`` in bytes when the process started, else 1 GiB;
+    0 keeps none)."""
+    held, limit = _native.temp_cache_info()
+    return {"bytes": held, "limit": limit}
+
+
+def release_memory() -> int:
+    """Gives the temporaries of :func:`memory_cache_info` back to the system;
+    returns how many bytes that was. Later calls map fresh ones."""
+    return _native.release_temp_cache()
 
 
 def _bfloat16():

@@ -409,3 +409,33 @@ def test_broadcast_sums_match_numpy_broadcasting():
     want = eo[None, None, :, None] + eo[None, None, None, :] - ev[:, None, None, None] - ev[None, :, None, None]
     np.testing.assert_allclose(D, want, rtol=1e-13, atol=0)
     np.testing.assert_allclose(R, T / want + np.sqrt(T * T + 1e-5) - 1, rtol=1e-12, atol=1e-13)
+
+
+CHAIN = """
+range N = 800; range M = 3;
+index i, j, k : N; index l : M;
+input tensor A[i,j]; input tensor B[j,k]; input tensor D[k,l];
+tensor T[i,k];
+output tensor C[i,l];
+T[i,k] = A[i,j] * B[j,k];
+C[i,l] = T[i,k] * D[k,l];
+"""
+
+
+def test_large_temporaries_are_kept_and_released():
+    lib = tcc.compile(CHAIN)
+    rng = np.random.default_rng(3)
+    a, b, d = rng.standard_normal((800, 800)), rng.standard_normal((800, 800)), rng.standard_normal((800, 3))
+    want = (a @ b) @ d
+    np.testing.assert_allclose(lib.main(A=a, B=b, D=d), want, rtol=1e-10, atol=1e-9)
+    info = tcc.memory_cache_info()
+    if info["limit"] == 0:
+        pytest.skip("TCC_TEMP_CACHE=0: nothing is kept")
+    # T (800 x 800 f64, 5.1 MB) stays mapped for the next call ...
+    assert info["bytes"] >= 800 * 800 * 8, info
+    released = tcc.release_memory()
+    assert released == info["bytes"]
+    assert tcc.memory_cache_info()["bytes"] == 0
+    # ... and a call after the release maps a fresh one.
+    np.testing.assert_allclose(lib.main(A=a, B=b, D=d), want, rtol=1e-10, atol=1e-9)
+    assert tcc.memory_cache_info()["bytes"] >= 800 * 800 * 8
