@@ -411,7 +411,7 @@ def test_broadcast_sums_match_numpy_broadcasting():
     np.testing.assert_allclose(R, T / want + np.sqrt(T * T + 1e-5) - 1, rtol=1e-12, atol=1e-13)
 
 
-CHAIN = """
+BIG_CHAIN = """
 range N = 800; range M = 3;
 index i, j, k : N; index l : M;
 input tensor A[i,j]; input tensor B[j,k]; input tensor D[k,l];
@@ -423,7 +423,7 @@ C[i,l] = T[i,k] * D[k,l];
 
 
 def test_large_temporaries_are_kept_and_released():
-    lib = tcc.compile(CHAIN)
+    lib = tcc.compile(BIG_CHAIN)
     rng = np.random.default_rng(3)
     a, b, d = rng.standard_normal((800, 800)), rng.standard_normal((800, 800)), rng.standard_normal((800, 3))
     want = (a @ b) @ d
