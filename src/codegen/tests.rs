@@ -784,6 +784,18 @@ fn a_gett_term_after_others_overwrites_the_output_first() {
     }
 }
 
+/// `src` compiles with no zeroing pass (`llvm.memset`) and its values match the
+/// interpreter in the auto and most-fused modes.
+fn assert_stores_without_zeroing(src: &str) {
+    let (hir, diags) = crate::compile(src, "t");
+    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+    let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &Options::default()).unwrap();
+    assert!(!ir.contains("llvm.memset"), "a zeroing pass is left: {ir}");
+    for fuse in [crate::lir::fusion::FuseMode::Auto, crate::lir::fusion::FuseMode::Max] {
+        check_unit(&hir, UnitId::new(0), 3, &Options { fuse, ..Options::default() }).unwrap();
+    }
+}
+
 /// `R = V` and `R = X - Xᵀ` (no GETT): one nest that stores into the fresh target,
 /// no zeroing pass; inside fused loops (`--fuse max`) too.
 #[test]
@@ -793,13 +805,7 @@ fn element_wise_statements_store_without_a_zeroing_pass() {
             "range N = 48; index a, b, k : N;\ninput tensor V[a,b] : f64; input tensor W[a,b] : f64;\n\
              output tensor R[a,b] : f64; output tensor S[a,b] : f64;\nR[a,b] = {rhs};\nS[a,b] = R[a,k] * W[k,b];\n"
         );
-        let (hir, diags) = crate::compile(&src, "t");
-        let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
-        let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &Options::default()).unwrap();
-        assert!(!ir.contains("llvm.memset"), "a zeroing pass is left: {ir}");
-        for fuse in [crate::lir::fusion::FuseMode::Auto, crate::lir::fusion::FuseMode::Max] {
-            check_unit(&hir, UnitId::new(0), 3, &Options { fuse, ..Options::default() }).unwrap();
-        }
+        assert_stores_without_zeroing(&src);
     }
 }
 
@@ -815,12 +821,6 @@ fn element_wise_calls_store_without_a_zeroing_pass() {
              tensor S[a,b] : f64; {decl} output tensor R[a,b] : f64;\n\
              S[a,b] = V[a,k] * W[k,b] + 3;\nP[a,b] = {rhs};\nR[a,b] = P[a,k] * W[k,b];\n"
         );
-        let (hir, diags) = crate::compile(&src, "t");
-        let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
-        let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &Options::default()).unwrap();
-        assert!(!ir.contains("llvm.memset"), "a zeroing pass is left: {ir}");
-        for fuse in [crate::lir::fusion::FuseMode::Auto, crate::lir::fusion::FuseMode::Max] {
-            check_unit(&hir, UnitId::new(0), 3, &Options { fuse, ..Options::default() }).unwrap();
-        }
+        assert_stores_without_zeroing(&src);
     }
 }
