@@ -841,6 +841,11 @@ fn tiled_run(
             return Err(ctx.fail("E0760", &format!("TCC_PREFETCH_WORDS={v} is neither a count nor `all`"), None));
         }
     }
+    match tcc::tiled::exec::read_in_place_from_env() {
+        Ok(Some(x)) => t.read_in_place = x,
+        Ok(None) => {}
+        Err(v) => return Err(ctx.fail("E0760", &format!("TCC_READ_IN_PLACE={v} is neither on nor off"), None)),
+    }
     match tcc::tiled::placement::Split::from_env() {
         Ok(Some(x)) => t.split = x,
         Ok(None) => {}

@@ -14,7 +14,11 @@
 #   split10:  TCC_SPLIT=0.1 (finer tails);
 #   nosplit:  TCC_SPLIT=off (prefetch capped);
 #   H4:       TCC_SPLIT=off TCC_PREFETCH_WORDS=all (what run H4 ran, but for the
-#             claim counters in one window and taken items sharing tiles).
+#             claim counters in one window and taken items sharing tiles);
+#   inplace:  the default since run H6: ranks on one node read each other's
+#             tiles in place from shared window memory (TCC_READ_IN_PLACE=on);
+#   copy:     TCC_READ_IN_PLACE=off, remote tiles copied by MPI_Get as before;
+#   inplace-all: in place, with whole operand tiles prefetched.
 # Every 16-process run prints its wall time, efficiency against the one rank of
 # the same trial, and each rank's breakdown from `--stats` (one line a rank:
 # kernels, waits, partial tiles, the rest split into set-up, compute threads
@@ -81,6 +85,9 @@ variant() { # name → its environment
     split10) echo "TCC_SPLIT=0.1" ;;
     nosplit) echo "TCC_SPLIT=off" ;;
     H4) echo "TCC_SPLIT=off TCC_PREFETCH_WORDS=all" ;;
+    inplace) echo "TCC_READ_IN_PLACE=on" ;;
+    copy) echo "TCC_READ_IN_PLACE=off" ;;
+    inplace-all) echo "TCC_READ_IN_PLACE=on TCC_PREFETCH_WORDS=all" ;;
     *) echo "unknown variant $1" >&2; exit 1 ;;
   esac
 }

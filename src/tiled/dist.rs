@@ -226,6 +226,9 @@ pub struct RankStats {
     /// counts what the plan moves).
     pub taken_items: usize,
     pub taken_words: f64,
+    /// Words of other ranks' tiles read in place (shared memory) instead of
+    /// copied; counted in the words moved too.
+    pub in_place_words: f64,
     /// This rank's kernel calls by shape against the model (with
     /// [`TiledOptions::profile`]).
     pub profile: super::profile::KernelProfile,
@@ -1242,19 +1245,48 @@ impl<'p> RankTiles<'p> {
             // One-sided: the remote tiles in the order the late work first reads
             // them, and how many of them each late item waits for.
             let (order, ready) = if one_sided { fetch_order(work, &late) } else { (Vec::new(), Vec::new()) };
+            // Remote tiles this rank loads where they lie (shared memory) instead
+            // of copying them: every rank's segments' addresses, where it can.
+            let in_place_bases: Vec<Vec<Option<(usize, usize)>>> = match window.as_deref() {
+                Some(w) if self.opts.read_in_place => (0..p)
+                    .map(|r| {
+                        (0..seg_tensors.len()).map(|i| w.segment_in_place(r, i).map(|(a, n)| (a as usize, n))).collect()
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let in_place = |t: TensorId, k: usize| -> Option<SyncPtr> {
+                let owner = self.own.owner(&layouts[&t].tiles()[k]);
+                if owner == me {
+                    return None;
+                }
+                let at = seg_tensors.binary_search(&t).ok()?;
+                let (addr, n) = (*in_place_bases.get(owner)?.get(at)?)?;
+                let off = self.owner_offset[t.index()][k];
+                assert!(off + tile_len(t, k) <= n, "tile {k} of a tensor beyond rank {owner}'s segment");
+                Some(SyncPtr((addr as *mut f64).wrapping_add(off)))
+            };
             let (fetched_at, total) = if one_sided {
                 let mut at = 0;
-                let offsets = order
-                    .iter()
-                    .map(|&(t, k)| {
-                        at += tile_len(t, k);
-                        ((t, k), at - tile_len(t, k))
-                    })
-                    .collect::<HashMap<_, _>>();
+                let mut offsets = HashMap::new();
+                for &(t, k) in &order {
+                    if in_place(t, k).is_some() {
+                        continue;
+                    }
+                    offsets.insert((t, k), at);
+                    at += tile_len(t, k);
+                }
                 (offsets, at)
             } else {
                 offsets_of(&fetch.received(me))
             };
+            if let Some(w) = window.as_deref() {
+                // Read in place, as a get of them would have counted.
+                for &(t, k) in order.iter().filter(|&&(t, k)| in_place(t, k).is_some()) {
+                    w.count_in_place(self.own.owner(&layouts[&t].tiles()[k]), tile_len(t, k));
+                    self.stats.in_place_words += tile_len(t, k) as f64;
+                }
+            }
             let mut fetched = alloc(total, "received tiles")?;
             self.stats.fetched_peak = self.stats.fetched_peak.max((total + partial_len) as f64);
             let partial_ptr = SyncPtr(partials.as_mut_ptr());
@@ -1281,18 +1313,22 @@ impl<'p> RankTiles<'p> {
             };
             // The tiles of this rank's own items: owned, received, or partial.
             let own_tile = |fetched_ptr: Option<SyncPtr>| {
-                let (offsets, base, fetched_at, partial_at) = (&offsets, &base, &fetched_at, &partial_at);
+                let (offsets, base, fetched_at, partial_at, in_place) =
+                    (&offsets, &base, &fetched_at, &partial_at, &in_place);
                 move |t: TensorId, k: usize| -> *mut f64 {
                     // SAFETY: offsets index this rank's buffers: owned tiles, received
                     // operand tiles (only once they have arrived), or partial tiles (a
-                    // set never reads what it writes).
+                    // set never reads what it writes); the rest are remote tiles read
+                    // in place, which their owners leave unchanged until the window closes.
                     unsafe {
                         if let Some(&off) = offsets.get(&t).and_then(|o| o.get(&k)) {
                             base[&t].0.add(off)
                         } else if let (Some(&off), Some(p)) = (fetched_at.get(&(t, k)), fetched_ptr) {
                             p.get().add(off)
+                        } else if let Some(&off) = partial_at.get(&(t, k)) {
+                            partial_ptr.get().add(off)
                         } else {
-                            partial_ptr.get().add(partial_at[&(t, k)])
+                            in_place(t, k).expect("a remote tile read in place").get()
                         }
                     }
                 }
@@ -1319,6 +1355,9 @@ impl<'p> RankTiles<'p> {
             // and the words their tiles moved.
             let mut taken: Vec<*mut Taken> = Vec::new();
             let mut taken_words = 0usize;
+            let mut in_place_taken = 0usize;
+            // This rank's own items it claimed (the others took the rest).
+            let mut own_claimed = 0usize;
             let x0 = std::time::Instant::now();
             if one_sided {
                 self.stats.setup_s += set_t0.elapsed().as_secs_f64();
@@ -1344,6 +1383,7 @@ impl<'p> RankTiles<'p> {
                 // Two shares of one task must not write its tile at once.
                 let task_lock: Vec<std::sync::Mutex<()>> = (0..tasks.len()).map(|_| Default::default()).collect();
                 let seg = |t: TensorId| seg_tensors.binary_search(&t).expect("every tensor read is windowed");
+                let in_place = &in_place;
                 let own_ptr = own_tile(Some(fetched_ptr));
                 std::thread::scope(|sc| -> Result<(), CommandError> {
                     let computing = sc.spawn(|| {
@@ -1377,10 +1417,12 @@ impl<'p> RankTiles<'p> {
                                             } else if let Some(&off) = offsets.get(&t).and_then(|o| o.get(&k)) {
                                                 // SAFETY: a tile this rank owns.
                                                 unsafe { base[&t].0.add(off) }
-                                            } else {
+                                            } else if let Some(&off) = fetched_at.get(&(t, k)) {
                                                 // SAFETY: a tile fetched for this rank's own items,
                                                 // all of which arrived before any item was taken.
-                                                unsafe { fetched_ptr.get().add(fetched_at[&(t, k)]) }
+                                                unsafe { fetched_ptr.get().add(off) }
+                                            } else {
+                                                in_place(t, k).expect("a remote tile read in place").get()
                                             }
                                         };
                                         run_one(w, &tile_ptr, worker);
@@ -1407,6 +1449,7 @@ impl<'p> RankTiles<'p> {
                         if room && !own_done && !(eager && me != 0 && !victims.is_empty()) {
                             let k = claims[me].fetch_add(1) as usize;
                             if k < own_items.len() {
+                                own_claimed += 1;
                                 queue.push(Job::Own(k));
                             } else {
                                 own_done = true;
@@ -1415,6 +1458,11 @@ impl<'p> RankTiles<'p> {
                         }
                         if got < order.len() {
                             let (t, k) = order[got];
+                            if in_place(t, k).is_some() {
+                                got += 1;
+                                guard.announce(got);
+                                continue;
+                            }
                             let owner = self.own.owner(&layouts[&t].tiles()[k]);
                             let len = tile_len(t, k);
                             // SAFETY: only this thread writes `fetched`, each tile once (in
@@ -1440,6 +1488,7 @@ impl<'p> RankTiles<'p> {
                                 self.own.owner(&layouts[&t].tiles()[k]) == me
                                     || fetched_at.contains_key(&(t, k))
                                     || last_operands.contains_key(&(t, k))
+                                    || in_place(t, k).is_some()
                             };
                             let worth = |i: usize| {
                                 let w = &placed.work[v][i];
@@ -1469,6 +1518,12 @@ impl<'p> RankTiles<'p> {
                             for &(t, k) in &w.reads {
                                 let owner = self.own.owner(&layouts[&t].tiles()[k]);
                                 if owner == me || fetched_at.contains_key(&(t, k)) {
+                                    continue;
+                                }
+                                if in_place(t, k).is_some() {
+                                    window.count_in_place(owner, tile_len(t, k));
+                                    taken_words += tile_len(t, k);
+                                    in_place_taken += tile_len(t, k);
                                     continue;
                                 }
                                 if let Some(b) = last_operands.get(&(t, k)) {
@@ -1549,6 +1604,9 @@ impl<'p> RankTiles<'p> {
                         let end = (done + batch).min(order.len());
                         let mut reads = Vec::with_capacity(end - done);
                         for &(t, k) in &order[done..end] {
+                            if in_place(t, k).is_some() {
+                                continue;
+                            }
                             let len = tile_len(t, k);
                             // SAFETY: only this thread writes `fetched`, each tile once (in
                             // `order`, back to back), before announcing it; readers read
@@ -1625,6 +1683,27 @@ impl<'p> RankTiles<'p> {
                 let counts: Vec<usize> = counts.iter().map(|&c| c as usize).collect();
                 let mut all = vec![0.0; counts.iter().sum()];
                 comm.allgatherv(&steal::encode(&mine), &counts, &mut all);
+                // Every item claimed exactly once, or the claim counters' atomics
+                // failed (as Open MPI's `osc rdma` without single-copy transfers
+                // was seen to): the sums would be wrong, so stop.
+                let mut ran = vec![0.0; p];
+                comm.allgather(&[(own_claimed + taken.len()) as f64], &mut ran);
+                let ran: f64 = ran.iter().sum();
+                let items: usize = placed.work.iter().map(|w| w.len()).sum();
+                if ran != items as f64 {
+                    return Err(CommandError::new(
+                        "E0770",
+                        format!(
+                            "task set {l}: the ranks ran {ran} work items of {items}: a claim counter \
+                             (MPI_Fetch_and_op) was not atomic, so some items ran twice or never"
+                        ),
+                        Some(
+                            "use an MPI one-sided component with working atomics (Open MPI: \
+                             OMPI_MCA_osc=sm,pt2pt on one node), or TCC_STEAL=off"
+                                .into(),
+                        ),
+                    ));
+                }
                 // Bookkeeping, not planned words.
                 taken_words += moved().saturating_sub(before) as usize;
                 // Of a part of a split item, only the rows it wrote.
@@ -1696,6 +1775,12 @@ impl<'p> RankTiles<'p> {
                 self.stats.ranks_wait_s += c0.elapsed().as_secs_f64();
             } else {
                 let incoming = reduce.received(me);
+                if one_sided {
+                    // Planned as gets, moved by the collective exchange (no window over
+                    // the partial tiles): what this rank sends counts, as for such sets.
+                    let got: usize = incoming.iter().map(|s| s.len).sum();
+                    self.stats.planned_words += reduce.sent_by(me) as f64 - got as f64;
+                }
                 let mut sums = alloc(incoming.iter().map(|s| s.len).sum(), "received partial tiles")?;
                 {
                     let partials = &partials;
@@ -1714,9 +1799,36 @@ impl<'p> RankTiles<'p> {
                     }
                     at += s.len;
                 }
+                if !lists.is_empty() {
+                    // Items were taken over, but no window over the partial tiles
+                    // could be made (Open MPI's `osc sm` makes none over memory it did
+                    // not allocate): the taken items' partial tiles go to every rank,
+                    // and each owner adds its own, in rank and list order.
+                    let before = moved();
+                    let spans = |list: &[(usize, usize)]| list.iter().map(|&(v, i)| taken_span(v, i).len()).sum();
+                    let counts: Vec<usize> = lists.iter().map(|l| spans(l)).collect();
+                    let mut all = alloc(counts.iter().sum(), "partial tiles of taken-over work")?;
+                    comm.allgatherv(&taken_partials, &counts, &mut all);
+                    taken_words += moved().saturating_sub(before) as usize;
+                    let mut at = 0;
+                    for &(v, i) in lists.iter().flatten() {
+                        let (t, k) = written_tile(placed.work[v][i].task);
+                        let span = taken_span(v, i);
+                        let len = span.len();
+                        if self.own.owner(&layouts[&t].tiles()[k]) == me {
+                            let loc = local.get_mut(&t).expect("written tensors are held");
+                            let off = loc.offsets[&k] + span.start;
+                            for (x, y) in loc.data[off..off + len].iter_mut().zip(&all[at..at + len]) {
+                                *x += y;
+                            }
+                        }
+                        at += len;
+                    }
+                }
             }
             drop(partials);
             self.stats.taken_words += taken_words as f64;
+            self.stats.in_place_words += in_place_taken as f64;
             self.stats.exchange_s += x1.elapsed().as_secs_f64();
             let last_use = &self.last_use;
             drop_tensors(local, |t| hir.tensors[t].role != Role::Temporary || last_use.get(&t).is_some_and(|&u| u > l));

@@ -60,6 +60,22 @@ pub struct TiledOptions {
     /// Distributed runs: whether the work items near the end of each rank's list
     /// are split into parts ([`super::placement::split_tails`]; `TCC_SPLIT`).
     pub split: super::placement::Split,
+    /// Distributed one-sided sets: read remote tiles in place where the back end
+    /// can (in-process ranks; MPI ranks of one node, whose tiles are then shared
+    /// memory) instead of copying them (`TCC_READ_IN_PLACE`).
+    pub read_in_place: bool,
+}
+
+/// `TCC_READ_IN_PLACE` when set: `on` or `off`, else `Err` with the value.
+pub fn read_in_place_from_env() -> Result<Option<bool>, String> {
+    match std::env::var("TCC_READ_IN_PLACE") {
+        Err(_) => Ok(None),
+        Ok(v) => match v.as_str() {
+            "on" => Ok(Some(true)),
+            "off" => Ok(Some(false)),
+            _ => Err(v),
+        },
+    }
 }
 
 /// How a distributed tiled run moves operand and partial tiles between ranks
@@ -109,6 +125,7 @@ impl Default for TiledOptions {
             profile: false,
             steal: super::steal::Steal::On,
             split: super::placement::Split::default(),
+            read_in_place: read_in_place_from_env().ok().flatten().unwrap_or(true),
         }
     }
 }

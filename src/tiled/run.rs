@@ -215,8 +215,9 @@ pub fn run_tiled_distributed(
     // sets moved one-sided and all, the process's peak RSS before any tile, sets
     // planned one-sided that had no windows, seconds in kernels, waiting for
     // tiles, waiting for other ranks, adding partial tiles, modelled seconds of
-    // the rank's work, items of other ranks taken over and their words.
-    const W: usize = 26;
+    // the rank's work, items of other ranks taken over and their words, seconds
+    // setting up sets, idle and in items, words read in place.
+    const W: usize = 27;
     let report = crate::exec::launch::launch(
         ranks,
         mpi,
@@ -263,6 +264,7 @@ pub fn run_tiled_distributed(
                     stats.setup_s,
                     stats.idle_s,
                     stats.items_s,
+                    stats.in_place_words,
                 ];
                 let mut all = vec![0.0; row.len() * comm.size()];
                 comm.allgather(&row, &mut all);
@@ -334,6 +336,13 @@ pub fn run_tiled_distributed(
                             ),
                         }
                     ));
+                    let in_place: f64 = (0..p).map(|q| all[W * q + 26]).sum();
+                    if in_place > 0.0 {
+                        extra.push(format!(
+                            "read in place: {} words of other ranks' tiles loaded where they lie (shared memory), not copied (TCC_READ_IN_PLACE=off copies them)",
+                            si(in_place)
+                        ));
+                    }
                     for q in 0..p {
                         let held = 8.0 * (all[W * q] + all[W * q + 1]);
                         extra.push(format!(

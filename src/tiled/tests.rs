@@ -518,6 +518,43 @@ fn ranks_take_over_unstarted_work_and_keep_the_numbers() {
     }
 }
 
+/// Ranks that share an address space read each other's tiles in place: no
+/// received-tiles buffer, the same numbers, the same words counted as moved
+/// (read in place counts as read), with and without taking over work; with
+/// reading in place off the tiles are copied into a buffer as before.
+#[test]
+fn ranks_read_remote_tiles_in_place_with_the_same_numbers_and_words() {
+    use super::steal::Steal;
+    let hir = ccd_terms(4, 7);
+    let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
+    for steal in [Steal::Off, Steal::Eager] {
+        for ranks in 2..=4 {
+            let fetched = |read_in_place: bool| -> (f64, Vec<f64>) {
+                let opts = TiledOptions {
+                    tile: 2,
+                    threads: 2,
+                    exchange: ExchangeMode::OneSided,
+                    steal,
+                    read_in_place,
+                    ..Default::default()
+                };
+                check_distributed(&hir, 2, ranks, &opts)
+                    .unwrap_or_else(|e| panic!("{ranks} ranks, {steal:?}, in place {read_in_place}: {e}"));
+                let program = Program::plan(&prepared, UnitId::new(0), &opts).unwrap();
+                let stats = every_rank_stats(&program, ranks, &opts);
+                assert!(stats.iter().all(|s| s.one_sided_sets == s.sets && s.words_sent == s.planned_words));
+                (stats.iter().map(|s| s.fetched_peak).sum(), stats.iter().map(|s| s.words_sent).collect())
+            };
+            let (copied, words_copied) = fetched(false);
+            let (in_place, words_in_place) = fetched(true);
+            assert!(copied > 0.0, "{ranks} ranks, {steal:?}: nothing fetched");
+            // Only partial tiles of written tiles other ranks own remain.
+            assert!(in_place < copied, "{ranks} ranks, {steal:?}: {in_place} words buffered in place, {copied} copied");
+            assert_eq!(words_copied, words_in_place, "{ranks} ranks, {steal:?}");
+        }
+    }
+}
+
 /// Placement: with moving words free, pieces of tasks run away from the written
 /// tile's owner (partial tiles summed there) and flops are spread at least as
 /// evenly as under owner-computes (words dear); every piece is placed exactly once;
@@ -626,9 +663,20 @@ fn split_items_add_up_to_the_unsplit_result_on_ranks() {
             (ExchangeMode::OneSided, Steal::Off, 2),
             (ExchangeMode::Collective, Steal::Off, 1),
         ] {
-            let opts = TiledOptions { tile: 3, threads, exchange, steal, split: Split::Eager, ..Default::default() };
-            check_distributed(&hir, 3, ranks, &opts)
-                .unwrap_or_else(|e| panic!("{ranks} ranks × {threads}, {exchange:?}, {steal:?}: {e}"));
+            for read_in_place in [false, true] {
+                let opts = TiledOptions {
+                    tile: 3,
+                    threads,
+                    exchange,
+                    steal,
+                    split: Split::Eager,
+                    read_in_place,
+                    ..Default::default()
+                };
+                check_distributed(&hir, 3, ranks, &opts).unwrap_or_else(|e| {
+                    panic!("{ranks} ranks × {threads}, {exchange:?}, {steal:?}, in place {read_in_place}: {e}")
+                });
+            }
         }
     }
 }
@@ -685,6 +733,7 @@ proptest! {
         let steal = [Steal::On, Steal::Off, Steal::Eager][(seed >> 20) as usize % 3];
         use super::placement::Split;
         let split = [Split::Eager, Split::Off, Split::default()][(seed >> 24) as usize % 3];
+        let read_in_place = (seed >> 28) % 2 == 0;
         let opts = TiledOptions {
             tile: 1 + (seed % 3) as usize,
             threads: 1 + (seed >> 16) as usize % 2,
@@ -693,12 +742,13 @@ proptest! {
             exchange,
             steal,
             split,
+            read_in_place,
             ..Default::default()
         };
         let ranks = 1 + (seed >> 8) as usize % 4;
         if let Err(e) = check_distributed(&hir, seed, ranks, &opts) {
             let stmts: Vec<String> = hir.units[UnitId::new(0)].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();
-            panic!("seed {seed}, {ranks} ranks, {exchange:?}, {steal:?}, {split:?}: {e}\n{}", stmts.join("\n"));
+            panic!("seed {seed}, {ranks} ranks, {exchange:?}, {steal:?}, {split:?}, in place {read_in_place}: {e}\n{}", stmts.join("\n"));
         }
     }
 }
@@ -869,13 +919,27 @@ fn the_forecast_equals_what_ranks_measure() {
     for (flops_per_word, exchange) in [0.0, crate::tiled::placement::FLOPS_PER_WORD].into_iter().zip(modes) {
         // The plan, not taking over at run time (which moves flops between ranks).
         let steal = super::steal::Steal::Off;
-        let opts = TiledOptions { tile: 2, threads: 1, flops_per_word, exchange, steal, ..Default::default() };
+        // Copying remote tiles, as across nodes: the forecast's received tiles are
+        // that bound (reading in place, on one node, holds fewer: checked below).
+        let opts = TiledOptions {
+            tile: 2,
+            threads: 1,
+            flops_per_word,
+            exchange,
+            steal,
+            read_in_place: false,
+            ..Default::default()
+        };
         let program = Program::plan(&prepared, UnitId::new(0), &opts).unwrap();
         for ranks in 1..=4 {
             let fc = super::dist::forecast(&program, ranks, &opts);
             // Every rank's own statistics (the launcher returns rank 0's only).
             let stats: Vec<_> = every_rank_stats(&program, ranks, &opts);
             assert_eq!(stats.len(), ranks);
+            let in_place = every_rank_stats(&program, ranks, &TiledOptions { read_in_place: true, ..opts.clone() });
+            for (f, s) in fc.ranks.iter().zip(&in_place) {
+                assert!(s.fetched_peak <= f.fetched_peak && s.words_sent == f.words_sent);
+            }
             assert!(fc.model_s > 0.0);
             for (r, (f, s)) in fc.ranks.iter().zip(&stats).enumerate() {
                 let what = format!("{ranks} ranks, rank {r}, {flops_per_word} flops/word, {exchange:?}");

@@ -255,6 +255,20 @@ pub trait Window {
     /// a get only while the owner is inside MPI. A rank with nothing to read
     /// calls this now and then instead of blocking outside MPI.
     fn progress(&self) {}
+    /// Rank `target`'s segment `segment` where this process can load it in
+    /// place, without a copy: its address and length in words. In-process ranks
+    /// share one address space; MPI ranks on one node share memory when their
+    /// tiles come from `MPI_Win_allocate_shared`. The words stay valid and
+    /// unchanged until the window is closed. `None`: read it with [`Self::get`].
+    fn segment_in_place(&self, target: usize, segment: usize) -> Option<(*const f64, usize)> {
+        let _ = (target, segment);
+        None
+    }
+    /// Counts `words` of rank `target` read in place as read (what a get of them
+    /// would have counted), so words moved stay comparable with the plan.
+    fn count_in_place(&self, target: usize, words: usize) {
+        let _ = (target, words);
+    }
     /// Ends the exposure (collective): returns once every rank has closed, so no
     /// rank reads a segment after its owner goes on to change it.
     fn close(self: Box<Self>);

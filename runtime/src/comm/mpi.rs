@@ -56,6 +56,7 @@ impl MpiWorld {
             stats: Cell::new(CommStats::default()),
             free: false,
             allocated: Default::default(),
+            one_node: Cell::new(None),
         })
     }
 }
@@ -94,6 +95,7 @@ impl MpiComm {
                 stats: Cell::new(CommStats::default()),
                 free: true,
                 allocated: Default::default(),
+                one_node: Cell::new(None),
             })
         }
     }
@@ -142,12 +144,17 @@ pub struct MpiComm {
     /// Whether the communicator is this value's own duplicate, freed on drop.
     free: bool,
     /// The live window memory this communicator allocated: address, words and
-    /// window of each (`expose` reuses their windows).
+    /// window of each, and whether it is shared memory (`expose` reuses their
+    /// windows).
     allocated: Registry,
+    /// Whether every rank of the communicator runs on this node (asked once, at
+    /// the first window memory: collective).
+    one_node: Cell<Option<bool>>,
 }
 
-/// Live [`MpiWindowMemory`] of one communicator: (address, words, window).
-type Registry = std::sync::Arc<std::sync::Mutex<Vec<(usize, usize, WinHandle)>>>;
+/// Live [`MpiWindowMemory`] of one communicator: (address, words, window, from
+/// `MPI_Win_allocate_shared`).
+type Registry = std::sync::Arc<std::sync::Mutex<Vec<(usize, usize, WinHandle, bool)>>>;
 
 /// An `MPI_Win` that may cross threads (the handle is a pointer in Open MPI).
 #[derive(Clone, Copy, PartialEq)]
@@ -157,8 +164,9 @@ struct WinHandle(ffi::MPI_Win);
 unsafe impl Send for WinHandle {}
 unsafe impl Sync for WinHandle {}
 
-/// Memory from `MPI_Win_allocate`, in a passive-target epoch on every rank
-/// (`MPI_Win_lock_all`) until dropped.
+/// Memory from `MPI_Win_allocate` (or `MPI_Win_allocate_shared` when every rank
+/// is on one node), in a passive-target epoch on every rank (`MPI_Win_lock_all`)
+/// until dropped.
 struct MpiWindowMemory {
     ptr: *mut f64,
     len: usize,
@@ -184,7 +192,7 @@ impl WindowMemory for MpiWindowMemory {
 impl Drop for MpiWindowMemory {
     fn drop(&mut self) {
         let mut list = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-        list.retain(|&(_, _, w)| w != self.win);
+        list.retain(|&(_, _, w, _)| w != self.win);
         drop(list);
         let mut win = self.win.0;
         // SAFETY: collective (every rank drops its window memory in the same
@@ -486,39 +494,17 @@ impl Communicator for MpiComm {
             .collect()
     }
     fn alloc_window_memory(&self, n: usize) -> Option<Box<dyn WindowMemory>> {
-        let mut base: *mut f64 = std::ptr::null_mut();
-        let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
-        unsafe { ffi::MPI_Comm_set_errhandler(self.comm, ffi::RSMPI_ERRORS_RETURN) };
-        // At least one word, so that every buffer has an address of its own
-        // (`expose` finds a buffer's window by its address).
-        // SAFETY: MPI writes the address of the memory it allocated into `base`.
-        let rc = unsafe {
-            ffi::MPI_Win_allocate(
-                (n.max(1) * 8) as ffi::MPI_Aint,
-                8,
-                ffi::RSMPI_INFO_NULL,
-                self.comm,
-                &mut base as *mut *mut f64 as *mut c_void,
-                &mut win,
-            )
-        };
-        unsafe { ffi::MPI_Comm_set_errhandler(self.comm, ffi::RSMPI_ERRORS_ARE_FATAL) };
-        let ok = (rc == 0 && !base.is_null()) as c_int;
-        if self.int_allreduce(ok, unsafe { ffi::RSMPI_MIN }) == 0 {
-            if rc == 0 {
-                // SAFETY: made on this rank (collective free: every rank that made one frees it).
-                unsafe { ffi::MPI_Win_free(&mut win) };
+        // On one node, shared memory: the other ranks then read these tiles in
+        // place (`Window::segment_in_place`) instead of copying them. Where the
+        // library cannot (no shared-memory one-sided component), plain window
+        // memory from then on.
+        if shared_window_memory_wanted() && self.on_one_node() {
+            if let Some(m) = self.window_memory(n, true) {
+                return Some(m);
             }
-            return None;
+            self.one_node.set(Some(false));
         }
-        // SAFETY: `n` words MPI allocated for this window; zeroed before any use.
-        unsafe {
-            std::ptr::write_bytes(base, 0, n);
-            ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win);
-        }
-        let win = WinHandle(win);
-        self.allocated.lock().unwrap_or_else(|e| e.into_inner()).push((base as usize, n, win));
-        Some(Box::new(MpiWindowMemory { ptr: base, len: n, win, registry: self.allocated.clone() }))
+        self.window_memory(n, false)
     }
     fn expose<'a>(&'a self, segments: &[&'a [f64]]) -> Option<Box<dyn Window + 'a>> {
         // A segment that is window memory of this communicator (the same address
@@ -527,19 +513,21 @@ impl Communicator for MpiComm {
         // for memory it did not allocate (Open MPI with
         // `btl_vader_single_copy_mechanism=none`): then `MPI_Win_create` fails,
         // and the caller falls back to collectives instead of the job aborting.
-        let registered: Vec<Option<WinHandle>> = {
+        let registered: Vec<Option<(WinHandle, bool)>> = {
             let list = self.allocated.lock().unwrap_or_else(|e| e.into_inner());
             segments
                 .iter()
                 .map(|seg| {
-                    list.iter().find(|&&(p, n, _)| p == seg.as_ptr() as usize && n == seg.len()).map(|&(_, _, w)| w)
+                    list.iter()
+                        .find(|&&(p, n, _, _)| p == seg.as_ptr() as usize && n == seg.len())
+                        .map(|&(_, _, w, shared)| (w, shared))
                 })
                 .collect()
         };
         let mut wins = Vec::with_capacity(segments.len());
         unsafe { ffi::MPI_Comm_set_errhandler(self.comm, ffi::RSMPI_ERRORS_RETURN) };
         for (seg, reg) in segments.iter().zip(&registered) {
-            if let Some(w) = reg {
+            if let Some((w, _)) = reg {
                 wins.push((w.0, false));
                 continue;
             }
@@ -596,7 +584,90 @@ impl Communicator for MpiComm {
                 unsafe { ffi::MPI_Win_sync(win) };
             }
         }
-        Some(Box::new(MpiWindow { comm: self, wins }))
+        let shared = registered.iter().map(|r| r.is_some_and(|(_, shared)| shared)).collect();
+        Some(Box::new(MpiWindow { comm: self, wins, shared }))
+    }
+}
+
+/// Whether window memory may be shared memory (`TCC_READ_IN_PLACE` is not `off`).
+fn shared_window_memory_wanted() -> bool {
+    static WANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WANTED.get_or_init(|| std::env::var("TCC_READ_IN_PLACE").map_or(true, |v| v != "off"))
+}
+
+impl MpiComm {
+    /// `n` zeroed words of window memory (collective), shared memory of the node
+    /// with `shared` (`MPI_Win_allocate_shared`), else `MPI_Win_allocate`d;
+    /// `None` unless every rank got its part.
+    fn window_memory(&self, n: usize, shared: bool) -> Option<Box<dyn WindowMemory>> {
+        let mut base: *mut f64 = std::ptr::null_mut();
+        let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
+        unsafe { ffi::MPI_Comm_set_errhandler(self.comm, ffi::RSMPI_ERRORS_RETURN) };
+        // At least one word, so that every buffer has an address of its own
+        // (`expose` finds a buffer's window by its address).
+        let bytes = (n.max(1) * 8) as ffi::MPI_Aint;
+        let base_out = &mut base as *mut *mut f64 as *mut c_void;
+        // SAFETY: MPI writes the address of the memory it allocated into `base`.
+        let rc = unsafe {
+            if shared {
+                // Each rank's part on its own pages (first touched by its owner
+                // below), not one block that rank 0 allocates.
+                let mut info: ffi::MPI_Info = ffi::RSMPI_INFO_NULL;
+                ffi::MPI_Info_create(&mut info);
+                ffi::MPI_Info_set(info, c"alloc_shared_noncontig".as_ptr(), c"true".as_ptr());
+                let rc = ffi::MPI_Win_allocate_shared(bytes, 8, info, self.comm, base_out, &mut win);
+                ffi::MPI_Info_free(&mut info);
+                rc
+            } else {
+                ffi::MPI_Win_allocate(bytes, 8, ffi::RSMPI_INFO_NULL, self.comm, base_out, &mut win)
+            }
+        };
+        unsafe { ffi::MPI_Comm_set_errhandler(self.comm, ffi::RSMPI_ERRORS_ARE_FATAL) };
+        let ok = (rc == 0 && !base.is_null()) as c_int;
+        if self.int_allreduce(ok, unsafe { ffi::RSMPI_MIN }) == 0 {
+            if rc == 0 {
+                // SAFETY: made on this rank (collective free: every rank that made one frees it).
+                unsafe { ffi::MPI_Win_free(&mut win) };
+            }
+            return None;
+        }
+        // SAFETY: `n` words MPI allocated for this window; zeroed before any use.
+        unsafe {
+            std::ptr::write_bytes(base, 0, n);
+            ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win);
+        }
+        let win = WinHandle(win);
+        self.allocated.lock().unwrap_or_else(|e| e.into_inner()).push((base as usize, n, win, shared));
+        Some(Box::new(MpiWindowMemory { ptr: base, len: n, win, registry: self.allocated.clone() }))
+    }
+
+    /// Whether every rank of this communicator shares this node's memory
+    /// (collective the first time: `MPI_Comm_split_type` by shared memory).
+    fn on_one_node(&self) -> bool {
+        if let Some(known) = self.one_node.get() {
+            return known;
+        }
+        let mut node: ffi::MPI_Comm = unsafe { ffi::RSMPI_COMM_NULL };
+        // SAFETY: collective on `self.comm`; the node communicator is freed here.
+        let one = unsafe {
+            let rc = ffi::MPI_Comm_split_type(
+                self.comm,
+                ffi::RSMPI_COMM_TYPE_SHARED,
+                self.rank as c_int,
+                ffi::RSMPI_INFO_NULL,
+                &mut node,
+            );
+            let mut size: c_int = 0;
+            if rc == 0 {
+                ffi::MPI_Comm_size(node, &mut size);
+                ffi::MPI_Comm_free(&mut node);
+            }
+            size as usize == self.size
+        };
+        // Every rank must agree (a split node would make some ranks' windows shared only).
+        let one = self.int_allreduce(one as c_int, unsafe { ffi::RSMPI_MIN }) == 1;
+        self.one_node.set(Some(one));
+        one
     }
 }
 
@@ -606,6 +677,9 @@ struct MpiWindow<'a> {
     comm: &'a MpiComm,
     /// One per segment, and whether `expose` made it (else it is window memory's).
     wins: Vec<(ffi::MPI_Win, bool)>,
+    /// Per segment: window memory from `MPI_Win_allocate_shared`, which every
+    /// rank of the node can load from in place.
+    shared: Vec<bool>,
 }
 
 impl Window for MpiWindow<'_> {
@@ -650,6 +724,31 @@ impl Window for MpiWindow<'_> {
             unsafe { ffi::MPI_Win_flush_local_all(win) };
         }
         self.comm.stats.set(stats);
+    }
+    fn segment_in_place(&self, target: usize, segment: usize) -> Option<(*const f64, usize)> {
+        if !*self.shared.get(segment)? || target >= self.comm.size {
+            return None;
+        }
+        let (mut bytes, mut unit, mut base): (ffi::MPI_Aint, c_int, *mut f64) = (0, 0, std::ptr::null_mut());
+        // SAFETY: a shared-memory window; MPI writes the target's base address, size
+        // and displacement unit.
+        let rc = unsafe {
+            ffi::MPI_Win_shared_query(
+                self.wins[segment].0,
+                target as c_int,
+                &mut bytes,
+                &mut unit,
+                &mut base as *mut *mut f64 as *mut c_void,
+            )
+        };
+        (rc == 0 && !base.is_null()).then_some((base as *const f64, bytes as usize / 8))
+    }
+    fn count_in_place(&self, target: usize, words: usize) {
+        if target != self.comm.rank {
+            let mut stats = self.comm.stats.get();
+            stats.got(words);
+            self.comm.stats.set(stats);
+        }
     }
     fn progress(&self) {
         let mut flag: c_int = 0;

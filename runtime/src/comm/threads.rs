@@ -656,6 +656,17 @@ impl Window for ShmWindow<'_> {
             self.comm.base.stats.set(s);
         }
     }
+    fn segment_in_place(&self, target: usize, segment: usize) -> Option<(*const f64, usize)> {
+        // One address space: every rank's segment can be read where it lies.
+        self.all.get(target)?.get(segment).map(|&(addr, len)| (addr as *const f64, len))
+    }
+    fn count_in_place(&self, target: usize, words: usize) {
+        if target != self.comm.base.rank {
+            let mut s = self.comm.base.stats.get();
+            s.got(words);
+            self.comm.base.stats.set(s);
+        }
+    }
     fn close(self: Box<Self>) {
         self.comm.base.shared.check();
         self.comm.sync();
