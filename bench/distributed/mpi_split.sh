@@ -19,6 +19,7 @@
 #             tiles in place from shared window memory (TCC_READ_IN_PLACE=on);
 #   copy:     TCC_READ_IN_PLACE=off, remote tiles copied by MPI_Get as before;
 #   inplace-all: in place, with whole operand tiles prefetched.
+# SOLO_ALL=0 skips the one rank with whole tiles prefetched (trial 1).
 # Every 16-process run prints its wall time, efficiency against the one rank of
 # the same trial, and each rank's breakdown from `--stats` (one line a rank:
 # kernels, waits, partial tiles, the rest split into set-up, compute threads
@@ -114,7 +115,7 @@ for trial in $(seq 1 "${TRIALS:-3}"); do
   grep -E "norm2|tiled:|kernels:" /tmp/solo.txt
   solo=$(sed -nE 's/.*tiled: .* time = ([0-9.]+) s.*/\1/p' /tmp/solo.txt)
   solo=${solo:-0}
-  if [ "$trial" = 1 ]; then
+  if [ "$trial" = 1 ] && [ "${SOLO_ALL:-1}" = 1 ]; then
     echo "=== trial 1: one rank alone, TCC_PREFETCH_WORDS=all (as H4)"
     TCC_PREFETCH_WORDS=all $T run $f --tiled --tile 40 --stats 2>&1 | grep -E "tiled:|kernels:"
   fi
