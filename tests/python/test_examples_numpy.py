@@ -1,0 +1,67 @@
+"""The examples written for issue 21's constructs that had none (broadcast sums and
+constants inside functions, c64, f16) through the Python package, against numpy
+computed here from the same arrays. (`tests/examples_check.rs` checks every
+example against the interpreter; this checks the language's semantics against
+numpy's.)"""
+
+import os
+
+import numpy as np
+
+import tcc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def example(name):
+    return tcc.compile(os.path.join(ROOT, "examples", name))
+
+
+def rel_err(got, want):
+    got, want = np.asarray(got, dtype=np.complex128), np.asarray(want, dtype=np.complex128)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    return np.abs(got - want).max() / np.abs(want).max()
+
+
+def test_denominator_example_broadcasts_as_numpy():
+    r = np.random.default_rng(21)
+    eo = -1.0 - r.random(4)  # occupied energies below the virtual ones
+    ev = 0.5 + r.random(6)
+    R2, T2 = r.standard_normal((6, 6, 4, 4)), r.standard_normal((6, 6, 4, 4))
+    T2new, Scale = example("denominator.tc").main(eo=eo, ev=ev, R2=R2, T2=T2)
+    D = eo[None, None, :, None] + eo[None, None, None, :] - ev[:, None, None, None] - ev[None, :, None, None]
+    np.testing.assert_allclose(T2new, T2 + R2 / (D - 0.5), rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(Scale, 1 / np.sqrt(R2 * R2 + 1e-3) - 1, rtol=1e-13, atol=1e-13)
+
+
+def test_density_c64_example_matches_numpy_in_single_precision():
+    r = np.random.default_rng(64)
+    C = (r.standard_normal((6, 4)) + 1j * r.standard_normal((6, 4))).astype(np.complex64)
+    occ = np.array([2.0, 2.0, 1.0, 0.5], dtype=np.float32)
+    h = r.standard_normal((6, 6)) + 1j * r.standard_normal((6, 6))
+    H = (h + h.conj().T).astype(np.complex64)  # Hermitian: the energy is real
+    Rho, E = example("density_c64.tc").main(C=C, Occ=occ, H=H)
+    assert Rho.dtype == np.complex64 and E.dtype == np.complex64 and E.shape == ()
+    c, hh = C.astype(np.complex128), H.astype(np.complex128)
+    want_rho = np.einsum("pk,k,qk->pq", c, occ.astype(np.float64), c.conj())
+    want_e = np.einsum("pq,qp->", want_rho, hh)
+    assert rel_err(Rho, want_rho) < 2e-6
+    assert abs(complex(E) - want_e) / abs(want_e) < 2e-6
+    # Hermitian by construction, and a real energy, to f32 rounding.
+    assert rel_err(Rho, Rho.conj().T) < 1e-6
+    assert abs(complex(E).imag) < 1e-5 * abs(want_e)
+
+
+def test_rmsnorm_f16_example_matches_numpy_rounded_once():
+    r = np.random.default_rng(16)
+    X = (r.standard_normal((16, 64)) * 3).astype(np.float16)
+    G = (1 + 0.1 * r.standard_normal(64)).astype(np.float16)
+    Y = example("rmsnorm_f16.tc").main(X=X, G=G)
+    assert Y.dtype == np.float16 and Y.shape == (16, 64)
+    x, g = X.astype(np.float64), G.astype(np.float64)
+    want = x * g / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-5)
+    # Computed in f32 and rounded once to f16: within half an f16 ulp (2^-11
+    # relative) of the exact value plus f32 rounding, elementwise.
+    np.testing.assert_array_less(np.abs(Y.astype(np.float64) - want), 2.0**-11 * np.abs(want) + 1e-6)
+    # Most elements are exactly numpy's f16 rounding of the f64 result.
+    assert (Y == want.astype(np.float16)).mean() > 0.95
