@@ -7,6 +7,7 @@ numpy's.)"""
 import os
 
 import numpy as np
+import pytest
 
 import tcc
 
@@ -65,3 +66,21 @@ def test_rmsnorm_f16_example_matches_numpy_rounded_once():
     np.testing.assert_array_less(np.abs(Y.astype(np.float64) - want), 2.0**-11 * np.abs(want) + 1e-6)
     # Most elements are exactly numpy's f16 rounding of the f64 result.
     assert (Y == want.astype(np.float16)).mean() > 0.95
+
+
+# Broadcast sums, sub-ranges, affine subscripts and max/min/where/softmax in tiled
+# sessions (`tcc.tiled`): the same outputs as the compiled program, whose results
+# the tests above and test_max_where.py / test_affine.py check against numpy.
+@pytest.mark.parametrize("name", ["denominator.tc", "fock_blocks.tc", "conv2d.tc", "masked_softmax.tc"])
+@pytest.mark.parametrize("tile", [2, 3])
+def test_tiled_sessions_run_the_real_constructs_as_compiled(name, tile):
+    path = os.path.join(ROOT, "examples", name)
+    lib, prog = tcc.compile(path), tcc.tiled(path, tile=tile)
+    r = np.random.default_rng(tile)
+    inputs = {x["name"]: r.standard_normal(x["shape"]) for x in lib.main.inputs}
+    want = lib.main(**inputs)
+    got = prog(**inputs)
+    want, got = (want, got) if isinstance(want, tuple) else ((want,), (got,))
+    assert prog.outputs == [x["name"] for x in lib.main.outputs]
+    for out, g, w in zip(prog.outputs, got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12, err_msg=f"{name} {out}")
