@@ -1,8 +1,9 @@
-"""The examples written for issue 21's constructs that had none (broadcast sums and
-constants inside functions, c64, f16) through the Python package, against numpy
-computed here from the same arrays. (`tests/examples_check.rs` checks every
-example against the interpreter; this checks the language's semantics against
-numpy's.)"""
+"""Issue 21's constructs through the Python package: the examples written for the
+constructs that had none (broadcast sums and constants inside functions, c64,
+f16) against numpy computed here from the same arrays, the real constructs'
+examples in tiled sessions, and the captured-sum warning. (`tests/examples_check.rs`
+checks every example against the interpreter; this checks the language's
+semantics against numpy's.)"""
 
 import os
 
@@ -84,3 +85,21 @@ def test_tiled_sessions_run_the_real_constructs_as_compiled(name, tile):
     assert prog.outputs == [x["name"] for x in lib.main.outputs]
     for out, g, w in zip(prog.outputs, got, want):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12, err_msg=f"{name} {out}")
+
+
+def test_sum_captured_inside_a_function_warns_and_means_exp_of_the_sum():
+    """W0303 (issue 21, deliverable 5) reaches Python as `Library.warnings`; the
+    warned form takes exp of the sum, as the book says, and the two spellings the
+    hint offers give exp of the sum (no warning) and the sum of exp."""
+    decl = "range B = 2; range V = 3; index b : B; index v : V; input tensor L[b,v]; output tensor Z[b];\n"
+    L = np.random.default_rng(3).standard_normal((2, 3))
+    warned = tcc.compile(decl + "Z[b] = exp(L[b,v]);")
+    assert [w.code for w in warned.warnings] == ["W0303"]
+    assert "exp((" in warned.warnings[0].hint
+    np.testing.assert_allclose(warned.main(L=L), np.exp(L.sum(axis=1)), rtol=1e-14)
+    meant = tcc.compile(decl + "Z[b] = exp((L[b,v]));")
+    assert meant.warnings == []
+    np.testing.assert_allclose(meant.main(L=L), np.exp(L.sum(axis=1)), rtol=1e-14)
+    summed = tcc.compile(decl + "tensor E[b,v];\nE[b,v] = exp(L[b,v]);\nZ[b] = E[b,v];")
+    assert summed.warnings == []
+    np.testing.assert_allclose(summed.main(L=L), np.exp(L).sum(axis=1), rtol=1e-14)
