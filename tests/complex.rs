@@ -215,11 +215,7 @@ fn complex_interface_errors() {
         assert!(err.contains(want), "{arg}: {err}");
     }
     // Modes that do not take complex programs refuse them.
-    for args in [
-        &["run", "g.tc", "--ranks", "2"][..],
-        &["build", "g.tc", "--target", "cuda", "-o", "g.ptx"],
-        &["build", "g.tc", "--mpi", "-o", "libg.so"],
-    ] {
+    for args in [&["run", "g.tc", "--ranks", "2"][..], &["build", "g.tc", "--target", "cuda", "-o", "g.ptx"]] {
         let out = tcc(args, dir.path());
         let err = String::from_utf8_lossy(&out.stderr);
         assert_ne!(out.status.code(), Some(0), "{args:?}");
