@@ -1040,7 +1040,8 @@ fn ranks_agree_on_one_tile_size() {
 /// A session of a complex program holds each complex tensor `X` as two real
 /// tensors `X_re`, `X_im`: parts packed from the split inputs give, joined, the
 /// complex interpreter's outputs (on the source program) on 1, 2 and 3 ranks,
-/// for c128 and mixed c64 programs with `conj`, a real factor and `+=`.
+/// for c128 and mixed c64 programs with `conj`, a real factor and `+=`; one
+/// input's parts are read from a complex `.npy` file, a component each.
 #[test]
 fn sessions_of_complex_programs_equal_the_complex_interpreter() {
     use crate::interp_complex::{CDense, C};
@@ -1074,6 +1075,12 @@ fn sessions_of_complex_programs_equal_the_complex_interpreter() {
         }
         let want = crate::interp_complex::run_unit(&hir, u, &inputs).unwrap();
         let parts = map.split(&inputs);
+        // `A` comes from a complex `.npy` file: each part reads its component.
+        let a = hir.tensors.ids().find(|&t| hir.tensors[t].name == "A").unwrap();
+        let file = std::env::temp_dir().join(format!("tcc-session-{}-{b}.npy", std::process::id()));
+        let pairs = inputs[&a].data.iter().flat_map(|z| [z.re, z.im]).collect();
+        let interleaved = Dense { shape: vec![5, 3, 2], data: pairs };
+        crate::npy::write_file(&file, &interleaved, ElemType::C128).unwrap();
         for ranks in 1..=3 {
             let got = std::sync::Mutex::new(HashMap::new());
             on_thread_ranks(ranks, |comm| {
@@ -1082,7 +1089,11 @@ fn sessions_of_complex_programs_equal_the_complex_interpreter() {
                 assert!(s.tensor("A").is_none(), "a complex tensor is its parts");
                 for (&t, d) in &parts {
                     let x = s.tensor(&low.tensors[t].name).unwrap_or_else(|| panic!("{}", low.tensors[t].name));
-                    s.pack_dense(x, &d.data).unwrap();
+                    if map.parts(a).is_some_and(|(re, im)| t == re || t == im) {
+                        s.read_npy(x, &file).unwrap();
+                    } else {
+                        s.pack_dense(x, &d.data).unwrap();
+                    }
                 }
                 s.run().unwrap();
                 // Every rank's tiles together cover each output part.
@@ -1121,6 +1132,7 @@ fn sessions_of_complex_programs_equal_the_complex_interpreter() {
                 }
             }
         }
+        std::fs::remove_file(&file).ok();
     }
 }
 
