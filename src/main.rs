@@ -1060,16 +1060,13 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(o) => return o,
     };
-    if target == TargetKind::Cuda || mpi {
-        if let Err(o) =
-            refuse(ctx, &hir, Unsupported::Complex, "`tcc build --target cuda` or `--mpi`", "build it for the CPU")
-        {
+    // `--mpi` libraries take them as tiled sessions do (complex parts, 16-bit values).
+    if target == TargetKind::Cuda {
+        let hint = "build it for the CPU";
+        if let Err(o) = refuse(ctx, &hir, Unsupported::Complex, "`tcc build --target cuda`", hint) {
             return o;
         }
-    }
-    if target == TargetKind::Cuda || mpi {
-        let hint = "build it for the CPU without --mpi";
-        if let Err(o) = refuse(ctx, &hir, Unsupported::Half, "`tcc build --target cuda` or `--mpi`", hint) {
+        if let Err(o) = refuse(ctx, &hir, Unsupported::Half, "`tcc build --target cuda`", hint) {
             return o;
         }
     }

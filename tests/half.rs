@@ -262,7 +262,6 @@ fn half_interface_errors() {
     }
     for args in [
         &["run", "m.tc", "--ranks", "2"][..],
-        &["build", "m.tc", "--mpi", "-o", "libm.so"],
         &["build", "m.tc", "--target", "cuda", "-o", "m.ptx"],
         &["opt", "m.tc", "--emit=ptx"],
     ] {

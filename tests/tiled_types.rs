@@ -239,3 +239,57 @@ fn complex_misuse_in_distributed_runs_is_a_clear_error() {
         assert!(err.contains(code) && err.contains(text), "{args:?}: {err}");
     }
 }
+
+/// `tcc build --mpi` libraries of complex and 16-bit programs, called from C
+/// under mpirun on 2, 3 and 4 ranks (`tests/tiled/mpi_types_test.c`): a complex
+/// tensor is two real tensors `X_re`, `X_im` of the library (the header lists
+/// them; `X` itself is no tensor of it) and the outputs are the complex product's
+/// loops; a bf16 input's tiles hold bf16 values after the run and the bf16
+/// output is one rounding from the sum.
+#[test]
+fn mpi_libraries_of_complex_and_16_bit_programs_from_c() {
+    if !cfg!(feature = "mpi") || !which("mpirun") || !which("mpicc") {
+        eprintln!("skipped: no MPI");
+        return;
+    }
+    let dist_dir = assert_cmd::cargo::cargo_bin("tcc").parent().unwrap().to_path_buf();
+    for (source, define, parts) in [
+        ("tests/tiled/mpi_complex.tc", "-DCOMPLEX", &["input A_re[7, 5]", "input A_im[7, 5]", "output C_im[7, 7]"][..]),
+        ("tests/tiled/mpi_bf16.tc", "-DREAL16", &["input X[7, 5]", "output Y[7, 7]"]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        tcc().args(["build", "--mpi"]).arg(path(source)).arg("-o").arg(dir.path().join("libmm.so")).assert().success();
+        let header = std::fs::read_to_string(dir.path().join("mm.h")).unwrap();
+        for p in parts {
+            assert!(header.contains(p), "{source}: `{p}` not in\n{header}");
+        }
+        let cc = std::process::Command::new("mpicc")
+            .arg(define)
+            .arg(path("tests/tiled/mpi_types_test.c"))
+            .arg(format!("-I{}", dir.path().display()))
+            .arg(format!("-L{}", dir.path().display()))
+            .arg("-lmm")
+            .arg(format!("-L{}", dist_dir.display()))
+            .arg("-ltcc_dist")
+            .arg(format!("-Wl,-rpath,{}:{}", dir.path().display(), dist_dir.display()))
+            .args(["-lm", "-o"])
+            .arg(dir.path().join("t"))
+            .output()
+            .unwrap();
+        assert!(cc.status.success(), "mpicc: {}", String::from_utf8_lossy(&cc.stderr));
+        for np in ["2", "3", "4"] {
+            let run = std::process::Command::new("timeout")
+                .args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np])
+                .arg(dir.path().join("t"))
+                .env("TCC_NUM_THREADS", "1")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&run.stdout);
+            assert!(
+                run.status.success() && text.contains("ok"),
+                "{source}, {np} ranks: {text}\n{}",
+                String::from_utf8_lossy(&run.stderr)
+            );
+        }
+    }
+}

@@ -228,6 +228,10 @@ class TiledProgram:
     given); ``unpack(name)`` returns a dense array, ``data(name)`` the packed one.
     Calling the program, ``prog(A=..., B=...)``, packs, runs and returns the
     outputs dense (one array, or a tuple in declaration order).
+
+    Tiles hold float64 values: a complex tensor ``X`` is two real tensors
+    ``X_re`` and ``X_im``; a bf16/f16 tensor holds its type's values (inputs are
+    rounded to it when the program runs, outputs after).
     """
 
     def __init__(self, native):

@@ -4,6 +4,12 @@
 //! [`super::dist::Ownership`]; the caller fills the input tiles its rank owns,
 //! runs, and reads the output tiles its rank owns. Nothing is gathered: no rank
 //! ever holds a whole tensor.
+//!
+//! Complex and 16-bit programs run as `tcc run --tiled` runs them
+//! ([`super::source`]): a complex tensor `X` is two real tensors of the session,
+//! its parts `X_re` and `X_im` (the names `tcc opt --emit=hir` shows), and a
+//! `bf16`/`f16` tensor holds values of its type: its input tiles are rounded to
+//! the type when the program runs, its output tiles after.
 
 use super::dist::RankTiles;
 use super::exec::{Program, TiledOptions};
@@ -40,6 +46,8 @@ pub struct Session<'c> {
     comm: SessionComm<'c>,
     /// The unit's inputs then outputs, by name: the caller's tensor numbers.
     tensors: Vec<(String, TensorId, Role)>,
+    /// Which tensors are parts of complex or 16-bit source tensors.
+    view: super::source::SourceView,
 }
 
 /// This rank's run-time sizes for `unit`: the program with them bound, and the
@@ -143,16 +151,6 @@ impl<'c> Session<'c> {
         let Some(hir) = hir else {
             return Err(crate::diag::render(&diags, "<source>", source, false));
         };
-        // Tiles hold f64 values: complex and 16-bit programs are refused (every
-        // rank alike, from the source), never run on a real part or in f64.
-        if let Some(t) = hir.tensors.iter().find(|t| t.elem.is_complex() || t.elem.is_half()) {
-            let (code, kind) = if t.elem.is_complex() { ("E0324", "complex") } else { ("E0327", "16-bit") };
-            return Err(format!(
-                "error[{code}]: tiled sessions do not support {kind} tensors yet (`{}` is {}); compile the program instead (tcc.compile, tcc build)",
-                t.name,
-                t.elem.name()
-            ));
-        }
         let unit = match program {
             Some(name) => hir.unit_by_name(name).ok_or_else(|| {
                 let names: Vec<&str> = hir.units.iter().map(|u| u.name.as_str()).collect();
@@ -168,6 +166,8 @@ impl<'c> Session<'c> {
         };
         let ranges: Vec<String> = hir.unit_runtime_ranges(unit).iter().map(|&r| hir.ranges[r].name.clone()).collect();
         let hir = agree_on_sizes(comm.get(), &ranges, sizes.and_then(|s| check_sizes(&hir, unit, s)))?;
+        // `prepare` lowers complex tensors to their parts and widens 16-bit ones.
+        let view = super::source::SourceView::of(&hir);
         let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
         let ranks = super::autotile::Executor::Ranks(comm.get().size());
         let planned = super::autotile::plan(&prepared, unit, &opts, ranks)
@@ -190,7 +190,7 @@ impl<'c> Session<'c> {
                 return Err(e.to_string());
             }
         };
-        Ok(Session { program, rank: Some(rank), comm, tensors })
+        Ok(Session { program, rank: Some(rank), comm, tensors, view })
     }
 
     fn rank(&self) -> &RankTiles<'static> {
@@ -366,7 +366,9 @@ impl<'c> Session<'c> {
             Some((_, id, _)) => {
                 let files = std::collections::HashMap::from([(*id, path.to_path_buf())]);
                 let rank = self.rank.as_mut().expect("open until dropped");
-                rank.fill_from_files(&files, &super::source::SourceView::default()).map_err(|e| e.to_string())
+                // A part reads its component of a complex file; a 16-bit tensor
+                // only a file of its type.
+                rank.fill_from_files(&files, &self.view).map_err(|e| e.to_string())
             }
         };
         let mut flag = [if mine.is_err() { 1.0 } else { 0.0 }];
@@ -380,7 +382,8 @@ impl<'c> Session<'c> {
 
     /// Runs the program on the filled input tiles (collective). Inputs whose
     /// diagonal tiles break their symmetry are refused first (see
-    /// [`Session::check_packed`]).
+    /// [`Session::check_packed`]); 16-bit inputs are rounded to their type first
+    /// and 16-bit outputs after, however their tiles were written.
     pub fn run(&mut self) -> Result<(), String> {
         let mut refused = None;
         for t in 0..self.tensors.len() {
@@ -398,8 +401,26 @@ impl<'c> Session<'c> {
         if flag[0] > 0.0 {
             return Err("another rank refused its input tiles (see its error)".to_string());
         }
+        self.round_half(false);
         let rank = self.rank.as_mut().expect("open until dropped");
-        rank.run(self.comm.get()).map_err(|e| e.to_string())
+        rank.run(self.comm.get()).map_err(|e| e.to_string())?;
+        self.round_half(true);
+        Ok(())
+    }
+
+    /// Rounds this rank's tiles of the 16-bit outputs (or inputs) to their type:
+    /// the values a tensor of that type holds (rounding is idempotent, so a
+    /// second run rounds nothing twice).
+    fn round_half(&mut self, outputs: bool) {
+        for t in 0..self.tensors.len() {
+            let (_, id, role) = self.tensors[t];
+            let Some(elem) = self.view.part(id).map(|p| p.elem).filter(|e| e.is_half()) else { continue };
+            if (role == Role::Output) == outputs {
+                for v in self.data_mut(t).unwrap_or_default() {
+                    *v = crate::interp::round_to(elem, *v);
+                }
+            }
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 """Complex (c64, c128) and 16-bit (f16, bf16) element types through the Python
 package: results against numpy, the interface's dtype/shape/order checks, the bf16
 conventions (ml_dtypes.bfloat16 arrays or uint16 bit patterns), tcc.einsum on
-complex and 16-bit arrays, and what is still refused (tiled sessions)."""
+complex and 16-bit arrays, and tiled sessions of complex and 16-bit programs."""
 import numpy as np
 import pytest
 
@@ -346,16 +346,46 @@ def test_einsum_refuses_other_dtypes():
 
 
 # ---------------------------------------------------------------------------------
-# Still refused
+# Tiled sessions
 # ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("elem, code", [("c128", "E0324"), ("c64", "E0324"), ("bf16", "E0327"), ("f16", "E0327")])
-def test_tiled_sessions_refuse_complex_and_16_bit(elem, code):
-    """Tiles hold f64 values: never a real part or another precision."""
-    src = f"range N = 3; index i, j : N; input tensor A[i,j] : {elem}; output tensor B[i] : {elem}; B[i] = A[i,j];"
-    with pytest.raises(tcc.TccError, match=code):
-        tcc.tiled(src)
+def test_tiled_sessions_run_complex_programs_as_their_parts():
+    """A complex tensor X of a session is two real tensors X_re and X_im; the parts
+    give, joined, what the compiled program returns (c128 and c64 tensors mixed)."""
+    src = GEMM.format(ta="c128", tb="c64", tc="c128")
+    lib, prog = tcc.compile(src), tcc.tiled(src, tile=2)
+    assert "A" not in prog.tensors and set(prog.inputs) == {"A_re", "A_im", "B_re", "B_im", "R"}
+    assert set(prog.outputs) == {"C_re", "C_im", "D_re", "D_im"}
+    rng = np.random.default_rng(8)
+    a, b, r = crandom(rng, (5, 4), np.complex128), crandom(rng, (4, 3), np.complex64), rng.standard_normal((5, 3))
+    want = lib.main(A=a, B=b, R=r)
+    b64 = b.astype(np.complex128)
+    prog.pack(A_re=a.real.copy(), A_im=a.imag.copy(), B_re=b64.real.copy(), B_im=b64.imag.copy(), R=r)
+    prog.run()
+    for name, w in zip("CD", want):
+        got = prog.unpack(f"{name}_re") + 1j * prog.unpack(f"{name}_im")
+        close(got, w, TOL["c64"], name)
+    assert np.abs(want[0].imag).max() > 0.1 * np.abs(want[0]).max(), "C is complex (D = |A|^2 sums is real)"
+
+
+@needs_ml_dtypes
+def test_tiled_sessions_hold_16_bit_values():
+    """Inputs are rounded to their 16-bit type when the session runs, outputs
+    after: the tiles hold what a 16-bit tensor can, as tcc.compile returns."""
+    src = (
+        "range B = 6; range D = 9; range F = 4; index b : B; index d : D; index f : F;\n"
+        "input tensor X[b,d] : bf16; input tensor W[d,f] : f32; output tensor Y[b,f] : f16;\n"
+        "Y[b,f] = X[b,d] * W[d,f];\n"
+    )
+    lib, prog = tcc.compile(src), tcc.tiled(src, tile=2)
+    rng = np.random.default_rng(9)
+    x, w = 1 + rng.random((6, 9)) / 3 + 1e-4, rng.standard_normal((9, 4)).astype(np.float32)
+    want = lib.main(X=x.astype(BF16), W=w)
+    got = prog(X=x, W=w.astype(np.float64))
+    np.testing.assert_array_equal(prog.unpack("X"), x.astype(BF16).astype(np.float64))
+    np.testing.assert_array_equal(got.astype(np.float16).astype(np.float64), got)
+    close(got, want.astype(np.float64), TOL["f16"], "Y")
 
 
 def test_f32_still_compiles_and_runs():
