@@ -93,7 +93,8 @@ pub fn plans_text(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> St
             c.data,
             c.tensor,
             seq,
-            c.expert,
+            // `+dtd`: TED's duplicate-token dropping.
+            format!("{}{}", c.expert, if c.ted_dtd { "+dtd" } else { "" }),
             // `+off`: the optimizer states offloaded to the host (ZeRO-Offload).
             // `+1b`: compressed (1-bit) gradient communication.
             // `+cpu` / `+nvme`: ZeRO-Infinity's tier.
