@@ -311,6 +311,33 @@ fn memory_drops_with_pipeline_stages_micro_batches_and_recomputation() {
     assert!((f1.activations - sel.activations - core).abs() < 1e-6 * core, "{}", f1.activations - sel.activations);
 }
 
+/// Full recomputation keeps each layer's input (the block's output Y, b·s·h) and
+/// rebuilds one layer's activations in the backward: `recompute_working` is that
+/// layer's share of `activations` (what bench/models/compare_layer.py compares
+/// with the memory a checkpointed PyTorch layer holds after its forward).
+#[test]
+fn full_recomputation_keeps_the_layer_input_and_rebuilds_one_layer() {
+    let (_, m) = at_scale(
+        &gpt_free(),
+        &[("batch", 2), ("seq", 512), ("hidden", 1024), ("heads", 8), ("hdim", 128), ("ffn", 4096)],
+    );
+    let mut o = opts(1);
+    o.layers = 4;
+    let mem = |r: Recompute| {
+        let mut c = cfg(1, 0);
+        c.pipe = pipe(1, Schedule::OneFOneB, 1, 1, r);
+        evaluate(&m, &c, &o).memory
+    };
+    let (none, full) = (mem(Recompute::None), mem(Recompute::Full));
+    assert_eq!(none.recompute_working, 0.0);
+    assert_eq!(mem(Recompute::Selective).recompute_working, 0.0);
+    // One layer of `none` (4 layers kept) is the working set.
+    assert!((full.recompute_working - none.activations / 4.0).abs() < 1e-6 * none.activations);
+    // Kept: 4 layers' inputs, 2 × 512 × 1024 fp16 values each.
+    let kept = full.activations - full.recompute_working;
+    assert_eq!(kept, 4.0 * 2.0 * 512.0 * 1024.0 * 2.0);
+}
+
 #[test]
 fn gpt3_175b_fits_on_64_gpus_only_with_pipeline_or_recomputation() {
     let (_, m) = at_scale(&gpt_free(), &GPT3);

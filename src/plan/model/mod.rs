@@ -324,6 +324,10 @@ pub struct Memory {
     /// hpZ's secondary weight partition.
     pub secondary: f64,
     pub activations: f64,
+    /// Of `activations`: the one layer's tensors full recomputation rebuilds
+    /// during the backward pass (0 otherwise). The rest is what the stage keeps
+    /// from its forward passes until their backward passes.
+    pub recompute_working: f64,
     /// ZeRO-3's gathered weights: the layer in use and the one prefetched, whole
     /// (fp16, this rank's tensor/expert share), at most DeepSpeed's
     /// `stage3_max_live_parameters` ([`ZERO3_MAX_LIVE`]).
@@ -917,6 +921,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
     let (kept, working) = recompute::kept_elements(info, c, c.pipe.recompute);
     let flight = pipeline::in_flight(c.pipe.schedule, pp, m as usize, v);
     mem.activations = FP16 * (layers * flight * kept + working) / m;
+    mem.recompute_working = FP16 * working / m;
     // The output layer keeps one micro-batch's logits (GPipe: all in flight).
     mem.logits = voc.logits * if c.pipe.schedule == Schedule::GPipe && pp > 1 { m } else { 1.0 };
     // ZeRO-Offload: this rank's optimizer partition moves to the host; each step
