@@ -306,8 +306,9 @@ fn memory_drops_with_pipeline_stages_micro_batches_and_recomputation() {
     let sel = mem(8, Schedule::OneFOneB, 192, Recompute::Selective);
     let full = mem(8, Schedule::OneFOneB, 192, Recompute::Full);
     assert!(sel.activations < f1.activations && full.activations < sel.activations, "{f1:?} {sel:?} {full:?}");
-    // Selective drops exactly the attention core (S and P, quadratic in seq).
-    let core = 2.0 * 1536.0 * 96.0 * 2048.0 * 2048.0 / 8.0 * 2.0 / 192.0 * 12.0 * 8.0;
+    // Selective drops exactly the attention core kept: P, quadratic in seq (the
+    // scores S are never kept: exp's backward reads its value P).
+    let core = 1536.0 * 96.0 * 2048.0 * 2048.0 / 8.0 * 2.0 / 192.0 * 12.0 * 8.0;
     assert!((f1.activations - sel.activations - core).abs() < 1e-6 * core, "{}", f1.activations - sel.activations);
 }
 
@@ -336,6 +337,33 @@ fn full_recomputation_keeps_the_layer_input_and_rebuilds_one_layer() {
     // Kept: 4 layers' inputs, 2 × 512 × 1024 fp16 values each.
     let kept = full.activations - full.recompute_working;
     assert_eq!(kept, 4.0 * 2.0 * 512.0 * 1024.0 * 2.0);
+}
+
+/// What the backward pass reads, counted by hand for examples/llama_block.tc: the
+/// scores S (read only by exp, whose backward uses its value P), the row sums Z
+/// (read only by recip) and the RMS sums R1, R2 (read only by sqrt) are not kept;
+/// the values of recip(Z), recip(sqrt(R)) and sqrt(R), silu's argument and value
+/// are (PyTorch's autograd saves the same).
+#[test]
+fn activations_are_what_the_backward_pass_reads() {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/llama_block.tc")).unwrap();
+    let (b, s, h, kv, g, d, f) = (2.0, 64.0, 32.0, 2.0, 2.0, 8.0, 48.0);
+    let dims = [("batch", 2), ("seq", 64), ("hidden", 32), ("kvheads", 2), ("group", 2), ("hdim", 8), ("ffn", 48)];
+    let (_, m) = at_scale(&src, &dims);
+    let names: Vec<&str> = m.layers.iter().flat_map(|l| &l.activations).map(|a| a.name.as_str()).collect();
+    for gone in ["S", "Z", "R1", "R2"] {
+        assert!(!names.contains(&gone), "{gone} kept: {names:?}");
+    }
+    for kept in ["N1", "Q", "K", "V", "P", "O", "C", "A", "N2", "U", "H", "Y"] {
+        assert!(names.contains(&kept), "{kept} not kept: {names:?}");
+    }
+    let t = b * s;
+    let heads = kv * g;
+    let written = t * h * 7.0 + 2.0 * t * kv * d + b * heads * s * s + 2.0 * t * f;
+    // recip(sqrt(R)) and sqrt(R) per norm, recip(Z) per head, silu's argument and value.
+    let hidden = 2.0 * 2.0 * t + heads * t + 2.0 * t * f;
+    let got: f64 = m.layers.iter().flat_map(|l| &l.activations).map(|a| a.elements).sum();
+    assert_eq!(got, written + hidden);
 }
 
 #[test]
