@@ -6,9 +6,8 @@ Self-contained: PyTorch only, no tcc. The layers are written to keep, for the
 backward pass, what fused training kernels keep (Megatron-LM / Transformer
 Engine), so the measurement is of the layer and not of a naive implementation:
 
-- RMSNorm in the activation dtype (bf16): the backward keeps the input, 1/rms
-  and the normalised output (read by the next matmul), as Apex/TE's fused
-  RMSNorm does; no fp32 copy of the input.
+- RMSNorm as a fused kernel (Apex/TE): fp32 statistics, the backward keeps the
+  input and 1/rms only, the normalised output is kept by the next matmul.
 - GQA attention with RoPE, no dropout. `matmul` attention ("no flash") is
   Q·Kᵀ → softmax → P·V with torch.matmul: the query heads of one KV head are
   stacked along the rows ([b, kv, group·s, d] @ [b, kv, d, s]) so K and V are
@@ -54,10 +53,30 @@ except ImportError:  # pragma: no cover - the message is the point
     sys.exit(2)
 
 
+class RMSNorm(torch.autograd.Function):
+    """RMSNorm as fused kernels run it (Apex/TE): statistics in fp32, the backward
+    keeps only the input and 1/rms (fp32, one per row) and recomputes x/rms; the
+    output is kept by the matmul that reads it. Plain autograd would also keep
+    x·(1/rms), one more hidden-size tensor per norm."""
+
+    @staticmethod
+    def forward(ctx, x, g, eps):
+        r = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, g, r)
+        return (x.float() * r).to(x.dtype) * g
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, g, r = ctx.saved_tensors
+        n = x.float() * r
+        a = dy.float() * g.float()
+        dx = r * (a - n * (a * n).mean(-1, keepdim=True))
+        dg = (dy.float() * n).reshape(-1, n.shape[-1]).sum(0)
+        return dx.to(x.dtype), dg.to(g.dtype), None
+
+
 def rms_norm(x, g, eps=1e-5):
-    """RMSNorm in x's dtype: keeps x, 1/rms and the normalised output."""
-    r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return (x * r) * g
+    return RMSNorm.apply(x, g, eps)
 
 
 def rope_tables(seq, hdim, device, dtype, base=500000.0):
@@ -280,6 +299,13 @@ def check(a):
             g_ckpt = [p.grad for p in layer.parameters()] + [x.grad]
             close(f"{kind} causal={causal}: checkpoint gradients", torch.cat([g.flatten() for g in g_ckpt]),
                   torch.cat([g.flatten() for g in g_plain]))
+    # The fused RMSNorm's backward against autograd's numerical gradient (fp64).
+    xd = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
+    gd = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    ok = torch.autograd.gradcheck(lambda a, b: RMSNorm.apply(a, b, 1e-5), (xd, gd))
+    print(f"check RMSNorm backward (gradcheck): {'ok' if ok else 'FAILED'}")
+    if not ok:
+        failures.append("RMSNorm backward")
     # The grouped MoE equals a per-token loop over its top-k experts.
     moe = build("moe", t, dt, dev)
     n2 = torch.randn(t.seq, t.hidden)
