@@ -61,17 +61,18 @@ class RMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, g, eps):
-        r = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+        acc = torch.promote_types(x.dtype, torch.float32)  # fp32, or fp64 in gradcheck
+        r = torch.rsqrt(x.to(acc).pow(2).mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(x, g, r)
-        return (x.float() * r).to(x.dtype) * g
+        return (x.to(acc) * r).to(x.dtype) * g
 
     @staticmethod
     def backward(ctx, dy):
         x, g, r = ctx.saved_tensors
-        n = x.float() * r
-        a = dy.float() * g.float()
+        n = x.to(r.dtype) * r
+        a = dy.to(r.dtype) * g.to(r.dtype)
         dx = r * (a - n * (a * n).mean(-1, keepdim=True))
-        dg = (dy.float() * n).reshape(-1, n.shape[-1]).sum(0)
+        dg = (dy.to(r.dtype) * n).reshape(-1, n.shape[-1]).sum(0)
         return dx.to(x.dtype), dg.to(g.dtype), None
 
 
