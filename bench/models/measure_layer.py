@@ -168,10 +168,14 @@ class MoE(torch.nn.Module):
         self.attn = Attention(a.hidden, a.heads, a.kv_heads, dtype, device)
         self.e, self.k = a.experts, a.top_k
         h, f = a.hidden, a.moe_ffn
-        p = lambda *s: torch.nn.Parameter(torch.randn(*s, device=device, dtype=dtype) / math.sqrt(s[-2]))
+        p = lambda *s: torch.nn.Parameter(torch.randn(*s, device=device, dtype=dtype) / math.sqrt(s[0]))
         self.g2 = torch.nn.Parameter(torch.ones(h, device=device, dtype=dtype))
         self.wr = p(h, self.e)
-        self.w1, self.w3, self.w2 = p(self.e, h, f), p(self.e, h, f), p(self.e, f, h)
+        # One parameter per expert (as Mixtral's ModuleList of experts): slicing a
+        # stacked [E, h, f] weight would make each slice's backward allocate a
+        # zero tensor of the whole stack.
+        lists = lambda *s: torch.nn.ParameterList([p(*s) for _ in range(self.e)])
+        self.w1, self.w3, self.w2 = lists(h, f), lists(h, f), lists(f, h)
 
     def route(self, n2):
         """Top-k experts per token and their weights (softmax over the k logits)."""
