@@ -23,8 +23,8 @@ Memory rows (measured / predicted, goal within 10%):
   fwd kept    memory held after the forward vs tcc's activations less the
               recomputation working set (what the layer keeps for its backward);
   fwd+bwd     the fwd+bwd peak above weights, gradients and input vs tcc's
-              activations (tcc's fit has no term for the backward pass's
-              transient gradients, so this ratio says what they add).
+              activations plus its backward working set (the gradients of
+              the largest activation: memory.backward).
 Time: one efficiency is calibrated (--calibrate, default the dense layer with
 SDPA and no recomputation): tcc at mfu=1 gives the step's time at the peak, the
 measured fwd+bwd time gives the efficiency, and tcc is run again at that mfu
@@ -93,6 +93,7 @@ def predict(tcc, kind, a, attn, recompute, peak, mfu):
         "params_bytes": 2.0 * (plan["psi_dense"] + plan["psi_expert"]),
         "kept_bytes": mem["activations"] - mem["recompute_working"],
         "activation_bytes": mem["activations"],
+        "peak_bytes": mem["activations"] + mem["backward"],
         "time_s": plan["time"],
         "fwd_s": plan["model_flops_per_rank"] / 3.0 / plan["rate"],
     }
@@ -139,7 +140,7 @@ def table(measured, mfu, rows, calibrate, peak):
         for what, m, q, unit, fmt, goal in (
             ("params", r["params_bytes"], p["params_bytes"], "GB", gb, True),
             ("fwd kept", r["fwd_bytes"], p["kept_bytes"], "GB", gb, True),
-            ("fwd+bwd peak", r["fwd_bwd_peak_bytes"], p["activation_bytes"], "GB", gb, True),
+            ("fwd+bwd peak", r["fwd_bwd_peak_bytes"], p["peak_bytes"], "GB", gb, True),
             ("fwd time", r["fwd_ms"], p["fwd_s"] * 1e3, "ms", lambda x: f"{x:.3f}", False),
             ("fwd+bwd time", r["fwd_bwd_ms"], p["time_s"] * 1e3, "ms", lambda x: f"{x:.3f}", False),
         ):
