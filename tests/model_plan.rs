@@ -296,7 +296,10 @@ fn memory_drops_with_pipeline_stages_micro_batches_and_recomputation() {
     let p8 = mem(8, Schedule::OneFOneB, 1, Recompute::None);
     // Model states: a stage holds 1/8 of the layers (ZeRO-1 over data 8 vs 1).
     assert!(p8.params < one.params / 7.9 && p8.params > one.params / 8.1);
-    assert!(p8.total < one.total);
+    // Kept memory drops; the backward working set does not (one micro-batch of
+    // 1536 sequences on data 1 against 192 on data 8: 8 times larger).
+    assert!(p8.total - p8.backward < one.total - one.backward);
+    assert!((p8.backward / one.backward - 8.0).abs() < 1e-9);
     // Micro-batches: 1F1B keeps p of m micro-batches, GPipe all m.
     let f1 = mem(8, Schedule::OneFOneB, 192, Recompute::None);
     let gp = mem(8, Schedule::GPipe, 192, Recompute::None);
@@ -306,9 +309,78 @@ fn memory_drops_with_pipeline_stages_micro_batches_and_recomputation() {
     let sel = mem(8, Schedule::OneFOneB, 192, Recompute::Selective);
     let full = mem(8, Schedule::OneFOneB, 192, Recompute::Full);
     assert!(sel.activations < f1.activations && full.activations < sel.activations, "{f1:?} {sel:?} {full:?}");
-    // Selective drops exactly the attention core (S and P, quadratic in seq).
-    let core = 2.0 * 1536.0 * 96.0 * 2048.0 * 2048.0 / 8.0 * 2.0 / 192.0 * 12.0 * 8.0;
+    // Selective drops exactly the attention core kept: P, quadratic in seq (the
+    // scores S are never kept: exp's backward reads its value P).
+    let core = 1536.0 * 96.0 * 2048.0 * 2048.0 / 8.0 * 2.0 / 192.0 * 12.0 * 8.0;
     assert!((f1.activations - sel.activations - core).abs() < 1e-6 * core, "{}", f1.activations - sel.activations);
+}
+
+/// Full recomputation keeps each layer's input (the block's output Y, b·s·h) and
+/// rebuilds one layer's activations in the backward: `recompute_working` is that
+/// layer's share of `activations` (what bench/models/compare_layer.py compares
+/// with the memory a checkpointed PyTorch layer holds after its forward).
+#[test]
+fn full_recomputation_keeps_the_layer_input_and_rebuilds_one_layer() {
+    let (_, m) = at_scale(
+        &gpt_free(),
+        &[("batch", 2), ("seq", 512), ("hidden", 1024), ("heads", 8), ("hdim", 128), ("ffn", 4096)],
+    );
+    let mut o = opts(1);
+    o.layers = 4;
+    let mem = |r: Recompute| {
+        let mut c = cfg(1, 0);
+        c.pipe = pipe(1, Schedule::OneFOneB, 1, 1, r);
+        evaluate(&m, &c, &o).memory
+    };
+    let (none, full) = (mem(Recompute::None), mem(Recompute::Full));
+    assert_eq!(none.recompute_working, 0.0);
+    assert_eq!(mem(Recompute::Selective).recompute_working, 0.0);
+    // One layer of `none` (4 layers kept) is the working set.
+    assert!((full.recompute_working - none.activations / 4.0).abs() < 1e-6 * none.activations);
+    // Kept: 4 layers' inputs, 2 × 512 × 1024 fp16 values each.
+    let kept = full.activations - full.recompute_working;
+    assert_eq!(kept, 4.0 * 2.0 * 512.0 * 1024.0 * 2.0);
+}
+
+/// What the backward pass reads, counted by hand for examples/llama_block.tc: the
+/// scores S (read only by exp, whose backward uses its value P), the row sums Z
+/// (read only by recip) and the RMS sums R1, R2 (read only by sqrt) are not kept;
+/// the values of recip(Z), recip(sqrt(R)) and sqrt(R), silu's argument and value
+/// are (PyTorch's autograd saves the same).
+#[test]
+fn activations_are_what_the_backward_pass_reads() {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/llama_block.tc")).unwrap();
+    let (b, s, h, kv, g, d, f) = (2.0, 64.0, 32.0, 2.0, 2.0, 8.0, 48.0);
+    let dims = [("batch", 2), ("seq", 64), ("hidden", 32), ("kvheads", 2), ("group", 2), ("hdim", 8), ("ffn", 48)];
+    let (_, m) = at_scale(&src, &dims);
+    let names: Vec<&str> = m.layers.iter().flat_map(|l| &l.activations).map(|a| a.name.as_str()).collect();
+    for gone in ["S", "Z", "R1", "R2"] {
+        assert!(!names.contains(&gone), "{gone} kept: {names:?}");
+    }
+    for kept in ["N1", "Q", "K", "V", "P", "O", "C", "A", "N2", "U", "H", "Y"] {
+        assert!(names.contains(&kept), "{kept} not kept: {names:?}");
+    }
+    let t = b * s;
+    let heads = kv * g;
+    let written = t * h * 7.0 + 2.0 * t * kv * d + b * heads * s * s + 2.0 * t * f;
+    // recip(sqrt(R)) and sqrt(R) per norm, recip(Z) per head, silu's argument and value.
+    let hidden = 2.0 * 2.0 * t + heads * t + 2.0 * t * f;
+    let got: f64 = m.layers.iter().flat_map(|l| &l.activations).map(|a| a.elements).sum();
+    assert_eq!(got, written + hidden);
+    // The backward pass's working set: the gradients of the largest activation (P,
+    // b·heads·s²; with selective recomputation or flash attention U, H, b·s·ffn),
+    // twice, fp16, on top of the activations in the total.
+    let o = opts(1);
+    let mem = |r: Recompute| {
+        let mut c = cfg(1, 0);
+        c.pipe = pipe(1, Schedule::OneFOneB, 1, 1, r);
+        evaluate(&m, &c, &o).memory
+    };
+    let (none, sel) = (mem(Recompute::None), mem(Recompute::Selective));
+    assert_eq!(none.backward, 2.0 * 2.0 * b * heads * s * s);
+    assert_eq!(sel.backward, 2.0 * 2.0 * t * f);
+    let parts = none.params + none.grads + none.optimizer + none.activations + none.backward + none.buckets;
+    assert!((none.total - parts).abs() < 1e-6 * none.total, "{none:?}");
 }
 
 #[test]
@@ -473,6 +545,7 @@ fn zero3_gather_buffers_and_nccl_buffers_are_in_the_memory_fit() {
         + m_.optimizer
         + m_.secondary
         + m_.activations
+        + m_.backward
         + m_.gather
         + m_.workspace
         + m_.buckets

@@ -8,7 +8,7 @@
 //! `sequence` by sequence parallelism, `heads` and `ffn` by tensor parallelism (unless
 //! `tensor = N on DIM` names one), `experts`/`expert` by expert parallelism.
 
-use crate::sema::hir::{Expr, Factor, Hir, IndexId, ModelId, RangeId, Role, Stmt, TensorId};
+use crate::sema::hir::{Expr, Factor, Func, Hir, IndexId, ModelId, RangeId, Role, Stmt, TensorId};
 use serde::Serialize;
 
 pub const BATCH_NAMES: [&str; 4] = ["batch", "tokens", "groups", "samples"];
@@ -208,41 +208,84 @@ fn is_plain(e: &Expr) -> bool {
     matches!(&e.terms[..], [t] if matches!(&t.factors[..], [Factor::Tensor(_)]))
 }
 
+/// Functions whose derivative is a function of their value (exp: y, recip: −y²,
+/// sqrt: 1/2y, tanh: 1 − y², sigmoid: y(1 − y)): the backward pass keeps their
+/// value, not their argument, as PyTorch's autograd does (it saves the result of
+/// `exp`, `softmax`, `reciprocal`, `sqrt`, `tanh`, `sigmoid`). So the attention
+/// scores S of `P = exp(S)` are not kept (Korthikanti et al. 2022 count the
+/// softmax output, 2as²b of their 5as²b, not the scores).
+fn value_derivative(f: Func) -> bool {
+    matches!(f, Func::Exp | Func::Recip | Func::Sqrt | Func::Tanh | Func::Sigmoid)
+}
+
 /// The values a statement computes on the way to its result that the backward
 /// pass needs: the input of a function of more than one plain tensor
-/// (`gelu(A·W1)`: A·W1) and the value of a function or parenthesised sum that is
-/// multiplied further (`gelu(…)·W2`). Written as statements of their own they
-/// would be tensors the layer writes; counting them here keeps the activations
-/// the same however a layer is split into statements.
-fn hidden_values(hir: &Hir, e: &Expr, owner: &str, out: &mut Vec<TensorInfo>) {
+/// (`gelu(A·W1)`: A·W1) unless the function's derivative needs only its value
+/// ([`value_derivative`]), the value of such a function, and the value of a
+/// function or parenthesised sum that is multiplied further (`gelu(…)·W2`).
+/// Written as statements of their own they would be tensors the layer writes
+/// (kept or not by [`needed`]); counting them here keeps the activations the
+/// same however a layer is split into statements. `whole`: `e` is the
+/// statement's right-hand side (a lone call there is the result itself).
+fn hidden_values(hir: &Hir, e: &Expr, whole: bool, owner: &str, out: &mut Vec<TensorInfo>) {
     let value = |free: &[IndexId], out: &mut Vec<TensorInfo>| {
         let dims = free.iter().map(|&i| hir.ranges[range_of(hir, i)].name.clone()).collect();
         let elements = free.iter().map(|&i| hir.index_size(i) as f64).product();
         let name = format!("{owner}~{}", out.len());
         out.push(TensorInfo { name, dims, elements, expert: false });
     };
+    let lone = whole && e.terms.len() == 1;
     for term in &e.terms {
         for f in &term.factors {
             match f {
-                Factor::Call { arg, free, .. } | Factor::Reduce { arg, free, .. } => {
+                Factor::Call { arg, free, func, .. } => {
+                    let by_value = value_derivative(*func);
+                    if !is_plain(arg) && !by_value {
+                        value(free, out);
+                    }
+                    if term.factors.len() > 1 || (by_value && !lone) {
+                        value(free, out);
+                    }
+                    hidden_values(hir, arg, false, owner, out);
+                }
+                Factor::Reduce { arg, free, .. } => {
                     if !is_plain(arg) {
                         value(free, out);
                     }
                     if term.factors.len() > 1 {
                         value(free, out);
                     }
-                    hidden_values(hir, arg, owner, out);
+                    hidden_values(hir, arg, false, owner, out);
                 }
                 Factor::Sum { arg, free, .. } => {
                     if term.factors.len() > 1 {
                         value(free, out);
                     }
-                    hidden_values(hir, arg, owner, out);
+                    hidden_values(hir, arg, false, owner, out);
                 }
                 Factor::Tensor(_) | Factor::Affine(_) | Factor::Select { .. } => {}
             }
         }
     }
+}
+
+/// Whether the backward pass needs the values of tensor `t`, written by statement
+/// `writer`: not when every statement reading it reads it as the whole argument
+/// of a [`value_derivative`] function (whose value is kept instead) and its own
+/// statement is not such a function (`T = sqrt(R)` keeps T for sqrt's backward).
+fn needed(hir: &Hir, stmts: &[Stmt], writer: &Stmt, t: TensorId) -> bool {
+    fn only_by_value(e: &Expr, t: TensorId) -> bool {
+        e.terms.iter().flat_map(|term| &term.factors).all(|f| match f {
+            Factor::Tensor(r) => r.tensor != t,
+            Factor::Call { func, arg, .. } if value_derivative(*func) && is_plain(arg) => true,
+            Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => only_by_value(arg, t),
+            Factor::Affine(_) => true,
+            Factor::Select { args, .. } => args.iter().all(|a| only_by_value(&a.as_expr(), t)),
+        })
+    }
+    let own_value = matches!(&writer.rhs.terms[..], [term] if matches!(&term.factors[..],
+        [Factor::Call { func, .. }] if value_derivative(*func)));
+    hir.tensors[t].role == Role::Output || own_value || !stmts.iter().all(|s| only_by_value(&s.rhs, t))
 }
 
 /// A statement with two distinct indices over one sequence range: attention scores.
@@ -448,8 +491,8 @@ pub fn analyze(hir: &Hir, model: ModelId) -> ModelInfo {
         let mut hidden: Vec<TensorInfo> = Vec::new();
         for s in stmts {
             let ti = tinfo(hir, s.lhs.tensor);
-            hidden_values(hir, &s.rhs, &ti.name, &mut hidden);
-            if !acts.contains(&ti) {
+            hidden_values(hir, &s.rhs, true, &ti.name, &mut hidden);
+            if !acts.contains(&ti) && needed(hir, all, s, s.lhs.tensor) {
                 acts.push(ti);
             }
         }

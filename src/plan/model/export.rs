@@ -121,6 +121,10 @@ impl Emit {
             Emit::Megatron | Emit::Torch if p.compress.is_some() => {
                 Some(format!("{} is DeepSpeed's", p.compress.map_or("", |x| x.kind.name())))
             }
+            Emit::Megatron | Emit::Torch if c.ted_dtd => Some(
+                "TED's duplicate-token dropping is DeepSpeed's (deepspeed.moe.mappings drop_tokens/gather_tokens)"
+                    .into(),
+            ),
             Emit::Torch if c.offload => Some(
                 "FSDP2's CPU offload moves weights and gradients too, not the optimizer states alone (ZeRO-Offload)"
                     .into(),
@@ -235,6 +239,9 @@ fn deepspeed(info: &ModelInfo, o: &ModelOptions, p: &ModelPlan, skipped: &str) -
         "sequence_parallel_size": c.sequence,
         "sequence_parallel_style": if c.seq_style == SeqStyle::Ulysses { "ulysses" } else { "ring" },
         "moe_ep_size": c.expert,
+        // TED: the MoE layer drops the tokens duplicated over the tensor group
+        // before each expert all-to-all and all-gathers them after it.
+        "moe_drop_duplicate_tokens": c.ted_dtd,
         "activation_checkpointing": recompute_name(pipe.recompute),
         "rank_order": mesh(p).map(|(n, _)| n),
     });

@@ -21,6 +21,7 @@ pub mod infinity;
 pub mod pipeline;
 pub mod recompute;
 pub mod report;
+pub mod ted;
 pub mod vocab;
 
 use crate::error::CommandError;
@@ -103,6 +104,10 @@ pub struct Config {
     /// the sequence over the tensor group too; its all-reduces become a
     /// reduce-scatter and an all-gather of the same volume.
     pub megatron_sp: bool,
+    /// DeepSpeed-TED's duplicate-token dropping ([`ted`]): the expert all-to-alls
+    /// carry 1/t of the tokens the tensor group duplicates, an all-gather over
+    /// the tensor group restores them.
+    pub ted_dtd: bool,
     /// ZeRO-Offload (Ren et al. 2021): the optimizer states (fp32 master weights,
     /// momentum, variance) of this rank's partition live in host memory and the
     /// host runs the Adam step; every step the gradients go down and the updated
@@ -129,6 +134,7 @@ impl Default for Config {
             zero: 0,
             zeropp: ZeroPP::default(),
             megatron_sp: false,
+            ted_dtd: false,
             offload: false,
             infinity: None,
             pipe: Pipe::default(),
@@ -157,6 +163,9 @@ impl Config {
         }
         if self.expert > 1 {
             v.push(format!("expert {}", self.expert));
+        }
+        if self.ted_dtd {
+            v.push("ted-dtd".into());
         }
         v.push(format!("zero {}", self.zero));
         if self.zeropp.any() {
@@ -315,6 +324,16 @@ pub struct Memory {
     /// hpZ's secondary weight partition.
     pub secondary: f64,
     pub activations: f64,
+    /// Of `activations`: the one layer's tensors full recomputation rebuilds
+    /// during the backward pass (0 otherwise). The rest is what the stage keeps
+    /// from its forward passes until their backward passes.
+    pub recompute_working: f64,
+    /// The backward pass's working set: the gradient flowing into the largest
+    /// activation of a layer and the gradient it produces, alive together
+    /// (2 × its fp16 size, one micro-batch). Measured on an H100 (bench/models/
+    /// results.md): exactly the fwd+bwd peak above the kept activations of a
+    /// Llama-style layer with flash attention; with the s² scores kept, 0.8 of it.
+    pub backward: f64,
     /// ZeRO-3's gathered weights: the layer in use and the one prefetched, whole
     /// (fp16, this rank's tensor/expert share), at most DeepSpeed's
     /// `stage3_max_live_parameters` ([`ZERO3_MAX_LIVE`]).
@@ -512,6 +531,11 @@ pub fn invalid(info: &ModelInfo, c: &Config) -> Option<String> {
     }
     if c.infinity.is_some() && (c.zero != 3 || c.offload) {
         return Some("ZeRO-Infinity offloads the partitions of ZeRO stage 3 (weights included)".into());
+    }
+    if c.ted_dtd {
+        if let Some(e) = ted::invalid(info, c) {
+            return Some(e);
+        }
     }
     if c.megatron_sp {
         if c.tensor < 2 {
@@ -807,28 +831,36 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
         if c.expert > 1 && l.moe {
             for ti in &l.moe_alltoall {
                 let e = local_elements(ti, c) / m;
-                add(
-                    format!("{}: {}", l.name, ti.name),
-                    "expert",
-                    c.expert,
-                    c.expert * t,
-                    Coll::AllToAll,
-                    "forward",
-                    e,
-                    FP16,
-                    layers * m,
-                );
-                add(
-                    format!("{}: grad {}", l.name, ti.name),
-                    "expert",
-                    c.expert,
-                    c.expert * t,
-                    Coll::AllToAll,
-                    "backward",
-                    e,
-                    FP16,
-                    layers * m,
-                );
+                // TED: each tensor rank sends 1/t of a duplicated tensor and the
+                // tensor group all-gathers it after the all-to-all.
+                let dtd = c.ted_dtd && ted::duplicated(ti, c);
+                let sent = if dtd { e / t as f64 } else { e };
+                for (phase, what) in [("forward", ""), ("backward", "grad ")] {
+                    add(
+                        format!("{}: {what}{}", l.name, ti.name),
+                        "expert",
+                        c.expert,
+                        c.expert * t,
+                        Coll::AllToAll,
+                        phase,
+                        sent,
+                        FP16,
+                        layers * m,
+                    );
+                    if dtd {
+                        add(
+                            format!("{}: TED gather of dropped {what}{}", l.name, ti.name),
+                            "tensor",
+                            t,
+                            t,
+                            Coll::AllGather,
+                            phase,
+                            e,
+                            FP16,
+                            layers * m,
+                        );
+                    }
+                }
             }
         }
     }
@@ -895,6 +927,8 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
     let (kept, working) = recompute::kept_elements(info, c, c.pipe.recompute);
     let flight = pipeline::in_flight(c.pipe.schedule, pp, m as usize, v);
     mem.activations = FP16 * (layers * flight * kept + working) / m;
+    mem.recompute_working = FP16 * working / m;
+    mem.backward = 2.0 * FP16 * recompute::largest_elements(info, c, c.pipe.recompute) / m;
     // The output layer keeps one micro-batch's logits (GPipe: all in flight).
     mem.logits = voc.logits * if c.pipe.schedule == Schedule::GPipe && pp > 1 { m } else { 1.0 };
     // ZeRO-Offload: this rank's optimizer partition moves to the host; each step
@@ -924,6 +958,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
         + mem.optimizer
         + mem.secondary
         + mem.activations
+        + mem.backward
         + mem.gather
         + mem.workspace
         + mem.compression
@@ -1050,10 +1085,13 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
                 let pipes = pipe_choices(info, stages, d, o);
                 // Megatron SP only with tensor parallelism; it never costs more.
                 let sps: &[bool] = if t > 1 { &[false, true] } else { &[false] };
+                let moe = info.layers.iter().any(|l| l.moe);
                 for e in divisors(d * s) {
                     if hints.expert.is_some_and(|x| x != e) {
                         continue;
                     }
+                    // TED's duplicate-token dropping: with and without, where it applies.
+                    let dtds: &[bool] = if t > 1 && e > 1 && moe { &[false, true] } else { &[false] };
                     for &style in if s > 1 { &styles[..] } else { &styles[..1] } {
                         for &z in &zeros {
                             // hpZ only where a node has several data ranks.
@@ -1085,8 +1123,9 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
                                 let choices = pipes
                                     .iter()
                                     .flat_map(|p| sps.iter().map(move |&sp| (p, sp)))
-                                    .flat_map(|(p, sp)| offloads.iter().map(move |&off| (p, sp, off)));
-                                for (&pipe, sp, (offload, inf)) in choices {
+                                    .flat_map(|(p, sp)| offloads.iter().map(move |&off| (p, sp, off)))
+                                    .flat_map(|(p, sp, off)| dtds.iter().map(move |&dtd| (p, sp, off, dtd)));
+                                for (&pipe, sp, (offload, inf), ted_dtd) in choices {
                                     let c = Config {
                                         data: d,
                                         tensor: t,
@@ -1097,6 +1136,7 @@ pub fn search(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: &Mod
                                         zero: z,
                                         zeropp: zpp,
                                         megatron_sp: sp,
+                                        ted_dtd,
                                         offload,
                                         infinity: inf,
                                         pipe,
@@ -1145,6 +1185,7 @@ pub fn from_hints(info: &ModelInfo, hints: &crate::sema::hir::ParallelHints, o: 
         zero: hints.zero.unwrap_or(0),
         zeropp: if hints.zero == Some(3) { o.zeropp.unwrap_or_default() } else { ZeroPP::default() },
         megatron_sp: false,
+        ted_dtd: false,
         offload: false,
         infinity: None,
         pipe: Pipe {

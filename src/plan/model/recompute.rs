@@ -42,3 +42,17 @@ pub fn extra_flops(info: &ModelInfo, r: Recompute) -> f64 {
 pub fn has_core(info: &ModelInfo) -> bool {
     info.layers.iter().flat_map(|l| &l.activations).any(is_core)
 }
+
+/// Elements of the largest activation one layer's backward pass works on (over the
+/// rank's whole local batch): the tensors a layer keeps under `r`, and under full
+/// recomputation the layer's rebuilt ones. Its gradient and the gradient it
+/// produces are alive together at the peak of the backward pass
+/// ([`super::Memory::backward`]).
+pub fn largest_elements(info: &ModelInfo, c: &Config, r: Recompute) -> f64 {
+    info.layers
+        .iter()
+        .flat_map(|l: &LayerInfo| &l.activations)
+        .filter(|a| r != Recompute::Selective || !is_core(a))
+        .map(|a| activation_elements(a, c))
+        .fold(0.0, f64::max)
+}

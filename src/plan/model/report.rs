@@ -93,7 +93,8 @@ pub fn plans_text(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> St
             c.data,
             c.tensor,
             seq,
-            c.expert,
+            // `+dtd`: TED's duplicate-token dropping.
+            format!("{}{}", c.expert, if c.ted_dtd { "+dtd" } else { "" }),
             // `+off`: the optimizer states offloaded to the host (ZeRO-Offload).
             // `+1b`: compressed (1-bit) gradient communication.
             // `+cpu` / `+nvme`: ZeRO-Infinity's tier.
@@ -126,13 +127,14 @@ pub fn plan_detail(p: &ModelPlan) -> String {
     let m = &p.memory;
     let mut s = format!("best: {}\n", p.config.describe());
     s.push_str(&format!(
-        "  memory per device {} = weights {} + gradients {} + optimizer {}{} + activations {}{}{}{}{}{}\n",
+        "  memory per device {} = weights {} + gradients {} + optimizer {}{} + activations {}{}{}{}{}{}{}\n",
         fmt_bytes(m.total),
         fmt_bytes(m.params),
         fmt_bytes(m.grads),
         fmt_bytes(m.optimizer),
         if m.secondary > 0.0 { format!(" + hpZ secondary {}", fmt_bytes(m.secondary)) } else { String::new() },
         fmt_bytes(m.activations),
+        if m.backward > 0.0 { format!(" + backward gradients {}", fmt_bytes(m.backward)) } else { String::new() },
         if m.gather > 0.0 { format!(" + ZeRO-3 gathered weights {}", fmt_bytes(m.gather)) } else { String::new() },
         if m.workspace > 0.0 { format!(" + NCCL buffers {}", fmt_bytes(m.workspace)) } else { String::new() },
         if m.compression > 0.0 {
