@@ -760,16 +760,36 @@ unsafe fn gett_tables<T: Elem>(
         parallel_for(nbatch, |bi| block(ptrs, bi, t, 0..m, 0..n, alpha, &p, uk, overwrite));
     } else {
         for bi in 0..nbatch {
-            // Few rows (A fits in a core's L2) and many columns: split the columns,
-            // each task packing its own B slivers; else BLIS's shared B panel.
-            let few_rows = m.div_ceil(p.mc) < threads && round_up(m, p.mr) * p.kc * std::mem::size_of::<T>() <= 1 << 20;
-            if few_rows && n >= 4 * threads * p.nr {
+            if split_columns(m, n, &p, threads, std::mem::size_of::<T>()) {
                 gemm_columns(ptrs, bi, t, alpha, &p, uk, threads, overwrite);
             } else {
                 gemm_parallel(ptrs, bi, t, alpha, &p, uk, threads, overwrite);
             }
         }
     }
+}
+
+/// Whether one batch entry's GEMM splits its columns among the threads
+/// ([`gemm_columns`]) rather than running BLIS's shared B panel
+/// ([`gemm_parallel`]). Columns when all of A's rows, packed for one `k` block,
+/// fit in half a core's L2 (1 MiB) and there are enough column slivers for
+/// fine tasks: then no thread waits for a shared B panel before each `k` block,
+/// and every B sliver is packed by the task that uses it, right before. The
+/// rule used to ask also for fewer `mc` row blocks than threads; the MPS step's
+/// `256 × 1024 × 1280` GETT (two row blocks on two threads) missed the column
+/// path by that and scaled 1.5× from one thread to two, against OpenBLAS's 2×.
+/// `TCC_GETT_COLUMNS=0` restores the old rule (experiments: measuring the change).
+fn split_columns(m: usize, n: usize, p: &Params, threads: usize, elem: usize) -> bool {
+    let a_fits = round_up(m, p.mr) * p.kc * elem <= 1 << 20;
+    let wide = n >= 4 * threads * p.nr;
+    let old_rule = || m.div_ceil(p.mc) < threads;
+    a_fits && wide && (columns_rule_new() || old_rule())
+}
+
+/// `TCC_GETT_COLUMNS=0`: [`split_columns`]'s former rule, read once.
+fn columns_rule_new() -> bool {
+    static NEW: OnceLock<bool> = OnceLock::new();
+    *NEW.get_or_init(|| std::env::var("TCC_GETT_COLUMNS").map_or(true, |v| v.trim() != "0"))
 }
 
 thread_local! {
