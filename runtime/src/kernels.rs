@@ -1729,6 +1729,102 @@ mod tests {
     }
 
     #[test]
+    fn columns_are_split_when_a_is_small_and_columns_are_many() {
+        // GETT shapes after the compiler's operand order (m = C's contiguous
+        // group), with the f64 AVX-512 blocking the runtime derives (kc balanced).
+        let p = |mr: usize, nr: usize, kc: usize| Params { mr, nr, mc: 192, nc: 4096, kc };
+        // The MPS step's last GETT, 256 x 1024 x 1280: two row blocks on two
+        // threads; its A (256 x 320, 655 KB) fits, so its columns are split.
+        assert!(split_columns(256, 1024, &p(16, 12, 320), 2, 8));
+        // 100 x 1444 x 1444 (row-major C[i,j] with 1444 columns as rows): A fits.
+        assert!(split_columns(100, 1444, &p(16, 10, 361), 2, 8));
+        // A too large for a core's L2: BLIS's shared B panel (the MPS step's
+        // first GETT 1024 x 1280 x 256, and 1444 x 100 x 1444).
+        assert!(!split_columns(1024, 1280, &p(16, 12, 256), 2, 8));
+        assert!(!split_columns(1444, 100, &p(16, 10, 361), 2, 8));
+        // Too few column slivers for fine tasks.
+        assert!(!split_columns(256, 90, &p(16, 12, 320), 2, 8));
+    }
+
+    /// C[m1,n1,m2,n2] (+)= A[k2,m2,k1,m1] · B[n1,k1,n2,k2]: no group is one
+    /// progression in every operand, sizes are no multiples of the tile, and
+    /// two row blocks of `mc` rows with many columns take the column split on
+    /// two threads (each task packing its own B slivers); one thread runs
+    /// `block`. Checked against plain loops, accumulating and overwriting.
+    #[test]
+    fn column_split_matches_loops_on_permuted_operands() {
+        let (m1, m2, n1, n2, k1, k2) = (9usize, 23usize, 5usize, 11usize, 7usize, 15usize);
+        let (m, n, k) = (m1 * m2, n1 * n2, k1 * k2);
+        let a: Vec<f64> = (0..m * k).map(|x| (x as f64 * 0.17).sin()).collect();
+        let b: Vec<f64> = (0..n * k).map(|x| (x as f64 * 0.23).cos()).collect();
+        // Row-major strides of A[k2,m2,k1,m1], B[n1,k1,n2,k2], C[m1,n1,m2,n2].
+        let (sa_m1, sa_k1, sa_m2, sa_k2) = (1, m1, k1 * m1, m2 * k1 * m1);
+        let (sb_k2, sb_n2, sb_k1, sb_n1) = (1, k2, n2 * k2, k1 * n2 * k2);
+        let (sc_n2, sc_m2, sc_n1, sc_m1) = (1, n2, m2 * n2, n1 * m2 * n2);
+        let d = |kind: i64, size: usize, sa: usize, sb: usize, sc: usize| GettDim {
+            kind,
+            size: size as i64,
+            sa: sa as i64,
+            sb: sb as i64,
+            sc: sc as i64,
+        };
+        let dims = [
+            d(1, m1, sa_m1, 0, sc_m1),
+            d(1, m2, sa_m2, 0, sc_m2),
+            d(2, n1, 0, sb_n1, sc_n1),
+            d(2, n2, 0, sb_n2, sc_n2),
+            d(3, k1, sa_k1, sb_k1, 0),
+            d(3, k2, sa_k2, sb_k2, 0),
+        ];
+        let mut want = vec![0.0; m * n];
+        for (i1, i2, j1, j2) in product4(m1, m2, n1, n2) {
+            let mut s = 0.0;
+            for p1 in 0..k1 {
+                for p2 in 0..k2 {
+                    s += a[i1 * sa_m1 + i2 * sa_m2 + p1 * sa_k1 + p2 * sa_k2]
+                        * b[j1 * sb_n1 + j2 * sb_n2 + p1 * sb_k1 + p2 * sb_k2];
+                }
+            }
+            want[i1 * sc_m1 + i2 * sc_m2 + j1 * sc_n1 + j2 * sc_n2] = s;
+        }
+        // mc = 104 rows: two row blocks; 2·m·n·k = 2.4 MFLOP, above the serial cut.
+        let params = GettParams { mr: 16, nr: 3, mc: 104, nc: 36, kc: 40 };
+        let p = Params { mr: 16, nr: 3, mc: 112, nc: 36, kc: balanced_kc(40, k) };
+        assert!(split_columns(m, n, &p, 2, 8), "the case must take the column split");
+        for threads in [1, 2] {
+            for overwrite in [false, true] {
+                let mut c = vec![if overwrite { f64::NAN } else { 0.5 }; m * n];
+                unsafe {
+                    gett_on(
+                        a.as_ptr(),
+                        b.as_ptr(),
+                        c.as_mut_ptr(),
+                        2.0,
+                        &dims,
+                        params,
+                        uk_any::<16, 3>,
+                        overwrite,
+                        threads,
+                    )
+                };
+                let base = if overwrite { 0.0 } else { 0.5 };
+                for (x, (&got, &w)) in c.iter().zip(&want).enumerate() {
+                    assert!(
+                        (got - (base + 2.0 * w)).abs() < 1e-12,
+                        "threads={threads} overwrite={overwrite} at {x}: {got} vs {}",
+                        base + 2.0 * w
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every `(i1, i2, j1, j2)` below the given extents.
+    fn product4(a: usize, b: usize, c: usize, d: usize) -> impl Iterator<Item = (usize, usize, usize, usize)> {
+        (0..a).flat_map(move |i| (0..b).flat_map(move |j| (0..c).flat_map(move |k| (0..d).map(move |l| (i, j, k, l)))))
+    }
+
+    #[test]
     fn k_blocks_are_balanced() {
         assert_eq!(balanced_kc(408, 1280), 320);
         assert_eq!(balanced_kc(408, 1444), 361);
