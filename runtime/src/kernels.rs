@@ -777,7 +777,7 @@ unsafe fn gett_tables<T: Elem>(
 /// and every B sliver is packed by the task that uses it, right before. The
 /// rule used to ask also for fewer `mc` row blocks than threads; the MPS step's
 /// `256 × 1024 × 1280` GETT (two row blocks on two threads) missed the column
-/// path by that and scaled 1.5× from one thread to two, against OpenBLAS's 2×.
+/// path by that and scaled 1.6× from one thread to two (OpenBLAS 1.9×).
 /// `TCC_GETT_COLUMNS=0` restores the old rule (experiments: measuring the change).
 fn split_columns(m: usize, n: usize, p: &Params, threads: usize, elem: usize) -> bool {
     let a_fits = round_up(m, p.mr) * p.kc * elem <= 1 << 20;
@@ -1736,10 +1736,12 @@ mod tests {
         // The MPS step's last GETT, 256 x 1024 x 1280: two row blocks on two
         // threads; its A (256 x 320, 655 KB) fits, so its columns are split.
         assert!(split_columns(256, 1024, &p(16, 12, 320), 2, 8));
-        // 100 x 1444 x 1444 (row-major C[i,j] with 1444 columns as rows): A fits.
+        // `C[i,j] = A[i,k]·B[k,j]` of 1444 x 100 x 1444: its 100 contiguous
+        // columns are the kernel's rows, A (100 x 361) fits.
         assert!(split_columns(100, 1444, &p(16, 10, 361), 2, 8));
         // A too large for a core's L2: BLIS's shared B panel (the MPS step's
-        // first GETT 1024 x 1280 x 256, and 1444 x 100 x 1444).
+        // first GETT, 1024 x 1280 x 256, and 100 x 1444 x 1444, whose 1444
+        // contiguous columns are the kernel's rows).
         assert!(!split_columns(1024, 1280, &p(16, 12, 256), 2, 8));
         assert!(!split_columns(1444, 100, &p(16, 10, 361), 2, 8));
         // Too few column slivers for fine tasks.
