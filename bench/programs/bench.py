@@ -10,7 +10,9 @@ each side best of --repeat calls. Reported: best against best, and the worst
 paired ratio of one round. Results are checked against each other (rel. diff).
 
 Both sides use --threads threads (TCC_NUM_THREADS for tcc, set before import;
-threadpoolctl for numpy's BLAS).
+threadpoolctl for numpy's BLAS), and each side's calls start after --pause
+seconds idle, so that neither runs beside the other's still-spinning threads
+(OpenBLAS's spin about 0.1 s after a call).
 
 Reproduce (from the repository root, after the README's setup):
     python3 bench/programs/bench.py --threads 2
