@@ -786,7 +786,8 @@ fn split_columns(m: usize, n: usize, p: &Params, threads: usize, elem: usize) ->
     a_fits && wide && (columns_rule_new() || old_rule())
 }
 
-/// `TCC_GETT_COLUMNS=0`: [`split_columns`]'s former rule, read once.
+/// `TCC_GETT_COLUMNS=0`: [`split_columns`]'s former rule, read once (any other
+/// value is the current rule; `tcc run` refuses values other than `0` and `1`).
 fn columns_rule_new() -> bool {
     static NEW: OnceLock<bool> = OnceLock::new();
     *NEW.get_or_init(|| std::env::var("TCC_GETT_COLUMNS").map_or(true, |v| v.trim() != "0"))
