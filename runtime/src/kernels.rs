@@ -1822,6 +1822,96 @@ mod tests {
         }
     }
 
+    /// Random extents and random storage orders of A[m1,m2,k1,k2],
+    /// B[n1,n2,k1,k2] and C[m1,m2,n1,n2] (any dimension may be innermost), two
+    /// or three `mc` row blocks and enough columns for the column split on two
+    /// threads; one thread and two, against plain loops.
+    #[test]
+    fn column_split_matches_loops_on_random_layouts() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        for case in 0..12 {
+            // Extents: m1, m2, n1, n2, k1, k2.
+            let e = [2 + rnd(3), 90 + rnd(30), 4 + rnd(3), 8 + rnd(5), 3 + rnd(2), 60 + rnd(20)];
+            let (m, n, k) = (e[0] * e[1], e[2] * e[3], e[4] * e[5]);
+            assert!(2 * m * n * k > 2_000_000, "above the serial cut, so that two threads share it");
+            // Each operand's dims (indices into `e`) in a random storage order.
+            let mut order = |mut d: Vec<usize>| {
+                for i in (1..d.len()).rev() {
+                    d.swap(i, rnd(i + 1));
+                }
+                d
+            };
+            let (oa, ob, oc) = (order(vec![0, 1, 4, 5]), order(vec![2, 3, 4, 5]), order(vec![0, 1, 2, 3]));
+            let strides = |o: &[usize]| {
+                let mut st = [0usize; 6];
+                let mut acc = 1;
+                for &d in o.iter().rev() {
+                    st[d] = acc;
+                    acc *= e[d];
+                }
+                st
+            };
+            let (sa, sb, sc) = (strides(&oa), strides(&ob), strides(&oc));
+            let kinds = [1i64, 1, 2, 2, 3, 3];
+            let dims: Vec<GettDim> = (0..6)
+                .map(|d| GettDim {
+                    kind: kinds[d],
+                    size: e[d] as i64,
+                    sa: sa[d] as i64,
+                    sb: sb[d] as i64,
+                    sc: sc[d] as i64,
+                })
+                .collect();
+            let a: Vec<f64> = (0..m * k).map(|x| (x as f64 * 0.31 + case as f64).sin()).collect();
+            let b: Vec<f64> = (0..n * k).map(|x| (x as f64 * 0.07 - case as f64).cos()).collect();
+            let mut want = vec![0.0; m * n];
+            for (i1, i2, j1, j2) in product4(e[0], e[1], e[2], e[3]) {
+                let mut acc = 0.0;
+                for (p1, p2) in (0..e[4]).flat_map(|p1| (0..e[5]).map(move |p2| (p1, p2))) {
+                    acc += a[i1 * sa[0] + i2 * sa[1] + p1 * sa[4] + p2 * sa[5]]
+                        * b[j1 * sb[2] + j2 * sb[3] + p1 * sb[4] + p2 * sb[5]];
+                }
+                want[i1 * sc[0] + i2 * sc[1] + j1 * sc[2] + j2 * sc[3]] = acc;
+            }
+            let mc = (m / 2 + rnd(m / 3)) as i64;
+            let params = GettParams { mr: 8, nr: 3, mc, nc: 48, kc: 24 + rnd(40) as i64 };
+            for threads in [1, 2] {
+                let overwrite = rnd(2) == 0;
+                let mut c = vec![if overwrite { f64::NAN } else { 0.25 }; m * n];
+                unsafe {
+                    gett_on(
+                        a.as_ptr(),
+                        b.as_ptr(),
+                        c.as_mut_ptr(),
+                        1.0,
+                        &dims,
+                        params,
+                        uk_any::<8, 3>,
+                        overwrite,
+                        threads,
+                    )
+                };
+                let base = if overwrite { 0.0 } else { 0.25 };
+                for (x, (&got, &w)) in c.iter().zip(&want).enumerate() {
+                    assert!(
+                        (got - (base + w)).abs() < 1e-11,
+                        "case {case} {e:?} A{oa:?} B{ob:?} C{oc:?} mc={mc} threads={threads} at {x}: {got} vs {}",
+                        base + w
+                    );
+                }
+            }
+            // The two-thread run took the column split.
+            let p = Params { mr: 8, nr: 3, mc: round_up(mc as usize, 8), nc: 48, kc: balanced_kc(params.kc, k) };
+            assert!(m.div_ceil(p.mc) >= 2 && split_columns(m, n, &p, 2, 8), "case {case}: {e:?} mc={mc}");
+        }
+    }
+
     /// Every `(i1, i2, j1, j2)` below the given extents.
     fn product4(a: usize, b: usize, c: usize, d: usize) -> impl Iterator<Item = (usize, usize, usize, usize)> {
         (0..a).flat_map(move |i| (0..b).flat_map(move |j| (0..c).flat_map(move |k| (0..d).map(move |l| (i, j, k, l)))))
