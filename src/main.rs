@@ -627,6 +627,8 @@ enum Command {
     /// Compiled runs use TCC_NUM_THREADS threads (default: every core) and run
     /// statements with no data dependence between them side by side
     /// (TCC_TASK_SETS=0 runs them one after another, each on every thread).
+    /// TCC_GETT_COLUMNS=0 gives GEMM-shaped steps the former thread split (for
+    /// measuring; see the book's CPU chapter).
     Run {
         /// The `.tc` source file.
         file: PathBuf,
@@ -1746,7 +1748,8 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
 /// `--repeat 0`; E0756 `--interp`, `--check`, `--repeat` or `--target-cpu` with a
 /// distributed run (ranks run their own executor); E0757 a `TCC_NUM_THREADS` that
 /// is not a positive integer (generated libraries ignore such a value instead);
-/// E0660 a `TCC_TASK_SETS` other than `0`, `1`, `off`, `on`. Also E0756 for
+/// E0660 a `TCC_TASK_SETS` other than `0`, `1`, `off`, `on`; E0767 a
+/// `TCC_GETT_COLUMNS` other than `0`, `1`. Also E0756 for
 /// `--schedule` where no tasks are claimed (`unclaimed_schedule`: neither
 /// `--tiled` nor ranks without `--plan`).
 fn check_run_options(
@@ -1801,6 +1804,15 @@ fn check_run_options(
                 "E0660",
                 format!("TCC_TASK_SETS={} is neither on nor off", v.to_string_lossy()),
                 Some("set it to 0 or off to run independent statements one after another, 1 or on (the default) to overlap them".into()),
+            ));
+        }
+    }
+    if let Some(v) = std::env::var_os("TCC_GETT_COLUMNS") {
+        if !matches!(v.to_str().map(str::trim), Some("0" | "1")) {
+            return Err(CommandError::new(
+                "E0767",
+                format!("TCC_GETT_COLUMNS={} is neither 0 nor 1", v.to_string_lossy()),
+                Some("set it to 0 for the GETT's former thread split (columns only with fewer row blocks than threads), 1 (the default) for the current one".into()),
             ));
         }
     }

@@ -134,6 +134,13 @@ fn meaningless_run_options_are_errors() {
     for good in ["0", "off", "1", "on"] {
         tcc().arg("run").arg(&m).env("TCC_TASK_SETS", good).assert().success();
     }
+    for bad in ["on", "2", ""] {
+        let err = fails_with(tcc().arg("run").arg(&m).env("TCC_GETT_COLUMNS", bad), "E0767");
+        assert!(err.contains("TCC_GETT_COLUMNS"), "{err}");
+    }
+    for good in ["0", "1"] {
+        tcc().arg("run").arg(&m).env("TCC_GETT_COLUMNS", good).assert().success();
+    }
 }
 
 #[test]

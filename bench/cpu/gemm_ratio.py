@@ -42,6 +42,9 @@ CASES = [
     ("W_mbej mbej,aeim->abij", "mbej,aeim->abij", dict(a=V, b=V, e=V, i=O, j=O, m=O), "gemm"),
     ("TN aibj,bjck->acik", "aibj,bjck->acik", dict(a=50, b=50, c=50, i=50, j=50, k=50), "gemm"),
     ("CCSD ladder abcd,cdij->abij", "abcd,cdij->abij", dict(a=80, b=80, c=80, d=80, i=30, j=30), "gemm"),
+    # The MPS step's two large GETTs (examples/programs/mps_step.tc, D = 256).
+    ("MPS L.Psi lwx,xuvy->lwuvy", "lwx,xuvy->lwuvy", dict(l=256, w=5, x=256, u=2, v=2, y=256), "gemm"),
+    ("MPS last lqtsy,rqy->lstr", "lqtsy,rqy->lstr", dict(l=256, q=5, t=2, s=2, y=256, r=256), "gemm"),
     ("sd_t_d1_1 (n=16)", "", 0, "short"),
     ("sd_t_d1_2 (n=16)", "", 1, "short"),
     ("sd_t_d2_1 (n=16)", "", 9, "short"),

@@ -10,7 +10,9 @@ each side best of --repeat calls. Reported: best against best, and the worst
 paired ratio of one round. Results are checked against each other (rel. diff).
 
 Both sides use --threads threads (TCC_NUM_THREADS for tcc, set before import;
-threadpoolctl for numpy's BLAS).
+threadpoolctl for numpy's BLAS), and each side's calls start after --pause
+seconds idle, so that neither runs beside the other's still-spinning threads
+(OpenBLAS's spin about 0.1 s after a call).
 
 Reproduce (from the repository root, after the README's setup):
     python3 bench/programs/bench.py --threads 2
@@ -27,6 +29,8 @@ ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--reps", type=int, default=5)
 ap.add_argument("--repeat", type=int, default=3)
 ap.add_argument("--only", default=None, help="comma-separated program names")
+ap.add_argument("--pause", type=float, default=0.3,
+                help="seconds idle before each side's calls (OpenBLAS's spinning threads stop)")
 args = ap.parse_args()
 os.environ["TCC_NUM_THREADS"] = str(args.threads)
 
@@ -151,7 +155,13 @@ def main():
         ours, theirs, paired = [], [], []
         with threadpool_limits(args.threads):
             for _ in range(args.reps):
+                # OpenBLAS's threads spin for a while after a call (its
+                # THREAD_TIMEOUT, about 0.1 s): tcc called right after numpy
+                # found a core taken and ran mps_step at half speed (23 against
+                # 13 ms alone). Both sides start from idle threads.
+                time.sleep(args.pause)
                 tn, want = best_of(lambda: impl(**arrays), args.repeat)
+                time.sleep(args.pause)
                 tt, got = best_of(lambda: prog(**arrays), args.repeat)
                 theirs.append(tn)
                 ours.append(tt)

@@ -760,16 +760,37 @@ unsafe fn gett_tables<T: Elem>(
         parallel_for(nbatch, |bi| block(ptrs, bi, t, 0..m, 0..n, alpha, &p, uk, overwrite));
     } else {
         for bi in 0..nbatch {
-            // Few rows (A fits in a core's L2) and many columns: split the columns,
-            // each task packing its own B slivers; else BLIS's shared B panel.
-            let few_rows = m.div_ceil(p.mc) < threads && round_up(m, p.mr) * p.kc * std::mem::size_of::<T>() <= 1 << 20;
-            if few_rows && n >= 4 * threads * p.nr {
+            if split_columns(m, n, &p, threads, std::mem::size_of::<T>()) {
                 gemm_columns(ptrs, bi, t, alpha, &p, uk, threads, overwrite);
             } else {
                 gemm_parallel(ptrs, bi, t, alpha, &p, uk, threads, overwrite);
             }
         }
     }
+}
+
+/// Whether one batch entry's GEMM splits its columns among the threads
+/// ([`gemm_columns`]) rather than running BLIS's shared B panel
+/// ([`gemm_parallel`]). Columns when all of A's rows, packed for one `k` block,
+/// fit in half a core's L2 (1 MiB) and there are enough column slivers for
+/// fine tasks: then no thread waits for a shared B panel before each `k` block,
+/// and every B sliver is packed by the task that uses it, right before. The
+/// rule used to ask also for fewer `mc` row blocks than threads; the MPS step's
+/// `256 × 1024 × 1280` GETT (two row blocks on two threads) missed the column
+/// path by that and scaled 1.6× from one thread to two (OpenBLAS 1.9×).
+/// `TCC_GETT_COLUMNS=0` restores the old rule (experiments: measuring the change).
+fn split_columns(m: usize, n: usize, p: &Params, threads: usize, elem: usize) -> bool {
+    let a_fits = round_up(m, p.mr) * p.kc * elem <= 1 << 20;
+    let wide = n >= 4 * threads * p.nr;
+    let old_rule = || m.div_ceil(p.mc) < threads;
+    a_fits && wide && (columns_rule_new() || old_rule())
+}
+
+/// `TCC_GETT_COLUMNS=0`: [`split_columns`]'s former rule, read once (any other
+/// value is the current rule; `tcc run` refuses values other than `0` and `1`).
+fn columns_rule_new() -> bool {
+    static NEW: OnceLock<bool> = OnceLock::new();
+    *NEW.get_or_init(|| std::env::var("TCC_GETT_COLUMNS").map_or(true, |v| v.trim() != "0"))
 }
 
 thread_local! {
@@ -1706,6 +1727,194 @@ mod tests {
             run::<24>(203, 40, 241, threads);
             run::<32>(203, 40, 241, threads);
         }
+    }
+
+    #[test]
+    fn columns_are_split_when_a_is_small_and_columns_are_many() {
+        // GETT shapes after the compiler's operand order (m = C's contiguous
+        // group), with the f64 AVX-512 blocking the runtime derives (kc balanced).
+        let p = |mr: usize, nr: usize, kc: usize| Params { mr, nr, mc: 192, nc: 4096, kc };
+        // The MPS step's last GETT, 256 x 1024 x 1280: two row blocks on two
+        // threads; its A (256 x 320, 655 KB) fits, so its columns are split.
+        assert!(split_columns(256, 1024, &p(16, 12, 320), 2, 8));
+        // `C[i,j] = A[i,k]·B[k,j]` of 1444 x 100 x 1444: its 100 contiguous
+        // columns are the kernel's rows, A (100 x 361) fits.
+        assert!(split_columns(100, 1444, &p(16, 10, 361), 2, 8));
+        // A too large for a core's L2: BLIS's shared B panel (the MPS step's
+        // first GETT, 1024 x 1280 x 256, and 100 x 1444 x 1444, whose 1444
+        // contiguous columns are the kernel's rows).
+        assert!(!split_columns(1024, 1280, &p(16, 12, 256), 2, 8));
+        assert!(!split_columns(1444, 100, &p(16, 10, 361), 2, 8));
+        // Too few column slivers for fine tasks.
+        assert!(!split_columns(256, 90, &p(16, 12, 320), 2, 8));
+    }
+
+    /// C[m1,n1,m2,n2] (+)= A[k2,m2,k1,m1] · B[n1,k1,n2,k2]: no group is one
+    /// progression in every operand, sizes are no multiples of the tile, and
+    /// two row blocks of `mc` rows with many columns take the column split on
+    /// two threads (each task packing its own B slivers); one thread runs
+    /// `block`. Checked against plain loops, accumulating and overwriting.
+    #[test]
+    fn column_split_matches_loops_on_permuted_operands() {
+        let (m1, m2, n1, n2, k1, k2) = (9usize, 23usize, 5usize, 11usize, 7usize, 15usize);
+        let (m, n, k) = (m1 * m2, n1 * n2, k1 * k2);
+        let a: Vec<f64> = (0..m * k).map(|x| (x as f64 * 0.17).sin()).collect();
+        let b: Vec<f64> = (0..n * k).map(|x| (x as f64 * 0.23).cos()).collect();
+        // Row-major strides of A[k2,m2,k1,m1], B[n1,k1,n2,k2], C[m1,n1,m2,n2].
+        let (sa_m1, sa_k1, sa_m2, sa_k2) = (1, m1, k1 * m1, m2 * k1 * m1);
+        let (sb_k2, sb_n2, sb_k1, sb_n1) = (1, k2, n2 * k2, k1 * n2 * k2);
+        let (sc_n2, sc_m2, sc_n1, sc_m1) = (1, n2, m2 * n2, n1 * m2 * n2);
+        let d = |kind: i64, size: usize, sa: usize, sb: usize, sc: usize| GettDim {
+            kind,
+            size: size as i64,
+            sa: sa as i64,
+            sb: sb as i64,
+            sc: sc as i64,
+        };
+        let dims = [
+            d(1, m1, sa_m1, 0, sc_m1),
+            d(1, m2, sa_m2, 0, sc_m2),
+            d(2, n1, 0, sb_n1, sc_n1),
+            d(2, n2, 0, sb_n2, sc_n2),
+            d(3, k1, sa_k1, sb_k1, 0),
+            d(3, k2, sa_k2, sb_k2, 0),
+        ];
+        let mut want = vec![0.0; m * n];
+        for (i1, i2, j1, j2) in product4(m1, m2, n1, n2) {
+            let mut s = 0.0;
+            for p1 in 0..k1 {
+                for p2 in 0..k2 {
+                    s += a[i1 * sa_m1 + i2 * sa_m2 + p1 * sa_k1 + p2 * sa_k2]
+                        * b[j1 * sb_n1 + j2 * sb_n2 + p1 * sb_k1 + p2 * sb_k2];
+                }
+            }
+            want[i1 * sc_m1 + i2 * sc_m2 + j1 * sc_n1 + j2 * sc_n2] = s;
+        }
+        // mc = 104 rows: two row blocks; 2·m·n·k = 2.4 MFLOP, above the serial cut.
+        let params = GettParams { mr: 16, nr: 3, mc: 104, nc: 36, kc: 40 };
+        let p = Params { mr: 16, nr: 3, mc: 112, nc: 36, kc: balanced_kc(40, k) };
+        assert!(split_columns(m, n, &p, 2, 8), "the case must take the column split");
+        for threads in [1, 2] {
+            for overwrite in [false, true] {
+                let mut c = vec![if overwrite { f64::NAN } else { 0.5 }; m * n];
+                unsafe {
+                    gett_on(
+                        a.as_ptr(),
+                        b.as_ptr(),
+                        c.as_mut_ptr(),
+                        2.0,
+                        &dims,
+                        params,
+                        uk_any::<16, 3>,
+                        overwrite,
+                        threads,
+                    )
+                };
+                let base = if overwrite { 0.0 } else { 0.5 };
+                for (x, (&got, &w)) in c.iter().zip(&want).enumerate() {
+                    assert!(
+                        (got - (base + 2.0 * w)).abs() < 1e-12,
+                        "threads={threads} overwrite={overwrite} at {x}: {got} vs {}",
+                        base + 2.0 * w
+                    );
+                }
+            }
+        }
+    }
+
+    /// Random extents and random storage orders of A[m1,m2,k1,k2],
+    /// B[n1,n2,k1,k2] and C[m1,m2,n1,n2] (any dimension may be innermost), two
+    /// or three `mc` row blocks and enough columns for the column split on two
+    /// threads; one thread and two, against plain loops.
+    #[test]
+    fn column_split_matches_loops_on_random_layouts() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        for case in 0..12 {
+            // Extents: m1, m2, n1, n2, k1, k2.
+            let e = [2 + rnd(3), 90 + rnd(30), 4 + rnd(3), 8 + rnd(5), 3 + rnd(2), 60 + rnd(20)];
+            let (m, n, k) = (e[0] * e[1], e[2] * e[3], e[4] * e[5]);
+            assert!(2 * m * n * k > 2_000_000, "above the serial cut, so that two threads share it");
+            // Each operand's dims (indices into `e`) in a random storage order.
+            let mut order = |mut d: Vec<usize>| {
+                for i in (1..d.len()).rev() {
+                    d.swap(i, rnd(i + 1));
+                }
+                d
+            };
+            let (oa, ob, oc) = (order(vec![0, 1, 4, 5]), order(vec![2, 3, 4, 5]), order(vec![0, 1, 2, 3]));
+            let strides = |o: &[usize]| {
+                let mut st = [0usize; 6];
+                let mut acc = 1;
+                for &d in o.iter().rev() {
+                    st[d] = acc;
+                    acc *= e[d];
+                }
+                st
+            };
+            let (sa, sb, sc) = (strides(&oa), strides(&ob), strides(&oc));
+            let kinds = [1i64, 1, 2, 2, 3, 3];
+            let dims: Vec<GettDim> = (0..6)
+                .map(|d| GettDim {
+                    kind: kinds[d],
+                    size: e[d] as i64,
+                    sa: sa[d] as i64,
+                    sb: sb[d] as i64,
+                    sc: sc[d] as i64,
+                })
+                .collect();
+            let a: Vec<f64> = (0..m * k).map(|x| (x as f64 * 0.31 + case as f64).sin()).collect();
+            let b: Vec<f64> = (0..n * k).map(|x| (x as f64 * 0.07 - case as f64).cos()).collect();
+            let mut want = vec![0.0; m * n];
+            for (i1, i2, j1, j2) in product4(e[0], e[1], e[2], e[3]) {
+                let mut acc = 0.0;
+                for (p1, p2) in (0..e[4]).flat_map(|p1| (0..e[5]).map(move |p2| (p1, p2))) {
+                    acc += a[i1 * sa[0] + i2 * sa[1] + p1 * sa[4] + p2 * sa[5]]
+                        * b[j1 * sb[2] + j2 * sb[3] + p1 * sb[4] + p2 * sb[5]];
+                }
+                want[i1 * sc[0] + i2 * sc[1] + j1 * sc[2] + j2 * sc[3]] = acc;
+            }
+            let mc = (m / 2 + rnd(m / 3)) as i64;
+            let params = GettParams { mr: 8, nr: 3, mc, nc: 48, kc: 24 + rnd(40) as i64 };
+            for threads in [1, 2] {
+                let overwrite = rnd(2) == 0;
+                let mut c = vec![if overwrite { f64::NAN } else { 0.25 }; m * n];
+                unsafe {
+                    gett_on(
+                        a.as_ptr(),
+                        b.as_ptr(),
+                        c.as_mut_ptr(),
+                        1.0,
+                        &dims,
+                        params,
+                        uk_any::<8, 3>,
+                        overwrite,
+                        threads,
+                    )
+                };
+                let base = if overwrite { 0.0 } else { 0.25 };
+                for (x, (&got, &w)) in c.iter().zip(&want).enumerate() {
+                    assert!(
+                        (got - (base + w)).abs() < 1e-11,
+                        "case {case} {e:?} A{oa:?} B{ob:?} C{oc:?} mc={mc} threads={threads} at {x}: {got} vs {}",
+                        base + w
+                    );
+                }
+            }
+            // The two-thread run took the column split.
+            let p = Params { mr: 8, nr: 3, mc: round_up(mc as usize, 8), nc: 48, kc: balanced_kc(params.kc, k) };
+            assert!(m.div_ceil(p.mc) >= 2 && split_columns(m, n, &p, 2, 8), "case {case}: {e:?} mc={mc}");
+        }
+    }
+
+    /// Every `(i1, i2, j1, j2)` below the given extents.
+    fn product4(a: usize, b: usize, c: usize, d: usize) -> impl Iterator<Item = (usize, usize, usize, usize)> {
+        (0..a).flat_map(move |i| (0..b).flat_map(move |j| (0..c).flat_map(move |k| (0..d).map(move |l| (i, j, k, l)))))
     }
 
     #[test]

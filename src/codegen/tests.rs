@@ -214,6 +214,28 @@ fn gett_tiles_shaped_to_the_extents_match_the_interpreter() {
     }
 }
 
+/// GETTs whose rows (C's contiguous group) are few — two `mc` blocks of 192 —
+/// and whose columns are many: on two threads the runtime splits their columns
+/// (`kernels::split_columns`, each task packing its own B slivers); the MPS
+/// step's last contraction (`lqtsy,rqy->lstr`, shrunk: `m = r`, `n = l,s,t`,
+/// `k = q,y`, no group one progression in B), a plain GEMM and one of edge sizes.
+/// Against the interpreter, on the process's threads (two where the machine has
+/// them; a machine with more runs the same rule's other cases).
+#[test]
+fn gett_with_few_rows_and_many_columns_matches_the_interpreter() {
+    let cases: &[(&str, &[(char, usize)])] = &[
+        ("lqtsy,rqy->lstr", &[('l', 30), ('q', 5), ('r', 200), ('s', 2), ('t', 2), ('y', 20)]),
+        ("ik,kj->ij", &[('i', 120), ('j', 200), ('k', 90)]),
+        ("ki,jk->ij", &[('i', 101), ('j', 197), ('k', 93)]),
+    ];
+    for (spec, sizes) in cases {
+        let hir = einsum(spec, sizes, ElemType::F64);
+        let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &Options::default()).unwrap();
+        assert!(ir.contains("tcc_rt_gett_f64"), "{spec}: expected a GETT call");
+        check_unit(&hir, UnitId::new(0), 5, &Options::default()).unwrap_or_else(|e| panic!("{spec}: {e}"));
+    }
+}
+
 /// A random program: 1–3 statements over 3–5 indices of sizes 1–6 (or 5–13 in
 /// "gemm" programs), outputs and temporaries, `=`/`+=`, 1–2 terms of 0–3
 /// factors with diagonals, calls, parenthesised sums, self-reads, f32 or mixed
