@@ -1,6 +1,8 @@
 //! The `tcc` command as a user runs it: every example checks, formats to itself and
 //! runs; bad input gets exit code 1 with a diagnostic, never a panic (exit 2).
 
+mod common;
+
 use assert_cmd::Command;
 use predicates::prelude::*;
 use std::path::{Path, PathBuf};
@@ -10,12 +12,7 @@ fn tcc() -> Command {
 }
 
 fn examples() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "tc"))
-        .collect();
-    v.sort();
+    let v = common::examples();
     assert!(v.len() >= 7, "expected at least 7 examples, found {v:?}");
     v
 }

@@ -3,18 +3,11 @@
 //! would check it. Issue 21 asks that each language construct have an example that
 //! `tcc run --check` verifies; this is where that is enforced for all of them.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn examples() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "tc"))
-        .collect();
-    v.sort();
-    v
-}
+use common::examples;
+use std::path::Path;
+use std::process::Command;
 
 /// The number of programs (units) `tcc run` reports for `report`: one
 /// `program NAME (N statements)` or `model NAME (N statements)` line each.

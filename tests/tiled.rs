@@ -31,6 +31,27 @@ fn summary(report: &str) -> [f64; 3] {
     [num("norm2 = "), num("sum = "), num("checksum = ")]
 }
 
+/// `tcc ARGS` under `mpirun -np NP` (at most 120 s) with `envs` set: whether it
+/// succeeded, its stdout and its stderr.
+fn mpirun_tcc(np: &str, args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
+    let out = std::process::Command::new("timeout")
+        .args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np])
+        .arg(assert_cmd::cargo::cargo_bin("tcc"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// `tcc run FILE --tiled --ranks 2` with `var=value` set fails with E0760 naming `var`.
+fn refuses_env(file: &Path, var: &str, value: &str) {
+    let out = tcc().args(["run"]).arg(file).args(["--tiled", "--ranks", "2"]).env(var, value).assert().code(1);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(err.contains(var) && err.contains("E0760"), "{var}={value}: {err}");
+}
+
 #[test]
 fn small_ccd_matches_the_interpreter() {
     let text = stdout(&["--tiled", "--check", "--stats", "--tile", "2"], &path("tests/tiled/ccd_small.tc"));
@@ -279,8 +300,7 @@ fn in_process_ranks_give_the_single_process_numbers() {
     tcc().args(["run"]).arg(&file).args(["--tiled", "--ranks", "2", "--check"]).assert().code(1);
     // Switches read from the environment are checked, not ignored when misspelt.
     for (var, value) in [("TCC_BALANCE", "flop"), ("TCC_STEAL", "yes")] {
-        let out = tcc().args(["run"]).arg(&file).args(["--tiled", "--ranks", "2"]).env(var, value).assert().code(1);
-        assert!(String::from_utf8_lossy(&out.get_output().stderr).contains(var));
+        refuses_env(&file, var, value);
     }
 }
 
@@ -351,37 +371,18 @@ fn split_items_give_the_single_process_numbers() {
         }
     }
     if cfg!(feature = "mpi") && which("mpirun") {
+        let file = file.to_str().unwrap();
         for (np, steal) in [("2", "eager"), ("3", "on"), ("3", "off")] {
-            let out = std::process::Command::new("timeout")
-                .args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np])
-                .arg(assert_cmd::cargo::cargo_bin("tcc"))
-                .arg("run")
-                .arg(&file)
-                .args(["--tiled", "--tile", "3", "--backend", "mpi", "--exchange", "one-sided"])
-                .env("TCC_SPLIT", "eager")
-                .env("TCC_STEAL", steal)
-                .output()
-                .unwrap();
-            let text = String::from_utf8_lossy(&out.stdout).to_string();
-            assert!(out.status.success(), "-np {np}: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+            let args = ["run", file, "--tiled", "--tile", "3", "--backend", "mpi", "--exchange", "one-sided"];
+            let (ok, text, err) = mpirun_tcc(np, &args, &[("TCC_SPLIT", "eager"), ("TCC_STEAL", steal)]);
+            assert!(ok, "-np {np}: {err}\n{text}");
             check(&text, &format!("mpirun -np {np}, {steal}"));
         }
     }
     for bad in ["yes", "1.5", "-0.1"] {
-        let out =
-            tcc().args(["run"]).arg(&file).args(["--tiled", "--ranks", "2"]).env("TCC_SPLIT", bad).assert().code(1);
-        let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
-        assert!(err.contains("TCC_SPLIT") && err.contains("E0760"), "{bad}: {err}");
+        refuses_env(&file, "TCC_SPLIT", bad);
     }
-    let out = tcc()
-        .args(["run"])
-        .arg(&file)
-        .args(["--tiled", "--ranks", "2"])
-        .env("TCC_PREFETCH_WORDS", "lots")
-        .assert()
-        .code(1);
-    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
-    assert!(err.contains("TCC_PREFETCH_WORDS") && err.contains("E0760"), "{err}");
+    refuses_env(&file, "TCC_PREFETCH_WORDS", "lots");
 }
 
 #[test]
@@ -824,19 +825,12 @@ fn ranks_on_one_node_read_tiles_in_place() {
         same(&text, &format!("3 ranks, in place {value}"));
         assert_eq!(text.contains("read in place: "), read, "{value}: {text}");
     }
+    let f = file.to_str().unwrap();
+    let mpi_args = ["run", f, "--tiled", "--tile", "2", "--backend", "mpi", "--exchange", "one-sided", "--stats"];
     if cfg!(feature = "mpi") && which("mpirun") {
         for value in ["on", "off"] {
-            let out = std::process::Command::new("timeout")
-                .args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3"])
-                .arg(assert_cmd::cargo::cargo_bin("tcc"))
-                .arg("run")
-                .arg(&file)
-                .args(["--tiled", "--tile", "2", "--backend", "mpi", "--exchange", "one-sided", "--stats"])
-                .env("TCC_READ_IN_PLACE", value)
-                .output()
-                .unwrap();
-            let text = String::from_utf8_lossy(&out.stdout).to_string();
-            assert!(out.status.success(), "in place {value}: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+            let (ok, text, err) = mpirun_tcc("3", &mpi_args, &[("TCC_READ_IN_PLACE", value)]);
+            assert!(ok, "in place {value}: {err}\n{text}");
             same(&text, &format!("mpirun -np 3, in place {value}"));
             if value == "off" {
                 assert!(!text.contains("read in place: "), "{text}");
@@ -855,20 +849,11 @@ fn ranks_on_one_node_read_tiles_in_place() {
     // over the partial tiles then fails, and the partial tiles of taken-over items
     // went missing (a wrong sum) until they were sent collectively instead.
     if cfg!(feature = "mpi") && which("mpirun") {
+        let env =
+            [("OMPI_MCA_osc", "sm"), ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"), ("TCC_STEAL", "eager")];
         for np in ["2", "3", "4"] {
-            let out = std::process::Command::new("timeout")
-                .args(["120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", np])
-                .arg(assert_cmd::cargo::cargo_bin("tcc"))
-                .arg("run")
-                .arg(&file)
-                .args(["--tiled", "--tile", "2", "--backend", "mpi", "--exchange", "one-sided", "--stats"])
-                .env("OMPI_MCA_osc", "sm")
-                .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-                .env("TCC_STEAL", "eager")
-                .output()
-                .unwrap();
-            let text = String::from_utf8_lossy(&out.stdout).to_string();
-            assert!(out.status.success(), "osc sm, -np {np}: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+            let (ok, text, err) = mpirun_tcc(np, &mpi_args, &env);
+            assert!(ok, "osc sm, -np {np}: {err}\n{text}");
             if text.contains("has no windows") {
                 continue; // this MPI has no `osc sm`: nothing taken over
             }
@@ -876,13 +861,5 @@ fn ranks_on_one_node_read_tiles_in_place() {
             assert!(text.lines().any(|l| l.contains("took over ") && !l.contains("took over 0 ")), "{text}");
         }
     }
-    let out = tcc()
-        .args(["run"])
-        .arg(&file)
-        .args(["--tiled", "--ranks", "2"])
-        .env("TCC_READ_IN_PLACE", "maybe")
-        .assert()
-        .code(1);
-    let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
-    assert!(err.contains("TCC_READ_IN_PLACE") && err.contains("E0760"), "{err}");
+    refuses_env(&file, "TCC_READ_IN_PLACE", "maybe");
 }

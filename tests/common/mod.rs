@@ -106,3 +106,14 @@ pub fn run_c_driver(dir: &std::path::Path, lib: &str, source: &str) -> std::proc
     assert!(run.status.success(), "{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
     run
 }
+
+/// The `.tc` programs directly under `examples/`, sorted.
+pub fn examples() -> Vec<std::path::PathBuf> {
+    let mut v: Vec<std::path::PathBuf> = std::fs::read_dir(root().join("examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "tc"))
+        .collect();
+    v.sort();
+    v
+}
