@@ -15,8 +15,8 @@ none|full) it runs tcc on the matching example layer with the measured sizes:
 with `--devices 1 --layers 1 --recompute R --top 1 --json`, where R is `none`
 for matmul attention, `selective` for SDPA (a flash-style kernel keeps no s²
 scores and recomputes them: tcc's selective recomputation, book/src/models.md),
-and `full` for torch.utils.checkpoint (tcc cannot tell flash from no flash under
-full recomputation: its working set holds the scores).
+and for torch.utils.checkpoint `full` with matmul attention, `full-flash` with
+SDPA (the recomputed layer runs flash attention: no s² scores in its working set).
 
 Memory rows (measured / predicted, goal within 10%):
   params      measured weights (bf16) vs tcc's 2·Ψ;
@@ -50,7 +50,7 @@ def fail(msg):
 
 def tcc_recompute(attn, recompute):
     if recompute == "full":
-        return "full"
+        return "full-flash" if attn == "sdpa" else "full"
     return "selective" if attn == "sdpa" else "none"
 
 

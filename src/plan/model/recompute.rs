@@ -18,24 +18,37 @@ pub fn is_core(t: &TensorInfo) -> bool {
 
 /// Elements one rank keeps per repetition of the block (over its whole local batch)
 /// for the backward pass, and the elements of the largest working set recomputation
-/// materialises at once (one repetition's activations, under full recomputation).
+/// materialises at once (one repetition's activations, under full recomputation;
+/// without the attention core when the recomputed layer runs flash attention).
 pub fn kept_elements(info: &ModelInfo, c: &Config, r: Recompute) -> (f64, f64) {
     let acts = || info.layers.iter().flat_map(|l: &LayerInfo| &l.activations);
     let all: f64 = acts().map(|a| activation_elements(a, c)).sum();
+    let no_core = || acts().filter(|a| !is_core(a)).map(|a| activation_elements(a, c)).sum();
+    let outputs = || info.outputs.iter().map(|a| activation_elements(a, c)).sum();
     match r {
         Recompute::None => (all, 0.0),
-        Recompute::Selective => (acts().filter(|a| !is_core(a)).map(|a| activation_elements(a, c)).sum(), 0.0),
-        Recompute::Full => (info.outputs.iter().map(|a| activation_elements(a, c)).sum(), all),
+        Recompute::Selective => (no_core(), 0.0),
+        Recompute::Full => (outputs(), all),
+        Recompute::FullFlash => (outputs(), no_core()),
     }
 }
 
-/// Forward flops per repetition of the block that the backward pass runs again.
+/// Forward flops per repetition of the block that the backward pass runs again:
+/// full recomputation runs the forward once more; with flash attention the
+/// kernel's backward also recomputes the core (as under selective).
 pub fn extra_flops(info: &ModelInfo, r: Recompute) -> f64 {
+    let core: f64 = info.layers.iter().map(|l| l.core_flops).sum();
     match r {
         Recompute::None => 0.0,
-        Recompute::Selective => info.layers.iter().map(|l| l.core_flops).sum(),
+        Recompute::Selective => core,
         Recompute::Full => info.flops(),
+        Recompute::FullFlash => info.flops() + core,
     }
+}
+
+/// Whether `r` never stores the attention core (flash-style attention).
+pub fn drops_core(r: Recompute) -> bool {
+    matches!(r, Recompute::Selective | Recompute::FullFlash)
 }
 
 /// Whether selective recomputation has anything to recompute in this model.
@@ -52,7 +65,7 @@ pub fn largest_elements(info: &ModelInfo, c: &Config, r: Recompute) -> f64 {
     info.layers
         .iter()
         .flat_map(|l: &LayerInfo| &l.activations)
-        .filter(|a| r != Recompute::Selective || !is_core(a))
+        .filter(|a| !drops_core(r) || !is_core(a))
         .map(|a| activation_elements(a, c))
         .fold(0.0, f64::max)
 }
