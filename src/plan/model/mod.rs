@@ -332,11 +332,12 @@ pub struct Memory {
     /// during the backward pass (0 otherwise). The rest is what the stage keeps
     /// from its forward passes until their backward passes.
     pub recompute_working: f64,
-    /// The backward pass's working set: the gradient flowing into the largest
-    /// activation of a layer and the gradient it produces, alive together
-    /// (2 × its fp16 size, one micro-batch). Measured on an H100 (bench/models/
-    /// results.md): exactly the fwd+bwd peak above the kept activations of a
-    /// Llama-style layer with flash attention; with the s² scores kept, 0.8 of it.
+    /// The backward pass's working set above `activations` (one micro-batch,
+    /// fp16, [`recompute::backward_elements`]): at an activation, the gradient
+    /// flowing into it and the one it produces (three tensors for a softmax),
+    /// less the activations made after it, already freed. Measured on an H100
+    /// (bench/models/results.md): the fwd+bwd peaks of a Llama-style layer
+    /// within 4%, with and without the s² scores kept.
     pub backward: f64,
     /// ZeRO-3's gathered weights: the layer in use and the one prefetched, whole
     /// (fp16, this rank's tensor/expert share), at most DeepSpeed's
@@ -932,7 +933,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
     let flight = pipeline::in_flight(c.pipe.schedule, pp, m as usize, v);
     mem.activations = FP16 * (layers * flight * kept + working) / m;
     mem.recompute_working = FP16 * working / m;
-    mem.backward = 2.0 * FP16 * recompute::largest_elements(info, c, c.pipe.recompute) / m;
+    mem.backward = FP16 * recompute::backward_elements(info, c, c.pipe.recompute) / m;
     // The output layer keeps one micro-batch's logits (GPipe: all in flight).
     mem.logits = voc.logits * if c.pipe.schedule == Schedule::GPipe && pp > 1 { m } else { 1.0 };
     // ZeRO-Offload: this rank's optimizer partition moves to the host; each step

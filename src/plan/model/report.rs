@@ -48,7 +48,8 @@ fn header(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> String {
         o.network.describe()
     ));
     if let Some(b) = o.micro_batch_size {
-        s.push_str(&format!("  micro-batch fixed at {b} samples per data rank (--micro-batch)\n"));
+        let samples = if b == 1 { "sample" } else { "samples" };
+        s.push_str(&format!("  micro-batch fixed at {b} {samples} per data rank (--micro-batch)\n"));
     }
     s
 }
