@@ -23,8 +23,10 @@ Memory rows (measured / predicted, goal within 10%):
   fwd kept    memory held after the forward vs tcc's activations less the
               recomputation working set (what the layer keeps for its backward);
   fwd+bwd     the fwd+bwd peak above weights, gradients and input vs tcc's
-              activations plus its backward working set (the gradients of
-              the largest activation: memory.backward).
+              activations plus its backward working set above them
+              (memory.backward: at each activation, walking the layer
+              backwards, its gradients — three tensors for a softmax — less
+              the activations already freed).
 Time: one efficiency is calibrated (--calibrate, default the dense layer with
 SDPA and no recomputation): tcc at mfu=1 gives the step's time at the peak, the
 measured fwd+bwd time gives the efficiency, and tcc is run again at that mfu
