@@ -1605,7 +1605,9 @@ pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, CommandEr
     o.micro_batches = a.micro_batches;
     o.micro_batch_size = a.micro_batch;
     o.recompute = match &a.recompute {
-        Some(s) => Some(Recompute::parse(s).map_err(|m| err("E0811", m, Some("--recompute none|selective|full|full-flash")))?),
+        Some(s) => {
+            Some(Recompute::parse(s).map_err(|m| err("E0811", m, Some("--recompute none|selective|full|full-flash")))?)
+        }
         None => None,
     };
     o.compress = onebit(a)?;
