@@ -408,6 +408,11 @@ fn activations_are_what_the_backward_pass_reads() {
     // P is a softmax numerator (Z sums it); the MLP's exp-free tensors are not.
     assert_eq!(m.layers[0].softmax, ["P"]);
     assert!(m.layers[1].softmax.is_empty());
+    // Mixtral's gate L = exp(N2·Wr) is an exp that nothing sums: not a softmax.
+    let mix = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/mixtral_block.tc")).unwrap();
+    let (_, mx) = at_scale(&mix, &[]);
+    assert_eq!(mx.layers[0].softmax, ["P"]);
+    assert!(mx.layers[1].softmax.is_empty() && mx.layers[1].activations.iter().any(|a| a.name == "L"));
     // The backward pass's working set above the activations (fp16), walking the
     // block backwards. Without recomputation its peak is the softmax at P: ∂P,
     // ∂P ⊙ P and ∂S (3 × b·heads·s²), less what the backward has freed by then,
