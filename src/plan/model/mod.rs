@@ -329,7 +329,8 @@ pub struct Memory {
     pub secondary: f64,
     pub activations: f64,
     /// Of `activations`: the one layer's tensors full recomputation rebuilds
-    /// during the backward pass (0 otherwise). The rest is what the stage keeps
+    /// during the backward pass (without the attention core under full-flash;
+    /// 0 otherwise). The rest is what the stage keeps
     /// from its forward passes until their backward passes.
     pub recompute_working: f64,
     /// The backward pass's working set above `activations` (one micro-batch,
