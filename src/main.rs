@@ -566,7 +566,7 @@ enum Command {
         micro_batches: Option<usize>,
         /// Samples per micro-batch per data rank, fixed: only plans whose per-replica batch
         /// it divides are searched (default: search every micro-batch size).
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", conflicts_with = "execute")]
         micro_batch: Option<usize>,
         /// Activation recomputation: none, selective (the attention core; also what flash
         /// attention keeps), full (each layer's input only) or full-flash (full, the layers
