@@ -564,7 +564,13 @@ enum Command {
         /// of the batch per data rank).
         #[arg(long, value_name = "M")]
         micro_batches: Option<usize>,
-        /// Activation recomputation: none, selective or full (default: search all).
+        /// Samples per micro-batch per data rank, fixed: only plans whose per-replica batch
+        /// it divides are searched (default: search every micro-batch size).
+        #[arg(long, value_name = "N", conflicts_with = "execute")]
+        micro_batch: Option<usize>,
+        /// Activation recomputation: none, selective (the attention core; also what flash
+        /// attention keeps), full (each layer's input only) or full-flash (full, the layers
+        /// running flash attention: no s² scores while recomputed) (default: search all).
         #[arg(long, value_name = "KIND")]
         recompute: Option<String>,
         /// Print the plans as JSON.
@@ -592,7 +598,7 @@ enum Command {
         /// replicas, KV-cache memory, prefill and per-token decode time, throughput and the
         /// largest batch that fits. The batch dim is the concurrent sequences, the seq dim
         /// the prompt length.
-        #[arg(long, conflicts_with_all = ["emit", "execute", "zeropp", "micro_batches", "recompute", "compress"])]
+        #[arg(long, conflicts_with_all = ["emit", "execute", "zeropp", "micro_batches", "micro_batch", "recompute", "compress"])]
         inference: bool,
         /// With --inference: tokens generated per sequence [default: 256].
         #[arg(long, value_name = "N", requires = "inference")]
@@ -1414,6 +1420,7 @@ fn cmd_plan_model(ctx: &Ctx, command: Command) -> Outcome {
         top,
         zeropp,
         micro_batches,
+        micro_batch,
         recompute,
         json,
         vocab,
@@ -1452,6 +1459,7 @@ fn cmd_plan_model(ctx: &Ctx, command: Command) -> Outcome {
         top,
         zeropp,
         micro_batches,
+        micro_batch,
         recompute,
         json,
         vocab,

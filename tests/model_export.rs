@@ -120,3 +120,35 @@ fn sizes_bandwidths_and_compute_rates_need_their_units() {
     }
     assert!(run(&["--mem-per-device", "80GB", "--network", "fat-tree:bw=400Gbps,flops=300TF/s"]).status.success());
 }
+
+/// `--recompute full-flash` (full recomputation of layers running flash attention)
+/// is written as each target can say it: Megatron's full recomputation with
+/// `--use-flash-attn`, torch's checkpoint wrapper with SDPA named, DeepSpeed's
+/// checkpointing with `flash_attention` under `tcc_model_code` (its config does
+/// not choose the kernel); plain `full` claims no flash attention. A model
+/// without attention scores has nothing for flash attention to drop: E0823.
+#[test]
+fn full_flash_recomputation_is_exported_as_each_target_can_say_it() {
+    let flash = ["--recompute", "full-flash"];
+    let meg = out(&[&GPT[..], &flash[..], &["--emit", "megatron"]].concat());
+    assert!(meg.contains("--recompute-granularity full") && meg.contains("--use-flash-attn"), "{meg}");
+    let meg_full = out(&[&GPT[..], &["--recompute", "full", "--emit", "megatron"]].concat());
+    assert!(meg_full.contains("--recompute-granularity full") && !meg_full.contains("flash"), "{meg_full}");
+    let torch = out(&[&GPT[..], &flash[..], &["--emit", "torch"]].concat());
+    assert!(torch.contains("checkpoint_wrapper") && torch.contains("scaled_dot_product_attention"), "{torch}");
+    let ds: serde_json::Value =
+        serde_json::from_str(&out(&[&GPT[..], &flash[..], &["--emit", "deepspeed"]].concat())).unwrap();
+    assert_eq!(ds["tcc_model_code"]["activation_checkpointing"], "full-flash");
+    assert_eq!(ds["tcc_model_code"]["flash_attention"], true);
+    assert!(ds["activation_checkpointing"].is_object());
+    let ds_full: serde_json::Value =
+        serde_json::from_str(&out(&[&GPT[..], &["--recompute", "full", "--emit", "deepspeed"]].concat())).unwrap();
+    assert_eq!(ds_full["tcc_model_code"]["flash_attention"], false);
+    let o = tcc()
+        .args(["plan-model", "examples/moe_block.tc", "--devices", "4", "--recompute", "full-flash"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("E0823") && err.contains("--recompute full"), "{err}");
+}

@@ -3,9 +3,9 @@
 //! argument of every statement of the shipped model layers is moved into a
 //! statement of its own (a new tensor over the value's indices), one site at a
 //! time; the split model computes the same outputs (the interpreter says so) and
-//! must have the same parameters, flops, activations, KV cache and the same
-//! collectives in every plan. Constants (masks) are never communicated, and a
-//! router's weight is not an expert parameter.
+//! must have the same parameters, flops, activations, backward working set, KV
+//! cache and the same collectives in every plan. Constants (masks) are never
+//! communicated, and a router's weight is not an expert parameter.
 
 use std::collections::HashMap;
 use tcc::plan::model::analysis::{self, ModelInfo};
@@ -196,6 +196,7 @@ fn splitting_a_statement_changes_no_plan() {
                     let (a, b) = (evaluate(&want, &c, &o), evaluate(&got, &c, &o));
                     assert_eq!(comm(&a), comm(&b), "{what}: {}", c.describe());
                     assert!(close(a.memory.activations, b.memory.activations), "{what}: {}", c.describe());
+                    assert!(close(a.memory.backward, b.memory.backward), "{what}: backward {}", c.describe());
                     assert!(close(a.time, b.time), "{what}: {}", c.describe());
                 }
                 checked += 1;

@@ -342,6 +342,44 @@ fn full_recomputation_keeps_the_layer_input_and_rebuilds_one_layer() {
     assert_eq!(kept, 4.0 * 2.0 * 512.0 * 1024.0 * 2.0);
 }
 
+/// Full recomputation of layers that run flash attention (`torch.utils.checkpoint`
+/// around a layer calling SDPA): the same kept inputs, a rebuilt working set
+/// without the s² scores and probabilities (b·heads·s² each for S and P of
+/// gpt_block: P kept, S not), and one more pass over the core's flops (the
+/// kernel's backward rebuilds the scores) on top of full's extra forward.
+#[test]
+fn full_flash_rebuilds_a_layer_without_the_attention_scores() {
+    let (b, s, heads) = (2.0, 512.0, 8.0);
+    let (_, m) = at_scale(
+        &gpt_free(),
+        &[("batch", 2), ("seq", 512), ("hidden", 1024), ("heads", 8), ("hdim", 128), ("ffn", 4096)],
+    );
+    let mut o = opts(1);
+    o.layers = 4;
+    let plan = |r: Recompute| {
+        let mut c = cfg(1, 0);
+        c.pipe = pipe(1, Schedule::OneFOneB, 1, 1, r);
+        evaluate(&m, &c, &o)
+    };
+    let (full, flash, sel) = (plan(Recompute::Full), plan(Recompute::FullFlash), plan(Recompute::Selective));
+    let kept = |p: &ModelPlan| p.memory.activations - p.memory.recompute_working;
+    assert_eq!(kept(&flash), kept(&full));
+    // The kept probabilities P, fp16: what flash attention does not rebuild.
+    let p_bytes = 2.0 * b * heads * s * s;
+    assert_eq!(full.memory.recompute_working - flash.memory.recompute_working, p_bytes);
+    // Per layer, selective keeps what full-flash rebuilds.
+    assert!((flash.memory.recompute_working - sel.memory.activations / 4.0).abs() < 1e-6 * p_bytes);
+    // Flops: 3 × forward + forward again + the core (scores and exp: 2·b·heads·s²·hdim + b·heads·s²).
+    let core = 2.0 * b * heads * s * s * 128.0 + b * heads * s * s;
+    assert_eq!(m.layers.iter().map(|l| l.core_flops).sum::<f64>(), core);
+    assert!((flash.flops_per_rank - full.flops_per_rank - 4.0 * core).abs() < 1e-6 * core);
+    assert!(flash.memory.total < full.memory.total);
+    // Searched: without --recompute the four choices are tried.
+    o.recompute = Some(Recompute::FullFlash);
+    let plans = tcc::plan::model::search(&m, &Default::default(), &o);
+    assert!(!plans.is_empty() && plans.iter().all(|p| p.config.pipe.recompute == Recompute::FullFlash));
+}
+
 /// What the backward pass reads, counted by hand for examples/llama_block.tc: the
 /// scores S (read only by exp, whose backward uses its value P), the row sums Z
 /// (read only by recip) and the RMS sums R1, R2 (read only by sqrt) are not kept;
@@ -367,9 +405,21 @@ fn activations_are_what_the_backward_pass_reads() {
     let hidden = 2.0 * 2.0 * t + heads * t + 2.0 * t * f;
     let got: f64 = m.layers.iter().flat_map(|l| &l.activations).map(|a| a.elements).sum();
     assert_eq!(got, written + hidden);
-    // The backward pass's working set: the gradients of the largest activation (P,
-    // b·heads·s²; with selective recomputation or flash attention U, H, b·s·ffn),
-    // twice, fp16, on top of the activations in the total.
+    // P is a softmax numerator (Z sums it); the MLP's exp-free tensors are not.
+    assert_eq!(m.layers[0].softmax, ["P"]);
+    assert!(m.layers[1].softmax.is_empty());
+    // Mixtral's gate L = exp(N2·Wr) is an exp that nothing sums: not a softmax.
+    let mix = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/mixtral_block.tc")).unwrap();
+    let (_, mx) = at_scale(&mix, &[]);
+    assert_eq!(mx.layers[0].softmax, ["P"]);
+    assert!(mx.layers[1].softmax.is_empty() && mx.layers[1].activations.iter().any(|a| a.name == "L"));
+    // The backward pass's working set above the activations (fp16), walking the
+    // block backwards. Without recomputation its peak is the softmax at P: ∂P,
+    // ∂P ⊙ P and ∂S (3 × b·heads·s²), less what the backward has freed by then,
+    // everything made after P but the output Y: recip(Z) (heads·t), O, C, A, N2
+    // (4·t·h), the MLP norm's two values (2t), U, silu's argument and value, H
+    // (4·t·f). With selective recomputation (flash attention) P is not kept, and
+    // the peak is at H: ∂H and ∂(its inputs), 2·t·f, nothing freed after it but Y.
     let o = opts(1);
     let mem = |r: Recompute| {
         let mut c = cfg(1, 0);
@@ -377,8 +427,14 @@ fn activations_are_what_the_backward_pass_reads() {
         evaluate(&m, &c, &o).memory
     };
     let (none, sel) = (mem(Recompute::None), mem(Recompute::Selective));
-    assert_eq!(none.backward, 2.0 * 2.0 * b * heads * s * s);
+    let freed_after_p = heads * t + 4.0 * t * h + 2.0 * t + 4.0 * t * f;
+    assert_eq!(none.backward, 2.0 * (3.0 * b * heads * s * s - freed_after_p));
     assert_eq!(sel.backward, 2.0 * 2.0 * t * f);
+    // Full recomputation rebuilds the same layer: the same peak above it; with
+    // flash attention in the rebuilt layer (full-flash) the selective one.
+    let (full, flash) = (mem(Recompute::Full), mem(Recompute::FullFlash));
+    assert_eq!(full.backward, none.backward);
+    assert_eq!(flash.backward, sel.backward);
     let parts = none.params + none.grads + none.optimizer + none.activations + none.backward + none.buckets;
     assert!((none.total - parts).abs() < 1e-6 * none.total, "{none:?}");
 }
@@ -981,4 +1037,48 @@ fn vocab_needs_a_hidden_dim_and_a_count() {
     assert!(ok, "{e}");
     let (ok, e) = run(ex, &["--vocab", "1000"]);
     assert!(ok, "{e}");
+}
+
+/// `--micro-batch N` fixes the samples per micro-batch: every plan splits its
+/// per-replica batch (batch / data) into micro-batches of N, the header says so,
+/// and an N that divides no per-replica batch is a clear error (E0824), as is 0.
+#[test]
+fn micro_batch_fixes_the_samples_per_micro_batch() {
+    let ex = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/llama_block.tc");
+    let gpt = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gpt_block.tc");
+    let net = "fat-tree:bw=25GB/s,lat=5us,peak=989TF/s,mfu=0.5";
+    let tcc = |file: &str, extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tcc"))
+            .args(["plan-model", file, "--devices", "8", "--network", net])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = tcc(ex, &["--dim", "batch=16", "--layers", "4", "--micro-batch", "2", "--top", "100", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let plans = json["models"][0]["plans"].as_array().unwrap();
+    assert!(plans.len() > 1);
+    assert_eq!(json["models"][0]["micro_batch_fixed"], 2);
+    for p in plans {
+        let data = p["config"]["data"].as_u64().unwrap();
+        let m = p["config"]["pipe"]["micro_batches"].as_u64().unwrap();
+        assert_eq!(p["micro_batch_size"], 2, "{p}");
+        assert_eq!(m * 2 * data, 16, "{p}");
+    }
+    let out = tcc(ex, &["--dim", "batch=16", "--micro-batch", "2", "--top", "1"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("micro-batch fixed at 2 samples per data rank"));
+    // 5 divides no share of a batch of 12.
+    let out = tcc(ex, &["--dim", "batch=12", "--micro-batch", "5"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("E0824") && err.contains("does not divide the batch: `batch` = 12"), "{err}");
+    // gpt_block's hints (data 2, tensor 4) leave 1 of its batch of 2 per replica.
+    let out = tcc(gpt, &["--micro-batch", "2"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("E0824") && err.contains("their per-replica batches: 1"), "{err}");
+    let out = tcc(ex, &["--micro-batch", "0"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("E0815"));
+    assert_eq!(out.status.code(), Some(1));
 }

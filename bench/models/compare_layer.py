@@ -15,16 +15,18 @@ none|full) it runs tcc on the matching example layer with the measured sizes:
 with `--devices 1 --layers 1 --recompute R --top 1 --json`, where R is `none`
 for matmul attention, `selective` for SDPA (a flash-style kernel keeps no s²
 scores and recomputes them: tcc's selective recomputation, book/src/models.md),
-and `full` for torch.utils.checkpoint (tcc cannot tell flash from no flash under
-full recomputation: its working set holds the scores).
+and for torch.utils.checkpoint `full` with matmul attention, `full-flash` with
+SDPA (the recomputed layer runs flash attention: no s² scores in its working set).
 
 Memory rows (measured / predicted, goal within 10%):
   params      measured weights (bf16) vs tcc's 2·Ψ;
   fwd kept    memory held after the forward vs tcc's activations less the
               recomputation working set (what the layer keeps for its backward);
   fwd+bwd     the fwd+bwd peak above weights, gradients and input vs tcc's
-              activations plus its backward working set (the gradients of
-              the largest activation: memory.backward).
+              activations plus its backward working set above them
+              (memory.backward: at each activation, walking the layer
+              backwards, its gradients — three tensors for a softmax — less
+              the activations already freed).
 Time: one efficiency is calibrated (--calibrate, default the dense layer with
 SDPA and no recomputation): tcc at mfu=1 gives the step's time at the peak, the
 measured fwd+bwd time gives the efficiency, and tcc is run again at that mfu
@@ -50,7 +52,7 @@ def fail(msg):
 
 def tcc_recompute(attn, recompute):
     if recompute == "full":
-        return "full"
+        return "full-flash" if attn == "sdpa" else "full"
     return "selective" if attn == "sdpa" else "none"
 
 

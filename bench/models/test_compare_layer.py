@@ -18,8 +18,8 @@ measured = json.load(open(FAKE))
 a = measured["args"]
 
 # Flash-style attention is tcc's selective recomputation; checkpointing is full.
-assert [cl.tcc_recompute(x, y) for x, y in [("matmul", "none"), ("sdpa", "none"), ("sdpa", "full")]] == [
-    "none", "selective", "full"]
+pairs = [("matmul", "none"), ("sdpa", "none"), ("matmul", "full"), ("sdpa", "full")]
+assert [cl.tcc_recompute(x, y) for x, y in pairs] == ["none", "selective", "full", "full-flash"]
 # Mixtral: top-2 of 8 experts over 4096 tokens: 1024 capacity slots per expert.
 d = cl.dims("moe", a)
 assert (d["capacity"], d["group"], d["hdim"], d["experts"]) == (1024, 4, 128, 8), d

@@ -56,8 +56,14 @@ pub struct LayerInfo {
     /// sequence index (K, V), not the query's (Q) nor both (a mask).
     pub kv: Vec<TensorInfo>,
     /// Tensors the layer writes and the values inside its statements the
-    /// backward pass needs ([`hidden_values`], named `OWNER~k`): its activations.
+    /// backward pass needs ([`hidden_values`], named `OWNER~k`): its activations,
+    /// in the order the forward pass makes them (a statement's inner values
+    /// before its result), which is the reverse of the order the backward frees them.
     pub activations: Vec<TensorInfo>,
+    /// Activations that are softmax numerators ([`is_softmax`]): their backward
+    /// holds three tensors of their size at once.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub softmax: Vec<String>,
     /// Statements with two indices over the sequence (attention scores).
     pub attention: bool,
     /// Statements reading a parameter with an experts dimension.
@@ -288,6 +294,22 @@ fn needed(hir: &Hir, stmts: &[Stmt], writer: &Stmt, t: TensorId) -> bool {
     hir.tensors[t].role == Role::Output || own_value || !stmts.iter().all(|s| only_by_value(&s.rhs, t))
 }
 
+/// Whether `writer` writes a softmax numerator: `P = exp(S)` whose value another
+/// statement sums over an index (`Z = P[…, t]`, the normaliser). Its backward,
+/// ∂S = P ⊙ (∂P − Σ_t ∂P ⊙ P), holds ∂P, the product ∂P ⊙ P for the row sums and
+/// ∂S beside the kept P: PyTorch's CUDA softmax backward allocates all three
+/// (`softmax_backward_cuda_out`: `tmp = grad * output`, then the kernel's output),
+/// measured on an H100 (bench/models/results.md).
+fn is_softmax(stmts: &[Stmt], writer: &Stmt) -> bool {
+    let t = writer.lhs.tensor;
+    let exp = matches!(&writer.rhs.terms[..], [term] if matches!(&term.factors[..],
+        [Factor::Call { func: Func::Exp, .. }]));
+    exp && stmts.iter().any(|s| {
+        matches!(&s.rhs.terms[..], [term] if matches!(&term.factors[..],
+            [Factor::Tensor(r)] if r.tensor == t && r.indices.iter().any(|i| !s.lhs.indices.contains(i))))
+    })
+}
+
 /// A statement with two distinct indices over one sequence range: attention scores.
 pub fn is_attention(hir: &Hir, s: &Stmt) -> bool {
     let mut idx = s.lhs.indices.clone();
@@ -489,11 +511,20 @@ pub fn analyze(hir: &Hir, model: ModelId) -> ModelInfo {
         let stmts = &all[l.stmts.clone()];
         let mut acts: Vec<TensorInfo> = Vec::new();
         let mut hidden: Vec<TensorInfo> = Vec::new();
+        // Forward order: each statement's inner values, then its result.
+        let mut ordered: Vec<TensorInfo> = Vec::new();
+        let mut softmax: Vec<String> = Vec::new();
         for s in stmts {
             let ti = tinfo(hir, s.lhs.tensor);
+            let before = hidden.len();
             hidden_values(hir, &s.rhs, true, &ti.name, &mut hidden);
+            ordered.extend(hidden[before..].iter().cloned());
             if !acts.contains(&ti) && needed(hir, all, s, s.lhs.tensor) {
-                acts.push(ti);
+                if is_softmax(all, s) {
+                    softmax.push(ti.name.clone());
+                }
+                acts.push(ti.clone());
+                ordered.push(ti);
             }
         }
         let in_layer = |t: &TensorInfo| {
@@ -535,7 +566,8 @@ pub fn analyze(hir: &Hir, model: ModelId) -> ModelInfo {
                 .filter(|s| super::recompute::is_core(&tinfo(hir, s.lhs.tensor)))
                 .map(|s| expr_flops(hir, &s.rhs, &s.lhs.indices))
                 .sum(),
-            activations: acts.iter().chain(&hidden).cloned().collect(),
+            activations: ordered,
+            softmax,
             attention,
             moe,
             ulysses: if attention { ulysses_all.iter().filter(|t| in_layer(t)).cloned().collect() } else { Vec::new() },

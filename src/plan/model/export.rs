@@ -243,6 +243,9 @@ fn deepspeed(info: &ModelInfo, o: &ModelOptions, p: &ModelPlan, skipped: &str) -
         // before each expert all-to-all and all-gathers them after it.
         "moe_drop_duplicate_tokens": c.ted_dtd,
         "activation_checkpointing": recompute_name(pipe.recompute),
+        // The attention kernel is the model code's: the plan's memory assumes a
+        // flash-style one (no s² scores kept or rebuilt) where it says so.
+        "flash_attention": super::recompute::drops_core(pipe.recompute),
         "rank_order": mesh(p).map(|(n, _)| n),
     });
     if let Some(ob) = p.compress {
@@ -262,6 +265,7 @@ fn recompute_name(r: Recompute) -> &'static str {
         Recompute::None => "none",
         Recompute::Selective => "selective",
         Recompute::Full => "full",
+        Recompute::FullFlash => "full-flash",
     }
 }
 
@@ -296,6 +300,10 @@ fn megatron(info: &ModelInfo, o: &ModelOptions, p: &ModelPlan) -> Result<String,
         Recompute::Full => {
             a.push("--recompute-granularity full --recompute-method uniform --recompute-num-layers 1".into())
         }
+        // The recomputed layer runs flash attention: the plan's memory assumes it.
+        Recompute::FullFlash => a.push(
+            "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --use-flash-attn".into(),
+        ),
     }
     match c.zero {
         0 => {}
@@ -403,6 +411,11 @@ fn torch(info: &ModelInfo, o: &ModelOptions, p: &ModelPlan) -> Result<String, Co
         }
         Recompute::Full => {
             s += "\n# Full recomputation: checkpoint every layer.\n\
+                  from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper\n"
+        }
+        Recompute::FullFlash => {
+            s += "\n# Full recomputation: checkpoint every layer; the plan's memory assumes its attention is\n\
+                  # torch.nn.functional.scaled_dot_product_attention (flash: no s² scores, also when recomputed).\n\
                   from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper\n"
         }
     }

@@ -221,6 +221,9 @@ pub struct ModelOptions {
     pub zeropp: Option<ZeroPP>,
     /// Forced micro-batch count; `None`: every divisor of the local batch is tried.
     pub micro_batches: Option<usize>,
+    /// Forced samples per micro-batch (`--micro-batch`): only the count that
+    /// splits the local batch into micro-batches of this size is tried.
+    pub micro_batch_size: Option<usize>,
     /// Forced recomputation; `None`: none, selective and full are tried.
     pub recompute: Option<Recompute>,
     /// Compressed gradient communication (1-bit Adam, 1-bit LAMB, 0/1 Adam): plans
@@ -258,6 +261,7 @@ impl ModelOptions {
             top: 5,
             zeropp: None,
             micro_batches: None,
+            micro_batch_size: None,
             recompute: None,
             compress: None,
             vocab: None,
@@ -325,14 +329,16 @@ pub struct Memory {
     pub secondary: f64,
     pub activations: f64,
     /// Of `activations`: the one layer's tensors full recomputation rebuilds
-    /// during the backward pass (0 otherwise). The rest is what the stage keeps
+    /// during the backward pass (without the attention core under full-flash;
+    /// 0 otherwise). The rest is what the stage keeps
     /// from its forward passes until their backward passes.
     pub recompute_working: f64,
-    /// The backward pass's working set: the gradient flowing into the largest
-    /// activation of a layer and the gradient it produces, alive together
-    /// (2 × its fp16 size, one micro-batch). Measured on an H100 (bench/models/
-    /// results.md): exactly the fwd+bwd peak above the kept activations of a
-    /// Llama-style layer with flash attention; with the s² scores kept, 0.8 of it.
+    /// The backward pass's working set above `activations` (one micro-batch,
+    /// fp16, [`recompute::backward_elements`]): at an activation, the gradient
+    /// flowing into it and the one it produces (three tensors for a softmax),
+    /// less the activations made after it, already freed. Measured on an H100
+    /// (bench/models/results.md): the fwd+bwd peaks of a Llama-style layer
+    /// within 4%, with and without the s² scores kept.
     pub backward: f64,
     /// ZeRO-3's gathered weights: the layer in use and the one prefetched, whole
     /// (fp16, this rank's tensor/expert share), at most DeepSpeed's
@@ -880,7 +886,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
         }
     }
     // Full recomputation runs each layer's forward collectives again.
-    if c.pipe.recompute == Recompute::Full {
+    if c.pipe.recompute.is_full() {
         let again: Vec<StepComm> = comm
             .iter()
             .filter(|x| x.phase == "forward" && matches!(x.group.as_str(), "tensor" | "sequence" | "expert"))
@@ -928,7 +934,7 @@ pub fn evaluate(info: &ModelInfo, c: &Config, o: &ModelOptions) -> ModelPlan {
     let flight = pipeline::in_flight(c.pipe.schedule, pp, m as usize, v);
     mem.activations = FP16 * (layers * flight * kept + working) / m;
     mem.recompute_working = FP16 * working / m;
-    mem.backward = 2.0 * FP16 * recompute::largest_elements(info, c, c.pipe.recompute) / m;
+    mem.backward = FP16 * recompute::backward_elements(info, c, c.pipe.recompute) / m;
     // The output layer keeps one micro-batch's logits (GPipe: all in flight).
     mem.logits = voc.logits * if c.pipe.schedule == Schedule::GPipe && pp > 1 { m } else { 1.0 };
     // ZeRO-Offload: this rank's optimizer partition moves to the host; each step
@@ -1019,7 +1025,8 @@ fn divisors(n: usize) -> Vec<usize> {
 /// The pipeline choices to try for `stages` stages: micro-batch counts dividing the
 /// local batch, the schedules (one stage: gradient accumulation), recomputation.
 fn pipe_choices(info: &ModelInfo, stages: usize, data: usize, o: &ModelOptions) -> Vec<Pipe> {
-    let ms = divisors(pipeline::local_batch(info, data));
+    let local = pipeline::local_batch(info, data);
+    let ms = divisors(local);
     let mut scheds = vec![(Schedule::OneFOneB, 1)];
     if stages > 1 {
         scheds.push((Schedule::GPipe, 1));
@@ -1031,12 +1038,14 @@ fn pipe_choices(info: &ModelInfo, stages: usize, data: usize, o: &ModelOptions) 
     }
     let recs: Vec<Recompute> = match o.recompute {
         Some(r) => vec![r],
-        None if recompute::has_core(info) => vec![Recompute::None, Recompute::Selective, Recompute::Full],
+        None if recompute::has_core(info) => {
+            vec![Recompute::None, Recompute::Selective, Recompute::Full, Recompute::FullFlash]
+        }
         None => vec![Recompute::None, Recompute::Full],
     };
     let mut out = Vec::new();
     for &m in &ms {
-        if o.micro_batches.is_some_and(|x| x != m) {
+        if o.micro_batches.is_some_and(|x| x != m) || o.micro_batch_size.is_some_and(|b| b * m != local) {
             continue;
         }
         for &(schedule, virtual_stages) in &scheds {
@@ -1291,7 +1300,39 @@ pub fn plan_model_output(
                 ),
             ));
         }
+        if o.recompute == Some(Recompute::FullFlash) && !recompute::has_core(&info) {
+            return Err(err(
+                "E0823",
+                format!(
+                    "--recompute full-flash: model `{}` has no attention scores (no tensor with two indices over one sequence dim) for flash attention to drop",
+                    info.name
+                ),
+                Some("use --recompute full".into()),
+            ));
+        }
+        if let Some(b) = o.micro_batch_size {
+            micro_batch_fits(&info, b)?;
+        }
         let plans = search(&info, hints, o);
+        if plans.is_empty() && o.micro_batch_size.is_some() {
+            let free = ModelOptions { micro_batch_size: None, ..o.clone() };
+            let locals: std::collections::BTreeSet<usize> =
+                search(&info, hints, &free).iter().map(|p| pipeline::local_batch(&info, p.config.data)).collect();
+            if !locals.is_empty() {
+                let b = o.micro_batch_size.unwrap_or(1);
+                let list: Vec<String> = locals.iter().map(|x| x.to_string()).collect();
+                return Err(err(
+                    "E0824",
+                    format!(
+                        "--micro-batch {b} divides the per-replica batch of no valid plan of model `{}` on {} devices (their per-replica batches: {})",
+                        info.name,
+                        o.devices,
+                        list.join(", ")
+                    ),
+                    Some("give a micro-batch size dividing one of them, or change --devices or the batch (--dim)".into()),
+                ));
+            }
+        }
         if plans.is_empty() {
             let c = from_hints(&info, hints, o);
             let stages = c.pipe.stages;
@@ -1321,6 +1362,24 @@ pub fn plan_model_output(
     } else {
         texts.join("\n")
     })
+}
+
+/// E0824: `--micro-batch N` for a model without a batch dim, or an N that does
+/// not divide its batch (no data-parallel degree could then make it divide the
+/// per-replica batch).
+fn micro_batch_fits(info: &ModelInfo, b: usize) -> Result<(), CommandError> {
+    let fail = |m: String, h: &str| Err(CommandError::new("E0824", m, Some(h.into())));
+    match info.dim_any(&BATCH_NAMES) {
+        None => fail(
+            format!("--micro-batch {b}: model `{}` has no batch dim (batch, tokens, groups or samples)", info.name),
+            "name the dim of the samples `batch`",
+        ),
+        Some((d, n)) if !n.is_multiple_of(b) => fail(
+            format!("--micro-batch {b} does not divide the batch: `{d}` = {n} per step"),
+            "give a micro-batch size dividing the per-replica batch (the batch over the data-parallel degree)",
+        ),
+        Some(_) => Ok(()),
+    }
 }
 
 /// A collective latency option: a time with its unit (`0.5us`), not a bare number.
@@ -1355,7 +1414,9 @@ pub struct CliArgs {
     pub zeropp: Option<String>,
     /// Force the micro-batch count (gradient accumulation steps).
     pub micro_batches: Option<usize>,
-    /// Force the recomputation: none, selective or full.
+    /// Force the samples per micro-batch (`--micro-batch`).
+    pub micro_batch: Option<usize>,
+    /// Force the recomputation: none, selective, full or full-flash.
     pub recompute: Option<String>,
     pub json: bool,
     /// The vocabulary size (`--vocab`).
@@ -1389,6 +1450,7 @@ pub fn check_counts(a: &CliArgs) -> Result<(), CommandError> {
         ("--devices", a.devices),
         ("--top", Some(a.top)),
         ("--micro-batches", a.micro_batches),
+        ("--micro-batch", a.micro_batch),
         ("--generate", a.generate),
         ("--vocab", a.vocab),
     ];
@@ -1542,8 +1604,11 @@ pub fn cli(hir: &crate::sema::hir::Hir, a: &CliArgs) -> Result<String, CommandEr
         None => None,
     };
     o.micro_batches = a.micro_batches;
+    o.micro_batch_size = a.micro_batch;
     o.recompute = match &a.recompute {
-        Some(s) => Some(Recompute::parse(s).map_err(|m| err("E0811", m, Some("--recompute none|selective|full")))?),
+        Some(s) => {
+            Some(Recompute::parse(s).map_err(|m| err("E0811", m, Some("--recompute none|selective|full|full-flash")))?)
+        }
         None => None,
     };
     o.compress = onebit(a)?;

@@ -46,6 +46,12 @@ pub enum Recompute {
     Selective,
     /// Only each layer's input is kept; the whole forward runs again.
     Full,
+    /// Full recomputation of a layer whose attention is a flash-style kernel
+    /// (`torch.utils.checkpoint` around a layer calling SDPA): the recomputed
+    /// layer never materialises the attention core, and the kernel's backward
+    /// recomputes it once more.
+    #[serde(rename = "full-flash")]
+    FullFlash,
 }
 
 impl Recompute {
@@ -54,14 +60,20 @@ impl Recompute {
             Recompute::None => "none",
             Recompute::Selective => "selective",
             Recompute::Full => "full",
+            Recompute::FullFlash => "full-flash",
         }
+    }
+    /// Whether only each layer's input is kept (the whole forward runs again).
+    pub fn is_full(self) -> bool {
+        matches!(self, Recompute::Full | Recompute::FullFlash)
     }
     pub fn parse(s: &str) -> Result<Recompute, String> {
         match s.to_ascii_lowercase().as_str() {
             "none" => Ok(Recompute::None),
             "selective" => Ok(Recompute::Selective),
             "full" => Ok(Recompute::Full),
-            _ => Err(format!("unknown recomputation `{s}` (none, selective, full)")),
+            "full-flash" => Ok(Recompute::FullFlash),
+            _ => Err(format!("unknown recomputation `{s}` (none, selective, full, full-flash)")),
         }
     }
 }

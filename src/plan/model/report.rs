@@ -47,6 +47,10 @@ fn header(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> String {
         o.mem_per_device.map_or("unlimited".to_string(), |m| fmt_bytes(m as f64)),
         o.network.describe()
     ));
+    if let Some(b) = o.micro_batch_size {
+        let samples = if b == 1 { "sample" } else { "samples" };
+        s.push_str(&format!("  micro-batch fixed at {b} {samples} per data rank (--micro-batch)\n"));
+    }
     s
 }
 
@@ -274,6 +278,7 @@ pub fn plans_json(info: &ModelInfo, o: &ModelOptions, plans: &[ModelPlan]) -> se
         "gpus_per_node": o.gpus_per_node,
         "layers": o.layers,
         "mem_per_device": o.mem_per_device,
+        "micro_batch_fixed": o.micro_batch_size,
         "network": o.network,
         "valid_plans": plans.len(),
         "units": {
