@@ -558,11 +558,11 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         top: usize,
         /// ZeRO++ options with ZeRO-3: qwz,hpz,qgz or all (default: search none and all).
-        #[arg(long, value_name = "OPTS")]
+        #[arg(long, value_name = "OPTS", conflicts_with = "execute")]
         zeropp: Option<String>,
         /// Micro-batches per step (gradient accumulation; default: search the divisors
         /// of the batch per data rank).
-        #[arg(long, value_name = "M")]
+        #[arg(long, value_name = "M", conflicts_with = "execute")]
         micro_batches: Option<usize>,
         /// Samples per micro-batch per data rank, fixed: only plans whose per-replica batch
         /// it divides are searched (default: search every micro-batch size).
@@ -571,7 +571,7 @@ enum Command {
         /// Activation recomputation: none, selective (the attention core; also what flash
         /// attention keeps), full (each layer's input only) or full-flash (full, the layers
         /// running flash attention: no s² scores while recomputed) (default: search all).
-        #[arg(long, value_name = "KIND")]
+        #[arg(long, value_name = "KIND", conflicts_with = "execute")]
         recompute: Option<String>,
         /// Print the plans as JSON.
         #[arg(long)]
@@ -580,12 +580,12 @@ enum Command {
         /// over the tensor group along the vocabulary), their gradients and optimizer states,
         /// the output layer's flops and the logits (fp16 and fp32 for the loss) to the plan;
         /// with --inference, the tables' weights and each sequence's last logits.
-        #[arg(long, value_name = "V")]
+        #[arg(long, value_name = "V", conflicts_with = "execute")]
         vocab: Option<usize>,
         /// Compressed gradient communication: 1bit-adam, 1bit-lamb or 01-adam (DeepSpeed's
         /// 1-bit optimizers: after a warm-up at full volume, 1 bit per element; plans run
         /// without ZeRO).
-        #[arg(long, value_name = "KIND", conflicts_with = "zeropp")]
+        #[arg(long, value_name = "KIND", conflicts_with_all = ["zeropp", "execute"])]
         compress: Option<String>,
         /// With --compress: the share of steps at full volume before compression [default: 0.15].
         #[arg(long, value_name = "F", requires = "compress")]

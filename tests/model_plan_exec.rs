@@ -168,3 +168,28 @@ fn execute_refusals_name_the_reason() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("E0810") && e.contains("no `model` block"), "{e}");
 }
+
+/// Planning options that a sharded run does not use are refused with `--execute`
+/// rather than ignored.
+#[test]
+fn planning_options_are_refused_with_execute() {
+    let tcc = env!("CARGO_BIN_EXE_tcc");
+    let ex = format!("{}/examples/gpt_block.tc", env!("CARGO_MANIFEST_DIR"));
+    for extra in [
+        &["--micro-batches", "2"][..],
+        &["--micro-batch", "2"],
+        &["--recompute", "full"],
+        &["--zeropp", "all"],
+        &["--vocab", "32000"],
+        &["--compress", "1bit-adam"],
+    ] {
+        let out = std::process::Command::new(tcc)
+            .args(["plan-model", &ex, "--execute", "tensor"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {e}");
+        assert!(e.contains("cannot be used with") && e.contains(extra[0]), "{extra:?}: {e}");
+    }
+}
