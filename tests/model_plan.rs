@@ -3,6 +3,9 @@
 //! (Jacobs et al., 2023) and DeepSpeed-MoE (Rajbhandari et al., ICML'22). Each model
 //! is written as a `model` block and counted from its HIR.
 
+mod common;
+
+use common::moe_model as moe;
 use tcc::plan::model::{analysis, evaluate, formulas, Config, ModelOptions, ModelPlan, ZeroPP};
 use tcc::plan::Network;
 use tcc::sema::hir::ModelId;
@@ -136,19 +139,6 @@ fn ulysses_volume_is_4nh_over_p_and_constant_when_n_and_p_grow_together() {
         lead.push(got * p as f64 / (p as f64 - 1.0));
     }
     assert!(lead.windows(2).all(|w| (w[0] - w[1]).abs() < 1e-6 * w[0]), "constant per device: {lead:?}");
-}
-
-fn moe(hidden: usize, ffn: usize, experts: usize, groups: usize, tokens: usize, capacity: usize) -> String {
-    format!(
-        "model moe {{ dims groups = {groups}, tokens = {tokens}, hidden = {hidden}, experts = {experts}, capacity = {capacity}, ffn = {ffn};
-  index g : groups; index t : tokens; index m, n : hidden; index x : experts; index c : capacity; index f : ffn;
-  input tensor H[g,t,m] : f32; input tensor dispatch[g,t,x,c] : f32; input tensor combine[g,t,x,c] : f32;
-  param tensor W1[x,m,f] : f32; param tensor W2[x,f,n] : f32; output tensor Y[g,t,n] : f32;
-  layer experts {{
-    D[g,x,c,m] = dispatch[g,t,x,c] * H[g,t,m]; F[g,x,c,f] = relu(D[g,x,c,m] * W1[x,m,f]);
-    E[g,x,c,n] = F[g,x,c,f] * W2[x,f,n]; Y[g,t,n] = combine[g,t,x,c] * E[g,x,c,n];
-  }} }}"
-    )
 }
 
 #[test]

@@ -4,6 +4,8 @@
 //! against the α-β prices written out by hand, in the search, the CLI and the
 //! exports.
 
+mod common;
+
 use assert_cmd::Command;
 use tcc::plan::model::{analysis, evaluate, search, tp_dims, Config, ModelOptions, ModelPlan, StepComm};
 use tcc::plan::Network;
@@ -15,20 +17,9 @@ fn info(src: &str) -> analysis::ModelInfo {
     analysis::analyze(&hir, ModelId::new(0))
 }
 
-/// DeepSpeed-MoE's expert block (as in tests/model_plan.rs): dispatch D and combine E
-/// carry no tensor-parallel dim (the ffn is split), so the tensor group duplicates them.
+/// DeepSpeed-MoE's expert block with an ffn of 4 × hidden ([`common::moe_model`]).
 fn moe(hidden: usize, experts: usize, groups: usize, tokens: usize, capacity: usize) -> String {
-    let ffn = 4 * hidden;
-    format!(
-        "model moe {{ dims groups = {groups}, tokens = {tokens}, hidden = {hidden}, experts = {experts}, capacity = {capacity}, ffn = {ffn};
-  index g : groups; index t : tokens; index m, n : hidden; index x : experts; index c : capacity; index f : ffn;
-  input tensor H[g,t,m] : f32; input tensor dispatch[g,t,x,c] : f32; input tensor combine[g,t,x,c] : f32;
-  param tensor W1[x,m,f] : f32; param tensor W2[x,f,n] : f32; output tensor Y[g,t,n] : f32;
-  layer experts {{
-    D[g,x,c,m] = dispatch[g,t,x,c] * H[g,t,m]; F[g,x,c,f] = relu(D[g,x,c,m] * W1[x,m,f]);
-    E[g,x,c,n] = F[g,x,c,f] * W2[x,f,n]; Y[g,t,n] = combine[g,t,x,c] * E[g,x,c,n];
-  }} }}"
-    )
+    common::moe_model(hidden, 4 * hidden, experts, groups, tokens, capacity)
 }
 
 fn opts(devices: usize) -> ModelOptions {

@@ -117,3 +117,18 @@ pub fn examples() -> Vec<std::path::PathBuf> {
     v.sort();
     v
 }
+
+/// DeepSpeed-MoE's expert block as a `model`: dispatch D and combine E carry no
+/// tensor-parallel dim (the ffn is split), so a tensor group duplicates them.
+pub fn moe_model(hidden: usize, ffn: usize, experts: usize, groups: usize, tokens: usize, capacity: usize) -> String {
+    format!(
+        "model moe {{ dims groups = {groups}, tokens = {tokens}, hidden = {hidden}, experts = {experts}, capacity = {capacity}, ffn = {ffn};
+  index g : groups; index t : tokens; index m, n : hidden; index x : experts; index c : capacity; index f : ffn;
+  input tensor H[g,t,m] : f32; input tensor dispatch[g,t,x,c] : f32; input tensor combine[g,t,x,c] : f32;
+  param tensor W1[x,m,f] : f32; param tensor W2[x,f,n] : f32; output tensor Y[g,t,n] : f32;
+  layer experts {{
+    D[g,x,c,m] = dispatch[g,t,x,c] * H[g,t,m]; F[g,x,c,f] = relu(D[g,x,c,m] * W1[x,m,f]);
+    E[g,x,c,n] = F[g,x,c,f] * W2[x,f,n]; Y[g,t,n] = combine[g,t,x,c] * E[g,x,c,n];
+  }} }}"
+    )
+}
