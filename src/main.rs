@@ -736,7 +736,9 @@ enum Command {
         /// takes over other ranks' unstarted items (TCC_STEAL=off: never), and the
         /// items near the end of each rank's list are split into slabs of their
         /// tile's rows, none more than a fraction of the work left (TCC_SPLIT: a
-        /// fraction in (0, 1], 0.25 by default, or `off`).
+        /// fraction in (0, 1], 0.25 by default, or `off`). Ranks that share memory
+        /// (in-process, or MPI ranks of one node) read remote tiles in place instead
+        /// of copying them (TCC_READ_IN_PLACE=off: copy).
         #[arg(long, value_enum, requires = "tiled")]
         exchange: Option<Exchange>,
     },
