@@ -245,7 +245,9 @@ fn complex_misuse_in_distributed_runs_is_a_clear_error() {
 /// tensor is two real tensors `X_re`, `X_im` of the library (the header lists
 /// them; `X` itself is no tensor of it) and the outputs are the complex product's
 /// loops; a bf16 input's tiles hold bf16 values after the run and the bf16
-/// output is one rounding from the sum.
+/// output is one rounding from the sum. A real program with broadcast sums, a
+/// constant inside functions, `where` and a `max` reduction
+/// (`tests/tiled/mpi_constructs.tc`) is checked the same way.
 #[test]
 fn mpi_libraries_of_complex_and_16_bit_programs_from_c() {
     if !cfg!(feature = "mpi") || !which("mpirun") || !which("mpicc") {
@@ -256,6 +258,7 @@ fn mpi_libraries_of_complex_and_16_bit_programs_from_c() {
     for (source, define, parts) in [
         ("tests/tiled/mpi_complex.tc", "-DCOMPLEX", &["input A_re[7, 5]", "input A_im[7, 5]", "output C_im[7, 7]"][..]),
         ("tests/tiled/mpi_bf16.tc", "-DREAL16", &["input X[7, 5]", "output Y[7, 7]"]),
+        ("tests/tiled/mpi_constructs.tc", "-DCONSTRUCTS", &["input u[7]", "output R[7, 7]", "output M[7]"]),
     ] {
         let dir = tempfile::tempdir().unwrap();
         tcc().args(["build", "--mpi"]).arg(path(source)).arg("-o").arg(dir.path().join("libmm.so")).assert().success();
