@@ -125,7 +125,9 @@ impl Default for TiledOptions {
             profile: false,
             steal: super::steal::Steal::On,
             split: super::placement::Split::default(),
-            read_in_place: read_in_place_from_env().ok().flatten().unwrap_or(true),
+            // `tcc run` reads TCC_READ_IN_PLACE (main.rs); MPI libraries get plain
+            // window memory under `off` from the runtime, so nothing is read in place.
+            read_in_place: true,
         }
     }
 }
