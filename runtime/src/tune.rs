@@ -81,6 +81,10 @@ pub struct Calibration {
     pub get_alpha: f64,
     #[serde(default)]
     pub get_beta: f64,
+    /// Seconds per byte of fresh tile memory first written ([`measure_touch`];
+    /// 0: not measured).
+    #[serde(default)]
+    pub touch_per_byte: f64,
 }
 
 /// One thread's rate in the tile kernel on `C[m,n] += A[m,k]·B[k,n]`, operand
@@ -152,6 +156,50 @@ pub fn measure_gets(c: &dyn Communicator, big: usize) -> Option<(f64, f64)> {
     c.allreduce(&mut v, ReduceOp::Max);
     Some((v[0], v[1]))
 }
+
+/// Seconds per byte of fresh memory a rank allocates and first writes, with
+/// every rank doing so at once, as a tiled run allocates the tiles a task set
+/// writes: window memory where the communicator has it (zeroed as allocated),
+/// else private memory written once. Page faults make this far from free (about
+/// 0.5 GB/s per rank on virtual machines and sandboxes, where 4 KiB pages of
+/// shared memory each fault), and it is paid again by every temporary.
+pub fn measure_touch(c: &dyn Communicator, words: usize) -> f64 {
+    const ROUNDS: usize = 2;
+    // Above glibc's largest mmap threshold (32 MiB): fresh pages from the system,
+    // not ones an earlier free left in the heap.
+    let words = words.max(MIN_TOUCH_WORDS);
+    let mut best = f64::INFINITY;
+    for _ in 0..ROUNDS {
+        c.barrier();
+        let t0 = Instant::now();
+        match c.alloc_window_memory(words) {
+            Some(m) => {
+                best = best.min(t0.elapsed().as_secs_f64());
+                c.barrier();
+                drop(m);
+            }
+            None => {
+                let mut v: Vec<f64> = Vec::new();
+                if v.try_reserve_exact(words).is_err() {
+                    return 0.0;
+                }
+                v.resize(words, 0.0);
+                // `resize` may leave calloc'd pages untouched: write each once.
+                for x in v.iter_mut().step_by(512) {
+                    *x = 1.0;
+                }
+                std::hint::black_box(&v);
+                best = best.min(t0.elapsed().as_secs_f64());
+            }
+        }
+    }
+    let mut v = [best / (8 * words) as f64];
+    c.allreduce(&mut v, ReduceOp::Max);
+    v[0]
+}
+
+/// The fewest words [`measure_touch`] allocates: 64 MiB.
+const MIN_TOUCH_WORDS: usize = 8 << 20;
 
 /// Why a tuning file could not be used.
 #[derive(Debug, Clone, PartialEq)]
@@ -517,6 +565,7 @@ mod tests {
             kernels_exec: vec![KernelRate { m: 12, n: 90, k: 4, flops_per_s: 3e9 }],
             get_alpha: 2e-7,
             get_beta: 1e-10,
+            touch_per_byte: 2e-10,
         });
         assert_eq!(TuningTable::from_toml(&t.to_toml()).unwrap(), t);
     }

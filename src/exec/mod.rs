@@ -248,7 +248,8 @@ pub fn tune_threads(
         });
         // A rank without memory stops the others, which would wait for it.
         let ms = r.unwrap_or_else(|e| rank.abort(&e));
-        (ms, tcc_runtime::tune::measure_gets(comms[1].as_ref(), get_words(opts)))
+        let gets = tcc_runtime::tune::measure_gets(comms[1].as_ref(), get_words(opts));
+        (ms, gets, tcc_runtime::tune::measure_touch(comms[1].as_ref(), 4 * get_words(opts)))
     })
     .map_err(|f| {
         let mut e = launch::rank_failure(&f, "E0752");
@@ -257,9 +258,10 @@ pub fn tune_threads(
         }
         e
     })?;
-    let (ms, gets) = &ms[0];
+    let (ms, gets, touch) = &ms[0];
     let mut table = tcc_runtime::tune::table_from(World::Threads, ranks, ms);
-    table.calibration = calibration(ms, tcc_runtime::comm::Backend::Shm, ranks, kernel_rates(ranks), *gets, progress);
+    table.calibration =
+        calibration(ms, tcc_runtime::comm::Backend::Shm, ranks, kernel_rates(ranks), *gets, *touch, progress);
     Ok(table)
 }
 
@@ -280,6 +282,7 @@ fn calibration(
     ranks: usize,
     (kernels, kernels_alone): (Vec<KernelRate>, Vec<KernelRate>),
     gets: Option<(f64, f64)>,
+    touch_per_byte: f64,
     progress: bool,
 ) -> Option<tcc_runtime::tune::Calibration> {
     let (alpha, beta) = tcc_runtime::tune::fit_alpha_beta(ms, backend)?;
@@ -313,6 +316,12 @@ fn calibration(
     if progress && gets.is_some() {
         eprintln!("tune: one-sided gets ({backend}): alpha {get_alpha:.2e} s, beta {get_beta:.2e} s/byte");
     }
+    if progress {
+        eprintln!(
+            "tune: fresh tile memory first written, every rank at once: {touch_per_byte:.2e} s/byte ({:.2} GB/s per rank)",
+            1e-9 / touch_per_byte.max(1e-15)
+        );
+    }
     Some(tcc_runtime::tune::Calibration {
         backend,
         ranks,
@@ -324,6 +333,7 @@ fn calibration(
         kernels_exec,
         get_alpha,
         get_beta,
+        touch_per_byte,
     })
 }
 
@@ -357,10 +367,11 @@ pub fn tune_mpi(opts: &tcc_runtime::tune::TuneOptions, progress: bool) -> Option
         if world.rank() == 0 { crate::tiled::model::measure_kernel_rates(1).unwrap_or_default() } else { Vec::new() };
     comm.barrier();
     let gets = tcc_runtime::tune::measure_gets(comm.as_ref(), get_words(opts));
+    let touch = tcc_runtime::tune::measure_touch(comm.as_ref(), 4 * get_words(opts));
     drop(comm);
     let p = world.size();
     t.calibration =
-        calibration(&ms, tcc_runtime::comm::Backend::Mpi, p, (busy, alone), gets, progress && world.rank() == 0);
+        calibration(&ms, tcc_runtime::comm::Backend::Mpi, p, (busy, alone), gets, touch, progress && world.rank() == 0);
     drop(refs);
     drop(comms);
     (world.rank() == 0).then_some(t)

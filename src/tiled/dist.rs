@@ -695,16 +695,45 @@ impl Planned {
         let plan_s = t0.elapsed().as_secs_f64();
         let threads = opts.threads.max(1) as f64;
         let model = &opts.model;
+        // Words of fresh memory each rank first writes in each set: the tiles it
+        // owns of the tensors the set writes first (allocated then), and its
+        // buffers of received and partial tiles.
+        let mut first_written: HashMap<TensorId, usize> = HashMap::new();
+        for (l, set) in program.task_sets().iter().enumerate() {
+            for &s in set {
+                first_written.entry(program.written(s)).or_insert(l);
+            }
+        }
+        let inputs = program.hir.unit_inputs(program.unit);
+        let mut fresh = vec![vec![0usize; ranks.max(1)]; plans.len()];
+        for (&t, &l) in first_written.iter().filter(|(t, _)| !inputs.contains(t)) {
+            for k in 0..lens[t.index()].len() {
+                fresh[l][owner(t, k)] += tile_len(t, k);
+            }
+        }
+        for (plan, fresh) in plans.iter().zip(&mut fresh) {
+            let written_len = |&i: &usize| {
+                let (s, c, _) = &plan.tasks[i];
+                layouts[&program.written(*s)].tile_len(c)
+            };
+            for (r, words) in fresh.iter_mut().enumerate() {
+                *words += plan.fetch.received(r).iter().map(|s| s.len).sum::<usize>();
+                *words += plan.placed.partials[r].iter().map(written_len).sum::<usize>();
+            }
+        }
         let (mut model_s, mut model_exchange_s) = (0.0, 0.0);
-        for plan in &mut plans {
+        for (plan, fresh) in plans.iter_mut().zip(&fresh) {
             let placed = &plan.placed;
             // The work on rank r, the part reading remote tiles waiting for a fetch
-            // of `fetch[r]` seconds that overlaps the part reading only local tiles.
+            // of `fetch[r]` seconds that overlaps the part reading only local tiles,
+            // after its fresh memory is first written.
             let time = |fetch: &dyn Fn(usize) -> f64| {
                 (0..ranks)
                     .map(|r| {
                         let early = placed.early_seconds[r] / threads;
-                        fetch(r).max(early) + (placed.seconds[r] - placed.early_seconds[r]) / threads
+                        model.touch_seconds(fresh[r] as f64)
+                            + fetch(r).max(early)
+                            + (placed.seconds[r] - placed.early_seconds[r]) / threads
                     })
                     .fold(0.0, f64::max)
             };

@@ -694,9 +694,17 @@ impl Program {
     }
 
     /// Predicted seconds of a one-process run on `threads` threads: per task set,
-    /// its work spread evenly, or its largest task if that is longer.
+    /// its work spread evenly, or its largest task if that is longer; and the
+    /// first writes of the fresh memory of every tensor the run computes (zeroed
+    /// by the tasks, spread over the threads).
     pub fn predicted_seconds(&self, model: &TimeModel, threads: usize) -> f64 {
-        self.task_sets()
+        let inputs = self.hir.unit_inputs(self.unit);
+        let mut written: Vec<TensorId> = self.stmts.iter().map(|s| s.lhs).filter(|t| !inputs.contains(t)).collect();
+        written.sort();
+        written.dedup();
+        let fresh: f64 = written.iter().map(|t| self.layouts[t].len() as f64).sum();
+        let work: f64 = self
+            .task_sets()
             .iter()
             .map(|set| {
                 let (mut total, mut largest) = (0.0, 0.0f64);
@@ -707,12 +715,18 @@ impl Program {
                 }
                 (total / threads.max(1) as f64).max(largest)
             })
-            .sum()
+            .sum();
+        model.touch_seconds(fresh) / threads.max(1) as f64 + work
     }
 
     /// Predicted flops of all tasks.
     pub fn planned_flops(&self) -> f64 {
         self.stmts.iter().flat_map(|s| s.tile_flops.iter().map(|x| x.1)).sum()
+    }
+
+    /// (tensor, stored elements) of every tensor of the unit.
+    pub fn storage_by_tensor(&self) -> Vec<(TensorId, f64)> {
+        self.layouts.iter().map(|(&t, l)| (t, l.len() as f64)).collect()
     }
 
     /// (tensor, stored elements, dense elements) of every tensor of the unit.

@@ -11,6 +11,8 @@ use tcc_runtime::tune::{Calibration, KernelRate};
 /// One-sided gets on the 2-core development VM (`tcc tune --ranks 2`, shm).
 const GET_ALPHA: f64 = 3.0e-7;
 const GET_BETA: f64 = 1.5e-10;
+/// Fresh memory first written on the 2-core development VM (`tcc tune --ranks 2`).
+const TOUCH_PER_BYTE: f64 = 2.0e-9;
 
 /// The α-β-γ parameters of tiled runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +44,10 @@ pub struct TimeModel {
     /// Seconds per kernel call the executor spends around it (enumerating a
     /// task's contributions, tile views, strides), measured by [`measure_call_overhead`].
     pub call_overhead: f64,
+    /// Seconds per byte of fresh tile memory first written (page faults and
+    /// zeroing; [`tcc_runtime::tune::measure_touch`]): every tensor a run
+    /// allocates, and every buffer of received or partial tiles.
+    pub touch_per_byte: f64,
     /// Threads computing at once when `kernels` were measured.
     pub busy: usize,
     /// Threads computing at once in the run being predicted (set by the run):
@@ -217,6 +223,7 @@ impl TimeModel {
             exec: Vec::new(),
             call,
             call_overhead: 9.6e-7,
+            touch_per_byte: TOUCH_PER_BYTE,
             busy: 2,
             concurrency: 2,
             kernels,
@@ -252,6 +259,8 @@ impl TimeModel {
             call_alone,
             call,
             call_overhead: c.call_overhead.max(0.0),
+            // Tables from before it was measured: the built-in value.
+            touch_per_byte: if c.touch_per_byte > 0.0 { c.touch_per_byte } else { TOUCH_PER_BYTE },
             busy: c.ranks.max(1),
             concurrency: c.ranks.max(1),
             kernels,
@@ -287,6 +296,11 @@ impl TimeModel {
     /// threads on the machine).
     pub fn at_concurrency(&self, threads: usize) -> TimeModel {
         TimeModel { concurrency: threads.max(1), ..self.clone() }
+    }
+
+    /// Seconds to allocate and first write `words` of fresh tile memory.
+    pub fn touch_seconds(&self, words: f64) -> f64 {
+        self.touch_per_byte * 8.0 * words
     }
 
     /// Seconds of one one-sided get of `words`.
@@ -511,6 +525,7 @@ mod tests {
             kernels_exec: vec![rate(8, 64, 4, 2.0)],
             get_alpha: 0.0,
             get_beta: 0.0,
+            touch_per_byte: 0.0,
         };
         let m = TimeModel::from_calibration(&c, "test");
         let flops = 2.0 * 8.0 * 64.0 * 4.0;

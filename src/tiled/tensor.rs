@@ -118,10 +118,19 @@ impl TiledTensor {
             let start: Vec<usize> = tile.iter().enumerate().map(|(d, &k)| self.layout.dims[d].start(k)).collect();
             let ext: Vec<usize> = tile.iter().enumerate().map(|(d, &k)| self.layout.dims[d].extent(k)).collect();
             let base: usize = start.iter().zip(&dense_stride).map(|(s, t)| s * t).sum();
-            for_each_local(&ext, |l| {
+            // Rows along the last dimension in one tight loop: the outputs of
+            // symmetric tiled runs hold 10⁸ elements and more.
+            let n = ext.len();
+            let (inner, inner_dense, inner_src) = match n {
+                0 => (1, 0, 0),
+                _ => (ext[n - 1], dense_stride[n - 1], v.strides[n - 1]),
+            };
+            for_each_local(&ext[..n.saturating_sub(1)], |l| {
                 let at = base + l.iter().zip(&dense_stride).map(|(x, t)| x * t).sum::<usize>();
                 let src = v.offset as isize + l.iter().zip(&v.strides).map(|(&x, &s)| x as isize * s).sum::<isize>();
-                data[at] = v.sign * self.data[src as usize];
+                for i in 0..inner {
+                    data[at + i * inner_dense] = v.sign * self.data[(src + i as isize * inner_src) as usize];
+                }
             });
         });
         Dense { shape, data }

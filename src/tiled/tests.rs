@@ -959,6 +959,32 @@ fn the_forecast_equals_what_ranks_measure() {
     }
 }
 
+/// The time model prices the fresh memory a run first writes (`tcc tune`'s
+/// `touch_per_byte`): in one process, every computed tensor's words spread over
+/// the threads; on ranks, at least the busiest rank's share of them.
+#[test]
+fn the_model_prices_fresh_memory_first_written() {
+    let hir = ccd_terms(4, 7);
+    let prepared = crate::pipeline::prepare(&hir, &PipelineOptions::default());
+    let opts = TiledOptions { tile: 2, threads: 2, ..Default::default() };
+    let program = Program::plan(&prepared, UnitId::new(0), &opts).unwrap();
+    let inputs = prepared.unit_inputs(UnitId::new(0));
+    let fresh: f64 =
+        program.storage_by_tensor().into_iter().filter(|(t, _)| !inputs.contains(t)).map(|(_, words)| words).sum();
+    assert!(fresh > 0.0);
+    let at = |touch_per_byte: f64| {
+        let model = crate::tiled::model::TimeModel { touch_per_byte, ..opts.model.clone() };
+        let o = TiledOptions { model: model.clone(), ..opts.clone() };
+        (program.predicted_seconds(&model, 2), super::dist::forecast(&program, 3, &o).model_s)
+    };
+    let (one0, ranks0) = at(0.0);
+    let (one1, ranks1) = at(1e-6);
+    let priced = 1e-6 * 8.0 * fresh;
+    assert!(((one1 - one0) - priced / 2.0).abs() <= 1e-9 * priced, "{one0} {one1} {priced}");
+    // Three ranks: each set waits for its busiest rank, which holds at least a third.
+    assert!(ranks1 - ranks0 >= priced / 3.0 * (1.0 - 1e-9), "{ranks0} {ranks1} {priced}");
+}
+
 /// A session of a program with run-time ranges (`range N tile 3;`) at several
 /// sizes on 1–3 in-process ranks equals the interpreter at the same sizes (the
 /// tiles are planned at the sizes given); sizes missing, unknown, below 1, or
