@@ -1070,12 +1070,10 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(o) => return o,
     };
-    // `--mpi` libraries take them as tiled sessions do (complex parts, 16-bit values).
+    // `--mpi` libraries take them as tiled sessions do (complex parts, 16-bit
+    // values); `--target cuda` builds complex programs lowered to real parts.
     if target == TargetKind::Cuda {
         let hint = "build it for the CPU";
-        if let Err(o) = refuse(ctx, &hir, Unsupported::Complex, "`tcc build --target cuda`", hint) {
-            return o;
-        }
         if let Err(o) = refuse(ctx, &hir, Unsupported::Half, "`tcc build --target cuda`", hint) {
             return o;
         }
