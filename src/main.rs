@@ -431,7 +431,9 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         name: Option<String>,
         /// `cuda`: write PTX (`-o NAME.ptx`) and its launch plan (`NAME.plan.json`),
-        /// the host side that `tcc-gpu` and `tcc run --target cuda` execute.
+        /// the host side that `tcc-gpu` and `tcc run --target cuda` execute, and a
+        /// C shim (NAME.c + NAME.h). Complex programs are planned lowered to real
+        /// parts; the shim takes `double _Complex*` / `float _Complex*`.
         #[arg(long, value_enum, default_value_t = TargetKind::Cpu)]
         target: TargetKind,
         #[command(flatten)]
