@@ -2,7 +2,7 @@
 # Device run of issue 21's complex programs on the GPU, from the folder
 # bench/gpu/complex_prepare.sh filled (`OUT=... bash complex_device_run.sh`):
 #   1. tcc-gpu --check on every complex program (the examples with complex
-#      tensors and 24 random ones): the plan of the lowered program that
+#      tensors and 20 random ones): the plan of the lowered program that
 #      `tcc build --target cuda` wrote, run on the GPU with the cost model's
 #      choices and with cuBLAS, tiled and naive kernels forced, outputs joined
 #      and compared with the complex interpreter;
@@ -31,7 +31,7 @@ t0=$SECONDS
 status=0
 echo "== 1. tcc-gpu --check on the complex programs (plans of tcc build --target cuda)"
 for g in auto cublas tiled naive; do
-  timeout 60 ./tcc-gpu src/*.tc --ptx-dir ptx --gpu-gemm $g --check --keep-going > "$OUT/check_$g.txt" 2>&1
+  timeout 40 ./tcc-gpu src/*.tc --ptx-dir ptx --gpu-gemm $g --check --keep-going > "$OUT/check_$g.txt" 2>&1
   rc=$?
   [ $rc -eq 0 ] || status=1
   grep -E "^(FAIL|tcc-gpu|error)" "$OUT/check_$g.txt" | sed "s/^/[$g] /"

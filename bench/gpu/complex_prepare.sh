@@ -5,7 +5,7 @@
 # programs and the PTX + plans + C shims `tcc build --target cuda` writes for
 # them (the plans of their lowering to real parts, every alternative kept):
 #   src/         examples/density_c64.tc, examples/complex_mps.tc (every example
-#                with complex tensors) and 24 random complex programs
+#                with complex tensors) and 20 random complex programs
 #                (bench/gpu/complex_random.py, seed 21)
 #   ptx/         NAME.ptx, NAME.plan.json, NAME.c, NAME.h of each
 #   zg/          bench/gpu/complex_zg.tc built with --target cuda (zg.c, zg.h,
@@ -33,7 +33,7 @@ rm -rf "$DEST" && mkdir -p "$DEST/src" "$DEST/ptx" "$DEST/zg"
 for f in examples/*.tc; do
   if grep -qE ': *c(64|128)' "$f"; then cp "$f" "$DEST/src/"; fi
 done
-python3 bench/gpu/complex_random.py "$DEST/src" 24 21
+python3 bench/gpu/complex_random.py "$DEST/src" 20 21
 for f in "$DEST"/src/*.tc; do
   n=$(basename "$f" .tc)
   $TCC build --target cuda "$f" -o "$DEST/ptx/$n.ptx" 2>/dev/null || { echo "tcc build --target cuda failed: $f"; exit 1; }
