@@ -431,7 +431,9 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         name: Option<String>,
         /// `cuda`: write PTX (`-o NAME.ptx`) and its launch plan (`NAME.plan.json`),
-        /// the host side that `tcc-gpu` and `tcc run --target cuda` execute.
+        /// the host side that `tcc-gpu` and `tcc run --target cuda` execute, and a
+        /// C shim (NAME.c + NAME.h). Complex programs are planned lowered to real
+        /// parts; the shim takes `double _Complex*` / `float _Complex*`.
         #[arg(long, value_enum, default_value_t = TargetKind::Cpu)]
         target: TargetKind,
         #[command(flatten)]
@@ -1070,12 +1072,10 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         Ok(h) => h,
         Err(o) => return o,
     };
-    // `--mpi` libraries take them as tiled sessions do (complex parts, 16-bit values).
+    // `--mpi` libraries take them as tiled sessions do (complex parts, 16-bit
+    // values); `--target cuda` builds complex programs lowered to real parts.
     if target == TargetKind::Cuda {
         let hint = "build it for the CPU";
-        if let Err(o) = refuse(ctx, &hir, Unsupported::Complex, "`tcc build --target cuda`", hint) {
-            return o;
-        }
         if let Err(o) = refuse(ctx, &hir, Unsupported::Half, "`tcc build --target cuda`", hint) {
             return o;
         }

@@ -247,7 +247,9 @@ fn complex_misuse_in_distributed_runs_is_a_clear_error() {
 /// loops; a bf16 input's tiles hold bf16 values after the run and the bf16
 /// output is one rounding from the sum. A real program with broadcast sums, a
 /// constant inside functions, `where` and a `max` reduction
-/// (`tests/tiled/mpi_constructs.tc`) is checked the same way.
+/// (`tests/tiled/mpi_constructs.tc`) is checked the same way, and one with blocks
+/// of a union range and a stable softmax of logits up to 800
+/// (`tests/tiled/mpi_unions.tc`).
 #[test]
 fn mpi_libraries_of_complex_and_16_bit_programs_from_c() {
     if !cfg!(feature = "mpi") || !which("mpirun") || !which("mpicc") {
@@ -259,6 +261,7 @@ fn mpi_libraries_of_complex_and_16_bit_programs_from_c() {
         ("tests/tiled/mpi_complex.tc", "-DCOMPLEX", &["input A_re[7, 5]", "input A_im[7, 5]", "output C_im[7, 7]"][..]),
         ("tests/tiled/mpi_bf16.tc", "-DREAL16", &["input X[7, 5]", "output Y[7, 7]"]),
         ("tests/tiled/mpi_constructs.tc", "-DCONSTRUCTS", &["input u[7]", "output R[7, 7]", "output M[7]"]),
+        ("tests/tiled/mpi_unions.tc", "-DUNIONS", &["input H[7, 7]", "output F[7, 7]", "output S[7, 5]"]),
     ] {
         let dir = tempfile::tempdir().unwrap();
         tcc().args(["build", "--mpi"]).arg(path(source)).arg("-o").arg(dir.path().join("libmm.so")).assert().success();

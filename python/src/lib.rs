@@ -839,6 +839,18 @@ impl TiledSession {
             .collect()
     }
 
+    /// `(name, source name, source element type, component)` of every tensor
+    /// that is a part of a complex source tensor (component 0: `X_re`, 1: `X_im`).
+    fn complex_parts(&self) -> Vec<(String, String, &'static str, usize)> {
+        (0..)
+            .map_while(|t| self.session.describe(t).map(|d| (t, d.0.to_string())))
+            .filter_map(|(t, name)| {
+                let (src, elem, component) = self.session.complex_part(t)?;
+                Some((name, src.to_string(), elem.name(), component))
+            })
+            .collect()
+    }
+
     /// `(executed, dense)`: the flops run on tiles, and those of the same steps dense.
     fn flops(&self) -> (f64, f64) {
         self.session.flops()

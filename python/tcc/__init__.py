@@ -229,10 +229,19 @@ class TiledProgram:
     Calling the program, ``prog(A=..., B=...)``, packs, runs and returns the
     outputs dense (one array, or a tuple in declaration order).
 
-    Tiles hold float64 values: a complex tensor ``X`` is two real tensors
-    ``X_re`` and ``X_im``; a bf16/f16 tensor holds its type's values (inputs are
-    rounded to it when the program runs, outputs after).
+    Tiles hold float64 values. A complex tensor ``X`` (``c128``, ``c64``) is
+    stored as two real tensors ``X_re`` and ``X_im`` (the entries of
+    ``tensors``, ``tiles`` and ``data``), but ``pack``, ``unpack`` and calls take
+    and return it as a numpy complex array under its own name: ``complex128``
+    for ``c128``, ``complex64`` for ``c64`` (another complex dtype only with
+    ``copy=True``; a real array is an :class:`ArgumentError`, as is a complex
+    array for a real tensor). ``inputs`` and ``outputs`` name what calls take and
+    return; ``complex`` maps each complex tensor to ``(dtype, re part, im
+    part)``. A bf16/f16 tensor holds its type's values (inputs are rounded to it
+    when the program runs, outputs after).
     """
+
+    _COMPLEX_DTYPES = {"c128": "complex128", "c64": "complex64"}
 
     def __init__(self, native):
         self._native = native
@@ -240,21 +249,67 @@ class TiledProgram:
             t[0]: TiledTensor(t[0], t[1], tuple(t[2]), t[3], t[4], t[5]) for t in native.tensors()
         }
         self.flops, self.dense_flops = native.flops()
+        parts: Dict[str, Dict[int, str]] = {}
+        elems: Dict[str, str] = {}
+        for part, source, elem, component in native.complex_parts():
+            parts.setdefault(source, {})[component] = part
+            elems[source] = elem
+        self.complex: Dict[str, Tuple[str, str, str]] = {n: (elems[n], p[0], p[1]) for n, p in parts.items()}
+        self._part_of = {p: n for n, (_, re, im) in self.complex.items() for p in (re, im)}
+
+    def _names(self, role: str) -> List[str]:
+        names: List[str] = []
+        for n, t in self.tensors.items():
+            n = self._part_of.get(n, n)
+            if t.role == role and n not in names:
+                names.append(n)
+        return names
 
     @property
     def inputs(self) -> List[str]:
-        return [n for n, t in self.tensors.items() if t.role == "input"]
+        """The inputs as calls and ``pack`` take them (complex ones by their own name)."""
+        return self._names("input")
 
     @property
     def outputs(self) -> List[str]:
-        return [n for n, t in self.tensors.items() if t.role == "output"]
+        """The outputs as calls and ``unpack`` return them (complex ones by their own name)."""
+        return self._names("output")
 
     def tiles(self, name: str) -> List[Tile]:
         return [Tile(o, tuple(s), tuple(e)) for o, s, e in self._native.tiles(name)]
 
+    def _pack_complex(self, name: str, array, copy: bool) -> None:
+        elem, re, im = self.complex[name]
+        want = self._COMPLEX_DTYPES[elem]
+        if not isinstance(array, _np.ndarray):
+            array = _np.asarray(array)
+        if array.dtype.kind != "c":
+            raise ArgumentError(
+                f"tiled: `{name}` is complex ({elem}) but the array has dtype {array.dtype}: "
+                f"pass a numpy {want} array (parts alone go to `{re}` and `{im}`)"
+            )
+        if array.dtype != _np.dtype(want) and not copy:
+            raise ArgumentError(
+                f"tiled: `{name}` is {elem}: expected dtype {want}, got {array.dtype} (pass copy=True to convert)"
+            )
+        shape = self.tensors[re].shape
+        if tuple(array.shape) != shape:
+            raise ArgumentError(f"tiled: `{name}` has shape {tuple(array.shape)}, expected {shape}")
+        # The parts are strided views of the complex array: always copied.
+        self._native.pack(re, _np.ascontiguousarray(array.real, dtype=_np.float64), False)
+        self._native.pack(im, _np.ascontiguousarray(array.imag, dtype=_np.float64), False)
+
     def pack(self, copy: bool = False, **arrays) -> None:
         for name, array in arrays.items():
-            self._native.pack(name, array, copy)
+            if name in self.complex:
+                self._pack_complex(name, array, copy)
+            elif name in self.tensors and _np.iscomplexobj(array):
+                raise ArgumentError(
+                    f"tiled: `{name}` is real but the array has complex values ({_np.asarray(array).dtype}): "
+                    "no silent real part (pass `.real` if that is what is meant)"
+                )
+            else:
+                self._native.pack(name, array, copy)
 
     def set_data(self, name: str, packed, copy: bool = False) -> None:
         self._native.set_data(name, packed, copy)
@@ -263,15 +318,22 @@ class TiledProgram:
         return self._native.data(name)
 
     def unpack(self, name: str):
+        if name in self.complex:
+            elem, re, im = self.complex[name]
+            out = _np.empty(self.tensors[re].shape, dtype=self._COMPLEX_DTYPES[elem])
+            out.real = self._native.unpack(re)
+            out.imag = self._native.unpack(im)
+            return out
         return self._native.unpack(name)
 
     def run(self) -> None:
         self._native.run()
 
     def __call__(self, copy: bool = False, **arrays):
-        unknown = [n for n in arrays if n not in self.tensors or self.tensors[n].role != "input"]
+        inputs = self.inputs
+        unknown = [n for n in arrays if n not in inputs]
         if unknown:
-            raise ArgumentError(f"tiled: {', '.join(unknown)} not among the inputs ({', '.join(self.inputs)})")
+            raise ArgumentError(f"tiled: {', '.join(unknown)} not among the inputs ({', '.join(inputs)})")
         self.pack(copy=copy, **arrays)
         self.run()
         outs = tuple(self.unpack(n) for n in self.outputs)

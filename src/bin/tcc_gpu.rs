@@ -17,6 +17,9 @@
 //! For `FILE.tc` it reads `DIR/FILE.ptx` and `DIR/FILE.plan.json` (DIR: the
 //! file's folder by default). With several files and `--keep-going`, each prints
 //! `PASS FILE` or `FAIL FILE: why`, and a final count. Exit 1 on any failure.
+//! A program with complex tensors runs the plan of its lowering to real parts
+//! (what `tcc build --target cuda` writes for it) on the inputs' parts, and
+//! `--check` compares the joined outputs with the complex interpreter.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -66,6 +69,31 @@ fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> 
     }
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
+    // A complex program: the plan is its lowering's (`tcc build --target cuda`),
+    // run on the inputs' parts; `--check` compares with the complex interpreter.
+    if tcc::sema::complex::has_complex(&hir) {
+        if !mode.variants.is_empty() {
+            eprintln!("note: {}: --variants is not run for complex programs", file.display());
+        }
+        let (low, _) = tcc::tir::complex::lower(&hir);
+        let mut exec = |u: tcc::sema::hir::UnitId, parts: &HashMap<tcc::sema::hir::TensorId, tcc::tensor::Dense>| {
+            let k = plan
+                .units
+                .iter()
+                .position(|p| p.unit == u)
+                .ok_or_else(|| fail("E0702", format!("the plan has no unit {}", hir.units[u].name), None))?;
+            let one = tcc::codegen::nvptx::GpuPlan {
+                target: plan.target.clone(),
+                kernels: plan.kernels.clone(),
+                units: vec![plan.units[k].clone()],
+            };
+            let r = cuda::run_plan(&low, &one, &ptx, 0, parts, repeat)?;
+            let extra = cuda::report_lines(&low, u, &one, &r, 0.0, false, parts)?;
+            Ok((r.outputs, extra))
+        };
+        let exec = tcc::run::complex::ComplexExec::Parts { check, exec: &mut exec };
+        return tcc::run::complex::run_complex(&hir, opts, exec, &mut lock);
+    }
     run_report(&hir, opts, &mut lock, &mut |u, inputs| {
         let k = plan
             .units

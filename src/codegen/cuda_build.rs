@@ -7,6 +7,11 @@
 //! host shim `NAME.c` + `NAME.h` that runs the plan's choices ([`super::cuda_shim`]). The runner
 //! `tcc-gpu` (built with `--features cuda`; it needs neither LLVM nor CUDA at build
 //! time) executes the pair, as `tcc run --target cuda` does in process.
+//!
+//! A program with complex tensors is planned as its lowering to real parts
+//! ([`crate::tir::complex::lower`]): the PTX and the plan are the lowered
+//! program's (`X` is `X_re`, `X_im`), and the shim takes interleaved complex
+//! arrays ([`super::cuda_shim::write_shim_complex`]).
 
 use super::nvptx::{self, GpuOptions, GpuPlan, TileCfg};
 use crate::error::CommandError;
@@ -70,15 +75,23 @@ pub fn build_ptx(
         Err(_) => opts.mma,
     };
     let opts = GpuOptions { keep_alternatives: true, tile, in_place, mma, ..opts.clone() };
-    let (plan, ptx) = nvptx::ptx_for(hir, &units, &opts).map_err(|e| fail("E0712", e.0, None))?;
+    // A complex program: the plan and PTX of its lowering to real parts (which
+    // `tcc-gpu` and `tcc run --target cuda` run), a shim taking complex arrays.
+    let complex = crate::sema::complex::has_complex(hir).then(|| crate::tir::complex::lower(hir));
+    let planned = complex.as_ref().map_or(hir, |(low, _)| low);
+    let (plan, ptx) = nvptx::ptx_for(planned, &units, &opts).map_err(|e| fail("E0712", e.0, None))?;
     let write = |p: &Path, s: &str| {
         std::fs::write(p, s).map_err(|e| fail("E0714", format!("cannot write `{}`: {e}", p.display()), None))
     };
     write(output, &ptx)?;
     let pp = plan_path(output);
     write(&pp, &serde_json::to_string_pretty(&plan).expect("plans serialize"))?;
-    let (c, h) = super::cuda_shim::write_shim(hir, &plan, &ptx, output, source_name)
-        .map_err(|e| fail("E0714", format!("cannot write the C shim beside `{}`: {e}", output.display()), None))?;
+    let shim = match &complex {
+        Some((low, map)) => super::cuda_shim::write_shim_complex(hir, low, map, &plan, &ptx, output, source_name),
+        None => super::cuda_shim::write_shim(hir, &plan, &ptx, output, source_name),
+    };
+    let (c, h) =
+        shim.map_err(|e| fail("E0714", format!("cannot write the C shim beside `{}`: {e}", output.display()), None))?;
     Ok(format!(
         "wrote {} ({} kernels, {}), {}, and the C shim {} + {}\n{}",
         output.display(),

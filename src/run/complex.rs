@@ -37,13 +37,22 @@ pub enum ComplexExec<'a> {
     Cuda(&'a crate::codegen::cuda::CudaRun),
     /// The lowered program on tiles, in this process (`--tiled`).
     Tiled(&'a crate::tiled::run::TiledRun),
+    /// The lowered program's unit run by the caller on its parts (`tcc-gpu`: the
+    /// plan `tcc build --target cuda` wrote); compared with the complex
+    /// interpreter when `check`.
+    Parts { check: bool, exec: &'a mut UnitPartsExec<'a> },
 }
+
+/// What runs unit `u` of a lowered program on its parts: the outputs' parts and
+/// report lines.
+pub type UnitPartsExec<'a> =
+    dyn FnMut(UnitId, &HashMap<TensorId, Dense>) -> Result<(HashMap<TensorId, Dense>, Vec<String>), CommandError> + 'a;
 
 /// `tcc run` of a complex program (see the module documentation).
 pub fn run_complex(
     hir: &Hir,
     opts: &RunOptions,
-    exec: ComplexExec<'_>,
+    mut exec: ComplexExec<'_>,
     out: &mut dyn Write,
 ) -> Result<(), CommandError> {
     let units = hir.select_units(opts.program.as_deref())?;
@@ -54,10 +63,11 @@ pub fn run_complex(
     create_output_dir(opts)?;
     for u in units {
         let inputs = unit_inputs(hir, u, &loaded, |t| random_input(&low, &map, t, opts.seed).map(Some))?;
-        let (outputs, extra) = match &exec {
+        let (outputs, extra) = match &mut exec {
             ComplexExec::Interp => (ci::run_unit(hir, u, &inputs).map_err(interp_error)?, Vec::new()),
             ComplexExec::Compiled(c) => compiled(hir, &low, &map, u, &inputs, c)?,
             ComplexExec::Cuda(c) => cuda(hir, &low, &map, u, &inputs, c)?,
+            ComplexExec::Parts { check, exec } => lowered(hir, &low, &map, u, &inputs, *check, &mut |p| exec(u, p))?,
             ComplexExec::Tiled(r) => {
                 let prepared = prepared.as_ref().expect("prepared for tiled runs");
                 lowered(hir, &low, &map, u, &inputs, r.check, &mut |parts| {

@@ -16,8 +16,8 @@ use super::exec::{Program, TiledOptions};
 use crate::ids::TensorId;
 use crate::ids::UnitId;
 use crate::pipeline::PipelineOptions;
-use crate::sema::hir::Hir;
 use crate::sema::hir::Role;
+use crate::sema::hir::{ElemType, Hir};
 use crate::tensor::DenseRef;
 use std::collections::BTreeMap;
 use tcc_runtime::comm::{Communicator, ReduceOp};
@@ -218,6 +218,14 @@ impl<'c> Session<'c> {
         let (name, id, role) = self.tensors.get(t)?;
         let l = &self.program.layouts[id];
         Some((name, *role == Role::Output, l.dims.iter().map(|d| d.start(d.count())).collect()))
+    }
+
+    /// The source tensor that tensor `t` is a part of when `t` is a part of a
+    /// complex one: `(source name, source element type, component)`, component
+    /// 0 the real part, 1 the imaginary part.
+    pub fn complex_part(&self, t: usize) -> Option<(&str, ElemType, usize)> {
+        let (_, id, _) = self.tensors.get(t)?;
+        self.view.part(*id).filter(|p| p.elem.is_complex()).map(|p| (p.name.as_str(), p.elem, p.component))
     }
 
     /// The tiles of tensor `t` this rank holds, in buffer order.

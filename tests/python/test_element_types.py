@@ -351,12 +351,19 @@ def test_einsum_refuses_other_dtypes():
 
 
 def test_tiled_sessions_run_complex_programs_as_their_parts():
-    """A complex tensor X of a session is two real tensors X_re and X_im; the parts
-    give, joined, what the compiled program returns (c128 and c64 tensors mixed)."""
+    """A complex tensor X of a session is stored as two real tensors X_re and X_im;
+    packed as parts, they give, joined, what the compiled program returns (c128
+    and c64 tensors mixed)."""
     src = GEMM.format(ta="c128", tb="c64", tc="c128")
     lib, prog = tcc.compile(src), tcc.tiled(src, tile=2)
-    assert "A" not in prog.tensors and set(prog.inputs) == {"A_re", "A_im", "B_re", "B_im", "R"}
-    assert set(prog.outputs) == {"C_re", "C_im", "D_re", "D_im"}
+    assert "A" not in prog.tensors and {"A_re", "A_im", "B_re", "B_im", "R"} <= set(prog.tensors)
+    assert prog.complex == {
+        "A": ("c128", "A_re", "A_im"),
+        "B": ("c64", "B_re", "B_im"),
+        "C": ("c128", "C_re", "C_im"),
+        "D": ("c128", "D_re", "D_im"),
+    }
+    assert prog.inputs == ["A", "B", "R"] and prog.outputs == ["C", "D"]
     rng = np.random.default_rng(8)
     a, b, r = crandom(rng, (5, 4), np.complex128), crandom(rng, (4, 3), np.complex64), rng.standard_normal((5, 3))
     want = lib.main(A=a, B=b, R=r)
@@ -367,6 +374,60 @@ def test_tiled_sessions_run_complex_programs_as_their_parts():
         got = prog.unpack(f"{name}_re") + 1j * prog.unpack(f"{name}_im")
         close(got, w, TOL["c64"], name)
     assert np.abs(want[0].imag).max() > 0.1 * np.abs(want[0]).max(), "C is complex (D = |A|^2 sums is real)"
+
+
+@pytest.mark.parametrize("ta, tb, tc", [("c128", "c64", "c128"), ("c64", "c64", "c64"), ("c128", "c128", "c64")])
+def test_tiled_sessions_take_and_return_complex_arrays(ta, tb, tc):
+    """prog(A=complex array, ...) and pack/unpack by the complex tensor's own
+    name: the outputs are numpy arrays of the tensor's complex dtype, equal to
+    tcc.compile's and to numpy's."""
+    src = GEMM.format(ta=ta, tb=tb, tc=tc)
+    lib, prog = tcc.compile(src), tcc.tiled(src, tile=2)
+    rng = np.random.default_rng(11)
+    a, b, r = crandom(rng, (5, 4), NP[ta]), crandom(rng, (4, 3), NP[tb]), rng.standard_normal((5, 3))
+    want = lib.main(A=a, B=b, R=r)
+    got = prog(A=a, B=b, R=r)
+    tol = max(TOL[ta], TOL[tb], TOL[tc])
+    a128, b128 = a.astype(np.complex128), b.astype(np.complex128)
+    numpy_c = a128 @ np.conj(b128) - 0.5 * r + np.conj(a128 @ b128)
+    numpy_d = (np.conj(a128) * a128).sum(axis=1)
+    for name, g, w, n in zip("CD", got, want, [numpy_c, numpy_d]):
+        assert g.dtype == NP[tc], (name, g.dtype)
+        close(g, w, tol, name)
+        close(g, n, tol, name + " (numpy)")
+    assert np.abs(got[0].imag).max() > 0.1 * np.abs(got[0]).max()
+    # pack/unpack by name: an input comes back as given (rounded to its type).
+    prog.pack(A=a)
+    back = prog.unpack("A")
+    assert back.dtype == NP[ta]
+    np.testing.assert_array_equal(back, a)
+    np.testing.assert_array_equal(prog.unpack("C"), got[0])
+
+
+def test_tiled_sessions_refuse_the_wrong_kind_of_array():
+    """A real array for a complex tensor, a complex one for a real tensor, another
+    complex dtype without copy=True and a wrong shape are ArgumentErrors."""
+    src = GEMM.format(ta="c128", tb="c64", tc="c128")
+    prog = tcc.tiled(src, tile=2)
+    rng = np.random.default_rng(12)
+    a, b, r = crandom(rng, (5, 4), np.complex128), crandom(rng, (4, 3), np.complex64), rng.standard_normal((5, 3))
+    with pytest.raises(tcc.ArgumentError, match=r"`A` is complex \(c128\) but the array has dtype float64"):
+        prog(A=a.real.copy(), B=b, R=r)
+    for copy in [False, True]:
+        with pytest.raises(tcc.ArgumentError, match=r"`R` is real but the array has complex values \(complex128\)"):
+            prog(copy=copy, A=a, B=b, R=r + 0j)
+        with pytest.raises(tcc.ArgumentError, match="`A_re` is real"):
+            prog.pack(copy=copy, A_re=a)
+    with pytest.raises(tcc.ArgumentError, match="`B` is c64: expected dtype complex64, got complex128"):
+        prog(A=a, B=b.astype(np.complex128), R=r)
+    with pytest.raises(tcc.ArgumentError, match=r"`A` has shape \(4, 5\), expected \(5, 4\)"):
+        prog(A=a.T.copy(), B=b, R=r)
+    with pytest.raises(tcc.ArgumentError, match="not among the inputs"):
+        prog(A_re=a.real.copy(), B=b, R=r)
+    # copy=True converts another complex dtype (values rounded to c64 parts).
+    got = prog(copy=True, A=a, B=b.astype(np.complex128), R=r)
+    want = tcc.compile(src).main(A=a, B=b, R=r)
+    close(got[0], want[0], TOL["c64"], "C")
 
 
 @needs_ml_dtypes
