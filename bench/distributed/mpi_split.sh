@@ -19,6 +19,7 @@
 #             tiles in place from shared window memory (TCC_READ_IN_PLACE=on);
 #   copy:     TCC_READ_IN_PLACE=off, remote tiles copied by MPI_Get as before;
 #   inplace-all: in place, with whole operand tiles prefetched.
+# TILE=56: another tile size (40 by default).
 # SOLO_ALL=0 skips the one rank with whole tiles prefetched (trial 1).
 # Every 16-process run prints its wall time, efficiency against the one rank of
 # the same trial, and each rank's breakdown from `--stats` (one line a rank:
@@ -96,7 +97,7 @@ one() { # trial, variant
   local env
   env=$(variant "$2")
   echo "=== trial $1: 16 processes, $2 ($env)"
-  (export $env; mpirun -np 16 $T run $f --tiled --tile 40 --backend mpi --exchange one-sided --stats --tuning "$NEW") > /tmp/one.txt 2>&1
+  (export $env; mpirun -np 16 $T run $f --tiled --tile "${TILE:-40}" --backend mpi --exchange one-sided --stats --tuning "$NEW") > /tmp/one.txt 2>&1
   { echo "=== trial $1: 16 processes, $2 ($env)"; cat /tmp/one.txt; } >> "$OUT/mpi_split_full.txt"
   summary /tmp/one.txt
 }
@@ -111,19 +112,19 @@ for trial in $(seq 1 "${TRIALS:-3}"); do
   fi
   ts=$SECONDS
   echo "=== trial $trial: one rank alone, no MPI"
-  $T run $f --tiled --tile 40 --stats > /tmp/solo.txt 2>&1
+  $T run $f --tiled --tile "${TILE:-40}" --stats > /tmp/solo.txt 2>&1
   grep -E "norm2|tiled:|kernels:" /tmp/solo.txt
   solo=$(sed -nE 's/.*tiled: .* time = ([0-9.]+) s.*/\1/p' /tmp/solo.txt)
   solo=${solo:-0}
   if [ "$trial" = 1 ] && [ "${SOLO_ALL:-1}" = 1 ]; then
     echo "=== trial 1: one rank alone, TCC_PREFETCH_WORDS=all (as H4)"
-    TCC_PREFETCH_WORDS=all $T run $f --tiled --tile 40 --stats 2>&1 | grep -E "tiled:|kernels:"
+    TCC_PREFETCH_WORDS=all $T run $f --tiled --tile "${TILE:-40}" --stats 2>&1 | grep -E "tiled:|kernels:"
   fi
   for k in $(seq 0 $((n - 1))); do
     one "$trial" "${order[$(((k + trial - 1) % n))]}"
   done
   echo "=== trial $trial: one process, 16 threads"
-  TCC_NUM_THREADS=16 $T run $f --tiled --tile 40 --stats | grep -E "tiled:"
+  TCC_NUM_THREADS=16 $T run $f --tiled --tile "${TILE:-40}" --stats | grep -E "tiled:"
   last=$((SECONDS - ts))
   echo "## trial $trial: $last s"
 done
