@@ -1076,9 +1076,6 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         if let Err(o) = refuse(ctx, &hir, Unsupported::Complex, "`tcc build --target cuda`", hint) {
             return o;
         }
-        if let Err(o) = refuse(ctx, &hir, Unsupported::Half, "`tcc build --target cuda`", hint) {
-            return o;
-        }
     }
     // `--size` fixes ranges (a library for those sizes); the run-time ranges left
     // become size arguments of the library's functions, `--assume` their assumed sizes.
@@ -1218,12 +1215,6 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
         return Outcome::Ok;
     }
     if emit == Emit::Ptx {
-        // PTX would take f32 pointers for 16-bit tensors: refused, as the GPU runs are.
-        if let Err(o) =
-            refuse(ctx, &hir, Unsupported::Half, "`tcc opt --emit=ptx`", "inspect it with --emit=llvm (the CPU code)")
-        {
-            return o;
-        }
         // --mem-limit bounds the GPU plan's fused temporaries too.
         let gpu = tcc::codegen::nvptx::GpuOptions { mem_limit, ..gpu.options() };
         return match tcc::codegen::nvptx::ptx_for(&hir, &units, &gpu) {
@@ -1609,8 +1600,6 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
             ""
         } else if distributed {
             "a distributed `tcc run` (--ranks, --backend, --plan)"
-        } else if target == TargetKind::Cuda {
-            "`tcc run --target cuda`"
         } else {
             ""
         };
