@@ -333,3 +333,60 @@ fn half_results_round_exactly_as_the_interpreter() {
         }
     }
 }
+
+/// A declared bf16 intermediate written by one storing step (`H` of an MLP
+/// chain) is stored in 16 bits, rounded per statement as the interpreter
+/// rounds it: both products are 16-bit cuBLAS calls (tensor cores), and with
+/// small integers as inputs the result equals the interpreter's bit for bit
+/// (the CPU, which keeps `H` in f32, would not). One that is added to stays f32.
+#[test]
+fn declared_half_intermediates_are_stored_in_16_bits() {
+    let src = "range T = 21; range D = 13; range F = 17; index t : T; index d, e : D; index f : F;\n\
+               input tensor X[t,d] : bf16; input tensor W1[d,f] : bf16; input tensor W2[f,e] : bf16;\n\
+               tensor H[t,f] : bf16;\noutput tensor Y[t,e] : bf16;\n\
+               H[t,f] = X[t,d] * W1[d,f];\nY[t,e] = H[t,f] * W2[f,e];\n";
+    let hir = compile(src);
+    let u = UnitId::new(0);
+    let p = plan(&hir, &[u], &GpuOptions { gemm: Some(GemmKind::Cublas), ..Default::default() }).unwrap();
+    let up = &p.units[0];
+    let h = up.buf_of(hir.tensor_by_name("H").unwrap()).unwrap();
+    assert_eq!(up.buffers[h].elem, Elem::Bf16, "{:?}", up.buffers);
+    let mut g = Vec::new();
+    gemms(&up.steps, &mut g);
+    assert_eq!(g.len(), 2);
+    assert!(g.iter().all(|g| g.half == Some(Elem::Bf16)), "{g:?}");
+    let mut rng = Rng(11);
+    let ins: HashMap<TensorId, Dense> = hir
+        .unit_inputs(u)
+        .into_iter()
+        .map(|t| {
+            let shape = hir.shape(t);
+            let n: usize = shape.iter().product();
+            (t, Dense { shape, data: (0..n).map(|_| rng.below(41) as f64 - 20.0).collect() })
+        })
+        .collect();
+    let want = run_unit(&hir, u, &ins).unwrap();
+    let y = hir.tensor_by_name("Y").unwrap();
+    let mut half_h = 0;
+    for o in options() {
+        let p = plan(&hir, &[u], &o).unwrap();
+        let got = emulate(&p, 0, &ins).unwrap();
+        let hb = p.units[0].buf_of(hir.tensor_by_name("H").unwrap()).unwrap();
+        if p.units[0].buffers[hb].elem == Elem::Bf16 {
+            assert_eq!(got[&y].data, want[&y].data, "{o:?}");
+            half_h += 1;
+        } else {
+            // Fused into host loops (H cleared slice by slice): f32, as on the CPU.
+            compare_outputs(&hir, u, &got, &want).unwrap();
+        }
+    }
+    assert!(half_h >= 3, "{half_h}");
+    // Added to (`+=`): f32, as on the CPU.
+    let src = src.replace("Y[t,e] = H", "H[t,f] += X[t,d] * W1[d,f];\nY[t,e] = H");
+    let hir = compile(&src);
+    let p = plan(&hir, &[u], &GpuOptions::default()).unwrap();
+    let up = &p.units[0];
+    let h = up.buf_of(hir.tensor_by_name("H").unwrap()).unwrap();
+    assert_eq!(up.buffers[h].elem, Elem::F32, "{:?}", up.buffers);
+    check(&hir, &GpuOptions::default(), &mut rng).unwrap();
+}

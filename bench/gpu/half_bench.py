@@ -47,6 +47,8 @@ CASES = [
      {"b": 2, "h": 32, "s": 2048, "u": 2048, "d": 128}, "bf16", "torch.matmul(P, V)", "gemm"),
     ("attention scores, [b,s,h,d] inputs (s 2048)", "S[b,h,s,u] = Q[b,s,h,d] * K[b,u,h,d]",
      {"b": 2, "h": 32, "s": 2048, "u": 2048, "d": 128}, "bf16", "torch.einsum('bshd,buhd->bhsu', Q, K)", "gemm"),
+    ("mlp up + down chain, bf16 intermediate H", "H[t,f] = X[t,d] * W[d,f]; Y[t,e] = H[t,f] * V[f,e]",
+     {"t": 4096, "d": 4096, "f": 14336, "e": 4096}, "bf16", "torch.matmul(torch.matmul(X, W), V)", "gemm"),
     ("swiglu: silu(G) * U (4096 x 14336)", "Y[t,f] = silu(G[t,f]) * U[t,f]", {"t": 4096, "f": 14336}, "bf16",
      "torch.nn.functional.silu(G) * U", "ew"),
     ("gemm 8192^3 f16", "C[i,j] = A[i,k] * B[k,j]", {"i": 8192, "j": 8192, "k": 8192}, "f16",
@@ -60,17 +62,25 @@ CASES = [
 REF = re.compile(r"([A-Za-z_]\w*)\[([a-z,]*)\]")
 
 
-def tc_source(stmt, sizes, dtype):
-    """The .tc program of one case: every tensor of `stmt` in `dtype`."""
-    lhs, rhs = stmt.split("=", 1)
-    out = REF.search(lhs)
-    ins = []
-    for m in REF.finditer(rhs):
-        if m.group(1) not in [x[0] for x in ins]:
-            ins.append((m.group(1), m.group(2)))
+def tc_source(stmts, sizes, dtype):
+    """The .tc program of one case (statements separated by `;`): every tensor
+    in `dtype`; the last statement's target is the output, earlier targets are
+    intermediates."""
+    parts = [x.strip() for x in stmts.split(";") if x.strip()]
+    ins, mids = [], []
+    for k, st in enumerate(parts):
+        lhs, rhs = st.split("=", 1)
+        for m in REF.finditer(rhs):
+            if m.group(1) not in [x[0] for x in ins + mids]:
+                ins.append((m.group(1), m.group(2)))
+        t = REF.search(lhs)
+        if k + 1 < len(parts):
+            mids.append((t.group(1), t.group(2)))
+    out = REF.search(parts[-1].split("=", 1)[0])
     s = "".join(f"range R{c} = {n}; index {c} : R{c};\n" for c, n in sizes.items())
     s += "".join(f"input tensor {n}[{i}] : {dtype};\n" for n, i in ins)
-    s += f"output tensor {out.group(1)}[{out.group(2)}] : {dtype};\n{stmt};\n"
+    s += "".join(f"tensor {n}[{i}] : {dtype};\n" for n, i in mids)
+    s += f"output tensor {out.group(1)}[{out.group(2)}] : {dtype};\n" + "".join(f"{st};\n" for st in parts)
     return s, [n for n, _ in ins], out.group(1)
 
 
@@ -149,9 +159,15 @@ def tflops(c, secs):
     sizes = c["sizes"]
     n = 1
     if c["kind"] == "gemm":
-        for v in sizes.values():
-            n *= v
-        return 2.0 * n / secs / 1e12
+        # 2 flops per term of each statement's sum: its distinct indices.
+        total = 0
+        for st in [x for x in c["stmt"].split(";") if x.strip()]:
+            idx = set(ch for m in REF.finditer(st) for ch in m.group(2).split(","))
+            p = 1
+            for ch in idx:
+                p *= sizes[ch]
+            total += 2.0 * p
+        return total / secs / 1e12
     for v in sizes.values():
         n *= v
     return 5.0 * n / secs / 1e12  # silu(g) * u: about 5 operations per element
@@ -215,7 +231,8 @@ def run(args):
             continue
         src = os.path.join(args.dir, "cases", f"h{k}.tc")
         out_elems = 1
-        for ch in re.search(r"\[([a-z,]*)\]", c["stmt"]).group(1).split(","):
+        last = [x for x in c["stmt"].split(";") if x.strip()][-1]
+        for ch in re.search(r"\[([a-z,]*)\]", last).group(1).split(","):
             out_elems *= c["sizes"][ch]
         compare = out_elems <= args.compare_limit
         tmp = os.path.join(args.tmp, f"half_h{k}") if compare else None
@@ -224,7 +241,7 @@ def run(args):
         # torch on random tensors of the same shapes (or tcc's own inputs, compared).
         env = {"torch": torch}
         shapes = {}
-        for m in REF.finditer(c["stmt"].split("=", 1)[1]):
+        for m in REF.finditer(c["stmt"]):
             shapes[m.group(1)] = [c["sizes"][ch] for ch in m.group(2).split(",")]
         for n in c["inputs"]:
             if compare and os.path.exists(os.path.join(tmp, f"{n}.npy")):

@@ -1051,7 +1051,10 @@ fn reads(e: &crate::sema::hir::Expr, t: TensorId) -> bool {
 /// rounded once as it is stored, where the CPU rounds it. An output some step
 /// would accumulate into is computed in an f32 working buffer instead and
 /// rounded into its 16-bit buffer by a last kernel, as the CPU rounds it once
-/// when it leaves the program. Temporaries and other 16-bit tensors stay f32.
+/// when it leaves the program. A declared 16-bit intermediate written by
+/// storing steps only is stored in 16 bits too (rounded per statement, as the
+/// interpreter does; the CPU keeps it f32), otherwise it stays f32; the
+/// optimizer's temporaries are f32.
 pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, CodegenError> {
     let popts = PipelineOptions::with_mem_limit(Some(opts.mem_limit.unwrap_or(DEFAULT_GPU_MEM_LIMIT)));
     let prepared = crate::pipeline::prepare(hir, &popts);
@@ -1061,9 +1064,11 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
     for (&u, nest) in units.iter().zip(&nests) {
         // The CPU library's argument order (declaration order).
         let (args, n_inputs) = crate::codegen::cabi::abi_args(hir, u);
-        // The storage of tensor `t`: 16 bits for a 16-bit argument of the unit.
+        // The storage of tensor `t`: 16 bits for a 16-bit argument of the unit and
+        // for a declared 16-bit intermediate (the optimizer's temporaries come
+        // after the source's tensors and are f32).
         let storage = |t: TensorId| match hir.tensors.get(t) {
-            Some(x) if x.elem.is_half() && args.contains(&t) => Elem::storage(x.elem),
+            Some(x) if x.elem.is_half() && (args.contains(&t) || x.role == Role::Temporary) => Elem::storage(x.elem),
             _ => Elem::of(prepared.tensors[t].elem),
         };
         let mut buffers = Vec::new();
@@ -1145,7 +1150,16 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
                 let keep = (p.buffers, p.whole_first, work_bufs);
                 break (steps, keep);
             }
-            work.extend(p.need_work.iter().copied());
+            for &t in &p.need_work {
+                if args.contains(&t) {
+                    work.push(t);
+                } else {
+                    // A 16-bit intermediate that would be added to stays f32, as
+                    // on the CPU.
+                    let j = buffers.iter().position(|b| b.tensor == Some(t)).expect("a buffer");
+                    buffers[j].elem = Elem::F32;
+                }
+            }
         };
         // Scratch buffers (no tensor) are written whole before they are read.
         let mut no_clear = std::mem::take(&mut p.1);
