@@ -27,9 +27,10 @@ pub(super) struct Planner<'a> {
     /// 16-bit outputs computed in an f32 working buffer (this one), converted
     /// into their 16-bit buffer once at the end of the unit.
     pub(super) work: HashMap<TensorId, usize>,
-    /// 16-bit outputs that some step would write other than by storing each
-    /// element once (accumulation, clearing, atomics): planned again with a
-    /// working buffer ([`Planner::work`]).
+    /// 16-bit outputs and declared intermediates that some step would write
+    /// other than by storing each element once (accumulation, clearing,
+    /// atomics): planned again with a working buffer ([`Planner::work`]) for an
+    /// output, as f32 for an intermediate.
     pub(super) need_work: Vec<TensorId>,
 }
 
