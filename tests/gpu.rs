@@ -64,8 +64,8 @@ fn examples_plans_match_the_interpreter_when_emulated() {
             continue;
         }
         let hir = compile(&std::fs::read_to_string(&path).unwrap());
-        // The GPU runs refuse complex programs (E0324; tests/complex.rs) and
-        // 16-bit ones (E0327; tests/half.rs).
+        // The GPU runs refuse complex programs (E0324; tests/complex.rs);
+        // 16-bit ones are checked in tests/gpu_half.rs.
         if hir.tensors.iter().any(|t| t.elem.is_complex() || t.elem.is_half()) {
             continue;
         }
@@ -423,7 +423,10 @@ typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;\ncublasStat
 typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TENSOR_OP_MATH = 1, CUBLAS_PEDANTIC_MATH = 2, CUBLAS_TF32_TENSOR_OP_MATH = 3 } cublasMath_t;\n\
 cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t);\n\
 cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const double*, const double*, int, long long, const double*, int, long long, const double*, double*, int, long long, int);\n\
-cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float*, const float*, int, long long, const float*, int, long long, const float*, float*, int, long long, int);\n";
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float*, const float*, int, long long, const float*, int, long long, const float*, float*, int, long long, int);\n\
+typedef enum { CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType;\n\
+typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;\ntypedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;\n\
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*, cudaDataType, int, long long, const void*, cudaDataType, int, long long, const void*, void*, cudaDataType, int, long long, int, cublasComputeType_t, cublasGemmAlgo_t);\n";
 
 /// `tcc build --target cuda` writes a C shim (NAME.c + NAME.h) that compiles
 /// cleanly: every example, and products on cuBLAS, tiled and naive kernels.
@@ -438,18 +441,20 @@ fn c_shim_compiles() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "tc"))
-        // `tcc build --target cuda` refuses 16-bit programs (E0327); complex ones
-        // get a shim taking `double _Complex*` / `float _Complex*`.
-        .filter(|p| {
-            let s = std::fs::read_to_string(p).unwrap();
-            !s.contains(": bf16") && !s.contains(": f16")
-        })
+        // Every example builds for CUDA: complex ones get a shim taking
+        // `double _Complex*` / `float _Complex*`, 16-bit ones `uint16_t*`.
         .map(|p| (p, "auto"))
         .collect();
     let gemm = dir.path().join("g.tc");
     std::fs::write(&gemm, einsum_src("bki,bjk->bji", &[('b', 3), ('i', 40), ('j', 29), ('k', 50)], "f32")).unwrap();
     for kind in ["cublas", "tiled", "naive", "cublas --tf32"] {
         files.push((gemm.clone(), kind));
+    }
+    // 16-bit: cublasGemmStridedBatchedEx on bf16 A and B, uint16_t arguments.
+    let half = dir.path().join("h.tc");
+    std::fs::write(&half, einsum_src("bki,bjk->bji", &[('b', 3), ('i', 40), ('j', 29), ('k', 50)], "bf16")).unwrap();
+    for kind in ["cublas", "tiled", "naive"] {
+        files.push((half.clone(), kind));
     }
     for (k, (f, kind)) in files.iter().enumerate() {
         let ptx = dir.path().join(format!("s{k}.ptx"));
@@ -469,10 +474,16 @@ fn c_shim_compiles() {
         // Forced kinds only (the cost model may pick cuBLAS for an example).
         if *kind != "auto" {
             assert_eq!(
-                src.contains("cublasDgemmStridedBatched") || src.contains("cublasSgemmStridedBatched"),
+                src.contains("cublasDgemmStridedBatched")
+                    || src.contains("cublasSgemmStridedBatched")
+                    || src.contains("cublasGemmStridedBatchedEx"),
                 kind.starts_with("cublas"),
                 "{kind}"
             );
+            if *f == half {
+                assert!(h.contains("const uint16_t* X0, size_t X0_len"), "{h}");
+                assert_eq!(src.contains("CUDA_R_16BF"), kind.starts_with("cublas"), "{kind}");
+            }
             assert_eq!(src.contains("CUBLAS_TF32_TENSOR_OP_MATH"), kind.ends_with("--tf32"), "{kind}");
         }
         let cc = std::process::Command::new("cc")

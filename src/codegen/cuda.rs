@@ -276,6 +276,46 @@ mod imp {
                         let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
                         let (lda, ldb, ldc) = (g.lda as i32, g.ldb as i32, g.ldc as i32);
                         let (sa, sb, sc) = (g.stride_a as i64, g.stride_b as i64, g.stride_c as i64);
+                        if g.half.is_some() {
+                            // 16-bit A and B on tensor cores, f32 compute; C as its buffer is.
+                            let ty = |a: &crate::codegen::nvptx::Arg| match self.up.buffers[a.buf].elem {
+                                Elem::F64 => blas_sys::cudaDataType::CUDA_R_64F,
+                                Elem::F32 => blas_sys::cudaDataType::CUDA_R_32F,
+                                Elem::Bf16 => blas_sys::cudaDataType::CUDA_R_16BF,
+                                Elem::F16 => blas_sys::cudaDataType::CUDA_R_16F,
+                            };
+                            let (al, be) = (g.alpha as f32, g.beta as f32);
+                            // SAFETY: sizes and strides stay inside the buffers by construction.
+                            unsafe {
+                                blas::gemm_strided_batched_ex(
+                                    h,
+                                    op(g.transa),
+                                    op(g.transb),
+                                    m,
+                                    n,
+                                    k,
+                                    (&al) as *const f32 as *const _,
+                                    pa as *const _,
+                                    ty(&g.a),
+                                    lda,
+                                    sa,
+                                    pb as *const _,
+                                    ty(&g.b),
+                                    ldb,
+                                    sb,
+                                    (&be) as *const f32 as *const _,
+                                    pc as *mut _,
+                                    ty(&g.c),
+                                    ldc,
+                                    sc,
+                                    g.batch as i32,
+                                    blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                                    blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                                )
+                            }
+                            .map_err(e("cublasGemmStridedBatchedEx"))?;
+                            continue;
+                        }
                         // SAFETY: sizes and strides stay inside the buffers by construction.
                         unsafe {
                             match g.elem {
@@ -302,7 +342,7 @@ mod imp {
                                         g.batch as i32,
                                     )
                                 }
-                                Elem::F32 => {
+                                Elem::F32 | Elem::Bf16 | Elem::F16 => {
                                     let (al, be) = (g.alpha as f32, g.beta as f32);
                                     blas::sgemm_strided_batched(
                                         h,

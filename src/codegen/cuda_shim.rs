@@ -35,10 +35,13 @@ use std::path::Path;
 pub const TCC_ERR_CUDA: (&str, i32, &str) =
     ("TCC_ERR_CUDA", 5, "the CUDA driver or cuBLAS failed (no device, out of device memory, ...)");
 
+/// The C element type of an argument: 16-bit tensors as their bit patterns
+/// (`uint16_t`, as the CPU library's `codegen::cabi_half` ABI).
 fn c_type(e: ElemType) -> &'static str {
     match e {
         ElemType::F64 => "double",
-        ElemType::F32 | ElemType::BF16 | ElemType::F16 => "float",
+        ElemType::F32 => "float",
+        ElemType::BF16 | ElemType::F16 => "uint16_t",
         // Interleaved (re, im), as the CPU library's complex ABI
         // (`cabi::c_type`); only the complex wrappers take them.
         ElemType::C128 => "double _Complex",
@@ -51,6 +54,16 @@ fn part_c_type(e: ElemType) -> &'static str {
     match e.real_part() {
         ElemType::F32 => "float",
         _ => "double",
+    }
+}
+
+/// cuBLAS's `cudaDataType` of a buffer.
+fn cuda_type(e: Elem) -> &'static str {
+    match e {
+        Elem::F64 => "CUDA_R_64F",
+        Elem::F32 => "CUDA_R_32F",
+        Elem::Bf16 => "CUDA_R_16BF",
+        Elem::F16 => "CUDA_R_16F",
     }
 }
 
@@ -84,7 +97,7 @@ pub fn header(hir: &Hir, plan: &GpuPlan, lib: &str, source: &str) -> String {
     let _ = writeln!(s, " */");
     let _ = writeln!(
         s,
-        "#ifndef {guard}\n#define {guard}\n\n#include <stddef.h>\n\n#ifdef __cplusplus\nextern \"C\" {{\n#endif\n"
+        "#ifndef {guard}\n#define {guard}\n\n#include <stddef.h>\n#include <stdint.h>\n\n#ifdef __cplusplus\nextern \"C\" {{\n#endif\n"
     );
     for (name, v, what) in CODES.iter().chain(std::iter::once(&TCC_ERR_CUDA)) {
         let _ = writeln!(s, "#ifndef {name}\n#define {name} {v} /* {what} */\n#endif");
@@ -152,10 +165,41 @@ fn steps(s: &mut String, plan: &GpuPlan, up: &UnitPlan, st: &[Step], ind: usize)
                 let _ = writeln!(s, "{pad}    CK(cuLaunchKernel(fn_[{kernel}], {gx}, {gy}, {gz}, {block}, 1, 1, 0, 0, pp, NULL)); /* {} */", k.name);
                 let _ = writeln!(s, "{pad}}}");
             }
+            Step::Gemm(g) if g.half.is_some() => {
+                // 16-bit A and B on tensor cores, f32 compute; C as its buffer is.
+                let op = |x: bool| if x { "CUBLAS_OP_T" } else { "CUBLAS_OP_N" };
+                let ty = |a: &Arg| cuda_type(up.buffers[a.buf].elem);
+                let _ = writeln!(s, "{pad}{{");
+                let _ = writeln!(s, "{pad}    const float alpha = {:?}f, beta = {:?}f;", g.alpha as f32, g.beta as f32);
+                let _ = writeln!(s, "{pad}    CKB(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));");
+                let _ = writeln!(
+                    s,
+                    "{pad}    CKB(cublasGemmStridedBatchedEx(blas, {}, {}, {}, {}, {}, &alpha, (const void*){}, {}, {}, {}LL, (const void*){}, {}, {}, {}LL, &beta, (void*){}, {}, {}, {}LL, {}, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));",
+                    op(g.transa),
+                    op(g.transb),
+                    g.m,
+                    g.n,
+                    g.k,
+                    arg_ptr(up, &g.a),
+                    ty(&g.a),
+                    g.lda,
+                    g.stride_a,
+                    arg_ptr(up, &g.b),
+                    ty(&g.b),
+                    g.ldb,
+                    g.stride_b,
+                    arg_ptr(up, &g.c),
+                    ty(&g.c),
+                    g.ldc,
+                    g.stride_c,
+                    g.batch
+                );
+                let _ = writeln!(s, "{pad}}}");
+            }
             Step::Gemm(g) => {
                 let (t, f) = match g.elem {
                     Elem::F64 => ("double", "cublasDgemmStridedBatched"),
-                    Elem::F32 => ("float", "cublasSgemmStridedBatched"),
+                    _ => ("float", "cublasSgemmStridedBatched"),
                 };
                 let op = |x: bool| if x { "CUBLAS_OP_T" } else { "CUBLAS_OP_N" };
                 let _ = writeln!(s, "{pad}{{");
@@ -306,7 +350,7 @@ static inline int overlap_(const void* a, size_t n, const void* b, size_t m) {{
             "    int rc = TCC_OK;\n    CUdeviceptr b[{}] = {{0}};\n    err_ = NULL;",
             up.buffers.len().max(1)
         );
-        let arg_bytes = |t: TensorId| Elem::of(hir.tensors[t].elem).bytes();
+        let arg_bytes = |t: TensorId| Elem::storage(hir.tensors[t].elem).bytes();
         for &t in &up.args {
             let (n, want) = (&hir.tensors[t].name, hir.num_elements(t).unwrap_or(0));
             let _ = writeln!(s, "    if ({n} == NULL && {n}_len > 0) return fail_(TCC_ERR_NULL, \"`{n}` is NULL\");");

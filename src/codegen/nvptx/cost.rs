@@ -26,6 +26,9 @@ pub const CUBLAS_F32: f64 = 50e12;
 /// cuBLAS SGEMM on TF32 tensor cores (`--tf32`): about 60 % of the H200's
 /// dense TF32 peak of 495 TFLOP/s (a guess until measured).
 pub const CUBLAS_TF32: f64 = 300e12;
+/// cuBLAS on bf16/f16 A and B (tensor cores, f32 accumulation): about 70 % of
+/// the H200's dense 16-bit peak.
+pub const CUBLAS_HALF: f64 = 650e12;
 /// cuBLAS's output tile, for tile and wave quantization.
 const CUBLAS_TILE: u64 = 128;
 /// Reduction length at which a GEMM reaches half its peak rate (prologue and
@@ -103,7 +106,7 @@ pub fn tiled_rate(e: Elem, cfg: &TileCfg) -> f64 {
     let eff = per_thread / (per_thread + 2.0 * (cfg.tm + cfg.tn) as f64);
     match e {
         Elem::F64 => 25e12 * eff,
-        Elem::F32 => 45e12 * eff,
+        Elem::F32 | Elem::Bf16 | Elem::F16 => 45e12 * eff,
     }
 }
 
@@ -142,7 +145,18 @@ pub fn tiled_time_c(e: Elem, cfg: &TileCfg, [nb, m, n, k]: [u64; 4], c_passes: u
 
 /// Predicted seconds of one cuBLAS call.
 pub fn gemm_time(g: &GemmCall) -> f64 {
+    if let Some(h) = g.half {
+        return half_gemm_time(h, [g.m, g.n, g.k, g.batch], g.beta);
+    }
     gemm_rate_time(g.elem, g.tf32, [g.m, g.n, g.k, g.batch], g.beta)
+}
+
+/// A cuBLAS call on 16-bit A and B ([`CUBLAS_HALF`], 2-byte operands).
+fn half_gemm_time(h: Elem, [m, n, k, nb]: [u64; 4], beta: f64) -> f64 {
+    // The f32 model's shape terms, rescaled to 16-bit rates and bytes.
+    let t = gemm_rate_time(Elem::F32, false, [m, n, k, nb], beta) - CUBLAS_CALL_S - LAUNCH_S;
+    let bytes = (nb * (m * k + k * n + 2 * m * n)) as f64 * h.bytes() as f64;
+    CUBLAS_CALL_S + LAUNCH_S + (t * CUBLAS_F32 / CUBLAS_HALF).max(bytes / (CUBLAS_MEM_EFF * HBM_BPS))
 }
 
 /// Predicted seconds of a cuBLAS call of these sizes; with `beta` 0 it reads no C.
@@ -163,7 +177,7 @@ fn gemm_rate_time(elem: Elem, tf32: bool, [m, n, k, nb]: [u64; 4], beta: f64) ->
     let peak = match elem {
         Elem::F64 => CUBLAS_F64,
         Elem::F32 if tf32 => CUBLAS_TF32,
-        Elem::F32 => CUBLAS_F32,
+        Elem::F32 | Elem::Bf16 | Elem::F16 => CUBLAS_F32,
     };
     let t = CUBLAS_TILE;
     let tiles = m.div_ceil(t) * n.div_ceil(t) * nb;
@@ -194,7 +208,7 @@ fn naive_time(k: &Kernel) -> f64 {
     let flops = (par * red) as f64 * k.ops.len().max(1) as f64;
     let mut rate = match k.elem {
         Elem::F64 => NAIVE_F64,
-        Elem::F32 => NAIVE_F32,
+        Elem::F32 | Elem::Bf16 | Elem::F16 => NAIVE_F32,
     };
     // Threads next to each other differ in the last parallel variable.
     if k.ops.iter().any(|o| o.par_strides.last().is_some_and(|&s| s > 1)) {

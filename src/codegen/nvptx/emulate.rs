@@ -32,6 +32,13 @@ pub fn emulate(
     let up = &plan.units[unit];
     let module = build_module(&ctx, &plan.kernels, Mode::Host, &tm)?;
     let ee = module.create_jit_execution_engine(OptimizationLevel::Default).map_err(|e| err(e.to_string()))?;
+    // The f16 conversions the host kernels call.
+    if let Some(f) = module.get_function(super::gen::HOST_F16_TO_F32) {
+        ee.add_global_mapping(&f, f16_to_f32 as extern "C" fn(u16) -> f32 as usize);
+    }
+    if let Some(f) = module.get_function(super::gen::HOST_F32_TO_F16) {
+        ee.add_global_mapping(&f, f32_to_f16 as extern "C" fn(f32) -> u16 as usize);
+    }
     // Buffers as f64 or f32 vectors.
     let mut bufs: Vec<Vec<u8>> = up.buffers.iter().map(|b| vec![0u8; b.elements as usize * b.elem.bytes()]).collect();
     // Buffers the plan says need no clearing start as NaN: a plan that reads one
@@ -141,6 +148,14 @@ fn emulate_steps(
         }
     }
     Ok(())
+}
+
+extern "C" fn f16_to_f32(h: u16) -> f32 {
+    crate::half::f16_to_f32(h)
+}
+
+extern "C" fn f32_to_f16(x: f32) -> u16 {
+    crate::half::f32_to_f16(x)
 }
 
 /// Calls a JIT-compiled kernel with its ids (a thread's, or a block's three) and

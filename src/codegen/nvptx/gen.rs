@@ -13,6 +13,11 @@ use inkwell::types::{BasicMetadataTypeEnum, FloatType};
 use inkwell::values::{BasicMetadataValueEnum, FloatValue, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
 
+/// The host emulation's f16 conversions ([`crate::half`]; MCJIT's code for
+/// LLVM's `half` would call compiler-rt functions it cannot resolve).
+pub(super) const HOST_F16_TO_F32: &str = "tcc_emu_f16_to_f32";
+pub(super) const HOST_F32_TO_F16: &str = "tcc_emu_f32_to_f16";
+
 #[derive(Clone, Copy, PartialEq)]
 pub(super) enum Mode {
     /// NVPTX kernel: thread id from the special registers, global pointers.
@@ -31,11 +36,118 @@ pub(super) struct Gen<'a, 'ctx> {
 }
 
 impl<'a, 'ctx> Gen<'a, 'ctx> {
+    /// The arithmetic type of elements stored as `e` (f32 for 16-bit storage).
     pub(super) fn ft(&self, e: Elem) -> FloatType<'ctx> {
         match e {
             Elem::F64 => self.ctx.f64_type(),
-            Elem::F32 => self.ctx.f32_type(),
+            Elem::F32 | Elem::Bf16 | Elem::F16 => self.ctx.f32_type(),
         }
+    }
+
+    /// A function the host emulation provides ([`super::emulate`] maps it).
+    fn host_fn(&self, name: &str, ty: inkwell::types::FunctionType<'ctx>) -> FunctionValue<'ctx> {
+        self.module.get_function(name).unwrap_or_else(|| self.module.add_function(name, ty, None))
+    }
+
+    /// A pointer to elements stored as `e` (`i16` bits for 16-bit storage).
+    pub(super) fn ptr_ty(&self, e: Elem) -> inkwell::types::PointerType<'ctx> {
+        if e.is_half() {
+            self.ctx.i16_type().ptr_type(self.addr_space())
+        } else {
+            self.ft(e).ptr_type(self.addr_space())
+        }
+    }
+
+    /// The element at `p`, stored as `e`, as a value of type `lt`: bf16 bits
+    /// shifted into the top of an f32, f16 through `cvt.f32.f16` (both exact;
+    /// f16 on the host through [`crate::half`]).
+    pub(super) fn load_as(
+        &self,
+        p: PointerValue<'ctx>,
+        e: Elem,
+        lt: FloatType<'ctx>,
+    ) -> Result<FloatValue<'ctx>, CodegenError> {
+        let v = match e {
+            Elem::F32 | Elem::F64 => self.b.build_load(p, "x")?.into_float_value(),
+            Elem::Bf16 => {
+                let h = self.b.build_load(p, "h")?.into_int_value();
+                let w = self.b.build_int_z_extend(h, self.ctx.i32_type(), "hw")?;
+                let u = self.b.build_left_shift(w, self.ctx.i32_type().const_int(16, false), "hu")?;
+                self.b.build_bit_cast(u, self.ctx.f32_type(), "bf")?.into_float_value()
+            }
+            Elem::F16 if self.mode == Mode::Host => {
+                let h = self.b.build_load(p, "h")?.into_int_value();
+                let f =
+                    self.host_fn(HOST_F16_TO_F32, self.ctx.f32_type().fn_type(&[self.ctx.i16_type().into()], false));
+                self.call(f, &[h.into()])?.into_float_value()
+            }
+            Elem::F16 => {
+                let h = self.b.build_load(p, "h")?.into_int_value();
+                let x = self.b.build_bit_cast(h, self.ctx.f16_type(), "hf")?.into_float_value();
+                self.b.build_float_ext(x, self.ctx.f32_type(), "f")?
+            }
+        };
+        Ok(if v.get_type() != lt { self.b.build_float_cast(v, lt, "cvt")? } else { v })
+    }
+
+    /// Stores `v` at `p` as `e`: a 16-bit type rounded to nearest even from f32
+    /// (`cvt.rn.bf16.f32`, `cvt.rn.f16.f32` on the device; on the host the same
+    /// rounding in integer arithmetic for bf16, [`crate::half`] for f16).
+    pub(super) fn store_as(&self, p: PointerValue<'ctx>, v: FloatValue<'ctx>, e: Elem) -> Result<(), CodegenError> {
+        let f32t = self.ctx.f32_type();
+        let v = if e.is_half() && v.get_type() != f32t { self.b.build_float_cast(v, f32t, "f")? } else { v };
+        let bits = match e {
+            Elem::F32 | Elem::F64 => {
+                let v = if v.get_type() != self.ft(e) { self.b.build_float_cast(v, self.ft(e), "cvt")? } else { v };
+                self.b.build_store(p, v)?;
+                return Ok(());
+            }
+            Elem::F16 if self.mode == Mode::Host => {
+                let f = self.host_fn(HOST_F32_TO_F16, self.ctx.i16_type().fn_type(&[f32t.into()], false));
+                self.call(f, &[v.into()])?.into_int_value()
+            }
+            Elem::F16 => {
+                let h = self.b.build_float_trunc(v, self.ctx.f16_type(), "h")?;
+                self.b.build_bit_cast(h, self.ctx.i16_type(), "hb")?.into_int_value()
+            }
+            Elem::Bf16 if self.mode == Mode::Device => {
+                let fty = self.ctx.i16_type().fn_type(&[f32t.into()], false);
+                let asm = self.ctx.create_inline_asm(
+                    fty,
+                    "cvt.rn.bf16.f32 $0, $1;".into(),
+                    "=h,f".into(),
+                    false,
+                    false,
+                    None,
+                    false,
+                );
+                let callee = inkwell::values::CallableValue::try_from(asm)
+                    .map_err(|_| err("internal: inline asm is not callable".to_string()))?;
+                self.b
+                    .build_call(callee, &[v.into()], "bf")?
+                    .try_as_basic_value()
+                    .left()
+                    .ok_or_else(|| err("internal: cvt returned nothing".to_string()))?
+                    .into_int_value()
+            }
+            Elem::Bf16 => {
+                // crate::half::f32_to_bf16: add half an ulp (plus one when the kept
+                // half is odd) and keep the top 16 bits; NaN stays a quiet NaN.
+                let i32t = self.ctx.i32_type();
+                let u = self.b.build_bit_cast(v, i32t, "u")?.into_int_value();
+                let hi = self.b.build_right_shift(u, i32t.const_int(16, false), false, "hi")?;
+                let odd = self.b.build_and(hi, i32t.const_int(1, false), "odd")?;
+                let r =
+                    self.b.build_int_add(u, self.b.build_int_add(odd, i32t.const_int(0x7fff, false), "r")?, "ru")?;
+                let rounded = self.b.build_right_shift(r, i32t.const_int(16, false), false, "rb")?;
+                let quiet = self.b.build_or(hi, i32t.const_int(0x40, false), "q")?;
+                let nan = self.b.build_float_compare(FloatPredicate::UNO, v, v, "nan")?;
+                let b = self.b.build_select(nan, quiet, rounded, "b")?.into_int_value();
+                self.b.build_int_truncate(b, self.ctx.i16_type(), "bf")?
+            }
+        };
+        self.b.build_store(p, bits)?;
+        Ok(())
     }
     pub(super) fn i64c(&self, v: u64) -> IntValue<'ctx> {
         self.ctx.i64_type().const_int(v, false)
@@ -119,9 +231,9 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         if self.mode == Mode::Host {
             params.push(i64t.into());
         }
-        params.push(self.ft(k.elem).ptr_type(self.addr_space()).into());
+        params.push(self.ptr_ty(k.out_elem()).into());
         for o in &k.ops {
-            params.push(self.ft(o.elem).ptr_type(self.addr_space()).into());
+            params.push(self.ptr_ty(o.elem).into());
         }
         let f = self.module.add_function(&k.name, self.ctx.void_type().fn_type(&params, false), None);
         let first_ptr = if self.mode == Mode::Host { 1 } else { 0 };
@@ -211,8 +323,11 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let val = if k.coef == 1.0 { sum } else { self.b.build_float_mul(sum, lt.const_float(k.coef), "val")? };
         let outp = unsafe { self.b.build_in_bounds_gep(ptr(0), &[out_off], "outp")? };
         if k.store {
-            self.b.build_store(outp, val)?;
+            self.store_as(outp, val, k.out_elem())?;
         } else if k.split > 1 {
+            if k.out_elem().is_half() {
+                return Err(err("internal: atomic adds into a 16-bit buffer"));
+            }
             use inkwell::values::AsValueRef;
             // SAFETY: a plain LLVM C API call on live values of this context
             // (inkwell's atomicrmw only takes integers).
@@ -227,9 +342,9 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 );
             }
         } else {
-            let old = self.b.build_load(outp, "old")?.into_float_value();
+            let old = self.load_as(outp, k.out_elem(), lt)?;
             let new = self.b.build_float_add(old, val, "new")?;
-            self.b.build_store(outp, new)?;
+            self.store_as(outp, new, k.out_elem())?;
         }
         self.b.build_unconditional_branch(done)?;
         self.b.position_at_end(done);
@@ -267,11 +382,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let mut vals = Vec::with_capacity(k.ops.len());
         for (j, o) in k.ops.iter().enumerate() {
             let p = unsafe { self.b.build_in_bounds_gep(ptrs[j], &[offs[j]], "p")? };
-            let mut v = self.b.build_load(p, "x")?.into_float_value();
-            if self.ft(o.elem) != lt {
-                v = self.b.build_float_cast(v, lt, "cvt")?;
-            }
-            vals.push(v);
+            vals.push(self.load_as(p, o.elem, lt)?);
         }
         let new = match k.combine {
             Combine::Max | Combine::Min => {
@@ -315,11 +426,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             let mut prod: Option<FloatValue> = None;
             for (j, o) in k.ops.iter().enumerate() {
                 let p = unsafe { self.b.build_in_bounds_gep(ptrs[j], &[offs[j]], "p")? };
-                let mut v = self.b.build_load(p, "x")?.into_float_value();
-                let ot = self.ft(o.elem);
-                if ot != lt {
-                    v = self.b.build_float_cast(v, lt, "cvt")?;
-                }
+                let mut v = self.load_as(p, o.elem, lt)?;
                 if let Some(name) = &o.func {
                     let func = Func::from_name(name).ok_or_else(|| err(format!("unknown function {name}")))?;
                     v = self.apply(func, v)?;

@@ -57,6 +57,10 @@ pub(super) fn err(s: impl Into<String>) -> CodegenError {
 pub enum Elem {
     F32,
     F64,
+    /// 16-bit storage (inputs and outputs of `bf16`/`f16` programs): loaded as
+    /// f32, stored rounded to nearest even; arithmetic is f32 ([`Elem::compute`]).
+    Bf16,
+    F16,
 }
 
 impl Elem {
@@ -66,10 +70,31 @@ impl Elem {
             ElemType::F64 | ElemType::C128 => Elem::F64,
         }
     }
+    /// How a tensor of type `e` is stored on the device when it crosses the
+    /// interface: 16-bit types as 16 bits, the others as [`Elem::of`].
+    pub fn storage(e: ElemType) -> Elem {
+        match e {
+            ElemType::BF16 => Elem::Bf16,
+            ElemType::F16 => Elem::F16,
+            e => Elem::of(e),
+        }
+    }
     pub fn bytes(self) -> usize {
         match self {
+            Elem::Bf16 | Elem::F16 => 2,
             Elem::F32 => 4,
             Elem::F64 => 8,
+        }
+    }
+    pub fn is_half(self) -> bool {
+        matches!(self, Elem::Bf16 | Elem::F16)
+    }
+    /// The type arithmetic on stored values runs in: f32 for 16-bit storage.
+    pub fn compute(self) -> Elem {
+        if self.is_half() {
+            Elem::F32
+        } else {
+            self
         }
     }
 }
@@ -110,6 +135,10 @@ pub struct Kernel {
     /// How the operands combine: summed products, or `max`/`min`/`where`.
     #[serde(default, skip_serializing_if = "Combine::is_sum")]
     pub combine: Combine,
+    /// How the output is stored when that differs from `elem` (a 16-bit
+    /// output: the f32 result rounded once as it is stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out: Option<Elem>,
 }
 
 /// What a one-thread-per-output kernel computes per element.
@@ -158,6 +187,10 @@ impl SelectCmp {
 }
 
 impl Kernel {
+    /// The element type of the output buffer.
+    pub fn out_elem(&self) -> Elem {
+        self.out.unwrap_or(self.elem)
+    }
     /// Threads of a one-thread-per-output kernel (unused for tiled ones).
     pub fn threads(&self) -> u64 {
         self.par.iter().product::<u64>() * self.split
@@ -204,6 +237,10 @@ pub struct GemmCall {
     /// CUBLAS_TF32_TENSOR_OP_MATH for this call).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tf32: bool,
+    /// A and B stored in this 16-bit type (`cublasGemmStridedBatchedEx`, f32
+    /// compute on tensor cores; C in the same type or f32, as its buffer is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub half: Option<Elem>,
     pub transa: bool,
     pub transb: bool,
     pub m: u64,
@@ -508,6 +545,16 @@ pub fn write_elems(dst: &mut [u8], e: Elem, src: &[f64]) {
                 c.copy_from_slice(&(*x as f32).to_ne_bytes());
             }
         }
+        Elem::Bf16 => {
+            for (c, x) in dst.chunks_exact_mut(2).zip(src) {
+                c.copy_from_slice(&crate::half::f32_to_bf16(*x as f32).to_ne_bytes());
+            }
+        }
+        Elem::F16 => {
+            for (c, x) in dst.chunks_exact_mut(2).zip(src) {
+                c.copy_from_slice(&crate::half::f32_to_f16(*x as f32).to_ne_bytes());
+            }
+        }
     }
 }
 
@@ -515,6 +562,14 @@ pub fn read_elems(src: &[u8], e: Elem) -> Vec<f64> {
     match e {
         Elem::F64 => src.chunks_exact(8).map(|c| f64::from_ne_bytes(c.try_into().expect("8"))).collect(),
         Elem::F32 => src.chunks_exact(4).map(|c| f32::from_ne_bytes(c.try_into().expect("4")) as f64).collect(),
+        Elem::Bf16 => src
+            .chunks_exact(2)
+            .map(|c| crate::half::bf16_to_f32(u16::from_ne_bytes(c.try_into().expect("2"))) as f64)
+            .collect(),
+        Elem::F16 => src
+            .chunks_exact(2)
+            .map(|c| crate::half::f16_to_f32(u16::from_ne_bytes(c.try_into().expect("2"))) as f64)
+            .collect(),
     }
 }
 

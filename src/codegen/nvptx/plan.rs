@@ -24,6 +24,14 @@ pub(super) struct Planner<'a> {
     pub(super) fresh: bool,
     /// Tensor buffers written whole by their first use ([`UnitPlan::no_clear`]).
     pub(super) whole_first: Vec<usize>,
+    /// 16-bit outputs computed in an f32 working buffer (this one), converted
+    /// into their 16-bit buffer once at the end of the unit.
+    pub(super) work: HashMap<TensorId, usize>,
+    /// 16-bit outputs and declared intermediates that some step would write
+    /// other than by storing each element once (accumulation, clearing,
+    /// atomics): planned again with a working buffer ([`Planner::work`]) for an
+    /// output, as f32 for an intermediate.
+    pub(super) need_work: Vec<TensorId>,
 }
 
 /// One factor of a term.
@@ -101,8 +109,37 @@ impl Planner<'_> {
         Arg { buf: self.buf(t), base, offset }
     }
 
-    fn buf(&self, t: TensorId) -> usize {
+    pub(super) fn buf(&self, t: TensorId) -> usize {
+        if let Some(&w) = self.work.get(&t) {
+            return w;
+        }
         self.buffers.iter().position(|b| b.tensor == Some(t)).expect("every tensor has a buffer")
+    }
+
+    /// How `t`'s buffer stores its elements (16 bits for the interface tensors
+    /// of 16-bit programs, f32 for their temporaries and working buffers).
+    pub(super) fn selem(&self, t: TensorId) -> Elem {
+        self.buffers[self.buf(t)].elem
+    }
+
+    /// The 16-bit type `t` is stored in, if any: a kernel writing it rounds.
+    pub(super) fn half_of(&self, t: TensorId) -> Option<Elem> {
+        Some(self.selem(t)).filter(|e| e.is_half())
+    }
+
+    /// Notes a write of `t`: a 16-bit buffer may only be written by storing each
+    /// element once (`storing`), which rounds once as the CPU does; anything else
+    /// asks for a working buffer ([`Planner::need_work`]).
+    pub(super) fn written(&mut self, t: TensorId, storing: bool) {
+        if !storing && self.half_of(t).is_some() && !self.need_work.contains(&t) {
+            self.need_work.push(t);
+        }
+    }
+
+    /// Clears `t`'s whole buffer.
+    fn memset(&mut self, t: TensorId) -> Step {
+        self.written(t, false);
+        Step::Memset { buf: self.buf(t) }
     }
 
     pub(super) fn stride_in(&self, t: TensorId, idx: &[IndexId], v: IndexId) -> u64 {
@@ -158,7 +195,7 @@ impl Planner<'_> {
                             let idx = st.lhs.indices.clone();
                             self.zero_kernel(st.lhs.tensor, &idx, &mut out);
                         } else {
-                            out.push(Step::Memset { buf: self.buf(st.lhs.tensor) });
+                            out.push(self.memset(st.lhs.tensor));
                         }
                     }
                     if let Some(sp) = crate::tir::materialize::special_stmt(&st) {
@@ -195,7 +232,7 @@ impl Planner<'_> {
         let st = &self.strides[&t];
         let any_bound = (0..st.len()).any(|p| st[p] != 0 && idx.get(p).is_some_and(|i| self.bound.contains(i)));
         if !any_bound && !self.hir.is_slice(&TensorRef { tensor: t, indices: idx.to_vec(), span: 0..0 }) {
-            out.push(Step::Memset { buf: self.buf(t) });
+            out.push(self.memset(t));
             return;
         }
         self.zero_kernel(t, idx, out);
@@ -217,6 +254,8 @@ impl Planner<'_> {
         if par.contains(&0) {
             return;
         }
+        self.written(t, false);
+        let out_elem = self.half_of(t);
         let k = self.kernel(Kernel {
             name: String::new(),
             elem: Elem::of(self.hir.tensors[t].elem),
@@ -231,6 +270,7 @@ impl Planner<'_> {
             store: true,
             tiled: None,
             combine: Combine::Sum,
+            out: out_elem,
         });
         out.push(Step::Launch { kernel: k, args: vec![self.arg(t, idx)] });
     }
@@ -261,10 +301,11 @@ impl Planner<'_> {
             return;
         }
         let size = |v: IndexId| hir.index_size(v) as u64;
+        self.written(c, false);
         let ops = refs
             .iter()
             .map(|r| KOperand {
-                elem: Elem::of(hir.tensors[r.tensor].elem),
+                elem: self.selem(r.tensor),
                 func: None,
                 par_strides: par.iter().map(|&v| self.stride_in(r.tensor, &r.indices, v)).collect(),
                 red_strides: red.iter().map(|&v| self.stride_in(r.tensor, &r.indices, v)).collect(),
@@ -284,6 +325,7 @@ impl Planner<'_> {
             store: false,
             tiled: None,
             combine,
+            out: self.half_of(c),
         });
         let mut args = vec![self.arg(c, &st.lhs.indices)];
         args.extend(refs.iter().map(|r| self.arg(r.tensor, &r.indices)));
@@ -312,8 +354,9 @@ impl Planner<'_> {
         // the constants are ≥ 0.
         let offset = arg.subs.iter().zip(&src).map(|(s, &st)| s.constant.max(0) as u64 * st).sum();
         let base = arg.free.iter().filter(|i| self.bound.contains(i)).map(|&i| (i, view(i))).collect();
+        self.written(c, false);
         let op = KOperand {
-            elem: Elem::of(hir.tensors[arg.tensor].elem),
+            elem: self.selem(arg.tensor),
             func: None,
             par_strides: par.iter().map(|&v| view(v)).collect(),
             red_strides: Vec::new(),
@@ -332,6 +375,7 @@ impl Planner<'_> {
             store: false,
             tiled: None,
             combine: Combine::Sum,
+            out: self.half_of(c),
         });
         let args = vec![self.arg(c, &st.lhs.indices), Arg { buf: self.buf(arg.tensor), base, offset }];
         out.push(Step::Launch { kernel: kid, args });
@@ -345,13 +389,13 @@ impl Planner<'_> {
         if vars.iter().any(|&v| hir.index_size(v) == 0) {
             if self.fresh {
                 // An empty sum: the target is zero.
-                out.push(Step::Memset { buf: self.buf(st.lhs.tensor) });
+                out.push(self.memset(st.lhs.tensor));
             }
             return Ok(());
         }
         let groups = self.groups(st, &ops, &vars);
         if self.fresh && groups.is_none() {
-            out.push(Step::Memset { buf: self.buf(st.lhs.tensor) });
+            out.push(self.memset(st.lhs.tensor));
             self.fresh = false;
         }
         match groups {
@@ -396,7 +440,17 @@ impl Planner<'_> {
         let mut steps = Vec::new();
         let ok = match kind {
             GemmKind::Cublas => {
+                // cuBLAS: A and B of one type; 16-bit A and B (tensor cores, f32
+                // compute) write C in their type or f32.
+                let (ea, eb, ec) = (self.selem(ops[0].tensor), self.selem(ops[1].tensor), self.selem(st.lhs.tensor));
+                if ec.is_half() && !ea.is_half() && ea == eb && ops.iter().all(|o| hir.tensors[o.tensor].elem == celem)
+                {
+                    // f32 products into a 16-bit output: computed in f32 first.
+                    self.written(st.lhs.tensor, false);
+                }
                 ops.iter().all(|o| o.func.is_none() && hir.tensors[o.tensor].elem == celem)
+                    && ea == eb
+                    && (ec == ea || ec == Elem::F32)
                     && self.gemm(st, coef, ops, vars, groups.clone(), &mut steps)
             }
             // With a target that was not cleared the tiled kernel stores (each
@@ -424,12 +478,13 @@ impl Planner<'_> {
         let mut cands = Vec::new();
         for kind in GemmKind::ALL {
             // Planned once to be costed, then undone (kernels and buffers are only appended).
-            let (nk, nb) = (self.kernels.len(), self.buffers.len());
+            let (nk, nb, nw) = (self.kernels.len(), self.buffers.len(), self.need_work.len());
             if let Some(steps) = self.alternative(kind, st, coef, ops, vars, groups)? {
                 cands.push((kind, cost::steps_time(&steps, self.kernels, &self.buffers)));
             }
             self.kernels.truncate(nk);
             self.buffers.truncate(nb);
+            self.need_work.truncate(nw);
         }
         let cheapest = (0..cands.len())
             .min_by(|&i, &j| cands[i].1.total_cmp(&cands[j].1))
@@ -497,7 +552,10 @@ impl Planner<'_> {
         let target = self.opts.target_threads.unwrap_or(1 << 18);
         let (mut split_vars, mut split, mut chunk) = (0usize, 1u64, 1u64);
         let r_total: u64 = r_sizes.iter().product();
-        if p_total < target && r_total >= 64 {
+        // A 16-bit target written whole is stored by one thread per element
+        // (rounded once); split sums would add to it.
+        let half_store = self.fresh && self.half_of(c).is_some();
+        if p_total < target && r_total >= 64 && !half_store {
             let want = (target / p_total.max(1)).min(r_total / 32).max(1);
             if want > 1 {
                 let mut l = 1u64;
@@ -518,12 +576,13 @@ impl Planner<'_> {
         // or cleared first when split reductions add to it.
         let store = self.fresh && split == 1;
         if self.fresh && !store {
-            out.push(Step::Memset { buf: self.buf(c) });
+            out.push(self.memset(c));
         }
+        self.written(c, store);
         let kops: Vec<KOperand> = ops
             .iter()
             .map(|o| KOperand {
-                elem: Elem::of(hir.tensors[o.tensor].elem),
+                elem: self.selem(o.tensor),
                 func: o.func.map(|f| f.name().to_string()),
                 par_strides: par.iter().map(|&v| self.stride_in(o.tensor, &o.indices, v)).collect(),
                 red_strides: red.iter().map(|&v| self.stride_in(o.tensor, &o.indices, v)).collect(),
@@ -543,6 +602,7 @@ impl Planner<'_> {
             store,
             tiled: None,
             combine: Combine::Sum,
+            out: self.half_of(c),
         });
         let mut args = vec![self.arg(c, &st.lhs.indices)];
         args.extend(ops.iter().map(|o| self.arg(o.tensor, &o.indices)));
@@ -644,7 +704,9 @@ impl Planner<'_> {
             // Copied as [its batch variables][rows][cols], contiguous.
             let order: Vec<IndexId> = batch.iter().filter(|v| s[v] != 0).chain(rows).chain(cols).copied().collect();
             let total: u64 = order.iter().map(|&v| size(v)).product();
-            let buf = pl.scratch("perm", elem, total);
+            // 16-bit operands are copied as 16 bits (exact), for tensor cores.
+            let oe = pl.selem(o.tensor);
+            let buf = pl.scratch("perm", oe, total);
             let mut cs2: HashMap<IndexId, u64> = groups.iter().flatten().map(|&v| (v, 0)).collect();
             let mut acc = 1;
             for &v in order.iter().rev() {
@@ -661,7 +723,7 @@ impl Planner<'_> {
                 split: 1,
                 chunk: 1,
                 ops: vec![KOperand {
-                    elem,
+                    elem: oe,
                     func: None,
                     par_strides: order.iter().map(|v| s[v]).collect(),
                     red_strides: vec![],
@@ -670,6 +732,7 @@ impl Planner<'_> {
                 store: true,
                 tiled: None,
                 combine: Combine::Sum,
+                out: Some(oe).filter(|e| e.is_half()),
             });
             steps.push(Step::Launch {
                 kernel: kid,
@@ -716,8 +779,10 @@ impl Planner<'_> {
             }
         }
         let beta = if self.fresh { 0.0 } else { 1.0 };
+        self.written(c, beta == 0.0);
+        let half = Some(self.selem(a.tensor)).filter(|e| e.is_half());
         let call = gemm_call(
-            (elem, self.opts.tf32),
+            (elem, self.opts.tf32, half),
             n_inner,
             [m, n, k, nb],
             [coef, beta],
@@ -779,7 +844,8 @@ impl Planner<'_> {
         let canon = |pl: &mut Planner, o: &Operand, g: [usize; 3], steps: &mut Vec<Step>| -> (Arg, [Grp; 3]) {
             let order: Vec<IndexId> = g.iter().flat_map(|&gi| groups[gi].iter().copied()).collect();
             let total: u64 = order.iter().map(|&v| size(v)).product();
-            let buf = pl.scratch("perm", elem, total);
+            let oe = pl.selem(o.tensor);
+            let buf = pl.scratch("perm", oe, total);
             let mut strides = vec![0u64; order.len()];
             let mut s = 1;
             for j in (0..order.len()).rev() {
@@ -796,7 +862,7 @@ impl Planner<'_> {
                 split: 1,
                 chunk: 1,
                 ops: vec![KOperand {
-                    elem,
+                    elem: oe,
                     func: None,
                     par_strides: order.iter().map(|&v| pl.stride_in(o.tensor, &o.indices, v)).collect(),
                     red_strides: vec![],
@@ -805,6 +871,7 @@ impl Planner<'_> {
                 store: true,
                 tiled: None,
                 combine: Combine::Sum,
+                out: Some(oe).filter(|e| e.is_half()),
             });
             steps.push(Step::Launch {
                 kernel: kid,
@@ -909,8 +976,12 @@ impl Planner<'_> {
         // With n inner, cuBLAS reads each operand as its transpose.
         let (ta, lda) = if n_inner { view(ga[2], ga[1]) } else { view(ga[1], ga[2]) }.expect("checked");
         let (tb, ldb) = if n_inner { view(gb[2], gb[1]) } else { view(gb[1], gb[2]) }.expect("checked");
+        if c_scratch.is_none() {
+            self.written(c, beta == 0.0);
+        }
+        let half = Some(self.selem(a.tensor)).filter(|e| e.is_half());
         let call = gemm_call(
-            (elem, self.opts.tf32),
+            (elem, self.opts.tf32, half),
             n_inner,
             [m, n, k, nb],
             [coef, beta],
@@ -933,6 +1004,7 @@ impl Planner<'_> {
                 strides[j] = s;
                 s *= size(order[j]);
             }
+            self.written(c, self.fresh);
             let kid = self.kernel(Kernel {
                 name: String::new(),
                 elem,
@@ -947,6 +1019,7 @@ impl Planner<'_> {
                 store: self.fresh,
                 tiled: None,
                 combine: Combine::Sum,
+                out: self.half_of(c),
             });
             steps.push(Step::Launch { kernel: kid, args: vec![real_c, Arg { buf, base: vec![], offset: 0 }] });
         }
@@ -971,6 +1044,18 @@ fn reads(e: &crate::sema::hir::Expr, t: TensorId) -> bool {
 }
 
 /// Plans `units` of `hir` for the GPU (no LLVM involved).
+///
+/// A program with 16-bit (`bf16`, `f16`) tensors is planned as its widened
+/// program ([`crate::tir::half::widen`], what the CPU compiles), except that its
+/// 16-bit inputs and outputs are stored in 16 bits on the device: kernels and
+/// cuBLAS (tensor cores, f32 compute) read them as f32, and an output is
+/// rounded once as it is stored, where the CPU rounds it. An output some step
+/// would accumulate into is computed in an f32 working buffer instead and
+/// rounded into its 16-bit buffer by a last kernel, as the CPU rounds it once
+/// when it leaves the program. A declared 16-bit intermediate written by
+/// storing steps only is stored in 16 bits too (rounded per statement, as the
+/// interpreter does; the CPU keeps it f32), otherwise it stays f32; the
+/// optimizer's temporaries are f32.
 pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, CodegenError> {
     let popts = PipelineOptions::with_mem_limit(Some(opts.mem_limit.unwrap_or(DEFAULT_GPU_MEM_LIMIT)));
     let prepared = crate::pipeline::prepare(hir, &popts);
@@ -980,6 +1065,13 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
     for (&u, nest) in units.iter().zip(&nests) {
         // The CPU library's argument order (declaration order).
         let (args, n_inputs) = crate::codegen::cabi::abi_args(hir, u);
+        // The storage of tensor `t`: 16 bits for a 16-bit argument of the unit and
+        // for a declared 16-bit intermediate (the optimizer's temporaries come
+        // after the source's tensors and are f32).
+        let storage = |t: TensorId| match hir.tensors.get(t) {
+            Some(x) if x.elem.is_half() && (args.contains(&t) || x.role == Role::Temporary) => Elem::storage(x.elem),
+            _ => Elem::of(prepared.tensors[t].elem),
+        };
         let mut buffers = Vec::new();
         let mut strides = HashMap::new();
         for (&t, b) in &nest.buffers {
@@ -990,29 +1082,93 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
             buffers.push(Buf {
                 name: tensor.name.clone(),
                 tensor: Some(t),
-                elem: Elem::of(tensor.elem),
+                elem: storage(t),
                 elements: b.elements as u64,
                 input: tensor.role.is_read_only(),
                 shape: prepared.shape(t),
             });
             strides.insert(t, position_strides(&prepared, b));
         }
-        let mut p = Planner {
-            hir: &prepared,
-            opts,
-            kernels: &mut kernels,
-            buffers,
-            strides,
-            bound: Vec::new(),
-            fresh: false,
-            whole_first: Vec::new(),
+        // Planned again with a working buffer for each 16-bit output that a
+        // step would not simply store (at most once per output).
+        let mut work: Vec<TensorId> = Vec::new();
+        let n_kernels = kernels.len();
+        let (steps, mut p) = loop {
+            kernels.truncate(n_kernels);
+            let mut bufs = buffers.clone();
+            let mut wmap = HashMap::new();
+            for &t in &work {
+                let j = bufs.iter().position(|b| b.tensor == Some(t)).expect("a buffer");
+                bufs.push(Buf {
+                    name: format!("_f32_{}", bufs[j].name),
+                    tensor: None,
+                    elem: Elem::F32,
+                    elements: bufs[j].elements,
+                    input: false,
+                    shape: vec![],
+                });
+                wmap.insert(t, bufs.len() - 1);
+            }
+            let mut p = Planner {
+                hir: &prepared,
+                opts,
+                kernels: &mut kernels,
+                buffers: bufs,
+                strides: strides.clone(),
+                bound: Vec::new(),
+                fresh: false,
+                whole_first: Vec::new(),
+                work: wmap,
+                need_work: Vec::new(),
+            };
+            let mut steps = p.nodes(&nest.body, u)?;
+            if p.need_work.is_empty() {
+                // Each working buffer rounded into its output's 16-bit buffer.
+                for &t in &work {
+                    let (w, j) = (p.work[&t], p.buffers.iter().position(|b| b.tensor == Some(t)).expect("a buffer"));
+                    let n = p.buffers[j].elements;
+                    let kid = p.kernel(Kernel {
+                        name: String::new(),
+                        elem: Elem::F32,
+                        par: vec![n],
+                        out_strides: vec![1],
+                        red: vec![],
+                        split_vars: 0,
+                        split: 1,
+                        chunk: 1,
+                        ops: vec![KOperand { elem: Elem::F32, func: None, par_strides: vec![1], red_strides: vec![] }],
+                        coef: 1.0,
+                        store: true,
+                        tiled: None,
+                        combine: Combine::Sum,
+                        out: Some(p.buffers[j].elem),
+                    });
+                    let at = |buf| Arg { buf, base: vec![], offset: 0 };
+                    steps.push(Step::Launch { kernel: kid, args: vec![at(j), at(w)] });
+                    p.whole_first.push(j);
+                }
+                let work_bufs: Vec<usize> = p.work.values().copied().collect();
+                let keep = (p.buffers, p.whole_first, work_bufs);
+                break (steps, keep);
+            }
+            for &t in &p.need_work {
+                if args.contains(&t) {
+                    work.push(t);
+                } else {
+                    // A 16-bit intermediate that would be added to stays f32, as
+                    // on the CPU.
+                    let j = buffers.iter().position(|b| b.tensor == Some(t)).expect("a buffer");
+                    buffers[j].elem = Elem::F32;
+                }
+            }
         };
-        let steps = p.nodes(&nest.body, u)?;
         // Scratch buffers (no tensor) are written whole before they are read.
-        let mut no_clear = p.whole_first;
-        no_clear.extend((0..p.buffers.len()).filter(|&j| p.buffers[j].tensor.is_none()));
+        let mut no_clear = std::mem::take(&mut p.1);
+        // (Working buffers of 16-bit outputs are no scratch: they may be added to.)
+        no_clear.extend((0..p.0.len()).filter(|&j| p.0[j].tensor.is_none() && !p.2.contains(&j)));
         no_clear.sort_unstable();
-        let buffers = p.buffers;
+        no_clear.dedup();
+        let buffers = p.0;
         plans.push(UnitPlan {
             unit: u,
             name: prepared.units[u].name.clone(),
@@ -1041,7 +1197,7 @@ struct GemmSide {
 /// when C's stride-1 variable is in n (`n_inner`) it computes
 /// Cᵀ (n × m) = op(Bᵀ) (n × k) · op(Aᵀ) (k × m), the operands swapped.
 fn gemm_call(
-    (elem, tf32): (Elem, bool),
+    (elem, tf32, half): (Elem, bool, Option<Elem>),
     n_inner: bool,
     [m, n, k, batch]: [u64; 4],
     [alpha, beta]: [f64; 2],
@@ -1052,7 +1208,8 @@ fn gemm_call(
     let (first, second, m, n) = if n_inner { (b, a, n, m) } else { (a, b, m, n) };
     GemmCall {
         elem,
-        tf32: tf32 && elem == Elem::F32,
+        tf32: tf32 && elem == Elem::F32 && half.is_none(),
+        half,
         transa: first.trans,
         transb: second.trans,
         m,

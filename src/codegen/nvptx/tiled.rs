@@ -250,8 +250,9 @@ impl Planner<'_> {
         if !t.launchable() {
             return false;
         }
+        self.written(c, self.fresh);
         let kop = |o: &Operand| KOperand {
-            elem: Elem::of(hir.tensors[o.tensor].elem),
+            elem: self.selem(o.tensor),
             func: o.func.map(|f| f.name().to_string()),
             par_strides: vec![],
             red_strides: vec![],
@@ -270,6 +271,7 @@ impl Planner<'_> {
             store: self.fresh,
             tiled: Some(t),
             combine: Combine::Sum,
+            out: self.half_of(c),
         });
         out.push(Step::Launch {
             kernel: kid,
@@ -522,9 +524,9 @@ impl<'ctx> Gen<'_, 'ctx> {
         if self.mode == Mode::Host {
             params.extend([BasicMetadataTypeEnum::from(i64t); 3]);
         }
-        params.push(ct.ptr_type(self.addr_space()).into());
+        params.push(self.ptr_ty(k.out_elem()).into());
         for o in &k.ops {
-            params.push(self.ft(o.elem).ptr_type(self.addr_space()).into());
+            params.push(self.ptr_ty(o.elem).into());
         }
         let f = self.module.add_function(&k.name, self.ctx.void_type().fn_type(&params, false), None);
         let first_ptr = if self.mode == Mode::Host { 3 } else { 0 };
@@ -608,10 +610,7 @@ impl<'ctx> Gen<'_, 'ctx> {
                     let off = g.b.build_select(ok, off, g.i64c(0), "off")?.into_int_value();
                     // SAFETY: a valid offset, or 0 (the operand's first element).
                     let p = unsafe { g.b.build_in_bounds_gep(src, &[off], "p")? };
-                    let mut v = g.b.build_load(p, "x")?.into_float_value();
-                    if g.ft(op.elem) != ct {
-                        v = g.b.build_float_cast(v, ct, "cvt")?;
-                    }
+                    let mut v = g.load_as(p, op.elem, ct)?;
                     if let Some(name) = &op.func {
                         let func = Func::from_name(name).ok_or_else(|| err(format!("unknown function {name}")))?;
                         v = g.apply(func, v)?;
@@ -727,10 +726,10 @@ impl<'ctx> Gen<'_, 'ctx> {
                     let p = unsafe { g.b.build_in_bounds_gep(pc, &[g.b.build_int_add(ro, co, "o")?], "pc")? };
                     if k.store {
                         // The target was not cleared: every element is written once.
-                        g.b.build_store(p, v)?;
+                        g.store_as(p, v, k.out_elem())?;
                     } else {
-                        let old = g.b.build_load(p, "old")?.into_float_value();
-                        g.b.build_store(p, g.b.build_float_add(old, v, "new")?)?;
+                        let old = g.load_as(p, k.out_elem(), ct)?;
+                        g.store_as(p, g.b.build_float_add(old, v, "new")?, k.out_elem())?;
                     }
                     g.b.build_unconditional_branch(after)?;
                     g.b.position_at_end(after);
