@@ -4,6 +4,7 @@
 # then the four-index weak scaling with tiles that grow with N, then the CCD
 # o=28 v=280 at 16 processes with tiles of 40 and 56. Carry target/mpipack.tar.xz.
 #   OUT=$OUT bash bench/distributed/run_h8.sh
+# Run H9: CCD_TILES=56 CCD_TRIALS=2 OUT=$OUT bash bench/distributed/run_h8.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/out}
@@ -17,7 +18,7 @@ TUNE=$OUT/tune16mpi.toml
 OUT=$OUT/four MODES=on THREADS16=1 TUNING=$TUNE SPEC="96:8:24 110:9:28 127:10:32 146:12:36 167:14:42" \
   timeout 300 bash bench/distributed/four_weak.sh
 echo "## four-index done at $((SECONDS - t0)) s"
-for tile in 40 56; do
-  OUT=$OUT/ccd$tile TILE=$tile TUNING=$TUNE TRIALS=1 SOLO_ALL=0 VARIANTS="inplace" timeout 150 bash bench/distributed/mpi_split.sh
+for tile in ${CCD_TILES:-40 56}; do
+  OUT=$OUT/ccd$tile TILE=$tile TUNING=$TUNE TRIALS=${CCD_TRIALS:-1} SOLO_ALL=0 VARIANTS="inplace" timeout 200 bash bench/distributed/mpi_split.sh
 done
 echo "## total $((SECONDS - t0)) s"
