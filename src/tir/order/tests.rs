@@ -139,9 +139,12 @@ fn hyper_ordered_program_matches_the_interpreter() {
     assert_close(&want, &got, 1e-10).unwrap();
 }
 
+/// (flops, largest) of the old tree, of the trimmed one, and the trimmed tree.
+type Trimmed = ((f64, f64), (f64, f64), Vec<(usize, usize)>);
+
 /// The tree the old search ended with on `p` (greedy, then reconfigured for flops
 /// to a fixpoint) and that tree trimmed, with their (flops, largest) costs.
-fn old_and_trimmed(p: &Problem) -> ((f64, f64), (f64, f64), Vec<(usize, usize)>) {
+fn old_and_trimmed(p: &Problem) -> Trimmed {
     use super::super::opmin::Ctx;
     use super::{reconf, tree_cost, trim};
     let g = optimize_path(p, &Options { search_time: 0.0, ..Options::default() }).unwrap();
