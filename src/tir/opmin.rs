@@ -226,7 +226,7 @@ fn index_count(p: &Problem) -> usize {
 }
 
 impl<const W: usize> Ctx<W> {
-    fn new(p: &Problem) -> Result<Ctx<W>, PathError> {
+    pub(super) fn new(p: &Problem) -> Result<Ctx<W>, PathError> {
         let m = index_count(p);
         if m > Bits::<W>::CAPACITY {
             return Err(PathError::TooManyIndices(m));

@@ -6,7 +6,9 @@
 //! `size(out) - alpha·(size(a)+size(b))`) and recursive graph bisection ([`bisect`],
 //! Kernighan–Lin/Fiduccia–Mattheyses refinement) — and keep the best under the
 //! [`Objective`]; the best few are then improved by subtree reconfiguration
-//! ([`reconf`]: exact DP on windows of at most 8 subtrees). Everything is seeded
+//! ([`reconf`]: exact DP on windows of at most 8 subtrees), and under the flops
+//! objective the winner's largest intermediate is trimmed by reconfiguration under
+//! a size cap for at most [`TRIM_SLACK`] more flops ([`trim`]). Everything is seeded
 //! from [`super::opmin::Options::seed`] and the trial number, so the sequence of
 //! trees is deterministic; the time budget only decides how far along it the
 //! search gets (`max_trials` bounds it instead for reproducible results).
@@ -28,7 +30,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Objective {
-    /// Fewest flops (ties: smaller largest intermediate).
+    /// Fewest flops (ties: smaller largest intermediate), then the largest
+    /// intermediate trimmed for at most [`TRIM_SLACK`] more flops.
     #[default]
     Flops,
     /// Smallest largest intermediate (ties: fewer flops).
@@ -81,6 +84,39 @@ impl Objective {
     }
 }
 
+/// How reconfiguration scores a window: an [`Objective`], or (the flops
+/// objective's last pass, [`trim`]) the largest intermediate above a cap first and
+/// flops second, so that windows whose intermediates all fit the cap only lower
+/// their flops.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Score {
+    Obj(Objective),
+    /// `max(size, cap)` over the steps, then flops.
+    Cap(f64),
+}
+
+impl From<Objective> for Score {
+    fn from(o: Objective) -> Score {
+        Score::Obj(o)
+    }
+}
+
+impl Score {
+    fn step(self, flops: f64, size: f64) -> Cost {
+        match self {
+            Score::Obj(o) => o.step(flops, size),
+            Score::Cap(cap) => Cost(size.max(cap), flops),
+        }
+    }
+
+    fn add(self, a: Cost, b: Cost) -> Cost {
+        match self {
+            Score::Obj(o) => o.add(a, b),
+            Score::Cap(_) => Objective::Size.add(a, b),
+        }
+    }
+}
+
 /// A tree's cost under an objective, compared lexicographically.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub(super) struct Cost(pub f64, pub f64);
@@ -96,7 +132,8 @@ impl Cost {
 }
 
 /// The cost of a whole tree.
-pub(super) fn tree_cost<const W: usize>(ctx: &Ctx<W>, pairs: &[(usize, usize)], obj: Objective) -> Cost {
+pub(super) fn tree_cost<const W: usize>(ctx: &Ctx<W>, pairs: &[(usize, usize)], obj: impl Into<Score>) -> Cost {
+    let obj = obj.into();
     let mut a = Arena::new(ctx);
     let mut total = Cost::ZERO;
     for (k, &(x, y)) in pairs.iter().enumerate() {
@@ -141,6 +178,15 @@ impl Rng {
         (lo.ln() + self.f64() * (hi.ln() - lo.ln())).exp()
     }
 }
+
+/// Trials without improvement after which the search may stop early (and at
+/// least as many as it took to find the last improvement, and a quarter of the
+/// trials' time).
+const PATIENCE: usize = 64;
+
+/// How many more flops (a fraction) the flops objective gives for a smaller
+/// largest intermediate in its last pass ([`trim`]).
+pub const TRIM_SLACK: f64 = 0.02;
 
 /// When a search stops: a deadline, a trial cap and, so that easy networks do not
 /// spend the whole budget, patience (trials without improvement; deterministic).
@@ -191,13 +237,17 @@ pub(super) fn hyper<const W: usize>(
         offer(&mut pool, c, s.clone());
     }
     // Trials take most of the budget; reconfiguration the rest (and always runs).
-    let trial_deadline = start + Duration::from_secs_f64(opts.search_time.clamp(0.0, 1e7) * 0.6);
-    let (mut trial, mut last_gain) = (0usize, 0usize);
+    let trial_window = Duration::from_secs_f64(opts.search_time.clamp(0.0, 1e7) * 0.6);
+    let trial_deadline = start + trial_window;
+    let (mut trial, mut last_gain, mut gained_at) = (0usize, 0usize, Instant::now());
     // Bisection earns trials while it wins: a generator is drawn with probability
     // proportional to (1 + its improvements).
     let mut wins = [1usize, 1usize];
     while trial < budget.max_trials && Instant::now() < trial_deadline {
-        if trial - last_gain >= 64.max(last_gain) {
+        // Patience in trials and in time: a large network's trials are quick but
+        // its trees improve late (a 100-tensor 3-regular graph found its best
+        // tree after 164 trials, 100 after the previous gain).
+        if trial - last_gain >= PATIENCE.max(last_gain) && gained_at.elapsed() >= trial_window.mul_f64(0.25) {
             break;
         }
         let mut rng = Rng::new(opts.seed, trial as u64);
@@ -207,6 +257,7 @@ pub(super) fn hyper<const W: usize>(
         if let Some(t) = t {
             let c = tree_cost(ctx, &t, obj);
             if offer(&mut pool, c, t) {
+                gained_at = Instant::now();
                 last_gain = trial;
                 wins[use_bisect as usize] += 1;
             }
@@ -216,25 +267,55 @@ pub(super) fn hyper<const W: usize>(
     }
     // Reconfigure the pool's trees, best first, while time lasts.
     let mut best = pool[0].clone();
+    // The last tenth of the budget is the flops objective's trim.
+    let reconf_deadline = start + Duration::from_secs_f64(opts.search_time.clamp(0.0, 1e7) * 0.9);
     for (k, (_, t)) in pool.into_iter().enumerate() {
-        if k > 0 && budget.over() {
+        if k > 0 && Instant::now() >= reconf_deadline {
             break;
         }
-        let r = reconf::reconfigure(ctx, &t, obj, Some(&budget.deadline));
+        let r = reconf::reconfigure(ctx, &t, obj, Some(&reconf_deadline), 16);
         let c = tree_cost(ctx, &r, obj);
         if c.better(best.0) {
             best = (c, r);
         }
         prog.tick(trial, best.0 .0);
     }
+    let mut best = best.1;
+    if obj == Objective::Flops {
+        best = trim(ctx, best, &budget.deadline);
+    }
     prog.finish();
-    best.1
+    best
+}
+
+/// The flops objective's last pass: the largest intermediate of `tree` lowered
+/// by reconfiguration under a size cap while the flops grow by at most
+/// [`TRIM_SLACK`].
+fn trim<const W: usize>(ctx: &Ctx<W>, tree: Vec<(usize, usize)>, deadline: &Instant) -> Vec<(usize, usize)> {
+    let c0 = tree_cost(ctx, &tree, Objective::Flops);
+    let limit = c0.0 * (1.0 + TRIM_SLACK);
+    let (mut best, mut size) = (tree, c0.1);
+    // Halve the cap while that stays within the slack; else only the largest
+    // intermediates are pressed down.
+    'outer: while Instant::now() < *deadline {
+        for f in [0.5, 0.999] {
+            let r = reconf::reconfigure(ctx, &best, Score::Cap(size * f), Some(deadline), 16);
+            let c = tree_cost(ctx, &r, Objective::Flops);
+            if c.0 <= limit && c.1 < size {
+                best = r;
+                size = c.1;
+                continue 'outer;
+            }
+        }
+        break;
+    }
+    best
 }
 
 /// Subtree reconfiguration to a fixpoint under `obj`, without a time budget: how a
 /// flops-exact DP tree is adapted to another objective.
 pub(super) fn refine<const W: usize>(ctx: &Ctx<W>, pairs: Vec<(usize, usize)>, obj: Objective) -> Vec<(usize, usize)> {
-    let r = reconf::reconfigure(ctx, &pairs, obj, None);
+    let r = reconf::reconfigure(ctx, &pairs, obj, None, 16);
     if tree_cost(ctx, &r, obj).better(tree_cost(ctx, &pairs, obj)) {
         r
     } else {

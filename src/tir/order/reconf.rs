@@ -10,7 +10,7 @@
 //! tree.
 
 use super::arena::Arena;
-use super::{Cost, Ctx, Objective};
+use super::{Cost, Ctx, Score};
 use crate::tir::bits::Bits;
 use crate::tir::opmin::Sym;
 use std::time::Instant;
@@ -31,9 +31,11 @@ struct Node<const W: usize> {
 pub(super) fn reconfigure<const W: usize>(
     ctx: &Ctx<W>,
     pairs: &[(usize, usize)],
-    obj: Objective,
+    obj: impl Into<Score>,
     deadline: Option<&Instant>,
+    passes: usize,
 ) -> Vec<(usize, usize)> {
+    let obj = obj.into();
     let n = ctx.n;
     if pairs.is_empty() {
         return pairs.to_vec();
@@ -56,7 +58,7 @@ pub(super) fn reconfigure<const W: usize>(
         .collect();
     let root = nodes.len() - 1;
     let late = || deadline.is_some_and(|d| Instant::now() >= *d);
-    for _pass in 0..16 {
+    for _pass in 0..passes {
         // Reachable internal nodes, largest first.
         let mut order = Vec::new();
         let mut stack = vec![root];
@@ -96,7 +98,7 @@ pub(super) fn reconfigure<const W: usize>(
 }
 
 /// Optimizes the window rooted at `r`; whether it changed.
-fn window<const W: usize>(ctx: &Ctx<W>, nodes: &mut Vec<Node<W>>, r: usize, is_root: bool, obj: Objective) -> bool {
+fn window<const W: usize>(ctx: &Ctx<W>, nodes: &mut Vec<Node<W>>, r: usize, is_root: bool, obj: Score) -> bool {
     let (a, b) = nodes[r].kids.expect("internal node");
     let mut frontier = vec![a, b];
     let mut inner = vec![r];
