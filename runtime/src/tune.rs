@@ -82,9 +82,11 @@ pub struct Calibration {
     #[serde(default)]
     pub get_beta: f64,
     /// Seconds per byte of fresh tile memory first written ([`measure_touch`];
-    /// 0: not measured).
+    /// 0: not measured), every rank at once and one rank alone.
     #[serde(default)]
     pub touch_per_byte: f64,
+    #[serde(default)]
+    pub touch_alone_per_byte: f64,
 }
 
 /// One thread's rate in the tile kernel on `C[m,n] += A[m,k]·B[k,n]`, operand
@@ -158,44 +160,58 @@ pub fn measure_gets(c: &dyn Communicator, big: usize) -> Option<(f64, f64)> {
 }
 
 /// Seconds per byte of fresh memory a rank allocates and first writes, with
-/// every rank doing so at once, as a tiled run allocates the tiles a task set
-/// writes: window memory where the communicator has it (zeroed as allocated),
-/// else private memory written once. Page faults make this far from free (about
-/// 0.5 GB/s per rank on virtual machines and sandboxes, where 4 KiB pages of
-/// shared memory each fault), and it is paid again by every temporary.
-pub fn measure_touch(c: &dyn Communicator, words: usize) -> f64 {
+/// every rank doing so at once and with rank 0 alone (the others allocating one
+/// word), as a tiled run allocates the tiles a task set writes: window memory
+/// where the communicator has it (zeroed as allocated), else private memory
+/// written once. Page faults make this far from free (0.3-0.7 GB/s per rank
+/// with 16 ranks at once on sandboxed hosts, where 4 KiB pages of shared memory
+/// each fault), and it is paid again by every temporary. `(at once, alone)`.
+pub fn measure_touch(c: &dyn Communicator, words: usize) -> (f64, f64) {
     const ROUNDS: usize = 2;
     // Above glibc's largest mmap threshold (32 MiB): fresh pages from the system,
     // not ones an earlier free left in the heap.
     let words = words.max(MIN_TOUCH_WORDS);
-    let mut best = f64::INFINITY;
-    for _ in 0..ROUNDS {
-        c.barrier();
+    // Seconds to allocate and first write `n` words (collective where the
+    // memory is window memory: every rank calls it, with its own `n`).
+    let touch = |n: usize| -> Option<f64> {
         let t0 = Instant::now();
-        match c.alloc_window_memory(words) {
+        match c.alloc_window_memory(n) {
             Some(m) => {
-                best = best.min(t0.elapsed().as_secs_f64());
+                let s = t0.elapsed().as_secs_f64();
                 c.barrier();
                 drop(m);
+                Some(s)
             }
             None => {
                 let mut v: Vec<f64> = Vec::new();
-                if v.try_reserve_exact(words).is_err() {
-                    return 0.0;
-                }
-                v.resize(words, 0.0);
+                v.try_reserve_exact(n).ok()?;
+                v.resize(n, 0.0);
                 // `resize` may leave calloc'd pages untouched: write each once.
                 for x in v.iter_mut().step_by(512) {
                     *x = 1.0;
                 }
                 std::hint::black_box(&v);
-                best = best.min(t0.elapsed().as_secs_f64());
+                Some(t0.elapsed().as_secs_f64())
             }
         }
+    };
+    let (mut busy, mut alone) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..ROUNDS {
+        c.barrier();
+        busy = busy.min(touch(words).unwrap_or(0.0));
     }
-    let mut v = [best / (8 * words) as f64];
+    for _ in 0..ROUNDS {
+        c.barrier();
+        let n = if c.rank() == 0 { words } else { 1 };
+        let s = touch(n).unwrap_or(0.0);
+        if c.rank() == 0 {
+            alone = alone.min(s);
+        }
+    }
+    let per_byte = 1.0 / (8 * words) as f64;
+    let mut v = [busy * per_byte, if c.rank() == 0 { alone * per_byte } else { 0.0 }];
     c.allreduce(&mut v, ReduceOp::Max);
-    v[0]
+    (v[0], v[1])
 }
 
 /// The fewest words [`measure_touch`] allocates: 64 MiB.
@@ -566,6 +582,7 @@ mod tests {
             get_alpha: 2e-7,
             get_beta: 1e-10,
             touch_per_byte: 2e-10,
+            touch_alone_per_byte: 1e-10,
         });
         assert_eq!(TuningTable::from_toml(&t.to_toml()).unwrap(), t);
     }

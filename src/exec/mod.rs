@@ -259,9 +259,10 @@ pub fn tune_threads(
         e
     })?;
     let (ms, gets, touch) = &ms[0];
+    let touch = *touch;
     let mut table = tcc_runtime::tune::table_from(World::Threads, ranks, ms);
     table.calibration =
-        calibration(ms, tcc_runtime::comm::Backend::Shm, ranks, kernel_rates(ranks), *gets, *touch, progress);
+        calibration(ms, tcc_runtime::comm::Backend::Shm, ranks, kernel_rates(ranks), *gets, touch, progress);
     Ok(table)
 }
 
@@ -282,7 +283,7 @@ fn calibration(
     ranks: usize,
     (kernels, kernels_alone): (Vec<KernelRate>, Vec<KernelRate>),
     gets: Option<(f64, f64)>,
-    touch_per_byte: f64,
+    (touch_per_byte, touch_alone_per_byte): (f64, f64),
     progress: bool,
 ) -> Option<tcc_runtime::tune::Calibration> {
     let (alpha, beta) = tcc_runtime::tune::fit_alpha_beta(ms, backend)?;
@@ -318,8 +319,10 @@ fn calibration(
     }
     if progress {
         eprintln!(
-            "tune: fresh tile memory first written, every rank at once: {touch_per_byte:.2e} s/byte ({:.2} GB/s per rank)",
-            1e-9 / touch_per_byte.max(1e-15)
+            "tune: fresh tile memory first written: {touch_per_byte:.2e} s/byte every rank at once ({:.2} GB/s per \
+             rank), {touch_alone_per_byte:.2e} alone ({:.2} GB/s)",
+            1e-9 / touch_per_byte.max(1e-15),
+            1e-9 / touch_alone_per_byte.max(1e-15)
         );
     }
     Some(tcc_runtime::tune::Calibration {
@@ -334,6 +337,7 @@ fn calibration(
         get_alpha,
         get_beta,
         touch_per_byte,
+        touch_alone_per_byte,
     })
 }
 

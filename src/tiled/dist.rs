@@ -717,7 +717,10 @@ impl Planned {
                 layouts[&program.written(*s)].tile_len(c)
             };
             for (r, words) in fresh.iter_mut().enumerate() {
-                *words += plan.fetch.received(r).iter().map(|s| s.len).sum::<usize>();
+                // Ranks on one node read remote tiles in place (no buffer).
+                if !opts.read_in_place {
+                    *words += plan.fetch.received(r).iter().map(|s| s.len).sum::<usize>();
+                }
                 *words += plan.placed.partials[r].iter().map(written_len).sum::<usize>();
             }
         }

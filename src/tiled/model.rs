@@ -48,6 +48,9 @@ pub struct TimeModel {
     /// zeroing; [`tcc_runtime::tune::measure_touch`]): every tensor a run
     /// allocates, and every buffer of received or partial tiles.
     pub touch_per_byte: f64,
+    /// The same with one rank alone (interpolated by [`Self::concurrency`] as
+    /// the kernel rates are).
+    pub touch_alone_per_byte: f64,
     /// Threads computing at once when `kernels` were measured.
     pub busy: usize,
     /// Threads computing at once in the run being predicted (set by the run):
@@ -224,6 +227,7 @@ impl TimeModel {
             call,
             call_overhead: 9.6e-7,
             touch_per_byte: TOUCH_PER_BYTE,
+            touch_alone_per_byte: TOUCH_PER_BYTE,
             busy: 2,
             concurrency: 2,
             kernels,
@@ -261,6 +265,13 @@ impl TimeModel {
             call_overhead: c.call_overhead.max(0.0),
             // Tables from before it was measured: the built-in value.
             touch_per_byte: if c.touch_per_byte > 0.0 { c.touch_per_byte } else { TOUCH_PER_BYTE },
+            touch_alone_per_byte: if c.touch_alone_per_byte > 0.0 {
+                c.touch_alone_per_byte
+            } else if c.touch_per_byte > 0.0 {
+                c.touch_per_byte
+            } else {
+                TOUCH_PER_BYTE
+            },
             busy: c.ranks.max(1),
             concurrency: c.ranks.max(1),
             kernels,
@@ -300,7 +311,9 @@ impl TimeModel {
 
     /// Seconds to allocate and first write `words` of fresh tile memory.
     pub fn touch_seconds(&self, words: f64) -> f64 {
-        self.touch_per_byte * 8.0 * words
+        let f =
+            if self.busy <= 1 { 1.0 } else { ((self.concurrency.max(1) - 1) as f64 / (self.busy - 1) as f64).min(1.0) };
+        (self.touch_alone_per_byte + f * (self.touch_per_byte - self.touch_alone_per_byte)) * 8.0 * words
     }
 
     /// Seconds of one one-sided get of `words`.
@@ -526,6 +539,7 @@ mod tests {
             get_alpha: 0.0,
             get_beta: 0.0,
             touch_per_byte: 0.0,
+            touch_alone_per_byte: 0.0,
         };
         let m = TimeModel::from_calibration(&c, "test");
         let flops = 2.0 * 8.0 * 64.0 * 4.0;

@@ -973,7 +973,11 @@ fn the_model_prices_fresh_memory_first_written() {
         program.storage_by_tensor().into_iter().filter(|(t, _)| !inputs.contains(t)).map(|(_, words)| words).sum();
     assert!(fresh > 0.0);
     let at = |touch_per_byte: f64| {
-        let model = crate::tiled::model::TimeModel { touch_per_byte, ..opts.model.clone() };
+        let model = crate::tiled::model::TimeModel {
+            touch_per_byte,
+            touch_alone_per_byte: touch_per_byte,
+            ..opts.model.clone()
+        };
         let o = TiledOptions { model: model.clone(), ..opts.clone() };
         (program.predicted_seconds(&model, 2), super::dist::forecast(&program, 3, &o).model_s)
     };
