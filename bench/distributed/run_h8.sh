@@ -18,7 +18,9 @@ TUNE=$OUT/tune16mpi.toml
 OUT=$OUT/four MODES=on THREADS16=1 TUNING=$TUNE SPEC="96:8:24 110:9:28 127:10:32 146:12:36 167:14:42" \
   timeout 300 bash bench/distributed/four_weak.sh
 echo "## four-index done at $((SECONDS - t0)) s"
+# CCD_TILES=none skips the CCD (run H10).
 for tile in ${CCD_TILES:-40 56}; do
+  [ "$tile" = none ] && continue
   OUT=$OUT/ccd$tile TILE=$tile TUNING=$TUNE TRIALS=${CCD_TRIALS:-1} SOLO_ALL=0 VARIANTS="inplace" timeout 200 bash bench/distributed/mpi_split.sh
 done
 echo "## total $((SECONDS - t0)) s"
