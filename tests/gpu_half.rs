@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{root, tcc_in as tcc, Rng};
+use common::{half_program, root, tcc_in as tcc, Rng};
 use std::collections::HashMap;
 use tcc::codegen::nvptx::{choices, emit_ptx, emulate, plan, Elem, GemmKind, GpuOptions, GpuPlan, Step, TileCfg};
 use tcc::interp::{round_to, run_unit};
@@ -63,47 +63,6 @@ fn options() -> Vec<GpuOptions> {
     ]
 }
 
-/// The random programs of `tests/half.rs` (16-bit, f32 and f64 tensors mixed;
-/// GEMM-shaped, chained through an intermediate, `exp`, `+=`, an outer sum).
-fn random_program(rng: &mut Rng) -> String {
-    let types = ["bf16", "f16", "bf16", "f16", "f32", "f64"];
-    let mut ty = || types[rng.below(types.len() as u64) as usize];
-    let (ta, tb, tw, tt, tc, te) = (ty(), ty(), ty(), ty(), ty(), ty());
-    let mut s = format!(
-        "range N = {}; range M = {}; range K = {}; range L = {};\n\
-         index i : N; index j : M; index k : K; index l : L;\n\
-         input tensor A[i,k] : {ta}; input tensor B[k,j] : {tb}; input tensor W[k,l] : {tw};\n\
-         input tensor E[i,j] : {te}; input tensor V[j] : bf16;\n\
-         tensor T[i,l] : {tt};\n\
-         output tensor C[i,j] : {tc};\n",
-        2 + rng.below(7),
-        1 + rng.below(9),
-        2 + rng.below(40),
-        1 + rng.below(6),
-    );
-    let bases = ["A[i,k] * B[k,j]", "E[i,j]", "T[i,l] * W[k,l] * B[k,j]", "A[i,k] * B[k,j] * V[j]", "exp(E[i,j])"];
-    let rhs = |rng: &mut Rng| {
-        let n = 1 + rng.below(3);
-        (0..n)
-            .map(|t| {
-                let base = bases[rng.below(bases.len() as u64) as usize];
-                let coef = ["", "2 * ", "0.5 * "][rng.below(3) as usize];
-                let sign = if t == 0 { "" } else { [" + ", " - "][rng.below(2) as usize] };
-                format!("{sign}{coef}{base}")
-            })
-            .collect::<String>()
-    };
-    s += "T[i,l] = A[i,k] * W[k,l];\n";
-    s += &format!("C[i,j] = {};\n", rhs(rng));
-    if rng.below(2) == 0 {
-        s += &format!("C[i,j] += {};\n", rhs(rng));
-    }
-    if rng.below(3) == 0 {
-        s += "C[i,j] = C[i,j] * E[i,j] + V[j];\n";
-    }
-    s
-}
-
 /// Random 16-bit programs under every planning option, emulated, against the
 /// interpreter within the per-type tolerance.
 #[test]
@@ -111,7 +70,7 @@ fn random_half_programs_emulated_against_the_interpreter() {
     let mut rng = Rng(1916);
     let (mut bf16_out, mut f16_out) = (0, 0);
     for case in 0..24 {
-        let src = random_program(&mut rng);
+        let src = half_program(&mut rng);
         let hir = compile(&src);
         let tol = tolerance(&hir, UnitId::new(0));
         assert!(tol == TOL_BF16 || tol == TOL_F16, "{tol}");

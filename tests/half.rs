@@ -5,53 +5,12 @@
 
 mod common;
 
-use common::{gcc_available, python, python_with, root, run_c_driver, tcc_in as tcc, Rng};
+use common::{gcc_available, half_program, python, python_with, root, run_c_driver, tcc_in as tcc, Rng};
 use std::collections::HashMap;
 use tcc::interp::{round_to, run_unit};
 use tcc::run::compare::{check_outputs, TOL_BF16};
 use tcc::sema::hir::{ElemType, Hir, TensorId, UnitId};
 use tcc::tensor::Dense;
-
-/// A random program: 16-bit, f32 and f64 tensors mixed; GEMM-shaped, chained
-/// (through a 16-bit intermediate), with `exp`, `+=` and an outer sum.
-fn random_program(rng: &mut Rng) -> String {
-    let types = ["bf16", "f16", "bf16", "f16", "f32", "f64"];
-    let mut ty = || types[rng.below(types.len() as u64) as usize];
-    let (ta, tb, tw, tt, tc, te) = (ty(), ty(), ty(), ty(), ty(), ty());
-    let mut s = format!(
-        "range N = {}; range M = {}; range K = {}; range L = {};\n\
-         index i : N; index j : M; index k : K; index l : L;\n\
-         input tensor A[i,k] : {ta}; input tensor B[k,j] : {tb}; input tensor W[k,l] : {tw};\n\
-         input tensor E[i,j] : {te}; input tensor V[j] : bf16;\n\
-         tensor T[i,l] : {tt};\n\
-         output tensor C[i,j] : {tc};\n",
-        2 + rng.below(7),
-        1 + rng.below(9),
-        2 + rng.below(40),
-        1 + rng.below(6),
-    );
-    let bases = ["A[i,k] * B[k,j]", "E[i,j]", "T[i,l] * W[k,l] * B[k,j]", "A[i,k] * B[k,j] * V[j]", "exp(E[i,j])"];
-    let rhs = |rng: &mut Rng| {
-        let n = 1 + rng.below(3);
-        (0..n)
-            .map(|t| {
-                let base = bases[rng.below(bases.len() as u64) as usize];
-                let coef = ["", "2 * ", "0.5 * "][rng.below(3) as usize];
-                let sign = if t == 0 { "" } else { [" + ", " - "][rng.below(2) as usize] };
-                format!("{sign}{coef}{base}")
-            })
-            .collect::<String>()
-    };
-    s += "T[i,l] = A[i,k] * W[k,l];\n";
-    s += &format!("C[i,j] = {};\n", rhs(rng));
-    if rng.below(2) == 0 {
-        s += &format!("C[i,j] += {};\n", rhs(rng));
-    }
-    if rng.below(3) == 0 {
-        s += "C[i,j] = C[i,j] * E[i,j] + V[j];\n";
-    }
-    s
-}
 
 fn random_inputs(hir: &Hir, u: UnitId, rng: &mut Rng) -> HashMap<TensorId, Dense> {
     hir.unit_inputs(u)
@@ -73,7 +32,7 @@ fn random_half_programs_jit_against_the_interpreter() {
     let mut rng = Rng(2116);
     let (mut bf16_out, mut f16_out) = (0, 0);
     for case in 0..32 {
-        let src = random_program(&mut rng);
+        let src = half_program(&mut rng);
         let (hir, diags) = tcc::compile(&src, "p");
         let hir = hir.unwrap_or_else(|| panic!("case {case}: {diags:?}\n{src}"));
         let u = UnitId::new(0);
