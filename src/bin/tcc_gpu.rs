@@ -77,16 +77,7 @@ fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> 
         }
         let (low, _) = tcc::tir::complex::lower(&hir);
         let mut exec = |u: tcc::sema::hir::UnitId, parts: &HashMap<tcc::sema::hir::TensorId, tcc::tensor::Dense>| {
-            let k = plan
-                .units
-                .iter()
-                .position(|p| p.unit == u)
-                .ok_or_else(|| fail("E0702", format!("the plan has no unit {}", hir.units[u].name), None))?;
-            let one = tcc::codegen::nvptx::GpuPlan {
-                target: plan.target.clone(),
-                kernels: plan.kernels.clone(),
-                units: vec![plan.units[k].clone()],
-            };
+            let one = unit_plan(&plan, &hir, u)?;
             let r = cuda::run_plan(&low, &one, &ptx, 0, parts, repeat)?;
             let extra = cuda::report_lines(&low, u, &one, &r, 0.0, false, parts)?;
             Ok((r.outputs, extra))
@@ -95,16 +86,7 @@ fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> 
         return tcc::run::complex::run_complex(&hir, opts, exec, &mut lock);
     }
     run_report(&hir, opts, &mut lock, &mut |u, inputs| {
-        let k = plan
-            .units
-            .iter()
-            .position(|p| p.unit == u)
-            .ok_or_else(|| fail("E0702", format!("the plan has no unit {}", hir.units[u].name), None))?;
-        let one = tcc::codegen::nvptx::GpuPlan {
-            target: plan.target.clone(),
-            kernels: plan.kernels.clone(),
-            units: vec![plan.units[k].clone()],
-        };
+        let one = unit_plan(&plan, &hir, u)?;
         let r = cuda::run_plan(&hir, &one, &ptx, 0, inputs, repeat)?;
         let mut extra = cuda::report_lines(&hir, u, &one, &r, 0.0, check, inputs)?;
         for &kind in &mode.variants {
@@ -222,4 +204,22 @@ fn main() -> std::process::ExitCode {
     } else {
         std::process::ExitCode::SUCCESS
     }
+}
+
+/// The plan of unit `u` alone (its kernels and that unit's steps).
+fn unit_plan(
+    plan: &tcc::codegen::nvptx::GpuPlan,
+    hir: &tcc::sema::hir::Hir,
+    u: tcc::sema::hir::UnitId,
+) -> Result<tcc::codegen::nvptx::GpuPlan, tcc::error::CommandError> {
+    let k = plan
+        .units
+        .iter()
+        .position(|p| p.unit == u)
+        .ok_or_else(|| fail("E0702", format!("the plan has no unit {}", hir.units[u].name), None))?;
+    Ok(tcc::codegen::nvptx::GpuPlan {
+        target: plan.target.clone(),
+        kernels: plan.kernels.clone(),
+        units: vec![plan.units[k].clone()],
+    })
 }

@@ -350,28 +350,7 @@ static inline int overlap_(const void* a, size_t n, const void* b, size_t m) {{
             "    int rc = TCC_OK;\n    CUdeviceptr b[{}] = {{0}};\n    err_ = NULL;",
             up.buffers.len().max(1)
         );
-        let arg_bytes = |t: TensorId| Elem::storage(hir.tensors[t].elem).bytes();
-        for &t in &up.args {
-            let (n, want) = (&hir.tensors[t].name, hir.num_elements(t).unwrap_or(0));
-            let _ = writeln!(s, "    if ({n} == NULL && {n}_len > 0) return fail_(TCC_ERR_NULL, \"`{n}` is NULL\");");
-            let _ = writeln!(
-                s,
-                "    if ({n}_len != {want}) return fail_(TCC_ERR_LENGTH, \"`{n}` must have {want} elements\");"
-            );
-        }
-        for (k, &t) in up.args.iter().enumerate().skip(up.n_inputs) {
-            for (j, &u) in up.args.iter().enumerate() {
-                if j != k {
-                    let (a, b) = (&hir.tensors[t].name, &hir.tensors[u].name);
-                    let _ = writeln!(
-                        s,
-                        "    if (overlap_({a}, {a}_len * {}, {b}, {b}_len * {})) return fail_(TCC_ERR_OVERLAP, \"`{a}` overlaps `{b}`\");",
-                        arg_bytes(t),
-                        arg_bytes(u)
-                    );
-                }
-            }
-        }
+        write_argument_checks(&mut s, hir, &up.args, up.n_inputs);
         let _ = writeln!(s, "    pthread_once(&once_, init_);\n    if (init_rc_ != TCC_OK) return fail_(init_rc_, init_msg_);\n    pthread_mutex_lock(&lock_);");
         // Scratch buffers of alternatives that do not run are left out.
         let used = up.used_buffers();
@@ -435,6 +414,31 @@ fn outer_plan(hir: &Hir, plan: &GpuPlan) -> GpuPlan {
     outer
 }
 
+/// The C lines that check a function's arguments before anything runs: no NULL
+/// array with elements, each array's length, and no output overlapping another
+/// argument (by bytes: `sizeof` of the argument's own element type).
+fn write_argument_checks(s: &mut String, hir: &Hir, args: &[TensorId], n_inputs: usize) {
+    for &t in args {
+        let (n, want) = (&hir.tensors[t].name, hir.num_elements(t).unwrap_or(0));
+        let _ = writeln!(s, "    if ({n} == NULL && {n}_len > 0) return fail_(TCC_ERR_NULL, \"`{n}` is NULL\");");
+        let _ = writeln!(
+            s,
+            "    if ({n}_len != {want}) return fail_(TCC_ERR_LENGTH, \"`{n}` must have {want} elements\");"
+        );
+    }
+    for (k, &t) in args.iter().enumerate().skip(n_inputs) {
+        for (j, &u) in args.iter().enumerate() {
+            if j != k {
+                let (a, b) = (&hir.tensors[t].name, &hir.tensors[u].name);
+                let _ = writeln!(
+                    s,
+                    "    if (overlap_({a}, {a}_len * sizeof *{a}, {b}, {b}_len * sizeof *{b})) return fail_(TCC_ERR_OVERLAP, \"`{a}` overlaps `{b}`\");"
+                );
+            }
+        }
+    }
+}
+
 /// The functions of a complex program taking interleaved complex arrays: checks
 /// under the source names, the split into parts, the call of the lowered
 /// program's `tcc_cuda_parts_PROGRAM`, the join of the outputs.
@@ -443,27 +447,9 @@ fn complex_wrappers(s: &mut String, hir: &Hir, map: &ComplexMap, plan: &GpuPlan)
     for (ip, op) in plan.units.iter().zip(&outer.units) {
         let _ = writeln!(s, "int tcc_cuda_{}({}) {{", op.name, params(hir, op));
         let _ = writeln!(s, "    int rc = TCC_ERR_NOMEM;\n    err_ = NULL;");
-        for &t in &op.args {
-            let (n, want) = (&hir.tensors[t].name, hir.num_elements(t).unwrap_or(0));
-            let _ = writeln!(s, "    if ({n} == NULL && {n}_len > 0) return fail_(TCC_ERR_NULL, \"`{n}` is NULL\");");
-            let _ = writeln!(
-                s,
-                "    if ({n}_len != {want}) return fail_(TCC_ERR_LENGTH, \"`{n}` must have {want} elements\");"
-            );
-        }
         // Unlike the CPU library's wrappers, an output overlapping an input is
         // refused here, under the arguments' own names.
-        for (k, &t) in op.args.iter().enumerate().skip(op.n_inputs) {
-            for (j, &u) in op.args.iter().enumerate() {
-                if j != k {
-                    let (a, b) = (&hir.tensors[t].name, &hir.tensors[u].name);
-                    let _ = writeln!(
-                        s,
-                        "    if (overlap_({a}, {a}_len * sizeof *{a}, {b}, {b}_len * sizeof *{b})) return fail_(TCC_ERR_OVERLAP, \"`{a}` overlaps `{b}`\");"
-                    );
-                }
-            }
-        }
+        write_argument_checks(s, hir, &op.args, op.n_inputs);
         let cx: Vec<(usize, TensorId)> =
             op.args.iter().copied().enumerate().filter(|(_, t)| hir.tensors[*t].elem.is_complex()).collect();
         for &(k, t) in &cx {
