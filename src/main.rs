@@ -748,7 +748,7 @@ enum Command {
     /// Run the language server on stdin/stdout (for editors; see book/src/editors.md).
     Lsp,
     /// Measure each collective back end over message sizes, and the α-β-γ of tiled
-    /// runs (all-to-all latency and bandwidth, tile kernel rates), and write a
+    /// runs (all-to-all latency and bandwidth, tile kernel rates, first writes of fresh memory), and write a
     /// tuning table.
     Tune {
         /// In-process ranks to measure with (threads world).
