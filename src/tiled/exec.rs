@@ -695,8 +695,8 @@ impl Program {
 
     /// Predicted seconds of a one-process run on `threads` threads: per task set,
     /// its work spread evenly, or its largest task if that is longer; and the
-    /// first writes of the fresh memory of every tensor the run computes (zeroed
-    /// by the tasks, spread over the threads).
+    /// first writes of the fresh memory of every tensor the run computes (private
+    /// memory zeroed by the tasks, spread over the threads).
     pub fn predicted_seconds(&self, model: &TimeModel, threads: usize) -> f64 {
         let inputs = self.hir.unit_inputs(self.unit);
         let mut written: Vec<TensorId> = self.stmts.iter().map(|s| s.lhs).filter(|t| !inputs.contains(t)).collect();
@@ -716,7 +716,7 @@ impl Program {
                 (total / threads.max(1) as f64).max(largest)
             })
             .sum();
-        model.touch_seconds(fresh) / threads.max(1) as f64 + work
+        model.private_touch_seconds(fresh) / threads.max(1) as f64 + work
     }
 
     /// Predicted flops of all tasks.
@@ -1484,7 +1484,9 @@ fn term_dense_flops(hir: &Hir, indices: &[IndexId], n: usize) -> f64 {
 ///
 /// The positions of a group must be indices of one range: a symmetric `F[p,q]`
 /// read as the block `F[i,a]` pairs tiles of different ranges, which no ordering
-/// covers.
+/// covers. Nor may a group's index appear in the factor outside the group: a
+/// tensor symmetric in its first two dimensions read as `A[i,k,i]` is not
+/// symmetric in `i` and `k` (the diagonal ties `i` to the third dimension).
 fn ordered_groups(
     hir: &Hir,
     indices: &[IndexId],
@@ -1498,6 +1500,10 @@ fn ordered_groups(
             .symmetry
             .iter()
             .filter(|g| func.is_none() || g.kind == SymKind::Symmetric)
+            .filter(|g| {
+                let inside = |p: usize| g.positions.iter().any(|&d| pos[d] == p);
+                pos.iter().enumerate().all(|(e, &p)| !inside(p) || g.positions.contains(&e))
+            })
             .map(|g| {
                 let mut ps: Vec<usize> = g.positions.iter().map(|&d| pos[d]).collect();
                 ps.sort_unstable();

@@ -973,9 +973,12 @@ fn the_model_prices_fresh_memory_first_written() {
         program.storage_by_tensor().into_iter().filter(|(t, _)| !inputs.contains(t)).map(|(_, words)| words).sum();
     assert!(fresh > 0.0);
     let at = |touch_per_byte: f64| {
+        // Private memory (one process) at half the rate of window memory (ranks).
         let model = crate::tiled::model::TimeModel {
             touch_per_byte,
             touch_alone_per_byte: touch_per_byte,
+            private_touch_per_byte: touch_per_byte / 2.0,
+            private_touch_alone_per_byte: touch_per_byte / 2.0,
             ..opts.model.clone()
         };
         let o = TiledOptions { model: model.clone(), ..opts.clone() };
@@ -984,7 +987,7 @@ fn the_model_prices_fresh_memory_first_written() {
     let (one0, ranks0) = at(0.0);
     let (one1, ranks1) = at(1e-6);
     let priced = 1e-6 * 8.0 * fresh;
-    assert!(((one1 - one0) - priced / 2.0).abs() <= 1e-9 * priced, "{one0} {one1} {priced}");
+    assert!(((one1 - one0) - priced / 4.0).abs() <= 1e-9 * priced, "{one0} {one1} {priced}");
     // Three ranks: each set waits for its busiest rank, which holds at least a third.
     assert!(ranks1 - ranks0 >= priced / 3.0 * (1.0 - 1e-9), "{ranks0} {ranks1} {priced}");
 }
@@ -1333,4 +1336,27 @@ fn sessions_of_the_language_examples_equal_the_interpreter() {
             }
         }
     }
+}
+
+/// A factor read with a diagonal through one of its symmetric dimensions
+/// (`A[i,k,i]` of a tensor symmetric in its first two) is not symmetric in `i`
+/// and `k`: summing only ordered tiles of `i, k` gave wrong numbers (found by
+/// `random_programs_tiled_equal_the_interpreter`, seed 6858371688480213351).
+#[test]
+fn a_diagonal_through_a_symmetric_pair_breaks_its_summation_symmetry() {
+    let src = "range N = 4; index i, k, a : N;\n\
+               input tensor S[i,k,a] : f64 symmetric(i k);\n\
+               input tensor A[i,k,a] : f64 symmetric(i k);\n\
+               output tensor R[a];\n\
+               R[a] = S[i,k,a] * A[i,k,i];";
+    let (hir, diags) = crate::compile(src, "diag");
+    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+    for tile in 1..=4 {
+        let opts = TiledOptions { tile, threads: 1, ..Default::default() };
+        check_tiled(&hir, 11, &opts).unwrap_or_else(|e| panic!("tile {tile}: {e}"));
+    }
+    let seed = 6858371688480213351u64;
+    let opts =
+        TiledOptions { tile: 1 + (seed % 4) as usize, threads: 2, schedule: Schedule::Static, ..Default::default() };
+    check_tiled(&random_program(seed), seed, &opts).unwrap();
 }
