@@ -87,6 +87,11 @@ pub struct Calibration {
     pub touch_per_byte: f64,
     #[serde(default)]
     pub touch_alone_per_byte: f64,
+    /// The same for private memory (one process's tensors; 0: not measured).
+    #[serde(default)]
+    pub private_touch_per_byte: f64,
+    #[serde(default)]
+    pub private_touch_alone_per_byte: f64,
 }
 
 /// One thread's rate in the tile kernel on `C[m,n] += A[m,k]·B[k,n]`, operand
@@ -163,10 +168,11 @@ pub fn measure_gets(c: &dyn Communicator, big: usize) -> Option<(f64, f64)> {
 /// every rank doing so at once and with rank 0 alone (the others allocating one
 /// word), as a tiled run allocates the tiles a task set writes: window memory
 /// where the communicator has it (zeroed as allocated), else private memory
-/// written once. Page faults make this far from free (0.3-0.7 GB/s per rank
+/// written once (always private memory with `private`: what one process's
+/// tensors are). Page faults make this far from free (0.3-0.7 GB/s per rank
 /// with 16 ranks at once on sandboxed hosts, where 4 KiB pages of shared memory
 /// each fault), and it is paid again by every temporary. `(at once, alone)`.
-pub fn measure_touch(c: &dyn Communicator, words: usize) -> (f64, f64) {
+pub fn measure_touch(c: &dyn Communicator, words: usize, private: bool) -> (f64, f64) {
     const ROUNDS: usize = 2;
     // Above glibc's largest mmap threshold (32 MiB): fresh pages from the system,
     // not ones an earlier free left in the heap.
@@ -175,7 +181,7 @@ pub fn measure_touch(c: &dyn Communicator, words: usize) -> (f64, f64) {
     // memory is window memory: every rank calls it, with its own `n`).
     let touch = |n: usize| -> Option<f64> {
         let t0 = Instant::now();
-        match c.alloc_window_memory(n) {
+        match if private { None } else { c.alloc_window_memory(n) } {
             Some(m) => {
                 let s = t0.elapsed().as_secs_f64();
                 c.barrier();
@@ -583,6 +589,8 @@ mod tests {
             get_beta: 1e-10,
             touch_per_byte: 2e-10,
             touch_alone_per_byte: 1e-10,
+            private_touch_per_byte: 1e-10,
+            private_touch_alone_per_byte: 5e-11,
         });
         assert_eq!(TuningTable::from_toml(&t.to_toml()).unwrap(), t);
     }

@@ -249,7 +249,8 @@ pub fn tune_threads(
         // A rank without memory stops the others, which would wait for it.
         let ms = r.unwrap_or_else(|e| rank.abort(&e));
         let gets = tcc_runtime::tune::measure_gets(comms[1].as_ref(), get_words(opts));
-        (ms, gets, tcc_runtime::tune::measure_touch(comms[1].as_ref(), 4 * get_words(opts)))
+        // In-process ranks have no window memory: their tiles are private memory.
+        (ms, gets, tcc_runtime::tune::measure_touch(comms[1].as_ref(), 4 * get_words(opts), true))
     })
     .map_err(|f| {
         let mut e = launch::rank_failure(&f, "E0752");
@@ -262,7 +263,7 @@ pub fn tune_threads(
     let touch = *touch;
     let mut table = tcc_runtime::tune::table_from(World::Threads, ranks, ms);
     table.calibration =
-        calibration(ms, tcc_runtime::comm::Backend::Shm, ranks, kernel_rates(ranks), *gets, touch, progress);
+        calibration(ms, tcc_runtime::comm::Backend::Shm, ranks, kernel_rates(ranks), *gets, (touch, touch), progress);
     Ok(table)
 }
 
@@ -283,7 +284,10 @@ fn calibration(
     ranks: usize,
     (kernels, kernels_alone): (Vec<KernelRate>, Vec<KernelRate>),
     gets: Option<(f64, f64)>,
-    (touch_per_byte, touch_alone_per_byte): (f64, f64),
+    ((touch_per_byte, touch_alone_per_byte), (private_touch_per_byte, private_touch_alone_per_byte)): (
+        (f64, f64),
+        (f64, f64),
+    ),
     progress: bool,
 ) -> Option<tcc_runtime::tune::Calibration> {
     let (alpha, beta) = tcc_runtime::tune::fit_alpha_beta(ms, backend)?;
@@ -324,6 +328,12 @@ fn calibration(
             1e-9 / touch_per_byte.max(1e-15),
             1e-9 / touch_alone_per_byte.max(1e-15)
         );
+        eprintln!(
+            "tune: fresh private memory first written: {private_touch_per_byte:.2e} s/byte every rank at once ({:.2} \
+             GB/s per rank), {private_touch_alone_per_byte:.2e} alone ({:.2} GB/s)",
+            1e-9 / private_touch_per_byte.max(1e-15),
+            1e-9 / private_touch_alone_per_byte.max(1e-15)
+        );
     }
     Some(tcc_runtime::tune::Calibration {
         backend,
@@ -338,6 +348,8 @@ fn calibration(
         get_beta,
         touch_per_byte,
         touch_alone_per_byte,
+        private_touch_per_byte,
+        private_touch_alone_per_byte,
     })
 }
 
@@ -371,11 +383,20 @@ pub fn tune_mpi(opts: &tcc_runtime::tune::TuneOptions, progress: bool) -> Option
         if world.rank() == 0 { crate::tiled::model::measure_kernel_rates(1).unwrap_or_default() } else { Vec::new() };
     comm.barrier();
     let gets = tcc_runtime::tune::measure_gets(comm.as_ref(), get_words(opts));
-    let touch = tcc_runtime::tune::measure_touch(comm.as_ref(), 4 * get_words(opts));
+    // Window memory (the tiles of ranks), then private (one process's tensors).
+    let touch = tcc_runtime::tune::measure_touch(comm.as_ref(), 4 * get_words(opts), false);
+    let private = tcc_runtime::tune::measure_touch(comm.as_ref(), 4 * get_words(opts), true);
     drop(comm);
     let p = world.size();
-    t.calibration =
-        calibration(&ms, tcc_runtime::comm::Backend::Mpi, p, (busy, alone), gets, touch, progress && world.rank() == 0);
+    t.calibration = calibration(
+        &ms,
+        tcc_runtime::comm::Backend::Mpi,
+        p,
+        (busy, alone),
+        gets,
+        (touch, private),
+        progress && world.rank() == 0,
+    );
     drop(refs);
     drop(comms);
     (world.rank() == 0).then_some(t)

@@ -51,6 +51,10 @@ pub struct TimeModel {
     /// The same with one rank alone (interpolated by [`Self::concurrency`] as
     /// the kernel rates are).
     pub touch_alone_per_byte: f64,
+    /// The same for private memory, which one process's tensors are (window
+    /// memory under MPI faults in smaller pages).
+    pub private_touch_per_byte: f64,
+    pub private_touch_alone_per_byte: f64,
     /// Threads computing at once when `kernels` were measured.
     pub busy: usize,
     /// Threads computing at once in the run being predicted (set by the run):
@@ -228,6 +232,8 @@ impl TimeModel {
             call_overhead: 9.6e-7,
             touch_per_byte: TOUCH_PER_BYTE,
             touch_alone_per_byte: TOUCH_PER_BYTE,
+            private_touch_per_byte: TOUCH_PER_BYTE,
+            private_touch_alone_per_byte: TOUCH_PER_BYTE,
             busy: 2,
             concurrency: 2,
             kernels,
@@ -253,6 +259,9 @@ impl TimeModel {
         let call = CallModel::new(&kernels);
         let alone = clean(&c.kernels_alone);
         let call_alone = if alone.is_empty() { call.clone() } else { CallModel::new(&alone) };
+        // Tables from before first touch was measured: the built-in value.
+        let touch_per_byte = if c.touch_per_byte > 0.0 { c.touch_per_byte } else { TOUCH_PER_BYTE };
+        let touch_alone_per_byte = if c.touch_alone_per_byte > 0.0 { c.touch_alone_per_byte } else { touch_per_byte };
         TimeModel {
             alpha: c.alpha.max(0.0),
             beta: c.beta.max(0.0),
@@ -263,14 +272,18 @@ impl TimeModel {
             call_alone,
             call,
             call_overhead: c.call_overhead.max(0.0),
-            // Tables from before it was measured: the built-in value.
-            touch_per_byte: if c.touch_per_byte > 0.0 { c.touch_per_byte } else { TOUCH_PER_BYTE },
-            touch_alone_per_byte: if c.touch_alone_per_byte > 0.0 {
-                c.touch_alone_per_byte
-            } else if c.touch_per_byte > 0.0 {
-                c.touch_per_byte
+            touch_per_byte,
+            touch_alone_per_byte,
+            // Tables from before private memory was measured: the window rates.
+            private_touch_per_byte: if c.private_touch_per_byte > 0.0 {
+                c.private_touch_per_byte
             } else {
-                TOUCH_PER_BYTE
+                touch_per_byte
+            },
+            private_touch_alone_per_byte: if c.private_touch_alone_per_byte > 0.0 {
+                c.private_touch_alone_per_byte
+            } else {
+                touch_alone_per_byte
             },
             busy: c.ranks.max(1),
             concurrency: c.ranks.max(1),
@@ -311,9 +324,20 @@ impl TimeModel {
 
     /// Seconds to allocate and first write `words` of fresh tile memory.
     pub fn touch_seconds(&self, words: f64) -> f64 {
+        self.interpolated(self.touch_alone_per_byte, self.touch_per_byte) * 8.0 * words
+    }
+
+    /// [`Self::touch_seconds`] for private memory (one process's tensors).
+    pub fn private_touch_seconds(&self, words: f64) -> f64 {
+        self.interpolated(self.private_touch_alone_per_byte, self.private_touch_per_byte) * 8.0 * words
+    }
+
+    /// A rate measured alone and with [`Self::busy`] threads at once, at
+    /// [`Self::concurrency`] threads (linear in between, as kernel rates are).
+    fn interpolated(&self, alone: f64, busy: f64) -> f64 {
         let f =
             if self.busy <= 1 { 1.0 } else { ((self.concurrency.max(1) - 1) as f64 / (self.busy - 1) as f64).min(1.0) };
-        (self.touch_alone_per_byte + f * (self.touch_per_byte - self.touch_alone_per_byte)) * 8.0 * words
+        alone + f * (busy - alone)
     }
 
     /// Seconds of one one-sided get of `words`.
@@ -540,6 +564,8 @@ mod tests {
             get_beta: 0.0,
             touch_per_byte: 0.0,
             touch_alone_per_byte: 0.0,
+            private_touch_per_byte: 0.0,
+            private_touch_alone_per_byte: 0.0,
         };
         let m = TimeModel::from_calibration(&c, "test");
         let flops = 2.0 * 8.0 * 64.0 * 4.0;
