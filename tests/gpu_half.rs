@@ -22,15 +22,7 @@ fn compile(src: &str) -> Hir {
 
 /// Random inputs, each value one of its type's (as `tcc run` makes them).
 fn inputs(hir: &Hir, u: UnitId, rng: &mut Rng) -> HashMap<TensorId, Dense> {
-    hir.unit_inputs(u)
-        .into_iter()
-        .map(|t| {
-            let shape = hir.shape(t);
-            let n: usize = shape.iter().product();
-            let data = (0..n).map(|_| round_to(hir.tensors[t].elem, rng.unit())).collect();
-            (t, Dense { shape, data })
-        })
-        .collect()
+    common::inputs_with(hir, u, |e| round_to(e, rng.unit()))
 }
 
 /// The plan emulated against the interpreter: the worst relative difference
@@ -266,15 +258,7 @@ fn half_results_round_exactly_as_the_interpreter() {
         ] {
             let hir = compile(&src);
             let u = UnitId::new(0);
-            let ins: HashMap<TensorId, Dense> = hir
-                .unit_inputs(u)
-                .into_iter()
-                .map(|t| {
-                    let shape = hir.shape(t);
-                    let n: usize = shape.iter().product();
-                    (t, Dense { shape, data: (0..n).map(|_| rng.below(81) as f64 - 40.0).collect() })
-                })
-                .collect();
+            let ins = common::inputs_with(&hir, u, |_| rng.below(81) as f64 - 40.0);
             let want = run_unit(&hir, u, &ins).unwrap();
             let c = hir.tensor_by_name("C").unwrap();
             let mut rounded = 0;
@@ -315,15 +299,7 @@ fn declared_half_intermediates_are_stored_in_16_bits() {
     assert_eq!(g.len(), 2);
     assert!(g.iter().all(|g| g.half == Some(Elem::Bf16)), "{g:?}");
     let mut rng = Rng(11);
-    let ins: HashMap<TensorId, Dense> = hir
-        .unit_inputs(u)
-        .into_iter()
-        .map(|t| {
-            let shape = hir.shape(t);
-            let n: usize = shape.iter().product();
-            (t, Dense { shape, data: (0..n).map(|_| rng.below(41) as f64 - 20.0).collect() })
-        })
-        .collect();
+    let ins = common::inputs_with(&hir, u, |_| rng.below(41) as f64 - 20.0);
     let want = run_unit(&hir, u, &ins).unwrap();
     let y = hir.tensor_by_name("Y").unwrap();
     let mut half_h = 0;

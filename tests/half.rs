@@ -13,15 +13,7 @@ use tcc::sema::hir::{ElemType, Hir, TensorId, UnitId};
 use tcc::tensor::Dense;
 
 fn random_inputs(hir: &Hir, u: UnitId, rng: &mut Rng) -> HashMap<TensorId, Dense> {
-    hir.unit_inputs(u)
-        .into_iter()
-        .map(|t| {
-            let shape = hir.shape(t);
-            let n: usize = shape.iter().product();
-            let data = (0..n).map(|_| round_to(hir.tensors[t].elem, rng.unit())).collect();
-            (t, Dense { shape, data })
-        })
-        .collect()
+    common::inputs_with(hir, u, |e| round_to(e, rng.unit()))
 }
 
 /// JIT against the interpreter on random programs: within the stated tolerance

@@ -174,3 +174,21 @@ pub fn half_program(rng: &mut Rng) -> String {
     }
     s
 }
+
+/// Inputs of unit `u`, tensor by tensor in `unit_inputs` order, each element
+/// `value(its tensor's element type)`.
+pub fn inputs_with(
+    hir: &Hir,
+    u: tcc::sema::hir::UnitId,
+    mut value: impl FnMut(tcc::sema::hir::ElemType) -> f64,
+) -> std::collections::HashMap<tcc::sema::hir::TensorId, tcc::tensor::Dense> {
+    hir.unit_inputs(u)
+        .into_iter()
+        .map(|t| {
+            let shape = hir.shape(t);
+            let n: usize = shape.iter().product();
+            let data = (0..n).map(|_| value(hir.tensors[t].elem)).collect();
+            (t, tcc::tensor::Dense { shape, data })
+        })
+        .collect()
+}
