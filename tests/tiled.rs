@@ -288,6 +288,20 @@ fn in_process_ranks_give_the_single_process_numbers() {
                 assert_eq!(moved, planned, "{line}");
             }
             assert!(text.contains("kernels of rank 0: "), "{text}");
+            if exchange == "one-sided" && ranks != "1" {
+                // Making the tensors the sets write is part of setting them up.
+                let number_before = |line: &str, what: &str| -> f64 {
+                    let head = line.split(what).next().unwrap();
+                    head.trim_end().rsplit([' ', '(', ';']).next().unwrap().parse().unwrap()
+                };
+                let lines: Vec<&str> = text.lines().filter(|l| l.contains(" s in kernels (modelled")).collect();
+                assert_eq!(lines.len(), ranks.parse::<usize>().unwrap(), "{text}");
+                for line in lines {
+                    let setup = number_before(line, " s setting up sets");
+                    let made = number_before(line, " s making the tensors sets write first");
+                    assert!((0.0..=setup + 1e-3).contains(&made), "{line}");
+                }
+            }
             let sets = text.lines().find(|l| l.contains("exchange: ")).expect("--stats names the exchange");
             match exchange {
                 "collective" => assert!(sets.contains("exchange: 0 of "), "{sets}"),

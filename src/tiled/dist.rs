@@ -214,6 +214,10 @@ pub struct RankStats {
     /// and the compute threads' wait for their rank's main thread to hand them an
     /// item (mean over threads; sets whose ranks take over work).
     pub setup_s: f64,
+    /// Of `setup_s` (and of sets without windows): making the tensors a set
+    /// writes first, which is mostly first touching their fresh pages (see
+    /// `tcc tune`'s "fresh tile memory" rate).
+    pub new_tensors_s: f64,
     pub idle_s: f64,
     /// Seconds the compute threads spent running items (mean over threads): the
     /// kernel calls, and what the items do around them.
@@ -1201,7 +1205,9 @@ impl<'p> RankTiles<'p> {
                 let t = program.written(s);
                 if !self.local.contains_key(&t) {
                     // Zero as allocated (and its pages untouched until computed into).
+                    let made = std::time::Instant::now();
                     let loc = self.make_local(t, self.window_storage.then_some(comm))?;
+                    self.stats.new_tensors_s += made.elapsed().as_secs_f64();
                     self.local.insert(t, loc);
                 } else if !program.accumulates(s) {
                     // `=` overwrites the tiles it writes (all of them, or one block's

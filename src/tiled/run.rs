@@ -216,8 +216,8 @@ pub fn run_tiled_distributed(
     // planned one-sided that had no windows, seconds in kernels, waiting for
     // tiles, waiting for other ranks, adding partial tiles, modelled seconds of
     // the rank's work, items of other ranks taken over and their words, seconds
-    // setting up sets, idle and in items, words read in place.
-    const W: usize = 27;
+    // setting up sets, idle and in items, words read in place, making new tensors.
+    const W: usize = 28;
     let report = crate::exec::launch::launch(
         ranks,
         mpi,
@@ -265,6 +265,7 @@ pub fn run_tiled_distributed(
                     stats.idle_s,
                     stats.items_s,
                     stats.in_place_words,
+                    stats.new_tensors_s,
                 ];
                 let mut all = vec![0.0; row.len() * comm.size()];
                 comm.allgather(&row, &mut all);
@@ -382,7 +383,7 @@ pub fn run_tiled_distributed(
                             // of the wall time; a rank whose items were all taken ran no kernel.
                             let busy = all[W * q + 16] + all[W * q + 17] + all[W * q + 18] + all[W * q + 19];
                             extra.push(format!(
-                                "    rank {q}: {:.3} s in kernels (modelled work {:.3} s), {:.3} s waiting for fetched tiles, {:.3} s for other ranks at window syncs, {:.3} s adding partial tiles, {:.3} s else ({:.3} s setting up sets, {:.3} s compute threads waiting for items, {:.3} s in items outside kernel calls); took over {} items of other ranks ({} words carried for taken-over work, its own items' included)",
+                                "    rank {q}: {:.3} s in kernels (modelled work {:.3} s), {:.3} s waiting for fetched tiles, {:.3} s for other ranks at window syncs, {:.3} s adding partial tiles, {:.3} s else ({:.3} s setting up sets, {:.3} s compute threads waiting for items, {:.3} s in items outside kernel calls); took over {} items of other ranks ({} words carried for taken-over work, its own items' included); {:.3} s making the tensors sets write first (first touch of their pages)",
                                 all[W * q + 16],
                                 all[W * q + 20],
                                 all[W * q + 17],
@@ -393,7 +394,8 @@ pub fn run_tiled_distributed(
                                 all[W * q + 24],
                                 (all[W * q + 25] - all[W * q + 16]).max(0.0),
                                 all[W * q + 21] as u64,
-                                all[W * q + 22] as u64
+                                all[W * q + 22] as u64,
+                                all[W * q + 27]
                             ));
                         }
                     }
