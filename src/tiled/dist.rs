@@ -9,6 +9,7 @@
 //! owners (the interpreter's random values); outputs are gathered on rank 0 for
 //! the report.
 
+use super::arena::{Arena, Need};
 use super::buffer::AlignedBuf;
 use super::exec::{ExchangeMode, Program, TiledOptions};
 use super::layout::Coord;
@@ -131,6 +132,8 @@ struct Local {
 enum Storage {
     Own(AlignedBuf),
     Window(Box<dyn WindowMemory>),
+    /// A temporary's room in the rank's [`Arena`], which outlives it.
+    Arena(SyncPtr, usize),
 }
 
 impl Default for Storage {
@@ -141,7 +144,11 @@ impl Default for Storage {
 
 impl std::fmt::Debug for Storage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = if matches!(self, Storage::Own(_)) { "own" } else { "window" };
+        let kind = match self {
+            Storage::Own(_) => "own",
+            Storage::Window(_) => "window",
+            Storage::Arena(..) => "arena",
+        };
         write!(f, "{} words ({kind} memory)", self.len())
     }
 }
@@ -152,6 +159,8 @@ impl std::ops::Deref for Storage {
         match self {
             Storage::Own(b) => b,
             Storage::Window(w) => w.as_slice(),
+            // SAFETY: room the arena handed out, valid while the rank's tiles live.
+            Storage::Arena(p, n) => unsafe { std::slice::from_raw_parts(p.get(), *n) },
         }
     }
 }
@@ -161,6 +170,8 @@ impl std::ops::DerefMut for Storage {
         match self {
             Storage::Own(b) => b,
             Storage::Window(w) => w.as_mut_slice(),
+            // SAFETY: as for `deref`; the room is this tensor's alone while it lives.
+            Storage::Arena(p, n) => unsafe { std::slice::from_raw_parts_mut(p.get(), *n) },
         }
     }
 }
@@ -913,6 +924,8 @@ pub struct RankTiles<'p> {
     owner_offset: Vec<Vec<usize>>,
     /// Tensors live in the communicator's window memory (see [`RankTiles::new`]).
     window_storage: bool,
+    /// The temporaries' room when they are this process's memory ([`super::arena`]).
+    arena: Option<Arena>,
     pub stats: RankStats,
 }
 
@@ -999,6 +1012,7 @@ impl<'p> RankTiles<'p> {
             last_use,
             owner_offset,
             window_storage: false,
+            arena: None,
             stats: RankStats { plan_s, model_s, model_exchange_s, planned_words, work_model_s, ..RankStats::default() },
         };
         let hir = &program.hir;
@@ -1014,6 +1028,9 @@ impl<'p> RankTiles<'p> {
                     }
                 };
             }
+        }
+        if !r.window_storage {
+            r.arena = Arena::new(&r.temporaries_needs());
         }
         r.stats.owned_peak = r.owned_now();
         Ok(r)
@@ -1056,6 +1073,54 @@ impl<'p> RankTiles<'p> {
             None => Storage::Own(alloc(n, &format!("`{}`", l.name))?),
         };
         Ok(Local { offsets, data })
+    }
+
+    /// [`Self::make_local`], from the arena when it holds `t`.
+    fn make_temporary(&mut self, t: TensorId, windows: Option<&dyn Communicator>) -> Result<Local, CommandError> {
+        match self.arena.as_mut().and_then(|a| a.take(t)) {
+            Some((p, n)) => {
+                let l = &self.program.layouts[&t];
+                let mut offsets = HashMap::new();
+                let mut at = 0;
+                for k in self.slots(t) {
+                    offsets.insert(k, at);
+                    at += l.tile_len(&l.tiles()[k]);
+                }
+                debug_assert_eq!(at, n, "the arena's room for `{}`", l.name);
+                Ok(Local { offsets, data: Storage::Arena(SyncPtr(p), n) })
+            }
+            None => self.make_local(t, windows),
+        }
+    }
+
+    /// Words of the arena and of the temporaries it holds, together (tests).
+    #[cfg(test)]
+    pub(crate) fn arena_words(&self) -> (usize, usize) {
+        let all = self.temporaries_needs().iter().map(|n| n.words).sum();
+        (self.arena.as_ref().map_or(0, Arena::words), all)
+    }
+
+    /// This rank's words of every temporary and the task sets it lives through
+    /// (made by the first that writes it, dropped after its last use).
+    fn temporaries_needs(&self) -> Vec<Need> {
+        let hir = &self.program.hir;
+        let mut first: HashMap<TensorId, usize> = HashMap::new();
+        for (l, set) in self.program.task_sets().iter().enumerate() {
+            for &s in set {
+                first.entry(self.program.written(s)).or_insert(l);
+            }
+        }
+        let mut needs: Vec<Need> = first
+            .into_iter()
+            .filter(|(t, _)| hir.tensors[*t].role == Role::Temporary)
+            .map(|(t, l)| {
+                let layout = &self.program.layouts[&t];
+                let words = self.slots(t).iter().map(|&k| layout.tile_len(&layout.tiles()[k])).sum();
+                Need { tensor: t, words, first: l, last: self.last_use.get(&t).copied().unwrap_or(l).max(l) }
+            })
+            .collect();
+        needs.sort_by_key(|n| n.tensor);
+        needs
     }
 
     fn owned_now(&self) -> f64 {
@@ -1206,7 +1271,7 @@ impl<'p> RankTiles<'p> {
                 if !self.local.contains_key(&t) {
                     // Zero as allocated (and its pages untouched until computed into).
                     let made = std::time::Instant::now();
-                    let loc = self.make_local(t, self.window_storage.then_some(comm))?;
+                    let loc = self.make_temporary(t, self.window_storage.then_some(comm))?;
                     self.stats.new_tensors_s += made.elapsed().as_secs_f64();
                     self.local.insert(t, loc);
                 } else if !program.accumulates(s) {

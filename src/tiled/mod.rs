@@ -6,6 +6,7 @@
 //! as DLTC task sets of compiled tile kernels over threads ([`exec`]). The
 //! interpreter stays dense and is the oracle: `tcc run --tiled --check` compares.
 
+mod arena;
 pub mod autotile;
 mod binarize;
 pub mod buffer;

@@ -193,6 +193,13 @@ impl<'c> Session<'c> {
         Ok(Session { program, rank: Some(rank), comm, tensors, view })
     }
 
+    /// Words of this rank's arena of temporaries, and of its temporaries
+    /// together (tests).
+    #[cfg(test)]
+    pub(crate) fn arena_words(&self) -> (usize, usize) {
+        self.rank().arena_words()
+    }
+
     fn rank(&self) -> &RankTiles<'static> {
         self.rank.as_ref().expect("open until dropped")
     }

@@ -1360,3 +1360,50 @@ fn a_diagonal_through_a_symmetric_pair_breaks_its_summation_symmetry() {
         TiledOptions { tile: 1 + (seed % 4) as usize, threads: 2, schedule: Schedule::Static, ..Default::default() };
     check_tiled(&random_program(seed), seed, &opts).unwrap();
 }
+
+/// A session's temporaries share one arena, planned by their lifetimes, and it
+/// is kept across runs: each run must see every temporary zero where it is made
+/// (an earlier temporary, or the last run's, wrote there), so three runs on
+/// different inputs each equal the interpreter.
+#[test]
+fn temporaries_share_an_arena_that_runs_reuse_and_find_cleared() {
+    let source = "range P = 5; range M = 4;\n\
+                  index p, q, r, s : P; index a, b, c, d : M;\n\
+                  input tensor A[p,q,r,s] : f64; input tensor C[p,a] : f64;\n\
+                  tensor T1[a,q,r,s] : f64; tensor T2[a,b,r,s] : f64; tensor T3[a,b,c,s] : f64;\n\
+                  output tensor B[a,b,c,d] : f64;\n\
+                  T1[a,q,r,s] = C[p,a] * A[p,q,r,s];\n\
+                  T2[a,b,r,s] = C[q,b] * T1[a,q,r,s];\n\
+                  T3[a,b,c,s] = C[r,c] * T2[a,b,r,s];\n\
+                  B[a,b,c,d] = C[s,d] * T3[a,b,c,s];";
+    let (hir, diags) = crate::compile(source, "quarters");
+    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+    let u = UnitId::new(0);
+    let b = hir.unit_outputs(u)[0];
+    for ranks in 1..=3 {
+        let opts = TiledOptions { tile: 2, threads: 1, schedule: Schedule::Dynamic, ..Default::default() };
+        on_thread_ranks(ranks, |comm| {
+            let lent = super::session::SessionComm::Lent(comm);
+            let mut s = super::session::Session::open(source, None, Ok(&[]), lent, opts.clone()).unwrap();
+            // T1 is dead when T3 is made: the arena holds less than the three.
+            let (arena, temporaries) = s.arena_words();
+            assert!(arena < temporaries, "rank {}: arena {arena} of {temporaries} words", comm.rank());
+            for seed in [3, 4, 5] {
+                let inputs = interp::random_inputs(&hir, u, seed).unwrap();
+                let want = interp::run_unit(&hir, u, &inputs).unwrap();
+                for (&t, d) in &inputs {
+                    s.pack_dense(s.tensor(&hir.tensors[t].name).unwrap(), &d.data).unwrap();
+                }
+                s.run().unwrap();
+                let mut got = vec![f64::NAN; want[&b].data.len()];
+                s.unpack_dense(s.tensor("B").unwrap(), &mut got).unwrap();
+                let scale = want[&b].data.iter().fold(f64::MIN_POSITIVE, |m, v| m.max(v.abs()));
+                for (g, w) in got.iter().zip(&want[&b].data).filter(|(g, _)| !g.is_nan()) {
+                    assert!((g - w).abs() <= 1e-12 * scale, "{ranks} ranks, seed {seed}: {g} vs {w}");
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+}
