@@ -85,7 +85,8 @@ impl Arena {
     }
 
     /// Words of the buffer: at most the sum of the temporaries, at least the
-    /// most alive at once.
+    /// most alive at once (tests).
+    #[cfg(test)]
     pub fn words(&self) -> usize {
         self.buf.len()
     }
