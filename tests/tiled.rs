@@ -877,3 +877,28 @@ fn ranks_on_one_node_read_tiles_in_place() {
     }
     refuses_env(&file, "TCC_READ_IN_PLACE", "maybe");
 }
+
+#[test]
+fn a_tiled_run_warns_of_an_output_that_breaks_its_declared_symmetry() {
+    // Only tiles that are their own images can break it (the others' dense images
+    // are copies of stored tiles), and only those are checked.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("asym.tc");
+    let body = "range N = 6; index i, j, k : N; input tensor A[i,k] : f64; input tensor C[k,j] : f64;\n\
+                output tensor B[i,j] : f64 SYM(i j);\n";
+    for (sym, stmt, warns) in [
+        ("antisymmetric", "B[i,j] = A[i,k] * C[k,j];", true),
+        ("antisymmetric", "B[i,j] = A[i,k] * A[j,k] - A[j,k] * A[i,k];", false),
+        ("symmetric", "B[i,j] = A[i,k] * A[j,k];", false),
+    ] {
+        std::fs::write(&f, format!("{}{stmt}", body.replace("SYM", sym))).unwrap();
+        for tile in ["2", "3", "6"] {
+            let out = tcc().args(["run"]).arg(&f).args(["--tiled", "--tile", tile]).assert().success();
+            let err = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+            assert_eq!(err.contains("warning[W0701]"), warns, "{stmt}, tile {tile}: {err}");
+            if warns {
+                assert!(err.contains("in a tile that is its own image"), "{err}");
+            }
+        }
+    }
+}

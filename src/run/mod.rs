@@ -288,6 +288,11 @@ pub type UnitResult = (HashMap<TensorId, Dense>, Vec<String>);
 /// How a unit is executed: its outputs (and extra report lines) from its inputs.
 pub type UnitExec<'a> = dyn FnMut(UnitId, &HashMap<TensorId, Dense>) -> Result<UnitResult, CommandError> + 'a;
 
+/// Per output, how it breaks its declared symmetry, where the executor knows
+/// already (tiled runs: only tiles that are their own images can, see
+/// [`crate::tiled::outputs`]): the report then skips walking the dense image.
+pub type KnownSymmetry = std::cell::RefCell<HashMap<TensorId, Option<String>>>;
+
 /// The report of `tcc run` with units executed by `exec` (the interpreter, compiled
 /// code, a distributed run): the same lines whatever executes them, so reports
 /// compare line by line.
@@ -297,7 +302,7 @@ pub fn run_report(
     out: &mut dyn Write,
     exec: &mut UnitExec<'_>,
 ) -> Result<(), CommandError> {
-    run_report_with(hir, opts, out, true, exec)
+    run_report_with(hir, opts, out, true, None, exec)
 }
 
 /// [`run_report`]; without `fill_inputs`, `exec` gets only the inputs read with
@@ -308,6 +313,7 @@ pub fn run_report_with(
     opts: &RunOptions,
     out: &mut dyn Write,
     fill_inputs: bool,
+    known_symmetry: Option<&KnownSymmetry>,
     exec: &mut UnitExec<'_>,
 ) -> Result<(), CommandError> {
     if opts.save_inputs && !fill_inputs {
@@ -337,7 +343,8 @@ pub fn run_report_with(
             for x in &mut value.data {
                 *x = interp::round_to(tensor.elem, *x);
             }
-            let symmetry = interp::tensor_symmetry_violation(&*value, tensor, SYMMETRY_RTOL);
+            let known = known_symmetry.and_then(|k| k.borrow_mut().remove(&t));
+            let symmetry = known.unwrap_or_else(|| interp::tensor_symmetry_violation(&*value, tensor, SYMMETRY_RTOL));
             let blocks = interp::block_violation(hir, t, &*value);
             rows.push(OutputRow { tensor: t, summary: Summary::of(&value.data), summary_im: None, symmetry, blocks });
         }
