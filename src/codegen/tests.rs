@@ -846,3 +846,88 @@ fn element_wise_calls_store_without_a_zeroing_pass() {
         assert_stores_without_zeroing(&src);
     }
 }
+
+/// `S = c·Q·K` then `P = f(S)` (the attention block's scores and `exp`): the map
+/// runs as the GETT's epilogue (`tcc_rt_gett_epi_*`, see `llvm::epilogue`) when
+/// `S` is a temporary only the two touch, and each program matches the
+/// interpreter whether or not it does (temporaries not zeroed come as NaN, so
+/// a map left out or an element missed shows).
+#[test]
+fn maps_of_a_gett_result_run_as_its_epilogue() {
+    let decls = "range B = 3; range S = 40; range E = 24; index b : B; index s, t : S; index e : E;\n\
+                 input tensor Q[b,s,e] : T; input tensor K[b,t,e] : T;\n";
+    // (declarations and statements, element type, whether the epilogue is used)
+    let cases: &[(&str, &str, bool)] = &[
+        (
+            "tensor Sc[b,s,t] : T; output tensor P[b,s,t] : T; output tensor Z[b,s] : T;\n\
+             Sc[b,s,t] = 0.125 * Q[b,s,e] * K[b,t,e]; P[b,s,t] = exp(Sc[b,s,t]); Z[b,s] = P[b,s,t];",
+            "f64",
+            true,
+        ),
+        (
+            "tensor Sc[b,s,t] : T; output tensor P[b,s,t] : T;\n\
+             Sc[b,s,t] = Q[b,s,e] * K[b,t,e]; P[b,s,t] = -2.5 * sigmoid(Sc[b,s,t]);",
+            "f32",
+            true,
+        ),
+        // A scaled copy (no function), into a temporary read afterwards.
+        (
+            "tensor Sc[b,s,t] : T; tensor P[b,s,t] : T; output tensor Z[b,s] : T;\n\
+             Sc[b,s,t] = Q[b,s,e] * K[b,t,e]; P[b,s,t] = 3 * Sc[b,s,t]; Z[b,s] = P[b,s,t] * P[b,s,t];",
+            "f64",
+            true,
+        ),
+        // `S` is read again: it must be stored.
+        (
+            "tensor Sc[b,s,t] : T; output tensor P[b,s,t] : T; output tensor Z[b,s] : T;\n\
+             Sc[b,s,t] = Q[b,s,e] * K[b,t,e]; P[b,s,t] = exp(Sc[b,s,t]); Z[b,s] = Sc[b,s,t];",
+            "f64",
+            false,
+        ),
+        // `S` is an output.
+        (
+            "output tensor Sc[b,s,t] : T; output tensor P[b,s,t] : T;\n\
+             Sc[b,s,t] = Q[b,s,e] * K[b,t,e]; P[b,s,t] = exp(Sc[b,s,t]);",
+            "f64",
+            false,
+        ),
+        // The map transposes.
+        (
+            "tensor Sc[b,s,t] : T; output tensor P[b,t,s] : T;\n\
+             Sc[b,s,t] = Q[b,s,e] * K[b,t,e]; P[b,t,s] = exp(Sc[b,s,t]);",
+            "f64",
+            false,
+        ),
+        // `P` is read before the map (its value then is the earlier one).
+        (
+            "tensor Sc[b,s,t] : T; output tensor P[b,s,t] : T; output tensor Z[b,s] : T;\n\
+             P[b,s,t] = Q[b,s,e] * K[b,t,e]; Sc[b,s,t] = Q[b,s,e] * K[b,t,e];\n\
+             Z[b,s] = P[b,s,t]; P[b,s,t] = exp(Sc[b,s,t]);",
+            "f64",
+            false,
+        ),
+        // The map adds to its target.
+        (
+            "tensor Sc[b,s,t] : T; output tensor P[b,s,t] : T;\n\
+             Sc[b,s,t] = Q[b,s,e] * K[b,t,e]; P[b,s,t] = Q[b,s,e] * K[b,t,e]; P[b,s,t] += exp(Sc[b,s,t]);",
+            "f64",
+            false,
+        ),
+    ];
+    let opts = Options { gemm_min: Some(1.0), ..Options::default() };
+    for (body, elem, fused) in cases {
+        let src = format!("{decls}{body}\n").replace(": T", &format!(": {elem}"));
+        let (hir, diags) = crate::compile(&src, "t");
+        let hir = hir.unwrap_or_else(|| panic!("{diags:?}\n{src}"));
+        let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &opts).unwrap();
+        assert_eq!(ir.contains("@tcc_rt_gett_epi_f"), *fused, "{src}");
+        for seed in [1, 2] {
+            check_unit(&hir, UnitId::new(0), seed, &opts).unwrap_or_else(|e| panic!("{src}: {e}"));
+            // Sizes other than those assumed: every thread path of the runtime.
+            let other: Vec<(RangeId, usize)> =
+                hir.ranges.ids().enumerate().map(|(x, r)| (r, [5usize, 131, 9][x % 3])).collect();
+            check_unit_sized(&hir, UnitId::new(0), &other, seed, &opts)
+                .unwrap_or_else(|e| panic!("{src} {other:?}: {e}"));
+        }
+    }
+}
