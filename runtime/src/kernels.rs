@@ -942,11 +942,9 @@ unsafe fn gemm_parallel<T: Elem>(
                 // With private A, the row blocks (about `mc` rows, whole slivers)
                 // are a multiple of the thread count, so that every thread gets
                 // the same work: 11 blocks on 2 threads would idle one 1/12 of the time.
-                let (nblocks, jchunks) = if private_a {
-                    (round_up(nic, threads), 1)
-                } else {
-                    (nic, (2 * threads).div_ceil(nic).clamp(1, nslivers))
-                };
+                // With shared A, likewise the tasks (see [`column_chunks`]).
+                let (nblocks, jchunks) =
+                    if private_a { (round_up(nic, threads), 1) } else { (nic, column_chunks(nic, nslivers, threads)) };
                 parallel_for(nblocks * jchunks, |x| {
                     let (ic, jch) = (x / jchunks, x % jchunks);
                     let (c, bp, ap_all) = (c, bp, ap);
@@ -986,6 +984,17 @@ unsafe fn gemm_parallel<T: Elem>(
             jc += p.nc;
         }
     });
+}
+
+/// How many column chunks each of `nic` row blocks is split into when the
+/// threads share a packed A ([`gemm_parallel`]): about two tasks per thread, and
+/// the task count a multiple of the thread count where the `nslivers` column
+/// slivers allow it. Six row blocks on 16 threads were 6 chunks each, 36 tasks:
+/// the third round kept 4 of 16 threads busy (75 % of the time used); 8 chunks
+/// make 48 tasks, three full rounds.
+fn column_chunks(nic: usize, nslivers: usize, threads: usize) -> usize {
+    let want = (2 * threads).div_ceil(nic.max(1)).clamp(1, nslivers.max(1));
+    (want..=nslivers.min(2 * want)).find(|j| (nic * j) % threads == 0).unwrap_or(want)
 }
 
 /// One batch entry with few rows on all threads: per `k` block, A (all rows) is
@@ -1757,7 +1766,10 @@ mod tests {
         // own B slivers), few rows and few columns (A packed once, columns split).
         // A's rows are contiguous: whole blocks of them are packed a `k` step at a
         // time (`PrivateA::pack`), the partial last sliver by `pack_panel`.
-        for (m, n, k, mc) in [(131usize, 71usize, 121usize, 8i64), (131, 71, 121, 400), (400, 20, 130, 500)] {
+        // 24-row blocks: six, which 16 threads split into 8 column chunks each.
+        for (m, n, k, mc) in
+            [(131usize, 71usize, 121usize, 8i64), (131, 71, 121, 400), (400, 20, 130, 500), (131, 71, 121, 24)]
+        {
             let a: Vec<f64> = (0..k * m).map(|x| (x as f64 * 0.13).sin()).collect();
             let b: Vec<f64> = (0..n * k).map(|x| (x as f64 * 0.29).cos()).collect();
             let dims = [
@@ -1777,6 +1789,12 @@ mod tests {
                 unsafe {
                     gett_on(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk_any::<4, 3>, overwrite, 2, None)
                 };
+                // Planned for 16 threads too (shared A: more column chunks).
+                let mut c16 = vec![if overwrite { f64::NAN } else { 0.5 }; m * n];
+                unsafe {
+                    gett_on(a.as_ptr(), b.as_ptr(), c16.as_mut_ptr(), 1.0, &dims, params, uk_any::<4, 3>, overwrite, 16, None)
+                };
+                assert_eq!(c, c16, "{m}x{n}x{k} mc={mc}: 2 and 16 threads differ");
                 let base = if overwrite { 0.0 } else { 0.5 };
                 for (x, (&got, &w)) in c.iter().zip(&want).enumerate() {
                     assert!(
@@ -2149,6 +2167,22 @@ mod tests {
     /// Every `(i1, i2, j1, j2)` below the given extents.
     fn product4(a: usize, b: usize, c: usize, d: usize) -> impl Iterator<Item = (usize, usize, usize, usize)> {
         (0..a).flat_map(move |i| (0..b).flat_map(move |j| (0..c).flat_map(move |k| (0..d).map(move |l| (i, j, k, l)))))
+    }
+
+    #[test]
+    fn shared_a_tasks_fill_every_round() {
+        // The projections' shape at 16 threads: six row blocks, 64 slivers.
+        assert_eq!(column_chunks(6, 64, 16), 8);
+        // Already a multiple: unchanged (one row block on two threads: 4 chunks).
+        assert_eq!(column_chunks(1, 100, 2), 4);
+        assert_eq!(column_chunks(4, 100, 8), 4);
+        // No multiple within twice the chunks the slivers allow: the plain count.
+        assert_eq!(column_chunks(7, 5, 16), 5);
+        assert_eq!(column_chunks(3, 64, 7), 7);
+        for (nic, ns, th) in [(6usize, 64usize, 16usize), (5, 200, 12), (1, 3, 16), (9, 40, 32)] {
+            let j = column_chunks(nic, ns, th);
+            assert!((1..=ns).contains(&j), "{nic} {ns} {th}: {j}");
+        }
     }
 
     #[test]
