@@ -713,12 +713,6 @@ fn first_touch_clears(hir: &Hir, unit: UnitId, nodes: &[Node], t: TensorId) -> b
     first(hir, unit, nodes, t).unwrap_or(false)
 }
 
-/// Whether maps may run as GETT epilogues ([`epilogue`]): `TCC_GETT_EPILOGUE=0`
-/// turns them off (for measuring; read when code is generated).
-fn epilogues_enabled() -> bool {
-    std::env::var("TCC_GETT_EPILOGUE").map_or(true, |v| v.trim() != "0")
-}
-
 /// Whether an `=` statement may store its value instead of clearing its target
 /// and adding: its target and operands whole (no slices), not a special
 /// statement, and its target not read on the right.
@@ -1116,8 +1110,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 }
             }
         }
-        self.epilogues =
-            if epilogues_enabled() { epilogue::epilogue_pairs(hir, nest).into_iter().collect() } else { HashMap::new() };
+        self.epilogues = crate::lir::epilogue::pairs(hir, nest).into_iter().collect();
         self.epilogue_done.clear();
         self.top_nodes(nest, code.unit)?;
         for &(p, bytes) in &temps {
