@@ -16,9 +16,11 @@ use super::{LoopNest, Node};
 use crate::sema::hir::{Expr, Factor, Hir, Role, TensorId, TensorRef, Term, UnitId};
 use std::collections::BTreeSet;
 
-/// Pairs `(gett, map)` of statements of the nest's unit: the map runs as the
-/// GETT's epilogue (see the module documentation). `TCC_GETT_EPILOGUE=0` (for
-/// measuring): none.
+/// Pairs `(gett, map)` of statements of the nest's unit whose map may run as
+/// the GETT's epilogue (see the module documentation), where the first is run
+/// as a GETT that overwrites its target: the back end checks that (its rule may
+/// be set apart from the model's, [`gett_pairs`] by the model's). None with
+/// `TCC_GETT_EPILOGUE=0` (for measuring).
 pub fn pairs(hir: &Hir, nest: &LoopNest) -> Vec<(usize, usize)> {
     if std::env::var("TCC_GETT_EPILOGUE").is_ok_and(|v| v.trim() == "0") {
         return Vec::new();
@@ -39,7 +41,7 @@ pub fn pairs(hir: &Hir, nest: &LoopNest) -> Vec<(usize, usize)> {
         let si = &stmts[i];
         let s = si.lhs.tensor;
         if si.accumulate
-            || !matches!(nest.kernels.get(i).map(Vec::as_slice), Some([Kernel::Gett { .. }]))
+            || si.rhs.terms.len() != 1
             || hir.tensors[s].role != Role::Temporary
             || hir.stmt_has_slice(si)
             || crate::tir::materialize::special_stmt(si).is_some()
@@ -72,6 +74,14 @@ pub fn pairs(hir: &Hir, nest: &LoopNest) -> Vec<(usize, usize)> {
         }
     }
     out
+}
+
+/// [`pairs`] whose first statement the time model runs as one GETT (what
+/// `--emit=lir` marks).
+pub fn gett_pairs(hir: &Hir, nest: &LoopNest) -> Vec<(usize, usize)> {
+    let mut p = pairs(hir, nest);
+    p.retain(|&(i, _)| matches!(nest.kernels.get(i).map(Vec::as_slice), Some([Kernel::Gett { .. }])));
+    p
 }
 
 /// The one tensor a map's term reads: `c·T[…]` or `c·f(T[…])`.

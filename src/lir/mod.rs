@@ -109,7 +109,7 @@ impl LoopNest {
             }
             s.push('\n');
         }
-        let epilogues = epilogue::pairs(hir, self);
+        let epilogues = epilogue::gett_pairs(hir, self);
         dump_nodes(self, hir, &self.body, 1, &epilogues, &mut s);
         s.push_str(&tasks::dump(hir, self, &tasks::task_sets(hir, self, &cost::CpuRates::default())));
         let _ = writeln!(
