@@ -107,7 +107,10 @@ def numpy_step(st):
 
     def run(arrays):
         xs = [FUNCS[fn](arrays[t]) if fn else arrays[t] for fn, t, _ in ops]
-        r = np.einsum(spec, *xs, optimize=True) if len(xs) > 1 or spec.split("->")[0] != out else xs[0].copy()
+        if len(xs) > 1 or spec.split("->")[0] != out:
+            r = np.einsum(spec, *xs, optimize=True)
+        else:
+            r = xs[0] if ops[0][0] else xs[0].copy()  # a map's result is new already
         return coef * r if coef != 1.0 else r
     return run
 

@@ -1787,12 +1787,34 @@ mod tests {
                 let mut c = vec![if overwrite { f64::NAN } else { 0.5 }; m * n];
                 let params = GettParams { mr: 4, nr: 3, mc, nc: 36, kc: 50 };
                 unsafe {
-                    gett_on(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk_any::<4, 3>, overwrite, 2, None)
+                    gett_on(
+                        a.as_ptr(),
+                        b.as_ptr(),
+                        c.as_mut_ptr(),
+                        1.0,
+                        &dims,
+                        params,
+                        uk_any::<4, 3>,
+                        overwrite,
+                        2,
+                        None,
+                    )
                 };
                 // Planned for 16 threads too (shared A: more column chunks).
                 let mut c16 = vec![if overwrite { f64::NAN } else { 0.5 }; m * n];
                 unsafe {
-                    gett_on(a.as_ptr(), b.as_ptr(), c16.as_mut_ptr(), 1.0, &dims, params, uk_any::<4, 3>, overwrite, 16, None)
+                    gett_on(
+                        a.as_ptr(),
+                        b.as_ptr(),
+                        c16.as_mut_ptr(),
+                        1.0,
+                        &dims,
+                        params,
+                        uk_any::<4, 3>,
+                        overwrite,
+                        16,
+                        None,
+                    )
                 };
                 assert_eq!(c, c16, "{m}x{n}x{k} mc={mc}: 2 and 16 threads differ");
                 let base = if overwrite { 0.0 } else { 0.5 };
@@ -1847,7 +1869,18 @@ mod tests {
             let mut c = vec![f64::NAN; m * n];
             let params = GettParams { mr: MR as i64, nr: 3, mc: 2 * MR as i64, nc: 36, kc: 50 };
             unsafe {
-                gett_on(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk_any::<MR, 3>, true, threads, None)
+                gett_on(
+                    a.as_ptr(),
+                    b.as_ptr(),
+                    c.as_mut_ptr(),
+                    1.0,
+                    &dims,
+                    params,
+                    uk_any::<MR, 3>,
+                    true,
+                    threads,
+                    None,
+                )
             };
             for (x, &got) in c.iter().enumerate() {
                 let (i, j) = (x / n, x % n);
@@ -2160,7 +2193,9 @@ mod tests {
         let mut c = vec![f64::NAN; 6];
         let params = GettParams { mr: 8, nr: 3, mc: 8, nc: 6, kc: 4 };
         let (a, b) = ([0.0f64; 1], [0.0f64; 1]);
-        unsafe { gett_epilogue(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk_any::<8, 3>, square_plus_one) };
+        unsafe {
+            gett_epilogue(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk_any::<8, 3>, square_plus_one)
+        };
         assert!(c.iter().all(|&x| x == 1.0), "{c:?}");
     }
 

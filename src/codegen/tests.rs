@@ -946,7 +946,8 @@ fn random_epilogue_program(seed: u64) -> String {
     };
     // Roles: 0 batch (A, B, S), 1 rows (A, S), 2 columns (B, S), 3 summed (A, B).
     let roles: Vec<usize> = (0..6).map(|x| if x < 3 { 1 + x % 2 } else { rnd(4) }).collect();
-    let pick = |want: &[usize]| -> Vec<char> { (0..6).filter(|&x| want.contains(&roles[x])).map(|x| letters[x]).collect() };
+    let pick =
+        |want: &[usize]| -> Vec<char> { (0..6).filter(|&x| want.contains(&roles[x])).map(|x| letters[x]).collect() };
     let (mut a, mut b, mut s) = (pick(&[0, 1, 3]), pick(&[0, 2, 3]), pick(&[0, 1, 2]));
     shuffle(&mut a, &mut rnd);
     shuffle(&mut b, &mut rnd);
@@ -991,8 +992,12 @@ fn random_gett_maps_as_epilogues_equal_the_interpreter() {
         let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &opts).unwrap();
         fused += usize::from(ir.contains("@tcc_rt_gett_epi_f"));
         check_unit(&hir, UnitId::new(0), seed, &opts).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{src}"));
-        let other: Vec<(RangeId, usize)> =
-            hir.ranges.ids().enumerate().map(|(x, r)| (r, [3usize, 17, 1, 9, 30, 6][(x + seed as usize) % 6])).collect();
+        let other: Vec<(RangeId, usize)> = hir
+            .ranges
+            .ids()
+            .enumerate()
+            .map(|(x, r)| (r, [3usize, 17, 1, 9, 30, 6][(x + seed as usize) % 6]))
+            .collect();
         check_unit_sized(&hir, UnitId::new(0), &other, seed, &opts)
             .unwrap_or_else(|e| panic!("seed {seed} {other:?}: {e}\n{src}"));
     }

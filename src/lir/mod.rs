@@ -171,7 +171,11 @@ fn dump_nodes(nest: &LoopNest, hir: &Hir, nodes: &[Node], depth: usize, epilogue
                 let units = &hir.units[unit].stmts;
                 let note = match epilogues.iter().find(|p| p.0 == *stmt || p.1 == *stmt) {
                     Some(&(i, j)) if i == *stmt => {
-                        format!("{}, epilogue {} (stored into it)", nest.kernel_note(i), hir.tensors[units[j].lhs.tensor].name)
+                        format!(
+                            "{}, epilogue {} (stored into it)",
+                            nest.kernel_note(i),
+                            hir.tensors[units[j].lhs.tensor].name
+                        )
                     }
                     Some(&(i, _)) => format!("epilogue of {}'s gett", hir.tensors[units[i].lhs.tensor].name),
                     None => nest.kernel_note(*stmt),

@@ -29,8 +29,8 @@ impl<'ctx> Gen<'_, 'ctx> {
         self.set_target_attrs(f);
         // The map is arithmetic on data in cache (`exp` is ~30 operations an
         // element): the widest vectors, where LLVM would stop at 256 bits (the
-        // attention block's `Sc`, `P` pair: 5.4–5.8 ms against 6.2–6.6 at two
-        // threads, and 5.7–6.9 ms as two passes).
+        // attention block's `Sc`, `P` pair, debug `tcc run`, loaded machine:
+        // 5.4–5.8 ms against 6.2–6.6 at 256 bits, 6.6–6.9 as two passes).
         if self.bits >= 512 {
             f.add_attribute(AttributeLoc::Function, self.ctx.create_string_attribute("prefer-vector-width", "512"));
         }

@@ -220,7 +220,9 @@ impl<'ctx> Gen<'_, 'ctx> {
                 par_ptr.into(),
                 ukp.into(),
                 match epi {
-                    Some((f, _)) => self.b.build_pointer_cast(f.as_global_value().as_pointer_value(), i8p, "epi")?.into(),
+                    Some((f, _)) => {
+                        self.b.build_pointer_cast(f.as_global_value().as_pointer_value(), i8p, "epi")?.into()
+                    }
                     None => self.i64c(overwrite as u64).into(),
                 },
             ],

@@ -610,8 +610,8 @@ pub(crate) fn jit_engine<'ctx>(c: &Compiled<'ctx>) -> Result<ExecutionEngine<'ct
 fn runtime_symbols() -> Vec<(&'static str, usize)> {
     use tcc_runtime::alloc::{tcc_rt_alloc_temp, tcc_rt_alloc_zeroed, tcc_rt_free, tcc_rt_free_temp};
     use tcc_runtime::kernels::{
-        tcc_rt_gett_epi_f32, tcc_rt_gett_epi_f64, tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_num_threads, tcc_rt_parallel_range, tcc_rt_parallel_sum,
-        tcc_rt_task_set,
+        tcc_rt_gett_epi_f32, tcc_rt_gett_epi_f64, tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_num_threads,
+        tcc_rt_parallel_range, tcc_rt_parallel_sum, tcc_rt_task_set,
     };
     vec![
         ("tcc_rt_alloc_zeroed", tcc_rt_alloc_zeroed as *const () as usize),
