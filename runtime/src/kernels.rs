@@ -994,7 +994,7 @@ unsafe fn gemm_parallel<T: Elem>(
 /// make 48 tasks, three full rounds.
 fn column_chunks(nic: usize, nslivers: usize, threads: usize) -> usize {
     let want = (2 * threads).div_ceil(nic.max(1)).clamp(1, nslivers.max(1));
-    (want..=nslivers.min(2 * want)).find(|j| (nic * j) % threads == 0).unwrap_or(want)
+    (want..=nslivers.min(2 * want)).find(|j| (nic * j).is_multiple_of(threads)).unwrap_or(want)
 }
 
 /// One batch entry with few rows on all threads: per `k` block, A (all rows) is

@@ -939,7 +939,7 @@ fn random_epilogue_program(seed: u64) -> String {
     let mut rnd = crate::tir::testutil::picker(seed, 0x5EED_E710);
     let letters = ['a', 'b', 'c', 'd', 'e', 'f'];
     let sizes: Vec<usize> = (0..6).map(|_| 1 + rnd(14)).collect();
-    let mut shuffle = |v: &mut Vec<char>, rnd: &mut dyn FnMut(usize) -> usize| {
+    let shuffle = |v: &mut Vec<char>, rnd: &mut dyn FnMut(usize) -> usize| {
         for i in (1..v.len()).rev() {
             v.swap(i, rnd(i + 1));
         }
