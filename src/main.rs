@@ -636,7 +636,9 @@ enum Command {
     /// Compiled runs use TCC_NUM_THREADS threads (default: every core) and run
     /// statements with no data dependence between them side by side
     /// (TCC_TASK_SETS=0 runs them one after another, each on every thread).
-    /// TCC_GETT_COLUMNS=0 gives GEMM-shaped steps the former thread split (for
+    /// TCC_GETT_COLUMNS=0 gives GEMM-shaped steps the former thread split, and
+    /// TCC_GETT_EPILOGUE=0 runs an element-wise map of a GEMM-shaped step's result
+    /// (`P = exp(S)`) as a pass of its own instead of inside the GETT (both for
     /// measuring; see the book's CPU chapter).
     Run {
         /// The `.tc` source file.
@@ -1747,7 +1749,8 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
 /// distributed run (ranks run their own executor); E0757 a `TCC_NUM_THREADS` that
 /// is not a positive integer (generated libraries ignore such a value instead);
 /// E0660 a `TCC_TASK_SETS` other than `0`, `1`, `off`, `on`; E0767 a
-/// `TCC_GETT_COLUMNS` other than `0`, `1`. Also E0756 for
+/// `TCC_GETT_COLUMNS` other than `0`, `1`; E0329 a `TCC_GETT_EPILOGUE` other
+/// than `0`, `1`. Also E0756 for
 /// `--schedule` where no tasks are claimed (`unclaimed_schedule`: neither
 /// `--tiled` nor ranks without `--plan`).
 fn check_run_options(
@@ -1811,6 +1814,15 @@ fn check_run_options(
                 "E0767",
                 format!("TCC_GETT_COLUMNS={} is neither 0 nor 1", v.to_string_lossy()),
                 Some("set it to 0 for the GETT's former thread split (columns only with fewer row blocks than threads), 1 (the default) for the current one".into()),
+            ));
+        }
+    }
+    if let Some(v) = std::env::var_os("TCC_GETT_EPILOGUE") {
+        if !matches!(v.to_str().map(str::trim), Some("0" | "1")) {
+            return Err(CommandError::new(
+                "E0329",
+                format!("TCC_GETT_EPILOGUE={} is neither 0 nor 1", v.to_string_lossy()),
+                Some("set it to 0 to run maps such as `P = exp(S)` as a pass of their own after the GETT of `S`, 1 (the default) to apply them inside it".into()),
             ));
         }
     }

@@ -141,6 +141,13 @@ fn meaningless_run_options_are_errors() {
     for good in ["0", "1"] {
         tcc().arg("run").arg(&m).env("TCC_GETT_COLUMNS", good).assert().success();
     }
+    for bad in ["off", "2", ""] {
+        let err = fails_with(tcc().arg("run").arg(&m).env("TCC_GETT_EPILOGUE", bad), "E0329");
+        assert!(err.contains("TCC_GETT_EPILOGUE"), "{err}");
+    }
+    for good in ["0", "1"] {
+        tcc().arg("run").arg(&m).env("TCC_GETT_EPILOGUE", good).assert().success();
+    }
 }
 
 #[test]

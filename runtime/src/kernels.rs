@@ -71,6 +71,12 @@ pub type Ukernel<T> = unsafe extern "C" fn(
     ncols: i64,
 );
 
+/// An element-wise map applied in place to finished elements of C: `p[i·stride] =
+/// f(p[i·stride])` for `i < n` (generated code: `P = exp(S)` after the GETT of
+/// `S`, applied to each block of C while it is still in cache, instead of a pass
+/// over all of `S` and `P` afterwards).
+pub type Epilogue<T> = unsafe extern "C" fn(p: *mut T, n: i64, stride: i64);
+
 // ---------------------------------------------------------------------------------
 // Thread pool
 // ---------------------------------------------------------------------------------
@@ -558,9 +564,42 @@ struct Ptrs<T> {
     a: *const T,
     b: *const T,
     c: *mut T,
+    /// Applied to each region of C once its sum is complete ([`Epilogue`]).
+    epi: Option<Epilogue<T>>,
 }
 unsafe impl<T> Send for Ptrs<T> {}
 unsafe impl<T> Sync for Ptrs<T> {}
+
+/// Applies `epi` to the region `moffs × noffs` of C from `c`: one call per row
+/// or per column, whichever of the two offset lists is a progression (a unit
+/// stride first, then the longer runs); element by element when neither is.
+unsafe fn map_region<T>(epi: Epilogue<T>, c: *mut T, moffs: &[isize], noffs: &[isize]) {
+    let (m, n) = (moffs.len(), noffs.len());
+    if m == 0 || n == 0 {
+        return;
+    }
+    let (sm, sn) = (step_of(moffs), step_of(noffs));
+    let unit = |s: Option<isize>, len: usize| s == Some(1) && len > 1;
+    match (sm, sn) {
+        (_, Some(s)) if sm.is_none() || unit(sn, n) || (!unit(sm, m) && n >= m) => {
+            for &mo in moffs {
+                epi(c.offset(mo + noffs[0]), n as i64, s as i64);
+            }
+        }
+        (Some(s), _) => {
+            for &no in noffs {
+                epi(c.offset(moffs[0] + no), m as i64, s as i64);
+            }
+        }
+        _ => {
+            for &mo in moffs {
+                for &no in noffs {
+                    epi(c.offset(mo + no), 1, 1);
+                }
+            }
+        }
+    }
+}
 
 /// If `offs` is an arithmetic progression, its step (0 for one element).
 fn step_of(offs: &[isize]) -> Option<isize> {
@@ -592,7 +631,26 @@ pub unsafe fn gett<T: Elem>(
     uk: Ukernel<T>,
     overwrite: bool,
 ) {
-    gett_on(a, b, c, alpha, dims, params, uk, overwrite, num_threads())
+    gett_on(a, b, c, alpha, dims, params, uk, overwrite, num_threads(), None)
+}
+
+/// [`gett`] with `overwrite`, then `epi` applied to every element of C: each
+/// block of C as soon as its last `k` block is added, while it is in cache.
+///
+/// # Safety
+/// As for [`gett`]; `epi` must be safe to call on any run of C's elements.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gett_epilogue<T: Elem>(
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    alpha: T,
+    dims: &[GettDim],
+    params: GettParams,
+    uk: Ukernel<T>,
+    epi: Epilogue<T>,
+) {
+    gett_on(a, b, c, alpha, dims, params, uk, true, num_threads(), Some(epi))
 }
 
 /// `TCC_GETT_KC`, `TCC_GETT_MC`, `TCC_GETT_NC`: overrides of the compiler's cache
@@ -642,7 +700,7 @@ pub unsafe fn gett_serial<T: Elem>(
     uk: Ukernel<T>,
     overwrite: bool,
 ) {
-    gett_on(a, b, c, alpha, dims, params, uk, overwrite, 1)
+    gett_on(a, b, c, alpha, dims, params, uk, overwrite, 1, None)
 }
 
 /// [`gett_serial`] for tile tasks: calls whose operands sit in cache and whose
@@ -667,7 +725,7 @@ pub unsafe fn gett_tile<T: Elem>(
     overwrite: bool,
 ) {
     if dims.iter().any(|d| d.size <= 0) {
-        return gett_on(a, b, c, alpha, dims, params, uk, overwrite, 1);
+        return gett_on(a, b, c, alpha, dims, params, uk, overwrite, 1, None);
     }
     let mut t = TABLES.with(|cell| cell.take());
     t.fill(dims);
@@ -675,8 +733,8 @@ pub unsafe fn gett_tile<T: Elem>(
     let mr = params.mr.max(1) as usize;
     let nr = params.nr.max(1) as usize;
     let p = Params { mr, nr, mc: round_up(m, mr), nc: round_up(n, nr), kc: (params.kc.max(1) as usize).min(k.max(1)) };
-    if !(unpacked::enabled() && unpacked::try_run(Ptrs { a, b, c }, &t, alpha, &p, uks, overwrite)) {
-        gett_tables(a, b, c, alpha, &t, params, uk, overwrite, 1);
+    if !(unpacked::enabled() && unpacked::try_run(Ptrs { a, b, c, epi: None }, &t, alpha, &p, uks, overwrite)) {
+        gett_tables(Ptrs { a, b, c, epi: None }, alpha, &t, params, uk, overwrite, 1);
     }
     TABLES.with(|cell| cell.replace(t));
 }
@@ -694,15 +752,21 @@ unsafe fn gett_on<T: Elem>(
     uk: Ukernel<T>,
     overwrite: bool,
     threads: usize,
+    epi: Option<Epilogue<T>>,
 ) {
     if dims.iter().any(|d| d.size <= 0) {
-        // An empty sum: with `overwrite`, C is still defined (zero).
+        // An empty sum: with `overwrite`, C is still defined (zero, mapped by
+        // the epilogue).
         if overwrite && dims.iter().all(|d| d.size > 0 || d.kind == 3) {
             let (bc, mc, nc) = (offsets(dims, 0, |d| d.sc), offsets(dims, 1, |d| d.sc), offsets(dims, 2, |d| d.sc));
             for &b0 in &bc {
                 for &m0 in &mc {
                     for &n0 in &nc {
-                        *c.offset(b0 + m0 + n0) = T::zero();
+                        let p = c.offset(b0 + m0 + n0);
+                        *p = T::zero();
+                        if let Some(f) = epi {
+                            f(p, 1, 1);
+                        }
                     }
                 }
             }
@@ -711,16 +775,14 @@ unsafe fn gett_on<T: Elem>(
     }
     let mut t = TABLES.with(|cell| cell.take());
     t.fill(dims);
-    gett_tables(a, b, c, alpha, &t, params, uk, overwrite, threads);
+    gett_tables(Ptrs { a, b, c, epi }, alpha, &t, params, uk, overwrite, threads);
     TABLES.with(|cell| cell.replace(t));
 }
 
 /// [`gett_on`] with the offset tables built.
 #[allow(clippy::too_many_arguments)]
 unsafe fn gett_tables<T: Elem>(
-    a: *const T,
-    b: *const T,
-    c: *mut T,
+    ptrs: Ptrs<T>,
     alpha: T,
     t: &Tables,
     params: GettParams,
@@ -750,7 +812,6 @@ unsafe fn gett_tables<T: Elem>(
         nc: round_up((params.nc.max(1) as usize).min(round_up(n, nr)), nr),
         kc: balanced_kc(params.kc, k),
     };
-    let ptrs = Ptrs { a, b, c };
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     if threads == 1 || flops * nbatch as f64 <= 2e6 {
         for bi in 0..nbatch {
@@ -824,6 +885,7 @@ unsafe fn gemm_parallel<T: Elem>(
     let b = ptrs.b.offset(t.bb[bi]);
     let c = SendMut(ptrs.c.offset(t.bc[bi]));
     let (a, b) = (a as usize, b as usize);
+    let epi = ptrs.epi;
     let elem = std::mem::size_of::<T>();
     // With enough row blocks for every thread, each task packs its own `mc × kc`
     // block of A (it stays in that core's cache until used); with few, A is packed
@@ -880,11 +942,9 @@ unsafe fn gemm_parallel<T: Elem>(
                 // With private A, the row blocks (about `mc` rows, whole slivers)
                 // are a multiple of the thread count, so that every thread gets
                 // the same work: 11 blocks on 2 threads would idle one 1/12 of the time.
-                let (nblocks, jchunks) = if private_a {
-                    (round_up(nic, threads), 1)
-                } else {
-                    (nic, (2 * threads).div_ceil(nic).clamp(1, nslivers))
-                };
+                // With shared A, likewise the tasks (see [`column_chunks`]).
+                let (nblocks, jchunks) =
+                    if private_a { (round_up(nic, threads), 1) } else { (nic, column_chunks(nic, nslivers, threads)) };
                 parallel_for(nblocks * jchunks, |x| {
                     let (ic, jch) = (x / jchunks, x % jchunks);
                     let (c, bp, ap_all) = (c, bp, ap);
@@ -913,12 +973,28 @@ unsafe fn gemm_parallel<T: Elem>(
                             tile.run(alpha, mr, nr, uk, tbuf.as_mut_ptr());
                         }
                     }
+                    if let (Some(f), true) = (epi, pc + kb >= k) {
+                        let rows = si0 * mr..(si1 * mr).min(m);
+                        let cols = jc + sj0 * nr..jc + (sj1 * nr).min(nb);
+                        map_region(f, c.0, &t.mc[rows], &t.nc[cols]);
+                    }
                 });
                 pc += p.kc;
             }
             jc += p.nc;
         }
     });
+}
+
+/// How many column chunks each of `nic` row blocks is split into when the
+/// threads share a packed A ([`gemm_parallel`]): about two tasks per thread, and
+/// the task count a multiple of the thread count where the `nslivers` column
+/// slivers allow it. Six row blocks on 16 threads were 6 chunks each, 36 tasks:
+/// the third round kept 4 of 16 threads busy (75 % of the time used); 8 chunks
+/// make 48 tasks, three full rounds.
+fn column_chunks(nic: usize, nslivers: usize, threads: usize) -> usize {
+    let want = (2 * threads).div_ceil(nic.max(1)).clamp(1, nslivers.max(1));
+    (want..=nslivers.min(2 * want)).find(|j| (nic * j).is_multiple_of(threads)).unwrap_or(want)
 }
 
 /// One batch entry with few rows on all threads: per `k` block, A (all rows) is
@@ -942,6 +1018,7 @@ unsafe fn gemm_columns<T: Elem>(
     let a = ptrs.a.offset(t.ba[bi]) as usize;
     let b = ptrs.b.offset(t.bb[bi]) as usize;
     let c = SendMut(ptrs.c.offset(t.bc[bi]));
+    let epi = ptrs.epi;
     let mslivers = m.div_ceil(mr);
     let nslivers = n.div_ceil(nr);
     let tasks = (8 * threads).min(nslivers);
@@ -982,6 +1059,10 @@ unsafe fn gemm_columns<T: Elem>(
                     };
                     tile.run(alpha, mr, nr, uk, tbuf.as_mut_ptr());
                 }
+            }
+            if let (Some(f), true) = (epi, pc + kb >= k) {
+                let cols = nr * (nslivers * x / tasks)..(nr * (nslivers * (x + 1) / tasks)).min(n);
+                map_region(f, c.0, &t.mc, &t.nc[cols]);
             }
         });
         pc += p.kc;
@@ -1438,6 +1519,10 @@ unsafe fn block<T: Elem>(
                         }
                         jr += nr;
                     }
+                    // The block's sum is complete after the last `k` block.
+                    if let (Some(f), true) = (ptrs.epi, pc + kb >= k) {
+                        map_region(f, c, &t.mc[ic..ic + mb], &t.nc[jc..jc + nb]);
+                    }
                     ic += p.mc;
                 }
                 pc += p.kc;
@@ -1486,6 +1571,46 @@ pub unsafe extern "C" fn tcc_rt_gett_f32(
 ) {
     let dims = std::slice::from_raw_parts(dims, ndims.max(0) as usize);
     gett(a, b, c, alpha, dims, *params, uk, overwrite != 0)
+}
+
+/// C entry point of [`gett_epilogue`] for `f64`.
+///
+/// # Safety
+/// See [`tcc_rt_gett_f64`] and [`gett_epilogue`].
+#[no_mangle]
+pub unsafe extern "C" fn tcc_rt_gett_epi_f64(
+    a: *const f64,
+    b: *const f64,
+    c: *mut f64,
+    alpha: f64,
+    dims: *const GettDim,
+    ndims: i64,
+    params: *const GettParams,
+    uk: Ukernel<f64>,
+    epi: Epilogue<f64>,
+) {
+    let dims = std::slice::from_raw_parts(dims, ndims.max(0) as usize);
+    gett_epilogue(a, b, c, alpha, dims, *params, uk, epi)
+}
+
+/// C entry point of [`gett_epilogue`] for `f32`.
+///
+/// # Safety
+/// See [`tcc_rt_gett_epi_f64`].
+#[no_mangle]
+pub unsafe extern "C" fn tcc_rt_gett_epi_f32(
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    alpha: f32,
+    dims: *const GettDim,
+    ndims: i64,
+    params: *const GettParams,
+    uk: Ukernel<f32>,
+    epi: Epilogue<f32>,
+) {
+    let dims = std::slice::from_raw_parts(dims, ndims.max(0) as usize);
+    gett_epilogue(a, b, c, alpha, dims, *params, uk, epi)
 }
 
 #[cfg(test)]
@@ -1641,7 +1766,10 @@ mod tests {
         // own B slivers), few rows and few columns (A packed once, columns split).
         // A's rows are contiguous: whole blocks of them are packed a `k` step at a
         // time (`PrivateA::pack`), the partial last sliver by `pack_panel`.
-        for (m, n, k, mc) in [(131usize, 71usize, 121usize, 8i64), (131, 71, 121, 400), (400, 20, 130, 500)] {
+        // 24-row blocks: six, which 16 threads split into 8 column chunks each.
+        for (m, n, k, mc) in
+            [(131usize, 71usize, 121usize, 8i64), (131, 71, 121, 400), (400, 20, 130, 500), (131, 71, 121, 24)]
+        {
             let a: Vec<f64> = (0..k * m).map(|x| (x as f64 * 0.13).sin()).collect();
             let b: Vec<f64> = (0..n * k).map(|x| (x as f64 * 0.29).cos()).collect();
             let dims = [
@@ -1659,8 +1787,36 @@ mod tests {
                 let mut c = vec![if overwrite { f64::NAN } else { 0.5 }; m * n];
                 let params = GettParams { mr: 4, nr: 3, mc, nc: 36, kc: 50 };
                 unsafe {
-                    gett_on(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk_any::<4, 3>, overwrite, 2)
+                    gett_on(
+                        a.as_ptr(),
+                        b.as_ptr(),
+                        c.as_mut_ptr(),
+                        1.0,
+                        &dims,
+                        params,
+                        uk_any::<4, 3>,
+                        overwrite,
+                        2,
+                        None,
+                    )
                 };
+                // Planned for 16 threads too (shared A: more column chunks).
+                let mut c16 = vec![if overwrite { f64::NAN } else { 0.5 }; m * n];
+                unsafe {
+                    gett_on(
+                        a.as_ptr(),
+                        b.as_ptr(),
+                        c16.as_mut_ptr(),
+                        1.0,
+                        &dims,
+                        params,
+                        uk_any::<4, 3>,
+                        overwrite,
+                        16,
+                        None,
+                    )
+                };
+                assert_eq!(c, c16, "{m}x{n}x{k} mc={mc}: 2 and 16 threads differ");
                 let base = if overwrite { 0.0 } else { 0.5 };
                 for (x, (&got, &w)) in c.iter().zip(&want).enumerate() {
                     assert!(
@@ -1713,7 +1869,18 @@ mod tests {
             let mut c = vec![f64::NAN; m * n];
             let params = GettParams { mr: MR as i64, nr: 3, mc: 2 * MR as i64, nc: 36, kc: 50 };
             unsafe {
-                gett_on(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk_any::<MR, 3>, true, threads)
+                gett_on(
+                    a.as_ptr(),
+                    b.as_ptr(),
+                    c.as_mut_ptr(),
+                    1.0,
+                    &dims,
+                    params,
+                    uk_any::<MR, 3>,
+                    true,
+                    threads,
+                    None,
+                )
             };
             for (x, &got) in c.iter().enumerate() {
                 let (i, j) = (x / n, x % n);
@@ -1808,6 +1975,7 @@ mod tests {
                         uk_any::<16, 3>,
                         overwrite,
                         threads,
+                        None,
                     )
                 };
                 let base = if overwrite { 0.0 } else { 0.5 };
@@ -1895,6 +2063,7 @@ mod tests {
                         uk_any::<8, 3>,
                         overwrite,
                         threads,
+                        None,
                     )
                 };
                 let base = if overwrite { 0.0 } else { 0.25 };
@@ -1912,9 +2081,143 @@ mod tests {
         }
     }
 
+    /// The epilogue of [`epilogue_is_applied_once_to_every_element_on_every_path`]:
+    /// `x² + 1`, which is wrong when applied twice or not at all.
+    unsafe extern "C" fn square_plus_one(p: *mut f64, n: i64, stride: i64) {
+        for i in 0..n as isize {
+            let q = p.offset(i * stride as isize);
+            *q = *q * *q + 1.0;
+        }
+    }
+
+    #[test]
+    fn epilogue_is_applied_once_to_every_element_on_every_path() {
+        // C[b, m1, m2, n1, n2] = f(0.5 · Σ A·B) over random storage orders of
+        // every operand (C's rows or columns contiguous, strided, or neither a
+        // progression), on one and two threads: the serial blocks, the batch
+        // split, the shared B panel (private or shared A) and the column split,
+        // with several `k` blocks, so that the map must wait for the last one.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        // batch, m1, m2, n1, n2, k1, k2, mc, nc
+        let shapes: [[usize; 9]; 6] = [
+            [1, 3, 5, 2, 3, 2, 7, 8, 6],        // serial (few flops)
+            [6, 4, 30, 3, 20, 2, 40, 48, 30],   // batch split
+            [1, 9, 30, 5, 40, 3, 50, 32, 36],   // column split
+            [2, 2, 100, 3, 90, 2, 90, 400, 48], // column split, two batch entries
+            [1, 9, 30, 4, 5, 3, 100, 32, 36],   // narrow C: shared B panel, private A
+            [1, 5, 60, 4, 5, 2, 150, 400, 48],  // narrow C, one row block: shared A
+        ];
+        for (case, sh) in shapes.iter().enumerate() {
+            let e = [sh[0], sh[1], sh[2], sh[3], sh[4], sh[5], sh[6]];
+            let (nb, m, n, k) = (e[0], e[1] * e[2], e[3] * e[4], e[5] * e[6]);
+            for round in 0..4 {
+                let mut order = |mut d: Vec<usize>| {
+                    for i in (1..d.len()).rev() {
+                        d.swap(i, rnd(i + 1));
+                    }
+                    d
+                };
+                let (oa, ob, oc) = (order(vec![0, 1, 2, 5, 6]), order(vec![0, 3, 4, 5, 6]), order(vec![0, 1, 2, 3, 4]));
+                let strides = |o: &[usize]| {
+                    let mut st = [0usize; 7];
+                    let mut acc = 1;
+                    for &d in o.iter().rev() {
+                        st[d] = acc;
+                        acc *= e[d];
+                    }
+                    st
+                };
+                let (sa, sb, sc) = (strides(&oa), strides(&ob), strides(&oc));
+                let kinds = [0i64, 1, 1, 2, 2, 3, 3];
+                let dims: Vec<GettDim> = (0..7)
+                    .map(|d| GettDim {
+                        kind: kinds[d],
+                        size: e[d] as i64,
+                        sa: sa[d] as i64,
+                        sb: sb[d] as i64,
+                        sc: sc[d] as i64,
+                    })
+                    .collect();
+                let a: Vec<f64> = (0..nb * m * k).map(|x| (x as f64 * 0.31 + case as f64).sin() * 0.1).collect();
+                let b: Vec<f64> = (0..nb * n * k).map(|x| (x as f64 * 0.07 - round as f64).cos() * 0.1).collect();
+                let mut want = vec![0.0; nb * m * n];
+                for bi in 0..e[0] {
+                    for (i1, i2, j1, j2) in product4(e[1], e[2], e[3], e[4]) {
+                        let mut acc = 0.0;
+                        for (p1, p2) in (0..e[5]).flat_map(|p1| (0..e[6]).map(move |p2| (p1, p2))) {
+                            acc += a[bi * sa[0] + i1 * sa[1] + i2 * sa[2] + p1 * sa[5] + p2 * sa[6]]
+                                * b[bi * sb[0] + j1 * sb[3] + j2 * sb[4] + p1 * sb[5] + p2 * sb[6]];
+                        }
+                        let x = 0.5 * acc;
+                        want[bi * sc[0] + i1 * sc[1] + i2 * sc[2] + j1 * sc[3] + j2 * sc[4]] = x * x + 1.0;
+                    }
+                }
+                let params = GettParams { mr: 8, nr: 3, mc: sh[7] as i64, nc: sh[8] as i64, kc: 16 + rnd(20) as i64 };
+                for threads in [1, 2] {
+                    let mut c = vec![f64::NAN; nb * m * n];
+                    unsafe {
+                        gett_on(
+                            a.as_ptr(),
+                            b.as_ptr(),
+                            c.as_mut_ptr(),
+                            0.5,
+                            &dims,
+                            params,
+                            uk_any::<8, 3>,
+                            true,
+                            threads,
+                            Some(square_plus_one),
+                        )
+                    };
+                    for (x, (&got, &w)) in c.iter().zip(&want).enumerate() {
+                        assert!(
+                            (got - w).abs() < 1e-12,
+                            "case {case} round {round} A{oa:?} B{ob:?} C{oc:?} threads={threads} at {x}: {got} vs {w}"
+                        );
+                    }
+                }
+            }
+        }
+        // An empty sum: every element is f(0) = 1.
+        let dims = [
+            GettDim { kind: 1, size: 3, sa: 0, sb: 0, sc: 1 },
+            GettDim { kind: 2, size: 2, sa: 0, sb: 0, sc: 3 },
+            GettDim { kind: 3, size: 0, sa: 1, sb: 1, sc: 0 },
+        ];
+        let mut c = vec![f64::NAN; 6];
+        let params = GettParams { mr: 8, nr: 3, mc: 8, nc: 6, kc: 4 };
+        let (a, b) = ([0.0f64; 1], [0.0f64; 1]);
+        unsafe {
+            gett_epilogue(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 1.0, &dims, params, uk_any::<8, 3>, square_plus_one)
+        };
+        assert!(c.iter().all(|&x| x == 1.0), "{c:?}");
+    }
+
     /// Every `(i1, i2, j1, j2)` below the given extents.
     fn product4(a: usize, b: usize, c: usize, d: usize) -> impl Iterator<Item = (usize, usize, usize, usize)> {
         (0..a).flat_map(move |i| (0..b).flat_map(move |j| (0..c).flat_map(move |k| (0..d).map(move |l| (i, j, k, l)))))
+    }
+
+    #[test]
+    fn shared_a_tasks_fill_every_round() {
+        // The projections' shape at 16 threads: six row blocks, 64 slivers.
+        assert_eq!(column_chunks(6, 64, 16), 8);
+        // Already a multiple: unchanged (one row block on two threads: 4 chunks).
+        assert_eq!(column_chunks(1, 100, 2), 4);
+        assert_eq!(column_chunks(4, 100, 8), 4);
+        // No multiple within twice the chunks the slivers allow: the plain count.
+        assert_eq!(column_chunks(7, 5, 16), 5);
+        assert_eq!(column_chunks(3, 64, 7), 7);
+        for (nic, ns, th) in [(6usize, 64usize, 16usize), (5, 200, 12), (1, 3, 16), (9, 40, 32)] {
+            let j = column_chunks(nic, ns, th);
+            assert!((1..=ns).contains(&j), "{nic} {ns} {th}: {j}");
+        }
     }
 
     #[test]

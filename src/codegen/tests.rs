@@ -846,3 +846,160 @@ fn element_wise_calls_store_without_a_zeroing_pass() {
         assert_stores_without_zeroing(&src);
     }
 }
+
+/// `S = c·Q·K` then `P = f(S)` (the attention block's scores and `exp`): the map
+/// runs as the GETT's epilogue (`tcc_rt_gett_epi_*`, see `llvm::epilogue`) when
+/// `S` is a temporary only the two touch, and each program matches the
+/// interpreter whether or not it does (temporaries not zeroed come as NaN, so
+/// a map left out or an element missed shows).
+#[test]
+fn maps_of_a_gett_result_run_as_its_epilogue() {
+    let decls = "range B = 3; range S = 40; range E = 24; index b : B; index s, t : S; index e : E;\n\
+                 input tensor Q[b,s,e] : T; input tensor K[b,t,e] : T;\n";
+    // (declarations and statements, element type, whether the epilogue is used)
+    let cases: &[(&str, &str, bool)] = &[
+        (
+            "tensor Sc[b,s,t] : T; output tensor P[b,s,t] : T; output tensor Z[b,s] : T;\n\
+             Sc[b,s,t] = 0.125 * Q[b,s,e] * K[b,t,e]; P[b,s,t] = exp(Sc[b,s,t]); Z[b,s] = P[b,s,t];",
+            "f64",
+            true,
+        ),
+        (
+            "tensor Sc[b,s,t] : T; output tensor P[b,s,t] : T;\n\
+             Sc[b,s,t] = Q[b,s,e] * K[b,t,e]; P[b,s,t] = -2.5 * sigmoid(Sc[b,s,t]);",
+            "f32",
+            true,
+        ),
+        // A scaled copy (no function), into a temporary read afterwards.
+        (
+            "tensor Sc[b,s,t] : T; tensor P[b,s,t] : T; output tensor Z[b,s] : T;\n\
+             Sc[b,s,t] = Q[b,s,e] * K[b,t,e]; P[b,s,t] = 3 * Sc[b,s,t]; Z[b,s] = P[b,s,t] * P[b,s,t];",
+            "f64",
+            true,
+        ),
+        // `S` is read again: it must be stored.
+        (
+            "tensor Sc[b,s,t] : T; output tensor P[b,s,t] : T; output tensor Z[b,s] : T;\n\
+             Sc[b,s,t] = Q[b,s,e] * K[b,t,e]; P[b,s,t] = exp(Sc[b,s,t]); Z[b,s] = Sc[b,s,t];",
+            "f64",
+            false,
+        ),
+        // `S` is an output.
+        (
+            "output tensor Sc[b,s,t] : T; output tensor P[b,s,t] : T;\n\
+             Sc[b,s,t] = Q[b,s,e] * K[b,t,e]; P[b,s,t] = exp(Sc[b,s,t]);",
+            "f64",
+            false,
+        ),
+        // The map transposes.
+        (
+            "tensor Sc[b,s,t] : T; output tensor P[b,t,s] : T;\n\
+             Sc[b,s,t] = Q[b,s,e] * K[b,t,e]; P[b,t,s] = exp(Sc[b,s,t]);",
+            "f64",
+            false,
+        ),
+        // `P` is read before the map (its value then is the earlier one).
+        (
+            "tensor Sc[b,s,t] : T; output tensor P[b,s,t] : T; output tensor Z[b,s] : T;\n\
+             P[b,s,t] = Q[b,s,e] * K[b,t,e]; Sc[b,s,t] = Q[b,s,e] * K[b,t,e];\n\
+             Z[b,s] = P[b,s,t]; P[b,s,t] = exp(Sc[b,s,t]);",
+            "f64",
+            false,
+        ),
+        // The map adds to its target.
+        (
+            "tensor Sc[b,s,t] : T; output tensor P[b,s,t] : T;\n\
+             Sc[b,s,t] = Q[b,s,e] * K[b,t,e]; P[b,s,t] = Q[b,s,e] * K[b,t,e]; P[b,s,t] += exp(Sc[b,s,t]);",
+            "f64",
+            false,
+        ),
+    ];
+    let opts = Options { gemm_min: Some(1.0), ..Options::default() };
+    for (body, elem, fused) in cases {
+        let src = format!("{decls}{body}\n").replace(": T", &format!(": {elem}"));
+        let (hir, diags) = crate::compile(&src, "t");
+        let hir = hir.unwrap_or_else(|| panic!("{diags:?}\n{src}"));
+        let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &opts).unwrap();
+        assert_eq!(ir.contains("@tcc_rt_gett_epi_f"), *fused, "{src}");
+        for seed in [1, 2] {
+            check_unit(&hir, UnitId::new(0), seed, &opts).unwrap_or_else(|e| panic!("{src}: {e}"));
+            // Sizes other than those assumed: every thread path of the runtime.
+            let other: Vec<(RangeId, usize)> =
+                hir.ranges.ids().enumerate().map(|(x, r)| (r, [5usize, 131, 9][x % 3])).collect();
+            check_unit_sized(&hir, UnitId::new(0), &other, seed, &opts)
+                .unwrap_or_else(|e| panic!("{src} {other:?}: {e}"));
+        }
+    }
+}
+
+/// A random GETT into a temporary and a map of it: `S = c·A·B` over random index
+/// roles (batch, rows, columns, sums) and storage orders, `P = c'·f(S)` with a
+/// random function (or none), sometimes read by a sum after; f32 or f64.
+fn random_epilogue_program(seed: u64) -> String {
+    let mut rnd = crate::tir::testutil::picker(seed, 0x5EED_E710);
+    let letters = ['a', 'b', 'c', 'd', 'e', 'f'];
+    let sizes: Vec<usize> = (0..6).map(|_| 1 + rnd(14)).collect();
+    let shuffle = |v: &mut Vec<char>, rnd: &mut dyn FnMut(usize) -> usize| {
+        for i in (1..v.len()).rev() {
+            v.swap(i, rnd(i + 1));
+        }
+    };
+    // Roles: 0 batch (A, B, S), 1 rows (A, S), 2 columns (B, S), 3 summed (A, B).
+    let roles: Vec<usize> = (0..6).map(|x| if x < 3 { 1 + x % 2 } else { rnd(4) }).collect();
+    let pick =
+        |want: &[usize]| -> Vec<char> { (0..6).filter(|&x| want.contains(&roles[x])).map(|x| letters[x]).collect() };
+    let (mut a, mut b, mut s) = (pick(&[0, 1, 3]), pick(&[0, 2, 3]), pick(&[0, 1, 2]));
+    shuffle(&mut a, &mut rnd);
+    shuffle(&mut b, &mut rnd);
+    shuffle(&mut s, &mut rnd);
+    let ty = if rnd(3) == 0 { "f32" } else { "f64" };
+    let f = ["exp", "sigmoid", "relu", "abs", "silu", ""][rnd(6)];
+    let join = |v: &[char]| v.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+    let (a, b, s) = (join(&a), join(&b), join(&s));
+    let mut src = String::new();
+    for (x, l) in letters.iter().enumerate() {
+        src += &format!("range R{l} = {}; index {l} : R{l};\n", sizes[x]);
+    }
+    src += &format!("input tensor A[{a}] : {ty}; input tensor B[{b}] : {ty};\ntensor S[{s}] : {ty};\n");
+    let consumer = rnd(2) == 0;
+    src += &format!("{} tensor P[{s}] : {ty};\n", if consumer { "" } else { "output" });
+    let map = if f.is_empty() { format!("S[{s}]") } else { format!("{f}(S[{s}])") };
+    src += &format!("S[{s}] = {} * A[{a}] * B[{b}];\nP[{s}] = {} * {map};\n", [1.0, 0.25][rnd(2)], [1.0, -1.5][rnd(2)]);
+    if consumer {
+        src += "output tensor Z : f64;\nZ = P[";
+        src += &s;
+        src += "];\n";
+    }
+    src
+}
+
+/// [`random_epilogue_program`]s match the interpreter, at the declared sizes
+/// (on one or every thread) and as size arguments run at others; most run the
+/// map as the GETT's epilogue (the optimizer folds some plain copies away).
+#[test]
+fn random_gett_maps_as_epilogues_equal_the_interpreter() {
+    let mut fused = 0;
+    for seed in 0..40u64 {
+        let src = random_epilogue_program(seed);
+        let (hir, diags) = crate::compile(&src, "t");
+        let hir = hir.unwrap_or_else(|| panic!("{src}\n{diags:?}"));
+        let opts = Options {
+            gemm_min: Some(1.0),
+            parallel_min: if seed % 2 == 0 { Some(1.0) } else { None },
+            fuse: crate::lir::fusion::FuseMode::None,
+            ..Options::default()
+        };
+        let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &opts).unwrap();
+        fused += usize::from(ir.contains("@tcc_rt_gett_epi_f"));
+        check_unit(&hir, UnitId::new(0), seed, &opts).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{src}"));
+        let other: Vec<(RangeId, usize)> = hir
+            .ranges
+            .ids()
+            .enumerate()
+            .map(|(x, r)| (r, [3usize, 17, 1, 9, 30, 6][(x + seed as usize) % 6]))
+            .collect();
+        check_unit_sized(&hir, UnitId::new(0), &other, seed, &opts)
+            .unwrap_or_else(|e| panic!("seed {seed} {other:?}: {e}\n{src}"));
+    }
+    assert!(fused >= 30, "only {fused} of 40 programs ran the map as an epilogue");
+}

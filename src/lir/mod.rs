@@ -10,6 +10,7 @@
 //! stores a tensor's dimensions minus those fixed by the loops around all its users.
 
 pub mod cost;
+pub mod epilogue;
 pub mod exec;
 pub mod fusion;
 pub mod slice;
@@ -108,7 +109,8 @@ impl LoopNest {
             }
             s.push('\n');
         }
-        dump_nodes(self, hir, &self.body, 1, &mut s);
+        let epilogues = epilogue::gett_pairs(hir, self);
+        dump_nodes(self, hir, &self.body, 1, &epilogues, &mut s);
         s.push_str(&tasks::dump(hir, self, &tasks::task_sets(hir, self, &cost::CpuRates::default())));
         let _ = writeln!(
             s,
@@ -151,14 +153,14 @@ impl LoopNest {
     }
 }
 
-fn dump_nodes(nest: &LoopNest, hir: &Hir, nodes: &[Node], depth: usize, s: &mut String) {
+fn dump_nodes(nest: &LoopNest, hir: &Hir, nodes: &[Node], depth: usize, epilogues: &[(usize, usize)], s: &mut String) {
     let unit = nest.unit;
     let pad = "  ".repeat(depth);
     for n in nodes {
         match n {
             Node::Loop { index, extent, body } => {
                 let _ = writeln!(s, "{pad}for {} in 0..{} {{", hir.indices[*index].name, extent);
-                dump_nodes(nest, hir, body, depth + 1, s);
+                dump_nodes(nest, hir, body, depth + 1, epilogues, s);
                 let _ = writeln!(s, "{pad}}}");
             }
             Node::Zero { tensor, .. } => {
@@ -166,12 +168,24 @@ fn dump_nodes(nest: &LoopNest, hir: &Hir, nodes: &[Node], depth: usize, s: &mut 
             }
             Node::Compute { stmt } => {
                 let st = &hir.units[unit].stmts[*stmt];
+                let units = &hir.units[unit].stmts;
+                let note = match epilogues.iter().find(|p| p.0 == *stmt || p.1 == *stmt) {
+                    Some(&(i, j)) if i == *stmt => {
+                        format!(
+                            "{}, epilogue {} (stored into it)",
+                            nest.kernel_note(i),
+                            hir.tensors[units[j].lhs.tensor].name
+                        )
+                    }
+                    Some(&(i, _)) => format!("epilogue of {}'s gett", hir.tensors[units[i].lhs.tensor].name),
+                    None => nest.kernel_note(*stmt),
+                };
                 let _ = writeln!(
                     s,
                     "{pad}{} += {}  // {}",
                     crate::sema::display::tensor_ref(hir, &st.lhs),
                     crate::sema::display::expr(hir, &st.rhs),
-                    nest.kernel_note(*stmt)
+                    note
                 );
             }
         }

@@ -78,6 +78,30 @@ impl<'ctx> Gen<'_, 'ctx> {
         plan: GettPlan,
         overwrite: bool,
     ) -> Result<(), CodegenError> {
+        self.gett_call(st, coef, ops, plan, overwrite, None)
+    }
+
+    /// The GETT of `st` (one term, overwriting its target) with the map `map`
+    /// (`P = c·f(S)`, see [`super::epilogue`]) as its epilogue, writing `P`.
+    pub(super) fn gett_with_epilogue(&mut self, st: &Stmt, map: &Stmt) -> Result<(), CodegenError> {
+        let (ops, plan) = self.term_gett(st, 0)?.ok_or_else(|| err("internal: an epilogue's GETT is no GETT"))?;
+        let mops = crate::codegen::lower::term_operands(&map.rhs.terms[0]).map_err(err)?;
+        let elem = self.hir.tensors[st.lhs.tensor].elem;
+        let epi = self.epilogue_fn(elem, mops[0].func, map.rhs.terms[0].coef)?;
+        self.gett_call(st, st.rhs.terms[0].coef, &ops, plan, true, Some((epi, map.lhs.tensor)))
+    }
+
+    /// The runtime call of a GETT; with `epi`, through `tcc_rt_gett_epi_*`, the
+    /// output going to the epilogue's target (same indices and layout).
+    fn gett_call(
+        &mut self,
+        st: &Stmt,
+        coef: f64,
+        ops: &[Operand],
+        plan: GettPlan,
+        overwrite: bool,
+        epi: Option<(FunctionValue<'ctx>, TensorId)>,
+    ) -> Result<(), CodegenError> {
         let hir = self.hir;
         let c = st.lhs.tensor;
         let elem = hir.tensors[c].elem;
@@ -155,14 +179,18 @@ impl<'ctx> Gen<'_, 'ctx> {
         let par_ptr = unsafe { self.b.build_in_bounds_gep(g_par.as_pointer_value(), &[zero, zero], "params")? };
         let pa = self.elem_ptr(a.tensor, self.partial_offset(a.tensor, &a.indices)?)?;
         let pb = self.elem_ptr(b.tensor, self.partial_offset(b.tensor, &b.indices)?)?;
-        let pc = self.elem_ptr(c, self.partial_offset(c, &st.lhs.indices)?)?;
+        let target = epi.map_or(c, |e| e.1);
+        debug_assert_eq!(self.strides[&target], self.strides[&c], "an epilogue's target has the GETT's layout");
+        let pc = self.elem_ptr(target, self.partial_offset(target, &st.lhs.indices)?)?;
         let ft = self.ft(elem);
         let tp = ft.ptr_type(AddressSpace::default());
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
         let i64p = i64t.ptr_type(AddressSpace::default());
-        let fname = match elem {
-            ElemType::F64 | ElemType::C128 => "tcc_rt_gett_f64",
-            ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16 => "tcc_rt_gett_f32",
+        let fname = match (elem, epi.is_some()) {
+            (ElemType::F64 | ElemType::C128, false) => "tcc_rt_gett_f64",
+            (ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16, false) => "tcc_rt_gett_f32",
+            (ElemType::F64 | ElemType::C128, true) => "tcc_rt_gett_epi_f64",
+            (ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16, true) => "tcc_rt_gett_epi_f32",
         };
         let f = self.declare(
             fname,
@@ -176,7 +204,7 @@ impl<'ctx> Gen<'_, 'ctx> {
                 i64t.into(),
                 i64p.into(),
                 i8p.into(),
-                i64t.into(),
+                if epi.is_some() { i8p.into() } else { i64t.into() },
             ],
         );
         let ukp = self.b.build_pointer_cast(uk.f.as_global_value().as_pointer_value(), i8p, "uk")?;
@@ -191,7 +219,12 @@ impl<'ctx> Gen<'_, 'ctx> {
                 self.i64c(plan.dims.len() as u64).into(),
                 par_ptr.into(),
                 ukp.into(),
-                self.i64c(overwrite as u64).into(),
+                match epi {
+                    Some((f, _)) => {
+                        self.b.build_pointer_cast(f.as_global_value().as_pointer_value(), i8p, "epi")?.into()
+                    }
+                    None => self.i64c(overwrite as u64).into(),
+                },
             ],
             "",
         )?;

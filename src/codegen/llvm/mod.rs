@@ -46,6 +46,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 /// A failure of the back end (LLVM refused something, linking failed, ...).
+mod epilogue;
 mod gett;
 pub mod jit_lib;
 mod tile_kernel;
@@ -369,6 +370,8 @@ fn compile_lib<'ctx>(
         mem_limit: opts.mem_limit.unwrap_or(DEFAULT_MEM_LIMIT),
         nest_peak: 0,
         rates: opts.rates,
+        epilogues: HashMap::new(),
+        epilogue_done: std::collections::HashSet::new(),
     };
     let mut codes = Vec::new();
     for (&u, nest) in units.iter().zip(&nests) {
@@ -607,8 +610,8 @@ pub(crate) fn jit_engine<'ctx>(c: &Compiled<'ctx>) -> Result<ExecutionEngine<'ct
 fn runtime_symbols() -> Vec<(&'static str, usize)> {
     use tcc_runtime::alloc::{tcc_rt_alloc_temp, tcc_rt_alloc_zeroed, tcc_rt_free, tcc_rt_free_temp};
     use tcc_runtime::kernels::{
-        tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_num_threads, tcc_rt_parallel_range, tcc_rt_parallel_sum,
-        tcc_rt_task_set,
+        tcc_rt_gett_epi_f32, tcc_rt_gett_epi_f64, tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_num_threads,
+        tcc_rt_parallel_range, tcc_rt_parallel_sum, tcc_rt_task_set,
     };
     vec![
         ("tcc_rt_alloc_zeroed", tcc_rt_alloc_zeroed as *const () as usize),
@@ -621,6 +624,8 @@ fn runtime_symbols() -> Vec<(&'static str, usize)> {
         ("tcc_rt_num_threads", tcc_rt_num_threads as *const () as usize),
         ("tcc_rt_gett_f64", tcc_rt_gett_f64 as *const () as usize),
         ("tcc_rt_gett_f32", tcc_rt_gett_f32 as *const () as usize),
+        ("tcc_rt_gett_epi_f64", tcc_rt_gett_epi_f64 as *const () as usize),
+        ("tcc_rt_gett_epi_f32", tcc_rt_gett_epi_f32 as *const () as usize),
         ("tcc_rt_slice_begin", tcc_runtime::slices::tcc_rt_slice_begin as *const () as usize),
         ("tcc_rt_slice_end", tcc_runtime::slices::tcc_rt_slice_end as *const () as usize),
     ]
@@ -764,6 +769,11 @@ struct Gen<'a, 'ctx> {
     nest_peak: u64,
     /// The time model's rates: the estimates task sets hand the runtime.
     rates: crate::lir::cost::CpuRates,
+    /// The current unit's GETT statements whose next map runs as their
+    /// epilogue ([`epilogue`]): GETT statement → map statement.
+    epilogues: HashMap<usize, usize>,
+    /// Map statements already run as an epilogue (their own steps emit nothing).
+    epilogue_done: std::collections::HashSet<usize>,
 }
 
 use super::lower::Operand;
@@ -1100,6 +1110,8 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 }
             }
         }
+        self.epilogues = crate::lir::epilogue::pairs(hir, nest).into_iter().collect();
+        self.epilogue_done.clear();
         self.top_nodes(nest, code.unit)?;
         for &(p, bytes) in &temps {
             self.b.build_call(free, &[p.into(), bytes.into()], "")?;
@@ -1183,6 +1195,15 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         // interprocedural passes took minutes for 1000 statements).
         let mut used = std::collections::BTreeSet::new();
         node_tensors(self.hir, unit, nodes, &mut used);
+        // A GETT with an epilogue writes its map's target.
+        for n in nodes {
+            if let Some(j) = matches!(n, Node::Compute { .. }).then_some(n).and_then(|n| match n {
+                Node::Compute { stmt } => self.epilogues.get(stmt),
+                _ => None,
+            }) {
+                used.insert(self.hir.units[unit].stmts[*j].lhs.tensor);
+            }
+        }
         let mut bufs: Vec<(TensorId, PointerValue<'ctx>)> =
             self.bufs.iter().filter(|(t, _)| used.contains(*t)).map(|(&t, &p)| (t, p)).collect();
         bufs.sort_by_key(|x| x.0);
@@ -1229,6 +1250,12 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     fn nodes(&mut self, nodes: &[Node], unit: UnitId) -> Result<(), CodegenError> {
         let mut skip_zero: Option<(usize, usize)> = None;
         for (pos, n) in nodes.iter().enumerate() {
+            // A map already run as a GETT's epilogue.
+            if let Node::Zero { stmt, .. } | Node::Compute { stmt } = n {
+                if self.epilogue_done.contains(stmt) {
+                    continue;
+                }
+            }
             // `Zero` right before its statement's `Compute`, whose first term is a
             // GETT: the GETT overwrites instead (no separate pass over the output).
             if let (Node::Zero { stmt, .. }, Some(Node::Compute { stmt: next })) = (n, nodes.get(pos + 1)) {
@@ -1286,6 +1313,12 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                     }
                     match overwrite {
                         Some(usize::MAX) => self.shared_nest_terms(&st, 0..st.rhs.terms.len(), true)?,
+                        // The next map as this GETT's epilogue.
+                        Some(0) if st.rhs.terms.len() == 1 && self.epilogues.contains_key(stmt) => {
+                            let j = self.epilogues[stmt];
+                            self.gett_with_epilogue(&st, &self.hir.units[unit].stmts[j].clone())?;
+                            self.epilogue_done.insert(j);
+                        }
                         // The overwriting GETT first, then the other terms add.
                         Some(k) => {
                             self.term(&st, k, true)?;

@@ -66,6 +66,8 @@ fn generate() -> Result<TileKernel, CodegenError> {
         mem_limit: 0,
         nest_peak: 0,
         rates: crate::lir::cost::CpuRates::default(),
+        epilogues: HashMap::new(),
+        epilogue_done: std::collections::HashSet::new(),
     };
     let uk = g.ukernel(ElemType::F64)?;
     let widths = (1..=uk.nr).map(|w| g.ukernel_strided(ElemType::F64, Some(w))).collect::<Result<Vec<_>, _>>()?;
