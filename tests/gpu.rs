@@ -4,7 +4,7 @@
 //! one exists (`bench/gpu/device_run.sh`); here it prints `skipped: no GPU`.
 
 use std::path::PathBuf;
-use tcc::codegen::nvptx::{choices, emit_ptx, emulate, plan, GemmKind, GpuOptions, Step, TileCfg};
+use tcc::codegen::nvptx::{choices, emit_ptx, emulate, plan, Epilogue, GemmKind, GpuOptions, Step, TileCfg};
 use tcc::interp::{random_inputs, run_unit};
 use tcc::run::compare::compare_outputs;
 use tcc::sema::hir::{Hir, UnitId};
@@ -33,6 +33,7 @@ const TILED: Option<GemmKind> = Some(GemmKind::Tiled);
 const TINY: TileCfg = TileCfg { bm: 16, bn: 8, bk: 4, tm: 2, tn: 2, mma: false };
 /// The smallest f64 tensor-core tile: 2 × 2 warps of one 8 × 8 piece each.
 const TINY_MMA: TileCfg = TileCfg { bm: 16, bn: 16, bk: 8, tm: 8, tn: 8, mma: true };
+const STAGED: Option<Epilogue> = Some(Epilogue::Staged);
 
 fn all_options() -> Vec<GpuOptions> {
     vec![
@@ -47,6 +48,11 @@ fn all_options() -> Vec<GpuOptions> {
         GpuOptions { gemm: TILED, tile: Some(TINY), ..Default::default() },
         // tiled kernels inside host loops.
         GpuOptions { mem_limit: Some(0), gemm: TILED, tile: Some(TINY), ..Default::default() },
+        // the C tile staged through shared memory: tiny tiles, f64 tensor-core
+        // tiles, and inside host loops.
+        GpuOptions { gemm: TILED, tile: Some(TINY), epilogue: STAGED, ..Default::default() },
+        GpuOptions { gemm: TILED, tile: Some(TINY_MMA), epilogue: STAGED, ..Default::default() },
+        GpuOptions { mem_limit: Some(0), gemm: TILED, tile: Some(TINY), epilogue: STAGED, ..Default::default() },
     ]
 }
 
@@ -279,10 +285,10 @@ fn tiled_kernels_match_the_interpreter() {
     let mut tiles = vec![TINY, TINY_MMA];
     tiles.extend(TileCfg::CANDIDATES);
     for (spec, sizes) in cases {
-        for elem in ["f64", "f32"] {
+        for (elem, epilogue) in [("f64", None), ("f32", None), ("f64", STAGED), ("f32", STAGED)] {
             let hir = compile(&einsum_src(spec, sizes, elem));
             for tile in tiles.iter().copied() {
-                let o = GpuOptions { gemm: TILED, tile: Some(tile), ..Default::default() };
+                let o = GpuOptions { gemm: TILED, tile: Some(tile), epilogue, ..Default::default() };
                 let kinds = chosen_kinds(&plan(&hir, &[UnitId::new(0)], &o).unwrap());
                 if tile.mma && elem == "f32" {
                     // Tensor-core tiles are f64 only: another kind runs.
@@ -299,10 +305,10 @@ fn tiled_kernels_match_the_interpreter() {
         input tensor A[i,k] : f32; input tensor B[j,k] : f64; output tensor C[i,j] : f64;\n\
         C[i,j] = 0.5 * tanh(A[i,k]) * B[j,k];\nC[i,j] += -2.0 * A[i,k] * exp(B[j,k]);\n";
     let hir = compile(src);
-    for tile in tiles.iter().copied() {
-        let o = GpuOptions { gemm: TILED, tile: Some(tile), ..Default::default() };
+    for (tile, epilogue) in tiles.iter().flat_map(|&t| [(t, None), (t, STAGED)]) {
+        let o = GpuOptions { gemm: TILED, tile: Some(tile), epilogue, ..Default::default() };
         assert_eq!(chosen_kinds(&plan(&hir, &[UnitId::new(0)], &o).unwrap()), vec![GemmKind::Tiled; 2]);
-        check(&hir, UnitId::new(0), &o).unwrap_or_else(|e| panic!("{tile:?}: {e}"));
+        check(&hir, UnitId::new(0), &o).unwrap_or_else(|e| panic!("{tile:?} {epilogue:?}: {e}"));
     }
 }
 
@@ -596,6 +602,12 @@ fn triples_and_ao2mo_match_the_interpreter_every_way() {
             GpuOptions { gemm: CUBLAS, in_place: Some(false), ..Default::default() },
             GpuOptions::default(),
             GpuOptions { gemm: TILED, tile: Some(TINY), ..Default::default() },
+            // The staged epilogue: the cost model's tile, a tiny FMA tile, tiny
+            // and real tensor-core tiles (several passes through the stage).
+            GpuOptions { gemm: TILED, epilogue: STAGED, ..Default::default() },
+            GpuOptions { gemm: TILED, tile: Some(TINY), epilogue: STAGED, ..Default::default() },
+            GpuOptions { gemm: TILED, tile: Some(TINY_MMA), epilogue: STAGED, ..Default::default() },
+            GpuOptions { gemm: TILED, tile: Some(TileCfg::CANDIDATES[4]), epilogue: STAGED, ..Default::default() },
         ] {
             check(&hir, u, &o).unwrap_or_else(|e| panic!("{spec} {o:?}: {e}"));
         }
