@@ -362,17 +362,8 @@ impl Planner<'_> {
         let a_kfast = last(&k, &|d| d.a) < last(&m, &|d| d.a);
         let b_kfast = last(&k, &|d| d.b) < last(&n, &|d| d.b);
         let elem = Elem::of(hir.tensors[c].elem);
-        let mut t = Tiled {
-            cfg: TileCfg::CANDIDATES[0],
-            batch,
-            m,
-            n,
-            k,
-            a_kfast,
-            b_kfast,
-            epilogue: Epilogue::Direct,
-            vec: 1,
-        };
+        let mut t =
+            Tiled { cfg: TileCfg::CANDIDATES[0], batch, m, n, k, a_kfast, b_kfast, epilogue: Epilogue::Direct, vec: 1 };
         t.cfg = match self.opts.tile {
             Some(cfg) if cfg.valid(elem) => cfg,
             Some(_) => return false,
@@ -546,7 +537,11 @@ impl<'ctx> Gen<'_, 'ctx> {
     fn row_class(&self, cfg: &TileCfg, tid: IntValue<'ctx>) -> Result<IntValue<'ctx>, CodegenError> {
         if cfg.mma {
             let (wm0, _, g, _) = self.warp_coords(cfg, tid)?;
-            let wy8 = self.b.build_int_mul(self.b.build_int_unsigned_div(wm0, self.i64c(cfg.tm), "wy")?, self.i64c(8), "wy8")?;
+            let wy8 = self.b.build_int_mul(
+                self.b.build_int_unsigned_div(wm0, self.i64c(cfg.tm), "wy")?,
+                self.i64c(8),
+                "wy8",
+            )?;
             Ok(self.b.build_int_add(wy8, g, "y")?)
         } else {
             Ok(self.b.build_int_unsigned_div(tid, self.i64c(cfg.bn / cfg.tn), "ty")?)
@@ -1068,7 +1063,8 @@ impl<'ctx> Gen<'_, 'ctx> {
                         let ev = g.b.build_int_mul(e, g.i64c(v), "ev")?;
                         let sr = g.b.build_int_unsigned_div(ev, g.i64c(cfg.bn), "sr")?;
                         let sc = g.b.build_int_unsigned_rem(ev, g.i64c(cfg.bn), "sc")?;
-                        let i = g.b.build_int_add(g.i64c(i0), g.b.build_int_unsigned_div(sr, g.i64c(yn), "di")?, "i")?;
+                        let i =
+                            g.b.build_int_add(g.i64c(i0), g.b.build_int_unsigned_div(sr, g.i64c(yn), "di")?, "i")?;
                         let y = g.b.build_int_unsigned_rem(sr, g.i64c(yn), "y")?;
                         let row = g.row_of(&cfg, y, i)?;
                         let ok_r = g.b.build_int_compare(
@@ -1085,10 +1081,7 @@ impl<'ctx> Gen<'_, 'ctx> {
                         )?;
                         g.if_then(g.b.build_and(ok_r, ok_c, "ok")?, true, &mut |g| {
                             let ro = g.b.build_load(g.at(tab, row)?, "ro")?.into_int_value();
-                            let co = g.b.build_load(
-                                g.at(tab, g.b.build_int_add(sc, g.i64c(cfg.bm), "ci")?)?,
-                                "co",
-                            )?;
+                            let co = g.b.build_load(g.at(tab, g.b.build_int_add(sc, g.i64c(cfg.bm), "ci")?)?, "co")?;
                             let off = g.b.build_int_add(ro, co.into_int_value(), "o")?;
                             // SAFETY: row and columns inside the sizes.
                             let p = unsafe { g.b.build_in_bounds_gep(pc, &[off], "pc")? };
@@ -1131,9 +1124,11 @@ impl<'ctx> Gen<'_, 'ctx> {
             Mode::Host => {
                 let name = misaligned_global(&self.func.expect("in a function").get_name().to_string_lossy());
                 // A declaration: the emulation maps it to its own counter.
-                let cnt = self.module.get_global(&name).map(|g| g.as_pointer_value()).unwrap_or_else(|| {
-                    self.module.add_global(self.ctx.i64_type(), None, &name).as_pointer_value()
-                });
+                let cnt = self
+                    .module
+                    .get_global(&name)
+                    .map(|g| g.as_pointer_value())
+                    .unwrap_or_else(|| self.module.add_global(self.ctx.i64_type(), None, &name).as_pointer_value());
                 let addr = self.b.build_ptr_to_int(p, self.ctx.i64_type(), "addr")?;
                 let low = self.b.build_and(addr, self.i64c(15), "low")?;
                 let bad = self.b.build_int_compare(IntPredicate::NE, low, self.i64c(0), "bad")?;
