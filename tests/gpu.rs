@@ -34,6 +34,9 @@ const TINY: TileCfg = TileCfg { bm: 16, bn: 8, bk: 4, tm: 2, tn: 2, mma: false }
 /// The smallest f64 tensor-core tile: 2 × 2 warps of one 8 × 8 piece each.
 const TINY_MMA: TileCfg = TileCfg { bm: 16, bn: 16, bk: 8, tm: 8, tn: 8, mma: true };
 const STAGED: Option<Epilogue> = Some(Epilogue::Staged);
+/// A tile whose staged epilogue takes two passes through the stage (f64: three
+/// accumulator rows, then one).
+const TWO_PASSES: TileCfg = TileCfg { bm: 16, bn: 8, bk: 4, tm: 4, tn: 2, mma: false };
 
 fn all_options() -> Vec<GpuOptions> {
     vec![
@@ -677,6 +680,7 @@ fn triples_and_ao2mo_match_the_interpreter_every_way() {
             // and real tensor-core tiles (several passes through the stage).
             GpuOptions { gemm: TILED, epilogue: STAGED, ..Default::default() },
             GpuOptions { gemm: TILED, tile: Some(TINY), epilogue: STAGED, ..Default::default() },
+            GpuOptions { gemm: TILED, tile: Some(TWO_PASSES), epilogue: STAGED, ..Default::default() },
             GpuOptions { gemm: TILED, tile: Some(TINY_MMA), epilogue: STAGED, ..Default::default() },
             GpuOptions { gemm: TILED, tile: Some(TileCfg::CANDIDATES[4]), epilogue: STAGED, ..Default::default() },
         ] {
