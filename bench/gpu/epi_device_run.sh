@@ -8,7 +8,8 @@
 #   1. checks against the interpreter (tcc-gpu --check, tiled kernels forced):
 #      the 18 triples at extents 5..10 and 40 random programs, staged epilogue
 #      with the cost model's tile, a tiny FMA tile, a real and a tiny f64
-#      tensor-core tile (and the direct epilogue for reference);
+#      tensor-core tile (CHECK_SETS; `direct` is there too, for reference;
+#      sets starting after CHECK_DEADLINE, default 170 s, are skipped);
 #   2. ptxas -v (sm_90): registers and spills of the n = 24 kernel, both ways;
 #   3. the 18 triples (n = 16/20/24), tiled forced, direct against staged
 #      epilogue, alternating, best of REPEAT (10) each: device time;
@@ -17,7 +18,8 @@
 #   5. the six n = 24 cases with other tile shapes (t1, t2, m1), both ways.
 # Then one table (epi_table.py) of stages 3 and 4. Writes $OUT/epi_log.txt,
 # $OUT/epi_times.txt, $OUT/epi_suite.md, $OUT/epi_suite.json, $OUT/epi_table.md.
-# Stages after DEADLINE seconds (default 420) are skipped, cases stop there too.
+# Stages after DEADLINE seconds (default 400) are skipped, cases stop there
+# too; stage 4 stops after SUITE_TIMEOUT seconds (default 220) or the deadline.
 set -u
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/e19out}; mkdir -p $OUT
@@ -36,7 +38,7 @@ chmod +x tcc-gpu
 nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.max.sm --format=csv,noheader
 STAGES=${STAGES:-1 2 3 4 5}
 REPEAT=${REPEAT:-10}
-DEADLINE=${DEADLINE:-420}
+DEADLINE=${DEADLINE:-400}
 t0=$SECONDS
 stage() { [[ " $STAGES " == *" $1 "* ]] && [ $((SECONDS - t0)) -lt $DEADLINE ]; }
 late() { [ $((SECONDS - t0)) -ge $DEADLINE ] && { echo "stopped: deadline ($DEADLINE s)"; return 0; }; return 1; }
@@ -44,9 +46,10 @@ ms() { grep -oE "time = [0-9.]+ ms" | head -1 | grep -oE "[0-9.]+"; }
 name() { python3 -c "import json;print(json.load(open('tri/direct/manifest.json'))['cases'][$1]['name'])"; }
 if stage 1; then
   echo "== 1. checks against the interpreter (tiled forced)"
-  for set in auto tiny mma mma_tiny direct; do
+  for set in ${CHECK_SETS:-auto tiny mma mma_tiny}; do
     for s in triples random; do
-      r=$(timeout 90 ./tcc-gpu checks/src/$s/*.tc --ptx-dir checks/$set --gpu-gemm tiled --check --keep-going 2>&1)
+      [ $((SECONDS - t0)) -ge ${CHECK_DEADLINE:-170} ] && { echo "[$set $s] skipped: time"; continue; }
+      r=$(timeout 60 ./tcc-gpu checks/src/$s/*.tc --ptx-dir checks/$set --gpu-gemm tiled --check --keep-going 2>&1)
       echo "$r" | grep -E "^FAIL" | head -5 | sed "s/^/[$set $s] /"
       echo "[$set $s] PASS $(echo "$r" | grep -c '^PASS'), FAIL $(echo "$r" | grep -c '^FAIL'): $(echo "$r" | tail -1)"
     done
@@ -80,6 +83,7 @@ fi
 if stage 4; then
   echo "== 4. staged plans (cost model) against torch.einsum and cupy.einsum"
   left=$((DEADLINE - (SECONDS - t0)))
+  left=$((left < ${SUITE_TIMEOUT:-220} ? left : ${SUITE_TIMEOUT:-220}))
   PYTHONUNBUFFERED=1 timeout $((left > 30 ? left : 30)) python3 cc_suite.py run --dir tri/staged --tcc-gpu ./tcc-gpu \
     --repeat $REPEAT --tmp ${TMPDIR:-/tmp} --out $OUT/epi_suite.md --json $OUT/epi_suite.json ${ONLY:+--only $ONLY}
   echo "== suite done at $((SECONDS - t0)) s"

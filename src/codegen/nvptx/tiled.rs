@@ -1023,7 +1023,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         sh: PointerValue<'ctx>,
         tab: PointerValue<'ctx>,
         acc_at: impl Fn(&Self, IntValue<'ctx>, u64) -> Result<PointerValue<'ctx>, CodegenError>,
-        finish: &dyn Fn(&Self, FloatValue<'ctx>, Option<FloatValue<'ctx>>) -> Result<FloatValue<'ctx>, CodegenError>,
+        finish: &Finish<'_, Self, FloatValue<'ctx>>,
         [m0, n0]: [IntValue<'ctx>; 2],
         pc: PointerValue<'ctx>,
     ) -> Result<(), CodegenError> {
@@ -1115,7 +1115,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         ct: inkwell::types::FloatType<'ctx>,
         vals: &[FloatValue<'ctx>],
         store: bool,
-        finish: &dyn Fn(&Self, FloatValue<'ctx>, Option<FloatValue<'ctx>>) -> Result<FloatValue<'ctx>, CodegenError>,
+        finish: &Finish<'_, Self, FloatValue<'ctx>>,
     ) -> Result<(), CodegenError> {
         let vt = ct.vec_type(vals.len() as u32);
         let vp = self.b.build_pointer_cast(p, vt.ptr_type(self.addr_space()), "vp")?;
@@ -1163,6 +1163,10 @@ impl<'ctx> Gen<'_, 'ctx> {
         Ok(())
     }
 }
+
+/// Scales an accumulated value by the kernel's coefficient and adds C's old
+/// value when given (a kernel that accumulates into C).
+type Finish<'f, G, V> = dyn Fn(&G, V, Option<V>) -> Result<V, CodegenError> + 'f;
 
 /// The host emulation's count of vector stores of kernel `kernel` whose
 /// address was not 16-byte aligned (an external i64 global; it must stay 0).
