@@ -12,12 +12,14 @@
 //! `tm × tn` register tile: rows `ty·tm + i` (contiguous: the block's threads
 //! read them as broadcasts), columns `tx + j·(bn/tn)` (strided, so a warp reads
 //! consecutive shared words and stores consecutive elements of C). Elements
-//! outside the sizes are loaded as 0 and never stored.
+//! outside the sizes are loaded as 0 and never stored. The tile goes to C
+//! directly from the accumulators or staged through shared memory
+//! ([`Epilogue`]).
 //!
 //! On the host ([`super::emulate`]) the same function runs one whole block per
 //! call: every stretch between barriers becomes a loop over the block's thread
-//! ids, and the accumulators, the only per-thread state that lives across a
-//! barrier, become an array indexed by thread id.
+//! ids, and the per-thread state that lives across a barrier (accumulators,
+//! the loads' row offsets) becomes an array indexed by thread id.
 
 use super::gen::{Gen, Mode};
 use super::plan::{Operand, Planner};
