@@ -4,7 +4,7 @@
 //! one exists (`bench/gpu/device_run.sh`); here it prints `skipped: no GPU`.
 
 use std::path::PathBuf;
-use tcc::codegen::nvptx::{choices, emit_ptx, emulate, plan, GemmKind, GpuOptions, Step, TileCfg};
+use tcc::codegen::nvptx::{choices, emit_ptx, emulate, plan, Epilogue, GemmKind, GpuOptions, Step, TileCfg};
 use tcc::interp::{random_inputs, run_unit};
 use tcc::run::compare::compare_outputs;
 use tcc::sema::hir::{Hir, UnitId};
@@ -33,6 +33,10 @@ const TILED: Option<GemmKind> = Some(GemmKind::Tiled);
 const TINY: TileCfg = TileCfg { bm: 16, bn: 8, bk: 4, tm: 2, tn: 2, mma: false };
 /// The smallest f64 tensor-core tile: 2 × 2 warps of one 8 × 8 piece each.
 const TINY_MMA: TileCfg = TileCfg { bm: 16, bn: 16, bk: 8, tm: 8, tn: 8, mma: true };
+const STAGED: Option<Epilogue> = Some(Epilogue::Staged);
+/// A tile whose staged epilogue takes two passes through the stage (f64: three
+/// accumulator rows, then one).
+const TWO_PASSES: TileCfg = TileCfg { bm: 16, bn: 8, bk: 4, tm: 4, tn: 2, mma: false };
 
 fn all_options() -> Vec<GpuOptions> {
     vec![
@@ -47,6 +51,11 @@ fn all_options() -> Vec<GpuOptions> {
         GpuOptions { gemm: TILED, tile: Some(TINY), ..Default::default() },
         // tiled kernels inside host loops.
         GpuOptions { mem_limit: Some(0), gemm: TILED, tile: Some(TINY), ..Default::default() },
+        // the C tile staged through shared memory: tiny tiles, f64 tensor-core
+        // tiles, and inside host loops.
+        GpuOptions { gemm: TILED, tile: Some(TINY), epilogue: STAGED, ..Default::default() },
+        GpuOptions { gemm: TILED, tile: Some(TINY_MMA), epilogue: STAGED, ..Default::default() },
+        GpuOptions { mem_limit: Some(0), gemm: TILED, tile: Some(TINY), epilogue: STAGED, ..Default::default() },
     ]
 }
 
@@ -279,10 +288,10 @@ fn tiled_kernels_match_the_interpreter() {
     let mut tiles = vec![TINY, TINY_MMA];
     tiles.extend(TileCfg::CANDIDATES);
     for (spec, sizes) in cases {
-        for elem in ["f64", "f32"] {
+        for (elem, epilogue) in [("f64", None), ("f32", None), ("f64", STAGED), ("f32", STAGED)] {
             let hir = compile(&einsum_src(spec, sizes, elem));
             for tile in tiles.iter().copied() {
-                let o = GpuOptions { gemm: TILED, tile: Some(tile), ..Default::default() };
+                let o = GpuOptions { gemm: TILED, tile: Some(tile), epilogue, ..Default::default() };
                 let kinds = chosen_kinds(&plan(&hir, &[UnitId::new(0)], &o).unwrap());
                 if tile.mma && elem == "f32" {
                     // Tensor-core tiles are f64 only: another kind runs.
@@ -299,10 +308,10 @@ fn tiled_kernels_match_the_interpreter() {
         input tensor A[i,k] : f32; input tensor B[j,k] : f64; output tensor C[i,j] : f64;\n\
         C[i,j] = 0.5 * tanh(A[i,k]) * B[j,k];\nC[i,j] += -2.0 * A[i,k] * exp(B[j,k]);\n";
     let hir = compile(src);
-    for tile in tiles.iter().copied() {
-        let o = GpuOptions { gemm: TILED, tile: Some(tile), ..Default::default() };
+    for (tile, epilogue) in tiles.iter().flat_map(|&t| [(t, None), (t, STAGED)]) {
+        let o = GpuOptions { gemm: TILED, tile: Some(tile), epilogue, ..Default::default() };
         assert_eq!(chosen_kinds(&plan(&hir, &[UnitId::new(0)], &o).unwrap()), vec![GemmKind::Tiled; 2]);
-        check(&hir, UnitId::new(0), &o).unwrap_or_else(|e| panic!("{tile:?}: {e}"));
+        check(&hir, UnitId::new(0), &o).unwrap_or_else(|e| panic!("{tile:?} {epilogue:?}: {e}"));
     }
 }
 
@@ -375,6 +384,77 @@ fn tiled_ptx_uses_shared_memory_and_barriers() {
         }
         assert!(body.contains("%ctaid.z"), "{body}");
         assert!(!body.contains("local"), "accumulators spilled to local memory:\n{body}");
+    }
+}
+
+/// The staged epilogue stores 16 bytes at once only where every run of
+/// columns is contiguous and aligned: C's innermost column stride 1 and length
+/// a multiple of the width, and the slice's start too (a block of a union
+/// starting at an odd element keeps scalar stores; the emulation fails any
+/// vector store to an address that is not 16-byte aligned).
+#[test]
+fn staged_epilogue_stores_vectors_only_where_aligned() {
+    let vec_of = |hir: &Hir, tile: Option<TileCfg>| {
+        let o = GpuOptions { gemm: TILED, tile, epilogue: STAGED, ..Default::default() };
+        check(hir, UnitId::new(0), &o).unwrap_or_else(|e| panic!("{tile:?}: {e}"));
+        let p = plan(hir, &[UnitId::new(0)], &o).unwrap();
+        let ts: Vec<_> = p.kernels.iter().filter_map(|k| k.tiled.clone()).collect();
+        assert_eq!(ts.len(), 1);
+        assert_eq!(ts[0].epilogue, Epilogue::Staged);
+        ts[0].vec
+    };
+    for (elem, j, want) in [("f64", 46, 2), ("f64", 45, 1), ("f32", 44, 4), ("f32", 46, 1)] {
+        let hir = compile(&einsum_src("ik,kj->ij", &[('i', 37), ('j', j), ('k', 33)], elem));
+        for tile in [None, Some(TINY), Some(TileCfg { bm: 8, bn: 8, bk: 4, tm: 2, tn: 2, mma: false })] {
+            assert_eq!(vec_of(&hir, tile), want, "{elem} j={j} {tile:?}");
+        }
+    }
+    // D[a] of D[p], P = O + V: the slice starts at element |O|.
+    for (o, want) in [(3, 1), (2, 2)] {
+        let src = format!(
+            "range O = {o}; range V = 4; range P = O + V; range K = 9;\n\
+             index a : V; index p : P; index k : K;\n\
+             input tensor G[a,k] : f64; input tensor H[k] : f64; output tensor D[p] : f64;\n\
+             D[a] = G[a,k] * H[k];\n"
+        );
+        assert_eq!(vec_of(&compile(&src), None), want, "|O| = {o}");
+    }
+}
+
+/// PTX of the staged epilogue: more barriers than the direct one (two per
+/// pass through the stage) and 16-byte global stores (`st.global.v2.f64`,
+/// `st.global.v4.f32`), which the direct epilogue never makes.
+#[test]
+fn staged_epilogue_ptx_has_barriers_and_vector_stores() {
+    for (elem, vst, mma) in
+        [("f64", "st.global.v2.f64", false), ("f64", "st.global.v2.f64", true), ("f32", "st.global.v4.f32", false)]
+    {
+        let hir = compile(&einsum_src("bik,bkj->bij", &[('b', 3), ('i', 300), ('j', 200), ('k', 100)], elem));
+        let body = |epilogue| {
+            let o = GpuOptions { gemm: TILED, mma: Some(mma), epilogue, ..Default::default() };
+            let p = plan(&hir, &[UnitId::new(0)], &o).unwrap();
+            let ptx = emit_ptx(&p).unwrap();
+            let k = p.kernels.iter().find(|k| k.tiled.is_some()).unwrap();
+            assert_eq!(k.tiled.as_ref().unwrap().cfg.mma, mma);
+            let at = ptx.find(&format!(".visible .entry {}(", k.name)).unwrap();
+            (ptx[at..].to_string(), k.tiled.clone().unwrap())
+        };
+        let (direct, _) = body(Some(Epilogue::Direct));
+        let (staged, t) = body(STAGED);
+        let stage = t.cfg.stage(tcc::codegen::nvptx::Elem::F64);
+        let passes =
+            t.cfg.per_thread().div_ceil(if mma { 2 * t.cfg.tn / 8 } else { t.cfg.tn }).div_ceil(stage.per_pass);
+        let bars = |b: &str| b.matches("bar.sync").count();
+        assert!(
+            bars(&staged) >= bars(&direct) + 2 * passes as usize - 1,
+            "{elem} mma {mma}: {} vs {} barriers, {passes} passes",
+            bars(&staged),
+            bars(&direct)
+        );
+        assert!(staged.contains(vst), "{elem} mma {mma}:\n{staged}");
+        assert!(!direct.contains(vst), "{elem} mma {mma}");
+        assert!(staged.contains("st.shared") && staged.contains("ld.shared"));
+        assert!(!staged.contains("local"), "spilled:\n{staged}");
     }
 }
 
@@ -596,6 +676,13 @@ fn triples_and_ao2mo_match_the_interpreter_every_way() {
             GpuOptions { gemm: CUBLAS, in_place: Some(false), ..Default::default() },
             GpuOptions::default(),
             GpuOptions { gemm: TILED, tile: Some(TINY), ..Default::default() },
+            // The staged epilogue: the cost model's tile, a tiny FMA tile, tiny
+            // and real tensor-core tiles (several passes through the stage).
+            GpuOptions { gemm: TILED, epilogue: STAGED, ..Default::default() },
+            GpuOptions { gemm: TILED, tile: Some(TINY), epilogue: STAGED, ..Default::default() },
+            GpuOptions { gemm: TILED, tile: Some(TWO_PASSES), epilogue: STAGED, ..Default::default() },
+            GpuOptions { gemm: TILED, tile: Some(TINY_MMA), epilogue: STAGED, ..Default::default() },
+            GpuOptions { gemm: TILED, tile: Some(TileCfg::CANDIDATES[4]), epilogue: STAGED, ..Default::default() },
         ] {
             check(&hir, u, &o).unwrap_or_else(|e| panic!("{spec} {o:?}: {e}"));
         }

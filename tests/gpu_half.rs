@@ -9,7 +9,9 @@ mod common;
 
 use common::{half_program, root, tcc_in as tcc, Rng};
 use std::collections::HashMap;
-use tcc::codegen::nvptx::{choices, emit_ptx, emulate, plan, Elem, GemmKind, GpuOptions, GpuPlan, Step, TileCfg};
+use tcc::codegen::nvptx::{
+    choices, emit_ptx, emulate, plan, Elem, Epilogue, GemmKind, GpuOptions, GpuPlan, Step, TileCfg,
+};
 use tcc::interp::{round_to, run_unit};
 use tcc::run::compare::{compare_outputs, tolerance, TOL_BF16, TOL_F16};
 use tcc::sema::hir::{ElemType, Hir, TensorId, UnitId};
@@ -51,6 +53,13 @@ fn options() -> Vec<GpuOptions> {
         GpuOptions { gemm: Some(GemmKind::Cublas), target_threads: Some(1 << 12), ..Default::default() },
         GpuOptions { mem_limit: Some(0), gemm: Some(GemmKind::Cublas), ..Default::default() },
         GpuOptions { gemm: Some(GemmKind::Tiled), tile: Some(TINY), ..Default::default() },
+        // The C tile through shared memory, stored (rounded) one element at a time.
+        GpuOptions {
+            gemm: Some(GemmKind::Tiled),
+            tile: Some(TINY),
+            epilogue: Some(Epilogue::Staged),
+            ..Default::default()
+        },
         GpuOptions { gemm: Some(GemmKind::Naive), target_threads: Some(1 << 6), ..Default::default() },
     ]
 }

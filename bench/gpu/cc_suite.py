@@ -18,6 +18,7 @@ Cases
     position), tensor-network contractions.
 
   build  (a machine with tcc)  DIR/<case>.tc + .ptx + .plan.json, DIR/manifest.json
+         (--group triples: only that group's cases, numbered as in the whole suite)
   run    (the GPU machine: torch, cupy)  per case: `tcc-gpu <case>.tc --repeat R
          --save-inputs --output-dir` (device time of the fastest run, inputs
          resident), then torch.einsum and cupy.einsum on the very same inputs
@@ -100,6 +101,8 @@ def build(args):
     os.makedirs(args.dir, exist_ok=True)
     man = []
     for k, (name, group, spec, sizes) in enumerate(suite()):
+        if args.group and group != args.group:
+            continue
         src = os.path.join(args.dir, f"cc{k}.tc")
         open(src, "w").write(tc_source(spec, sizes))
         r = subprocess.run([args.tcc, "build", "--target", "cuda", src, "-o", os.path.join(args.dir, f"cc{k}.ptx")],
@@ -253,6 +256,7 @@ def main():
     b = sub.add_parser("build")
     b.add_argument("--dir", required=True)
     b.add_argument("--tcc", default="target/release/tcc")
+    b.add_argument("--group", help="only this group's cases (triples, doubles, ao2mo, network)")
     r = sub.add_parser("run")
     r.add_argument("--dir", required=True)
     r.add_argument("--tcc-gpu", default="target/release/tcc-gpu")

@@ -13,7 +13,7 @@
 //! program's (`X` is `X_re`, `X_im`), and the shim takes interleaved complex
 //! arrays ([`super::cuda_shim::write_shim_complex`]).
 
-use super::nvptx::{self, GpuOptions, GpuPlan, TileCfg};
+use super::nvptx::{self, Epilogue, GpuOptions, GpuPlan, TileCfg};
 use crate::error::CommandError;
 use crate::run::fail;
 use crate::sema::hir::{Hir, UnitId};
@@ -74,7 +74,16 @@ pub fn build_ptx(
         Ok(v) => return Err(fail("E0732", format!("TCC_GPU_MMA=`{v}` is not 1 or 0"), None)),
         Err(_) => opts.mma,
     };
-    let opts = GpuOptions { keep_alternatives: true, tile, in_place, mma, ..opts.clone() };
+    // TCC_GPU_EPILOGUE=direct|staged (benchmarks): how tiled kernels store
+    // their C tile (default: nvptx::STAGED_BY_DEFAULT).
+    let epilogue = match std::env::var("TCC_GPU_EPILOGUE") {
+        Ok(v) => match Epilogue::from_name(&v) {
+            Some(e) => Some(e),
+            None => return Err(fail("E0732", format!("TCC_GPU_EPILOGUE=`{v}` is not direct or staged"), None)),
+        },
+        Err(_) => opts.epilogue,
+    };
+    let opts = GpuOptions { keep_alternatives: true, tile, in_place, mma, epilogue, ..opts.clone() };
     // A complex program: the plan and PTX of its lowering to real parts (which
     // `tcc-gpu` and `tcc run --target cuda` run), a shim taking complex arrays.
     let complex = crate::sema::complex::has_complex(hir).then(|| crate::tir::complex::lower(hir));

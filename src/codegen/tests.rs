@@ -446,17 +446,38 @@ proptest! {
             TileCfg { bm: 16, bn: 32, bk: 8, tm: 8, tn: 16, mma: true },
             TileCfg { bm: 16, bn: 16, bk: 4, tm: 8, tn: 16, mma: true },
         ];
-        let opts = match seed % 5 {
+        // Every other program stores its C tiles through shared memory.
+        let epilogue = (seed / 7 % 2 == 1).then_some(super::nvptx::Epilogue::Staged);
+        let opts = match seed % 7 {
             0 => GpuOptions { gemm: Some(GemmKind::Tiled), tile: Some(tiny), ..GpuOptions::default() },
             1 => GpuOptions { gemm: Some(GemmKind::Tiled), mem_limit: Some(0), ..GpuOptions::default() },
-            2 | 3 => GpuOptions { gemm: Some(GemmKind::Tiled), tile: Some(mma[(seed % 5 - 2) as usize]), ..GpuOptions::default() },
+            2 | 3 => GpuOptions { gemm: Some(GemmKind::Tiled), tile: Some(mma[(seed % 7 - 2) as usize]), ..GpuOptions::default() },
+            // Staged: three of four accumulator rows in the first pass, one in the second.
+            4 => GpuOptions { gemm: Some(GemmKind::Tiled), tile: Some(TWO_PASSES), ..GpuOptions::default() },
+            5 => GpuOptions { gemm: Some(GemmKind::Tiled), ..GpuOptions::default() },
             _ => GpuOptions::default(),
         };
+        let opts = GpuOptions { epilogue, ..opts };
         if let Err(e) = check_gpu(&hir, seed, &opts) {
             let stmts: Vec<String> = hir.units[UnitId::new(0)].stmts.iter().map(|s| crate::sema::display::stmt(&hir, s)).collect();
             panic!("seed {seed} {opts:?}: {e}\n{}", stmts.join("\n"));
         }
     }
+}
+
+/// A tile whose staged epilogue takes two unequal passes (f64: 3 + 1 accumulator rows).
+const TWO_PASSES: super::nvptx::TileCfg = super::nvptx::TileCfg { bm: 16, bn: 8, bk: 4, tm: 4, tn: 2, mma: false };
+
+/// The staging geometry the property test above relies on: the tiny tiles
+/// stage one accumulator row per pass, `TWO_PASSES` three then one.
+#[test]
+fn staged_epilogue_passes() {
+    use super::nvptx::{Elem, TileCfg};
+    let tiny = TileCfg { bm: 8, bn: 16, bk: 2, tm: 2, tn: 4, mma: false };
+    assert_eq!(tiny.stage(Elem::F64).per_pass, 1);
+    let s = TWO_PASSES.stage(Elem::F64);
+    assert!(TWO_PASSES.valid(Elem::F64));
+    assert_eq!((s.per_pass, s.rows, s.ld), (3, 4, 16));
 }
 
 /// The random programs above do hold `max`/`min` and `where`.

@@ -6,6 +6,7 @@ use crate::tensor::Dense;
 use inkwell::context::Context;
 use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine};
 use inkwell::OptimizationLevel;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Runs a unit plan on the CPU: kernels generated for the host and run thread by
 /// thread, cuBLAS calls by a plain loop with cuBLAS's semantics. Same outputs as the
@@ -39,8 +40,20 @@ pub fn emulate(
     if let Some(f) = module.get_function(super::gen::HOST_F32_TO_F16) {
         ee.add_global_mapping(&f, f32_to_f16 as extern "C" fn(f32) -> u16 as usize);
     }
-    // Buffers as f64 or f32 vectors.
-    let mut bufs: Vec<Vec<u8>> = up.buffers.iter().map(|b| vec![0u8; b.elements as usize * b.elem.bytes()]).collect();
+    // The kernels' counts of misaligned vector stores (super::tiled::store_vector).
+    let misaligned: HashMap<String, Box<AtomicU64>> = plan
+        .kernels
+        .iter()
+        .filter_map(|k| {
+            let g = module.get_global(&super::tiled::misaligned_global(&k.name))?;
+            let c = Box::new(AtomicU64::new(0));
+            ee.add_global_mapping(&g, c.as_ptr() as usize);
+            Some((k.name.clone(), c))
+        })
+        .collect();
+    // Buffers 16-byte aligned, as cuMemAlloc's are (256): the kernels' vector
+    // stores are checked against that alignment.
+    let mut bufs: Vec<DevBuf> = up.buffers.iter().map(|b| DevBuf::new(b.elements as usize * b.elem.bytes())).collect();
     // Buffers the plan says need no clearing start as NaN: a plan that reads one
     // before writing it whole shows in the outputs.
     for &j in &up.no_clear {
@@ -56,7 +69,7 @@ pub fn emulate(
         }
     }
     let mut bound = HashMap::new();
-    emulate_steps(&up.steps, plan, up, &ee, &mut bufs, &mut bound)?;
+    emulate_steps(&up.steps, plan, up, &ee, &misaligned, &mut bufs, &mut bound)?;
     let mut out = HashMap::new();
     for &t in &up.args[up.n_inputs..] {
         let j = up.buf_of(t).ok_or_else(|| err("output without a buffer"))?;
@@ -65,12 +78,40 @@ pub fn emulate(
     Ok(out)
 }
 
+/// A zeroed byte buffer starting on a 16-byte boundary.
+struct DevBuf {
+    words: Vec<u128>,
+    len: usize,
+}
+
+impl DevBuf {
+    fn new(len: usize) -> DevBuf {
+        DevBuf { words: vec![0; len.div_ceil(16)], len }
+    }
+}
+
+impl std::ops::Deref for DevBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `len` bytes lie inside `words`; u8 has no alignment needs.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.len) }
+    }
+}
+
+impl std::ops::DerefMut for DevBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `self` is borrowed mutably.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, self.len) }
+    }
+}
+
 fn emulate_steps(
     steps: &[Step],
     plan: &GpuPlan,
     up: &UnitPlan,
     ee: &inkwell::execution_engine::ExecutionEngine,
-    bufs: &mut [Vec<u8>],
+    misaligned: &HashMap<String, Box<AtomicU64>>,
+    bufs: &mut [DevBuf],
     bound: &mut HashMap<IndexId, u64>,
 ) -> Result<(), CodegenError> {
     for s in steps {
@@ -78,11 +119,11 @@ fn emulate_steps(
             Step::Loop { index, extent, body } => {
                 for v in 0..*extent {
                     bound.insert(*index, v);
-                    emulate_steps(body, plan, up, ee, bufs, bound)?;
+                    emulate_steps(body, plan, up, ee, misaligned, bufs, bound)?;
                 }
                 bound.remove(index);
             }
-            Step::Memset { buf } => bufs[*buf].iter_mut().for_each(|x| *x = 0),
+            Step::Memset { buf } => bufs[*buf].fill(0),
             Step::Launch { kernel, args } => {
                 let k = &plan.kernels[*kernel];
                 let addr = ee.get_function_address(&k.name).map_err(|e| err(format!("JIT: {e:?}")))?;
@@ -105,6 +146,12 @@ fn emulate_steps(
                                 }
                             }
                         }
+                        // A 16-byte store the device would make at an address
+                        // that is not 16-byte aligned (a fault there).
+                        let n = misaligned.get(&k.name).map_or(0, |c| c.load(Ordering::Relaxed));
+                        if n > 0 {
+                            return Err(err(format!("{}: {n} vector stores to addresses not 16-byte aligned", k.name)));
+                        }
                     }
                     None => {
                         for t in 0..k.threads() {
@@ -113,7 +160,7 @@ fn emulate_steps(
                     }
                 }
             }
-            Step::Choice(c) => emulate_steps(c.steps(), plan, up, ee, bufs, bound)?,
+            Step::Choice(c) => emulate_steps(c.steps(), plan, up, ee, misaligned, bufs, bound)?,
             Step::Gemm(g) => {
                 let rd = |j: usize| read_elems(&bufs[j], up.buffers[j].elem);
                 let (a, b) = (rd(g.a.buf), rd(g.b.buf));

@@ -30,7 +30,7 @@ mod tiled;
 pub use emulate::emulate;
 pub use gen::{emit_nvptx_ir, emit_ptx, ptx_for};
 pub use plan::plan;
-pub use tiled::{Dim, TileCfg, Tiled};
+pub use tiled::{Dim, Epilogue, Stage, TileCfg, Tiled, STAGED_BY_DEFAULT};
 
 use crate::sema::hir::{ElemType, IndexId, TensorId, UnitId};
 use serde::{Deserialize, Serialize};
@@ -524,6 +524,8 @@ pub struct GpuOptions {
     pub mma: Option<bool>,
     /// f32 cuBLAS calls on TF32 tensor cores (`--tf32`).
     pub tf32: bool,
+    /// How tiled kernels store their C tile; `None`: [`STAGED_BY_DEFAULT`].
+    pub epilogue: Option<Epilogue>,
 }
 
 pub const DEFAULT_GPU_MEM_LIMIT: u64 = 16 << 30;

@@ -12,12 +12,14 @@
 //! `tm × tn` register tile: rows `ty·tm + i` (contiguous: the block's threads
 //! read them as broadcasts), columns `tx + j·(bn/tn)` (strided, so a warp reads
 //! consecutive shared words and stores consecutive elements of C). Elements
-//! outside the sizes are loaded as 0 and never stored.
+//! outside the sizes are loaded as 0 and never stored. The tile goes to C
+//! directly from the accumulators or staged through shared memory
+//! ([`Epilogue`]).
 //!
 //! On the host ([`super::emulate`]) the same function runs one whole block per
 //! call: every stretch between barriers becomes a loop over the block's thread
-//! ids, and the accumulators, the only per-thread state that lives across a
-//! barrier, become an array indexed by thread id.
+//! ids, and the per-thread state that lives across a barrier (accumulators,
+//! the loads' row offsets) becomes an array indexed by thread id.
 
 use super::gen::{Gen, Mode};
 use super::plan::{Operand, Planner};
@@ -25,8 +27,8 @@ use super::*;
 use crate::sema::hir::{Func, Stmt};
 use inkwell::attributes::AttributeLoc;
 use inkwell::module::Linkage;
-use inkwell::types::{BasicMetadataTypeEnum, FloatType};
-use inkwell::values::{FloatValue, IntValue, PointerValue};
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum};
+use inkwell::values::{BasicValue, FloatValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
 
 /// One dimension of an index group: its extent and its stride in C, A and B
@@ -127,8 +129,97 @@ impl TileCfg {
         }
     }
     pub fn shared_bytes(&self, e: Elem) -> u64 {
-        2 * self.bk * (self.bm + self.bn + 2 * self.pad(e)) * e.bytes() as u64
+        self.operand_elems(e) * e.bytes() as u64
     }
+    /// Elements of the two double-buffered operand tiles in the block's one
+    /// shared array: A's at 0, B's from [`TileCfg::b_offset`].
+    fn operand_elems(&self, e: Elem) -> u64 {
+        self.b_offset(e) + 2 * self.bk * (self.bn + self.pad(e))
+    }
+    /// Where B's tiles start: after A's, rounded up to 16 bytes.
+    fn b_offset(&self, e: Elem) -> u64 {
+        let q = 16 / e.bytes() as u64;
+        (2 * self.bk * (self.bm + self.pad(e))).div_ceil(q) * q
+    }
+    /// Accumulator rows per thread and columns per accumulator row
+    /// ([`Gen::thread_outputs`]).
+    fn slots(&self) -> (u64, u64) {
+        if self.mma {
+            (self.tm / MMA_M, 2 * self.tn / MMA_N)
+        } else {
+            (self.tm, self.tn)
+        }
+    }
+    /// The staged epilogue's geometry for arithmetic type `e`: row length of
+    /// the staging area (`bn` plus 64 bytes, so that the 8 rows of a
+    /// tensor-core fragment store fall in distinct banks), rows per accumulator
+    /// row (`bm / slots`), accumulator rows per pass (as many as fit where the
+    /// operand tiles were) and the elements of the shared array.
+    pub fn stage(&self, e: Elem) -> Stage {
+        let ld = self.bn + 64 / e.bytes() as u64;
+        let (slots, _) = self.slots();
+        let rows = self.bm / slots;
+        let ops = self.operand_elems(e);
+        let per_pass = (ops / (rows * ld)).clamp(1, slots);
+        Stage { ld, rows, per_pass, elems: ops.max(per_pass * rows * ld) }
+    }
+    /// Shared memory of a kernel with this epilogue (the staged one reuses the
+    /// operand tiles' space, plus its offset tables).
+    pub fn shared_bytes_with(&self, e: Elem, epi: Epilogue) -> u64 {
+        match epi {
+            Epilogue::Direct => self.shared_bytes(e),
+            Epilogue::Staged => self.stage(e).elems * e.bytes() as u64 + table_bytes(self),
+        }
+    }
+}
+
+/// See [`TileCfg::stage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stage {
+    pub ld: u64,
+    pub rows: u64,
+    pub per_pass: u64,
+    pub elems: u64,
+}
+
+/// How a block writes its C tile after the reduction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Epilogue {
+    /// Each thread stores its own accumulators where they belong in C (for the
+    /// FMA tile a half-warp writes 16 consecutive columns; for tensor-core
+    /// tiles 8 rows of 4 elements, every other one).
+    #[default]
+    Direct,
+    /// Through shared memory: the block writes its tile there in passes of a
+    /// few accumulator rows, then consecutive threads store consecutive
+    /// columns of C (16-byte vector stores where [`Tiled::vec`] > 1).
+    Staged,
+}
+
+impl Epilogue {
+    pub fn name(self) -> &'static str {
+        match self {
+            Epilogue::Direct => "direct",
+            Epilogue::Staged => "staged",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<Epilogue> {
+        [Epilogue::Direct, Epilogue::Staged].into_iter().find(|e| e.name() == s)
+    }
+    fn is_direct(&self) -> bool {
+        *self == Epilogue::Direct
+    }
+}
+
+/// Whether the planner stages the epilogue when not told (`TCC_GPU_EPILOGUE`,
+/// [`GpuOptions::epilogue`]): not until a device run shows it faster on the
+/// CCSD(T) triples (bench/gpu/results.md, "store epilogue through shared memory").
+pub const STAGED_BY_DEFAULT: bool = false;
+
+/// Bytes of the offset tables of a staged epilogue (one i64 per row and column).
+fn table_bytes(cfg: &TileCfg) -> u64 {
+    8 * (cfg.bm + cfg.bn)
 }
 
 /// A tiled kernel: the groups and how the operand tiles are read.
@@ -143,6 +234,21 @@ pub struct Tiled {
     /// contiguous in A. Likewise for B (along k, else along n).
     pub a_kfast: bool,
     pub b_kfast: bool,
+    #[serde(default, skip_serializing_if = "Epilogue::is_direct")]
+    pub epilogue: Epilogue,
+    /// Elements per store of a staged epilogue: 16 bytes' worth where the
+    /// planner proved every run of that many columns contiguous in C and
+    /// 16-byte aligned ([`Tiled::vector_width`]), else 1.
+    #[serde(default = "one_u64", skip_serializing_if = "is_one_u64")]
+    pub vec: u64,
+}
+
+fn one_u64() -> u64 {
+    1
+}
+
+fn is_one_u64(x: &u64) -> bool {
+    *x == 1
 }
 
 fn total(d: &[Dim]) -> u64 {
@@ -157,10 +263,44 @@ impl Tiled {
         let [nb, m, n, _] = self.sizes();
         [n.div_ceil(self.cfg.bn), m.div_ceil(self.cfg.bm), nb]
     }
+    /// Elements per store of a staged epilogue writing C as `out`, with the
+    /// kernel's C pointer offset by a multiple of `base_mult` elements from a
+    /// 256-byte aligned allocation: 16 bytes' worth (2 f64, 4 f32) when C's
+    /// innermost column dimension has stride 1 and a length that many divide,
+    /// every other stride of C and the block's first column are multiples of
+    /// it (then each run of that many columns is contiguous, inside the
+    /// sizes or wholly outside, and 16-byte aligned); 1 otherwise and for
+    /// 16-bit outputs.
+    pub fn vector_width(&self, out: Elem, base_mult: u64) -> u64 {
+        if out.is_half() {
+            return 1;
+        }
+        let v = 16 / out.bytes() as u64;
+        let Some(last) = self.n.last() else { return 1 };
+        let others = self.batch.iter().chain(&self.m).chain(&self.n[..self.n.len() - 1]);
+        let ok = last.c == 1
+            && last.size.is_multiple_of(v)
+            && self.cfg.bn.is_multiple_of(v)
+            && base_mult.is_multiple_of(v)
+            && others.clone().all(|d| d.c.is_multiple_of(v));
+        if ok {
+            v
+        } else {
+            1
+        }
+    }
     /// Whether the launch fits CUDA's grid limits.
     pub fn launchable(&self) -> bool {
         let g = self.grid();
         g[0] <= i32::MAX as u64 && g[1] <= 65535 && g[2] <= 65535
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 
@@ -224,7 +364,8 @@ impl Planner<'_> {
         let a_kfast = last(&k, &|d| d.a) < last(&m, &|d| d.a);
         let b_kfast = last(&k, &|d| d.b) < last(&n, &|d| d.b);
         let elem = Elem::of(hir.tensors[c].elem);
-        let mut t = Tiled { cfg: TileCfg::CANDIDATES[0], batch, m, n, k, a_kfast, b_kfast };
+        let mut t =
+            Tiled { cfg: TileCfg::CANDIDATES[0], batch, m, n, k, a_kfast, b_kfast, epilogue: Epilogue::Direct, vec: 1 };
         t.cfg = match self.opts.tile {
             Some(cfg) if cfg.valid(elem) => cfg,
             Some(_) => return false,
@@ -251,6 +392,15 @@ impl Planner<'_> {
             return false;
         }
         self.written(c, self.fresh);
+        let c_arg = self.arg(c, &st.lhs.indices);
+        let staged = self.opts.epilogue.unwrap_or(if STAGED_BY_DEFAULT { Epilogue::Staged } else { Epilogue::Direct });
+        if staged == Epilogue::Staged && t.cfg.shared_bytes_with(elem, staged) <= 48 << 10 {
+            t.epilogue = staged;
+            // The C pointer's offset from its allocation: a multiple of every
+            // host-loop stride and of the slice's start.
+            let base_mult = c_arg.base.iter().fold(c_arg.offset, |g, &(_, s)| gcd(g, s));
+            t.vec = t.vector_width(self.half_of(c).unwrap_or(elem), base_mult);
+        }
         let kop = |o: &Operand| KOperand {
             elem: self.selem(o.tensor),
             func: o.func.map(|f| f.name().to_string()),
@@ -275,7 +425,7 @@ impl Planner<'_> {
         });
         out.push(Step::Launch {
             kernel: kid,
-            args: vec![self.arg(c, &st.lhs.indices), self.arg(a.tensor, &a.indices), self.arg(b.tensor, &b.indices)],
+            args: vec![c_arg, self.arg(a.tensor, &a.indices), self.arg(b.tensor, &b.indices)],
         });
         true
     }
@@ -305,7 +455,7 @@ impl<'ctx> Gen<'_, 'ctx> {
 
     /// A module-level array of `len` elements: in shared memory on the device,
     /// a plain global on the host.
-    fn block_array(&self, name: &str, t: FloatType<'ctx>, len: u64) -> PointerValue<'ctx> {
+    fn block_array(&self, name: &str, t: BasicTypeEnum<'ctx>, len: u64) -> PointerValue<'ctx> {
         let at = t.array_type(len as u32);
         let g = match self.mode {
             Mode::Device => {
@@ -355,18 +505,19 @@ impl<'ctx> Gen<'_, 'ctx> {
     /// `ty·tm + i`, columns `tx + j·(bn/tn)`. Tensor cores: the m8n8k4 output
     /// fragment of each 8 × 8 piece of the warp's tile (row `lane / 4`, columns
     /// `2·(lane % 4) + {0, 1}`, PTX ISA "matrix fragments for mma.m8n8k4").
+    /// Rows are [`Gen::row_of`] the thread's [`Gen::row_class`].
     fn thread_outputs(
         &self,
         cfg: &TileCfg,
         tid: IntValue<'ctx>,
     ) -> Result<(Vec<IntValue<'ctx>>, Vec<IntValue<'ctx>>), CodegenError> {
         let (mut rows, mut cols) = (Vec::new(), Vec::new());
+        let y = self.row_class(cfg, tid)?;
+        for i in 0..cfg.slots().0 {
+            rows.push(self.row_of(cfg, y, self.i64c(i))?);
+        }
         if cfg.mma {
-            let (wm0, wn0, g, q) = self.warp_coords(cfg, tid)?;
-            let row0 = self.b.build_int_add(wm0, g, "r0")?;
-            for i in 0..cfg.tm / MMA_M {
-                rows.push(self.b.build_int_add(row0, self.i64c(i * MMA_M), "r")?);
-            }
+            let (_, wn0, _, q) = self.warp_coords(cfg, tid)?;
             let col0 = self.b.build_int_add(wn0, self.b.build_int_mul(q, self.i64c(2), "q2")?, "c0")?;
             for j in 0..cfg.tn / MMA_N {
                 for r in 0..2 {
@@ -376,16 +527,42 @@ impl<'ctx> Gen<'_, 'ctx> {
         } else {
             let tx_n = cfg.bn / cfg.tn;
             let tx = self.b.build_int_unsigned_rem(tid, self.i64c(tx_n), "tx")?;
-            let ty = self.b.build_int_unsigned_div(tid, self.i64c(tx_n), "ty")?;
-            let row0 = self.b.build_int_mul(ty, self.i64c(cfg.tm), "r0")?;
-            for i in 0..cfg.tm {
-                rows.push(self.b.build_int_add(row0, self.i64c(i), "r")?);
-            }
             for j in 0..cfg.tn {
                 cols.push(self.b.build_int_add(tx, self.i64c(j * tx_n), "c")?);
             }
         }
         Ok((rows, cols))
+    }
+
+    /// A thread's row class `y < bm / slots`: the threads of one class hold
+    /// the same rows. FMA: `ty = tid / (bn/tn)`; tensor cores: `8·wy + lane/4`.
+    fn row_class(&self, cfg: &TileCfg, tid: IntValue<'ctx>) -> Result<IntValue<'ctx>, CodegenError> {
+        if cfg.mma {
+            let (wm0, _, g, _) = self.warp_coords(cfg, tid)?;
+            let wy8 = self.b.build_int_mul(
+                self.b.build_int_unsigned_div(wm0, self.i64c(cfg.tm), "wy")?,
+                self.i64c(8),
+                "wy8",
+            )?;
+            Ok(self.b.build_int_add(wy8, g, "y")?)
+        } else {
+            Ok(self.b.build_int_unsigned_div(tid, self.i64c(cfg.bn / cfg.tn), "ty")?)
+        }
+    }
+
+    /// The block-relative row of accumulator row `i` of class `y`: FMA
+    /// `y·tm + i`; tensor cores `(y/8)·tm + y%8 + 8·i` (warp row, fragment group,
+    /// 8 × 8 piece).
+    fn row_of(&self, cfg: &TileCfg, y: IntValue<'ctx>, i: IntValue<'ctx>) -> Result<IntValue<'ctx>, CodegenError> {
+        let b = &self.b;
+        if cfg.mma {
+            let wm0 = b.build_int_mul(b.build_int_unsigned_div(y, self.i64c(8), "wy")?, self.i64c(cfg.tm), "wm0")?;
+            let g = b.build_int_unsigned_rem(y, self.i64c(8), "g")?;
+            let r = b.build_int_add(wm0, g, "r0")?;
+            Ok(b.build_int_add(r, b.build_int_mul(i, self.i64c(MMA_M), "i8")?, "r")?)
+        } else {
+            Ok(b.build_int_add(b.build_int_mul(y, self.i64c(cfg.tm), "r0")?, i, "r")?)
+        }
     }
 
     /// A tensor-core thread's warp tile origin (`wm0`, `wn0`, block-relative)
@@ -555,58 +732,91 @@ impl<'ctx> Gen<'_, 'ctx> {
         let pad = cfg.pad(k.elem);
         let (lda, ldb) = (cfg.bm + pad, cfg.bn + pad);
         let (a_len, b_len) = (cfg.bk * lda, cfg.bk * ldb);
-        let sh_a = self.block_array(&format!("{}_a", k.name), ct, 2 * a_len);
-        let sh_b = self.block_array(&format!("{}_b", k.name), ct, 2 * b_len);
+        let b_off = cfg.b_offset(k.elem);
+        let staged = t.epilogue == Epilogue::Staged;
+        let stage = cfg.stage(k.elem);
+        // One shared array: A's two buffers, then B's; a staged epilogue reuses it.
+        let sh_len = if staged { stage.elems } else { cfg.operand_elems(k.elem) };
+        let sh = self.block_array(&format!("{}_sh", k.name), ct.into(), sh_len);
         let per = cfg.per_thread();
+        let slot_at = |g: &Self, arr: PointerValue<'ctx>, len: u64, tid: IntValue<'ctx>, e: u64| match g.mode {
+            Mode::Device => g.at(arr, g.i64c(e)),
+            Mode::Host => g.at(arr, g.b.build_int_add(g.b.build_int_mul(tid, g.i64c(len), "t")?, g.i64c(e), "e")?),
+        };
+        // Per-thread state that lives across barriers: registers on the device
+        // (an array indexed by constants), one row per thread on the host.
         let acc = match self.mode {
             Mode::Device => self.b.build_alloca(ct.array_type(per as u32), "acc")?,
-            Mode::Host => self.block_array(&format!("{}_acc", k.name), ct, nt * per),
+            Mode::Host => self.block_array(&format!("{}_acc", k.name), ct.into(), nt * per),
         };
-        let acc_at = |g: &Self, tid: IntValue<'ctx>, e: u64| -> Result<PointerValue<'ctx>, CodegenError> {
-            match g.mode {
-                Mode::Device => g.at(acc, g.i64c(e)),
-                Mode::Host => g.at(acc, g.b.build_int_add(g.b.build_int_mul(tid, g.i64c(per), "t")?, g.i64c(e), "e")?),
-            }
+        let acc_at = |g: &Self, tid: IntValue<'ctx>, e: u64| slot_at(g, acc, per, tid, e);
+        // The operand offset of each row (m or n) this thread loads, computed
+        // once: only the k part changes from step to step.
+        let (slots_a, slots_b) = (cfg.bm * cfg.bk / nt, cfg.bn * cfg.bk / nt);
+        let nslot = slots_a + slots_b;
+        let ro = match self.mode {
+            Mode::Device => self.b.build_alloca(i64t.array_type(nslot as u32), "ro")?,
+            Mode::Host => self.block_array(&format!("{}_ro", k.name), i64t.into(), nt * nslot),
         };
+        let ro_at = |g: &Self, tid: IntValue<'ctx>, e: u64| slot_at(g, ro, nslot, tid, e);
+        // A staged epilogue's offsets in C of the block's rows (`off_c` included)
+        // and columns: `bm + bn` entries computed once per block.
+        let tab = staged.then(|| self.block_array(&format!("{}_tab", k.name), i64t.into(), cfg.bm + cfg.bn));
         let [off_c, off_a, off_b] = self.group_offsets(&t.batch, bz)?;
         let m0 = self.b.build_int_mul(by, self.i64c(cfg.bm), "m0")?;
         let n0 = self.b.build_int_mul(bx, self.i64c(cfg.bn), "n0")?;
         let zero = ct.const_zero();
+
+        // The loads of one operand: (is A, its slots, rows per tile, first row,
+        // rows in all, k fast, batch offset, pointer, operand, row group, row length).
+        type Side<'s, 'c> =
+            (bool, u64, u64, IntValue<'c>, u64, bool, IntValue<'c>, PointerValue<'c>, &'s KOperand, &'s [Dim], u64);
+        let sides: [Side; 2] = [
+            (true, slots_a, cfg.bm, m0, m_tot, t.a_kfast, off_a, pa, &k.ops[0], &t.m, lda),
+            (false, slots_b, cfg.bn, n0, n_tot, t.b_kfast, off_b, pb, &k.ops[1], &t.n, ldb),
+        ];
+        // Slot `j` of a thread: element `tid + j·nt` of the tile, as (row, k).
+        let rc = |g: &Self, tid: IntValue<'ctx>, j: u64, rows: u64, kfast: bool| {
+            let e = g.b.build_int_add(tid, g.i64c(j * nt), "e")?;
+            Ok::<_, CodegenError>(if kfast {
+                (
+                    g.b.build_int_unsigned_div(e, g.i64c(cfg.bk), "r")?,
+                    g.b.build_int_unsigned_rem(e, g.i64c(cfg.bk), "c")?,
+                )
+            } else {
+                (g.b.build_int_unsigned_rem(e, g.i64c(rows), "r")?, g.b.build_int_unsigned_div(e, g.i64c(rows), "c")?)
+            })
+        };
+        // k offsets of element `k0 + c` from those of `k0` (a multiple of bk):
+        // exact when the k group has one dimension, or its innermost one a
+        // length that bk divides (no carry out of it within a step).
+        let k_incremental = t.k.len() <= 1 || t.k.last().is_some_and(|d| d.size.is_multiple_of(cfg.bk));
 
         // Loads this thread's share of the A and B tiles of the step at `k0`
         // (0 outside the sizes): (shared index, value) pairs.
         let load = |g: &mut Self,
                     tid: IntValue<'ctx>,
                     k0: IntValue<'ctx>|
-         -> Result<Vec<(bool, IntValue<'ctx>, FloatValue<'ctx>)>, CodegenError> {
+         -> Result<Vec<(IntValue<'ctx>, FloatValue<'ctx>)>, CodegenError> {
             let mut out = Vec::new();
-            for (is_a, rows, row0, rows_tot, kfast, base, src, op) in [
-                (true, cfg.bm, m0, m_tot, t.a_kfast, off_a, pa, &k.ops[0]),
-                (false, cfg.bn, n0, n_tot, t.b_kfast, off_b, pb, &k.ops[1]),
-            ] {
-                let ld = if is_a { lda } else { ldb };
-                for j in 0..rows * cfg.bk / nt {
-                    let e = g.b.build_int_add(tid, g.i64c(j * nt), "e")?;
-                    let (r, c) = if kfast {
-                        (
-                            g.b.build_int_unsigned_div(e, g.i64c(cfg.bk), "r")?,
-                            g.b.build_int_unsigned_rem(e, g.i64c(cfg.bk), "c")?,
-                        )
-                    } else {
-                        (
-                            g.b.build_int_unsigned_rem(e, g.i64c(rows), "r")?,
-                            g.b.build_int_unsigned_div(e, g.i64c(rows), "c")?,
-                        )
-                    };
+            let kb = g.group_offsets(&t.k, k0)?;
+            let mut slot = 0;
+            for &(is_a, slots, rows, row0, rows_tot, kfast, base, src, op, _, ld) in &sides {
+                let which = if is_a { 1 } else { 2 };
+                for j in 0..slots {
+                    let (r, c) = rc(g, tid, j, rows, kfast)?;
                     let row = g.b.build_int_add(row0, r, "row")?;
                     let kk = g.b.build_int_add(k0, c, "kk")?;
                     let ok_r = g.b.build_int_compare(IntPredicate::ULT, row, g.i64c(rows_tot), "okr")?;
                     let ok_k = g.b.build_int_compare(IntPredicate::ULT, kk, g.i64c(k_tot), "okk")?;
                     let ok = g.b.build_and(ok_r, ok_k, "ok")?;
-                    let ro = g.group_offsets(if is_a { &t.m } else { &t.n }, row)?;
-                    let ko = g.group_offsets(&t.k, kk)?;
-                    let which = if is_a { 1 } else { 2 };
-                    let off = g.b.build_int_add(base, g.b.build_int_add(ro[which], ko[which], "o")?, "o")?;
+                    let ko = match t.k.last() {
+                        Some(d) if k_incremental => g.add_scaled(kb[which], c, [d.c, d.a, d.b][which])?,
+                        _ => g.group_offsets(&t.k, kk)?[which],
+                    };
+                    let rov = g.b.build_load(ro_at(g, tid, slot)?, "ro")?.into_int_value();
+                    slot += 1;
+                    let off = g.b.build_int_add(base, g.b.build_int_add(rov, ko, "o")?, "o")?;
                     let off = g.b.build_select(ok, off, g.i64c(0), "off")?.into_int_value();
                     // SAFETY: a valid offset, or 0 (the operand's first element).
                     let p = unsafe { g.b.build_in_bounds_gep(src, &[off], "p")? };
@@ -617,21 +827,20 @@ impl<'ctx> Gen<'_, 'ctx> {
                     }
                     let v = g.b.build_select(ok, v, zero, "v")?.into_float_value();
                     let si = g.b.build_int_add(g.b.build_int_mul(c, g.i64c(ld), "s")?, r, "si")?;
-                    out.push((is_a, si, v));
+                    let si = if is_a { si } else { g.b.build_int_add(si, g.i64c(b_off), "sb")? };
+                    out.push((si, v));
                 }
             }
             Ok(out)
         };
-        let store = |g: &Self,
-                     vals: &[(bool, IntValue<'ctx>, FloatValue<'ctx>)],
-                     buf: IntValue<'ctx>|
-         -> Result<(), CodegenError> {
-            for &(is_a, si, v) in vals {
-                let (arr, len) = if is_a { (sh_a, a_len) } else { (sh_b, b_len) };
+        // Into buffer `buf` of the shared array (A's and B's indices apart).
+        let store = |g: &Self, vals: &[(IntValue<'ctx>, FloatValue<'ctx>)], buf: IntValue<'ctx>| {
+            for (s, &(si, v)) in vals.iter().enumerate() {
+                let len = if (s as u64) < slots_a { a_len } else { b_len };
                 let i = g.b.build_int_add(g.b.build_int_mul(buf, g.i64c(len), "bo")?, si, "i")?;
-                g.b.build_store(g.at(arr, i)?, v)?;
+                g.b.build_store(g.at(sh, i)?, v)?;
             }
-            Ok(())
+            Ok::<_, CodegenError>(())
         };
         let tx_n = cfg.bn / cfg.tn;
         let txy = |g: &Self, tid: IntValue<'ctx>| -> Result<(IntValue<'ctx>, IntValue<'ctx>), CodegenError> {
@@ -641,10 +850,38 @@ impl<'ctx> Gen<'_, 'ctx> {
             ))
         };
 
-        // Accumulators to 0, the first step's tiles into buffer 0.
+        // Accumulators to 0, the loads' row offsets, the staged epilogue's
+        // offset tables, the first step's tiles into buffer 0.
         self.per_thread(tid, nt, &mut |g, tid| {
             for e in 0..per {
                 g.b.build_store(acc_at(g, tid, e)?, zero)?;
+            }
+            let mut slot = 0;
+            for &(is_a, slots, rows, row0, _, kfast, _, _, _, group, _) in &sides {
+                for j in 0..slots {
+                    let (r, _) = rc(g, tid, j, rows, kfast)?;
+                    let row = g.b.build_int_add(row0, r, "row")?;
+                    let o = g.group_offsets(group, row)?[if is_a { 1 } else { 2 }];
+                    g.b.build_store(ro_at(g, tid, slot)?, o)?;
+                    slot += 1;
+                }
+            }
+            if let Some(tab) = tab {
+                let len = cfg.bm + cfg.bn;
+                for u in 0..len.div_ceil(nt) {
+                    let x = g.b.build_int_add(tid, g.i64c(u * nt), "x")?;
+                    let inside = g.b.build_int_compare(IntPredicate::ULT, x, g.i64c(len), "in")?;
+                    g.if_then(inside, (u + 1) * nt > len, &mut |g| {
+                        let is_row = g.b.build_int_compare(IntPredicate::ULT, x, g.i64c(cfg.bm), "isr")?;
+                        let row = g.b.build_int_add(m0, x, "row")?;
+                        let ro = g.b.build_int_add(off_c, g.group_offsets(&t.m, row)?[0], "ro")?;
+                        let col = g.b.build_int_sub(g.b.build_int_add(n0, x, "x")?, g.i64c(cfg.bm), "col")?;
+                        let co = g.group_offsets(&t.n, col)?[0];
+                        let o = g.b.build_select(is_row, ro, co, "o")?;
+                        g.b.build_store(g.at(tab, x)?, o)?;
+                        Ok(())
+                    })?;
+                }
             }
             let vals = load(g, tid, g.i64c(0))?;
             store(g, &vals, g.i64c(0))
@@ -662,10 +899,10 @@ impl<'ctx> Gen<'_, 'ctx> {
                 for e in 0..per {
                     accs.push(g.b.build_load(acc_at(g, tid, e)?, "acc")?.into_float_value());
                 }
-                let (ab, bb) =
-                    (g.b.build_int_mul(cur, g.i64c(a_len), "ab")?, g.b.build_int_mul(cur, g.i64c(b_len), "bb")?);
+                let ab = g.b.build_int_mul(cur, g.i64c(a_len), "ab")?;
+                let bb = g.b.build_int_add(g.b.build_int_mul(cur, g.i64c(b_len), "bb")?, g.i64c(b_off), "bb")?;
                 if cfg.mma {
-                    g.mma_step(&cfg, tid, [sh_a, sh_b], [ab, bb], [lda, ldb], fmuladd, &mut accs)?;
+                    g.mma_step(&cfg, tid, [sh, sh], [ab, bb], [lda, ldb], fmuladd, &mut accs)?;
                 } else {
                     let (tx, ty) = txy(g, tid)?;
                     let abase = g.b.build_int_add(ab, g.b.build_int_mul(ty, g.i64c(cfg.tm), "ar")?, "ab")?;
@@ -674,12 +911,12 @@ impl<'ctx> Gen<'_, 'ctx> {
                         let mut av = Vec::new();
                         for i in 0..cfg.tm {
                             let ix = g.b.build_int_add(abase, g.i64c(kk * lda + i), "ai")?;
-                            av.push(g.b.build_load(g.at(sh_a, ix)?, "a")?.into_float_value());
+                            av.push(g.b.build_load(g.at(sh, ix)?, "a")?.into_float_value());
                         }
                         let mut bv = Vec::new();
                         for j in 0..cfg.tn {
                             let ix = g.b.build_int_add(bbase, g.i64c(kk * ldb + j * tx_n), "bi")?;
-                            bv.push(g.b.build_load(g.at(sh_b, ix)?, "b")?.into_float_value());
+                            bv.push(g.b.build_load(g.at(sh, ix)?, "b")?.into_float_value());
                         }
                         for (i, a) in av.iter().enumerate() {
                             for (j, b) in bv.iter().enumerate() {
@@ -700,43 +937,45 @@ impl<'ctx> Gen<'_, 'ctx> {
 
         // C += coef · acc inside the sizes.
         let done = self.ctx.append_basic_block(f, "done");
-        self.per_thread(tid, nt, &mut |g, tid| {
-            let (rows, cols_in) = g.thread_outputs(&cfg, tid)?;
-            let mut cols = Vec::new();
-            for c in cols_in {
-                let col = g.b.build_int_add(n0, c, "col")?;
-                let ok = g.b.build_int_compare(IntPredicate::ULT, col, g.i64c(n_tot), "okc")?;
-                cols.push((ok, g.group_offsets(&t.n, col)?[0]));
-            }
-            let ncols = cols.len() as u64;
-            for (i, r) in rows.into_iter().enumerate() {
-                let i = i as u64;
-                let row = g.b.build_int_add(m0, r, "row")?;
-                let ok_r = g.b.build_int_compare(IntPredicate::ULT, row, g.i64c(m_tot), "okr")?;
-                let ro = g.b.build_int_add(off_c, g.group_offsets(&t.m, row)?[0], "ro")?;
-                for (j, &(ok_c, co)) in cols.iter().enumerate() {
-                    let fun = g.func.expect("in a function");
-                    let yes = g.ctx.append_basic_block(fun, "st");
-                    let after = g.ctx.append_basic_block(fun, "st.after");
-                    g.b.build_conditional_branch(g.b.build_and(ok_r, ok_c, "ok")?, yes, after)?;
-                    g.b.position_at_end(yes);
-                    let v = g.b.build_load(acc_at(g, tid, i * ncols + j as u64)?, "acc")?.into_float_value();
-                    let v = if k.coef == 1.0 { v } else { g.b.build_float_mul(v, ct.const_float(k.coef), "v")? };
-                    // SAFETY: row and column inside the sizes.
-                    let p = unsafe { g.b.build_in_bounds_gep(pc, &[g.b.build_int_add(ro, co, "o")?], "pc")? };
-                    if k.store {
-                        // The target was not cleared: every element is written once.
-                        g.store_as(p, v, k.out_elem())?;
-                    } else {
-                        let old = g.load_as(p, k.out_elem(), ct)?;
-                        g.store_as(p, g.b.build_float_add(old, v, "new")?, k.out_elem())?;
-                    }
-                    g.b.build_unconditional_branch(after)?;
-                    g.b.position_at_end(after);
+        // Scales an accumulated value and adds what C holds unless storing.
+        let finish = |g: &Self, v: FloatValue<'ctx>, old: Option<FloatValue<'ctx>>| {
+            let v = if k.coef == 1.0 { v } else { g.b.build_float_mul(v, ct.const_float(k.coef), "v")? };
+            Ok::<_, CodegenError>(match old {
+                Some(o) => g.b.build_float_add(o, v, "new")?,
+                None => v,
+            })
+        };
+        if let Some(tab) = tab {
+            self.staged_epilogue(k, t, tid, sh, tab, acc_at, &finish, [m0, n0], pc)?;
+        } else {
+            self.per_thread(tid, nt, &mut |g, tid| {
+                let (rows, cols_in) = g.thread_outputs(&cfg, tid)?;
+                let mut cols = Vec::new();
+                for c in cols_in {
+                    let col = g.b.build_int_add(n0, c, "col")?;
+                    let ok = g.b.build_int_compare(IntPredicate::ULT, col, g.i64c(n_tot), "okc")?;
+                    cols.push((ok, g.group_offsets(&t.n, col)?[0]));
                 }
-            }
-            Ok(())
-        })?;
+                let ncols = cols.len() as u64;
+                for (i, r) in rows.into_iter().enumerate() {
+                    let i = i as u64;
+                    let row = g.b.build_int_add(m0, r, "row")?;
+                    let ok_r = g.b.build_int_compare(IntPredicate::ULT, row, g.i64c(m_tot), "okr")?;
+                    let ro = g.b.build_int_add(off_c, g.group_offsets(&t.m, row)?[0], "ro")?;
+                    for (j, &(ok_c, co)) in cols.iter().enumerate() {
+                        g.if_then(g.b.build_and(ok_r, ok_c, "ok")?, true, &mut |g| {
+                            let v = g.b.build_load(acc_at(g, tid, i * ncols + j as u64)?, "acc")?.into_float_value();
+                            // SAFETY: row and column inside the sizes.
+                            let p = unsafe { g.b.build_in_bounds_gep(pc, &[g.b.build_int_add(ro, co, "o")?], "pc")? };
+                            // A storing kernel's target was not cleared: every element is written once.
+                            let old = if k.store { None } else { Some(g.load_as(p, k.out_elem(), ct)?) };
+                            g.store_as(p, finish(g, v, old)?, k.out_elem())
+                        })?;
+                    }
+                }
+                Ok(())
+            })?;
+        }
         self.b.build_unconditional_branch(done)?;
         self.b.position_at_end(done);
         self.b.build_return(None)?;
@@ -748,4 +987,191 @@ impl<'ctx> Gen<'_, 'ctx> {
         self.func = None;
         Ok(())
     }
+
+    /// `body` where `cond` holds (`guard` false: always, no branch).
+    fn if_then(
+        &mut self,
+        cond: IntValue<'ctx>,
+        guard: bool,
+        body: &mut dyn FnMut(&mut Self) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
+        if !guard {
+            return body(self);
+        }
+        let fun = self.func.expect("in a function");
+        let yes = self.ctx.append_basic_block(fun, "then");
+        let after = self.ctx.append_basic_block(fun, "then.after");
+        self.b.build_conditional_branch(cond, yes, after)?;
+        self.b.position_at_end(yes);
+        body(self)?;
+        self.b.build_unconditional_branch(after)?;
+        self.b.position_at_end(after);
+        Ok(())
+    }
+
+    /// The staged epilogue ([`Epilogue::Staged`]). In passes of `per_pass`
+    /// accumulator rows: every thread writes those rows of its accumulators to
+    /// the shared array (stage row `(i − i0)·rows + y` for accumulator row `i`
+    /// of row class `y`, [`Gen::row_of`]); after a barrier, unit `u` of the
+    /// pass (`vec` consecutive columns of one stage row) goes to thread
+    /// `u mod nt`, so consecutive threads store consecutive columns of C, at
+    /// the offsets of the block's tables (`tab`: rows, then columns).
+    #[allow(clippy::too_many_arguments)]
+    fn staged_epilogue(
+        &mut self,
+        k: &Kernel,
+        t: &Tiled,
+        tid: IntValue<'ctx>,
+        sh: PointerValue<'ctx>,
+        tab: PointerValue<'ctx>,
+        acc_at: impl Fn(&Self, IntValue<'ctx>, u64) -> Result<PointerValue<'ctx>, CodegenError>,
+        finish: &Finish<'_, Self, FloatValue<'ctx>>,
+        [m0, n0]: [IntValue<'ctx>; 2],
+        pc: PointerValue<'ctx>,
+    ) -> Result<(), CodegenError> {
+        let cfg = t.cfg;
+        let nt = cfg.threads();
+        let [_, m_tot, n_tot, _] = t.sizes();
+        let ct = self.ft(k.elem);
+        let Stage { ld, rows: yn, per_pass, .. } = cfg.stage(k.elem);
+        let (slots, ncols) = cfg.slots();
+        let v = t.vec;
+        for p in 0..slots.div_ceil(per_pass) {
+            let (i0, i1) = (p * per_pass, ((p + 1) * per_pass).min(slots));
+            if p > 0 {
+                // The previous pass has read the stage (the k loop ended with a barrier).
+                self.barrier()?;
+            }
+            self.per_thread(tid, nt, &mut |g, tid| {
+                let (_, cols) = g.thread_outputs(&cfg, tid)?;
+                let y = g.row_class(&cfg, tid)?;
+                for i in i0..i1 {
+                    let sr = g.b.build_int_add(y, g.i64c((i - i0) * yn), "sr")?;
+                    let base = g.b.build_int_mul(sr, g.i64c(ld), "sb")?;
+                    for (j, &col) in cols.iter().enumerate() {
+                        let a = g.b.build_load(acc_at(g, tid, i * ncols + j as u64)?, "acc")?;
+                        g.b.build_store(g.at(sh, g.b.build_int_add(base, col, "si")?)?, a)?;
+                    }
+                }
+                Ok(())
+            })?;
+            self.barrier()?;
+            let units = (i1 - i0) * yn * cfg.bn / v;
+            self.per_thread(tid, nt, &mut |g, tid| {
+                for u in 0..units.div_ceil(nt) {
+                    let e = g.b.build_int_add(tid, g.i64c(u * nt), "u")?;
+                    let inside = g.b.build_int_compare(IntPredicate::ULT, e, g.i64c(units), "in")?;
+                    g.if_then(inside, (u + 1) * nt > units, &mut |g| {
+                        let ev = g.b.build_int_mul(e, g.i64c(v), "ev")?;
+                        let sr = g.b.build_int_unsigned_div(ev, g.i64c(cfg.bn), "sr")?;
+                        let sc = g.b.build_int_unsigned_rem(ev, g.i64c(cfg.bn), "sc")?;
+                        let i =
+                            g.b.build_int_add(g.i64c(i0), g.b.build_int_unsigned_div(sr, g.i64c(yn), "di")?, "i")?;
+                        let y = g.b.build_int_unsigned_rem(sr, g.i64c(yn), "y")?;
+                        let row = g.row_of(&cfg, y, i)?;
+                        let ok_r = g.b.build_int_compare(
+                            IntPredicate::ULT,
+                            g.b.build_int_add(m0, row, "row")?,
+                            g.i64c(m_tot),
+                            "okr",
+                        )?;
+                        let ok_c = g.b.build_int_compare(
+                            IntPredicate::ULT,
+                            g.b.build_int_add(n0, sc, "col")?,
+                            g.i64c(n_tot),
+                            "okc",
+                        )?;
+                        g.if_then(g.b.build_and(ok_r, ok_c, "ok")?, true, &mut |g| {
+                            let ro = g.b.build_load(g.at(tab, row)?, "ro")?.into_int_value();
+                            let co = g.b.build_load(g.at(tab, g.b.build_int_add(sc, g.i64c(cfg.bm), "ci")?)?, "co")?;
+                            let off = g.b.build_int_add(ro, co.into_int_value(), "o")?;
+                            // SAFETY: row and columns inside the sizes.
+                            let p = unsafe { g.b.build_in_bounds_gep(pc, &[off], "pc")? };
+                            let si = g.b.build_int_add(g.b.build_int_mul(sr, g.i64c(ld), "s")?, sc, "si")?;
+                            let mut vals = Vec::new();
+                            for q in 0..v {
+                                let ix = g.b.build_int_add(si, g.i64c(q), "sq")?;
+                                vals.push(g.b.build_load(g.at(sh, ix)?, "st")?.into_float_value());
+                            }
+                            if v == 1 {
+                                let old = if k.store { None } else { Some(g.load_as(p, k.out_elem(), ct)?) };
+                                return g.store_as(p, finish(g, vals[0], old)?, k.out_elem());
+                            }
+                            g.store_vector(p, ct, &vals, k.store, finish)
+                        })
+                    })?;
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `vals` (f32/f64, the output's type) to `p`, `p[1]`, ... as one 16-byte
+    /// store (plus a 16-byte load of C unless `store`). The planner proved `p`
+    /// aligned; the host emulation counts any address that is not (the global
+    /// [`misaligned_global`]), where its store assumes only the element's alignment.
+    fn store_vector(
+        &mut self,
+        p: PointerValue<'ctx>,
+        ct: inkwell::types::FloatType<'ctx>,
+        vals: &[FloatValue<'ctx>],
+        store: bool,
+        finish: &Finish<'_, Self, FloatValue<'ctx>>,
+    ) -> Result<(), CodegenError> {
+        let vt = ct.vec_type(vals.len() as u32);
+        let vp = self.b.build_pointer_cast(p, vt.ptr_type(self.addr_space()), "vp")?;
+        let align = match self.mode {
+            Mode::Device => 16,
+            Mode::Host => {
+                let name = misaligned_global(&self.func.expect("in a function").get_name().to_string_lossy());
+                // A declaration: the emulation maps it to its own counter.
+                let cnt = self
+                    .module
+                    .get_global(&name)
+                    .map(|g| g.as_pointer_value())
+                    .unwrap_or_else(|| self.module.add_global(self.ctx.i64_type(), None, &name).as_pointer_value());
+                let addr = self.b.build_ptr_to_int(p, self.ctx.i64_type(), "addr")?;
+                let low = self.b.build_and(addr, self.i64c(15), "low")?;
+                let bad = self.b.build_int_compare(IntPredicate::NE, low, self.i64c(0), "bad")?;
+                let bad = self.b.build_int_z_extend(bad, self.ctx.i64_type(), "bad")?;
+                let c = self.b.build_load(cnt, "n")?.into_int_value();
+                self.b.build_store(cnt, self.b.build_int_add(c, bad, "n")?)?;
+                if ct == self.ctx.f64_type() {
+                    8
+                } else {
+                    4
+                }
+            }
+        };
+        let old = if store {
+            None
+        } else {
+            let l = self.b.build_load(vp, "old")?.into_vector_value();
+            l.as_instruction_value().expect("a load").set_alignment(align).map_err(|e| err(e.to_string()))?;
+            Some(l)
+        };
+        let mut out = vt.get_undef();
+        for (q, &x) in vals.iter().enumerate() {
+            let qi = self.ctx.i32_type().const_int(q as u64, false);
+            let o = match old {
+                Some(o) => Some(self.b.build_extract_element(o, qi, "o")?.into_float_value()),
+                None => None,
+            };
+            out = self.b.build_insert_element(out, finish(self, x, o)?, qi, "w")?;
+        }
+        let st = self.b.build_store(vp, out)?;
+        st.set_alignment(align).map_err(|e| err(e.to_string()))?;
+        Ok(())
+    }
+}
+
+/// Scales an accumulated value by the kernel's coefficient and adds C's old
+/// value when given (a kernel that accumulates into C).
+type Finish<'f, G, V> = dyn Fn(&G, V, Option<V>) -> Result<V, CodegenError> + 'f;
+
+/// The host emulation's count of vector stores of kernel `kernel` whose
+/// address was not 16-byte aligned (an external i64 global; it must stay 0).
+pub(super) fn misaligned_global(kernel: &str) -> String {
+    format!("{kernel}_misaligned")
 }
