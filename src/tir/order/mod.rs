@@ -4,9 +4,9 @@
 //! Trials draw a tree from one of two generators with parameters drawn per trial —
 //! randomized greedy ([`rgreedy`], Boltzmann sampling over
 //! `size(out) - alpha·(size(a)+size(b))`) and recursive graph bisection ([`bisect`],
-//! Kernighan–Lin/Fiduccia–Mattheyses refinement) — and keep the best under the
-//! [`Objective`]; the best few are then improved by subtree reconfiguration
-//! ([`reconf`]: exact DP on windows of at most 8 subtrees), and under the flops
+//! with the multilevel bisection of [`partition`]) — and keep the best few under
+//! the [`Objective`]; interleaved with the trials, those are improved by subtree
+//! reconfiguration ([`reconf`]: exact DP on windows of at most 8 subtrees), and under the flops
 //! objective the winner's largest intermediate is trimmed by reconfiguration under
 //! a size cap for at most [`TRIM_SLACK`] more flops ([`trim`]). Everything is seeded
 //! from [`super::opmin::Options::seed`] and the trial number, so the sequence of
