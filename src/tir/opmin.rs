@@ -359,7 +359,17 @@ fn search<const W: usize>(p: &Problem, opts: &Options) -> Result<Path, PathError
     }
     let mut rng = Rng(opts.seed | 1);
     let mut starts = vec![best.clone(), g2];
+    // The hyper-optimizer's own randomized greedy replaces these restarts on large
+    // networks, where each costs a noticeable share of the budget (a 300-tensor
+    // graph's sixteen took a second): with a time budget, they stop after a
+    // twentieth of it (never with `max_trials`, whose results must not depend on
+    // the machine's speed).
+    let hyper = opts.search_time > 0.0 && opts.max_trials != Some(0);
+    let timed = hyper && opts.max_trials.is_none();
     for r in 0..opts.restarts {
+        if timed && started.elapsed().as_secs_f64() > 0.05 * opts.search_time {
+            break;
+        }
         let h = if r % 2 == 0 { Heuristic::Memory } else { Heuristic::Flops };
         let t = 0.05 + 0.5 * (r as f64 / opts.restarts.max(1) as f64);
         let cand = greedy(&ctx, h, Some((&mut rng, t)));
@@ -370,7 +380,7 @@ fn search<const W: usize>(p: &Problem, opts: &Options) -> Result<Path, PathError
         }
         starts.push(cand);
     }
-    if opts.search_time > 0.0 && opts.max_trials != Some(0) {
+    if hyper {
         starts.insert(0, best);
         let pairs = super::order::hyper(&ctx, &starts, opts, started);
         return Ok(finalize(&ctx, p, &pairs, Method::Hyper));
@@ -450,6 +460,23 @@ pub fn reconfigure_path(
         5..=16 => at::<16>(p, pairs, obj, method),
         17..=64 => at::<64>(p, pairs, obj, method),
         _ => at::<256>(p, pairs, obj, method),
+    }
+}
+
+/// The tree `pairs` of `p` reconfigured under a size cap: intermediates above
+/// `cap` lowered first, flops second ([`super::slice`]'s fitting between choices).
+pub fn reconfigure_capped(p: &Problem, pairs: &[(usize, usize)], cap: f64, method: Method) -> Result<Path, PathError> {
+    fn at<const W: usize>(p: &Problem, pairs: &[(usize, usize)], cap: f64, method: Method) -> Result<Path, PathError> {
+        let ctx = Ctx::<W>::new(p)?;
+        let pairs = super::order::refine_capped(&ctx, pairs.to_vec(), cap);
+        Ok(finalize(&ctx, p, &pairs, method))
+    }
+    match index_count(p).div_ceil(64) {
+        0..=2 => at::<2>(p, pairs, cap, method),
+        3..=4 => at::<4>(p, pairs, cap, method),
+        5..=16 => at::<16>(p, pairs, cap, method),
+        17..=64 => at::<64>(p, pairs, cap, method),
+        _ => at::<256>(p, pairs, cap, method),
     }
 }
 

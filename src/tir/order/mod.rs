@@ -4,9 +4,9 @@
 //! Trials draw a tree from one of two generators with parameters drawn per trial —
 //! randomized greedy ([`rgreedy`], Boltzmann sampling over
 //! `size(out) - alpha·(size(a)+size(b))`) and recursive graph bisection ([`bisect`],
-//! Kernighan–Lin/Fiduccia–Mattheyses refinement) — and keep the best under the
-//! [`Objective`]; the best few are then improved by subtree reconfiguration
-//! ([`reconf`]: exact DP on windows of at most 8 subtrees), and under the flops
+//! with the multilevel bisection of [`partition`]) — and keep the best few under
+//! the [`Objective`]; interleaved with the trials, those are improved by subtree
+//! reconfiguration ([`reconf`]: exact DP on windows of at most 8 subtrees), and under the flops
 //! objective the winner's largest intermediate is trimmed by reconfiguration under
 //! a size cap for at most [`TRIM_SLACK`] more flops ([`trim`]). Everything is seeded
 //! from [`super::opmin::Options::seed`] and the trial number, so the sequence of
@@ -18,6 +18,7 @@
 
 mod arena;
 mod bisect;
+mod partition;
 mod progress;
 mod reconf;
 mod rgreedy;
@@ -201,10 +202,20 @@ impl Budget {
     }
 }
 
+/// Raw trial trees kept for reconfiguration: the best few distinct ones.
+const POOL: usize = 16;
+
 /// The hyper-optimizer: the best tree found from `starts` (greedy trees, the first
 /// the cheapest in flops) within `opts`' budget, counted from `start` (when the
 /// search of this product began, the greedy starts included). Never worse than the
 /// best of `starts` under `opts.objective`.
+///
+/// Trials and reconfiguration interleave, each taking about half of the time
+/// before the last tenth (the flops objective's [`trim`]): after a trial, while
+/// reconfiguration has used less time than the trials, the best trial tree not yet
+/// reconfigured is (a tree's raw cost says little of what reconfiguration makes of
+/// it: on a 300-tensor 3-regular graph the best raw tree came out 7× worse than
+/// the second).
 pub(super) fn hyper<const W: usize>(
     ctx: &Ctx<W>,
     starts: &[Vec<(usize, usize)>],
@@ -212,72 +223,93 @@ pub(super) fn hyper<const W: usize>(
     start: Instant,
 ) -> Vec<(usize, usize)> {
     let obj = opts.objective;
-    let budget = Budget {
-        deadline: start + Duration::from_secs_f64(opts.search_time.clamp(0.0, 1e7)),
-        max_trials: opts.max_trials.unwrap_or(usize::MAX),
-    };
+    let total = opts.search_time.clamp(0.0, 1e7);
+    let budget =
+        Budget { deadline: start + Duration::from_secs_f64(total), max_trials: opts.max_trials.unwrap_or(usize::MAX) };
     let mut prog = progress::Progress::new(opts.progress, ctx.n, opts.search_time, obj);
-    // The pool: the best few distinct trees, cheapest first, for reconfiguration.
-    const POOL: usize = 4;
-    let mut pool: Vec<(Cost, Vec<(usize, usize)>)> = Vec::new();
-    let offer = |pool: &mut Vec<(Cost, Vec<(usize, usize)>)>, c: Cost, t: Vec<(usize, usize)>| -> bool {
-        if pool.iter().any(|(pc, _)| *pc == c) {
-            return false;
+    // The pool: the best few distinct raw trees, cheapest first, and whether each
+    // was reconfigured.
+    type Pool = Vec<(Cost, Vec<(usize, usize)>, bool)>;
+    let mut pool: Pool = Vec::new();
+    let offer = |pool: &mut Pool, c: Cost, t: Vec<(usize, usize)>| {
+        if pool.iter().any(|(pc, _, _)| *pc == c) {
+            return;
         }
-        let improves = pool.first().is_none_or(|(b, _)| c.better(*b));
-        let at = pool.iter().position(|(pc, _)| c.better(*pc)).unwrap_or(pool.len());
+        let at = pool.iter().position(|(pc, _, _)| c.better(*pc)).unwrap_or(pool.len());
         if at < POOL {
-            pool.insert(at, (c, t));
+            pool.insert(at, (c, t, false));
             pool.truncate(POOL);
         }
-        improves
     };
+    let mut best: (Cost, Vec<(usize, usize)>) = (Cost(f64::INFINITY, f64::INFINITY), Vec::new());
     for s in starts {
         let c = tree_cost(ctx, s, obj);
+        if c.better(best.0) {
+            best = (c, s.clone());
+        }
         offer(&mut pool, c, s.clone());
     }
-    // Trials take most of the budget; reconfiguration the rest (and always runs).
-    let trial_window = Duration::from_secs_f64(opts.search_time.clamp(0.0, 1e7) * 0.6);
-    let trial_deadline = start + trial_window;
+    // The last tenth of the budget is the flops objective's trim.
+    let work_deadline = start + Duration::from_secs_f64(total * 0.9);
     let (mut trial, mut last_gain, mut gained_at) = (0usize, 0usize, Instant::now());
+    let (mut trial_time, mut reconf_time) = (Duration::ZERO, Duration::ZERO);
     // Bisection earns trials while it wins: a generator is drawn with probability
     // proportional to (1 + its improvements).
     let mut wins = [1usize, 1usize];
-    while trial < budget.max_trials && Instant::now() < trial_deadline {
+    loop {
+        let now = Instant::now();
+        if now >= work_deadline {
+            break;
+        }
+        let pending = pool.iter().position(|(_, _, done)| !done);
+        let trials_left = trial < budget.max_trials;
         // Patience in trials and in time: a large network's trials are quick but
         // its trees improve late (a 100-tensor 3-regular graph found its best
         // tree after 164 trials, 100 after the previous gain).
-        if trial - last_gain >= PATIENCE.max(last_gain) && gained_at.elapsed() >= trial_window.mul_f64(0.25) {
+        let patient =
+            trial - last_gain < PATIENCE.max(last_gain) || gained_at.elapsed() < Duration::from_secs_f64(total * 0.15);
+        let trials_on = trials_left && patient;
+        // With `max_trials` (reproducible results) the trials run first, then the
+        // pool's reconfiguration: an interleaving by time would depend on the
+        // machine's speed.
+        let turn = opts.max_trials.is_none() && reconf_time <= trial_time;
+        if let Some(k) = pending.filter(|_| turn || !trials_on) {
+            let t0 = Instant::now();
+            pool[k].2 = true;
+            let r = reconf::reconfigure(ctx, &pool[k].1, obj, Some(&work_deadline), 16);
+            let c = tree_cost(ctx, &r, obj);
+            if c.better(best.0) {
+                best = (c, r);
+                gained_at = Instant::now();
+                last_gain = trial;
+            }
+            reconf_time += t0.elapsed();
+            prog.tick(trial, best.0 .0);
+            continue;
+        }
+        if !trials_on {
             break;
         }
+        let t0 = Instant::now();
         let mut rng = Rng::new(opts.seed, trial as u64);
         let use_bisect = ctx.n >= 8 && rng.below(wins[0] + wins[1]) >= wins[0];
         let t =
             if use_bisect { bisect::sample(ctx, &mut rng, &budget) } else { rgreedy::sample(ctx, &mut rng, &budget) };
         if let Some(t) = t {
             let c = tree_cost(ctx, &t, obj);
-            if offer(&mut pool, c, t) {
+            let improves = pool.first().is_none_or(|(b, _, _)| c.better(*b));
+            if c.better(best.0) {
+                best = (c, t.clone());
+            }
+            offer(&mut pool, c, t);
+            if improves {
                 gained_at = Instant::now();
                 last_gain = trial;
                 wins[use_bisect as usize] += 1;
             }
         }
         trial += 1;
-        prog.tick(trial, pool[0].0 .0);
-    }
-    // Reconfigure the pool's trees, best first, while time lasts.
-    let mut best = pool[0].clone();
-    // The last tenth of the budget is the flops objective's trim.
-    let reconf_deadline = start + Duration::from_secs_f64(opts.search_time.clamp(0.0, 1e7) * 0.9);
-    for (k, (_, t)) in pool.into_iter().enumerate() {
-        if k > 0 && Instant::now() >= reconf_deadline {
-            break;
-        }
-        let r = reconf::reconfigure(ctx, &t, obj, Some(&reconf_deadline), 16);
-        let c = tree_cost(ctx, &r, obj);
-        if c.better(best.0) {
-            best = (c, r);
-        }
+        trial_time += t0.elapsed();
         prog.tick(trial, best.0 .0);
     }
     let mut best = best.1;
@@ -321,6 +353,13 @@ pub(super) fn refine<const W: usize>(ctx: &Ctx<W>, pairs: Vec<(usize, usize)>, o
     } else {
         pairs
     }
+}
+
+/// Subtree reconfiguration under a size cap (the largest intermediate above `cap`
+/// first, then flops), to a fixpoint: how the slicer fits a tree to its target
+/// between choices, as cotengra's `slice_and_reconfigure` does.
+pub(super) fn refine_capped<const W: usize>(ctx: &Ctx<W>, pairs: Vec<(usize, usize)>, cap: f64) -> Vec<(usize, usize)> {
+    reconf::reconfigure(ctx, &pairs, Score::Cap(cap), None, 16)
 }
 
 #[cfg(test)]

@@ -10,9 +10,10 @@
 //! tree.
 
 use super::arena::Arena;
-use super::{Cost, Ctx, Score};
+use super::{Cost, Ctx, Objective, Score};
 use crate::tir::bits::Bits;
 use crate::tir::opmin::Sym;
+use std::collections::HashSet;
 use std::time::Instant;
 
 /// Most subtrees a window holds.
@@ -27,13 +28,27 @@ struct Node<const W: usize> {
     flops: f64,
 }
 
-/// `pairs` improved window by window under `obj` (until `deadline`, if any).
+/// `pairs` improved window by window under `obj` (until `deadline`, if any), the
+/// passes alternating breadth-first and largest-first windows.
 pub(super) fn reconfigure<const W: usize>(
     ctx: &Ctx<W>,
     pairs: &[(usize, usize)],
     obj: impl Into<Score>,
     deadline: Option<&Instant>,
     passes: usize,
+) -> Vec<(usize, usize)> {
+    reconfigure_with(ctx, pairs, obj, deadline, passes, &[Expand::Breadth, Expand::Largest])
+}
+
+/// [`reconfigure`] with the window shapes of the passes in turn (tests: the
+/// largest-first windows alone, as before breadth-first ones were added).
+pub(super) fn reconfigure_with<const W: usize>(
+    ctx: &Ctx<W>,
+    pairs: &[(usize, usize)],
+    obj: impl Into<Score>,
+    deadline: Option<&Instant>,
+    passes: usize,
+    shapes: &[Expand],
 ) -> Vec<(usize, usize)> {
     let obj = obj.into();
     let n = ctx.n;
@@ -58,7 +73,11 @@ pub(super) fn reconfigure<const W: usize>(
         .collect();
     let root = nodes.len() - 1;
     let late = || deadline.is_some_and(|d| Instant::now() >= *d);
-    for _pass in 0..passes {
+    // Windows (by their subtrees' ids, which always stand for the same leaves) whose
+    // DP changed nothing: the same DP again would not either.
+    let mut tried: HashSet<Vec<usize>> = HashSet::new();
+    let mut idle = 0;
+    for pass in 0..passes {
         // Reachable internal nodes, largest first.
         let mut order = Vec::new();
         let mut stack = vec![root];
@@ -69,15 +88,22 @@ pub(super) fn reconfigure<const W: usize>(
                 stack.push(b);
             }
         }
-        order.sort_by(|&x, &y| nodes[y].size.total_cmp(&nodes[x].size).then(x.cmp(&y)));
+        // Where the cost sits: the costliest steps first for flops, the largest
+        // intermediates first for sizes.
+        let by_flops = matches!(obj, Score::Obj(Objective::Flops | Objective::Combined));
+        let key = |v: usize| if by_flops { nodes[v].flops } else { nodes[v].size };
+        order.sort_by(|&x, &y| key(y).total_cmp(&key(x)).then(x.cmp(&y)));
+        let expand = shapes[pass % shapes.len()];
         let mut changed = false;
         for r in order {
             if late() {
                 break;
             }
-            changed |= window(ctx, &mut nodes, r, r == root, obj);
+            changed |= window(ctx, &mut nodes, r, r == root, obj, expand, &mut tried);
         }
-        if !changed || late() {
+        // Done when a pass of each shape changed nothing.
+        idle = if changed { 0 } else { idle + 1 };
+        if idle >= shapes.len() || late() {
             break;
         }
     }
@@ -97,23 +123,49 @@ pub(super) fn reconfigure<const W: usize>(
     out
 }
 
+/// How a window grows from its root: breadth first (balanced, the top levels
+/// under the root, as cotengra's default) or into the largest subtree first
+/// (following the big intermediates down).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Expand {
+    Breadth,
+    Largest,
+}
+
 /// Optimizes the window rooted at `r`; whether it changed.
-fn window<const W: usize>(ctx: &Ctx<W>, nodes: &mut Vec<Node<W>>, r: usize, is_root: bool, obj: Score) -> bool {
+fn window<const W: usize>(
+    ctx: &Ctx<W>,
+    nodes: &mut Vec<Node<W>>,
+    r: usize,
+    is_root: bool,
+    obj: Score,
+    expand: Expand,
+    tried: &mut HashSet<Vec<usize>>,
+) -> bool {
     let (a, b) = nodes[r].kids.expect("internal node");
     let mut frontier = vec![a, b];
     let mut inner = vec![r];
     while frontier.len() < WINDOW {
-        let pick = (0..frontier.len())
-            .filter(|&k| nodes[frontier[k]].kids.is_some())
-            .max_by(|&x, &y| nodes[frontier[x]].size.total_cmp(&nodes[frontier[y]].size).then(y.cmp(&x)));
+        let internal = |k: &usize| nodes[frontier[*k]].kids.is_some();
+        let pick = match expand {
+            Expand::Breadth => (0..frontier.len()).find(internal),
+            Expand::Largest => (0..frontier.len())
+                .filter(internal)
+                .max_by(|&x, &y| nodes[frontier[x]].size.total_cmp(&nodes[frontier[y]].size).then(y.cmp(&x))),
+        };
         let Some(k) = pick else { break };
-        let v = frontier.swap_remove(k);
+        let v = frontier.remove(k);
         let (x, y) = nodes[v].kids.expect("internal");
         inner.push(v);
         frontier.push(x);
         frontier.push(y);
     }
     if frontier.len() < 3 {
+        return false;
+    }
+    let mut key = frontier.clone();
+    key.sort_unstable();
+    if tried.contains(&key) {
         return false;
     }
     let step = |node: &Node<W>, top: bool| obj.step(node.flops, if top && is_root { 0.0 } else { node.size });
@@ -127,6 +179,8 @@ fn window<const W: usize>(ctx: &Ctx<W>, nodes: &mut Vec<Node<W>>, r: usize, is_r
     }
     let out = nodes[r].set;
     let kept = |s: usize| if s == full { out } else { ind[s] & (out | ind[full ^ s]) };
+    // Each subset's index set: a single subtree's own, else what the subset keeps.
+    let kset: Vec<Bits<W>> = (0..=full).map(|s| if s.count_ones() == 1 { ind[s] } else { kept(s) }).collect();
     struct E<const W: usize> {
         cost: Cost,
         split: usize,
@@ -143,32 +197,39 @@ fn window<const W: usize>(ctx: &Ctx<W>, nodes: &mut Vec<Node<W>>, r: usize, is_r
         if s.count_ones() < 2 {
             continue;
         }
-        let ks = kept(s);
         let low = s & s.wrapping_neg();
         let rest = s ^ low;
-        let mut sub = rest;
         let mut cur: Option<E<W>> = None;
-        loop {
-            let x = low | sub;
-            let y = s ^ x;
-            if y != 0 {
-                let (ex, ey) = (best[x].as_ref().expect("smaller"), best[y].as_ref().expect("smaller"));
-                let c = ctx.combine(kept_leaf(&ind, x, &kept), &ex.groups, kept_leaf(&ind, y, &kept), &ey.groups, ks);
-                let size = if s == full && is_root { 0.0 } else { c.size };
-                let total = obj.add(obj.add(ex.cost, ey.cost), obj.step(c.flops, size));
-                if cur.as_ref().is_none_or(|e| total.better(e.cost)) {
-                    cur = Some(E { cost: total, split: x, groups: c.groups, size: c.size, flops: c.flops });
+        // Splits into pieces that share an index first (as cotengra's optimal DP,
+        // without outer products); outer products only where no such split exists.
+        for connected in [true, false] {
+            let mut sub = rest;
+            loop {
+                let x = low | sub;
+                let y = s ^ x;
+                if y != 0 && (!connected || !(kset[x] & kset[y]).is_empty()) {
+                    let (ex, ey) = (best[x].as_ref().expect("smaller"), best[y].as_ref().expect("smaller"));
+                    let c = ctx.combine(kset[x], &ex.groups, kset[y], &ey.groups, kset[s]);
+                    let size = if s == full && is_root { 0.0 } else { c.size };
+                    let total = obj.add(obj.add(ex.cost, ey.cost), obj.step(c.flops, size));
+                    if cur.as_ref().is_none_or(|e| total.better(e.cost)) {
+                        cur = Some(E { cost: total, split: x, groups: c.groups, size: c.size, flops: c.flops });
+                    }
                 }
+                if sub == 0 {
+                    break;
+                }
+                sub = (sub - 1) & rest;
             }
-            if sub == 0 {
+            if cur.is_some() {
                 break;
             }
-            sub = (sub - 1) & rest;
         }
         best[s] = cur;
     }
     let top = best[full].as_ref().expect("full set");
     if !top.cost.better(current) {
+        tried.insert(key);
         return false;
     }
     // Rebuild: new nodes for the window's inner subsets, `r` keeps its id.
@@ -198,13 +259,4 @@ fn window<const W: usize>(ctx: &Ctx<W>, nodes: &mut Vec<Node<W>>, r: usize, is_r
     }
     place(full, full, r, &frontier, &best, &kept, nodes);
     true
-}
-
-/// The index set of subset `s` of a window: a single subtree's own, else what it keeps.
-fn kept_leaf<const W: usize>(ind: &[Bits<W>], s: usize, kept: &dyn Fn(usize) -> Bits<W>) -> Bits<W> {
-    if s.count_ones() == 1 {
-        ind[s]
-    } else {
-        kept(s)
-    }
 }
