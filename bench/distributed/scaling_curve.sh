@@ -18,8 +18,15 @@ O=${O:-28} V=${V:-280} TILE=${TILE:-56}
 f=/tmp/ccd_${O}_$V.tc
 python3 -c "import sys; sys.path.insert(0, 'bench/tiled'); import ccd; open('$f', 'w').write(ccd.source($O, $V))"
 TUNE=${TUNING:-bench/distributed/runs/H9-tune16mpi.toml}
+# TUNE_HERE=1: calibrate the time model on this host first (tcc tune under mpirun -np 16).
+if [ "${TUNE_HERE:-0}" = 1 ]; then
+  mpirun -np 16 $T tune --backend mpi --max-bytes 16MiB --out "$OUT/tune16mpi.toml" > "$OUT/tune16mpi.log" 2>&1
+  [ -s "$OUT/tune16mpi.toml" ] && TUNE=$OUT/tune16mpi.toml
+  echo "## time model: $TUNE"
+fi
 t0=$SECONDS
-time_of() { sed -nE 's/.*tiled: .* time = ([0-9.]+) s.*/\1/p' "$1"; }
+# One process prints "tiled: … time = X s", MPI runs "tiled on N ranks × 1 threads: time = X s".
+time_of() { sed -nE 's/.*tiled( on [0-9]+ ranks)?[: ].* time = ([0-9.]+) s.*/\2/p' "$1" | head -1; }
 $T run $f --tiled --tile "$TILE" --stats > /tmp/solo.txt 2>&1
 solo=$(time_of /tmp/solo.txt)
 echo "=== one rank alone: ${solo} s"
