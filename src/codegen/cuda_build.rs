@@ -75,7 +75,7 @@ pub fn build_ptx(
         Err(_) => opts.mma,
     };
     // TCC_GPU_EPILOGUE=direct|staged (benchmarks): how tiled kernels store
-    // their C tile (default: nvptx::STAGED_BY_DEFAULT).
+    // their C tile (default: nvptx::default_epilogue of the tile shape).
     let epilogue = match std::env::var("TCC_GPU_EPILOGUE") {
         Ok(v) => match Epilogue::from_name(&v) {
             Some(e) => Some(e),

@@ -79,6 +79,14 @@ const MEASURED_MMA: [(TileCfg, u64, f64); 3] = [
     (TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true }, 128, 15.3e12),
     (TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true }, 128, 14.4e12),
 ];
+/// f64 tensor-core tiles with their C tile staged through shared memory
+/// ([`Epilogue::Staged`], the default for them): (tile shape, FLOP/s). Measured on
+/// an H100 (2026-12-05, bench/gpu/runs/epi-H100-2026-12-05/): on the six n = 24
+/// CCSD(T) triples 64×64×8/32×32 staged took 0.64–0.70 ms where the FMA tile
+/// (16.7 TFLOP/s above) took 0.94–1.03 ms, 1.44–1.48× faster; the rate is the
+/// one under which this model's time for that shape is 1.46× below the FMA
+/// tile's. Other tensor-core shapes staged are unmeasured: their direct rate.
+const MEASURED_MMA_STAGED: [(TileCfg, f64); 1] = [(TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true }, 24.4e12)];
 /// Each block's prologue (first tiles) and epilogue (stores of C) cost about
 /// as much as this many reduction steps (fitted to k = 40 … 2000).
 const TILE_OVERHEAD_STEPS: f64 = 4.0;
@@ -94,7 +102,10 @@ fn measured(e: Elem, cfg: &TileCfg) -> Option<(u64, f64)> {
 /// Tiled kernels on a multiprocessor that holds as many blocks as fit: FLOP/s
 /// of the whole GPU; unmeasured shapes get a guess from shared-memory loads per
 /// FMA, below the measured ones.
-pub fn tiled_rate(e: Elem, cfg: &TileCfg) -> f64 {
+pub fn tiled_rate(e: Elem, cfg: &TileCfg, epi: Epilogue) -> f64 {
+    if let Some(&(_, r)) = MEASURED_MMA_STAGED.iter().find(|m| m.0 == *cfg && e == Elem::F64 && epi == Epilogue::Staged) {
+        return r;
+    }
     if let Some((_, r)) = measured(e, cfg) {
         return r;
     }
@@ -127,16 +138,16 @@ pub fn blocks_per_sm(e: Elem, cfg: &TileCfg) -> u64 {
 /// Predicted seconds of a tiled kernel for sizes `[batch, m, n, k]`: rounds of
 /// resident blocks, each block's reduction steps plus its overhead at the rate
 /// its multiprocessor shares among the resident blocks.
-pub fn tiled_time(e: Elem, cfg: &TileCfg, sizes: [u64; 4]) -> f64 {
-    tiled_time_c(e, cfg, sizes, 2)
+pub fn tiled_time_with(e: Elem, cfg: &TileCfg, epi: Epilogue, sizes: [u64; 4]) -> f64 {
+    tiled_time_c(e, cfg, epi, sizes, 2)
 }
 
-/// [`tiled_time`] with C read and written (`c_passes` 2) or only stored (1).
-pub fn tiled_time_c(e: Elem, cfg: &TileCfg, [nb, m, n, k]: [u64; 4], c_passes: u64) -> f64 {
+/// [`tiled_time_with`] with C read and written (`c_passes` 2) or only stored (1).
+pub fn tiled_time_c(e: Elem, cfg: &TileCfg, epi: Epilogue, [nb, m, n, k]: [u64; 4], c_passes: u64) -> f64 {
     let blocks = m.div_ceil(cfg.bm) * n.div_ceil(cfg.bn) * nb;
     let per_sm = blocks_per_sm(e, cfg);
     let step_flops = 2.0 * (cfg.bm * cfg.bn * cfg.bk) as f64;
-    let step_s = per_sm as f64 * step_flops / (tiled_rate(e, cfg) / SMS as f64);
+    let step_s = per_sm as f64 * step_flops / (tiled_rate(e, cfg, epi) / SMS as f64);
     let rounds = blocks.div_ceil(SMS * per_sm) as f64;
     let compute = rounds * (k.div_ceil(cfg.bk) as f64 + TILE_OVERHEAD_STEPS) * step_s;
     let bytes = (nb * (m * k + k * n + c_passes * m * n)) as f64 * e.bytes() as f64;
@@ -223,7 +234,7 @@ fn naive_time(k: &Kernel) -> f64 {
 /// Predicted seconds of a kernel launch.
 pub fn kernel_time(k: &Kernel) -> f64 {
     match &k.tiled {
-        Some(t) => tiled_time_c(k.elem, &t.cfg, t.sizes(), if k.store { 1 } else { 2 }),
+        Some(t) => tiled_time_c(k.elem, &t.cfg, t.epilogue, t.sizes(), if k.store { 1 } else { 2 }),
         None => naive_time(k),
     }
 }

@@ -30,7 +30,7 @@ mod tiled;
 pub use emulate::emulate;
 pub use gen::{emit_nvptx_ir, emit_ptx, ptx_for};
 pub use plan::plan;
-pub use tiled::{Dim, Epilogue, Stage, TileCfg, Tiled, STAGED_BY_DEFAULT};
+pub use tiled::{default_epilogue, Dim, Epilogue, Stage, TileCfg, Tiled};
 
 use crate::sema::hir::{ElemType, IndexId, TensorId, UnitId};
 use serde::{Deserialize, Serialize};
@@ -524,7 +524,7 @@ pub struct GpuOptions {
     pub mma: Option<bool>,
     /// f32 cuBLAS calls on TF32 tensor cores (`--tf32`).
     pub tf32: bool,
-    /// How tiled kernels store their C tile; `None`: [`STAGED_BY_DEFAULT`].
+    /// How tiled kernels store their C tile; `None`: [`default_epilogue`] of the tile shape.
     pub epilogue: Option<Epilogue>,
 }
 

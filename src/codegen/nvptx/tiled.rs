@@ -66,9 +66,12 @@ const WARP: u64 = 32;
 /// Whether the cost model may choose tensor-core tiles without `TCC_GPU_MMA=1`.
 /// Their fragments were checked on a device (H100, 2026-12-05: 120 random
 /// programs and the examples against the interpreter, bench/gpu/runs/
-/// mma-I1-checks.txt), but they ran at 0.68–0.92 of the FMA tiles' speed on the
-/// CCSD(T) triples, so they stay off until the kernel around them is faster.
-pub const MMA_BY_DEFAULT: bool = false;
+/// mma-I1-checks.txt). With the direct epilogue they ran at 0.68–0.92 of the FMA
+/// tiles' speed on the CCSD(T) triples; with their C tile staged through shared
+/// memory ([`default_epilogue`]) the 64×64×8 shape ran 1.44–1.48× faster than the
+/// FMA tile on all six n = 24 triples (H100, 2026-12-05, bench/gpu/runs/
+/// epi-H100-2026-12-05/), so the cost model chooses among them.
+pub const MMA_BY_DEFAULT: bool = true;
 
 impl TileCfg {
     /// The shapes the planner chooses from (by predicted time, [`cost`]); the
@@ -212,10 +215,21 @@ impl Epilogue {
     }
 }
 
-/// Whether the planner stages the epilogue when not told (`TCC_GPU_EPILOGUE`,
-/// [`GpuOptions::epilogue`]): not until a device run shows it faster on the
-/// CCSD(T) triples (bench/gpu/results.md, "store epilogue through shared memory").
-pub const STAGED_BY_DEFAULT: bool = false;
+/// How the planner stores a tile shape's C tile when not told (`TCC_GPU_EPILOGUE`,
+/// [`GpuOptions::epilogue`]). Measured on the 18 CCSD(T) triples (H100,
+/// 2026-12-05, bench/gpu/results.md, "store epilogue through shared memory"):
+/// staging the FMA tiles' stores changed nothing on the cost model's tile
+/// (median 1.02× the direct time) and slowed the 128×64 one on the d2 triples
+/// (1.5×), while a tensor-core tile's direct stores (8 rows of 4 elements, every
+/// other one) made it slower than the FMA tile and staging them made it the
+/// fastest (0.64–0.70 ms against 0.88–1.11 direct at n = 24).
+pub fn default_epilogue(cfg: &TileCfg) -> Epilogue {
+    if cfg.mma {
+        Epilogue::Staged
+    } else {
+        Epilogue::Direct
+    }
+}
 
 /// Bytes of the offset tables of a staged epilogue (one i64 per row and column).
 fn table_bytes(cfg: &TileCfg) -> u64 {
@@ -378,10 +392,18 @@ impl Planner<'_> {
                             && match self.opts.mma {
                                 Some(true) => x.mma || elem != Elem::F64,
                                 Some(false) => !x.mma,
-                                None => !x.mma || MMA_BY_DEFAULT,
+                                // Direct stores made every tensor-core tile slower
+                                // than the FMA tiles (measured): only staged ones.
+                                None => {
+                                    !x.mma
+                                        || (MMA_BY_DEFAULT
+                                            && self.opts.epilogue.unwrap_or(default_epilogue(x)) == Epilogue::Staged)
+                                }
                             }
                     })
-                    .min_by(|x, y| cost::tiled_time(elem, x, sizes).total_cmp(&cost::tiled_time(elem, y, sizes)));
+                    .map(|x| (x, cost::tiled_time_with(elem, &x, self.opts.epilogue.unwrap_or(default_epilogue(&x)), sizes)))
+                    .min_by(|x, y| x.1.total_cmp(&y.1))
+                    .map(|x| x.0);
                 match best {
                     Some(x) => x,
                     None => return false,
@@ -393,7 +415,7 @@ impl Planner<'_> {
         }
         self.written(c, self.fresh);
         let c_arg = self.arg(c, &st.lhs.indices);
-        let staged = self.opts.epilogue.unwrap_or(if STAGED_BY_DEFAULT { Epilogue::Staged } else { Epilogue::Direct });
+        let staged = self.opts.epilogue.unwrap_or(default_epilogue(&t.cfg));
         if staged == Epilogue::Staged && t.cfg.shared_bytes_with(elem, staged) <= 48 << 10 {
             t.epilogue = staged;
             // The C pointer's offset from its allocation: a multiple of every
