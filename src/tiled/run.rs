@@ -72,6 +72,9 @@ pub fn run_unit(
 /// four-index transform.
 type SymmetryFound = HashMap<crate::ids::TensorId, Option<String>>;
 
+/// A unit's outputs, its report lines and how each output breaks its symmetry.
+type UnitResult = (HashMap<crate::ids::TensorId, Dense>, Vec<String>, SymmetryFound);
+
 /// [`run_unit`], and how each output breaks its declared symmetry.
 fn run_unit_with_symmetry(
     hir: &Hir,
@@ -80,7 +83,7 @@ fn run_unit_with_symmetry(
     given: &HashMap<crate::ids::TensorId, Dense>,
     seed: u64,
     r: &TiledRun,
-) -> Result<(HashMap<crate::ids::TensorId, Dense>, Vec<String>, SymmetryFound), CommandError> {
+) -> Result<UnitResult, CommandError> {
     let (program, tile) = super::autotile::plan(prepared, u, &r.tiled, super::autotile::Executor::OneProcess)?;
     let source = super::source::SourceView::of(hir);
     let mut inputs = HashMap::new();

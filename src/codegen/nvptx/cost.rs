@@ -86,7 +86,8 @@ const MEASURED_MMA: [(TileCfg, u64, f64); 3] = [
 /// (16.7 TFLOP/s above) took 0.94–1.03 ms, 1.44–1.48× faster; the rate is the
 /// one under which this model's time for that shape is 1.46× below the FMA
 /// tile's. Other tensor-core shapes staged are unmeasured: their direct rate.
-const MEASURED_MMA_STAGED: [(TileCfg, f64); 1] = [(TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true }, 24.4e12)];
+const MEASURED_MMA_STAGED: [(TileCfg, f64); 1] =
+    [(TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true }, 24.4e12)];
 /// Each block's prologue (first tiles) and epilogue (stores of C) cost about
 /// as much as this many reduction steps (fitted to k = 40 … 2000).
 const TILE_OVERHEAD_STEPS: f64 = 4.0;
@@ -103,7 +104,8 @@ fn measured(e: Elem, cfg: &TileCfg) -> Option<(u64, f64)> {
 /// of the whole GPU; unmeasured shapes get a guess from shared-memory loads per
 /// FMA, below the measured ones.
 pub fn tiled_rate(e: Elem, cfg: &TileCfg, epi: Epilogue) -> f64 {
-    if let Some(&(_, r)) = MEASURED_MMA_STAGED.iter().find(|m| m.0 == *cfg && e == Elem::F64 && epi == Epilogue::Staged) {
+    if let Some(&(_, r)) = MEASURED_MMA_STAGED.iter().find(|m| m.0 == *cfg && e == Elem::F64 && epi == Epilogue::Staged)
+    {
         return r;
     }
     if let Some((_, r)) = measured(e, cfg) {

@@ -401,7 +401,9 @@ impl Planner<'_> {
                                 }
                             }
                     })
-                    .map(|x| (x, cost::tiled_time_with(elem, &x, self.opts.epilogue.unwrap_or(default_epilogue(&x)), sizes)))
+                    .map(|x| {
+                        (x, cost::tiled_time_with(elem, &x, self.opts.epilogue.unwrap_or(default_epilogue(&x)), sizes))
+                    })
                     .min_by(|x, y| x.1.total_cmp(&y.1))
                     .map(|x| x.0);
                 match best {

@@ -190,10 +190,7 @@ fn grow(h: &Hypergraph, inc: &[Vec<usize>], total: f64, rng: &mut Rng) -> Vec<bo
             rng.below(nv)
         } else {
             let mut best: Option<(f64, usize)> = None;
-            for v in 0..nv {
-                if side[v] {
-                    continue;
-                }
+            for (v, _) in side.iter().enumerate().filter(|(_, &on)| !on) {
                 let g = gain(h, inc, &cnt, v, 0) + 1e-6 * rng.f64();
                 if best.is_none_or(|(bg, _)| g > bg) {
                     best = Some((g, v));
