@@ -1990,19 +1990,24 @@ mod tests {
         }
     }
 
+    /// A seeded xorshift generator: `rnd(n)` is in `0..n`.
+    fn xorshift(seed: u64) -> impl FnMut(usize) -> usize {
+        let mut state = seed;
+        move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        }
+    }
+
     /// Random extents and random storage orders of A[m1,m2,k1,k2],
     /// B[n1,n2,k1,k2] and C[m1,m2,n1,n2] (any dimension may be innermost), two
     /// or three `mc` row blocks and enough columns for the column split on two
     /// threads; one thread and two, against plain loops.
     #[test]
     fn column_split_matches_loops_on_random_layouts() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
+        let mut rnd = xorshift(0x2545_f491_4f6c_dd1du64);
         for case in 0..12 {
             // Extents: m1, m2, n1, n2, k1, k2.
             let e = [2 + rnd(3), 90 + rnd(30), 4 + rnd(3), 8 + rnd(5), 3 + rnd(2), 60 + rnd(20)];
@@ -2097,13 +2102,7 @@ mod tests {
         // progression), on one and two threads: the serial blocks, the batch
         // split, the shared B panel (private or shared A) and the column split,
         // with several `k` blocks, so that the map must wait for the last one.
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
+        let mut rnd = xorshift(0x9e37_79b9_7f4a_7c15u64);
         // batch, m1, m2, n1, n2, k1, k2, mc, nc
         let shapes: [[usize; 9]; 6] = [
             [1, 3, 5, 2, 3, 2, 7, 8, 6],        // serial (few flops)
