@@ -13,7 +13,7 @@
 
 use super::cost::Kernel;
 use super::{LoopNest, Node};
-use crate::sema::hir::{Expr, Factor, Hir, Role, TensorId, TensorRef, Term, UnitId};
+use crate::sema::hir::{Factor, Hir, Role, TensorId, TensorRef, Term, UnitId};
 use std::collections::BTreeSet;
 
 /// Pairs `(gett, map)` of statements of the nest's unit whose map may run as
@@ -93,33 +93,10 @@ fn map_operand(term: &Term) -> Option<&TensorRef> {
     }
 }
 
-/// Every tensor node `n` reads or writes.
+/// Every tensor node `n` reads or writes ([`super::tasks::collect`]).
 fn tensors(hir: &Hir, unit: UnitId, n: &Node) -> BTreeSet<TensorId> {
-    fn expr(e: &Expr, out: &mut BTreeSet<TensorId>) {
-        for f in e.terms.iter().flat_map(|t| &t.factors) {
-            match f {
-                Factor::Tensor(r) => {
-                    out.insert(r.tensor);
-                }
-                Factor::Affine(a) => {
-                    out.insert(a.tensor);
-                }
-                Factor::Call { arg, .. } | Factor::Sum { arg, .. } | Factor::Reduce { arg, .. } => expr(arg, out),
-                Factor::Select { args, .. } => args.iter().for_each(|a| expr(&a.as_expr(), out)),
-            }
-        }
-    }
-    let mut out = BTreeSet::new();
-    match n {
-        Node::Loop { body, .. } => body.iter().for_each(|b| out.extend(tensors(hir, unit, b))),
-        Node::Zero { tensor, .. } => {
-            out.insert(*tensor);
-        }
-        Node::Compute { stmt } => {
-            let st = &hir.units[unit].stmts[*stmt];
-            out.insert(st.lhs.tensor);
-            expr(&st.rhs, &mut out);
-        }
-    }
-    out
+    let (mut reads, mut writes, mut stmts) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+    super::tasks::collect(hir, unit, std::slice::from_ref(n), &mut reads, &mut writes, &mut stmts);
+    reads.extend(writes);
+    reads
 }

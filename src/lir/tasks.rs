@@ -104,7 +104,7 @@ pub fn task_sets(hir: &Hir, nest: &LoopNest, rates: &CpuRates) -> Vec<TaskSet> {
 }
 
 /// Tensors read and written by `nodes`, and their statements.
-fn collect(
+pub(super) fn collect(
     hir: &Hir,
     unit: UnitId,
     nodes: &[Node],
