@@ -164,9 +164,19 @@ def run(args):
     peak = 2 * n**3 / torch_time(lambda: a @ b, 5) / 1e12
     del a, b
     torch.cuda.empty_cache()
+    # Memory rates of this GPU, measured the same way: reading (a sum) and
+    # writing (a fill) 2 GiB of f64. With the DGEMM peak they give each case's
+    # roofline: the least time any kernel can take to read its inputs once,
+    # write its output once and do its flops.
+    big = torch.ones(1 << 28, dtype=torch.float64, device=dev)
+    nbytes = big.numel() * 8
+    bw_read = nbytes / torch_time(lambda: big.sum(), 5)
+    bw_write = nbytes / torch_time(lambda: big.fill_(1.0), 5)
+    del big
+    torch.cuda.empty_cache()
     head = (f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, cupy {cupy.__version__} "
             f"(CUPY_ACCELERATORS={os.environ.get('CUPY_ACCELERATORS', '')!r}); measured DGEMM peak {peak:.1f} TFLOP/s "
-            f"(torch.matmul 8192^3)")
+            f"(torch.matmul 8192^3), read {bw_read/1e12:.2f} TB/s (sum), write {bw_write/1e12:.2f} TB/s (fill), 2 GiB f64")
     print(head, flush=True)
     rows = []
     for c in man["cases"]:
@@ -200,16 +210,18 @@ def run(args):
         rel_cupy = ((cres - want).abs().max() / scale).item()
         ok = rel <= 1e-10 and rel_cupy <= 1e-10
         best = min(t_torch, t_cupy)
+        in_bytes = sum(x.numel() for x in xs) * 8
+        roof = max(c["flops"] / (peak * 1e12), in_bytes / bw_read + want.numel() * 8 / bw_write)
         row = dict(name=c["name"], group=c["group"], ok=ok, t_tcc=t_tcc, t_torch=t_torch, t_cupy=t_cupy,
                    t_torch_c=t_torch_c, t_cupy_c=t_cupy_c, ratio=t_tcc / best,
                    ratio_c=t_tcc / min(t_torch_c, t_cupy_c), rel=rel, rel_cupy=rel_cupy,
                    tflops=c["flops"] / t_tcc / 1e12, peak=peak, plan=c["plan"].split(": ", 1)[-1],
-                   choices=c["choices"], variants=variants)
+                   choices=c["choices"], variants=variants, roof=roof)
         rows.append(row)
         vs = "".join(f", {k} {t*1e3:.3f}" for k, t in variants.items())
         print(f"{'PASS' if ok else 'FAIL'} {c['name']} {spec}: tcc {t_tcc*1e3:.3f} ms, torch {t_torch*1e3:.3f} "
               f"(contig {t_torch_c*1e3:.3f}), cupy {t_cupy*1e3:.3f} (contig {t_cupy_c*1e3:.3f}), "
-              f"tcc/best {row['ratio']:.2f}, rel {rel:.1e}/{rel_cupy:.1e}{vs}, wall {time.time()-t0:.1f}s", flush=True)
+              f"tcc/best {row['ratio']:.2f}, roofline {roof*1e3:.3f}, rel {rel:.1e}/{rel_cupy:.1e}{vs}, wall {time.time()-t0:.1f}s", flush=True)
         del xs, cxs, got, want, cres
         torch.cuda.empty_cache()
         cupy.get_default_memory_pool().free_all_blocks()
@@ -217,14 +229,15 @@ def run(args):
 
     good = [r for r in rows if r.get("ratio")]
     lines = [head, "",
-             "| case | tcc ms | torch.einsum ms | cupy.einsum ms | tcc/best peer | tcc/best peer (contiguous) | tcc TFLOP/s | % of DGEMM peak | max rel err | tcc plan |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| case | tcc ms | torch.einsum ms | cupy.einsum ms | tcc/best peer | tcc/best peer (contiguous) | tcc TFLOP/s | % of DGEMM peak | roofline ms | best peer / roofline | tcc / roofline | max rel err | tcc plan |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
         if not r.get("ratio"):
-            lines.append(f"| {r['name']} | FAILED | | | | | | | | |")
+            lines.append(f"| {r['name']} | FAILED | | | | | | | | | | | |")
             continue
         lines.append(f"| {r['name']} | {r['t_tcc']*1e3:.3f} | {r['t_torch']*1e3:.3f} | {r['t_cupy']*1e3:.3f} | "
                      f"{r['ratio']:.2f} | {r['ratio_c']:.2f} | {r['tflops']:.2f} | {100*r['tflops']/peak:.0f}% | "
+                     f"{r['roof']*1e3:.3f} | {min(r['t_torch'], r['t_cupy'])/r['roof']:.2f} | {r['t_tcc']/r['roof']:.2f} | "
                      f"{max(r['rel'], r['rel_cupy']):.1e} | {r['plan']} |")
     if good:
         lines.append("")
@@ -237,6 +250,14 @@ def run(args):
                          f"{w['ratio']:.2f} ({w['name']}); against contiguous peers median "
                          f"{statistics.median(r['ratio_c'] for r in sel):.2f}, worst {max(r['ratio_c'] for r in sel):.2f}; "
                          f"{len(sel)} cases")
+        # The goal's 0.8x the better peer is out of any kernel's reach where
+        # that is below the roofline.
+        below = [r for r in good if 0.8 * min(r["t_torch"], r["t_cupy"]) < r["roof"]]
+        lines.append(f"- cases where 0.8x the better peer is below the roofline (no kernel can meet it): {len(below)}/"
+                     f"{len(good)}" + (f" ({', '.join(r['name'] for r in below)})" if below else ""))
+        lines.append(f"- tcc / roofline: median {statistics.median(r['t_tcc'] / r['roof'] for r in good):.2f}, worst "
+                     f"{max(r['t_tcc'] / r['roof'] for r in good):.2f}; best peer / roofline: median "
+                     f"{statistics.median(min(r['t_torch'], r['t_cupy']) / r['roof'] for r in good):.2f}")
         lines.append(f"- outputs checked against torch.einsum: {sum(r['ok'] for r in rows)}/{len(rows)} within 1e-10")
         lines += ["", "Cost model choices:", ""]
         for r in good:
