@@ -91,7 +91,8 @@ def build(args):
         src = os.path.join(args.dir, f"g{x}.tc")
         open(src, "w").write(tc_source(spec, sizes, "f64"))
         lib = os.path.join(args.dir, f"libg{x}.so")
-        subprocess.run([args.tcc, "build", src, "-o", lib], check=True, capture_output=True)
+        cpu = ["--target-cpu", args.target_cpu] if args.target_cpu else []
+        subprocess.run([args.tcc, "build", src, "-o", lib] + cpu, check=True, capture_output=True)
         man.append(dict(name=name, spec=spec, sizes=sizes, kind=kind, lib=f"libg{x}.so", func=f"tcc_g{x}_main"))
         print("built", name, file=sys.stderr)
     json.dump(man, open(os.path.join(args.dir, "manifest.json"), "w"), indent=1)
@@ -199,6 +200,8 @@ def main():
     b.add_argument("--dir", required=True)
     b.add_argument("--tcc", default="target/release/tcc")
     b.add_argument("--only", default=None)
+    b.add_argument("--target-cpu", default=None,
+                   help="LLVM CPU of the machine that will run the libraries (tcc build --target-cpu; default: this one)")
     r = sub.add_parser("run")
     r.add_argument("--dir", required=True)
     r.add_argument("--threads", type=int, default=2)

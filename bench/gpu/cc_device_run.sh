@@ -27,7 +27,9 @@ for pat in ["/usr/local/cuda*/lib64/libcublas.so*", "/usr/local/cuda*/targets/*/
 print(":".join(sorted(dirs)))
 PY
 )
-export LD_LIBRARY_PATH=${LIBS}:${LD_LIBRARY_PATH:-}
+# tcc-gpu links libLLVM-14, which the device lacks: carry target/llvmlibs.tar.xz
+# (see epi_prepare.sh) and unpack it to LLVMLIBS_DIR (default /tmp/llvmlibs).
+export LD_LIBRARY_PATH=${LLVMLIBS_DIR:-/tmp/llvmlibs}:${LIBS}:${LD_LIBRARY_PATH:-}
 chmod +x tcc-gpu
 nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.max.sm --format=csv,noheader
 STAGES=${STAGES:-1 2 3 4}
