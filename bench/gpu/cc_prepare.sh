@@ -45,5 +45,5 @@ for n in 1024 8192; do
   $TCC build --target cuda --tf32 "$DEST/src/tf32/mm$n.tc" -o "$DEST/checks/tf32/mm$n.ptx" 2>/dev/null
   $TCC build --target cuda "$DEST/src/tf32/mm$n.tc" -o "$DEST/checks/f32/mm$n.ptx" 2>/dev/null
 done
-cp target/release/tcc-gpu bench/gpu/cc_suite.py bench/gpu/cc_device_run.sh "$DEST/"
+cp target/release/tcc-gpu bench/gpu/cc_suite.py bench/gpu/cc_device_run.sh bench/gpu/cuda_env.sh "$DEST/"
 du -sh "$DEST"

@@ -15,16 +15,7 @@ set -u
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/c21out}; mkdir -p "$OUT"
 exec > >(tee "$OUT/complex_log.txt") 2>&1
-LIBS=$(python3 - <<'PY'
-import glob, os, site
-dirs = set()
-for pat in ["/usr/local/cuda*/lib64/libcublas.so*", "/usr/local/cuda*/targets/*/lib/libcublas.so*"] + [p + "/nvidia/**/libcublas.so*" for p in site.getsitepackages()]:
-    for f in glob.glob(pat, recursive=True):
-        dirs.add(os.path.dirname(f))
-print(":".join(sorted(dirs)))
-PY
-)
-export LD_LIBRARY_PATH=${LIBS}:${LD_LIBRARY_PATH:-}
+. ./cuda_env.sh
 chmod +x tcc-gpu
 nvidia-smi -L
 t0=$SECONDS

@@ -40,6 +40,6 @@ for f in "$DEST"/src/*.tc; do
 done
 $TCC build --target cuda bench/gpu/complex_zg.tc -o "$DEST/zg/zg.ptx" 2>/dev/null
 cp bench/gpu/complex_zg.tc bench/gpu/complex_driver.c bench/gpu/complex_check.py "$DEST/zg/"
-cp "target/$PROFILE/tcc-gpu" bench/gpu/complex_device_run.sh "$DEST/"
+cp "target/$PROFILE/tcc-gpu" bench/gpu/complex_device_run.sh bench/gpu/cuda_env.sh "$DEST/"
 echo "$(ls "$DEST"/src/*.tc | wc -l) programs in $DEST"
 du -sh "$DEST"

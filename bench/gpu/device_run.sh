@@ -25,16 +25,7 @@ BIN=$G/tcc-gpu
 chmod +x $BIN
 echo "== device"; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.max.sm --format=csv,noheader
 # cuBLAS: the CUDA toolkit's, else the pip wheels torch uses.
-LIBS=$(python3 - <<'PY'
-import glob, os, site
-dirs = set()
-for pat in ["/usr/local/cuda*/lib64/libcublas.so*", "/usr/local/cuda*/targets/*/lib/libcublas.so*"] + [p + "/nvidia/**/libcublas.so*" for p in site.getsitepackages()]:
-    for f in glob.glob(pat, recursive=True):
-        dirs.add(os.path.dirname(f))
-print(":".join(sorted(dirs)))
-PY
-)
-export LD_LIBRARY_PATH=${LIBS}:${LD_LIBRARY_PATH:-}
+. "$(dirname "$0")/cuda_env.sh"
 status=0
 t0=$SECONDS
 check() { # label, then tcc-gpu arguments

@@ -63,7 +63,7 @@ for set in auto:staged: tiny:staged:16,8,4,2,2 mma:staged:64,64,8,32,32,mma mma_
     fi
   done
 done
-cp "target/$PROFILE/tcc-gpu" bench/gpu/cc_suite.py bench/gpu/epi_device_run.sh bench/gpu/epi_table.py "$DEST/"
+cp "target/$PROFILE/tcc-gpu" bench/gpu/cc_suite.py bench/gpu/epi_device_run.sh bench/gpu/epi_table.py bench/gpu/cuda_env.sh "$DEST/"
 [ "$LLVMLIBS" -ef target/llvmlibs.tar.xz ] || cp "$LLVMLIBS" target/llvmlibs.tar.xz
 tar cf - -C "$(dirname "$DEST")" "$(basename "$DEST")" | xz -T2 -3 > "$DEST.tar.xz"
 du -sh "$DEST" "$DEST.tar.xz" target/llvmlibs.tar.xz

@@ -25,5 +25,5 @@ fi
 rm -rf "$DEST" && mkdir -p "$DEST/half/examples"
 cp examples/bf16_mlp.tc examples/rmsnorm_f16.tc "$DEST/half/examples/"
 python3 bench/gpu/half_bench.py build --dir "$DEST/half" --tcc "$TCC"
-cp "target/$PROFILE/tcc-gpu" bench/gpu/half_bench.py bench/gpu/half_device_run.sh "$DEST/"
+cp "target/$PROFILE/tcc-gpu" bench/gpu/half_bench.py bench/gpu/half_device_run.sh bench/gpu/cuda_env.sh "$DEST/"
 du -sh "$DEST"

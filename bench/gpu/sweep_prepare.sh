@@ -39,6 +39,6 @@ for s in $SHAPES; do
 done
 printf 'range RA = 150; range RO = 40;\nindex a, b : RA; index i, j, k : RO;\ninput tensor F[a,b,i,k] : f64;\ninput tensor G[k,j] : f64;\noutput tensor Out[a,b,i,j] : f64;\nOut[a,b,i,j] = F[a,b,i,k] * G[k,j];\n' > "$DEST/skinny/abik.tc"
 $TCC build --target cuda "$DEST/skinny/abik.tc" -o "$DEST/skinny/abik.ptx" 2>&1 | grep -E "→|->" | head -3 || true
-cp target/release/tcc-gpu bench/gpu/sweep_device_run.sh "$DEST/"
+cp target/release/tcc-gpu bench/gpu/sweep_device_run.sh bench/gpu/cuda_env.sh "$DEST/"
 tar cf - -C "$(dirname "$DEST")" "$(basename "$DEST")" | xz -T2 -3 > "$DEST.tar.xz"
 du -sh "$DEST" "$DEST.tar.xz"
