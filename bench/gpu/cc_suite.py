@@ -17,6 +17,7 @@ Cases
   - CCSD doubles terms, AO->MO transformation steps (one index at a time, each
     position), tensor-network contractions.
 
+  small  the 18 triples at small unequal extents (5..10): DIR/tri<k>.tc
   build  (a machine with tcc)  DIR/<case>.tc + .ptx + .plan.json, DIR/manifest.json
          (--group triples: only that group's cases, numbered as in the whole suite)
   run    (the GPU machine: torch, cupy)  per case: `tcc-gpu <case>.tc --repeat R
@@ -120,6 +121,17 @@ def build(args):
                         choices=choices, flops=flops))
         print(f"built {name}: {spec}: {unit}", file=sys.stderr)
     json.dump(dict(cases=man), open(os.path.join(args.dir, "manifest.json"), "w"), indent=1)
+
+
+def small(args):
+    """The 18 triples with every index at its own small extent (5..10), so that
+    partial tiles and unequal strides show: DIR/tri<k>.tc, numbered as in the
+    suite, for checks against the interpreter."""
+    os.makedirs(args.dir, exist_ok=True)
+    ext = dict(a=7, b=9, c=6, d=5, i=5, j=8, k=10, l=7)
+    for k, (name, group, spec, sizes) in enumerate(suite()):
+        if group == "triples":
+            open(os.path.join(args.dir, f"tri{k}.tc"), "w").write(tc_source(spec, {c: ext[c] for c in sizes}))
 
 
 def run(args):
@@ -287,8 +299,10 @@ def main():
     r.add_argument("--variants")
     r.add_argument("--out")
     r.add_argument("--json")
+    sm = sub.add_parser("small")
+    sm.add_argument("--dir", required=True)
     a = p.parse_args()
-    build(a) if a.cmd == "build" else run(a)
+    {"build": build, "small": small, "run": run}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -41,15 +41,7 @@ for e in direct staged; do
 done
 # The triples small: every index its own extent, so partial tiles and
 # unequal strides show.
-python3 - "$DEST/checks/src/triples" <<'PY'
-import sys
-sys.path.insert(0, "bench/gpu")
-import cc_suite
-ext = dict(a=7, b=9, c=6, d=5, i=5, j=8, k=10, l=7)
-for k, (name, group, spec, sizes) in enumerate(cc_suite.suite()):
-    if group == "triples":
-        open(f"{sys.argv[1]}/tri{k}.tc", "w").write(cc_suite.tc_source(spec, {c: ext[c] for c in sizes}))
-PY
+python3 bench/gpu/cc_suite.py small --dir "$DEST/checks/src/triples"
 ls bench/gpu/random/*.tc | head -40 | xargs -I{} cp {} "$DEST/checks/src/random/"
 for set in auto:staged: tiny:staged:16,8,4,2,2 mma:staged:64,64,8,32,32,mma mma_tiny:staged:16,32,8,8,16,mma direct:direct:; do
   name=${set%%:*}; rest=${set#*:}; epi=${rest%%:*}; tile=${rest#*:}

@@ -16,15 +16,7 @@ TCC=${TCC:-target/release/tcc}
 DEST=${1:-target/sweep19}
 SHAPES=${SHAPES:-"64,64,8,32,32 64,64,8,32,16 64,64,8,16,32 128,64,8,32,32 64,128,8,32,32 128,128,8,64,32 32,64,8,16,32 64,64,4,32,32 64,64,8,16,16 32,32,8,16,16"}
 rm -rf "$DEST" && mkdir -p "$DEST/src/small" "$DEST/skinny"
-python3 - "$DEST/src/small" <<'PY'
-import sys
-sys.path.insert(0, "bench/gpu")
-import cc_suite
-ext = dict(a=7, b=9, c=6, d=5, i=5, j=8, k=10, l=7)
-for k, (name, group, spec, sizes) in enumerate(cc_suite.suite()):
-    if group == "triples":
-        open(f"{sys.argv[1]}/tri{k}.tc", "w").write(cc_suite.tc_source(spec, {c: ext[c] for c in sizes}))
-PY
+python3 bench/gpu/cc_suite.py small --dir "$DEST/src/small"
 ls bench/gpu/random/*.tc | head -40 | xargs -I{} cp {} "$DEST/src/small/"
 for s in $SHAPES; do
   d="$DEST/s_$(echo "$s" | tr , x)"
