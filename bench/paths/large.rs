@@ -4,7 +4,8 @@
 //! and hyper-optimized path (the given budget) as SSA pairs, with tcc's flops,
 //! largest intermediate and search time; with `"max_intermediate": ELEMENTS`, also
 //! the slicing of the hyper-optimized order which fits (sliced index ids, slice
-//! count, one slice's path, the slicing's seconds). Run by `bench/paths/large.py`.
+//! count, one slice's path, the slicing's seconds), and with `"more_targets"` the
+//! slicings of the same order to those sizes. Run by `bench/paths/large.py`.
 
 use std::io::{BufRead, Write};
 use std::time::Instant;
@@ -25,6 +26,10 @@ struct Case {
     /// order to fit it (`tir::slice`).
     #[serde(default)]
     max_intermediate: Option<f64>,
+    /// Smaller targets the same order is also sliced to (`"more"` in the output):
+    /// the benchmark's comparison at equal slice counts.
+    #[serde(default)]
+    more_targets: Vec<f64>,
 }
 
 fn summary(p: &Path, t: f64) -> serde_json::Value {
@@ -60,12 +65,26 @@ fn main() {
             // the order it found, and as cotengra's `slice_and_reconfigure` slices
             // its tree): the seconds are the slicing's alone.
             let opts = Options { search_time: case.search_time, objective, ..Options::default() };
+            let found_again = found.clone();
             let t0 = Instant::now();
             let s = slice_path(&p, found, target, &opts).expect("slicing");
             let mut one = summary(&s.path, t0.elapsed().as_secs_f64());
             one["sliced"] = serde_json::json!(s.indices);
             one["slices"] = serde_json::json!(s.slices);
             v["sliced"] = one;
+            let more: Vec<serde_json::Value> = case
+                .more_targets
+                .iter()
+                .map(|&t| {
+                    let s = slice_path(&p, found_again.clone(), t, &opts).expect("slicing");
+                    let mut one = summary(&s.path, 0.0);
+                    one["sliced"] = serde_json::json!(s.indices);
+                    one["slices"] = serde_json::json!(s.slices);
+                    one["target"] = serde_json::json!(t);
+                    one
+                })
+                .collect();
+            v["more"] = serde_json::json!(more);
         }
         writeln!(out, "{v}").unwrap();
         out.flush().unwrap();
