@@ -268,7 +268,7 @@ def slice_target(row):
     return max(pow2(small / 32), min(64, pow2(small / 2)))
 
 
-def run_case(exe, cid, inputs, output, sizes, budget):
+def run_case(exe, cid, inputs, output, sizes, budget, equal_count=True):
     """One row: tcc greedy and hyper, opt_einsum greedy, cotengra, all with `budget`
     seconds, then both sliced to the same target."""
     line = json.dumps({"id": cid, "inputs": inputs, "output": output, "sizes": sizes, "search_time": budget})
@@ -291,7 +291,8 @@ def run_case(exe, cid, inputs, output, sizes, budget):
     row["target"] = target
     if max(row["tcc_hyper"][1], row["ctg"][1]) <= target:
         return row
-    one = dict(json.loads(line), max_intermediate=target)
+    more = [t for t in (target / 2, target / 4, target / 8) if t >= 1] if equal_count else []
+    one = dict(json.loads(line), max_intermediate=target, more_targets=more)
     r = json.loads(subprocess.run([exe], input=json.dumps(one) + "\n", capture_output=True, text=True, check=True).stdout)
     sl = r["sliced"]
     assert sl["largest"] <= target, (cid, sl["largest"], target)
@@ -301,7 +302,34 @@ def run_case(exe, cid, inputs, output, sizes, budget):
     secs = time.perf_counter() - t
     ids = [int(i) for i in st.sliced_inds]
     row["ctg_sliced"] = (*sliced_cost(inputs, output, sizes, ids, st.get_path()), secs)
+    if equal_count:
+        equal_slice_count(row, r.get("more", []), tree, inputs, output, sizes, more)
     return row
+
+
+def equal_slice_count(row, tcc_more, tree, inputs, output, sizes, more):
+    """Equal slicing as a slice count: the tool with fewer slices at the common
+    target is sliced again to halved targets (1/2, 1/4, 1/8 of it) until it has at
+    least as many slices as the other; the first such slicing is compared with the
+    other's (`row["eq_count"]`: both (flops, largest, slices), and which was
+    re-sliced). Left out when neither halving gets there."""
+    n = len(inputs)
+    a, b = row["tcc_sliced"], row["ctg_sliced"]
+    if a[2] == b[2]:
+        row["eq_count"] = (a[:3], b[:3], "none")
+    elif a[2] < b[2]:
+        for m in tcc_more:
+            c = sliced_cost(inputs, output, sizes, m["sliced"], ssa_to_linear(n, m["ssa"]))
+            if c[2] >= b[2]:
+                row["eq_count"] = (c, b[:3], "tcc")
+                return
+    else:
+        for t in more:
+            st = tree.slice_and_reconfigure(target_size=t)
+            c = sliced_cost(inputs, output, sizes, [int(i) for i in st.sliced_inds], st.get_path())
+            if c[2] >= a[2]:
+                row["eq_count"] = (a[:3], c, "cotengra")
+                return
 
 
 def main():
@@ -325,7 +353,7 @@ def main():
     long_rows = []
     if args.long > 0 and ctg is not None:
         for cid, inputs, output, sizes in (c for c in all_cases if c[0] in LONG):
-            long_rows.append(run_case(exe, cid, inputs, output, sizes, args.long))
+            long_rows.append(run_case(exe, cid, inputs, output, sizes, args.long, equal_count=False))
             print("long", cid, {k: v for k, v in long_rows[-1].items() if k != "id"}, file=sys.stderr, flush=True)
     write(rows, long_rows, args, time.perf_counter() - started)
 
@@ -353,6 +381,17 @@ def summary(rows, have_ctg):
         add("sliced to the same target: total flops tcc / cotengra", "tcc_sliced", "ctg_sliced", 0)
         add("sliced to the same target: largest intermediate tcc / cotengra", "tcc_sliced", "ctg_sliced", 1)
         add("sliced to the same target: slices tcc / cotengra", "tcc_sliced", "ctg_sliced", 2)
+        add("sliced to the same target: slicing seconds tcc / cotengra", "tcc_sliced", "ctg_sliced", 3)
+        eq = [r for r in rows if "eq_count" in r]
+        if eq:
+            for k, what in [(1, "largest intermediate"), (0, "total flops"), (2, "slices")]:
+                vals = [(r["eq_count"][0][k] / r["eq_count"][1][k], r["id"]) for r in eq]
+                med = statistics.median(v for v, _ in vals)
+                worst = max(vals)
+                best = min(v for v, _ in vals)
+                lines.append(
+                    f"| equal slice count: {what} tcc / cotengra | {len(vals)} | {med:.3f} | {worst[0]:.3f} | {worst[1]} | {best:.3f} |"
+                )
     return lines
 
 
@@ -446,7 +485,13 @@ def write(rows, long_rows, args, seconds):
         "size (a power of two at most 1/32 of the smaller unsliced largest intermediate, but at least 64 "
         "elements or half of it): tcc with `tir::slice` (what `tcc opt/run --max-intermediate` do), cotengra with "
         "`ContractionTree.slice_and_reconfigure(target_size=...)`; total flops are one slice's cost (sliced "
-        "indices of size 1) times the slices — the comparison at equal slicing the issue asks for."
+        "indices of size 1) times the slices — the comparison at equal slicing the issue asks for. Slicing "
+        "seconds are the slicing's alone for both (tcc slices the order its search just found, cotengra the tree "
+        "it found; neither search is counted). *Equal slice count* (main budget only) takes equal slicing "
+        "literally: the tool with fewer slices at the common target is sliced again to 1/2, 1/4, 1/8 of the "
+        "target until it has at least as many slices as the other, and the first such slicing is compared "
+        "(slices ratio ≥ 1 where tcc was re-sliced, ≤ 1 where cotengra was); cases where no halving gets there "
+        "are left out of those rows."
     )
     lines.append("")
     lines.append(f"### Summary ({args.time:g} s)")
