@@ -235,15 +235,9 @@ fn prune(p: &Problem, mut out: Slicing, target: f64, opts: &Options) -> Result<S
                     tries.push(optimize_path(&q, &size_opts)?);
                 }
             }
-            let fits = tries
-                .into_iter()
-                .enumerate()
-                .filter(|(_, t)| largest_intermediate(t) <= target)
-                .map(|(_, t)| t)
-                .filter(|t| largest_intermediate(t) <= target)
-                .min_by(|a, b| {
-                    a.flops.total_cmp(&b.flops).then(largest_intermediate(a).total_cmp(&largest_intermediate(b)))
-                });
+            let fits = tries.into_iter().filter(|t| largest_intermediate(t) <= target).min_by(|a, b| {
+                a.flops.total_cmp(&b.flops).then(largest_intermediate(a).total_cmp(&largest_intermediate(b)))
+            });
             match fits {
                 Some(t) if t.flops * slices < out.flops => {
                     out.largest = largest_intermediate(&t);
