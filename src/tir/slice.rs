@@ -140,7 +140,7 @@ fn shrink(p: &Problem, mut s: Slicing) -> Result<Slicing, PathError> {
         if cap < 1.0 {
             return Ok(s);
         }
-        let pairs: Vec<(usize, usize)> = s.path.steps.iter().map(|st| (st.a, st.b)).collect();
+        let pairs = pairs_of(&s.path);
         let t = reconfigure_capped(&q, &pairs, cap, s.path.method)?;
         let l = largest_intermediate(&t);
         if l < s.largest && t.flops <= s.path.flops {
@@ -223,7 +223,7 @@ fn prune(p: &Problem, mut out: Slicing, target: f64, opts: &Options) -> Result<S
             s.remove(k);
             let q = sliced_problem(p, &s);
             let slices: f64 = s.iter().map(|&i| p.sizes[i] as f64).product();
-            let pairs: Vec<(usize, usize)> = out.path.steps.iter().map(|st| (st.a, st.b)).collect();
+            let pairs = pairs_of(&out.path);
             // The current tree pressed under the target first; the greedy orders
             // and the short search only when it does not fit at fewer flops.
             let capped = reconfigure_capped(&q, &pairs, target, out.path.method)?;
@@ -269,7 +269,7 @@ fn slice_tree(p: &Problem, full: Path, target: f64) -> Result<Slicing, PathError
     };
     // Candidates are costed on the current tree (at first the unsliced order's),
     // as cotengra slices a fixed tree: cheap, and the tree is a good one.
-    let mut pairs: Vec<(usize, usize)> = out.path.steps.iter().map(|s| (s.a, s.b)).collect();
+    let mut pairs = pairs_of(&out.path);
     let method = out.path.method;
     let greedy = greedy_opts();
     while out.largest > target {
@@ -282,7 +282,7 @@ fn slice_tree(p: &Problem, full: Path, target: f64) -> Result<Slicing, PathError
         let c = reconfigure_capped(&sliced_problem(p, &out.indices), &pairs, target, method)?;
         let lc = largest_intermediate(&c);
         if lc < out.largest && c.flops * lc <= out.path.flops * out.largest {
-            pairs = c.steps.iter().map(|s| (s.a, s.b)).collect();
+            pairs = pairs_of(&c);
             out.flops = c.flops * out.slices;
             out.largest = lc;
             out.path = c;
@@ -339,7 +339,7 @@ fn slice_tree(p: &Problem, full: Path, target: f64) -> Result<Slicing, PathError
         let r = reconfigure_path(&sp, &pairs, Objective::Flops, method)?;
         for q in [q, r] {
             if q.flops < out.path.flops && largest_intermediate(&q) <= out.largest {
-                pairs = q.steps.iter().map(|s| (s.a, s.b)).collect();
+                pairs = pairs_of(&q);
                 out.flops = q.flops * out.slices;
                 out.largest = largest_intermediate(&q);
                 out.path = q;
@@ -350,13 +350,14 @@ fn slice_tree(p: &Problem, full: Path, target: f64) -> Result<Slicing, PathError
     Ok(out)
 }
 
+/// The pairwise steps of an order, as the reconfiguration and costing take them.
+fn pairs_of(p: &Path) -> Vec<(usize, usize)> {
+    p.steps.iter().map(|s| (s.a, s.b)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pairs_of(p: &Path) -> Vec<(usize, usize)> {
-        p.steps.iter().map(|s| (s.a, s.b)).collect()
-    }
 
     fn problem(inputs: Vec<Vec<usize>>, output: Vec<usize>, sizes: Vec<usize>) -> Problem {
         Problem { inputs, output, sizes, sym: Vec::new() }
