@@ -35,9 +35,12 @@ const CUBLAS_TILE: u64 = 128;
 /// epilogue of every tile).
 const K_HALF: f64 = 32.0;
 /// Share of HBM bandwidth that cuBLAS reaches on skinny, bandwidth-bound
-/// products (measured 44 to 53 % for n = 40 … 70; matrix-vector products reach
-/// about 90 %, dot products 50 %).
-const CUBLAS_MEM_EFF: f64 = 0.5;
+/// products: 57–65 % on the AO→MO steps at N = 80 (656 MB in 0.253–0.286 ms)
+/// and 77 % on `abik,kj->abij` at n = k = 40 (H200, 2026-12-06 suite and
+/// sweep; 44–53 % in an earlier, smaller sample); matrix-vector products reach
+/// about 90 %, dot products 50 %.
+const CUBLAS_MEM_EFF: f64 = 0.6;
+const DOT_MEM_EFF: f64 = 0.5;
 const GEMV_MEM_EFF: f64 = 0.9;
 /// The one-thread-per-output kernel of a contraction: each thread streams its
 /// operands through L1/L2 with no reuse in registers (measured 2.5 to 3 TFLOP/s
@@ -80,14 +83,27 @@ const MEASURED_MMA: [(TileCfg, u64, f64); 3] = [
     (TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true }, 128, 14.4e12),
 ];
 /// f64 tensor-core tiles with their C tile staged through shared memory
-/// ([`Epilogue::Staged`], the default for them): (tile shape, FLOP/s). Measured on
-/// an H100 (2026-12-05, bench/gpu/runs/epi-H100-2026-12-05/): on the six n = 24
-/// CCSD(T) triples 64×64×8/32×32 staged took 0.64–0.70 ms where the FMA tile
-/// (16.7 TFLOP/s above) took 0.94–1.03 ms, 1.44–1.48× faster; the rate is the
-/// one under which this model's time for that shape is 1.46× below the FMA
-/// tile's. Other tensor-core shapes staged are unmeasured: their direct rate.
-const MEASURED_MMA_STAGED: [(TileCfg, f64); 1] =
-    [(TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true }, 24.4e12)];
+/// ([`Epilogue::Staged`], the default for them): (tile shape, FLOP/s of their
+/// reduction steps in this model's terms). Fitted on the H200 (2026-12-06,
+/// bench/gpu/results.md, the suite run and the tile sweep): on the CCSD(T)
+/// triples (k = n = 16, 20, 24) 64×64×8 took 6.6–7.2 µs per round of resident
+/// blocks (2–3 steps) and 64×64×4 5.5–6.2 µs (4–6 steps), 0.87× the time of
+/// 64×64×8. Other tensor-core shapes staged are unmeasured: their direct rate.
+const MEASURED_MMA_STAGED: [(TileCfg, f64); 2] = [
+    (TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true }, 34e12),
+    (TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true }, 28e12),
+];
+/// What a staged tile's memory traffic costs (H200, 2026-12-06 suite and
+/// sweep): C is written at about 3.1 TB/s (the triples' n⁶ outputs: 64×64×4
+/// 3.0–3.1 TB/s), but operands streamed from HBM come in at only about
+/// 1 TB/s: each block waits on its next k slice with few loads in flight
+/// (`abik,kj->abij` with a 288 MB operand took 0.336 ms where its output alone
+/// needs 0.09; `pqrs,pa->aqrs` at N = 80, 0.597 ms). Reads and writes add up:
+/// a block's stores and the next block's loads share the round. Unmeasured: C
+/// read where a kernel accumulates (counted at the write rate, as the epilogue
+/// reads it just before its stores).
+const STAGED_WRITE_BPS: f64 = 3.1e12;
+const STAGED_READ_BPS: f64 = 1.0e12;
 /// Each block's prologue (first tiles) and epilogue (stores of C) cost about
 /// as much as this many reduction steps (fitted to k = 40 … 2000).
 const TILE_OVERHEAD_STEPS: f64 = 4.0;
@@ -137,14 +153,10 @@ pub fn blocks_per_sm(e: Elem, cfg: &TileCfg) -> u64 {
     by_regs.min(by_shared).min(2048 / nt).clamp(1, 32)
 }
 
-/// Predicted seconds of a tiled kernel for sizes `[batch, m, n, k]`: rounds of
-/// resident blocks, each block's reduction steps plus its overhead at the rate
-/// its multiprocessor shares among the resident blocks.
-pub fn tiled_time_with(e: Elem, cfg: &TileCfg, epi: Epilogue, sizes: [u64; 4]) -> f64 {
-    tiled_time_c(e, cfg, epi, sizes, 2)
-}
-
-/// [`tiled_time_with`] with C read and written (`c_passes` 2) or only stored (1).
+/// Predicted seconds of a tiled kernel for sizes `[batch, m, n, k]` with C read
+/// and written (`c_passes` 2) or only stored (1): rounds of resident blocks,
+/// each block's reduction steps plus its overhead at the rate its
+/// multiprocessor shares among the resident blocks, or the memory traffic.
 pub fn tiled_time_c(e: Elem, cfg: &TileCfg, epi: Epilogue, [nb, m, n, k]: [u64; 4], c_passes: u64) -> f64 {
     let blocks = m.div_ceil(cfg.bm) * n.div_ceil(cfg.bn) * nb;
     let per_sm = blocks_per_sm(e, cfg);
@@ -152,7 +164,14 @@ pub fn tiled_time_c(e: Elem, cfg: &TileCfg, epi: Epilogue, [nb, m, n, k]: [u64; 
     let step_s = per_sm as f64 * step_flops / (tiled_rate(e, cfg, epi) / SMS as f64);
     let rounds = blocks.div_ceil(SMS * per_sm) as f64;
     let compute = rounds * (k.div_ceil(cfg.bk) as f64 + TILE_OVERHEAD_STEPS) * step_s;
-    let bytes = (nb * (m * k + k * n + c_passes * m * n)) as f64 * e.bytes() as f64;
+    let eb = e.bytes() as f64;
+    if epi == Epilogue::Staged && cfg.mma {
+        // C's old values, where it accumulates, are read in the epilogue, as its stores go.
+        let operands = (nb * (m * k + k * n)) as f64 * eb;
+        let c = (c_passes * nb * m * n) as f64 * eb;
+        return LAUNCH_S + compute.max(operands / STAGED_READ_BPS + c / STAGED_WRITE_BPS);
+    }
+    let bytes = (nb * (m * k + k * n + c_passes * m * n)) as f64 * eb;
     LAUNCH_S + compute.max(bytes / HBM_BPS)
 }
 
@@ -182,7 +201,7 @@ fn gemm_rate_time(elem: Elem, tf32: bool, [m, n, k, nb]: [u64; 4], beta: f64) ->
     let c_passes = if beta == 0.0 { 1 } else { 2 };
     let bytes = (nb * (m * k + k * n + c_passes * m * n)) as f64 * elem.bytes() as f64;
     if m == 1 && n == 1 {
-        return CUBLAS_CALL_S + LAUNCH_S + bytes / (CUBLAS_MEM_EFF * HBM_BPS);
+        return CUBLAS_CALL_S + LAUNCH_S + bytes / (DOT_MEM_EFF * HBM_BPS);
     }
     if m == 1 || n == 1 {
         return CUBLAS_CALL_S + LAUNCH_S + bytes / (GEMV_MEM_EFF * HBM_BPS);

@@ -402,7 +402,8 @@ impl Planner<'_> {
                             }
                     })
                     .map(|x| {
-                        (x, cost::tiled_time_with(elem, &x, self.opts.epilogue.unwrap_or(default_epilogue(&x)), sizes))
+                        let epi = self.opts.epilogue.unwrap_or(default_epilogue(&x));
+                        (x, cost::tiled_time_c(elem, &x, epi, sizes, if self.fresh { 1 } else { 2 }))
                     })
                     .min_by(|x, y| x.1.total_cmp(&y.1))
                     .map(|x| x.0);
