@@ -369,6 +369,50 @@ fn triples_take_staged_tensor_core_tiles_by_default() {
     check(&hir, UnitId::new(0), &GpuOptions { gemm: TILED, ..Default::default() }).unwrap();
 }
 
+/// Copies that permute (cuBLAS's operands and results laid out as matrices) go
+/// through a shared-memory tile where the input's and the output's stride-1
+/// variables differ and both are long enough: extents that are and are not
+/// multiples of the 32-wide tile, mixed element types, a coefficient; the same
+/// plans with `plain_copies` keep one thread per element. Both compute what the
+/// interpreter does, and the tiled copy's PTX holds its barrier and shared memory.
+#[test]
+fn permuting_copies_go_through_a_shared_tile() {
+    let cases: &[(&str, &[(char, usize)])] = &[
+        // The CCSD ring term: both operands and the result permuted.
+        ("akcj,cbik->abij", &[('a', 37), ('b', 9), ('c', 40), ('i', 11), ('j', 33), ('k', 8)]),
+        ("akcj,cbik->abij", &[('a', 32), ('b', 8), ('c', 64), ('i', 8), ('j', 32), ('k', 8)]),
+        ("mbej,aeim->abij", &[('a', 20), ('b', 12), ('e', 41), ('i', 10), ('j', 9), ('m', 12)]),
+    ];
+    for (spec, sizes) in cases {
+        let hir = compile(&einsum_src(spec, sizes, "f64"));
+        for plain in [false, true] {
+            let o = GpuOptions { gemm: CUBLAS, plain_copies: plain, ..Default::default() };
+            let p = plan(&hir, &[UnitId::new(0)], &o).unwrap();
+            let tiled = p.kernels.iter().filter(|k| k.transpose.is_some()).count();
+            assert_eq!(tiled > 0, !plain, "{spec} plain {plain}: {tiled} tiled copies");
+            for k in p.kernels.iter().filter(|k| k.transpose.is_some()) {
+                let ([gx, gy, gz], block) = k.launch_dims();
+                assert!(gx >= 1 && gy == 1 && gz == 1 && block == 256, "{spec}: {gx} {gy} {gz} {block}");
+                let ptx = emit_ptx(&p).unwrap();
+                let at = ptx.find(&format!(".visible .entry {}(", k.name)).unwrap();
+                let body = &ptx[at..];
+                assert!(
+                    body.contains("bar.sync") && body.contains("st.shared") && body.contains("ld.shared"),
+                    "{body}"
+                );
+            }
+            check(&hir, UnitId::new(0), &o).unwrap_or_else(|e| panic!("{spec} plain {plain}: {e}"));
+        }
+    }
+    // Mixed types and a coefficient: an f32 input permuted into an f64 result.
+    let src = "range A = 33; range B = 40; range C = 9; index a : A; index b : B; index c : C;\n\
+        input tensor X[a,b,c] : f32; output tensor Y[c,b,a] : f64;\nY[c,b,a] = 2.5 * X[a,b,c];\n";
+    let hir = compile(src);
+    let p = plan(&hir, &[UnitId::new(0)], &GpuOptions::default()).unwrap();
+    assert!(p.kernels.iter().any(|k| k.transpose.is_some()), "{:?}", p.kernels);
+    check(&hir, UnitId::new(0), &GpuOptions::default()).unwrap();
+}
+
 /// Plans built for a runner keep every alternative; forcing switches them.
 #[test]
 fn kept_alternatives_can_be_forced() {

@@ -83,7 +83,15 @@ pub fn build_ptx(
         },
         Err(_) => opts.epilogue,
     };
-    let opts = GpuOptions { keep_alternatives: true, tile, in_place, mma, epilogue, ..opts.clone() };
+    // TCC_GPU_PLAIN_COPIES=1|0 (benchmarks): permuting copies one thread per
+    // element instead of through a shared-memory tile.
+    let plain_copies = match std::env::var("TCC_GPU_PLAIN_COPIES").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        Ok(v) => return Err(fail("E0732", format!("TCC_GPU_PLAIN_COPIES=`{v}` is not 1 or 0"), None)),
+        Err(_) => opts.plain_copies,
+    };
+    let opts = GpuOptions { keep_alternatives: true, tile, in_place, mma, epilogue, plain_copies, ..opts.clone() };
     // A complex program: the plan and PTX of its lowering to real parts (which
     // `tcc-gpu` and `tcc run --target cuda` run), a shim taking complex arrays.
     let complex = crate::sema::complex::has_complex(hir).then(|| crate::tir::complex::lower(hir));

@@ -55,8 +55,10 @@ const NAIVE_STRIDED: f64 = 0.25;
 const NAIVE_MEM_EFF: f64 = 0.3;
 const NAIVE_ATOMIC_MEM_EFF: f64 = 0.15;
 /// Element copies with strided reads or writes (transposes) reach this share of
-/// HBM bandwidth.
+/// HBM bandwidth; moved through a shared-memory tile ([`Kernel::transpose`]),
+/// this one (a guess until measured: both sides coalesced, as a plain copy).
 const STRIDED_COPY: f64 = 0.5;
+const TILED_COPY: f64 = 0.8;
 
 /// Tiled kernels: (tile shape, element, registers per thread from `ptxas -v`
 /// for sm_90, FLOP/s of the whole GPU when every multiprocessor holds as many
@@ -235,7 +237,12 @@ fn naive_time(k: &Kernel) -> f64 {
         // A copy or an element-wise kernel.
         let strided = k.ops.iter().any(|o| o.par_strides.last().is_some_and(|&s| s > 1))
             || k.out_strides.last().is_some_and(|&s| s > 1);
-        return LAUNCH_S + bytes / (HBM_BPS * if strided { STRIDED_COPY } else { 1.0 });
+        let eff = match (k.transpose.is_some(), strided) {
+            (true, _) => TILED_COPY,
+            (false, true) => STRIDED_COPY,
+            (false, false) => 1.0,
+        };
+        return LAUNCH_S + bytes / (HBM_BPS * eff);
     }
     let flops = (par * red) as f64 * k.ops.len().max(1) as f64;
     let mut rate = match k.elem {

@@ -135,10 +135,10 @@ fn emulate_steps(
                         unsafe { bufs[a.buf].as_mut_ptr().add(off) }
                     })
                     .collect();
-                match &k.tiled {
+                match k.by_blocks() {
                     // One call per block.
-                    Some(t) => {
-                        let [gx, gy, gz] = t.grid();
+                    true => {
+                        let ([gx, gy, gz], _) = k.launch_dims();
                         for z in 0..gz {
                             for y in 0..gy {
                                 for x in 0..gx {
@@ -153,7 +153,7 @@ fn emulate_steps(
                             return Err(err(format!("{}: {n} vector stores to addresses not 16-byte aligned", k.name)));
                         }
                     }
-                    None => {
+                    false => {
                         for t in 0..k.threads() {
                             call(addr, &[t], &ptrs)?;
                         }
@@ -221,6 +221,9 @@ fn call(addr: usize, ids: &[u64], p: &[*mut u8]) -> Result<(), CodegenError> {
             }
             (&[t], &[a, b, c, d, e]) => {
                 std::mem::transmute::<usize, unsafe extern "C" fn(u64, P, P, P, P, P)>(addr)(t, a, b, c, d, e)
+            }
+            (&[x, y, z], &[a, b]) => {
+                std::mem::transmute::<usize, unsafe extern "C" fn(u64, u64, u64, P, P)>(addr)(x, y, z, a, b)
             }
             (&[x, y, z], &[a, b, c]) => {
                 std::mem::transmute::<usize, unsafe extern "C" fn(u64, u64, u64, P, P, P)>(addr)(x, y, z, a, b, c)

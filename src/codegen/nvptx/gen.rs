@@ -226,6 +226,9 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         if let Some(t) = &k.tiled {
             return self.tiled_kernel(k, t);
         }
+        if let Some(t) = k.transpose {
+            return self.transpose_kernel(k, t);
+        }
         let i64t = self.ctx.i64_type();
         let mut params: Vec<BasicMetadataTypeEnum> = Vec::new();
         if self.mode == Mode::Host {

@@ -26,11 +26,13 @@ mod gen;
 mod math;
 mod plan;
 mod tiled;
+mod transpose;
 
 pub use emulate::emulate;
 pub use gen::{emit_nvptx_ir, emit_ptx, ptx_for};
 pub use plan::plan;
 pub use tiled::{default_epilogue, Dim, Epilogue, Stage, TileCfg, Tiled};
+pub use transpose::Transpose;
 
 use crate::sema::hir::{ElemType, IndexId, TensorId, UnitId};
 use serde::{Deserialize, Serialize};
@@ -132,6 +134,10 @@ pub struct Kernel {
     /// (types and functions only), `par`/`red` are empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tiled: Option<Tiled>,
+    /// A copy that permutes, moved through a shared-memory tile
+    /// ([`transpose`]): its blocks are tiles, not runs of output elements.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transpose: Option<Transpose>,
     /// How the operands combine: summed products, or `max`/`min`/`where`.
     #[serde(default, skip_serializing_if = "Combine::is_sum")]
     pub combine: Combine,
@@ -197,10 +203,16 @@ impl Kernel {
     }
     /// Grid and block size of a launch: `(grid x, y, z)`, threads per block.
     pub fn launch_dims(&self) -> ([u64; 3], u32) {
-        match &self.tiled {
-            Some(t) => (t.grid(), t.cfg.threads() as u32),
-            None => ([self.threads().div_ceil(BLOCK as u64), 1, 1], BLOCK),
+        match (&self.tiled, &self.transpose) {
+            (Some(t), _) => (t.grid(), t.cfg.threads() as u32),
+            (None, Some(t)) => (t.grid(&self.par), (transpose::TILE * transpose::ROWS) as u32),
+            (None, None) => ([self.threads().div_ceil(BLOCK as u64), 1, 1], BLOCK),
         }
+    }
+    /// Whether its function runs one whole block per call on the host (tiled
+    /// kernels and tiled copies), rather than one thread.
+    pub fn by_blocks(&self) -> bool {
+        self.tiled.is_some() || self.transpose.is_some()
     }
 }
 
@@ -526,6 +538,9 @@ pub struct GpuOptions {
     pub tf32: bool,
     /// How tiled kernels store their C tile; `None`: [`default_epilogue`] of the tile shape.
     pub epilogue: Option<Epilogue>,
+    /// Permuting copies one thread per element, without the shared-memory tile
+    /// of [`Transpose`] (`TCC_GPU_PLAIN_COPIES=1`: to measure what the tile gains).
+    pub plain_copies: bool,
 }
 
 pub const DEFAULT_GPU_MEM_LIMIT: u64 = 16 << 30;

@@ -79,6 +79,9 @@ fn view(rows: Grp, cols: Grp) -> Option<(bool, u64)> {
 
 impl Planner<'_> {
     pub(super) fn kernel(&mut self, mut k: Kernel) -> usize {
+        if k.transpose.is_none() && !self.opts.plain_copies {
+            k.transpose = super::transpose::detect(&k);
+        }
         if let Some(i) = self
             .kernels
             .iter()
@@ -269,6 +272,7 @@ impl Planner<'_> {
             coef: 0.0,
             store: true,
             tiled: None,
+            transpose: None,
             combine: Combine::Sum,
             out: out_elem,
         });
@@ -324,6 +328,7 @@ impl Planner<'_> {
             coef: 1.0,
             store: false,
             tiled: None,
+            transpose: None,
             combine,
             out: self.half_of(c),
         });
@@ -374,6 +379,7 @@ impl Planner<'_> {
             coef: 1.0,
             store: false,
             tiled: None,
+            transpose: None,
             combine: Combine::Sum,
             out: self.half_of(c),
         });
@@ -601,6 +607,7 @@ impl Planner<'_> {
             coef,
             store,
             tiled: None,
+            transpose: None,
             combine: Combine::Sum,
             out: self.half_of(c),
         });
@@ -731,6 +738,7 @@ impl Planner<'_> {
                 coef: 1.0,
                 store: true,
                 tiled: None,
+                transpose: None,
                 combine: Combine::Sum,
                 out: Some(oe).filter(|e| e.is_half()),
             });
@@ -870,6 +878,7 @@ impl Planner<'_> {
                 coef: 1.0,
                 store: true,
                 tiled: None,
+                transpose: None,
                 combine: Combine::Sum,
                 out: Some(oe).filter(|e| e.is_half()),
             });
@@ -1018,6 +1027,7 @@ impl Planner<'_> {
                 coef: 1.0,
                 store: self.fresh,
                 tiled: None,
+                transpose: None,
                 combine: Combine::Sum,
                 out: self.half_of(c),
             });
@@ -1140,6 +1150,7 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
                         coef: 1.0,
                         store: true,
                         tiled: None,
+                        transpose: None,
                         combine: Combine::Sum,
                         out: Some(p.buffers[j].elem),
                     });

@@ -445,6 +445,7 @@ impl Planner<'_> {
             coef,
             store: self.fresh,
             tiled: Some(t),
+            transpose: None,
             combine: Combine::Sum,
             out: self.half_of(c),
         });
@@ -480,7 +481,7 @@ impl<'ctx> Gen<'_, 'ctx> {
 
     /// A module-level array of `len` elements: in shared memory on the device,
     /// a plain global on the host.
-    fn block_array(&self, name: &str, t: BasicTypeEnum<'ctx>, len: u64) -> PointerValue<'ctx> {
+    pub(super) fn block_array(&self, name: &str, t: BasicTypeEnum<'ctx>, len: u64) -> PointerValue<'ctx> {
         let at = t.array_type(len as u32);
         let g = match self.mode {
             Mode::Device => {
@@ -499,13 +500,13 @@ impl<'ctx> Gen<'_, 'ctx> {
         g.as_pointer_value()
     }
 
-    fn at(&self, array: PointerValue<'ctx>, i: IntValue<'ctx>) -> Result<PointerValue<'ctx>, CodegenError> {
+    pub(super) fn at(&self, array: PointerValue<'ctx>, i: IntValue<'ctx>) -> Result<PointerValue<'ctx>, CodegenError> {
         // SAFETY: indices stay inside the array by construction.
         Ok(unsafe { self.b.build_in_bounds_gep(array, &[self.i64c(0), i], "at")? })
     }
 
     /// `body(tid)` for this thread (device) or for every thread of the block (host).
-    fn per_thread(
+    pub(super) fn per_thread(
         &mut self,
         tid: IntValue<'ctx>,
         nt: u64,
@@ -517,7 +518,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         }
     }
 
-    fn barrier(&self) -> Result<(), CodegenError> {
+    pub(super) fn barrier(&self) -> Result<(), CodegenError> {
         if self.mode == Mode::Device {
             let f = self.intrinsic("llvm.nvvm.barrier0", &[])?;
             self.b.build_call(f, &[], "")?;
@@ -1014,7 +1015,7 @@ impl<'ctx> Gen<'_, 'ctx> {
     }
 
     /// `body` where `cond` holds (`guard` false: always, no branch).
-    fn if_then(
+    pub(super) fn if_then(
         &mut self,
         cond: IntValue<'ctx>,
         guard: bool,
