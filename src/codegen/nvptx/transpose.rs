@@ -18,8 +18,6 @@
 
 use super::gen::{Gen, Mode};
 use super::*;
-use inkwell::attributes::AttributeLoc;
-use inkwell::types::BasicMetadataTypeEnum;
 use inkwell::IntPredicate;
 
 /// Elements per side of a block's tile.
@@ -73,24 +71,9 @@ impl<'ctx> Gen<'ctx, '_> {
     /// The kernel of a tiled copy ([`Transpose`]); `void k(T* out, U* in)` on
     /// the device, `void k(i64 bx, i64 by, i64 bz, T* out, U* in)` on the host.
     pub(super) fn transpose_kernel(&mut self, k: &Kernel, t: Transpose) -> Result<(), CodegenError> {
-        let i64t = self.ctx.i64_type();
         let lt = self.ft(k.elem);
         let op = &k.ops[0];
-        let mut params: Vec<BasicMetadataTypeEnum> = Vec::new();
-        if self.mode == Mode::Host {
-            params.extend([BasicMetadataTypeEnum::from(i64t); 3]);
-        }
-        params.push(self.ptr_ty(k.out_elem()).into());
-        params.push(self.ptr_ty(op.elem).into());
-        let f = self.module.add_function(&k.name, self.ctx.void_type().fn_type(&params, false), None);
-        let first_ptr = if self.mode == Mode::Host { 3 } else { 0 };
-        let noalias = inkwell::attributes::Attribute::get_named_enum_kind_id("noalias");
-        for j in 0..2 {
-            f.add_attribute(AttributeLoc::Param(first_ptr + j), self.ctx.create_enum_attribute(noalias, 0));
-        }
-        self.func = Some(f);
-        let entry = self.ctx.append_basic_block(f, "entry");
-        self.b.position_at_end(entry);
+        let (f, first_ptr) = self.block_kernel_fn(k);
         let ptr = |j: u32| f.get_nth_param(first_ptr + j).expect("ptr").into_pointer_value();
         let (pout, pin) = (ptr(0), ptr(1));
         let (bx, tid) = match self.mode {
@@ -170,12 +153,6 @@ impl<'ctx> Gen<'ctx, '_> {
                 Ok(())
             })?;
         }
-        self.b.build_return(None)?;
-        if self.mode == Mode::Device {
-            self.annotate(f, "kernel", 1)?;
-            self.annotate(f, "maxntidx", nt)?;
-        }
-        self.func = None;
-        Ok(())
+        self.end_block_kernel(f, nt)
     }
 }
