@@ -135,28 +135,25 @@ fn emulate_steps(
                         unsafe { bufs[a.buf].as_mut_ptr().add(off) }
                     })
                     .collect();
-                match k.by_blocks() {
+                if k.by_blocks() {
                     // One call per block.
-                    true => {
-                        let ([gx, gy, gz], _) = k.launch_dims();
-                        for z in 0..gz {
-                            for y in 0..gy {
-                                for x in 0..gx {
-                                    call(addr, &[x, y, z], &ptrs)?;
-                                }
+                    let ([gx, gy, gz], _) = k.launch_dims();
+                    for z in 0..gz {
+                        for y in 0..gy {
+                            for x in 0..gx {
+                                call(addr, &[x, y, z], &ptrs)?;
                             }
                         }
-                        // A 16-byte store the device would make at an address
-                        // that is not 16-byte aligned (a fault there).
-                        let n = misaligned.get(&k.name).map_or(0, |c| c.load(Ordering::Relaxed));
-                        if n > 0 {
-                            return Err(err(format!("{}: {n} vector stores to addresses not 16-byte aligned", k.name)));
-                        }
                     }
-                    false => {
-                        for t in 0..k.threads() {
-                            call(addr, &[t], &ptrs)?;
-                        }
+                    // A 16-byte store the device would make at an address
+                    // that is not 16-byte aligned (a fault there).
+                    let n = misaligned.get(&k.name).map_or(0, |c| c.load(Ordering::Relaxed));
+                    if n > 0 {
+                        return Err(err(format!("{}: {n} vector stores to addresses not 16-byte aligned", k.name)));
+                    }
+                } else {
+                    for t in 0..k.threads() {
+                        call(addr, &[t], &ptrs)?;
                     }
                 }
             }

@@ -222,6 +222,30 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         Ok(self.b.build_int_z_extend(v, self.ctx.i64_type(), "sreg")?)
     }
 
+    /// The function of kernel `k`: `void k(C*, A*...)` on the device; on the
+    /// host first `host_ids` i64 ids (a thread's, or a block's three for the
+    /// kernels the emulation runs a block at a time). Pointers `noalias`; made
+    /// current and positioned at its entry. Returns it and the parameter index
+    /// of its first pointer.
+    pub(super) fn kernel_fn(&mut self, k: &Kernel, host_ids: u32) -> (FunctionValue<'ctx>, u32) {
+        let first_ptr = if self.mode == Mode::Host { host_ids } else { 0 };
+        let mut params: Vec<BasicMetadataTypeEnum> =
+            vec![BasicMetadataTypeEnum::from(self.ctx.i64_type()); first_ptr as usize];
+        params.push(self.ptr_ty(k.out_elem()).into());
+        for o in &k.ops {
+            params.push(self.ptr_ty(o.elem).into());
+        }
+        let f = self.module.add_function(&k.name, self.ctx.void_type().fn_type(&params, false), None);
+        let noalias = inkwell::attributes::Attribute::get_named_enum_kind_id("noalias");
+        for j in 0..=k.ops.len() as u32 {
+            f.add_attribute(AttributeLoc::Param(first_ptr + j), self.ctx.create_enum_attribute(noalias, 0));
+        }
+        self.func = Some(f);
+        let entry = self.ctx.append_basic_block(f, "entry");
+        self.b.position_at_end(entry);
+        (f, first_ptr)
+    }
+
     fn kernel(&mut self, k: &Kernel) -> Result<(), CodegenError> {
         if let Some(t) = &k.tiled {
             return self.tiled_kernel(k, t);
@@ -229,26 +253,9 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         if let Some(t) = k.transpose {
             return self.transpose_kernel(k, t);
         }
-        let i64t = self.ctx.i64_type();
-        let mut params: Vec<BasicMetadataTypeEnum> = Vec::new();
-        if self.mode == Mode::Host {
-            params.push(i64t.into());
-        }
-        params.push(self.ptr_ty(k.out_elem()).into());
-        for o in &k.ops {
-            params.push(self.ptr_ty(o.elem).into());
-        }
-        let f = self.module.add_function(&k.name, self.ctx.void_type().fn_type(&params, false), None);
-        let first_ptr = if self.mode == Mode::Host { 1 } else { 0 };
-        let noalias = inkwell::attributes::Attribute::get_named_enum_kind_id("noalias");
-        for j in 0..=k.ops.len() {
-            f.add_attribute(AttributeLoc::Param((first_ptr + j) as u32), self.ctx.create_enum_attribute(noalias, 0));
-        }
-        self.func = Some(f);
-        let entry = self.ctx.append_basic_block(f, "entry");
+        let (f, first_ptr) = self.kernel_fn(k, 1);
         let body = self.ctx.append_basic_block(f, "body");
         let done = self.ctx.append_basic_block(f, "done");
-        self.b.position_at_end(entry);
         let lt = self.ft(k.elem);
         let acc = self.b.build_alloca(lt, "acc")?;
         let tid = match self.mode {
@@ -260,7 +267,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 self.b.build_int_add(self.b.build_int_mul(ctaid, ntid, "base")?, t, "tid")?
             }
         };
-        let ptr = |j: usize| f.get_nth_param((first_ptr + j) as u32).expect("ptr").into_pointer_value();
+        let ptr = |j: usize| f.get_nth_param(first_ptr + j as u32).expect("ptr").into_pointer_value();
         let inside = self.b.build_int_compare(IntPredicate::ULT, tid, self.i64c(k.threads()), "inside")?;
         self.b.build_conditional_branch(inside, body, done)?;
         self.b.position_at_end(body);

@@ -25,9 +25,8 @@ use super::gen::{Gen, Mode};
 use super::plan::{Operand, Planner};
 use super::*;
 use crate::sema::hir::{Func, Stmt};
-use inkwell::attributes::AttributeLoc;
 use inkwell::module::Linkage;
-use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum};
+use inkwell::types::{BasicType, BasicTypeEnum};
 use inkwell::values::{BasicValue, FloatValue, FunctionValue, IntValue, PointerValue};
 use inkwell::{AddressSpace, IntPredicate};
 
@@ -505,32 +504,6 @@ impl<'ctx> Gen<'_, 'ctx> {
         Ok(unsafe { self.b.build_in_bounds_gep(array, &[self.i64c(0), i], "at")? })
     }
 
-    /// The function of a kernel that runs whole blocks on the host (tiled
-    /// kernels, tiled copies): `void k(C*, A*...)` on the device, `void k(i64
-    /// bx, i64 by, i64 bz, C*, A*...)` on the host, pointers `noalias`; made
-    /// current and positioned at its entry. Returns it and its first pointer's
-    /// parameter index.
-    pub(super) fn block_kernel_fn(&mut self, k: &Kernel) -> (FunctionValue<'ctx>, u32) {
-        let mut params: Vec<BasicMetadataTypeEnum> = Vec::new();
-        if self.mode == Mode::Host {
-            params.extend([BasicMetadataTypeEnum::from(self.ctx.i64_type()); 3]);
-        }
-        params.push(self.ptr_ty(k.out_elem()).into());
-        for o in &k.ops {
-            params.push(self.ptr_ty(o.elem).into());
-        }
-        let f = self.module.add_function(&k.name, self.ctx.void_type().fn_type(&params, false), None);
-        let first_ptr = if self.mode == Mode::Host { 3 } else { 0 };
-        let noalias = inkwell::attributes::Attribute::get_named_enum_kind_id("noalias");
-        for j in 0..=k.ops.len() as u32 {
-            f.add_attribute(AttributeLoc::Param(first_ptr + j), self.ctx.create_enum_attribute(noalias, 0));
-        }
-        self.func = Some(f);
-        let entry = self.ctx.append_basic_block(f, "entry");
-        self.b.position_at_end(entry);
-        (f, first_ptr)
-    }
-
     /// `body(tid)` for this thread (device) or for every thread of the block (host).
     pub(super) fn per_thread(
         &mut self,
@@ -749,7 +722,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         let i64t = self.ctx.i64_type();
         let ct = self.ft(k.elem);
         let nt = cfg.threads();
-        let (f, first_ptr) = self.block_kernel_fn(k);
+        let (f, first_ptr) = self.kernel_fn(k, 3);
         let ptr = |j: u32| f.get_nth_param(first_ptr + j).expect("ptr").into_pointer_value();
         let (pc, pa, pb) = (ptr(0), ptr(1), ptr(2));
         let (bx, by, bz, tid) = match self.mode {
@@ -1017,7 +990,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         self.end_block_kernel(f, nt)
     }
 
-    /// Returns from a [`Gen::block_kernel_fn`] function and marks it a kernel of
+    /// Returns from a [`Gen::kernel_fn`] function of a block kernel and marks it a kernel of
     /// `nt` threads per block (so that ptxas may give each thread up to 65536/nt
     /// registers).
     pub(super) fn end_block_kernel(&mut self, f: FunctionValue<'ctx>, nt: u64) -> Result<(), CodegenError> {

@@ -73,7 +73,7 @@ impl<'ctx> Gen<'ctx, '_> {
     pub(super) fn transpose_kernel(&mut self, k: &Kernel, t: Transpose) -> Result<(), CodegenError> {
         let lt = self.ft(k.elem);
         let op = &k.ops[0];
-        let (f, first_ptr) = self.block_kernel_fn(k);
+        let (f, first_ptr) = self.kernel_fn(k, 3);
         let ptr = |j: u32| f.get_nth_param(first_ptr + j).expect("ptr").into_pointer_value();
         let (pout, pin) = (ptr(0), ptr(1));
         let (bx, tid) = match self.mode {
