@@ -50,15 +50,19 @@ pub const NAIVE_F64: f64 = 2.5e12;
 pub const NAIVE_F32: f64 = 4.5e12;
 const NAIVE_STRIDED: f64 = 0.25;
 /// Share of HBM bandwidth of naive reductions (each thread walks its own stretch
-/// of the summed indices: measured 27 to 42 %), and of those whose few outputs
+/// of the summed indices: measured 27 to 42 %, 47 % on `akic,ck->ai` at
+/// 100 × 40 × 40 × 100 on an H100, 2026-12-06), and of those whose few outputs
 /// collect split partial sums with atomics (16 %).
-const NAIVE_MEM_EFF: f64 = 0.3;
+const NAIVE_MEM_EFF: f64 = 0.4;
 const NAIVE_ATOMIC_MEM_EFF: f64 = 0.15;
 /// Element copies with strided reads or writes (transposes) reach this share of
-/// HBM bandwidth; moved through a shared-memory tile ([`Kernel::transpose`]),
-/// this one (a guess until measured: both sides coalesced, as a plain copy).
+/// a plain copy's bandwidth; moved through a shared-memory tile
+/// ([`Kernel::transpose`]), this one. Measured on an H100 (2026-12-06,
+/// bench/gpu/results.md, seven permutations of 2 to 6 indices, 64 MB to
+/// 1.5 GB): tiled 0.86–0.99 of a contiguous copy's rate (median 0.95), plain
+/// 0.16–0.56 (0.5 where the stride-1 index is long, 0.16 where it is 24).
 const STRIDED_COPY: f64 = 0.5;
-const TILED_COPY: f64 = 0.8;
+const TILED_COPY: f64 = 0.9;
 
 /// Tiled kernels: (tile shape, element, registers per thread from `ptxas -v`
 /// for sm_90, FLOP/s of the whole GPU when every multiprocessor holds as many
@@ -232,7 +236,9 @@ fn naive_time(k: &Kernel) -> f64 {
         let r: u64 = k.red.iter().zip(&o.red_strides).filter(|(_, &s)| s != 0).map(|(n, _)| n).product();
         (p * r) as f64 * o.elem.bytes() as f64
     };
-    let bytes = 2.0 * par as f64 * eb + k.ops.iter().map(touched).sum::<f64>();
+    // C is read as well where the kernel adds to it.
+    let c_passes = if k.store { 1.0 } else { 2.0 };
+    let bytes = c_passes * par as f64 * eb + k.ops.iter().map(touched).sum::<f64>();
     if red == 1 {
         // A copy or an element-wise kernel.
         let strided = k.ops.iter().any(|o| o.par_strides.last().is_some_and(|&s| s > 1))

@@ -399,12 +399,10 @@ impl Planner<'_> {
             }
             return Ok(());
         }
-        let groups = self.groups(st, &ops, &vars);
-        if self.fresh && groups.is_none() {
-            out.push(self.memset(st.lhs.tensor));
-            self.fresh = false;
-        }
-        match groups {
+        // Any other term goes to the one-thread-per-output kernel, which stores a
+        // fresh target itself (no clearing pass, no read of the old value)
+        // unless it splits the sum.
+        match self.groups(st, &ops, &vars) {
             Some(groups) => self.choose(st, term.coef, &ops, &vars, &groups, out),
             None => self.naive(st, term.coef, &ops, &vars, out),
         }
