@@ -413,6 +413,35 @@ fn permuting_copies_go_through_a_shared_tile() {
     check(&hir, UnitId::new(0), &GpuOptions::default()).unwrap();
 }
 
+/// A statement that writes its whole target, but is not a binary contraction
+/// (a copy, a permutation, an element-wise product of three), stores every
+/// element once: no `Memset` before it and no read of the old values (the
+/// emulator starts such targets as NaN, so a kernel that added would show).
+#[test]
+fn whole_statements_store_without_clearing() {
+    let srcs = [
+        "range A = 40; range B = 33; index a : A; index b : B;\n\
+         input tensor X[a,b] : f64; output tensor Y[b,a] : f64;\nY[b,a] = X[a,b];\n",
+        "range A = 40; range B = 33; index a : A; index b : B;\n\
+         input tensor X[a,b] : f32; output tensor Y[a,b] : f64;\nY[a,b] = 3.0 * X[a,b];\n",
+        "range A = 12; range B = 7; range C = 9; index a : A; index b : B; index c : C;\n\
+         input tensor X[a,b,c] : f64; input tensor Z[b] : f64; input tensor W[c,a] : f64;\n\
+         output tensor Y[c,a,b] : f64;\nY[c,a,b] = X[a,b,c] * Z[b] * W[c,a];\n",
+    ];
+    for src in srcs {
+        let hir = compile(src);
+        for plain in [false, true] {
+            let o = GpuOptions { plain_copies: plain, ..Default::default() };
+            let p = plan(&hir, &[UnitId::new(0)], &o).unwrap();
+            let steps = &p.units[0].steps;
+            assert!(!steps.iter().any(|s| matches!(s, Step::Memset { .. })), "{src}: {steps:?}");
+            assert!(!p.kernels.is_empty() && p.kernels.iter().all(|k| k.store), "{src}: {:?}", p.kernels);
+            assert!(!p.units[0].no_clear.is_empty(), "{src}");
+            check(&hir, UnitId::new(0), &o).unwrap_or_else(|e| panic!("{src} plain {plain}: {e}"));
+        }
+    }
+}
+
 /// Plans built for a runner keep every alternative; forcing switches them.
 #[test]
 fn kept_alternatives_can_be_forced() {
