@@ -399,9 +399,10 @@ impl Planner<'_> {
             }
             return Ok(());
         }
-        // Any other term goes to the one-thread-per-output kernel, which stores a
-        // fresh target itself (no clearing pass, no read of the old value)
-        // unless it splits the sum.
+        // A binary contraction picks among its implementations; any other term
+        // goes to the one-thread-per-output kernel. Both store a fresh target
+        // themselves (no clearing pass, no read of the old value) unless they
+        // split the sum.
         match self.groups(st, &ops, &vars) {
             Some(groups) => self.choose(st, term.coef, &ops, &vars, &groups, out),
             None => self.naive(st, term.coef, &ops, &vars, out),
