@@ -14,6 +14,7 @@
 //! stored nor visited. [`Program::plan`] finds the stored tiles of every temporary
 //! and output and counts the flops the tasks will execute before anything runs.
 
+use super::device::{Operand, TileOp};
 use super::layout::{Coord, Layout, TileView};
 use super::model::TimeModel;
 use super::profile::KernelProfile;
@@ -623,6 +624,11 @@ impl Program {
         &self.levels
     }
 
+    /// The tensor statement `s` writes.
+    pub(crate) fn written_tensor(&self, s: usize) -> TensorId {
+        self.stmts[s].lhs
+    }
+
     /// Whether statement `s` adds to its tensor (`+=`) rather than overwriting it.
     pub(crate) fn accumulates(&self, s: usize) -> bool {
         self.stmts[s].accumulate
@@ -996,9 +1002,7 @@ impl Program {
                 return;
             }
             match term.factors.len() {
-                2 if term.n_lhs == ext.len()
-                    && (0..ext.len()).any(|p| term.factors.iter().all(|f| f.1.contains(&p))) =>
-                {
+                2 if element_wise(term, ext) => {
                     // Element by element (`R[a,b,i,j] · recip(D[a,b,i,j])`): nothing is
                     // summed and some index is in both factors, which the GETT would
                     // take as a batch of 1×1 products.
@@ -1012,24 +1016,7 @@ impl Program {
                     flops += 2.0 * points;
                 }
                 2 => {
-                    let (a, b) = (&term.factors[0], &term.factors[1]);
-                    dims.clear();
-                    dims.extend((0..ext.len()).map(|p| {
-                        let (ia, ib) = (a.1.contains(&p), b.1.contains(&p));
-                        let kind = match (p < n_lhs, ia, ib) {
-                            (true, true, true) | (true, false, false) => 0,
-                            (true, true, false) => 1,
-                            (true, false, true) => 2,
-                            (false, _, _) => 3,
-                        };
-                        GettDim {
-                            kind,
-                            size: ext[p] as i64,
-                            sa: stride(0, p) as i64,
-                            sb: stride(1, p) as i64,
-                            sc: csd(p) as i64,
-                        }
-                    }));
+                    gett_dims(term, ext, &stride, &csd, &mut dims);
                     let (mut pa, mut pb, mut pc) = (ptrs[0], ptrs[1], cptr);
                     if let Some((p, lo)) = slab {
                         // The slab starts `lo` rows along `p` into every tile with `p`.
@@ -1097,6 +1084,67 @@ impl Program {
     }
 }
 
+impl Program {
+    /// The work of task `(s, c)` for an accelerator ([`super::device`]): what
+    /// [`Program::run_task`] computes, as operations on stored tiles, appended to
+    /// `out`. Statements of `max`/`min`, `where`, affine subscripts and function
+    /// factors are refused (the host executors run them).
+    pub(crate) fn device_ops(&self, s: usize, c: &[u32], out: &mut Vec<TileOp>) -> Result<(), CommandError> {
+        let st = &self.stmts[s];
+        let refuse = |what: &str| {
+            fail(
+                format!("`{}`: {what} do not run on the GPU with --tiled yet", self.hir.tensors[st.lhs].name),
+                "run the program with `tcc run --tiled` (CPU) or without --tiled",
+            )
+        };
+        if st.terms.iter().any(|t| t.op != TermOp::Product) {
+            return Err(refuse("`max`/`min`, `where` and affine subscripts"));
+        }
+        let layout = &self.layouts[&st.lhs];
+        let slot = layout.slot(c).expect("tasks run over stored tiles");
+        let c_at = (st.lhs, layout.offset(slot));
+        if !st.accumulate {
+            out.push(TileOp::Zero { t: st.lhs, offset: c_at.1, len: layout.tile_len(c) });
+        }
+        let n_lhs = c.len();
+        let mut sc = vec![0isize; n_lhs];
+        let mut acc = 1isize;
+        for d in (0..n_lhs).rev() {
+            sc[d] = acc;
+            acc *= layout.dims[d].extent(c[d] as usize) as isize;
+        }
+        self.for_contributions(s, c, &mut |term, weight, views, ext| {
+            // A function factor's sign goes inside the function.
+            let alpha = views
+                .iter()
+                .zip(&term.funcs)
+                .filter(|(_, f)| f.is_none())
+                .fold(term.coef * weight, |a, (v, _)| a * v.sign);
+            let at = |f: usize| Operand {
+                tensor: term.factors[f].0,
+                offset: views[f].offset,
+                func: term.funcs[f].map(|g| (g, views[f].sign)),
+            };
+            let stride = |f: usize, p: usize| -> isize {
+                let (_, pos) = &term.factors[f];
+                pos.iter().zip(&views[f].strides).filter(|(&q, _)| q == p).map(|(_, &s)| s).sum()
+            };
+            let csd = |p: usize| if p < n_lhs { sc[p] } else { 0 };
+            if term.factors.len() == 2 && !element_wise(term, ext) {
+                let mut dims = Vec::new();
+                gett_dims(term, ext, &stride, &csd, &mut dims);
+                out.push(TileOp::Gett { c: c_at, a: at(0), b: at(1), alpha, dims });
+            } else {
+                let factors =
+                    (0..term.factors.len()).map(|f| (at(f), (0..ext.len()).map(|p| stride(f, p)).collect())).collect();
+                let sc = (0..ext.len()).map(csd).collect();
+                out.push(TileOp::Axpy { c: c_at, sc, factors, ext: ext.to_vec(), alpha });
+            }
+        });
+        Ok(())
+    }
+}
+
 /// The workers' profiles, summed.
 pub(crate) fn merged(profiles: Vec<std::sync::Mutex<KernelProfile>>) -> KernelProfile {
     let mut all = KernelProfile::default();
@@ -1145,10 +1193,38 @@ pub(crate) struct TaskPiece {
 /// Whether a contribution runs as one GETT call in [`Program::run_task`]: a
 /// product of two factors that is not element by element.
 fn is_gett(term: &TermPlan, ext: &[usize]) -> bool {
-    term.op == TermOp::Product
-        && term.factors.len() == 2
-        && term.n_lhs > 0
-        && !(term.n_lhs == ext.len() && (0..ext.len()).any(|p| term.factors.iter().all(|f| f.1.contains(&p))))
+    term.op == TermOp::Product && term.factors.len() == 2 && term.n_lhs > 0 && !element_wise(term, ext)
+}
+
+/// Whether a product of two factors runs element by element (`R[a,b,i,j] ·
+/// recip(D[a,b,i,j])`): nothing is summed and some index is in both factors,
+/// which a GETT would take as a batch of 1×1 products.
+fn element_wise(term: &TermPlan, ext: &[usize]) -> bool {
+    term.n_lhs == ext.len() && (0..ext.len()).any(|p| term.factors.iter().all(|f| f.1.contains(&p)))
+}
+
+/// The GETT dimensions of a product of two factors, one per index position:
+/// kind 0 (batch: written, in both factors or in neither), 1 (m: written, only
+/// in the first), 2 (n: only in the second), 3 (k: summed); `stride(f, p)` is
+/// factor `f`'s stride along position `p`, `csd(p)` the written tile's.
+fn gett_dims(
+    term: &TermPlan,
+    ext: &[usize],
+    stride: &dyn Fn(usize, usize) -> isize,
+    csd: &dyn Fn(usize) -> isize,
+    dims: &mut Vec<GettDim>,
+) {
+    let (a, b) = (&term.factors[0], &term.factors[1]);
+    dims.clear();
+    dims.extend((0..ext.len()).map(|p| {
+        let kind = match (p < term.n_lhs, a.1.contains(&p), b.1.contains(&p)) {
+            (true, true, true) | (true, false, false) => 0,
+            (true, true, false) => 1,
+            (true, false, true) => 2,
+            (false, _, _) => 3,
+        };
+        GettDim { kind, size: ext[p] as i64, sa: stride(0, p) as i64, sb: stride(1, p) as i64, sc: csd(p) as i64 }
+    }));
 }
 
 /// The dimension of the written tile a split task is cut along: its longest

@@ -11,6 +11,7 @@ pub mod autotile;
 mod binarize;
 pub mod buffer;
 pub mod cost;
+pub mod device;
 pub mod dist;
 pub mod exec;
 pub mod layout;

@@ -1,0 +1,550 @@
+//! Tiled programs on an accelerator (`tcc-gpu --tiled`): the same task sets as
+//! [`Program::run`], as data movement and batched GEMMs.
+//!
+//! Every task's contributions ([`Program::device_ops`]) become [`TileOp`]s. A
+//! product of two tiles runs as transpose–transpose–GEMM–transpose: its operand
+//! tiles are moved into row-major matrices in scratch memory ([`Round::pack`]),
+//! one strided-batched GEMM per matrix shape multiplies all of a round's
+//! contributions of that shape ([`Round::gemms`]), and each result is added into
+//! its written tile through the tile's strides ([`Round::add`]). Element-wise
+//! products, sums of one factor and constants are one [`Move`] each. Adds are
+//! atomic, so the contributions to one tile need no order and a task set is a
+//! few launches whatever its number of tiles. A round holds as many
+//! contributions as fit the scratch limit; the tiles `=` statements write are
+//! cleared before a set's first round.
+//!
+//! The [`TileMachine`] runs rounds: [`HostMachine`] here (plain loops, the
+//! reference the tests hold the others to), the host emulation of the generated
+//! move kernel (`codegen::nvptx::tile_moves`) and the GPU (`codegen::cuda_tiled`).
+
+use super::exec::Program;
+use super::tensor::TiledTensor;
+use crate::error::CommandError;
+use crate::ids::TensorId;
+use crate::sema::hir::{Func, Role};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+use tcc_runtime::kernels::GettDim;
+
+/// A stored tile a [`TileOp`] reads: where it starts in its tensor's buffer,
+/// and the element-wise function read through, with the sign of the view that
+/// goes inside it (`recip(-x)`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Operand {
+    pub tensor: TensorId,
+    pub offset: usize,
+    pub func: Option<(Func, f64)>,
+}
+
+impl Operand {
+    fn loc(&self) -> Loc {
+        Loc { buf: Buf::Tensor(self.tensor), offset: self.offset }
+    }
+}
+
+/// One piece of a task's work on stored tiles (`(tensor, element offset)` is
+/// where the written tile starts in its tensor's buffer).
+#[derive(Debug, Clone)]
+pub enum TileOp {
+    /// Elements `offset..offset + len` of tensor `t` set to zero.
+    Zero { t: TensorId, offset: usize, len: usize },
+    /// `c += alpha · a · b` over GETT dimensions (kind 0 batch, 1 m, 2 n, 3 k;
+    /// strides relative to each tile's start).
+    Gett { c: (TensorId, usize), a: Operand, b: Operand, alpha: f64, dims: Vec<GettDim> },
+    /// `c[Σ i·sc] += alpha · Π f[Σ i·s]` over the box `ext` (zero, one or two factors).
+    Axpy { c: (TensorId, usize), sc: Vec<isize>, factors: Vec<(Operand, Vec<isize>)>, ext: Vec<usize>, alpha: f64 },
+}
+
+/// A buffer a [`Move`] reads or writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Buf {
+    Tensor(TensorId),
+    /// The round's scratch memory ([`Round::scratch`] elements).
+    Scratch,
+}
+
+/// An element offset into a buffer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Loc {
+    pub buf: Buf,
+    pub offset: usize,
+}
+
+/// One source of a [`Move`]: element `Σ i·strides` from `loc`, through
+/// `func(sign · x)` when there is a function.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Src {
+    pub loc: Loc,
+    pub strides: Vec<isize>,
+    pub func: Option<(Func, f64)>,
+}
+
+impl Src {
+    /// The value read as `x`.
+    pub fn value(&self, x: f64) -> f64 {
+        match self.func {
+            Some((f, sign)) => f.apply(sign * x),
+            None => x,
+        }
+    }
+}
+
+/// `dst[Σ i·sdst] = alpha · Π src[Σ i·s]` (or `+=`, atomically, with `add`) for
+/// every point `i` of the box `ext`, the last dimension fastest. No source
+/// means the constant `alpha`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Move {
+    pub dst: Loc,
+    pub sdst: Vec<isize>,
+    pub srcs: Vec<Src>,
+    pub ext: Vec<usize>,
+    pub alpha: f64,
+    pub add: bool,
+}
+
+impl Move {
+    pub fn points(&self) -> usize {
+        self.ext.iter().product()
+    }
+}
+
+/// `batch` row-major products `C_j = A_j · B_j` (m×k times k×n) of matrices
+/// stored one after another in scratch from `a`, `b` and `c`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gemm {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub batch: usize,
+    pub a: usize,
+    pub b: usize,
+    pub c: usize,
+}
+
+/// What one step of a task set runs, in order: `pack`, then `gemms`, then `add`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Round {
+    pub pack: Vec<Move>,
+    pub gemms: Vec<Gemm>,
+    pub add: Vec<Move>,
+    /// Elements of scratch memory the round uses.
+    pub scratch: usize,
+}
+
+/// One task set: ranges to clear, then rounds; afterwards the temporaries no
+/// later set reads are released.
+#[derive(Debug, Clone, Default)]
+pub struct Level {
+    pub zero: Vec<(TensorId, usize, usize)>,
+    pub rounds: Vec<Round>,
+    pub release: Vec<TensorId>,
+}
+
+/// A unit planned for an accelerator.
+#[derive(Debug, Clone)]
+pub struct DevicePlan {
+    pub levels: Vec<Level>,
+    /// Tensors written, with their stored elements, allocated (zeroed) when
+    /// first written.
+    pub written: Vec<(TensorId, usize)>,
+    /// Flops of the GEMMs and moves, counted as [`Program::planned_flops`] does.
+    pub flops: f64,
+    pub gemm_calls: usize,
+    pub moves: usize,
+}
+
+/// Scratch elements a round may use unless `TCC_GPU_SCRATCH` (elements) says
+/// otherwise: 2^27 f64, 1 GiB.
+pub const SCRATCH_LIMIT: usize = 1 << 27;
+
+/// The scratch limit: `TCC_GPU_SCRATCH` when set.
+pub fn scratch_limit() -> Result<usize, CommandError> {
+    match std::env::var("TCC_GPU_SCRATCH") {
+        Err(_) => Ok(SCRATCH_LIMIT),
+        Ok(v) => v.trim().parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
+            CommandError::new(
+                "E0760",
+                format!("TCC_GPU_SCRATCH={v} is not a positive number of elements"),
+                Some("unset it, or give the scratch elements per round, e.g. TCC_GPU_SCRATCH=134217728".into()),
+            )
+        }),
+    }
+}
+
+/// Plans every task set of `program` for a machine with `scratch` elements of
+/// scratch memory per round.
+pub fn plan(program: &Program, scratch: usize) -> Result<DevicePlan, CommandError> {
+    let sets = program.task_sets();
+    let mut last_use: HashMap<TensorId, usize> = HashMap::new();
+    let mut written: Vec<(TensorId, usize)> = Vec::new();
+    let mut levels = Vec::with_capacity(sets.len());
+    let mut ops = Vec::new();
+    for (l, set) in sets.iter().enumerate() {
+        ops.clear();
+        for (s, c, _) in program.level_tasks(set) {
+            program.device_ops(s, &c, &mut ops)?;
+        }
+        for op in &ops {
+            for t in op_tensors(op) {
+                last_use.insert(t, l);
+            }
+        }
+        for &s in set {
+            let t = program.written_tensor(s);
+            if !written.iter().any(|&(w, _)| w == t) {
+                written.push((t, program.layouts[&t].len()));
+            }
+        }
+        levels.push(lower(&ops, scratch));
+    }
+    for (&t, &l) in &last_use {
+        if program.hir.tensors[t].role == Role::Temporary {
+            levels[l].release.push(t);
+        }
+    }
+    for l in &mut levels {
+        l.release.sort();
+    }
+    let mut plan = DevicePlan { levels, written, flops: 0.0, gemm_calls: 0, moves: 0 };
+    for r in plan.levels.iter().flat_map(|l| &l.rounds) {
+        plan.gemm_calls += r.gemms.len();
+        plan.moves += r.pack.len() + r.add.len();
+        plan.flops += r.gemms.iter().map(|g| 2.0 * (g.m * g.n * g.k * g.batch) as f64).sum::<f64>();
+        // A scatter of a GEMM's result is part of its flops; element-wise moves count.
+        plan.flops +=
+            r.add.iter().filter(|m| m.srcs.iter().all(|s| s.loc.buf != Buf::Scratch)).map(move_flops).sum::<f64>();
+    }
+    Ok(plan)
+}
+
+/// Flops of a move that is a term of its own: 2 per point of a product, 1 else.
+fn move_flops(m: &Move) -> f64 {
+    m.points() as f64 * if m.srcs.len() == 2 { 2.0 } else { 1.0 }
+}
+
+fn op_tensors(op: &TileOp) -> Vec<TensorId> {
+    match op {
+        TileOp::Zero { t, .. } => vec![*t],
+        TileOp::Gett { c, a, b, .. } => vec![c.0, a.tensor, b.tensor],
+        TileOp::Axpy { c, factors, .. } => std::iter::once(c.0).chain(factors.iter().map(|f| f.0.tensor)).collect(),
+    }
+}
+
+/// The ranges to clear and the rounds of one task set's operations.
+fn lower(ops: &[TileOp], scratch: usize) -> Level {
+    let mut level = Level::default();
+    let mut round = Round::default();
+    // The GETTs of the round being filled, by matrix shape (m, n, k): each with
+    // its batch and the (permuted) dimensions of its operands.
+    let mut groups: BTreeMap<(usize, usize, usize), Vec<(&TileOp, usize)>> = BTreeMap::new();
+    let mut used = 0usize;
+    for op in ops {
+        match op {
+            TileOp::Zero { t, offset, len } => level.zero.push((*t, *offset, *len)),
+            TileOp::Axpy { c, sc, factors, ext, alpha } => round.add.push(Move {
+                dst: Loc { buf: Buf::Tensor(c.0), offset: c.1 },
+                sdst: sc.clone(),
+                srcs: factors.iter().map(|(f, s)| Src { loc: f.loc(), strides: s.clone(), func: f.func }).collect(),
+                ext: ext.clone(),
+                alpha: *alpha,
+                add: true,
+            }),
+            TileOp::Gett { dims, .. } => {
+                let size =
+                    |kind: i64| dims.iter().filter(|d| d.kind == kind).map(|d| d.size as usize).product::<usize>();
+                let (batch, m, n, k) = (size(0), size(1), size(2), size(3));
+                let need = batch * (m * k + k * n + m * n);
+                if used > 0 && used + need > scratch {
+                    finish_round(&mut round, &mut groups, &mut level);
+                    used = 0;
+                }
+                used += need;
+                groups.entry((m, n, k)).or_default().push((op, batch));
+            }
+        }
+    }
+    finish_round(&mut round, &mut groups, &mut level);
+    // Adjacent ranges of one tensor clear as one.
+    level.zero.sort_by_key(|&(t, o, _)| (t, o));
+    let mut merged: Vec<(TensorId, usize, usize)> = Vec::with_capacity(level.zero.len());
+    for z in level.zero.drain(..) {
+        match merged.last_mut() {
+            Some(last) if last.0 == z.0 && last.1 + last.2 == z.1 => last.2 += z.2,
+            _ => merged.push(z),
+        }
+    }
+    level.zero = merged;
+    level
+}
+
+/// Lays out the grouped GETTs of `round` in scratch (per shape: all A
+/// matrices, then all B, then all C), adds their moves and GEMMs, and starts a
+/// new round.
+fn finish_round(
+    round: &mut Round,
+    groups: &mut BTreeMap<(usize, usize, usize), Vec<(&TileOp, usize)>>,
+    level: &mut Level,
+) {
+    let mut at = 0usize;
+    for (&(m, n, k), members) in groups.iter() {
+        let batch: usize = members.iter().map(|&(_, b)| b).sum();
+        let g = Gemm { m, n, k, batch, a: at, b: at + batch * m * k, c: at + batch * (m * k + k * n) };
+        at += batch * (m * k + k * n + m * n);
+        let mut j = 0;
+        for &(op, b) in members {
+            let TileOp::Gett { c, a, b: bt, alpha, dims } = op else { unreachable!("grouped GETTs only") };
+            gett_moves(round, *c, *a, *bt, *alpha, dims, (g.a + j * m * k, g.b + j * k * n, g.c + j * m * n));
+            j += b;
+        }
+        round.gemms.push(g);
+    }
+    round.scratch = at;
+    groups.clear();
+    if !round.pack.is_empty() || !round.add.is_empty() {
+        level.rounds.push(std::mem::take(round));
+    }
+}
+
+/// The moves of one GETT whose matrices start at `(pa, pb, pc)` in scratch:
+/// A as [batch, m, k], B as [batch, k, n], the result [batch, m, n] added into
+/// the written tile. Within each kind the dimensions run in decreasing stride
+/// of the tile they come from, so that the moves read along stride 1.
+fn gett_moves(
+    round: &mut Round,
+    c: (TensorId, usize),
+    a: Operand,
+    b: Operand,
+    alpha: f64,
+    dims: &[GettDim],
+    (pa, pb, pc): (usize, usize, usize),
+) {
+    let order = |kind: i64, key: &dyn Fn(&GettDim) -> i64| {
+        let mut v: Vec<&GettDim> = dims.iter().filter(|d| d.kind == kind).collect();
+        v.sort_by_key(|d| std::cmp::Reverse(key(d)));
+        v
+    };
+    let batch = order(0, &|d| d.sc);
+    let ms = order(1, &|d| d.sa);
+    let ns = order(2, &|d| d.sb);
+    let ks = order(3, &|d| d.sa.max(d.sb));
+    let pack = |list: &[&[&GettDim]], src: Operand, s: &dyn Fn(&GettDim) -> i64, at: usize| {
+        let all: Vec<&GettDim> = list.iter().flat_map(|l| l.iter().copied()).collect();
+        let ext: Vec<usize> = all.iter().map(|d| d.size as usize).collect();
+        Move {
+            dst: Loc { buf: Buf::Scratch, offset: at },
+            sdst: row_major(&ext),
+            srcs: vec![Src { loc: src.loc(), strides: all.iter().map(|d| s(d) as isize).collect(), func: src.func }],
+            ext,
+            alpha: 1.0,
+            add: false,
+        }
+    };
+    round.pack.push(pack(&[&batch, &ms, &ks], a, &|d| d.sa, pa));
+    round.pack.push(pack(&[&batch, &ks, &ns], b, &|d| d.sb, pb));
+    let all: Vec<&GettDim> = batch.iter().chain(&ms).chain(&ns).copied().collect();
+    let ext: Vec<usize> = all.iter().map(|d| d.size as usize).collect();
+    round.add.push(Move {
+        dst: Loc { buf: Buf::Tensor(c.0), offset: c.1 },
+        sdst: all.iter().map(|d| d.sc as isize).collect(),
+        srcs: vec![Src { loc: Loc { buf: Buf::Scratch, offset: pc }, strides: row_major(&ext), func: None }],
+        ext,
+        alpha,
+        add: true,
+    });
+}
+
+/// Row-major strides of a box.
+fn row_major(ext: &[usize]) -> Vec<isize> {
+    let mut s = vec![0isize; ext.len()];
+    let mut acc = 1isize;
+    for d in (0..ext.len()).rev() {
+        s[d] = acc;
+        acc *= ext[d] as isize;
+    }
+    s
+}
+
+/// What runs a [`DevicePlan`]: buffers per tensor and one scratch buffer per
+/// round, all of `f64`.
+pub trait TileMachine {
+    /// Makes a zeroed buffer of `len` elements for `t`.
+    fn alloc(&mut self, t: TensorId, len: usize) -> Result<(), String>;
+    fn upload(&mut self, t: TensorId, data: &[f64]) -> Result<(), String>;
+    fn download(&mut self, t: TensorId, out: &mut [f64]) -> Result<(), String>;
+    fn release(&mut self, t: TensorId);
+    fn zero(&mut self, t: TensorId, offset: usize, len: usize) -> Result<(), String>;
+    fn round(&mut self, r: &Round) -> Result<(), String>;
+    /// Waits until everything issued has run.
+    fn finish(&mut self) -> Result<(), String>;
+}
+
+/// What a run on a machine measured.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceStats {
+    /// Seconds of the fastest repetition (from the first clear to the last
+    /// round's end; inputs already on the machine).
+    pub run_s: f64,
+    pub flops: f64,
+    pub gemm_calls: usize,
+    pub moves: usize,
+    pub rounds: usize,
+}
+
+/// Runs `plan` of `program` on `machine` `repeat` times (at least once) on
+/// `inputs`; the outputs of the last run.
+pub fn run_on(
+    program: &Program,
+    plan: &DevicePlan,
+    inputs: &HashMap<TensorId, TiledTensor>,
+    machine: &mut dyn TileMachine,
+    repeat: usize,
+) -> Result<(HashMap<TensorId, TiledTensor>, DeviceStats), CommandError> {
+    let dev = |e: String| CommandError::new("E0770", format!("GPU: {e}"), None);
+    for (&t, v) in inputs {
+        machine.upload(t, &v.data).map_err(dev)?;
+    }
+    let mut best = f64::INFINITY;
+    for _ in 0..repeat.max(1) {
+        machine.finish().map_err(dev)?;
+        let t0 = Instant::now();
+        for &(t, len) in &plan.written {
+            machine.alloc(t, len).map_err(dev)?;
+        }
+        for level in &plan.levels {
+            for &(t, offset, len) in &level.zero {
+                machine.zero(t, offset, len).map_err(dev)?;
+            }
+            for r in &level.rounds {
+                machine.round(r).map_err(dev)?;
+            }
+            for &t in &level.release {
+                machine.release(t);
+            }
+        }
+        machine.finish().map_err(dev)?;
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    let mut outputs = HashMap::new();
+    for &(t, _) in &plan.written {
+        if program.hir.tensors[t].role == Role::Output {
+            let mut v = TiledTensor::zeros(program.layouts[&t].clone()).map_err(|e| {
+                crate::run::out_of_memory(format!("cannot allocate {} elements for `{}`", e.elements, e.name))
+            })?;
+            machine.download(t, &mut v.data).map_err(dev)?;
+            outputs.insert(t, v);
+        }
+    }
+    let stats = DeviceStats {
+        run_s: best,
+        flops: plan.flops,
+        gemm_calls: plan.gemm_calls,
+        moves: plan.moves,
+        rounds: plan.levels.iter().map(|l| l.rounds.len()).sum(),
+    };
+    Ok((outputs, stats))
+}
+
+/// The reference machine: host buffers, moves and GEMMs as plain loops.
+#[derive(Default)]
+pub struct HostMachine {
+    bufs: HashMap<TensorId, Vec<f64>>,
+    scratch: Vec<f64>,
+}
+
+impl HostMachine {
+    fn buf(&mut self, b: Buf) -> Result<&mut Vec<f64>, String> {
+        match b {
+            Buf::Scratch => Ok(&mut self.scratch),
+            Buf::Tensor(t) => {
+                self.bufs.get_mut(&t).ok_or_else(|| format!("tensor {} is not on the machine", t.index()))
+            }
+        }
+    }
+
+    /// Runs one move (reads first, then writes: sources and destination may
+    /// share a buffer only when they do not overlap, as in every plan).
+    fn apply(&mut self, m: &Move) -> Result<(), String> {
+        let mut vals = Vec::with_capacity(m.points());
+        let mut offs = Vec::with_capacity(m.points());
+        let srcs: Vec<(&Vec<f64>, &Src)> = m
+            .srcs
+            .iter()
+            .map(|s| {
+                let b = match s.loc.buf {
+                    Buf::Scratch => &self.scratch,
+                    Buf::Tensor(t) => self.bufs.get(&t).ok_or("a source is not on the machine")?,
+                };
+                Ok((b, s))
+            })
+            .collect::<Result<_, String>>()?;
+        super::tensor::for_each_local(&m.ext, |i| {
+            let at = |base: usize, s: &[isize]| {
+                (base as isize + i.iter().zip(s).map(|(&x, &st)| x as isize * st).sum::<isize>()) as usize
+            };
+            vals.push(srcs.iter().fold(m.alpha, |v, (b, s)| v * s.value(b[at(s.loc.offset, &s.strides)])));
+            offs.push(at(m.dst.offset, &m.sdst));
+        });
+        let dst = self.buf(m.dst.buf)?;
+        for (o, v) in offs.into_iter().zip(vals) {
+            let x = dst.get_mut(o).ok_or("a move writes outside its buffer")?;
+            *x = if m.add { *x + v } else { v };
+        }
+        Ok(())
+    }
+}
+
+impl TileMachine for HostMachine {
+    fn alloc(&mut self, t: TensorId, len: usize) -> Result<(), String> {
+        self.bufs.insert(t, vec![0.0; len]);
+        Ok(())
+    }
+    fn upload(&mut self, t: TensorId, data: &[f64]) -> Result<(), String> {
+        self.bufs.insert(t, data.to_vec());
+        Ok(())
+    }
+    fn download(&mut self, t: TensorId, out: &mut [f64]) -> Result<(), String> {
+        out.copy_from_slice(self.bufs.get(&t).ok_or("an output is not on the machine")?);
+        Ok(())
+    }
+    fn release(&mut self, t: TensorId) {
+        self.bufs.remove(&t);
+    }
+    fn zero(&mut self, t: TensorId, offset: usize, len: usize) -> Result<(), String> {
+        self.buf(Buf::Tensor(t))?[offset..offset + len].fill(0.0);
+        Ok(())
+    }
+    fn round(&mut self, r: &Round) -> Result<(), String> {
+        // NaN, so that a GEMM reading scratch no move wrote shows in the outputs.
+        self.scratch = vec![f64::NAN; r.scratch];
+        for m in &r.pack {
+            self.apply(m)?;
+        }
+        for g in &r.gemms {
+            host_gemm(&mut self.scratch, g);
+        }
+        for m in &r.add {
+            self.apply(m)?;
+        }
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// A [`Gemm`] on host memory (C overwritten).
+pub fn host_gemm(s: &mut [f64], g: &Gemm) {
+    let (m, n, k) = (g.m, g.n, g.k);
+    for j in 0..g.batch {
+        let (a, b, c) = (g.a + j * m * k, g.b + j * k * n, g.c + j * m * n);
+        for i in 0..m {
+            for q in 0..n {
+                let mut acc = 0.0;
+                for p in 0..k {
+                    acc += s[a + i * k + p] * s[b + p * n + q];
+                }
+                s[c + i * n + q] = acc;
+            }
+        }
+    }
+}
