@@ -1481,3 +1481,29 @@ fn random_programs_on_the_device_path_equal_the_interpreter() {
     // `max`, `where` and windows are refused; a third of the programs have none.
     assert!(ran >= 60, "only {ran} of 300 random programs ran on the device path");
 }
+
+#[test]
+fn the_generated_move_kernel_runs_the_device_path_as_the_interpreter() {
+    let mut m = crate::codegen::nvptx::tile_moves::EmulatedMachine::new().unwrap();
+    let hir = ccd_terms(4, 6);
+    let opts = TiledOptions { tile: 2, threads: 1, ..Default::default() };
+    check_device(&hir, 3, &opts, 200, &mut m).unwrap().expect("products run on the device path");
+    let mut ran = 0;
+    for seed in 1000..1060u64 {
+        let hir = random_program(seed);
+        let opts = TiledOptions { tile: 1 + (seed % 4) as usize, threads: 1, ..Default::default() };
+        match check_device(&hir, seed, &opts, [1usize, 1 << 20][(seed % 2) as usize], &mut m) {
+            Ok(Some(_)) => ran += 1,
+            Ok(None) => {}
+            Err(e) => panic!("seed {seed}: {e}"),
+        }
+    }
+    assert!(ran >= 10, "only {ran} of 60 random programs ran");
+}
+
+#[test]
+fn the_move_kernel_compiles_to_ptx_with_atomic_adds() {
+    let ptx = crate::codegen::nvptx::tile_moves::ptx().unwrap();
+    assert!(ptx.contains(".entry tcc_tile_moves"), "{ptx}");
+    assert!(ptx.contains("atom.global.add.f64"), "no f64 atomic add in the PTX");
+}

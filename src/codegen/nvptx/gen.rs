@@ -484,7 +484,7 @@ pub(super) fn build_module<'ctx>(
     Ok(module)
 }
 
-fn nvptx_machine() -> Result<TargetMachine, CodegenError> {
+pub(super) fn nvptx_machine() -> Result<TargetMachine, CodegenError> {
     Target::initialize_nvptx(&InitializationConfig::default());
     let triple = TargetTriple::create(TRIPLE);
     let target = Target::from_triple(&triple).map_err(|e| err(format!("LLVM: {e}")))?;

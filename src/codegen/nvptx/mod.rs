@@ -26,6 +26,7 @@ mod gen;
 mod math;
 mod plan;
 mod tiled;
+pub mod tile_moves;
 mod transpose;
 
 pub use emulate::emulate;
