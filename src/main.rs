@@ -457,6 +457,11 @@ enum Command {
         /// mpicc and libtcc_dist.so (`cargo build -p tcc-dist --features mpi`).
         #[arg(long)]
         mpi: bool,
+        /// With --target cuda: write the PTX of tiled GPU runs (`tcc-gpu --tiled`:
+        /// symmetry-packed, block-sparse tiles as batched GEMMs and moves) to -o
+        /// NAME.ptx instead of a dense plan, after checking that every unit runs so.
+        #[arg(long)]
+        tiled: bool,
     },
     /// Plan distributed execution on P ranks: per contraction the processor grid,
     /// the mapping of its indices, the communication and its predicted cost,
@@ -883,7 +888,7 @@ fn tiled_run(
             Err(e) => return Err(ctx.fail("E0722", &e, None)),
         }
     }
-    Ok(tcc::tiled::run::TiledRun { tiled: t, check, stats })
+    Ok(tcc::tiled::run::TiledRun { tiled: t, check, stats, gpu: None })
 }
 
 /// "1 tensor", "3 tensors".
@@ -1064,7 +1069,8 @@ fn cmd_fmt(ctx: &Ctx, command: Command) -> Outcome {
 
 /// `tcc build`: a shared library with its C header and Fortran module, or PTX.
 fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
-    let Command::Build { file, output, target_cpu, fusion, program, name, target, gpu, size, assume, mpi } = command
+    let Command::Build { file, output, target_cpu, fusion, program, name, target, gpu, size, assume, mpi, tiled } =
+        command
     else {
         unreachable!("cmd_build is called for `Build`")
     };
@@ -1134,9 +1140,21 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
             Err(e) => ctx.error(&e),
         };
     }
+    if tiled && (target != TargetKind::Cuda || mpi) {
+        return ctx.fail("E0716", "--tiled applies to --target cuda (CPU tiled runs need no build: `tcc run --tiled`)", None);
+    }
     if target == TargetKind::Cuda {
         if let Err(e) = tcc::sema::sizes::require_fixed_for_build(&hir) {
             return ctx.error(&e);
+        }
+        if tiled {
+            return match tcc::codegen::cuda_build::build_tiled_ptx(&hir, program.as_deref(), &output) {
+                Ok(report) => {
+                    eprint!("{report}");
+                    Outcome::Ok
+                }
+                Err(e) => ctx.error(&e),
+            };
         }
         if name.is_some() {
             return ctx.fail("E0716", "--name applies to CPU libraries, not to --target cuda", None);

@@ -4,10 +4,15 @@
 //! nor LLVM. The report is `tcc run`'s.
 //!
 //! ```text
-//! tcc-gpu FILE.tc... [--ptx-dir DIR] [--check] [--repeat N] [--seed S]
+//! tcc-gpu FILE.tc... [--ptx-dir DIR] [--check] [--repeat N] [--seed S] [--tiled [--tile N]]
 //!                    [--output-dir D [--save-inputs]] [--keep-going]
 //!                    [--gpu-gemm auto|cublas|tiled|naive] [--variants KIND,...]
 //! ```
+//! `--tiled [--tile N]` runs each program on symmetry-packed, block-sparse tiles
+//! (`tcc run --tiled`'s task sets as batched GEMMs and tile moves on the GPU;
+//! ranges without a declared tile are cut in tiles of N, default 32), reading the
+//! move kernel from `DIR/FILE.ptx` as `tcc build FILE.tc --target cuda --tiled`
+//! writes it.
 //! `--gpu-gemm` runs that implementation of every binary contraction where the
 //! plan kept it (`tcc build --target cuda` keeps all that apply), instead of
 //! the cost model's choice. `--variants cublas,tiled,naive` also runs each of
@@ -22,6 +27,10 @@
 //! `--check` compares the joined outputs with the complex interpreter.
 
 use std::collections::HashMap;
+
+/// The tile size of `--tiled` runs for ranges that declare none, unless `--tile`
+/// gives one: GPU GEMMs want larger tiles than the CPU's default.
+const GPU_TILE: usize = 32;
 use std::path::{Path, PathBuf};
 use tcc::codegen::cuda;
 use tcc::codegen::cuda_build::read_plan;
@@ -33,6 +42,8 @@ use tcc::run::{fail, run_report, RunOptions};
 struct Mode {
     check: bool,
     repeat: usize,
+    /// `--tiled`: the tile size of ranges that declare none (`--tile`).
+    tiled: Option<usize>,
     force: Option<GemmKind>,
     variants: Vec<GemmKind>,
     variant_limit_s: f64,
@@ -53,9 +64,25 @@ fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> 
         fail(
             "E0010",
             format!("cannot read `{}`: {e}", ptx_path.display()),
-            Some("write it with `tcc build FILE.tc --target cuda -o FILE.ptx`".into()),
+            Some(format!(
+                "write it with `tcc build FILE.tc --target cuda{} -o FILE.ptx`",
+                if mode.tiled.is_some() { " --tiled" } else { "" }
+            )),
         )
     })?;
+    if let Some(tile) = mode.tiled {
+        if tcc::sema::complex::has_complex(&hir) {
+            return Err(fail("E0760", "complex programs do not run tiled on the GPU yet", None));
+        }
+        let r = tcc::tiled::run::TiledRun {
+            tiled: tcc::tiled::TiledOptions { tile, auto_tile: false, threads: 1, ..Default::default() },
+            check,
+            stats: false,
+            gpu: Some(tcc::tiled::run::GpuTiled { ptx, repeat }),
+        };
+        let stdout = std::io::stdout();
+        return tcc::tiled::run::run_tiled(&hir, opts, &r, &mut stdout.lock());
+    }
     let mut plan = read_plan(&dir.join(format!("{stem}.plan.json"))).map_err(|e| fail("E0010", e, None))?;
     if let Some(kind) = force {
         let (_, without) = plan.force(kind);
@@ -126,10 +153,19 @@ fn main() -> std::process::ExitCode {
     let mut force = None;
     let mut variants = Vec::new();
     let mut variant_limit_s = 1.0;
+    let mut tiled = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--check" => check = true,
+            "--tiled" => tiled = Some(tiled.unwrap_or(GPU_TILE)),
+            "--tile" => match args.next().and_then(|x| x.parse::<usize>().ok()).filter(|&n| n > 0) {
+                Some(n) => tiled = Some(n),
+                None => {
+                    eprintln!("error: --tile takes a positive tile size");
+                    return std::process::ExitCode::from(2);
+                }
+            },
             "--keep-going" => keep = true,
             "--save-inputs" => opts.save_inputs = true,
             "--ptx-dir" => dir = args.next().map(PathBuf::from),
@@ -167,7 +203,7 @@ fn main() -> std::process::ExitCode {
         eprintln!("error[E0730]: {}\n  help: {why}", cuda::NO_DEVICE);
         return std::process::ExitCode::from(1);
     }
-    let mode = Mode { check, repeat, force, variants, variant_limit_s };
+    let mode = Mode { check, repeat, tiled, force, variants, variant_limit_s };
     let (mut pass, mut failed) = (0, 0);
     let mut seen: HashMap<String, ()> = HashMap::new();
     for f in &files {

@@ -39,6 +39,11 @@ pub struct CudaRun {
     pub plan: GpuOptions,
 }
 
+/// Opens device 0 and makes its context current (what every GPU entry point does first).
+pub fn open_device() -> Result<String, String> {
+    imp::open().map(|g| g.name.clone())
+}
+
 /// The name of device 0, or why there is none.
 pub fn device() -> Result<String, String> {
     imp::open().map(|g| g.name.clone())

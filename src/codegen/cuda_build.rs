@@ -126,3 +126,37 @@ pub fn read_plan(path: &Path) -> Result<GpuPlan, String> {
     let s = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
     serde_json::from_str(&s).map_err(|e| format!("`{}` is not a tcc GPU plan: {e}", path.display()))
 }
+
+/// `tcc build --target cuda --tiled`: checks that every selected unit runs tiled
+/// on the GPU (planned at the default tile size) and writes the move kernel's
+/// PTX to `output`, which `tcc-gpu --tiled` runs the program with. Returns a
+/// short report for stderr.
+pub fn build_tiled_ptx(hir: &Hir, program: Option<&str>, output: &Path) -> Result<String, CommandError> {
+    let units: Vec<UnitId> = match program {
+        None => hir.units.ids().collect(),
+        Some(name) => match hir.unit_by_name(name) {
+            Some(u) => vec![u],
+            None => return Err(fail("E0702", format!("no program or model named `{name}`"), None)),
+        },
+    };
+    if crate::sema::complex::has_complex(hir) {
+        return Err(fail(
+            "E0760",
+            "complex programs do not run tiled on the GPU yet",
+            Some("build it without --tiled (dense GPU plan) or run it with `tcc run --tiled`".into()),
+        ));
+    }
+    let prepared = crate::pipeline::prepare(hir, &crate::pipeline::PipelineOptions::default());
+    let opts = crate::tiled::TiledOptions { threads: 1, ..Default::default() };
+    for &u in &units {
+        let p = crate::tiled::Program::plan(&prepared, u, &opts)?;
+        crate::tiled::device::plan(&p, crate::tiled::device::SCRATCH_LIMIT)?;
+    }
+    let ptx = nvptx::tile_moves::ptx().map_err(|e| fail("E0731", format!("GPU code generation: {}", e.0), None))?;
+    std::fs::write(output, ptx)
+        .map_err(|e| fail("E0010", format!("cannot write `{}`: {e}", output.display()), None))?;
+    Ok(format!(
+        "wrote {} (the tile-move kernel; run with `tcc-gpu FILE.tc --tiled --ptx-dir DIR`)\n",
+        output.display()
+    ))
+}

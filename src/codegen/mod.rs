@@ -8,6 +8,7 @@ pub mod cabi_half;
 pub mod cuda;
 pub mod cuda_build;
 pub mod cuda_shim;
+pub mod cuda_tiled;
 pub mod llvm;
 pub mod lower;
 pub mod mpi_lib;

@@ -24,6 +24,17 @@ pub struct TiledRun {
     pub check: bool,
     /// Print storage per tensor and time per worker (`--stats`).
     pub stats: bool,
+    /// Run on the GPU instead of the CPU's threads (`tcc-gpu --tiled`).
+    pub gpu: Option<GpuTiled>,
+}
+
+/// A tiled run on the GPU ([`super::device`]).
+#[derive(Debug, Clone, Default)]
+pub struct GpuTiled {
+    /// The move kernel's PTX (`tcc build --target cuda --tiled`).
+    pub ptx: String,
+    /// Runs timed; the report gives the fastest.
+    pub repeat: usize,
 }
 
 /// Runs every selected unit of `hir` on tiles and writes the report to `out`.
@@ -104,6 +115,17 @@ fn run_unit_with_symmetry(
         .map_err(|e| crate::run::out_of_memory(format!("cannot allocate {} elements for `{}`", e.elements, e.name)))?;
         inputs.insert(t, v);
     }
+    if let Some(gpu) = &r.gpu {
+        let plan = super::device::plan(&program, super::device::scratch_limit()?)?;
+        let mut machine = crate::codegen::cuda_tiled::open(&gpu.ptx)
+            .map_err(|why| fail("E0730", crate::codegen::cuda::NO_DEVICE, Some(why)))?;
+        let (outputs, stats) = super::device::run_on(&program, &plan, &inputs, machine.as_mut(), gpu.repeat)?;
+        drop(inputs);
+        let dense: HashMap<_, Dense> = outputs.iter().map(|(&t, v)| (t, v.to_dense())).collect();
+        let mut extra = device_report_lines(&program, &stats, gpu.repeat);
+        extra.extend(tile.map(|c| c.describe()));
+        return Ok((dense, extra, HashMap::new()));
+    }
     let (outputs, stats) = program.run(inputs, &TiledOptions { profile: r.stats, ..r.tiled.clone() })?;
     let dense: HashMap<_, Dense> = outputs.iter().map(|(&t, v)| (t, v.to_dense())).collect();
     let solo = tcc_runtime::comm::threads::solo(tcc_runtime::comm::Backend::Threads);
@@ -131,6 +153,24 @@ fn run_unit_with_symmetry(
         extra.extend(stats.profile.report(PROFILE_CLASSES));
     }
     Ok((dense, extra, symmetry))
+}
+
+/// The report of a GPU run: time, rate, and what ran.
+fn device_report_lines(program: &super::Program, s: &super::device::DeviceStats, repeat: usize) -> Vec<String> {
+    let stored: f64 = program.storage().iter().map(|(_, st, _)| st).sum();
+    let dense: f64 = program.storage().iter().map(|(_, _, d)| d).sum();
+    vec![
+        format!(
+            "gpu: {} s (fastest of {}), {:.1} GFLOP/s; {:.3e} flops ({:.3e} dense)",
+            secs(s.run_s),
+            repeat.max(1),
+            if s.run_s > 0.0 { s.flops / s.run_s / 1e9 } else { 0.0 },
+            s.flops,
+            program.dense_flops
+        ),
+        format!("gpu: {} rounds, {} batched GEMM calls, {} tile moves", s.rounds, s.gemm_calls, s.moves),
+        format!("stored: {stored:.0} of {dense:.0} dense elements"),
+    ]
 }
 
 /// The tile size a program was planned at: the auto choice, else the options'.
