@@ -33,6 +33,9 @@ pub(super) struct Gen<'a, 'ctx> {
     pub(super) b: Builder<'ctx>,
     pub(super) mode: Mode,
     pub(super) func: Option<FunctionValue<'ctx>>,
+    /// The current kernel loads or stores 16-bit elements: its element-wise
+    /// functions of f32 values run in f32 ([`Gen::apply`]).
+    pub(super) half: bool,
 }
 
 impl<'a, 'ctx> Gen<'a, 'ctx> {
@@ -247,6 +250,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     }
 
     fn kernel(&mut self, k: &Kernel) -> Result<(), CodegenError> {
+        self.half = k.out_elem().is_half() || k.ops.iter().any(|o| o.elem.is_half());
         if let Some(t) = &k.tiled {
             return self.tiled_kernel(k, t);
         }
@@ -472,7 +476,7 @@ pub(super) fn build_module<'ctx>(
     let module = ctx.create_module("tcc_gpu");
     module.set_triple(&tm.get_triple());
     module.set_data_layout(&tm.get_target_data().get_data_layout());
-    let mut g = Gen { ctx, module: &module, b: ctx.create_builder(), mode, func: None };
+    let mut g = Gen { ctx, module: &module, b: ctx.create_builder(), mode, func: None, half: false };
     for k in kernels {
         g.kernel(k)?;
     }
