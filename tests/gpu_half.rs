@@ -340,9 +340,10 @@ fn declared_half_intermediates_are_stored_in_16_bits() {
     check(&hir, &GpuOptions::default(), &mut rng).unwrap();
 }
 
-/// Every element-wise function in 16-bit kernels: `exp`, `log`, `tanh`,
+/// Every element-wise function in a 16-bit program: `exp`, `log`, `tanh`,
 /// `sigmoid`, `silu`, `gelu`, `recip`, `sqrt`, `abs`, `relu` of bf16/f16
-/// operands (one-thread kernels; in the contraction, applied while loading).
+/// operands (one-thread kernels; in the contraction, applied while loading),
+/// and of f32 temporaries (`3 * G`) summed in an f32 working buffer (`B`).
 fn half_functions_src(elem: &str) -> String {
     format!(
         "range T = 37; range F = 29; range K = 11; index t : T; index f : F; index k : K;\n\
@@ -350,14 +351,15 @@ fn half_functions_src(elem: &str) -> String {
          input tensor W[f,k] : {elem};\n\
          output tensor H[t,f] : {elem}; output tensor E[t,f] : {elem}; output tensor S[t,f] : {elem};\n\
          output tensor L[t,f] : {elem}; output tensor R[t,f] : {elem}; output tensor Q[t,f] : {elem};\n\
-         output tensor C[t,k] : {elem};\n\
+         output tensor C[t,k] : {elem}; output tensor B[t,f] : {elem};\n\
          H[t,f] = silu(G[t,f]) * U[t,f];\n\
          E[t,f] = exp(G[t,f]) * tanh(U[t,f]);\n\
          S[t,f] = gelu(G[t,f]) * sigmoid(U[t,f]);\n\
          L[t,f] = log(P[t,f]);\n\
          R[t,f] = recip(P[t,f]);\n\
          Q[t,f] = sqrt(P[t,f]) * relu(G[t,f]) * abs(U[t,f]);\n\
-         C[t,k] = silu(G[t,f]) * W[f,k];\n"
+         C[t,k] = silu(G[t,f]) * W[f,k];\n\
+         B[t,f] = tanh(3 * G[t,f]) + sigmoid(3 * U[t,f]);\n"
     )
 }
 
@@ -370,8 +372,9 @@ fn half_function_inputs(hir: &Hir, scale: f64, rng: &mut Rng) -> HashMap<TensorI
     ins
 }
 
-/// The functions of 16-bit kernels run in f32 (approximate `ex2`/`lg2`, no f64
-/// instruction at all), those of f32 programs still through the f64 series.
+/// The functions of a 16-bit program run in f32 (approximate `ex2`/`lg2`, no
+/// f64 instruction in any kernel), those of f32 programs still through the f64
+/// series.
 #[test]
 fn half_kernels_compute_functions_in_f32() {
     for elem in ["bf16", "f16", "f32"] {

@@ -1,11 +1,11 @@
 //! Element-wise functions in generated kernels. `exp`/`log`/`tanh` have no PTX
 //! instruction of full precision and there is no libdevice here, so in f32 and
-//! f64 programs they are generated in f64 from their series. Kernels that load
-//! or store 16-bit elements (`bf16`/`f16`, computed in f32) evaluate them in f32
-//! instead, from the approximate `ex2`/`lg2` instructions: their results are
-//! rounded to 8 or 11 significant bits, far coarser than those instructions'
-//! error (about 2^-22 relative), and the f64 series cost some 50 f64
-//! instructions per element.
+//! f64 programs they are generated in f64 from their series. The kernels of a
+//! 16-bit program (`bf16`/`f16` storage, computed in f32) evaluate them on f32
+//! values in f32 instead, from the approximate `ex2`/`lg2` instructions: its
+//! results are rounded to 8 or 11 significant bits and checked at 2e-2 or 3e-3,
+//! far coarser than those instructions' error (about 2^-22 relative), and the
+//! f64 series cost some 50 f64 instructions per element.
 
 use super::gen::{Gen, Mode};
 use super::CodegenError;
@@ -15,7 +15,7 @@ use inkwell::values::{FloatValue, IntValue};
 use inkwell::FloatPredicate;
 
 impl<'ctx> Gen<'_, 'ctx> {
-    /// `f(x)` as [`Func::apply`] defines it. In a 16-bit kernel ([`Gen::half`])
+    /// `f(x)` as [`Func::apply`] defines it. In a 16-bit program ([`Gen::half`])
     /// an f32 `x` is computed in f32 (`exp`/`log` from `ex2.approx`/`lg2.approx`,
     /// the others from those, `div.rn.f32`, `sqrt.rn.f32`); otherwise through f64
     /// (the series of [`Gen::math`]).
