@@ -31,9 +31,14 @@ fn inputs(hir: &Hir, u: UnitId, rng: &mut Rng) -> HashMap<TensorId, Dense> {
 /// (an error beyond the tolerance), and every 16-bit output holding values of
 /// its type.
 fn check(hir: &Hir, opts: &GpuOptions, rng: &mut Rng) -> Result<f64, String> {
+    check_on(hir, opts, &inputs(hir, UnitId::new(0), rng))
+}
+
+/// [`check`] on the inputs `ins`.
+fn check_on(hir: &Hir, opts: &GpuOptions, ins: &HashMap<TensorId, Dense>) -> Result<f64, String> {
     let u = UnitId::new(0);
     let p = plan(hir, &[u], opts).map_err(|e| e.0)?;
-    let ins = inputs(hir, u, rng);
+    let ins = ins.clone();
     let want = run_unit(hir, u, &ins).map_err(|e| e.to_string())?;
     let got = emulate(&p, 0, &ins).map_err(|e| e.0)?;
     for (t, v) in &got {
@@ -333,4 +338,88 @@ fn declared_half_intermediates_are_stored_in_16_bits() {
     let h = up.buf_of(hir.tensor_by_name("H").unwrap()).unwrap();
     assert_eq!(up.buffers[h].elem, Elem::F32, "{:?}", up.buffers);
     check(&hir, &GpuOptions::default(), &mut rng).unwrap();
+}
+
+/// Every element-wise function in a 16-bit program: `exp`, `log`, `tanh`,
+/// `sigmoid`, `silu`, `gelu`, `recip`, `sqrt`, `abs`, `relu` of bf16/f16
+/// operands (one-thread kernels; in the contraction, applied while loading),
+/// and of f32 temporaries (`3 * G`) summed in an f32 working buffer (`B`).
+fn half_functions_src(elem: &str) -> String {
+    format!(
+        "range T = 37; range F = 29; range K = 11; index t : T; index f : F; index k : K;\n\
+         input tensor G[t,f] : {elem}; input tensor U[t,f] : {elem}; input tensor P[t,f] : {elem};\n\
+         input tensor W[f,k] : {elem};\n\
+         output tensor H[t,f] : {elem}; output tensor E[t,f] : {elem}; output tensor S[t,f] : {elem};\n\
+         output tensor L[t,f] : {elem}; output tensor R[t,f] : {elem}; output tensor Q[t,f] : {elem};\n\
+         output tensor C[t,k] : {elem}; output tensor B[t,f] : {elem};\n\
+         H[t,f] = silu(G[t,f]) * U[t,f];\n\
+         E[t,f] = exp(G[t,f]) * tanh(U[t,f]);\n\
+         S[t,f] = gelu(G[t,f]) * sigmoid(U[t,f]);\n\
+         L[t,f] = log(P[t,f]);\n\
+         R[t,f] = recip(P[t,f]);\n\
+         Q[t,f] = sqrt(P[t,f]) * relu(G[t,f]) * abs(U[t,f]);\n\
+         C[t,k] = silu(G[t,f]) * W[f,k];\n\
+         B[t,f] = tanh(3 * G[t,f]) + sigmoid(3 * U[t,f]);\n"
+    )
+}
+
+/// Inputs of [`half_functions_src`]: `scale · [-1, 1)` in the type, `P` positive.
+fn half_function_inputs(hir: &Hir, scale: f64, rng: &mut Rng) -> HashMap<TensorId, Dense> {
+    let mut ins = common::inputs_with(hir, UnitId::new(0), |e| round_to(e, scale * rng.unit()));
+    for x in &mut ins.get_mut(&hir.tensor_by_name("P").unwrap()).unwrap().data {
+        *x = x.abs().max(1.0 / 64.0);
+    }
+    ins
+}
+
+/// The functions of a 16-bit program run in f32 (approximate `ex2`/`lg2`, no
+/// f64 instruction in any kernel), those of f32 programs still through the f64
+/// series.
+#[test]
+fn half_kernels_compute_functions_in_f32() {
+    for elem in ["bf16", "f16", "f32"] {
+        let hir = compile(&half_functions_src(elem));
+        for o in [GpuOptions::default(), GpuOptions { gemm: Some(GemmKind::Tiled), ..Default::default() }] {
+            let p = plan(&hir, &[UnitId::new(0)], &o).unwrap();
+            let ptx = emit_ptx(&p).unwrap();
+            if elem == "f32" {
+                assert!(ptx.contains("fma.rn.f64") && ptx.contains("cvt.f64.f32"), "{elem} {o:?}:\n{ptx}");
+                assert!(!ptx.contains("ex2.approx") && !ptx.contains("lg2.approx"), "{elem} {o:?}:\n{ptx}");
+            } else {
+                assert!(ptx.contains("ex2.approx.ftz.f32") && ptx.contains("lg2.approx.ftz.f32"), "{elem}:\n{ptx}");
+                let f64_lines: Vec<&str> = ptx.lines().filter(|l| l.contains(".f64")).collect();
+                assert!(f64_lines.is_empty(), "{elem} {o:?}: {f64_lines:?}");
+            }
+        }
+    }
+}
+
+/// Each function of bf16 and f16 operands, emulated under every option, within
+/// the type's tolerance of the interpreter: on `[-4, 4]` (`log`, `recip`,
+/// `sqrt` of `(0, 4]`), and on `[-120, 120]`, where `exp` over- and underflows
+/// inside `tanh`, `sigmoid`, `silu` and `gelu`.
+#[test]
+fn half_functions_emulated_against_the_interpreter() {
+    let mut rng = Rng(23);
+    for elem in ["bf16", "f16"] {
+        let hir = compile(&half_functions_src(elem));
+        let tol = tolerance(&hir, UnitId::new(0));
+        for o in options() {
+            let ins = half_function_inputs(&hir, 4.0, &mut rng);
+            let r = check_on(&hir, &o, &ins).unwrap_or_else(|m| panic!("{elem} {o:?}: {m}"));
+            assert!(r <= tol, "{elem} {o:?}: {r}");
+        }
+        let src = format!(
+            "range N = 301; index i : N;\n\
+             input tensor X[i] : {elem};\n\
+             output tensor T[i] : {elem}; output tensor S[i] : {elem}; output tensor H[i] : {elem};\n\
+             output tensor G[i] : {elem};\n\
+             T[i] = tanh(X[i]);\nS[i] = sigmoid(X[i]);\nH[i] = silu(X[i]);\nG[i] = gelu(X[i]);\n"
+        );
+        let hir = compile(&src);
+        let ins = common::inputs_with(&hir, UnitId::new(0), |e| round_to(e, 120.0 * rng.unit()));
+        for o in options() {
+            check_on(&hir, &o, &ins).unwrap_or_else(|m| panic!("{elem} {o:?}: {m}"));
+        }
+    }
 }

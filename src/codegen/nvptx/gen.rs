@@ -33,6 +33,9 @@ pub(super) struct Gen<'a, 'ctx> {
     pub(super) b: Builder<'ctx>,
     pub(super) mode: Mode,
     pub(super) func: Option<FunctionValue<'ctx>>,
+    /// The kernels are a 16-bit program's (one of them loads or stores 16-bit
+    /// elements): element-wise functions of f32 values run in f32 ([`Gen::apply`]).
+    pub(super) half: bool,
 }
 
 impl<'a, 'ctx> Gen<'a, 'ctx> {
@@ -472,7 +475,10 @@ pub(super) fn build_module<'ctx>(
     let module = ctx.create_module("tcc_gpu");
     module.set_triple(&tm.get_triple());
     module.set_data_layout(&tm.get_target_data().get_data_layout());
-    let mut g = Gen { ctx, module: &module, b: ctx.create_builder(), mode, func: None };
+    // The kernels of one plan are one program's, whose results are checked with
+    // the 16-bit tolerance when it has a 16-bit tensor (crate::run::compare::tolerance).
+    let half = kernels.iter().any(|k| k.out_elem().is_half() || k.ops.iter().any(|o| o.elem.is_half()));
+    let mut g = Gen { ctx, module: &module, b: ctx.create_builder(), mode, func: None, half };
     for k in kernels {
         g.kernel(k)?;
     }

@@ -1,8 +1,13 @@
-//! Element-wise functions in generated kernels: `exp`/`log`/`tanh` have no PTX
-//! instruction of full precision and there is no libdevice here, so they are
-//! generated from their series.
+//! Element-wise functions in generated kernels. `exp`/`log`/`tanh` have no PTX
+//! instruction of full precision and there is no libdevice here, so in f32 and
+//! f64 programs they are generated in f64 from their series. The kernels of a
+//! 16-bit program (`bf16`/`f16` storage, computed in f32) evaluate them on f32
+//! values in f32 instead, from the approximate `ex2`/`lg2` instructions: its
+//! results are rounded to 8 or 11 significant bits and checked at 2e-2 or 3e-3,
+//! far coarser than those instructions' error (about 2^-22 relative), and the
+//! f64 series cost some 50 f64 instructions per element.
 
-use super::gen::Gen;
+use super::gen::{Gen, Mode};
 use super::CodegenError;
 use crate::sema::hir::Func;
 use inkwell::module::Linkage;
@@ -10,28 +15,32 @@ use inkwell::values::{FloatValue, IntValue};
 use inkwell::FloatPredicate;
 
 impl<'ctx> Gen<'_, 'ctx> {
-    /// `f(x)` as [`Func::apply`] defines it; `f32` through `f64`.
+    /// `f(x)` as [`Func::apply`] defines it. In a 16-bit program ([`Gen::half`])
+    /// an f32 `x` is computed in f32 (`exp`/`log` from `ex2.approx`/`lg2.approx`,
+    /// the others from those, `div.rn.f32`, `sqrt.rn.f32`); otherwise through f64
+    /// (the series of [`Gen::math`]).
     pub(super) fn apply(&mut self, func: Func, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>, CodegenError> {
         let t = x.get_type();
-        let f64t = self.ctx.f64_type();
-        let x = if t != f64t { self.b.build_float_ext(x, f64t, "ext")? } else { x };
-        let one = f64t.const_float(1.0);
+        let ct = if self.half && t == self.ctx.f32_type() { t } else { self.ctx.f64_type() };
+        let x = if t != ct { self.b.build_float_ext(x, ct, "ext")? } else { x };
+        let one = ct.const_float(1.0);
         let r = match func {
-            Func::Exp => self.math("tcc_exp", x)?,
+            Func::Exp => self.exp(x)?,
             // The lowering of complex types leaves only real values here.
             Func::Conj => x,
-            Func::Log => self.math("tcc_log", x)?,
+            Func::Log => self.log(x)?,
             Func::Sqrt => self.fcall("llvm.sqrt", x)?,
             Func::Abs => self.fcall("llvm.fabs", x)?,
             Func::Recip => self.b.build_float_div(one, x, "recip")?,
             Func::Relu => {
-                let f = self.intrinsic("llvm.maxnum", &[f64t.into()])?;
-                self.call(f, &[x.into(), f64t.const_zero().into()])?.into_float_value()
+                let f = self.intrinsic("llvm.maxnum", &[ct.into()])?;
+                self.call(f, &[x.into(), ct.const_zero().into()])?.into_float_value()
             }
-            Func::Tanh => self.math("tcc_tanh", x)?,
+            Func::Tanh => self.tanh(x)?,
+            // exp(-x) = inf for very negative x: 1/inf = 0, x/inf = -0.
             Func::Sigmoid | Func::Silu => {
                 let neg = self.b.build_float_neg(x, "neg")?;
-                let e = self.math("tcc_exp", neg)?;
+                let e = self.exp(neg)?;
                 let d = self.b.build_float_add(one, e, "den")?;
                 let num = if func == Func::Sigmoid { one } else { x };
                 self.b.build_float_div(num, d, "sig")?
@@ -39,15 +48,69 @@ impl<'ctx> Gen<'_, 'ctx> {
             Func::Gelu => {
                 let x3 = self.b.build_float_mul(self.b.build_float_mul(x, x, "x2")?, x, "x3")?;
                 let inner =
-                    self.b.build_float_add(x, self.b.build_float_mul(f64t.const_float(0.044715), x3, "a")?, "in")?;
+                    self.b.build_float_add(x, self.b.build_float_mul(ct.const_float(0.044715), x3, "a")?, "in")?;
                 let kk = (2.0 / std::f64::consts::PI).sqrt();
-                let arg = self.b.build_float_mul(f64t.const_float(kk), inner, "s")?;
-                let th = self.math("tcc_tanh", arg)?;
-                let h = self.b.build_float_mul(f64t.const_float(0.5), x, "h")?;
+                let arg = self.b.build_float_mul(ct.const_float(kk), inner, "s")?;
+                let th = self.tanh(arg)?;
+                let h = self.b.build_float_mul(ct.const_float(0.5), x, "h")?;
                 self.b.build_float_mul(h, self.b.build_float_add(one, th, "1p")?, "gelu")?
             }
         };
-        Ok(if t != f64t { self.b.build_float_trunc(r, t, "trunc")? } else { r })
+        Ok(if t != ct { self.b.build_float_trunc(r, t, "trunc")? } else { r })
+    }
+
+    /// `exp(x)` in `x`'s type: f64 by the series, f32 by [`Gen::exp32`].
+    fn exp(&mut self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>, CodegenError> {
+        if x.get_type() == self.ctx.f64_type() {
+            self.math("tcc_exp", x)
+        } else {
+            self.exp32(x)
+        }
+    }
+
+    /// `log(x)` in `x`'s type: f64 by the series; f32 as `lg2(x) · ln 2`
+    /// (`lg2.approx.ftz.f32` on the device, `llvm.log2` on the host).
+    fn log(&mut self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>, CodegenError> {
+        if x.get_type() == self.ctx.f64_type() {
+            return self.math("tcc_log", x);
+        }
+        let l = self.approx("llvm.nvvm.lg2.approx.ftz.f", "llvm.log2", x)?;
+        let ln2 = self.ctx.f32_type().const_float(std::f64::consts::LN_2);
+        Ok(self.b.build_float_mul(l, ln2, "log")?)
+    }
+
+    /// `tanh(x)` in `x`'s type: f64 by the series; f32 as `1 - 2/(exp(2x) + 1)`
+    /// (±1 where `exp(2x)` overflows or vanishes).
+    fn tanh(&mut self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>, CodegenError> {
+        if x.get_type() == self.ctx.f64_type() {
+            return self.math("tcc_tanh", x);
+        }
+        let f32t = self.ctx.f32_type();
+        let one = f32t.const_float(1.0);
+        let e = self.exp32(self.b.build_float_mul(x, f32t.const_float(2.0), "2x")?)?;
+        let q = self.b.build_float_div(f32t.const_float(2.0), self.b.build_float_add(e, one, "d")?, "q")?;
+        Ok(self.b.build_float_sub(one, q, "tanh")?)
+    }
+
+    /// f32 `exp(x) = 2^(x log2 e)`: `ex2.approx.ftz.f32` on the device (as
+    /// CUDA's `__expf`; subnormal results flush to 0), `llvm.exp2` (libm's
+    /// `exp2f`) on the host.
+    fn exp32(&self, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>, CodegenError> {
+        let log2e = self.ctx.f32_type().const_float(std::f64::consts::LOG2_E);
+        let t = self.b.build_float_mul(x, log2e, "t")?;
+        self.approx("llvm.nvvm.ex2.approx.ftz.f", "llvm.exp2", t)
+    }
+
+    /// An f32 function: the NVVM intrinsic `device` (an approximate PTX
+    /// instruction) on the device, the overloaded LLVM intrinsic `host` on the host.
+    fn approx(&self, device: &str, host: &str, x: FloatValue<'ctx>) -> Result<FloatValue<'ctx>, CodegenError> {
+        match self.mode {
+            Mode::Device => {
+                let f = self.intrinsic(device, &[])?;
+                Ok(self.call(f, &[x.into()])?.into_float_value())
+            }
+            Mode::Host => self.fcall(host, x),
+        }
     }
 
     /// Calls (generating once) one of the module's `f64 → f64` math functions.
