@@ -1141,7 +1141,11 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
         };
     }
     if tiled && (target != TargetKind::Cuda || mpi) {
-        return ctx.fail("E0716", "--tiled applies to --target cuda (CPU tiled runs need no build: `tcc run --tiled`)", None);
+        return ctx.fail(
+            "E0716",
+            "--tiled applies to --target cuda (CPU tiled runs need no build: `tcc run --tiled`)",
+            None,
+        );
     }
     if target == TargetKind::Cuda {
         if let Err(e) = tcc::sema::sizes::require_fixed_for_build(&hir) {

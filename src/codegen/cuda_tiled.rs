@@ -51,7 +51,8 @@ mod imp {
     impl DevMem {
         fn new(len: usize) -> Result<DevMem, String> {
             // SAFETY: a plain allocation (at least one word).
-            let ptr = unsafe { result::malloc_sync(len.max(1) * 8) }.map_err(e(&format!("cuMemAlloc of {len} words")))?;
+            let ptr =
+                unsafe { result::malloc_sync(len.max(1) * 8) }.map_err(e(&format!("cuMemAlloc of {len} words")))?;
             Ok(DevMem { ptr, len })
         }
         /// Grows to at least `len` elements (contents lost).
@@ -90,8 +91,10 @@ mod imp {
             let module = unsafe { result::module::load_data(src.as_ptr() as *const c_void) }
                 .map_err(e("cuModuleLoadData (PTX JIT)"))?;
             // SAFETY: a loaded module.
-            let kernel = unsafe { result::module::get_function(module, CString::new(KERNEL).expect("name")) }
-                .map_err(|x| format!("the PTX has no `{KERNEL}` (write it with `tcc build --target cuda --tiled`): {x:?}"))?;
+            let kernel =
+                unsafe { result::module::get_function(module, CString::new(KERNEL).expect("name")) }.map_err(|x| {
+                    format!("the PTX has no `{KERNEL}` (write it with `tcc build --target cuda --tiled`): {x:?}")
+                })?;
             // SAFETY: probing only loads the library.
             if !unsafe { blas_sys::is_culib_present() } {
                 return Err("cuBLAS (libcublas.so) not found: add its folder to LD_LIBRARY_PATH".into());

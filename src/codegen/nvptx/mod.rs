@@ -25,8 +25,8 @@ mod emulate;
 mod gen;
 mod math;
 mod plan;
-mod tiled;
 pub mod tile_moves;
+mod tiled;
 mod transpose;
 
 pub use emulate::emulate;

@@ -129,11 +129,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         self.b.position_at_end(entry);
         let param = |j: u32| f.get_nth_param(j).expect("declared");
         let (block, thread, items) = match self.mode {
-            Mode::Host => (
-                param(0).into_int_value(),
-                param(1).into_int_value(),
-                param(2).into_pointer_value(),
-            ),
+            Mode::Host => (param(0).into_int_value(), param(1).into_int_value(), param(2).into_pointer_value()),
             Mode::Device => (
                 self.sreg("llvm.nvvm.read.ptx.sreg.ctaid.x")?,
                 self.sreg("llvm.nvvm.read.ptx.sreg.tid.x")?,
@@ -274,7 +270,7 @@ fn module<'ctx>(ctx: &'ctx Context, mode: Mode, tm: &TargetMachine) -> Result<Mo
     let module = ctx.create_module("tcc_tile_moves");
     module.set_triple(&tm.get_triple());
     module.set_data_layout(&tm.get_target_data().get_data_layout());
-    let mut g = Gen { ctx, module: &module, b: ctx.create_builder(), mode, func: None };
+    let mut g = Gen { ctx, module: &module, b: ctx.create_builder(), mode, func: None, half: false };
     g.tile_moves_kernel()?;
     drop(g);
     module.verify().map_err(|e| err(format!("LLVM rejected the tile-move kernel: {}", e.to_string())))?;
@@ -312,7 +308,14 @@ impl EmulatedMachine {
         let triple = TargetMachine::get_default_triple();
         let target = Target::from_triple(&triple).map_err(|e| err(format!("LLVM: {e}")))?;
         let tm = target
-            .create_target_machine(&triple, "x86-64", "", OptimizationLevel::Default, RelocMode::Default, CodeModel::JITDefault)
+            .create_target_machine(
+                &triple,
+                "x86-64",
+                "",
+                OptimizationLevel::Default,
+                RelocMode::Default,
+                CodeModel::JITDefault,
+            )
             .ok_or_else(|| err("LLVM: no host target machine"))?;
         let m = module(ctx, Mode::Host, &tm)?;
         let engine = m.create_jit_execution_engine(OptimizationLevel::Default).map_err(|e| err(e.to_string()))?;
