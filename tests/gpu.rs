@@ -828,3 +828,43 @@ fn triples_and_ao2mo_match_the_interpreter_every_way() {
     }
     assert!(in_place >= 20, "{in_place} of {} planned in place", specs.len());
 }
+
+/// `tcc build --target cuda --tiled`: the move kernel for a program that runs
+/// tiled on the GPU; a clear refusal (E0760, exit 1) for one that does not, and
+/// for `--tiled` without `--target cuda` (E0716).
+#[test]
+fn tiled_gpu_builds_write_the_move_kernel_or_refuse_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let tcc = env!("CARGO_BIN_EXE_tcc");
+    let ptx = dir.path().join("ccd.ptx");
+    let out = std::process::Command::new(tcc)
+        .args(["build", example("tiled/ccd_spin.tc").to_str().unwrap(), "--target", "cuda", "--tiled", "-o"])
+        .arg(&ptx)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&ptx).unwrap();
+    assert!(text.contains(".entry tcc_tile_moves"));
+    let src = dir.path().join("max.tc");
+    std::fs::write(
+        &src,
+        "range N = 8;\nindex i, j : N;\ninput tensor A[i,j] : f64;\noutput tensor M[i] : f64;\nM[i] = max(A[i,j]);\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(tcc)
+        .args(["build", src.to_str().unwrap(), "--target", "cuda", "--tiled", "-o"])
+        .arg(dir.path().join("max.ptx"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("E0760") && err.contains("do not run on the GPU with --tiled"), "{err}");
+    let out = std::process::Command::new(tcc)
+        .args(["build", src.to_str().unwrap(), "--tiled", "-o"])
+        .arg(dir.path().join("lib.so"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("E0716"), "{err}");
+}

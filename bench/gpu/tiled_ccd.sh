@@ -8,37 +8,52 @@
 #           target/release/tcc and tcc-gpu built with --features cuda)
 #   device: bash tiled_ccd.sh run [DEST]   (LLVM's libraries on LD_LIBRARY_PATH
 #           for tcc, as bench/gpu/cuda_env.sh sets them)
-set -eu
+set -u
 mode=${1:?prepare or run}; D=${2:-target/tccd}
 SIZES=${SIZES:-"10:38 20:100 20:200 30:300"}
 if [ "$mode" = prepare ]; then
-  rm -rf "$D" && mkdir -p "$D/ptx" "$D/check"
-  for s in $SIZES; do
-    python3 -c "import sys; sys.path.insert(0, 'bench/tiled'); import ccd; open('$D/ccd_${s/:/_}.tc', 'w').write(ccd.source(${s%:*}, ${s#*:}))"
+  set -e
+  rm -rf "$D" && mkdir -p "$D/ptx" "$D/check" "$D/cross"
+  src() { python3 -c "import sys; sys.path.insert(0, 'bench/tiled'); import ccd; open('$1', 'w').write(ccd.source($2, $3, $4))"; }
+  for s in $SIZES; do src "$D/ccd_${s/:/_}.tc" ${s%:*} ${s#*:} False; done
+  # Small enough for the interpreter (--check); the examples are compared with
+  # `tcc run --tiled` (CPU) instead, which the tests hold to the interpreter.
+  src "$D/check/ccd_6_12.tc" 6 12 False
+  src "$D/check/ccd_iteration_6_12.tc" 6 12 True
+  cp examples/ccsd_terms.tc examples/programs/ccd.tc "$D/check/"
+  cp examples/tiled/*.tc examples/programs/ccsd.tc examples/programs/four_index_steps.tc "$D/cross/"
+  for f in "$D"/*.tc "$D"/check/*.tc "$D"/cross/*.tc; do
+    target/release/tcc build "$f" --target cuda --tiled -o "$D/ptx/$(basename "$f" .tc).ptx" 2> /dev/null
   done
-  cp examples/tiled/*.tc examples/ccsd_terms.tc examples/programs/ccd.tc examples/programs/ccsd.tc \
-    examples/programs/four_index_steps.tc "$D/check/"
-  for f in "$D"/*.tc "$D"/check/*.tc; do
-    target/release/tcc build "$f" --target cuda --tiled -o "$D/ptx/$(basename "$f" .tc).ptx" > /dev/null
-  done
-  cp target/release/tcc target/release/tcc-gpu bench/gpu/tiled_ccd_torch.py bench/gpu/tiled_ccd.sh "$D/"
+  cp target/release/tcc target/release/tcc-gpu bench/gpu/tiled_ccd_torch.py bench/gpu/tiled_ccd.sh \
+    bench/gpu/cuda_env.sh "$D/"
   echo "prepared $D"
 else
   cd "$D"
-  echo "== checks against the interpreter (tcc-gpu --tiled --check, tile 4 and 32)"
-  for t in 4 32; do
-    ./tcc-gpu check/*.tc ccd_10_38.tc --tiled --tile $t --ptx-dir ptx --check --keep-going 2>&1 | grep -E "^(FAIL|tcc-gpu)"
+  echo "== small programs against the interpreter (tcc-gpu --tiled --check, tiles 3 and 32)"
+  for t in 3 32; do
+    timeout 120 ./tcc-gpu check/*.tc --tiled --tile $t --ptx-dir ptx --check --keep-going 2>&1 | grep -E "^(FAIL|tcc-gpu)"
   done
-  ./tcc-gpu ccd_10_38.tc --tiled --ptx-dir ptx --check 2>&1 | tail -6
+  timeout 60 ./tcc-gpu check/ccd_iteration_6_12.tc --tiled --tile 3 --ptx-dir ptx --check 2>&1 | tail -6
+  echo "== examples: tcc-gpu --tiled against tcc run --tiled (CPU), norm2 of every output"
+  for f in cross/*.tc; do
+    g=$(timeout 120 ./tcc-gpu "$f" --tiled --ptx-dir ptx 2>&1 | grep -oE "norm2 = \S+" | tr '\n' ' ')
+    c=$(timeout 120 ./tcc run "$f" --tiled --tile 32 2>&1 | grep -oE "norm2 = \S+" | tr '\n' ' ')
+    python3 -c "
+import sys
+g, c = [float(x) for x in '$g'.split()[2::3]], [float(x) for x in '$c'.split()[2::3]]
+ok = len(g) == len(c) and len(g) > 0 and all(abs(a - b) <= 1e-9 * max(abs(b), 1e-300) for a, b in zip(g, c))
+print(('SAME ' if ok else 'DIFFERENT ') + '$f', g, c)"
+  done
   echo "== CCD residual: tcc-gpu --tiled, torch.einsum dense, tcc run --tiled on $(nproc) cores"
   for s in $SIZES; do
     n=ccd_${s/:/_}
     for t in ${TILES:-25 50}; do
-      echo "-- $n tile $t: $(timeout 300 ./tcc-gpu $n.tc --tiled --tile $t --ptx-dir ptx --repeat 3 2>&1 | grep -E 'gpu:|stored|error' | tr '\n' ' ')"
+      echo "-- $n tile $t: $(timeout 120 ./tcc-gpu $n.tc --tiled --tile $t --ptx-dir ptx --repeat 3 2>&1 | grep -E 'gpu:|stored|error|norm2' | tr '\n' ' ')"
     done
-    echo "-- $n $(timeout 300 python3 tiled_ccd_torch.py ${s%:*} ${s#*:} 3 2>&1 | tail -1)"
+    echo "-- $n $(timeout 120 python3 tiled_ccd_torch.py ${s%:*} ${s#*:} 3 2>&1 | tail -1)"
     if [ "${CPU:-1}" = 1 ]; then
-      echo "-- $n cpu: $(TCC_NUM_THREADS=$(nproc) timeout 300 ./tcc run $n.tc --tiled --tile ${CPU_TILE:-25} 2>&1 | grep -E 'tiled:' | head -1)"
+      echo "-- $n cpu: $(TCC_NUM_THREADS=$(nproc) timeout 120 ./tcc run $n.tc --tiled --tile ${CPU_TILE:-25} 2>&1 | grep -E 'tiled:|norm2' | tr '\n' ' ')"
     fi
   done
 fi

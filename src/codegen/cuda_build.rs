@@ -152,7 +152,7 @@ pub fn build_tiled_ptx(hir: &Hir, program: Option<&str>, output: &Path) -> Resul
         let p = crate::tiled::Program::plan(&prepared, u, &opts)?;
         crate::tiled::device::plan(&p, crate::tiled::device::SCRATCH_LIMIT)?;
     }
-    let ptx = nvptx::tile_moves::ptx().map_err(|e| fail("E0731", format!("GPU code generation: {}", e.0), None))?;
+    let ptx = nvptx::tile_moves::ptx().map_err(|e| fail("E0712", e.0, None))?;
     std::fs::write(output, ptx)
         .map_err(|e| fail("E0010", format!("cannot write `{}`: {e}", output.display()), None))?;
     Ok(format!("wrote {} (the tile-move kernel; run with `tcc-gpu FILE.tc --tiled --ptx-dir DIR`)\n", output.display()))

@@ -230,13 +230,16 @@ fn op_tensors(op: &TileOp) -> Vec<TensorId> {
     }
 }
 
+/// A round's GETTs by matrix shape (m, n, k), each with its batch.
+type Groups<'a> = BTreeMap<(usize, usize, usize), Vec<(&'a TileOp, usize)>>;
+
 /// The ranges to clear and the rounds of one task set's operations.
 fn lower(ops: &[TileOp], scratch: usize) -> Level {
     let mut level = Level::default();
     let mut round = Round::default();
     // The GETTs of the round being filled, by matrix shape (m, n, k): each with
     // its batch and the (permuted) dimensions of its operands.
-    let mut groups: BTreeMap<(usize, usize, usize), Vec<(&TileOp, usize)>> = BTreeMap::new();
+    let mut groups: Groups = BTreeMap::new();
     let mut used = 0usize;
     for op in ops {
         match op {
@@ -280,11 +283,7 @@ fn lower(ops: &[TileOp], scratch: usize) -> Level {
 /// Lays out the grouped GETTs of `round` in scratch (per shape: all A
 /// matrices, then all B, then all C), adds their moves and GEMMs, and starts a
 /// new round.
-fn finish_round(
-    round: &mut Round,
-    groups: &mut BTreeMap<(usize, usize, usize), Vec<(&TileOp, usize)>>,
-    level: &mut Level,
-) {
+fn finish_round(round: &mut Round, groups: &mut Groups, level: &mut Level) {
     let mut at = 0usize;
     for (&(m, n, k), members) in groups.iter() {
         let batch: usize = members.iter().map(|&(_, b)| b).sum();
@@ -399,7 +398,7 @@ pub fn run_on(
     machine: &mut dyn TileMachine,
     repeat: usize,
 ) -> Result<(HashMap<TensorId, TiledTensor>, DeviceStats), CommandError> {
-    let dev = |e: String| CommandError::new("E0770", format!("GPU: {e}"), None);
+    let dev = |e: String| CommandError::new("E0721", format!("CUDA: {e}"), None);
     for (&t, v) in inputs {
         machine.upload(t, &v.data).map_err(dev)?;
     }
