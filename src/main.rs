@@ -730,12 +730,13 @@ enum Command {
         gpu: GpuArgs,
         /// Store tensors as tiles (only the unique, nonzero tiles of symmetric and
         /// block-sparse tensors) and run each statement as a task set of compiled
-        /// tile kernels on this machine's threads (TCC_NUM_THREADS).
+        /// tile kernels on this machine's threads (TCC_NUM_THREADS); with
+        /// `--target cuda`, as batched GEMMs and tile moves on the GPU.
         #[arg(long, conflicts_with_all = ["interp", "target_cpu", "plan", "no_opt"])]
         tiled: bool,
         /// Tiled runs: tile size of ranges that do not declare one (`range V = 200 tile 32;`).
         /// Default: chosen by the time model for the run's ranks and threads (the
-        /// report says which and the predicted time of each candidate).
+        /// report says which and the predicted time of each candidate); 50 on the GPU.
         #[arg(long, value_name = "N", requires = "tiled")]
         tile: Option<usize>,
         /// Distributed tiled runs: how tiles move between ranks. `one-sided`: each
@@ -1651,7 +1652,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
             if target == TargetKind::Cuda || repeat != 1 {
                 return ctx.fail(
                     "E0760",
-                    "--tiled runs on the CPU once: it does not take --target cuda or --repeat",
+                    "complex programs run tiled on the CPU, once: not with --target cuda or --repeat",
                     None,
                 );
             }
@@ -1738,13 +1739,29 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
             tcc::exec::run_threads(&hir, &opts, &d, &mut lock)
         }
     } else if tiled {
-        if target == TargetKind::Cuda || repeat != 1 {
-            return ctx.fail("E0760", "--tiled runs on the CPU once: it does not take --target cuda or --repeat", None);
+        let cuda = target == TargetKind::Cuda;
+        if !cuda && repeat != 1 {
+            return ctx.fail("E0760", "--tiled runs on the CPU once: --repeat applies with --target cuda", None);
         }
-        let r = match tiled_run(ctx, tile, schedule.unwrap_or(Schedule::Dynamic), check, stats, tuning.as_deref()) {
+        if cuda && (stats || schedule.is_some() || tuning.is_some()) {
+            return ctx.fail(
+                "E0760",
+                "--stats, --schedule and --tuning describe the CPU's threads: not with --tiled --target cuda",
+                None,
+            );
+        }
+        // On the GPU, ranges without a declared tile get the GPU's default size.
+        let tile = if cuda { Some(tile.unwrap_or(tcc::tiled::device::GPU_TILE)) } else { tile };
+        let mut r = match tiled_run(ctx, tile, schedule.unwrap_or(Schedule::Dynamic), check, stats, tuning.as_deref()) {
             Ok(r) => r,
             Err(o) => return o,
         };
+        if cuda {
+            match tcc::codegen::nvptx::tile_moves::ptx() {
+                Ok(ptx) => r.gpu = Some(tcc::tiled::run::GpuTiled { ptx, repeat }),
+                Err(e) => return ctx.fail("E0712", &e.0, None),
+            }
+        }
         tcc::tiled::run::run_tiled(&hir, &opts, &r, &mut lock)
     } else if interp {
         tcc::run::run_interp(&hir, &opts, &mut lock)

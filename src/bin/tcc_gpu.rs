@@ -28,16 +28,13 @@
 
 use std::collections::HashMap;
 
-/// The tile size of `--tiled` runs for ranges that declare none, unless `--tile`
-/// gives one: GPU GEMMs want larger tiles than the CPU's default (tile 50 was
-/// 1.0–2.3× faster than 25 on the CCD residual, bench/gpu/results.md).
-const GPU_TILE: usize = 50;
 use std::path::{Path, PathBuf};
 use tcc::codegen::cuda;
 use tcc::codegen::cuda_build::read_plan;
 use tcc::codegen::nvptx::GemmKind;
 use tcc::error::CommandError;
 use tcc::run::{fail, run_report, RunOptions};
+use tcc::tiled::device::GPU_TILE;
 
 /// How to run each file.
 struct Mode {

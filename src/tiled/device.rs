@@ -153,6 +153,11 @@ pub struct DevicePlan {
     pub moves: usize,
 }
 
+/// The tile size of GPU tiled runs for ranges that declare none, unless
+/// `--tile` gives one: tile 50 was 1.0–2.3× faster than 25 on the CCD residual
+/// (bench/gpu/results.md); GPU GEMMs want larger tiles than the CPU's default.
+pub const GPU_TILE: usize = 50;
+
 /// Scratch elements a round may use unless `TCC_GPU_SCRATCH` (elements) says
 /// otherwise: 2^27 f64, 1 GiB.
 pub const SCRATCH_LIMIT: usize = 1 << 27;
