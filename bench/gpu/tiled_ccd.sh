@@ -25,7 +25,7 @@ if [ "$mode" = prepare ]; then
   for f in "$D"/*.tc "$D"/check/*.tc "$D"/cross/*.tc; do
     target/release/tcc build "$f" --target cuda --tiled -o "$D/ptx/$(basename "$f" .tc).ptx" 2> /dev/null
   done
-  cp target/release/tcc target/release/tcc-gpu bench/gpu/tiled_ccd_torch.py bench/gpu/tiled_ccd.sh \
+  cp target/release/tcc target/release/tcc-gpu bench/gpu/tiled_ccd_torch.py bench/gpu/tiled_ccd.sh bench/tiled/ccd.py \
     bench/gpu/cuda_env.sh "$D/"
   echo "prepared $D"
 else

@@ -7,26 +7,20 @@ GPU (f64, dense tensors): the peer of `tcc-gpu --tiled` in bench/gpu/tiled_ccd.s
 Prints `torch: X ms` (fastest of REPEAT, synchronized wall time) or `torch:
 out of memory (N GB dense inputs)`.
 """
+import os
 import sys
 import time
 
 import torch
 
+# bench/tiled/ccd.py, beside this file on the device or in the repository.
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "tiled")]
+from ccd import residual as ccd_residual  # noqa: E402
 
-def residual(t2, fvv, foo, vvvoo, vvvvv, voooo, vovvo, voovv):
-    e = torch.einsum
-    r = vvvoo.clone()
-    r += e("bc,acij->abij", fvv, t2) - e("ac,bcij->abij", fvv, t2)
-    r += -e("kj,abik->abij", foo, t2) + e("ki,abjk->abij", foo, t2)
-    r += 0.5 * e("abcd,cdij->abij", vvvvv, t2)
-    r += 0.5 * e("klij,abkl->abij", voooo, t2)
-    r += e("kbcj,acik->abij", vovvo, t2) - e("kacj,bcik->abij", vovvo, t2)
-    r += -e("kbci,acjk->abij", vovvo, t2) + e("kaci,bcjk->abij", vovvo, t2)
-    r += 0.25 * e("klcd,cdij,abkl->abij", voovv, t2, t2)
-    r += e("klcd,acik,bdjl->abij", voovv, t2, t2) - e("klcd,acjk,bdil->abij", voovv, t2, t2)
-    r += -0.5 * e("klcd,dcik,ablj->abij", voovv, t2, t2) + 0.5 * e("klcd,dcjk,abli->abij", voovv, t2, t2)
-    r += -0.5 * e("klcd,aclk,dbij->abij", voovv, t2, t2) + 0.5 * e("klcd,bclk,daij->abij", voovv, t2, t2)
-    return r
+
+def residual(*tensors):
+    return ccd_residual(torch.einsum, *tensors)
 
 
 def main():

@@ -17,7 +17,10 @@ import sys
 import tempfile
 import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # the GPU peer imports `residual` only
+    np = None
 
 TERMS = """R[a,b,i,j] = Vvvoo[a,b,i,j]
   + Fvv[b,c]*T2[a,c,i,j] - Fvv[a,c]*T2[b,c,i,j]
@@ -64,9 +67,14 @@ input tensor Voovv[k,l,c,d] : f64 antisymmetric(k l)(c d){s('k l', 'c d')};
 {TERMS}{UPDATE if iteration else ""}"""
 
 
-def numpy_residual(t2, fvv, foo, vvvoo, vvvvv, voooo, vovvo, voovv):
-    e = lambda spec, *ops: np.einsum(spec, *ops, optimize=True)
-    r = vvvoo.copy()
+def numpy_residual(*tensors):
+    return residual(lambda spec, *ops: np.einsum(spec, *ops, optimize=True), *tensors)
+
+
+def residual(e, t2, fvv, foo, vvvoo, vvvvv, voooo, vovvo, voovv):
+    """The residual with the einsum `e` (numpy's here, torch's in
+    bench/gpu/tiled_ccd_torch.py)."""
+    r = vvvoo + 0
     r += e("bc,acij->abij", fvv, t2) - e("ac,bcij->abij", fvv, t2)
     r += -e("kj,abik->abij", foo, t2) + e("ki,abjk->abij", foo, t2)
     r += 0.5 * e("abcd,cdij->abij", vvvvv, t2)

@@ -448,35 +448,76 @@ pub fn run_on(
     Ok((outputs, stats))
 }
 
-/// The reference machine: host buffers, moves and GEMMs as plain loops.
+/// Tensor buffers and a round's scratch in host memory.
+#[derive(Default)]
+pub struct HostBuffers {
+    pub bufs: HashMap<TensorId, Vec<f64>>,
+    pub scratch: Vec<f64>,
+}
+
+/// A machine in host memory that runs moves its own way (plain loops here, the
+/// generated kernel in `codegen::nvptx::tile_moves`); GEMMs are [`host_gemm`].
+pub trait HostRounds {
+    fn mem(&mut self) -> &mut HostBuffers;
+    /// Runs `moves` (reads and writes may share a buffer only where they do not
+    /// overlap, as in every plan).
+    fn moves(&mut self, moves: &[Move]) -> Result<(), String>;
+}
+
+impl<M: HostRounds> TileMachine for M {
+    fn alloc(&mut self, t: TensorId, len: usize) -> Result<(), String> {
+        self.mem().bufs.insert(t, vec![0.0; len]);
+        Ok(())
+    }
+    fn upload(&mut self, t: TensorId, data: &[f64]) -> Result<(), String> {
+        self.mem().bufs.insert(t, data.to_vec());
+        Ok(())
+    }
+    fn download(&mut self, t: TensorId, out: &mut [f64]) -> Result<(), String> {
+        out.copy_from_slice(self.mem().bufs.get(&t).ok_or("an output is not on the machine")?);
+        Ok(())
+    }
+    fn release(&mut self, t: TensorId) {
+        self.mem().bufs.remove(&t);
+    }
+    fn zero(&mut self, t: TensorId, offset: usize, len: usize) -> Result<(), String> {
+        let b = self.mem().bufs.get_mut(&t).ok_or("a cleared tensor is not on the machine")?;
+        b[offset..offset + len].fill(0.0);
+        Ok(())
+    }
+    fn round(&mut self, r: &Round) -> Result<(), String> {
+        // NaN, so that a GEMM reading scratch no move wrote shows in the outputs.
+        self.mem().scratch = vec![f64::NAN; r.scratch];
+        self.moves(&r.pack)?;
+        for g in &r.gemms {
+            host_gemm(&mut self.mem().scratch, g);
+        }
+        self.moves(&r.add)
+    }
+    fn finish(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The reference machine: moves and GEMMs as plain loops.
 #[derive(Default)]
 pub struct HostMachine {
-    bufs: HashMap<TensorId, Vec<f64>>,
-    scratch: Vec<f64>,
+    mem: HostBuffers,
 }
 
 impl HostMachine {
-    fn buf(&mut self, b: Buf) -> Result<&mut Vec<f64>, String> {
-        match b {
-            Buf::Scratch => Ok(&mut self.scratch),
-            Buf::Tensor(t) => {
-                self.bufs.get_mut(&t).ok_or_else(|| format!("tensor {} is not on the machine", t.index()))
-            }
-        }
-    }
-
-    /// Runs one move (reads first, then writes: sources and destination may
-    /// share a buffer only when they do not overlap, as in every plan).
+    /// Runs one move (reads first, then writes).
     fn apply(&mut self, m: &Move) -> Result<(), String> {
         let mut vals = Vec::with_capacity(m.points());
         let mut offs = Vec::with_capacity(m.points());
+        let mem = &self.mem;
         let srcs: Vec<(&Vec<f64>, &Src)> = m
             .srcs
             .iter()
             .map(|s| {
                 let b = match s.loc.buf {
-                    Buf::Scratch => &self.scratch,
-                    Buf::Tensor(t) => self.bufs.get(&t).ok_or("a source is not on the machine")?,
+                    Buf::Scratch => &mem.scratch,
+                    Buf::Tensor(t) => mem.bufs.get(&t).ok_or("a source is not on the machine")?,
                 };
                 Ok((b, s))
             })
@@ -488,7 +529,10 @@ impl HostMachine {
             vals.push(srcs.iter().fold(m.alpha, |v, (b, s)| v * s.value(b[at(s.loc.offset, &s.strides)])));
             offs.push(at(m.dst.offset, &m.sdst));
         });
-        let dst = self.buf(m.dst.buf)?;
+        let dst = match m.dst.buf {
+            Buf::Scratch => &mut self.mem.scratch,
+            Buf::Tensor(t) => self.mem.bufs.get_mut(&t).ok_or("a written tensor is not on the machine")?,
+        };
         for (o, v) in offs.into_iter().zip(vals) {
             let x = dst.get_mut(o).ok_or("a move writes outside its buffer")?;
             *x = if m.add { *x + v } else { v };
@@ -497,42 +541,12 @@ impl HostMachine {
     }
 }
 
-impl TileMachine for HostMachine {
-    fn alloc(&mut self, t: TensorId, len: usize) -> Result<(), String> {
-        self.bufs.insert(t, vec![0.0; len]);
-        Ok(())
+impl HostRounds for HostMachine {
+    fn mem(&mut self) -> &mut HostBuffers {
+        &mut self.mem
     }
-    fn upload(&mut self, t: TensorId, data: &[f64]) -> Result<(), String> {
-        self.bufs.insert(t, data.to_vec());
-        Ok(())
-    }
-    fn download(&mut self, t: TensorId, out: &mut [f64]) -> Result<(), String> {
-        out.copy_from_slice(self.bufs.get(&t).ok_or("an output is not on the machine")?);
-        Ok(())
-    }
-    fn release(&mut self, t: TensorId) {
-        self.bufs.remove(&t);
-    }
-    fn zero(&mut self, t: TensorId, offset: usize, len: usize) -> Result<(), String> {
-        self.buf(Buf::Tensor(t))?[offset..offset + len].fill(0.0);
-        Ok(())
-    }
-    fn round(&mut self, r: &Round) -> Result<(), String> {
-        // NaN, so that a GEMM reading scratch no move wrote shows in the outputs.
-        self.scratch = vec![f64::NAN; r.scratch];
-        for m in &r.pack {
-            self.apply(m)?;
-        }
-        for g in &r.gemms {
-            host_gemm(&mut self.scratch, g);
-        }
-        for m in &r.add {
-            self.apply(m)?;
-        }
-        Ok(())
-    }
-    fn finish(&mut self) -> Result<(), String> {
-        Ok(())
+    fn moves(&mut self, moves: &[Move]) -> Result<(), String> {
+        moves.iter().try_for_each(|m| self.apply(m))
     }
 }
 

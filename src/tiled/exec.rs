@@ -866,14 +866,8 @@ impl Program {
         } else if !st.accumulate && part.is_none() && split.is_none() {
             std::ptr::write_bytes(cptr, 0, len);
         }
-        // Row-major strides of the written tile.
         let n_lhs = c.len();
-        let mut sc = vec![0isize; n_lhs];
-        let mut acc = 1isize;
-        for d in (0..n_lhs).rev() {
-            sc[d] = acc;
-            acc *= layout.dims[d].extent(c[d] as usize) as isize;
-        }
+        let sc = tile_strides(layout, c);
         let mut flops = 0.0;
         let mut calls = 0u64;
         // GETT calls run one contribution late: the operand tiles of the next call
@@ -969,12 +963,7 @@ impl Program {
                     }
                 };
             }
-            // A diagonal (`F[i,i]`) reads position `p` along every dimension it
-            // indexes: the strides add.
-            let stride = |f: usize, p: usize| -> isize {
-                let (_, pos) = &term.factors[f];
-                pos.iter().zip(&views[f].strides).filter(|(&q, _)| q == p).map(|(_, &s)| s).sum()
-            };
+            let stride = |f: usize, p: usize| factor_stride(term, views, f, p);
             let csd = |p: usize| if p < n_lhs { sc[p] } else { 0 };
             if term.op != TermOp::Product {
                 run_pending(&mut pending, &pending_dims, &mut prof);
@@ -1107,12 +1096,7 @@ impl Program {
             out.push(TileOp::Zero { t: st.lhs, offset: c_at.1, len: layout.tile_len(c) });
         }
         let n_lhs = c.len();
-        let mut sc = vec![0isize; n_lhs];
-        let mut acc = 1isize;
-        for d in (0..n_lhs).rev() {
-            sc[d] = acc;
-            acc *= layout.dims[d].extent(c[d] as usize) as isize;
-        }
+        let sc = tile_strides(layout, c);
         self.for_contributions(s, c, &mut |term, weight, views, ext| {
             // A function factor's sign goes inside the function.
             let alpha = views
@@ -1125,10 +1109,7 @@ impl Program {
                 offset: views[f].offset,
                 func: term.funcs[f].map(|g| (g, views[f].sign)),
             };
-            let stride = |f: usize, p: usize| -> isize {
-                let (_, pos) = &term.factors[f];
-                pos.iter().zip(&views[f].strides).filter(|(&q, _)| q == p).map(|(_, &s)| s).sum()
-            };
+            let stride = |f: usize, p: usize| factor_stride(term, views, f, p);
             let csd = |p: usize| if p < n_lhs { sc[p] } else { 0 };
             if term.factors.len() == 2 && !element_wise(term, ext) {
                 let mut dims = Vec::new();
@@ -1194,6 +1175,25 @@ pub(crate) struct TaskPiece {
 /// product of two factors that is not element by element.
 fn is_gett(term: &TermPlan, ext: &[usize]) -> bool {
     term.op == TermOp::Product && term.factors.len() == 2 && term.n_lhs > 0 && !element_wise(term, ext)
+}
+
+/// Row-major strides of stored tile `c` of a tensor laid out as `layout`.
+fn tile_strides(layout: &Layout, c: &[u32]) -> Vec<isize> {
+    let mut sc = vec![0isize; c.len()];
+    let mut acc = 1isize;
+    for d in (0..c.len()).rev() {
+        sc[d] = acc;
+        acc *= layout.dims[d].extent(c[d] as usize) as isize;
+    }
+    sc
+}
+
+/// Factor `f`'s stride along index position `p` of its term, read through
+/// `views[f]`. A diagonal (`F[i,i]`) reads position `p` along every dimension it
+/// indexes: the strides add.
+fn factor_stride(term: &TermPlan, views: &[TileView], f: usize, p: usize) -> isize {
+    let (_, pos) = &term.factors[f];
+    pos.iter().zip(&views[f].strides).filter(|(&q, _)| q == p).map(|(_, &s)| s).sum()
 }
 
 /// Whether a product of two factors runs element by element (`R[a,b,i,j] ·

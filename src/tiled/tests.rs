@@ -21,15 +21,7 @@ pub(crate) fn check_tiled(hir: &Hir, seed: u64, opts: &TiledOptions) -> Result<s
     let u = UnitId::new(0);
     let prepared = crate::pipeline::prepare(hir, &PipelineOptions::default());
     let program = Program::plan(&prepared, u, opts).map_err(|e| e.to_string())?;
-    let mut tiled = HashMap::new();
-    let mut dense: HashMap<TensorId, Dense> = HashMap::new();
-    for t in prepared.unit_inputs(u) {
-        let v =
-            TiledTensor::fill_random(program.layouts[&t].clone(), &PermGroup::of(&prepared.tensors[t]), seed, |x| x)
-                .map_err(|e| format!("{e:?}"))?;
-        dense.insert(t, v.to_dense());
-        tiled.insert(t, v);
-    }
+    let (tiled, dense) = random_inputs(&program, &prepared, u, seed)?;
     let want = interp::run_unit(hir, u, &dense).map_err(|e| e.to_string())?;
     let (out, stats) = program.run(tiled, opts).map_err(|e| e.to_string())?;
     let got: HashMap<TensorId, Dense> = out.iter().map(|(&t, v)| (t, v.to_dense())).collect();
@@ -38,6 +30,21 @@ pub(crate) fn check_tiled(hir: &Hir, seed: u64, opts: &TiledOptions) -> Result<s
         return Err(format!("executed {} flops, planned {}", stats.executed_flops, stats.planned_flops));
     }
     Ok(stats)
+}
+
+/// The inputs of unit `u` of `prepared` filled at random from `seed`, as tiles
+/// of `program` and as the dense tensors the interpreter reads.
+type Inputs = (HashMap<TensorId, TiledTensor>, HashMap<TensorId, Dense>);
+fn random_inputs(program: &Program, prepared: &Hir, u: UnitId, seed: u64) -> Result<Inputs, String> {
+    let (mut tiled, mut dense) = (HashMap::new(), HashMap::new());
+    for t in prepared.unit_inputs(u) {
+        let v =
+            TiledTensor::fill_random(program.layouts[&t].clone(), &PermGroup::of(&prepared.tensors[t]), seed, |x| x)
+                .map_err(|e| format!("{e:?}"))?;
+        dense.insert(t, v.to_dense());
+        tiled.insert(t, v);
+    }
+    Ok((tiled, dense))
 }
 
 fn anti(positions: &[usize]) -> SymGroup {
@@ -1429,15 +1436,7 @@ pub(crate) fn check_device(
     if (plan.flops - program.planned_flops()).abs() > 0.5 {
         return Err(format!("device plan has {} flops, the tiled plan {}", plan.flops, program.planned_flops()));
     }
-    let mut tiled = HashMap::new();
-    let mut dense: HashMap<TensorId, Dense> = HashMap::new();
-    for t in prepared.unit_inputs(u) {
-        let v =
-            TiledTensor::fill_random(program.layouts[&t].clone(), &PermGroup::of(&prepared.tensors[t]), seed, |x| x)
-                .map_err(|e| format!("{e:?}"))?;
-        dense.insert(t, v.to_dense());
-        tiled.insert(t, v);
-    }
+    let (tiled, dense) = random_inputs(&program, &prepared, u, seed)?;
     let want = interp::run_unit(hir, u, &dense).map_err(|e| e.to_string())?;
     let (out, stats) = super::device::run_on(&program, &plan, &tiled, machine, 2).map_err(|e| e.to_string())?;
     let got: HashMap<TensorId, Dense> = out.iter().map(|(&t, v)| (t, v.to_dense())).collect();

@@ -8,19 +8,13 @@ use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, Targe
 use inkwell::OptimizationLevel;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Runs a unit plan on the CPU: kernels generated for the host and run thread by
-/// thread, cuBLAS calls by a plain loop with cuBLAS's semantics. Same outputs as the
-/// GPU up to rounding; slow, for tests.
-pub fn emulate(
-    plan: &GpuPlan,
-    unit: usize,
-    inputs: &HashMap<TensorId, Dense>,
-) -> Result<HashMap<TensorId, Dense>, CodegenError> {
+/// The host's target machine, for kernels generated to run here (`x86-64`: the
+/// emulation needs no more).
+pub(super) fn host_machine() -> Result<TargetMachine, CodegenError> {
     Target::initialize_native(&InitializationConfig::default()).map_err(|e| err(format!("LLVM: {e}")))?;
-    let ctx = Context::create();
     let triple = TargetMachine::get_default_triple();
     let target = Target::from_triple(&triple).map_err(|e| err(format!("LLVM: {e}")))?;
-    let tm = target
+    target
         .create_target_machine(
             &triple,
             "x86-64",
@@ -29,7 +23,19 @@ pub fn emulate(
             RelocMode::Default,
             CodeModel::JITDefault,
         )
-        .ok_or_else(|| err("LLVM: no host target machine"))?;
+        .ok_or_else(|| err("LLVM: no host target machine"))
+}
+
+/// Runs a unit plan on the CPU: kernels generated for the host and run thread by
+/// thread, cuBLAS calls by a plain loop with cuBLAS's semantics. Same outputs as the
+/// GPU up to rounding; slow, for tests.
+pub fn emulate(
+    plan: &GpuPlan,
+    unit: usize,
+    inputs: &HashMap<TensorId, Dense>,
+) -> Result<HashMap<TensorId, Dense>, CodegenError> {
+    let ctx = Context::create();
+    let tm = host_machine()?;
     let up = &plan.units[unit];
     let module = build_module(&ctx, &plan.kernels, Mode::Host, &tm)?;
     let ee = module.create_jit_execution_engine(OptimizationLevel::Default).map_err(|e| err(e.to_string()))?;

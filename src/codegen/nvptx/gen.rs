@@ -182,6 +182,23 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         Ok(self.call(f, &[x.into()])?.into_float_value())
     }
 
+    /// `*p += v` atomically (relaxed): `atom.global.add` on the device.
+    pub(super) fn atomic_fadd(&self, p: PointerValue<'ctx>, v: FloatValue<'ctx>) {
+        use inkwell::values::AsValueRef;
+        // SAFETY: a plain LLVM C API call on live values of this context
+        // (inkwell's atomicrmw only takes integers).
+        unsafe {
+            llvm_sys::core::LLVMBuildAtomicRMW(
+                self.b.as_mut_ptr(),
+                llvm_sys::LLVMAtomicRMWBinOp::LLVMAtomicRMWBinOpFAdd,
+                p.as_value_ref(),
+                v.as_value_ref(),
+                llvm_sys::LLVMAtomicOrdering::LLVMAtomicOrderingMonotonic,
+                0,
+            );
+        }
+    }
+
     /// `for i in lo..hi { body(i) }` (skipped when `lo >= hi`).
     pub(super) fn for_range(
         &mut self,
@@ -341,19 +358,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             if k.out_elem().is_half() {
                 return Err(err("internal: atomic adds into a 16-bit buffer"));
             }
-            use inkwell::values::AsValueRef;
-            // SAFETY: a plain LLVM C API call on live values of this context
-            // (inkwell's atomicrmw only takes integers).
-            unsafe {
-                llvm_sys::core::LLVMBuildAtomicRMW(
-                    self.b.as_mut_ptr(),
-                    llvm_sys::LLVMAtomicRMWBinOp::LLVMAtomicRMWBinOpFAdd,
-                    outp.as_value_ref(),
-                    val.as_value_ref(),
-                    llvm_sys::LLVMAtomicOrdering::LLVMAtomicOrderingMonotonic,
-                    0,
-                );
-            }
+            self.atomic_fadd(outp, val);
         } else {
             let old = self.load_as(outp, k.out_elem(), lt)?;
             let new = self.b.build_float_add(old, val, "new")?;

@@ -12,20 +12,20 @@
 //!
 //! The same kernel is generated for the host and run block by block
 //! ([`EmulatedMachine`]), which the tests hold to the interpreter.
+//! [`crate::tiled::device::TileMachine`] is implemented by the GPU in
+//! `codegen::cuda_tiled`.
 
 use super::gen::{Gen, Mode};
 use super::{err, CodegenError};
-use crate::ids::TensorId;
 use crate::sema::hir::Func;
-use crate::tiled::device::{host_gemm, Buf, Loc, Move, Round, TileMachine};
+use crate::tiled::device::{Buf, HostBuffers, HostRounds, Loc, Move};
 use inkwell::context::Context;
 use inkwell::execution_engine::ExecutionEngine;
 use inkwell::module::Module;
 use inkwell::passes::PassBuilderOptions;
-use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine};
+use inkwell::targets::{FileType, TargetMachine};
 use inkwell::values::{FloatValue, IntValue, PointerValue};
 use inkwell::{IntPredicate, OptimizationLevel};
-use std::collections::HashMap;
 
 /// The kernel's name in the PTX.
 pub const KERNEL: &str = "tcc_tile_moves";
@@ -235,21 +235,7 @@ impl<'ctx> Gen<'_, 'ctx> {
             );
             g.b.build_conditional_branch(add, atomic, plain)?;
             g.b.position_at_end(atomic);
-            {
-                use inkwell::values::AsValueRef;
-                // SAFETY: a plain LLVM C API call on live values of this context
-                // (inkwell's atomicrmw only takes integers).
-                unsafe {
-                    llvm_sys::core::LLVMBuildAtomicRMW(
-                        g.b.as_mut_ptr(),
-                        llvm_sys::LLVMAtomicRMWBinOp::LLVMAtomicRMWBinOpFAdd,
-                        p.as_value_ref(),
-                        v.as_value_ref(),
-                        llvm_sys::LLVMAtomicOrdering::LLVMAtomicOrderingMonotonic,
-                        0,
-                    );
-                }
-            }
+            g.atomic_fadd(p, v);
             g.b.build_unconditional_branch(done)?;
             g.b.position_at_end(plain);
             g.b.build_store(p, v)?;
@@ -292,53 +278,43 @@ pub fn ptx() -> Result<String, CodegenError> {
 type HostKernel = unsafe extern "C" fn(i64, i64, *const u64);
 
 /// A [`TileMachine`] on the host running the generated kernel block by block,
-/// GEMMs as plain loops ([`host_gemm`]). For tests.
+/// GEMMs as plain loops. For tests.
 pub struct EmulatedMachine {
     _engine: ExecutionEngine<'static>,
     kernel: HostKernel,
-    bufs: HashMap<TensorId, Vec<f64>>,
-    scratch: Vec<f64>,
+    mem: HostBuffers,
 }
 
 impl EmulatedMachine {
     pub fn new() -> Result<EmulatedMachine, CodegenError> {
-        Target::initialize_native(&InitializationConfig::default()).map_err(|e| err(format!("LLVM: {e}")))?;
         // The engine borrows its context for as long as the machine lives.
         let ctx: &'static Context = Box::leak(Box::new(Context::create()));
-        let triple = TargetMachine::get_default_triple();
-        let target = Target::from_triple(&triple).map_err(|e| err(format!("LLVM: {e}")))?;
-        let tm = target
-            .create_target_machine(
-                &triple,
-                "x86-64",
-                "",
-                OptimizationLevel::Default,
-                RelocMode::Default,
-                CodeModel::JITDefault,
-            )
-            .ok_or_else(|| err("LLVM: no host target machine"))?;
+        let tm = super::emulate::host_machine()?;
         let m = module(ctx, Mode::Host, &tm)?;
         let engine = m.create_jit_execution_engine(OptimizationLevel::Default).map_err(|e| err(e.to_string()))?;
         let addr = engine.get_function_address(KERNEL).map_err(|e| err(format!("JIT: {e:?}")))?;
         // SAFETY: the function was generated with this signature.
         let kernel: HostKernel = unsafe { std::mem::transmute::<usize, HostKernel>(addr) };
-        Ok(EmulatedMachine { _engine: engine, kernel, bufs: HashMap::new(), scratch: Vec::new() })
+        Ok(EmulatedMachine { _engine: engine, kernel, mem: HostBuffers::default() })
+    }
+}
+
+impl HostRounds for EmulatedMachine {
+    fn mem(&mut self) -> &mut HostBuffers {
+        &mut self.mem
     }
 
-    fn run(&mut self, moves: &[Move]) -> Result<(), String> {
+    fn moves(&mut self, moves: &[Move]) -> Result<(), String> {
         let mut items = Vec::new();
-        {
-            let (bufs, scratch) = (&self.bufs, &self.scratch);
-            let addr = |l: &Loc| -> u64 {
-                let base = match l.buf {
-                    Buf::Scratch => scratch.as_ptr(),
-                    Buf::Tensor(t) => bufs.get(&t).map_or(std::ptr::null(), |b| b.as_ptr()),
-                };
-                base.wrapping_add(l.offset) as u64
+        let addr = |l: &Loc| -> u64 {
+            let base = match l.buf {
+                Buf::Scratch => self.mem.scratch.as_ptr(),
+                Buf::Tensor(t) => self.mem.bufs.get(&t).map_or(std::ptr::null(), |b| b.as_ptr()),
             };
-            for m in moves {
-                encode(m, &addr, &mut items)?;
-            }
+            base.wrapping_add(l.offset) as u64
+        };
+        for m in moves {
+            encode(m, &addr, &mut items)?;
         }
         for block in 0..items.len() / ITEM_WORDS {
             for t in 0..THREADS {
@@ -347,40 +323,6 @@ impl EmulatedMachine {
                 unsafe { (self.kernel)(block as i64, t as i64, items.as_ptr()) };
             }
         }
-        Ok(())
-    }
-}
-
-impl TileMachine for EmulatedMachine {
-    fn alloc(&mut self, t: TensorId, len: usize) -> Result<(), String> {
-        self.bufs.insert(t, vec![0.0; len]);
-        Ok(())
-    }
-    fn upload(&mut self, t: TensorId, data: &[f64]) -> Result<(), String> {
-        self.bufs.insert(t, data.to_vec());
-        Ok(())
-    }
-    fn download(&mut self, t: TensorId, out: &mut [f64]) -> Result<(), String> {
-        out.copy_from_slice(self.bufs.get(&t).ok_or("an output is not on the machine")?);
-        Ok(())
-    }
-    fn release(&mut self, t: TensorId) {
-        self.bufs.remove(&t);
-    }
-    fn zero(&mut self, t: TensorId, offset: usize, len: usize) -> Result<(), String> {
-        let b = self.bufs.get_mut(&t).ok_or("a cleared tensor is not on the machine")?;
-        b[offset..offset + len].fill(0.0);
-        Ok(())
-    }
-    fn round(&mut self, r: &Round) -> Result<(), String> {
-        self.scratch = vec![f64::NAN; r.scratch];
-        self.run(&r.pack)?;
-        for g in &r.gemms {
-            host_gemm(&mut self.scratch, g);
-        }
-        self.run(&r.add)
-    }
-    fn finish(&mut self) -> Result<(), String> {
         Ok(())
     }
 }
