@@ -524,6 +524,60 @@ fn staged_epilogue_stores_vectors_only_where_aligned() {
     }
 }
 
+/// Element-wise kernels move 16 bytes per access where every launch is
+/// aligned (`Kernel::lanes`): a rank of 24 columns takes vectors in each
+/// type (loads of `v4.u32` words for 16-bit types, `v2.f64`, `v4.f32`), one of
+/// 29 and a slice of a union starting at an odd element keep one element per
+/// thread. Every plan, under every option, equals the interpreter in the
+/// emulation, which fails any vector access not aligned to its size.
+#[test]
+fn elementwise_kernels_move_vectors_only_where_aligned() {
+    let lanes_of = |hir: &Hir| -> Vec<u64> {
+        for o in all_options() {
+            check(hir, UnitId::new(0), &o).unwrap_or_else(|e| panic!("{o:?}: {e}"));
+        }
+        let p = plan(hir, &[UnitId::new(0)], &GpuOptions::default()).unwrap();
+        p.kernels.iter().filter(|k| k.tiled.is_none() && k.red.is_empty()).map(|k| k.lanes).collect()
+    };
+    for (elem, bytes, vector) in [
+        ("f64", 8, "ld.global.nc.v2.f64"),
+        ("f32", 4, "ld.global.nc.v4.f32"),
+        ("bf16", 2, "ld.global.nc.v4.u32"),
+        ("f16", 2, "ld.global.nc.v4.u32"),
+    ] {
+        for (f, wide) in [(24, true), (29, false)] {
+            let src = format!(
+                "range T = 6; range F = {f}; index t : T; index f : F;\n\
+                 input tensor G[t,f] : {elem}; input tensor U[t,f] : {elem}; input tensor S[t] : {elem};\n\
+                 output tensor Y[t,f] : {elem}; output tensor Z[t,f] : {elem};\n\
+                 Y[t,f] = silu(G[t,f]) * U[t,f];\n\
+                 Z[t,f] = 3 * G[t,f] * S[t] + U[t,f];\n"
+            );
+            let hir = compile(&src);
+            let lanes = lanes_of(&hir);
+            assert!(!lanes.is_empty(), "{elem} F={f}");
+            if wide {
+                assert!(lanes.iter().all(|&l| l > 1), "{elem} F={f}: {lanes:?}");
+                assert_eq!(lanes.iter().max(), Some(&(16 / bytes)), "{elem}");
+                let ptx = emit_ptx(&plan(&hir, &[UnitId::new(0)], &GpuOptions::default()).unwrap()).unwrap();
+                assert!(ptx.contains(vector), "{elem}: no {vector}\n{ptx}");
+            } else {
+                assert!(lanes.iter().all(|&l| l == 1), "{elem} F={f}: {lanes:?}");
+            }
+        }
+    }
+    // D[a] of D[p], P = O + V: the slice starts at element |O|, so its
+    // vectors are aligned only where |O| is even.
+    for (o, want) in [(3, 1), (2, 2)] {
+        let src = format!(
+            "range O = {o}; range V = 4; range P = O + V; index a : V; index p : P;\n\
+             input tensor G[a] : f64; input tensor H[a] : f64; output tensor D[p] : f64;\n\
+             D[a] = G[a] * H[a];\n"
+        );
+        assert_eq!(lanes_of(&compile(&src)).iter().max(), Some(&want), "|O| = {o}");
+    }
+}
+
 /// PTX of the staged epilogue: more barriers than the direct one (two per
 /// pass through the stage) and 16-byte global stores (`st.global.v2.f64`,
 /// `st.global.v4.f32`), which the direct epilogue never makes.

@@ -260,7 +260,7 @@ fn naive_time(k: &Kernel) -> f64 {
         rate *= NAIVE_STRIDED;
     }
     // Fewer threads than the GPU holds leave it partly idle.
-    let fill = (k.threads() as f64 / (SMS * 2048) as f64).min(1.0);
+    let fill = ((par * k.split) as f64 / (SMS * 2048) as f64).min(1.0);
     let mem_eff = if k.split > 1 && par < 1024 { NAIVE_ATOMIC_MEM_EFF } else { NAIVE_MEM_EFF };
     LAUNCH_S + (flops / (rate * fill.max(1e-3))).max(bytes / (HBM_BPS * mem_eff))
 }

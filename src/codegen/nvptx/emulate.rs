@@ -151,16 +151,16 @@ fn emulate_steps(
                             }
                         }
                     }
-                    // A 16-byte store the device would make at an address
-                    // that is not 16-byte aligned (a fault there).
-                    let n = misaligned.get(&k.name).map_or(0, |c| c.load(Ordering::Relaxed));
-                    if n > 0 {
-                        return Err(err(format!("{}: {n} vector stores to addresses not 16-byte aligned", k.name)));
-                    }
                 } else {
                     for t in 0..k.threads() {
                         call(addr, &[t], &ptrs)?;
                     }
+                }
+                // A vector access the device would make at an address that is
+                // no multiple of its size (a fault there).
+                let n = misaligned.get(&k.name).map_or(0, |c| c.load(Ordering::Relaxed));
+                if n > 0 {
+                    return Err(err(format!("{}: {n} vector accesses at addresses not aligned to their size", k.name)));
                 }
             }
             Step::Choice(c) => emulate_steps(c.steps(), plan, up, ee, misaligned, bufs, bound)?,

@@ -9,8 +9,10 @@ use inkwell::intrinsics::Intrinsic;
 use inkwell::module::Module;
 use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple};
-use inkwell::types::{BasicMetadataTypeEnum, FloatType};
-use inkwell::values::{BasicMetadataValueEnum, FloatValue, FunctionValue, IntValue, PointerValue};
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, FloatType};
+use inkwell::values::{
+    BasicMetadataValueEnum, BasicValue, BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue,
+};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate, OptimizationLevel};
 
 /// The host emulation's f16 conversions ([`crate::half`]; MCJIT's code for
@@ -54,56 +56,76 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
 
     /// A pointer to elements stored as `e` (`i16` bits for 16-bit storage).
     pub(super) fn ptr_ty(&self, e: Elem) -> inkwell::types::PointerType<'ctx> {
-        if e.is_half() {
-            self.ctx.i16_type().ptr_type(self.addr_space())
-        } else {
-            self.ft(e).ptr_type(self.addr_space())
-        }
+        self.storage_ty(e).ptr_type(self.addr_space())
     }
 
-    /// The element at `p`, stored as `e`, as a value of type `lt`: bf16 bits
-    /// shifted into the top of an f32, f16 through `cvt.f32.f16` (both exact;
-    /// f16 on the host through [`crate::half`]).
+    /// The element at `p`, stored as `e`, as a value of type `lt` ([`Gen::decode`]).
     pub(super) fn load_as(
         &self,
         p: PointerValue<'ctx>,
         e: Elem,
         lt: FloatType<'ctx>,
     ) -> Result<FloatValue<'ctx>, CodegenError> {
+        let raw = self.b.build_load(p, "x")?;
+        self.decode(raw, e, lt)
+    }
+
+    /// The LLVM type elements stored as `e` have in memory (`i16` bits for
+    /// 16-bit storage).
+    pub(super) fn storage_ty(&self, e: Elem) -> inkwell::types::BasicTypeEnum<'ctx> {
+        if e.is_half() {
+            self.ctx.i16_type().into()
+        } else {
+            self.ft(e).into()
+        }
+    }
+
+    /// A value as stored as `e` ([`Gen::storage_ty`]) to type `lt`: bf16 bits
+    /// shifted into the top of an f32, f16 through `cvt.f32.f16` (both exact;
+    /// f16 on the host through [`crate::half`]).
+    pub(super) fn decode(
+        &self,
+        raw: BasicValueEnum<'ctx>,
+        e: Elem,
+        lt: FloatType<'ctx>,
+    ) -> Result<FloatValue<'ctx>, CodegenError> {
         let v = match e {
-            Elem::F32 | Elem::F64 => self.b.build_load(p, "x")?.into_float_value(),
+            Elem::F32 | Elem::F64 => raw.into_float_value(),
             Elem::Bf16 => {
-                let h = self.b.build_load(p, "h")?.into_int_value();
-                let w = self.b.build_int_z_extend(h, self.ctx.i32_type(), "hw")?;
+                let w = self.b.build_int_z_extend(raw.into_int_value(), self.ctx.i32_type(), "hw")?;
                 let u = self.b.build_left_shift(w, self.ctx.i32_type().const_int(16, false), "hu")?;
                 self.b.build_bit_cast(u, self.ctx.f32_type(), "bf")?.into_float_value()
             }
             Elem::F16 if self.mode == Mode::Host => {
-                let h = self.b.build_load(p, "h")?.into_int_value();
                 let f =
                     self.host_fn(HOST_F16_TO_F32, self.ctx.f32_type().fn_type(&[self.ctx.i16_type().into()], false));
-                self.call(f, &[h.into()])?.into_float_value()
+                self.call(f, &[raw.into_int_value().into()])?.into_float_value()
             }
             Elem::F16 => {
-                let h = self.b.build_load(p, "h")?.into_int_value();
-                let x = self.b.build_bit_cast(h, self.ctx.f16_type(), "hf")?.into_float_value();
+                let x = self.b.build_bit_cast(raw, self.ctx.f16_type(), "hf")?.into_float_value();
                 self.b.build_float_ext(x, self.ctx.f32_type(), "f")?
             }
         };
         Ok(if v.get_type() != lt { self.b.build_float_cast(v, lt, "cvt")? } else { v })
     }
 
-    /// Stores `v` at `p` as `e`: a 16-bit type rounded to nearest even from f32
-    /// (`cvt.rn.bf16.f32`, `cvt.rn.f16.f32` on the device; on the host the same
-    /// rounding in integer arithmetic for bf16, [`crate::half`] for f16).
+    /// Stores `v` at `p` as `e` ([`Gen::encode`]).
     pub(super) fn store_as(&self, p: PointerValue<'ctx>, v: FloatValue<'ctx>, e: Elem) -> Result<(), CodegenError> {
+        self.b.build_store(p, self.encode(v, e)?)?;
+        Ok(())
+    }
+
+    /// `v` as stored as `e` ([`Gen::storage_ty`]): a 16-bit type rounded to
+    /// nearest even from f32 (`cvt.rn.bf16.f32`, `cvt.rn.f16.f32` on the device;
+    /// on the host the same rounding in integer arithmetic for bf16,
+    /// [`crate::half`] for f16).
+    pub(super) fn encode(&self, v: FloatValue<'ctx>, e: Elem) -> Result<BasicValueEnum<'ctx>, CodegenError> {
         let f32t = self.ctx.f32_type();
         let v = if e.is_half() && v.get_type() != f32t { self.b.build_float_cast(v, f32t, "f")? } else { v };
         let bits = match e {
             Elem::F32 | Elem::F64 => {
                 let v = if v.get_type() != self.ft(e) { self.b.build_float_cast(v, self.ft(e), "cvt")? } else { v };
-                self.b.build_store(p, v)?;
-                return Ok(());
+                return Ok(v.into());
             }
             Elem::F16 if self.mode == Mode::Host => {
                 let f = self.host_fn(HOST_F32_TO_F16, self.ctx.i16_type().fn_type(&[f32t.into()], false));
@@ -149,8 +171,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                 self.b.build_int_truncate(b, self.ctx.i16_type(), "bf")?
             }
         };
-        self.b.build_store(p, bits)?;
-        Ok(())
+        Ok(bits.into())
     }
     pub(super) fn i64c(&self, v: u64) -> IntValue<'ctx> {
         self.ctx.i64_type().const_int(v, false)
@@ -273,45 +294,18 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         if let Some(t) = k.transpose {
             return self.transpose_kernel(k, t);
         }
+        if k.lanes > 1 {
+            return self.wide_kernel(k);
+        }
         let (f, first_ptr) = self.kernel_fn(k, 1);
-        let body = self.ctx.append_basic_block(f, "body");
-        let done = self.ctx.append_basic_block(f, "done");
         let lt = self.ft(k.elem);
         let acc = self.b.build_alloca(lt, "acc")?;
-        let tid = match self.mode {
-            Mode::Host => f.get_nth_param(0).expect("tid").into_int_value(),
-            Mode::Device => {
-                let ctaid = self.sreg("llvm.nvvm.read.ptx.sreg.ctaid.x")?;
-                let ntid = self.sreg("llvm.nvvm.read.ptx.sreg.ntid.x")?;
-                let t = self.sreg("llvm.nvvm.read.ptx.sreg.tid.x")?;
-                self.b.build_int_add(self.b.build_int_mul(ctaid, ntid, "base")?, t, "tid")?
-            }
-        };
+        let (tid, done) = self.thread_in_range(f, k.threads())?;
         let ptr = |j: usize| f.get_nth_param(first_ptr + j as u32).expect("ptr").into_pointer_value();
-        let inside = self.b.build_int_compare(IntPredicate::ULT, tid, self.i64c(k.threads()), "inside")?;
-        self.b.build_conditional_branch(inside, body, done)?;
-        self.b.position_at_end(body);
         let p_total: u64 = k.par.iter().product();
         let p = self.b.build_int_unsigned_rem(tid, self.i64c(p_total.max(1)), "p")?;
         let s = self.b.build_int_unsigned_div(tid, self.i64c(p_total.max(1)), "s")?;
-        let mut out_off = self.i64c(0);
-        let mut op_off: Vec<IntValue> = vec![self.i64c(0); k.ops.len()];
-        let mut rem = p;
-        for j in (0..k.par.len()).rev() {
-            let (v, r) = if j == 0 {
-                (rem, rem)
-            } else {
-                (
-                    self.b.build_int_unsigned_rem(rem, self.i64c(k.par[j]), "v")?,
-                    self.b.build_int_unsigned_div(rem, self.i64c(k.par[j]), "r")?,
-                )
-            };
-            rem = r;
-            out_off = self.add_scaled(out_off, v, k.out_strides[j])?;
-            for (o, off) in k.ops.iter().zip(op_off.iter_mut()) {
-                *off = self.add_scaled(*off, v, o.par_strides[j])?;
-            }
-        }
+        let (out_off, op_off) = self.par_offsets(k, p)?;
         let init = match k.combine {
             Combine::Max => lt.const_float(f64::NEG_INFINITY),
             Combine::Min => lt.const_float(f64::INFINITY),
@@ -364,6 +358,40 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             let new = self.b.build_float_add(old, val, "new")?;
             self.store_as(outp, new, k.out_elem())?;
         }
+        self.finish_thread(f, done)
+    }
+
+    /// The thread's id (`ctaid · ntid + tid` on the device, the first
+    /// parameter on the host), with the builder positioned where it is below
+    /// `threads`; the returned block is where threads past it go.
+    fn thread_in_range(
+        &mut self,
+        f: FunctionValue<'ctx>,
+        threads: u64,
+    ) -> Result<(IntValue<'ctx>, inkwell::basic_block::BasicBlock<'ctx>), CodegenError> {
+        let body = self.ctx.append_basic_block(f, "body");
+        let done = self.ctx.append_basic_block(f, "done");
+        let tid = match self.mode {
+            Mode::Host => f.get_nth_param(0).expect("tid").into_int_value(),
+            Mode::Device => {
+                let ctaid = self.sreg("llvm.nvvm.read.ptx.sreg.ctaid.x")?;
+                let ntid = self.sreg("llvm.nvvm.read.ptx.sreg.ntid.x")?;
+                let t = self.sreg("llvm.nvvm.read.ptx.sreg.tid.x")?;
+                self.b.build_int_add(self.b.build_int_mul(ctaid, ntid, "base")?, t, "tid")?
+            }
+        };
+        let inside = self.b.build_int_compare(IntPredicate::ULT, tid, self.i64c(threads), "inside")?;
+        self.b.build_conditional_branch(inside, body, done)?;
+        self.b.position_at_end(body);
+        Ok((tid, done))
+    }
+
+    /// Ends a thread's work: branch to `done`, return, mark `f` a kernel.
+    fn finish_thread(
+        &mut self,
+        f: FunctionValue<'ctx>,
+        done: inkwell::basic_block::BasicBlock<'ctx>,
+    ) -> Result<(), CodegenError> {
         self.b.build_unconditional_branch(done)?;
         self.b.position_at_end(done);
         self.b.build_return(None)?;
@@ -372,6 +400,192 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         }
         self.func = None;
         Ok(())
+    }
+
+    /// The offsets of output element `p` (the parallel variables linearized,
+    /// the last fastest) in the output and in each operand.
+    fn par_offsets(
+        &self,
+        k: &Kernel,
+        p: IntValue<'ctx>,
+    ) -> Result<(IntValue<'ctx>, Vec<IntValue<'ctx>>), CodegenError> {
+        let mut out_off = self.i64c(0);
+        let mut op_off: Vec<IntValue> = vec![self.i64c(0); k.ops.len()];
+        let mut rem = p;
+        for j in (0..k.par.len()).rev() {
+            let (v, r) = if j == 0 {
+                (rem, rem)
+            } else {
+                (
+                    self.b.build_int_unsigned_rem(rem, self.i64c(k.par[j]), "v")?,
+                    self.b.build_int_unsigned_div(rem, self.i64c(k.par[j]), "r")?,
+                )
+            };
+            rem = r;
+            out_off = self.add_scaled(out_off, v, k.out_strides[j])?;
+            for (o, off) in k.ops.iter().zip(op_off.iter_mut()) {
+                *off = self.add_scaled(*off, v, o.par_strides[j])?;
+            }
+        }
+        Ok((out_off, op_off))
+    }
+
+    /// An element-wise kernel whose thread `t` owns output elements
+    /// `t·lanes ..` (`lanes` of them, in one row: [`Kernel::lanes`]). The
+    /// output and the operands with stride 1 move as one vector access each;
+    /// an operand with stride 0 is loaded once. Each lane computes what
+    /// [`Gen::kernel`]'s thread computes for its element.
+    fn wide_kernel(&mut self, k: &Kernel) -> Result<(), CodegenError> {
+        let (f, first_ptr) = self.kernel_fn(k, 1);
+        let lanes = k.lanes as usize;
+        let lt = self.ft(k.elem);
+        let (tid, done) = self.thread_in_range(f, k.threads())?;
+        let ptr = |j: usize| f.get_nth_param(first_ptr + j as u32).expect("ptr").into_pointer_value();
+        let first = self.b.build_int_mul(tid, self.i64c(k.lanes), "first")?;
+        let (out_off, op_off) = self.par_offsets(k, first)?;
+        let mut prods: Vec<Option<FloatValue>> = vec![None; lanes];
+        for (j, o) in k.ops.iter().enumerate() {
+            let p = unsafe { self.b.build_in_bounds_gep(ptr(j + 1), &[op_off[j]], "p")? };
+            let func = match &o.func {
+                Some(name) => Some(Func::from_name(name).ok_or_else(|| err(format!("unknown function {name}")))?),
+                None => None,
+            };
+            let vals = if widen::is_vector_operand(o) {
+                let mut vals = self.load_lanes(p, o.elem, lanes, lt)?;
+                if let Some(func) = func {
+                    for v in &mut vals {
+                        *v = self.apply(func, *v)?;
+                    }
+                }
+                vals
+            } else {
+                let mut v = self.load_as(p, o.elem, lt)?;
+                if let Some(func) = func {
+                    v = self.apply(func, v)?;
+                }
+                vec![v; lanes]
+            };
+            for (q, v) in prods.iter_mut().zip(vals) {
+                *q = Some(match *q {
+                    None => v,
+                    Some(q) => self.b.build_float_mul(q, v, "m")?,
+                });
+            }
+        }
+        let outp = unsafe { self.b.build_in_bounds_gep(ptr(0), &[out_off], "outp")? };
+        let old = if k.store { None } else { Some(self.load_lanes(outp, k.out_elem(), lanes, lt)?) };
+        let mut vals = Vec::with_capacity(lanes);
+        for (q, prod) in prods.into_iter().enumerate() {
+            let prod = prod.unwrap_or_else(|| lt.const_float(1.0));
+            let mut v =
+                if k.coef == 1.0 { prod } else { self.b.build_float_mul(prod, lt.const_float(k.coef), "val")? };
+            if let Some(old) = &old {
+                v = self.b.build_float_add(old[q], v, "new")?;
+            }
+            vals.push(v);
+        }
+        self.store_lanes(outp, &vals, k.out_elem())?;
+        self.finish_thread(f, done)
+    }
+
+    /// `n` elements stored as `e` from `p` on, as values of type `lt`: one
+    /// vector load ([`Gen::vector_alignment`]).
+    fn load_lanes(
+        &mut self,
+        p: PointerValue<'ctx>,
+        e: Elem,
+        n: usize,
+        lt: FloatType<'ctx>,
+    ) -> Result<Vec<FloatValue<'ctx>>, CodegenError> {
+        let wt = self.lanes_ty(e, n);
+        let vp = self.b.build_pointer_cast(p, wt.ptr_type(self.addr_space()), "vp")?;
+        let align = self.vector_alignment(p, (n * e.bytes()) as u32, e.bytes() as u32)?;
+        let w = self.b.build_load(vp, "v")?;
+        w.as_instruction_value().expect("a load").set_alignment(align).map_err(|e| err(e.to_string()))?;
+        let w = w.into_vector_value();
+        let i32t = self.ctx.i32_type();
+        (0..n)
+            .map(|q| {
+                let x = if e.is_half() {
+                    // Little-endian: element 2i is the low half of word i.
+                    let word = self.b.build_extract_element(w, i32t.const_int(q as u64 / 2, false), "w")?;
+                    let shift = i32t.const_int(16 * (q as u64 % 2), false);
+                    let h = self.b.build_right_shift(word.into_int_value(), shift, false, "h")?;
+                    self.b.build_int_truncate(h, self.ctx.i16_type(), "h")?.into()
+                } else {
+                    self.b.build_extract_element(w, i32t.const_int(q as u64, false), "x")?
+                };
+                self.decode(x, e, lt)
+            })
+            .collect()
+    }
+
+    /// `vals` to `p`, `p[1]`, ... stored as `e`: one vector store.
+    fn store_lanes(&mut self, p: PointerValue<'ctx>, vals: &[FloatValue<'ctx>], e: Elem) -> Result<(), CodegenError> {
+        let wt = self.lanes_ty(e, vals.len());
+        let vp = self.b.build_pointer_cast(p, wt.ptr_type(self.addr_space()), "vp")?;
+        let align = self.vector_alignment(p, (vals.len() * e.bytes()) as u32, e.bytes() as u32)?;
+        let i32t = self.ctx.i32_type();
+        let mut out = wt.get_undef();
+        if e.is_half() {
+            for (q, pair) in vals.chunks(2).enumerate() {
+                let lo = self.b.build_int_z_extend(self.encode(pair[0], e)?.into_int_value(), i32t, "lo")?;
+                let hi = self.b.build_int_z_extend(self.encode(pair[1], e)?.into_int_value(), i32t, "hi")?;
+                let hi = self.b.build_left_shift(hi, i32t.const_int(16, false), "hi")?;
+                let word = self.b.build_or(lo, hi, "word")?;
+                out = self.b.build_insert_element(out, word, i32t.const_int(q as u64, false), "w")?;
+            }
+        } else {
+            for (q, &x) in vals.iter().enumerate() {
+                out = self.b.build_insert_element(out, self.encode(x, e)?, i32t.const_int(q as u64, false), "w")?;
+            }
+        }
+        let st = self.b.build_store(vp, out)?;
+        st.set_alignment(align).map_err(|e| err(e.to_string()))?;
+        Ok(())
+    }
+
+    /// The vector type `n` elements stored as `e` move as: 16-bit elements in
+    /// pairs, as 32-bit words (`n` is even: [`widen`] gives them 4 or 8
+    /// lanes), since PTX has no `v8.u16` access and LLVM would split eight
+    /// 16-bit lanes into two 8-byte accesses.
+    fn lanes_ty(&self, e: Elem, n: usize) -> inkwell::types::VectorType<'ctx> {
+        if e.is_half() {
+            self.ctx.i32_type().vec_type(n as u32 / 2)
+        } else {
+            self.ft(e).vec_type(n as u32)
+        }
+    }
+
+    /// The alignment to give a vector access of `bytes` bytes at `p`: `bytes`
+    /// on the device, where the planner proved it ([`widen`], [`Tiled::vector_width`]);
+    /// on the host only the element's `elem_bytes`, and an address that is no
+    /// multiple of `bytes` is counted in the kernel's
+    /// [`super::tiled::misaligned_global`] (the emulation fails the run on it,
+    /// as the device would fault).
+    pub(super) fn vector_alignment(
+        &mut self,
+        p: PointerValue<'ctx>,
+        bytes: u32,
+        elem_bytes: u32,
+    ) -> Result<u32, CodegenError> {
+        if self.mode == Mode::Device {
+            return Ok(bytes);
+        }
+        let name = super::tiled::misaligned_global(&self.func.expect("in a function").get_name().to_string_lossy());
+        // A declaration: the emulation maps it to its own counter.
+        let cnt = self
+            .module
+            .get_global(&name)
+            .map(|g| g.as_pointer_value())
+            .unwrap_or_else(|| self.module.add_global(self.ctx.i64_type(), None, &name).as_pointer_value());
+        let addr = self.b.build_ptr_to_int(p, self.ctx.i64_type(), "addr")?;
+        let low = self.b.build_and(addr, self.i64c(bytes as u64 - 1), "low")?;
+        let bad = self.b.build_int_compare(IntPredicate::NE, low, self.i64c(0), "bad")?;
+        let bad = self.b.build_int_z_extend(bad, self.ctx.i64_type(), "bad")?;
+        let c = self.b.build_load(cnt, "n")?.into_int_value();
+        self.b.build_store(cnt, self.b.build_int_add(c, bad, "n")?)?;
+        Ok(elem_bytes)
     }
 
     pub(super) fn add_scaled(

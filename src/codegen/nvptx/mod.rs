@@ -28,6 +28,7 @@ mod plan;
 pub mod tile_moves;
 mod tiled;
 mod transpose;
+mod widen;
 
 pub use emulate::emulate;
 pub use gen::{emit_nvptx_ir, emit_ptx, ptx_for};
@@ -146,6 +147,19 @@ pub struct Kernel {
     /// output: the f32 result rounded once as it is stored).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub out: Option<Elem>,
+    /// Consecutive output elements per thread, loaded and stored as one vector
+    /// each (16 bytes at most): element-wise kernels whose every launch the
+    /// planner proved aligned ([`widen`]); 1 otherwise.
+    #[serde(default = "one_u64", skip_serializing_if = "is_one_u64")]
+    pub lanes: u64,
+}
+
+pub(super) fn one_u64() -> u64 {
+    1
+}
+
+pub(super) fn is_one_u64(x: &u64) -> bool {
+    *x == 1
 }
 
 /// What a one-thread-per-output kernel computes per element.
@@ -200,7 +214,7 @@ impl Kernel {
     }
     /// Threads of a one-thread-per-output kernel (unused for tiled ones).
     pub fn threads(&self) -> u64 {
-        self.par.iter().product::<u64>() * self.split
+        self.par.iter().product::<u64>() * self.split / self.lanes
     }
     /// Grid and block size of a launch: `(grid x, y, z)`, threads per block.
     pub fn launch_dims(&self) -> ([u64; 3], u32) {

@@ -275,6 +275,7 @@ impl Planner<'_> {
             transpose: None,
             combine: Combine::Sum,
             out: out_elem,
+            lanes: 1,
         });
         out.push(Step::Launch { kernel: k, args: vec![self.arg(t, idx)] });
     }
@@ -331,6 +332,7 @@ impl Planner<'_> {
             transpose: None,
             combine,
             out: self.half_of(c),
+            lanes: 1,
         });
         let mut args = vec![self.arg(c, &st.lhs.indices)];
         args.extend(refs.iter().map(|r| self.arg(r.tensor, &r.indices)));
@@ -382,6 +384,7 @@ impl Planner<'_> {
             transpose: None,
             combine: Combine::Sum,
             out: self.half_of(c),
+            lanes: 1,
         });
         let args = vec![self.arg(c, &st.lhs.indices), Arg { buf: self.buf(arg.tensor), base, offset }];
         out.push(Step::Launch { kernel: kid, args });
@@ -609,6 +612,7 @@ impl Planner<'_> {
             transpose: None,
             combine: Combine::Sum,
             out: self.half_of(c),
+            lanes: 1,
         });
         let mut args = vec![self.arg(c, &st.lhs.indices)];
         args.extend(ops.iter().map(|o| self.arg(o.tensor, &o.indices)));
@@ -740,6 +744,7 @@ impl Planner<'_> {
                 transpose: None,
                 combine: Combine::Sum,
                 out: Some(oe).filter(|e| e.is_half()),
+                lanes: 1,
             });
             steps.push(Step::Launch {
                 kernel: kid,
@@ -880,6 +885,7 @@ impl Planner<'_> {
                 transpose: None,
                 combine: Combine::Sum,
                 out: Some(oe).filter(|e| e.is_half()),
+                lanes: 1,
             });
             steps.push(Step::Launch {
                 kernel: kid,
@@ -1029,6 +1035,7 @@ impl Planner<'_> {
                 transpose: None,
                 combine: Combine::Sum,
                 out: self.half_of(c),
+                lanes: 1,
             });
             steps.push(Step::Launch { kernel: kid, args: vec![real_c, Arg { buf, base: vec![], offset: 0 }] });
         }
@@ -1152,6 +1159,7 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
                         transpose: None,
                         combine: Combine::Sum,
                         out: Some(p.buffers[j].elem),
+                        lanes: 1,
                     });
                     let at = |buf| Arg { buf, base: vec![], offset: 0 };
                     steps.push(Step::Launch { kernel: kid, args: vec![at(j), at(w)] });
@@ -1190,7 +1198,10 @@ pub fn plan(hir: &Hir, units: &[UnitId], opts: &GpuOptions) -> Result<GpuPlan, C
             no_clear,
         });
     }
-    Ok(GpuPlan { target: format!("{TRIPLE} {SM} {}", PTX_FEATURES.trim_start_matches('+')), kernels, units: plans })
+    let mut plan =
+        GpuPlan { target: format!("{TRIPLE} {SM} {}", PTX_FEATURES.trim_start_matches('+')), kernels, units: plans };
+    super::widen::widen(&mut plan);
+    Ok(plan)
 }
 
 /// One operand of a cuBLAS GEMM: its argument, whether cuBLAS reads it

@@ -256,14 +256,6 @@ pub struct Tiled {
     pub vec: u64,
 }
 
-fn one_u64() -> u64 {
-    1
-}
-
-fn is_one_u64(x: &u64) -> bool {
-    *x == 1
-}
-
 fn total(d: &[Dim]) -> u64 {
     d.iter().map(|x| x.size).product()
 }
@@ -447,6 +439,7 @@ impl Planner<'_> {
             transpose: None,
             combine: Combine::Sum,
             out: self.half_of(c),
+            lanes: 1,
         });
         out.push(Step::Launch {
             kernel: kid,
@@ -1136,29 +1129,8 @@ impl<'ctx> Gen<'_, 'ctx> {
     ) -> Result<(), CodegenError> {
         let vt = ct.vec_type(vals.len() as u32);
         let vp = self.b.build_pointer_cast(p, vt.ptr_type(self.addr_space()), "vp")?;
-        let align = match self.mode {
-            Mode::Device => 16,
-            Mode::Host => {
-                let name = misaligned_global(&self.func.expect("in a function").get_name().to_string_lossy());
-                // A declaration: the emulation maps it to its own counter.
-                let cnt = self
-                    .module
-                    .get_global(&name)
-                    .map(|g| g.as_pointer_value())
-                    .unwrap_or_else(|| self.module.add_global(self.ctx.i64_type(), None, &name).as_pointer_value());
-                let addr = self.b.build_ptr_to_int(p, self.ctx.i64_type(), "addr")?;
-                let low = self.b.build_and(addr, self.i64c(15), "low")?;
-                let bad = self.b.build_int_compare(IntPredicate::NE, low, self.i64c(0), "bad")?;
-                let bad = self.b.build_int_z_extend(bad, self.ctx.i64_type(), "bad")?;
-                let c = self.b.build_load(cnt, "n")?.into_int_value();
-                self.b.build_store(cnt, self.b.build_int_add(c, bad, "n")?)?;
-                if ct == self.ctx.f64_type() {
-                    8
-                } else {
-                    4
-                }
-            }
-        };
+        let ebytes = if ct == self.ctx.f64_type() { 8 } else { 4 };
+        let align = self.vector_alignment(p, 16, ebytes)?;
         let old = if store {
             None
         } else {
