@@ -728,6 +728,12 @@ enum Command {
         target: TargetKind,
         #[command(flatten)]
         gpu: GpuArgs,
+        /// `--target cuda` runs (not --tiled): CUDA streams for the unit's
+        /// independent steps (a step waits, through events, only for earlier steps
+        /// that write what it reads or read or write what it writes); 1 runs every
+        /// step in order on one stream. Default 4.
+        #[arg(long, value_name = "N", conflicts_with_all = ["interp", "tiled"])]
+        streams: Option<usize>,
         /// Store tensors as tiles (only the unique, nonzero tiles of symmetric and
         /// block-sparse tensors) and run each statement as a task set of compiled
         /// tile kernels on this machine's threads (TCC_NUM_THREADS); with
@@ -1524,6 +1530,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         mem_per_rank,
         target,
         gpu,
+        streams,
         tiled,
         tile,
         exchange,
@@ -1531,6 +1538,16 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     else {
         unreachable!("cmd_run is called for `Run`")
     };
+    if let Some(n) = streams {
+        if target != TargetKind::Cuda || n == 0 {
+            return ctx.fail(
+                "E0716",
+                "--streams N applies to `--target cuda` runs, with N at least 1",
+                Some("drop it, or run on the GPU: tcc run FILE --target cuda --streams 4"),
+            );
+        }
+    }
+    let streams = streams.unwrap_or(tcc::codegen::nvptx::streams::DEFAULT_STREAMS);
     let distributed = ranks.is_some() || backend.is_some() || plan;
     let claims_tasks = tiled || (distributed && !plan);
     if let Err(e) =
@@ -1665,7 +1682,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
         } else if interp {
             tcc::run::complex::run_complex(&hir, &opts, tcc::run::complex::ComplexExec::Interp, &mut lock)
         } else if target == TargetKind::Cuda {
-            let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: gpu.options() };
+            let c = tcc::codegen::cuda::CudaRun { check, repeat, streams, plan: gpu.options() };
             tcc::run::complex::run_complex(&hir, &opts, tcc::run::complex::ComplexExec::Cuda(&c), &mut lock)
         } else {
             let low = tcc::tir::complex::lower(&hir).0;
@@ -1766,7 +1783,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
     } else if interp {
         tcc::run::run_interp(&hir, &opts, &mut lock)
     } else if target == TargetKind::Cuda {
-        let c = tcc::codegen::cuda::CudaRun { check, repeat, plan: gpu.options() };
+        let c = tcc::codegen::cuda::CudaRun { check, repeat, streams, plan: gpu.options() };
         tcc::codegen::cuda::run_cuda(&hir, &opts, &c, &mut lock)
     } else {
         let units = selected_units(&hir, opts.program.as_deref());

@@ -4,7 +4,7 @@
 //! one exists (`bench/gpu/device_run.sh`); here it prints `skipped: no GPU`.
 
 use std::path::PathBuf;
-use tcc::codegen::nvptx::{choices, emit_ptx, emulate, plan, Epilogue, GemmKind, GpuOptions, Step, TileCfg};
+use tcc::codegen::nvptx::{choices, emit_ptx, emulate, plan, streams, Epilogue, GemmKind, GpuOptions, Step, TileCfg};
 use tcc::interp::{random_inputs, run_unit};
 use tcc::run::compare::compare_outputs;
 use tcc::sema::hir::{Hir, UnitId};
@@ -223,6 +223,12 @@ fn no_device_is_a_user_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no CUDA device found"));
+    // --streams applies to GPU runs only, with at least one stream.
+    for args in [&["--streams", "2"][..], &["--streams", "0", "--target", "cuda"]] {
+        let out = std::process::Command::new(tcc).arg("run").arg(example("matmul.tc")).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("E0716"), "{args:?}");
+    }
 }
 
 #[test]
@@ -576,6 +582,74 @@ fn elementwise_kernels_move_vectors_only_where_aligned() {
         );
         assert_eq!(lanes_of(&compile(&src)).iter().max(), Some(&want), "|O| = {o}");
     }
+}
+
+/// Every conflicting pair of steps in `steps` runs in program order under `s`:
+/// on one stream, or the later one waits for a step at or after the earlier
+/// one on the earlier one's stream (streams run their steps in order).
+fn assert_ordered(steps: &[Step], s: &[streams::Scheduled], n: usize, what: &str) {
+    assert_eq!(s.len(), steps.len(), "{what}");
+    let access: Vec<streams::Access> = steps.iter().map(streams::Access::of).collect();
+    for j in 0..steps.len() {
+        assert!(s[j].stream < n, "{what}: step {j} on stream {}", s[j].stream);
+        for &w in &s[j].waits {
+            assert!(w < j && s[w].record && s[w].stream != s[j].stream, "{what}: step {j} waits for {w}");
+        }
+        for i in 0..j {
+            if access[i].conflicts(&access[j]) {
+                let ordered =
+                    s[i].stream == s[j].stream || s[j].waits.iter().any(|&w| w >= i && s[w].stream == s[i].stream);
+                assert!(ordered, "{what}: steps {i} and {j} conflict and may overlap: {s:?}");
+            }
+        }
+    }
+    let recorded = (0..s.len()).filter(|&i| s[i].record).count();
+    let waited: std::collections::BTreeSet<usize> = s.iter().flat_map(|x| x.waits.iter().copied()).collect();
+    assert_eq!(recorded, waited.len(), "{what}: events recorded that nobody waits for");
+}
+
+/// Streams for independent steps: the schedules of the examples and the random
+/// programs under every option keep every conflicting pair of steps in order,
+/// on 1 to 6 streams; independent statements spread over streams; one stream
+/// is the plain order, without events.
+#[test]
+fn stream_schedules_keep_conflicting_steps_in_order() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/gpu/random");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.extend(["ccsd_terms.tc", "llama_block.tc", "programs/ccsd.tc", "programs/attention_block.tc"].map(example));
+    let mut spread = 0;
+    for (k, path) in files.iter().filter(|p| p.extension().is_some_and(|x| x == "tc")).enumerate() {
+        let hir = compile(&std::fs::read_to_string(path).unwrap());
+        let opts = &all_options()[k % all_options().len()];
+        for u in hir.units.ids() {
+            let p = plan(&hir, &[u], opts).unwrap();
+            let steps = &p.units[0].steps;
+            for n in 1..=6 {
+                let s = streams::schedule(&p.units[0], &p.kernels, n);
+                assert_ordered(steps, &s, n, &format!("{} n={n}", path.display()));
+                if n == 1 {
+                    assert!(s.iter().all(|x| x.stream == 0 && x.waits.is_empty() && !x.record));
+                }
+            }
+            spread += (streams::streams_used(&streams::schedule(&p.units[0], &p.kernels, 4)) > 1) as usize;
+        }
+    }
+    assert!(spread >= 20, "only {spread} units use more than one stream");
+    // Four independent statements, then one that reads them all.
+    let hir = compile(
+        "range N = 64; index i, j, k : N;\n\
+         input tensor A[i,j] : f64; input tensor B[j,k] : f64;\n\
+         output tensor C[i,k] : f64; output tensor D[i,k] : f64; output tensor E[i,j] : f64;\n\
+         output tensor F[j,k] : f64; output tensor G[i,k] : f64;\n\
+         C[i,k] = A[i,j] * B[j,k];\nD[i,k] = A[j,i] * B[j,k];\nE[i,j] = 2 * A[i,j];\nF[j,k] = 3 * B[j,k];\n\
+         G[i,k] = C[i,k] * D[i,k] + E[i,k] * F[i,k];\n",
+    );
+    let p = plan(&hir, &[UnitId::new(0)], &GpuOptions::default()).unwrap();
+    let steps = &p.units[0].steps;
+    let s = streams::schedule(&p.units[0], &p.kernels, 4);
+    assert_ordered(steps, &s, 4, "four independent statements");
+    assert_eq!(streams::streams_used(&s), 4, "{s:?}");
+    assert!(s.iter().any(|x| x.waits.len() >= 2), "the last statement waits for the others: {s:?}");
 }
 
 /// PTX of the staged epilogue: more barriers than the direct one (two per

@@ -6,8 +6,10 @@
 //! ```text
 //! tcc-gpu FILE.tc... [--ptx-dir DIR] [--check] [--repeat N] [--seed S] [--tiled [--tile N]]
 //!                    [--output-dir D [--save-inputs]] [--keep-going]
-//!                    [--gpu-gemm auto|cublas|tiled|naive] [--variants KIND,...]
+//!                    [--gpu-gemm auto|cublas|tiled|naive] [--variants KIND,...] [--streams N]
 //! ```
+//! `--streams N` runs a unit's independent steps on N CUDA streams (default 4,
+//! as `tcc run --target cuda`; 1: every step in order on one stream).
 //! `--tiled [--tile N]` runs each program on symmetry-packed, block-sparse tiles
 //! (`tcc run --tiled`'s task sets as batched GEMMs and tile moves on the GPU;
 //! ranges without a declared tile are cut in tiles of N, default 50), reading the
@@ -45,6 +47,8 @@ struct Mode {
     force: Option<GemmKind>,
     variants: Vec<GemmKind>,
     variant_limit_s: f64,
+    /// `--streams N`: streams for independent steps (1: one stream).
+    streams: usize,
 }
 
 fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> Result<(), CommandError> {
@@ -103,7 +107,7 @@ fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> 
         let (low, _) = tcc::tir::complex::lower(&hir);
         let mut exec = |u: tcc::sema::hir::UnitId, parts: &HashMap<tcc::sema::hir::TensorId, tcc::tensor::Dense>| {
             let one = unit_plan(&plan, &hir, u)?;
-            let r = cuda::run_plan(&low, &one, &ptx, 0, parts, repeat)?;
+            let r = cuda::run_plan(&low, &one, &ptx, 0, parts, repeat, mode.streams)?;
             let extra = cuda::report_lines(&low, u, &one, &r, 0.0, false, parts)?;
             Ok((r.outputs, extra))
         };
@@ -112,7 +116,7 @@ fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> 
     }
     run_report(&hir, opts, &mut lock, &mut |u, inputs| {
         let one = unit_plan(&plan, &hir, u)?;
-        let r = cuda::run_plan(&hir, &one, &ptx, 0, inputs, repeat)?;
+        let r = cuda::run_plan(&hir, &one, &ptx, 0, inputs, repeat, mode.streams)?;
         let mut extra = cuda::report_lines(&hir, u, &one, &r, 0.0, check, inputs)?;
         for &kind in &mode.variants {
             let mut v = one.clone();
@@ -127,7 +131,7 @@ fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> 
                 extra.push(format!("variant {}: skipped (predicted {predicted:.3} s)", kind.name()));
                 continue;
             }
-            let rv = cuda::run_plan(&hir, &v, &ptx, 0, inputs, repeat)?;
+            let rv = cuda::run_plan(&hir, &v, &ptx, 0, inputs, repeat, mode.streams)?;
             let (l, g) = v.units[0].launches();
             let tflops = if rv.run_s > 0.0 { rv.flops / rv.run_s / 1e12 } else { 0.0 };
             let min_tol = if v.uses_tf32() || one.uses_tf32() { tcc::run::compare::TOL_TF32 } else { 0.0 };
@@ -152,6 +156,7 @@ fn main() -> std::process::ExitCode {
     let mut variants = Vec::new();
     let mut variant_limit_s = 1.0;
     let mut tiled = None;
+    let mut streams = tcc::codegen::nvptx::streams::DEFAULT_STREAMS;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -161,6 +166,13 @@ fn main() -> std::process::ExitCode {
                 Some(n) => tiled = Some(n),
                 None => {
                     eprintln!("error: --tile takes a positive tile size");
+                    return std::process::ExitCode::from(2);
+                }
+            },
+            "--streams" => match args.next().and_then(|x| x.parse::<usize>().ok()).filter(|&n| n > 0) {
+                Some(n) => streams = n,
+                None => {
+                    eprintln!("error: --streams takes a positive number of streams");
                     return std::process::ExitCode::from(2);
                 }
             },
@@ -201,7 +213,7 @@ fn main() -> std::process::ExitCode {
         eprintln!("error[E0730]: {}\n  help: {why}", cuda::NO_DEVICE);
         return std::process::ExitCode::from(1);
     }
-    let mode = Mode { check, repeat, tiled, force, variants, variant_limit_s };
+    let mode = Mode { check, repeat, tiled, force, variants, variant_limit_s, streams };
     let (mut pass, mut failed) = (0, 0);
     let mut seen: HashMap<String, ()> = HashMap::new();
     for f in &files {

@@ -4,8 +4,10 @@
 //! answers [`NO_DEVICE`] (`tcc run --target cuda` then exits with status 1).
 //!
 //! A run uploads the inputs once, then `repeat` times: clears every other buffer,
-//! runs the steps on the default stream (host loops move base pointers), and times
-//! that with CUDA events; outputs are read back after the last run.
+//! runs the steps (host loops move base pointers; independent top-level steps
+//! on their own streams, [`nvptx::streams`]), and times that with CUDA events on
+//! the null stream, which the other streams are ordered against; outputs are read
+//! back after the last run.
 
 use super::nvptx::{self, GpuOptions, GpuPlan, UnitPlan};
 use crate::error::CommandError;
@@ -36,6 +38,8 @@ pub struct GpuRun {
 pub struct CudaRun {
     pub check: bool,
     pub repeat: usize,
+    /// Streams for independent steps ([`nvptx::streams`]; 1: one stream).
+    pub streams: usize,
     pub plan: GpuOptions,
 }
 
@@ -61,11 +65,12 @@ pub fn run_plan(
     unit: usize,
     inputs: &HashMap<TensorId, Dense>,
     repeat: usize,
+    streams: usize,
 ) -> Result<GpuRun, CommandError> {
     let g = imp::open().map_err(no_device)?;
     let up = &plan.units[unit];
-    let (outs, run_s) =
-        imp::run(g, plan, ptx, up, inputs, repeat.max(1)).map_err(|e| fail("E0721", format!("CUDA: {e}"), None))?;
+    let (outs, run_s) = imp::run(g, plan, ptx, up, inputs, repeat.max(1), streams)
+        .map_err(|e| fail("E0721", format!("CUDA: {e}"), None))?;
     let outputs = outs.into_iter().map(|(t, d)| (t, Dense::from_vec(hir.shape(t), d))).collect();
     Ok(GpuRun { outputs, run_s, flops: up.flops, device: g.name.clone() })
 }
@@ -78,7 +83,7 @@ pub fn run_cuda(hir: &Hir, opts: &RunOptions, c: &CudaRun, out: &mut dyn Write) 
         let t0 = std::time::Instant::now();
         let (plan, ptx) = nvptx::ptx_for(hir, &[u], &c.plan).map_err(|e| fail("E0712", e.0, None))?;
         let compile_s = t0.elapsed().as_secs_f64();
-        let r = run_plan(hir, &plan, &ptx, 0, inputs, c.repeat)?;
+        let r = run_plan(hir, &plan, &ptx, 0, inputs, c.repeat, c.streams)?;
         Ok((r.outputs.clone(), report_lines(hir, u, &plan, &r, compile_s, c.check, inputs)?))
     })
 }
@@ -124,6 +129,7 @@ mod imp {
         _: &UnitPlan,
         _: &HashMap<TensorId, Dense>,
         _: usize,
+        _: usize,
     ) -> Result<RawRun, String> {
         Err(NO_DEVICE.into())
     }
@@ -132,7 +138,7 @@ mod imp {
 #[cfg(feature = "cuda")]
 mod imp {
     use super::*;
-    use crate::codegen::nvptx::{arg_offset, read_elems, write_elems, Elem, Step};
+    use crate::codegen::nvptx::{arg_offset, read_elems, streams, write_elems, Elem, Step};
     use crate::sema::hir::IndexId;
     use cudarc::cublas::{result as blas, sys as blas_sys};
     use cudarc::driver::{result, sys};
@@ -186,6 +192,60 @@ mod imp {
         ptrs: Vec<sys::CUdeviceptr>,
         funcs: Vec<Option<sys::CUfunction>>,
         blas: Option<blas_sys::cublasHandle_t>,
+        /// The stream the steps now issued go to.
+        stream: sys::CUstream,
+    }
+
+    /// The streams and events of a run's schedule ([`streams::schedule`]):
+    /// with one stream the null stream, else blocking streams (ordered against
+    /// the null stream, where the run clears buffers, records its timing
+    /// events and copies results back).
+    struct Streams {
+        plan: Vec<streams::Scheduled>,
+        streams: Vec<sys::CUstream>,
+        events: Vec<Option<sys::CUevent>>,
+    }
+
+    impl Streams {
+        fn new(up: &UnitPlan, kernels: &[nvptx::Kernel], n: usize) -> Result<Streams, String> {
+            let plan = streams::schedule(up, kernels, n);
+            let mut s = Streams { streams: Vec::new(), events: Vec::new(), plan: Vec::new() };
+            if streams::streams_used(&plan) <= 1 {
+                s.streams.push(result::stream::null());
+            } else {
+                for _ in 0..streams::streams_used(&plan) {
+                    s.streams.push(
+                        result::stream::create(result::stream::StreamKind::Default).map_err(e("cuStreamCreate"))?,
+                    );
+                }
+            }
+            for x in &plan {
+                s.events.push(if x.record {
+                    Some(
+                        result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+                            .map_err(e("cuEventCreate"))?,
+                    )
+                } else {
+                    None
+                });
+            }
+            s.plan = plan;
+            Ok(s)
+        }
+    }
+
+    impl Drop for Streams {
+        fn drop(&mut self) {
+            // SAFETY: created above, destroyed once; the null stream is not destroyed.
+            unsafe {
+                for ev in self.events.iter().flatten() {
+                    let _ = result::event::destroy(*ev);
+                }
+                for &st in self.streams.iter().filter(|s| !s.is_null()) {
+                    let _ = result::stream::destroy(st);
+                }
+            }
+        }
     }
 
     fn e<E: std::fmt::Debug>(what: &str) -> impl Fn(E) -> String + '_ {
@@ -195,6 +255,28 @@ mod imp {
     impl Exec<'_> {
         fn ptr(&self, a: &nvptx::Arg, bound: &HashMap<IndexId, u64>) -> sys::CUdeviceptr {
             self.ptrs[a.buf] + arg_offset(a, bound) * self.up.buffers[a.buf].elem.bytes() as u64
+        }
+
+        /// The unit's top-level steps, each on its stream of `st`, after the
+        /// events it waits for.
+        fn scheduled(&mut self, steps: &[Step], st: &Streams) -> Result<(), String> {
+            for (j, (step, x)) in steps.iter().zip(&st.plan).enumerate() {
+                self.stream = st.streams[x.stream];
+                for &w in &x.waits {
+                    let ev = st.events[w].ok_or("internal: a step waits for an event never recorded")?;
+                    // SAFETY: a live stream and event of this context.
+                    unsafe {
+                        result::stream::wait_event(self.stream, ev, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+                    }
+                    .map_err(e("cuStreamWaitEvent"))?;
+                }
+                self.steps(std::slice::from_ref(step), &mut HashMap::new())?;
+                if let Some(ev) = st.events[j] {
+                    // SAFETY: as above.
+                    unsafe { result::event::record(ev, self.stream) }.map_err(e("cuEventRecord"))?;
+                }
+            }
+            Ok(())
         }
 
         fn steps(&mut self, steps: &[Step], bound: &mut HashMap<IndexId, u64>) -> Result<(), String> {
@@ -215,7 +297,7 @@ mod imp {
                                 self.ptrs[*buf],
                                 0,
                                 b.elements as usize * b.elem.bytes(),
-                                result::stream::null(),
+                                self.stream,
                             )
                         }
                         .map_err(e("cuMemsetD8"))?;
@@ -237,7 +319,7 @@ mod imp {
                                 (gx as u32, gy as u32, gz as u32),
                                 (block, 1, 1),
                                 0,
-                                result::stream::null(),
+                                self.stream,
                                 &mut params,
                             )
                         }
@@ -277,6 +359,8 @@ mod imp {
                         if status != blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
                             return Err(format!("cublasSetMathMode: {status:?}"));
                         }
+                        // SAFETY: a live handle and stream of this context.
+                        unsafe { blas::set_stream(h, self.stream as _) }.map_err(e("cublasSetStream"))?;
                         let (pa, pb, pc) = (self.ptr(&g.a, bound), self.ptr(&g.b, bound), self.ptr(&g.c, bound));
                         let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
                         let (lda, ldb, ldc) = (g.lda as i32, g.ldb as i32, g.ldc as i32);
@@ -387,6 +471,7 @@ mod imp {
         up: &UnitPlan,
         inputs: &HashMap<TensorId, Dense>,
         repeat: usize,
+        streams: usize,
     ) -> Result<RawRun, String> {
         let src = CString::new(ptx).map_err(|_| "PTX holds a NUL byte".to_string())?;
         // SAFETY: a NUL-terminated PTX image.
@@ -438,7 +523,8 @@ mod imp {
                 unsafe { result::memcpy_htod_sync(mem.0[j], &bytes) }.map_err(e("cuMemcpyHtoD"))?;
             }
         }
-        let mut x = Exec { plan, up, ptrs: mem.0.clone(), funcs, blas: None };
+        let mut x = Exec { plan, up, ptrs: mem.0.clone(), funcs, blas: None, stream: result::stream::null() };
+        let st = Streams::new(up, &plan.kernels, streams)?;
         let start = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(e("cuEventCreate"))?;
         let stop = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(e("cuEventCreate"))?;
         let mut best = f64::INFINITY;
@@ -461,7 +547,7 @@ mod imp {
                     }
                 }
                 if r.is_ok() {
-                    r = x.steps(&up.steps, &mut HashMap::new());
+                    r = x.scheduled(&up.steps, &st);
                 }
                 result::event::record(stop, result::stream::null()).map_err(e("cuEventRecord"))?;
                 result::event::synchronize(stop).map_err(e("kernel execution"))?;

@@ -165,7 +165,7 @@ fn cuda(
         let t0 = std::time::Instant::now();
         let (plan, ptx) = crate::codegen::nvptx::ptx_for(low, &[u], &c.plan).map_err(|e| fail("E0712", e.0, None))?;
         let compile_s = t0.elapsed().as_secs_f64();
-        let r = crate::codegen::cuda::run_plan(low, &plan, &ptx, 0, parts, c.repeat.max(1))?;
+        let r = crate::codegen::cuda::run_plan(low, &plan, &ptx, 0, parts, c.repeat.max(1), c.streams)?;
         let tflops = per_second(r.flops, r.run_s) / 1e12;
         let line = format!(
             "time = {:.3} ms  ({tflops:.3} real TFLOP/s after lowering on {}; compile {compile_s:.3} s)",

@@ -25,6 +25,7 @@ mod emulate;
 mod gen;
 mod math;
 mod plan;
+pub mod streams;
 pub mod tile_moves;
 mod tiled;
 mod transpose;
