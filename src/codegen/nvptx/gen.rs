@@ -323,17 +323,7 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             let base = op_off.clone();
             self.for_range(lo, hi, &mut |g, li| {
                 let mut offs = base.clone();
-                let mut rem = li;
-                for j in (0..k.split_vars).rev() {
-                    let (v, r) = if j == 0 {
-                        (rem, rem)
-                    } else {
-                        (
-                            g.b.build_int_unsigned_rem(rem, g.i64c(k.red[j]), "v")?,
-                            g.b.build_int_unsigned_div(rem, g.i64c(k.red[j]), "r")?,
-                        )
-                    };
-                    rem = r;
+                for (j, v) in g.delinearize(li, &k.red[..k.split_vars])?.into_iter().enumerate() {
                     for (o, off) in k.ops.iter().zip(offs.iter_mut()) {
                         *off = g.add_scaled(*off, v, o.red_strides[j])?;
                     }
@@ -411,23 +401,28 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
     ) -> Result<(IntValue<'ctx>, Vec<IntValue<'ctx>>), CodegenError> {
         let mut out_off = self.i64c(0);
         let mut op_off: Vec<IntValue> = vec![self.i64c(0); k.ops.len()];
-        let mut rem = p;
-        for j in (0..k.par.len()).rev() {
-            let (v, r) = if j == 0 {
-                (rem, rem)
-            } else {
-                (
-                    self.b.build_int_unsigned_rem(rem, self.i64c(k.par[j]), "v")?,
-                    self.b.build_int_unsigned_div(rem, self.i64c(k.par[j]), "r")?,
-                )
-            };
-            rem = r;
+        for (j, v) in self.delinearize(p, &k.par)?.into_iter().enumerate() {
             out_off = self.add_scaled(out_off, v, k.out_strides[j])?;
             for (o, off) in k.ops.iter().zip(op_off.iter_mut()) {
                 *off = self.add_scaled(*off, v, o.par_strides[j])?;
             }
         }
         Ok((out_off, op_off))
+    }
+
+    /// The values of variables with `extents` whose linearized index (the
+    /// last fastest) is `x`; the first takes whatever is left.
+    fn delinearize(&self, x: IntValue<'ctx>, extents: &[u64]) -> Result<Vec<IntValue<'ctx>>, CodegenError> {
+        let mut vals = vec![x; extents.len()];
+        let mut rem = x;
+        for j in (1..extents.len()).rev() {
+            vals[j] = self.b.build_int_unsigned_rem(rem, self.i64c(extents[j]), "v")?;
+            rem = self.b.build_int_unsigned_div(rem, self.i64c(extents[j]), "r")?;
+        }
+        if let Some(first) = vals.first_mut() {
+            *first = rem;
+        }
+        Ok(vals)
     }
 
     /// An element-wise kernel whose thread `t` owns output elements
