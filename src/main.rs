@@ -1217,19 +1217,9 @@ fn cmd_opt(ctx: &Ctx, command: Command) -> Outcome {
     };
     // Complex tensors are optimized as the pairs of real tensors they are lowered to.
     let hir = tcc::tir::complex::lower(&hir).0;
-    let units: Vec<tcc::sema::hir::UnitId> = match &program {
-        None => hir.units.ids().collect(),
-        Some(name) => match hir.unit_by_name(name) {
-            Some(u) => vec![u],
-            None => {
-                let names: Vec<&str> = hir.units.iter().map(|u| u.name.as_str()).collect();
-                return ctx.fail(
-                    "E0702",
-                    &format!("no program or model named `{name}`"),
-                    Some(&format!("this file has: {}", names.join(", "))),
-                );
-            }
-        },
+    let units = match hir.select_units(program.as_deref()) {
+        Ok(u) => u,
+        Err(e) => return ctx.error(&e),
     };
     if emit == Emit::Ptx && fusion.max_intermediate.is_some() {
         return ctx.fail("E0727", "--max-intermediate applies to code compiled for the CPU, not to --emit=ptx", None);

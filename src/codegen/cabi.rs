@@ -689,13 +689,7 @@ pub fn build_library(
     opts: &llvm::Options,
     output: &Path,
 ) -> Result<String, CommandError> {
-    let units: Vec<UnitId> = match program {
-        None => hir.units.ids().collect(),
-        Some(name) => match hir.unit_by_name(name) {
-            Some(u) => vec![u],
-            None => return Err(fail("E0702", format!("there is no program or model named `{name}`"), None)),
-        },
-    };
+    let units = hir.select_units(program)?;
     let lib = library_name(output, name)?;
     check_unit_names(hir, &lib, &units)?;
     let dir = output

@@ -16,7 +16,7 @@
 use super::nvptx::{self, Epilogue, GpuOptions, GpuPlan, TileCfg};
 use crate::error::CommandError;
 use crate::run::fail;
-use crate::sema::hir::{Hir, UnitId};
+use crate::sema::hir::Hir;
 use std::path::{Path, PathBuf};
 
 /// The plan file beside a PTX file: `NAME.ptx` → `NAME.plan.json`.
@@ -34,13 +34,7 @@ pub fn build_ptx(
     opts: &GpuOptions,
     source_name: &str,
 ) -> Result<String, CommandError> {
-    let units: Vec<UnitId> = match program {
-        None => hir.units.ids().collect(),
-        Some(name) => match hir.unit_by_name(name) {
-            Some(u) => vec![u],
-            None => return Err(fail("E0702", format!("no program or model named `{name}`"), None)),
-        },
-    };
+    let units = hir.select_units(program)?;
     // TCC_GPU_TILE=bm,bn,bk,tm,tn[,mma] (benchmarks): one tile shape for every
     // tiled kernel; `mma` for f64 tensor cores (tm × tn is then a warp's tile).
     let tile = match std::env::var("TCC_GPU_TILE") {
@@ -132,13 +126,7 @@ pub fn read_plan(path: &Path) -> Result<GpuPlan, String> {
 /// PTX to `output`, which `tcc-gpu --tiled` runs the program with. Returns a
 /// short report for stderr.
 pub fn build_tiled_ptx(hir: &Hir, program: Option<&str>, output: &Path) -> Result<String, CommandError> {
-    let units: Vec<UnitId> = match program {
-        None => hir.units.ids().collect(),
-        Some(name) => match hir.unit_by_name(name) {
-            Some(u) => vec![u],
-            None => return Err(fail("E0702", format!("no program or model named `{name}`"), None)),
-        },
-    };
+    let units = hir.select_units(program)?;
     if crate::sema::complex::has_complex(hir) {
         return Err(fail(
             "E0760",

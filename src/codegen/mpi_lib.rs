@@ -127,13 +127,7 @@ pub fn build_mpi_library(
     name: Option<&str>,
     output: &Path,
 ) -> Result<String, CommandError> {
-    let units: Vec<UnitId> = match program {
-        None => hir.units.ids().collect(),
-        Some(n) => match hir.unit_by_name(n) {
-            Some(u) => vec![u],
-            None => return Err(fail("E0702", format!("there is no program or model named `{n}`"), None)),
-        },
-    };
+    let units = hir.select_units(program)?;
     if units.is_empty() {
         return Err(fail("E0717", "the source has no programs: an MPI library would have no functions", None));
     }

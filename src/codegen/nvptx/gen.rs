@@ -686,9 +686,7 @@ pub(super) fn build_module<'ctx>(
     mode: Mode,
     tm: &TargetMachine,
 ) -> Result<Module<'ctx>, CodegenError> {
-    let module = ctx.create_module("tcc_gpu");
-    module.set_triple(&tm.get_triple());
-    module.set_data_layout(&tm.get_target_data().get_data_layout());
+    let module = new_module(ctx, "tcc_gpu", tm);
     // The kernels of one plan are one program's, whose results are checked with
     // the 16-bit tolerance when it has a 16-bit tensor (crate::run::compare::tolerance).
     let half = kernels.iter().any(|k| k.out_elem().is_half() || k.ops.iter().any(|o| o.elem.is_half()));
@@ -697,11 +695,32 @@ pub(super) fn build_module<'ctx>(
         g.kernel(k)?;
     }
     drop(g);
-    module.verify().map_err(|e| err(format!("LLVM rejected the generated GPU module: {}", e.to_string())))?;
+    verify_and_optimize(&module, tm, "the generated GPU module")?;
+    Ok(module)
+}
+
+/// An empty module for target machine `tm`.
+pub(super) fn new_module<'ctx>(ctx: &'ctx Context, name: &str, tm: &TargetMachine) -> Module<'ctx> {
+    let module = ctx.create_module(name);
+    module.set_triple(&tm.get_triple());
+    module.set_data_layout(&tm.get_target_data().get_data_layout());
+    module
+}
+
+/// Verifies a generated module (`what` names it in the error) and runs
+/// `default<O3>` on it.
+pub(super) fn verify_and_optimize(module: &Module<'_>, tm: &TargetMachine, what: &str) -> Result<(), CodegenError> {
+    module.verify().map_err(|e| err(format!("LLVM rejected {what}: {}", e.to_string())))?;
     module
         .run_passes("default<O3>", tm, PassBuilderOptions::create())
-        .map_err(|e| err(format!("LLVM passes: {}", e.to_string())))?;
-    Ok(module)
+        .map_err(|e| err(format!("LLVM passes: {}", e.to_string())))
+}
+
+/// The PTX of a module built for the NVPTX machine `tm`.
+pub(super) fn ptx_text(module: &Module<'_>, tm: &TargetMachine) -> Result<String, CodegenError> {
+    let buf =
+        tm.write_to_memory_buffer(module, FileType::Assembly).map_err(|e| err(format!("LLVM: {}", e.to_string())))?;
+    Ok(String::from_utf8_lossy(buf.as_slice()).trim_end_matches('\0').to_string())
 }
 
 pub(super) fn nvptx_machine() -> Result<TargetMachine, CodegenError> {
@@ -725,9 +744,7 @@ pub fn emit_ptx(plan: &GpuPlan) -> Result<String, CodegenError> {
     let ctx = Context::create();
     let tm = nvptx_machine()?;
     let module = build_module(&ctx, &plan.kernels, Mode::Device, &tm)?;
-    let buf =
-        tm.write_to_memory_buffer(&module, FileType::Assembly).map_err(|e| err(format!("LLVM: {}", e.to_string())))?;
-    Ok(String::from_utf8_lossy(buf.as_slice()).trim_end_matches('\0').to_string())
+    ptx_text(&module, &tm)
 }
 
 /// The optimized LLVM IR of a plan's kernels for the NVPTX target.

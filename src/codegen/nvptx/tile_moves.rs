@@ -22,8 +22,7 @@ use crate::tiled::device::{Buf, HostBuffers, HostRounds, Loc, Move};
 use inkwell::context::Context;
 use inkwell::execution_engine::ExecutionEngine;
 use inkwell::module::Module;
-use inkwell::passes::PassBuilderOptions;
-use inkwell::targets::{FileType, TargetMachine};
+use inkwell::targets::TargetMachine;
 use inkwell::values::{FloatValue, IntValue, PointerValue};
 use inkwell::{IntPredicate, OptimizationLevel};
 
@@ -253,16 +252,11 @@ impl<'ctx> Gen<'_, 'ctx> {
 }
 
 fn module<'ctx>(ctx: &'ctx Context, mode: Mode, tm: &TargetMachine) -> Result<Module<'ctx>, CodegenError> {
-    let module = ctx.create_module("tcc_tile_moves");
-    module.set_triple(&tm.get_triple());
-    module.set_data_layout(&tm.get_target_data().get_data_layout());
+    let module = super::gen::new_module(ctx, "tcc_tile_moves", tm);
     let mut g = Gen { ctx, module: &module, b: ctx.create_builder(), mode, func: None, half: false };
     g.tile_moves_kernel()?;
     drop(g);
-    module.verify().map_err(|e| err(format!("LLVM rejected the tile-move kernel: {}", e.to_string())))?;
-    module
-        .run_passes("default<O3>", tm, PassBuilderOptions::create())
-        .map_err(|e| err(format!("LLVM passes: {}", e.to_string())))?;
+    super::gen::verify_and_optimize(&module, tm, "the tile-move kernel")?;
     Ok(module)
 }
 
@@ -271,8 +265,7 @@ pub fn ptx() -> Result<String, CodegenError> {
     let ctx = Context::create();
     let tm = super::gen::nvptx_machine()?;
     let m = module(&ctx, Mode::Device, &tm)?;
-    let buf = tm.write_to_memory_buffer(&m, FileType::Assembly).map_err(|e| err(format!("LLVM: {}", e.to_string())))?;
-    Ok(String::from_utf8_lossy(buf.as_slice()).trim_end_matches('\0').to_string())
+    super::gen::ptx_text(&m, &tm)
 }
 
 type HostKernel = unsafe extern "C" fn(i64, i64, *const u64);
