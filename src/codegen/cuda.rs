@@ -191,7 +191,9 @@ mod imp {
         up: &'a UnitPlan,
         ptrs: Vec<sys::CUdeviceptr>,
         funcs: Vec<Option<sys::CUfunction>>,
-        blas: Option<blas_sys::cublasHandle_t>,
+        /// A cuBLAS handle per stream, made on first use and bound to its
+        /// stream: one handle's workspace must not serve two streams at once.
+        blas: HashMap<usize, blas_sys::cublasHandle_t>,
         /// The stream the steps now issued go to.
         stream: sys::CUstream,
     }
@@ -327,8 +329,8 @@ mod imp {
                     }
                     Step::Choice(c) => self.steps(c.steps(), bound)?,
                     Step::Gemm(g) => {
-                        let h = match self.blas {
-                            Some(h) => h,
+                        let h = match self.blas.get(&(self.stream as usize)) {
+                            Some(&h) => h,
                             None => {
                                 // SAFETY: probing only loads the library.
                                 if !unsafe { blas_sys::is_culib_present() } {
@@ -337,7 +339,9 @@ mod imp {
                                     );
                                 }
                                 let h = blas::create_handle().map_err(e("cublasCreate"))?;
-                                self.blas = Some(h);
+                                // SAFETY: a live handle and stream of this context.
+                                unsafe { blas::set_stream(h, self.stream as _) }.map_err(e("cublasSetStream"))?;
+                                self.blas.insert(self.stream as usize, h);
                                 h
                             }
                         };
@@ -359,8 +363,6 @@ mod imp {
                         if status != blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
                             return Err(format!("cublasSetMathMode: {status:?}"));
                         }
-                        // SAFETY: a live handle and stream of this context.
-                        unsafe { blas::set_stream(h, self.stream as _) }.map_err(e("cublasSetStream"))?;
                         let (pa, pb, pc) = (self.ptr(&g.a, bound), self.ptr(&g.b, bound), self.ptr(&g.c, bound));
                         let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
                         let (lda, ldb, ldc) = (g.lda as i32, g.ldb as i32, g.ldc as i32);
@@ -523,7 +525,7 @@ mod imp {
                 unsafe { result::memcpy_htod_sync(mem.0[j], &bytes) }.map_err(e("cuMemcpyHtoD"))?;
             }
         }
-        let mut x = Exec { plan, up, ptrs: mem.0.clone(), funcs, blas: None, stream: result::stream::null() };
+        let mut x = Exec { plan, up, ptrs: mem.0.clone(), funcs, blas: HashMap::new(), stream: result::stream::null() };
         let st = Streams::new(up, &plan.kernels, streams)?;
         let start = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(e("cuEventCreate"))?;
         let stop = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(e("cuEventCreate"))?;
@@ -576,7 +578,7 @@ mod imp {
         unsafe {
             let _ = result::event::destroy(start);
             let _ = result::event::destroy(stop);
-            if let Some(h) = x.blas {
+            for &h in x.blas.values() {
                 let _ = blas::destroy_handle(h);
             }
             let _ = result::module::unload(module);
