@@ -1,7 +1,7 @@
 //! Kernels → LLVM IR (NVPTX, or the host CPU for [`super::emulate`]) → PTX.
 
 use super::*;
-use crate::sema::hir::{Func, Hir};
+use crate::sema::hir::Hir;
 use inkwell::attributes::AttributeLoc;
 use inkwell::builder::Builder;
 use inkwell::context::Context;
@@ -441,24 +441,15 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
         let mut prods: Vec<Option<FloatValue>> = vec![None; lanes];
         for (j, o) in k.ops.iter().enumerate() {
             let p = unsafe { self.b.build_in_bounds_gep(ptr(j + 1), &[op_off[j]], "p")? };
-            let func = match &o.func {
-                Some(name) => Some(Func::from_name(name).ok_or_else(|| err(format!("unknown function {name}")))?),
-                None => None,
-            };
             let vals = if widen::is_vector_operand(o) {
                 let mut vals = self.load_lanes(p, o.elem, lanes, lt)?;
-                if let Some(func) = func {
-                    for v in &mut vals {
-                        *v = self.apply(func, *v)?;
-                    }
+                for v in &mut vals {
+                    *v = self.apply_operand_func(o, *v)?;
                 }
                 vals
             } else {
-                let mut v = self.load_as(p, o.elem, lt)?;
-                if let Some(func) = func {
-                    v = self.apply(func, v)?;
-                }
-                vec![v; lanes]
+                let v = self.load_as(p, o.elem, lt)?;
+                vec![self.apply_operand_func(o, v)?; lanes]
             };
             for (q, v) in prods.iter_mut().zip(vals) {
                 *q = Some(match *q {
@@ -653,11 +644,8 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
             let mut prod: Option<FloatValue> = None;
             for (j, o) in k.ops.iter().enumerate() {
                 let p = unsafe { self.b.build_in_bounds_gep(ptrs[j], &[offs[j]], "p")? };
-                let mut v = self.load_as(p, o.elem, lt)?;
-                if let Some(name) = &o.func {
-                    let func = Func::from_name(name).ok_or_else(|| err(format!("unknown function {name}")))?;
-                    v = self.apply(func, v)?;
-                }
+                let v = self.load_as(p, o.elem, lt)?;
+                let v = self.apply_operand_func(o, v)?;
                 prod = Some(match prod {
                     None => v,
                     Some(q) => self.b.build_float_mul(q, v, "m")?,

@@ -8,13 +8,28 @@
 //! f64 series cost some 50 f64 instructions per element.
 
 use super::gen::{Gen, Mode};
-use super::CodegenError;
+use super::{err, CodegenError, KOperand};
 use crate::sema::hir::Func;
 use inkwell::module::Linkage;
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::FloatPredicate;
 
 impl<'ctx> Gen<'_, 'ctx> {
+    /// `x` through operand `o`'s element-wise function, when it has one.
+    pub(super) fn apply_operand_func(
+        &mut self,
+        o: &KOperand,
+        x: FloatValue<'ctx>,
+    ) -> Result<FloatValue<'ctx>, CodegenError> {
+        match &o.func {
+            Some(name) => {
+                let func = Func::from_name(name).ok_or_else(|| err(format!("unknown function {name}")))?;
+                self.apply(func, x)
+            }
+            None => Ok(x),
+        }
+    }
+
     /// `f(x)` as [`Func::apply`] defines it. In a 16-bit program ([`Gen::half`])
     /// an f32 `x` is computed in f32 (`exp`/`log` from `ex2.approx`/`lg2.approx`,
     /// the others from those, `div.rn.f32`, `sqrt.rn.f32`); otherwise through f64

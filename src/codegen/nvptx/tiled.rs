@@ -24,7 +24,7 @@
 use super::gen::{Gen, Mode};
 use super::plan::{Operand, Planner};
 use super::*;
-use crate::sema::hir::{Func, Stmt};
+use crate::sema::hir::Stmt;
 use inkwell::module::Linkage;
 use inkwell::types::{BasicType, BasicTypeEnum};
 use inkwell::values::{BasicValue, FloatValue, FunctionValue, IntValue, PointerValue};
@@ -822,11 +822,8 @@ impl<'ctx> Gen<'_, 'ctx> {
                     let off = g.b.build_select(ok, off, g.i64c(0), "off")?.into_int_value();
                     // SAFETY: a valid offset, or 0 (the operand's first element).
                     let p = unsafe { g.b.build_in_bounds_gep(src, &[off], "p")? };
-                    let mut v = g.load_as(p, op.elem, ct)?;
-                    if let Some(name) = &op.func {
-                        let func = Func::from_name(name).ok_or_else(|| err(format!("unknown function {name}")))?;
-                        v = g.apply(func, v)?;
-                    }
+                    let v = g.load_as(p, op.elem, ct)?;
+                    let v = g.apply_operand_func(op, v)?;
                     let v = g.b.build_select(ok, v, zero, "v")?.into_float_value();
                     let si = g.b.build_int_add(g.b.build_int_mul(c, g.i64c(ld), "s")?, r, "si")?;
                     let si = if is_a { si } else { g.b.build_int_add(si, g.i64c(b_off), "sb")? };
