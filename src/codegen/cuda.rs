@@ -211,25 +211,26 @@ mod imp {
     impl Streams {
         fn new(up: &UnitPlan, kernels: &[nvptx::Kernel], n: usize) -> Result<Streams, String> {
             let plan = streams::schedule(up, kernels, n);
-            let mut s = Streams { streams: Vec::new(), events: Vec::new(), plan: Vec::new() };
-            if streams::streams_used(&plan) <= 1 {
+            let used = streams::streams_used(&plan);
+            // Filled one by one: on an error, drop destroys what was made.
+            let mut s = Streams { plan: Vec::new(), streams: Vec::new(), events: Vec::new() };
+            if used <= 1 {
                 s.streams.push(result::stream::null());
-            } else {
-                for _ in 0..streams::streams_used(&plan) {
-                    s.streams.push(
-                        result::stream::create(result::stream::StreamKind::Default).map_err(e("cuStreamCreate"))?,
-                    );
-                }
+            }
+            while s.streams.len() < used {
+                s.streams
+                    .push(result::stream::create(result::stream::StreamKind::Default).map_err(e("cuStreamCreate"))?);
             }
             for x in &plan {
-                s.events.push(if x.record {
+                let ev = if x.record {
                     Some(
                         result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
                             .map_err(e("cuEventCreate"))?,
                     )
                 } else {
                     None
-                });
+                };
+                s.events.push(ev);
             }
             s.plan = plan;
             Ok(s)
