@@ -9,7 +9,8 @@
 //!                    [--gpu-gemm auto|cublas|tiled|naive] [--variants KIND,...] [--streams N]
 //! ```
 //! `--streams N` runs a unit's independent steps on N CUDA streams (default 4,
-//! as `tcc run --target cuda`; 1: every step in order on one stream).
+//! as `tcc run --target cuda`; 1: every step in order on one stream); not with
+//! `--tiled`, whose rounds run on one stream.
 //! `--tiled [--tile N]` runs each program on symmetry-packed, block-sparse tiles
 //! (`tcc run --tiled`'s task sets as batched GEMMs and tile moves on the GPU;
 //! ranges without a declared tile are cut in tiles of N, default 50), reading the
@@ -157,6 +158,7 @@ fn main() -> std::process::ExitCode {
     let mut variant_limit_s = 1.0;
     let mut tiled = None;
     let mut streams = tcc::codegen::nvptx::streams::DEFAULT_STREAMS;
+    let mut streams_given = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -170,7 +172,10 @@ fn main() -> std::process::ExitCode {
                 }
             },
             "--streams" => match args.next().and_then(|x| x.parse::<usize>().ok()).filter(|&n| n > 0) {
-                Some(n) => streams = n,
+                Some(n) => {
+                    streams = n;
+                    streams_given = true;
+                }
                 None => {
                     eprintln!("error: --streams takes a positive number of streams");
                     return std::process::ExitCode::from(2);
@@ -208,6 +213,12 @@ fn main() -> std::process::ExitCode {
             },
             _ => files.push(PathBuf::from(a)),
         }
+    }
+    if streams_given && tiled.is_some() {
+        eprintln!(
+            "error: --streams applies to plan runs, not to --tiled (tiled runs issue their rounds on one stream)"
+        );
+        return std::process::ExitCode::from(2);
     }
     if let Err(why) = cuda::device() {
         eprintln!("error[E0730]: {}\n  help: {why}", cuda::NO_DEVICE);
