@@ -586,8 +586,9 @@ fn elementwise_kernels_move_vectors_only_where_aligned() {
 
 /// Every conflicting pair of steps in `steps` runs in program order under `s`:
 /// on one stream, or the later one waits for a step at or after the earlier
-/// one on the earlier one's stream (streams run their steps in order).
-fn assert_ordered(steps: &[Step], s: &[streams::Scheduled], n: usize, what: &str) {
+/// one on the earlier one's stream (streams run their steps in order). A
+/// `large` step conflicts with every other step (it runs alone).
+fn assert_ordered(steps: &[Step], large: &[bool], s: &[streams::Scheduled], n: usize, what: &str) {
     assert_eq!(s.len(), steps.len(), "{what}");
     let access: Vec<streams::Access> = steps.iter().map(streams::Access::of).collect();
     for j in 0..steps.len() {
@@ -596,7 +597,7 @@ fn assert_ordered(steps: &[Step], s: &[streams::Scheduled], n: usize, what: &str
             assert!(w < j && s[w].record && s[w].stream != s[j].stream, "{what}: step {j} waits for {w}");
         }
         for i in 0..j {
-            if access[i].conflicts(&access[j]) {
+            if large[i] || large[j] || access[i].conflicts(&access[j]) {
                 let ordered =
                     s[i].stream == s[j].stream || s[j].waits.iter().any(|&w| w >= i && s[w].stream == s[i].stream);
                 assert!(ordered, "{what}: steps {i} and {j} conflict and may overlap: {s:?}");
@@ -617,16 +618,18 @@ fn stream_schedules_keep_conflicting_steps_in_order() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/gpu/random");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.extend(["ccsd_terms.tc", "llama_block.tc", "programs/ccsd.tc", "programs/attention_block.tc"].map(example));
-    let mut spread = 0;
+    let (mut spread, mut large_steps) = (0, 0);
     for (k, path) in files.iter().filter(|p| p.extension().is_some_and(|x| x == "tc")).enumerate() {
         let hir = compile(&std::fs::read_to_string(path).unwrap());
         let opts = &all_options()[k % all_options().len()];
         for u in hir.units.ids() {
             let p = plan(&hir, &[u], opts).unwrap();
             let steps = &p.units[0].steps;
+            let large: Vec<bool> = steps.iter().map(|s| streams::is_large(&p.units[0], s, &p.kernels)).collect();
+            large_steps += large.iter().filter(|&&l| l).count();
             for n in 1..=6 {
                 let s = streams::schedule(&p.units[0], &p.kernels, n);
-                assert_ordered(steps, &s, n, &format!("{} n={n}", path.display()));
+                assert_ordered(steps, &large, &s, n, &format!("{} n={n}", path.display()));
                 if n == 1 {
                     assert!(s.iter().all(|x| x.stream == 0 && x.waits.is_empty() && !x.record));
                 }
@@ -635,21 +638,34 @@ fn stream_schedules_keep_conflicting_steps_in_order() {
         }
     }
     assert!(spread >= 20, "only {spread} units use more than one stream");
-    // Four independent statements, then one that reads them all.
-    let hir = compile(
-        "range N = 64; index i, j, k : N;\n\
-         input tensor A[i,j] : f64; input tensor B[j,k] : f64;\n\
-         output tensor C[i,k] : f64; output tensor D[i,k] : f64; output tensor E[i,j] : f64;\n\
-         output tensor F[j,k] : f64; output tensor G[i,k] : f64;\n\
-         C[i,k] = A[i,j] * B[j,k];\nD[i,k] = A[j,i] * B[j,k];\nE[i,j] = 2 * A[i,j];\nF[j,k] = 3 * B[j,k];\n\
-         G[i,k] = C[i,k] * D[i,k] + E[i,k] * F[i,k];\n",
-    );
-    let p = plan(&hir, &[UnitId::new(0)], &GpuOptions::default()).unwrap();
-    let steps = &p.units[0].steps;
-    let s = streams::schedule(&p.units[0], &p.kernels, 4);
-    assert_ordered(steps, &s, 4, "four independent statements");
-    assert_eq!(streams::streams_used(&s), 4, "{s:?}");
-    assert!(s.iter().any(|x| x.waits.len() >= 2), "the last statement waits for the others: {s:?}");
+    assert!(large_steps >= 5, "only {large_steps} large steps: the rule that they run alone is not exercised");
+    // Four independent statements, then one that reads them all: at N = 64
+    // they spread over 4 streams; at N = 1536 the two products are large and
+    // run alone on stream 0, between the small steps.
+    for (n, small) in [(64, true), (1536, false)] {
+        let hir = compile(&format!(
+            "range N = {n}; index i, j, k : N;\n\
+             input tensor A[i,j] : f64; input tensor B[j,k] : f64;\n\
+             output tensor C[i,k] : f64; output tensor D[i,k] : f64; output tensor E[i,j] : f64;\n\
+             output tensor F[j,k] : f64; output tensor G[i,k] : f64;\n\
+             C[i,k] = A[i,j] * B[j,k];\nD[i,k] = A[j,i] * B[j,k];\nE[i,j] = 2 * A[i,j];\nF[j,k] = 3 * B[j,k];\n\
+             G[i,k] = C[i,k] * D[i,k] + E[i,k] * F[i,k];\n"
+        ));
+        let p = plan(&hir, &[UnitId::new(0)], &GpuOptions::default()).unwrap();
+        let (up, steps) = (&p.units[0], &p.units[0].steps);
+        let large: Vec<bool> = steps.iter().map(|s| streams::is_large(up, s, &p.kernels)).collect();
+        let s = streams::schedule(up, &p.kernels, 4);
+        assert_ordered(steps, &large, &s, 4, &format!("four independent statements, N = {n}"));
+        if small {
+            assert!(s.iter().any(|x| x.waits.len() >= 2), "the last statement waits for the others: {s:?}");
+            assert!(!large.contains(&true));
+            assert_eq!(streams::streams_used(&s), 4, "{s:?}");
+        } else {
+            assert!(large.iter().filter(|&&l| l).count() >= 2 && large.contains(&false), "{large:?}");
+            assert!(streams::streams_used(&s) > 1, "the small steps still spread: {s:?}");
+            assert!((0..steps.len()).all(|j| !large[j] || s[j].stream == 0), "{s:?}");
+        }
+    }
 }
 
 /// PTX of the staged epilogue: more barriers than the direct one (two per

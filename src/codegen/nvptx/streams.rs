@@ -6,10 +6,12 @@
 //! block) are often independent: on one stream each small kernel runs alone
 //! and leaves most of the GPU idle. Two steps conflict when one writes a
 //! buffer the other reads or writes; a step runs on the stream of its latest
-//! conflicting predecessor (else on the next stream in turn, or on stream 0
-//! when it is large enough to fill the GPU alone) and waits, through
-//! an event, for the latest conflicting step of each other stream. Streams run
-//! their steps in order, so every conflicting pair runs in program order.
+//! conflicting predecessor (else on the next stream in turn) and waits,
+//! through an event, for the latest conflicting step of each other stream.
+//! Streams run their steps in order, so every conflicting pair runs in program
+//! order. A step large enough to fill the GPU alone ([`is_large`]) runs alone:
+//! on stream 0, after every earlier step and before every later one, as if it
+//! conflicted with all of them.
 //!
 //! The schedule is computed when a plan runs (not stored in it), so a plan
 //! whose alternatives a runner forces ([`GpuPlan::force`]) is scheduled on the
@@ -75,12 +77,19 @@ impl Access {
     }
 }
 
-/// Predicted seconds ([`cost`]) from which a step alone keeps the GPU busy:
-/// an independent step that long runs on stream 0 rather than beside others,
-/// where it would only compete for bandwidth (measured on the H100: CCSD at
-/// o = 32, v = 128 ran 5 % slower with its large steps spread over 4 streams,
-/// the small programs 10–22 % faster).
+/// Predicted seconds ([`cost`]) from which a step alone keeps the GPU busy.
+/// Such a step runs alone: beside others it only competes for bandwidth and
+/// multiprocessors. Measured on the H100, CCSD at o = 32, v = 128 ran 5 %
+/// slower with its large steps spread over 4 streams and still 9 % slower when
+/// only independent large steps stayed on stream 0 (large steps that followed
+/// a small one onto another stream still overlapped); the small programs ran
+/// 10–22 % faster.
 pub const LARGE_STEP_S: f64 = 50e-6;
+
+/// Whether `step` of `up` is predicted to take at least [`LARGE_STEP_S`].
+pub fn is_large(up: &UnitPlan, step: &Step, kernels: &[Kernel]) -> bool {
+    cost::steps_time(std::slice::from_ref(step), kernels, &up.buffers) >= LARGE_STEP_S
+}
 
 /// The schedule of unit `up`'s steps on at most `streams` streams (one per
 /// step, in order). With one stream, every step on stream 0 and no events.
@@ -88,14 +97,20 @@ pub fn schedule(up: &UnitPlan, kernels: &[Kernel], streams: usize) -> Vec<Schedu
     let steps = &up.steps;
     let streams = streams.max(1);
     let access: Vec<Access> = steps.iter().map(Access::of).collect();
+    // With one stream nothing overlaps, so there is nothing to keep apart.
+    let large: Vec<bool> = steps.iter().map(|s| streams > 1 && is_large(up, s, kernels)).collect();
     let mut out: Vec<Scheduled> = Vec::with_capacity(steps.len());
     let mut next_stream = 0;
     for j in 0..steps.len() {
-        let deps: Vec<usize> = (0..j).filter(|&i| access[i].conflicts(&access[j])).collect();
-        let large = || cost::steps_time(std::slice::from_ref(&steps[j]), kernels, &up.buffers) >= LARGE_STEP_S;
-        let stream = match deps.last() {
+        let conflicts: Vec<usize> = (0..j).filter(|&i| access[i].conflicts(&access[j])).collect();
+        // What must finish first: the conflicting steps, and every step
+        // before a large one and every large one before this.
+        let deps: Vec<usize> = (0..j).filter(|&i| large[i] || large[j] || conflicts.contains(&i)).collect();
+        // A step follows its data, not a large step it merely waits for, so
+        // independent small steps after a large one spread again.
+        let stream = match conflicts.last() {
+            _ if large[j] => 0,
             Some(&d) => out[d].stream,
-            None if large() => 0,
             None => {
                 let s = next_stream;
                 next_stream = (next_stream + 1) % streams;
