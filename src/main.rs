@@ -462,6 +462,12 @@ enum Command {
         /// NAME.ptx instead of a dense plan, after checking that every unit runs so.
         #[arg(long)]
         tiled: bool,
+        /// With --target cuda (not --tiled): the C shim runs each program's
+        /// independent steps on up to N CUDA streams, as `tcc run --target cuda
+        /// --streams N` does; 1 runs every step in order on the null stream.
+        /// Default 4.
+        #[arg(long, value_name = "N", conflicts_with = "tiled")]
+        streams: Option<usize>,
     },
     /// Plan distributed execution on P ranks: per contraction the processor grid,
     /// the mapping of its indices, the communication and its predicted cost,
@@ -1076,13 +1082,35 @@ fn cmd_fmt(ctx: &Ctx, command: Command) -> Outcome {
 
 /// `tcc build`: a shared library with its C header and Fortran module, or PTX.
 fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
-    let Command::Build { file, output, target_cpu, fusion, program, name, target, gpu, size, assume, mpi, tiled } =
-        command
+    let Command::Build {
+        file,
+        output,
+        target_cpu,
+        fusion,
+        program,
+        name,
+        target,
+        gpu,
+        size,
+        assume,
+        mpi,
+        tiled,
+        streams,
+    } = command
     else {
         unreachable!("cmd_build is called for `Build`")
     };
     if let Err(o) = gpu.refuse_tf32(ctx, target == TargetKind::Cuda, "a CPU library") {
         return o;
+    }
+    if let Some(n) = streams {
+        if target != TargetKind::Cuda || mpi || n == 0 {
+            return ctx.fail(
+                "E0716",
+                "--streams N applies to `--target cuda` builds (the C shim's streams), with N at least 1",
+                Some("drop it, or build for the GPU: tcc build FILE --target cuda -o NAME.ptx --streams 4"),
+            );
+        }
     }
     let hir = match front_end_as(ctx, &file, "main") {
         Ok(h) => h,
@@ -1176,6 +1204,7 @@ fn cmd_build(ctx: &Ctx, command: Command) -> Outcome {
             &output,
             &gpu.options(),
             &file.display().to_string(),
+            streams.unwrap_or(tcc::codegen::nvptx::streams::DEFAULT_STREAMS),
         ) {
             Ok(report) => {
                 eprint!("{report}");

@@ -770,11 +770,17 @@ CUresult cuModuleGetFunction(CUfunction*, CUmodule, const char*); CUresult cuGet
 CUresult cuMemAlloc(CUdeviceptr*, size_t); CUresult cuMemFree(CUdeviceptr); CUresult cuMemcpyHtoD(CUdeviceptr, const void*, size_t);\n\
 CUresult cuMemcpyDtoH(void*, CUdeviceptr, size_t); CUresult cuMemsetD8(CUdeviceptr, unsigned char, size_t);\n\
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**, void**);\n\
-CUresult cuCtxSynchronize(void);\n";
+CUresult cuCtxSynchronize(void);\n\
+typedef struct CUevent_st* CUevent; typedef enum { CU_STREAM_DEFAULT = 0 } CUstream_flags;\n\
+typedef enum { CU_EVENT_DISABLE_TIMING = 2 } CUevent_flags;\n\
+CUresult cuMemsetD8Async(CUdeviceptr, unsigned char, size_t, CUstream); CUresult cuStreamCreate(CUstream*, unsigned);\n\
+CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned); CUresult cuEventCreate(CUevent*, unsigned);\n\
+CUresult cuEventRecord(CUevent, CUstream); CUresult cuEventDestroy(CUevent);\n";
 const STUB_CUBLAS_H: &str = "typedef struct cublasContext* cublasHandle_t;\ntypedef enum { CUBLAS_STATUS_SUCCESS = 0 } cublasStatus_t;\n\
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;\ncublasStatus_t cublasCreate(cublasHandle_t*);\n\
 typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TENSOR_OP_MATH = 1, CUBLAS_PEDANTIC_MATH = 2, CUBLAS_TF32_TENSOR_OP_MATH = 3 } cublasMath_t;\n\
 cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t);\n\
+typedef struct CUstream_st* cudaStream_t; cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t);\n\
 cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const double*, const double*, int, long long, const double*, int, long long, const double*, double*, int, long long, int);\n\
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float*, const float*, int, long long, const float*, int, long long, const float*, float*, int, long long, int);\n\
 typedef enum { CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType;\n\
@@ -855,6 +861,129 @@ fn c_shim_compiles() {
             .output()
             .unwrap();
         assert!(cc.status.success(), "{} ({kind}): {}", f.display(), String::from_utf8_lossy(&cc.stderr));
+    }
+}
+
+/// The C shim's streams, end to end without a GPU: five cuBLAS products, three
+/// independent and two that read earlier ones, built with `--streams 4` and
+/// `--streams 1`, linked against the host mock of CUDA (`tests/gpu_mock`),
+/// whose created streams run their queued work in a random order that only the
+/// streams and events constrain, and called from C under 40 seeds against C
+/// loops. With 4 streams the shim creates streams, waits on events, and the
+/// order was open to the mock (a missing wait reads unwritten, NaN memory);
+/// with 1 it runs on the null stream alone. `--streams` off the GPU or 0: E0716.
+#[test]
+fn c_shim_streams_keep_dependent_products_in_order_on_the_mock() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let tcc = env!("CARGO_BIN_EXE_tcc");
+    std::fs::write(
+        d.join("s.tc"),
+        "range N = 12; range K = 10; range L = 7;\nindex i, j : N; index k : K; index l : L;\n\
+         input tensor A[i,k] : f64; input tensor B[k,j] : f64; input tensor P[k,l] : f64; input tensor E[j,l] : f64;\n\
+         output tensor C[i,j] : f64; output tensor H[j,l] : f64; output tensor D[i,l] : f64;\n\
+         output tensor F[i,l] : f64; output tensor G[i,j] : f64;\n\
+         C[i,j] = A[i,k] * B[k,j];\nH[j,l] = B[k,j] * P[k,l];\nD[i,l] = C[i,j] * H[j,l];\n\
+         F[i,l] = A[i,k] * P[k,l];\nG[i,j] = D[i,l] * E[j,l];\n",
+    )
+    .unwrap();
+    let drv = r#"#include "s.h"
+#include <math.h>
+#include <stdio.h>
+extern int tcc_mock_launches, tcc_mock_streams, tcc_mock_waits, tcc_mock_choices;
+extern unsigned tcc_mock_seed;
+enum { N = 12, K = 10, L = 7 };
+static double A[N * K], B[K * N], P[K * L], E[N * L], C[N * N], H[N * L], D[N * L], F[N * L], G[N * N];
+static double rC[N * N], rH[N * L], rD[N * L], rF[N * L], rG[N * N];
+static double diff(const double* x, const double* y, int n) {
+    double m = 0;
+    for (int q = 0; q < n; q++) m = fmax(m, isnan(x[q]) ? INFINITY : fabs(x[q] - y[q]));
+    return m;
+}
+int main(void) {
+    for (int q = 0; q < N * K; q++) A[q] = (q % 7) * 0.25 - 0.5, B[q] = (q % 5) * 0.3 - 0.6;
+    for (int q = 0; q < K * L; q++) P[q] = (q % 3) - 1.0;
+    for (int q = 0; q < N * L; q++) E[q] = (q % 4) * 0.5 - 0.75;
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++) {
+            double c = 0;
+            for (int k = 0; k < K; k++) c += A[i * K + k] * B[k * N + j];
+            rC[i * N + j] = c;
+        }
+    for (int j = 0; j < N; j++)
+        for (int l = 0; l < L; l++) {
+            double h = 0;
+            for (int k = 0; k < K; k++) h += B[k * N + j] * P[k * L + l];
+            rH[j * L + l] = h;
+        }
+    for (int i = 0; i < N; i++)
+        for (int l = 0; l < L; l++) {
+            double x = 0, f = 0;
+            for (int j = 0; j < N; j++) x += rC[i * N + j] * rH[j * L + l];
+            for (int k = 0; k < K; k++) f += A[i * K + k] * P[k * L + l];
+            rD[i * L + l] = x, rF[i * L + l] = f;
+        }
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++) {
+            double g = 0;
+            for (int l = 0; l < L; l++) g += rD[i * L + l] * E[j * L + l];
+            rG[i * N + j] = g;
+        }
+    for (unsigned seed = 1; seed <= 40; seed++) {
+        tcc_mock_seed = seed;
+        int rc = tcc_cuda_main(A, N * K, B, K * N, P, K * L, E, N * L, C, N * N, H, N * L, D, N * L, F, N * L, G, N * N);
+        if (rc) { printf("rc %d: %s\n", rc, tcc_cuda_last_error()); return 1; }
+        double e = fmax(fmax(diff(C, rC, N * N), diff(H, rH, N * L)), fmax(diff(D, rD, N * L), diff(F, rF, N * L)));
+        e = fmax(e, diff(G, rG, N * N));
+        if (!(e <= 1e-12)) { printf("seed %u: error %g\n", seed, e); return 2; }
+    }
+    printf("streams %d waits %d choices %d launches %d\n", tcc_mock_streams, tcc_mock_waits, tcc_mock_choices,
+           tcc_mock_launches);
+    return tcc_mock_launches ? 3 : 0;
+}
+"#;
+    std::fs::write(d.join("drv.c"), drv).unwrap();
+    let mock = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gpu_mock");
+    for streams in ["4", "1"] {
+        let out = std::process::Command::new(tcc)
+            .current_dir(d)
+            .args(["build", "--target", "cuda", "--gpu-gemm", "cublas", "s.tc", "-o", "s.ptx", "--streams", streams])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && err.contains("0 kernel launches, 5 cuBLAS calls"), "{err}");
+        let cc = std::process::Command::new("cc")
+            .current_dir(d)
+            .args(["-std=c99", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"])
+            .args(["-o", "drv", "drv.c", "s.c", "-I."])
+            .arg(format!("-I{}", mock.display()))
+            .arg(mock.join("mock.c"))
+            .args(["-lpthread", "-lm"])
+            .output()
+            .unwrap();
+        assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+        let run = std::process::Command::new(d.join("drv")).current_dir(d).output().unwrap();
+        let text = String::from_utf8_lossy(&run.stdout).to_string();
+        assert!(run.status.success(), "--streams {streams}: exit {:?}\n{text}", run.status.code());
+        let count = |what: &str| -> usize {
+            let at = text.find(&format!("{what} ")).unwrap_or_else(|| panic!("{text}")) + what.len() + 1;
+            text[at..].split_whitespace().next().unwrap().parse().unwrap()
+        };
+        if streams == "4" {
+            assert!(count("streams") >= 3 && count("waits") >= 40 && count("choices") >= 40, "{text}");
+        } else {
+            assert_eq!((count("streams"), count("waits"), count("choices")), (0, 0, 0), "{text}");
+        }
+    }
+    for args in [&["--streams", "0", "--target", "cuda"][..], &["--streams", "2"][..]] {
+        let out = std::process::Command::new(tcc)
+            .current_dir(d)
+            .args(["build", "s.tc", "-o", "s.ptx"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("E0716"), "{args:?}");
     }
 }
 

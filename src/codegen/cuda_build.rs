@@ -24,7 +24,8 @@ pub fn plan_path(ptx: &Path) -> PathBuf {
     ptx.with_extension("plan.json")
 }
 
-/// Writes the PTX and the plan; returns a short report for stderr.
+/// Writes the PTX, the plan and the C shim (whose steps run on up to `streams`
+/// CUDA streams); returns a short report for stderr.
 /// Every implementation of each binary contraction stays in the plan (and its
 /// kernels in the PTX), so that `tcc-gpu --gpu-gemm` can force one.
 pub fn build_ptx(
@@ -33,6 +34,7 @@ pub fn build_ptx(
     output: &Path,
     opts: &GpuOptions,
     source_name: &str,
+    streams: usize,
 ) -> Result<String, CommandError> {
     let units = hir.select_units(program)?;
     // TCC_GPU_TILE=bm,bn,bk,tm,tn[,mma] (benchmarks): one tile shape for every
@@ -98,8 +100,10 @@ pub fn build_ptx(
     let pp = plan_path(output);
     write(&pp, &serde_json::to_string_pretty(&plan).expect("plans serialize"))?;
     let shim = match &complex {
-        Some((low, map)) => super::cuda_shim::write_shim_complex(hir, low, map, &plan, &ptx, output, source_name),
-        None => super::cuda_shim::write_shim(hir, &plan, &ptx, output, source_name),
+        Some((low, map)) => {
+            super::cuda_shim::write_shim_complex(hir, low, map, &plan, &ptx, output, source_name, streams)
+        }
+        None => super::cuda_shim::write_shim(hir, &plan, &ptx, output, source_name, streams),
     };
     let (c, h) =
         shim.map_err(|e| fail("E0714", format!("cannot write the C shim beside `{}`: {e}", output.display()), None))?;

@@ -8,9 +8,17 @@
 //! -lpthread`.
 //!
 //! Each call validates its arguments, copies the inputs to the GPU, runs the
-//! steps on the default stream (host loops become C loops that move base
-//! pointers), copies the outputs back and frees the buffers. The first call
-//! loads the PTX into device 0's primary context; calls are serialized by a mutex.
+//! steps (host loops become C loops that move base pointers), copies the
+//! outputs back and frees the buffers. The first call loads the PTX into
+//! device 0's primary context; calls are serialized by a mutex.
+//!
+//! The steps run on the streams of [`streams::schedule`], as `tcc run --target
+//! cuda` runs them: the schedule is computed here, at build time, for the
+//! chosen alternatives, and written out as code. With more than one stream the
+//! first call creates that many blocking streams (ordered against the null
+//! stream, where the inputs are copied and buffers cleared) and a cuBLAS handle
+//! on each; a step waits through events for the conflicting steps of other
+//! streams, and each call creates and destroys its events.
 //!
 //! A program with complex tensors ([`write_shim_complex`]): the plan and PTX are
 //! those of the program lowered to real parts ([`crate::tir::complex`]), and the
@@ -25,7 +33,7 @@
 //! that `tcc run --target cuda` and `tcc-gpu` run and check.
 
 use super::cabi::{lib_name, CODES};
-use super::nvptx::{Arg, Elem, GpuPlan, Step, UnitPlan};
+use super::nvptx::{streams, Arg, Elem, GpuPlan, Step, UnitPlan};
 use crate::sema::hir::{ElemType, Hir, TensorId};
 use crate::tir::complex::ComplexMap;
 use std::fmt::Write as _;
@@ -138,7 +146,8 @@ fn arg_ptr(up: &UnitPlan, a: &Arg) -> String {
     format!("(b[{}] + ({}) * {})", a.buf, off.join(" + "), bytes(up.buffers[a.buf].elem))
 }
 
-fn steps(s: &mut String, plan: &GpuPlan, up: &UnitPlan, st: &[Step], ind: usize) {
+/// The C of `st`, issued on stream `on` (`st_[on]`, and its cuBLAS handle).
+fn steps(s: &mut String, plan: &GpuPlan, up: &UnitPlan, st: &[Step], ind: usize, on: usize) {
     let pad = "    ".repeat(ind);
     for step in st {
         match step {
@@ -146,12 +155,13 @@ fn steps(s: &mut String, plan: &GpuPlan, up: &UnitPlan, st: &[Step], ind: usize)
                 let index = index.index();
                 let _ =
                     writeln!(s, "{pad}for (unsigned long long v{index} = 0; v{index} < {extent}ULL; ++v{index}) {{");
-                steps(s, plan, up, body, ind + 1);
+                steps(s, plan, up, body, ind + 1, on);
                 let _ = writeln!(s, "{pad}}}");
             }
             Step::Memset { buf } => {
                 let b = &up.buffers[*buf];
-                let _ = writeln!(s, "{pad}CK(cuMemsetD8(b[{buf}], 0, {}ULL));", b.elements as usize * bytes(b.elem));
+                let n = b.elements as usize * bytes(b.elem);
+                let _ = writeln!(s, "{pad}CK(cuMemsetD8Async(b[{buf}], 0, {n}ULL, st_[{on}]));");
             }
             Step::Launch { kernel, args } => {
                 let k = &plan.kernels[*kernel];
@@ -162,7 +172,7 @@ fn steps(s: &mut String, plan: &GpuPlan, up: &UnitPlan, st: &[Step], ind: usize)
                 }
                 let pp: Vec<String> = (0..args.len()).map(|j| format!("&p{j}")).collect();
                 let _ = writeln!(s, "{pad}    void* pp[] = {{{}}};", pp.join(", "));
-                let _ = writeln!(s, "{pad}    CK(cuLaunchKernel(fn_[{kernel}], {gx}, {gy}, {gz}, {block}, 1, 1, 0, 0, pp, NULL)); /* {} */", k.name);
+                let _ = writeln!(s, "{pad}    CK(cuLaunchKernel(fn_[{kernel}], {gx}, {gy}, {gz}, {block}, 1, 1, 0, st_[{on}], pp, NULL)); /* {} */", k.name);
                 let _ = writeln!(s, "{pad}}}");
             }
             Step::Gemm(g) if g.half.is_some() => {
@@ -171,10 +181,10 @@ fn steps(s: &mut String, plan: &GpuPlan, up: &UnitPlan, st: &[Step], ind: usize)
                 let ty = |a: &Arg| cuda_type(up.buffers[a.buf].elem);
                 let _ = writeln!(s, "{pad}{{");
                 let _ = writeln!(s, "{pad}    const float alpha = {:?}f, beta = {:?}f;", g.alpha as f32, g.beta as f32);
-                let _ = writeln!(s, "{pad}    CKB(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));");
+                let _ = writeln!(s, "{pad}    CKB(cublasSetMathMode(blas_[{on}], CUBLAS_DEFAULT_MATH));");
                 let _ = writeln!(
                     s,
-                    "{pad}    CKB(cublasGemmStridedBatchedEx(blas, {}, {}, {}, {}, {}, &alpha, (const void*){}, {}, {}, {}LL, (const void*){}, {}, {}, {}LL, &beta, (void*){}, {}, {}, {}LL, {}, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));",
+                    "{pad}    CKB(cublasGemmStridedBatchedEx(blas_[{on}], {}, {}, {}, {}, {}, &alpha, (const void*){}, {}, {}, {}LL, (const void*){}, {}, {}, {}LL, &beta, (void*){}, {}, {}, {}LL, {}, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));",
                     op(g.transa),
                     op(g.transb),
                     g.m,
@@ -206,10 +216,10 @@ fn steps(s: &mut String, plan: &GpuPlan, up: &UnitPlan, st: &[Step], ind: usize)
                 let _ = writeln!(s, "{pad}    const {t} alpha = {:?}, beta = {:?};", g.alpha, g.beta);
                 // TF32 tensor cores for this call only (`--tf32`).
                 let math = if g.tf32 { "CUBLAS_TF32_TENSOR_OP_MATH" } else { "CUBLAS_DEFAULT_MATH" };
-                let _ = writeln!(s, "{pad}    CKB(cublasSetMathMode(blas, {math}));");
+                let _ = writeln!(s, "{pad}    CKB(cublasSetMathMode(blas_[{on}], {math}));");
                 let _ = writeln!(
                     s,
-                    "{pad}    CKB({f}(blas, {}, {}, {}, {}, {}, &alpha, (const {t}*){}, {}, {}LL, (const {t}*){}, {}, {}LL, &beta, ({t}*){}, {}, {}LL, {}));",
+                    "{pad}    CKB({f}(blas_[{on}], {}, {}, {}, {}, {}, &alpha, (const {t}*){}, {}, {}LL, (const {t}*){}, {}, {}LL, &beta, ({t}*){}, {}, {}LL, {}));",
                     op(g.transa),
                     op(g.transb),
                     g.m,
@@ -230,7 +240,7 @@ fn steps(s: &mut String, plan: &GpuPlan, up: &UnitPlan, st: &[Step], ind: usize)
             }
             Step::Choice(c) => {
                 let _ = writeln!(s, "{pad}/* {} */", c.why().replace("*/", "* /"));
-                steps(s, plan, up, c.steps(), ind);
+                steps(s, plan, up, c.steps(), ind, on);
             }
         }
     }
@@ -257,15 +267,20 @@ fn used(plan: &GpuPlan) -> (Vec<bool>, bool) {
     (k, blas)
 }
 
-/// `NAME.c`: the PTX, the loader and one function per unit.
-pub fn source(hir: &Hir, plan: &GpuPlan, ptx: &str, lib: &str) -> String {
-    source_as(hir, plan, ptx, lib, "int tcc_cuda_")
+/// `NAME.c`: the PTX, the loader and one function per unit, whose steps run
+/// on up to `streams` CUDA streams.
+pub fn source(hir: &Hir, plan: &GpuPlan, ptx: &str, lib: &str, streams: usize) -> String {
+    source_as(hir, plan, ptx, lib, "int tcc_cuda_", streams)
 }
 
 /// [`source`] with each unit's function declared as `{prefix}PROGRAM` (`int
 /// tcc_cuda_`, or the complex wrappers' `static int tcc_cuda_parts_`).
-fn source_as(hir: &Hir, plan: &GpuPlan, ptx: &str, lib: &str, prefix: &str) -> String {
+fn source_as(hir: &Hir, plan: &GpuPlan, ptx: &str, lib: &str, prefix: &str, streams: usize) -> String {
     let (kused, _) = used(plan);
+    let schedules: Vec<Vec<streams::Scheduled>> =
+        plan.units.iter().map(|up| streams::schedule(up, &plan.kernels, streams)).collect();
+    // One stream: the null stream (st_[0] stays NULL), as before streams.
+    let nst = schedules.iter().map(|x| streams::streams_used(x)).max().unwrap_or(1).max(1);
     let mut s = String::new();
     let _ = writeln!(s, "/* {lib}.c: generated by tcc (see {lib}.h). Do not edit. */");
     let _ = writeln!(s, "#include \"{lib}.h\"\n#include <cuda.h>\n#include <cublas_v2.h>\n#include <pthread.h>\n#include <stdio.h>\n#include <stdint.h>\n");
@@ -281,7 +296,9 @@ fn source_as(hir: &Hir, plan: &GpuPlan, ptx: &str, lib: &str, prefix: &str) -> S
         s,
         r#"}};
 static CUfunction fn_[{nk}];
-static cublasHandle_t blas;
+/* The streams the steps run on (one: the null stream) and a cuBLAS handle on each. */
+static CUstream st_[{nst}];
+static cublasHandle_t blas_[{nst}];
 static int init_rc_ = -1;
 static char init_msg_[256];
 static pthread_once_t once_ = PTHREAD_ONCE_INIT;
@@ -297,7 +314,7 @@ static int fail_(int code, const char* msg) {{
     return code;
 }}
 
-/* Device 0's primary context, the module, its kernels and a cuBLAS handle. */
+/* Device 0's primary context, the module, its kernels, the streams and their cuBLAS handles. */
 static void init_(void) {{
     CUdevice dev;
     CUcontext ctx;
@@ -316,10 +333,17 @@ static void init_(void) {{
         init_rc_ = TCC_ERR_CUDA;
         return;
     }}
-    if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {{
-        snprintf(init_msg_, sizeof init_msg_, "cublasCreate failed");
-        init_rc_ = TCC_ERR_CUDA;
-        return;
+    for (int k = 0; k < {nst}; ++k) {{
+        if ({nst} > 1 && (e = cuStreamCreate(&st_[k], CU_STREAM_DEFAULT)) != CUDA_SUCCESS) {{
+            snprintf(init_msg_, sizeof init_msg_, "cuStreamCreate failed (error %d)", (int)e);
+            init_rc_ = TCC_ERR_CUDA;
+            return;
+        }}
+        if (cublasCreate(&blas_[k]) != CUBLAS_STATUS_SUCCESS || cublasSetStream(blas_[k], st_[k]) != CUBLAS_STATUS_SUCCESS) {{
+            snprintf(init_msg_, sizeof init_msg_, "cublasCreate failed");
+            init_rc_ = TCC_ERR_CUDA;
+            return;
+        }}
     }}
     init_rc_ = TCC_OK;
 }}
@@ -343,12 +367,13 @@ static inline int overlap_(const void* a, size_t n, const void* b, size_t m) {{
 "#,
         nk = plan.kernels.len().max(1)
     );
-    for up in &plan.units {
+    for (up, sched) in plan.units.iter().zip(&schedules) {
         let _ = writeln!(s, "{prefix}{}({}) {{", up.name, params(hir, up));
         let _ = writeln!(
             s,
-            "    int rc = TCC_OK;\n    CUdeviceptr b[{}] = {{0}};\n    err_ = NULL;",
-            up.buffers.len().max(1)
+            "    int rc = TCC_OK;\n    CUdeviceptr b[{}] = {{0}};\n    CUevent tcc_ev_[{}] = {{0}};\n    err_ = NULL;",
+            up.buffers.len().max(1),
+            sched.len().max(1)
         );
         write_argument_checks(&mut s, hir, &up.args, up.n_inputs);
         let _ = writeln!(s, "    pthread_once(&once_, init_);\n    if (init_rc_ != TCC_OK) return fail_(init_rc_, init_msg_);\n    pthread_mutex_lock(&lock_);");
@@ -383,7 +408,23 @@ static inline int overlap_(const void* a, size_t n, const void* b, size_t m) {{
                 }
             }
         }
-        steps(&mut s, plan, up, &up.steps, 1);
+        // The events later steps wait for, then each step on its stream.
+        for (j, x) in sched.iter().enumerate().filter(|(_, x)| x.record) {
+            let _ = writeln!(
+                s,
+                "    CK(cuEventCreate(&tcc_ev_[{j}], CU_EVENT_DISABLE_TIMING)); /* after step {j}, stream {} */",
+                x.stream
+            );
+        }
+        for (j, (step, x)) in up.steps.iter().zip(sched).enumerate() {
+            for &w in &x.waits {
+                let _ = writeln!(s, "    CK(cuStreamWaitEvent(st_[{}], tcc_ev_[{w}], 0));", x.stream);
+            }
+            steps(&mut s, plan, up, std::slice::from_ref(step), 1, x.stream);
+            if x.record {
+                let _ = writeln!(s, "    CK(cuEventRecord(tcc_ev_[{j}], st_[{}]));", x.stream);
+            }
+        }
         let _ = writeln!(s, "    CK(cuCtxSynchronize());");
         for &t in &up.args[up.n_inputs..] {
             if let Some(j) = up.buf_of(t) {
@@ -397,7 +438,8 @@ static inline int overlap_(const void* a, size_t n, const void* b, size_t m) {{
         }
         let _ = writeln!(
             s,
-            "done:\n    for (int j = 0; j < {}; ++j)\n        if (b[j]) cuMemFree(b[j]);\n    pthread_mutex_unlock(&lock_);\n    return rc;\n}}\n",
+            "done:\n    if (rc != TCC_OK) cuCtxSynchronize();\n    for (int j = 0; j < {}; ++j)\n        if (tcc_ev_[j]) cuEventDestroy(tcc_ev_[j]);\n    for (int j = 0; j < {}; ++j)\n        if (b[j]) cuMemFree(b[j]);\n    pthread_mutex_unlock(&lock_);\n    return rc;\n}}\n",
+            sched.len().max(1),
             up.buffers.len().max(1)
         );
     }
@@ -514,11 +556,12 @@ pub fn write_shim_complex(
     ptx: &str,
     output: &Path,
     source_name: &str,
+    streams: usize,
 ) -> std::io::Result<(std::path::PathBuf, std::path::PathBuf)> {
     let lib = lib_name(output);
     let (c, h) = (output.with_file_name(format!("{lib}.c")), output.with_file_name(format!("{lib}.h")));
     std::fs::write(&h, header(hir, &outer_plan(hir, plan), &lib, source_name))?;
-    let mut src = source_as(low, plan, ptx, &lib, "static int tcc_cuda_parts_");
+    let mut src = source_as(low, plan, ptx, &lib, "static int tcc_cuda_parts_", streams);
     // `malloc`/`free` of the part arrays.
     src = src.replacen("#include <stdint.h>\n", "#include <stdint.h>\n#include <stdlib.h>\n", 1);
     complex_wrappers(&mut src, hir, map, plan);
@@ -533,10 +576,11 @@ pub fn write_shim(
     ptx: &str,
     output: &Path,
     source_name: &str,
+    streams: usize,
 ) -> std::io::Result<(std::path::PathBuf, std::path::PathBuf)> {
     let lib = lib_name(output);
     let (c, h) = (output.with_file_name(format!("{lib}.c")), output.with_file_name(format!("{lib}.h")));
     std::fs::write(&h, header(hir, plan, &lib, source_name))?;
-    std::fs::write(&c, source(hir, plan, ptx, &lib))?;
+    std::fs::write(&c, source(hir, plan, ptx, &lib, streams))?;
     Ok((c, h))
 }
