@@ -101,7 +101,7 @@ pub fn build_ptx(
     write(&pp, &serde_json::to_string_pretty(&plan).expect("plans serialize"))?;
     let shim = match &complex {
         Some((low, map)) => {
-            super::cuda_shim::write_shim_complex(hir, low, map, &plan, &ptx, output, source_name, streams)
+            super::cuda_shim::write_shim_complex(hir, (low, map), &plan, &ptx, output, source_name, streams)
         }
         None => super::cuda_shim::write_shim(hir, &plan, &ptx, output, source_name, streams),
     };

@@ -547,11 +547,11 @@ fn complex_wrappers(s: &mut String, hir: &Hir, map: &ComplexMap, plan: &GpuPlan)
 }
 
 /// Writes `NAME.c` and `NAME.h` of a complex program `hir`, whose `plan` and
-/// `ptx` are those of its lowering `low` (see the module documentation).
+/// `ptx` are those of its lowering `low` with parts `map` (see the module
+/// documentation).
 pub fn write_shim_complex(
     hir: &Hir,
-    low: &Hir,
-    map: &ComplexMap,
+    (low, map): (&Hir, &ComplexMap),
     plan: &GpuPlan,
     ptx: &str,
     output: &Path,
