@@ -11,7 +11,6 @@ compared.
 """
 
 import argparse
-import ctypes
 import json
 import os
 import statistics
@@ -20,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from gemm_ratio import groups  # noqa: E402
+from gemm_ratio import load_case  # noqa: E402
 
 
 def measure(args):
@@ -34,18 +33,9 @@ def measure(args):
         for c in json.load(open(os.path.join(args.dir, "manifest.json"))):
             if c["kind"] != "gemm" or (args.only and not any(p in c["name"] for p in args.only.split(","))):
                 continue
-            spec, sizes = c["spec"], c["sizes"]
-            ins, o = spec.split("->")
-            ops = [rng.standard_normal([sizes[ch] for ch in s]) for s in ins.split(",")]
-            res = np.empty([sizes[ch] for ch in o])
-            m, n, k, batch = groups(spec, sizes)
-            ga, gb = rng.standard_normal((batch * m, k)), rng.standard_normal((k, n))
-            f = getattr(ctypes.CDLL(os.path.join(args.dir, c["lib"])), c["func"])
-            f.restype = ctypes.c_int
-            cargs = []
-            for arr in ops + [res]:
-                cargs += [ctypes.c_void_p(arr.ctypes.data), ctypes.c_size_t(arr.size)]
-            calls = {"dgemm": lambda: np.dot(ga, gb), "tcc": lambda: f(*cargs)}
+            spec = c["spec"]
+            ops, res, dgemm, tcc = load_case(args.dir, c, rng)
+            calls = {"dgemm": dgemm, "tcc": tcc}
             for g in calls.values():
                 g()
             rates = []

@@ -82,6 +82,26 @@ def groups(spec, sizes):
     return m, n, k, batch
 
 
+def load_case(folder, c, rng):
+    """Random operands of manifest case `c`, its output array, and two calls:
+    dgemm of the case's m x k by k x n (numpy.dot on contiguous matrices of the
+    group sizes) and the tcc library's function, writing into the output."""
+    import numpy as np
+
+    spec, sizes = c["spec"], c["sizes"]
+    ins, out = spec.split("->")
+    ops = [rng.standard_normal([sizes[ch] for ch in s]) for s in ins.split(",")]
+    res = np.empty([sizes[ch] for ch in out])
+    m, n, k, batch = groups(spec, sizes)
+    ga, gb = rng.standard_normal((batch * m, k)), rng.standard_normal((k, n))
+    f = getattr(ctypes.CDLL(os.path.join(folder, c["lib"])), c["func"])
+    f.restype = ctypes.c_int
+    cargs = []
+    for arr in ops + [res]:
+        cargs += [ctypes.c_void_p(arr.ctypes.data), ctypes.c_size_t(arr.size)]
+    return ops, res, lambda: np.dot(ga, gb), lambda: f(*cargs)
+
+
 def build(args):
     os.makedirs(args.dir, exist_ok=True)
     man = []
@@ -123,23 +143,13 @@ def run(args):
         for c in man:
             if args.only and not any(p in c["name"] for p in args.only.split(",")):
                 continue
-            spec, sizes = c["spec"], c["sizes"]
-            ins, out = spec.split("->")
-            ops = [rng.standard_normal([sizes[ch] for ch in s]) for s in ins.split(",")]
-            res = np.empty([sizes[ch] for ch in out])
-            m, n, k, batch = groups(spec, sizes)
+            spec = c["spec"]
+            ops, res, dgemm, tcc = load_case(args.dir, c, rng)
+            m, n, k, batch = groups(spec, c["sizes"])
             flops = 2.0 * m * n * k * batch
-            ga = rng.standard_normal((batch * m, k))
-            gb = rng.standard_normal((k, n))
-            lib = ctypes.CDLL(os.path.join(args.dir, c["lib"]))
-            f = getattr(lib, c["func"])
-            f.restype = ctypes.c_int
-            cargs = []
-            for arr in ops + [res]:
-                cargs += [ctypes.c_void_p(arr.ctypes.data), ctypes.c_size_t(arr.size)]
             calls = {
-                "dgemm": lambda: np.dot(ga, gb),
-                "tcc": lambda: f(*cargs),
+                "dgemm": dgemm,
+                "tcc": tcc,
                 "einsum": lambda: np.einsum(spec, *ops, optimize=True),
                 "oe": lambda: opt_einsum.contract(spec, *ops),
             }
