@@ -340,7 +340,7 @@ static void init_(void) {{
             return;
         }}
         if (cublasCreate(&blas_[k]) != CUBLAS_STATUS_SUCCESS || cublasSetStream(blas_[k], st_[k]) != CUBLAS_STATUS_SUCCESS) {{
-            snprintf(init_msg_, sizeof init_msg_, "cublasCreate failed");
+            snprintf(init_msg_, sizeof init_msg_, "cublasCreate or cublasSetStream failed");
             init_rc_ = TCC_ERR_CUDA;
             return;
         }}
