@@ -736,8 +736,9 @@ enum Command {
         gpu: GpuArgs,
         /// `--target cuda` runs (not --tiled): CUDA streams for the unit's
         /// independent steps (a step waits, through events, only for earlier steps
-        /// that write what it reads or read or write what it writes); 1 runs every
-        /// step in order on one stream. Default 4.
+        /// that write what it reads or read or write what it writes; a step
+        /// predicted at 50 µs or more runs alone); 1 runs every step in order on
+        /// one stream. Default 4.
         #[arg(long, value_name = "N", conflicts_with_all = ["interp", "tiled"])]
         streams: Option<usize>,
         /// Store tensors as tiles (only the unique, nonzero tiles of symmetric and
