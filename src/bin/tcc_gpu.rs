@@ -157,8 +157,7 @@ fn main() -> std::process::ExitCode {
     let mut variants = Vec::new();
     let mut variant_limit_s = 1.0;
     let mut tiled = None;
-    let mut streams = tcc::codegen::nvptx::streams::DEFAULT_STREAMS;
-    let mut streams_given = false;
+    let mut streams: Option<usize> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -172,10 +171,7 @@ fn main() -> std::process::ExitCode {
                 }
             },
             "--streams" => match args.next().and_then(|x| x.parse::<usize>().ok()).filter(|&n| n > 0) {
-                Some(n) => {
-                    streams = n;
-                    streams_given = true;
-                }
+                Some(n) => streams = Some(n),
                 None => {
                     eprintln!("error: --streams takes a positive number of streams");
                     return std::process::ExitCode::from(2);
@@ -214,7 +210,7 @@ fn main() -> std::process::ExitCode {
             _ => files.push(PathBuf::from(a)),
         }
     }
-    if streams_given && tiled.is_some() {
+    if streams.is_some() && tiled.is_some() {
         eprintln!(
             "error: --streams applies to plan runs, not to --tiled (tiled runs issue their rounds on one stream)"
         );
@@ -224,6 +220,7 @@ fn main() -> std::process::ExitCode {
         eprintln!("error[E0730]: {}\n  help: {why}", cuda::NO_DEVICE);
         return std::process::ExitCode::from(1);
     }
+    let streams = streams.unwrap_or(tcc::codegen::nvptx::streams::DEFAULT_STREAMS);
     let mode = Mode { check, repeat, tiled, force, variants, variant_limit_s, streams };
     let (mut pass, mut failed) = (0, 0);
     let mut seen: HashMap<String, ()> = HashMap::new();

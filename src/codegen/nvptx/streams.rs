@@ -102,15 +102,15 @@ pub fn schedule(up: &UnitPlan, kernels: &[Kernel], streams: usize) -> Vec<Schedu
     let mut out: Vec<Scheduled> = Vec::with_capacity(steps.len());
     let mut next_stream = 0;
     for j in 0..steps.len() {
-        let conflicts: Vec<usize> = (0..j).filter(|&i| access[i].conflicts(&access[j])).collect();
+        let conflict: Vec<bool> = (0..j).map(|i| access[i].conflicts(&access[j])).collect();
         // What must finish first: the conflicting steps, and every step
         // before a large one and every large one before this.
-        let deps: Vec<usize> = (0..j).filter(|&i| large[i] || large[j] || conflicts.contains(&i)).collect();
+        let deps: Vec<usize> = (0..j).filter(|&i| conflict[i] || large[i] || large[j]).collect();
         // A step follows its data, not a large step it merely waits for, so
         // independent small steps after a large one spread again.
-        let stream = match conflicts.last() {
+        let stream = match (0..j).rev().find(|&i| conflict[i]) {
             _ if large[j] => 0,
-            Some(&d) => out[d].stream,
+            Some(d) => out[d].stream,
             None => {
                 let s = next_stream;
                 next_stream = (next_stream + 1) % streams;
