@@ -649,7 +649,9 @@ enum Command {
     /// (TCC_TASK_SETS=0 runs them one after another, each on every thread).
     /// TCC_GETT_COLUMNS=0 gives GEMM-shaped steps the former thread split, and
     /// TCC_GETT_EPILOGUE=0 runs an element-wise map of a GEMM-shaped step's result
-    /// (`P = exp(S)`) as a pass of its own instead of inside the GETT (both for
+    /// (`P = exp(S)`) as a pass of its own instead of inside the GETT, and
+    /// TCC_GETT_INIT=0 adds a same-layout term (`V` in `W = V + T·U`) in a pass of
+    /// its own instead of starting the GETT's output from it (all three for
     /// measuring; see the book's CPU chapter).
     Run {
         /// The `.tc` source file.
@@ -1826,7 +1828,7 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
 /// is not a positive integer (generated libraries ignore such a value instead);
 /// E0660 a `TCC_TASK_SETS` other than `0`, `1`, `off`, `on`; E0767 a
 /// `TCC_GETT_COLUMNS` other than `0`, `1`; E0329 a `TCC_GETT_EPILOGUE` other
-/// than `0`, `1`. Also E0756 for
+/// than `0`, `1`; E0768 a `TCC_GETT_INIT` other than `0`, `1`. Also E0756 for
 /// `--schedule` where no tasks are claimed (`unclaimed_schedule`: neither
 /// `--tiled` nor ranks without `--plan`).
 fn check_run_options(
@@ -1899,6 +1901,15 @@ fn check_run_options(
                 "E0329",
                 format!("TCC_GETT_EPILOGUE={} is neither 0 nor 1", v.to_string_lossy()),
                 Some("set it to 0 to run maps such as `P = exp(S)` as a pass of their own after the GETT of `S`, 1 (the default) to apply them inside it".into()),
+            ));
+        }
+    }
+    if let Some(v) = std::env::var_os("TCC_GETT_INIT") {
+        if !matches!(v.to_str().map(str::trim), Some("0" | "1")) {
+            return Err(CommandError::new(
+                "E0768",
+                format!("TCC_GETT_INIT={} is neither 0 nor 1", v.to_string_lossy()),
+                Some("set it to 0 to add `V` of `W = V + T·U` in a pass of its own after the GETT, 1 (the default) to start the GETT's output from it".into()),
             ));
         }
     }

@@ -148,6 +148,13 @@ fn meaningless_run_options_are_errors() {
     for good in ["0", "1"] {
         tcc().arg("run").arg(&m).env("TCC_GETT_EPILOGUE", good).assert().success();
     }
+    for bad in ["no", "2", ""] {
+        let err = fails_with(tcc().arg("run").arg(&m).env("TCC_GETT_INIT", bad), "E0768");
+        assert!(err.contains("TCC_GETT_INIT"), "{err}");
+    }
+    for good in ["0", "1"] {
+        tcc().arg("run").arg(&m).env("TCC_GETT_INIT", good).assert().success();
+    }
 }
 
 #[test]

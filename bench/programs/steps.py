@@ -102,7 +102,10 @@ def numpy_step(st):
         if m:
             ops.append((None, m.group(1), "".join(i.strip() for i in m.group(2).split(","))))
             continue
-        coef *= float(f)
+        try:
+            coef *= float(f)
+        except ValueError:
+            return None  # several terms: no one-call numpy counterpart
     spec = ",".join(o[2] for o in ops) + "->" + out
 
     def run(arrays):
@@ -151,8 +154,8 @@ with threadpool_limits(args.threads):
         text, ins = program([st])
         tt = time_tcc(text, ins, arrays)
         f = numpy_step(st)
-        tn = float("inf")
-        for _ in range(args.reps):
+        tn = float("inf") if f else float("nan")
+        for _ in range(args.reps if f else 0):
             time.sleep(args.pause)
             tn = min(tn, best_of(lambda: f(arrays), args.repeat))
         rows.append((st, tt, tn))

@@ -566,8 +566,29 @@ struct Ptrs<T> {
     c: *mut T,
     /// Applied to each region of C once its sum is complete ([`Epilogue`]).
     epi: Option<Epilogue<T>>,
+    /// With `overwrite`: C starts from `beta·D` instead of zero ([`Init`]).
+    init: Option<Init<T>>,
 }
 unsafe impl<T> Send for Ptrs<T> {}
+
+/// What an overwriting GETT starts C from instead of zero: `beta·D`, `D` laid
+/// out as C (same offsets). `W = V + T·U` is then one pass over `W` (each C tile
+/// is filled from `V` where it is cleared, in cache), not a GETT pass plus a
+/// pass reading `V` and reading and writing `W` again.
+#[derive(Clone, Copy)]
+pub struct Init<T> {
+    pub d: *const T,
+    pub beta: T,
+}
+unsafe impl<T> Send for Init<T> {}
+unsafe impl<T> Sync for Init<T> {}
+
+impl<T: Elem> Init<T> {
+    /// The same addend for batch entry offset `off` of C.
+    unsafe fn at(self, off: isize) -> Self {
+        Init { d: self.d.offset(off), beta: self.beta }
+    }
+}
 unsafe impl<T> Sync for Ptrs<T> {}
 
 /// Applies `epi` to the region `moffs × noffs` of C from `c`: one call per row
@@ -631,7 +652,7 @@ pub unsafe fn gett<T: Elem>(
     uk: Ukernel<T>,
     overwrite: bool,
 ) {
-    gett_on(a, b, c, alpha, dims, params, uk, overwrite, num_threads(), None)
+    gett_on(a, b, c, alpha, dims, params, uk, overwrite, num_threads(), None, None)
 }
 
 /// [`gett`] with `overwrite`, then `epi` applied to every element of C: each
@@ -650,7 +671,27 @@ pub unsafe fn gett_epilogue<T: Elem>(
     uk: Ukernel<T>,
     epi: Epilogue<T>,
 ) {
-    gett_on(a, b, c, alpha, dims, params, uk, true, num_threads(), Some(epi))
+    gett_on(a, b, c, alpha, dims, params, uk, true, num_threads(), Some(epi), None)
+}
+
+/// [`gett`] overwriting C with `beta·D + alpha·A·B` (`D` laid out as C; see
+/// [`Init`]).
+///
+/// # Safety
+/// As for [`gett`]; `init.d` must be valid for every offset of C and must not
+/// overlap C.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gett_init<T: Elem>(
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    alpha: T,
+    dims: &[GettDim],
+    params: GettParams,
+    uk: Ukernel<T>,
+    init: Init<T>,
+) {
+    gett_on(a, b, c, alpha, dims, params, uk, true, num_threads(), None, Some(init))
 }
 
 /// `TCC_GETT_KC`, `TCC_GETT_MC`, `TCC_GETT_NC`: overrides of the compiler's cache
@@ -700,7 +741,7 @@ pub unsafe fn gett_serial<T: Elem>(
     uk: Ukernel<T>,
     overwrite: bool,
 ) {
-    gett_on(a, b, c, alpha, dims, params, uk, overwrite, 1, None)
+    gett_on(a, b, c, alpha, dims, params, uk, overwrite, 1, None, None)
 }
 
 /// [`gett_serial`] for tile tasks: calls whose operands sit in cache and whose
@@ -725,7 +766,7 @@ pub unsafe fn gett_tile<T: Elem>(
     overwrite: bool,
 ) {
     if dims.iter().any(|d| d.size <= 0) {
-        return gett_on(a, b, c, alpha, dims, params, uk, overwrite, 1, None);
+        return gett_on(a, b, c, alpha, dims, params, uk, overwrite, 1, None, None);
     }
     let mut t = TABLES.with(|cell| cell.take());
     t.fill(dims);
@@ -733,8 +774,10 @@ pub unsafe fn gett_tile<T: Elem>(
     let mr = params.mr.max(1) as usize;
     let nr = params.nr.max(1) as usize;
     let p = Params { mr, nr, mc: round_up(m, mr), nc: round_up(n, nr), kc: (params.kc.max(1) as usize).min(k.max(1)) };
-    if !(unpacked::enabled() && unpacked::try_run(Ptrs { a, b, c, epi: None }, &t, alpha, &p, uks, overwrite)) {
-        gett_tables(Ptrs { a, b, c, epi: None }, alpha, &t, params, uk, overwrite, 1);
+    if !(unpacked::enabled()
+        && unpacked::try_run(Ptrs { a, b, c, epi: None, init: None }, &t, alpha, &p, uks, overwrite))
+    {
+        gett_tables(Ptrs { a, b, c, epi: None, init: None }, alpha, &t, params, uk, overwrite, 1);
     }
     TABLES.with(|cell| cell.replace(t));
 }
@@ -753,17 +796,19 @@ unsafe fn gett_on<T: Elem>(
     overwrite: bool,
     threads: usize,
     epi: Option<Epilogue<T>>,
+    init: Option<Init<T>>,
 ) {
     if dims.iter().any(|d| d.size <= 0) {
-        // An empty sum: with `overwrite`, C is still defined (zero, mapped by
-        // the epilogue).
+        // An empty sum: with `overwrite`, C is still defined (zero or `beta·D`,
+        // mapped by the epilogue).
         if overwrite && dims.iter().all(|d| d.size > 0 || d.kind == 3) {
             let (bc, mc, nc) = (offsets(dims, 0, |d| d.sc), offsets(dims, 1, |d| d.sc), offsets(dims, 2, |d| d.sc));
             for &b0 in &bc {
                 for &m0 in &mc {
                     for &n0 in &nc {
-                        let p = c.offset(b0 + m0 + n0);
-                        *p = T::zero();
+                        let o = b0 + m0 + n0;
+                        let p = c.offset(o);
+                        *p = init.map_or(T::zero(), |i| i.beta * *i.d.offset(o));
                         if let Some(f) = epi {
                             f(p, 1, 1);
                         }
@@ -775,7 +820,7 @@ unsafe fn gett_on<T: Elem>(
     }
     let mut t = TABLES.with(|cell| cell.take());
     t.fill(dims);
-    gett_tables(Ptrs { a, b, c, epi }, alpha, &t, params, uk, overwrite, threads);
+    gett_tables(Ptrs { a, b, c, epi, init }, alpha, &t, params, uk, overwrite, threads);
     TABLES.with(|cell| cell.replace(t));
 }
 
@@ -886,6 +931,7 @@ unsafe fn gemm_parallel<T: Elem>(
     let c = SendMut(ptrs.c.offset(t.bc[bi]));
     let (a, b) = (a as usize, b as usize);
     let epi = ptrs.epi;
+    let init = ptrs.init.map(|i| i.at(t.bc[bi]));
     let elem = std::mem::size_of::<T>();
     // With enough row blocks for every thread, each task packs its own `mc × kc`
     // block of A (it stays in that core's cache until used); with few, A is packed
@@ -968,8 +1014,18 @@ unsafe fn gemm_parallel<T: Elem>(
                             let (moffs, rs) = span(&t.mc, t.s_mc, si * mr..si * mr + rows);
                             let rs = rs.map(|s| if rows == 1 { 1 } else { s });
                             let apanel = ap.add(si * mr * kb);
-                            let tile =
-                                Tile { kb, apanel, bpanel, c: c.0, moffs, noffs, rs, cs, clear: overwrite && pc == 0 };
+                            let tile = Tile {
+                                kb,
+                                apanel,
+                                bpanel,
+                                c: c.0,
+                                moffs,
+                                noffs,
+                                rs,
+                                cs,
+                                clear: overwrite && pc == 0,
+                                init,
+                            };
                             tile.run(alpha, mr, nr, uk, tbuf.as_mut_ptr());
                         }
                     }
@@ -1019,6 +1075,7 @@ unsafe fn gemm_columns<T: Elem>(
     let b = ptrs.b.offset(t.bb[bi]) as usize;
     let c = SendMut(ptrs.c.offset(t.bc[bi]));
     let epi = ptrs.epi;
+    let init = ptrs.init.map(|i| i.at(t.bc[bi]));
     let mslivers = m.div_ceil(mr);
     let nslivers = n.div_ceil(nr);
     let tasks = (8 * threads).min(nslivers);
@@ -1056,6 +1113,7 @@ unsafe fn gemm_columns<T: Elem>(
                         rs,
                         cs,
                         clear: overwrite && pc == 0,
+                        init,
                     };
                     tile.run(alpha, mr, nr, uk, tbuf.as_mut_ptr());
                 }
@@ -1169,6 +1227,8 @@ struct Tile<'a, T> {
     rs: Option<isize>,
     cs: Option<isize>,
     clear: bool,
+    /// What `clear` starts the tile from instead of zero (batch entry's offset applied).
+    init: Option<Init<T>>,
 }
 
 impl<T: Elem> Tile<'_, T> {
@@ -1181,13 +1241,27 @@ impl<T: Elem> Tile<'_, T> {
         match (self.rs, self.cs) {
             (Some(rs), Some(cs)) if (rows == mr && cols == nr) || rs == 1 => {
                 if self.clear {
-                    for j in 0..cols as isize {
-                        if rs == 1 {
-                            // A column at once (vector stores, not one per element).
-                            std::ptr::write_bytes(c0.offset(j * cs), 0, rows);
-                        } else {
-                            for i in 0..rows as isize {
-                                *c0.offset(i * rs + j * cs) = T::zero();
+                    match self.init {
+                        // `beta·D`: D has C's offsets.
+                        Some(init) => {
+                            let d0 = init.d.offset(self.moffs[0] + self.noffs[0]);
+                            for j in 0..cols as isize {
+                                for i in 0..rows as isize {
+                                    let o = i * rs + j * cs;
+                                    *c0.offset(o) = init.beta * *d0.offset(o);
+                                }
+                            }
+                        }
+                        None => {
+                            for j in 0..cols as isize {
+                                if rs == 1 {
+                                    // A column at once (vector stores, not one per element).
+                                    std::ptr::write_bytes(c0.offset(j * cs), 0, rows);
+                                } else {
+                                    for i in 0..rows as isize {
+                                        *c0.offset(i * rs + j * cs) = T::zero();
+                                    }
+                                }
                             }
                         }
                     }
@@ -1220,7 +1294,13 @@ impl<T: Elem> Tile<'_, T> {
                     for (j, &no) in self.noffs.iter().enumerate() {
                         let dst = std::slice::from_raw_parts_mut(self.c.offset(self.moffs[i0] + no), i1 - i0);
                         let src = std::slice::from_raw_parts(tbuf.add(j * mr + i0), i1 - i0);
-                        if self.clear {
+                        if let (true, Some(init)) = (self.clear, self.init) {
+                            let d = std::slice::from_raw_parts(init.d.offset(self.moffs[i0] + no), i1 - i0);
+                            for ((c, &v), &x) in dst.iter_mut().zip(src).zip(d) {
+                                *c = init.beta * x;
+                                *c += v;
+                            }
+                        } else if self.clear {
                             dst.copy_from_slice(src);
                         } else {
                             for (d, &v) in dst.iter_mut().zip(src) {
@@ -1448,6 +1528,7 @@ unsafe fn block<T: Elem>(
     let a = ptrs.a.offset(t.ba[bi]);
     let b = ptrs.b.offset(t.bb[bi]);
     let c = ptrs.c.offset(t.bc[bi]);
+    let init = ptrs.init.map(|i| i.at(t.bc[bi]));
     let k = t.ka.len();
     let elem = std::mem::size_of::<T>();
     let a_len = p.mc * p.kc;
@@ -1513,7 +1594,8 @@ unsafe fn block<T: Elem>(
                             let rs = rs.map(|s| if rows == 1 { 1 } else { s });
                             let apanel = ap.add(ir * kb);
                             let bpanel = bp.add(jr * kb);
-                            let t = Tile { kb, apanel, bpanel, c, moffs, noffs, rs, cs, clear: overwrite && pc == 0 };
+                            let t =
+                                Tile { kb, apanel, bpanel, c, moffs, noffs, rs, cs, clear: overwrite && pc == 0, init };
                             t.run(alpha, mr, nr, uk, tile);
                             ir += mr;
                         }
@@ -1611,6 +1693,48 @@ pub unsafe extern "C" fn tcc_rt_gett_epi_f32(
 ) {
     let dims = std::slice::from_raw_parts(dims, ndims.max(0) as usize);
     gett_epilogue(a, b, c, alpha, dims, *params, uk, epi)
+}
+
+/// C entry point of [`gett_init`] for `f64`: `C = beta·D + alpha·A·B`.
+///
+/// # Safety
+/// See [`tcc_rt_gett_f64`] and [`gett_init`].
+#[no_mangle]
+pub unsafe extern "C" fn tcc_rt_gett_init_f64(
+    a: *const f64,
+    b: *const f64,
+    c: *mut f64,
+    alpha: f64,
+    dims: *const GettDim,
+    ndims: i64,
+    params: *const GettParams,
+    uk: Ukernel<f64>,
+    d: *const f64,
+    beta: f64,
+) {
+    let dims = std::slice::from_raw_parts(dims, ndims.max(0) as usize);
+    gett_init(a, b, c, alpha, dims, *params, uk, Init { d, beta })
+}
+
+/// C entry point of [`gett_init`] for `f32`.
+///
+/// # Safety
+/// See [`tcc_rt_gett_init_f64`].
+#[no_mangle]
+pub unsafe extern "C" fn tcc_rt_gett_init_f32(
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    alpha: f32,
+    dims: *const GettDim,
+    ndims: i64,
+    params: *const GettParams,
+    uk: Ukernel<f32>,
+    d: *const f32,
+    beta: f32,
+) {
+    let dims = std::slice::from_raw_parts(dims, ndims.max(0) as usize);
+    gett_init(a, b, c, alpha, dims, *params, uk, Init { d, beta })
 }
 
 #[cfg(test)]
@@ -1750,12 +1874,26 @@ mod tests {
         let mut c = vec![f64::NAN; nb * m * n];
         unsafe { gett(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 2.0, &dims, params, uk_any::<4, 3>, true) };
         expect(&c, 0.0);
-        // An empty sum with `overwrite` leaves zeros.
+        // Overwriting from `0.5·D` (D laid out as C): each batch entry's tiles
+        // start from its own part of D, on the strided-tile path and in place.
+        let d: Vec<f64> = (0..nb * m * n).map(|x| 1.0 + x as f64).collect();
+        let init = Init { d: d.as_ptr(), beta: 0.5 };
+        let mut c = vec![f64::NAN; nb * m * n];
+        unsafe { gett_init(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 2.0, &dims, params, uk_any::<4, 3>, init) };
+        let d_half: Vec<f64> = d.iter().map(|x| 0.5 * x).collect();
+        let mut with_d = c.clone();
+        for (x, w) in with_d.iter_mut().enumerate() {
+            *w -= d_half[x];
+        }
+        expect(&with_d, 0.0);
+        // An empty sum with `overwrite` leaves zeros; from D, `beta·D`.
         let mut dims0 = dims;
         dims0[3].size = 0;
         let mut c = vec![f64::NAN; nb * m * n];
         unsafe { gett(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 2.0, &dims0, params, uk_any::<4, 3>, true) };
         assert!(c.iter().all(|&x| x == 0.0));
+        unsafe { gett_init(a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), 2.0, &dims0, params, uk_any::<4, 3>, init) };
+        assert_eq!(c, d_half);
     }
 
     #[test]
@@ -1783,7 +1921,10 @@ mod tests {
                     (0..k).map(|p| a[p * m + i] * b[j * k + p]).sum::<f64>()
                 })
                 .collect();
-            for overwrite in [false, true] {
+            // Adding to C, overwriting it, and overwriting it from `-2·D`.
+            let d: Vec<f64> = (0..m * n).map(|x| (x as f64 * 0.07).sin()).collect();
+            for (overwrite, from_d) in [(false, false), (true, false), (true, true)] {
+                let init = from_d.then_some(Init { d: d.as_ptr(), beta: -2.0 });
                 let mut c = vec![if overwrite { f64::NAN } else { 0.5 }; m * n];
                 let params = GettParams { mr: 4, nr: 3, mc, nc: 36, kc: 50 };
                 unsafe {
@@ -1798,6 +1939,7 @@ mod tests {
                         overwrite,
                         2,
                         None,
+                        init,
                     )
                 };
                 // Planned for 16 threads too (shared A: more column chunks).
@@ -1814,14 +1956,19 @@ mod tests {
                         overwrite,
                         16,
                         None,
+                        init,
                     )
                 };
                 assert_eq!(c, c16, "{m}x{n}x{k} mc={mc}: 2 and 16 threads differ");
-                let base = if overwrite { 0.0 } else { 0.5 };
                 for (x, (&got, &w)) in c.iter().zip(&want).enumerate() {
+                    let base = match (overwrite, from_d) {
+                        (false, _) => 0.5,
+                        (true, false) => 0.0,
+                        (true, true) => -2.0 * d[x],
+                    };
                     assert!(
                         (got - (base + w)).abs() < 1e-12,
-                        "{m}x{n}x{k} mc={mc} overwrite={overwrite} at {x}: {got} vs {}",
+                        "{m}x{n}x{k} mc={mc} overwrite={overwrite} from D={from_d} at {x}: {got} vs {}",
                         base + w
                     );
                 }
@@ -1879,6 +2026,7 @@ mod tests {
                     uk_any::<MR, 3>,
                     true,
                     threads,
+                    None,
                     None,
                 )
             };
@@ -1976,6 +2124,7 @@ mod tests {
                         overwrite,
                         threads,
                         None,
+                        None,
                     )
                 };
                 let base = if overwrite { 0.0 } else { 0.5 };
@@ -2068,6 +2217,7 @@ mod tests {
                         uk_any::<8, 3>,
                         overwrite,
                         threads,
+                        None,
                         None,
                     )
                 };
@@ -2172,6 +2322,7 @@ mod tests {
                             true,
                             threads,
                             Some(square_plus_one),
+                            None,
                         )
                     };
                     for (x, (&got, &w)) in c.iter().zip(&want).enumerate() {

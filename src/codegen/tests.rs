@@ -805,11 +805,18 @@ fn independent_statements_run_as_task_sets_and_match() {
     assert!(sets >= 40, "only {sets} task sets of two or more steps in 60 programs");
 }
 
-/// `W = V + T·U`: the GETT term overwrites the fresh output (no zeroing pass) and
-/// `V` is added after it, whatever the order the terms were written in.
+/// `W = V + T·U`: the GETT term overwrites the fresh output (no zeroing pass),
+/// whatever the order the terms were written in: starting from `±V` where `V` is
+/// laid out as `W` (no pass adding it), else adding it after.
 #[test]
 fn a_gett_term_after_others_overwrites_the_output_first() {
-    for rhs in ["V[a,b] + 0.25 * T[a,k] * U[k,b]", "0.25 * T[a,k] * U[k,b] - V[a,b]"] {
+    // (right-hand side, the GETT's start: `V`'s coefficient, or none)
+    let cases = [
+        ("V[a,b] + 0.25 * T[a,k] * U[k,b]", Some("double 1.0")),
+        ("0.25 * T[a,k] * U[k,b] - V[a,b]", Some("double -1.0")),
+        ("V[b,a] + 0.25 * T[a,k] * U[k,b]", None),
+    ];
+    for (rhs, start) in cases {
         let src = format!(
             "range N = 48; index a, b, k : N;\ninput tensor V[a,b] : f64; input tensor T[a,k] : f64;\n\
              input tensor U[k,b] : f64; output tensor W[a,b] : f64;\nW[a,b] = {rhs};\n"
@@ -817,11 +824,25 @@ fn a_gett_term_after_others_overwrites_the_output_first() {
         let (hir, diags) = crate::compile(&src, "t");
         let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
         let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &Options::default()).unwrap();
-        let call = ir.lines().find(|l| l.contains("call void @tcc_rt_gett_f64(")).unwrap_or_else(|| panic!("{ir}"));
-        assert!(
-            call.contains("i64 1) #") || call.trim_end().ends_with("i64 1)"),
-            "the GETT does not overwrite: {call}"
-        );
+        match start {
+            Some(beta) => {
+                let call = ir
+                    .lines()
+                    .find(|l| l.contains("call void @tcc_rt_gett_init_f64("))
+                    .unwrap_or_else(|| panic!("{ir}"));
+                assert!(call.contains(&format!("{beta}00000e+00)")), "{rhs}: not started from {beta}·V: {call}");
+                assert!(!ir.contains("@tcc_rt_gett_f64("), "{rhs}: a second GETT: {ir}");
+            }
+            None => {
+                let call =
+                    ir.lines().find(|l| l.contains("call void @tcc_rt_gett_f64(")).unwrap_or_else(|| panic!("{ir}"));
+                assert!(
+                    call.contains("i64 1) #") || call.trim_end().ends_with("i64 1)"),
+                    "the GETT does not overwrite: {call}"
+                );
+                assert!(!ir.contains("@tcc_rt_gett_init_f64("), "{rhs}: started from a permuted V: {ir}");
+            }
+        }
         assert!(!ir.contains("llvm.memset"), "a zeroing pass is left: {ir}");
         check_unit(&hir, UnitId::new(0), 7, &Options::default()).unwrap();
     }
@@ -951,6 +972,102 @@ fn maps_of_a_gett_result_run_as_its_epilogue() {
                 .unwrap_or_else(|e| panic!("{src} {other:?}: {e}"));
         }
     }
+}
+
+/// A random GETT term beside copy terms: `W = c·A·B ± c'·D (± E)`, over random
+/// index roles and storage orders, `D` laid out as `W` or permuted, its term
+/// before or after the product's, sometimes a second copy `E`; f32 or f64.
+/// Sometimes `W` is a temporary summed into an output after.
+fn random_init_program(seed: u64) -> (String, bool) {
+    let mut rnd = crate::tir::testutil::picker(seed, 0x5EED_1417);
+    let letters = ['a', 'b', 'c', 'd', 'e', 'f'];
+    let sizes: Vec<usize> = (0..6).map(|_| 1 + rnd(14)).collect();
+    let shuffle = |v: &mut Vec<char>, rnd: &mut dyn FnMut(usize) -> usize| {
+        for i in (1..v.len()).rev() {
+            v.swap(i, rnd(i + 1));
+        }
+    };
+    // Roles: 0 batch (A, B, W), 1 rows (A, W), 2 columns (B, W), 3 summed (A, B).
+    let roles: Vec<usize> = (0..6).map(|x| if x < 3 { 1 + x % 2 } else { rnd(4) }).collect();
+    let pick =
+        |want: &[usize]| -> Vec<char> { (0..6).filter(|&x| want.contains(&roles[x])).map(|x| letters[x]).collect() };
+    let (mut a, mut b, mut w) = (pick(&[0, 1, 3]), pick(&[0, 2, 3]), pick(&[0, 1, 2]));
+    shuffle(&mut a, &mut rnd);
+    shuffle(&mut b, &mut rnd);
+    shuffle(&mut w, &mut rnd);
+    let same = rnd(3) != 0;
+    let mut d = w.clone();
+    if !same {
+        shuffle(&mut d, &mut rnd);
+    }
+    let ty = if rnd(3) == 0 { "f32" } else { "f64" };
+    let join = |v: &[char]| v.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+    let (a, b, w, d) = (join(&a), join(&b), join(&w), join(&d));
+    let mut src = String::new();
+    for (x, l) in letters.iter().enumerate() {
+        src += &format!("range R{l} = {}; index {l} : R{l};\n", sizes[x]);
+    }
+    src += &format!(
+        "input tensor A[{a}] : {ty}; input tensor B[{b}] : {ty};\ninput tensor D[{d}] : {ty}; input tensor E[{w}] : {ty};\n"
+    );
+    let temp = rnd(3) == 0;
+    src += &format!("{} tensor W[{w}] : {ty};\n", if temp { "" } else { "output" });
+    let product = format!("{} * A[{a}] * B[{b}]", [1.0, 0.5][rnd(2)]);
+    let copy = format!("{} * D[{d}]", [1.0, 2.0][rnd(2)]);
+    let mut terms = if rnd(2) == 0 { vec![product, copy] } else { vec![copy, product] };
+    if rnd(3) == 0 {
+        terms.insert(rnd(3), format!("3 * E[{w}]"));
+    }
+    let signs: Vec<&str> = (0..terms.len()).map(|x| if x > 0 && rnd(2) == 0 { " - " } else { " + " }).collect();
+    let rhs: String = terms
+        .iter()
+        .zip(&signs)
+        .enumerate()
+        .map(|(x, (t, s))| if x == 0 { t.clone() } else { format!("{s}{t}") })
+        .collect();
+    src += &format!("W[{w}] = {rhs};\n");
+    if temp {
+        src += &format!("output tensor Z : f64;\nZ = W[{w}];\n");
+    }
+    (src, same)
+}
+
+/// [`random_init_program`]s match the interpreter (outputs that are never
+/// written come as NaN, so a tile left unwritten or started from zero shows),
+/// at the declared sizes and at others; those whose `D` is laid out as `W`
+/// start the GETT's output from it (`tcc_rt_gett_init_*`), the others do not.
+#[test]
+fn random_gett_terms_started_from_a_copy_equal_the_interpreter() {
+    let mut from_copy = 0;
+    for seed in 0..48u64 {
+        let (src, same) = random_init_program(seed);
+        let (hir, diags) = crate::compile(&src, "t");
+        let hir = hir.unwrap_or_else(|| panic!("{src}\n{diags:?}"));
+        let opts = Options {
+            gemm_min: Some(1.0),
+            parallel_min: if seed % 2 == 0 { Some(1.0) } else { None },
+            fuse: crate::lir::fusion::FuseMode::None,
+            ..Options::default()
+        };
+        let ir = super::llvm::emit_llvm(&hir, &[UnitId::new(0)], &opts).unwrap();
+        let init = ir.contains("@tcc_rt_gett_init_f");
+        // A permuted `D` can still be laid out as `W` (the same order, or
+        // indices of extent 1); a `D` in `W`'s order always is.
+        if same {
+            assert!(init, "seed {seed}: no GETT started from D\n{src}");
+        }
+        from_copy += usize::from(init);
+        check_unit(&hir, UnitId::new(0), seed, &opts).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{src}"));
+        let other: Vec<(RangeId, usize)> = hir
+            .ranges
+            .ids()
+            .enumerate()
+            .map(|(x, r)| (r, [3usize, 17, 1, 9, 30, 6][(x + seed as usize) % 6]))
+            .collect();
+        check_unit_sized(&hir, UnitId::new(0), &other, seed, &opts)
+            .unwrap_or_else(|e| panic!("seed {seed} {other:?}: {e}\n{src}"));
+    }
+    assert!(from_copy >= 24, "only {from_copy} of 48 programs started a GETT from a copy");
 }
 
 /// A random GETT into a temporary and a map of it: `S = c·A·B` over random index

@@ -78,7 +78,18 @@ impl<'ctx> Gen<'_, 'ctx> {
         plan: GettPlan,
         overwrite: bool,
     ) -> Result<(), CodegenError> {
-        self.gett_call(st, coef, ops, plan, overwrite, None)
+        self.gett_call(st, coef, ops, plan, overwrite, None, None)
+    }
+
+    /// Term `k` of `st` as a GETT overwriting the target from term `j`, a copy
+    /// of a tensor laid out as the target ([`Self::gett_init_term`]): one pass
+    /// over the target for both (`tcc_rt_gett_init_*`).
+    pub(super) fn gett_from(&mut self, st: &Stmt, k: usize, j: usize) -> Result<(), CodegenError> {
+        let (ops, plan) = self.term_gett(st, k)?.ok_or_else(|| err("internal: an overwriting term is no GETT"))?;
+        let d = crate::codegen::lower::term_operands(&st.rhs.terms[j]).map_err(err)?;
+        let [d] = d.as_slice() else { return Err(err("internal: a GETT's initial term is not one tensor")) };
+        let init = GettInit { tensor: d.tensor, indices: d.indices.clone(), beta: st.rhs.terms[j].coef };
+        self.gett_call(st, st.rhs.terms[k].coef, &ops, plan, true, None, Some(init))
     }
 
     /// The GETT of `st` (one term, overwriting its target) with the map `map`
@@ -88,11 +99,13 @@ impl<'ctx> Gen<'_, 'ctx> {
         let mops = crate::codegen::lower::term_operands(&map.rhs.terms[0]).map_err(err)?;
         let elem = self.hir.tensors[st.lhs.tensor].elem;
         let epi = self.epilogue_fn(elem, mops[0].func, map.rhs.terms[0].coef)?;
-        self.gett_call(st, st.rhs.terms[0].coef, &ops, plan, true, Some((epi, map.lhs.tensor)))
+        self.gett_call(st, st.rhs.terms[0].coef, &ops, plan, true, Some((epi, map.lhs.tensor)), None)
     }
 
     /// The runtime call of a GETT; with `epi`, through `tcc_rt_gett_epi_*`, the
-    /// output going to the epilogue's target (same indices and layout).
+    /// output going to the epilogue's target (same indices and layout); with
+    /// `init`, through `tcc_rt_gett_init_*`, overwriting from `beta·D`.
+    #[allow(clippy::too_many_arguments)]
     fn gett_call(
         &mut self,
         st: &Stmt,
@@ -101,7 +114,9 @@ impl<'ctx> Gen<'_, 'ctx> {
         plan: GettPlan,
         overwrite: bool,
         epi: Option<(FunctionValue<'ctx>, TensorId)>,
+        init: Option<GettInit>,
     ) -> Result<(), CodegenError> {
+        debug_assert!(init.is_none() || (overwrite && epi.is_none()), "a GETT from D overwrites, without epilogue");
         let hir = self.hir;
         let c = st.lhs.tensor;
         let elem = hir.tensors[c].elem;
@@ -186,48 +201,45 @@ impl<'ctx> Gen<'_, 'ctx> {
         let tp = ft.ptr_type(AddressSpace::default());
         let i8p = self.ctx.i8_type().ptr_type(AddressSpace::default());
         let i64p = i64t.ptr_type(AddressSpace::default());
-        let fname = match (elem, epi.is_some()) {
-            (ElemType::F64 | ElemType::C128, false) => "tcc_rt_gett_f64",
-            (ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16, false) => "tcc_rt_gett_f32",
-            (ElemType::F64 | ElemType::C128, true) => "tcc_rt_gett_epi_f64",
-            (ElemType::F32 | ElemType::C64 | ElemType::BF16 | ElemType::F16, true) => "tcc_rt_gett_epi_f32",
+        let wide = matches!(elem, ElemType::F64 | ElemType::C128);
+        let fname = match (wide, epi.is_some(), init.is_some()) {
+            (true, false, false) => "tcc_rt_gett_f64",
+            (false, false, false) => "tcc_rt_gett_f32",
+            (true, true, _) => "tcc_rt_gett_epi_f64",
+            (false, true, _) => "tcc_rt_gett_epi_f32",
+            (true, false, true) => "tcc_rt_gett_init_f64",
+            (false, false, true) => "tcc_rt_gett_init_f32",
         };
-        let f = self.declare(
-            fname,
-            None,
-            &[
-                tp.into(),
-                tp.into(),
-                tp.into(),
-                ft.into(),
-                i64p.into(),
-                i64t.into(),
-                i64p.into(),
-                i8p.into(),
-                if epi.is_some() { i8p.into() } else { i64t.into() },
-            ],
-        );
+        let mut params: Vec<BasicMetadataTypeEnum> =
+            vec![tp.into(), tp.into(), tp.into(), ft.into(), i64p.into(), i64t.into(), i64p.into(), i8p.into()];
         let ukp = self.b.build_pointer_cast(uk.f.as_global_value().as_pointer_value(), i8p, "uk")?;
-        self.b.build_call(
-            f,
-            &[
-                pa.into(),
-                pb.into(),
-                pc.into(),
-                ft.const_float(coef).into(),
-                dims_ptr.into(),
-                self.i64c(plan.dims.len() as u64).into(),
-                par_ptr.into(),
-                ukp.into(),
-                match epi {
-                    Some((f, _)) => {
-                        self.b.build_pointer_cast(f.as_global_value().as_pointer_value(), i8p, "epi")?.into()
-                    }
-                    None => self.i64c(overwrite as u64).into(),
-                },
-            ],
-            "",
-        )?;
+        let mut args: Vec<BasicMetadataValueEnum> = vec![
+            pa.into(),
+            pb.into(),
+            pc.into(),
+            ft.const_float(coef).into(),
+            dims_ptr.into(),
+            self.i64c(plan.dims.len() as u64).into(),
+            par_ptr.into(),
+            ukp.into(),
+        ];
+        match (epi, init) {
+            (Some((f, _)), _) => {
+                params.push(i8p.into());
+                args.push(self.b.build_pointer_cast(f.as_global_value().as_pointer_value(), i8p, "epi")?.into());
+            }
+            (None, Some(init)) => {
+                params.extend::<[BasicMetadataTypeEnum; 2]>([tp.into(), ft.into()]);
+                let pd = self.elem_ptr(init.tensor, self.partial_offset(init.tensor, &init.indices)?)?;
+                args.extend::<[BasicMetadataValueEnum; 2]>([pd.into(), ft.const_float(init.beta).into()]);
+            }
+            (None, None) => {
+                params.push(i64t.into());
+                args.push(self.i64c(overwrite as u64).into());
+            }
+        }
+        let f = self.declare(fname, None, &params);
+        self.b.build_call(f, &args, "")?;
         Ok(())
     }
 
@@ -602,6 +614,14 @@ impl<'ctx> Gen<'_, 'ctx> {
         }
         Ok(Uk { f, mr, nr })
     }
+}
+
+/// The tensor an overwriting GETT starts its target from (`beta·D`, `D` laid
+/// out as the target): see [`Gen::gett_init_term`].
+pub(super) struct GettInit {
+    tensor: TensorId,
+    indices: Vec<IndexId>,
+    beta: f64,
 }
 
 pub(super) struct GettPlan {

@@ -357,6 +357,35 @@ impl<'ctx> Gen<'_, 'ctx> {
         })
     }
 
+    /// A term of `st` that term `k`'s overwriting GETT can start the target from
+    /// instead of zero (`W = V + T·U`: `V` is read where each tile of `W` is
+    /// first written, not in a pass of its own that reads and writes `W` again):
+    /// one plain tensor, not the target, of its element type (f64 or f32), summed
+    /// over nothing and laid out as the target over every unbound index.
+    /// `TCC_GETT_INIT=0` (read when code is generated) turns it off, for measuring.
+    pub(super) fn gett_init_term(&self, st: &Stmt, k: usize) -> Option<usize> {
+        let hir = self.hir;
+        let c = st.lhs.tensor;
+        let elem = hir.tensors[c].elem;
+        if !matches!(elem, ElemType::F64 | ElemType::F32)
+            || std::env::var("TCC_GETT_INIT").is_ok_and(|v| v.trim() == "0")
+        {
+            return None;
+        }
+        let free: Vec<IndexId> = st.lhs.indices.iter().copied().filter(|i| !self.bound.contains_key(i)).collect();
+        (0..st.rhs.terms.len()).filter(|&j| j != k).find(|&j| {
+            let Ok(ops) = crate::codegen::lower::term_operands(&st.rhs.terms[j]) else { return false };
+            let [d] = ops.as_slice() else { return false };
+            d.func.is_none()
+                && d.tensor != c
+                && hir.tensors[d.tensor].elem == elem
+                && d.indices.iter().all(|i| self.bound.contains_key(i) || free.contains(i))
+                && free
+                    .iter()
+                    .all(|&v| self.stride_in(d.tensor, &d.indices, v) == self.stride_in(c, &st.lhs.indices, v))
+        })
+    }
+
     /// Whether every term of `st` can share one nest over its freshly zeroed target
     /// that stores instead of adding ([`Self::shared_nest_terms`] with `store`): no
     /// special statement, no parallel sum's private accumulator in place.

@@ -610,8 +610,8 @@ pub(crate) fn jit_engine<'ctx>(c: &Compiled<'ctx>) -> Result<ExecutionEngine<'ct
 fn runtime_symbols() -> Vec<(&'static str, usize)> {
     use tcc_runtime::alloc::{tcc_rt_alloc_temp, tcc_rt_alloc_zeroed, tcc_rt_free, tcc_rt_free_temp};
     use tcc_runtime::kernels::{
-        tcc_rt_gett_epi_f32, tcc_rt_gett_epi_f64, tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_num_threads,
-        tcc_rt_parallel_range, tcc_rt_parallel_sum, tcc_rt_task_set,
+        tcc_rt_gett_epi_f32, tcc_rt_gett_epi_f64, tcc_rt_gett_f32, tcc_rt_gett_f64, tcc_rt_gett_init_f32,
+        tcc_rt_gett_init_f64, tcc_rt_num_threads, tcc_rt_parallel_range, tcc_rt_parallel_sum, tcc_rt_task_set,
     };
     vec![
         ("tcc_rt_alloc_zeroed", tcc_rt_alloc_zeroed as *const () as usize),
@@ -626,6 +626,8 @@ fn runtime_symbols() -> Vec<(&'static str, usize)> {
         ("tcc_rt_gett_f32", tcc_rt_gett_f32 as *const () as usize),
         ("tcc_rt_gett_epi_f64", tcc_rt_gett_epi_f64 as *const () as usize),
         ("tcc_rt_gett_epi_f32", tcc_rt_gett_epi_f32 as *const () as usize),
+        ("tcc_rt_gett_init_f64", tcc_rt_gett_init_f64 as *const () as usize),
+        ("tcc_rt_gett_init_f32", tcc_rt_gett_init_f32 as *const () as usize),
         ("tcc_rt_slice_begin", tcc_runtime::slices::tcc_rt_slice_begin as *const () as usize),
         ("tcc_rt_slice_end", tcc_runtime::slices::tcc_rt_slice_end as *const () as usize),
     ]
@@ -1319,12 +1321,22 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                             self.gett_with_epilogue(&st, &self.hir.units[unit].stmts[j].clone())?;
                             self.epilogue_done.insert(j);
                         }
-                        // The overwriting GETT first, then the other terms add.
-                        Some(k) => {
-                            self.term(&st, k, true)?;
-                            self.terms_in(&st, 0..k)?;
-                            self.terms_in(&st, k + 1..st.rhs.terms.len())?;
-                        }
+                        // The overwriting GETT first (starting from a same-layout
+                        // copy term where there is one), then the other terms add.
+                        Some(k) => match self.gett_init_term(&st, k) {
+                            Some(j) => {
+                                self.gett_from(&st, k, j)?;
+                                let (lo, hi) = (j.min(k), j.max(k));
+                                self.terms_in(&st, 0..lo)?;
+                                self.terms_in(&st, lo + 1..hi)?;
+                                self.terms_in(&st, hi + 1..st.rhs.terms.len())?;
+                            }
+                            None => {
+                                self.term(&st, k, true)?;
+                                self.terms_in(&st, 0..k)?;
+                                self.terms_in(&st, k + 1..st.rhs.terms.len())?;
+                            }
+                        },
                         None => self.terms_in(&st, 0..st.rhs.terms.len())?,
                     }
                 }
