@@ -536,6 +536,99 @@ fn input_buffer<'py>(
     Ok((cur, b))
 }
 
+/// Validates one array given in `out=` for output `spec`: writable, exactly its
+/// element type (outputs are never converted), shape and C order. A bf16 output
+/// takes an `ml_dtypes.bfloat16` array (written through a uint16 view) or a uint16
+/// array of bit patterns. Returns the object that owns the memory and its buffer.
+fn output_buffer<'py>(
+    py: Python<'py>,
+    prog: &str,
+    obj: &Bound<'py, PyAny>,
+    spec: &ArgSpec,
+) -> PyResult<(Bound<'py, PyAny>, Buf)> {
+    let mut cur = obj.clone();
+    if spec.elem == ElemType::BF16 && is_bfloat16(py, &cur) {
+        cur = cur.call_method1("view", (numpy(py)?.getattr("uint16")?,))?;
+    }
+    let Some(b) = Buf::get(&cur, true) else {
+        return Err(arg_error(
+            py,
+            format!(
+                "{prog}: out `{}` must be a writable array ({}) with the buffer protocol, got {}{}",
+                spec.name,
+                spec.describe(),
+                type_name(obj),
+                if Buf::get(&cur, false).is_some() { " that is read-only" } else { "" }
+            ),
+        ));
+    };
+    if b.elem().ok() != Some(spec.elem) {
+        let got = match b.elem() {
+            Ok(e) => numpy_name(e).to_string(),
+            Err(f) => describe_dtype(&cur, &b, f),
+        };
+        return Err(arg_error(
+            py,
+            format!(
+                "{prog}: out `{}` must have dtype {} ({}), got {got} (outputs are written as they are, never converted)",
+                spec.name,
+                match spec.elem {
+                    ElemType::BF16 => "ml_dtypes.bfloat16 or uint16 (bf16 bit patterns)",
+                    e => numpy_name(e),
+                },
+                spec.describe()
+            ),
+        ));
+    }
+    if b.shape() != spec.shape {
+        return Err(arg_error(
+            py,
+            format!(
+                "{prog}: out `{}` must have shape {:?} ({}), got shape {:?}",
+                spec.name,
+                spec.shape,
+                spec.describe(),
+                b.shape()
+            ),
+        ));
+    }
+    if !b.c_contiguous() {
+        return Err(arg_error(
+            py,
+            format!(
+                "{prog}: out `{}` is not C-contiguous (e.g. a transposed or sliced view); pass a contiguous array",
+                spec.name
+            ),
+        ));
+    }
+    Ok((cur, b))
+}
+
+/// Refuses `out=` arrays that share memory with an input or with each other (the
+/// generated code assumes its arguments do not overlap): `bufs` in argument
+/// order, the outputs from `n_inputs` on.
+fn check_disjoint(py: Python<'_>, prog: &str, bufs: &[&Buf], args: &[ArgSpec], n_inputs: usize) -> PyResult<()> {
+    let range = |b: &Buf| (b.ptr() as usize, b.ptr() as usize + b.view.len.max(0) as usize);
+    for o in n_inputs..bufs.len() {
+        let (o0, o1) = range(bufs[o]);
+        for (x, other) in bufs.iter().enumerate().filter(|&(x, _)| x != o && (x < n_inputs || x < o)) {
+            let (x0, x1) = range(other);
+            if o0 < x1 && x0 < o1 {
+                return Err(arg_error(
+                    py,
+                    format!(
+                        "{prog}: out `{}` shares memory with {} `{}`: outputs must not overlap the inputs or each other",
+                        args[o].name,
+                        if x < n_inputs { "input" } else { "out" },
+                        args[x].name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Raw pointers for the call, sent to the thread that runs without the GIL.
 struct Ptrs(Vec<(*mut u8, usize)>);
 // SAFETY: the buffers stay acquired (and their owners alive) until the call returns.
@@ -595,6 +688,61 @@ impl Program {
         Ok(np.getattr("asarray")?.call1((obj,)).is_ok_and(|a| has_dtype(&a, &uint16)))
     }
 
+    /// The arrays of `out=`, in argument order: one array (a program with one
+    /// output), a tuple or list in the outputs' declaration order, or a dict by
+    /// output name; every output given once.
+    fn out_arrays<'py>(&self, py: Python<'py>, out: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let prog = &self.name;
+        let outs = &self.args[self.n_inputs..];
+        let declared: Vec<&str> = self.out_order.iter().map(|&j| self.args[j].name.as_str()).collect();
+        let expected = || {
+            format!("{} output{} ({})", declared.len(), if declared.len() == 1 { "" } else { "s" }, declared.join(", "))
+        };
+        let mut given: Vec<Option<Bound<'py, PyAny>>> = vec![None; outs.len()];
+        if let Ok(d) = out.downcast::<PyDict>() {
+            for (key, value) in d.iter() {
+                let key = key.str()?.to_cow()?.into_owned();
+                let Some(x) = outs.iter().position(|a| a.name == key) else {
+                    return Err(arg_error(
+                        py,
+                        format!("{prog}: out has `{key}`, which is not an output; {prog} has {}", expected()),
+                    ));
+                };
+                given[x] = Some(value);
+            }
+        } else if out.downcast::<PyTuple>().is_ok() || out.downcast::<PyList>().is_ok() {
+            let items: Vec<Bound<'py, PyAny>> = out.try_iter()?.collect::<PyResult<_>>()?;
+            if items.len() != declared.len() {
+                return Err(arg_error(
+                    py,
+                    format!("{prog}: out has {} arrays, but {prog} has {} (in this order)", items.len(), expected()),
+                ));
+            }
+            for (item, &j) in items.into_iter().zip(&self.out_order) {
+                given[j - self.n_inputs] = Some(item);
+            }
+        } else if outs.len() == 1 {
+            given[0] = Some(out.clone());
+        } else {
+            return Err(arg_error(
+                py,
+                format!(
+                    "{prog}: out must be a tuple or list of arrays in declaration order, or a dict by name, for its {}",
+                    expected()
+                ),
+            ));
+        }
+        let missing: Vec<&str> =
+            given.iter().zip(outs).filter(|(g, _)| g.is_none()).map(|(_, a)| a.name.as_str()).collect();
+        if !missing.is_empty() {
+            return Err(arg_error(
+                py,
+                format!("{prog}: out lacks {} (every output is given, or none)", missing.join(", ")),
+            ));
+        }
+        Ok(given.into_iter().map(|g| g.expect("checked")).collect())
+    }
+
     fn input_names(&self) -> String {
         self.args[..self.n_inputs].iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")
     }
@@ -623,12 +771,41 @@ impl Program {
         Ok(l.unbind())
     }
 
-    #[pyo3(signature = (*, copy = false, **kwargs))]
-    fn __call__(&self, py: Python<'_>, copy: bool, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<PyObject> {
+    /// `copy` and `out` are the call's options, except in a program with an input
+    /// of that name: there the keyword passes the input (and the option keeps its
+    /// default), so every input can be passed.
+    #[pyo3(signature = (*, copy = None, out = None, **kwargs))]
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        copy: Option<&Bound<'_, PyAny>>,
+        out: Option<&Bound<'_, PyAny>>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyObject> {
         let prog = &self.name;
-        let mut given: Vec<Option<Bound<'_, PyAny>>> = vec![None; self.n_inputs];
+        let is_input = |name: &str| self.args[..self.n_inputs].iter().any(|a| a.name == name);
+        let mut keywords: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = Vec::new();
+        let (mut copy_opt, mut out) = (copy.cloned(), out.cloned());
+        for (name, value) in [("copy", &mut copy_opt), ("out", &mut out)] {
+            if is_input(name) {
+                if let Some(v) = value.take() {
+                    keywords.push((PyString::new(py, name).into_any(), v));
+                }
+            }
+        }
+        let copy = match copy_opt {
+            None => false,
+            Some(v) => v
+                .extract::<bool>()
+                .map_err(|_| arg_error(py, format!("{prog}: copy must be True or False, got {}", type_name(&v))))?,
+        };
+        let out = out.as_ref();
         if let Some(kw) = kwargs {
-            for (key, value) in kw.iter() {
+            keywords.extend(kw.iter());
+        }
+        let mut given: Vec<Option<Bound<'_, PyAny>>> = vec![None; self.n_inputs];
+        {
+            for (key, value) in keywords {
                 let key = key.downcast::<PyString>()?.to_cow()?;
                 match self.args[..self.n_inputs].iter().position(|a| a.name == *key) {
                     Some(j) => given[j] = Some(value),
@@ -674,12 +851,25 @@ impl Program {
             let obj = g.as_ref().expect("checked");
             keep.push(input_buffer(py, prog, obj, &self.args[j], copy)?);
         }
-        let empty = numpy(py)?.getattr("empty")?;
-        for a in &self.args[self.n_inputs..] {
-            let arr = empty.call1((a.shape_py.bind(py), a.dtype.bind(py)))?;
-            let b =
-                Buf::get(&arr, true).ok_or_else(|| PyRuntimeError::new_err("numpy.empty gave no writable buffer"))?;
-            keep.push((arr, b));
+        // Outputs: the caller's arrays (`out=`, checked, returned as given), or new ones.
+        let given_out = out.map(|o| self.out_arrays(py, o)).transpose()?;
+        match &given_out {
+            Some(arrays) => {
+                for (obj, a) in arrays.iter().zip(&self.args[self.n_inputs..]) {
+                    keep.push(output_buffer(py, prog, obj, a)?);
+                }
+                let bufs: Vec<&Buf> = keep.iter().map(|(_, b)| b).collect();
+                check_disjoint(py, prog, &bufs, &self.args, self.n_inputs)?;
+            }
+            None => {
+                let empty = numpy(py)?.getattr("empty")?;
+                for a in &self.args[self.n_inputs..] {
+                    let arr = empty.call1((a.shape_py.bind(py), a.dtype.bind(py)))?;
+                    let b = Buf::get(&arr, true)
+                        .ok_or_else(|| PyRuntimeError::new_err("numpy.empty gave no writable buffer"))?;
+                    keep.push((arr, b));
+                }
+            }
         }
         let ptrs = Ptrs(keep.iter().zip(&self.args).map(|((_, b), a)| (b.ptr(), a.shape.iter().product())).collect());
         let lib = &self.lib;
@@ -702,6 +892,10 @@ impl Program {
         }
         let mut outs: Vec<PyObject> = Vec::with_capacity(self.out_order.len());
         for &j in &self.out_order {
+            if let Some(arrays) = &given_out {
+                outs.push(arrays[j - self.n_inputs].clone().unbind());
+                continue;
+            }
             let arr = keep[j].0.clone();
             outs.push(match bfloat16(py) {
                 Some(bf) if self.args[j].elem == ElemType::BF16 && !bf16_bits => {

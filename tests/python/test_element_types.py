@@ -267,6 +267,17 @@ def test_bf16_conventions():
     # A bf16 output without any bf16 input: ml_dtypes.bfloat16.
     only_out = tcc.compile("range N = 3; index i : N; input tensor A[i] : f32; output tensor B[i] : bf16; B[i] = A[i];")
     assert only_out.main(A=np.ones(3, np.float32)).dtype == BF16
+    # out=: a bf16 output into an ml_dtypes.bfloat16 array or into uint16 bits,
+    # each returned as given; a float16 array is refused.
+    y_out, z_out = np.zeros(y_ml.shape, BF16), np.zeros(z_ml.shape, np.float32)
+    got = lib.main(X=x, W=w, Bias=bias, out=(y_out, z_out))
+    assert got[0] is y_out and got[1] is z_out
+    np.testing.assert_array_equal(y_out.view(np.uint16), y_bits)
+    y_out_bits = np.zeros(y_ml.shape, np.uint16)
+    lib.main(X=x, W=w, Bias=bias, out={"Y": y_out_bits, "Z": z_out})
+    np.testing.assert_array_equal(y_out_bits, y_bits)
+    with pytest.raises(tcc.ArgumentError, match=r"out `Y` must have dtype ml_dtypes.bfloat16 or uint16 .*float16"):
+        lib.main(X=x, W=w, Bias=bias, out=(np.zeros(y_ml.shape, np.float16), z_out))
 
 
 @needs_ml_dtypes

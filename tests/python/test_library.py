@@ -105,6 +105,87 @@ def test_multiple_outputs_in_declaration_order():
     assert "A" in repr(lib.main) and "scaled" in repr(lib)
 
 
+def test_out_arrays_are_written_and_returned(mm64):
+    """`out=`: results go into the caller's arrays (no new output each call),
+    which are returned as given; one array, a tuple in declaration order or a
+    dict by name."""
+    r = rng()
+    A, B = r.standard_normal((5, 7)), r.standard_normal((7, 4))
+    C = np.full((5, 4), np.nan)
+    got = mm64.main(A=A, B=B, out=C)
+    assert got is C
+    np.testing.assert_allclose(C, A @ B, rtol=1e-12, atol=1e-12)
+    C[...] = np.nan
+    assert mm64.main(A=A, B=B, out=(C,)) is C
+    np.testing.assert_allclose(C, A @ B, rtol=1e-12, atol=1e-12)
+    lib = tcc.compile(TWO_OUT)
+    A2, v = r.standard_normal((3, 4)), r.standard_normal(4)
+    S, Av = np.full((), np.nan), np.full(3, np.nan)
+    got = lib.main(A=A2, v=v, out=(S, Av))
+    assert got[0] is S and got[1] is Av
+    np.testing.assert_allclose(Av, A2 @ v, rtol=1e-12)
+    np.testing.assert_allclose(S, (A2 * A2).sum(), rtol=1e-12)
+    S[...], Av[...] = np.nan, np.nan
+    got = lib.main(A=A2, v=v, out={"Av": Av, "S": S})
+    assert got[0] is S and got[1] is Av
+    np.testing.assert_allclose(Av, A2 @ v, rtol=1e-12)
+
+
+def test_bad_out_arrays_are_refused(mm64):
+    A, B = np.ones((5, 7)), np.ones((7, 4))
+    u = Untouched(A, B)
+    bad = [
+        (np.zeros((4, 5)), r"out `C` must have shape \[5, 4\]"),
+        (np.zeros((5, 4), dtype=np.float32), r"out `C` must have dtype float64.*float32.*never converted"),
+        (np.zeros((4, 5)).T, r"out `C` is not C-contiguous"),
+        ("C", r"out `C` must be a writable array .* got str"),
+        ((np.zeros((5, 4)), np.zeros((5, 4))), r"out has 2 arrays, but main has 1 output \(C\)"),
+        ({"D": np.zeros((5, 4))}, r"out has `D`, which is not an output"),
+        ({}, r"out lacks C"),
+    ]
+    ro = np.zeros((5, 4))
+    ro.flags.writeable = False
+    bad.append((ro, r"out `C` must be a writable array.*read-only"))
+    for out, msg in bad:
+        with pytest.raises(tcc.ArgumentError, match=msg):
+            mm64.main(A=A, B=B, out=out)
+    u.check()
+    # An output over an input's memory: the generated code assumes no overlap.
+    square = tcc.compile(
+        "range N = 6; index i, j, k : N; input tensor X[i,k]; input tensor Y[k,j]; output tensor Z[i,j];\n"
+        "Z[i,j] = X[i,k] * Y[k,j];\n"
+    )
+    X, Y = np.ones((6, 6)), np.ones((6, 6))
+    with pytest.raises(tcc.ArgumentError, match=r"out `Z` shares memory with input `X`"):
+        square.main(X=X, Y=Y, out=X)
+    with pytest.raises(tcc.ArgumentError, match=r"out `Z` shares memory with input `Y`"):
+        square.main(X=X, Y=Y, out=Y)
+    big = np.zeros(72)
+    with pytest.raises(tcc.ArgumentError, match=r"out `Z` shares memory with input `X`"):
+        square.main(X=big[:36].reshape(6, 6), Y=Y, out=big[30:66].reshape(6, 6))
+    np.testing.assert_array_equal(X, np.ones((6, 6)))
+    lib = tcc.compile(TWO_OUT)
+    shared = np.zeros(4)
+    with pytest.raises(tcc.ArgumentError, match=r"out `Av` shares memory with out `S`|out `S` shares memory with out `Av`"):
+        lib.main(A=np.ones((3, 4)), v=np.ones(4), out=(shared[0:1].reshape(()), shared[0:3]))
+    with pytest.raises(tcc.ArgumentError, match=r"out must be a tuple or list of arrays in declaration order, or a dict"):
+        lib.main(A=np.ones((3, 4)), v=np.ones(4), out=np.zeros(3))
+
+
+def test_inputs_named_like_the_call_options():
+    """An input named `out` or `copy` is passed by that keyword (the option keeps
+    its default there); elsewhere `copy` must be a bool."""
+    lib = tcc.compile(
+        "range N = 3; index i : N; input tensor out[i]; input tensor copy[i]; output tensor R[i];\n"
+        "R[i] = out[i] + 2 * copy[i];\n"
+    )
+    R = lib.main(out=np.ones(3), copy=np.full(3, 5.0))
+    np.testing.assert_array_equal(R, np.full(3, 11.0))
+    mm = tcc.compile(MATMUL.format(t="f64"))
+    with pytest.raises(tcc.ArgumentError, match=r"copy must be True or False, got ndarray"):
+        mm.main(A=np.ones((5, 7)), B=np.ones((7, 4)), copy=np.ones(2))
+
+
 class Untouched:
     """Checks that a failing call left every input as it was."""
 
