@@ -974,39 +974,49 @@ fn maps_of_a_gett_result_run_as_its_epilogue() {
     }
 }
 
+/// Shuffles `v` in place (Fisher–Yates on `rnd`).
+fn shuffle(v: &mut [char], rnd: &mut dyn FnMut(usize) -> usize) {
+    for i in (1..v.len()).rev() {
+        v.swap(i, rnd(i + 1));
+    }
+}
+
+/// One random GETT's indices for the random-program tests: six indices `a`–`f`
+/// with sizes 1–14 and roles (batch: in A, B and C; rows: A and C; columns: B and
+/// C; summed: A and B; at least one row and one column), each operand's indices
+/// in a random storage order. Returns the range and index declarations and the
+/// index lists of A, B and C, joined with commas.
+fn random_gett_indices(rnd: &mut dyn FnMut(usize) -> usize) -> (String, String, String, String) {
+    let letters = ['a', 'b', 'c', 'd', 'e', 'f'];
+    let sizes: Vec<usize> = (0..6).map(|_| 1 + rnd(14)).collect();
+    let roles: Vec<usize> = (0..6).map(|x| if x < 3 { 1 + x % 2 } else { rnd(4) }).collect();
+    let pick =
+        |want: &[usize]| -> Vec<char> { (0..6).filter(|&x| want.contains(&roles[x])).map(|x| letters[x]).collect() };
+    let (mut a, mut b, mut c) = (pick(&[0, 1, 3]), pick(&[0, 2, 3]), pick(&[0, 1, 2]));
+    for v in [&mut a, &mut b, &mut c] {
+        shuffle(v, rnd);
+    }
+    let ranges: String =
+        letters.iter().zip(&sizes).map(|(l, n)| format!("range R{l} = {n}; index {l} : R{l};\n")).collect();
+    let join = |v: &[char]| v.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+    (ranges, join(&a), join(&b), join(&c))
+}
+
 /// A random GETT term beside copy terms: `W = c·A·B ± c'·D (± E)`, over random
 /// index roles and storage orders, `D` laid out as `W` or permuted, its term
 /// before or after the product's, sometimes a second copy `E`; f32 or f64.
 /// Sometimes `W` is a temporary summed into an output after.
 fn random_init_program(seed: u64) -> (String, bool) {
     let mut rnd = crate::tir::testutil::picker(seed, 0x5EED_1417);
-    let letters = ['a', 'b', 'c', 'd', 'e', 'f'];
-    let sizes: Vec<usize> = (0..6).map(|_| 1 + rnd(14)).collect();
-    let shuffle = |v: &mut Vec<char>, rnd: &mut dyn FnMut(usize) -> usize| {
-        for i in (1..v.len()).rev() {
-            v.swap(i, rnd(i + 1));
-        }
-    };
-    // Roles: 0 batch (A, B, W), 1 rows (A, W), 2 columns (B, W), 3 summed (A, B).
-    let roles: Vec<usize> = (0..6).map(|x| if x < 3 { 1 + x % 2 } else { rnd(4) }).collect();
-    let pick =
-        |want: &[usize]| -> Vec<char> { (0..6).filter(|&x| want.contains(&roles[x])).map(|x| letters[x]).collect() };
-    let (mut a, mut b, mut w) = (pick(&[0, 1, 3]), pick(&[0, 2, 3]), pick(&[0, 1, 2]));
-    shuffle(&mut a, &mut rnd);
-    shuffle(&mut b, &mut rnd);
-    shuffle(&mut w, &mut rnd);
+    let (ranges, a, b, w) = random_gett_indices(&mut rnd);
     let same = rnd(3) != 0;
-    let mut d = w.clone();
+    let mut d: Vec<char> = w.chars().filter(|&c| c != ',').collect();
     if !same {
         shuffle(&mut d, &mut rnd);
     }
+    let d = d.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
     let ty = if rnd(3) == 0 { "f32" } else { "f64" };
-    let join = |v: &[char]| v.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
-    let (a, b, w, d) = (join(&a), join(&b), join(&w), join(&d));
-    let mut src = String::new();
-    for (x, l) in letters.iter().enumerate() {
-        src += &format!("range R{l} = {}; index {l} : R{l};\n", sizes[x]);
-    }
+    let mut src = ranges;
     src += &format!(
         "input tensor A[{a}] : {ty}; input tensor B[{b}] : {ty};\ninput tensor D[{d}] : {ty}; input tensor E[{w}] : {ty};\n"
     );
@@ -1075,29 +1085,10 @@ fn random_gett_terms_started_from_a_copy_equal_the_interpreter() {
 /// random function (or none), sometimes read by a sum after; f32 or f64.
 fn random_epilogue_program(seed: u64) -> String {
     let mut rnd = crate::tir::testutil::picker(seed, 0x5EED_E710);
-    let letters = ['a', 'b', 'c', 'd', 'e', 'f'];
-    let sizes: Vec<usize> = (0..6).map(|_| 1 + rnd(14)).collect();
-    let shuffle = |v: &mut Vec<char>, rnd: &mut dyn FnMut(usize) -> usize| {
-        for i in (1..v.len()).rev() {
-            v.swap(i, rnd(i + 1));
-        }
-    };
-    // Roles: 0 batch (A, B, S), 1 rows (A, S), 2 columns (B, S), 3 summed (A, B).
-    let roles: Vec<usize> = (0..6).map(|x| if x < 3 { 1 + x % 2 } else { rnd(4) }).collect();
-    let pick =
-        |want: &[usize]| -> Vec<char> { (0..6).filter(|&x| want.contains(&roles[x])).map(|x| letters[x]).collect() };
-    let (mut a, mut b, mut s) = (pick(&[0, 1, 3]), pick(&[0, 2, 3]), pick(&[0, 1, 2]));
-    shuffle(&mut a, &mut rnd);
-    shuffle(&mut b, &mut rnd);
-    shuffle(&mut s, &mut rnd);
+    let (ranges, a, b, s) = random_gett_indices(&mut rnd);
     let ty = if rnd(3) == 0 { "f32" } else { "f64" };
     let f = ["exp", "sigmoid", "relu", "abs", "silu", ""][rnd(6)];
-    let join = |v: &[char]| v.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
-    let (a, b, s) = (join(&a), join(&b), join(&s));
-    let mut src = String::new();
-    for (x, l) in letters.iter().enumerate() {
-        src += &format!("range R{l} = {}; index {l} : R{l};\n", sizes[x]);
-    }
+    let mut src = ranges;
     src += &format!("input tensor A[{a}] : {ty}; input tensor B[{b}] : {ty};\ntensor S[{s}] : {ty};\n");
     let consumer = rnd(2) == 0;
     src += &format!("{} tensor P[{s}] : {ty};\n", if consumer { "" } else { "output" });
