@@ -1886,31 +1886,21 @@ fn check_run_options(
             ));
         }
     }
-    if let Some(v) = std::env::var_os("TCC_GETT_COLUMNS") {
-        if !matches!(v.to_str().map(str::trim), Some("0" | "1")) {
-            return Err(CommandError::new(
-                "E0767",
-                format!("TCC_GETT_COLUMNS={} is neither 0 nor 1", v.to_string_lossy()),
-                Some("set it to 0 for the GETT's former thread split (columns only with fewer row blocks than threads), 1 (the default) for the current one".into()),
-            ));
-        }
-    }
-    if let Some(v) = std::env::var_os("TCC_GETT_EPILOGUE") {
-        if !matches!(v.to_str().map(str::trim), Some("0" | "1")) {
-            return Err(CommandError::new(
-                "E0329",
-                format!("TCC_GETT_EPILOGUE={} is neither 0 nor 1", v.to_string_lossy()),
-                Some("set it to 0 to run maps such as `P = exp(S)` as a pass of their own after the GETT of `S`, 1 (the default) to apply them inside it".into()),
-            ));
-        }
-    }
-    if let Some(v) = std::env::var_os("TCC_GETT_INIT") {
-        if !matches!(v.to_str().map(str::trim), Some("0" | "1")) {
-            return Err(CommandError::new(
-                "E0768",
-                format!("TCC_GETT_INIT={} is neither 0 nor 1", v.to_string_lossy()),
-                Some("set it to 0 to add `V` of `W = V + T·U` in a pass of its own after the GETT, 1 (the default) to start the GETT's output from it".into()),
-            ));
+    // Measuring switches of the CPU back end: `0` or `1`, nothing else.
+    let switches = [
+        ("TCC_GETT_COLUMNS", "E0767", "set it to 0 for the GETT's former thread split (columns only with fewer row blocks than threads), 1 (the default) for the current one"),
+        ("TCC_GETT_EPILOGUE", "E0329", "set it to 0 to run maps such as `P = exp(S)` as a pass of their own after the GETT of `S`, 1 (the default) to apply them inside it"),
+        ("TCC_GETT_INIT", "E0768", "set it to 0 to add `V` of `W = V + T·U` in a pass of its own after the GETT, 1 (the default) to start the GETT's output from it"),
+    ];
+    for (name, code, hint) in switches {
+        if let Some(v) = std::env::var_os(name) {
+            if !matches!(v.to_str().map(str::trim), Some("0" | "1")) {
+                return Err(CommandError::new(
+                    code,
+                    format!("{name}={} is neither 0 nor 1", v.to_string_lossy()),
+                    Some(hint.into()),
+                ));
+            }
         }
     }
     Ok(())

@@ -611,7 +611,8 @@ fn check_disjoint(py: Python<'_>, prog: &str, bufs: &[&Buf], args: &[ArgSpec], n
     let range = |b: &Buf| (b.ptr() as usize, b.ptr() as usize + b.view.len.max(0) as usize);
     for o in n_inputs..bufs.len() {
         let (o0, o1) = range(bufs[o]);
-        for (x, other) in bufs.iter().enumerate().filter(|&(x, _)| x != o && (x < n_inputs || x < o)) {
+        // Every input and every earlier output (inputs come first).
+        for (x, other) in bufs[..o].iter().enumerate() {
             let (x0, x1) = range(other);
             if o0 < x1 && x0 < o1 {
                 return Err(arg_error(
@@ -804,26 +805,24 @@ impl Program {
             keywords.extend(kw.iter());
         }
         let mut given: Vec<Option<Bound<'_, PyAny>>> = vec![None; self.n_inputs];
-        {
-            for (key, value) in keywords {
-                let key = key.downcast::<PyString>()?.to_cow()?;
-                match self.args[..self.n_inputs].iter().position(|a| a.name == *key) {
-                    Some(j) => given[j] = Some(value),
-                    None => {
-                        let why = if self.args[self.n_inputs..].iter().any(|a| a.name == *key) {
-                            "is an output (outputs are returned)"
-                        } else {
-                            "is not an input"
-                        };
-                        return Err(raise(
-                            py,
-                            "ArgumentError",
-                            format!(
-                                "{prog}: unexpected keyword argument `{key}`: it {why}; {prog} takes {}",
-                                self.input_names()
-                            ),
-                        ));
-                    }
+        for (key, value) in keywords {
+            let key = key.downcast::<PyString>()?.to_cow()?;
+            match self.args[..self.n_inputs].iter().position(|a| a.name == *key) {
+                Some(j) => given[j] = Some(value),
+                None => {
+                    let why = if self.args[self.n_inputs..].iter().any(|a| a.name == *key) {
+                        "is an output (outputs are returned)"
+                    } else {
+                        "is not an input"
+                    };
+                    return Err(raise(
+                        py,
+                        "ArgumentError",
+                        format!(
+                            "{prog}: unexpected keyword argument `{key}`: it {why}; {prog} takes {}",
+                            self.input_names()
+                        ),
+                    ));
                 }
             }
         }

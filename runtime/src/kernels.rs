@@ -570,6 +570,7 @@ struct Ptrs<T> {
     init: Option<Init<T>>,
 }
 unsafe impl<T> Send for Ptrs<T> {}
+unsafe impl<T> Sync for Ptrs<T> {}
 
 /// What an overwriting GETT starts C from instead of zero: `beta·D`, `D` laid
 /// out as C (same offsets). `W = V + T·U` is then one pass over `W` (each C tile
@@ -589,7 +590,6 @@ impl<T: Elem> Init<T> {
         Init { d: self.d.offset(off), beta: self.beta }
     }
 }
-unsafe impl<T> Sync for Ptrs<T> {}
 
 /// Applies `epi` to the region `moffs × noffs` of C from `c`: one call per row
 /// or per column, whichever of the two offset lists is a progression (a unit

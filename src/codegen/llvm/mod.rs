@@ -1323,20 +1323,21 @@ impl<'a, 'ctx> Gen<'a, 'ctx> {
                         }
                         // The overwriting GETT first (starting from a same-layout
                         // copy term where there is one), then the other terms add.
-                        Some(k) => match self.gett_init_term(&st, k) {
-                            Some(j) => {
-                                self.gett_from(&st, k, j)?;
-                                let (lo, hi) = (j.min(k), j.max(k));
-                                self.terms_in(&st, 0..lo)?;
-                                self.terms_in(&st, lo + 1..hi)?;
-                                self.terms_in(&st, hi + 1..st.rhs.terms.len())?;
+                        Some(k) => {
+                            let init = self.gett_init_term(&st, k);
+                            match init {
+                                Some(j) => self.gett_from(&st, k, j)?,
+                                None => self.term(&st, k, true)?,
                             }
-                            None => {
-                                self.term(&st, k, true)?;
-                                self.terms_in(&st, 0..k)?;
-                                self.terms_in(&st, k + 1..st.rhs.terms.len())?;
+                            let mut done: Vec<usize> = [Some(k), init].into_iter().flatten().collect();
+                            done.sort_unstable();
+                            let mut start = 0;
+                            for d in done {
+                                self.terms_in(&st, start..d)?;
+                                start = d + 1;
                             }
-                        },
+                            self.terms_in(&st, start..st.rhs.terms.len())?;
+                        }
                         None => self.terms_in(&st, 0..st.rhs.terms.len())?,
                     }
                 }
