@@ -30,13 +30,13 @@ const CUBLAS: Option<GemmKind> = Some(GemmKind::Cublas);
 const TILED: Option<GemmKind> = Some(GemmKind::Tiled);
 /// A tile far smaller than the real ones: small test sizes then span several
 /// blocks, partial tiles and many reduction steps.
-const TINY: TileCfg = TileCfg { bm: 16, bn: 8, bk: 4, tm: 2, tn: 2, mma: false };
+const TINY: TileCfg = TileCfg { bm: 16, bn: 8, bk: 4, tm: 2, tn: 2, mma: false, stages: 2 };
 /// The smallest f64 tensor-core tile: 2 × 2 warps of one 8 × 8 piece each.
-const TINY_MMA: TileCfg = TileCfg { bm: 16, bn: 16, bk: 8, tm: 8, tn: 8, mma: true };
+const TINY_MMA: TileCfg = TileCfg { bm: 16, bn: 16, bk: 8, tm: 8, tn: 8, mma: true, stages: 2 };
 const STAGED: Option<Epilogue> = Some(Epilogue::Staged);
 /// A tile whose staged epilogue takes two passes through the stage (f64: three
 /// accumulator rows, then one).
-const TWO_PASSES: TileCfg = TileCfg { bm: 16, bn: 8, bk: 4, tm: 4, tn: 2, mma: false };
+const TWO_PASSES: TileCfg = TileCfg { bm: 16, bn: 8, bk: 4, tm: 4, tn: 2, mma: false, stages: 2 };
 
 fn all_options() -> Vec<GpuOptions> {
     vec![
@@ -364,7 +364,7 @@ fn triples_take_staged_tensor_core_tiles_by_default() {
         (ts[0].cfg, ts[0].epilogue)
     };
     let (cfg, epi) = chosen("f64", None);
-    assert_eq!((cfg, epi), (TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true }, Epilogue::Staged));
+    assert_eq!((cfg, epi), (TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true, stages: 2 }, Epilogue::Staged));
     let (cfg, epi) = chosen("f64", Some(Epilogue::Direct));
     assert!(!cfg.mma && epi == Epilogue::Direct, "{cfg:?} {epi:?}");
     let (cfg, epi) = chosen("f32", None);
@@ -514,7 +514,7 @@ fn staged_epilogue_stores_vectors_only_where_aligned() {
     };
     for (elem, j, want) in [("f64", 46, 2), ("f64", 45, 1), ("f32", 44, 4), ("f32", 46, 1)] {
         let hir = compile(&einsum_src("ik,kj->ij", &[('i', 37), ('j', j), ('k', 33)], elem));
-        for tile in [None, Some(TINY), Some(TileCfg { bm: 8, bn: 8, bk: 4, tm: 2, tn: 2, mma: false })] {
+        for tile in [None, Some(TINY), Some(TileCfg { bm: 8, bn: 8, bk: 4, tm: 2, tn: 2, mma: false, stages: 2 })] {
             assert_eq!(vec_of(&hir, tile), want, "{elem} j={j} {tile:?}");
         }
     }

@@ -50,7 +50,7 @@ fn check_on(hir: &Hir, opts: &GpuOptions, ins: &HashMap<TensorId, Dense>) -> Res
     compare_outputs(hir, u, &got, &want)
 }
 
-const TINY: TileCfg = TileCfg { bm: 16, bn: 8, bk: 4, tm: 2, tn: 2, mma: false };
+const TINY: TileCfg = TileCfg { bm: 16, bn: 8, bk: 4, tm: 2, tn: 2, mma: false, stages: 2 };
 
 fn options() -> Vec<GpuOptions> {
     vec![

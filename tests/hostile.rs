@@ -157,6 +157,29 @@ fn meaningless_run_options_are_errors() {
     }
 }
 
+/// The GPU tile benchmark switches refuse what they cannot mean: a ring of
+/// fewer than 2 or more than 8 operand buffers, or a count that is no number.
+#[test]
+fn bad_gpu_tile_switches_are_errors() {
+    let m = example("matmul.tc");
+    let out = tempfile::tempdir().unwrap();
+    let build = || {
+        let mut c = tcc();
+        c.args(["build", "--target", "cuda"]).arg(&m).arg("-o").arg(out.path().join("m.ptx"));
+        c
+    };
+    for bad in ["1", "9", "four", ""] {
+        let err = fails_with(build().env("TCC_GPU_STAGES", bad), "E0732");
+        assert!(err.contains("TCC_GPU_STAGES"), "{err}");
+    }
+    for bad in ["64,64,4,32,32,mma,s1", "64,64,4,32,32,mma,s9", "64,64,4,32,32,mma,sx"] {
+        let err = fails_with(build().env("TCC_GPU_TILE", bad), "E0732");
+        assert!(err.contains("TCC_GPU_TILE"), "{err}");
+    }
+    build().env("TCC_GPU_STAGES", "4").assert().success();
+    build().env("TCC_GPU_TILE", "64,64,4,32,32,mma,s4").assert().success();
+}
+
 #[test]
 fn meaningless_plan_model_options_are_errors() {
     let m = example("long_seq.tc");

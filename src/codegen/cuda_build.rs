@@ -37,19 +37,31 @@ pub fn build_ptx(
     streams: usize,
 ) -> Result<String, CommandError> {
     let units = hir.select_units(program)?;
-    // TCC_GPU_TILE=bm,bn,bk,tm,tn[,mma] (benchmarks): one tile shape for every
+    // TCC_GPU_TILE=bm,bn,bk,tm,tn[,mma][,sN] (benchmarks): one tile shape for every
     // tiled kernel; `mma` for f64 tensor cores (tm × tn is then a warp's tile).
     let tile = match std::env::var("TCC_GPU_TILE") {
         Ok(v) => {
             let mut parts: Vec<&str> = v.split(',').map(str::trim).collect();
+            // A trailing `sN`: N operand buffers (N >= 3: filled by cp.async).
+            let stages = match parts.last().and_then(|x| x.strip_prefix('s')) {
+                Some(n) => {
+                    let n = n.parse().ok().filter(|&n| (2..=8).contains(&n));
+                    parts.pop();
+                    match n {
+                        Some(n) => n,
+                        None => return Err(fail("E0732", format!("TCC_GPU_TILE=`{v}`: sN needs 2 <= N <= 8"), None)),
+                    }
+                }
+                None => 2,
+            };
             let mma = parts.last() == Some(&"mma");
             if mma {
                 parts.pop();
             }
             let x: Vec<Option<u64>> = parts.iter().map(|x| x.parse().ok()).collect();
             match x[..] {
-                [Some(bm), Some(bn), Some(bk), Some(tm), Some(tn)] => Some(TileCfg { bm, bn, bk, tm, tn, mma }),
-                _ => return Err(fail("E0732", format!("TCC_GPU_TILE=`{v}` is not bm,bn,bk,tm,tn[,mma]"), None)),
+                [Some(bm), Some(bn), Some(bk), Some(tm), Some(tn)] => Some(TileCfg { bm, bn, bk, tm, tn, mma, stages }),
+                _ => return Err(fail("E0732", format!("TCC_GPU_TILE=`{v}` is not bm,bn,bk,tm,tn[,mma][,sN]"), None)),
             }
         }
         Err(_) => opts.tile,
@@ -87,7 +99,17 @@ pub fn build_ptx(
         Ok(v) => return Err(fail("E0732", format!("TCC_GPU_PLAIN_COPIES=`{v}` is not 1 or 0"), None)),
         Err(_) => opts.plain_copies,
     };
-    let opts = GpuOptions { keep_alternatives: true, tile, in_place, mma, epilogue, plain_copies, ..opts.clone() };
+    // TCC_GPU_STAGES=N (benchmarks): N operand buffers in the tile shapes the
+    // cost model chooses (N >= 3: a ring filled by cp.async).
+    let stages = match std::env::var("TCC_GPU_STAGES") {
+        Ok(v) => match v.parse::<u64>() {
+            Ok(n) if (2..=8).contains(&n) => Some(n),
+            _ => return Err(fail("E0732", format!("TCC_GPU_STAGES=`{v}` is not 2 to 8"), None)),
+        },
+        Err(_) => opts.stages,
+    };
+    let opts =
+        GpuOptions { keep_alternatives: true, tile, in_place, mma, epilogue, plain_copies, stages, ..opts.clone() };
     // A complex program: the plan and PTX of its lowering to real parts (which
     // `tcc-gpu` and `tcc run --target cuda` run), a shim taking complex arrays.
     let complex = crate::sema::complex::has_complex(hir).then(|| crate::tir::complex::lower(hir));

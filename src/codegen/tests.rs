@@ -439,12 +439,15 @@ proptest! {
     fn random_programs_gpu_tiled_equal_the_interpreter(seed in any::<u64>()) {
         use super::nvptx::{GemmKind, GpuOptions, TileCfg};
         let hir = random_program(seed);
-        let tiny = TileCfg { bm: 8, bn: 16, bk: 2, tm: 2, tn: 4, mma: false };
+        // The register double buffer, or a ring of 3 or 5 buffers (more
+        // buffers than steps in some programs).
+        let stages = [2, 3, 5][(seed / 5 % 3) as usize];
+        let tiny = TileCfg { bm: 8, bn: 16, bk: 2, tm: 2, tn: 4, mma: false, stages };
         // Tensor cores (f64): 2 × 2 warps of 8 × 16, and 2 × 1 warps of 8 × 16
         // (block-relative warp origins, fragments, partial tiles).
         let mma = [
-            TileCfg { bm: 16, bn: 32, bk: 8, tm: 8, tn: 16, mma: true },
-            TileCfg { bm: 16, bn: 16, bk: 4, tm: 8, tn: 16, mma: true },
+            TileCfg { bm: 16, bn: 32, bk: 8, tm: 8, tn: 16, mma: true, stages },
+            TileCfg { bm: 16, bn: 16, bk: 4, tm: 8, tn: 16, mma: true, stages },
         ];
         // Every other program stores its C tiles through shared memory.
         let epilogue = (seed / 7 % 2 == 1).then_some(super::nvptx::Epilogue::Staged);
@@ -466,14 +469,15 @@ proptest! {
 }
 
 /// A tile whose staged epilogue takes two unequal passes (f64: 3 + 1 accumulator rows).
-const TWO_PASSES: super::nvptx::TileCfg = super::nvptx::TileCfg { bm: 16, bn: 8, bk: 4, tm: 4, tn: 2, mma: false };
+const TWO_PASSES: super::nvptx::TileCfg =
+    super::nvptx::TileCfg { bm: 16, bn: 8, bk: 4, tm: 4, tn: 2, mma: false, stages: 2 };
 
 /// The staging geometry the property test above relies on: the tiny tiles
 /// stage one accumulator row per pass, `TWO_PASSES` three then one.
 #[test]
 fn staged_epilogue_passes() {
     use super::nvptx::{Elem, TileCfg};
-    let tiny = TileCfg { bm: 8, bn: 16, bk: 2, tm: 2, tn: 4, mma: false };
+    let tiny = TileCfg { bm: 8, bn: 16, bk: 2, tm: 2, tn: 4, mma: false, stages: 2 };
     assert_eq!(tiny.stage(Elem::F64).per_pass, 1);
     let s = TWO_PASSES.stage(Elem::F64);
     assert!(TWO_PASSES.valid(Elem::F64));
@@ -519,7 +523,7 @@ fn random_programs_have_tiled_contractions() {
 #[test]
 fn random_programs_have_tensor_core_contractions() {
     use super::nvptx::{GemmKind, GpuOptions, TileCfg};
-    let tile = TileCfg { bm: 16, bn: 32, bk: 8, tm: 8, tn: 16, mma: true };
+    let tile = TileCfg { bm: 16, bn: 32, bk: 8, tm: 8, tn: 16, mma: true, stages: 2 };
     let opts = GpuOptions { gemm: Some(GemmKind::Tiled), tile: Some(tile), ..GpuOptions::default() };
     let mma: usize = (0..100u64)
         .map(|seed| {

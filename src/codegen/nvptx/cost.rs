@@ -69,12 +69,12 @@ const TILED_COPY: f64 = 0.9;
 /// blocks as fit), measured on the H200 (bench/gpu/results.md). The plain FP64
 /// peak is 33.5 TFLOP/s, FP32 67.
 const MEASURED: [(TileCfg, Elem, u64, f64); 6] = [
-    (TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8, mma: false }, Elem::F64, 246, 16.7e12),
-    (TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8, mma: false }, Elem::F32, 153, 20.2e12),
-    (TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4, mma: false }, Elem::F64, 128, 10.5e12),
-    (TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4, mma: false }, Elem::F32, 113, 24.1e12),
-    (TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4, mma: false }, Elem::F64, 126, 16.6e12),
-    (TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4, mma: false }, Elem::F32, 80, 28.0e12),
+    (TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8, mma: false, stages: 2 }, Elem::F64, 246, 16.7e12),
+    (TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8, mma: false, stages: 2 }, Elem::F32, 153, 20.2e12),
+    (TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4, mma: false, stages: 2 }, Elem::F64, 128, 10.5e12),
+    (TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4, mma: false, stages: 2 }, Elem::F32, 113, 24.1e12),
+    (TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4, mma: false, stages: 2 }, Elem::F64, 126, 16.6e12),
+    (TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4, mma: false, stages: 2 }, Elem::F32, 80, 28.0e12),
 ];
 /// f64 tensor-core tiles (`mma.sync` m8n8k4): (tile shape, registers from
 /// `ptxas -v` for sm_90, FLOP/s). Measured on an H100 (2026-12-05,
@@ -84,9 +84,9 @@ const MEASURED: [(TileCfg, Elem, u64, f64); 6] = [
 /// 16.6 TFLOP/s. Slower than the FMA tiles: the loads, address arithmetic and
 /// stores around the mma.sync bound these kernels, not the multiplications.
 const MEASURED_MMA: [(TileCfg, u64, f64); 3] = [
-    (TileCfg { bm: 128, bn: 128, bk: 8, tm: 64, tn: 32, mma: true }, 222, 11.3e12),
-    (TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true }, 128, 15.3e12),
-    (TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true }, 128, 14.4e12),
+    (TileCfg { bm: 128, bn: 128, bk: 8, tm: 64, tn: 32, mma: true, stages: 2 }, 222, 11.3e12),
+    (TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true, stages: 2 }, 128, 15.3e12),
+    (TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true, stages: 2 }, 128, 14.4e12),
 ];
 /// f64 tensor-core tiles with their C tile staged through shared memory
 /// ([`Epilogue::Staged`], the default for them): (tile shape, FLOP/s of their
@@ -96,8 +96,8 @@ const MEASURED_MMA: [(TileCfg, u64, f64); 3] = [
 /// blocks (2–3 steps) and 64×64×4 5.5–6.2 µs (4–6 steps), 0.87× the time of
 /// 64×64×8. Other tensor-core shapes staged are unmeasured: their direct rate.
 const MEASURED_MMA_STAGED: [(TileCfg, f64); 2] = [
-    (TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true }, 34e12),
-    (TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true }, 28e12),
+    (TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true, stages: 2 }, 34e12),
+    (TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true, stages: 2 }, 28e12),
 ];
 /// What a staged tile's memory traffic costs (H200, 2026-12-06 suite and
 /// sweep): C is written at about 3.1 TB/s (the triples' n⁶ outputs: 64×64×4
@@ -115,6 +115,7 @@ const STAGED_READ_BPS: f64 = 1.0e12;
 const TILE_OVERHEAD_STEPS: f64 = 4.0;
 
 fn measured(e: Elem, cfg: &TileCfg) -> Option<(u64, f64)> {
+    let cfg = &same_shape(cfg);
     MEASURED
         .iter()
         .find(|m| m.0 == *cfg && m.1 == e)
@@ -122,11 +123,18 @@ fn measured(e: Elem, cfg: &TileCfg) -> Option<(u64, f64)> {
         .or_else(|| MEASURED_MMA.iter().find(|m| m.0 == *cfg && e == Elem::F64).map(|m| (m.1, m.2)))
 }
 
+/// The shape with the register double buffer, under which the tables above
+/// were measured: a ring of buffers ([`TileCfg::stages`]) is priced as its shape.
+fn same_shape(cfg: &TileCfg) -> TileCfg {
+    TileCfg { stages: 2, ..*cfg }
+}
+
 /// Tiled kernels on a multiprocessor that holds as many blocks as fit: FLOP/s
 /// of the whole GPU; unmeasured shapes get a guess from shared-memory loads per
 /// FMA, below the measured ones.
 pub fn tiled_rate(e: Elem, cfg: &TileCfg, epi: Epilogue) -> f64 {
-    if let Some(&(_, r)) = MEASURED_MMA_STAGED.iter().find(|m| m.0 == *cfg && e == Elem::F64 && epi == Epilogue::Staged)
+    if let Some(&(_, r)) =
+        MEASURED_MMA_STAGED.iter().find(|m| m.0 == same_shape(cfg) && e == Elem::F64 && epi == Epilogue::Staged)
     {
         return r;
     }

@@ -557,6 +557,10 @@ pub struct GpuOptions {
     /// Permuting copies one thread per element, without the shared-memory tile
     /// of [`Transpose`] (`TCC_GPU_PLAIN_COPIES=1`: to measure what the tile gains).
     pub plain_copies: bool,
+    /// Operand buffers of the tile shapes the cost model chooses
+    /// ([`TileCfg::stages`]; `TCC_GPU_STAGES`), where they fit in shared memory;
+    /// `None`: the shape's own.
+    pub stages: Option<u64>,
 }
 
 pub const DEFAULT_GPU_MEM_LIMIT: u64 = 16 << 30;

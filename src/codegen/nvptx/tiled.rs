@@ -55,6 +55,21 @@ pub struct TileCfg {
     /// f64 tensor cores (DMMA); `tm × tn` is then a warp's tile.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mma: bool,
+    /// Shared buffers of the operand tiles. 2: each thread holds the next
+    /// step's loads in registers while the block multiplies (one step of
+    /// latency hidden). `s >= 3`: a ring filled by `cp.async` (global to shared
+    /// without registers), `s - 1` steps in flight, for reductions of many
+    /// short steps whose load latency the one step does not cover.
+    #[serde(default = "two_u64", skip_serializing_if = "is_two_u64")]
+    pub stages: u64,
+}
+
+fn two_u64() -> u64 {
+    2
+}
+
+fn is_two_u64(x: &u64) -> bool {
+    *x == 2
 }
 
 /// Shape of one `mma.sync.m8n8k4` f64 instruction: `M × N` outputs, `K` summed.
@@ -76,12 +91,12 @@ impl TileCfg {
     /// The shapes the planner chooses from (by predicted time, [`cost`]); the
     /// tensor-core shapes are valid for f64 only.
     pub const CANDIDATES: [TileCfg; 6] = [
-        TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8, mma: false },
-        TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4, mma: false },
-        TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4, mma: false },
-        TileCfg { bm: 128, bn: 128, bk: 8, tm: 64, tn: 32, mma: true },
-        TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true },
-        TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true },
+        TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8, mma: false, stages: 2 },
+        TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4, mma: false, stages: 2 },
+        TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4, mma: false, stages: 2 },
+        TileCfg { bm: 128, bn: 128, bk: 8, tm: 64, tn: 32, mma: true, stages: 2 },
+        TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true, stages: 2 },
+        TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true, stages: 2 },
     ];
     pub fn threads(&self) -> u64 {
         let tiles = (self.bm / self.tm) * (self.bn / self.tn);
@@ -113,6 +128,7 @@ impl TileCfg {
             && (self.bm * self.bk).is_multiple_of(nt)
             && (self.bn * self.bk).is_multiple_of(nt)
             && self.per_thread() <= 256
+            && (2..=8).contains(&self.stages)
             && self.shared_bytes(e) <= 48 << 10
             && (!self.mma
                 || (e == Elem::F64
@@ -133,15 +149,15 @@ impl TileCfg {
     pub fn shared_bytes(&self, e: Elem) -> u64 {
         self.operand_elems(e) * e.bytes() as u64
     }
-    /// Elements of the two double-buffered operand tiles in the block's one
-    /// shared array: A's at 0, B's from [`TileCfg::b_offset`].
+    /// Elements of the operand tiles' [`TileCfg::stages`] buffers in the
+    /// block's one shared array: A's at 0, B's from [`TileCfg::b_offset`].
     fn operand_elems(&self, e: Elem) -> u64 {
-        self.b_offset(e) + 2 * self.bk * (self.bn + self.pad(e))
+        self.b_offset(e) + self.stages * self.bk * (self.bn + self.pad(e))
     }
     /// Where B's tiles start: after A's, rounded up to 16 bytes.
     fn b_offset(&self, e: Elem) -> u64 {
         let q = 16 / e.bytes() as u64;
-        (2 * self.bk * (self.bm + self.pad(e))).div_ceil(q) * q
+        (self.stages * self.bk * (self.bm + self.pad(e))).div_ceil(q) * q
     }
     /// Accumulator rows per thread and columns per accumulator row
     /// ([`Gen::thread_outputs`]).
@@ -399,7 +415,10 @@ impl Planner<'_> {
                     .min_by(|x, y| x.1.total_cmp(&y.1))
                     .map(|x| x.0);
                 match best {
-                    Some(x) => x,
+                    Some(x) => match self.opts.stages {
+                        Some(stages) if TileCfg { stages, ..x }.valid(elem) => TileCfg { stages, ..x },
+                        _ => x,
+                    },
                     None => return false,
                 }
             }
@@ -516,6 +535,64 @@ impl<'ctx> Gen<'_, 'ctx> {
             self.b.build_call(f, &[], "")?;
         }
         Ok(())
+    }
+
+    /// Inline PTX `text` with operands `args` (constraints `cons`), a side
+    /// effect on memory as far as LLVM knows, so that it stays where it is.
+    fn asm_call(
+        &self,
+        text: String,
+        cons: &str,
+        args: &[inkwell::values::BasicValueEnum<'ctx>],
+    ) -> Result<(), CodegenError> {
+        let tys: Vec<inkwell::types::BasicMetadataTypeEnum> = args.iter().map(|a| a.get_type().into()).collect();
+        let args: Vec<inkwell::values::BasicMetadataValueEnum> = args.iter().map(|&a| a.into()).collect();
+        let fty = self.ctx.void_type().fn_type(&tys, false);
+        let cons = if cons.is_empty() { "~{memory}".to_string() } else { format!("{cons},~{{memory}}") };
+        let asm = self.ctx.create_inline_asm(fty, text, cons, true, false, None, false);
+        let callee = inkwell::values::CallableValue::try_from(asm)
+            .map_err(|_| err("internal: inline asm is not callable".to_string()))?;
+        self.b.build_call(callee, &args, "")?;
+        Ok(())
+    }
+
+    /// `cp.async` (sm_80+) of one element of `bytes` (4 or 8) from global
+    /// `src` to shared `dst`, without a register; where `ok` is false nothing
+    /// is read and the element becomes 0 (source size 0).
+    fn cp_async(
+        &self,
+        dst: PointerValue<'ctx>,
+        src: PointerValue<'ctx>,
+        ok: IntValue<'ctx>,
+        bytes: u64,
+    ) -> Result<(), CodegenError> {
+        let (i64t, i32t) = (self.ctx.i64_type(), self.ctx.i32_type());
+        let d = self.b.build_ptr_to_int(dst, i64t, "d")?;
+        let s = self.b.build_ptr_to_int(src, i64t, "s")?;
+        let n = self.b.build_select(ok, i32t.const_int(bytes, false), i32t.const_zero(), "n")?;
+        self.asm_call(
+            format!("cp.async.ca.shared.global [$0], [$1], {bytes}, $2;"),
+            "l,l,r",
+            &[d.into(), s.into(), n.into()],
+        )
+    }
+
+    /// Ends this thread's group of `cp.async` copies (device; nothing on the host,
+    /// whose fills are plain stores).
+    fn cp_async_commit(&self) -> Result<(), CodegenError> {
+        match self.mode {
+            Mode::Device => self.asm_call("cp.async.commit_group;".into(), "", &[]),
+            Mode::Host => Ok(()),
+        }
+    }
+
+    /// Waits until at most `pending` of this thread's latest copy groups are
+    /// still in flight (device; nothing on the host).
+    fn cp_async_wait(&self, pending: u64) -> Result<(), CodegenError> {
+        match self.mode {
+            Mode::Device => self.asm_call(format!("cp.async.wait_group {pending};"), "", &[]),
+            Mode::Host => Ok(()),
+        }
     }
 
     /// The block-relative rows and columns of C this thread accumulates;
@@ -794,16 +871,17 @@ impl<'ctx> Gen<'_, 'ctx> {
         // length that bk divides (no carry out of it within a step).
         let k_incremental = t.k.len() <= 1 || t.k.last().is_some_and(|d| d.size.is_multiple_of(cfg.bk));
 
-        // Loads this thread's share of the A and B tiles of the step at `k0`
-        // (0 outside the sizes): (shared index, value) pairs.
-        let load = |g: &mut Self,
-                    tid: IntValue<'ctx>,
-                    k0: IntValue<'ctx>|
-         -> Result<Vec<(IntValue<'ctx>, FloatValue<'ctx>)>, CodegenError> {
+        // This thread's share of the A and B tiles of the step at `k0`, slot by
+        // slot: (shared index within a buffer, element address, inside the sizes).
+        // Outside the sizes the address is the operand's first element.
+        let addrs = |g: &mut Self,
+                     tid: IntValue<'ctx>,
+                     k0: IntValue<'ctx>|
+         -> Result<Vec<(IntValue<'ctx>, PointerValue<'ctx>, IntValue<'ctx>)>, CodegenError> {
             let mut out = Vec::new();
             let kb = g.group_offsets(&t.k, k0)?;
             let mut slot = 0;
-            for &(is_a, slots, rows, row0, rows_tot, kfast, base, src, op, _, ld) in &sides {
+            for &(is_a, slots, rows, row0, rows_tot, kfast, base, src, _, _, ld) in &sides {
                 let which = if is_a { 1 } else { 2 };
                 for j in 0..slots {
                     let (r, c) = rc(g, tid, j, rows, kfast)?;
@@ -822,22 +900,58 @@ impl<'ctx> Gen<'_, 'ctx> {
                     let off = g.b.build_select(ok, off, g.i64c(0), "off")?.into_int_value();
                     // SAFETY: a valid offset, or 0 (the operand's first element).
                     let p = unsafe { g.b.build_in_bounds_gep(src, &[off], "p")? };
-                    let v = g.load_as(p, op.elem, ct)?;
-                    let v = g.apply_operand_func(op, v)?;
-                    let v = g.b.build_select(ok, v, zero, "v")?.into_float_value();
                     let si = g.b.build_int_add(g.b.build_int_mul(c, g.i64c(ld), "s")?, r, "si")?;
                     let si = if is_a { si } else { g.b.build_int_add(si, g.i64c(b_off), "sb")? };
-                    out.push((si, v));
+                    out.push((si, p, ok));
                 }
             }
             Ok(out)
         };
+        // Slot `s`'s operand, and its value at `p` in the arithmetic type (0 where not `ok`).
+        let op_of = |s: usize| if (s as u64) < slots_a { &k.ops[0] } else { &k.ops[1] };
+        let value = |g: &mut Self, s: usize, p: PointerValue<'ctx>, ok: IntValue<'ctx>| {
+            let v = g.load_as(p, op_of(s).elem, ct)?;
+            let v = g.apply_operand_func(op_of(s), v)?;
+            Ok::<_, CodegenError>(g.b.build_select(ok, v, zero, "v")?.into_float_value())
+        };
+        // Loads this thread's share of the tiles of the step at `k0` into
+        // registers: (shared index, value) pairs.
+        let load = |g: &mut Self,
+                    tid: IntValue<'ctx>,
+                    k0: IntValue<'ctx>|
+         -> Result<Vec<(IntValue<'ctx>, FloatValue<'ctx>)>, CodegenError> {
+            let mut out = Vec::new();
+            for (s, (si, p, ok)) in addrs(g, tid, k0)?.into_iter().enumerate() {
+                out.push((si, value(g, s, p, ok)?));
+            }
+            Ok(out)
+        };
+        // Shared index of slot `s`'s element `si` in buffer `buf`.
+        let in_buf = |g: &Self, s: usize, si: IntValue<'ctx>, buf: IntValue<'ctx>| {
+            let len = if (s as u64) < slots_a { a_len } else { b_len };
+            g.b.build_int_add(g.b.build_int_mul(buf, g.i64c(len), "bo")?, si, "i")
+        };
         // Into buffer `buf` of the shared array (A's and B's indices apart).
         let store = |g: &Self, vals: &[(IntValue<'ctx>, FloatValue<'ctx>)], buf: IntValue<'ctx>| {
             for (s, &(si, v)) in vals.iter().enumerate() {
-                let len = if (s as u64) < slots_a { a_len } else { b_len };
-                let i = g.b.build_int_add(g.b.build_int_mul(buf, g.i64c(len), "bo")?, si, "i")?;
-                g.b.build_store(g.at(sh, i)?, v)?;
+                g.b.build_store(g.at(sh, in_buf(g, s, si, buf)?)?, v)?;
+            }
+            Ok::<_, CodegenError>(())
+        };
+        // The ring ([`TileCfg::stages`] >= 3): this thread's share of the step
+        // at `k0` straight into buffer `buf`. On the device an operand read as
+        // it is stored (no conversion, no function) goes by `cp.async`, 0 where
+        // outside the sizes (source size 0); others, and the host, load and store.
+        let fill = |g: &mut Self, tid: IntValue<'ctx>, k0: IntValue<'ctx>, buf: IntValue<'ctx>| {
+            for (s, (si, p, ok)) in addrs(g, tid, k0)?.into_iter().enumerate() {
+                let dst = g.at(sh, in_buf(g, s, si, buf)?)?;
+                let op = op_of(s);
+                if g.mode == Mode::Device && op.elem == k.elem && op.func.is_none() {
+                    g.cp_async(dst, p, ok, k.elem.bytes() as u64)?;
+                } else {
+                    let v = value(g, s, p, ok)?;
+                    g.b.build_store(dst, v)?;
+                }
             }
             Ok::<_, CodegenError>(())
         };
@@ -849,8 +963,12 @@ impl<'ctx> Gen<'_, 'ctx> {
             ))
         };
 
+        // With a ring of cp.async buffers instead of the register double buffer.
+        let ring = cfg.stages >= 3;
+        let steps = k_tot.div_ceil(cfg.bk);
         // Accumulators to 0, the loads' row offsets, the staged epilogue's
-        // offset tables, the first step's tiles into buffer 0.
+        // offset tables, the first step's tiles into buffer 0 (the ring: the
+        // first stages - 1 steps' tiles into buffers 0, 1, ...).
         self.per_thread(tid, nt, &mut |g, tid| {
             for e in 0..per {
                 g.b.build_store(acc_at(g, tid, e)?, zero)?;
@@ -882,18 +1000,50 @@ impl<'ctx> Gen<'_, 'ctx> {
                     })?;
                 }
             }
-            let vals = load(g, tid, g.i64c(0))?;
-            store(g, &vals, g.i64c(0))
+            if ring {
+                // Steps 0 .. stages - 1 in flight, one copy group each (empty
+                // past the last step, so that the waits below count right).
+                for s in 0..cfg.stages - 1 {
+                    if s < steps {
+                        fill(g, tid, g.i64c(s * cfg.bk), g.i64c(s))?;
+                    }
+                    g.cp_async_commit()?;
+                }
+                Ok(())
+            } else {
+                let vals = load(g, tid, g.i64c(0))?;
+                store(g, &vals, g.i64c(0))
+            }
         })?;
         self.barrier()?;
-        let steps = k_tot.div_ceil(cfg.bk);
         let fmuladd = self.intrinsic("llvm.fmuladd", &[ct.into()])?;
         self.for_range(self.i64c(0), self.i64c(steps), &mut |g, kt| {
-            let cur = g.b.build_and(kt, g.i64c(1), "cur")?;
-            let next = g.b.build_xor(cur, g.i64c(1), "next")?;
+            let (cur, next) = if ring {
+                // Step kt's group has landed (this thread's copies), and after
+                // the barrier everyone's; every thread is also done with step
+                // kt - 1, whose buffer the fill below takes.
+                g.cp_async_wait(cfg.stages - 2)?;
+                g.barrier()?;
+                let cur = g.b.build_int_unsigned_rem(kt, g.i64c(cfg.stages), "cur")?;
+                (cur, cur)
+            } else {
+                let cur = g.b.build_and(kt, g.i64c(1), "cur")?;
+                (cur, g.b.build_xor(cur, g.i64c(1), "next")?)
+            };
             let k1 = g.b.build_int_mul(g.b.build_int_add(kt, g.i64c(1), "kt1")?, g.i64c(cfg.bk), "k1")?;
             g.per_thread(tid, nt, &mut |g, tid| {
-                let vals = load(g, tid, k1)?;
+                let vals = if ring {
+                    let ahead = g.b.build_int_add(kt, g.i64c(cfg.stages - 1), "ahead")?;
+                    let more = g.b.build_int_compare(IntPredicate::ULT, ahead, g.i64c(steps), "more")?;
+                    g.if_then(more, true, &mut |g| {
+                        let buf = g.b.build_int_unsigned_rem(ahead, g.i64c(cfg.stages), "buf")?;
+                        fill(g, tid, g.b.build_int_mul(ahead, g.i64c(cfg.bk), "k0")?, buf)
+                    })?;
+                    g.cp_async_commit()?;
+                    Vec::new()
+                } else {
+                    load(g, tid, k1)?
+                };
                 let mut accs = Vec::with_capacity(per as usize);
                 for e in 0..per {
                     accs.push(g.b.build_load(acc_at(g, tid, e)?, "acc")?.into_float_value());
@@ -931,8 +1081,19 @@ impl<'ctx> Gen<'_, 'ctx> {
                 }
                 store(g, &vals, next)
             })?;
-            g.barrier()
+            if ring {
+                Ok(())
+            } else {
+                g.barrier()
+            }
         })?;
+        if ring {
+            // No copy is left in flight (the last fills were waited for), and
+            // every thread is done with the last buffer before a staged
+            // epilogue reuses the space.
+            self.cp_async_wait(0)?;
+            self.barrier()?;
+        }
 
         // C += coef · acc inside the sizes.
         let done = self.ctx.append_basic_block(f, "done");
