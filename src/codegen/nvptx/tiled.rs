@@ -573,7 +573,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         self.asm_call(
             format!("cp.async.ca.shared.global [$0], [$1], {bytes}, $2;"),
             "l,l,r",
-            &[d.into(), s.into(), n.into()],
+            &[d.into(), s.into(), n],
         )
     }
 
