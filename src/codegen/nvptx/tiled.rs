@@ -570,11 +570,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         let d = self.b.build_ptr_to_int(dst, i64t, "d")?;
         let s = self.b.build_ptr_to_int(src, i64t, "s")?;
         let n = self.b.build_select(ok, i32t.const_int(bytes, false), i32t.const_zero(), "n")?;
-        self.asm_call(
-            format!("cp.async.ca.shared.global [$0], [$1], {bytes}, $2;"),
-            "l,l,r",
-            &[d.into(), s.into(), n],
-        )
+        self.asm_call(format!("cp.async.ca.shared.global [$0], [$1], {bytes}, $2;"), "l,l,r", &[d.into(), s.into(), n])
     }
 
     /// Ends this thread's group of `cp.async` copies (device; nothing on the host,
