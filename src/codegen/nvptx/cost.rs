@@ -31,6 +31,8 @@ pub const CUBLAS_TF32: f64 = 300e12;
 pub const CUBLAS_HALF: f64 = 650e12;
 /// cuBLAS's output tile, for tile and wave quantization.
 const CUBLAS_TILE: u64 = 128;
+/// Reductions at least this long let a short side have a narrower tile.
+const NARROW_TILE_K: u64 = 128;
 /// Reduction length at which a GEMM reaches half its peak rate (prologue and
 /// epilogue of every tile).
 const K_HALF: f64 = 32.0;
@@ -225,10 +227,17 @@ fn gemm_rate_time(elem: Elem, tf32: bool, [m, n, k, nb]: [u64; 4], beta: f64) ->
         Elem::F32 if tf32 => CUBLAS_TF32,
         Elem::F32 | Elem::Bf16 | Elem::F16 => CUBLAS_F32,
     };
-    let t = CUBLAS_TILE;
-    let tiles = m.div_ceil(t) * n.div_ceil(t) * nb;
+    // With a long reduction a side shorter than the tile gets a narrower one
+    // (cuBLAS's kernels for skinny products): `abcde,bdf->acef`, n = 24,
+    // k = 576, took 0.055 ms against the 128-wide model's 0.092 (H200,
+    // 2026-12-06 23:45). Short reductions keep the wide tile: `ki,abkj->abij`
+    // (m = k = 32) ran at a third of HBM bandwidth (0.22–0.29 ms), as that
+    // model has it.
+    let side = |x: u64| if k >= NARROW_TILE_K { CUBLAS_TILE.min(x.next_power_of_two().max(32)) } else { CUBLAS_TILE };
+    let (tm, tn) = (side(m), side(n));
+    let tiles = m.div_ceil(tm) * n.div_ceil(tn) * nb;
     let waves = tiles.div_ceil(SMS);
-    let padded = 2.0 * (waves * SMS * t * t) as f64 * k as f64;
+    let padded = 2.0 * (waves * SMS * tm * tn) as f64 * k as f64;
     let k_eff = k as f64 / (k as f64 + K_HALF);
     CUBLAS_CALL_S + LAUNCH_S + (padded / (peak * k_eff)).max(bytes / (CUBLAS_MEM_EFF * HBM_BPS))
 }
