@@ -668,6 +668,42 @@ fn stream_schedules_keep_conflicting_steps_in_order() {
     }
 }
 
+/// PTX of a ring of operand buffers (`TileCfg::stages` >= 3): f64 and f32
+/// operands copied by `cp.async` of their own size, a commit after every
+/// step and a wait for all but `stages - 2` groups; 16-bit operands, which
+/// widen to f32 on the way, and operands under a function are loaded and
+/// stored as before; the double buffer makes no copies.
+#[test]
+fn ring_ptx_copies_what_it_can_by_cp_async() {
+    let ring = |stages| TileCfg { bm: 64, bn: 64, bk: 8, tm: 8, tn: 8, mma: false, stages };
+    let kernel = |src: &str, stages| {
+        let hir = compile(src);
+        let o = GpuOptions { gemm: TILED, tile: Some(ring(stages)), ..Default::default() };
+        let p = plan(&hir, &[UnitId::new(0)], &o).unwrap();
+        let ptx = emit_ptx(&p).unwrap();
+        let k = p.kernels.iter().find(|k| k.tiled.is_some()).expect("a tiled kernel");
+        let at = ptx.find(&format!(".visible .entry {}(", k.name)).unwrap();
+        let end = ptx[at..].find("\n}").unwrap();
+        ptx[at..at + end].to_string()
+    };
+    let sizes = [('i', 100), ('j', 70), ('k', 50)];
+    for (elem, bytes) in [("f64", 8), ("f32", 4)] {
+        let src = einsum_src("ik,kj->ij", &sizes, elem);
+        let k = kernel(&src, 4);
+        assert!(k.contains(&format!("cp.async.ca.shared.global [%rd")), "{elem}:\n{k}");
+        assert!(k.contains(&format!("], {bytes}, %r")), "{elem}: copies of {bytes} bytes:\n{k}");
+        assert!(k.contains("cp.async.commit_group;") && k.contains("cp.async.wait_group 2;"), "{elem}:\n{k}");
+        assert!(k.contains("cp.async.wait_group 0;"), "{elem}: nothing left in flight:\n{k}");
+        assert!(!kernel(&src, 2).contains("cp.async"), "{elem}: the double buffer");
+    }
+    let half = einsum_src("ik,kj->ij", &sizes, "bf16");
+    assert!(!kernel(&half, 4).contains("cp.async.ca"), "bf16 widens on the way");
+    let func = "range RI = 100; range RJ = 70; range RK = 50; index i : RI; index j : RJ; index k : RK;\n\
+        input tensor A[i,k] : f64; input tensor B[k,j] : f64; output tensor C[i,j] : f64;\n\
+        C[i,j] = exp(A[i,k]) * exp(B[k,j]);\n";
+    assert!(!kernel(func, 4).contains("cp.async.ca"), "exp applies on the way");
+}
+
 /// PTX of the staged epilogue: more barriers than the direct one (two per
 /// pass through the stage) and 16-byte global stores (`st.global.v2.f64`,
 /// `st.global.v4.f32`), which the direct epilogue never makes.

@@ -942,7 +942,10 @@ impl<'ctx> Gen<'_, 'ctx> {
             for (s, (si, p, ok)) in addrs(g, tid, k0)?.into_iter().enumerate() {
                 let dst = g.at(sh, in_buf(g, s, si, buf)?)?;
                 let op = op_of(s);
-                if g.mode == Mode::Device && op.elem == k.elem && op.func.is_none() {
+                // Only f64/f32 are stored as they are computed (16-bit
+                // operands widen to f32, and cp.async moves 4 bytes or more).
+                let raw = op.elem == k.elem && matches!(k.elem, Elem::F64 | Elem::F32) && op.func.is_none();
+                if g.mode == Mode::Device && raw {
                     g.cp_async(dst, p, ok, k.elem.bytes() as u64)?;
                 } else {
                     let v = value(g, s, p, ok)?;
