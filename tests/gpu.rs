@@ -690,7 +690,7 @@ fn ring_ptx_copies_what_it_can_by_cp_async() {
     for (elem, bytes) in [("f64", 8), ("f32", 4)] {
         let src = einsum_src("ik,kj->ij", &sizes, elem);
         let k = kernel(&src, 4);
-        assert!(k.contains(&format!("cp.async.ca.shared.global [%rd")), "{elem}:\n{k}");
+        assert!(k.contains("cp.async.ca.shared.global [%rd"), "{elem}:\n{k}");
         assert!(k.contains(&format!("], {bytes}, %r")), "{elem}: copies of {bytes} bytes:\n{k}");
         assert!(k.contains("cp.async.commit_group;") && k.contains("cp.async.wait_group 2;"), "{elem}:\n{k}");
         assert!(k.contains("cp.async.wait_group 0;"), "{elem}: nothing left in flight:\n{k}");
