@@ -158,7 +158,8 @@ fn meaningless_run_options_are_errors() {
 }
 
 /// The GPU tile benchmark switches refuse what they cannot mean: a ring of
-/// fewer than 2 or more than 8 operand buffers, or a count that is no number.
+/// fewer than 2 or more than 8 operand buffers, a count that is no number, or
+/// a count for every shape beside one forced shape.
 #[test]
 fn bad_gpu_tile_switches_are_errors() {
     let m = example("matmul.tc");
@@ -176,6 +177,9 @@ fn bad_gpu_tile_switches_are_errors() {
         let err = fails_with(build().env("TCC_GPU_TILE", bad), "E0732");
         assert!(err.contains("TCC_GPU_TILE"), "{err}");
     }
+    // Beside a forced tile shape it would change nothing: refused, not ignored.
+    let err = fails_with(build().env("TCC_GPU_STAGES", "4").env("TCC_GPU_TILE", "64,64,4,32,32,mma"), "E0732");
+    assert!(err.contains("TCC_GPU_STAGES") && err.contains(",sN"), "{err}");
     build().env("TCC_GPU_STAGES", "4").assert().success();
     build().env("TCC_GPU_TILE", "64,64,4,32,32,mma,s4").assert().success();
 }

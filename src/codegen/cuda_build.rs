@@ -45,7 +45,7 @@ pub fn build_ptx(
             // A trailing `sN`: N operand buffers (N >= 3: filled by cp.async).
             let stages = match parts.last().and_then(|x| x.strip_prefix('s')) {
                 Some(n) => {
-                    let n = n.parse().ok().filter(|&n| (2..=8).contains(&n));
+                    let n = n.parse().ok().filter(|n| TileCfg::STAGES.contains(n));
                     parts.pop();
                     match n {
                         Some(n) => n,
@@ -101,9 +101,14 @@ pub fn build_ptx(
     };
     // TCC_GPU_STAGES=N (benchmarks): N operand buffers in the tile shapes the
     // cost model chooses (N >= 3: a ring filled by cp.async).
+    // A forced tile shape carries its own count (`,sN`), which this would not change.
     let stages = match std::env::var("TCC_GPU_STAGES") {
+        Ok(v) if tile.is_some() => {
+            let hint = "give the tile shape its buffers instead: TCC_GPU_TILE=...,sN";
+            return Err(fail("E0732", format!("TCC_GPU_STAGES=`{v}` beside a forced tile shape; {hint}"), None));
+        }
         Ok(v) => match v.parse::<u64>() {
-            Ok(n) if (2..=8).contains(&n) => Some(n),
+            Ok(n) if TileCfg::STAGES.contains(&n) => Some(n),
             _ => return Err(fail("E0732", format!("TCC_GPU_STAGES=`{v}` is not 2 to 8"), None)),
         },
         Err(_) => opts.stages,

@@ -98,6 +98,8 @@ impl TileCfg {
         TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true, stages: 2 },
         TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true, stages: 2 },
     ];
+    /// The operand buffer counts a shape may have ([`TileCfg::stages`]).
+    pub const STAGES: std::ops::RangeInclusive<u64> = 2..=8;
     pub fn threads(&self) -> u64 {
         let tiles = (self.bm / self.tm) * (self.bn / self.tn);
         if self.mma {
@@ -128,7 +130,7 @@ impl TileCfg {
             && (self.bm * self.bk).is_multiple_of(nt)
             && (self.bn * self.bk).is_multiple_of(nt)
             && self.per_thread() <= 256
-            && (2..=8).contains(&self.stages)
+            && Self::STAGES.contains(&self.stages)
             && self.shared_bytes(e) <= 48 << 10
             && (!self.mma
                 || (e == Elem::F64
@@ -844,11 +846,10 @@ impl<'ctx> Gen<'_, 'ctx> {
 
         // The loads of one operand: (is A, its slots, rows per tile, first row,
         // rows in all, k fast, batch offset, pointer, operand, row group, row length).
-        type Side<'s, 'c> =
-            (bool, u64, u64, IntValue<'c>, u64, bool, IntValue<'c>, PointerValue<'c>, &'s KOperand, &'s [Dim], u64);
+        type Side<'s, 'c> = (bool, u64, u64, IntValue<'c>, u64, bool, IntValue<'c>, PointerValue<'c>, &'s [Dim], u64);
         let sides: [Side; 2] = [
-            (true, slots_a, cfg.bm, m0, m_tot, t.a_kfast, off_a, pa, &k.ops[0], &t.m, lda),
-            (false, slots_b, cfg.bn, n0, n_tot, t.b_kfast, off_b, pb, &k.ops[1], &t.n, ldb),
+            (true, slots_a, cfg.bm, m0, m_tot, t.a_kfast, off_a, pa, &t.m, lda),
+            (false, slots_b, cfg.bn, n0, n_tot, t.b_kfast, off_b, pb, &t.n, ldb),
         ];
         // Slot `j` of a thread: element `tid + j·nt` of the tile, as (row, k).
         let rc = |g: &Self, tid: IntValue<'ctx>, j: u64, rows: u64, kfast: bool| {
@@ -877,7 +878,7 @@ impl<'ctx> Gen<'_, 'ctx> {
             let mut out = Vec::new();
             let kb = g.group_offsets(&t.k, k0)?;
             let mut slot = 0;
-            for &(is_a, slots, rows, row0, rows_tot, kfast, base, src, _, _, ld) in &sides {
+            for &(is_a, slots, rows, row0, rows_tot, kfast, base, src, _, ld) in &sides {
                 let which = if is_a { 1 } else { 2 };
                 for j in 0..slots {
                     let (r, c) = rc(g, tid, j, rows, kfast)?;
@@ -973,7 +974,7 @@ impl<'ctx> Gen<'_, 'ctx> {
                 g.b.build_store(acc_at(g, tid, e)?, zero)?;
             }
             let mut slot = 0;
-            for &(is_a, slots, rows, row0, _, kfast, _, _, _, group, _) in &sides {
+            for &(is_a, slots, rows, row0, _, kfast, _, _, group, _) in &sides {
                 for j in 0..slots {
                     let (r, _) = rc(g, tid, j, rows, kfast)?;
                     let row = g.b.build_int_add(row0, r, "row")?;
