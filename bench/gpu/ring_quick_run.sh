@@ -16,7 +16,7 @@ for d in checks/0 checks/2; do
 done
 for c in 5 11 4 24 27 23; do
   line="cc$c | auto $(timeout 20 ./tcc-gpu cc/cc$c.tc --repeat 5 2>&1 | ms)"
-  for d in t0 t2 t3 t4 t5; do [ -f $d/cc$c.tc ] && line="$line | $(cat $d/shape) $(timeout 20 ./tcc-gpu $d/cc$c.tc --repeat 5 --gpu-gemm tiled 2>&1 | ms)"; done
+  for d in t0 t2 t3 t4 t5 t8 t9; do [ -f $d/cc$c.tc ] && line="$line | $(cat $d/shape) $(timeout 20 ./tcc-gpu $d/cc$c.tc --repeat 5 --gpu-gemm tiled 2>&1 | ms)"; done
   echo "$line"
   [ $SECONDS -gt 130 ] && break
 done
