@@ -38,6 +38,6 @@ for s in $CHECKS; do
   done
   k=$((k + 1))
 done
-cp target/release/tcc-gpu bench/gpu/ring_device_run.sh bench/gpu/ring_quick_run.sh bench/gpu/cc_suite.py bench/gpu/cc_device_run.sh bench/gpu/cuda_env.sh "$DEST/"
+cp target/release/tcc-gpu bench/gpu/ring_device_run.sh bench/gpu/ring_quick_run.sh bench/gpu/ring_call.sh bench/gpu/cc_suite.py bench/gpu/cc_device_run.sh bench/gpu/cuda_env.sh "$DEST/"
 tar cf - -C "$(dirname "$DEST")" "$(basename "$DEST")" | xz -T2 -3 > "$DEST.tar.xz"
 du -sh "$DEST.tar.xz"
