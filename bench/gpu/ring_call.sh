@@ -12,7 +12,7 @@ cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/ringcall}; mkdir -p "$OUT"
 bash ring_quick_run.sh 2>&1 | tee "$OUT/quick.txt"
 mv cc cc_s2 && mv cc_ring cc
-STAGES=2 REPEAT=5 SUITE_TIMEOUT=${SUITE_TIMEOUT:-210} OUT=$OUT/s bash cc_device_run.sh > /dev/null 2>&1
+STAGES=2 REPEAT=5 SUITE_TIMEOUT=${SUITE_TIMEOUT:-240} OUT=$OUT/s bash cc_device_run.sh > /dev/null 2>&1
 mv cc cc_ring && mv cc_s2 cc
 grep -E "^- " "$OUT/s/cc_results.md" | head -8
 DEADLINE=${DEADLINE:-130} NCU_BEFORE=${NCU_BEFORE:-150} REPEAT=${REPEAT:-10} OUT=$OUT bash ring_device_run.sh > /dev/null 2>&1
