@@ -12,9 +12,9 @@
 set -e
 TCC=${TCC:-target/release/tcc}
 DEST=${1:-target/ring19}
-SHAPES=${SHAPES:-"64,64,4,32,32,mma 64,64,4,32,32,mma,s3 64,64,4,32,32,mma,s4 64,64,4,32,32,mma,s6 64,64,8,32,32,mma,s4 32,80,8,16,40,mma,s4 64,80,8,32,40,mma,s4 128,64,8,64,32,mma,s3 64,64,12,32,32,mma 64,64,12,32,32,mma,s3"}
+SHAPES=${SHAPES:-"64,64,4,32,32,mma 64,64,4,32,32,mma,s3 64,64,4,32,32,mma,s4 64,64,4,32,32,mma,s6 64,64,8,32,32,mma,s4 32,80,8,16,40,mma,s4 64,80,8,32,40,mma,s4 128,64,8,64,32,mma,s3 64,64,12,32,32,mma 64,64,12,32,32,mma,s3 48,48,8,24,24,mma 48,48,24,24,24,mma 72,72,8,24,24,mma"}
 CASES=${CASES:-"0 4 5 10 11 22 23 24 26 27 29"}
-CHECKS=${CHECKS:-"64,64,4,32,32,mma,s4 16,32,8,8,16,mma,s3 8,16,2,2,4,s3 64,64,8,32,32,mma,s6"}
+CHECKS=${CHECKS:-"64,64,4,32,32,mma,s4 16,32,8,8,16,mma,s3 8,16,2,2,4,s3 64,64,8,32,32,mma,s6 48,48,8,24,24,mma"}
 rm -rf "$DEST" && mkdir -p "$DEST/src/random" "$DEST/src/small"
 python3 bench/gpu/cc_suite.py build --dir "$DEST/cc" --tcc "$TCC" 2>/dev/null
 # The whole suite again with the cost model's tiles on a ring of SUITE_STAGES.
