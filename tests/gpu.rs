@@ -867,6 +867,17 @@ fn c_shim_compiles() {
         let c = dir.path().join(format!("s{k}.c"));
         let h = std::fs::read_to_string(dir.path().join(format!("s{k}.h"))).unwrap();
         assert!(h.contains("int tcc_cuda_") && h.contains("TCC_ERR_CUDA"), "{h}");
+        // Every return code has its own value (TCC_ERR_CUDA once shared 5 with TCC_ERR_SIZE).
+        let codes: Vec<(&str, &str)> = h
+            .lines()
+            .filter(|l| l.starts_with("#define TCC_OK ") || l.starts_with("#define TCC_ERR_"))
+            .filter_map(|l| {
+                let mut w = l.split_whitespace().skip(1);
+                Some((w.next()?, w.next()?))
+            })
+            .collect();
+        let values: std::collections::BTreeSet<&str> = codes.iter().map(|c| c.1).collect();
+        assert!(codes.len() >= 7 && values.len() == codes.len(), "{codes:?}");
         let src = std::fs::read_to_string(&c).unwrap();
         // Forced kinds only (the cost model may pick cuBLAS for an example).
         if *kind != "auto" {

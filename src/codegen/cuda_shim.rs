@@ -39,9 +39,10 @@ use crate::tir::complex::ComplexMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// The extra return code of the shim's functions.
+/// The extra return code of the shim's functions: after the CPU ABI's codes
+/// ([`super::cabi::CODES`]), so that every code names one failure.
 pub const TCC_ERR_CUDA: (&str, i32, &str) =
-    ("TCC_ERR_CUDA", 5, "the CUDA driver or cuBLAS failed (no device, out of device memory, ...)");
+    ("TCC_ERR_CUDA", 6, "the CUDA driver or cuBLAS failed (no device, out of device memory, ...)");
 
 /// The C element type of an argument: 16-bit tensors as their bit patterns
 /// (`uint16_t`, as the CPU library's `codegen::cabi_half` ABI).
