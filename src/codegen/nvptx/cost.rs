@@ -126,18 +126,23 @@ fn measured(e: Elem, cfg: &TileCfg) -> Option<(u64, f64)> {
 }
 
 /// The shape with the register double buffer, under which the tables above
-/// were measured: a ring of buffers ([`TileCfg::stages`]) is priced as its shape.
+/// were measured: a ring of buffers ([`TileCfg::stages`]) without a row of its
+/// own is priced as its shape.
 fn same_shape(cfg: &TileCfg) -> TileCfg {
     TileCfg { stages: 2, ..*cfg }
+}
+
+/// The staged tensor-core rate of `cfg`: its own row, else its shape's.
+fn staged_mma_rate(cfg: &TileCfg) -> Option<f64> {
+    let row = |c: TileCfg| MEASURED_MMA_STAGED.iter().find(|m| m.0 == c).map(|m| m.1);
+    row(*cfg).or_else(|| row(same_shape(cfg)))
 }
 
 /// Tiled kernels on a multiprocessor that holds as many blocks as fit: FLOP/s
 /// of the whole GPU; unmeasured shapes get a guess from shared-memory loads per
 /// FMA, below the measured ones.
 pub fn tiled_rate(e: Elem, cfg: &TileCfg, epi: Epilogue) -> f64 {
-    if let Some(&(_, r)) =
-        MEASURED_MMA_STAGED.iter().find(|m| m.0 == same_shape(cfg) && e == Elem::F64 && epi == Epilogue::Staged)
-    {
+    if let Some(r) = staged_mma_rate(cfg).filter(|_| e == Elem::F64 && epi == Epilogue::Staged) {
         return r;
     }
     if let Some((_, r)) = measured(e, cfg) {
