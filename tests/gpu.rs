@@ -349,22 +349,26 @@ fn cost_model_picks_and_explains() {
 /// on a CCSD(T) triples contraction (sd_t_d1_3 at n = 24: m = n = 24³, k = 24)
 /// an f64 plan takes the 64×64×4 tensor-core tile with its C tile staged (the
 /// fastest of ten staged shapes on the H200, 0.87× the time of 64×64×8, which
-/// was 1.44–1.48× faster than the FMA tile on an H100); told to store directly, or
-/// in f32 (no f64 tensor cores), it keeps an FMA tile, stored directly.
+/// was 1.44–1.48× faster than the FMA tile on an H100) on a ring of 4 operand
+/// buffers (0.82–0.96× the double buffer's time at n = 24, H200); told to store
+/// directly, or in f32 (no f64 tensor cores), it keeps an FMA tile, stored
+/// directly; `TCC_GPU_STAGES=2` (`GpuOptions::stages`) gives the double buffer back.
 #[test]
 fn triples_take_staged_tensor_core_tiles_by_default() {
-    let chosen = |elem: &str, epilogue: Option<Epilogue>| {
+    let chosen_with = |elem: &str, epilogue: Option<Epilogue>, stages: Option<u64>| {
         let n = 24;
         let sizes: Vec<(char, usize)> = "abcijkl".chars().map(|c| (c, n)).collect();
         let hir = compile(&einsum_src("ijal,lbck->abcijk", &sizes, elem));
-        let o = GpuOptions { gemm: TILED, epilogue, ..Default::default() };
+        let o = GpuOptions { gemm: TILED, epilogue, stages, ..Default::default() };
         let p = plan(&hir, &[UnitId::new(0)], &o).unwrap();
         let ts: Vec<_> = p.kernels.iter().filter_map(|k| k.tiled.clone()).collect();
         assert_eq!(ts.len(), 1, "{elem}");
         (ts[0].cfg, ts[0].epilogue)
     };
-    let (cfg, epi) = chosen("f64", None);
-    assert_eq!((cfg, epi), (TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true, stages: 2 }, Epilogue::Staged));
+    let chosen = |elem: &str, epilogue: Option<Epilogue>| chosen_with(elem, epilogue, None);
+    let tile = TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true, stages: 4 };
+    assert_eq!(chosen("f64", None), (tile, Epilogue::Staged));
+    assert_eq!(chosen_with("f64", None, Some(2)), (TileCfg { stages: 2, ..tile }, Epilogue::Staged));
     let (cfg, epi) = chosen("f64", Some(Epilogue::Direct));
     assert!(!cfg.mma && epi == Epilogue::Direct, "{cfg:?} {epi:?}");
     let (cfg, epi) = chosen("f32", None);

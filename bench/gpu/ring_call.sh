@@ -16,6 +16,6 @@ mv cc cc_s2 && mv cc_ring cc
 STAGES=2 REPEAT=5 SUITE_TIMEOUT=${SUITE_TIMEOUT:-240} OUT=$OUT/s bash cc_device_run.sh > /dev/null 2>&1
 mv cc cc_ring && mv cc_s2 cc
 grep -E "^- " "$OUT/s/cc_results.md" | head -8
-timeout 120 python3 shim_test.py --tcc-gpu ./tcc-gpu --dir shims shims/*.tc 2>&1 | tee "$OUT/shim.txt" | tail -8
+(. ./cuda_env.sh && timeout 120 python3 shim_test.py --tcc-gpu ./tcc-gpu --dir shims shims/*.tc) 2>&1 | tee "$OUT/shim.txt" | tail -8
 DEADLINE=${DEADLINE:-130} NCU_BEFORE=${NCU_BEFORE:-150} REPEAT=${REPEAT:-10} OUT=$OUT bash ring_device_run.sh > /dev/null 2>&1
 tail -14 "$OUT/ring_log.txt"

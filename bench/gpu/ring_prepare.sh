@@ -38,12 +38,17 @@ for s in $CHECKS; do
   done
   k=$((k + 1))
 done
+# The random programs and small triples with the cost model's plans (auto).
+mkdir -p "$DEST/checks/auto"
+for f in "$DEST"/src/random/*.tc "$DEST"/src/small/*.tc; do
+  $TCC build --target cuda "$f" -o "$DEST/checks/auto/$(basename "$f" .tc).ptx" > /dev/null 2>&1 || true
+done
 # The C host shims of the 16-bit and complex examples, for shim_test.py.
 mkdir -p "$DEST/shims"
 for e in bf16_mlp rmsnorm_f16 complex_mps density_c64 matmul; do
   cp examples/$e.tc "$DEST/shims/" && $TCC build --target cuda "$DEST/shims/$e.tc" -o "$DEST/shims/$e.ptx" > /dev/null 2>&1
 done
 cp bench/gpu/shim_test.py "$DEST/"
-cp target/release/tcc-gpu bench/gpu/ring_device_run.sh bench/gpu/ring_quick_run.sh bench/gpu/ring_call.sh bench/gpu/cc_suite.py bench/gpu/cc_device_run.sh bench/gpu/cuda_env.sh "$DEST/"
+cp target/release/tcc-gpu bench/gpu/ring_device_run.sh bench/gpu/ring_quick_run.sh bench/gpu/ring_call.sh bench/gpu/ring_final.sh bench/gpu/cc_suite.py bench/gpu/cc_device_run.sh bench/gpu/cuda_env.sh "$DEST/"
 tar cf - -C "$(dirname "$DEST")" "$(basename "$DEST")" | xz -T2 -3 > "$DEST.tar.xz"
 du -sh "$DEST.tar.xz"

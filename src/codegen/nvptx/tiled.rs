@@ -89,14 +89,20 @@ pub const MMA_BY_DEFAULT: bool = true;
 
 impl TileCfg {
     /// The shapes the planner chooses from (by predicted time, [`cost`]); the
-    /// tensor-core shapes are valid for f64 only.
+    /// tensor-core shapes are valid for f64 only. The 64×64 tensor-core tiles
+    /// load through a ring of 4 `cp.async` buffers: on an H200 (2026-12-07,
+    /// bench/gpu/results.md) it took the n = 24 CCSD(T) triples (64×64×4) from
+    /// 0.536–0.583 ms to 0.478–0.524, `ki,abkj->abij` (64×64×8, k = 32) from
+    /// 0.117 to 0.090, with the double buffer's times at n = 16 and 20 within
+    /// noise; checked on the 120 random programs and the small triples against
+    /// the interpreter.
     pub const CANDIDATES: [TileCfg; 6] = [
         TileCfg { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8, mma: false, stages: 2 },
         TileCfg { bm: 128, bn: 64, bk: 8, tm: 8, tn: 4, mma: false, stages: 2 },
         TileCfg { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4, mma: false, stages: 2 },
         TileCfg { bm: 128, bn: 128, bk: 8, tm: 64, tn: 32, mma: true, stages: 2 },
-        TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true, stages: 2 },
-        TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true, stages: 2 },
+        TileCfg { bm: 64, bn: 64, bk: 8, tm: 32, tn: 32, mma: true, stages: 4 },
+        TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true, stages: 4 },
     ];
     /// The operand buffer counts a shape may have ([`TileCfg::stages`]).
     pub const STAGES: std::ops::RangeInclusive<u64> = 2..=8;
