@@ -8,7 +8,9 @@
 //! in steps of `bk`: each step's A and B tiles are staged in shared memory
 //! (double-buffered: while the block multiplies one buffer, every thread holds
 //! its part of the next step's tiles in registers and writes them to the other
-//! buffer, so one barrier per step suffices). Each thread accumulates a
+//! buffer, so one barrier per step suffices; or, with [`TileCfg::stages`] ≥ 3
+//! — the default for the 64×64 tensor-core tiles — a ring of shared buffers
+//! filled by `cp.async` with `stages − 1` steps in flight). Each thread accumulates a
 //! `tm × tn` register tile: rows `ty·tm + i` (contiguous: the block's threads
 //! read them as broadcasts), columns `tx + j·(bn/tn)` (strided, so a warp reads
 //! consecutive shared words and stores consecutive elements of C). Elements
