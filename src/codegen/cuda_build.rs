@@ -82,12 +82,12 @@ pub fn build_ptx(
         Ok(v) => return Err(fail("E0732", format!("TCC_GPU_MMA=`{v}` is not 1 or 0"), None)),
         Err(_) => opts.mma,
     };
-    // TCC_GPU_EPILOGUE=direct|staged (benchmarks): how tiled kernels store
+    // TCC_GPU_EPILOGUE=direct|staged|whole (benchmarks): how tiled kernels store
     // their C tile (default: nvptx::default_epilogue of the tile shape).
     let epilogue = match std::env::var("TCC_GPU_EPILOGUE") {
         Ok(v) => match Epilogue::from_name(&v) {
             Some(e) => Some(e),
-            None => return Err(fail("E0732", format!("TCC_GPU_EPILOGUE=`{v}` is not direct or staged"), None)),
+            None => return Err(fail("E0732", format!("TCC_GPU_EPILOGUE=`{v}` is not direct, staged or whole"), None)),
         },
         Err(_) => opts.epilogue,
     };
@@ -113,8 +113,34 @@ pub fn build_ptx(
         },
         Err(_) => opts.stages,
     };
-    let opts =
-        GpuOptions { keep_alternatives: true, tile, in_place, mma, epilogue, plain_copies, stages, ..opts.clone() };
+    // TCC_GPU_MIN_BLOCKS=N (benchmarks): tiled kernels sized for N resident
+    // blocks per multiprocessor (ptxas caps their registers).
+    let min_blocks = match std::env::var("TCC_GPU_MIN_BLOCKS") {
+        Ok(v) => match v.parse::<u64>() {
+            Ok(n) if (1..=32).contains(&n) => Some(n),
+            _ => return Err(fail("E0732", format!("TCC_GPU_MIN_BLOCKS=`{v}` is not 1 to 32"), None)),
+        },
+        Err(_) => opts.min_blocks,
+    };
+    // TCC_GPU_STORE_CS=1|0 (benchmarks): staged epilogues store C evict-first.
+    let stream_stores = match std::env::var("TCC_GPU_STORE_CS").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        Ok(v) => return Err(fail("E0732", format!("TCC_GPU_STORE_CS=`{v}` is not 1 or 0"), None)),
+        Err(_) => opts.stream_stores,
+    };
+    let opts = GpuOptions {
+        keep_alternatives: true,
+        tile,
+        in_place,
+        mma,
+        epilogue,
+        plain_copies,
+        stages,
+        min_blocks,
+        stream_stores,
+        ..opts.clone()
+    };
     // A complex program: the plan and PTX of its lowering to real parts (which
     // `tcc-gpu` and `tcc run --target cuda` run), a shim taking complex arrays.
     let complex = crate::sema::complex::has_complex(hir).then(|| crate::tir::complex::lower(hir));

@@ -449,8 +449,9 @@ proptest! {
             TileCfg { bm: 16, bn: 32, bk: 8, tm: 8, tn: 16, mma: true, stages },
             TileCfg { bm: 16, bn: 16, bk: 4, tm: 8, tn: 16, mma: true, stages },
         ];
-        // Every other program stores its C tiles through shared memory.
-        let epilogue = (seed / 7 % 2 == 1).then_some(super::nvptx::Epilogue::Staged);
+        // Two programs in three store their C tiles through shared memory, in
+        // passes or the whole tile at once.
+        let epilogue = [None, Some(super::nvptx::Epilogue::Staged), Some(super::nvptx::Epilogue::Whole)][(seed / 7 % 3) as usize];
         let opts = match seed % 7 {
             0 => GpuOptions { gemm: Some(GemmKind::Tiled), tile: Some(tiny), ..GpuOptions::default() },
             1 => GpuOptions { gemm: Some(GemmKind::Tiled), mem_limit: Some(0), ..GpuOptions::default() },
@@ -482,6 +483,10 @@ fn staged_epilogue_passes() {
     let s = TWO_PASSES.stage(Elem::F64);
     assert!(TWO_PASSES.valid(Elem::F64));
     assert_eq!((s.per_pass, s.rows, s.ld), (3, 4, 16));
+    // The whole tile in one pass, in a shared array grown to hold it.
+    let w = TWO_PASSES.stage_for(Elem::F64, super::nvptx::Epilogue::Whole);
+    assert_eq!((w.per_pass, w.elems), (4, 4 * 4 * 16));
+    assert!(w.elems > s.elems);
 }
 
 /// The random programs above do hold `max`/`min` and `where`.

@@ -147,7 +147,7 @@ fn staged_mma_rate(cfg: &TileCfg) -> Option<f64> {
 /// of the whole GPU; unmeasured shapes get a guess from shared-memory loads per
 /// FMA, below the measured ones.
 pub fn tiled_rate(e: Elem, cfg: &TileCfg, epi: Epilogue) -> f64 {
-    if let Some(r) = staged_mma_rate(cfg).filter(|_| e == Elem::F64 && epi == Epilogue::Staged) {
+    if let Some(r) = staged_mma_rate(cfg).filter(|_| e == Elem::F64 && epi.is_staged()) {
         return r;
     }
     if let Some((_, r)) = measured(e, cfg) {
@@ -191,7 +191,7 @@ pub fn tiled_time_c(e: Elem, cfg: &TileCfg, epi: Epilogue, [nb, m, n, k]: [u64; 
     let rounds = blocks.div_ceil(SMS * per_sm) as f64;
     let compute = rounds * (k.div_ceil(cfg.bk) as f64 + TILE_OVERHEAD_STEPS) * step_s;
     let eb = e.bytes() as f64;
-    if epi == Epilogue::Staged && cfg.mma {
+    if epi.is_staged() && cfg.mma {
         // C's old values, where it accumulates, are read in the epilogue, as its stores go.
         let operands = (nb * (m * k + k * n)) as f64 * eb;
         let c = (c_passes * nb * m * n) as f64 * eb;

@@ -561,6 +561,14 @@ pub struct GpuOptions {
     /// ([`TileCfg::stages`]; `TCC_GPU_STAGES`), where they fit in shared memory;
     /// `None`: the shape's own.
     pub stages: Option<u64>,
+    /// Blocks per multiprocessor tiled kernels ask ptxas to make room for
+    /// (`.minnctapersm`, which caps registers per thread; `TCC_GPU_MIN_BLOCKS`);
+    /// `None`: no cap.
+    pub min_blocks: Option<u64>,
+    /// Staged epilogues write C with evict-first (`st.global.cs`) vector
+    /// stores (`TCC_GPU_STORE_CS=1`): C is written once and not read back by
+    /// the kernel, so its lines need not push the operands out of L2.
+    pub stream_stores: bool,
 }
 
 pub const DEFAULT_GPU_MEM_LIMIT: u64 = 16 << 30;

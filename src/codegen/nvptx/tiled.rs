@@ -184,19 +184,24 @@ impl TileCfg {
     /// row (`bm / slots`), accumulator rows per pass (as many as fit where the
     /// operand tiles were) and the elements of the shared array.
     pub fn stage(&self, e: Elem) -> Stage {
+        self.stage_for(e, Epilogue::Staged)
+    }
+    /// [`TileCfg::stage`] of epilogue `epi`: [`Epilogue::Whole`] takes every
+    /// accumulator row in one pass, the shared array grown to hold the tile.
+    pub fn stage_for(&self, e: Elem, epi: Epilogue) -> Stage {
         let ld = self.bn + 64 / e.bytes() as u64;
         let (slots, _) = self.slots();
         let rows = self.bm / slots;
         let ops = self.operand_elems(e);
-        let per_pass = (ops / (rows * ld)).clamp(1, slots);
+        let per_pass = if epi == Epilogue::Whole { slots } else { (ops / (rows * ld)).clamp(1, slots) };
         Stage { ld, rows, per_pass, elems: ops.max(per_pass * rows * ld) }
     }
-    /// Shared memory of a kernel with this epilogue (the staged one reuses the
-    /// operand tiles' space, plus its offset tables).
+    /// Shared memory of a kernel with this epilogue (the staged ones reuse the
+    /// operand tiles' space, plus their offset tables).
     pub fn shared_bytes_with(&self, e: Elem, epi: Epilogue) -> u64 {
         match epi {
             Epilogue::Direct => self.shared_bytes(e),
-            Epilogue::Staged => self.stage(e).elems * e.bytes() as u64 + table_bytes(self),
+            Epilogue::Staged | Epilogue::Whole => self.stage_for(e, epi).elems * e.bytes() as u64 + table_bytes(self),
         }
     }
 }
@@ -223,20 +228,30 @@ pub enum Epilogue {
     /// few accumulator rows, then consecutive threads store consecutive
     /// columns of C (16-byte vector stores where [`Tiled::vec`] > 1).
     Staged,
+    /// As [`Epilogue::Staged`], in one pass: the shared array holds the whole
+    /// tile (more shared memory, one barrier, every store of the tile in flight
+    /// at once).
+    Whole,
 }
 
 impl Epilogue {
+    pub const ALL: [Epilogue; 3] = [Epilogue::Direct, Epilogue::Staged, Epilogue::Whole];
     pub fn name(self) -> &'static str {
         match self {
             Epilogue::Direct => "direct",
             Epilogue::Staged => "staged",
+            Epilogue::Whole => "whole",
         }
     }
     pub fn from_name(s: &str) -> Option<Epilogue> {
-        [Epilogue::Direct, Epilogue::Staged].into_iter().find(|e| e.name() == s)
+        Self::ALL.into_iter().find(|e| e.name() == s)
     }
     fn is_direct(&self) -> bool {
         *self == Epilogue::Direct
+    }
+    /// Through shared memory (in passes or whole).
+    pub fn is_staged(self) -> bool {
+        !self.is_direct()
     }
 }
 
@@ -280,6 +295,13 @@ pub struct Tiled {
     /// 16-byte aligned ([`Tiled::vector_width`]), else 1.
     #[serde(default = "one_u64", skip_serializing_if = "is_one_u64")]
     pub vec: u64,
+    /// Resident blocks per multiprocessor ptxas must make room for
+    /// ([`GpuOptions::min_blocks`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_blocks: Option<u64>,
+    /// Evict-first vector stores of C ([`GpuOptions::stream_stores`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream_stores: bool,
 }
 
 fn total(d: &[Dim]) -> u64 {
@@ -395,8 +417,19 @@ impl Planner<'_> {
         let a_kfast = last(&k, &|d| d.a) < last(&m, &|d| d.a);
         let b_kfast = last(&k, &|d| d.b) < last(&n, &|d| d.b);
         let elem = Elem::of(hir.tensors[c].elem);
-        let mut t =
-            Tiled { cfg: TileCfg::CANDIDATES[0], batch, m, n, k, a_kfast, b_kfast, epilogue: Epilogue::Direct, vec: 1 };
+        let mut t = Tiled {
+            cfg: TileCfg::CANDIDATES[0],
+            batch,
+            m,
+            n,
+            k,
+            a_kfast,
+            b_kfast,
+            epilogue: Epilogue::Direct,
+            vec: 1,
+            min_blocks: self.opts.min_blocks,
+            stream_stores: false,
+        };
         t.cfg = match self.opts.tile {
             Some(cfg) if cfg.valid(elem) => cfg,
             Some(_) => return false,
@@ -414,7 +447,7 @@ impl Planner<'_> {
                                 None => {
                                     !x.mma
                                         || (MMA_BY_DEFAULT
-                                            && self.opts.epilogue.unwrap_or(default_epilogue(x)) == Epilogue::Staged)
+                                            && self.opts.epilogue.unwrap_or(default_epilogue(x)).is_staged())
                                 }
                             }
                     })
@@ -439,12 +472,13 @@ impl Planner<'_> {
         self.written(c, self.fresh);
         let c_arg = self.arg(c, &st.lhs.indices);
         let staged = self.opts.epilogue.unwrap_or(default_epilogue(&t.cfg));
-        if staged == Epilogue::Staged && t.cfg.shared_bytes_with(elem, staged) <= 48 << 10 {
+        if staged.is_staged() && t.cfg.shared_bytes_with(elem, staged) <= 48 << 10 {
             t.epilogue = staged;
             // The C pointer's offset from its allocation: a multiple of every
             // host-loop stride and of the slice's start.
             let base_mult = c_arg.base.iter().fold(c_arg.offset, |g, &(_, s)| gcd(g, s));
             t.vec = t.vector_width(self.half_of(c).unwrap_or(elem), base_mult);
+            t.stream_stores = self.opts.stream_stores && t.vec > 1;
         }
         let kop = |o: &Operand| KOperand {
             elem: self.selem(o.tensor),
@@ -818,8 +852,8 @@ impl<'ctx> Gen<'_, 'ctx> {
         let (lda, ldb) = (cfg.bm + pad, cfg.bn + pad);
         let (a_len, b_len) = (cfg.bk * lda, cfg.bk * ldb);
         let b_off = cfg.b_offset(k.elem);
-        let staged = t.epilogue == Epilogue::Staged;
-        let stage = cfg.stage(k.elem);
+        let staged = t.epilogue.is_staged();
+        let stage = cfg.stage_for(k.elem, t.epilogue);
         // One shared array: A's two buffers, then B's; a staged epilogue reuses it.
         let sh_len = if staged { stage.elems } else { cfg.operand_elems(k.elem) };
         let sh = self.block_array(&format!("{}_sh", k.name), ct.into(), sh_len);
@@ -1146,6 +1180,9 @@ impl<'ctx> Gen<'_, 'ctx> {
         }
         self.b.build_unconditional_branch(done)?;
         self.b.position_at_end(done);
+        if let (Some(n), Mode::Device) = (t.min_blocks, self.mode) {
+            self.annotate(f, "minctasm", n)?;
+        }
         self.end_block_kernel(f, nt)
     }
 
@@ -1207,7 +1244,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         let nt = cfg.threads();
         let [_, m_tot, n_tot, _] = t.sizes();
         let ct = self.ft(k.elem);
-        let Stage { ld, rows: yn, per_pass, .. } = cfg.stage(k.elem);
+        let Stage { ld, rows: yn, per_pass, .. } = cfg.stage_for(k.elem, t.epilogue);
         let (slots, ncols) = cfg.slots();
         let v = t.vec;
         for p in 0..slots.div_ceil(per_pass) {
@@ -1271,7 +1308,7 @@ impl<'ctx> Gen<'_, 'ctx> {
                                 let old = if k.store { None } else { Some(g.load_as(p, k.out_elem(), ct)?) };
                                 return g.store_as(p, finish(g, vals[0], old)?, k.out_elem());
                             }
-                            g.store_vector(p, ct, &vals, k.store, finish)
+                            g.store_vector(p, ct, &vals, k.store && t.stream_stores, k.store, finish)
                         })
                     })?;
                 }
@@ -1282,7 +1319,8 @@ impl<'ctx> Gen<'_, 'ctx> {
     }
 
     /// `vals` (f32/f64, the output's type) to `p`, `p[1]`, ... as one 16-byte
-    /// store (plus a 16-byte load of C unless `store`). The planner proved `p`
+    /// store (plus a 16-byte load of C unless `store`; evict-first with
+    /// `evict_first`, on the device). The planner proved `p`
     /// aligned; the host emulation counts any address that is not (the global
     /// [`misaligned_global`]), where its store assumes only the element's alignment.
     fn store_vector(
@@ -1290,6 +1328,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         p: PointerValue<'ctx>,
         ct: inkwell::types::FloatType<'ctx>,
         vals: &[FloatValue<'ctx>],
+        evict_first: bool,
         store: bool,
         finish: &Finish<'_, Self, FloatValue<'ctx>>,
     ) -> Result<(), CodegenError> {
@@ -1312,6 +1351,21 @@ impl<'ctx> Gen<'_, 'ctx> {
                 None => None,
             };
             out = self.b.build_insert_element(out, finish(self, x, o)?, qi, "w")?;
+        }
+        if evict_first && self.mode == Mode::Device {
+            // Evict-first: C is written once (GpuOptions::stream_stores).
+            let (ty, reg) = if ebytes == 8 { ("f64", "d") } else { ("f32", "f") };
+            let n = vals.len();
+            let regs: Vec<String> = (1..=n).map(|q| format!("${q}")).collect();
+            let text = format!("st.global.cs.v{n}.{ty} [$0], {{{}}};", regs.join(","));
+            let cons = std::iter::once("l").chain(std::iter::repeat_n(reg, n)).collect::<Vec<_>>().join(",");
+            let p64 = self.b.build_ptr_to_int(p, self.ctx.i64_type(), "p")?;
+            let mut args: Vec<inkwell::values::BasicValueEnum<'ctx>> = vec![p64.into()];
+            for q in 0..n {
+                let qi = self.ctx.i32_type().const_int(q as u64, false);
+                args.push(self.b.build_extract_element(out, qi, "x")?);
+            }
+            return self.asm_call(text, &cons, &args);
         }
         let st = self.b.build_store(vp, out)?;
         st.set_alignment(align).map_err(|e| err(e.to_string()))?;

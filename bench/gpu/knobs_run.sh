@@ -1,0 +1,46 @@
+#!/bin/bash
+# Device side of bench/gpu/knobs_prepare.sh (issue 19, about 5 minutes):
+#   tar xJf llvmlibs.tar.xz -C /tmp && tar xJf knobs19.tar.xz -C /tmp && OUT=$OUT bash /tmp/knobs19/knobs_run.sh
+# 1. the checked variants' random programs and small triples against the interpreter;
+# 2. registers and spills of each variant's triples kernel (ptxas -v, sm_90);
+# 3. every case under every variant, best of 10 (ms), two rounds in
+#    alternating order (so that clock drift shows);
+# 4. ncu of the base and whole_cs kernels of an n = 20 and an n = 24 triple, if ncu is there.
+cd "$(dirname "$0")"; . ./cuda_env.sh; chmod +x tcc-gpu
+OUT=${OUT:-/tmp/knobsout}; mkdir -p "$OUT"
+exec > >(tee "$OUT/knobs_log.txt") 2>&1
+nvidia-smi -L
+ms() { grep -oE "time = [0-9.]+ ms" | head -1 | grep -oE "[0-9.]+"; }
+for d in checks/*/; do d=${d%/}
+  for s in random small; do
+    fs=$(for p in $d/*.ptx; do b=$(basename $p .ptx); [ -f src/$s/$b.tc ] && echo src/$s/$b.tc; done)
+    r=$(timeout 60 ./tcc-gpu $fs --ptx-dir $d --check --keep-going 2>&1)
+    echo "$d $s: $(echo "$fs" | wc -w) programs, $(echo "$r" | grep -cE "^FAIL") FAIL; $(echo "$r" | tail -1 | cut -c1-100)"
+  done
+done
+PTXAS=$(command -v ptxas || ls /usr/local/cuda*/bin/ptxas 2>/dev/null | head -1)
+for d in v/*/; do d=${d%/}
+  echo "ptxas $d: $($PTXAS -arch=sm_90 -v $d/cc5.ptx -o /dev/null 2>&1 | grep -oE "function '[a-z0-9_]+'|Used [0-9]+ registers|[0-9]+ bytes spill (stores|loads)|[0-9]+ bytes smem" | tr '\n' ' ')"
+done
+names=$(ls v)
+for round in 1 2; do
+  [ $round = 2 ] && names=$(echo "$names" | tac)
+  for c in $(ls v/base/*.tc | sed 's/.*cc\([0-9]*\).tc/\1/' | sort -n); do
+    line="r$round cc$c"
+    for n in $names; do
+      [ -f v/$n/cc$c.tc ] && line="$line | $n $(timeout 20 ./tcc-gpu v/$n/cc$c.tc --repeat 10 2>&1 | ms)"
+    done
+    echo "$line"
+  done
+  [ $SECONDS -gt 330 ] && break
+done
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+echo "ncu: $NCU"
+if [ -n "$NCU" ]; then
+  for n in base whole_cs; do for c in 4 5; do
+    [ $SECONDS -gt 480 ] && break
+    timeout 60 $NCU --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section SchedulerStats -k regex:tcc_k --launch-count 1 ./tcc-gpu v/$n/cc$c.tc --repeat 1 > "$OUT/ncu_${n}_cc$c.txt" 2>&1
+    echo "ncu $n cc$c rc=$?"
+  done; done
+fi
+echo "total $SECONDS s"
