@@ -745,6 +745,50 @@ fn staged_epilogue_ptx_has_barriers_and_vector_stores() {
     }
 }
 
+/// The whole-tile epilogue stages every accumulator row in one pass (one
+/// barrier after the reduction's, where the staged one of a 64 × 64
+/// tensor-core tile takes four passes), in a larger shared array; evict-first
+/// C stores (`st.global.cs`) and a floor on resident blocks (`.minnctapersm`)
+/// appear in the PTX only when asked for, and the plan records them.
+#[test]
+fn whole_epilogue_streaming_stores_and_min_blocks_reach_the_ptx() {
+    let hir = compile(&einsum_src("bik,bkj->bij", &[('b', 3), ('i', 300), ('j', 200), ('k', 100)], "f64"));
+    let tile = TileCfg { bm: 64, bn: 64, bk: 4, tm: 32, tn: 32, mma: true, stages: 4 };
+    let body = |o: GpuOptions| {
+        let o = GpuOptions { gemm: TILED, tile: Some(tile), ..o };
+        let p = plan(&hir, &[UnitId::new(0)], &o).unwrap();
+        let ptx = emit_ptx(&p).unwrap();
+        let k = p.kernels.iter().find(|k| k.tiled.is_some()).unwrap();
+        let at = ptx.find(&format!(".visible .entry {}(", k.name)).unwrap();
+        let end = ptx[at..].find("\n}").unwrap();
+        (ptx[at..at + end].to_string(), k.tiled.clone().unwrap())
+    };
+    let (staged, ts) = body(GpuOptions { epilogue: STAGED, ..Default::default() });
+    let (whole, tw) = body(GpuOptions { epilogue: Some(Epilogue::Whole), ..Default::default() });
+    assert_eq!((ts.epilogue, tw.epilogue), (Epilogue::Staged, Epilogue::Whole));
+    let e = tcc::codegen::nvptx::Elem::F64;
+    assert_eq!(tile.stage(e).per_pass, 1);
+    assert_eq!(tile.stage_for(e, Epilogue::Whole).per_pass, 4);
+    let bars = |b: &str| b.matches("bar.sync").count();
+    assert_eq!(bars(&staged), bars(&whole) + 6, "three more passes, two barriers each");
+    assert!(tw.cfg.shared_bytes_with(e, tw.epilogue) > ts.cfg.shared_bytes_with(e, ts.epilogue));
+    assert!(!staged.contains("st.global.cs") && !staged.contains("minnctapersm"));
+    assert!(!ts.stream_stores && ts.min_blocks.is_none());
+    let (fast, tf) =
+        body(GpuOptions { epilogue: STAGED, stream_stores: true, min_blocks: Some(5), ..Default::default() });
+    assert!(fast.contains("st.global.cs.v2.f64"), "{fast}");
+    assert!(!fast.contains("st.global.v2.f64"), "every vector store of C evict-first");
+    assert!(fast.contains(".minnctapersm 5"), "{fast}");
+    assert!(tf.stream_stores && tf.min_blocks == Some(5));
+    // A C whose columns cannot take vector stores keeps plain ones.
+    let odd = compile(&einsum_src("ik,kj->ij", &[('i', 90), ('j', 77), ('k', 50)], "f64"));
+    let o = GpuOptions { gemm: TILED, tile: Some(tile), epilogue: STAGED, stream_stores: true, ..Default::default() };
+    let p = plan(&odd, &[UnitId::new(0)], &o).unwrap();
+    let t = p.kernels.iter().find_map(|k| k.tiled.clone()).unwrap();
+    assert!(t.vec == 1 && !t.stream_stores);
+    assert!(!emit_ptx(&p).unwrap().contains("st.global.cs"));
+}
+
 /// The cost model against the fastest implementation measured on the H200 for
 /// benchmark cases (bench/gpu/results.md, every kind forced on the same inputs).
 #[test]
