@@ -6,21 +6,22 @@
 #   TCC_GPU_STORE_CS=1       evict-first (st.global.cs) vector stores of C
 #   TCC_GPU_MIN_BLOCKS=N     ptxas sized for N resident blocks per SM
 #   TCC_GPU_STAGES=N         ring of N operand buffers
-# into DEST (default target/knobs19) + DEST.tar.xz, for knobs_run.sh:
+#   TCC_GPU_TILE=...         other tensor-core block shapes (8 warps)
+# (VARIANTS: name:ENV=value+ENV=value ...) into DEST (default target/knobs19) + DEST.tar.xz, for knobs_run.sh:
 #   v/<name>/      the cases under variant <name> (its env in v/<name>/env)
 #   checks/<name>/ random programs and small triples under it (interpreter checks)
 set -e
 TCC=${TCC:-target/release/tcc}
 DEST=${1:-target/knobs19}
-CASES=${CASES:-"0 1 4 5 10 11 16 17 22 24"}
-VARIANTS=${VARIANTS:-"base: whole:TCC_GPU_EPILOGUE=whole cs:TCC_GPU_STORE_CS=1 whole_cs:TCC_GPU_EPILOGUE=whole,TCC_GPU_STORE_CS=1 min6:TCC_GPU_MIN_BLOCKS=6 min8:TCC_GPU_MIN_BLOCKS=8 whole_min5:TCC_GPU_EPILOGUE=whole,TCC_GPU_MIN_BLOCKS=5 s6:TCC_GPU_STAGES=6 whole_cs_s6:TCC_GPU_EPILOGUE=whole,TCC_GPU_STORE_CS=1,TCC_GPU_STAGES=6 s3:TCC_GPU_STAGES=3"}
+CASES=${CASES:-"1 4 5 10 11 16 22"}
+VARIANTS=${VARIANTS:-"base: whole:TCC_GPU_EPILOGUE=whole cs:TCC_GPU_STORE_CS=1 whole_cs:TCC_GPU_EPILOGUE=whole+TCC_GPU_STORE_CS=1 min6:TCC_GPU_MIN_BLOCKS=6 min8:TCC_GPU_MIN_BLOCKS=8 whole_min5:TCC_GPU_EPILOGUE=whole+TCC_GPU_MIN_BLOCKS=5 s6:TCC_GPU_STAGES=6 whole_cs_s6:TCC_GPU_EPILOGUE=whole+TCC_GPU_STORE_CS=1+TCC_GPU_STAGES=6 s3:TCC_GPU_STAGES=3 t128x64:TCC_GPU_TILE=128,64,4,32,32,mma,s4 t128x64cs:TCC_GPU_TILE=128,64,4,32,32,mma,s4+TCC_GPU_STORE_CS=1 t64x128:TCC_GPU_TILE=64,128,4,32,32,mma,s4"}
 CHECKED=${CHECKED:-"whole_cs min6 whole_cs_s6"}
 rm -rf "$DEST" && mkdir -p "$DEST/src/random" "$DEST/src/small" "$DEST/cc"
 python3 bench/gpu/cc_suite.py build --dir "$DEST/cc" --tcc "$TCC" 2>/dev/null
 python3 bench/gpu/cc_suite.py small --dir "$DEST/src/small"
 cp bench/gpu/random/*.tc "$DEST/src/random/"
 for v in $VARIANTS; do
-  name=${v%%:*}; envs=$(echo "${v#*:}" | tr ',' ' ')
+  name=${v%%:*}; envs=$(echo "${v#*:}" | tr '+' ' ')
   d="$DEST/v/$name"; mkdir -p "$d"; echo "$envs" > "$d/env"
   for c in $CASES; do
     cp "$DEST/cc/cc$c.tc" "$d/"

@@ -32,14 +32,14 @@ for round in 1 2; do
     done
     echo "$line"
   done
-  [ $SECONDS -gt 330 ] && break
+  [ $SECONDS -gt 250 ] && break
 done
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 echo "ncu: $NCU"
 if [ -n "$NCU" ]; then
   for n in base whole_cs; do for c in 4 5; do
-    [ $SECONDS -gt 480 ] && break
-    timeout 60 $NCU --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section SchedulerStats -k regex:tcc_k --launch-count 1 ./tcc-gpu v/$n/cc$c.tc --repeat 1 > "$OUT/ncu_${n}_cc$c.txt" 2>&1
+    [ $SECONDS -gt 490 ] && break
+    timeout 45 $NCU --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section SchedulerStats -k regex:tcc_k --launch-count 1 ./tcc-gpu v/$n/cc$c.tc --repeat 1 > "$OUT/ncu_${n}_cc$c.txt" 2>&1
     echo "ncu $n cc$c rc=$?"
   done; done
 fi

@@ -471,7 +471,11 @@ impl Planner<'_> {
         }
         self.written(c, self.fresh);
         let c_arg = self.arg(c, &st.lhs.indices);
-        let staged = self.opts.epilogue.unwrap_or(default_epilogue(&t.cfg));
+        let mut staged = self.opts.epilogue.unwrap_or(default_epilogue(&t.cfg));
+        if staged == Epilogue::Whole && t.cfg.shared_bytes_with(elem, staged) > 48 << 10 {
+            // The whole tile does not fit: in passes through the operands' space.
+            staged = Epilogue::Staged;
+        }
         if staged.is_staged() && t.cfg.shared_bytes_with(elem, staged) <= 48 << 10 {
             t.epilogue = staged;
             // The C pointer's offset from its allocation: a multiple of every
