@@ -34,6 +34,14 @@ for v in $VARIANTS; do
     done;;
   esac
 done
-cp target/release/tcc-gpu bench/gpu/knobs_run.sh bench/gpu/cc_suite.py bench/gpu/cc_device_run.sh bench/gpu/cuda_env.sh "$DEST/"
+# The whole suite under each variant the cost model's plans can take (SUITE:
+# not the forced block shapes), for the suite run with the sweep's best.
+for v in $VARIANTS; do
+  name=${v%%:*}; envs=$(echo "${v#*:}" | tr '+' ' ')
+  case " ${SUITE:-base whole cs whole_cs min6 s6 whole_cs_s6} " in *" $name "*)
+    env $envs python3 bench/gpu/cc_suite.py build --dir "$DEST/suite/$name" --tcc "$TCC" > /dev/null 2>&1;;
+  esac
+done
+cp target/release/tcc-gpu bench/gpu/knobs_run.sh bench/gpu/knobs_pick.py bench/gpu/cc_suite.py bench/gpu/cc_device_run.sh bench/gpu/cuda_env.sh "$DEST/"
 tar cf - -C "$(dirname "$DEST")" "$(basename "$DEST")" | xz -T2 -3 > "$DEST.tar.xz"
 du -sh "$DEST.tar.xz"
