@@ -182,6 +182,22 @@ fn bad_gpu_tile_switches_are_errors() {
     assert!(err.contains("TCC_GPU_STAGES") && err.contains(",sN"), "{err}");
     build().env("TCC_GPU_STAGES", "4").assert().success();
     build().env("TCC_GPU_TILE", "64,64,4,32,32,mma,s4").assert().success();
+    for (var, bad) in [
+        ("TCC_GPU_EPILOGUE", "all"),
+        ("TCC_GPU_STORE_CS", "yes"),
+        ("TCC_GPU_MIN_BLOCKS", "0"),
+        ("TCC_GPU_MIN_BLOCKS", "33"),
+        ("TCC_GPU_MIN_BLOCKS", "many"),
+    ] {
+        let err = fails_with(build().env(var, bad), "E0732");
+        assert!(err.contains(var), "{err}");
+    }
+    build()
+        .env("TCC_GPU_EPILOGUE", "whole")
+        .env("TCC_GPU_STORE_CS", "1")
+        .env("TCC_GPU_MIN_BLOCKS", "4")
+        .assert()
+        .success();
 }
 
 #[test]
