@@ -44,7 +44,7 @@ PYTHONUNBUFFERED=1 timeout ${SUITE_TIMEOUT:-230} python3 cc_suite.py run --dir s
 echo "suite rc=$?"; grep -E "^- " "$OUT/cc_results.md" | head -8
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 echo "ncu: $NCU"
-if [ -n "$NCU" ]; then
+if [ -n "$NCU" ] && [ -z "${NO_NCU:-}" ]; then
   for n in base $best; do for c in 4; do
     [ $SECONDS -gt 520 ] && break
     timeout 45 $NCU --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section SchedulerStats -k regex:tcc_k --launch-count 1 ./tcc-gpu v/$n/cc$c.tc --repeat 1 > "$OUT/ncu_${n}_cc$c.txt" 2>&1
