@@ -775,18 +775,37 @@ fn whole_epilogue_streaming_stores_and_min_blocks_reach_the_ptx() {
     assert!(!staged.contains("st.global.cs") && !staged.contains("minnctapersm"));
     assert!(!ts.stream_stores && ts.min_blocks.is_none());
     let (fast, tf) =
-        body(GpuOptions { epilogue: STAGED, stream_stores: true, min_blocks: Some(5), ..Default::default() });
+        body(GpuOptions { epilogue: STAGED, stream_stores: Some(true), min_blocks: Some(5), ..Default::default() });
     assert!(fast.contains("st.global.cs.v2.f64"), "{fast}");
     assert!(!fast.contains("st.global.v2.f64"), "every vector store of C evict-first");
     assert!(fast.contains(".minnctapersm 5"), "{fast}");
     assert!(tf.stream_stores && tf.min_blocks == Some(5));
     // A C whose columns cannot take vector stores keeps plain ones.
     let odd = compile(&einsum_src("ik,kj->ij", &[('i', 90), ('j', 77), ('k', 50)], "f64"));
-    let o = GpuOptions { gemm: TILED, tile: Some(tile), epilogue: STAGED, stream_stores: true, ..Default::default() };
+    let o =
+        GpuOptions { gemm: TILED, tile: Some(tile), epilogue: STAGED, stream_stores: Some(true), ..Default::default() };
     let p = plan(&odd, &[UnitId::new(0)], &o).unwrap();
     let t = p.kernels.iter().find_map(|k| k.tiled.clone()).unwrap();
     assert!(t.vec == 1 && !t.stream_stores);
     assert!(!emit_ptx(&p).unwrap().contains("st.global.cs"));
+    // By default only a C larger than L2 (EVICT_FIRST_BYTES) is stored
+    // evict-first: the 1.4 MB C above is not, a 128 MB one is, unless told
+    // otherwise; a C the kernel accumulates into never is.
+    let big = |stmt: &str, s: Option<bool>| {
+        let src = format!(
+            "range RI = 4000; range RJ = 4000; range RK = 16; index i : RI; index j : RJ; index k : RK;\n\
+             input tensor A[i,k] : f64; input tensor B[k,j] : f64; input tensor D[i,j] : f64;\n\
+             output tensor C[i,j] : f64;\n{stmt}\n"
+        );
+        let o = GpuOptions { gemm: TILED, tile: Some(tile), stream_stores: s, ..Default::default() };
+        let p = plan(&compile(&src), &[UnitId::new(0)], &o).unwrap();
+        let t = p.kernels.iter().find_map(|k| k.tiled.clone()).unwrap();
+        assert_eq!(t.epilogue, Epilogue::Staged);
+        (t.stream_stores, emit_ptx(&p).unwrap().contains("st.global.cs.v2.f64"))
+    };
+    assert_eq!(big("C[i,j] = A[i,k] * B[k,j];", None), (true, true));
+    assert_eq!(big("C[i,j] = A[i,k] * B[k,j];", Some(false)), (false, false));
+    assert_eq!(big("C[i,j] = D[i,j] * 2; C[i,j] += A[i,k] * B[k,j];", Some(true)).0, false);
 }
 
 /// The cost model against the fastest implementation measured on the H200 for

@@ -122,10 +122,11 @@ pub fn build_ptx(
         },
         Err(_) => opts.min_blocks,
     };
-    // TCC_GPU_STORE_CS=1|0 (benchmarks): staged epilogues store C evict-first.
+    // TCC_GPU_STORE_CS=1|0 (benchmarks): staged epilogues store C evict-first
+    // always / never (default: where C is larger than L2).
     let stream_stores = match std::env::var("TCC_GPU_STORE_CS").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
+        Ok("1") => Some(true),
+        Ok("0") => Some(false),
         Ok(v) => return Err(fail("E0732", format!("TCC_GPU_STORE_CS=`{v}` is not 1 or 0"), None)),
         Err(_) => opts.stream_stores,
     };

@@ -565,13 +565,23 @@ pub struct GpuOptions {
     /// (`.minnctapersm`, which caps registers per thread; `TCC_GPU_MIN_BLOCKS`);
     /// `None`: no cap.
     pub min_blocks: Option<u64>,
-    /// Staged epilogues write C with evict-first (`st.global.cs`) vector
-    /// stores (`TCC_GPU_STORE_CS=1`): C is written once and not read back by
+    /// Staged epilogues that store (not accumulate) write C with evict-first
+    /// (`st.global.cs`) vector stores: C is written once and not read back by
     /// the kernel, so its lines need not push the operands out of L2.
-    pub stream_stores: bool,
+    /// `None`: where the kernel's C is larger than L2 ([`EVICT_FIRST_BYTES`]),
+    /// so that no later kernel could have found it there anyway;
+    /// `Some(on)` everywhere or nowhere (`TCC_GPU_STORE_CS=1|0`).
+    pub stream_stores: Option<bool>,
 }
 
 pub const DEFAULT_GPU_MEM_LIMIT: u64 = 16 << 30;
+
+/// Bytes of C above which a tiled kernel stores it evict-first by default
+/// ([`GpuOptions::stream_stores`]): the L2 of an H100 or H200 (50 MiB). On an
+/// H100 (2026-12-07, bench/gpu/results.md) evict-first stores took the 18
+/// CCSD(T) triples (C of 134 MB to 1.5 GB) 5–12 % faster, the n = 24 ones to
+/// 1.06–1.14× the write roofline.
+pub const EVICT_FIRST_BYTES: u64 = 50 << 20;
 
 /// The base offset (elements) of an argument under the host loop values.
 pub fn arg_offset(a: &Arg, bound: &HashMap<IndexId, u64>) -> u64 {

@@ -482,7 +482,9 @@ impl Planner<'_> {
             // host-loop stride and of the slice's start.
             let base_mult = c_arg.base.iter().fold(c_arg.offset, |g, &(_, s)| gcd(g, s));
             t.vec = t.vector_width(self.half_of(c).unwrap_or(elem), base_mult);
-            t.stream_stores = self.opts.stream_stores && t.vec > 1;
+            let [nb, m, n, _] = t.sizes();
+            let c_bytes = nb * m * n * self.half_of(c).unwrap_or(elem).bytes() as u64;
+            t.stream_stores = self.opts.stream_stores.unwrap_or(c_bytes > EVICT_FIRST_BYTES) && t.vec > 1 && self.fresh;
         }
         let kop = |o: &Operand| KOperand {
             elem: self.selem(o.tensor),
@@ -1312,7 +1314,7 @@ impl<'ctx> Gen<'_, 'ctx> {
                                 let old = if k.store { None } else { Some(g.load_as(p, k.out_elem(), ct)?) };
                                 return g.store_as(p, finish(g, vals[0], old)?, k.out_elem());
                             }
-                            g.store_vector(p, ct, &vals, k.store && t.stream_stores, k.store, finish)
+                            g.store_vector(p, ct, &vals, t.stream_stores, k.store, finish)
                         })
                     })?;
                 }
