@@ -3,7 +3,9 @@
 # at 1.44-1.58x the write roofline on an H200). Builds the suite's triples and
 # a few others with the cost model's plans under each variant of the knobs
 #   TCC_GPU_EPILOGUE=whole   the C tile staged in one pass (one barrier)
-#   TCC_GPU_STORE_CS=1       evict-first (st.global.cs) vector stores of C
+#   TCC_GPU_STORE_CS=1|0     evict-first (st.global.cs) vector stores of C
+#                            (since 9efad6b the default where C is larger than L2:
+#                            base and the others say 0 to measure what they did then)
 #   TCC_GPU_MIN_BLOCKS=N     ptxas sized for N resident blocks per SM
 #   TCC_GPU_STAGES=N         ring of N operand buffers
 #   TCC_GPU_TILE=...         other tensor-core block shapes (8 warps)
@@ -14,7 +16,7 @@ set -e
 TCC=${TCC:-target/release/tcc}
 DEST=${1:-target/knobs19}
 CASES=${CASES:-"1 4 5 10 11 16 22"}
-VARIANTS=${VARIANTS:-"base: whole:TCC_GPU_EPILOGUE=whole cs:TCC_GPU_STORE_CS=1 whole_cs:TCC_GPU_EPILOGUE=whole+TCC_GPU_STORE_CS=1 min6:TCC_GPU_MIN_BLOCKS=6 min8:TCC_GPU_MIN_BLOCKS=8 whole_min5:TCC_GPU_EPILOGUE=whole+TCC_GPU_MIN_BLOCKS=5 s6:TCC_GPU_STAGES=6 whole_cs_s6:TCC_GPU_EPILOGUE=whole+TCC_GPU_STORE_CS=1+TCC_GPU_STAGES=6 s3:TCC_GPU_STAGES=3 t128x64:TCC_GPU_TILE=128,64,4,32,32,mma,s4 t128x64cs:TCC_GPU_TILE=128,64,4,32,32,mma,s4+TCC_GPU_STORE_CS=1 t64x128:TCC_GPU_TILE=64,128,4,32,32,mma,s4"}
+VARIANTS=${VARIANTS:-"base:TCC_GPU_STORE_CS=0 whole:TCC_GPU_EPILOGUE=whole+TCC_GPU_STORE_CS=0 cs:TCC_GPU_STORE_CS=1 whole_cs:TCC_GPU_EPILOGUE=whole+TCC_GPU_STORE_CS=1 min6:TCC_GPU_MIN_BLOCKS=6+TCC_GPU_STORE_CS=0 min8:TCC_GPU_MIN_BLOCKS=8+TCC_GPU_STORE_CS=0 whole_min5:TCC_GPU_EPILOGUE=whole+TCC_GPU_MIN_BLOCKS=5+TCC_GPU_STORE_CS=0 s6:TCC_GPU_STAGES=6+TCC_GPU_STORE_CS=0 whole_cs_s6:TCC_GPU_EPILOGUE=whole+TCC_GPU_STORE_CS=1+TCC_GPU_STAGES=6 s3:TCC_GPU_STAGES=3+TCC_GPU_STORE_CS=0 t128x64:TCC_GPU_TILE=128,64,4,32,32,mma,s4+TCC_GPU_STORE_CS=0 t128x64cs:TCC_GPU_TILE=128,64,4,32,32,mma,s4+TCC_GPU_STORE_CS=1 t64x128:TCC_GPU_TILE=64,128,4,32,32,mma,s4+TCC_GPU_STORE_CS=0"}
 CHECKED=${CHECKED:-"whole_cs min6 whole_cs_s6"}
 rm -rf "$DEST" && mkdir -p "$DEST/src/random" "$DEST/src/small" "$DEST/cc"
 python3 bench/gpu/cc_suite.py build --dir "$DEST/cc" --tcc "$TCC" 2>/dev/null
