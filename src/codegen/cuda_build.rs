@@ -68,20 +68,10 @@ pub fn build_ptx(
     };
     // TCC_GPU_IN_PLACE=1|0 (benchmarks): cuBLAS writes permuted outputs in place
     // always / never (default: the cost model decides).
-    let in_place = match std::env::var("TCC_GPU_IN_PLACE").as_deref() {
-        Ok("1") => Some(true),
-        Ok("0") => Some(false),
-        Ok(v) => return Err(fail("E0732", format!("TCC_GPU_IN_PLACE=`{v}` is not 1 or 0"), None)),
-        Err(_) => opts.in_place,
-    };
+    let in_place = switch("TCC_GPU_IN_PLACE")?.or(opts.in_place);
     // TCC_GPU_MMA=1|0 (benchmarks): f64 tiled kernels on tensor cores always /
     // never (default: the cost model decides among the tile shapes).
-    let mma = match std::env::var("TCC_GPU_MMA").as_deref() {
-        Ok("1") => Some(true),
-        Ok("0") => Some(false),
-        Ok(v) => return Err(fail("E0732", format!("TCC_GPU_MMA=`{v}` is not 1 or 0"), None)),
-        Err(_) => opts.mma,
-    };
+    let mma = switch("TCC_GPU_MMA")?.or(opts.mma);
     // TCC_GPU_EPILOGUE=direct|staged|whole (benchmarks): how tiled kernels store
     // their C tile (default: nvptx::default_epilogue of the tile shape).
     let epilogue = match std::env::var("TCC_GPU_EPILOGUE") {
@@ -93,12 +83,7 @@ pub fn build_ptx(
     };
     // TCC_GPU_PLAIN_COPIES=1|0 (benchmarks): permuting copies one thread per
     // element instead of through a shared-memory tile.
-    let plain_copies = match std::env::var("TCC_GPU_PLAIN_COPIES").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        Ok(v) => return Err(fail("E0732", format!("TCC_GPU_PLAIN_COPIES=`{v}` is not 1 or 0"), None)),
-        Err(_) => opts.plain_copies,
-    };
+    let plain_copies = switch("TCC_GPU_PLAIN_COPIES")?.unwrap_or(opts.plain_copies);
     // TCC_GPU_STAGES=N (benchmarks): N operand buffers in the tile shapes the
     // cost model chooses (N >= 3: a ring filled by cp.async).
     // A forced tile shape carries its own count (`,sN`), which this would not change.
@@ -124,12 +109,7 @@ pub fn build_ptx(
     };
     // TCC_GPU_STORE_CS=1|0 (benchmarks): staged epilogues store C evict-first
     // always / never (default: where C is larger than L2).
-    let stream_stores = match std::env::var("TCC_GPU_STORE_CS").as_deref() {
-        Ok("1") => Some(true),
-        Ok("0") => Some(false),
-        Ok(v) => return Err(fail("E0732", format!("TCC_GPU_STORE_CS=`{v}` is not 1 or 0"), None)),
-        Err(_) => opts.stream_stores,
-    };
+    let stream_stores = switch("TCC_GPU_STORE_CS")?.or(opts.stream_stores);
     let opts = GpuOptions {
         keep_alternatives: true,
         tile,
@@ -171,6 +151,17 @@ pub fn build_ptx(
         h.display(),
         nvptx::describe(&plan)
     ))
+}
+
+/// A `1|0` benchmark switch of `tcc build --target cuda`: `Some(on)` when set,
+/// `None` when not; any other value is E0732.
+fn switch(name: &str) -> Result<Option<bool>, CommandError> {
+    match std::env::var(name).as_deref() {
+        Ok("1") => Ok(Some(true)),
+        Ok("0") => Ok(Some(false)),
+        Ok(v) => Err(fail("E0732", format!("{name}=`{v}` is not 1 or 0"), None)),
+        Err(_) => Ok(None),
+    }
 }
 
 /// Reads a plan written by [`build_ptx`].

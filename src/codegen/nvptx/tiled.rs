@@ -481,9 +481,10 @@ impl Planner<'_> {
             // The C pointer's offset from its allocation: a multiple of every
             // host-loop stride and of the slice's start.
             let base_mult = c_arg.base.iter().fold(c_arg.offset, |g, &(_, s)| gcd(g, s));
-            t.vec = t.vector_width(self.half_of(c).unwrap_or(elem), base_mult);
+            let out_elem = self.half_of(c).unwrap_or(elem);
+            t.vec = t.vector_width(out_elem, base_mult);
             let [nb, m, n, _] = t.sizes();
-            let c_bytes = nb * m * n * self.half_of(c).unwrap_or(elem).bytes() as u64;
+            let c_bytes = nb * m * n * out_elem.bytes() as u64;
             t.stream_stores = self.opts.stream_stores.unwrap_or(c_bytes > EVICT_FIRST_BYTES) && t.vec > 1 && self.fresh;
         }
         let kop = |o: &Operand| KOperand {
@@ -1349,29 +1350,30 @@ impl<'ctx> Gen<'_, 'ctx> {
             l.as_instruction_value().expect("a load").set_alignment(align).map_err(|e| err(e.to_string()))?;
             Some(l)
         };
-        let mut out = vt.get_undef();
+        let mut done = Vec::with_capacity(vals.len());
         for (q, &x) in vals.iter().enumerate() {
             let qi = self.ctx.i32_type().const_int(q as u64, false);
             let o = match old {
                 Some(o) => Some(self.b.build_extract_element(o, qi, "o")?.into_float_value()),
                 None => None,
             };
-            out = self.b.build_insert_element(out, finish(self, x, o)?, qi, "w")?;
+            done.push(finish(self, x, o)?);
         }
         if evict_first && self.mode == Mode::Device {
             // Evict-first: C is written once (GpuOptions::stream_stores).
             let (ty, reg) = if ebytes == 8 { ("f64", "d") } else { ("f32", "f") };
-            let n = vals.len();
+            let n = done.len();
             let regs: Vec<String> = (1..=n).map(|q| format!("${q}")).collect();
             let text = format!("st.global.cs.v{n}.{ty} [$0], {{{}}};", regs.join(","));
             let cons = std::iter::once("l").chain(std::iter::repeat_n(reg, n)).collect::<Vec<_>>().join(",");
             let p64 = self.b.build_ptr_to_int(p, self.ctx.i64_type(), "p")?;
-            let mut args: Vec<inkwell::values::BasicValueEnum<'ctx>> = vec![p64.into()];
-            for q in 0..n {
-                let qi = self.ctx.i32_type().const_int(q as u64, false);
-                args.push(self.b.build_extract_element(out, qi, "x")?);
-            }
+            let args: Vec<inkwell::values::BasicValueEnum<'ctx>> =
+                std::iter::once(p64.into()).chain(done.iter().map(|&x| x.into())).collect();
             return self.asm_call(text, &cons, &args);
+        }
+        let mut out = vt.get_undef();
+        for (q, &x) in done.iter().enumerate() {
+            out = self.b.build_insert_element(out, x, self.ctx.i32_type().const_int(q as u64, false), "w")?;
         }
         let st = self.b.build_store(vp, out)?;
         st.set_alignment(align).map_err(|e| err(e.to_string()))?;
