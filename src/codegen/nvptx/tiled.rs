@@ -1276,13 +1276,28 @@ impl<'ctx> Gen<'_, 'ctx> {
             self.barrier()?;
             let units = (i1 - i0) * yn * cfg.bn / v;
             self.per_thread(tid, nt, &mut |g, tid| {
+                // Where `nt · v` is a multiple of the block's width every unit
+                // of this thread has the same column: its table entry is read
+                // once, not once per unit (ncu: the per-unit reads were an
+                // eighth of the triples kernel's shared-memory wavefronts).
+                let fixed = if (nt * v) % cfg.bn == 0 {
+                    let sc =
+                        g.b.build_int_unsigned_rem(g.b.build_int_mul(tid, g.i64c(v), "tv")?, g.i64c(cfg.bn), "sc")?;
+                    let co = g.b.build_load(g.at(tab, g.b.build_int_add(sc, g.i64c(cfg.bm), "ci")?)?, "co")?;
+                    Some((sc, co.into_int_value()))
+                } else {
+                    None
+                };
                 for u in 0..units.div_ceil(nt) {
                     let e = g.b.build_int_add(tid, g.i64c(u * nt), "u")?;
                     let inside = g.b.build_int_compare(IntPredicate::ULT, e, g.i64c(units), "in")?;
                     g.if_then(inside, (u + 1) * nt > units, &mut |g| {
                         let ev = g.b.build_int_mul(e, g.i64c(v), "ev")?;
                         let sr = g.b.build_int_unsigned_div(ev, g.i64c(cfg.bn), "sr")?;
-                        let sc = g.b.build_int_unsigned_rem(ev, g.i64c(cfg.bn), "sc")?;
+                        let sc = match fixed {
+                            Some((sc, _)) => sc,
+                            None => g.b.build_int_unsigned_rem(ev, g.i64c(cfg.bn), "sc")?,
+                        };
                         let i =
                             g.b.build_int_add(g.i64c(i0), g.b.build_int_unsigned_div(sr, g.i64c(yn), "di")?, "i")?;
                         let y = g.b.build_int_unsigned_rem(sr, g.i64c(yn), "y")?;
@@ -1301,8 +1316,14 @@ impl<'ctx> Gen<'_, 'ctx> {
                         )?;
                         g.if_then(g.b.build_and(ok_r, ok_c, "ok")?, true, &mut |g| {
                             let ro = g.b.build_load(g.at(tab, row)?, "ro")?.into_int_value();
-                            let co = g.b.build_load(g.at(tab, g.b.build_int_add(sc, g.i64c(cfg.bm), "ci")?)?, "co")?;
-                            let off = g.b.build_int_add(ro, co.into_int_value(), "o")?;
+                            let co = match fixed {
+                                Some((_, co)) => co,
+                                None => {
+                                    let ci = g.b.build_int_add(sc, g.i64c(cfg.bm), "ci")?;
+                                    g.b.build_load(g.at(tab, ci)?, "co")?.into_int_value()
+                                }
+                            };
+                            let off = g.b.build_int_add(ro, co, "o")?;
                             // SAFETY: row and columns inside the sizes.
                             let p = unsafe { g.b.build_in_bounds_gep(pc, &[off], "pc")? };
                             let si = g.b.build_int_add(g.b.build_int_mul(sr, g.i64c(ld), "s")?, sc, "si")?;
