@@ -6,7 +6,8 @@
 # 3. every case under every variant, best of 10 (ms), two rounds in
 #    alternating order (so that clock drift shows);
 # 4. the held-out suite against torch.einsum and cupy.einsum with the best variant;
-# 5. ncu of the base and best kernels of an n = 20 triple, if ncu is there and time is left.
+# 5. ncu of the NCU_VARIANTS (default base) and best kernels of the NCU_CASES (default cc4,
+#    an n = 20 triple), if ncu is there and time is left.
 cd "$(dirname "$0")"; . ./cuda_env.sh; chmod +x tcc-gpu
 OUT=${OUT:-/tmp/knobsout}; mkdir -p "$OUT"
 exec > >(tee "$OUT/knobs_log.txt") 2>&1
@@ -38,16 +39,21 @@ done
 # The suite against torch and cupy with the variant of the best geometric
 # mean over the swept cases (among those with a suite build).
 best=$(python3 knobs_pick.py "$OUT/knobs_log.txt" suite)
-echo "suite with: $best ($(cat v/$best/env))"
-PYTHONUNBUFFERED=1 timeout ${SUITE_TIMEOUT:-230} python3 cc_suite.py run --dir suite/$best --tcc-gpu ./tcc-gpu --repeat 5 \
-  --tmp ${TMPDIR:-/tmp} --out "$OUT/cc_results.md" --json "$OUT/cc.json" > "$OUT/suite_log.txt" 2>&1
-echo "suite rc=$?"; grep -E "^- " "$OUT/cc_results.md" | head -8
+# SUITE_ON=H200: the suite only where the card's name holds it.
+if [ -z "${SUITE_ON:-}" ] || nvidia-smi -L | grep -q "$SUITE_ON"; then
+  echo "suite with: $best ($(cat v/$best/env))"
+  PYTHONUNBUFFERED=1 timeout ${SUITE_TIMEOUT:-230} python3 cc_suite.py run --dir suite/$best --tcc-gpu ./tcc-gpu --repeat ${SUITE_REPEAT:-5} \
+    --tmp ${TMPDIR:-/tmp} --out "$OUT/cc_results.md" --json "$OUT/cc.json" > "$OUT/suite_log.txt" 2>&1
+  echo "suite rc=$?"; grep -E "^- " "$OUT/cc_results.md" | head -8
+else
+  echo "suite skipped: not an $SUITE_ON"
+fi
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 echo "ncu: $NCU"
 if [ -n "$NCU" ] && [ -z "${NO_NCU:-}" ]; then
-  for n in base $best; do for c in 4; do
-    [ $SECONDS -gt 520 ] && break
-    timeout 45 $NCU --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section SchedulerStats -k regex:tcc_k --launch-count 1 ./tcc-gpu v/$n/cc$c.tc --repeat 1 > "$OUT/ncu_${n}_cc$c.txt" 2>&1
+  for n in $(echo ${NCU_VARIANTS:-base} $best | tr ' ' '\n' | awk '!seen[$0]++'); do for c in ${NCU_CASES:-4}; do
+    [ $SECONDS -gt ${NCU_BEFORE:-520} ] && break
+    timeout 45 $NCU --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis --section SourceCounters --section LaunchStats --section SchedulerStats -k regex:tcc_k --launch-count 1 ./tcc-gpu v/$n/cc$c.tc --repeat 1 > "$OUT/ncu_${n}_cc$c.txt" 2>&1
     echo "ncu $n cc$c rc=$?"
   done; done
 fi
