@@ -3,7 +3,8 @@
 # the spin-orbital CCD residual of bench/tiled/ccd.py (public equations,
 # antisymmetric and spin-blocked tensors) by `tcc-gpu --tiled` against
 # torch.einsum on dense tensors and `tcc run --tiled` on the host's cores, in
-# one run; and the tiled examples checked against the interpreter.
+# one run; and the tiled examples, `max`/`min`/`where` programs
+# (bench/gpu/tiled_special/) included, checked against the interpreter.
 #   here:   bash bench/gpu/tiled_ccd.sh prepare [DEST]  (default target/tccd; needs
 #           target/release/tcc and tcc-gpu built with --features cuda)
 #   device: bash tiled_ccd.sh run [DEST]   (LLVM's libraries on LD_LIBRARY_PATH
@@ -20,7 +21,8 @@ if [ "$mode" = prepare ]; then
   # `tcc run --tiled` (CPU) instead, which the tests hold to the interpreter.
   src "$D/check/ccd_6_12.tc" 6 12 False
   src "$D/check/ccd_iteration_6_12.tc" 6 12 True
-  cp examples/ccsd_terms.tc examples/programs/ccd.tc "$D/check/"
+  # `max`/`min`/`where` of symmetry-packed tensors and masked attention (moves of their own).
+  cp examples/ccsd_terms.tc examples/programs/ccd.tc bench/gpu/tiled_special/*.tc "$D/check/"
   cp examples/tiled/*.tc examples/programs/ccsd.tc examples/programs/four_index_steps.tc "$D/cross/"
   for f in "$D"/*.tc "$D"/check/*.tc "$D"/cross/*.tc; do
     target/release/tcc build "$f" --target cuda --tiled -o "$D/ptx/$(basename "$f" .tc).ptx" 2> /dev/null

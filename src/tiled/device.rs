@@ -21,7 +21,7 @@ use super::exec::Program;
 use super::tensor::TiledTensor;
 use crate::error::CommandError;
 use crate::ids::TensorId;
-use crate::sema::hir::{Func, Role};
+use crate::sema::hir::{CmpOp, Extremum, Func, Role};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 use tcc_runtime::kernels::GettDim;
@@ -53,6 +53,43 @@ pub enum TileOp {
     Gett { c: (TensorId, usize), a: Operand, b: Operand, alpha: f64, dims: Vec<GettDim> },
     /// `c[Σ i·sc] += alpha · Π f[Σ i·s]` over the box `ext` (zero, one or two factors).
     Axpy { c: (TensorId, usize), sc: Vec<isize>, factors: Vec<(Operand, Vec<isize>)>, ext: Vec<usize>, alpha: f64 },
+    /// Elements `offset..offset + len` of tensor `t` set to `value` (a `max`'s
+    /// tile to −∞ before its contributions), in the round of the ops after it.
+    Fill { t: TensorId, offset: usize, len: usize, value: f64 },
+    /// `max`/`min` of one factor into `c` (`c = max(c, ±f)`), or `where` of four
+    /// (`c = a cmp b ? x : y`) over the box `ext`; each factor with the sign of
+    /// the view it is read through.
+    Special {
+        c: (TensorId, usize),
+        sc: Vec<isize>,
+        factors: Vec<(Operand, f64, Vec<isize>)>,
+        ext: Vec<usize>,
+        op: MoveOp,
+    },
+}
+
+/// How a [`Move`] writes its value `v` to an element `d` of its destination.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MoveOp {
+    /// `d = alpha · Π src`.
+    Store,
+    /// `d += alpha · Π src`, atomically.
+    Add,
+    /// `d = max(d, alpha · src)` / `min`, atomically (a NaN loses, as in `maxnum`).
+    Extremum(Extremum),
+    /// `d = src0 cmp src1 ? src2 : src3` (alpha unused).
+    Select(CmpOp),
+}
+
+impl MoveOp {
+    /// The destination element after the move writes `v` (sources combined) to `d`.
+    pub fn write(self, d: f64, v: f64) -> f64 {
+        match self {
+            MoveOp::Store | MoveOp::Select(_) => v,
+            MoveOp::Add => d + v,
+            MoveOp::Extremum(e) => e.combine(d, v),
+        }
+    }
 }
 
 /// A buffer a [`Move`] reads or writes.
@@ -71,12 +108,14 @@ pub struct Loc {
 }
 
 /// One source of a [`Move`]: element `Σ i·strides` from `loc`, through
-/// `func(sign · x)` when there is a function.
+/// `func(sign · x)` when there is a function, else times `sign` (1 where the
+/// sign went into the move's alpha).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Src {
     pub loc: Loc,
     pub strides: Vec<isize>,
     pub func: Option<(Func, f64)>,
+    pub sign: f64,
 }
 
 impl Src {
@@ -84,14 +123,14 @@ impl Src {
     pub fn value(&self, x: f64) -> f64 {
         match self.func {
             Some((f, sign)) => f.apply(sign * x),
-            None => x,
+            None => self.sign * x,
         }
     }
 }
 
-/// `dst[Σ i·sdst] = alpha · Π src[Σ i·s]` (or `+=`, atomically, with `add`) for
-/// every point `i` of the box `ext`, the last dimension fastest. No source
-/// means the constant `alpha`.
+/// `dst[Σ i·sdst] = alpha · Π src[Σ i·s]` (or `+=`, atomically, or `max`,
+/// `min`, `where`: [`MoveOp`]) for every point `i` of the box `ext`, the last
+/// dimension fastest. No source means the constant `alpha`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Move {
     pub dst: Loc,
@@ -99,7 +138,7 @@ pub struct Move {
     pub srcs: Vec<Src>,
     pub ext: Vec<usize>,
     pub alpha: f64,
-    pub add: bool,
+    pub op: MoveOp,
 }
 
 impl Move {
@@ -232,6 +271,8 @@ fn op_tensors(op: &TileOp) -> Vec<TensorId> {
         TileOp::Zero { t, .. } => vec![*t],
         TileOp::Gett { c, a, b, .. } => vec![c.0, a.tensor, b.tensor],
         TileOp::Axpy { c, factors, .. } => std::iter::once(c.0).chain(factors.iter().map(|f| f.0.tensor)).collect(),
+        TileOp::Fill { t, .. } => vec![*t],
+        TileOp::Special { c, factors, .. } => std::iter::once(c.0).chain(factors.iter().map(|f| f.0.tensor)).collect(),
     }
 }
 
@@ -252,10 +293,33 @@ fn lower(ops: &[TileOp], scratch: usize) -> Level {
             TileOp::Axpy { c, sc, factors, ext, alpha } => round.add.push(Move {
                 dst: Loc { buf: Buf::Tensor(c.0), offset: c.1 },
                 sdst: sc.clone(),
-                srcs: factors.iter().map(|(f, s)| Src { loc: f.loc(), strides: s.clone(), func: f.func }).collect(),
+                srcs: factors
+                    .iter()
+                    .map(|(f, s)| Src { loc: f.loc(), strides: s.clone(), func: f.func, sign: 1.0 })
+                    .collect(),
                 ext: ext.clone(),
                 alpha: *alpha,
-                add: true,
+                op: MoveOp::Add,
+            }),
+            // Before the ops after it: the pack moves of a round run first.
+            TileOp::Fill { t, offset, len, value } => round.pack.push(Move {
+                dst: Loc { buf: Buf::Tensor(*t), offset: *offset },
+                sdst: vec![1],
+                srcs: Vec::new(),
+                ext: vec![*len],
+                alpha: *value,
+                op: MoveOp::Store,
+            }),
+            TileOp::Special { c, sc, factors, ext, op } => round.add.push(Move {
+                dst: Loc { buf: Buf::Tensor(c.0), offset: c.1 },
+                sdst: sc.clone(),
+                srcs: factors
+                    .iter()
+                    .map(|(f, sign, s)| Src { loc: f.loc(), strides: s.clone(), func: f.func, sign: *sign })
+                    .collect(),
+                ext: ext.clone(),
+                alpha: 1.0,
+                op: *op,
             }),
             TileOp::Gett { dims, .. } => {
                 let size =
@@ -337,10 +401,15 @@ fn gett_moves(
         Move {
             dst: Loc { buf: Buf::Scratch, offset: at },
             sdst: row_major(&ext),
-            srcs: vec![Src { loc: src.loc(), strides: all.iter().map(|d| s(d) as isize).collect(), func: src.func }],
+            srcs: vec![Src {
+                loc: src.loc(),
+                strides: all.iter().map(|d| s(d) as isize).collect(),
+                func: src.func,
+                sign: 1.0,
+            }],
             ext,
             alpha: 1.0,
-            add: false,
+            op: MoveOp::Store,
         }
     };
     round.pack.push(pack(&[&batch, &ms, &ks], a, &|d| d.sa, pa));
@@ -350,10 +419,10 @@ fn gett_moves(
     round.add.push(Move {
         dst: Loc { buf: Buf::Tensor(c.0), offset: c.1 },
         sdst: all.iter().map(|d| d.sc as isize).collect(),
-        srcs: vec![Src { loc: Loc { buf: Buf::Scratch, offset: pc }, strides: row_major(&ext), func: None }],
+        srcs: vec![Src { loc: Loc { buf: Buf::Scratch, offset: pc }, strides: row_major(&ext), func: None, sign: 1.0 }],
         ext,
         alpha,
-        add: true,
+        op: MoveOp::Add,
     });
 }
 
@@ -526,7 +595,18 @@ impl HostMachine {
             let at = |base: usize, s: &[isize]| {
                 (base as isize + i.iter().zip(s).map(|(&x, &st)| x as isize * st).sum::<isize>()) as usize
             };
-            vals.push(srcs.iter().fold(m.alpha, |v, (b, s)| v * s.value(b[at(s.loc.offset, &s.strides)])));
+            let x = |(b, s): &(&Vec<f64>, &Src)| s.value(b[at(s.loc.offset, &s.strides)]);
+            vals.push(match m.op {
+                MoveOp::Select(cmp) => {
+                    let [a, b, x1, x2] = [0, 1, 2, 3].map(|j| x(&srcs[j]));
+                    if cmp.holds(a, b) {
+                        x1
+                    } else {
+                        x2
+                    }
+                }
+                _ => srcs.iter().fold(m.alpha, |v, s| v * x(s)),
+            });
             offs.push(at(m.dst.offset, &m.sdst));
         });
         let dst = match m.dst.buf {
@@ -535,7 +615,7 @@ impl HostMachine {
         };
         for (o, v) in offs.into_iter().zip(vals) {
             let x = dst.get_mut(o).ok_or("a move writes outside its buffer")?;
-            *x = if m.add { *x + v } else { v };
+            *x = m.op.write(*x, v);
         }
         Ok(())
     }

@@ -14,7 +14,7 @@
 //! stored nor visited. [`Program::plan`] finds the stored tiles of every temporary
 //! and output and counts the flops the tasks will execute before anything runs.
 
-use super::device::{Operand, TileOp};
+use super::device::{MoveOp, Operand, TileOp};
 use super::layout::{Coord, Layout, TileView};
 use super::model::TimeModel;
 use super::profile::KernelProfile;
@@ -1076,8 +1076,8 @@ impl Program {
 impl Program {
     /// The work of task `(s, c)` for an accelerator ([`super::device`]): what
     /// [`Program::run_task`] computes, as operations on stored tiles, appended to
-    /// `out`. Statements of `max`/`min`, `where`, affine subscripts and function
-    /// factors are refused (the host executors run them).
+    /// `out`. Statements with affine subscripts are refused (the host executors
+    /// run them).
     pub(crate) fn device_ops(&self, s: usize, c: &[u32], out: &mut Vec<TileOp>) -> Result<(), CommandError> {
         let st = &self.stmts[s];
         let refuse = |what: &str| {
@@ -1086,14 +1086,18 @@ impl Program {
                 "run the program with `tcc run --tiled` (CPU) or without --tiled",
             )
         };
-        if st.terms.iter().any(|t| t.op != TermOp::Product) {
-            return Err(refuse("`max`/`min`, `where` and affine subscripts"));
+        if st.terms.iter().any(|t| t.op == TermOp::Gather) {
+            return Err(refuse("affine subscripts (`I[n,c,y+r,x+s]`)"));
         }
         let layout = &self.layouts[&st.lhs];
         let slot = layout.slot(c).expect("tasks run over stored tiles");
         let c_at = (st.lhs, layout.offset(slot));
-        if !st.accumulate {
-            out.push(TileOp::Zero { t: st.lhs, offset: c_at.1, len: layout.tile_len(c) });
+        let (t, offset, len) = (st.lhs, c_at.1, layout.tile_len(c));
+        if let Some(TermOp::Extremum(op)) = st.terms.first().map(|t| t.op) {
+            // As `run_task`: the tile starts at the reduction's identity.
+            out.push(TileOp::Fill { t, offset, len, value: op.identity() });
+        } else if !st.accumulate {
+            out.push(TileOp::Zero { t, offset, len });
         }
         let n_lhs = c.len();
         let sc = tile_strides(layout, c);
@@ -1111,7 +1115,20 @@ impl Program {
             };
             let stride = |f: usize, p: usize| factor_stride(term, views, f, p);
             let csd = |p: usize| if p < n_lhs { sc[p] } else { 0 };
-            if term.factors.len() == 2 && !element_wise(term, ext) {
+            let special = match term.op {
+                TermOp::Extremum(e) => Some(MoveOp::Extremum(e)),
+                TermOp::Select(cmp) => Some(MoveOp::Select(cmp)),
+                TermOp::Product | TermOp::Gather => None,
+            };
+            if let Some(op) = special {
+                // Each factor with its view's sign, as `run_task` reads it (the
+                // special terms have no coefficient and no function factors).
+                let factors = (0..term.factors.len())
+                    .map(|f| (at(f), views[f].sign, (0..ext.len()).map(|p| stride(f, p)).collect()))
+                    .collect();
+                let sc = (0..ext.len()).map(csd).collect();
+                out.push(TileOp::Special { c: c_at, sc, factors, ext: ext.to_vec(), op });
+            } else if term.factors.len() == 2 && !element_wise(term, ext) {
                 let mut dims = Vec::new();
                 gett_dims(term, ext, &stride, &csd, &mut dims);
                 out.push(TileOp::Gett { c: c_at, a: at(0), b: at(1), alpha, dims });

@@ -8,7 +8,8 @@
 //! THREADS`, …, splits each into its coordinates along the box (last dimension
 //! fastest) and reads and writes through the strides. Element-wise functions
 //! are applied in f64 with the generated `exp`/`log`/`tanh` of [`super::math`].
-//! Adds are atomic (`atom.add.f64`).
+//! Adds are atomic (`atom.add.f64`), and so are `max`/`min` (integer
+//! `atom.max`/`atom.min` on the bits: see [`Gen::atomic_extremum`]).
 //!
 //! The same kernel is generated for the host and run block by block
 //! ([`EmulatedMachine`]), which the tests hold to the interpreter.
@@ -17,14 +18,14 @@
 
 use super::gen::{Gen, Mode};
 use super::{err, CodegenError};
-use crate::sema::hir::Func;
-use crate::tiled::device::{Buf, HostBuffers, HostRounds, Loc, Move};
+use crate::sema::hir::{CmpOp, Extremum, Func};
+use crate::tiled::device::{Buf, HostBuffers, HostRounds, Loc, Move, MoveOp};
 use inkwell::context::Context;
 use inkwell::execution_engine::ExecutionEngine;
 use inkwell::module::Module;
 use inkwell::targets::TargetMachine;
 use inkwell::values::{FloatValue, IntValue, PointerValue};
-use inkwell::{IntPredicate, OptimizationLevel};
+use inkwell::{AtomicOrdering, AtomicRMWBinOp, FloatPredicate, IntPredicate, OptimizationLevel};
 
 /// The kernel's name in the PTX.
 pub const KERNEL: &str = "tcc_tile_moves";
@@ -34,12 +35,37 @@ pub const THREADS: u64 = 256;
 pub const CHUNK: usize = 4096;
 /// Dimensions of a move's box after dropping those of extent 1.
 pub const MAX_DIMS: usize = 10;
-/// Words of one item: destination, two sources, first point, point count,
-/// dimensions, alpha (bits), flags (bit 0: add; bits 1–2: sources; bits 8–15
-/// and 16–23: the sources' functions, 1 + position in [`Func::ALL`]), the
-/// sources' signs (bits), then extents, destination strides and the two
-/// sources' strides, [`MAX_DIMS`] each.
-pub const ITEM_WORDS: usize = 10 + 4 * MAX_DIMS;
+/// Sources of a move at most (`where` reads four).
+pub const MAX_SRCS: usize = 4;
+/// Words of an item before its strides: the destination, [`MAX_SRCS`] sources,
+/// first point, point count, dimensions, alpha (bits), flags, and the sources'
+/// signs (bits), at these positions.
+const W_FIRST: usize = 1 + MAX_SRCS;
+const W_COUNT: usize = W_FIRST + 1;
+const W_DIMS: usize = W_FIRST + 2;
+const W_ALPHA: usize = W_FIRST + 3;
+const W_FLAGS: usize = W_FIRST + 4;
+const W_SIGNS: usize = W_FIRST + 5;
+const HEADER: usize = W_SIGNS + MAX_SRCS;
+/// Words of one item: the header, then extents, destination strides and each
+/// source's strides, [`MAX_DIMS`] each. Flags: bits 0–3 the [`MoveOp`] (0 store,
+/// 1 add, 2 max, 3 min, 4 where), 4–7 the comparison of a `where`, 8–11 the
+/// number of sources, 16 + 8·j the function of source `j` (1 + position in
+/// [`Func::ALL`], 0 none).
+pub const ITEM_WORDS: usize = HEADER + (2 + MAX_SRCS) * MAX_DIMS;
+/// The comparisons of `where`, by their code in the flags.
+const CMPS: [CmpOp; 6] = [CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge, CmpOp::Eq, CmpOp::Ne];
+
+/// The code of `op` in an item's flags, and of its comparison.
+fn op_code(op: MoveOp) -> (u64, u64) {
+    match op {
+        MoveOp::Store => (0, 0),
+        MoveOp::Add => (1, 0),
+        MoveOp::Extremum(Extremum::Max) => (2, 0),
+        MoveOp::Extremum(Extremum::Min) => (3, 0),
+        MoveOp::Select(c) => (4, CMPS.iter().position(|&x| x == c).expect("in CMPS") as u64),
+    }
+}
 
 /// Appends the items of move `m` to `items`; `addr` gives the address of a
 /// location's element.
@@ -49,9 +75,9 @@ pub fn encode(m: &Move, addr: &dyn Fn(&Loc) -> u64, items: &mut Vec<u64>) -> Res
         return Ok(());
     }
     let keep: Vec<usize> = (0..m.ext.len()).filter(|&d| m.ext[d] != 1).collect();
-    if keep.len() > MAX_DIMS || m.srcs.len() > 2 {
+    if keep.len() > MAX_DIMS || m.srcs.len() > MAX_SRCS {
         return Err(format!(
-            "a tile move over {} dimensions and {} sources (at most {MAX_DIMS} and 2)",
+            "a tile move over {} dimensions and {} sources (at most {MAX_DIMS} and {MAX_SRCS})",
             keep.len(),
             m.srcs.len()
         ));
@@ -62,30 +88,25 @@ pub fn encode(m: &Move, addr: &dyn Fn(&Loc) -> u64, items: &mut Vec<u64>) -> Res
             .and_then(|s| s.func)
             .map_or(0, |(f, _)| 1 + Func::ALL.iter().position(|&g| g == f).expect("in ALL") as u64)
     };
-    let flags = m.add as u64 | (m.srcs.len() as u64) << 1 | code(0) << 8 | code(1) << 16;
-    let sign = |j: usize| m.srcs.get(j).and_then(|s| s.func).map_or(1.0, |(_, s)| s).to_bits();
+    let (op, cmp) = op_code(m.op);
+    let flags = (0..m.srcs.len()).fold(op | cmp << 4 | (m.srcs.len() as u64) << 8, |f, j| f | code(j) << (16 + 8 * j));
+    let sign = |j: usize| m.srcs.get(j).map_or(1.0, |s| s.func.map_or(s.sign, |(_, sign)| sign)).to_bits();
     let src = |j: usize| m.srcs.get(j).map_or(0, |s| addr(&s.loc));
     let mut first = 0;
     while first < points {
         let count = CHUNK.min(points - first);
         let mut w = vec![0u64; ITEM_WORDS];
-        w[..10].copy_from_slice(&[
-            addr(&m.dst),
-            src(0),
-            src(1),
-            first as u64,
-            count as u64,
-            keep.len() as u64,
-            m.alpha.to_bits(),
-            flags,
-            sign(0),
-            sign(1),
-        ]);
+        w[0] = addr(&m.dst);
+        for j in 0..MAX_SRCS {
+            w[1 + j] = src(j);
+            w[W_SIGNS + j] = sign(j);
+        }
+        w[W_FIRST..W_SIGNS].copy_from_slice(&[first as u64, count as u64, keep.len() as u64, m.alpha.to_bits(), flags]);
         for (j, &d) in keep.iter().enumerate() {
-            w[10 + j] = m.ext[d] as u64;
-            w[10 + MAX_DIMS + j] = m.sdst[d] as i64 as u64;
+            w[HEADER + j] = m.ext[d] as u64;
+            w[HEADER + MAX_DIMS + j] = m.sdst[d] as i64 as u64;
             for (s, src) in m.srcs.iter().enumerate() {
-                w[10 + (2 + s) * MAX_DIMS + j] = src.strides[d] as i64 as u64;
+                w[HEADER + (2 + s) * MAX_DIMS + j] = src.strides[d] as i64 as u64;
             }
         }
         items.extend_from_slice(&w);
@@ -109,6 +130,32 @@ impl<'ctx> Gen<'_, 'ctx> {
         body(self)?;
         self.b.build_unconditional_branch(join)?;
         self.b.position_at_end(join);
+        Ok(())
+    }
+
+    /// `*p = max(*p, v)` (or `min`) atomically; a NaN `v` changes nothing (as
+    /// `maxnum`). The order of f64 values is the signed order of their bits
+    /// where `v >= +0` and the reversed unsigned order where `v` is negative, so
+    /// `max` is an integer `atom.max.s64` of the bits for the one and
+    /// `atom.min.u64` for the other (`min`: `atom.min.s64`, `atom.max.u64`);
+    /// either keeps a larger (smaller) value already there, of either sign.
+    fn atomic_extremum(&mut self, p: PointerValue<'ctx>, v: FloatValue<'ctx>, e: Extremum) -> Result<(), CodegenError> {
+        let i64t = self.ctx.i64_type();
+        let bits = self.b.build_bit_cast(v, i64t, "bits")?.into_int_value();
+        let pi = self.b.build_pointer_cast(p, i64t.ptr_type(p.get_type().get_address_space()), "pi")?;
+        let num = self.b.build_float_compare(FloatPredicate::ORD, v, v, "num")?;
+        let neg = self.b.build_int_compare(IntPredicate::SLT, bits, self.i64c(0), "neg")?;
+        let (on_pos, on_neg) = match e {
+            Extremum::Max => (AtomicRMWBinOp::Max, AtomicRMWBinOp::UMin),
+            Extremum::Min => (AtomicRMWBinOp::Min, AtomicRMWBinOp::UMax),
+        };
+        for (op, sign) in [(on_pos, self.b.build_not(neg, "pos")?), (on_neg, neg)] {
+            let go = self.b.build_and(num, sign, "go")?;
+            self.when(go, &mut |g| {
+                g.b.build_atomicrmw(op, pi, bits, AtomicOrdering::Monotonic)?;
+                Ok(())
+            })?;
+        }
         Ok(())
     }
 
@@ -147,21 +194,24 @@ impl<'ctx> Gen<'_, 'ctx> {
             Ok(g.b.build_int_to_ptr(w, f64t.ptr_type(g.addr_space()), "p")?)
         };
         let dst = ptr_of(self, at(self, 0)?)?;
-        let srcs = [ptr_of(self, at(self, 1)?)?, ptr_of(self, at(self, 2)?)?];
-        let (first, count, nd) = (at(self, 3)?, at(self, 4)?, at(self, 5)?);
-        let alpha = self.b.build_bit_cast(at(self, 6)?, f64t, "alpha")?.into_float_value();
-        let flags = at(self, 7)?;
-        let signs = [
-            self.b.build_bit_cast(at(self, 8)?, f64t, "s0")?.into_float_value(),
-            self.b.build_bit_cast(at(self, 9)?, f64t, "s1")?.into_float_value(),
-        ];
+        let mut srcs = Vec::new();
+        let mut signs = Vec::new();
+        for j in 0..MAX_SRCS as u64 {
+            srcs.push(ptr_of(self, at(self, 1 + j)?)?);
+            signs.push(self.b.build_bit_cast(at(self, W_SIGNS as u64 + j)?, f64t, "sign")?.into_float_value());
+        }
+        let (first, count, nd) = (at(self, W_FIRST as u64)?, at(self, W_COUNT as u64)?, at(self, W_DIMS as u64)?);
+        let alpha = self.b.build_bit_cast(at(self, W_ALPHA as u64)?, f64t, "alpha")?.into_float_value();
+        let flags = at(self, W_FLAGS as u64)?;
         let bits = |g: &Self, shift: u64, mask: u64| -> Result<IntValue<'ctx>, CodegenError> {
             let s = g.b.build_right_shift(flags, g.i64c(shift), false, "sh")?;
             Ok(g.b.build_and(s, g.i64c(mask), "bits")?)
         };
-        let add = self.b.build_int_compare(IntPredicate::NE, bits(self, 0, 1)?, self.i64c(0), "add")?;
-        let nsrc = bits(self, 1, 3)?;
-        let codes = [bits(self, 8, 255)?, bits(self, 16, 255)?];
+        let op = bits(self, 0, 15)?;
+        let cmp = bits(self, 4, 15)?;
+        let nsrc = bits(self, 8, 15)?;
+        let codes: Vec<IntValue<'ctx>> =
+            (0..MAX_SRCS as u64).map(|j| bits(self, 16 + 8 * j, 255)).collect::<Result<_, _>>()?;
         // Points thread `thread` takes: ⌈(count − thread) / THREADS⌉, or none.
         let some = self.b.build_int_compare(IntPredicate::ULT, thread, count, "some")?;
         let left = self.b.build_int_sub(count, thread, "left")?;
@@ -173,9 +223,10 @@ impl<'ctx> Gen<'_, 'ctx> {
         )?;
         let rem = self.b.build_alloca(i64t, "rem")?;
         let offs: Vec<PointerValue<'ctx>> =
-            (0..3).map(|j| self.b.build_alloca(i64t, &format!("off{j}"))).collect::<Result<_, _>>()?;
+            (0..=MAX_SRCS).map(|j| self.b.build_alloca(i64t, &format!("off{j}"))).collect::<Result<_, _>>()?;
         let val = self.b.build_alloca(f64t, "val")?;
-        let x = self.b.build_alloca(f64t, "x")?;
+        let xs: Vec<PointerValue<'ctx>> =
+            (0..MAX_SRCS).map(|j| self.b.build_alloca(f64t, &format!("x{j}"))).collect::<Result<_, _>>()?;
         self.for_range(self.i64c(0), trips, &mut |g, j| {
             let e = g.b.build_int_add(thread, g.b.build_int_mul(j, g.i64c(THREADS), "jt")?, "e")?;
             g.b.build_store(rem, g.b.build_int_add(first, e, "lin")?)?;
@@ -185,39 +236,41 @@ impl<'ctx> Gen<'_, 'ctx> {
             g.for_range(g.i64c(0), nd, &mut |g, r| {
                 // Dimension nd − 1 − r: the last varies fastest.
                 let d = g.b.build_int_sub(g.b.build_int_sub(nd, r, "d1")?, g.i64c(1), "d")?;
-                let ext = word(g, g.b.build_int_add(d, g.i64c(10), "we")?)?;
+                let ext = word(g, g.b.build_int_add(d, g.i64c(HEADER as u64), "we")?)?;
                 let lin = g.b.build_load(rem, "lin")?.into_int_value();
                 let q = g.b.build_int_unsigned_div(lin, ext, "q")?;
                 let i = g.b.build_int_sub(lin, g.b.build_int_mul(q, ext, "qe")?, "i")?;
                 g.b.build_store(rem, q)?;
                 for (k, &o) in offs.iter().enumerate() {
-                    let w = g.b.build_int_add(d, g.i64c(10 + (k as u64 + 1) * MAX_DIMS as u64), "ws")?;
+                    let w = g.b.build_int_add(d, g.i64c((HEADER + (k + 1) * MAX_DIMS) as u64), "ws")?;
                     let s = word(g, w)?;
                     let cur = g.b.build_load(o, "o")?.into_int_value();
                     g.b.build_store(o, g.b.build_int_add(cur, g.b.build_int_mul(i, s, "is")?, "o2")?)?;
                 }
                 Ok(())
             })?;
+            // Each source's value, `sign · x` or `func(sign · x)`; the product's
+            // factors multiplied into `val` (which starts at alpha).
             g.b.build_store(val, alpha)?;
-            for j in 0..2 {
+            for j in 0..MAX_SRCS {
                 let has = g.b.build_int_compare(IntPredicate::UGT, nsrc, g.i64c(j as u64), "has")?;
                 g.when(has, &mut |g| {
                     let o = g.b.build_load(offs[j + 1], "o")?.into_int_value();
                     // SAFETY: the move's points lie inside the source by construction.
                     let p = unsafe { g.b.build_gep(srcs[j], &[o], "sp")? };
-                    g.b.build_store(x, g.b.build_load(p, "x")?)?;
+                    let raw = g.b.build_load(p, "x")?.into_float_value();
+                    g.b.build_store(xs[j], g.b.build_float_mul(signs[j], raw, "sx")?)?;
                     for (n, &func) in Func::ALL.iter().enumerate() {
                         let is = g.b.build_int_compare(IntPredicate::EQ, codes[j], g.i64c(n as u64 + 1), "is")?;
                         g.when(is, &mut |g| {
-                            let v = g.b.build_load(x, "x")?.into_float_value();
-                            let v = g.b.build_float_mul(signs[j], v, "sx")?;
+                            let v = g.b.build_load(xs[j], "x")?.into_float_value();
                             let r = g.apply(func, v)?;
-                            g.b.build_store(x, r)?;
+                            g.b.build_store(xs[j], r)?;
                             Ok(())
                         })?;
                     }
                     let v: FloatValue = g.b.build_load(val, "v")?.into_float_value();
-                    let xv = g.b.build_load(x, "x")?.into_float_value();
+                    let xv = g.b.build_load(xs[j], "x")?.into_float_value();
                     g.b.build_store(val, g.b.build_float_mul(v, xv, "vx")?)?;
                     Ok(())
                 })?;
@@ -225,21 +278,46 @@ impl<'ctx> Gen<'_, 'ctx> {
             let o = g.b.build_load(offs[0], "od")?.into_int_value();
             // SAFETY: as for the sources.
             let p = unsafe { g.b.build_gep(dst, &[o], "dp")? };
+            let is_op = |g: &Self, code: u64| g.b.build_int_compare(IntPredicate::EQ, op, g.i64c(code), "isop");
+            // `where`: the value is the third or fourth source's.
+            let select = is_op(g, 4)?;
+            g.when(select, &mut |g| {
+                let mut v = Vec::new();
+                for &x in &xs {
+                    v.push(g.b.build_load(x, "x")?.into_float_value());
+                }
+                let (a, b, x, y) = (v[0], v[1], v[2], v[3]);
+                for (n, &c) in CMPS.iter().enumerate() {
+                    let pred = match c {
+                        CmpOp::Lt => FloatPredicate::OLT,
+                        CmpOp::Le => FloatPredicate::OLE,
+                        CmpOp::Gt => FloatPredicate::OGT,
+                        CmpOp::Ge => FloatPredicate::OGE,
+                        CmpOp::Eq => FloatPredicate::OEQ,
+                        CmpOp::Ne => FloatPredicate::UNE,
+                    };
+                    let is = g.b.build_int_compare(IntPredicate::EQ, cmp, g.i64c(n as u64), "iscmp")?;
+                    let holds = g.b.build_float_compare(pred, a, b, "holds")?;
+                    g.when(is, &mut |g| {
+                        g.b.build_store(val, g.b.build_select(holds, x, y, "sel")?)?;
+                        Ok(())
+                    })?;
+                }
+                Ok(())
+            })?;
             let v = g.b.build_load(val, "v")?.into_float_value();
-            let f = g.func.expect("in the kernel");
-            let (atomic, plain, done) = (
-                g.ctx.append_basic_block(f, "atomic"),
-                g.ctx.append_basic_block(f, "plain"),
-                g.ctx.append_basic_block(f, "stored"),
-            );
-            g.b.build_conditional_branch(add, atomic, plain)?;
-            g.b.position_at_end(atomic);
-            g.atomic_fadd(p, v);
-            g.b.build_unconditional_branch(done)?;
-            g.b.position_at_end(plain);
-            g.b.build_store(p, v)?;
-            g.b.build_unconditional_branch(done)?;
-            g.b.position_at_end(done);
+            let (add, max, min) = (is_op(g, 1)?, is_op(g, 2)?, is_op(g, 3)?);
+            let store = g.b.build_or(is_op(g, 0)?, select, "plain")?;
+            g.when(store, &mut |g| {
+                g.b.build_store(p, v)?;
+                Ok(())
+            })?;
+            g.when(add, &mut |g| {
+                g.atomic_fadd(p, v);
+                Ok(())
+            })?;
+            g.when(max, &mut |g| g.atomic_extremum(p, v, Extremum::Max))?;
+            g.when(min, &mut |g| g.atomic_extremum(p, v, Extremum::Min))?;
             Ok(())
         })?;
         self.b.build_return(None)?;

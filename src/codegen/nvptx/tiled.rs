@@ -1280,7 +1280,7 @@ impl<'ctx> Gen<'_, 'ctx> {
                 // of this thread has the same column: its table entry is read
                 // once, not once per unit (ncu: the per-unit reads were an
                 // eighth of the triples kernel's shared-memory wavefronts).
-                let fixed = if (nt * v) % cfg.bn == 0 {
+                let fixed = if (nt * v).is_multiple_of(cfg.bn) {
                     let sc =
                         g.b.build_int_unsigned_rem(g.b.build_int_mul(tid, g.i64c(v), "tv")?, g.i64c(cfg.bn), "sc")?;
                     let co = g.b.build_load(g.at(tab, g.b.build_int_add(sc, g.i64c(cfg.bm), "ci")?)?, "co")?;
