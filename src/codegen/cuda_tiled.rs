@@ -4,9 +4,9 @@
 //!
 //! Every tensor is one device buffer of its stored tiles; a round's moves are
 //! encoded ([`nvptx::tile_moves::encode`]) with the buffers' device addresses,
-//! uploaded in one copy, and launched as two grids of the move kernel (packing,
-//! then adding) around one `cublasDgemmStridedBatched` per matrix shape, all on
-//! the default stream.
+//! uploaded in one copy, and launched as grids of the move kernels (packing,
+//! then adding; products and `max`/`min`/`where` by their own kernel) around
+//! one `cublasDgemmStridedBatched` per matrix shape, all on the default stream.
 
 use crate::tiled::device::TileMachine;
 
@@ -34,7 +34,7 @@ mod imp {
     use crate::tiled::device::{Buf, Loc, Round};
     use cudarc::cublas::{result as blas, sys as blas_sys};
     use cudarc::driver::{result, sys};
-    use nvptx::tile_moves::{encode, ITEM_WORDS, KERNEL, THREADS};
+    use nvptx::tile_moves::{encode_phase, MoveKernel, THREADS};
     use std::collections::HashMap;
     use std::ffi::{c_void, CString};
 
@@ -76,7 +76,8 @@ mod imp {
 
     pub struct CudaMachine {
         module: sys::CUmodule,
-        kernel: sys::CUfunction,
+        /// The kernels of [`MoveKernel::ALL`].
+        kernels: Vec<sys::CUfunction>,
         blas: blas_sys::cublasHandle_t,
         bufs: HashMap<TensorId, DevMem>,
         scratch: Option<DevMem>,
@@ -90,25 +91,29 @@ mod imp {
             // SAFETY: a NUL-terminated PTX image.
             let module = unsafe { result::module::load_data(src.as_ptr() as *const c_void) }
                 .map_err(e("cuModuleLoadData (PTX JIT)"))?;
-            // SAFETY: a loaded module.
-            let kernel =
-                unsafe { result::module::get_function(module, CString::new(KERNEL).expect("name")) }.map_err(|x| {
-                    format!("the PTX has no `{KERNEL}` (write it with `tcc build --target cuda --tiled`): {x:?}")
-                })?;
+            let mut kernels = Vec::new();
+            for kind in MoveKernel::ALL {
+                let name = kind.name();
+                // SAFETY: a loaded module.
+                let f = unsafe { result::module::get_function(module, CString::new(name).expect("name")) }.map_err(
+                    |x| format!("the PTX has no `{name}` (write it with `tcc build --target cuda --tiled`): {x:?}"),
+                )?;
+                kernels.push(f);
+            }
             // SAFETY: probing only loads the library.
             if !unsafe { blas_sys::is_culib_present() } {
                 return Err("cuBLAS (libcublas.so) not found: add its folder to LD_LIBRARY_PATH".into());
             }
             let blas = blas::create_handle().map_err(e("cublasCreate"))?;
-            Ok(CudaMachine { module, kernel, blas, bufs: HashMap::new(), scratch: None, items: None })
+            Ok(CudaMachine { module, kernels, blas, bufs: HashMap::new(), scratch: None, items: None })
         }
 
         fn ptr(&self, t: TensorId) -> Result<sys::CUdeviceptr, String> {
             self.bufs.get(&t).map(|m| m.ptr).ok_or_else(|| format!("tensor {} is not on the GPU", t.index()))
         }
 
-        /// Launches the move kernel on `blocks` items from `items`.
-        fn launch(&self, items: sys::CUdeviceptr, blocks: usize) -> Result<(), String> {
+        /// Launches move kernel `k` on `blocks` items from `items`.
+        fn launch(&self, k: MoveKernel, items: sys::CUdeviceptr, blocks: usize) -> Result<(), String> {
             if blocks == 0 {
                 return Ok(());
             }
@@ -121,7 +126,7 @@ mod imp {
             // live buffers of this machine.
             unsafe {
                 result::launch_kernel(
-                    self.kernel,
+                    self.kernels[MoveKernel::ALL.iter().position(|&x| x == k).expect("in ALL")],
                     (blocks as u32, 1, 1),
                     (THREADS as u32, 1, 1),
                     0,
@@ -193,18 +198,15 @@ mod imp {
                     };
                     base + l.offset as u64 * 8
                 };
-                for m in &r.pack {
-                    encode(m, &addr, &mut items)?;
-                }
-                let packs = items.len();
-                for m in &r.add {
-                    encode(m, &addr, &mut items)?;
-                }
+                // Pack items, then add items, each kernel's together.
+                let launches = [encode_phase(&r.pack, &addr, &mut items)?, encode_phase(&r.add, &addr, &mut items)?];
                 let dev = DevMem::reserve(&mut self.items, items.len())?;
                 // SAFETY: the allocation holds at least `items.len()` words; the
                 // copy waits for the kernels before it on the default stream.
                 unsafe { result::memcpy_htod_sync(dev, &items) }.map_err(e("cuMemcpyHtoD (items)"))?;
-                self.launch(dev, packs / ITEM_WORDS)?;
+                for &(k, at, n) in &launches[0] {
+                    self.launch(k, dev + at as u64 * 8, n)?;
+                }
                 for g in &r.gemms {
                     let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
                     let n_op = blas_sys::cublasOperation_t::CUBLAS_OP_N;
@@ -235,7 +237,9 @@ mod imp {
                     }
                     .map_err(e("cublasDgemmStridedBatched"))?;
                 }
-                self.launch(dev + packs as u64 * 8, (items.len() - packs) / ITEM_WORDS)?;
+                for &(k, at, n) in &launches[1] {
+                    self.launch(k, dev + at as u64 * 8, n)?;
+                }
             }
             Ok(())
         }

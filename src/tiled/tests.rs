@@ -1520,7 +1520,7 @@ fn the_generated_move_kernel_runs_the_device_path_as_the_interpreter() {
 #[test]
 fn the_move_kernel_compiles_to_ptx_with_atomic_adds() {
     let ptx = crate::codegen::nvptx::tile_moves::ptx().unwrap();
-    assert!(ptx.contains(".entry tcc_tile_moves"), "{ptx}");
+    assert!(ptx.contains(".entry tcc_tile_moves") && ptx.contains(".entry tcc_tile_special"), "{ptx}");
     assert!(ptx.contains("atom.global.add.f64"), "no f64 atomic add in the PTX");
     // `max`/`min` as integer atomics on the bits (signed for v >= 0, unsigned below).
     for op in ["atom.global.max.s64", "atom.global.min.u64", "atom.global.min.s64", "atom.global.max.u64"] {

@@ -1,9 +1,10 @@
-//! The kernel of tiled programs on the GPU ([`crate::tiled::device`]): a batch of
-//! [`Move`]s described at run time, since tiles read through symmetry have
-//! strides that differ from tile to tile.
+//! The kernels of tiled programs on the GPU ([`crate::tiled::device`]): a batch
+//! of [`Move`]s described at run time, since tiles read through symmetry have
+//! strides that differ from tile to tile; one kernel for products, sums and
+//! copies, one for `max`/`min` and `where` ([`MoveKernel`]).
 //!
 //! Each move is cut into items of at most [`CHUNK`] points, one block of
-//! [`THREADS`] threads per item; an item is [`ITEM_WORDS`] 64-bit words (see
+//! [`THREADS`] threads per item; an item is [`MoveKernel::item_words`] 64-bit words (see
 //! [`encode`]). A thread takes the item's points `first + t`, `first + t +
 //! THREADS`, …, splits each into its coordinates along the box (last dimension
 //! fastest) and reads and writes through the strides. Element-wise functions
@@ -11,7 +12,7 @@
 //! Adds are atomic (`atom.add.f64`), and so are `max`/`min` (integer
 //! `atom.max`/`atom.min` on the bits: see [`Gen::atomic_extremum`]).
 //!
-//! The same kernel is generated for the host and run block by block
+//! The same kernels are generated for the host and run block by block
 //! ([`EmulatedMachine`]), which the tests hold to the interpreter.
 //! [`crate::tiled::device::TileMachine`] is implemented by the GPU in
 //! `codegen::cuda_tiled`.
@@ -27,32 +28,68 @@ use inkwell::targets::TargetMachine;
 use inkwell::values::{FloatValue, IntValue, PointerValue};
 use inkwell::{AtomicOrdering, AtomicRMWBinOp, FloatPredicate, IntPredicate, OptimizationLevel};
 
-/// The kernel's name in the PTX.
-pub const KERNEL: &str = "tcc_tile_moves";
 /// Threads per block.
 pub const THREADS: u64 = 256;
 /// Points of a move per item (block).
 pub const CHUNK: usize = 4096;
 /// Dimensions of a move's box after dropping those of extent 1.
 pub const MAX_DIMS: usize = 10;
-/// Sources of a move at most (`where` reads four).
-pub const MAX_SRCS: usize = 4;
-/// Words of an item before its strides: the destination, [`MAX_SRCS`] sources,
-/// first point, point count, dimensions, alpha (bits), flags, and the sources'
-/// signs (bits), at these positions.
-const W_FIRST: usize = 1 + MAX_SRCS;
-const W_COUNT: usize = W_FIRST + 1;
-const W_DIMS: usize = W_FIRST + 2;
-const W_ALPHA: usize = W_FIRST + 3;
-const W_FLAGS: usize = W_FIRST + 4;
-const W_SIGNS: usize = W_FIRST + 5;
-const HEADER: usize = W_SIGNS + MAX_SRCS;
-/// Words of one item: the header, then extents, destination strides and each
-/// source's strides, [`MAX_DIMS`] each. Flags: bits 0–3 the [`MoveOp`] (0 store,
-/// 1 add, 2 max, 3 min, 4 where), 4–7 the comparison of a `where`, 8–11 the
-/// number of sources, 16 + 8·j the function of source `j` (1 + position in
-/// [`Func::ALL`], 0 none).
-pub const ITEM_WORDS: usize = HEADER + (2 + MAX_SRCS) * MAX_DIMS;
+
+/// The two kernels of the PTX. Products, sums and copies (every move of a
+/// contraction) go to a lean kernel of at most two sources; `max`/`min` and
+/// `where` to one of four with their writes, so that the code they need costs
+/// the products nothing (in one kernel the CCD residual's moves ran 2× slower).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveKernel {
+    Product,
+    Special,
+}
+
+/// Positions of an item's words: the destination, the sources, first point,
+/// point count, dimensions, alpha (bits), flags, the sources' signs (bits), then
+/// extents, destination strides and each source's strides, [`MAX_DIMS`] each.
+/// Flags: bit 0 add (else store), bits 1–3 the number of sources, 8 + 8·j the
+/// function of source `j` (1 + position in [`Func::ALL`], 0 none); for the
+/// special kernel bits 48–51 its op (2 max, 3 min, 4 where) and 52–55 the
+/// comparison of a `where`.
+impl MoveKernel {
+    pub const ALL: [MoveKernel; 2] = [MoveKernel::Product, MoveKernel::Special];
+    /// The kernel of a move's op.
+    pub fn of(op: MoveOp) -> MoveKernel {
+        match op {
+            MoveOp::Store | MoveOp::Add => MoveKernel::Product,
+            MoveOp::Extremum(_) | MoveOp::Select(_) => MoveKernel::Special,
+        }
+    }
+    /// The kernel's name in the PTX.
+    pub fn name(self) -> &'static str {
+        match self {
+            MoveKernel::Product => "tcc_tile_moves",
+            MoveKernel::Special => "tcc_tile_special",
+        }
+    }
+    /// Sources of a move at most (`where` reads four).
+    pub fn srcs(self) -> usize {
+        match self {
+            MoveKernel::Product => 2,
+            MoveKernel::Special => 4,
+        }
+    }
+    fn w_first(self) -> usize {
+        1 + self.srcs()
+    }
+    fn w_signs(self) -> usize {
+        self.w_first() + 5
+    }
+    fn header(self) -> usize {
+        self.w_signs() + self.srcs()
+    }
+    /// Words of one item.
+    pub fn item_words(self) -> usize {
+        self.header() + (2 + self.srcs()) * MAX_DIMS
+    }
+}
+
 /// The comparisons of `where`, by their code in the flags.
 const CMPS: [CmpOp; 6] = [CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge, CmpOp::Eq, CmpOp::Ne];
 
@@ -67,17 +104,19 @@ fn op_code(op: MoveOp) -> (u64, u64) {
     }
 }
 
-/// Appends the items of move `m` to `items`; `addr` gives the address of a
-/// location's element.
+/// Appends the items of move `m` to `items` (laid out for its kernel,
+/// [`MoveKernel::of`]); `addr` gives the address of a location's element.
 pub fn encode(m: &Move, addr: &dyn Fn(&Loc) -> u64, items: &mut Vec<u64>) -> Result<(), String> {
+    let kind = MoveKernel::of(m.op);
+    let (max_srcs, header) = (kind.srcs(), kind.header());
     let points = m.points();
     if points == 0 {
         return Ok(());
     }
     let keep: Vec<usize> = (0..m.ext.len()).filter(|&d| m.ext[d] != 1).collect();
-    if keep.len() > MAX_DIMS || m.srcs.len() > MAX_SRCS {
+    if keep.len() > MAX_DIMS || m.srcs.len() > max_srcs {
         return Err(format!(
-            "a tile move over {} dimensions and {} sources (at most {MAX_DIMS} and {MAX_SRCS})",
+            "a tile move over {} dimensions and {} sources (at most {MAX_DIMS} and {max_srcs})",
             keep.len(),
             m.srcs.len()
         ));
@@ -89,30 +128,62 @@ pub fn encode(m: &Move, addr: &dyn Fn(&Loc) -> u64, items: &mut Vec<u64>) -> Res
             .map_or(0, |(f, _)| 1 + Func::ALL.iter().position(|&g| g == f).expect("in ALL") as u64)
     };
     let (op, cmp) = op_code(m.op);
-    let flags = (0..m.srcs.len()).fold(op | cmp << 4 | (m.srcs.len() as u64) << 8, |f, j| f | code(j) << (16 + 8 * j));
+    let base = u64::from(m.op == MoveOp::Add) | (m.srcs.len() as u64) << 1 | op << 48 | cmp << 52;
+    let flags = (0..m.srcs.len()).fold(base, |f, j| f | code(j) << (8 + 8 * j));
+    // The product kernel reads a source's sign inside its function only (the
+    // planner folds the others into alpha).
+    if kind == MoveKernel::Product && m.srcs.iter().any(|s| s.func.is_none() && s.sign != 1.0) {
+        return Err("internal: a product move with a sign outside a function".into());
+    }
     let sign = |j: usize| m.srcs.get(j).map_or(1.0, |s| s.func.map_or(s.sign, |(_, sign)| sign)).to_bits();
     let src = |j: usize| m.srcs.get(j).map_or(0, |s| addr(&s.loc));
     let mut first = 0;
     while first < points {
         let count = CHUNK.min(points - first);
-        let mut w = vec![0u64; ITEM_WORDS];
+        let mut w = vec![0u64; kind.item_words()];
         w[0] = addr(&m.dst);
-        for j in 0..MAX_SRCS {
+        for j in 0..max_srcs {
             w[1 + j] = src(j);
-            w[W_SIGNS + j] = sign(j);
+            w[kind.w_signs() + j] = sign(j);
         }
-        w[W_FIRST..W_SIGNS].copy_from_slice(&[first as u64, count as u64, keep.len() as u64, m.alpha.to_bits(), flags]);
+        w[kind.w_first()..kind.w_signs()].copy_from_slice(&[
+            first as u64,
+            count as u64,
+            keep.len() as u64,
+            m.alpha.to_bits(),
+            flags,
+        ]);
         for (j, &d) in keep.iter().enumerate() {
-            w[HEADER + j] = m.ext[d] as u64;
-            w[HEADER + MAX_DIMS + j] = m.sdst[d] as i64 as u64;
+            w[header + j] = m.ext[d] as u64;
+            w[header + MAX_DIMS + j] = m.sdst[d] as i64 as u64;
             for (s, src) in m.srcs.iter().enumerate() {
-                w[HEADER + (2 + s) * MAX_DIMS + j] = src.strides[d] as i64 as u64;
+                w[header + (2 + s) * MAX_DIMS + j] = src.strides[d] as i64 as u64;
             }
         }
         items.extend_from_slice(&w);
         first += count;
     }
     Ok(())
+}
+
+/// Appends the items of `moves` to `items`, those of each kernel together (in
+/// place: the encoding is most of a round's host time); the launches, as
+/// (kernel, first word, items). Moves of one phase write disjoint elements, so
+/// the kernels may run in any order.
+pub fn encode_phase(
+    moves: &[Move],
+    addr: &dyn Fn(&Loc) -> u64,
+    items: &mut Vec<u64>,
+) -> Result<Vec<(MoveKernel, usize, usize)>, String> {
+    let mut launches = Vec::new();
+    for kind in MoveKernel::ALL {
+        let at = items.len();
+        for m in moves.iter().filter(|m| MoveKernel::of(m.op) == kind) {
+            encode(m, addr, items)?;
+        }
+        launches.push((kind, at, (items.len() - at) / kind.item_words()));
+    }
+    Ok(launches)
 }
 
 impl<'ctx> Gen<'_, 'ctx> {
@@ -159,9 +230,12 @@ impl<'ctx> Gen<'_, 'ctx> {
         Ok(())
     }
 
-    /// The kernel: `void tcc_tile_moves(i64* items)` on the device, `void
-    /// tcc_tile_moves(i64 block, i64 thread, i64* items)` on the host.
-    fn tile_moves_kernel(&mut self) -> Result<(), CodegenError> {
+    /// Kernel `kind`: `void NAME(i64* items)` on the device, `void NAME(i64
+    /// block, i64 thread, i64* items)` on the host.
+    fn tile_moves_kernel(&mut self, kind: MoveKernel) -> Result<(), CodegenError> {
+        let max_srcs = kind.srcs();
+        let (header, w_first, w_signs) = (kind.header(), kind.w_first(), kind.w_signs());
+        let special = kind == MoveKernel::Special;
         let (i64t, f64t) = (self.ctx.i64_type(), self.ctx.f64_type());
         let items_ty = i64t.ptr_type(self.addr_space());
         let mut params: Vec<inkwell::types::BasicMetadataTypeEnum> = Vec::new();
@@ -169,7 +243,7 @@ impl<'ctx> Gen<'_, 'ctx> {
             params.extend([inkwell::types::BasicMetadataTypeEnum::from(i64t); 2]);
         }
         params.push(items_ty.into());
-        let f = self.module.add_function(KERNEL, self.ctx.void_type().fn_type(&params, false), None);
+        let f = self.module.add_function(kind.name(), self.ctx.void_type().fn_type(&params, false), None);
         self.func = Some(f);
         let entry = self.ctx.append_basic_block(f, "entry");
         self.b.position_at_end(entry);
@@ -182,10 +256,10 @@ impl<'ctx> Gen<'_, 'ctx> {
                 param(0).into_pointer_value(),
             ),
         };
-        let base = self.b.build_int_mul(block, self.i64c(ITEM_WORDS as u64), "item")?;
+        let base = self.b.build_int_mul(block, self.i64c(kind.item_words() as u64), "item")?;
         let word = |g: &Self, j: IntValue<'ctx>| -> Result<IntValue<'ctx>, CodegenError> {
             let at = g.b.build_int_add(base, j, "w")?;
-            // SAFETY: the item has ITEM_WORDS words.
+            // SAFETY: the item has `kind.item_words()` words.
             let p = unsafe { g.b.build_in_bounds_gep(items, &[at], "wp")? };
             Ok(g.b.build_load(p, "word")?.into_int_value())
         };
@@ -196,22 +270,22 @@ impl<'ctx> Gen<'_, 'ctx> {
         let dst = ptr_of(self, at(self, 0)?)?;
         let mut srcs = Vec::new();
         let mut signs = Vec::new();
-        for j in 0..MAX_SRCS as u64 {
-            srcs.push(ptr_of(self, at(self, 1 + j)?)?);
-            signs.push(self.b.build_bit_cast(at(self, W_SIGNS as u64 + j)?, f64t, "sign")?.into_float_value());
+        for j in 0..max_srcs {
+            srcs.push(ptr_of(self, at(self, (1 + j) as u64)?)?);
+            signs.push(self.b.build_bit_cast(at(self, (w_signs + j) as u64)?, f64t, "sign")?.into_float_value());
         }
-        let (first, count, nd) = (at(self, W_FIRST as u64)?, at(self, W_COUNT as u64)?, at(self, W_DIMS as u64)?);
-        let alpha = self.b.build_bit_cast(at(self, W_ALPHA as u64)?, f64t, "alpha")?.into_float_value();
-        let flags = at(self, W_FLAGS as u64)?;
+        let [first, count, nd, alpha, flags] = [0, 1, 2, 3, 4].map(|j| at(self, (w_first + j) as u64));
+        let (first, count, nd, flags) = (first?, count?, nd?, flags?);
+        let alpha = self.b.build_bit_cast(alpha?, f64t, "alpha")?.into_float_value();
         let bits = |g: &Self, shift: u64, mask: u64| -> Result<IntValue<'ctx>, CodegenError> {
             let s = g.b.build_right_shift(flags, g.i64c(shift), false, "sh")?;
             Ok(g.b.build_and(s, g.i64c(mask), "bits")?)
         };
-        let op = bits(self, 0, 15)?;
-        let cmp = bits(self, 4, 15)?;
-        let nsrc = bits(self, 8, 15)?;
+        let add = self.b.build_int_compare(IntPredicate::NE, bits(self, 0, 1)?, self.i64c(0), "add")?;
+        let nsrc = bits(self, 1, 7)?;
         let codes: Vec<IntValue<'ctx>> =
-            (0..MAX_SRCS as u64).map(|j| bits(self, 16 + 8 * j, 255)).collect::<Result<_, _>>()?;
+            (0..max_srcs as u64).map(|j| bits(self, 8 + 8 * j, 255)).collect::<Result<_, _>>()?;
+        let (op, cmp) = (bits(self, 48, 15)?, bits(self, 52, 15)?);
         // Points thread `thread` takes: ⌈(count − thread) / THREADS⌉, or none.
         let some = self.b.build_int_compare(IntPredicate::ULT, thread, count, "some")?;
         let left = self.b.build_int_sub(count, thread, "left")?;
@@ -223,10 +297,10 @@ impl<'ctx> Gen<'_, 'ctx> {
         )?;
         let rem = self.b.build_alloca(i64t, "rem")?;
         let offs: Vec<PointerValue<'ctx>> =
-            (0..=MAX_SRCS).map(|j| self.b.build_alloca(i64t, &format!("off{j}"))).collect::<Result<_, _>>()?;
+            (0..=max_srcs).map(|j| self.b.build_alloca(i64t, &format!("off{j}"))).collect::<Result<_, _>>()?;
         let val = self.b.build_alloca(f64t, "val")?;
         let xs: Vec<PointerValue<'ctx>> =
-            (0..MAX_SRCS).map(|j| self.b.build_alloca(f64t, &format!("x{j}"))).collect::<Result<_, _>>()?;
+            (0..max_srcs).map(|j| self.b.build_alloca(f64t, &format!("x{j}"))).collect::<Result<_, _>>()?;
         self.for_range(self.i64c(0), trips, &mut |g, j| {
             let e = g.b.build_int_add(thread, g.b.build_int_mul(j, g.i64c(THREADS), "jt")?, "e")?;
             g.b.build_store(rem, g.b.build_int_add(first, e, "lin")?)?;
@@ -236,34 +310,49 @@ impl<'ctx> Gen<'_, 'ctx> {
             g.for_range(g.i64c(0), nd, &mut |g, r| {
                 // Dimension nd − 1 − r: the last varies fastest.
                 let d = g.b.build_int_sub(g.b.build_int_sub(nd, r, "d1")?, g.i64c(1), "d")?;
-                let ext = word(g, g.b.build_int_add(d, g.i64c(HEADER as u64), "we")?)?;
+                let ext = word(g, g.b.build_int_add(d, g.i64c(header as u64), "we")?)?;
                 let lin = g.b.build_load(rem, "lin")?.into_int_value();
                 let q = g.b.build_int_unsigned_div(lin, ext, "q")?;
                 let i = g.b.build_int_sub(lin, g.b.build_int_mul(q, ext, "qe")?, "i")?;
                 g.b.build_store(rem, q)?;
+                // The destination's offset and those of the sources the move has
+                // (the same for the whole block: no divergence).
                 for (k, &o) in offs.iter().enumerate() {
-                    let w = g.b.build_int_add(d, g.i64c((HEADER + (k + 1) * MAX_DIMS) as u64), "ws")?;
-                    let s = word(g, w)?;
-                    let cur = g.b.build_load(o, "o")?.into_int_value();
-                    g.b.build_store(o, g.b.build_int_add(cur, g.b.build_int_mul(i, s, "is")?, "o2")?)?;
+                    let mut step = |g: &mut Self| {
+                        let w = g.b.build_int_add(d, g.i64c((header + (k + 1) * MAX_DIMS) as u64), "ws")?;
+                        let s = word(g, w)?;
+                        let cur = g.b.build_load(o, "o")?.into_int_value();
+                        g.b.build_store(o, g.b.build_int_add(cur, g.b.build_int_mul(i, s, "is")?, "o2")?)?;
+                        Ok(())
+                    };
+                    if k == 0 || !special {
+                        step(g)?;
+                    } else {
+                        let has = g.b.build_int_compare(IntPredicate::UGE, nsrc, g.i64c(k as u64), "hasrc")?;
+                        g.when(has, &mut step)?;
+                    }
                 }
                 Ok(())
             })?;
             // Each source's value, `sign · x` or `func(sign · x)`; the product's
             // factors multiplied into `val` (which starts at alpha).
             g.b.build_store(val, alpha)?;
-            for j in 0..MAX_SRCS {
+            for j in 0..max_srcs {
                 let has = g.b.build_int_compare(IntPredicate::UGT, nsrc, g.i64c(j as u64), "has")?;
                 g.when(has, &mut |g| {
                     let o = g.b.build_load(offs[j + 1], "o")?.into_int_value();
                     // SAFETY: the move's points lie inside the source by construction.
                     let p = unsafe { g.b.build_gep(srcs[j], &[o], "sp")? };
                     let raw = g.b.build_load(p, "x")?.into_float_value();
-                    g.b.build_store(xs[j], g.b.build_float_mul(signs[j], raw, "sx")?)?;
+                    // The special kernel's sources carry their signs; the
+                    // product kernel's only inside a function.
+                    let x = if special { g.b.build_float_mul(signs[j], raw, "sx")? } else { raw };
+                    g.b.build_store(xs[j], x)?;
                     for (n, &func) in Func::ALL.iter().enumerate() {
                         let is = g.b.build_int_compare(IntPredicate::EQ, codes[j], g.i64c(n as u64 + 1), "is")?;
                         g.when(is, &mut |g| {
                             let v = g.b.build_load(xs[j], "x")?.into_float_value();
+                            let v = if special { v } else { g.b.build_float_mul(signs[j], v, "sx")? };
                             let r = g.apply(func, v)?;
                             g.b.build_store(xs[j], r)?;
                             Ok(())
@@ -279,6 +368,25 @@ impl<'ctx> Gen<'_, 'ctx> {
             // SAFETY: as for the sources.
             let p = unsafe { g.b.build_gep(dst, &[o], "dp")? };
             let is_op = |g: &Self, code: u64| g.b.build_int_compare(IntPredicate::EQ, op, g.i64c(code), "isop");
+            if !special {
+                // Products, sums and copies: stored, or added atomically.
+                let v = g.b.build_load(val, "v")?.into_float_value();
+                let f = g.func.expect("in the kernel");
+                let (atomic, plain, done) = (
+                    g.ctx.append_basic_block(f, "atomic"),
+                    g.ctx.append_basic_block(f, "plain"),
+                    g.ctx.append_basic_block(f, "stored"),
+                );
+                g.b.build_conditional_branch(add, atomic, plain)?;
+                g.b.position_at_end(atomic);
+                g.atomic_fadd(p, v);
+                g.b.build_unconditional_branch(done)?;
+                g.b.position_at_end(plain);
+                g.b.build_store(p, v)?;
+                g.b.build_unconditional_branch(done)?;
+                g.b.position_at_end(done);
+                return Ok(());
+            }
             // `where`: the value is the third or fourth source's.
             let select = is_op(g, 4)?;
             g.when(select, &mut |g| {
@@ -306,14 +414,9 @@ impl<'ctx> Gen<'_, 'ctx> {
                 Ok(())
             })?;
             let v = g.b.build_load(val, "v")?.into_float_value();
-            let (add, max, min) = (is_op(g, 1)?, is_op(g, 2)?, is_op(g, 3)?);
-            let store = g.b.build_or(is_op(g, 0)?, select, "plain")?;
-            g.when(store, &mut |g| {
+            let (max, min) = (is_op(g, 2)?, is_op(g, 3)?);
+            g.when(select, &mut |g| {
                 g.b.build_store(p, v)?;
-                Ok(())
-            })?;
-            g.when(add, &mut |g| {
-                g.atomic_fadd(p, v);
                 Ok(())
             })?;
             g.when(max, &mut |g| g.atomic_extremum(p, v, Extremum::Max))?;
@@ -332,7 +435,9 @@ impl<'ctx> Gen<'_, 'ctx> {
 fn module<'ctx>(ctx: &'ctx Context, mode: Mode, tm: &TargetMachine) -> Result<Module<'ctx>, CodegenError> {
     let module = super::gen::new_module(ctx, "tcc_tile_moves", tm);
     let mut g = Gen { ctx, module: &module, b: ctx.create_builder(), mode, func: None, half: false };
-    g.tile_moves_kernel()?;
+    for kind in MoveKernel::ALL {
+        g.tile_moves_kernel(kind)?;
+    }
     drop(g);
     super::gen::verify_and_optimize(&module, tm, "the tile-move kernel")?;
     Ok(module)
@@ -352,7 +457,8 @@ type HostKernel = unsafe extern "C" fn(i64, i64, *const u64);
 /// GEMMs as plain loops. For tests.
 pub struct EmulatedMachine {
     _engine: ExecutionEngine<'static>,
-    kernel: HostKernel,
+    /// The kernels of [`MoveKernel::ALL`].
+    kernels: Vec<HostKernel>,
     mem: HostBuffers,
 }
 
@@ -363,10 +469,13 @@ impl EmulatedMachine {
         let tm = super::emulate::host_machine()?;
         let m = module(ctx, Mode::Host, &tm)?;
         let engine = m.create_jit_execution_engine(OptimizationLevel::Default).map_err(|e| err(e.to_string()))?;
-        let addr = engine.get_function_address(KERNEL).map_err(|e| err(format!("JIT: {e:?}")))?;
-        // SAFETY: the function was generated with this signature.
-        let kernel: HostKernel = unsafe { std::mem::transmute::<usize, HostKernel>(addr) };
-        Ok(EmulatedMachine { _engine: engine, kernel, mem: HostBuffers::default() })
+        let mut kernels = Vec::new();
+        for kind in MoveKernel::ALL {
+            let addr = engine.get_function_address(kind.name()).map_err(|e| err(format!("JIT: {e:?}")))?;
+            // SAFETY: the function was generated with this signature.
+            kernels.push(unsafe { std::mem::transmute::<usize, HostKernel>(addr) });
+        }
+        Ok(EmulatedMachine { _engine: engine, kernels, mem: HostBuffers::default() })
     }
 }
 
@@ -376,7 +485,6 @@ impl HostRounds for EmulatedMachine {
     }
 
     fn moves(&mut self, moves: &[Move]) -> Result<(), String> {
-        let mut items = Vec::new();
         let addr = |l: &Loc| -> u64 {
             let base = match l.buf {
                 Buf::Scratch => self.mem.scratch.as_ptr(),
@@ -384,15 +492,17 @@ impl HostRounds for EmulatedMachine {
             };
             base.wrapping_add(l.offset) as u64
         };
-        for m in moves {
-            encode(m, &addr, &mut items)?;
-        }
-        for block in 0..items.len() / ITEM_WORDS {
-            for t in 0..THREADS {
-                // SAFETY: every item's addresses point into live buffers of this
-                // machine, which nothing else touches meanwhile.
-                unsafe { (self.kernel)(block as i64, t as i64, items.as_ptr()) };
+        let mut items = Vec::new();
+        let launches = encode_phase(moves, &addr, &mut items)?;
+        for ((kind, at, n), kernel) in launches.into_iter().zip(&self.kernels) {
+            for block in 0..n {
+                for t in 0..THREADS {
+                    // SAFETY: every item's addresses point into live buffers of this
+                    // machine, which nothing else touches meanwhile.
+                    unsafe { kernel(block as i64, t as i64, items[at..].as_ptr()) };
+                }
             }
+            debug_assert!(at + n * kind.item_words() <= items.len());
         }
         Ok(())
     }
