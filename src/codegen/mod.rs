@@ -16,3 +16,18 @@ pub mod nvptx;
 
 #[cfg(test)]
 mod tests;
+
+/// The LLVM comparison of `where(a cmp b, …)`: ordered (false when either
+/// side is NaN), except `!=`, as [`crate::sema::hir::CmpOp::holds`].
+pub(crate) fn float_predicate(cmp: crate::sema::hir::CmpOp) -> inkwell::FloatPredicate {
+    use crate::sema::hir::CmpOp;
+    use inkwell::FloatPredicate;
+    match cmp {
+        CmpOp::Lt => FloatPredicate::OLT,
+        CmpOp::Le => FloatPredicate::OLE,
+        CmpOp::Gt => FloatPredicate::OGT,
+        CmpOp::Ge => FloatPredicate::OGE,
+        CmpOp::Eq => FloatPredicate::OEQ,
+        CmpOp::Ne => FloatPredicate::UNE,
+    }
+}

@@ -2,7 +2,7 @@
 //! (disjoint slices or a parallel sum) and the element-wise functions.
 
 use super::*;
-use crate::sema::hir::{AffineRef, CmpOp, Extremum, TensorRef};
+use crate::sema::hir::{AffineRef, Extremum, TensorRef};
 use crate::tir::materialize::Special;
 
 /// The largest sum per target element (product of summed extents) of a term that
@@ -681,14 +681,7 @@ impl<'ctx> Gen<'_, 'ctx> {
                 }
                 Special::Select { cmp, args } => {
                     let vals: Vec<FloatValue> = args.iter().map(|r| g.load_as(r, lt)).collect::<Result<_, _>>()?;
-                    let pred = match cmp {
-                        CmpOp::Lt => FloatPredicate::OLT,
-                        CmpOp::Le => FloatPredicate::OLE,
-                        CmpOp::Gt => FloatPredicate::OGT,
-                        CmpOp::Ge => FloatPredicate::OGE,
-                        CmpOp::Eq => FloatPredicate::OEQ,
-                        CmpOp::Ne => FloatPredicate::UNE,
-                    };
+                    let pred = crate::codegen::float_predicate(*cmp);
                     let cond = g.b.build_float_compare(pred, vals[0], vals[1], "cmp")?;
                     g.b.build_select(cond, vals[2], vals[3], "sel")?.into_float_value()
                 }

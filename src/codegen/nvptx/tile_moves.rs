@@ -396,14 +396,7 @@ impl<'ctx> Gen<'_, 'ctx> {
                 }
                 let (a, b, x, y) = (v[0], v[1], v[2], v[3]);
                 for (n, &c) in CMPS.iter().enumerate() {
-                    let pred = match c {
-                        CmpOp::Lt => FloatPredicate::OLT,
-                        CmpOp::Le => FloatPredicate::OLE,
-                        CmpOp::Gt => FloatPredicate::OGT,
-                        CmpOp::Ge => FloatPredicate::OGE,
-                        CmpOp::Eq => FloatPredicate::OEQ,
-                        CmpOp::Ne => FloatPredicate::UNE,
-                    };
+                    let pred = crate::codegen::float_predicate(c);
                     let is = g.b.build_int_compare(IntPredicate::EQ, cmp, g.i64c(n as u64), "iscmp")?;
                     let holds = g.b.build_float_compare(pred, a, b, "holds")?;
                     g.when(is, &mut |g| {
