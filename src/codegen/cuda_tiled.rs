@@ -126,7 +126,7 @@ mod imp {
             // live buffers of this machine.
             unsafe {
                 result::launch_kernel(
-                    self.kernels[MoveKernel::ALL.iter().position(|&x| x == k).expect("in ALL")],
+                    self.kernels[k.index()],
                     (blocks as u32, 1, 1),
                     (THREADS as u32, 1, 1),
                     0,

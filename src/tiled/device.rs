@@ -51,21 +51,21 @@ pub enum TileOp {
     /// `c += alpha · a · b` over GETT dimensions (kind 0 batch, 1 m, 2 n, 3 k;
     /// strides relative to each tile's start).
     Gett { c: (TensorId, usize), a: Operand, b: Operand, alpha: f64, dims: Vec<GettDim> },
-    /// `c[Σ i·sc] += alpha · Π f[Σ i·s]` over the box `ext` (zero, one or two factors).
-    Axpy { c: (TensorId, usize), sc: Vec<isize>, factors: Vec<(Operand, Vec<isize>)>, ext: Vec<usize>, alpha: f64 },
-    /// Elements `offset..offset + len` of tensor `t` set to `value` (a `max`'s
-    /// tile to −∞ before its contributions), in the round of the ops after it.
-    Fill { t: TensorId, offset: usize, len: usize, value: f64 },
-    /// `max`/`min` of one factor into `c` (`c = max(c, ±f)`), or `where` of four
-    /// (`c = a cmp b ? x : y`) over the box `ext`; each factor with the sign of
-    /// the view it is read through.
-    Special {
+    /// Over the box `ext`, element by element: `c[Σ i·sc] += alpha · Π f[Σ i·s]`
+    /// (zero, one or two factors; [`MoveOp::Add`]), `c = max(c, f)` / `min` of one
+    /// factor, or `c = a cmp b ? x : y` of four; each factor times its sign (1
+    /// where the sign is in alpha).
+    Elementwise {
         c: (TensorId, usize),
         sc: Vec<isize>,
         factors: Vec<(Operand, f64, Vec<isize>)>,
         ext: Vec<usize>,
+        alpha: f64,
         op: MoveOp,
     },
+    /// Elements `offset..offset + len` of tensor `t` set to `value` (a `max`'s
+    /// tile to −∞ before its contributions), in the round of the ops after it.
+    Fill { t: TensorId, offset: usize, len: usize, value: f64 },
 }
 
 /// How a [`Move`] writes its value `v` to an element `d` of its destination.
@@ -270,9 +270,10 @@ fn op_tensors(op: &TileOp) -> Vec<TensorId> {
     match op {
         TileOp::Zero { t, .. } => vec![*t],
         TileOp::Gett { c, a, b, .. } => vec![c.0, a.tensor, b.tensor],
-        TileOp::Axpy { c, factors, .. } => std::iter::once(c.0).chain(factors.iter().map(|f| f.0.tensor)).collect(),
+        TileOp::Elementwise { c, factors, .. } => {
+            std::iter::once(c.0).chain(factors.iter().map(|f| f.0.tensor)).collect()
+        }
         TileOp::Fill { t, .. } => vec![*t],
-        TileOp::Special { c, factors, .. } => std::iter::once(c.0).chain(factors.iter().map(|f| f.0.tensor)).collect(),
     }
 }
 
@@ -290,16 +291,16 @@ fn lower(ops: &[TileOp], scratch: usize) -> Level {
     for op in ops {
         match op {
             TileOp::Zero { t, offset, len } => level.zero.push((*t, *offset, *len)),
-            TileOp::Axpy { c, sc, factors, ext, alpha } => round.add.push(Move {
+            TileOp::Elementwise { c, sc, factors, ext, alpha, op } => round.add.push(Move {
                 dst: Loc { buf: Buf::Tensor(c.0), offset: c.1 },
                 sdst: sc.clone(),
                 srcs: factors
                     .iter()
-                    .map(|(f, s)| Src { loc: f.loc(), strides: s.clone(), func: f.func, sign: 1.0 })
+                    .map(|(f, sign, s)| Src { loc: f.loc(), strides: s.clone(), func: f.func, sign: *sign })
                     .collect(),
                 ext: ext.clone(),
                 alpha: *alpha,
-                op: MoveOp::Add,
+                op: *op,
             }),
             // Before the ops after it: the pack moves of a round run first.
             TileOp::Fill { t, offset, len, value } => round.pack.push(Move {
@@ -309,17 +310,6 @@ fn lower(ops: &[TileOp], scratch: usize) -> Level {
                 ext: vec![*len],
                 alpha: *value,
                 op: MoveOp::Store,
-            }),
-            TileOp::Special { c, sc, factors, ext, op } => round.add.push(Move {
-                dst: Loc { buf: Buf::Tensor(c.0), offset: c.1 },
-                sdst: sc.clone(),
-                srcs: factors
-                    .iter()
-                    .map(|(f, sign, s)| Src { loc: f.loc(), strides: s.clone(), func: f.func, sign: *sign })
-                    .collect(),
-                ext: ext.clone(),
-                alpha: 1.0,
-                op: *op,
             }),
             TileOp::Gett { dims, .. } => {
                 let size =

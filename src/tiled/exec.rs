@@ -1115,28 +1115,27 @@ impl Program {
             };
             let stride = |f: usize, p: usize| factor_stride(term, views, f, p);
             let csd = |p: usize| if p < n_lhs { sc[p] } else { 0 };
-            let special = match term.op {
-                TermOp::Extremum(e) => Some(MoveOp::Extremum(e)),
-                TermOp::Select(cmp) => Some(MoveOp::Select(cmp)),
-                TermOp::Product | TermOp::Gather => None,
-            };
-            if let Some(op) = special {
-                // Each factor with its view's sign, as `run_task` reads it (the
-                // special terms have no coefficient and no function factors).
-                let factors = (0..term.factors.len())
-                    .map(|f| (at(f), views[f].sign, (0..ext.len()).map(|p| stride(f, p)).collect()))
-                    .collect();
-                let sc = (0..ext.len()).map(csd).collect();
-                out.push(TileOp::Special { c: c_at, sc, factors, ext: ext.to_vec(), op });
-            } else if term.factors.len() == 2 && !element_wise(term, ext) {
+            if term.op == TermOp::Product && term.factors.len() == 2 && !element_wise(term, ext) {
                 let mut dims = Vec::new();
                 gett_dims(term, ext, &stride, &csd, &mut dims);
                 out.push(TileOp::Gett { c: c_at, a: at(0), b: at(1), alpha, dims });
             } else {
-                let factors =
-                    (0..term.factors.len()).map(|f| (at(f), (0..ext.len()).map(|p| stride(f, p)).collect())).collect();
+                // A product's signs are in alpha; `max`/`min` and `where` read each
+                // factor with its view's sign, as `run_task` does (they have no
+                // coefficient and no function factors).
+                let (op, alpha, signed) = match term.op {
+                    TermOp::Extremum(e) => (MoveOp::Extremum(e), 1.0, true),
+                    TermOp::Select(cmp) => (MoveOp::Select(cmp), 1.0, true),
+                    TermOp::Product | TermOp::Gather => (MoveOp::Add, alpha, false),
+                };
+                let factors = (0..term.factors.len())
+                    .map(|f| {
+                        let sign = if signed { views[f].sign } else { 1.0 };
+                        (at(f), sign, (0..ext.len()).map(|p| stride(f, p)).collect())
+                    })
+                    .collect();
                 let sc = (0..ext.len()).map(csd).collect();
-                out.push(TileOp::Axpy { c: c_at, sc, factors, ext: ext.to_vec(), alpha });
+                out.push(TileOp::Elementwise { c: c_at, sc, factors, ext: ext.to_vec(), alpha, op });
             }
         });
         Ok(())

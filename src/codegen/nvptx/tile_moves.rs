@@ -54,6 +54,10 @@ pub enum MoveKernel {
 /// comparison of a `where`.
 impl MoveKernel {
     pub const ALL: [MoveKernel; 2] = [MoveKernel::Product, MoveKernel::Special];
+    /// Its position in [`MoveKernel::ALL`] (where machines keep their kernels).
+    pub fn index(self) -> usize {
+        self as usize
+    }
     /// The kernel of a move's op.
     pub fn of(op: MoveOp) -> MoveKernel {
         match op {
@@ -93,11 +97,11 @@ impl MoveKernel {
 /// The comparisons of `where`, by their code in the flags.
 const CMPS: [CmpOp; 6] = [CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge, CmpOp::Eq, CmpOp::Ne];
 
-/// The code of `op` in an item's flags, and of its comparison.
+/// The code of a special kernel's `op` in an item's flags, and of its
+/// comparison (0 for the product kernel's ops, whose flag is bit 0).
 fn op_code(op: MoveOp) -> (u64, u64) {
     match op {
-        MoveOp::Store => (0, 0),
-        MoveOp::Add => (1, 0),
+        MoveOp::Store | MoveOp::Add => (0, 0),
         MoveOp::Extremum(Extremum::Max) => (2, 0),
         MoveOp::Extremum(Extremum::Min) => (3, 0),
         MoveOp::Select(c) => (4, CMPS.iter().position(|&x| x == c).expect("in CMPS") as u64),
@@ -285,6 +289,7 @@ impl<'ctx> Gen<'_, 'ctx> {
         let nsrc = bits(self, 1, 7)?;
         let codes: Vec<IntValue<'ctx>> =
             (0..max_srcs as u64).map(|j| bits(self, 8 + 8 * j, 255)).collect::<Result<_, _>>()?;
+        // The special kernel's op and comparison.
         let (op, cmp) = (bits(self, 48, 15)?, bits(self, 52, 15)?);
         // Points thread `thread` takes: ⌈(count − thread) / THREADS⌉, or none.
         let some = self.b.build_int_compare(IntPredicate::ULT, thread, count, "some")?;
@@ -367,7 +372,6 @@ impl<'ctx> Gen<'_, 'ctx> {
             let o = g.b.build_load(offs[0], "od")?.into_int_value();
             // SAFETY: as for the sources.
             let p = unsafe { g.b.build_gep(dst, &[o], "dp")? };
-            let is_op = |g: &Self, code: u64| g.b.build_int_compare(IntPredicate::EQ, op, g.i64c(code), "isop");
             if !special {
                 // Products, sums and copies: stored, or added atomically.
                 let v = g.b.build_load(val, "v")?.into_float_value();
@@ -387,6 +391,7 @@ impl<'ctx> Gen<'_, 'ctx> {
                 g.b.position_at_end(done);
                 return Ok(());
             }
+            let is_op = |g: &Self, code: u64| g.b.build_int_compare(IntPredicate::EQ, op, g.i64c(code), "isop");
             // `where`: the value is the third or fourth source's.
             let select = is_op(g, 4)?;
             g.when(select, &mut |g| {
@@ -487,15 +492,15 @@ impl HostRounds for EmulatedMachine {
         };
         let mut items = Vec::new();
         let launches = encode_phase(moves, &addr, &mut items)?;
-        for ((kind, at, n), kernel) in launches.into_iter().zip(&self.kernels) {
+        for (kind, at, n) in launches {
+            debug_assert!(at + n * kind.item_words() <= items.len());
             for block in 0..n {
                 for t in 0..THREADS {
                     // SAFETY: every item's addresses point into live buffers of this
                     // machine, which nothing else touches meanwhile.
-                    unsafe { kernel(block as i64, t as i64, items[at..].as_ptr()) };
+                    unsafe { self.kernels[kind.index()](block as i64, t as i64, items[at..].as_ptr()) };
                 }
             }
-            debug_assert!(at + n * kind.item_words() <= items.len());
         }
         Ok(())
     }
