@@ -1076,19 +1076,9 @@ impl Program {
 impl Program {
     /// The work of task `(s, c)` for an accelerator ([`super::device`]): what
     /// [`Program::run_task`] computes, as operations on stored tiles, appended to
-    /// `out`. Statements with affine subscripts are refused (the host executors
-    /// run them).
+    /// `out`.
     pub(crate) fn device_ops(&self, s: usize, c: &[u32], out: &mut Vec<TileOp>) -> Result<(), CommandError> {
         let st = &self.stmts[s];
-        let refuse = |what: &str| {
-            fail(
-                format!("`{}`: {what} do not run on the GPU with --tiled yet", self.hir.tensors[st.lhs].name),
-                "run the program with `tcc run --tiled` (CPU) or without --tiled",
-            )
-        };
-        if st.terms.iter().any(|t| t.op == TermOp::Gather) {
-            return Err(refuse("affine subscripts (`I[n,c,y+r,x+s]`)"));
-        }
         let layout = &self.layouts[&st.lhs];
         let slot = layout.slot(c).expect("tasks run over stored tiles");
         let c_at = (st.lhs, layout.offset(slot));
@@ -1102,6 +1092,9 @@ impl Program {
         let n_lhs = c.len();
         let sc = tile_strides(layout, c);
         self.for_contributions(s, c, &mut |term, weight, views, ext| {
+            if term.op == TermOp::Gather {
+                return self.gather_moves(term, c, c_at, &sc, out);
+            }
             // A function factor's sign goes inside the function.
             let alpha = views
                 .iter()
@@ -1139,6 +1132,42 @@ impl Program {
             }
         });
         Ok(())
+    }
+}
+
+impl Program {
+    /// A gather's task (`=`, its tile cleared before) as strided copies: one per
+    /// box of the tile that reads one input tile ([`super::gather`]), a
+    /// constant 0 where that tile is not stored (as [`Program::gather_task`]
+    /// reads it).
+    fn gather_moves(&self, term: &TermPlan, c: &[u32], c_at: (TensorId, usize), sc: &[isize], out: &mut Vec<TileOp>) {
+        let input = term.factors[0].0;
+        let layout = &self.layouts[&input];
+        let ranges: Vec<&TiledRange> =
+            term.indices.iter().map(|&i| &*self.tilings[&self.hir.indices[i].range]).collect();
+        let start: Vec<usize> = (0..c.len()).map(|p| ranges[p].start(c[p] as usize)).collect();
+        let ext: Vec<usize> = (0..c.len()).map(|p| ranges[p].extent(c[p] as usize)).collect();
+        super::gather::boxes(&term.affine, &start, &ext, &layout.dims, &mut |b| {
+            let dst = c_at.1 as isize + b.lo.iter().zip(sc).map(|(&l, &st)| l as isize * st).sum::<isize>();
+            let (factors, alpha) = match layout.view(&b.coord) {
+                Some(v) => {
+                    let at = v.offset as isize
+                        + b.local.iter().zip(&v.strides).map(|(&l, &st)| l as isize * st).sum::<isize>();
+                    // A step of position p moves subscript d by its coefficient of p.
+                    let strides = (0..c.len())
+                        .map(|p| {
+                            let coef =
+                                |terms: &[(i64, usize)]| terms.iter().filter(|t| t.1 == p).map(|t| t.0).sum::<i64>();
+                            term.affine.iter().zip(&v.strides).map(|((terms, _), &st)| coef(terms) as isize * st).sum()
+                        })
+                        .collect();
+                    (vec![(Operand { tensor: input, offset: at as usize, func: None }, 1.0, strides)], v.sign)
+                }
+                None => (Vec::new(), 0.0),
+            };
+            let c = (c_at.0, dst as usize);
+            out.push(TileOp::Elementwise { c, sc: sc.to_vec(), factors, ext: b.ext.clone(), alpha, op: MoveOp::Store });
+        });
     }
 }
 

@@ -14,6 +14,7 @@ pub mod cost;
 pub mod device;
 pub mod dist;
 pub mod exec;
+pub mod gather;
 pub mod layout;
 pub mod model;
 pub mod outputs;

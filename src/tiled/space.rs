@@ -75,6 +75,13 @@ impl TiledRange {
         union
     }
 
+    /// Tiles cut at `starts` (the first 0, the last the length), for tests.
+    #[cfg(test)]
+    pub(crate) fn from_starts(starts: Vec<usize>) -> TiledRange {
+        let n = starts.len() - 1;
+        TiledRange { coord_tile: starts[n].max(1), starts, labels: vec![0; n] }
+    }
+
     /// Number of tiles.
     pub fn count(&self) -> usize {
         self.labels.len()

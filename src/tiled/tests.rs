@@ -1417,7 +1417,7 @@ fn temporaries_share_an_arena_that_runs_reuse_and_find_cleared() {
 
 /// Runs unit 0 of `hir` through [`super::device`] on `machine` and with the
 /// interpreter on the same inputs. `Ok(None)` when the device path refuses the
-/// program (affine subscripts).
+/// program.
 pub(crate) fn check_device(
     hir: &Hir,
     seed: u64,
@@ -1459,19 +1459,24 @@ fn ccd_terms_on_the_device_path_match_the_interpreter_with_any_scratch() {
     }
 }
 
+/// Whether a factor of unit 0 of `hir` is one `is`.
+fn has_factor(hir: &Hir, is: fn(&crate::sema::hir::Factor) -> bool) -> bool {
+    hir.units[UnitId::new(0)].stmts.iter().flat_map(|s| &s.rhs.terms).flat_map(|t| &t.factors).any(is)
+}
+
 /// Whether unit 0 of `hir` has a `max`/`min` or a `where`.
 fn has_max_or_where(hir: &Hir) -> bool {
-    hir.units[UnitId::new(0)]
-        .stmts
-        .iter()
-        .flat_map(|s| &s.rhs.terms)
-        .flat_map(|t| &t.factors)
-        .any(|f| matches!(f, crate::sema::hir::Factor::Reduce { .. } | crate::sema::hir::Factor::Select { .. }))
+    has_factor(hir, |f| matches!(f, crate::sema::hir::Factor::Reduce { .. } | crate::sema::hir::Factor::Select { .. }))
+}
+
+/// Whether unit 0 of `hir` reads a tensor at affine subscripts (a window).
+fn has_window(hir: &Hir) -> bool {
+    has_factor(hir, |f| matches!(f, crate::sema::hir::Factor::Affine(_)))
 }
 
 #[test]
 fn random_programs_on_the_device_path_equal_the_interpreter() {
-    let (mut ran, mut special) = (0, 0);
+    let (mut ran, mut special, mut windows) = (0, 0, 0);
     for seed in 0..300u64 {
         let hir = random_program(seed);
         let opts = TiledOptions { tile: 1 + (seed % 4) as usize, threads: 1, ..Default::default() };
@@ -1481,6 +1486,7 @@ fn random_programs_on_the_device_path_equal_the_interpreter() {
             Ok(Some(_)) => {
                 ran += 1;
                 special += usize::from(has_max_or_where(&hir));
+                windows += usize::from(has_window(&hir));
             }
             Ok(None) => {}
             Err(e) => {
@@ -1490,9 +1496,10 @@ fn random_programs_on_the_device_path_equal_the_interpreter() {
             }
         }
     }
-    // Windows (affine subscripts) are refused; a third of the programs have one.
-    assert!(ran >= 150, "only {ran} of 300 random programs ran on the device path");
+    // Every program runs; a third read a window (affine subscripts).
+    assert_eq!(ran, 300, "only {ran} of 300 random programs ran on the device path");
     assert!(special >= 60, "only {special} programs with `max`/`min` or `where` ran on the device path");
+    assert!(windows >= 60, "only {windows} programs with a window ran on the device path");
 }
 
 #[test]
@@ -1501,7 +1508,7 @@ fn the_generated_move_kernel_runs_the_device_path_as_the_interpreter() {
     let hir = ccd_terms(4, 6);
     let opts = TiledOptions { tile: 2, threads: 1, ..Default::default() };
     check_device(&hir, 3, &opts, 200, &mut m).unwrap().expect("products run on the device path");
-    let (mut ran, mut special) = (0, 0);
+    let (mut ran, mut special, mut windows) = (0, 0, 0);
     for seed in 1000..1060u64 {
         let hir = random_program(seed);
         let opts = TiledOptions { tile: 1 + (seed % 4) as usize, threads: 1, ..Default::default() };
@@ -1509,12 +1516,16 @@ fn the_generated_move_kernel_runs_the_device_path_as_the_interpreter() {
             Ok(Some(_)) => {
                 ran += 1;
                 special += usize::from(has_max_or_where(&hir));
+                windows += usize::from(has_window(&hir));
             }
             Ok(None) => {}
             Err(e) => panic!("seed {seed}: {e}"),
         }
     }
-    assert!(ran >= 30 && special >= 12, "only {ran} of 60 random programs ran, {special} with `max` or `where`");
+    assert!(
+        ran == 60 && special >= 12 && windows >= 12,
+        "only {ran} of 60 random programs ran, {special} with `max` or `where`, {windows} with a window"
+    );
 }
 
 #[test]
