@@ -4,7 +4,8 @@
 # antisymmetric and spin-blocked tensors) by `tcc-gpu --tiled` against
 # torch.einsum on dense tensors and `tcc run --tiled` on the host's cores, in
 # one run; and the tiled examples, `max`/`min`/`where` programs
-# (bench/gpu/tiled_special/) included, checked against the interpreter.
+# (bench/gpu/tiled_special/) and windows (affine subscripts) included, checked
+# against the interpreter.
 #   here:   bash bench/gpu/tiled_ccd.sh prepare [DEST]  (default target/tccd; needs
 #           target/release/tcc and tcc-gpu built with --features cuda)
 #   device: bash tiled_ccd.sh run [DEST]   (LLVM's libraries on LD_LIBRARY_PATH
@@ -22,12 +23,16 @@ if [ "$mode" = prepare ]; then
   src "$D/check/ccd_6_12.tc" 6 12 False
   src "$D/check/ccd_iteration_6_12.tc" 6 12 True
   # `max`/`min`/`where` of symmetry-packed tensors and masked attention (moves of their own).
-  cp examples/ccsd_terms.tc examples/programs/ccd.tc bench/gpu/tiled_special/*.tc "$D/check/"
+  cp examples/ccsd_terms.tc examples/programs/ccd.tc examples/conv2d.tc bench/gpu/tiled_special/*.tc "$D/check/"
   cp examples/tiled/*.tc examples/programs/ccsd.tc examples/programs/four_index_steps.tc "$D/cross/"
+  # ResNet-50's 3x3 layers (affine subscripts: a gather per tile, then GEMMs).
+  for l in ${CONV:-$(python3 -c "import sys; sys.path.insert(0, 'bench/gpu'); import tiled_conv; print(' '.join(':'.join(map(str, l)) for l in tiled_conv.LAYERS))")}; do
+    python3 bench/gpu/tiled_conv.py source ${l//:/ } > "$D/conv_${l//:/_}.tc"
+  done
   for f in "$D"/*.tc "$D"/check/*.tc "$D"/cross/*.tc; do
     target/release/tcc build "$f" --target cuda --tiled -o "$D/ptx/$(basename "$f" .tc).ptx" 2> /dev/null
   done
-  cp target/release/tcc target/release/tcc-gpu bench/gpu/tiled_ccd_torch.py bench/gpu/tiled_ccd.sh bench/tiled/ccd.py \
+  cp target/release/tcc target/release/tcc-gpu bench/gpu/tiled_ccd_torch.py bench/gpu/tiled_conv.py bench/gpu/tiled_ccd.sh bench/tiled/ccd.py \
     bench/gpu/cuda_env.sh "$D/"
   echo "prepared $D"
 else
@@ -46,6 +51,11 @@ import sys
 g, c = [float(x) for x in '$g'.split()[2::3]], [float(x) for x in '$c'.split()[2::3]]
 ok = len(g) == len(c) and len(g) > 0 and all(abs(a - b) <= 1e-9 * max(abs(b), 1e-300) for a, b in zip(g, c))
 print(('SAME ' if ok else 'DIFFERENT ') + '$f', g, c)"
+  done
+  echo "== ResNet-50 3x3 layers (f64): tcc-gpu --tiled (default tile) against torch conv2d (cuDNN)"
+  for f in conv_*.tc; do
+    l=$(basename $f .tc); l=${l#conv_}
+    echo "-- $l: $(timeout 120 ./tcc-gpu $f --tiled --ptx-dir ptx --repeat 5 2>&1 | grep -E 'gpu:|error' | tr '\n' ' ') $(timeout 120 python3 tiled_conv.py torch ${l//_/ } 5 2>&1 | tail -1)"
   done
   echo "== CCD residual: tcc-gpu --tiled, torch.einsum dense, tcc run --tiled on $(nproc) cores"
   for s in $SIZES; do

@@ -192,5 +192,8 @@ pub fn build_tiled_ptx(hir: &Hir, program: Option<&str>, output: &Path) -> Resul
     let ptx = nvptx::tile_moves::ptx().map_err(|e| fail("E0712", e.0, None))?;
     std::fs::write(output, ptx)
         .map_err(|e| fail("E0010", format!("cannot write `{}`: {e}", output.display()), None))?;
-    Ok(format!("wrote {} (the tile-move kernel; run with `tcc-gpu FILE.tc --tiled --ptx-dir DIR`)\n", output.display()))
+    Ok(format!(
+        "wrote {} (the tile-move kernels; run with `tcc-gpu FILE.tc --tiled --ptx-dir DIR`)\n",
+        output.display()
+    ))
 }

@@ -82,6 +82,7 @@ pub fn boxes(affine: &Affine, start: &[usize], ext: &[usize], dims: &[Arc<TiledR
                         let end = (dim.start(k) + dim.extent(k)) as i64;
                         let past = ((end - rest + a - 1) / a) as usize - start[p];
                         let next = past.min(ext[p]);
+                        assert!(next > x, "a gather's interval stopped at {x}");
                         piece.push((x, next, k, s - dim.start(k)));
                         x = next;
                     }

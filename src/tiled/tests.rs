@@ -1528,6 +1528,26 @@ fn the_generated_move_kernel_runs_the_device_path_as_the_interpreter() {
     );
 }
 
+/// The windows of `examples/conv2d.tc` and `bench/gpu/tiled_special/windows.tc`
+/// (a strided convolution, a shifted read, an antisymmetric input at a window)
+/// through the generated move kernel, at tiles that cut the windows unevenly.
+#[test]
+fn windows_run_on_the_device_path_as_the_interpreter() {
+    let mut m = crate::codegen::nvptx::tile_moves::EmulatedMachine::new().unwrap();
+    for path in ["examples/conv2d.tc", "bench/gpu/tiled_special/windows.tc"] {
+        let source = std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let (hir, diags) = crate::compile(&source, "windows");
+        let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+        assert!(has_window(&hir), "{path}");
+        for tile in [2, 3, 5] {
+            let opts = TiledOptions { tile, threads: 1, ..Default::default() };
+            check_device(&hir, 5, &opts, 1 << 20, &mut m)
+                .unwrap_or_else(|e| panic!("{path}, tile {tile}: {e}"))
+                .expect("windows run on the device path");
+        }
+    }
+}
+
 #[test]
 fn the_move_kernel_compiles_to_ptx_with_atomic_adds() {
     let ptx = crate::codegen::nvptx::tile_moves::ptx().unwrap();
