@@ -554,6 +554,15 @@ impl Program {
         });
     }
 
+    /// The first element and the extent, per position, of tile `c` of the tensor
+    /// term `term` writes.
+    fn tile_box(&self, term: &TermPlan, c: &[u32]) -> (Vec<usize>, Vec<usize>) {
+        let range = |p: usize| &*self.tilings[&self.hir.indices[term.indices[p]].range];
+        let start = (0..c.len()).map(|p| range(p).start(c[p] as usize)).collect();
+        let ext = (0..c.len()).map(|p| range(p).extent(c[p] as usize)).collect();
+        (start, ext)
+    }
+
     /// Tile `c` of a gather's target, element by element: each subscript's value
     /// gives the input tile and the place in it (zero where no tile is stored).
     ///
@@ -569,10 +578,7 @@ impl Program {
     ) {
         let input = term.factors[0].0;
         let layout = &self.layouts[&input];
-        let ranges: Vec<&TiledRange> =
-            term.indices.iter().map(|&i| &*self.tilings[&self.hir.indices[i].range]).collect();
-        let start: Vec<usize> = (0..c.len()).map(|p| ranges[p].start(c[p] as usize)).collect();
-        let ext: Vec<usize> = (0..c.len()).map(|p| ranges[p].extent(c[p] as usize)).collect();
+        let (start, ext) = self.tile_box(term, c);
         let mut coord: Coord = vec![0; term.affine.len()];
         let mut local = vec![0usize; term.affine.len()];
         // The input tile read last, reused while elements stay in it.
@@ -1143,10 +1149,7 @@ impl Program {
     fn gather_moves(&self, term: &TermPlan, c: &[u32], c_at: (TensorId, usize), sc: &[isize], out: &mut Vec<TileOp>) {
         let input = term.factors[0].0;
         let layout = &self.layouts[&input];
-        let ranges: Vec<&TiledRange> =
-            term.indices.iter().map(|&i| &*self.tilings[&self.hir.indices[i].range]).collect();
-        let start: Vec<usize> = (0..c.len()).map(|p| ranges[p].start(c[p] as usize)).collect();
-        let ext: Vec<usize> = (0..c.len()).map(|p| ranges[p].extent(c[p] as usize)).collect();
+        let (start, ext) = self.tile_box(term, c);
         super::gather::boxes(&term.affine, &start, &ext, &layout.dims, &mut |b| {
             let dst = c_at.1 as isize + b.lo.iter().zip(sc).map(|(&l, &st)| l as isize * st).sum::<isize>();
             let (factors, alpha) = match layout.view(&b.coord) {
