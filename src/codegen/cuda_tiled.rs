@@ -4,7 +4,7 @@
 //!
 //! Every tensor is one device buffer of its stored tiles; a round's moves are
 //! encoded ([`nvptx::tile_moves::encode`]) with the buffers' device addresses,
-//! uploaded in one copy, and launched as grids of the move kernels (packing,
+//! uploaded with their block tables in one copy, and launched as grids of the move kernels (packing,
 //! then adding; products and `max`/`min`/`where` by their own kernel) around
 //! one `cublasDgemmStridedBatched` per matrix shape, all on the default stream.
 
@@ -34,7 +34,7 @@ mod imp {
     use crate::tiled::device::{Buf, Loc, Round};
     use cudarc::cublas::{result as blas, sys as blas_sys};
     use cudarc::driver::{result, sys};
-    use nvptx::tile_moves::{encode_phase, MoveKernel, THREADS};
+    use nvptx::tile_moves::{encode_phase, Launch, MoveKernel, THREADS};
     use std::collections::HashMap;
     use std::ffi::{c_void, CString};
 
@@ -112,22 +112,26 @@ mod imp {
             self.bufs.get(&t).map(|m| m.ptr).ok_or_else(|| format!("tensor {} is not on the GPU", t.index()))
         }
 
-        /// Launches move kernel `k` on `blocks` items from `items`.
-        fn launch(&self, k: MoveKernel, items: sys::CUdeviceptr, blocks: usize) -> Result<(), String> {
-            if blocks == 0 {
+        /// Launches `l` on the items and block tables uploaded to `dev` (the
+        /// tables from word `tables`).
+        fn launch(&self, l: &Launch, dev: sys::CUdeviceptr, tables: usize) -> Result<(), String> {
+            if l.count == 0 {
                 return Ok(());
             }
-            if blocks > i32::MAX as usize {
-                return Err(format!("{blocks} move items in one launch"));
+            if l.count > i32::MAX as usize {
+                return Err(format!("{} move blocks in one launch", l.count));
             }
-            let mut p = items;
-            let mut params = [&mut p as *mut sys::CUdeviceptr as *mut c_void];
-            // SAFETY: the kernel takes one pointer to `blocks` items, each naming
+            let mut p = dev + l.items as u64 * 8;
+            let mut t = dev + (tables + l.blocks) as u64 * 8;
+            let mut params =
+                [&mut p as *mut sys::CUdeviceptr as *mut c_void, &mut t as *mut sys::CUdeviceptr as *mut c_void];
+            // SAFETY: the kernel takes a pointer to the launch's items and one to
+            // its block table of `l.count` entries naming them; each item names
             // live buffers of this machine.
             unsafe {
                 result::launch_kernel(
-                    self.kernels[k.index()],
-                    (blocks as u32, 1, 1),
+                    self.kernels[l.kernel.index()],
+                    (l.count as u32, 1, 1),
                     (THREADS as u32, 1, 1),
                     0,
                     result::stream::null(),
@@ -188,7 +192,7 @@ mod imp {
         }
         fn round(&mut self, r: &Round) -> Result<(), String> {
             let scratch = DevMem::reserve(&mut self.scratch, r.scratch)?;
-            let mut items = Vec::new();
+            let (mut items, mut blocks) = (Vec::new(), Vec::new());
             {
                 let bufs = &self.bufs;
                 let addr = |l: &Loc| -> u64 {
@@ -198,14 +202,20 @@ mod imp {
                     };
                     base + l.offset as u64 * 8
                 };
-                // Pack items, then add items, each kernel's together.
-                let launches = [encode_phase(&r.pack, &addr, &mut items)?, encode_phase(&r.add, &addr, &mut items)?];
+                // Pack items, then add items, each kernel's together; the block
+                // tables after all items.
+                let launches = [
+                    encode_phase(&r.pack, &addr, &mut items, &mut blocks)?,
+                    encode_phase(&r.add, &addr, &mut items, &mut blocks)?,
+                ];
+                let tables = items.len();
+                items.extend_from_slice(&blocks);
                 let dev = DevMem::reserve(&mut self.items, items.len())?;
                 // SAFETY: the allocation holds at least `items.len()` words; the
                 // copy waits for the kernels before it on the default stream.
                 unsafe { result::memcpy_htod_sync(dev, &items) }.map_err(e("cuMemcpyHtoD (items)"))?;
-                for &(k, at, n) in &launches[0] {
-                    self.launch(k, dev + at as u64 * 8, n)?;
+                for l in &launches[0] {
+                    self.launch(l, dev, tables)?;
                 }
                 for g in &r.gemms {
                     let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
@@ -237,8 +247,8 @@ mod imp {
                     }
                     .map_err(e("cublasDgemmStridedBatched"))?;
                 }
-                for &(k, at, n) in &launches[1] {
-                    self.launch(k, dev + at as u64 * 8, n)?;
+                for l in &launches[1] {
+                    self.launch(l, dev, tables)?;
                 }
             }
             Ok(())

@@ -1548,6 +1548,26 @@ fn windows_run_on_the_device_path_as_the_interpreter() {
     }
 }
 
+/// Moves longer than a block's piece ([`tile_moves::CHUNK`] points): a tile
+/// of 100×100 is cut into three pieces, each block finding its move and its
+/// first point through the launch's block table.
+#[test]
+fn the_move_kernel_cuts_long_moves_into_pieces() {
+    use crate::codegen::nvptx::tile_moves;
+    let src = "range N = 100; range M = 3; index i, j, k : N; index m : M;\n\
+               input tensor A[i,k] : f64; input tensor B[k,j] : f64; input tensor S[m] : f64;\n\
+               output tensor C[i,j] : f64; output tensor D[i,j] : f64; output tensor E[i,j] : f64;\n\
+               C[i,j] = A[i,k] * B[k,j];\n\
+               D[i,j] = A[i,j] * B[j,i] + 2.0 * A[i,j];\n\
+               E[i,j] = max(S[m]) + A[i,j];";
+    let (hir, diags) = crate::compile(src, "long");
+    let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+    assert!(100 * 100 > 2 * tile_moves::CHUNK);
+    let mut m = tile_moves::EmulatedMachine::new().unwrap();
+    let opts = TiledOptions { tile: 100, threads: 1, ..Default::default() };
+    check_device(&hir, 9, &opts, 1 << 20, &mut m).unwrap().expect("runs on the device path");
+}
+
 #[test]
 fn the_move_kernel_compiles_to_ptx_with_atomic_adds() {
     let ptx = crate::codegen::nvptx::tile_moves::ptx().unwrap();

@@ -3,11 +3,14 @@
 //! strides that differ from tile to tile; one kernel for products, sums and
 //! copies, one for `max`/`min` and `where` ([`MoveKernel`]).
 //!
-//! Each move is cut into items of at most [`CHUNK`] points, one block of
-//! [`THREADS`] threads per item; an item is [`MoveKernel::item_words`] 64-bit words (see
-//! [`encode`]). A thread takes the item's points `first + t`, `first + t +
-//! THREADS`, …, splits each into its coordinates along the box (last dimension
-//! fastest) and reads and writes through the strides. Element-wise functions
+//! Each move is one item of [`MoveKernel::item_words`] 64-bit words (see
+//! [`encode`]) and is cut into pieces of at most [`CHUNK`] points, one block of
+//! [`THREADS`] threads per piece; a launch's block table gives each block its
+//! item, so the host writes a move's description once, not once per piece (the
+//! CCD residual's 1588 moves at v = 200 were 6.8 M words in 136 k pieces). A
+//! thread takes its piece's points `first + t`, `first + t + THREADS`, …,
+//! splits each into its coordinates along the box (last dimension fastest) and
+//! reads and writes through the strides. Element-wise functions
 //! are applied in f64 with the generated `exp`/`log`/`tanh` of [`super::math`].
 //! Adds are atomic (`atom.add.f64`), and so are `max`/`min` (integer
 //! `atom.max`/`atom.min` on the bits: see [`Gen::atomic_extremum`]).
@@ -30,7 +33,7 @@ use inkwell::{AtomicOrdering, AtomicRMWBinOp, FloatPredicate, IntPredicate, Opti
 
 /// Threads per block.
 pub const THREADS: u64 = 256;
-/// Points of a move per item (block).
+/// Points of a move per block.
 pub const CHUNK: usize = 4096;
 /// Dimensions of a move's box after dropping those of extent 1.
 pub const MAX_DIMS: usize = 10;
@@ -45,9 +48,10 @@ pub enum MoveKernel {
     Special,
 }
 
-/// Positions of an item's words: the destination, the sources, first point,
-/// point count, dimensions, alpha (bits), flags, the sources' signs (bits), then
-/// extents, destination strides and each source's strides, [`MAX_DIMS`] each.
+/// Positions of an item's words: the destination, the sources, the move's
+/// points, its first block in the launch, dimensions, alpha (bits), flags, the
+/// sources' signs (bits), then extents, destination strides and each source's
+/// strides, [`MAX_DIMS`] each.
 /// Flags: bit 0 add (else store), bits 1–3 the number of sources, 8 + 8·j the
 /// function of source `j` (1 + position in [`Func::ALL`], 0 none); for the
 /// special kernel bits 48–51 its op (2 max, 3 min, 4 where) and 52–55 the
@@ -108,14 +112,16 @@ fn op_code(op: MoveOp) -> (u64, u64) {
     }
 }
 
-/// Appends the items of move `m` to `items` (laid out for its kernel,
-/// [`MoveKernel::of`]); `addr` gives the address of a location's element.
-pub fn encode(m: &Move, addr: &dyn Fn(&Loc) -> u64, items: &mut Vec<u64>) -> Result<(), String> {
+/// Appends the item of move `m` to `items` (laid out for its kernel,
+/// [`MoveKernel::of`]), whose blocks start at block `first_block` of its
+/// launch; `addr` gives the address of a location's element. The move's
+/// blocks: one per [`CHUNK`] points (none for an empty move, which adds no item).
+pub fn encode(m: &Move, addr: &dyn Fn(&Loc) -> u64, first_block: usize, items: &mut Vec<u64>) -> Result<usize, String> {
     let kind = MoveKernel::of(m.op);
     let (max_srcs, header) = (kind.srcs(), kind.header());
     let points = m.points();
     if points == 0 {
-        return Ok(());
+        return Ok(0);
     }
     let keep: Vec<usize> = (0..m.ext.len()).filter(|&d| m.ext[d] != 1).collect();
     if keep.len() > MAX_DIMS || m.srcs.len() > max_srcs {
@@ -141,51 +147,60 @@ pub fn encode(m: &Move, addr: &dyn Fn(&Loc) -> u64, items: &mut Vec<u64>) -> Res
     }
     let sign = |j: usize| m.srcs.get(j).map_or(1.0, |s| s.func.map_or(s.sign, |(_, sign)| sign)).to_bits();
     let src = |j: usize| m.srcs.get(j).map_or(0, |s| addr(&s.loc));
-    let mut first = 0;
-    while first < points {
-        let count = CHUNK.min(points - first);
-        let mut w = vec![0u64; kind.item_words()];
-        w[0] = addr(&m.dst);
-        for j in 0..max_srcs {
-            w[1 + j] = src(j);
-            w[kind.w_signs() + j] = sign(j);
-        }
-        w[kind.w_first()..kind.w_signs()].copy_from_slice(&[
-            first as u64,
-            count as u64,
-            keep.len() as u64,
-            m.alpha.to_bits(),
-            flags,
-        ]);
-        for (j, &d) in keep.iter().enumerate() {
-            w[header + j] = m.ext[d] as u64;
-            w[header + MAX_DIMS + j] = m.sdst[d] as i64 as u64;
-            for (s, src) in m.srcs.iter().enumerate() {
-                w[header + (2 + s) * MAX_DIMS + j] = src.strides[d] as i64 as u64;
-            }
-        }
-        items.extend_from_slice(&w);
-        first += count;
+    let at = items.len();
+    items.resize(at + kind.item_words(), 0);
+    let w = &mut items[at..];
+    w[0] = addr(&m.dst);
+    for j in 0..max_srcs {
+        w[1 + j] = src(j);
+        w[kind.w_signs() + j] = sign(j);
     }
-    Ok(())
+    w[kind.w_first()..kind.w_signs()].copy_from_slice(&[
+        points as u64,
+        first_block as u64,
+        keep.len() as u64,
+        m.alpha.to_bits(),
+        flags,
+    ]);
+    for (j, &d) in keep.iter().enumerate() {
+        w[header + j] = m.ext[d] as u64;
+        w[header + MAX_DIMS + j] = m.sdst[d] as i64 as u64;
+        for (s, src) in m.srcs.iter().enumerate() {
+            w[header + (2 + s) * MAX_DIMS + j] = src.strides[d] as i64 as u64;
+        }
+    }
+    Ok(points.div_ceil(CHUNK))
 }
 
-/// Appends the items of `moves` to `items`, those of each kernel together (in
-/// place: the encoding is most of a round's host time); the launches, as
-/// (kernel, first word, items). Moves of one phase write disjoint elements, so
-/// the kernels may run in any order.
+/// One launch of a move kernel: its items from word `items` of the items, its
+/// block table (the item of every block, numbered from the launch's first)
+/// from word `blocks` of the tables, `count` blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Launch {
+    pub kernel: MoveKernel,
+    pub items: usize,
+    pub blocks: usize,
+    pub count: usize,
+}
+
+/// Appends the items of `moves` to `items` and their block tables to
+/// `blocks`, those of each kernel together; the launches. Moves of one phase
+/// write disjoint elements, so the kernels may run in any order.
 pub fn encode_phase(
     moves: &[Move],
     addr: &dyn Fn(&Loc) -> u64,
     items: &mut Vec<u64>,
-) -> Result<Vec<(MoveKernel, usize, usize)>, String> {
+    blocks: &mut Vec<u64>,
+) -> Result<Vec<Launch>, String> {
     let mut launches = Vec::new();
-    for kind in MoveKernel::ALL {
-        let at = items.len();
-        for m in moves.iter().filter(|m| MoveKernel::of(m.op) == kind) {
-            encode(m, addr, items)?;
+    for kernel in MoveKernel::ALL {
+        let (at, table) = (items.len(), blocks.len());
+        for m in moves.iter().filter(|m| MoveKernel::of(m.op) == kernel) {
+            let item = ((items.len() - at) / kernel.item_words()) as u64;
+            let n = encode(m, addr, blocks.len() - table, items)?;
+            blocks.resize(blocks.len() + n, item);
         }
-        launches.push((kind, at, (items.len() - at) / kind.item_words()));
+        launches.push(Launch { kernel, items: at, blocks: table, count: blocks.len() - table });
     }
     Ok(launches)
 }
@@ -234,8 +249,8 @@ impl<'ctx> Gen<'_, 'ctx> {
         Ok(())
     }
 
-    /// Kernel `kind`: `void NAME(i64* items)` on the device, `void NAME(i64
-    /// block, i64 thread, i64* items)` on the host.
+    /// Kernel `kind`: `void NAME(i64* items, i64* blocks)` on the device, `void
+    /// NAME(i64 block, i64 thread, i64* items, i64* blocks)` on the host.
     fn tile_moves_kernel(&mut self, kind: MoveKernel) -> Result<(), CodegenError> {
         let max_srcs = kind.srcs();
         let (header, w_first, w_signs) = (kind.header(), kind.w_first(), kind.w_signs());
@@ -246,21 +261,31 @@ impl<'ctx> Gen<'_, 'ctx> {
         if self.mode == Mode::Host {
             params.extend([inkwell::types::BasicMetadataTypeEnum::from(i64t); 2]);
         }
-        params.push(items_ty.into());
+        params.extend([inkwell::types::BasicMetadataTypeEnum::from(items_ty); 2]);
         let f = self.module.add_function(kind.name(), self.ctx.void_type().fn_type(&params, false), None);
         self.func = Some(f);
         let entry = self.ctx.append_basic_block(f, "entry");
         self.b.position_at_end(entry);
         let param = |j: u32| f.get_nth_param(j).expect("declared");
-        let (block, thread, items) = match self.mode {
-            Mode::Host => (param(0).into_int_value(), param(1).into_int_value(), param(2).into_pointer_value()),
+        let (block, thread, items, table) = match self.mode {
+            Mode::Host => (
+                param(0).into_int_value(),
+                param(1).into_int_value(),
+                param(2).into_pointer_value(),
+                param(3).into_pointer_value(),
+            ),
             Mode::Device => (
                 self.sreg("llvm.nvvm.read.ptx.sreg.ctaid.x")?,
                 self.sreg("llvm.nvvm.read.ptx.sreg.tid.x")?,
                 param(0).into_pointer_value(),
+                param(1).into_pointer_value(),
             ),
         };
-        let base = self.b.build_int_mul(block, self.i64c(kind.item_words() as u64), "item")?;
+        // The block's item, from the launch's block table.
+        // SAFETY: the table has an entry per block of the launch.
+        let entry_ptr = unsafe { self.b.build_in_bounds_gep(table, &[block], "bp")? };
+        let item = self.b.build_load(entry_ptr, "item")?.into_int_value();
+        let base = self.b.build_int_mul(item, self.i64c(kind.item_words() as u64), "base")?;
         let word = |g: &Self, j: IntValue<'ctx>| -> Result<IntValue<'ctx>, CodegenError> {
             let at = g.b.build_int_add(base, j, "w")?;
             // SAFETY: the item has `kind.item_words()` words.
@@ -278,8 +303,14 @@ impl<'ctx> Gen<'_, 'ctx> {
             srcs.push(ptr_of(self, at(self, (1 + j) as u64)?)?);
             signs.push(self.b.build_bit_cast(at(self, (w_signs + j) as u64)?, f64t, "sign")?.into_float_value());
         }
-        let [first, count, nd, alpha, flags] = [0, 1, 2, 3, 4].map(|j| at(self, (w_first + j) as u64));
-        let (first, count, nd, flags) = (first?, count?, nd?, flags?);
+        let [points, first_block, nd, alpha, flags] = [0, 1, 2, 3, 4].map(|j| at(self, (w_first + j) as u64));
+        let (points, first_block, nd, flags) = (points?, first_block?, nd?, flags?);
+        // The block's piece of the move: CHUNK points from `first`, fewer in the last.
+        let piece = self.b.build_int_sub(block, first_block, "piece")?;
+        let first = self.b.build_int_mul(piece, self.i64c(CHUNK as u64), "first")?;
+        let left = self.b.build_int_sub(points, first, "after")?;
+        let full = self.b.build_int_compare(IntPredicate::UGT, left, self.i64c(CHUNK as u64), "full")?;
+        let count = self.b.build_select(full, self.i64c(CHUNK as u64), left, "count")?.into_int_value();
         let alpha = self.b.build_bit_cast(alpha?, f64t, "alpha")?.into_float_value();
         let bits = |g: &Self, shift: u64, mask: u64| -> Result<IntValue<'ctx>, CodegenError> {
             let s = g.b.build_right_shift(flags, g.i64c(shift), false, "sh")?;
@@ -437,7 +468,7 @@ fn module<'ctx>(ctx: &'ctx Context, mode: Mode, tm: &TargetMachine) -> Result<Mo
         g.tile_moves_kernel(kind)?;
     }
     drop(g);
-    super::gen::verify_and_optimize(&module, tm, "the tile-move kernel")?;
+    super::gen::verify_and_optimize(&module, tm, "the tile-move kernels")?;
     Ok(module)
 }
 
@@ -449,7 +480,7 @@ pub fn ptx() -> Result<String, CodegenError> {
     super::gen::ptx_text(&m, &tm)
 }
 
-type HostKernel = unsafe extern "C" fn(i64, i64, *const u64);
+type HostKernel = unsafe extern "C" fn(i64, i64, *const u64, *const u64);
 
 /// A [`TileMachine`] on the host running the generated kernel block by block,
 /// GEMMs as plain loops. For tests.
@@ -490,15 +521,19 @@ impl HostRounds for EmulatedMachine {
             };
             base.wrapping_add(l.offset) as u64
         };
-        let mut items = Vec::new();
-        let launches = encode_phase(moves, &addr, &mut items)?;
-        for (kind, at, n) in launches {
-            debug_assert!(at + n * kind.item_words() <= items.len());
-            for block in 0..n {
+        let (mut items, mut blocks) = (Vec::new(), Vec::new());
+        let launches = encode_phase(moves, &addr, &mut items, &mut blocks)?;
+        for l in launches {
+            let (its, table) = (items[l.items..].as_ptr(), blocks[l.blocks..].as_ptr());
+            debug_assert!(blocks[l.blocks..l.blocks + l.count]
+                .iter()
+                .all(|&i| l.items + (i as usize + 1) * l.kernel.item_words() <= items.len()));
+            for block in 0..l.count {
                 for t in 0..THREADS {
                     // SAFETY: every item's addresses point into live buffers of this
-                    // machine, which nothing else touches meanwhile.
-                    unsafe { self.kernels[kind.index()](block as i64, t as i64, items[at..].as_ptr()) };
+                    // machine, which nothing else touches meanwhile; the table names
+                    // items of the launch.
+                    unsafe { self.kernels[l.kernel.index()](block as i64, t as i64, its, table) };
                 }
             }
         }
