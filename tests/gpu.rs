@@ -1218,9 +1218,10 @@ fn triples_and_ao2mo_match_the_interpreter_every_way() {
     assert!(in_place >= 20, "{in_place} of {} planned in place", specs.len());
 }
 
-/// `tcc build --target cuda --tiled`: the move kernel for a program that runs
-/// tiled on the GPU; a clear refusal (E0760, exit 1) for one that does not, and
-/// for `--tiled` without `--target cuda` (E0716).
+/// `tcc build --target cuda --tiled`: the move kernels for a program that runs
+/// tiled on the GPU (`max`, affine subscripts); a clear refusal (E0760, exit 1)
+/// for one that does not (complex tensors), and for `--tiled` without
+/// `--target cuda` (E0716).
 #[test]
 fn tiled_gpu_builds_write_the_move_kernel_or_refuse_clearly() {
     let dir = tempfile::tempdir().unwrap();
@@ -1240,24 +1241,25 @@ fn tiled_gpu_builds_write_the_move_kernel_or_refuse_clearly() {
         "range N = 8;\nindex i, j : N;\ninput tensor A[i,j] : f64;\noutput tensor M[i] : f64;\nM[i] = max(A[i,j]);\n",
     )
     .unwrap();
-    // `max`/`min` and `where` run on the GPU's tile moves; affine subscripts do not.
+    // `max`/`min`, `where` and affine subscripts run on the GPU's tile moves;
+    // complex tensors do not.
+    for (file, ptx) in [(src.clone(), "max.ptx"), (example("conv2d.tc"), "conv.ptx")] {
+        let out = std::process::Command::new(tcc)
+            .args(["build", file.to_str().unwrap(), "--target", "cuda", "--tiled", "-o"])
+            .arg(dir.path().join(ptx))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{ptx}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(std::fs::read_to_string(dir.path().join(ptx)).unwrap().contains(".entry tcc_tile_moves"));
+    }
     let out = std::process::Command::new(tcc)
-        .args(["build", src.to_str().unwrap(), "--target", "cuda", "--tiled", "-o"])
-        .arg(dir.path().join("max.ptx"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = std::process::Command::new(tcc)
-        .args(["build", example("conv2d.tc").to_str().unwrap(), "--target", "cuda", "--tiled", "-o"])
-        .arg(dir.path().join("conv.ptx"))
+        .args(["build", example("density_c64.tc").to_str().unwrap(), "--target", "cuda", "--tiled", "-o"])
+        .arg(dir.path().join("complex.ptx"))
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("E0760") && err.contains("affine subscripts") && err.contains("do not run on the GPU"),
-        "{err}"
-    );
+    assert!(err.contains("E0760") && err.contains("complex programs do not run tiled on the GPU"), "{err}");
     let out = std::process::Command::new(tcc)
         .args(["build", src.to_str().unwrap(), "--tiled", "-o"])
         .arg(dir.path().join("lib.so"))

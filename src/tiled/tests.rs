@@ -1562,7 +1562,7 @@ fn the_move_kernel_cuts_long_moves_into_pieces() {
                E[i,j] = max(S[m]) + A[i,j];";
     let (hir, diags) = crate::compile(src, "long");
     let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
-    assert!(100 * 100 > 2 * tile_moves::CHUNK);
+    const { assert!(100 * 100 > 2 * tile_moves::CHUNK) };
     let mut m = tile_moves::EmulatedMachine::new().unwrap();
     let opts = TiledOptions { tile: 100, threads: 1, ..Default::default() };
     check_device(&hir, 9, &opts, 1 << 20, &mut m).unwrap().expect("runs on the device path");
