@@ -82,6 +82,9 @@ mod imp {
         bufs: HashMap<TensorId, DevMem>,
         scratch: Option<DevMem>,
         items: Option<DevMem>,
+        /// Seconds spent encoding moves and words uploaded since the last
+        /// [`TileMachine::take_host_work`].
+        host_work: (f64, usize),
     }
 
     impl CudaMachine {
@@ -105,7 +108,15 @@ mod imp {
                 return Err("cuBLAS (libcublas.so) not found: add its folder to LD_LIBRARY_PATH".into());
             }
             let blas = blas::create_handle().map_err(e("cublasCreate"))?;
-            Ok(CudaMachine { module, kernels, blas, bufs: HashMap::new(), scratch: None, items: None })
+            Ok(CudaMachine {
+                module,
+                kernels,
+                blas,
+                bufs: HashMap::new(),
+                scratch: None,
+                items: None,
+                host_work: (0.0, 0),
+            })
         }
 
         fn ptr(&self, t: TensorId) -> Result<sys::CUdeviceptr, String> {
@@ -204,12 +215,15 @@ mod imp {
                 };
                 // Pack items, then add items, each kernel's together; the block
                 // tables after all items.
+                let t0 = std::time::Instant::now();
                 let launches = [
                     encode_phase(&r.pack, &addr, &mut items, &mut blocks)?,
                     encode_phase(&r.add, &addr, &mut items, &mut blocks)?,
                 ];
                 let tables = items.len();
                 items.extend_from_slice(&blocks);
+                self.host_work.0 += t0.elapsed().as_secs_f64();
+                self.host_work.1 += items.len();
                 let dev = DevMem::reserve(&mut self.items, items.len())?;
                 // SAFETY: the allocation holds at least `items.len()` words; the
                 // copy waits for the kernels before it on the default stream.
@@ -255,6 +269,9 @@ mod imp {
         }
         fn finish(&mut self) -> Result<(), String> {
             result::ctx::synchronize().map_err(e("kernel execution"))
+        }
+        fn take_host_work(&mut self) -> (f64, usize) {
+            std::mem::take(&mut self.host_work)
         }
     }
 }

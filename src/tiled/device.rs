@@ -439,6 +439,12 @@ pub trait TileMachine {
     fn round(&mut self, r: &Round) -> Result<(), String>;
     /// Waits until everything issued has run.
     fn finish(&mut self) -> Result<(), String>;
+    /// Seconds the host spent describing moves for the machine (encoding
+    /// them) and the words it uploaded, since the last call; zero where the
+    /// moves need no description.
+    fn take_host_work(&mut self) -> (f64, usize) {
+        (0.0, 0)
+    }
 }
 
 /// What a run on a machine measured.
@@ -451,6 +457,10 @@ pub struct DeviceStats {
     pub gemm_calls: usize,
     pub moves: usize,
     pub rounds: usize,
+    /// Of the fastest repetition: seconds spent encoding moves on the host, and
+    /// the words of moves uploaded ([`TileMachine::take_host_work`]).
+    pub encode_s: f64,
+    pub move_words: usize,
 }
 
 /// Runs `plan` of `program` on `machine` `repeat` times (at least once) on
@@ -467,8 +477,10 @@ pub fn run_on(
         machine.upload(t, &v.data).map_err(dev)?;
     }
     let mut best = f64::INFINITY;
+    let mut host_work = (0.0, 0);
     for _ in 0..repeat.max(1) {
         machine.finish().map_err(dev)?;
+        machine.take_host_work();
         let t0 = Instant::now();
         for &(t, len) in &plan.written {
             machine.alloc(t, len).map_err(dev)?;
@@ -485,7 +497,11 @@ pub fn run_on(
             }
         }
         machine.finish().map_err(dev)?;
-        best = best.min(t0.elapsed().as_secs_f64());
+        let run_s = t0.elapsed().as_secs_f64();
+        let work = machine.take_host_work();
+        if run_s < best {
+            (best, host_work) = (run_s, work);
+        }
     }
     let mut outputs = HashMap::new();
     for &(t, _) in &plan.written {
@@ -503,6 +519,8 @@ pub fn run_on(
         gemm_calls: plan.gemm_calls,
         moves: plan.moves,
         rounds: plan.levels.iter().map(|l| l.rounds.len()).sum(),
+        encode_s: host_work.0,
+        move_words: host_work.1,
     };
     Ok((outputs, stats))
 }

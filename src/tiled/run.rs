@@ -168,7 +168,14 @@ fn device_report_lines(program: &super::Program, s: &super::device::DeviceStats,
             s.flops,
             program.dense_flops
         ),
-        format!("gpu: {} rounds, {} batched GEMM calls, {} tile moves", s.rounds, s.gemm_calls, s.moves),
+        format!(
+            "gpu: {} rounds, {} batched GEMM calls, {} tile moves ({} s of the run encoding them on the host, {:.3e} words uploaded)",
+            s.rounds,
+            s.gemm_calls,
+            s.moves,
+            secs(s.encode_s),
+            s.move_words as f64
+        ),
         format!("stored: {stored:.0} of {dense:.0} dense elements"),
     ]
 }
