@@ -117,10 +117,15 @@ impl KernelProfile {
     }
 }
 
-/// Seconds as `0.123`, or `1.23e-5` below a millisecond.
+/// Seconds to three significant digits at least: `12.345`, `0.123`, `0.0123`,
+/// `0.00123`, or `1.23e-5` below a millisecond.
 pub(crate) fn secs(x: f64) -> String {
-    if x >= 1e-3 || x == 0.0 {
+    if x >= 0.1 || x == 0.0 {
         format!("{x:.3}")
+    } else if x >= 0.01 {
+        format!("{x:.4}")
+    } else if x >= 1e-3 {
+        format!("{x:.5}")
     } else {
         format!("{x:.2e}")
     }
@@ -129,6 +134,15 @@ pub(crate) fn secs(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seconds_keep_three_significant_digits() {
+        for (x, want) in [(12.3456, "12.346"), (0.1234, "0.123"), (0.01234, "0.0123"), (0.001234, "0.00123")] {
+            assert_eq!(secs(x), want);
+        }
+        assert_eq!(secs(1.234e-5), "1.23e-5");
+        assert_eq!(secs(0.0), "0.000");
+    }
 
     #[test]
     fn classes_group_by_power_of_two_and_sum() {
