@@ -1125,7 +1125,8 @@ impl Program {
                 let (op, alpha, signed) = match term.op {
                     TermOp::Extremum(e) => (MoveOp::Extremum(e), 1.0, true),
                     TermOp::Select(cmp) => (MoveOp::Select(cmp), 1.0, true),
-                    TermOp::Product | TermOp::Gather => (MoveOp::Add, alpha, false),
+                    TermOp::Product => (MoveOp::Add, alpha, false),
+                    TermOp::Gather => unreachable!("a gather's moves are made by gather_moves, above"),
                 };
                 let factors = (0..term.factors.len())
                     .map(|f| {
