@@ -15,7 +15,7 @@ mode=${1:?prepare or run}; D=${2:-target/tccd}
 SIZES=${SIZES:-"10:38 20:100 20:200 30:300"}
 if [ "$mode" = prepare ]; then
   set -e
-  rm -rf "$D" && mkdir -p "$D/ptx" "$D/check" "$D/cross"
+  rm -rf "$D" && mkdir -p "$D/ptx" "$D/check" "$D/cross" "$D/random"
   src() { python3 -c "import sys; sys.path.insert(0, 'bench/tiled'); import ccd; open('$1', 'w').write(ccd.source($2, $3, $4))"; }
   for s in $SIZES; do src "$D/ccd_${s/:/_}.tc" ${s%:*} ${s#*:} False; done
   # Small enough for the interpreter (--check); the examples are compared with
@@ -32,6 +32,10 @@ if [ "$mode" = prepare ]; then
   for f in "$D"/*.tc "$D"/check/*.tc "$D"/cross/*.tc; do
     target/release/tcc build "$f" --target cuda --tiled -o "$D/ptx/$(basename "$f" .tc).ptx" 2> /dev/null
   done
+  # The random programs of the GPU suite (the move kernels are the same PTX
+  # for every program).
+  cp bench/gpu/random/*.tc "$D/random/"
+  for f in "$D"/random/*.tc; do cp "$D/ptx/ccd.ptx" "$D/ptx/$(basename "$f" .tc).ptx"; done
   cp target/release/tcc target/release/tcc-gpu bench/gpu/tiled_ccd_torch.py bench/gpu/tiled_conv.py bench/gpu/tiled_ccd.sh bench/tiled/ccd.py \
     bench/gpu/cuda_env.sh "$D/"
   echo "prepared $D"
@@ -41,7 +45,11 @@ else
   for t in 3 32; do
     timeout 120 ./tcc-gpu check/*.tc --tiled --tile $t --ptx-dir ptx --check --keep-going 2>&1 | grep -E "^(FAIL|tcc-gpu)"
   done
-  timeout 60 ./tcc-gpu check/ccd_iteration_6_12.tc --tiled --tile 3 --ptx-dir ptx --check 2>&1 | tail -6
+  timeout 60 ./tcc-gpu check/ccd_iteration_6_12.tc --tiled --tile 3 --ptx-dir ptx --check 2>&1 | tail -7
+  echo "== the random programs against the interpreter (tiles 2, 3, 4)"
+  for t in 2 3 4; do
+    timeout 120 ./tcc-gpu random/*.tc --tiled --tile $t --ptx-dir ptx --check --keep-going 2>&1 | grep -E "^(FAIL|tcc-gpu)"
+  done
   echo "== examples: tcc-gpu --tiled against tcc run --tiled (CPU), norm2 of every output"
   for f in cross/*.tc; do
     g=$(timeout 120 ./tcc-gpu "$f" --tiled --ptx-dir ptx 2>&1 | grep -oE "norm2 = \S+" | tr '\n' ' ')
@@ -53,7 +61,7 @@ ok = len(g) == len(c) and len(g) > 0 and all(abs(a - b) <= 1e-9 * max(abs(b), 1e
 print(('SAME ' if ok else 'DIFFERENT ') + '$f', g, c)"
   done
   echo "== ResNet-50 3x3 layers (f64): tcc-gpu --tiled (default tile) against torch conv2d (cuDNN)"
-  for f in conv_*.tc; do
+  for f in $(ls conv_*.tc 2> /dev/null); do
     l=$(basename $f .tc); l=${l#conv_}
     echo "-- $l: $(timeout 120 ./tcc-gpu $f --tiled --ptx-dir ptx --repeat 5 2>&1 | grep -E 'gpu:|error' | tr '\n' ' ') $(timeout 120 python3 tiled_conv.py torch ${l//_/ } 5 2>&1 | tail -1)"
   done

@@ -6,7 +6,10 @@
 //! encoded ([`nvptx::tile_moves::encode`]) with the buffers' device addresses,
 //! uploaded with their block tables in one copy, and launched as grids of the move kernels (packing,
 //! then adding; products and `max`/`min`/`where` by their own kernel) around
-//! one `cublasDgemmStridedBatched` per matrix shape, all on the default stream.
+//! one batched cuBLAS GEMM per matrix shape and operand layout (strided where
+//! the products lie at equal distances, else through arrays of pointers, as
+//! where operands are read in place from their tiles), all on the default
+//! stream.
 
 use crate::tiled::device::TileMachine;
 
@@ -31,7 +34,7 @@ pub fn open(ptx: &str) -> Result<Box<dyn TileMachine>, String> {
 mod imp {
     use super::*;
     use crate::ids::TensorId;
-    use crate::tiled::device::{Buf, Loc, Round};
+    use crate::tiled::device::{Buf, Loc, MatLayout, Round};
     use cudarc::cublas::{result as blas, sys as blas_sys};
     use cudarc::driver::{result, sys};
     use nvptx::tile_moves::{encode_phase, Launch, MoveKernel, THREADS};
@@ -222,6 +225,19 @@ mod imp {
                 ];
                 let tables = items.len();
                 items.extend_from_slice(&blocks);
+                // Pointer arrays of the GEMMs whose items do not lie at equal
+                // distances (operands read in place from stored tiles).
+                let mut pointers = Vec::with_capacity(r.gemms.len());
+                for g in &r.gemms {
+                    if g.strided().is_some() {
+                        pointers.push(None);
+                        continue;
+                    }
+                    pointers.push(Some(items.len()));
+                    items.extend(g.items.iter().map(|i| addr(&i.a)));
+                    items.extend(g.items.iter().map(|i| addr(&i.b)));
+                    items.extend(g.items.iter().map(|i| scratch + i.c as u64 * 8));
+                }
                 self.host_work.0 += t0.elapsed().as_secs_f64();
                 self.host_work.1 += items.len();
                 let dev = DevMem::reserve(&mut self.items, items.len())?;
@@ -231,35 +247,75 @@ mod imp {
                 for l in &launches[0] {
                     self.launch(l, dev, tables)?;
                 }
-                for g in &r.gemms {
+                for (g, ptrs) in r.gemms.iter().zip(pointers) {
                     let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
-                    let n_op = blas_sys::cublasOperation_t::CUBLAS_OP_N;
+                    let op = |l: MatLayout| {
+                        if l.transposed {
+                            blas_sys::cublasOperation_t::CUBLAS_OP_T
+                        } else {
+                            blas_sys::cublasOperation_t::CUBLAS_OP_N
+                        }
+                    };
+                    let (lda, ldb) = (g.la.ld as i32, g.lb.ld as i32);
                     let (al, be) = (1.0f64, 0.0f64);
-                    // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ.
-                    // SAFETY: the matrices lie inside scratch by construction.
-                    unsafe {
-                        blas::dgemm_strided_batched(
-                            self.blas,
-                            n_op,
-                            n_op,
-                            n,
-                            m,
-                            k,
-                            &al,
-                            (scratch + g.b as u64 * 8) as *const f64,
-                            n.max(1),
-                            (g.k * g.n) as i64,
-                            (scratch + g.a as u64 * 8) as *const f64,
-                            k.max(1),
-                            (g.m * g.k) as i64,
-                            &be,
-                            (scratch + g.c as u64 * 8) as *mut f64,
-                            n.max(1),
-                            (g.m * g.n) as i64,
-                            g.batch as i32,
-                        )
+                    // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: a row-major
+                    // operand is its transpose in column-major order (no op), a
+                    // transposed one takes op T.
+                    match (g.strided(), ptrs) {
+                        (Some((first, [sa, sb, sc])), _) => {
+                            // SAFETY: the matrices lie inside their buffers by construction.
+                            unsafe {
+                                blas::dgemm_strided_batched(
+                                    self.blas,
+                                    op(g.lb),
+                                    op(g.la),
+                                    n,
+                                    m,
+                                    k,
+                                    &al,
+                                    addr(&first.b) as *const f64,
+                                    ldb,
+                                    sb as i64,
+                                    addr(&first.a) as *const f64,
+                                    lda,
+                                    sa as i64,
+                                    &be,
+                                    (scratch + first.c as u64 * 8) as *mut f64,
+                                    n.max(1),
+                                    sc as i64,
+                                    g.batch() as i32,
+                                )
+                            }
+                            .map_err(e("cublasDgemmStridedBatched"))?;
+                        }
+                        (None, Some(p)) => {
+                            let ptr = |j: usize| dev + (p + j * g.batch()) as u64 * 8;
+                            // SAFETY: the three uploaded arrays of `batch` device
+                            // addresses name matrices inside their buffers.
+                            unsafe {
+                                blas_sys::cublasDgemmBatched(
+                                    self.blas,
+                                    op(g.lb),
+                                    op(g.la),
+                                    n,
+                                    m,
+                                    k,
+                                    &al,
+                                    ptr(1) as *const *const f64,
+                                    ldb,
+                                    ptr(0) as *const *const f64,
+                                    lda,
+                                    &be,
+                                    ptr(2) as *const *mut f64,
+                                    n.max(1),
+                                    g.batch() as i32,
+                                )
+                            }
+                            .result()
+                            .map_err(e("cublasDgemmBatched"))?;
+                        }
+                        (None, None) => unreachable!("pointer arrays were written for every GEMM that is not strided"),
                     }
-                    .map_err(e("cublasDgemmStridedBatched"))?;
                 }
                 for l in &launches[1] {
                     self.launch(l, dev, tables)?;

@@ -147,17 +147,81 @@ impl Move {
     }
 }
 
-/// `batch` row-major products `C_j = A_j · B_j` (m×k times k×n) of matrices
-/// stored one after another in scratch from `a`, `b` and `c`.
+/// How a GEMM operand lies in memory: element (row `r`, column `q`) of the
+/// matrix at `r·ld + q`, or at `q·ld + r` when `transposed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MatLayout {
+    pub transposed: bool,
+    pub ld: usize,
+}
+
+impl MatLayout {
+    /// Row-major with `cols` columns, as packed operands lie in scratch.
+    pub fn packed(cols: usize) -> MatLayout {
+        MatLayout { transposed: false, ld: cols.max(1) }
+    }
+
+    /// Where element `(r, q)` lies, from the matrix's start.
+    pub fn at(self, r: usize, q: usize) -> usize {
+        if self.transposed {
+            q * self.ld + r
+        } else {
+            r * self.ld + q
+        }
+    }
+}
+
+/// One product of a [`Gemm`]: where its A and B start, and where its
+/// row-major m×n result goes in scratch.
 #[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GemmItem {
+    pub a: Loc,
+    pub b: Loc,
+    pub c: usize,
+}
+
+/// Products `C_j = A_j · B_j` (m×k times k×n), one per item, of operands laid
+/// out as `la` and `lb`: packed into scratch by the round's moves, or read in
+/// place from stored tiles that already are matrices (no copy).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Gemm {
     pub m: usize,
     pub n: usize,
     pub k: usize,
-    pub batch: usize,
-    pub a: usize,
-    pub b: usize,
-    pub c: usize,
+    pub la: MatLayout,
+    pub lb: MatLayout,
+    pub items: Vec<GemmItem>,
+}
+
+impl Gemm {
+    pub fn batch(&self) -> usize {
+        self.items.len()
+    }
+
+    /// `(first item, distance in elements between items)` of A, B and C when
+    /// the items lie at equal distances in one buffer each (a strided batch).
+    pub fn strided(&self) -> Option<(GemmItem, [isize; 3])> {
+        let first = *self.items.first()?;
+        let step = |f: &dyn Fn(&GemmItem) -> (Buf, usize)| -> Option<isize> {
+            let (buf0, at0) = f(&first);
+            let d = self.items.get(1).map_or(0, |i| f(i).1 as isize - at0 as isize);
+            if d < 0 {
+                return None;
+            }
+            self.items
+                .iter()
+                .enumerate()
+                .all(|(j, i)| {
+                    let (buf, at) = f(i);
+                    buf == buf0 && at as isize == at0 as isize + j as isize * d
+                })
+                .then_some(d)
+        };
+        let sa = step(&|i| (i.a.buf, i.a.offset))?;
+        let sb = step(&|i| (i.b.buf, i.b.offset))?;
+        let sc = step(&|i| (Buf::Scratch, i.c))?;
+        Some((first, [sa, sb, sc]))
+    }
 }
 
 /// What one step of a task set runs, in order: `pack`, then `gemms`, then `add`.
@@ -190,6 +254,19 @@ pub struct DevicePlan {
     pub flops: f64,
     pub gemm_calls: usize,
     pub moves: usize,
+    pub operands: OperandCounts,
+}
+
+/// How the plan's GEMMs read their operand matrices.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OperandCounts {
+    /// Read in place from stored tiles (no copy), and of those transposed.
+    pub in_place: usize,
+    pub transposed: usize,
+    /// Packed into scratch by a move first.
+    pub packed: usize,
+    /// GEMM calls through arrays of pointers (products not at equal distances).
+    pub pointer_gemms: usize,
 }
 
 /// The tile size of GPU tiled runs for ranges that declare none, unless
@@ -249,11 +326,24 @@ pub fn plan(program: &Program, scratch: usize) -> Result<DevicePlan, CommandErro
     for l in &mut levels {
         l.release.sort();
     }
-    let mut plan = DevicePlan { levels, written, flops: 0.0, gemm_calls: 0, moves: 0 };
+    let mut plan =
+        DevicePlan { levels, written, flops: 0.0, gemm_calls: 0, moves: 0, operands: OperandCounts::default() };
     for r in plan.levels.iter().flat_map(|l| &l.rounds) {
         plan.gemm_calls += r.gemms.len();
+        for g in &r.gemms {
+            let o = &mut plan.operands;
+            o.pointer_gemms += usize::from(g.strided().is_none());
+            for (loc, layout) in g.items.iter().flat_map(|i| [(i.a, g.la), (i.b, g.lb)]) {
+                if loc.buf == Buf::Scratch {
+                    o.packed += 1;
+                } else {
+                    o.in_place += 1;
+                    o.transposed += usize::from(layout.transposed);
+                }
+            }
+        }
         plan.moves += r.pack.len() + r.add.len();
-        plan.flops += r.gemms.iter().map(|g| 2.0 * (g.m * g.n * g.k * g.batch) as f64).sum::<f64>();
+        plan.flops += r.gemms.iter().map(|g| 2.0 * (g.m * g.n * g.k * g.batch()) as f64).sum::<f64>();
         // A scatter of a GEMM's result is part of its flops; element-wise moves count.
         plan.flops +=
             r.add.iter().filter(|m| m.srcs.iter().all(|s| s.loc.buf != Buf::Scratch)).map(move_flops).sum::<f64>();
@@ -277,15 +367,123 @@ fn op_tensors(op: &TileOp) -> Vec<TensorId> {
     }
 }
 
-/// A round's GETTs by matrix shape (m, n, k), each with its batch.
-type Groups<'a> = BTreeMap<(usize, usize, usize), Vec<(&'a TileOp, usize)>>;
+/// A GETT's dimensions in the order its matrices take them (batch, then m, n
+/// and k), and the layouts of the operands that are read in place.
+struct GettShape<'a> {
+    batch: Vec<&'a GettDim>,
+    ms: Vec<&'a GettDim>,
+    ns: Vec<&'a GettDim>,
+    ks: Vec<&'a GettDim>,
+    /// `Some` where the operand's tile already is the matrix (no packing).
+    a_in_place: Option<MatLayout>,
+    b_in_place: Option<MatLayout>,
+}
+
+impl<'a> GettShape<'a> {
+    /// Within each kind the dimensions run in decreasing stride of the tile
+    /// they come from, so that packing reads along stride 1; the reduction
+    /// dimensions in the order that lets more of the operands be read in place.
+    fn of(a: &Operand, b: &Operand, dims: &'a [GettDim]) -> GettShape<'a> {
+        let order = |kind: i64, key: &dyn Fn(&GettDim) -> i64| {
+            let mut v: Vec<&GettDim> = dims.iter().filter(|d| d.kind == kind).collect();
+            v.sort_by_key(|d| std::cmp::Reverse(key(d)));
+            v
+        };
+        let (batch, ms, ns) = (order(0, &|d| d.sc), order(1, &|d| d.sa), order(2, &|d| d.sb));
+        let (m, n) = (Self::size(&ms), Self::size(&ns));
+        let k = dims.iter().filter(|d| d.kind == 3).map(|d| d.size as usize).product::<usize>();
+        let mut best: Option<GettShape> = None;
+        let mut best_saved = 0;
+        for key in
+            [&|d: &GettDim| d.sa.max(d.sb), &|d: &GettDim| d.sa, &|d: &GettDim| d.sb] as [&dyn Fn(&GettDim) -> i64; 3]
+        {
+            let ks = order(3, key);
+            let a_in_place = if a.func.is_none() { in_place(&ms, &ks, &|d| d.sa) } else { None };
+            let b_in_place = if b.func.is_none() { in_place(&ks, &ns, &|d| d.sb) } else { None };
+            let saved = a_in_place.map_or(0, |_| m * k) + b_in_place.map_or(0, |_| k * n);
+            if best.is_none() || saved > best_saved {
+                best_saved = saved;
+                best = Some(GettShape {
+                    batch: batch.clone(),
+                    ms: ms.clone(),
+                    ns: ns.clone(),
+                    ks,
+                    a_in_place,
+                    b_in_place,
+                });
+            }
+        }
+        best.expect("three orders tried")
+    }
+
+    fn size(v: &[&GettDim]) -> usize {
+        v.iter().map(|d| d.size as usize).product()
+    }
+
+    /// (m, n, k) of the GEMM and the number of products (the batch).
+    fn mnkb(&self) -> (usize, usize, usize, usize) {
+        (Self::size(&self.ms), Self::size(&self.ns), Self::size(&self.ks), Self::size(&self.batch))
+    }
+
+    /// The layouts the GEMM reads A and B with.
+    fn layouts(&self) -> (MatLayout, MatLayout) {
+        let (_, n, k, _) = self.mnkb();
+        (self.a_in_place.unwrap_or(MatLayout::packed(k)), self.b_in_place.unwrap_or(MatLayout::packed(n)))
+    }
+
+    /// Scratch elements: the packed operands and the result.
+    fn scratch(&self) -> usize {
+        let (m, n, k, nb) = self.mnkb();
+        nb * (self.a_in_place.map_or(m * k, |_| 0) + self.b_in_place.map_or(k * n, |_| 0) + m * n)
+    }
+}
+
+/// The layout of an operand read in place as the matrix of `rows` × `cols`
+/// (each list outermost first), when its tile already is that matrix: the
+/// dimensions of each list merge into one (each stride is the next one's times
+/// its extent) and one of the two runs along stride 1.
+fn in_place(rows: &[&GettDim], cols: &[&GettDim], s: &dyn Fn(&GettDim) -> i64) -> Option<MatLayout> {
+    // (extent, stride of the merged dimension; None where the extent is 1).
+    let merge = |v: &[&GettDim]| -> Option<(usize, Option<usize>)> {
+        let (mut ext, mut inner, mut next) = (1usize, None, 0i64);
+        for d in v.iter().rev().filter(|d| d.size > 1) {
+            let st = s(d);
+            match inner {
+                None if st > 0 => inner = Some(st as usize),
+                Some(_) if st == next => {}
+                _ => return None,
+            }
+            next = st.checked_mul(d.size)?;
+            ext *= d.size as usize;
+        }
+        Some((ext, inner))
+    };
+    let ((r, sr), (c, sc)) = (merge(rows)?, merge(cols)?);
+    let fits = |ld: usize| ld <= i32::MAX as usize;
+    if sc.is_none_or(|x| x == 1) {
+        let ld = sr.unwrap_or(c.max(1));
+        if ld >= c.max(1) && fits(ld) {
+            return Some(MatLayout { transposed: false, ld });
+        }
+    }
+    if sr.is_none_or(|x| x == 1) {
+        let ld = sc.unwrap_or(r.max(1));
+        if ld >= r.max(1) && fits(ld) {
+            return Some(MatLayout { transposed: true, ld });
+        }
+    }
+    None
+}
+
+/// A round's GETTs by GEMM: shape (m, n, k) and the layouts of A and B.
+type GemmKey = (usize, usize, usize, MatLayout, MatLayout);
+type Groups<'a> = BTreeMap<GemmKey, Vec<(&'a TileOp, GettShape<'a>)>>;
 
 /// The ranges to clear and the rounds of one task set's operations.
 fn lower(ops: &[TileOp], scratch: usize) -> Level {
     let mut level = Level::default();
     let mut round = Round::default();
-    // The GETTs of the round being filled, by matrix shape (m, n, k): each with
-    // its batch and the (permuted) dimensions of its operands.
+    // The GETTs of the round being filled, by GEMM.
     let mut groups: Groups = BTreeMap::new();
     let mut used = 0usize;
     for op in ops {
@@ -311,17 +509,17 @@ fn lower(ops: &[TileOp], scratch: usize) -> Level {
                 alpha: *value,
                 op: MoveOp::Store,
             }),
-            TileOp::Gett { dims, .. } => {
-                let size =
-                    |kind: i64| dims.iter().filter(|d| d.kind == kind).map(|d| d.size as usize).product::<usize>();
-                let (batch, m, n, k) = (size(0), size(1), size(2), size(3));
-                let need = batch * (m * k + k * n + m * n);
+            TileOp::Gett { a, b, dims, .. } => {
+                let shape = GettShape::of(a, b, dims);
+                let need = shape.scratch();
                 if used > 0 && used + need > scratch {
                     finish_round(&mut round, &mut groups, &mut level);
                     used = 0;
                 }
                 used += need;
-                groups.entry((m, n, k)).or_default().push((op, batch));
+                let (m, n, k, _) = shape.mnkb();
+                let (la, lb) = shape.layouts();
+                groups.entry((m, n, k, la, lb)).or_default().push((op, shape));
             }
         }
     }
@@ -339,20 +537,23 @@ fn lower(ops: &[TileOp], scratch: usize) -> Level {
     level
 }
 
-/// Lays out the grouped GETTs of `round` in scratch (per shape: all A
-/// matrices, then all B, then all C), adds their moves and GEMMs, and starts a
-/// new round.
+/// Lays out the grouped GETTs of `round` in scratch (per GEMM: the packed A
+/// matrices, then the packed B, then all results), adds their moves and
+/// GEMMs, and starts a new round.
 fn finish_round(round: &mut Round, groups: &mut Groups, level: &mut Level) {
     let mut at = 0usize;
-    for (&(m, n, k), members) in groups.iter() {
-        let batch: usize = members.iter().map(|&(_, b)| b).sum();
-        let g = Gemm { m, n, k, batch, a: at, b: at + batch * m * k, c: at + batch * (m * k + k * n) };
-        at += batch * (m * k + k * n + m * n);
-        let mut j = 0;
-        for &(op, b) in members {
-            let TileOp::Gett { c, a, b: bt, alpha, dims } = op else { unreachable!("grouped GETTs only") };
-            gett_moves(round, *c, *a, *bt, *alpha, dims, (g.a + j * m * k, g.b + j * k * n, g.c + j * m * n));
-            j += b;
+    for (&(m, n, k, la, lb), members) in groups.iter() {
+        let count = |f: &dyn Fn(&GettShape) -> bool| {
+            members.iter().filter(|(_, s)| f(s)).map(|(_, s)| s.mnkb().3).sum::<usize>()
+        };
+        let (packed_a, packed_b, all) =
+            (count(&|s| s.a_in_place.is_none()), count(&|s| s.b_in_place.is_none()), count(&|_| true));
+        let (mut pa, mut pb, mut pc) = (at, at + packed_a * m * k, at + packed_a * m * k + packed_b * k * n);
+        at = pc + all * m * n;
+        let mut g = Gemm { m, n, k, la, lb, items: Vec::with_capacity(all) };
+        for (op, shape) in members {
+            let TileOp::Gett { c, a, b, alpha, .. } = op else { unreachable!("grouped GETTs only") };
+            gett_moves(round, &mut g.items, *c, *a, *b, *alpha, shape, (&mut pa, &mut pb, &mut pc));
         }
         round.gemms.push(g);
     }
@@ -363,28 +564,22 @@ fn finish_round(round: &mut Round, groups: &mut Groups, level: &mut Level) {
     }
 }
 
-/// The moves of one GETT whose matrices start at `(pa, pb, pc)` in scratch:
-/// A as [batch, m, k], B as [batch, k, n], the result [batch, m, n] added into
-/// the written tile. Within each kind the dimensions run in decreasing stride
-/// of the tile they come from, so that the moves read along stride 1.
+/// The moves and GEMM items of one GETT: an operand not read in place is
+/// packed at `pa` (A as [batch, m, k]) or `pb` (B as [batch, k, n]) in
+/// scratch; the result [batch, m, n] at `pc` is added into the written tile.
+/// Each cursor moves past what this GETT takes.
+#[allow(clippy::too_many_arguments)]
 fn gett_moves(
     round: &mut Round,
+    items: &mut Vec<GemmItem>,
     c: (TensorId, usize),
     a: Operand,
     b: Operand,
     alpha: f64,
-    dims: &[GettDim],
-    (pa, pb, pc): (usize, usize, usize),
+    shape: &GettShape,
+    (pa, pb, pc): (&mut usize, &mut usize, &mut usize),
 ) {
-    let order = |kind: i64, key: &dyn Fn(&GettDim) -> i64| {
-        let mut v: Vec<&GettDim> = dims.iter().filter(|d| d.kind == kind).collect();
-        v.sort_by_key(|d| std::cmp::Reverse(key(d)));
-        v
-    };
-    let batch = order(0, &|d| d.sc);
-    let ms = order(1, &|d| d.sa);
-    let ns = order(2, &|d| d.sb);
-    let ks = order(3, &|d| d.sa.max(d.sb));
+    let (m, n, k, nb) = shape.mnkb();
     let pack = |list: &[&[&GettDim]], src: Operand, s: &dyn Fn(&GettDim) -> i64, at: usize| {
         let all: Vec<&GettDim> = list.iter().flat_map(|l| l.iter().copied()).collect();
         let ext: Vec<usize> = all.iter().map(|d| d.size as usize).collect();
@@ -402,18 +597,47 @@ fn gett_moves(
             op: MoveOp::Store,
         }
     };
-    round.pack.push(pack(&[&batch, &ms, &ks], a, &|d| d.sa, pa));
-    round.pack.push(pack(&[&batch, &ks, &ns], b, &|d| d.sb, pb));
-    let all: Vec<&GettDim> = batch.iter().chain(&ms).chain(&ns).copied().collect();
+    let GettShape { batch, ms, ns, ks, .. } = shape;
+    if shape.a_in_place.is_none() {
+        round.pack.push(pack(&[batch, ms, ks], a, &|d| d.sa, *pa));
+    }
+    if shape.b_in_place.is_none() {
+        round.pack.push(pack(&[batch, ks, ns], b, &|d| d.sb, *pb));
+    }
+    // One GEMM item per point of the batch dimensions.
+    let bext: Vec<usize> = batch.iter().map(|d| d.size as usize).collect();
+    let mut j = 0;
+    super::tensor::for_each_local(&bext, |i| {
+        let off = |s: &dyn Fn(&GettDim) -> i64| {
+            i.iter().zip(batch.iter()).map(|(&x, d)| x as i64 * s(d)).sum::<i64>() as usize
+        };
+        let a_at = match shape.a_in_place {
+            Some(_) => Loc { buf: a.loc().buf, offset: a.offset + off(&|d| d.sa) },
+            None => Loc { buf: Buf::Scratch, offset: std::mem::replace(pa, *pa + m * k) },
+        };
+        let b_at = match shape.b_in_place {
+            Some(_) => Loc { buf: b.loc().buf, offset: b.offset + off(&|d| d.sb) },
+            None => Loc { buf: Buf::Scratch, offset: std::mem::replace(pb, *pb + k * n) },
+        };
+        items.push(GemmItem { a: a_at, b: b_at, c: *pc + j * m * n });
+        j += 1;
+    });
+    let all: Vec<&GettDim> = batch.iter().chain(ms.iter()).chain(ns.iter()).copied().collect();
     let ext: Vec<usize> = all.iter().map(|d| d.size as usize).collect();
     round.add.push(Move {
         dst: Loc { buf: Buf::Tensor(c.0), offset: c.1 },
         sdst: all.iter().map(|d| d.sc as isize).collect(),
-        srcs: vec![Src { loc: Loc { buf: Buf::Scratch, offset: pc }, strides: row_major(&ext), func: None, sign: 1.0 }],
+        srcs: vec![Src {
+            loc: Loc { buf: Buf::Scratch, offset: *pc },
+            strides: row_major(&ext),
+            func: None,
+            sign: 1.0,
+        }],
         ext,
         alpha,
         op: MoveOp::Add,
     });
+    *pc += nb * m * n;
 }
 
 /// Row-major strides of a box.
@@ -456,6 +680,7 @@ pub struct DeviceStats {
     pub flops: f64,
     pub gemm_calls: usize,
     pub moves: usize,
+    pub operands: OperandCounts,
     pub rounds: usize,
     /// Of the fastest repetition: seconds spent encoding moves on the host, and
     /// the words of moves uploaded ([`TileMachine::take_host_work`]).
@@ -518,6 +743,7 @@ pub fn run_on(
         flops: plan.flops,
         gemm_calls: plan.gemm_calls,
         moves: plan.moves,
+        operands: plan.operands,
         rounds: plan.levels.iter().map(|l| l.rounds.len()).sum(),
         encode_s: host_work.0,
         move_words: host_work.1,
@@ -567,7 +793,7 @@ impl<M: HostRounds> TileMachine for M {
         self.mem().scratch = vec![f64::NAN; r.scratch];
         self.moves(&r.pack)?;
         for g in &r.gemms {
-            host_gemm(&mut self.mem().scratch, g);
+            host_gemm(self.mem(), g)?;
         }
         self.moves(&r.add)
     }
@@ -638,19 +864,33 @@ impl HostRounds for HostMachine {
     }
 }
 
-/// A [`Gemm`] on host memory (C overwritten).
-pub fn host_gemm(s: &mut [f64], g: &Gemm) {
+/// A [`Gemm`] on host memory (each result overwritten in scratch).
+pub fn host_gemm(mem: &mut HostBuffers, g: &Gemm) -> Result<(), String> {
     let (m, n, k) = (g.m, g.n, g.k);
-    for j in 0..g.batch {
-        let (a, b, c) = (g.a + j * m * k, g.b + j * k * n, g.c + j * m * n);
+    let mut c = vec![0.0; m * n];
+    for item in &g.items {
+        let buf = |l: &Loc| -> Result<&[f64], String> {
+            match l.buf {
+                Buf::Scratch => Ok(&mem.scratch[l.offset..]),
+                Buf::Tensor(t) => mem
+                    .bufs
+                    .get(&t)
+                    .map(|b| &b[l.offset..])
+                    .ok_or_else(|| "a GEMM operand is not on the machine".into()),
+            }
+        };
+        let (a, b) = (buf(&item.a)?, buf(&item.b)?);
+        let read = |x: &[f64], at: usize| x.get(at).copied().ok_or("a GEMM reads outside its buffer");
         for i in 0..m {
             for q in 0..n {
                 let mut acc = 0.0;
                 for p in 0..k {
-                    acc += s[a + i * k + p] * s[b + p * n + q];
+                    acc += read(a, g.la.at(i, p))? * read(b, g.lb.at(p, q))?;
                 }
-                s[c + i * n + q] = acc;
+                c[i * n + q] = acc;
             }
         }
+        mem.scratch.get_mut(item.c..item.c + m * n).ok_or("a GEMM writes outside scratch")?.copy_from_slice(&c);
     }
+    Ok(())
 }

@@ -176,6 +176,10 @@ fn device_report_lines(program: &super::Program, s: &super::device::DeviceStats,
             secs(s.encode_s),
             s.move_words as f64
         ),
+        format!(
+            "gpu: operand matrices {} read in place ({} transposed), {} packed; {} GEMM calls through pointer arrays",
+            s.operands.in_place, s.operands.transposed, s.operands.packed, s.operands.pointer_gemms
+        ),
         format!("stored: {stored:.0} of {dense:.0} dense elements"),
     ]
 }

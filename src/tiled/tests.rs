@@ -1477,13 +1477,19 @@ fn has_window(hir: &Hir) -> bool {
 #[test]
 fn random_programs_on_the_device_path_equal_the_interpreter() {
     let (mut ran, mut special, mut windows) = (0, 0, 0);
+    let mut operands = super::device::OperandCounts::default();
     for seed in 0..300u64 {
         let hir = random_program(seed);
         let opts = TiledOptions { tile: 1 + (seed % 4) as usize, threads: 1, ..Default::default() };
         let scratch = [1usize, 50, 1 << 20][(seed % 3) as usize];
         let mut m = super::device::HostMachine::default();
         match check_device(&hir, seed, &opts, scratch, &mut m) {
-            Ok(Some(_)) => {
+            Ok(Some(stats)) => {
+                let o = stats.operands;
+                operands.in_place += o.in_place;
+                operands.transposed += o.transposed;
+                operands.packed += o.packed;
+                operands.pointer_gemms += o.pointer_gemms;
                 ran += 1;
                 special += usize::from(has_max_or_where(&hir));
                 windows += usize::from(has_window(&hir));
@@ -1500,6 +1506,10 @@ fn random_programs_on_the_device_path_equal_the_interpreter() {
     assert_eq!(ran, 300, "only {ran} of 300 random programs ran on the device path");
     assert!(special >= 60, "only {special} programs with `max`/`min` or `where` ran on the device path");
     assert!(windows >= 60, "only {windows} programs with a window ran on the device path");
+    // Operand tiles read in place, as they lie and transposed, through pointer
+    // arrays and strided batches, next to packed ones.
+    let o = operands;
+    assert!(o.in_place > 10_000 && o.transposed > 200 && o.packed > 5_000 && o.pointer_gemms > 200, "{o:?}");
 }
 
 #[test]
