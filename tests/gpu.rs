@@ -1220,7 +1220,7 @@ fn triples_and_ao2mo_match_the_interpreter_every_way() {
 
 /// `tcc build --target cuda --tiled`: the move kernels for a program that runs
 /// tiled on the GPU (`max`, affine subscripts); a clear refusal (E0760, exit 1)
-/// for one that does not (complex tensors), and for `--tiled` without
+/// for one that does not (complex tensors, a move over 11 dimensions), and for `--tiled` without
 /// `--target cuda` (E0716).
 #[test]
 fn tiled_gpu_builds_write_the_move_kernel_or_refuse_clearly() {
@@ -1260,6 +1260,26 @@ fn tiled_gpu_builds_write_the_move_kernel_or_refuse_clearly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("E0760") && err.contains("complex programs do not run tiled on the GPU"), "{err}");
+    // A move over 11 dimensions is more than the move kernels take: refused
+    // when built, not when run.
+    let wide = dir.path().join("wide.tc");
+    let idx = "a,b,c,d,e,f,g,h,i,j,k";
+    std::fs::write(
+        &wide,
+        format!(
+            "range N = 2;\nindex {idx} : N;\ninput tensor A[{idx}] : f64;\noutput tensor B[{idx}] : f64;\nB[{idx}] = 2.0 * A[{idx}];\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(tcc)
+        .args(["build", wide.to_str().unwrap(), "--target", "cuda", "--tiled", "-o"])
+        .arg(dir.path().join("wide.ptx"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("E0760") && err.contains("tile move over 11 dimensions"), "{err}");
+    assert!(!dir.path().join("wide.ptx").exists());
     let out = std::process::Command::new(tcc)
         .args(["build", src.to_str().unwrap(), "--tiled", "-o"])
         .arg(dir.path().join("lib.so"))

@@ -171,7 +171,8 @@ pub fn read_plan(path: &Path) -> Result<GpuPlan, String> {
 }
 
 /// `tcc build --target cuda --tiled`: checks that every selected unit runs tiled
-/// on the GPU (planned at the default tile size) and writes the move kernel's
+/// on the GPU (planned at the default tile size: no complex tensors, no move
+/// over more dimensions than the move kernels take) and writes the move kernels'
 /// PTX to `output`, which `tcc-gpu --tiled` runs the program with. Returns a
 /// short report for stderr.
 pub fn build_tiled_ptx(hir: &Hir, program: Option<&str>, output: &Path) -> Result<String, CommandError> {

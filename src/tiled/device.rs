@@ -19,6 +19,7 @@
 
 use super::exec::Program;
 use super::tensor::TiledTensor;
+use crate::codegen::nvptx::tile_moves;
 use crate::error::CommandError;
 use crate::ids::TensorId;
 use crate::sema::hir::{CmpOp, Extremum, Func, Role};
@@ -293,7 +294,9 @@ pub fn scratch_limit() -> Result<usize, CommandError> {
 }
 
 /// Plans every task set of `program` for a machine with `scratch` elements of
-/// scratch memory per round.
+/// scratch memory per round. Fails (E0760) where a move is more than the move
+/// kernels take (over [`tile_moves::MAX_DIMS`] dimensions), so that `tcc build
+/// --target cuda --tiled` says so before a run.
 pub fn plan(program: &Program, scratch: usize) -> Result<DevicePlan, CommandError> {
     let sets = program.task_sets();
     let mut last_use: HashMap<TensorId, usize> = HashMap::new();
@@ -303,7 +306,7 @@ pub fn plan(program: &Program, scratch: usize) -> Result<DevicePlan, CommandErro
     for (l, set) in sets.iter().enumerate() {
         ops.clear();
         for (s, c, _) in program.level_tasks(set) {
-            program.device_ops(s, &c, &mut ops)?;
+            program.device_ops(s, &c, &mut ops);
         }
         for op in &ops {
             for t in op_tensors(op) {
@@ -329,6 +332,15 @@ pub fn plan(program: &Program, scratch: usize) -> Result<DevicePlan, CommandErro
     let mut plan =
         DevicePlan { levels, written, flops: 0.0, gemm_calls: 0, moves: 0, operands: OperandCounts::default() };
     for r in plan.levels.iter().flat_map(|l| &l.rounds) {
+        for m in r.pack.iter().chain(&r.add) {
+            tile_moves::check(m).map_err(|why| {
+                CommandError::new(
+                    "E0760",
+                    format!("this program does not run tiled on the GPU: {why}"),
+                    Some("run it with `tcc run --tiled` (CPU)".into()),
+                )
+            })?;
+        }
         plan.gemm_calls += r.gemms.len();
         for g in &r.gemms {
             let o = &mut plan.operands;

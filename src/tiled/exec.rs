@@ -1083,7 +1083,7 @@ impl Program {
     /// The work of task `(s, c)` for an accelerator ([`super::device`]): what
     /// [`Program::run_task`] computes, as operations on stored tiles, appended to
     /// `out`.
-    pub(crate) fn device_ops(&self, s: usize, c: &[u32], out: &mut Vec<TileOp>) -> Result<(), CommandError> {
+    pub(crate) fn device_ops(&self, s: usize, c: &[u32], out: &mut Vec<TileOp>) {
         let st = &self.stmts[s];
         let layout = &self.layouts[&st.lhs];
         let slot = layout.slot(c).expect("tasks run over stored tiles");
@@ -1138,7 +1138,6 @@ impl Program {
                 out.push(TileOp::Elementwise { c: c_at, sc, factors, ext: ext.to_vec(), alpha, op });
             }
         });
-        Ok(())
     }
 }
 

@@ -112,6 +112,21 @@ fn op_code(op: MoveOp) -> (u64, u64) {
     }
 }
 
+/// Whether the move kernels can run `m`: at most [`MAX_DIMS`] dimensions of
+/// extent above 1 and the sources its kernel takes.
+pub fn check(m: &Move) -> Result<(), String> {
+    let dims = m.ext.iter().filter(|&&e| e != 1).count();
+    let max_srcs = MoveKernel::of(m.op).srcs();
+    if dims > MAX_DIMS || m.srcs.len() > max_srcs {
+        return Err(format!(
+            "a tile move over {dims} dimensions and {} source{} (the move kernels take at most {MAX_DIMS} and {max_srcs})",
+            m.srcs.len(),
+            if m.srcs.len() == 1 { "" } else { "s" }
+        ));
+    }
+    Ok(())
+}
+
 /// Appends the item of move `m` to `items` (laid out for its kernel,
 /// [`MoveKernel::of`]), whose blocks start at block `first_block` of its
 /// launch; `addr` gives the address of a location's element. The move's
@@ -123,14 +138,8 @@ pub fn encode(m: &Move, addr: &dyn Fn(&Loc) -> u64, first_block: usize, items: &
     if points == 0 {
         return Ok(0);
     }
+    check(m)?;
     let keep: Vec<usize> = (0..m.ext.len()).filter(|&d| m.ext[d] != 1).collect();
-    if keep.len() > MAX_DIMS || m.srcs.len() > max_srcs {
-        return Err(format!(
-            "a tile move over {} dimensions and {} sources (at most {MAX_DIMS} and {max_srcs})",
-            keep.len(),
-            m.srcs.len()
-        ));
-    }
     let code = |j: usize| -> u64 {
         m.srcs
             .get(j)
