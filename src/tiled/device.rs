@@ -2,10 +2,12 @@
 //! [`Program::run`], as data movement and batched GEMMs.
 //!
 //! Every task's contributions ([`Program::device_ops`]) become [`TileOp`]s. A
-//! product of two tiles runs as transpose–transpose–GEMM–transpose: its operand
-//! tiles are moved into row-major matrices in scratch memory ([`Round::pack`]),
-//! one strided-batched GEMM per matrix shape multiplies all of a round's
-//! contributions of that shape ([`Round::gemms`]), and each result is added into
+//! product of two tiles runs as transpose–transpose–GEMM–transpose: an operand
+//! tile that already is the GEMM's matrix (as stored or transposed, no
+//! function applied) is read in place, any other is moved into a row-major
+//! matrix in scratch memory ([`Round::pack`]); one batched GEMM per matrix shape
+//! and operand layout multiplies all of a round's contributions of that shape
+//! ([`Round::gemms`]), and each result is added into
 //! its written tile through the tile's strides ([`Round::add`]). Element-wise
 //! products, sums of one factor and constants are one [`Move`] each. Adds are
 //! atomic, so the contributions to one tile need no order and a task set is a
