@@ -1674,8 +1674,9 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
             }
         }
     }
-    if tcc::sema::complex::has_complex(&hir) && !(tiled && distributed) {
-        // Tiled runs take the (re, im) parts; distributed tiled runs go on below.
+    let complex = tcc::sema::complex::has_complex(&hir);
+    if complex && !(tiled && (distributed || target == TargetKind::Cuda)) {
+        // Tiled runs take the (re, im) parts; distributed and GPU tiled runs go on below.
         if distributed && !tiled {
             if let Err(o) = refuse(
                 ctx,
@@ -1688,12 +1689,8 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
             }
         }
         let result = if tiled {
-            if target == TargetKind::Cuda || repeat != 1 {
-                return ctx.fail(
-                    "E0760",
-                    "complex programs run tiled on the CPU, once: not with --target cuda or --repeat",
-                    None,
-                );
+            if repeat != 1 {
+                return ctx.fail("E0760", "--tiled runs on the CPU once: --repeat applies with --target cuda", None);
             }
             match tiled_run(ctx, tile, schedule.unwrap_or(Schedule::Dynamic), check, stats, tuning.as_deref()) {
                 Ok(r) => {
@@ -1801,7 +1798,12 @@ fn cmd_run(ctx: &Ctx, command: Command) -> Outcome {
                 Err(e) => return ctx.fail("E0712", &e.0, None),
             }
         }
-        tcc::tiled::run::run_tiled(&hir, &opts, &r, &mut lock)
+        if complex {
+            // The (re, im) parts on the GPU's tiles, checked against the complex interpreter.
+            tcc::run::complex::run_complex(&hir, &opts, tcc::run::complex::ComplexExec::Tiled(&r), &mut lock)
+        } else {
+            tcc::tiled::run::run_tiled(&hir, &opts, &r, &mut lock)
+        }
     } else if interp {
         tcc::run::run_interp(&hir, &opts, &mut lock)
     } else if target == TargetKind::Cuda {

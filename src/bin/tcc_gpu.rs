@@ -26,8 +26,9 @@
 //! file's folder by default). With several files and `--keep-going`, each prints
 //! `PASS FILE` or `FAIL FILE: why`, and a final count. Exit 1 on any failure.
 //! A program with complex tensors runs the plan of its lowering to real parts
-//! (what `tcc build --target cuda` writes for it) on the inputs' parts, and
-//! `--check` compares the joined outputs with the complex interpreter.
+//! (what `tcc build --target cuda` writes for it; with `--tiled`, its parts on
+//! tiles) on the inputs' parts, and `--check` compares the joined outputs with
+//! the complex interpreter.
 
 use std::collections::HashMap;
 
@@ -74,9 +75,6 @@ fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> 
         )
     })?;
     if let Some(tile) = mode.tiled {
-        if tcc::sema::complex::has_complex(&hir) {
-            return Err(fail("E0760", "complex programs do not run tiled on the GPU yet", None));
-        }
         let r = tcc::tiled::run::TiledRun {
             tiled: tcc::tiled::TiledOptions { tile, auto_tile: false, threads: 1, ..Default::default() },
             check,
@@ -84,6 +82,12 @@ fn run_file(file: &Path, dir: Option<&Path>, opts: &RunOptions, mode: &Mode) -> 
             gpu: Some(tcc::tiled::run::GpuTiled { ptx, repeat }),
         };
         let stdout = std::io::stdout();
+        if tcc::sema::complex::has_complex(&hir) {
+            // The lowered program's (re, im) parts on tiles; `--check` against
+            // the complex interpreter.
+            let exec = tcc::run::complex::ComplexExec::Tiled(&r);
+            return tcc::run::complex::run_complex(&hir, opts, exec, &mut stdout.lock());
+        }
         return tcc::tiled::run::run_tiled(&hir, opts, &r, &mut stdout.lock());
     }
     let mut plan = read_plan(&dir.join(format!("{stem}.plan.json"))).map_err(|e| fail("E0010", e, None))?;

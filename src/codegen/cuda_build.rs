@@ -171,19 +171,13 @@ pub fn read_plan(path: &Path) -> Result<GpuPlan, String> {
 }
 
 /// `tcc build --target cuda --tiled`: checks that every selected unit runs tiled
-/// on the GPU (planned at the default tile size: no complex tensors, no move
-/// over more dimensions than the move kernels take) and writes the move kernels'
+/// on the GPU (planned at the default tile size: no move over more dimensions
+/// than the move kernels take) and writes the move kernels'
 /// PTX to `output`, which `tcc-gpu --tiled` runs the program with. Returns a
 /// short report for stderr.
 pub fn build_tiled_ptx(hir: &Hir, program: Option<&str>, output: &Path) -> Result<String, CommandError> {
     let units = hir.select_units(program)?;
-    if crate::sema::complex::has_complex(hir) {
-        return Err(fail(
-            "E0760",
-            "complex programs do not run tiled on the GPU yet",
-            Some("build it without --tiled (dense GPU plan) or run it with `tcc run --tiled`".into()),
-        ));
-    }
+    // A complex program is planned as its lowering to (re, im) parts.
     let prepared = crate::pipeline::prepare(hir, &crate::pipeline::PipelineOptions::default());
     let opts = crate::tiled::TiledOptions { threads: 1, ..Default::default() };
     for &u in &units {

@@ -1579,3 +1579,26 @@ fn the_move_kernel_compiles_to_ptx_with_atomic_adds() {
         assert!(ptx.contains(op), "no {op} in the PTX");
     }
 }
+
+/// Complex programs run on the device path as their lowering to (re, im)
+/// parts (what `tcc-gpu --tiled` runs), equal to the interpreter on the parts.
+#[test]
+fn complex_programs_run_on_the_device_path_as_their_parts() {
+    let mut emulated = crate::codegen::nvptx::tile_moves::EmulatedMachine::new().unwrap();
+    for path in ["examples/complex_mps.tc", "examples/density_c64.tc"] {
+        let source = std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let (hir, diags) = crate::compile(&source, "complex");
+        let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+        assert!(crate::sema::complex::has_complex(&hir), "{path}");
+        let low = crate::tir::complex::lower(&hir).0;
+        for tile in [2, 3] {
+            let opts = TiledOptions { tile, threads: 1, ..Default::default() };
+            let mut host = super::device::HostMachine::default();
+            for m in [&mut host as &mut dyn super::device::TileMachine, &mut emulated] {
+                let stats =
+                    check_device(&low, 11, &opts, 1 << 20, m).unwrap_or_else(|e| panic!("{path}, tile {tile}: {e}"));
+                assert!(stats.gemm_calls > 0, "{path}: the parts' products run as GEMMs");
+            }
+        }
+    }
+}
