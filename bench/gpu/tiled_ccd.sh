@@ -24,6 +24,8 @@ if [ "$mode" = prepare ]; then
   src "$D/check/ccd_iteration_6_12.tc" 6 12 True
   # `max`/`min`/`where` of symmetry-packed tensors and masked attention (moves of their own).
   cp examples/ccsd_terms.tc examples/programs/ccd.tc examples/conv2d.tc bench/gpu/tiled_special/*.tc "$D/check/"
+  # Complex programs run as their (re, im) parts; --check against the complex interpreter.
+  cp examples/complex_mps.tc examples/density_c64.tc "$D/check/"
   cp examples/tiled/*.tc examples/programs/ccsd.tc examples/programs/four_index_steps.tc "$D/cross/"
   # ResNet-50's 3x3 layers (affine subscripts: a gather per tile, then GEMMs).
   for l in ${CONV:-$(python3 -c "import sys; sys.path.insert(0, 'bench/gpu'); import tiled_conv; print(' '.join(':'.join(map(str, l)) for l in tiled_conv.LAYERS))")}; do
