@@ -258,43 +258,30 @@ mod imp {
                     };
                     let (lda, ldb) = (g.la.ld as i32, g.lb.ld as i32);
                     let (al, be) = (1.0f64, 0.0f64);
-                    // cuBLAS is column-major. A column-major C = A·B takes a
-                    // transposed (column-major) operand as is and a row-major one
-                    // with op T. A row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ:
-                    // a row-major operand is its transpose in column-major order
-                    // (no op), a transposed one takes op T.
-                    let flip = |l: MatLayout| MatLayout { transposed: !l.transposed, ..l };
-                    // (first, second) operand: (which of A/B, its layout), the
-                    // rows and columns of the column-major result, its ld.
-                    let (first_is_a, ops, rows, cols, ldc) = if g.c_transposed {
-                        (true, (op(flip(g.la)), op(flip(g.lb))), m, n, m.max(1))
-                    } else {
-                        (false, (op(g.lb), op(g.la)), n, m, n.max(1))
-                    };
-                    let (ld1, ld2) = if first_is_a { (lda, ldb) } else { (ldb, lda) };
+                    // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: a row-major
+                    // operand is its transpose in column-major order (no op), a
+                    // transposed one takes op T.
                     match (g.strided(), ptrs) {
                         (Some((first, [sa, sb, sc])), _) => {
-                            let (a, b) = (addr(&first.a), addr(&first.b));
-                            let ((p1, s1), (p2, s2)) = if first_is_a { ((a, sa), (b, sb)) } else { ((b, sb), (a, sa)) };
                             // SAFETY: the matrices lie inside their buffers by construction.
                             unsafe {
                                 blas::dgemm_strided_batched(
                                     self.blas,
-                                    ops.0,
-                                    ops.1,
-                                    rows,
-                                    cols,
+                                    op(g.lb),
+                                    op(g.la),
+                                    n,
+                                    m,
                                     k,
                                     &al,
-                                    p1 as *const f64,
-                                    ld1,
-                                    s1 as i64,
-                                    p2 as *const f64,
-                                    ld2,
-                                    s2 as i64,
+                                    addr(&first.b) as *const f64,
+                                    ldb,
+                                    sb as i64,
+                                    addr(&first.a) as *const f64,
+                                    lda,
+                                    sa as i64,
                                     &be,
                                     (scratch + first.c as u64 * 8) as *mut f64,
-                                    ldc,
+                                    n.max(1),
                                     sc as i64,
                                     g.batch() as i32,
                                 )
@@ -303,25 +290,24 @@ mod imp {
                         }
                         (None, Some(p)) => {
                             let ptr = |j: usize| dev + (p + j * g.batch()) as u64 * 8;
-                            let (p1, p2) = if first_is_a { (ptr(0), ptr(1)) } else { (ptr(1), ptr(0)) };
                             // SAFETY: the three uploaded arrays of `batch` device
                             // addresses name matrices inside their buffers.
                             unsafe {
                                 blas_sys::cublasDgemmBatched(
                                     self.blas,
-                                    ops.0,
-                                    ops.1,
-                                    rows,
-                                    cols,
+                                    op(g.lb),
+                                    op(g.la),
+                                    n,
+                                    m,
                                     k,
                                     &al,
-                                    p1 as *const *const f64,
-                                    ld1,
-                                    p2 as *const *const f64,
-                                    ld2,
+                                    ptr(1) as *const *const f64,
+                                    ldb,
+                                    ptr(0) as *const *const f64,
+                                    lda,
                                     &be,
                                     ptr(2) as *const *mut f64,
-                                    ldc,
+                                    n.max(1),
                                     g.batch() as i32,
                                 )
                             }

@@ -185,9 +185,7 @@ pub struct GemmItem {
 
 /// Products `C_j = A_j · B_j` (m×k times k×n), one per item, of operands laid
 /// out as `la` and `lb`: packed into scratch by the round's moves, or read in
-/// place from stored tiles that already are matrices (no copy). Each result
-/// is row-major, or column-major where `c_transposed` (so that the move adding
-/// it into its tile reads and writes along stride 1).
+/// place from stored tiles that already are matrices (no copy).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Gemm {
     pub m: usize,
@@ -195,22 +193,12 @@ pub struct Gemm {
     pub k: usize,
     pub la: MatLayout,
     pub lb: MatLayout,
-    pub c_transposed: bool,
     pub items: Vec<GemmItem>,
 }
 
 impl Gemm {
     pub fn batch(&self) -> usize {
         self.items.len()
-    }
-
-    /// The layout of each result in scratch.
-    pub fn lc(&self) -> MatLayout {
-        if self.c_transposed {
-            MatLayout { transposed: true, ld: self.m.max(1) }
-        } else {
-            MatLayout::packed(self.n)
-        }
     }
 
     /// `(first item, distance in elements between items)` of A, B and C when
@@ -278,11 +266,8 @@ pub struct OperandCounts {
     /// Read in place from stored tiles (no copy), and of those transposed.
     pub in_place: usize,
     pub transposed: usize,
-    /// Packed into scratch by a move first, and of those column-major.
+    /// Packed into scratch by a move first.
     pub packed: usize,
-    pub packed_transposed: usize,
-    /// Results left column-major in scratch.
-    pub results_transposed: usize,
     /// GEMM calls through arrays of pointers (products not at equal distances).
     pub pointer_gemms: usize,
 }
@@ -362,11 +347,9 @@ pub fn plan(program: &Program, scratch: usize) -> Result<DevicePlan, CommandErro
         for g in &r.gemms {
             let o = &mut plan.operands;
             o.pointer_gemms += usize::from(g.strided().is_none());
-            o.results_transposed += if g.c_transposed { g.batch() } else { 0 };
             for (loc, layout) in g.items.iter().flat_map(|i| [(i.a, g.la), (i.b, g.lb)]) {
                 if loc.buf == Buf::Scratch {
                     o.packed += 1;
-                    o.packed_transposed += usize::from(layout.transposed);
                 } else {
                     o.in_place += 1;
                     o.transposed += usize::from(layout.transposed);
@@ -408,12 +391,6 @@ struct GettShape<'a> {
     /// `Some` where the operand's tile already is the matrix (no packing).
     a_in_place: Option<MatLayout>,
     b_in_place: Option<MatLayout>,
-    /// Packed operands and the result column-major: where the tile's
-    /// smallest stride is along the rows (A's m, B's k, C's m), so that the
-    /// moves run along stride 1 on both sides.
-    a_packed_t: bool,
-    b_packed_t: bool,
-    c_t: bool,
 }
 
 impl<'a> GettShape<'a> {
@@ -440,16 +417,7 @@ impl<'a> GettShape<'a> {
             let saved = a_in_place.map_or(0, |_| m * k) + b_in_place.map_or(0, |_| k * n);
             if best.is_none() || saved > best_saved {
                 best_saved = saved;
-                // Whether the smallest stride (of extents above 1) of `rows`
-                // is below that of `cols`.
-                let rows_first = |rows: &[&GettDim], cols: &[&GettDim], s: &dyn Fn(&GettDim) -> i64| {
-                    let least = |v: &[&GettDim]| v.iter().filter(|d| d.size > 1).map(|d| s(d)).min();
-                    matches!((least(rows), least(cols)), (Some(r), Some(c)) if r < c)
-                };
                 best = Some(GettShape {
-                    a_packed_t: rows_first(&ms, &ks, &|d| d.sa),
-                    b_packed_t: rows_first(&ks, &ns, &|d| d.sb),
-                    c_t: rows_first(&ms, &ns, &|d| d.sc),
                     batch: batch.clone(),
                     ms: ms.clone(),
                     ns: ns.clone(),
@@ -473,18 +441,8 @@ impl<'a> GettShape<'a> {
 
     /// The layouts the GEMM reads A and B with.
     fn layouts(&self) -> (MatLayout, MatLayout) {
-        let (m, n, k, _) = self.mnkb();
-        let packed = |t: bool, rows: usize, cols: usize| {
-            if t {
-                MatLayout { transposed: true, ld: rows.max(1) }
-            } else {
-                MatLayout::packed(cols)
-            }
-        };
-        (
-            self.a_in_place.unwrap_or(packed(self.a_packed_t, m, k)),
-            self.b_in_place.unwrap_or(packed(self.b_packed_t, k, n)),
-        )
+        let (_, n, k, _) = self.mnkb();
+        (self.a_in_place.unwrap_or(MatLayout::packed(k)), self.b_in_place.unwrap_or(MatLayout::packed(n)))
     }
 
     /// Scratch elements: the packed operands and the result.
@@ -531,9 +489,8 @@ fn in_place(rows: &[&GettDim], cols: &[&GettDim], s: &dyn Fn(&GettDim) -> i64) -
     None
 }
 
-/// A round's GETTs by GEMM: shape (m, n, k), the layouts of A and B, and
-/// whether the results are column-major.
-type GemmKey = (usize, usize, usize, MatLayout, MatLayout, bool);
+/// A round's GETTs by GEMM: shape (m, n, k) and the layouts of A and B.
+type GemmKey = (usize, usize, usize, MatLayout, MatLayout);
 type Groups<'a> = BTreeMap<GemmKey, Vec<(&'a TileOp, GettShape<'a>)>>;
 
 /// The ranges to clear and the rounds of one task set's operations.
@@ -576,8 +533,7 @@ fn lower(ops: &[TileOp], scratch: usize) -> Level {
                 used += need;
                 let (m, n, k, _) = shape.mnkb();
                 let (la, lb) = shape.layouts();
-                let c_t = shape.c_t;
-                groups.entry((m, n, k, la, lb, c_t)).or_default().push((op, shape));
+                groups.entry((m, n, k, la, lb)).or_default().push((op, shape));
             }
         }
     }
@@ -600,7 +556,7 @@ fn lower(ops: &[TileOp], scratch: usize) -> Level {
 /// GEMMs, and starts a new round.
 fn finish_round(round: &mut Round, groups: &mut Groups, level: &mut Level) {
     let mut at = 0usize;
-    for (&(m, n, k, la, lb, c_transposed), members) in groups.iter() {
+    for (&(m, n, k, la, lb), members) in groups.iter() {
         let count = |f: &dyn Fn(&GettShape) -> bool| {
             members.iter().filter(|(_, s)| f(s)).map(|(_, s)| s.mnkb().3).sum::<usize>()
         };
@@ -608,7 +564,7 @@ fn finish_round(round: &mut Round, groups: &mut Groups, level: &mut Level) {
             (count(&|s| s.a_in_place.is_none()), count(&|s| s.b_in_place.is_none()), count(&|_| true));
         let (mut pa, mut pb, mut pc) = (at, at + packed_a * m * k, at + packed_a * m * k + packed_b * k * n);
         at = pc + all * m * n;
-        let mut g = Gemm { m, n, k, la, lb, c_transposed, items: Vec::with_capacity(all) };
+        let mut g = Gemm { m, n, k, la, lb, items: Vec::with_capacity(all) };
         for (op, shape) in members {
             let TileOp::Gett { c, a, b, alpha, .. } = op else { unreachable!("grouped GETTs only") };
             gett_moves(round, &mut g.items, *c, *a, *b, *alpha, shape, (&mut pa, &mut pb, &mut pc));
@@ -657,12 +613,10 @@ fn gett_moves(
     };
     let GettShape { batch, ms, ns, ks, .. } = shape;
     if shape.a_in_place.is_none() {
-        let order: [&[&GettDim]; 3] = if shape.a_packed_t { [batch, ks, ms] } else { [batch, ms, ks] };
-        round.pack.push(pack(&order, a, &|d| d.sa, *pa));
+        round.pack.push(pack(&[batch, ms, ks], a, &|d| d.sa, *pa));
     }
     if shape.b_in_place.is_none() {
-        let order: [&[&GettDim]; 3] = if shape.b_packed_t { [batch, ns, ks] } else { [batch, ks, ns] };
-        round.pack.push(pack(&order, b, &|d| d.sb, *pb));
+        round.pack.push(pack(&[batch, ks, ns], b, &|d| d.sb, *pb));
     }
     // One GEMM item per point of the batch dimensions.
     let bext: Vec<usize> = batch.iter().map(|d| d.size as usize).collect();
@@ -682,9 +636,7 @@ fn gett_moves(
         items.push(GemmItem { a: a_at, b: b_at, c: *pc + j * m * n });
         j += 1;
     });
-    // The result as it lies in scratch: [batch, m, n], or [batch, n, m].
-    let (outer, inner) = if shape.c_t { (ns, ms) } else { (ms, ns) };
-    let all: Vec<&GettDim> = batch.iter().chain(outer.iter()).chain(inner.iter()).copied().collect();
+    let all: Vec<&GettDim> = batch.iter().chain(ms.iter()).chain(ns.iter()).copied().collect();
     let ext: Vec<usize> = all.iter().map(|d| d.size as usize).collect();
     round.add.push(Move {
         dst: Loc { buf: Buf::Tensor(c.0), offset: c.1 },
@@ -949,7 +901,7 @@ pub fn host_gemm(mem: &mut HostBuffers, g: &Gemm) -> Result<(), String> {
                 for p in 0..k {
                     acc += read(a, g.la.at(i, p))? * read(b, g.lb.at(p, q))?;
                 }
-                c[g.lc().at(i, q)] = acc;
+                c[i * n + q] = acc;
             }
         }
         mem.scratch.get_mut(item.c..item.c + m * n).ok_or("a GEMM writes outside scratch")?.copy_from_slice(&c);

@@ -177,13 +177,8 @@ fn device_report_lines(program: &super::Program, s: &super::device::DeviceStats,
             s.move_words as f64
         ),
         format!(
-            "gpu: operand matrices {} read in place ({} transposed), {} packed ({} column-major); {} results column-major; {} GEMM calls through pointer arrays",
-            s.operands.in_place,
-            s.operands.transposed,
-            s.operands.packed,
-            s.operands.packed_transposed,
-            s.operands.results_transposed,
-            s.operands.pointer_gemms
+            "gpu: operand matrices {} read in place ({} transposed), {} packed; {} GEMM calls through pointer arrays",
+            s.operands.in_place, s.operands.transposed, s.operands.packed, s.operands.pointer_gemms
         ),
         format!("stored: {stored:.0} of {dense:.0} dense elements"),
     ]
