@@ -225,18 +225,18 @@ mod imp {
                 ];
                 let tables = items.len();
                 items.extend_from_slice(&blocks);
-                // Pointer arrays of the GEMMs whose items do not lie at equal
+                // Each GEMM as a strided batch, or through pointer arrays (at
+                // this word of the upload) where its items do not lie at equal
                 // distances (operands read in place from stored tiles).
-                let mut pointers = Vec::with_capacity(r.gemms.len());
+                let mut batches = Vec::with_capacity(r.gemms.len());
                 for g in &r.gemms {
-                    if g.strided().is_some() {
-                        pointers.push(None);
-                        continue;
+                    let batch = g.strided().ok_or(items.len());
+                    if batch.is_err() {
+                        items.extend(g.items.iter().map(|i| addr(&i.a)));
+                        items.extend(g.items.iter().map(|i| addr(&i.b)));
+                        items.extend(g.items.iter().map(|i| scratch + i.c as u64 * 8));
                     }
-                    pointers.push(Some(items.len()));
-                    items.extend(g.items.iter().map(|i| addr(&i.a)));
-                    items.extend(g.items.iter().map(|i| addr(&i.b)));
-                    items.extend(g.items.iter().map(|i| scratch + i.c as u64 * 8));
+                    batches.push(batch);
                 }
                 self.host_work.0 += t0.elapsed().as_secs_f64();
                 self.host_work.1 += items.len();
@@ -247,7 +247,7 @@ mod imp {
                 for l in &launches[0] {
                     self.launch(l, dev, tables)?;
                 }
-                for (g, ptrs) in r.gemms.iter().zip(pointers) {
+                for (g, batch) in r.gemms.iter().zip(batches) {
                     let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
                     let op = |l: MatLayout| {
                         if l.transposed {
@@ -261,8 +261,8 @@ mod imp {
                     // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: a row-major
                     // operand is its transpose in column-major order (no op), a
                     // transposed one takes op T.
-                    match (g.strided(), ptrs) {
-                        (Some((first, [sa, sb, sc])), _) => {
+                    match batch {
+                        Ok((first, [sa, sb, sc])) => {
                             // SAFETY: the matrices lie inside their buffers by construction.
                             unsafe {
                                 blas::dgemm_strided_batched(
@@ -288,7 +288,7 @@ mod imp {
                             }
                             .map_err(e("cublasDgemmStridedBatched"))?;
                         }
-                        (None, Some(p)) => {
+                        Err(p) => {
                             let ptr = |j: usize| dev + (p + j * g.batch()) as u64 * 8;
                             // SAFETY: the three uploaded arrays of `batch` device
                             // addresses name matrices inside their buffers.
@@ -314,7 +314,6 @@ mod imp {
                             .result()
                             .map_err(e("cublasDgemmBatched"))?;
                         }
-                        (None, None) => unreachable!("pointer arrays were written for every GEMM that is not strided"),
                     }
                 }
                 for l in &launches[1] {
