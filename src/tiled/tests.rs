@@ -1415,6 +1415,13 @@ fn temporaries_share_an_arena_that_runs_reuse_and_find_cleared() {
     }
 }
 
+/// The program of a `.tc` file of this repository (`path` from its root).
+fn repository_program(path: &str) -> Hir {
+    let source = std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let (hir, diags) = crate::compile(&source, "main");
+    hir.unwrap_or_else(|| panic!("{path}: {diags:?}"))
+}
+
 /// Runs unit 0 of `hir` through [`super::device`] on `machine` and with the
 /// interpreter on the same inputs.
 pub(crate) fn check_device(
@@ -1538,9 +1545,7 @@ fn the_generated_move_kernel_runs_the_device_path_as_the_interpreter() {
 fn windows_run_on_the_device_path_as_the_interpreter() {
     let mut m = crate::codegen::nvptx::tile_moves::EmulatedMachine::new().unwrap();
     for path in ["examples/conv2d.tc", "bench/gpu/tiled_special/windows.tc"] {
-        let source = std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap();
-        let (hir, diags) = crate::compile(&source, "windows");
-        let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+        let hir = repository_program(path);
         assert!(has_window(&hir), "{path}");
         for tile in [2, 3, 5] {
             let opts = TiledOptions { tile, threads: 1, ..Default::default() };
@@ -1586,9 +1591,7 @@ fn the_move_kernel_compiles_to_ptx_with_atomic_adds() {
 fn complex_programs_run_on_the_device_path_as_their_parts() {
     let mut emulated = crate::codegen::nvptx::tile_moves::EmulatedMachine::new().unwrap();
     for path in ["examples/complex_mps.tc", "examples/density_c64.tc"] {
-        let source = std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap();
-        let (hir, diags) = crate::compile(&source, "complex");
-        let hir = hir.unwrap_or_else(|| panic!("{diags:?}"));
+        let hir = repository_program(path);
         assert!(crate::sema::complex::has_complex(&hir), "{path}");
         let low = crate::tir::complex::lower(&hir).0;
         for tile in [2, 3] {
